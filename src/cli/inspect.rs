@@ -1,0 +1,287 @@
+//! `kquant inspect SRC [--json] [--tensors]`: header-only summary of a checkpoint.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use serde_json::{json, Value};
+
+use crate::checkpoint::{Checkpoint, Detection};
+use crate::cli::{human_bytes, human_count};
+use crate::error::Result;
+use crate::io::source::Origin;
+
+/// Arguments of `kquant inspect`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A checkpoint directory, a `.safetensors` file, or a hub id `org/name[@revision]`.
+    pub src: String,
+    /// Print the stable JSON document (docs/inspect.md) on stdout instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Also list every tensor (name, dtype, shape, bytes).
+    #[arg(long)]
+    pub tensors: bool,
+}
+
+/// Per-dtype totals.
+#[derive(Default, Clone, Copy)]
+struct Totals {
+    tensors: u64,
+    params: u64,
+    bytes: u64,
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let ck = Checkpoint::open(&a.src)?;
+    let det = ck.detect()?;
+    if a.json {
+        let doc = to_json(&a.src, &ck, &det);
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    } else {
+        print_human(&a.src, &ck, &det, a.tensors);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn totals(ck: &Checkpoint) -> (BTreeMap<String, Totals>, Totals) {
+    let mut by: BTreeMap<String, Totals> = BTreeMap::new();
+    let mut all = Totals::default();
+    for t in ck.weights.infos() {
+        let e = by.entry(t.dtype.name().into()).or_default();
+        for x in [e, &mut all] {
+            x.tensors += 1;
+            x.params += t.numel();
+            x.bytes += t.nbytes();
+        }
+    }
+    (by, all)
+}
+
+fn source_json(spec: &str, ck: &Checkpoint) -> Value {
+    let (kind, extra) = match &ck.weights.origin {
+        Origin::Dir(_) => ("directory", Value::Null),
+        Origin::File(_) => ("file", Value::Null),
+        Origin::Hub { id, snapshot } => (
+            "hub",
+            json!({"repo": id.repo, "revision": id.revision, "snapshot": snapshot}),
+        ),
+    };
+    json!({
+        "spec": spec,
+        "kind": kind,
+        "hub": extra,
+        "dir": ck.weights.dir,
+        "config": ck.weights.config_path,
+        "index": ck.weights.index_path,
+        "files": ck.weights.shards.iter().map(|s| json!({"path": s.path(), "bytes": s.file_len(), "tensors": s.tensors().len()})).collect::<Vec<_>>(),
+    })
+}
+
+/// The `--json` document (schema `kquant.inspect/1`, documented in docs/inspect.md).
+pub fn to_json(spec: &str, ck: &Checkpoint, det: &Detection) -> Value {
+    let (by, all) = totals(ck);
+    json!({
+        "schema": "kquant.inspect/1",
+        "source": source_json(spec, ck),
+        "family": det.family.id(),
+        "target_kind": det.target_kind.map(|t| t.id()),
+        "reason": det.reason,
+        "dialect": det.dialect.map(|d| d.id()),
+        "layer_prefix": det.layer_prefix,
+        "architectures": ck.config.as_ref().map(|c| c.architectures()),
+        "model_type": ck.config.as_ref().and_then(|c| c.model_type()),
+        "dims": det.dims,
+        "aux_layers": det.aux_layers,
+        "quantization": det.quantization,
+        "engines": det.engines,
+        "notes": det.notes,
+        "parameters": all.params,
+        "bytes": all.bytes,
+        "dtypes": by.iter().map(|(k, t)| (k.clone(), json!({"tensors": t.tensors, "parameters": t.params, "bytes": t.bytes}))).collect::<serde_json::Map<_, _>>(),
+        "tensors": ck.weights.infos().map(|t| json!({"name": t.name, "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.nbytes()})).collect::<Vec<_>>(),
+    })
+}
+
+fn print_human(spec: &str, ck: &Checkpoint, det: &Detection, tensors: bool) {
+    let (by, all) = totals(ck);
+    let row = |k: &str, v: String| println!("{k:<12}{v}");
+    let files = ck.weights.shards.len();
+    let kind = match &ck.weights.origin {
+        Origin::Dir(_) => "directory",
+        Origin::File(_) => "file",
+        Origin::Hub { .. } => "hub cache",
+    };
+    row(
+        "source",
+        format!(
+            "{spec} ({kind}, {files} safetensors file{})",
+            if files == 1 { "" } else { "s" }
+        ),
+    );
+    let fam = match (det.family.id(), det.target_kind) {
+        (f, Some(t)) => format!("{f} ({})", t.id()),
+        (f, None) => f.to_string(),
+    };
+    row("family", fam);
+    row("", format!("because {}", det.reason));
+    if let Some(d) = det.dialect {
+        let p = det
+            .layer_prefix
+            .as_deref()
+            .map(|p| format!(" (`{p}*`)"))
+            .unwrap_or_default();
+        row("dialect", format!("{}{p}", d.id()));
+    }
+    for (i, e) in det.engines.iter().enumerate() {
+        row(
+            if i == 0 { "engines" } else { "" },
+            format!("{:<7}{:<8}{}", e.engine, e.loads, e.why),
+        );
+    }
+    let d = &det.dims;
+    let mut parts = Vec::new();
+    let mut put = |k: &str, v: Option<u64>| {
+        if let Some(v) = v {
+            parts.push(format!("{k} {v}"));
+        }
+    };
+    put("hidden", d.hidden_size);
+    put("target_hidden", d.target_hidden_size);
+    put("layers", d.num_hidden_layers);
+    put("heads", d.num_attention_heads);
+    put("kv_heads", d.num_key_value_heads);
+    put("head_dim", d.head_dim);
+    put("q_lora", d.q_lora_rank);
+    put("kv_lora", d.kv_lora_rank);
+    put("intermediate", d.intermediate_size);
+    put("vocab", d.vocab_size);
+    put("draft_vocab", d.draft_vocab_size);
+    put("block", d.block_size);
+    put("experts", d.n_routed_experts);
+    if let (Some(n), Some(r), Some(v)) = (d.qk_nope_head_dim, d.qk_rope_head_dim, d.v_head_dim) {
+        parts.push(format!("nope/rope/v {n}/{r}/{v}"));
+    }
+    let flags: Vec<&str> = [
+        ("d2t", d.has_d2t),
+        ("t2d", d.has_t2d),
+        ("embed_tokens", d.has_embed_tokens),
+        ("lm_head", d.has_lm_head),
+    ]
+    .iter()
+    .filter(|(_, b)| *b)
+    .map(|(n, _)| *n)
+    .collect();
+    row("dims", parts.join(" · "));
+    row(
+        "has",
+        if flags.is_empty() {
+            "-".into()
+        } else {
+            flags.join(", ")
+        },
+    );
+    match &det.aux_layers {
+        Some(x) => {
+            let conv = x.convention.map(|c| c.id()).unwrap_or("convention unknown");
+            let hs = x
+                .hidden_states
+                .as_ref()
+                .map(|h| format!(" = hidden_states {h:?}"))
+                .unwrap_or_default();
+            row(
+                "aux layers",
+                format!("{:?} from `{}`: {conv}{hs}", x.ids, x.key),
+            );
+            row("", x.reason.clone());
+        }
+        None if matches!(
+            det.family,
+            crate::checkpoint::Family::Eagle3
+                | crate::checkpoint::Family::Eagle3Mla
+                | crate::checkpoint::Family::Dflash
+        ) =>
+        {
+            row(
+                "aux layers",
+                "none in config: engines use their defaults for the target".into(),
+            )
+        }
+        None => {}
+    }
+    row(
+        "params",
+        format!(
+            "{} in {} tensors, {}",
+            human_count(all.params),
+            all.tensors,
+            human_bytes(all.bytes)
+        ),
+    );
+    for (k, t) in &by {
+        row(
+            "",
+            format!(
+                "{k:<8}{:>6} tensors {:>12} params {:>12}",
+                t.tensors,
+                human_count(t.params),
+                human_bytes(t.bytes)
+            ),
+        );
+    }
+    let q = &det.quantization;
+    row(
+        "quant",
+        if q.quantized {
+            let packed: Vec<String> = q
+                .packed_weights
+                .iter()
+                .map(|(k, v)| format!("{v} {k}"))
+                .collect();
+            format!(
+                "{} · {} quantized modules · packed/low-precision weights: {}{}",
+                q.method
+                    .as_deref()
+                    .unwrap_or("tensors only, no quantization_config"),
+                q.quantized_modules,
+                if packed.is_empty() {
+                    "none".into()
+                } else {
+                    packed.join(", ")
+                },
+                if q.hf_quant_config {
+                    " · hf_quant_config.json"
+                } else {
+                    ""
+                }
+            )
+        } else {
+            "none".into()
+        },
+    );
+    for n in &det.notes {
+        row("note", n.clone());
+    }
+    if tensors {
+        println!();
+        let w = ck
+            .weights
+            .infos()
+            .map(|t| t.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        println!(
+            "{:<w$}  {:<8} {:<20} {:>12}",
+            "name", "dtype", "shape", "bytes"
+        );
+        for t in ck.weights.infos() {
+            println!(
+                "{:<w$}  {:<8} {:<20} {:>12}",
+                t.name,
+                t.dtype.name(),
+                format!("{:?}", t.shape),
+                t.nbytes()
+            );
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Command-line definitions (clap derive), one file per verb, plus error rendering.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::{Error, Result};
+
+pub mod inspect;
+pub mod synth;
+pub mod verify_files;
+
+/// Quantize, convert and verify speculative-decoding draft models for Kimi targets.
+#[derive(Debug, Parser)]
+#[command(name = "kquant", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show what a checkpoint is: family, dialect, engines that load it, dimensions, dtypes.
+    Inspect(inspect::Args),
+    /// Re-hash an output directory against its kquant-manifest.json.
+    VerifyFiles(verify_files::Args),
+    /// Write a deterministic synthetic checkpoint (tiny fixtures, or real-shape benchmarks).
+    Synth(synth::Args),
+}
+
+/// Run a parsed command line.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Inspect(a) => inspect::run(a),
+        Command::VerifyFiles(a) => verify_files::run(a),
+        Command::Synth(a) => synth::run(a),
+    }
+}
+
+/// Print `error: …`, its `Caused by:` chain and a `hint:` to stderr.
+pub fn render_error(e: &Error) {
+    eprintln!("error: {e}");
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        eprintln!("  Caused by: {s}");
+        src = s.source();
+    }
+    if let Some(h) = e.hint() {
+        eprintln!("\nhint: {h}");
+    }
+}
+
+/// The command line as the user typed it, for manifests.
+pub fn command_line() -> Vec<String> {
+    std::env::args().collect()
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::with_draw_target(
+        Some(len),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:>12} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// Human-readable byte count.
+pub fn human_bytes(n: u64) -> String {
+    const U: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = n as f64;
+    let mut i = 0;
+    while v >= 1000.0 && i < U.len() - 1 {
+        v /= 1000.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", U[i])
+    }
+}
+
+/// Human-readable count (k, M, B).
+pub fn human_count(n: u64) -> String {
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{:.2} k", n as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2} M", n as f64 / 1e6),
+        _ => format!("{:.2} B", n as f64 / 1e9),
+    }
+}

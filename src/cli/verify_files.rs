@@ -1,0 +1,60 @@
+//! `kquant verify-files DIR [--json]`: re-hash an output against its `kquant-manifest.json`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::error::{Error, Result};
+use crate::io::manifest::{Manifest, MANIFEST_FILE};
+
+/// Arguments of `kquant verify-files`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A directory written by kquant.
+    pub dir: PathBuf,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let m = Manifest::read(&a.dir)?;
+    let c = m.check(&a.dir)?;
+    if a.json {
+        let doc = serde_json::json!({
+            "schema": "kquant.verify-files/1",
+            "dir": a.dir,
+            "kquant_version": m.kquant_version,
+            "command": m.command,
+            "passed": c.passed(),
+            "ok": c.ok, "mismatched": c.mismatched, "missing": c.missing, "unlisted": c.unlisted,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    } else {
+        for f in &c.ok {
+            eprintln!("ok        {f}");
+        }
+    }
+    if c.passed() {
+        if !a.json {
+            eprintln!("{} files match {MANIFEST_FILE}", c.ok.len());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut problems = Vec::new();
+    for (what, v) in [
+        ("changed", &c.mismatched),
+        ("missing", &c.missing),
+        ("not in the manifest", &c.unlisted),
+    ] {
+        if !v.is_empty() {
+            problems.push(format!("{what}: {}", v.join(", ")));
+        }
+    }
+    Err(Error::Manifest {
+        path: a.dir.join(MANIFEST_FILE),
+        msg: format!(
+            "output does not match its manifest ({})",
+            problems.join("; ")
+        ),
+    })
+}

@@ -1,0 +1,16 @@
+//! Checkpoint bytes: safetensors reading (mmap, validation), index files, hub resolution,
+//! the streaming writer and the manifest. No quantization math and no GPU here.
+
+pub mod dtype;
+pub mod header;
+pub mod hub;
+pub mod index;
+pub mod manifest;
+pub mod shard;
+pub mod source;
+pub mod writer;
+
+pub use dtype::Dtype;
+pub use header::TensorInfo;
+pub use shard::{Shard, TensorView};
+pub use source::Weights;

@@ -1,0 +1,319 @@
+//! Where a checkpoint comes from (directory, single `.safetensors` file, or hub id) and how its
+//! weights are opened: single file or index + shards, every name checked before it is joined.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::header::TensorInfo;
+use super::hub::{HubFetcher, HubId};
+use super::index::{self, INDEX_FILE};
+use super::shard::{Shard, TensorView};
+use crate::error::{Error, IndexError, Result};
+
+/// The single-file weights name.
+pub const SINGLE_FILE: &str = "model.safetensors";
+
+/// How the user named the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    Dir(PathBuf),
+    File(PathBuf),
+    Hub { id: HubId, snapshot: PathBuf },
+}
+
+impl Origin {
+    pub fn describe(&self) -> String {
+        match self {
+            Origin::Dir(p) | Origin::File(p) => p.display().to_string(),
+            Origin::Hub { id, .. } => format!("hub:{}", id.display()),
+        }
+    }
+}
+
+/// Opened weights: the shards and a name → (shard, entry) routing table.
+pub struct Weights {
+    pub origin: Origin,
+    /// Directory holding config.json and the weights.
+    pub dir: PathBuf,
+    pub config_path: Option<PathBuf>,
+    pub index_path: Option<PathBuf>,
+    pub shards: Vec<Shard>,
+    routes: BTreeMap<String, (usize, usize)>,
+}
+
+impl Weights {
+    /// Tensor names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.routes.keys().map(String::as_str)
+    }
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+    pub fn info(&self, name: &str) -> Option<&TensorInfo> {
+        self.routes
+            .get(name)
+            .map(|&(s, i)| &self.shards[s].tensors()[i])
+    }
+    /// Which shard holds `name`.
+    pub fn shard_of(&self, name: &str) -> Option<&Shard> {
+        self.routes.get(name).map(|&(s, _)| &self.shards[s])
+    }
+    pub fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+        let &(s, i) = self.routes.get(name)?;
+        let shard = &self.shards[s];
+        Some(shard.view(&shard.tensors()[i]))
+    }
+    /// All tensors, sorted by name.
+    pub fn infos(&self) -> impl Iterator<Item = &TensorInfo> {
+        self.routes
+            .values()
+            .map(|&(s, i)| &self.shards[s].tensors()[i])
+    }
+    /// Every weight file (shards) and the index, for hashing.
+    pub fn files(&self) -> Vec<&Path> {
+        let mut v: Vec<&Path> = self.shards.iter().map(|s| s.path()).collect();
+        if let Some(i) = &self.index_path {
+            v.push(i);
+        }
+        v
+    }
+}
+
+/// Resolve `spec` (a path or a hub id) and open its weights.
+///
+/// A directory must hold `config.json`; a single `.safetensors` file picks up a sibling
+/// `config.json` when there is one.
+pub fn open(spec: &str) -> Result<Weights> {
+    let path = Path::new(spec);
+    if path.is_dir() {
+        let config = path.join("config.json");
+        if !config.is_file() {
+            return Err(Error::Source {
+                path: path.into(),
+                msg: "no `config.json` in this checkpoint directory".into(),
+                hint: Some("a checkpoint directory needs the `config.json` it was trained with; to look at the tensors alone, pass the `.safetensors` file".into()),
+            });
+        }
+        let fetch = |name: &str| {
+            let p = path.join(name);
+            Ok(p.is_file().then_some(p))
+        };
+        return open_with(
+            Origin::Dir(path.into()),
+            path,
+            Some(config),
+            &fetch,
+            Some(path),
+        );
+    }
+    if path.is_file() {
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let config = dir.join("config.json");
+        // SAFETY: inputs are never written by kquant; see `Shard::open`.
+        let shard = unsafe { Shard::open(path)? };
+        let routes = shard
+            .tensors()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), (0, i)))
+            .collect();
+        return Ok(Weights {
+            origin: Origin::File(path.into()),
+            dir: dir.into(),
+            config_path: config.is_file().then_some(config),
+            index_path: None,
+            shards: vec![shard],
+            routes,
+        });
+    }
+    if path.exists() {
+        return Err(Error::Source {
+            path: path.into(),
+            msg: "is neither a directory nor a regular file".into(),
+            hint: None,
+        });
+    }
+    if let Some(id) = HubId::parse(spec).filter(|_| !spec.starts_with('.')) {
+        let hub = HubFetcher::new(id.clone());
+        let config = hub.get("config.json")?.ok_or_else(|| {
+            hub.err(format!(
+                "`config.json` is not in the cache at `{}` nor on the hub",
+                hub.cache_root().display()
+            ))
+        })?;
+        let snapshot = config.parent().map(Path::to_path_buf).unwrap_or_default();
+        let fetch = |name: &str| hub.get(name);
+        return open_with(
+            Origin::Hub {
+                id,
+                snapshot: snapshot.clone(),
+            },
+            &snapshot,
+            Some(config),
+            &fetch,
+            None,
+        );
+    }
+    Err(Error::io(
+        "open",
+        path,
+        std::io::Error::from(std::io::ErrorKind::NotFound),
+    ))
+}
+
+type Fetch<'a> = dyn Fn(&str) -> Result<Option<PathBuf>> + 'a;
+
+fn open_with(
+    origin: Origin,
+    dir: &Path,
+    config: Option<PathBuf>,
+    fetch: &Fetch,
+    listable: Option<&Path>,
+) -> Result<Weights> {
+    if let Some(index_path) = fetch(INDEX_FILE)? {
+        return open_sharded(origin, dir, config, index_path, fetch);
+    }
+    if let Some(single) = fetch(SINGLE_FILE)? {
+        // SAFETY: inputs are never written by kquant; see `Shard::open`.
+        let shard = unsafe { Shard::open(&single)? };
+        let routes = shard
+            .tensors()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), (0, i)))
+            .collect();
+        return Ok(Weights {
+            origin,
+            dir: dir.into(),
+            config_path: config,
+            index_path: None,
+            shards: vec![shard],
+            routes,
+        });
+    }
+    let found: Vec<String> = listable
+        .and_then(|d| std::fs::read_dir(d).ok())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".safetensors"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let hint = if found.is_empty() {
+        "expected `model.safetensors`, or `model.safetensors.index.json` with its shards"
+            .to_string()
+    } else {
+        format!(
+            "found {} but no `{INDEX_FILE}`: pass a single file directly, or add the index",
+            found
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    Err(Error::Source {
+        path: dir.into(),
+        msg: format!("no `{SINGLE_FILE}` or `{INDEX_FILE}` here"),
+        hint: Some(hint),
+    })
+}
+
+fn open_sharded(
+    origin: Origin,
+    dir: &Path,
+    config: Option<PathBuf>,
+    index_path: PathBuf,
+    fetch: &Fetch,
+) -> Result<Weights> {
+    let ierr = |kind| Error::Index {
+        path: index_path.clone(),
+        kind,
+    };
+    let bytes = std::fs::read(&index_path).map_err(|e| Error::io("read", &index_path, e))?;
+    let idx = index::parse(&bytes).map_err(ierr)?;
+    let shard_names = idx.shards();
+    let mut shards = Vec::with_capacity(shard_names.len());
+    for name in &shard_names {
+        let Some(p) = fetch(name)? else {
+            let tensor = idx
+                .weight_map
+                .iter()
+                .find(|(_, s)| s == name)
+                .map(|(t, _)| t.clone())
+                .unwrap_or_default();
+            return Err(ierr(IndexError::MissingShard {
+                shard: name.to_string(),
+                tensor,
+            }));
+        };
+        // SAFETY: inputs are never written by kquant; see `Shard::open`.
+        shards.push(unsafe { Shard::open(&p)? });
+    }
+    let pos: BTreeMap<&str, usize> = shard_names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (*n, i))
+        .collect();
+    let listed: BTreeMap<&str, &str> = idx
+        .weight_map
+        .iter()
+        .map(|(t, s)| (t.as_str(), s.as_str()))
+        .collect();
+    // Every tensor a shard holds: listed for that shard, and in no other shard.
+    let mut holder: BTreeMap<&str, usize> = BTreeMap::new();
+    for (si, shard) in shards.iter().enumerate() {
+        for t in shard.tensors() {
+            if let Some(&first) = holder.get(t.name.as_str()) {
+                return Err(ierr(IndexError::TensorInTwoShards {
+                    tensor: t.name.clone(),
+                    first: shard_names[first].into(),
+                    second: shard_names[si].into(),
+                }));
+            }
+            holder.insert(&t.name, si);
+            match listed.get(t.name.as_str()) {
+                None => {
+                    return Err(ierr(IndexError::Unlisted {
+                        tensor: t.name.clone(),
+                        shard: shard_names[si].into(),
+                    }))
+                }
+                Some(s) if pos[s] != si => {
+                    return Err(ierr(IndexError::TensorInTwoShards {
+                        tensor: t.name.clone(),
+                        first: s.to_string(),
+                        second: shard_names[si].into(),
+                    }))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    let mut routes = BTreeMap::new();
+    for (t, s) in &idx.weight_map {
+        let si = pos[s.as_str()];
+        let Some(i) = shards[si].index_of(t) else {
+            return Err(ierr(IndexError::MissingTensor {
+                tensor: t.clone(),
+                shard: s.clone(),
+            }));
+        };
+        routes.insert(t.clone(), (si, i));
+    }
+    Ok(Weights {
+        origin,
+        dir: dir.into(),
+        config_path: config,
+        index_path: Some(index_path),
+        shards,
+        routes,
+    })
+}

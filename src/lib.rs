@@ -1,0 +1,12 @@
+//! kquant: quantize, convert and verify speculative-decoding draft models for Kimi targets.
+//!
+//! The library is the whole product; `src/main.rs` only parses arguments, runs a command and
+//! renders errors. See `docs/architecture.md` for the data path and the module map.
+
+pub mod checkpoint;
+pub mod cli;
+pub mod error;
+pub mod io;
+pub mod synth;
+
+pub use error::{Error, Result};
