@@ -5,6 +5,12 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Behave like other Unix tools when the reader of stdout goes away (`kquant inspect | head`):
+    // die quietly from SIGPIPE instead of panicking on a failed print.
+    // SAFETY: called once at start-up, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = kquant::cli::Cli::parse();
     match kquant::cli::run(cli) {
         Ok(code) => code,

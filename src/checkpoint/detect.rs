@@ -432,7 +432,8 @@ pub fn detect(ck: &Checkpoint) -> Result<Detection> {
         Family::Unknown => None,
     };
 
-    let dims = dims(ck, &names, layer_prefix.as_deref())?;
+    let draft = matches!(family, Family::Eagle3 | Family::Eagle3Mla | Family::Dflash);
+    let dims = dims(ck, &names, layer_prefix.as_deref(), draft)?;
     let aux_layers = match ck.config.as_ref() {
         Some(c) => aux_layers(c, &family, dialect, l0).map_err(|m| match m {
             Error::Config { msg, .. } => derr(msg),
@@ -464,7 +465,7 @@ pub fn detect(ck: &Checkpoint) -> Result<Detection> {
     })
 }
 
-fn dims(ck: &Checkpoint, n: &Names, prefix: Option<&str>) -> Result<Dims> {
+fn dims(ck: &Checkpoint, n: &Names, prefix: Option<&str>, draft: bool) -> Result<Dims> {
     let w = &ck.weights;
     let rows = |name: &str| {
         w.info(name)
@@ -514,10 +515,12 @@ fn dims(ck: &Checkpoint, n: &Names, prefix: Option<&str>) -> Result<Dims> {
         .vocab_size
         .or_else(|| rows("t2d"))
         .or_else(|| rows("embed_tokens.weight"));
-    d.draft_vocab_size = d
-        .draft_vocab_size
-        .or_else(|| rows("d2t"))
-        .or_else(|| rows("lm_head.weight"));
+    if draft {
+        d.draft_vocab_size = d
+            .draft_vocab_size
+            .or_else(|| rows("d2t"))
+            .or_else(|| rows("lm_head.weight"));
+    }
     Ok(d)
 }
 

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 use crate::error::{Error, Result};
 
+pub mod bench;
 pub mod inspect;
 pub mod synth;
 pub mod verify_files;
@@ -26,6 +27,8 @@ pub enum Command {
     VerifyFiles(verify_files::Args),
     /// Write a deterministic synthetic checkpoint (tiny fixtures, or real-shape benchmarks).
     Synth(synth::Args),
+    /// Measure speed against a baseline run in the same process (see docs/performance.md).
+    Bench(bench::Args),
 }
 
 /// Run a parsed command line.
@@ -34,6 +37,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Inspect(a) => inspect::run(a),
         Command::VerifyFiles(a) => verify_files::run(a),
         Command::Synth(a) => synth::run(a),
+        Command::Bench(a) => bench::run(a),
     }
 }
 

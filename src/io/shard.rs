@@ -123,10 +123,15 @@ impl Shard {
     }
     /// Drop the pages of a tensor already consumed, so that peak RSS stays low on big files.
     pub fn release(&self, info: &TensorInfo) {
-        let base = self.header.data_offset();
+        self.release_range(info, 0, info.nbytes());
+    }
+
+    /// Drop the pages of bytes `from..to` of a tensor (relative to its first byte).
+    pub fn release_range(&self, info: &TensorInfo, from: u64, to: u64) {
+        let base = self.header.data_offset() + info.start;
         let page = 4096u64;
-        let start = (base + info.start).div_ceil(page) * page;
-        let end = ((base + info.end) / page) * page;
+        let start = (base + from).div_ceil(page) * page;
+        let end = ((base + to.min(info.nbytes())) / page) * page;
         if end > start {
             // SAFETY: the map is a read-only shared file mapping; dropping its pages only makes
             // later reads fault them back in from the file, so no data can be lost.

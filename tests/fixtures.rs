@@ -1,0 +1,138 @@
+//! The committed tiny fixtures are exactly what `kquant synth` generates (so the generator is
+//! the source of truth), and `synth` refuses unknown presets with exit 2.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn committed_fixtures_match_the_generator() {
+    let t = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for e in std::fs::read_dir(root().join("fixtures/tiny")).unwrap() {
+        let dir = e.unwrap().path();
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let out = t.path().join(&name);
+        let mut args = vec![
+            "synth".to_string(),
+            "--preset".into(),
+            format!("tiny-{name}"),
+            "-o".into(),
+            out.display().to_string(),
+        ];
+        if name == "target-kimi-k2" {
+            args.extend(["--max-shard-size".into(), "300KB".into()]);
+        }
+        let st = Command::new(env!("CARGO_BIN_EXE_kquant"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap().path();
+            let fname = f.file_name().unwrap().to_string_lossy().into_owned();
+            if fname == "kquant-manifest.json" {
+                continue;
+            }
+            assert_eq!(
+                std::fs::read(&f).unwrap(),
+                std::fs::read(out.join(&fname)).unwrap(),
+                "{name}/{fname} differs from the generator"
+            );
+            checked += 1;
+        }
+        // verify-files accepts a fresh output.
+        let v = Command::new(env!("CARGO_BIN_EXE_kquant"))
+            .args(["verify-files", out.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+    }
+    assert!(checked >= 26);
+}
+
+#[test]
+fn unknown_preset_is_a_usage_error() {
+    let t = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kquant"))
+        .args([
+            "synth",
+            "--preset",
+            "nope",
+            "-o",
+            t.path().join("x").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error: unknown preset `nope`") && err.contains("kimi-k2.5-eagle3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn real_shape_presets_have_the_documented_shapes() {
+    let p = kquant::synth::preset("kimi-k2.5-eagle3").unwrap();
+    let shape = |n: &str| {
+        p.tensors
+            .iter()
+            .find(|t| t.name == n)
+            .unwrap()
+            .shape
+            .clone()
+    };
+    assert_eq!(shape("fc.weight"), vec![7168, 3 * 7168]);
+    assert_eq!(
+        shape("midlayer.self_attn.q_proj.weight"),
+        vec![64 * 128, 2 * 7168]
+    );
+    assert_eq!(shape("midlayer.mlp.gate_proj.weight"), vec![12288, 7168]);
+    assert_eq!(shape("embed_tokens.weight"), vec![163840, 7168]);
+    assert_eq!(shape("lm_head.weight"), vec![163840, 7168]);
+    let gb = p.total_bytes() as f64 / 1e9;
+    assert!((6.0..6.5).contains(&gb), "{gb} GB");
+    let m = kquant::synth::preset("kimi-k2.5-eagle3-mla").unwrap();
+    let shape = |n: &str| {
+        m.tensors
+            .iter()
+            .find(|t| t.name == n)
+            .unwrap()
+            .shape
+            .clone()
+    };
+    assert_eq!(
+        shape("midlayer.self_attn.q_a_proj.weight"),
+        vec![1536, 14336]
+    );
+    assert_eq!(
+        shape("midlayer.self_attn.kv_a_proj_with_mqa.weight"),
+        vec![576, 14336]
+    );
+    assert_eq!(
+        shape("midlayer.self_attn.kv_b_proj.weight"),
+        vec![16384, 512]
+    );
+    assert_eq!(shape("midlayer.self_attn.o_proj.weight"), vec![7168, 8192]);
+    assert_eq!(shape("midlayer.mlp.down_proj.weight"), vec![7168, 18432]);
+    let d = kquant::synth::preset("kimi-k2.5-dflash").unwrap();
+    assert_eq!(
+        d.tensors
+            .iter()
+            .filter(|t| t.name.ends_with("q_proj.weight"))
+            .count(),
+        6
+    );
+    assert!(!d
+        .tensors
+        .iter()
+        .any(|t| t.name.contains("embed") || t.name.contains("lm_head")));
+}

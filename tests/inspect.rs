@@ -1,0 +1,387 @@
+//! `kquant inspect` on every tiny fixture, run through the real binary: family, dialect,
+//! aux-layer convention, engines, JSON schema; hub ids through a fixture HF cache; ambiguity.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kquant"));
+    c.env("HF_HUB_OFFLINE", "1")
+        .env("HF_HUB_CACHE", root().join("fixtures/hub-cache"));
+    c
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin()
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("run kquant")
+}
+
+fn inspect_json(src: &str) -> Value {
+    let out = run(&["inspect", src, "--json"]);
+    assert!(
+        out.status.success(),
+        "{src}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// (fixture, family, dialect, prefix, aux convention, hidden_states taps)
+const CASES: &[(&str, &str, &str, Option<&str>, Option<&str>, Option<&[i64]>)] = &[
+    (
+        "eagle3-specforge",
+        "eagle3",
+        "specforge",
+        Some("midlayer."),
+        Some("output-of-layer"),
+        Some(&[2, 4, 5]),
+    ),
+    (
+        "eagle3-vllm",
+        "eagle3",
+        "vllm",
+        Some("layers.0."),
+        None,
+        None,
+    ),
+    (
+        "eagle3-modelopt",
+        "eagle3",
+        "vllm",
+        Some("layers.0."),
+        Some("output-of-layer"),
+        Some(&[2, 4, 5]),
+    ),
+    (
+        "eagle3-speculators",
+        "eagle3",
+        "vllm",
+        Some("layers.0."),
+        Some("input-of-layer"),
+        Some(&[2, 4, 5]),
+    ),
+    (
+        "eagle3-eagle",
+        "eagle3",
+        "eagle",
+        Some("midlayer."),
+        None,
+        None,
+    ),
+    (
+        "eagle3-torchspec",
+        "eagle3",
+        "torchspec",
+        Some("midlayer."),
+        Some("output-of-layer"),
+        Some(&[2, 4, 5]),
+    ),
+    (
+        "eagle3-mla-torchspec",
+        "eagle3-mla",
+        "torchspec",
+        Some("midlayer."),
+        Some("output-of-layer"),
+        Some(&[2, 4, 5]),
+    ),
+    (
+        "eagle3-mla-vllm",
+        "eagle3-mla",
+        "torchspec",
+        Some("layers.0."),
+        Some("input-of-layer"),
+        Some(&[2, 4, 5]),
+    ),
+    (
+        "dflash-zlab",
+        "dflash",
+        "zlab",
+        None,
+        Some("output-of-layer"),
+        Some(&[2, 5]),
+    ),
+    (
+        "dflash-torchspec",
+        "dflash",
+        "torchspec",
+        None,
+        Some("output-of-layer"),
+        Some(&[2, 5]),
+    ),
+    ("target-kimi-k2", "target", "hf", None, None, None),
+    ("target-kimi-k2.5", "target", "hf", None, None, None),
+    ("target-kimi-linear", "target", "hf", None, None, None),
+];
+
+#[test]
+fn every_fixture_is_detected() {
+    for &(dir, family, dialect, prefix, conv, taps) in CASES {
+        let j = inspect_json(&format!("fixtures/tiny/{dir}"));
+        assert_eq!(j["schema"], "kquant.inspect/1");
+        assert_eq!(j["family"], family, "{dir}");
+        assert_eq!(j["dialect"], dialect, "{dir}");
+        assert_eq!(j["layer_prefix"].as_str(), prefix, "{dir}");
+        assert_eq!(j["aux_layers"]["convention"].as_str(), conv, "{dir}");
+        let hs: Option<Vec<i64>> = j["aux_layers"]["hidden_states"]
+            .as_array()
+            .map(|a| a.iter().map(|v| v.as_i64().unwrap()).collect());
+        assert_eq!(hs.as_deref(), taps, "{dir}");
+        let tensors = j["tensors"].as_array().unwrap();
+        assert!(!tensors.is_empty());
+        let sum: u64 = tensors.iter().map(|t| t["bytes"].as_u64().unwrap()).sum();
+        assert_eq!(sum, j["bytes"].as_u64().unwrap(), "{dir}: bytes total");
+        for t in tensors {
+            for k in ["name", "dtype", "shape", "bytes"] {
+                assert!(t.get(k).is_some(), "{dir}: tensor entry lacks {k}");
+            }
+        }
+        assert_eq!(j["quantization"]["quantized"], false);
+    }
+}
+
+#[test]
+fn target_kinds_and_dims() {
+    let j = inspect_json("fixtures/tiny/target-kimi-k2.5");
+    assert_eq!(j["target_kind"], "kimi-k2.5");
+    assert_eq!(j["dims"]["hidden_size"], 64, "dims come from text_config");
+    assert_eq!(j["dims"]["kv_lora_rank"], 16);
+    assert!(
+        j["dims"]["draft_vocab_size"].is_null(),
+        "targets have no draft vocab"
+    );
+    let k2 = inspect_json("fixtures/tiny/target-kimi-k2");
+    assert_eq!(k2["target_kind"], "kimi-k2");
+    assert!(
+        k2["dims"]["draft_vocab_size"].is_null(),
+        "lm_head of a target is not a draft vocab"
+    );
+    assert_eq!(
+        inspect_json("fixtures/tiny/target-kimi-linear")["target_kind"],
+        "kimi-linear"
+    );
+    let mla = inspect_json("fixtures/tiny/eagle3-mla-torchspec");
+    assert_eq!(mla["dims"]["q_lora_rank"], 32);
+    assert_eq!(mla["dims"]["qk_rope_head_dim"], 8);
+    let e = inspect_json("fixtures/tiny/eagle3-specforge");
+    assert_eq!(e["dims"]["draft_vocab_size"], 128);
+    assert_eq!(e["dims"]["vocab_size"], 256);
+    assert_eq!(e["dims"]["has_d2t"], true);
+    assert_eq!(e["dims"]["has_embed_tokens"], false);
+}
+
+#[test]
+fn engines_say_who_loads_it() {
+    let loads = |dir: &str, engine: &str| -> String {
+        let j = inspect_json(&format!("fixtures/tiny/{dir}"));
+        j["engines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["engine"] == engine)
+            .unwrap()["loads"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(loads("eagle3-specforge", "sglang"), "yes");
+    assert_eq!(
+        loads("eagle3-vllm", "sglang"),
+        "no",
+        "SGLang's llama loader skips layers.0.* silently"
+    );
+    assert_eq!(loads("eagle3-vllm", "vllm"), "yes");
+    assert_eq!(loads("eagle3-eagle", "vllm"), "no");
+    assert_eq!(loads("dflash-torchspec", "sglang"), "no");
+    assert_eq!(loads("dflash-zlab", "vllm"), "yes");
+    assert_eq!(
+        loads("eagle3-mla-torchspec", "vllm"),
+        "depends",
+        "kimi_k2 model_type"
+    );
+}
+
+#[test]
+fn human_summary_and_tensor_table() {
+    let out = run(&["inspect", "fixtures/tiny/eagle3-specforge", "--tensors"]);
+    assert!(out.status.success());
+    let s = String::from_utf8(out.stdout).unwrap();
+    for want in [
+        "family      eagle3",
+        "dialect     specforge",
+        "output-of-layer",
+        "midlayer.self_attn.q_proj.weight",
+        "BF16",
+        "[64, 128]",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in:\n{s}");
+    }
+}
+
+#[test]
+fn single_file_source_picks_up_sibling_config() {
+    let j = inspect_json("fixtures/tiny/eagle3-specforge/model.safetensors");
+    assert_eq!(j["source"]["kind"], "file");
+    assert_eq!(j["family"], "eagle3");
+    assert!(j["source"]["config"]
+        .as_str()
+        .unwrap()
+        .ends_with("config.json"));
+}
+
+#[test]
+fn sharded_checkpoint_routes_every_tensor() {
+    let j = inspect_json("fixtures/tiny/target-kimi-k2");
+    assert_eq!(j["source"]["files"].as_array().unwrap().len(), 2);
+    assert!(j["source"]["index"]
+        .as_str()
+        .unwrap()
+        .ends_with("model.safetensors.index.json"));
+    let n = j["tensors"].as_array().unwrap().len();
+    let per_file: u64 = j["source"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["tensors"].as_u64().unwrap())
+        .sum();
+    assert_eq!(n as u64, per_file);
+}
+
+#[test]
+fn hub_ids_resolve_through_the_cache_offline() {
+    let j = inspect_json("kquant-fixtures/tiny-eagle3");
+    assert_eq!(j["source"]["kind"], "hub");
+    assert_eq!(j["source"]["hub"]["revision"], "main");
+    assert_eq!(j["family"], "eagle3");
+    assert_eq!(
+        inspect_json("kquant-fixtures/tiny-eagle3@v1")["family"],
+        "eagle3"
+    );
+    assert_eq!(
+        inspect_json("kquant-fixtures/tiny-eagle3@0123456789abcdef0123456789abcdef01234567")
+            ["family"],
+        "eagle3"
+    );
+    let k = inspect_json("kquant-fixtures/tiny-kimi-k2");
+    assert_eq!(
+        k["source"]["files"].as_array().unwrap().len(),
+        2,
+        "sharded hub checkpoint"
+    );
+    let out = run(&["inspect", "kquant-fixtures/no-such-model"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error: hub model `kquant-fixtures/no-such-model@main`"),
+        "{err}"
+    );
+    assert!(err.contains("HF_HUB_OFFLINE"), "{err}");
+    let out = run(&["inspect", "kquant-fixtures/tiny-eagle3@v9"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+}
+
+fn expect_error(dir: &Path, needles: &[&str]) {
+    let out = bin()
+        .args(["inspect", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "missing {n:?} in {err}");
+    }
+}
+
+#[test]
+fn ambiguous_family_is_an_error_not_a_guess() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("x");
+    copy_dir(&root().join("fixtures/tiny/eagle3-mla-torchspec"), &d);
+    // The config claims a Llama-attention EAGLE-3, the tensors are MLA.
+    let mut cfg: Value =
+        serde_json::from_slice(&std::fs::read(d.join("config.json")).unwrap()).unwrap();
+    cfg["architectures"] = serde_json::json!(["LlamaForCausalLMEagle3"]);
+    cfg.as_object_mut().unwrap().remove("kv_lora_rank");
+    std::fs::write(d.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+    expect_error(
+        &d,
+        &["ambiguous family", "eagle3", "eagle3-mla", "config.json"],
+    );
+}
+
+#[test]
+fn conflicting_aux_ids_are_an_error() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("x");
+    copy_dir(&root().join("fixtures/tiny/eagle3-vllm"), &d);
+    let mut cfg: Value =
+        serde_json::from_slice(&std::fs::read(d.join("config.json")).unwrap()).unwrap();
+    cfg["eagle_aux_hidden_state_layer_ids"] = serde_json::json!([1, 3, 4]);
+    std::fs::write(d.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+    expect_error(&d, &["disagree", "[2, 4, 5]", "[1, 3, 4]"]);
+}
+
+#[test]
+fn wrong_typed_config_key_is_an_error() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("x");
+    copy_dir(&root().join("fixtures/tiny/eagle3-specforge"), &d);
+    let mut cfg: Value =
+        serde_json::from_slice(&std::fs::read(d.join("config.json")).unwrap()).unwrap();
+    cfg["hidden_size"] = serde_json::json!("sixty-four");
+    std::fs::write(d.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+    expect_error(&d, &["hidden_size", "config.json"]);
+}
+
+#[test]
+fn unknown_model_reports_why() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("x");
+    copy_dir(&root().join("fixtures/tiny/eagle3-specforge"), &d);
+    std::fs::write(
+        d.join("config.json"),
+        br#"{"architectures":["GPT2LMHeadModel"],"model_type":"gpt2"}"#,
+    )
+    .unwrap();
+    // Tensors still say EAGLE-3: family comes from tensors, with a note.
+    let out = bin()
+        .args(["inspect", d.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["family"], "eagle3");
+    assert!(!j["notes"].as_array().unwrap().is_empty());
+    // A file with tensors of no known layout is `unknown` with a reason.
+    let f = t.path().join("y.safetensors");
+    let json = br#"{"foo.weight":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
+    let mut bytes = (json.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(json);
+    bytes.extend_from_slice(&[0; 4]);
+    std::fs::write(&f, bytes).unwrap();
+    let out = bin()
+        .args(["inspect", f.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["family"], "unknown");
+    assert!(j["reason"].as_str().unwrap().contains("no config.json"));
+}
