@@ -234,7 +234,7 @@ pub(crate) fn ordered_entries(json: &[u8]) -> serde_json::Result<Vec<(String, Va
     serde_json::from_slice::<Entries>(json).map(|e| e.0)
 }
 
-struct Entries(Vec<(String, Value)>);
+pub(crate) struct Entries(pub(crate) Vec<(String, Value)>);
 
 impl<'de> Deserialize<'de> for Entries {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

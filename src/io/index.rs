@@ -1,8 +1,11 @@
 //! `model.safetensors.index.json`: parsing, and the safety rules for shard names.
 
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
-use super::header::ordered_entries;
+use super::header::Entries;
 use crate::error::IndexError;
 
 /// The conventional file name of the index.
@@ -39,31 +42,23 @@ pub fn is_plain_file_name(s: &str) -> bool {
 
 /// Parse and check an index (pure over bytes; the fuzz target drives it).
 pub fn parse(json: &[u8]) -> Result<Index, IndexError> {
-    let top = ordered_entries(json).map_err(|e| match serde_json::from_slice::<Value>(json) {
-        Ok(_) => IndexError::Shape,
-        Err(_) => IndexError::Json(e.to_string()),
-    })?;
-    let mut weight_map = None;
-    let mut total_size = None;
-    for (k, v) in top {
-        match k.as_str() {
-            "weight_map" => {
-                let Value::Object(_) = &v else {
-                    return Err(IndexError::Shape);
-                };
-                weight_map =
-                    Some(ordered_entries(v.to_string().as_bytes()).map_err(|_| IndexError::Shape)?);
-            }
-            "metadata" => {
-                if let Some(ts) = v.get("total_size") {
-                    total_size = ts
-                        .as_u64()
-                        .or_else(|| ts.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64));
-                }
-            }
-            _ => {}
+    // `weight_map` is read straight into ordered entries (not through `Value`, which would
+    // silently keep only the last of two equal keys) so duplicates can be refused.
+    let top = serde_json::from_slice::<Top>(json).map_err(|e| {
+        match serde_json::from_slice::<Value>(json) {
+            Ok(_) => IndexError::Shape,
+            Err(_) => IndexError::Json(e.to_string()),
         }
-    }
+    })?;
+    let weight_map = top.weight_map;
+    let total_size = top
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("total_size"))
+        .and_then(|ts| {
+            ts.as_u64()
+                .or_else(|| ts.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+        });
     let entries = weight_map.ok_or(IndexError::Shape)?;
     if entries.is_empty() {
         return Err(IndexError::Empty);
@@ -86,6 +81,44 @@ pub fn parse(json: &[u8]) -> Result<Index, IndexError> {
         weight_map: out,
         total_size,
     })
+}
+
+/// The top level of an index: `weight_map` as ordered entries, `metadata`, the rest ignored.
+struct Top {
+    weight_map: Option<Vec<(String, Value)>>,
+    metadata: Option<Value>,
+}
+
+impl<'de> Deserialize<'de> for Top {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Top;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Top, A::Error> {
+                let mut top = Top {
+                    weight_map: None,
+                    metadata: None,
+                };
+                while let Some(k) = m.next_key::<String>()? {
+                    match k.as_str() {
+                        "weight_map" if top.weight_map.is_some() => {
+                            return Err(de::Error::custom("`weight_map` appears twice"))
+                        }
+                        "weight_map" => top.weight_map = Some(m.next_value::<Entries>()?.0),
+                        "metadata" => top.metadata = Some(m.next_value()?),
+                        _ => {
+                            m.next_value::<de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(top)
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 #[cfg(test)]
