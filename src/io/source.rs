@@ -142,8 +142,13 @@ pub fn open(spec: &str) -> Result<Weights> {
     if let Some(id) = HubId::parse(spec).filter(|_| !spec.starts_with('.')) {
         let hub = HubFetcher::new(id.clone());
         let config = hub.get("config.json")?.ok_or_else(|| {
+            let where_ = if super::hub::offline() {
+                ""
+            } else {
+                " nor on the hub"
+            };
             hub.err(format!(
-                "`config.json` is not in the cache at `{}` nor on the hub",
+                "`config.json` is not in the cache at `{}`{where_}",
                 hub.cache_root().display()
             ))
         })?;
