@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod error;
 pub mod io;
+pub mod quant;
 pub mod synth;
 
 pub use error::{Error, Result};

@@ -36,7 +36,15 @@ fn inspect_json(src: &str) -> Value {
 }
 
 /// (fixture, family, dialect, prefix, aux convention, hidden_states taps)
-const CASES: &[(&str, &str, &str, Option<&str>, Option<&str>, Option<&[i64]>)] = &[
+type Case = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static [i64]>,
+);
+const CASES: &[Case] = &[
     (
         "eagle3-specforge",
         "eagle3",

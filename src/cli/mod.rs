@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 
 pub mod bench;
 pub mod inspect;
+pub mod quantize;
 pub mod synth;
 pub mod verify_files;
 
@@ -23,6 +24,8 @@ pub struct Cli {
 pub enum Command {
     /// Show what a checkpoint is: family, dialect, engines that load it, dimensions, dtypes.
     Inspect(inspect::Args),
+    /// Quantize a draft into the files a reference tool (AMD Quark) writes, bit for bit.
+    Quantize(quantize::Args),
     /// Re-hash an output directory against its kquant-manifest.json.
     VerifyFiles(verify_files::Args),
     /// Write a deterministic synthetic checkpoint (tiny fixtures, or real-shape benchmarks).
@@ -35,6 +38,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Inspect(a) => inspect::run(a),
+        Command::Quantize(a) => quantize::run(a),
         Command::VerifyFiles(a) => verify_files::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Bench(a) => bench::run(a),

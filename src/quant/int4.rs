@@ -1,0 +1,194 @@
+//! Symmetric INT4 quantization, Quark's recipe (the spec), per output channel or per group of
+//! input columns: `s = max(round_to_model_dtype(amax / 7.5), 2^-23)`,
+//! `q = clamp(round_half_even(w · (1/s)), −8, 7)` (Quark multiplies by the reciprocal; dividing
+//! changes 1–2 codes per layer). See shared/reference/quant-formats.md §1.3.
+//!
+//! `quantize_ref` is the plain reference; `quantize` is the rayon fast path, tested to give
+//! identical codes and scales.
+
+use rayon::prelude::*;
+
+use crate::io::Dtype;
+
+/// Quark's scale floor (`torch.finfo(torch.float32).eps`).
+pub const SCALE_EPS: f32 = f32::EPSILON;
+/// Symmetric INT4 range.
+pub const QMIN: i32 = -8;
+pub const QMAX: i32 = 7;
+/// Quark's divisor `(qmax − qmin) / 2`.
+pub const QUARK_DIVISOR: f32 = 7.5;
+
+/// Round an f32 to the value it has in `dtype` (the dtype the observer computes in).
+pub fn round_to(dtype: Dtype, v: f32) -> f32 {
+    match dtype {
+        Dtype::BF16 => half::bf16::from_f32(v).to_f32(),
+        Dtype::F16 => half::f16::from_f32(v).to_f32(),
+        _ => v,
+    }
+}
+
+/// Quantized matrix: one scale per (row, group) and one code per element, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Int4 {
+    pub rows: usize,
+    pub cols: usize,
+    /// Group size along the input dimension; `cols` means per channel.
+    pub group: usize,
+    /// `[rows, cols.div_ceil(group)]`, already rounded to the model dtype.
+    pub scales: Vec<f32>,
+    /// `[rows, cols]`, each in `−8..=7`.
+    pub codes: Vec<i8>,
+}
+
+impl Int4 {
+    pub fn groups_per_row(&self) -> usize {
+        self.cols.div_ceil(self.group)
+    }
+    /// `w ≈ q · s` (the zero point is 0).
+    pub fn dequantize_ref(&self) -> Vec<f32> {
+        let g = self.groups_per_row();
+        (0..self.rows * self.cols)
+            .map(|i| {
+                let (r, c) = (i / self.cols, i % self.cols);
+                self.codes[i] as f32 * self.scales[r * g + c / self.group]
+            })
+            .collect()
+    }
+}
+
+/// Scale of one run of weights (Quark: `amax / 7.5` in the model dtype, eps floor).
+pub fn quark_scale(w: &[f32], dtype: Dtype) -> f32 {
+    let amax = w.iter().fold(0f32, |m, &x| m.max(x.abs()));
+    let s = round_to(dtype, amax / QUARK_DIVISOR);
+    if s < SCALE_EPS {
+        round_to(dtype, SCALE_EPS)
+    } else {
+        s
+    }
+}
+
+/// One code: `clamp(round_half_even(w · inv), −8, 7)`.
+pub fn quark_code(w: f32, inv: f32) -> i8 {
+    ((w * inv).round_ties_even() as i32).clamp(QMIN, QMAX) as i8
+}
+
+/// The reference: plain loops, no threads.
+pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
+    assert_eq!(w.len(), rows * cols);
+    let g = cols.div_ceil(group);
+    let mut scales = Vec::with_capacity(rows * g);
+    let mut codes = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        let row = &w[r * cols..(r + 1) * cols];
+        for chunk in row.chunks(group) {
+            let s = quark_scale(chunk, dtype);
+            scales.push(s);
+            let inv = 1.0f32 / s;
+            codes.extend(chunk.iter().map(|&x| quark_code(x, inv)));
+        }
+    }
+    Int4 {
+        rows,
+        cols,
+        group,
+        scales,
+        codes,
+    }
+}
+
+/// The fast path: rows in parallel. Identical output to [`quantize_ref`].
+pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
+    assert_eq!(w.len(), rows * cols);
+    let g = cols.div_ceil(group);
+    let mut scales = vec![0f32; rows * g];
+    let mut codes = vec![0i8; rows * cols];
+    scales
+        .par_chunks_mut(g)
+        .zip(codes.par_chunks_mut(cols))
+        .zip(w.par_chunks(cols))
+        .for_each(|((sc, cd), row)| {
+            for ((s, c), x) in sc
+                .iter_mut()
+                .zip(cd.chunks_mut(group))
+                .zip(row.chunks(group))
+            {
+                *s = quark_scale(x, dtype);
+                let inv = 1.0f32 / *s;
+                for (q, &v) in c.iter_mut().zip(x) {
+                    *q = quark_code(v, inv);
+                }
+            }
+        });
+    Int4 {
+        rows,
+        cols,
+        group,
+        scales,
+        codes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(rows: usize, cols: usize) -> Vec<f32> {
+        (0..rows * cols)
+            .map(|i| round_to(Dtype::BF16, 0.1 + 2.0 * ((i as f32) * 0.37).cos()))
+            .collect()
+    }
+
+    #[test]
+    fn planted_ties_round_half_even() {
+        let row = [7.5f32, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
+        let q = quantize_ref(&row, 1, 8, 8, Dtype::BF16);
+        assert_eq!(q.scales, vec![1.0]);
+        assert_eq!(q.codes, vec![7, -8, 0, 2, 2, 0, -2, -2]);
+    }
+
+    #[test]
+    fn zero_row_gets_the_eps_scale() {
+        let q = quantize_ref(&[0.0; 8], 1, 8, 8, Dtype::BF16);
+        assert_eq!(half::bf16::from_f32(q.scales[0]).to_bits(), 0x3400);
+        assert_eq!(q.codes, vec![0; 8]);
+    }
+
+    #[test]
+    fn fast_equals_reference() {
+        for (rows, cols, group) in [(64, 128, 128), (33, 72, 32), (7, 13, 13)] {
+            let w = data(rows, cols);
+            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
+                assert_eq!(
+                    quantize(&w, rows, cols, group, dt),
+                    quantize_ref(&w, rows, cols, group, dt)
+                );
+            }
+        }
+    }
+
+    /// Named bound: |w − q·s| ≤ s/2 inside the range (rounding), and the reconstruction of the
+    /// standard synthetic matrix has RMSE below `MAX_RMSE_INT4_PC`.
+    #[test]
+    fn error_bound() {
+        const MAX_RMSE_INT4_PC: f32 = 0.16;
+        let (rows, cols) = (32, 128);
+        let w = data(rows, cols);
+        let q = quantize_ref(&w, rows, cols, cols, Dtype::BF16);
+        let d = q.dequantize_ref();
+        let mut se = 0f64;
+        for r in 0..rows {
+            let s = q.scales[r];
+            for c in 0..cols {
+                let e = (w[r * cols + c] - d[r * cols + c]).abs();
+                // 7.5 s is the amax, the +7 code reaches 7 s: values beyond clamp by up to s/2 more.
+                assert!(
+                    e <= s * 0.5 + 1e-6 || w[r * cols + c] > 7.0 * s,
+                    "row {r} col {c}: {e} > {s}/2"
+                );
+                se += (e as f64).powi(2);
+            }
+        }
+        let rmse = (se / (rows * cols) as f64).sqrt() as f32;
+        assert!(rmse < MAX_RMSE_INT4_PC, "rmse {rmse}");
+    }
+}

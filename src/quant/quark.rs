@@ -1,0 +1,228 @@
+//! AMD Quark's on-disk format for INT4 per-channel weights, both paths Quark has:
+//! - `model` (ModelQuantizer + export_safetensors): I32 `[out, in/8]` words in `pack_method`
+//!   order (default reorder), scale `[out]` in the model dtype, I32 zero-point `[out/8]` (zeros);
+//! - `file2file` (direct_quantize_checkpoint): sequential nibble order although the config says
+//!   `reorder`, no zero-point, scale in the source dtype (0.11.1) or F32 (0.13).
+//!
+//! Facts and verbatim configs: shared/reference/quant-formats.md §1.1–1.5.
+
+use serde_json::{json, Value};
+
+use super::int4::Int4;
+use super::pack::{self, Order};
+use crate::io::writer::TensorSpec;
+use crate::io::Dtype;
+
+/// Which Quark export path to reproduce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Layout {
+    Model,
+    File2file,
+}
+
+/// Which Quark release's output to reproduce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Version {
+    #[value(name = "0.13")]
+    V013,
+    #[value(name = "0.11.1")]
+    V0111,
+}
+
+impl Version {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V013 => "0.13",
+            Version::V0111 => "0.11.1",
+        }
+    }
+}
+
+/// Quark output settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    pub layout: Layout,
+    pub version: Version,
+    /// Model path only: `reorder` (default) or `order`.
+    pub order: Order,
+}
+
+impl Options {
+    fn pack_order(&self) -> Order {
+        match self.layout {
+            Layout::Model => self.order,
+            Layout::File2file => Order::Sequential,
+        }
+    }
+    fn scale_dtype(&self, model: Dtype) -> Dtype {
+        match (self.layout, self.version) {
+            (Layout::File2file, Version::V013) => Dtype::F32,
+            _ => model,
+        }
+    }
+}
+
+/// The tensors one quantized module becomes.
+pub fn specs(module: &str, rows: usize, cols: usize, model: Dtype, o: &Options) -> Vec<TensorSpec> {
+    let mut v = vec![
+        TensorSpec::new(
+            format!("{module}.weight"),
+            Dtype::I32,
+            vec![rows, cols.div_ceil(8)],
+        ),
+        TensorSpec::new(
+            format!("{module}.weight_scale"),
+            o.scale_dtype(model),
+            vec![rows],
+        ),
+    ];
+    if o.layout == Layout::Model {
+        v.push(TensorSpec::new(
+            format!("{module}.weight_zero_point"),
+            Dtype::I32,
+            vec![rows.div_ceil(8)],
+        ));
+    }
+    v
+}
+
+/// Encode a quantized module into `(name, bytes)` for each of its [`specs`].
+pub fn encode(module: &str, q: &Int4, model: Dtype, o: &Options) -> Vec<(String, Vec<u8>)> {
+    assert_eq!(q.group, q.cols, "Quark per-channel");
+    let words_per_row = q.cols.div_ceil(8);
+    let mut words = Vec::with_capacity(q.rows * words_per_row);
+    for r in 0..q.rows {
+        pack::pack(
+            &q.codes[r * q.cols..(r + 1) * q.cols],
+            o.pack_order(),
+            &mut words,
+        );
+    }
+    let mut out = vec![
+        (
+            format!("{module}.weight"),
+            words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        ),
+        (
+            format!("{module}.weight_scale"),
+            encode_floats(&q.scales, o.scale_dtype(model)),
+        ),
+    ];
+    if o.layout == Layout::Model {
+        out.push((
+            format!("{module}.weight_zero_point"),
+            vec![0u8; q.rows.div_ceil(8) * 4],
+        ));
+    }
+    out
+}
+
+/// f32 values (already representable) to little-endian bytes of `dtype`.
+pub fn encode_floats(v: &[f32], dtype: Dtype) -> Vec<u8> {
+    match dtype {
+        Dtype::BF16 => v
+            .iter()
+            .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+            .collect(),
+        Dtype::F16 => v
+            .iter()
+            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+            .collect(),
+        Dtype::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        d => panic!("scale dtype {d} not supported"),
+    }
+}
+
+/// Decode a Quark per-channel module back to codes and scales (for `dequantize` and tests).
+pub fn decode(weight: &[u8], scale: &[f32], rows: usize, cols: usize, order: Order) -> Int4 {
+    let wpr = cols.div_ceil(8);
+    let words: Vec<i32> = weight
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let mut codes = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        pack::unpack(&words[r * wpr..(r + 1) * wpr], cols, order, &mut codes);
+    }
+    Int4 {
+        rows,
+        cols,
+        group: cols,
+        scales: scale.to_vec(),
+        codes,
+    }
+}
+
+/// `quantization_config` as Quark writes it for int4 per-channel weight-only, with `exclude`.
+pub fn config(o: &Options, exclude: &[String]) -> Value {
+    let mut weight = json!({
+        "dtype": "int4", "is_dynamic": false, "qscheme": "per_channel", "ch_axis": 0, "group_size": null,
+        "block_size": null, "symmetric": true, "round_method": "half_even", "scale_type": "float",
+        "zero_point_type": "int32", "scale_format": null, "scale_calculation_mode": null,
+        "mx_element_dtype": null, "observer_cls": "PerChannelMinMaxObserver", "is_scale_quant": false,
+        "enable_buffer_reuse": false, "max_input_numel": 4194304,
+    });
+    if o.version == Version::V0111 {
+        let w = weight.as_object_mut().unwrap();
+        for k in [
+            "zero_point_type",
+            "block_size",
+            "enable_buffer_reuse",
+            "max_input_numel",
+        ] {
+            w.remove(k);
+        }
+    }
+    let pack_method = match (o.layout, o.order) {
+        (Layout::Model, Order::Sequential) => "order",
+        _ => "reorder",
+    };
+    json!({
+        "global_quant_config": {"input_tensors": null, "output_tensors": null, "weight": weight, "bias": null, "target_device": null},
+        "exclude": exclude,
+        "algo_config": null,
+        "softmax_quant_spec": null,
+        "quant_method": "quark",
+        "layer_type_quant_config": {},
+        "layer_quant_config": {},
+        "kv_cache_quant_config": {},
+        "kv_cache_post_rope": false,
+        "quant_mode": "eager_mode",
+        "version": o.version.as_str(),
+        "export": {"kv_cache_group": [], "min_kv_scale": 0.0, "pack_method": pack_method,
+                   "weight_format": "real_quantized", "weight_merge_groups": null},
+    })
+}
+
+/// A `re:` pattern that matches `module` under the names engines give it after their own
+/// renaming (vLLM `model.fc`, `model.layers.0.*` for `midlayer.*`, SGLang `model.midlayer.*`).
+pub fn engine_pattern(module: &str) -> String {
+    let mut esc = String::new();
+    for c in module.chars() {
+        if ".^$*+?()[]{}|\\".contains(c) {
+            esc.push('\\');
+        }
+        esc.push(c);
+    }
+    for p in ["midlayer\\.", "layers\\.0\\."] {
+        if let Some(rest) = esc.strip_prefix(p) {
+            esc = format!("(midlayer|layers\\.0)\\.{rest}");
+            break;
+        }
+    }
+    format!("re:^(.*\\.)?{esc}$")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_patterns() {
+        assert_eq!(engine_pattern("fc"), "re:^(.*\\.)?fc$");
+        assert_eq!(
+            engine_pattern("midlayer.mlp.down_proj"),
+            "re:^(.*\\.)?(midlayer|layers\\.0)\\.mlp\\.down_proj$"
+        );
+    }
+}
