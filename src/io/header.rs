@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use super::dtype::Dtype;
@@ -229,7 +229,9 @@ fn truncate(s: &str) -> String {
 }
 
 /// Parse a JSON object into its entries in file order, keeping duplicate keys so callers can
-/// refuse them (serde_json's own map silently keeps the last).
+/// refuse them (serde_json's own map silently keeps the last). Inside each entry's value a
+/// repeated key is an error: `{"dtype":"U8","dtype":"F32",…}` would otherwise be read as its
+/// last `dtype` here and refused (or read as its first) by other readers.
 pub(crate) fn ordered_entries(json: &[u8]) -> serde_json::Result<Vec<(String, Value)>> {
     serde_json::from_slice::<Entries>(json).map(|e| e.0)
 }
@@ -246,13 +248,68 @@ impl<'de> Deserialize<'de> for Entries {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Entries, A::Error> {
                 let mut v = Vec::new();
-                while let Some((k, val)) = m.next_entry::<String, Value>()? {
-                    v.push((k, val));
+                while let Some((k, val)) = m.next_entry::<String, UniqueKeys>()? {
+                    v.push((k, val.0));
                 }
                 Ok(Entries(v))
             }
         }
         d.deserialize_map(V)
+    }
+}
+
+/// A JSON value whose objects, at any depth, have no repeated key.
+struct UniqueKeys(Value);
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = UniqueKeys;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::Bool(b)))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(n.into()))
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(n.into()))
+            }
+            fn visit_f64<E>(self, n: f64) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(n.into()))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::String(s.into())))
+            }
+            fn visit_string<E>(self, s: String) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::String(s)))
+            }
+            fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
+                Ok(UniqueKeys(Value::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<UniqueKeys, A::Error> {
+                let mut v = Vec::new();
+                while let Some(e) = s.next_element::<UniqueKeys>()? {
+                    v.push(e.0);
+                }
+                Ok(UniqueKeys(Value::Array(v)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<UniqueKeys, A::Error> {
+                let mut o = serde_json::Map::new();
+                while let Some(k) = m.next_key::<String>()? {
+                    if o.contains_key(&k) {
+                        return Err(de::Error::custom(format_args!("duplicate key `{k}`")));
+                    }
+                    let v = m.next_value::<UniqueKeys>()?;
+                    o.insert(k, v.0);
+                }
+                Ok(UniqueKeys(Value::Object(o)))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
