@@ -1,6 +1,6 @@
-//! `kquant quantize --scheme int4-pc --format quark` against the outputs of AMD Quark itself
-//! (fixtures/goldens/, made by fixtures/gen/goldens/*.py with pinned amd-quark 0.13 / 0.11.1):
-//! every tensor byte for byte, and the quantization_config on every field.
+//! `kquant quantize --format quark` (`int4-pc`, and `int4-g32` per group) against the outputs of
+//! AMD Quark itself (fixtures/goldens/, made by fixtures/gen/goldens/*.py with pinned amd-quark
+//! 0.13 / 0.11.1): every tensor byte for byte, and the quantization_config on every field.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,9 +54,12 @@ fn quantize(src: &str, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Only per-channel Quark INT4 is loaded by no engine; per-group loads in vLLM.
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("warning: no serving engine loads dense Quark INT4 per-channel"),
+    let per_group = extra.iter().any(|a| a.starts_with("int4-g"));
+    assert_eq!(
+        err.contains("warning: no serving engine loads"),
+        !per_group,
         "{err}"
     );
     (t, out)
@@ -129,6 +132,104 @@ fn model_path_sequential_order() {
         "export_model.safetensors",
         &["--exclude", "lm_head,*embed_tokens", "--quark-sequential"],
     );
+}
+
+#[test]
+fn model_path_per_group_g32_bf16() {
+    check(
+        "quark-0.13/int4_g32_bfloat16",
+        "orig.safetensors",
+        "export_model.safetensors",
+        &["--scheme", "int4-g32", "--exclude", "lm_head,*embed_tokens"],
+    );
+}
+
+/// The same golden read back: kquant's decoder of the transposed layout recovers codes that
+/// dequantize within half a step of the source weights.
+#[test]
+fn per_group_golden_decodes_to_the_source() {
+    use kquant::quant::pack::Order;
+    use kquant::quant::quark_group;
+    let g = root().join("fixtures/goldens/quark-0.13/int4_g32_bfloat16");
+    let src = load(&g.join("orig.safetensors"));
+    let out = load(&g.join("export_model.safetensors"));
+    let m = "model.layers.0.mlp.down_proj";
+    let (_, shape, w) = &src[&format!("{m}.weight")];
+    let (rows, cols) = (shape[0] as usize, shape[1] as usize);
+    let bf = |b: &[u8]| -> Vec<f32> {
+        b.chunks_exact(2)
+            .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
+            .collect()
+    };
+    let scale_t = bf(&out[&format!("{m}.weight_scale")].2);
+    let q = quark_group::decode(
+        &out[&format!("{m}.weight")].2,
+        &scale_t,
+        rows,
+        cols,
+        32,
+        Order::Reorder,
+    );
+    let (wf, d) = (bf(w), q.dequantize_ref());
+    for i in 0..rows * cols {
+        let s = q.scales[(i / cols) * (cols / 32) + (i % cols) / 32];
+        // +7.5 s (the amax) clamps to the +7 code; the scale is rounded to BF16.
+        assert!(
+            (wf[i] - d[i]).abs() <= s * 0.5 + 1e-6 || wf[i] > 7.0 * s,
+            "element {i}: {} vs {}",
+            wf[i],
+            d[i]
+        );
+    }
+}
+
+#[test]
+fn per_group_input_not_divisible_is_refused_with_the_tensor() {
+    let t = tempfile::tempdir().unwrap();
+    let f = t.path().join("m.safetensors");
+    let json = br#"{"a.weight":{"dtype":"F32","shape":[8,64],"data_offsets":[0,2048]},"b.weight":{"dtype":"F32","shape":[8,40],"data_offsets":[2048,3328]}}"#;
+    let mut b = (json.len() as u64).to_le_bytes().to_vec();
+    b.extend_from_slice(json);
+    b.extend(std::iter::repeat_n(0u8, 3328));
+    std::fs::write(&f, b).unwrap();
+    let out = t.path().join("o");
+    for format in ["quark", "compressed-tensors"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_kquant"))
+            .args(["quantize", f.to_str().unwrap(), "-o", out.to_str().unwrap()])
+            .args(["--scheme", "int4-g32", "--format", format])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{format}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("tensor `b.weight`")
+                && err.contains("not a multiple of the group size 32")
+                && err.contains("m.safetensors"),
+            "{err}"
+        );
+        assert!(!out.exists());
+    }
+    // Excluding it makes the rest quantizable.
+    let o = Command::new(env!("CARGO_BIN_EXE_kquant"))
+        .args(["quantize", f.to_str().unwrap(), "-o", out.to_str().unwrap()])
+        .args(["--scheme", "int4-g32", "--exclude", "b"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn per_group_file2file_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kquant"))
+        .current_dir(root())
+        .args(["quantize", "fixtures/tiny/eagle3-specforge", "-o"])
+        .arg(t.path().join("o"))
+        .args(["--scheme", "int4-g32", "--quark-layout", "file2file"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("file2file"));
 }
 
 #[test]

@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand};
 use crate::error::{Error, Result};
 
 pub mod bench;
+pub mod dequantize;
+pub mod diff;
 pub mod inspect;
 pub mod quantize;
 pub mod synth;
@@ -24,8 +26,12 @@ pub struct Cli {
 pub enum Command {
     /// Show what a checkpoint is: family, dialect, engines that load it, dimensions, dtypes.
     Inspect(inspect::Args),
-    /// Quantize a draft into the files a reference tool (AMD Quark) writes, bit for bit.
+    /// Quantize a draft into the files AMD Quark or compressed-tensors write, bit for bit.
     Quantize(quantize::Args),
+    /// Turn a quantized checkpoint back into float weights (w = q · s).
+    Dequantize(dequantize::Args),
+    /// Per-tensor error between two checkpoints (quantized ones are dequantized first).
+    Diff(diff::Args),
     /// Re-hash an output directory against its kquant-manifest.json.
     VerifyFiles(verify_files::Args),
     /// Write a deterministic synthetic checkpoint (tiny fixtures, or real-shape benchmarks).
@@ -39,6 +45,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Inspect(a) => inspect::run(a),
         Command::Quantize(a) => quantize::run(a),
+        Command::Dequantize(a) => dequantize::run(a),
+        Command::Diff(a) => diff::run(a),
         Command::VerifyFiles(a) => verify_files::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Bench(a) => bench::run(a),

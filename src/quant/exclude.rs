@@ -113,7 +113,10 @@ mod tests {
             "layers.0.self_attn.q_proj"
         ));
         assert!(fnmatch("*.[gu]*_proj", "midlayer.mlp.gate_proj"));
-        assert!(fnmatch("*.[!gu]*_proj", "midlayer.mlp.gate_proj"), "`*` backtracks as in Python");
+        assert!(
+            fnmatch("*.[!gu]*_proj", "midlayer.mlp.gate_proj"),
+            "`*` backtracks as in Python"
+        );
         assert!(!fnmatch("[!gu]ate_proj", "gate_proj"));
         assert!(fnmatch("[!gu]ate_proj", "xate_proj"));
         assert!(fnmatch("a[", "a["));

@@ -1,7 +1,10 @@
 //! Quantization: schemes (reference math + fast paths), packing, exclusion rules and the file
 //! formats they are written in. Each format keeps its own recipe; they are never unified.
 
+pub mod compressed_tensors;
+pub mod decode;
 pub mod exclude;
 pub mod int4;
 pub mod pack;
 pub mod quark;
+pub mod quark_group;

@@ -1,0 +1,149 @@
+//! `kquant dequantize SRC -o OUT [--dtype bf16|f16|f32]`: a quantized checkpoint back to plain
+//! float weights (`w = q · s`), every other tensor copied, `quantization_config` removed.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::Value;
+
+use crate::checkpoint::Checkpoint;
+use crate::cli::{command_line, human_bytes, progress};
+use crate::error::{Error, Result};
+use crate::io::writer::{parse_size, TensorSpec, WriteOptions, Writer};
+use crate::io::Dtype;
+use crate::quant::decode::Logical;
+use crate::quant::quark::encode_floats;
+
+/// Float output types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutDtype {
+    Bf16,
+    F16,
+    F32,
+}
+
+impl OutDtype {
+    fn dtype(self) -> Dtype {
+        match self {
+            OutDtype::Bf16 => Dtype::BF16,
+            OutDtype::F16 => Dtype::F16,
+            OutDtype::F32 => Dtype::F32,
+        }
+    }
+}
+
+/// Arguments of `kquant dequantize`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A checkpoint kquant (or Quark / compressed-tensors) quantized.
+    pub src: String,
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// dtype of the dequantized weights (default: the config's `torch_dtype`/`dtype`, else bf16).
+    #[arg(long, value_enum)]
+    pub dtype: Option<OutDtype>,
+    #[arg(long, value_parser = parse_size)]
+    pub max_shard_size: Option<u64>,
+    #[arg(long)]
+    pub force: bool,
+}
+
+fn config_dtype(ck: &Checkpoint) -> Option<Dtype> {
+    let c = ck.config.as_ref()?;
+    match c.str("torch_dtype").or_else(|| c.str("dtype"))? {
+        "bfloat16" => Some(Dtype::BF16),
+        "float16" => Some(Dtype::F16),
+        "float32" => Some(Dtype::F32),
+        _ => None,
+    }
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let ck = Checkpoint::open(&a.src)?;
+    let lg = Logical::new(&ck)?;
+    if lg.modules.is_empty() {
+        return Err(Error::Source {
+            path: ck.weights.dir.clone(),
+            msg: "has no quantized modules kquant can read".into(),
+            hint: Some("`kquant inspect` shows the quantization state".into()),
+        });
+    }
+    let out_dtype = a
+        .dtype
+        .map(OutDtype::dtype)
+        .or_else(|| config_dtype(&ck))
+        .unwrap_or(Dtype::BF16);
+    let specs: Vec<TensorSpec> = lg
+        .names
+        .iter()
+        .map(|n| match lg.module(n) {
+            Some(m) => TensorSpec::new(n.clone(), out_dtype, vec![m.rows, m.cols]),
+            None => {
+                let t = ck
+                    .weights
+                    .info(n)
+                    .expect("logical names come from the checkpoint");
+                TensorSpec::new(n.clone(), t.dtype, t.shape.clone())
+            }
+        })
+        .collect();
+    let total: u64 = specs.iter().map(TensorSpec::nbytes).sum();
+    let mut inputs: Vec<PathBuf> = ck.weights.files().iter().map(|p| p.to_path_buf()).collect();
+    inputs.extend(ck.weights.config_path.clone());
+    let opts = WriteOptions {
+        max_shard_size: a.max_shard_size,
+        force: a.force,
+        command: command_line(),
+        inputs,
+        ..Default::default()
+    };
+    let mut w = Writer::create(&a.output, specs, opts)?;
+    let pb = progress(total, "dequantize");
+    for name in w.order().into_iter().map(String::from).collect::<Vec<_>>() {
+        match lg.module(&name) {
+            Some(m) => {
+                let vals = lg.int4(m).dequantize_ref();
+                let bytes = encode_floats(
+                    &vals
+                        .iter()
+                        .map(|v| round(out_dtype, *v))
+                        .collect::<Vec<_>>(),
+                    out_dtype,
+                );
+                pb.inc(bytes.len() as u64);
+                w.write(&name, &bytes)?;
+            }
+            None => {
+                let v = ck.weights.tensor(&name).expect("routed");
+                pb.inc(v.data.len() as u64);
+                w.write(&name, v.data)?;
+            }
+        }
+    }
+    pb.finish_and_clear();
+    let mut config = ck
+        .config
+        .as_ref()
+        .map(|c| Value::Object(c.root.clone()))
+        .unwrap_or_else(|| serde_json::json!({}));
+    if let Some(o) = config.as_object_mut() {
+        o.remove("quantization_config");
+    }
+    w.add_file(
+        "config.json",
+        &serde_json::to_vec_pretty(&config).expect("config JSON"),
+    )?;
+    let s = w.finish()?;
+    eprintln!(
+        "dequantized {} modules to {} ({}) in {}",
+        lg.modules.len(),
+        out_dtype,
+        human_bytes(s.tensor_bytes),
+        s.dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn round(d: Dtype, v: f32) -> f32 {
+    crate::quant::int4::round_to(d, v)
+}

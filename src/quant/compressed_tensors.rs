@@ -1,0 +1,353 @@
+//! compressed-tensors (llm-compressor's format) `pack-quantized` W4A16: symmetric INT4 weights per
+//! output channel (`strategy: channel`) or per group of `G` input columns (`strategy: group`).
+//! Its own recipe, as compressed-tensors 0.20.0 computes it on CPU (`calculate_qparams` +
+//! `PackedQuantizationCompressor`), never Quark's:
+//!
+//! - `s = dtype(amax / 7.5)` in the model dtype; an exactly-zero `s` becomes the model dtype's
+//!   eps (BF16 `2^-7`, F16 `2^-10`, F32 `2^-23`): a replacement, not a floor;
+//! - `q = round_half_even(clamp(dtype(w / s), −8, 7))`: true division whose quotient is rounded to
+//!   the model dtype (torch divides two BF16 tensors into a BF16 tensor), clamp *before* rounding;
+//! - nibble `q + 8` (offset binary), eight codes per I32 word along the input dimension in
+//!   sequential order, a partial last word padded with raw zero nibbles.
+//!
+//! Tensors: `X.weight_packed` I32 `[out, ⌈in/8⌉]`, `X.weight_scale` model dtype `[out, in/G]`
+//! (`[out, 1]` per channel), `X.weight_shape` I64 `[2] = [out, in]`; no zero point (symmetric).
+//! Group sizes must divide `in` (compressed-tensors raises otherwise; the caller refuses).
+//!
+//! Facts: shared/reference/quant-formats.md §3, checked byte for byte against
+//! fixtures/goldens/compressed-tensors-0.20/ (tests/ct_golden.rs).
+//!
+//! `quantize_ref` is the plain reference; `quantize` is the rayon fast path, tested identical.
+
+use rayon::prelude::*;
+use serde_json::{json, Value};
+
+use super::int4::{round_to, Int4, QMAX, QMIN};
+use super::pack::{self, Order};
+use super::quark::encode_floats;
+use crate::io::writer::TensorSpec;
+use crate::io::Dtype;
+
+/// The compressed-tensors release whose output this reproduces (written as `version`).
+pub const VERSION: &str = "0.20.0";
+/// compressed-tensors' divisor `(qmax − qmin) / 2`.
+pub const DIVISOR: f32 = 7.5;
+/// Offset that turns a signed code into the stored nibble.
+pub const OFFSET: i8 = 8;
+
+/// `torch.finfo(dtype).eps`: what compressed-tensors stores for an all-zero group.
+pub fn dtype_eps(dtype: Dtype) -> f32 {
+    match dtype {
+        Dtype::BF16 => half::bf16::EPSILON.to_f32(),
+        Dtype::F16 => half::f16::EPSILON.to_f32(),
+        _ => f32::EPSILON,
+    }
+}
+
+/// Scale of one run of weights: `dtype(amax / 7.5)`, a zero replaced by the dtype's eps.
+pub fn ct_scale(w: &[f32], dtype: Dtype) -> f32 {
+    let amax = w.iter().fold(0f32, |m, &x| m.max(x.abs()));
+    let s = round_to(dtype, amax / DIVISOR);
+    if s == 0.0 {
+        dtype_eps(dtype)
+    } else {
+        s
+    }
+}
+
+/// One code: `round_half_even(clamp(dtype(w / s), −8, 7))`.
+pub fn ct_code(w: f32, s: f32, dtype: Dtype) -> i8 {
+    round_to(dtype, w / s)
+        .clamp(QMIN as f32, QMAX as f32)
+        .round_ties_even() as i8
+}
+
+/// The reference: plain loops, no threads. `group == cols` is per channel.
+pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
+    assert_eq!(w.len(), rows * cols);
+    assert_eq!(cols % group, 0, "group must divide the input dimension");
+    let mut scales = Vec::with_capacity(rows * (cols / group));
+    let mut codes = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        for chunk in w[r * cols..(r + 1) * cols].chunks(group) {
+            let s = ct_scale(chunk, dtype);
+            scales.push(s);
+            codes.extend(chunk.iter().map(|&x| ct_code(x, s, dtype)));
+        }
+    }
+    Int4 {
+        rows,
+        cols,
+        group,
+        scales,
+        codes,
+    }
+}
+
+/// The fast path: rows in parallel. Identical output to [`quantize_ref`].
+pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
+    assert_eq!(w.len(), rows * cols);
+    assert_eq!(cols % group, 0, "group must divide the input dimension");
+    let g = cols / group;
+    let mut scales = vec![0f32; rows * g];
+    let mut codes = vec![0i8; rows * cols];
+    if cols > 0 {
+        scales
+            .par_chunks_mut(g)
+            .zip(codes.par_chunks_mut(cols))
+            .zip(w.par_chunks(cols))
+            .for_each(|((sc, cd), row)| {
+                for ((s, c), x) in sc
+                    .iter_mut()
+                    .zip(cd.chunks_mut(group))
+                    .zip(row.chunks(group))
+                {
+                    *s = ct_scale(x, dtype);
+                    for (q, &v) in c.iter_mut().zip(x) {
+                        *q = ct_code(v, *s, dtype);
+                    }
+                }
+            });
+    }
+    Int4 {
+        rows,
+        cols,
+        group,
+        scales,
+        codes,
+    }
+}
+
+/// Pack one row of codes: nibble `q + 8`, sequential, raw-zero padding (`pack_to_int32`).
+pub fn pack_row(codes: &[i8], out: &mut Vec<i32>) {
+    let biased: Vec<i8> = codes.iter().map(|&q| q + OFFSET).collect();
+    pack::pack(&biased, Order::Sequential, out);
+}
+
+/// The tensors one quantized `[rows = out, cols = in]` module becomes.
+pub fn specs(
+    module: &str,
+    rows: usize,
+    cols: usize,
+    group: usize,
+    model: Dtype,
+) -> Vec<TensorSpec> {
+    assert_eq!(
+        cols % group,
+        0,
+        "{module}: in {cols} not a multiple of {group}"
+    );
+    vec![
+        TensorSpec::new(
+            format!("{module}.weight_packed"),
+            Dtype::I32,
+            vec![rows, cols.div_ceil(8)],
+        ),
+        TensorSpec::new(
+            format!("{module}.weight_scale"),
+            model,
+            vec![rows, cols / group],
+        ),
+        TensorSpec::new(format!("{module}.weight_shape"), Dtype::I64, vec![2]),
+    ]
+}
+
+/// Encode a quantized module into `(name, bytes)` for each of its [`specs`].
+pub fn encode(module: &str, q: &Int4, model: Dtype) -> Vec<(String, Vec<u8>)> {
+    let wpr = q.cols.div_ceil(8);
+    let mut words = vec![0i32; q.rows * wpr];
+    if wpr > 0 {
+        words
+            .par_chunks_mut(wpr)
+            .zip(q.codes.par_chunks(q.cols))
+            .for_each(|(out, row)| {
+                let mut v = Vec::with_capacity(wpr);
+                pack_row(row, &mut v);
+                out.copy_from_slice(&v);
+            });
+    }
+    let shape: Vec<u8> = [q.rows as i64, q.cols as i64]
+        .iter()
+        .flat_map(|d| d.to_le_bytes())
+        .collect();
+    vec![
+        (
+            format!("{module}.weight_packed"),
+            words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        ),
+        (
+            format!("{module}.weight_scale"),
+            encode_floats(&q.scales, model),
+        ),
+        (format!("{module}.weight_shape"), shape),
+    ]
+}
+
+/// Decode `weight_packed` (`[rows, ⌈cols/8⌉]` words) and `[rows, cols/G]` scales.
+pub fn decode(weight: &[u8], scales: &[f32], rows: usize, cols: usize, group: usize) -> Int4 {
+    let wpr = cols.div_ceil(8);
+    let words: Vec<i32> = weight
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let mut codes = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        for c in 0..cols {
+            let nib = (words[r * wpr + c / 8] as u32 >> (4 * (c % 8))) & 0xf;
+            codes.push(nib as i8 - OFFSET);
+        }
+    }
+    Int4 {
+        rows,
+        cols,
+        group,
+        scales: scales.to_vec(),
+        codes,
+    }
+}
+
+/// `quantization_config` as compressed-tensors 0.20.0 writes it for W4A16 `pack-quantized`:
+/// `group: None` is per channel. `ignore` entries are exact module names or `re:` regexes.
+pub fn config(group: Option<usize>, ignore: &[String]) -> Value {
+    let strategy = if group.is_some() { "group" } else { "channel" };
+    json!({
+        "config_groups": {"group_0": {
+            "format": "pack-quantized", "input_activations": null, "output_activations": null,
+            "targets": ["Linear"],
+            "weights": {"dynamic": false, "group_size": group, "num_bits": 4, "strategy": strategy,
+                        "symmetric": true, "type": "int"},
+        }},
+        "format": "pack-quantized",
+        "global_compression_ratio": null,
+        "ignore": ignore,
+        "kv_cache_scheme": null,
+        "moe_sparsity_config": null,
+        "quant_method": "compressed-tensors",
+        "quantization_status": "compressed",
+        "sparsity_config": {},
+        "transform_config": {},
+        "version": VERSION,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
+        (0..rows * cols)
+            .map(|i| round_to(dtype, 0.03 * ((i as f32) * 0.37).cos() - 0.004))
+            .collect()
+    }
+
+    /// The golden row of `fixtures/goldens/compressed-tensors-0.20/*/summary.json`.
+    #[test]
+    fn golden_word_is_offset_binary_sequential() {
+        let row = [7.5f32, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
+        let q = quantize_ref(&row, 1, 8, 8, Dtype::BF16);
+        assert_eq!(q.scales, vec![1.0]);
+        assert_eq!(q.codes, vec![7, -8, 0, 2, 2, 0, -2, -2]);
+        let enc = encode("m", &q, Dtype::BF16);
+        assert_eq!(
+            u32::from_le_bytes(enc[0].1[..4].try_into().unwrap()),
+            0x668aa80f
+        );
+        assert_eq!(
+            enc[2].1,
+            [1i64, 8]
+                .iter()
+                .flat_map(|d| d.to_le_bytes())
+                .collect::<Vec<_>>()
+        );
+    }
+
+    /// The quotient is rounded to BF16 before rounding to an integer: 2.5077 → 2.5 → 2
+    /// (an f32 quotient would give 3). Quark's multiply-by-reciprocal is not used.
+    #[test]
+    fn quotient_rounds_to_the_model_dtype_first() {
+        // BF16 bit patterns 0x3DA3 and 0x3D02.
+        let (w, s) = (f32::from_bits(0x3DA3_0000), f32::from_bits(0x3D02_0000));
+        assert_eq!(ct_code(w, s, Dtype::BF16), 2);
+        assert_eq!(ct_code(w, s, Dtype::F32), 3);
+        // Clamp before rounding: 7.5 → 7 (and −8.4 → −8).
+        assert_eq!(ct_code(7.5, 1.0, Dtype::BF16), 7);
+        assert_eq!(ct_code(-8.4, 1.0, Dtype::F32), -8);
+    }
+
+    #[test]
+    fn zero_group_gets_the_dtype_eps() {
+        for (dt, bits) in [(Dtype::BF16, 0x3c00u16), (Dtype::F16, 0x1400)] {
+            let q = quantize_ref(&[0.0; 16], 1, 16, 8, dt);
+            let b = encode_floats(&q.scales, dt);
+            assert_eq!(u16::from_le_bytes([b[0], b[1]]), bits, "{dt}");
+            assert_eq!(q.codes, vec![0; 16]);
+            let enc = encode("m", &q, dt);
+            assert_eq!(&enc[0].1[..4], &0x8888_8888u32.to_le_bytes());
+        }
+        assert_eq!(ct_scale(&[0.0], Dtype::F32), f32::EPSILON);
+    }
+
+    #[test]
+    fn padding_nibbles_are_raw_zero() {
+        let q = quantize_ref(&[0.0; 12], 1, 12, 12, Dtype::BF16);
+        let enc = encode("m", &q, Dtype::BF16);
+        let w1 = u32::from_le_bytes(enc[0].1[4..8].try_into().unwrap());
+        assert_eq!(w1, 0x0000_8888);
+    }
+
+    #[test]
+    fn fast_equals_reference_and_round_trips() {
+        for (rows, cols, group) in [(64, 128, 128), (33, 96, 32), (7, 13, 13), (5, 256, 64)] {
+            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
+                let w = data(rows, cols, dt);
+                let r = quantize_ref(&w, rows, cols, group, dt);
+                assert_eq!(quantize(&w, rows, cols, group, dt), r);
+                let enc = encode("m", &r, dt);
+                for ((n, b), s) in enc.iter().zip(specs("m", rows, cols, group, dt)) {
+                    assert_eq!(n, &s.name);
+                    assert_eq!(b.len() as u64, s.nbytes(), "{n}");
+                }
+                assert_eq!(decode(&enc[0].1, &r.scales, rows, cols, group), r);
+            }
+        }
+    }
+
+    /// Named bound: inside the range the reconstruction error is at most s/2 plus the model-dtype
+    /// rounding of the quotient (half an ulp of a value ≤ 8, in units of s: BF16 2^-6·s).
+    #[test]
+    fn error_bound() {
+        const MAX_RMSE_CT_INT4_PC: f32 = 0.003;
+        let (rows, cols) = (32, 128);
+        let w = data(rows, cols, Dtype::BF16);
+        let q = quantize_ref(&w, rows, cols, cols, Dtype::BF16);
+        let d = q.dequantize_ref();
+        let mut se = 0f64;
+        for r in 0..rows {
+            let s = q.scales[r];
+            for c in 0..cols {
+                let (x, y) = (w[r * cols + c], d[r * cols + c]);
+                let e = (x - y).abs();
+                assert!(
+                    e <= s * (0.5 + 1.0 / 64.0) + 1e-6 || x > 7.0 * s,
+                    "row {r} col {c}: {e} vs s {s}"
+                );
+                se += (e as f64).powi(2);
+            }
+        }
+        let rmse = (se / (rows * cols) as f64).sqrt() as f32;
+        assert!(rmse < MAX_RMSE_CT_INT4_PC, "rmse {rmse}");
+    }
+
+    #[test]
+    fn config_fields() {
+        let c = config(Some(128), &["lm_head".into()]);
+        let w = &c["config_groups"]["group_0"]["weights"];
+        assert_eq!(w["strategy"], "group");
+        assert_eq!(w["group_size"], 128);
+        let c = config(None, &[]);
+        let w = &c["config_groups"]["group_0"]["weights"];
+        assert_eq!(w["strategy"], "channel");
+        assert!(w["group_size"].is_null());
+        assert_eq!(c["quant_method"], "compressed-tensors");
+    }
+}

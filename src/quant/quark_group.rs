@@ -1,0 +1,220 @@
+//! AMD Quark's per-group symmetric INT4 weights (`int4_wo_32/64/128`, `Int4PerGroupSpec(ch_axis=-1)`),
+//! model path (`ModelQuantizer` + `export_safetensors`). The numbers are Quark's per-channel recipe
+//! with the amax taken over each run of `G` input columns ([`super::int4::quantize`] with
+//! `group = G`); the layout is transposed (`PER_GROUP_INT_TRANSPOSE_DTYPES`):
+//! - `X.weight`: I32 `[in, ⌈out/8⌉]`, the codes transposed to `[in, out]` and packed along `out`
+//!   in `pack_method` order (default reorder);
+//! - `X.weight_scale`: model dtype `[in/G, out]` (the `[out, in/G]` scales transposed);
+//! - `X.weight_zero_point`: I32 `[in/G, ⌈out/8⌉]`, zeros.
+//!
+//! `in` must be a multiple of `G` (the caller refuses other tensors). Facts:
+//! shared/reference/quant-formats.md §1.1, §1.3, §1.5.
+
+use rayon::prelude::*;
+use serde_json::{json, Value};
+
+use super::int4::Int4;
+use super::pack::{self, Order};
+use super::quark::{self, encode_floats, Options};
+use crate::io::writer::TensorSpec;
+use crate::io::Dtype;
+
+/// The tensors one quantized `[rows = out, cols = in]` module becomes.
+pub fn specs(
+    module: &str,
+    rows: usize,
+    cols: usize,
+    group: usize,
+    model: Dtype,
+) -> Vec<TensorSpec> {
+    assert_eq!(
+        cols % group,
+        0,
+        "{module}: in {cols} not a multiple of {group}"
+    );
+    let groups = cols / group;
+    vec![
+        TensorSpec::new(
+            format!("{module}.weight"),
+            Dtype::I32,
+            vec![cols, rows.div_ceil(8)],
+        ),
+        TensorSpec::new(format!("{module}.weight_scale"), model, vec![groups, rows]),
+        TensorSpec::new(
+            format!("{module}.weight_zero_point"),
+            Dtype::I32,
+            vec![groups, rows.div_ceil(8)],
+        ),
+    ]
+}
+
+/// Pack the transposed codes: word `[c, k]` holds `codes[8k + ORDER[i], c]` in nibble `i`.
+pub fn pack_transposed(q: &Int4, order: Order) -> Vec<i32> {
+    let wpr = q.rows.div_ceil(8);
+    let mut words = vec![0i32; q.cols * wpr];
+    words
+        .par_chunks_mut(wpr.max(1))
+        .enumerate()
+        .for_each(|(c, out)| {
+            let column: Vec<i8> = (0..q.rows).map(|r| q.codes[r * q.cols + c]).collect();
+            let mut v = Vec::with_capacity(wpr);
+            pack::pack(&column, order, &mut v);
+            out.copy_from_slice(&v);
+        });
+    words
+}
+
+/// Encode a per-group quantized module into `(name, bytes)` for each of its [`specs`].
+pub fn encode(module: &str, q: &Int4, model: Dtype, o: &Options) -> Vec<(String, Vec<u8>)> {
+    assert_eq!(
+        q.cols % q.group,
+        0,
+        "{module}: in not a multiple of the group"
+    );
+    let groups = q.groups_per_row();
+    let words = pack_transposed(q, o.order);
+    let mut scale_t = vec![0f32; q.rows * groups];
+    for r in 0..q.rows {
+        for j in 0..groups {
+            scale_t[j * q.rows + r] = q.scales[r * groups + j];
+        }
+    }
+    vec![
+        (
+            format!("{module}.weight"),
+            words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        ),
+        (
+            format!("{module}.weight_scale"),
+            encode_floats(&scale_t, model),
+        ),
+        (
+            format!("{module}.weight_zero_point"),
+            vec![0u8; groups * q.rows.div_ceil(8) * 4],
+        ),
+    ]
+}
+
+/// Decode a Quark per-group module (weight words `[in, ⌈out/8⌉]`, scales `[in/G, out]`) back to
+/// row-major codes and `[out, in/G]` scales.
+pub fn decode(
+    weight: &[u8],
+    scale_t: &[f32],
+    rows: usize,
+    cols: usize,
+    group: usize,
+    order: Order,
+) -> Int4 {
+    let wpr = rows.div_ceil(8);
+    let words: Vec<i32> = weight
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let mut codes = vec![0i8; rows * cols];
+    let mut column = Vec::with_capacity(rows);
+    for c in 0..cols {
+        column.clear();
+        pack::unpack(&words[c * wpr..(c + 1) * wpr], rows, order, &mut column);
+        for (r, &v) in column.iter().enumerate() {
+            codes[r * cols + c] = v;
+        }
+    }
+    let groups = cols / group;
+    let mut scales = vec![0f32; rows * groups];
+    for j in 0..groups {
+        for r in 0..rows {
+            scales[r * groups + j] = scale_t[j * rows + r];
+        }
+    }
+    Int4 {
+        rows,
+        cols,
+        group,
+        scales,
+        codes,
+    }
+}
+
+/// `quantization_config` as Quark writes it for int4 per-group weight-only: the per-channel
+/// config with the weight spec switched to `per_group`, `ch_axis: -1`, `group_size: G`.
+pub fn config(o: &Options, group: usize, exclude: &[String]) -> Value {
+    let mut c = quark::config(o, exclude);
+    let w = &mut c["global_quant_config"]["weight"];
+    w["qscheme"] = json!("per_group");
+    w["ch_axis"] = json!(-1);
+    w["group_size"] = json!(group);
+    w["observer_cls"] = json!("PerGroupMinMaxObserver");
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::int4;
+    use crate::quant::quark::{Layout, Version};
+
+    fn opts(order: Order) -> Options {
+        Options {
+            layout: Layout::Model,
+            version: Version::V013,
+            order,
+        }
+    }
+
+    #[test]
+    fn transposed_packing_round_trips() {
+        for (rows, cols, group) in [(16, 64, 32), (13, 64, 64), (40, 128, 32)] {
+            let w: Vec<f32> = (0..rows * cols)
+                .map(|i| int4::round_to(Dtype::BF16, ((i as f32) * 0.61).sin() * 3.0))
+                .collect();
+            let q = int4::quantize(&w, rows, cols, group, Dtype::BF16);
+            for order in [Order::Reorder, Order::Sequential] {
+                let enc = encode("m", &q, Dtype::BF16, &opts(order));
+                let sp = specs("m", rows, cols, group, Dtype::BF16);
+                for ((n, b), s) in enc.iter().zip(&sp) {
+                    assert_eq!(n, &s.name);
+                    assert_eq!(b.len() as u64, s.nbytes(), "{n}");
+                }
+                let scale_t: Vec<f32> = enc[1]
+                    .1
+                    .chunks_exact(2)
+                    .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect();
+                let back = decode(&enc[0].1, &scale_t, rows, cols, group, order);
+                assert_eq!(back, q);
+            }
+        }
+    }
+
+    /// Word `[c, k]` packs eight consecutive *output* rows of input column `c`.
+    #[test]
+    fn packs_along_out() {
+        let (rows, cols) = (8, 32);
+        let mut codes = vec![0i8; rows * cols];
+        for (r, v) in [7i8, -8, 0, 2, 2, 0, -2, -2].into_iter().enumerate() {
+            codes[r * cols] = v;
+        }
+        let q = Int4 {
+            rows,
+            cols,
+            group: 32,
+            scales: vec![1.0; rows],
+            codes,
+        };
+        let w = pack_transposed(&q, Order::Reorder);
+        assert_eq!(w.len(), cols);
+        assert_eq!(w[0] as u32, 0xe028e207);
+        assert!(w[1..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn config_is_per_group() {
+        let c = config(&opts(Order::Reorder), 64, &["lm_head".into()]);
+        let w = &c["global_quant_config"]["weight"];
+        assert_eq!(w["qscheme"], "per_group");
+        assert_eq!(w["ch_axis"], -1);
+        assert_eq!(w["group_size"], 64);
+        assert_eq!(w["observer_cls"], "PerGroupMinMaxObserver");
+        assert_eq!(c["export"]["pack_method"], "reorder");
+    }
+}
