@@ -11,6 +11,7 @@ pub mod dequantize;
 pub mod diff;
 pub mod inspect;
 pub mod quantize;
+pub mod schemes;
 pub mod synth;
 pub mod verify_files;
 
@@ -32,6 +33,8 @@ pub enum Command {
     Dequantize(dequantize::Args),
     /// Per-tensor error between two checkpoints (quantized ones are dequantized first).
     Diff(diff::Args),
+    /// List quantization schemes, the formats that carry them and where each loads.
+    Schemes(schemes::Args),
     /// Re-hash an output directory against its kquant-manifest.json.
     VerifyFiles(verify_files::Args),
     /// Write a deterministic synthetic checkpoint (tiny fixtures, or real-shape benchmarks).
@@ -47,6 +50,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Quantize(a) => quantize::run(a),
         Command::Dequantize(a) => dequantize::run(a),
         Command::Diff(a) => diff::run(a),
+        Command::Schemes(a) => schemes::run(a),
         Command::VerifyFiles(a) => verify_files::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Bench(a) => bench::run(a),

@@ -12,144 +12,11 @@ use crate::checkpoint::Checkpoint;
 use crate::cli::{command_line, human_bytes, progress};
 use crate::error::{Error, Result};
 use crate::io::writer::{parse_size, TensorSpec, WriteOptions, Writer};
-use crate::io::{Dtype, TensorInfo};
+use crate::io::TensorInfo;
 use crate::quant::exclude::{excluded_by, module_of, not_candidate, parse_patterns};
-use crate::quant::pack::Order;
-use crate::quant::{compressed_tensors as ct, int4, quark, quark_group};
-
-/// Quantization schemes `quantize` can write today.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scheme {
-    /// INT4 per-output-channel symmetric weights, 16-bit activations (Quark `int4_wo_per_channel`,
-    /// compressed-tensors W4A16 `strategy: channel`).
-    #[value(name = "int4-pc")]
-    Int4Pc,
-    /// INT4 symmetric weights, one scale per 32 input columns (Quark `int4_wo_32`,
-    /// compressed-tensors W4A16 `group_size: 32`).
-    #[value(name = "int4-g32")]
-    Int4G32,
-    /// INT4 symmetric weights, one scale per 64 input columns (Quark `int4_wo_64`,
-    /// compressed-tensors W4A16 `group_size: 64`).
-    #[value(name = "int4-g64")]
-    Int4G64,
-    /// INT4 symmetric weights, one scale per 128 input columns (Quark `int4_wo_128`,
-    /// compressed-tensors preset `W4A16`).
-    #[value(name = "int4-g128")]
-    Int4G128,
-}
-
-impl Scheme {
-    pub fn name(self) -> &'static str {
-        match self {
-            Scheme::Int4Pc => "int4-pc",
-            Scheme::Int4G32 => "int4-g32",
-            Scheme::Int4G64 => "int4-g64",
-            Scheme::Int4G128 => "int4-g128",
-        }
-    }
-    /// Group size along the input dimension; `None` is per channel.
-    pub fn group(self) -> Option<usize> {
-        match self {
-            Scheme::Int4Pc => None,
-            Scheme::Int4G32 => Some(32),
-            Scheme::Int4G64 => Some(64),
-            Scheme::Int4G128 => Some(128),
-        }
-    }
-}
-
-/// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// AMD Quark `quantization_config` (quant_method "quark").
-    Quark,
-    /// compressed-tensors `pack-quantized` (llm-compressor's format, quant_method
-    /// "compressed-tensors"), as compressed-tensors 0.20.0 writes it.
-    #[value(name = "compressed-tensors")]
-    CompressedTensors,
-}
-
-impl Format {
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Quark => "quark",
-            Format::CompressedTensors => "compressed-tensors",
-        }
-    }
-}
-
-/// What each quantized module is written as: a format, its options and the scheme's group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
-    /// Quark per-channel (model or file2file layout).
-    QuarkPc(quark::Options),
-    /// Quark per-group, model path.
-    QuarkGroup(quark::Options, usize),
-    /// compressed-tensors pack-quantized; `None` is per channel.
-    Ct(Option<usize>),
-}
-
-impl Target {
-    fn group(&self) -> Option<usize> {
-        match *self {
-            Target::QuarkPc(_) => None,
-            Target::QuarkGroup(_, g) => Some(g),
-            Target::Ct(g) => g,
-        }
-    }
-    fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
-        match self {
-            Target::QuarkPc(o) => quark::specs(module, rows, cols, dtype, o),
-            Target::QuarkGroup(_, g) => quark_group::specs(module, rows, cols, *g, dtype),
-            Target::Ct(g) => ct::specs(module, rows, cols, g.unwrap_or(cols), dtype),
-        }
-    }
-    /// Quantize one weight with the format's own recipe and encode its tensors.
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
-        match self {
-            Target::QuarkPc(o) => {
-                let q = int4::quantize(w, rows, cols, cols, dtype);
-                quark::encode(module, &q, dtype, o)
-            }
-            Target::QuarkGroup(o, g) => {
-                let q = int4::quantize(w, rows, cols, *g, dtype);
-                quark_group::encode(module, &q, dtype, o)
-            }
-            Target::Ct(g) => {
-                let q = ct::quantize(w, rows, cols, g.unwrap_or(cols), dtype);
-                ct::encode(module, &q, dtype)
-            }
-        }
-    }
-    fn config(&self, exclude: &[String]) -> Value {
-        match self {
-            Target::QuarkPc(o) => quark::config(o, exclude),
-            Target::QuarkGroup(o, g) => quark_group::config(o, *g, exclude),
-            Target::Ct(g) => ct::config(*g, exclude),
-        }
-    }
-    /// The `quantization_config` key that lists the modules left unquantized.
-    fn exclude_key(&self) -> &'static str {
-        match self {
-            Target::Ct(_) => "ignore",
-            _ => "exclude",
-        }
-    }
-    fn describe(&self) -> String {
-        match self {
-            Target::QuarkPc(o) => format!("Quark {:?} layout", o.layout),
-            Target::QuarkGroup(..) => "Quark Model layout".into(),
-            Target::Ct(_) => format!("compressed-tensors {} pack-quantized", ct::VERSION),
-        }
-    }
-}
+use crate::quant::quark;
+use crate::quant::registry::{self, Format, QuarkFlags, SCHEMES};
+use crate::quant::target::ExcludeStyle;
 
 /// Arguments of `kquant quantize`.
 #[derive(Debug, clap::Args)]
@@ -159,8 +26,9 @@ pub struct Args {
     /// Output directory (built beside it, renamed into place when complete).
     #[arg(short, long)]
     pub output: PathBuf,
-    #[arg(long, value_enum, default_value = "int4-pc")]
-    pub scheme: Scheme,
+    /// Quantization scheme (`kquant schemes` lists them and where each loads).
+    #[arg(long, default_value = "int4-pc", value_parser = scheme_parser())]
+    pub scheme: String,
     #[arg(long, value_enum, default_value = "quark")]
     pub format: Format,
     /// Comma-separated patterns (Python fnmatch on the module name = tensor name without
@@ -229,7 +97,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         });
     }
     let patterns = parse_patterns(&a.exclude);
-    let target = target(&a)?;
+    let flags = QuarkFlags {
+        layout: a.quark_layout,
+        version: a.quark_version,
+        sequential: a.quark_sequential,
+    };
+    let target = registry::build(&a.scheme, a.format, flags)?;
 
     // Plan.
     let mut plan: Vec<(&TensorInfo, Action)> = Vec::new();
@@ -258,7 +131,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         plan.push((t, action));
     }
     if let Some(g) = target.group() {
-        check_groups(&ck, &plan, g, a.scheme)?;
+        check_groups(&ck, &plan, g, &a.scheme)?;
     }
     // The config lists the concrete excluded module names. Quark: every matched module (model
     // path) or only matched Linear candidates, sorted (file2file). compressed-tensors: the
@@ -270,28 +143,23 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .collect();
     let unquantized_candidate =
         |t: &TensorInfo| not_candidate(t).is_none() && !quantized.contains(t.name.as_str());
-    match target {
-        Target::QuarkPc(o) if o.layout == quark::Layout::File2file => {
+    match target.exclude_style() {
+        ExcludeStyle::SortedCandidates | ExcludeStyle::Candidates => {
             for t in &file_order {
                 if unquantized_candidate(t) {
                     excluded_modules.push(module_of(&t.name).to_string());
                 }
             }
-            excluded_modules.sort();
+            if target.exclude_style() == ExcludeStyle::SortedCandidates {
+                excluded_modules.sort();
+            }
         }
-        Target::QuarkPc(_) | Target::QuarkGroup(..) => {
+        ExcludeStyle::MatchedModules => {
             for t in &file_order {
                 let m = module_of(&t.name);
                 let listed = excluded_by(&patterns, m).is_some() || unquantized_candidate(t);
                 if listed && !excluded_modules.iter().any(|x| x == m) {
                     excluded_modules.push(m.to_string());
-                }
-            }
-        }
-        Target::Ct(_) => {
-            for t in &file_order {
-                if unquantized_candidate(t) {
-                    excluded_modules.push(module_of(&t.name).to_string());
                 }
             }
         }
@@ -323,9 +191,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         if a.json {
             let doc = json!({
                 "schema": "kquant.quantize-plan/1",
-                "scheme": a.scheme.name(), "format": a.format.name(),
+                "scheme": a.scheme, "format": a.format.name(),
                 "tensors": plan.iter().map(|(t, act)| match act {
-                    Action::Quantize { .. } => json!({"name": t.name, "action": "quantize", "scheme": a.scheme.name(), "bytes_before": t.nbytes(),
+                    Action::Quantize { .. } => json!({"name": t.name, "action": "quantize", "scheme": a.scheme, "bytes_before": t.nbytes(),
                         "bytes_after": specs.iter().filter(|s| producer[&s.name] == plan.iter().position(|(x, _)| x.name == t.name).unwrap()).map(TensorSpec::nbytes).sum::<u64>()}),
                     Action::Copy { reason } => json!({"name": t.name, "action": "excluded", "reason": reason, "bytes_before": t.nbytes(), "bytes_after": t.nbytes()}),
                 }).collect::<Vec<_>>(),
@@ -340,7 +208,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     .map(TensorSpec::nbytes)
                     .sum();
                 let what = match act {
-                    Action::Quantize { .. } => a.scheme.name().to_string(),
+                    Action::Quantize { .. } => a.scheme.to_string(),
                     Action::Copy { reason } => format!("excluded ({reason})"),
                 };
                 println!(
@@ -361,8 +229,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    if let Target::QuarkPc(o) = target {
-        warn_loadability(&o);
+    if let Some(w) = target.warning() {
+        eprintln!("warning: {w}");
     }
     let mut inputs: Vec<PathBuf> = ck.weights.files().iter().map(|p| p.to_path_buf()).collect();
     inputs.extend(ck.weights.config_path.clone());
@@ -412,6 +280,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "config.json",
         &serde_json::to_vec_pretty(&config).expect("config JSON"),
     )?;
+    for (name, bytes) in target.side_files(&exclude) {
+        w.add_file(&name, &bytes)?;
+    }
     let s = w.finish()?;
     if a.json {
         let doc = json!({"schema": "kquant.quantize/1", "output": s.dir, "quantized": n_q, "bytes_before": before, "bytes_after": after, "files": s.files, "exclude": exclude});
@@ -419,7 +290,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     eprintln!(
         "quantized {n_q} tensors ({}, {}): {} -> {} in {}",
-        a.scheme.name(),
+        a.scheme,
         target.describe(),
         human_bytes(before),
         human_bytes(after),
@@ -428,47 +299,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The output target for the scheme, format and Quark flags, or a usage error for combinations
-/// whose reference output is unknown.
-fn target(a: &Args) -> Result<Target> {
-    match a.format {
-        Format::Quark => {
-            let o = quark::Options {
-                layout: a.quark_layout.unwrap_or(quark::Layout::Model),
-                version: a.quark_version.unwrap_or(quark::Version::V013),
-                order: if a.quark_sequential {
-                    Order::Sequential
-                } else {
-                    Order::Reorder
-                },
-            };
-            match a.scheme.group() {
-                None => Ok(Target::QuarkPc(o)),
-                Some(_) if o.layout == quark::Layout::File2file => Err(Error::Usage(format!(
-                    "--scheme {} with --quark-layout file2file: kquant has no reference output of Quark's file-to-file path for per-group INT4; use --quark-layout model",
-                    a.scheme.name()
-                ))),
-                Some(g) => Ok(Target::QuarkGroup(o, g)),
-            }
-        }
-        Format::CompressedTensors => {
-            if a.quark_layout.is_some() || a.quark_version.is_some() || a.quark_sequential {
-                return Err(Error::Usage(
-                    "--quark-layout, --quark-version and --quark-sequential apply to --format quark only".into(),
-                ));
-            }
-            Ok(Target::Ct(a.scheme.group()))
-        }
-    }
-}
-
 /// Refuse any tensor to be quantized whose input dimension is not a multiple of the group size:
 /// compressed-tensors raises on it, and Quark's output for it is unknown.
 fn check_groups(
     ck: &Checkpoint,
     plan: &[(&TensorInfo, Action)],
     g: usize,
-    s: Scheme,
+    scheme: &str,
 ) -> Result<()> {
     for (t, act) in plan {
         if let Action::Quantize { module, cols, .. } = act {
@@ -485,7 +322,7 @@ fn check_groups(
                         "input dimension {cols} (shape {:?}) is not a multiple of the group size {g} of --scheme {}; \
                          add `{module}` to --exclude, or use a scheme whose group divides it (int4-pc has no group)",
                         t.shape,
-                        s.name()
+                        scheme
                     ),
                 });
             }
@@ -510,11 +347,6 @@ fn check_finite(w: &[f32], cols: usize, path: &std::path::Path, name: &str) -> R
     Ok(())
 }
 
-/// Printed only for Quark per-channel INT4, the one combination no engine loads.
-fn warn_loadability(o: &quark::Options) {
-    eprintln!(
-        "warning: no serving engine loads dense Quark INT4 per-channel weights today: vLLM's Quark INT4 path (QuarkW4A16Int4) needs per-group scales and SGLang has no Quark INT4 scheme.\n  \
-         This {:?}-layout output is for kquant's own kernels, `kquant verify`, and Quark-compatible pipelines. For vLLM use `--format compressed-tensors` (W4A16; CUDA and ROCm) or a per-group Quark scheme such as `--scheme int4-g128` (QuarkW4A16Int4); for TensorRT-LLM ModelOpt W4A16_AWQ (coming in kquant).",
-        o.layout
-    );
+fn scheme_parser() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(SCHEMES.iter().map(|s| s.id))
 }

@@ -230,6 +230,47 @@ pub fn config(group: Option<usize>, ignore: &[String]) -> Value {
     })
 }
 
+/// compressed-tensors `pack-quantized` W4A16 as a [`Target`](super::target::Target);
+/// `group: None` is per channel.
+pub struct PackQuantized {
+    pub group: Option<usize>,
+}
+
+impl super::target::Target for PackQuantized {
+    fn describe(&self) -> String {
+        format!("compressed-tensors {VERSION} pack-quantized")
+    }
+    fn group(&self) -> Option<usize> {
+        self.group
+    }
+    fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
+        specs(module, rows, cols, self.group.unwrap_or(cols), dtype)
+    }
+    fn encode(
+        &self,
+        module: &str,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Vec<(String, Vec<u8>)> {
+        encode(
+            module,
+            &quantize(w, rows, cols, self.group.unwrap_or(cols), dtype),
+            dtype,
+        )
+    }
+    fn config(&self, exclude: &[String]) -> Value {
+        config(self.group, exclude)
+    }
+    fn exclude_key(&self) -> &'static str {
+        "ignore"
+    }
+    fn exclude_style(&self) -> super::target::ExcludeStyle {
+        super::target::ExcludeStyle::Candidates
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,3 +8,5 @@ pub mod int4;
 pub mod pack;
 pub mod quark;
 pub mod quark_group;
+pub mod registry;
+pub mod target;

@@ -213,6 +213,49 @@ pub fn engine_pattern(module: &str) -> String {
     format!("re:^(.*\\.)?{esc}$")
 }
 
+/// Quark INT4 per-channel as a [`Target`](super::target::Target).
+pub struct PerChannel(pub Options);
+
+impl super::target::Target for PerChannel {
+    fn describe(&self) -> String {
+        format!("Quark {:?} layout", self.0.layout)
+    }
+    fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
+        specs(module, rows, cols, dtype, &self.0)
+    }
+    fn encode(
+        &self,
+        module: &str,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Vec<(String, Vec<u8>)> {
+        encode(
+            module,
+            &super::int4::quantize(w, rows, cols, cols, dtype),
+            dtype,
+            &self.0,
+        )
+    }
+    fn config(&self, exclude: &[String]) -> Value {
+        config(&self.0, exclude)
+    }
+    fn exclude_style(&self) -> super::target::ExcludeStyle {
+        match self.0.layout {
+            Layout::Model => super::target::ExcludeStyle::MatchedModules,
+            Layout::File2file => super::target::ExcludeStyle::SortedCandidates,
+        }
+    }
+    fn warning(&self) -> Option<String> {
+        Some(format!(
+            "no serving engine loads dense Quark INT4 per-channel weights today: vLLM's Quark INT4 path (QuarkW4A16Int4) needs per-group scales and SGLang has no Quark INT4 scheme.\n  \
+             This {:?}-layout output is for kquant's own kernels, `kquant verify`, and Quark-compatible pipelines. For vLLM use `--format compressed-tensors` (W4A16; CUDA and ROCm) or a per-group Quark scheme such as `--scheme int4-g128` (QuarkW4A16Int4).",
+            self.0.layout
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -147,6 +147,45 @@ pub fn config(o: &Options, group: usize, exclude: &[String]) -> Value {
     c
 }
 
+/// Quark INT4 per-group (model path) as a [`Target`](super::target::Target).
+pub struct PerGroup {
+    pub opts: Options,
+    pub group: usize,
+}
+
+impl super::target::Target for PerGroup {
+    fn describe(&self) -> String {
+        format!("Quark Model layout, group {}", self.group)
+    }
+    fn group(&self) -> Option<usize> {
+        Some(self.group)
+    }
+    fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
+        specs(module, rows, cols, self.group, dtype)
+    }
+    fn encode(
+        &self,
+        module: &str,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Vec<(String, Vec<u8>)> {
+        encode(
+            module,
+            &super::int4::quantize(w, rows, cols, self.group, dtype),
+            dtype,
+            &self.opts,
+        )
+    }
+    fn config(&self, exclude: &[String]) -> Value {
+        config(&self.opts, self.group, exclude)
+    }
+    fn exclude_style(&self) -> super::target::ExcludeStyle {
+        super::target::ExcludeStyle::MatchedModules
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

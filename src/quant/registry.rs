@@ -1,0 +1,277 @@
+//! Every scheme kquant knows, the formats that can carry it, where the result loads, and the
+//! one function that builds the [`Target`] for a (scheme, format) pair. `kquant schemes`,
+//! `--scheme` validation and docs/schemes.md come from this table. Adding a scheme or format is
+//! one file under `quant/` plus a row here and an arm in [`build`].
+
+use serde::Serialize;
+
+use super::pack::Order;
+use super::target::Target;
+use super::{compressed_tensors, quark, quark_group};
+use crate::error::{Error, Result};
+
+/// Output file formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    /// AMD Quark `quantization_config` (quant_method "quark").
+    Quark,
+    /// compressed-tensors (llm-compressor; quant_method "compressed-tensors"), as 0.20.0 writes it.
+    #[value(name = "compressed-tensors")]
+    CompressedTensors,
+    /// NVIDIA ModelOpt / TensorRT-LLM (`hf_quant_config.json` + quant_method "modelopt").
+    Modelopt,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Quark => "quark",
+            Format::CompressedTensors => "compressed-tensors",
+            Format::Modelopt => "modelopt",
+        }
+    }
+}
+
+/// Where one (format, scheme) result loads.
+#[derive(Debug, Clone, Serialize)]
+pub struct Carrier {
+    pub format: Format,
+    /// Implemented in kquant today.
+    pub implemented: bool,
+    /// The reference tool's name for it.
+    pub reference: &'static str,
+    /// Engines × GPUs that load it (empty: none).
+    pub loads: &'static [&'static str],
+}
+
+/// One scheme.
+#[derive(Debug, Clone, Serialize)]
+pub struct SchemeInfo {
+    pub id: &'static str,
+    /// Storage bits per weight including scales, for a 7168-wide row.
+    pub bits_per_weight: f32,
+    pub granularity: &'static str,
+    pub activations: &'static str,
+    pub about: &'static str,
+    pub carriers: &'static [Carrier],
+}
+
+const fn c(
+    format: Format,
+    implemented: bool,
+    reference: &'static str,
+    loads: &'static [&'static str],
+) -> Carrier {
+    Carrier {
+        format,
+        implemented,
+        reference,
+        loads,
+    }
+}
+
+/// The registry.
+pub static SCHEMES: &[SchemeInfo] = &[
+    SchemeInfo {
+        id: "int4-pc",
+        bits_per_weight: 4.0 + 16.0 / 7168.0,
+        granularity: "per output channel",
+        activations: "bf16/f16 (weight-only)",
+        about: "INT4 symmetric, one scale per output row (the seed recipe)",
+        carriers: &[
+            c(Format::Quark, true, "Quark int4_wo_per_channel", &[]),
+            c(
+                Format::CompressedTensors,
+                true,
+                "W4A16 strategy channel",
+                &["vLLM CUDA (Marlin/Machete)", "vLLM ROCm (Triton W4A16)"],
+            ),
+            c(
+                Format::Modelopt,
+                false,
+                "W4A16 (AWQ layout)",
+                &["TensorRT-LLM Hopper/Blackwell"],
+            ),
+        ],
+    },
+    SchemeInfo {
+        id: "int4-g32",
+        bits_per_weight: 4.0 + 16.0 / 32.0,
+        granularity: "per group of 32 input columns",
+        activations: "bf16/f16 (weight-only)",
+        about: "INT4 symmetric, one scale per 32 inputs",
+        carriers: &[
+            c(
+                Format::Quark,
+                true,
+                "Quark int4_wo_32",
+                &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
+            ),
+            c(
+                Format::CompressedTensors,
+                true,
+                "W4A16 group_size 32",
+                &["vLLM CUDA", "vLLM ROCm (Triton W4A16)"],
+            ),
+        ],
+    },
+    SchemeInfo {
+        id: "int4-g64",
+        bits_per_weight: 4.0 + 16.0 / 64.0,
+        granularity: "per group of 64 input columns",
+        activations: "bf16/f16 (weight-only)",
+        about: "INT4 symmetric, one scale per 64 inputs",
+        carriers: &[
+            c(
+                Format::Quark,
+                true,
+                "Quark int4_wo_64",
+                &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
+            ),
+            c(
+                Format::CompressedTensors,
+                true,
+                "W4A16 group_size 64",
+                &["vLLM CUDA", "vLLM ROCm (Triton W4A16)"],
+            ),
+        ],
+    },
+    SchemeInfo {
+        id: "int4-g128",
+        bits_per_weight: 4.0 + 16.0 / 128.0,
+        granularity: "per group of 128 input columns",
+        activations: "bf16/f16 (weight-only)",
+        about: "INT4 symmetric, one scale per 128 inputs",
+        carriers: &[
+            c(
+                Format::Quark,
+                true,
+                "Quark int4_wo_128",
+                &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
+            ),
+            c(
+                Format::CompressedTensors,
+                true,
+                "W4A16 preset",
+                &["vLLM CUDA", "vLLM ROCm (Triton W4A16)"],
+            ),
+            c(
+                Format::Modelopt,
+                false,
+                "INT4_AWQ_CFG (W4A16_AWQ)",
+                &["TensorRT-LLM Hopper/Blackwell"],
+            ),
+        ],
+    },
+];
+
+/// Look a scheme up by id.
+pub fn scheme(id: &str) -> Option<&'static SchemeInfo> {
+    SCHEMES.iter().find(|s| s.id == id)
+}
+
+/// Quark-only flags, checked here so every format refuses the ones that do not apply.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuarkFlags {
+    pub layout: Option<quark::Layout>,
+    pub version: Option<quark::Version>,
+    pub sequential: bool,
+}
+
+impl QuarkFlags {
+    fn any(&self) -> bool {
+        self.layout.is_some() || self.version.is_some() || self.sequential
+    }
+    fn options(&self) -> quark::Options {
+        quark::Options {
+            layout: self.layout.unwrap_or(quark::Layout::Model),
+            version: self.version.unwrap_or(quark::Version::V013),
+            order: if self.sequential {
+                Order::Sequential
+            } else {
+                Order::Reorder
+            },
+        }
+    }
+}
+
+/// Build the output for `scheme` in `format`, or say why that pair cannot be written.
+pub fn build(scheme_id: &str, format: Format, q: QuarkFlags) -> Result<Box<dyn Target>> {
+    let info = scheme(scheme_id).ok_or_else(|| {
+        Error::Usage(format!(
+            "unknown scheme `{scheme_id}`; one of: {}",
+            SCHEMES.iter().map(|s| s.id).collect::<Vec<_>>().join(", ")
+        ))
+    })?;
+    if format != Format::Quark && q.any() {
+        return Err(Error::Usage(
+            "--quark-layout, --quark-version and --quark-sequential apply to --format quark only"
+                .into(),
+        ));
+    }
+    let group = match scheme_id {
+        "int4-g32" => Some(32),
+        "int4-g64" => Some(64),
+        "int4-g128" => Some(128),
+        _ => None,
+    };
+    let t: Option<Box<dyn Target>> = match (scheme_id, format) {
+        ("int4-pc", Format::Quark) => Some(Box::new(quark::PerChannel(q.options()))),
+        ("int4-g32" | "int4-g64" | "int4-g128", Format::Quark) => {
+            if q.options().layout == quark::Layout::File2file {
+                return Err(Error::Usage(format!(
+                    "--scheme {scheme_id} with --quark-layout file2file: kquant has no reference output of Quark's file-to-file path for per-group INT4; use --quark-layout model"
+                )));
+            }
+            Some(Box::new(quark_group::PerGroup {
+                opts: q.options(),
+                group: group.expect("group scheme"),
+            }))
+        }
+        ("int4-pc" | "int4-g32" | "int4-g64" | "int4-g128", Format::CompressedTensors) => {
+            Some(Box::new(compressed_tensors::PackQuantized { group }))
+        }
+        _ => None,
+    };
+    t.ok_or_else(|| {
+        let can: Vec<&str> = info
+            .carriers
+            .iter()
+            .filter(|c| c.implemented)
+            .map(|c| c.format.name())
+            .collect();
+        Error::Usage(format!(
+            "--scheme {scheme_id} cannot be written as --format {} yet; it can as: {}",
+            format.name(),
+            can.join(", ")
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table and `build` agree: every carrier marked implemented builds, every other one
+    /// is refused with a message naming the formats that do work.
+    #[test]
+    fn registry_is_honest() {
+        for s in SCHEMES {
+            for f in [Format::Quark, Format::CompressedTensors, Format::Modelopt] {
+                let implemented = s.carriers.iter().any(|c| c.format == f && c.implemented);
+                let built = build(s.id, f, QuarkFlags::default());
+                assert_eq!(built.is_ok(), implemented, "{} as {}", s.id, f.name());
+                if let Err(e) = built {
+                    assert!(e.to_string().contains("it can as"), "{e}");
+                }
+            }
+        }
+        assert!(build("nope", Format::Quark, QuarkFlags::default()).is_err());
+        let flags = QuarkFlags {
+            sequential: true,
+            ..Default::default()
+        };
+        assert!(build("int4-pc", Format::CompressedTensors, flags).is_err());
+    }
+}

@@ -1,0 +1,58 @@
+//! The one trait every output (scheme × format) implements: which tensors a quantized module
+//! becomes, how they are computed (each format with its own recipe), and the config fragment.
+//! `cli::quantize` drives any `Target`; `quant::registry` builds them.
+
+use serde_json::Value;
+
+use crate::io::writer::TensorSpec;
+use crate::io::Dtype;
+
+/// How the config's list of unquantized modules is composed (each tool does it differently).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExcludeStyle {
+    /// Every module matched by an exclude pattern (Linear or not) plus unquantized Linear
+    /// candidates, in file order (Quark model path).
+    MatchedModules,
+    /// Unquantized Linear candidates, sorted (Quark file-to-file).
+    SortedCandidates,
+    /// Unquantized Linear candidates, in file order (compressed-tensors `ignore`, ModelOpt
+    /// `exclude_modules`).
+    Candidates,
+}
+
+/// One output scheme in one file format.
+pub trait Target: Send + Sync {
+    /// For messages: `"Quark Model layout"`, `"compressed-tensors 0.20.0 pack-quantized"`, ….
+    fn describe(&self) -> String;
+    /// Group size along the input dimension (every quantized tensor's input dimension must be a
+    /// multiple of it); `None` for per-channel or per-tensor schemes.
+    fn group(&self) -> Option<usize> {
+        None
+    }
+    /// The tensors a quantized `module` (`[rows, cols]` weight of `dtype`) is written as.
+    fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec>;
+    /// Quantize `w` (row-major f32 of the stored weight) and encode every tensor of `specs`.
+    fn encode(
+        &self,
+        module: &str,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Vec<(String, Vec<u8>)>;
+    /// The `quantization_config` value, with `exclude` as the unquantized-module list.
+    fn config(&self, exclude: &[String]) -> Value;
+    /// The key of that list in the config (`exclude`, `ignore`, `exclude_modules`).
+    fn exclude_key(&self) -> &'static str {
+        "exclude"
+    }
+    fn exclude_style(&self) -> ExcludeStyle;
+    /// A warning printed before writing (e.g. "no engine loads this").
+    fn warning(&self) -> Option<String> {
+        None
+    }
+    /// Extra files written beside `config.json` (e.g. ModelOpt's `hf_quant_config.json`).
+    fn side_files(&self, _exclude: &[String]) -> Vec<(String, Vec<u8>)> {
+        Vec::new()
+    }
+}
