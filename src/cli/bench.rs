@@ -24,6 +24,25 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum What {
+    /// Time `kquant quantize SRC` (as a child process) against `cp -r SRC` and `cp -r SRC && sync`
+    /// of the same bytes, in one run; wall time and peak RSS of each.
+    Quantize {
+        /// Checkpoint directory.
+        src: PathBuf,
+        /// Scratch directory for the outputs (removed after each step).
+        #[arg(long, default_value = "/tmp/kquant-bench-out")]
+        scratch: PathBuf,
+        /// A further baseline to time, run with `sh -c` (e.g. Quark's file2file script); `{src}`
+        /// and `{out}` are replaced.
+        #[arg(long)]
+        baseline: Option<String>,
+        /// Print the figures as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Arguments passed to `kquant quantize` (after `--`).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
     /// Time inspect and a full f32 read of SRC against `cat` of the same bytes.
     Read {
         /// Checkpoint directory, `.safetensors` file or hub id.
@@ -37,6 +56,13 @@ pub enum What {
 pub fn run(a: Args) -> Result<ExitCode> {
     match a.what {
         What::Read { src, json } => read(&src, json),
+        What::Quantize {
+            src,
+            scratch,
+            baseline,
+            json,
+            args,
+        } => quantize(&src, &scratch, baseline.as_deref(), json, &args),
     }
 }
 
@@ -149,6 +175,116 @@ fn read(src: &str, as_json: bool) -> Result<ExitCode> {
         );
         if let Some(r) = rss {
             println!("peak RSS        {}", human_bytes(r));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Run `sh -c cmd`, returning (wall seconds, peak RSS bytes of that child).
+fn timed(cmd: &str) -> Result<(f64, u64)> {
+    let t = Instant::now();
+    let mut child = Proc::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .spawn()
+        .map_err(|e| Error::io("run", std::path::Path::new("sh"), e))?;
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: plain FFI with valid out-pointers; the rusage is zero-initialised.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    let wall = t.elapsed().as_secs_f64();
+    if r != pid {
+        let _ = child.wait();
+    }
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        return Err(Error::Usage(format!("`{cmd}` failed")));
+    }
+    Ok((wall, ru.ru_maxrss as u64 * 1024))
+}
+
+fn quantize(
+    src: &std::path::Path,
+    scratch: &std::path::Path,
+    baseline: Option<&str>,
+    as_json: bool,
+    args: &[String],
+) -> Result<ExitCode> {
+    let bytes: u64 = std::fs::read_dir(src)
+        .map_err(|e| Error::io("list", src, e))?
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    std::fs::create_dir_all(scratch).map_err(|e| Error::io("create", scratch, e))?;
+    let out = scratch.join("out");
+    let clean = || {
+        let _ = std::fs::remove_dir_all(&out);
+        let _ = Proc::new("sync").status();
+    };
+    let q = |p: &std::path::Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
+    let me = std::env::current_exe()
+        .map_err(|e| Error::io("locate", std::path::Path::new("kquant"), e))?;
+    clean();
+    let (cp_s, cp_rss) = timed(&format!("cp -r {} {}", q(src), q(&out)))?;
+    clean();
+    let (cps_s, _) = timed(&format!("cp -r {} {} && sync", q(src), q(&out)))?;
+    clean();
+    let extra: Vec<String> = args
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let (kq_s, kq_rss) = timed(&format!(
+        "{} quantize {} -o {} {} 2>/dev/null",
+        q(&me),
+        q(src),
+        q(&out),
+        extra.join(" ")
+    ))?;
+    clean();
+    let base = match baseline {
+        Some(cmd) => {
+            let cmd = cmd.replace("{src}", &q(src)).replace("{out}", &q(&out));
+            let r = timed(&cmd)?;
+            clean();
+            Some(r)
+        }
+        None => None,
+    };
+    let doc = json!({
+        "schema": "kquant.bench.quantize/1",
+        "src": src, "bytes": bytes, "args": args,
+        "cp_s": cp_s, "cp_rss_bytes": cp_rss, "cp_sync_s": cps_s,
+        "kquant_s": kq_s, "kquant_rss_bytes": kq_rss,
+        "kquant_vs_cp": kq_s / cp_s, "kquant_vs_cp_sync": kq_s / cps_s,
+        "baseline_s": base.map(|b| b.0), "baseline_rss_bytes": base.map(|b| b.1),
+        "baseline_vs_kquant": base.map(|b| b.0 / kq_s),
+        "threads": rayon::current_num_threads(),
+    });
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    } else {
+        println!(
+            "input             {} ({})",
+            src.display(),
+            human_bytes(bytes)
+        );
+        println!(
+            "cp -r             {cp_s:.2} s, peak RSS {}",
+            human_bytes(cp_rss)
+        );
+        println!("cp -r && sync     {cps_s:.2} s");
+        println!(
+            "kquant quantize   {kq_s:.2} s, peak RSS {} ({:.2}× cp, {:.2}× cp+sync)",
+            human_bytes(kq_rss),
+            kq_s / cp_s,
+            kq_s / cps_s
+        );
+        if let Some((b, r)) = base {
+            println!(
+                "baseline          {b:.2} s, peak RSS {} (kquant {:.1}× faster)",
+                human_bytes(r),
+                b / kq_s
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -254,11 +254,27 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let shard = ck.weights.shard_of(&t.name).expect("routed");
         let view = shard.view(t);
         match act {
-            Action::Copy { .. } => w.write(&name, view.data)?,
+            Action::Copy { .. } => {
+                // Stream the bytes in blocks and drop each block's pages once written, so a
+                // multi-GB embedding never sits in this process's RSS.
+                const BLOCK: usize = 64 << 20;
+                for (i, block) in view.data.chunks(BLOCK).enumerate() {
+                    w.write_part(&name, block)?;
+                    let from = (i * BLOCK) as u64;
+                    shard.release_range(t, from, from + block.len() as u64);
+                }
+                w.end_tensor(&name)?;
+            }
             Action::Quantize { module, rows, cols } => {
-                let wf = view.to_f32();
-                check_finite(&wf, *cols, shard.path(), &t.name)?;
-                for (n, bytes) in target.encode(module, &wf, *rows, *cols, t.dtype) {
+                // Peak memory per tensor: its f32 copy plus the encoded output; the mapped
+                // input pages are dropped as soon as they are converted.
+                let encoded = {
+                    let wf = view.to_f32_par();
+                    shard.release(t);
+                    check_finite(&wf, *cols, shard.path(), &t.name)?;
+                    target.encode(module, &wf, *rows, *cols, t.dtype)
+                };
+                for (n, bytes) in encoded {
                     if n == name {
                         w.write(&n, &bytes)?;
                     } else {

@@ -41,6 +41,21 @@ impl TensorView<'_> {
         dtype::to_f32(self.info.dtype, self.data, &mut out);
         out
     }
+
+    /// [`to_f32`](Self::to_f32) split over threads; identical output.
+    pub fn to_f32_par(&self) -> Vec<f32> {
+        use rayon::prelude::*;
+        const CHUNK: usize = 1 << 16;
+        let size = self.info.dtype.size();
+        self.data
+            .par_chunks(CHUNK * size)
+            .flat_map_iter(|c| {
+                let mut v = Vec::with_capacity(c.len() / size);
+                dtype::to_f32(self.info.dtype, c, &mut v);
+                v
+            })
+            .collect()
+    }
 }
 
 impl Shard {
@@ -143,5 +158,32 @@ impl Shard {
                 )
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parallel_conversion_equals_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = (1 << 16) * 3 + 5;
+        let data: Vec<u8> = (0..n * 2).map(|i| (i * 7 + i / 3) as u8).collect();
+        let json = format!(
+            r#"{{"w":{{"dtype":"BF16","shape":[{n}],"data_offsets":[0,{}]}}}}"#,
+            n * 2
+        );
+        let mut f = (json.len() as u64).to_le_bytes().to_vec();
+        f.extend_from_slice(json.as_bytes());
+        f.extend_from_slice(&data);
+        let p = dir.path().join("w.safetensors");
+        std::fs::write(&p, f).unwrap();
+        // SAFETY: the temp file is not modified while mapped.
+        let s = unsafe { Shard::open(&p).unwrap() };
+        let v = s.tensor("w").unwrap();
+        let (a, b) = (v.to_f32(), v.to_f32_par());
+        assert_eq!(a.len(), n);
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
     }
 }

@@ -65,8 +65,49 @@ struct ShardPlan {
 struct Open {
     file: BufWriter<File>,
     path: PathBuf,
-    hasher: Sha256,
+    hasher: Hasher,
     bytes: u64,
+}
+
+/// sha256 on its own thread, so hashing overlaps writing: bytes are copied into bounded
+/// chunks (at most `HASH_QUEUE` × `HASH_CHUNK` in flight).
+struct Hasher {
+    tx: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
+    done: Option<std::thread::JoinHandle<String>>,
+}
+
+const HASH_CHUNK: usize = 8 << 20;
+const HASH_QUEUE: usize = 4;
+
+impl Hasher {
+    fn new() -> Hasher {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(HASH_QUEUE);
+        let done = std::thread::spawn(move || {
+            let mut h = Sha256::new();
+            for chunk in rx {
+                h.update(&chunk);
+            }
+            hex(&h.finalize())
+        });
+        Hasher {
+            tx: Some(tx),
+            done: Some(done),
+        }
+    }
+    fn update(&mut self, data: &[u8]) {
+        let tx = self.tx.as_ref().expect("hasher open");
+        for c in data.chunks(HASH_CHUNK) {
+            tx.send(c.to_vec()).expect("hasher thread alive");
+        }
+    }
+    fn finish(mut self) -> String {
+        drop(self.tx.take());
+        self.done
+            .take()
+            .expect("hasher")
+            .join()
+            .expect("hasher thread")
+    }
 }
 
 /// What [`Writer::finish`] produced.
@@ -363,7 +404,7 @@ impl Writer {
         let mut o = Open {
             file: BufWriter::with_capacity(8 << 20, f),
             path,
-            hasher: Sha256::new(),
+            hasher: Hasher::new(),
             bytes: 0,
         };
         let head = header::serialize(&plan.tensors, self.opts.metadata.as_ref());
@@ -387,7 +428,7 @@ impl Writer {
         self.done.push(FileEntry {
             file: self.shards[self.next.0].file.clone(),
             bytes: o.bytes,
-            sha256: hex(&o.hasher.finalize()),
+            sha256: o.hasher.finish(),
         });
         Ok(())
     }
