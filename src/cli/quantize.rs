@@ -14,9 +14,9 @@ use crate::error::{Error, Result};
 use crate::io::writer::{parse_size, TensorSpec, WriteOptions, Writer};
 use crate::io::TensorInfo;
 use crate::quant::exclude::{excluded_by, module_of, not_candidate, parse_patterns};
-use crate::quant::quark;
 use crate::quant::registry::{self, Format, QuarkFlags, SCHEMES};
 use crate::quant::target::ExcludeStyle;
+use crate::quant::{preset, quark};
 
 /// Arguments of `kquant quantize`.
 #[derive(Debug, clap::Args)]
@@ -27,15 +27,21 @@ pub struct Args {
     #[arg(short, long)]
     pub output: PathBuf,
     /// Quantization scheme (`kquant schemes` lists them and where each loads).
-    #[arg(long, default_value = "int4-pc", value_parser = scheme_parser())]
-    pub scheme: String,
-    #[arg(long, value_enum, default_value = "quark")]
-    pub format: Format,
+    /// Quantization scheme (`kquant schemes` lists them and where each loads). Default int4-pc.
+    #[arg(long, value_parser = scheme_parser())]
+    pub scheme: Option<String>,
+    /// Output format. Default quark.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// A preset: a name from quant-configs/ (built in) or a JSON file. Flags override it.
+    #[arg(long)]
+    pub config: Option<String>,
     /// Comma-separated patterns (Python fnmatch on the module name = tensor name without
     /// `.weight`, as Quark matches them; for both formats). Embeddings, norms, 1-D tensors and
     /// d2t/t2d are never quantized.
-    #[arg(long, default_value = "lm_head")]
-    pub exclude: String,
+    /// (Default `lm_head`, or the preset's list.)
+    #[arg(long)]
+    pub exclude: Option<String>,
     /// Quark path to reproduce: `model` (reorder nibbles + zero-point; the default) or
     /// `file2file` (per-channel only). `--format quark` only.
     #[arg(long, value_enum)]
@@ -96,13 +102,40 @@ pub fn run(a: Args) -> Result<ExitCode> {
             ),
         });
     }
-    let patterns = parse_patterns(&a.exclude);
-    let flags = QuarkFlags {
-        layout: a.quark_layout,
-        version: a.quark_version,
-        sequential: a.quark_sequential,
+    let preset = a.config.as_deref().map(preset::load).transpose()?;
+    if let Some(p) = &preset {
+        if !p.family.is_empty() && !p.family.iter().any(|f| f == det.family.id()) {
+            return Err(Error::Usage(format!(
+                "preset `{}` is for {} drafts, but `{}` is {}",
+                a.config.as_deref().unwrap_or(""),
+                p.family.join("/"),
+                a.src,
+                det.family.id()
+            )));
+        }
+    }
+    let scheme = a
+        .scheme
+        .clone()
+        .or_else(|| preset.as_ref().map(|p| p.scheme.clone()))
+        .unwrap_or_else(|| "int4-pc".into());
+    let format = a
+        .format
+        .or(preset.as_ref().map(|p| p.format))
+        .unwrap_or(Format::Quark);
+    let patterns = match (&a.exclude, &preset) {
+        (Some(e), _) => parse_patterns(e),
+        (None, Some(p)) => p.exclude.clone(),
+        (None, None) => vec!["lm_head".to_string()],
     };
-    let target = registry::build(&a.scheme, a.format, flags)?;
+    // A preset's Quark settings apply only when the output is Quark.
+    let qp = preset.as_ref().filter(|_| format == Format::Quark);
+    let flags = QuarkFlags {
+        layout: a.quark_layout.or(qp.and_then(|p| p.quark_layout)),
+        version: a.quark_version.or(qp.and_then(|p| p.quark_version)),
+        sequential: a.quark_sequential || qp.is_some_and(|p| p.quark_sequential),
+    };
+    let target = registry::build(&scheme, format, flags)?;
 
     // Plan.
     let mut plan: Vec<(&TensorInfo, Action)> = Vec::new();
@@ -131,7 +164,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         plan.push((t, action));
     }
     if let Some(g) = target.group() {
-        check_groups(&ck, &plan, g, &a.scheme)?;
+        check_groups(&ck, &plan, g, &scheme)?;
     }
     // The config lists the concrete excluded module names. Quark: every matched module (model
     // path) or only matched Linear candidates, sorted (file2file). compressed-tensors: the
@@ -191,9 +224,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         if a.json {
             let doc = json!({
                 "schema": "kquant.quantize-plan/1",
-                "scheme": a.scheme, "format": a.format.name(),
+                "scheme": scheme, "format": format.name(),
                 "tensors": plan.iter().map(|(t, act)| match act {
-                    Action::Quantize { .. } => json!({"name": t.name, "action": "quantize", "scheme": a.scheme, "bytes_before": t.nbytes(),
+                    Action::Quantize { .. } => json!({"name": t.name, "action": "quantize", "scheme": scheme, "bytes_before": t.nbytes(),
                         "bytes_after": specs.iter().filter(|s| producer[&s.name] == plan.iter().position(|(x, _)| x.name == t.name).unwrap()).map(TensorSpec::nbytes).sum::<u64>()}),
                     Action::Copy { reason } => json!({"name": t.name, "action": "excluded", "reason": reason, "bytes_before": t.nbytes(), "bytes_after": t.nbytes()}),
                 }).collect::<Vec<_>>(),
@@ -208,7 +241,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     .map(TensorSpec::nbytes)
                     .sum();
                 let what = match act {
-                    Action::Quantize { .. } => a.scheme.to_string(),
+                    Action::Quantize { .. } => scheme.to_string(),
                     Action::Copy { reason } => format!("excluded ({reason})"),
                 };
                 println!(
@@ -306,7 +339,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     eprintln!(
         "quantized {n_q} tensors ({}, {}): {} -> {} in {}",
-        a.scheme,
+        scheme,
         target.describe(),
         human_bytes(before),
         human_bytes(after),

@@ -6,6 +6,7 @@ pub mod decode;
 pub mod exclude;
 pub mod int4;
 pub mod pack;
+pub mod preset;
 pub mod quark;
 pub mod quark_group;
 pub mod registry;

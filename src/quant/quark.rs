@@ -14,18 +14,21 @@ use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 
 /// Which Quark export path to reproduce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Layout {
     Model,
     File2file,
 }
 
 /// Which Quark release's output to reproduce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
 pub enum Version {
     #[value(name = "0.13")]
+    #[serde(rename = "0.13")]
     V013,
     #[value(name = "0.11.1")]
+    #[serde(rename = "0.11.1")]
     V0111,
 }
 

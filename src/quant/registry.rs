@@ -11,7 +11,7 @@ use super::{compressed_tensors, quark, quark_group};
 use crate::error::{Error, Result};
 
 /// Output file formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Format {
     /// AMD Quark `quantization_config` (quant_method "quark").

@@ -1,0 +1,78 @@
+//! Presets for `kquant quantize --config NAME|FILE`: documented JSON files in `quant-configs/`,
+//! also compiled into the binary so a bare name works anywhere.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::quark;
+use super::registry::Format;
+use crate::error::{Error, Result};
+
+/// The presets shipped in `quant-configs/` (name, file contents).
+pub const BUILTIN: &[(&str, &str)] = &[
+    (
+        "kimi-k2.5-eagle3-int4-pc",
+        include_str!("../../quant-configs/kimi-k2.5-eagle3-int4-pc.json"),
+    ),
+    (
+        "kimi-k2.5-eagle3-mla-int4-pc",
+        include_str!("../../quant-configs/kimi-k2.5-eagle3-mla-int4-pc.json"),
+    ),
+    (
+        "kimi-k2.5-eagle3-vllm-int4",
+        include_str!("../../quant-configs/kimi-k2.5-eagle3-vllm-int4.json"),
+    ),
+    (
+        "kimi-k2.5-eagle3-quark-int4-g128",
+        include_str!("../../quant-configs/kimi-k2.5-eagle3-quark-int4-g128.json"),
+    ),
+];
+
+/// One preset. Command-line flags override its fields.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preset {
+    pub description: String,
+    /// Draft families it is meant for (checked against detection).
+    #[serde(default)]
+    pub family: Vec<String>,
+    pub scheme: String,
+    pub format: Format,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    pub quark_layout: Option<quark::Layout>,
+    pub quark_version: Option<quark::Version>,
+    #[serde(default)]
+    pub quark_sequential: bool,
+    /// Where the result loads, in words.
+    pub loads: String,
+}
+
+/// Parse preset JSON.
+pub fn parse(path: &Path, text: &str) -> Result<Preset> {
+    serde_json::from_str(text).map_err(|e| Error::Config {
+        path: path.into(),
+        msg: format!("not a kquant quantize preset: {e}"),
+    })
+}
+
+/// Load a preset by built-in name or file path.
+pub fn load(spec: &str) -> Result<Preset> {
+    if let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == spec) {
+        return parse(Path::new(&format!("quant-configs/{name}.json")), text);
+    }
+    let p = Path::new(spec);
+    if p.is_file() {
+        let text = std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?;
+        return parse(p, &text);
+    }
+    Err(Error::Usage(format!(
+        "no preset `{spec}`: give a file path or one of {}",
+        BUILTIN
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}

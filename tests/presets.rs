@@ -1,0 +1,150 @@
+//! `quantize --config`: every shipped preset parses, builds, and gives the same bytes as the
+//! equivalent flags; flags override presets; a preset for another family is refused.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn kq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kquant"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn every_file_in_quant_configs_is_a_builtin_that_builds() {
+    let mut files: Vec<String> = std::fs::read_dir(root().join("quant-configs"))
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().to_string_lossy().into_owned();
+            n.strip_suffix(".json").map(String::from)
+        })
+        .collect();
+    files.sort();
+    let mut builtin: Vec<String> = kquant::quant::preset::BUILTIN
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
+    builtin.sort();
+    assert_eq!(
+        files, builtin,
+        "quant-configs/*.json and preset::BUILTIN must list the same presets"
+    );
+    for (name, _) in kquant::quant::preset::BUILTIN {
+        let p = kquant::quant::preset::load(name).unwrap();
+        let flags = kquant::quant::registry::QuarkFlags {
+            layout: p.quark_layout,
+            version: p.quark_version,
+            sequential: p.quark_sequential,
+        };
+        assert!(
+            kquant::quant::registry::build(&p.scheme, p.format, flags).is_ok(),
+            "{name}"
+        );
+        assert!(!p.description.is_empty() && !p.loads.is_empty());
+    }
+}
+
+#[test]
+fn preset_equals_its_flags() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, b) = (t.path().join("a"), t.path().join("b"));
+    let o = kq(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        a.to_str().unwrap(),
+        "--config",
+        "kimi-k2.5-eagle3-int4-pc",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = kq(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        b.to_str().unwrap(),
+        "--exclude",
+        "fc,lm_head",
+        "--quark-layout",
+        "file2file",
+        "--quark-version",
+        "0.11.1",
+    ]);
+    assert!(o.status.success());
+    for f in ["model.safetensors", "config.json"] {
+        assert_eq!(
+            std::fs::read(a.join(f)).unwrap(),
+            std::fs::read(b.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    // A file path works too, and flags override the preset.
+    let c = t.path().join("c");
+    let o = kq(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        c.to_str().unwrap(),
+        "--config",
+        "quant-configs/kimi-k2.5-eagle3-int4-pc.json",
+        "--format",
+        "compressed-tensors",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(c.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        cfg["quantization_config"]["quant_method"],
+        "compressed-tensors"
+    );
+    assert!(
+        cfg["quantization_config"]["ignore"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v == "fc"),
+        "preset exclude kept"
+    );
+}
+
+#[test]
+fn wrong_family_and_unknown_preset_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let o = kq(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        t.path().join("x").to_str().unwrap(),
+        "--config",
+        "kimi-k2.5-eagle3-mla-int4-pc",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is for eagle3-mla drafts"));
+    let o = kq(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        t.path().join("x").to_str().unwrap(),
+        "--config",
+        "nope",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("kimi-k2.5-eagle3-int4-pc"));
+    let bad = t.path().join("bad.json");
+    std::fs::write(&bad, br#"{"scheme":"int4-pc","format":"quark","typo":1}"#).unwrap();
+    let o = kq(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        t.path().join("x").to_str().unwrap(),
+        "--config",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bad.json"));
+}
