@@ -230,3 +230,50 @@ fn diff_stats_are_right_on_known_vectors() {
     assert!((s.cosine - 34.0 / (30f64.sqrt() * 39f64.sqrt())).abs() < 1e-12);
     assert!(!s.flagged);
 }
+
+fn pack_order_check(golden: &str, src_model: &str, src_config: Option<&str>) -> Vec<Value> {
+    let t = tempfile::tempdir().unwrap();
+    let q = golden_dir(t.path(), golden);
+    let g = root().join("fixtures/goldens").join(golden);
+    let s = t.path().join("src");
+    std::fs::create_dir_all(&s).unwrap();
+    std::fs::copy(g.join(src_model), s.join("model.safetensors")).unwrap();
+    match src_config {
+        Some(c) => std::fs::copy(g.join(c), s.join("config.json"))
+            .map(|_| ())
+            .unwrap(),
+        None => std::fs::write(s.join("config.json"), b"{}").unwrap(),
+    }
+    let o = kq(&[
+        "inspect",
+        q.to_str().unwrap(),
+        "--source",
+        s.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    j["pack_order_check"].as_array().unwrap().clone()
+}
+
+#[test]
+fn inspect_source_exposes_quarks_file2file_order_mismatch() {
+    let f2f = pack_order_check(
+        "file2file/q013_bf16",
+        "src_model.safetensors",
+        Some("src_config.json"),
+    );
+    assert_eq!(f2f.len(), 7);
+    for c in &f2f {
+        assert_eq!(
+            (c["config_says"].as_str(), c["data_is"].as_str()),
+            (Some("reorder"), Some("order")),
+            "{c}"
+        );
+    }
+    let model = pack_order_check("quark-0.13/int4_pc_bf16", "orig.safetensors", None);
+    assert!(!model.is_empty());
+    for c in &model {
+        assert_eq!(c["config_says"], c["data_is"], "{c}");
+    }
+}

@@ -21,6 +21,11 @@ pub struct Args {
     /// Also list every tensor (name, dtype, shape, bytes).
     #[arg(long)]
     pub tensors: bool,
+    /// The unquantized checkpoint SRC was made from: re-quantizes a few rows of each Quark
+    /// INT4 module to find the nibble order the data really uses (Quark's file-to-file export
+    /// writes sequential nibbles under a config that says `reorder`).
+    #[arg(long)]
+    pub source: Option<String>,
 }
 
 /// Per-dtype totals.
@@ -34,11 +39,46 @@ struct Totals {
 pub fn run(a: Args) -> Result<ExitCode> {
     let ck = Checkpoint::open(&a.src)?;
     let det = ck.detect()?;
+    let order = match &a.source {
+        Some(s) => Some(crate::quant::order_check::check(
+            &ck,
+            &Checkpoint::open(s)?,
+        )?),
+        None => None,
+    };
     if a.json {
-        let doc = to_json(&a.src, &ck, &det);
+        let mut doc = to_json(&a.src, &ck, &det);
+        if let Some(o) = &order {
+            doc["pack_order_check"] = serde_json::to_value(o).expect("JSON");
+        }
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
         print_human(&a.src, &ck, &det, a.tensors);
+        if let Some(o) = &order {
+            let bad: Vec<&str> = o
+                .iter()
+                .filter(|c| c.mismatch())
+                .map(|c| c.module.as_str())
+                .collect();
+            if o.is_empty() {
+                println!(
+                    "{:<12}no Quark per-channel INT4 module to compare with the source",
+                    "pack order"
+                );
+            } else if bad.is_empty() {
+                println!(
+                    "{:<12}data matches the config's pack_method in all {} modules",
+                    "pack order",
+                    o.len()
+                );
+            } else {
+                let c = &o.iter().find(|c| c.mismatch()).unwrap();
+                println!(
+                    "{:<12}MISMATCH in {} of {} modules: config says `{}` but the data is `{}` (Quark file-to-file export); readers that trust the config decode wrong weights: {}",
+                    "pack order", bad.len(), o.len(), c.config_says, c.data_is, bad.join(", ")
+                );
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

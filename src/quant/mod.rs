@@ -5,6 +5,7 @@ pub mod compressed_tensors;
 pub mod decode;
 pub mod exclude;
 pub mod int4;
+pub mod order_check;
 pub mod pack;
 pub mod preset;
 pub mod quark;
