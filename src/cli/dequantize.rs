@@ -102,7 +102,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for name in w.order().into_iter().map(String::from).collect::<Vec<_>>() {
         match lg.module(&name) {
             Some(m) => {
-                let vals = lg.int4(m).dequantize_ref();
+                let vals = lg.dequantize(m);
                 let bytes = encode_floats(
                     &vals
                         .iter()

@@ -1,13 +1,18 @@
 //! Reading a quantized checkpoint back as plain weights: finds each quantized module and how it
-//! is stored (Quark per-channel or per-group, compressed-tensors `pack-quantized`), and gives
-//! every tensor the original model would have had, dequantized (`w = q · s`) where needed.
+//! is stored (Quark per-channel, per-group, `ptpc_fp8` or two-stage `int4_fp8`;
+//! compressed-tensors `pack-quantized`, `float-quantized` or `int-quantized`), and gives every
+//! tensor the original model would have had, dequantized (`w = q · s`, `f8 · s`, or
+//! `q · s2 · s1`) where needed.
 //! `dequantize` and `diff` are built on this.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::fp8::Fp8;
 use super::int4::Int4;
 use super::pack::Order;
-use super::{compressed_tensors, quark, quark_group};
+use super::{
+    compressed_tensors, ct_quantized, modelopt, quark, quark_fp8, quark_group, quark_uint4,
+};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::io::{Dtype, TensorInfo};
@@ -19,8 +24,25 @@ pub enum Stored {
     QuarkChannel { order: Order },
     /// Quark per-group: I32 `[in, out/8]` (transposed), scale `[in/G, out]`.
     QuarkGroup { group: usize, order: Order },
+    /// Quark per-group asymmetric UINT4 (`uint4_wo_*`): the per-group layout with unsigned
+    /// nibbles and zero points `[in/G, out/8]` packed the same way: `w = (q − zp) · s`.
+    QuarkGroupAsym { group: usize, order: Order },
     /// compressed-tensors `pack-quantized`: `weight_packed` `[out, in/8]`, scale `[out, in/G]`.
     CtPacked { group: usize },
+    /// FP8 E4M3 `weight` `[out, in]` with one scale per row (Quark `ptpc_fp8` `[out]`,
+    /// compressed-tensors `float-quantized` `[out, 1]`) or one per tensor.
+    Fp8 { per_row: bool },
+    /// Quark two-stage `int4_fp8`: I32 `[out, in/8]`, `weight_scale` F32 `[]` (FP8 stage),
+    /// `weight_scale_2` F32 `[out]` (INT4 stage); `w = q · s2 · s1`.
+    QuarkInt4Fp8 { order: Order },
+    /// compressed-tensors `int-quantized`: I8 `weight` `[out, in]`, scale `[out, in/G]`.
+    CtInt { group: usize },
+    /// ModelOpt `W4A16_AWQ` / `W4A8_AWQ`: U8 `weight` `[⌈out/2⌉, in]` (two output rows per
+    /// byte), F32 scale `[out, in/G]`, optional `pre_quant_scale` `[in]`: `w = q · s · pqs`.
+    ModeloptInt4 { group: usize },
+    /// ModelOpt `NVFP4`: U8 `weight` `[out, in/2]` (E2M1, two input columns per byte), E4M3
+    /// scale `[out, in/16]`, F32 `weight_scale_2` `[]`: `w = e2m1 · s · s2`.
+    ModeloptNvfp4,
 }
 
 /// One quantized module.
@@ -49,10 +71,15 @@ impl<'a> Logical<'a> {
             .config
             .as_ref()
             .and_then(|c| c.root.get("quantization_config"));
+        // ModelOpt's legacy form: no quant_method in config.json, only hf_quant_config.json.
         let method = cfg
             .and_then(|q| q.get("quant_method"))
             .and_then(|m| m.as_str())
-            .unwrap_or("");
+            .unwrap_or(if ck.weights.dir.join("hf_quant_config.json").is_file() {
+                "modelopt"
+            } else {
+                ""
+            });
         let quark_order = match cfg
             .and_then(|q| q.pointer("/export/pack_method"))
             .and_then(|m| m.as_str())
@@ -60,6 +87,10 @@ impl<'a> Logical<'a> {
             Some("order") => Order::Sequential,
             _ => Order::Reorder,
         };
+        let quark_uint4 = cfg
+            .and_then(|q| q.pointer("/global_quant_config/weight/dtype"))
+            .and_then(|d| d.as_str())
+            == Some("uint4");
         let mut modules = BTreeMap::new();
         let w = &ck.weights;
         let info = |n: &str| w.info(n);
@@ -115,13 +146,83 @@ impl<'a> Logical<'a> {
                         parts,
                     })
                 }
-                ("quark", "weight", Dtype::I32, Some(s)) => {
-                    if info(&format!("{module}.weight_scale_2")).is_some() {
-                        return Err(err(
-                            t,
-                            "two-stage Quark weights (int4_fp8) cannot be dequantized yet".into(),
-                        ));
+                ("quark", "weight", Dtype::I32, Some(s))
+                    if info(&format!("{module}.weight_scale_2")).is_some() =>
+                {
+                    let s2 = info(&format!("{module}.weight_scale_2")).expect("guard");
+                    let (rows, words) = match t.shape.as_slice() {
+                        [r, w] => (*r, *w),
+                        _ => (0, 0),
+                    };
+                    if t.shape.len() != 2
+                        || s.shape.iter().product::<usize>() != 1
+                        || s2.shape != [rows]
+                    {
+                        return Err(err(t, format!("two-stage Quark weight {:?} with weight_scale {:?} and weight_scale_2 {:?} is no int4_fp8 layout kquant knows", t.shape, s.shape, s2.shape)));
                     }
+                    let mut parts = vec![t.name.clone(), s.name.clone(), s2.name.clone()];
+                    parts.extend(
+                        info(&format!("{module}.weight_zero_point_2")).map(|z| z.name.clone()),
+                    );
+                    Some(QModule {
+                        module: module.into(),
+                        stored: Stored::QuarkInt4Fp8 { order: quark_order },
+                        rows,
+                        cols: words * 8,
+                        parts,
+                    })
+                }
+                (
+                    "quark" | "compressed-tensors" | "modelopt",
+                    "weight",
+                    Dtype::F8_E4M3,
+                    Some(s),
+                ) => {
+                    let (rows, cols) = match t.shape.as_slice() {
+                        [r, c] => (*r, *c),
+                        _ => {
+                            return Err(err(
+                                t,
+                                format!("FP8 weight of shape {:?} is not 2-D", t.shape),
+                            ))
+                        }
+                    };
+                    let per_row = match s.shape.as_slice() {
+                        [] | [1] | [1, 1] => false,
+                        [o] | [o, 1] if *o == rows => true,
+                        _ => return Err(err(t, format!("FP8 weight {:?} with scale {:?} is no FP8 layout kquant knows (one scale per row or per tensor)", t.shape, s.shape))),
+                    };
+                    let mut parts = vec![t.name.clone(), s.name.clone()];
+                    for extra in ["weight_zero_point", "input_scale", "input_zero_point"] {
+                        parts.extend(info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
+                    }
+                    Some(QModule {
+                        module: module.into(),
+                        stored: Stored::Fp8 { per_row },
+                        rows,
+                        cols,
+                        parts,
+                    })
+                }
+                ("compressed-tensors", "weight", Dtype::I8, Some(s)) => {
+                    let (rows, cols, groups) = match (t.shape.as_slice(), s.shape.as_slice()) {
+                        ([r, c], [so, g]) if so == r && *g > 0 && c % g == 0 => (*r, *c, *g),
+                        _ => return Err(err(t, format!("I8 weight {:?} with scale {:?} is no int-quantized layout kquant knows", t.shape, s.shape))),
+                    };
+                    if let Some(z) = info(&format!("{module}.weight_zero_point")) {
+                        return Err(err(z, "asymmetric int-quantized weights (with a zero point) cannot be dequantized yet".into()));
+                    }
+                    Some(QModule {
+                        module: module.into(),
+                        stored: Stored::CtInt {
+                            group: cols / groups,
+                        },
+                        rows,
+                        cols,
+                        parts: vec![t.name.clone(), s.name.clone()],
+                    })
+                }
+                ("quark", "weight", Dtype::I32, Some(s)) => {
                     let zp = info(&format!("{module}.weight_zero_point"));
                     let mut parts = vec![t.name.clone(), s.name.clone()];
                     parts.extend(zp.map(|z| z.name.clone()));
@@ -132,9 +233,40 @@ impl<'a> Logical<'a> {
                             let order = if zp.is_some() { quark_order } else { Order::Sequential };
                             (Stored::QuarkChannel { order }, *out, words * 8)
                         }
-                        ([inp, _], [ng, out]) if *ng > 0 && inp % ng == 0 => (Stored::QuarkGroup { group: inp / ng, order: quark_order }, *out, *inp),
+                        ([inp, _], [ng, out]) if *ng > 0 && inp % ng == 0 && quark_uint4 && zp.is_some_and(|z| z.shape == [*ng, out.div_ceil(8)]) => (Stored::QuarkGroupAsym { group: inp / ng, order: quark_order }, *out, *inp),
+                        ([inp, _], [ng, out]) if *ng > 0 && inp % ng == 0 && !quark_uint4 => (Stored::QuarkGroup { group: inp / ng, order: quark_order }, *out, *inp),
                         _ => return Err(err(t, format!("I32 weight {:?} with scale {:?} is no Quark INT4 layout kquant knows", t.shape, s.shape))),
                     };
+                    Some(QModule {
+                        module: module.into(),
+                        stored,
+                        rows,
+                        cols,
+                        parts,
+                    })
+                }
+                ("modelopt", "weight", Dtype::U8, Some(s)) => {
+                    let ws2 = info(&format!("{module}.weight_scale_2"));
+                    let (stored, rows, cols) = match (t.shape.as_slice(), s.dtype, s.shape.as_slice()) {
+                        ([half, c], Dtype::F32, [r, g]) if *g > 0 && c % g == 0 && r.div_ceil(2) == *half => (Stored::ModeloptInt4 { group: c / g }, *r, *c),
+                        ([r, half], Dtype::F8_E4M3, [so, b]) if so == r && half * 2 == b * 16 && ws2.is_some_and(|x| x.shape.iter().product::<usize>() == 1) => (Stored::ModeloptNvfp4, *r, half * 2),
+                        _ => return Err(err(t, format!("U8 weight {:?} with {} scale {:?} is no ModelOpt layout kquant knows (W4A16_AWQ/W4A8_AWQ or NVFP4)", t.shape, s.dtype, s.shape))),
+                    };
+                    let mut parts = vec![t.name.clone(), s.name.clone()];
+                    for extra in ["weight_scale_2", "input_scale", "pre_quant_scale"] {
+                        parts.extend(info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
+                    }
+                    if let Some(p) = info(&format!("{module}.pre_quant_scale")) {
+                        if p.shape != [cols] {
+                            return Err(err(
+                                p,
+                                format!(
+                                    "pre_quant_scale {:?} does not fit the input dimension {cols}",
+                                    p.shape
+                                ),
+                            ));
+                        }
+                    }
                     Some(QModule {
                         module: module.into(),
                         stored,
@@ -180,7 +312,8 @@ impl<'a> Logical<'a> {
         }
     }
 
-    /// Codes and scales of a quantized module.
+    /// Codes and scales of an integer-coded module (for `int4_fp8`: the INT4 stage, scales
+    /// `s2`). Panics for FP8 weights, which have no integer codes ([`Logical::fp8`]).
     pub fn int4(&self, m: &QModule) -> Int4 {
         let w = &self.ck.weights;
         let data = |suffix: &str| {
@@ -192,6 +325,36 @@ impl<'a> Logical<'a> {
             Stored::QuarkChannel { order } => {
                 quark::decode(data("weight").data, &scale, m.rows, m.cols, order)
             }
+            Stored::QuarkGroupAsym { group, order } => {
+                // Codes carried as `q − zp` (−15..=15), so `dequantize_ref` gives `(q − zp) · s`.
+                let o = quark::Options {
+                    layout: quark::Layout::Model,
+                    version: quark::Version::V013,
+                    order,
+                };
+                let u = quark_uint4::decode(
+                    data("weight").data,
+                    &scale,
+                    data("weight_zero_point").data,
+                    m.rows,
+                    m.cols,
+                    group,
+                    &o,
+                );
+                let g = m.cols / group;
+                Int4 {
+                    rows: m.rows,
+                    cols: m.cols,
+                    group,
+                    codes: (0..m.rows * m.cols)
+                        .map(|i| {
+                            let j = (i / m.cols) * g + (i % m.cols) / group;
+                            u.codes[i] as i8 - u.zero_points[j] as i8
+                        })
+                        .collect(),
+                    scales: u.scales,
+                }
+            }
             Stored::QuarkGroup { group, order } => {
                 quark_group::decode(data("weight").data, &scale, m.rows, m.cols, group, order)
             }
@@ -202,13 +365,101 @@ impl<'a> Logical<'a> {
                 m.cols,
                 group,
             ),
+            Stored::QuarkInt4Fp8 { order } => {
+                let s2 = data("weight_scale_2").to_f32();
+                quark::decode(data("weight").data, &s2, m.rows, m.cols, order)
+            }
+            Stored::CtInt { group } => {
+                ct_quantized::int_decode(data("weight").data, &scale, m.rows, m.cols, group)
+            }
+            Stored::ModeloptInt4 { group } => {
+                modelopt::int4_decode(data("weight").data, &scale, m.rows, m.cols, group)
+            }
+            Stored::Fp8 { .. } => panic!("{}: FP8 weights have no integer codes", m.module),
+            Stored::ModeloptNvfp4 => panic!("{}: NVFP4 weights have no integer codes", m.module),
+        }
+    }
+
+    /// Codes and scales of an FP8 module. Panics for other layouts.
+    pub fn fp8(&self, m: &QModule) -> Fp8 {
+        let w = &self.ck.weights;
+        let data = |suffix: &str| {
+            w.tensor(&format!("{}.{suffix}", m.module))
+                .expect("checked")
+        };
+        match m.stored {
+            Stored::Fp8 { per_row } => {
+                let mut scales = data("weight_scale").to_f32();
+                if !per_row {
+                    scales.truncate(1);
+                }
+                Fp8 {
+                    rows: m.rows,
+                    cols: m.cols,
+                    scales,
+                    codes: data("weight").data.to_vec(),
+                }
+            }
+            _ => panic!("{}: not an FP8 layout", m.module),
+        }
+    }
+
+    /// The dequantized weights of a quantized module, `[rows, cols]` f32.
+    pub fn dequantize(&self, m: &QModule) -> Vec<f32> {
+        match m.stored {
+            Stored::Fp8 { .. } => self.fp8(m).dequantize_ref(),
+            Stored::QuarkInt4Fp8 { order } => {
+                let w = &self.ck.weights;
+                let data = |suffix: &str| {
+                    w.tensor(&format!("{}.{suffix}", m.module))
+                        .expect("checked")
+                };
+                quark_fp8::int4_fp8_decode(
+                    data("weight").data,
+                    data("weight_scale").to_f32()[0],
+                    &data("weight_scale_2").to_f32(),
+                    m.rows,
+                    m.cols,
+                    order,
+                )
+                .dequantize_ref()
+            }
+            Stored::ModeloptInt4 { .. } | Stored::ModeloptNvfp4 => {
+                let w = &self.ck.weights;
+                let data = |suffix: &str| {
+                    w.tensor(&format!("{}.{suffix}", m.module))
+                        .expect("checked")
+                };
+                let mut v = match m.stored {
+                    Stored::ModeloptNvfp4 => modelopt::nvfp4_dequantize(
+                        data("weight").data,
+                        data("weight_scale").data,
+                        data("weight_scale_2").to_f32()[0],
+                        m.rows,
+                        m.cols,
+                    ),
+                    _ => self.int4(m).dequantize_ref(),
+                };
+                // TensorRT-LLM multiplies the input by pre_quant_scale: the weight it computes
+                // with is `w · pqs` along the input dimension.
+                if let Some(p) = w.tensor(&format!("{}.pre_quant_scale", m.module)) {
+                    let p = p.to_f32();
+                    for row in v.chunks_mut(m.cols.max(1)) {
+                        for (x, s) in row.iter_mut().zip(&p) {
+                            *x *= s;
+                        }
+                    }
+                }
+                v
+            }
+            _ => self.int4(m).dequantize_ref(),
         }
     }
 
     /// Values of a logical tensor as f32 (dequantized `q · s` for quantized modules).
     pub fn read_f32(&self, name: &str) -> Option<Vec<f32>> {
         match self.module(name) {
-            Some(m) => Some(self.int4(m).dequantize_ref()),
+            Some(m) => Some(self.dequantize(m)),
             None => self.ck.weights.tensor(name).map(|v| v.to_f32()),
         }
     }

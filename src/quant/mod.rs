@@ -2,13 +2,18 @@
 //! formats they are written in. Each format keeps its own recipe; they are never unified.
 
 pub mod compressed_tensors;
+pub mod ct_quantized;
 pub mod decode;
 pub mod exclude;
+pub mod fp8;
 pub mod int4;
+pub mod modelopt;
 pub mod order_check;
 pub mod pack;
 pub mod preset;
 pub mod quark;
+pub mod quark_fp8;
 pub mod quark_group;
+pub mod quark_uint4;
 pub mod registry;
 pub mod target;

@@ -7,7 +7,9 @@ use serde::Serialize;
 
 use super::pack::Order;
 use super::target::Target;
-use super::{compressed_tensors, quark, quark_group};
+use super::{
+    compressed_tensors, ct_quantized, modelopt, quark, quark_fp8, quark_group, quark_uint4,
+};
 use crate::error::{Error, Result};
 
 /// Output file formats.
@@ -87,11 +89,13 @@ pub static SCHEMES: &[SchemeInfo] = &[
                 "W4A16 strategy channel",
                 &["vLLM CUDA (Marlin/Machete)", "vLLM ROCm (Triton W4A16)"],
             ),
+            // ModelOpt exports 4-bit integer weights per group only (W4A16_AWQ); TensorRT-LLM's
+            // per-channel W4A16 has no ModelOpt writer. See docs/quantize.md.
             c(
                 Format::Modelopt,
                 false,
-                "W4A16 (AWQ layout)",
-                &["TensorRT-LLM Hopper/Blackwell"],
+                "none: ModelOpt INT4 is per group",
+                &[],
             ),
         ],
     },
@@ -158,11 +162,104 @@ pub static SCHEMES: &[SchemeInfo] = &[
             ),
             c(
                 Format::Modelopt,
-                false,
-                "INT4_AWQ_CFG (W4A16_AWQ)",
-                &["TensorRT-LLM Hopper/Blackwell"],
+                true,
+                "INT4_AWQ_CFG (W4A16_AWQ; no AWQ search)",
+                &["TensorRT-LLM (W4A16_AWQ_LinearMethod)"],
             ),
         ],
+    },
+    SchemeInfo {
+        id: "fp8-pc",
+        bits_per_weight: 8.0 + 16.0 / 7168.0,
+        granularity: "per output channel",
+        activations: "FP8 E4M3, dynamic per token",
+        about: "FP8 E4M3 weights, one scale per output row; activations quantized per token at run time",
+        carriers: &[
+            c(
+                Format::Quark,
+                true,
+                "Quark ptpc_fp8",
+                &["vLLM CUDA/ROCm (QuarkW8A8Fp8)", "SGLang CUDA/ROCm (QuarkW8A8Fp8)"],
+            ),
+            c(
+                Format::CompressedTensors,
+                true,
+                "FP8_DYNAMIC (float-quantized)",
+                &[
+                    "vLLM CUDA/ROCm (CompressedTensorsW8A8Fp8)",
+                    "SGLang CUDA/ROCm (CompressedTensorsW8A8Fp8)",
+                ],
+            ),
+            c(
+                Format::Modelopt,
+                true,
+                "FP8_PER_CHANNEL_PER_TOKEN_CFG",
+                &[
+                    "TensorRT-LLM (FP8RowwiseLinearMethod)",
+                    "vLLM CUDA (ModelOpt FP8_PER_CHANNEL_PER_TOKEN)",
+                ],
+            ),
+        ],
+    },
+    SchemeInfo {
+        id: "w4a8-fp8",
+        bits_per_weight: 4.0 + 32.0 / 7168.0,
+        granularity: "per output channel (INT4) on a per-tensor FP8 stage",
+        activations: "FP8 E4M3, dynamic per tensor",
+        about: "two-stage weights: FP8 per tensor, then INT4 symmetric per output row (Quark's \"W4A8\")",
+        carriers: &[c(Format::Quark, true, "Quark int4_fp8", &[])],
+    },
+    SchemeInfo {
+        id: "w4a8-int8",
+        bits_per_weight: 8.0 + 16.0 / 128.0,
+        granularity: "per group of 128 input columns",
+        activations: "INT8, dynamic per token",
+        about: "INT4 symmetric weights, one scale per 128 inputs, stored unpacked as I8 (8 bits on disk)",
+        carriers: &[c(
+            Format::CompressedTensors,
+            true,
+            "W4A8 preset (int-quantized)",
+            &["vLLM CPU only (CompressedTensorsW4A8Int)"],
+        )],
+    },
+    SchemeInfo {
+        id: "uint4-g32",
+        bits_per_weight: 4.0 + 20.0 / 32.0,
+        granularity: "per group of 32 input columns",
+        activations: "bf16/f16 (weight-only)",
+        about: "UINT4 asymmetric (scale + 4-bit zero point) per 32 inputs",
+        carriers: &[c(
+            Format::Quark,
+            true,
+            "Quark uint4_wo_32",
+            &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
+        )],
+    },
+    SchemeInfo {
+        id: "uint4-g64",
+        bits_per_weight: 4.0 + 20.0 / 64.0,
+        granularity: "per group of 64 input columns",
+        activations: "bf16/f16 (weight-only)",
+        about: "UINT4 asymmetric (scale + 4-bit zero point) per 64 inputs",
+        carriers: &[c(
+            Format::Quark,
+            true,
+            "Quark uint4_wo_64",
+            &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
+        )],
+    },
+    SchemeInfo {
+        id: "uint4-g128",
+        bits_per_weight: 4.0 + 20.0 / 128.0,
+        granularity: "per group of 128 input columns",
+        activations: "bf16/f16 (weight-only)",
+        about: "UINT4 asymmetric (scale + 4-bit zero point) per 128 inputs",
+        carriers: &[c(
+            Format::Quark,
+            true,
+            "Quark uint4_wo_128",
+            &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
+        )],
     },
 ];
 
@@ -193,6 +290,26 @@ impl QuarkFlags {
                 Order::Reorder
             },
         }
+    }
+}
+
+/// Quark options for a scheme kquant has only Quark 0.13's model-path reference for: refuses
+/// `--quark-layout file2file`, `--quark-version 0.11.1` and (unless nibbles are packed)
+/// `--quark-sequential`.
+fn quark_013_model(scheme_id: &str, q: QuarkFlags, packs: bool) -> Result<quark::Options> {
+    let o = q.options();
+    let why = if o.layout == quark::Layout::File2file {
+        Some("--quark-layout file2file: kquant has no reference output of Quark's file-to-file path for it; use --quark-layout model")
+    } else if o.version != quark::Version::V013 {
+        Some("--quark-version 0.11.1: the reference is Quark 0.13 (0.11.1 output is unknown)")
+    } else if q.sequential && !packs {
+        Some("--quark-sequential: its weights are not nibble-packed")
+    } else {
+        None
+    };
+    match why {
+        Some(w) => Err(Error::Usage(format!("--scheme {scheme_id} with {w}"))),
+        None => Ok(o),
     }
 }
 
@@ -232,6 +349,28 @@ pub fn build(scheme_id: &str, format: Format, q: QuarkFlags) -> Result<Box<dyn T
         ("int4-pc" | "int4-g32" | "int4-g64" | "int4-g128", Format::CompressedTensors) => {
             Some(Box::new(compressed_tensors::PackQuantized { group }))
         }
+        ("fp8-pc", Format::Quark) => Some(Box::new(quark_fp8::Ptpc(quark_013_model(
+            scheme_id, q, false,
+        )?))),
+        ("w4a8-fp8", Format::Quark) => Some(Box::new(quark_fp8::Int4Fp8Target(quark_013_model(
+            scheme_id, q, true,
+        )?))),
+        ("fp8-pc", Format::CompressedTensors) => Some(Box::new(ct_quantized::FloatQuantized)),
+        ("uint4-g32" | "uint4-g64" | "uint4-g128", Format::Quark) => {
+            Some(Box::new(quark_uint4::PerGroupAsym {
+                opts: quark_013_model(scheme_id, q, true)?,
+                group: scheme_id["uint4-g".len()..].parse().expect("uint4-gN"),
+            }))
+        }
+        ("int4-g128", Format::Modelopt) => {
+            Some(Box::new(modelopt::Modelopt(modelopt::Algo::W4a16Awq {
+                group: modelopt::AWQ_GROUP,
+            })))
+        }
+        ("fp8-pc", Format::Modelopt) => Some(Box::new(modelopt::Modelopt(
+            modelopt::Algo::Fp8PerChannelPerToken,
+        ))),
+        ("w4a8-int8", Format::CompressedTensors) => Some(Box::new(ct_quantized::IntQuantizedW4A8)),
         _ => None,
     };
     t.ok_or_else(|| {

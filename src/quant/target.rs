@@ -11,12 +11,11 @@ use crate::io::Dtype;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExcludeStyle {
     /// Every module matched by an exclude pattern (Linear or not) plus unquantized Linear
-    /// candidates, in file order (Quark model path).
+    /// candidates, in file order (Quark model path; ModelOpt, whose target sorts them).
     MatchedModules,
     /// Unquantized Linear candidates, sorted (Quark file-to-file).
     SortedCandidates,
-    /// Unquantized Linear candidates, in file order (compressed-tensors `ignore`, ModelOpt
-    /// `exclude_modules`).
+    /// Unquantized Linear candidates, in file order (compressed-tensors `ignore`).
     Candidates,
 }
 

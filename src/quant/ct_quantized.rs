@@ -1,0 +1,399 @@
+//! compressed-tensors 0.20.0's unpacked formats, as its `NaiveQuantizationCompressor` writes them
+//! on CPU (`quantize()` → `_quantize`, scales from `calculate_qparams`), never another tool's
+//! recipe:
+//!
+//! - `float-quantized`, preset `FP8_DYNAMIC` (kquant `fp8-pc`): FP8 E4M3 weights per output
+//!   channel, FP8 activations dynamic per token.
+//!   - `s = dtype(amax_row / 448)`; an exactly-zero `s` becomes the model dtype's eps (BF16
+//!     `2^-7`, F16 `2^-10`, F32 `2^-23`).
+//!   - `code = e4m3(clamp(dtype(w / s) + zp, ±448))` with the all-zero FP8 zero point that
+//!     compressed-tensors still holds while compressing: adding it turns `−0` into `+0` (so
+//!     code `0x80` never appears) and changes nothing else.
+//!   - `X.weight` F8_E4M3 `[out, in]`, `X.weight_scale` model dtype `[out, 1]`.
+//! - `int-quantized`, preset `W4A8` (kquant `w4a8-int8`): INT4 symmetric weights per group of
+//!   128 input columns, INT8 activations dynamic per token, symmetric. compressed-tensors 0.20.0
+//!   picks `int-quantized` for it (activations are quantized), so the codes are stored
+//!   **unpacked**, one I8 per weight:
+//!   - the W4A16 recipe of `compressed_tensors.rs`: `s = dtype(amax_group / 7.5)` (zero → dtype
+//!     eps), `q = round_half_even(clamp(dtype(w / s), −8, 7))`;
+//!   - `X.weight` I8 `[out, in]`, `X.weight_scale` model dtype `[out, in/128]`; no
+//!     `weight_shape`, no zero point.
+//!
+//! Facts: shared/reference/quant-formats.md §3; checked byte for byte against
+//! fixtures/goldens/compressed-tensors-0.20/{FP8_DYNAMIC,W4A8} (tests/fp8_w4a8_golden.rs).
+//!
+//! `*_ref` are the plain references; the unsuffixed functions are the rayon fast paths, tested
+//! identical.
+
+use rayon::prelude::*;
+use serde_json::{json, Value};
+
+use super::compressed_tensors::{self, dtype_eps, VERSION};
+use super::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
+use super::int4::{round_to, Int4};
+use super::quark::encode_floats;
+use super::target::{ExcludeStyle, Target};
+use crate::io::writer::TensorSpec;
+use crate::io::Dtype;
+
+/// The group size of the `W4A8` preset.
+pub const W4A8_GROUP: usize = 128;
+
+/// FP8 scale of one row: `dtype(amax / 448)`, exactly zero → the dtype's eps.
+pub fn fp8_scale(row: &[f32], dtype: Dtype) -> f32 {
+    let amax = row.iter().fold(0f32, |m, &x| m.max(x.abs()));
+    let s = round_to(dtype, amax / E4M3_MAX);
+    if s == 0.0 {
+        dtype_eps(dtype)
+    } else {
+        s
+    }
+}
+
+/// FP8 code: `e4m3(clamp(dtype(w / s) + 0, ±448))` (the `+ 0` is the zero point: `−0` → `+0`).
+pub fn fp8_code(w: f32, s: f32, dtype: Dtype) -> u8 {
+    e4m3_from_f32_clamped(round_to(dtype, w / s) + 0.0)
+}
+
+/// The reference: plain loops.
+pub fn fp8_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
+    assert_eq!(w.len(), rows * cols);
+    let mut scales = Vec::with_capacity(rows);
+    let mut codes = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        let row = &w[r * cols..(r + 1) * cols];
+        let s = fp8_scale(row, dtype);
+        scales.push(s);
+        codes.extend(row.iter().map(|&x| fp8_code(x, s, dtype)));
+    }
+    Fp8 {
+        rows,
+        cols,
+        scales,
+        codes,
+    }
+}
+
+/// The fast path: rows in parallel. Identical to [`fp8_quantize_ref`].
+pub fn fp8_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
+    assert_eq!(w.len(), rows * cols);
+    let mut scales = vec![0f32; rows];
+    let mut codes = vec![0u8; rows * cols];
+    if cols > 0 {
+        scales
+            .par_iter_mut()
+            .zip(codes.par_chunks_mut(cols))
+            .zip(w.par_chunks(cols))
+            .for_each(|((s, c), row)| {
+                *s = fp8_scale(row, dtype);
+                for (q, &x) in c.iter_mut().zip(row) {
+                    *q = fp8_code(x, *s, dtype);
+                }
+            });
+    }
+    Fp8 {
+        rows,
+        cols,
+        scales,
+        codes,
+    }
+}
+
+/// The tensors one `float-quantized` FP8 module becomes.
+pub fn fp8_specs(module: &str, rows: usize, cols: usize, model: Dtype) -> Vec<TensorSpec> {
+    vec![
+        TensorSpec::new(format!("{module}.weight"), Dtype::F8_E4M3, vec![rows, cols]),
+        TensorSpec::new(format!("{module}.weight_scale"), model, vec![rows, 1]),
+    ]
+}
+
+/// Encode an FP8 module for each of its [`fp8_specs`].
+pub fn fp8_encode(module: &str, q: &Fp8, model: Dtype) -> Vec<(String, Vec<u8>)> {
+    vec![
+        (format!("{module}.weight"), q.codes.clone()),
+        (
+            format!("{module}.weight_scale"),
+            encode_floats(&q.scales, model),
+        ),
+    ]
+}
+
+/// The tensors one `int-quantized` module (`[rows = out, cols = in]`, group `G`) becomes.
+pub fn int_specs(
+    module: &str,
+    rows: usize,
+    cols: usize,
+    group: usize,
+    model: Dtype,
+) -> Vec<TensorSpec> {
+    assert_eq!(
+        cols % group,
+        0,
+        "{module}: in {cols} not a multiple of {group}"
+    );
+    vec![
+        TensorSpec::new(format!("{module}.weight"), Dtype::I8, vec![rows, cols]),
+        TensorSpec::new(
+            format!("{module}.weight_scale"),
+            model,
+            vec![rows, cols / group],
+        ),
+    ]
+}
+
+/// Encode an `int-quantized` module for each of its [`int_specs`]: one I8 per code.
+pub fn int_encode(module: &str, q: &Int4, model: Dtype) -> Vec<(String, Vec<u8>)> {
+    vec![
+        (
+            format!("{module}.weight"),
+            q.codes.iter().map(|&c| c as u8).collect(),
+        ),
+        (
+            format!("{module}.weight_scale"),
+            encode_floats(&q.scales, model),
+        ),
+    ]
+}
+
+/// Decode an `int-quantized` module: I8 codes `[rows, cols]`, scales `[rows, cols/G]`.
+pub fn int_decode(weight: &[u8], scales: &[f32], rows: usize, cols: usize, group: usize) -> Int4 {
+    Int4 {
+        rows,
+        cols,
+        group,
+        scales: scales.to_vec(),
+        codes: weight.iter().map(|&b| b as i8).collect(),
+    }
+}
+
+fn config_group(format: &str, weights: Value, input: Value) -> Value {
+    json!({
+        "config_groups": {"group_0": {
+            "format": format, "input_activations": input, "output_activations": null,
+            "targets": ["Linear"], "weights": weights,
+        }},
+        "format": format,
+        "global_compression_ratio": null,
+        "kv_cache_scheme": null,
+        "moe_sparsity_config": null,
+        "quant_method": "compressed-tensors",
+        "quantization_status": "compressed",
+        "sparsity_config": {},
+        "transform_config": {},
+        "version": VERSION,
+    })
+}
+
+fn with_ignore(mut c: Value, ignore: &[String]) -> Value {
+    c["ignore"] = json!(ignore);
+    c
+}
+
+/// `quantization_config` of the `FP8_DYNAMIC` preset.
+pub fn fp8_config(ignore: &[String]) -> Value {
+    with_ignore(
+        config_group(
+            "float-quantized",
+            json!({"dynamic": false, "group_size": null, "num_bits": 8, "strategy": "channel",
+                   "symmetric": true, "type": "float"}),
+            json!({"dynamic": true, "group_size": null, "num_bits": 8, "strategy": "token",
+                   "symmetric": true, "type": "float"}),
+        ),
+        ignore,
+    )
+}
+
+/// `quantization_config` of the `W4A8` preset (`int-quantized`).
+pub fn w4a8_config(ignore: &[String]) -> Value {
+    with_ignore(
+        config_group(
+            "int-quantized",
+            json!({"dynamic": false, "group_size": W4A8_GROUP, "num_bits": 4, "strategy": "group",
+                   "symmetric": true, "type": "int"}),
+            json!({"dynamic": true, "group_size": null, "num_bits": 8, "strategy": "token",
+                   "symmetric": true, "type": "int"}),
+        ),
+        ignore,
+    )
+}
+
+/// compressed-tensors `FP8_DYNAMIC` (`float-quantized`) as a [`Target`].
+pub struct FloatQuantized;
+
+impl Target for FloatQuantized {
+    fn describe(&self) -> String {
+        format!("compressed-tensors {VERSION} float-quantized (FP8_DYNAMIC)")
+    }
+    fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
+        fp8_specs(module, rows, cols, dtype)
+    }
+    fn encode(
+        &self,
+        module: &str,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Vec<(String, Vec<u8>)> {
+        fp8_encode(module, &fp8_quantize(w, rows, cols, dtype), dtype)
+    }
+    fn config(&self, exclude: &[String]) -> Value {
+        fp8_config(exclude)
+    }
+    fn exclude_key(&self) -> &'static str {
+        "ignore"
+    }
+    fn exclude_style(&self) -> ExcludeStyle {
+        ExcludeStyle::Candidates
+    }
+}
+
+/// compressed-tensors `W4A8` (`int-quantized`, group 128) as a [`Target`].
+pub struct IntQuantizedW4A8;
+
+impl Target for IntQuantizedW4A8 {
+    fn describe(&self) -> String {
+        format!("compressed-tensors {VERSION} int-quantized (W4A8, group {W4A8_GROUP})")
+    }
+    fn group(&self) -> Option<usize> {
+        Some(W4A8_GROUP)
+    }
+    fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
+        int_specs(module, rows, cols, W4A8_GROUP, dtype)
+    }
+    fn encode(
+        &self,
+        module: &str,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Vec<(String, Vec<u8>)> {
+        int_encode(
+            module,
+            &compressed_tensors::quantize(w, rows, cols, W4A8_GROUP, dtype),
+            dtype,
+        )
+    }
+    fn config(&self, exclude: &[String]) -> Value {
+        w4a8_config(exclude)
+    }
+    fn exclude_key(&self) -> &'static str {
+        "ignore"
+    }
+    fn exclude_style(&self) -> ExcludeStyle {
+        ExcludeStyle::Candidates
+    }
+    fn warning(&self) -> Option<String> {
+        Some(
+            "no GPU serving engine loads compressed-tensors W4A8 (int4 weights, int8 activations) today: vLLM's CompressedTensorsW4A8Int has CPU (Arm) kernels only, and the codes are stored unpacked (8 bits per weight on disk).\n  \
+             For a GPU draft use `--scheme fp8-pc` or an INT4 W4A16 scheme (`int4-g128`)."
+                .into(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
+        (0..rows * cols)
+            .map(|i| round_to(dtype, 0.05 * ((i as f32) * 0.37).cos() - 0.004))
+            .collect()
+    }
+
+    #[test]
+    fn fast_equals_reference() {
+        for (rows, cols) in [(64, 128), (33, 72), (7, 13), (1, 1)] {
+            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
+                let w = data(rows, cols, dt);
+                assert_eq!(
+                    fp8_quantize(&w, rows, cols, dt),
+                    fp8_quantize_ref(&w, rows, cols, dt)
+                );
+            }
+        }
+    }
+
+    /// The planted row of the FP8_DYNAMIC golden (summary.json `q_proj_row0`): scale
+    /// 0.0167236328125; the first values 448, −448, 30 (summary.json lists them cast to I32:
+    /// 0x1c0, 0xfffffe40, 0x1e) are the codes 0x7e, 0xfe, 0x5f.
+    #[test]
+    fn planted_row_zero_row_and_negative_zero() {
+        let row = [7.5f32, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
+        let q = fp8_quantize_ref(&row, 1, 8, Dtype::BF16);
+        assert_eq!(
+            q.scales,
+            vec![f32::from_bits(0x3c89_0000)],
+            "0.0167236328125"
+        );
+        assert_eq!(&q.codes[..3], &[0x7e, 0xfe, 0x5f]);
+        let z = fp8_quantize_ref(&[0.0, -0.0], 1, 2, Dtype::BF16);
+        assert_eq!(
+            z.scales,
+            vec![2f32.powi(-7)],
+            "BF16 eps replaces a zero scale"
+        );
+        assert_eq!(z.codes, vec![0, 0], "the zero point turns −0 into +0");
+    }
+
+    #[test]
+    fn int_quantized_round_trip_and_specs() {
+        let (rows, cols) = (5, 256);
+        let w = data(rows, cols, Dtype::BF16);
+        let q = compressed_tensors::quantize(&w, rows, cols, W4A8_GROUP, Dtype::BF16);
+        let enc = int_encode("m", &q, Dtype::BF16);
+        for ((n, b), s) in enc
+            .iter()
+            .zip(int_specs("m", rows, cols, W4A8_GROUP, Dtype::BF16))
+        {
+            assert_eq!(n, &s.name);
+            assert_eq!(b.len() as u64, s.nbytes(), "{n}");
+        }
+        assert_eq!(int_decode(&enc[0].1, &q.scales, rows, cols, W4A8_GROUP), q);
+        let p = fp8_quantize(&w, rows, cols, Dtype::BF16);
+        let enc = fp8_encode("m", &p, Dtype::BF16);
+        for ((n, b), s) in enc.iter().zip(fp8_specs("m", rows, cols, Dtype::BF16)) {
+            assert_eq!(n, &s.name);
+            assert_eq!(b.len() as u64, s.nbytes(), "{n}");
+        }
+    }
+
+    /// Named bound: FP8's relative step is 2^-3, so each element is within 2^-4 relative (plus
+    /// the BF16 rounding of the quotient and the subnormal step near zero).
+    #[test]
+    fn error_bound() {
+        const MAX_RMSE_CT_FP8_PC: f32 = 0.0015;
+        let (rows, cols) = (32, 128);
+        let w = data(rows, cols, Dtype::BF16);
+        let q = fp8_quantize_ref(&w, rows, cols, Dtype::BF16);
+        let d = q.dequantize_ref();
+        let mut se = 0f64;
+        for (i, (&x, &y)) in w.iter().zip(&d).enumerate() {
+            let s = q.scales[i / cols];
+            let e = (x - y).abs();
+            assert!(
+                e <= x.abs() * (1.0 / 16.0 + 1.0 / 256.0) + s * 2f32.powi(-9),
+                "{i}: {x} vs {y}"
+            );
+            se += (e as f64).powi(2);
+        }
+        let rmse = (se / w.len() as f64).sqrt() as f32;
+        assert!(rmse < MAX_RMSE_CT_FP8_PC, "rmse {rmse}");
+    }
+
+    #[test]
+    fn configs() {
+        let c = fp8_config(&["lm_head".into()]);
+        assert_eq!(c["format"], "float-quantized");
+        assert_eq!(c["config_groups"]["group_0"]["weights"]["type"], "float");
+        assert_eq!(c["ignore"], json!(["lm_head"]));
+        let c = w4a8_config(&[]);
+        assert_eq!(c["format"], "int-quantized");
+        let g = &c["config_groups"]["group_0"];
+        assert_eq!(g["weights"]["group_size"], 128);
+        assert_eq!(g["input_activations"]["type"], "int");
+        assert_eq!(g["input_activations"]["strategy"], "token");
+    }
+}

@@ -1,0 +1,754 @@
+//! NVIDIA ModelOpt's Hugging Face ("unified") checkpoint, as nvidia-modelopt 0.47.0's
+//! `export_hf_checkpoint` writes it, for TensorRT-LLM. Each scheme with ModelOpt's own arithmetic
+//! (`export/quant_utils.py`: `get_scaling_factor`, `to_quantized_weight`, `pack_int4_in_uint8`;
+//! `TensorQuantizer.export_amax`), never another format's:
+//!
+//! - `W4A16_AWQ` (`INT4_AWQ_CFG`; kquant `int4-g128`), without the AWQ search:
+//!   - `amax` over each run of 128 input columns, exact; an `amax` of 0 becomes the maxbound 7
+//!     (so the scale is 1.0), and it is floored at the smallest normal of the model dtype
+//!     (`export_amax`); `s = f32(amax) / 7` in F32 (maxbound 7, not 7.5);
+//!   - `q = clamp(round_half_even(f32(w) / s), −8, 7)`: true division in F32 (a model-dtype
+//!     weight divided by an F32 scale), rounding, then the clamp;
+//!   - packed along the **output** dimension: byte `[k, j]` = `q[2k, j] & 0xF | q[2k+1, j] << 4`
+//!     (two's complement nibbles, low nibble = even row);
+//!   - `X.weight` U8 `[out/2, in]`, `X.weight_scale` F32 `[out, in/128]`, and
+//!     `X.pre_quant_scale` (ones, model dtype, `[in]`) on every module TensorRT-LLM loads
+//!     unfused — all but `q/k/v_proj` and `gate/up_proj`, whose AWQ smoothing ModelOpt folds
+//!     into the preceding norm. TensorRT-LLM's `W4A16_AWQ_LinearMethod.load_weights_vanilla`
+//!     reads `pre_quant_scale` unconditionally.
+//! - `FP8_PER_CHANNEL_PER_TOKEN` (kquant `fp8-pc`): `s = f32(amax_row) / 448` (zero → 1.0),
+//!   `code = e4m3(f32(w) / s)` (torch's RNE cast, no clamp: `|w / s| ≤ 448` by construction);
+//!   `X.weight` F8_E4M3 `[out, in]`, `X.weight_scale` F32 `[out]`; activations are quantized
+//!   dynamically per token by the engine, so there is no `input_scale`.
+//!
+//! Config: `hf_quant_config.json` (`producer` + `quantization`, `exclude_modules`) beside
+//! `config.json`, whose `quantization_config` is the flat form (`ignore`, `quant_algo`,
+//! `producer`, `quant_method "modelopt"`). TensorRT-LLM reads either and matches each entry with
+//! `fnmatch.fnmatchcase` against its own module names ([`exclude_modules`]).
+//!
+//! Facts: shared/reference/quant-formats.md §4; checked against
+//! fixtures/goldens/modelopt-0.47/ (tests/modelopt_golden.rs): FP8 byte for byte; INT4 on
+//! everything the golden's AWQ search does not change (see docs/quantize.md).
+//!
+//! `*_ref` are the plain references; the unsuffixed functions are the rayon fast paths, tested
+//! identical.
+
+use rayon::prelude::*;
+use serde_json::{json, Value};
+
+use super::fp8::{e4m3_from_f32, Fp8};
+use super::int4::Int4;
+use super::quark::encode_floats;
+use super::target::{ExcludeStyle, Target};
+use crate::io::writer::TensorSpec;
+use crate::io::Dtype;
+
+/// The ModelOpt release whose output this reproduces (written as `producer.version`).
+pub const VERSION: &str = "0.47.0";
+/// `TensorQuantizer.maxbound` of a 4-bit integer quantizer.
+pub const INT4_MAXBOUND: f32 = 7.0;
+/// `TensorQuantizer.maxbound` of an FP8 E4M3 quantizer.
+pub const FP8_MAXBOUND: f32 = 448.0;
+/// ModelOpt's (and TensorRT-LLM's) group size for `W4A16_AWQ`.
+pub const AWQ_GROUP: usize = 128;
+
+/// Which ModelOpt `quant_algo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algo {
+    /// `W4A16_AWQ` with this group size.
+    W4a16Awq { group: usize },
+    /// `FP8_PER_CHANNEL_PER_TOKEN`.
+    Fp8PerChannelPerToken,
+}
+
+impl Algo {
+    pub fn quant_algo(self) -> &'static str {
+        match self {
+            Algo::W4a16Awq { .. } => "W4A16_AWQ",
+            Algo::Fp8PerChannelPerToken => "FP8_PER_CHANNEL_PER_TOKEN",
+        }
+    }
+}
+
+/// `torch.finfo(dtype).tiny` of the dtype the quantizer's `amax` is kept in (the weight's).
+fn amax_tiny(dtype: Dtype) -> f32 {
+    match dtype {
+        Dtype::F16 => half::f16::MIN_POSITIVE.to_f32(),
+        _ => f32::MIN_POSITIVE,
+    }
+}
+
+/// `get_scaling_factor`: `export_amax` (0 → maxbound, floor at the dtype's smallest normal),
+/// then `amax.float() / maxbound` in F32.
+pub fn scale_from_amax(amax: f32, maxbound: f32, dtype: Dtype) -> f32 {
+    let a = if amax == 0.0 {
+        maxbound
+    } else {
+        amax.max(amax_tiny(dtype))
+    };
+    a / maxbound
+}
+
+fn amax(w: &[f32]) -> f32 {
+    w.iter().fold(0f32, |m, &x| m.max(x.abs()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// W4A16_AWQ
+
+/// One INT4 code: `clamp(round_half_even(w / s), −8, 7)` (`pack_int4_in_uint8`).
+pub fn int4_code(w: f32, s: f32) -> i8 {
+    (w / s).round_ties_even().clamp(-8.0, 7.0) as i8
+}
+
+/// The reference: plain loops. `group` must divide `cols` (the driver refuses otherwise).
+pub fn int4_quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
+    assert_eq!(w.len(), rows * cols);
+    assert_eq!(cols % group, 0, "group must divide the input dimension");
+    let mut scales = Vec::with_capacity(rows * (cols / group));
+    let mut codes = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        for block in w[r * cols..(r + 1) * cols].chunks(group) {
+            let s = scale_from_amax(amax(block), INT4_MAXBOUND, dtype);
+            scales.push(s);
+            codes.extend(block.iter().map(|&x| int4_code(x, s)));
+        }
+    }
+    Int4 {
+        rows,
+        cols,
+        group,
+        scales,
+        codes,
+    }
+}
+
+/// The fast path: rows in parallel. Identical to [`int4_quantize_ref`].
+pub fn int4_quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
+    assert_eq!(w.len(), rows * cols);
+    assert_eq!(cols % group, 0, "group must divide the input dimension");
+    let g = cols / group;
+    let mut scales = vec![0f32; rows * g];
+    let mut codes = vec![0i8; rows * cols];
+    if cols > 0 {
+        scales
+            .par_chunks_mut(g)
+            .zip(codes.par_chunks_mut(cols))
+            .zip(w.par_chunks(cols))
+            .for_each(|((sc, cd), row)| {
+                for ((s, c), x) in sc
+                    .iter_mut()
+                    .zip(cd.chunks_mut(group))
+                    .zip(row.chunks(group))
+                {
+                    *s = scale_from_amax(amax(x), INT4_MAXBOUND, dtype);
+                    for (q, &v) in c.iter_mut().zip(x) {
+                        *q = int4_code(v, *s);
+                    }
+                }
+            });
+    }
+    Int4 {
+        rows,
+        cols,
+        group,
+        scales,
+        codes,
+    }
+}
+
+/// Pack codes two output rows per byte: `[⌈rows/2⌉, cols]` U8, byte `[k, j]` =
+/// `q[2k, j] & 0xF | (q[2k+1, j] & 0xF) << 4`. ModelOpt refuses an odd row count; kquant pads
+/// the last byte row with a zero high nibble (TensorRT-LLM cannot load such a module either).
+pub fn pack_rows(codes: &[i8], rows: usize, cols: usize) -> Vec<u8> {
+    assert_eq!(codes.len(), rows * cols);
+    let mut out = vec![0u8; rows.div_ceil(2) * cols];
+    if cols > 0 {
+        out.par_chunks_mut(cols).enumerate().for_each(|(k, o)| {
+            let lo = &codes[2 * k * cols..(2 * k + 1) * cols];
+            let hi = codes.get((2 * k + 1) * cols..(2 * k + 2) * cols);
+            for (j, b) in o.iter_mut().enumerate() {
+                let h = hi.map_or(0, |h| h[j]);
+                *b = (lo[j] as u8 & 0xf) | ((h as u8 & 0xf) << 4);
+            }
+        });
+    }
+    out
+}
+
+/// Unpack [`pack_rows`] (sign-extending nibbles) into `[rows, cols]` codes.
+pub fn unpack_rows(bytes: &[u8], rows: usize, cols: usize) -> Vec<i8> {
+    assert_eq!(bytes.len(), rows.div_ceil(2) * cols);
+    let nib = |v: u8| ((v << 4) as i8) >> 4;
+    let mut out = vec![0i8; rows * cols];
+    for r in 0..rows {
+        let src = &bytes[(r / 2) * cols..(r / 2 + 1) * cols];
+        for (o, &b) in out[r * cols..(r + 1) * cols].iter_mut().zip(src) {
+            *o = if r % 2 == 0 {
+                nib(b & 0xf)
+            } else {
+                nib(b >> 4)
+            };
+        }
+    }
+    out
+}
+
+/// Whether TensorRT-LLM loads `module` into a fused Linear (`qkv_proj`, `gate_up_proj`), where
+/// ModelOpt folds the AWQ smoothing into the preceding norm and writes no `pre_quant_scale`.
+pub fn trtllm_fused(module: &str) -> bool {
+    let last = module.rsplit('.').next().unwrap_or(module);
+    matches!(
+        last,
+        "q_proj" | "k_proj" | "v_proj" | "gate_proj" | "up_proj"
+    )
+}
+
+/// The tensors one `W4A16_AWQ` module becomes.
+pub fn int4_specs(
+    module: &str,
+    rows: usize,
+    cols: usize,
+    group: usize,
+    model: Dtype,
+) -> Vec<TensorSpec> {
+    assert_eq!(
+        cols % group,
+        0,
+        "{module}: in {cols} not a multiple of {group}"
+    );
+    let mut v = vec![
+        TensorSpec::new(
+            format!("{module}.weight"),
+            Dtype::U8,
+            vec![rows.div_ceil(2), cols],
+        ),
+        TensorSpec::new(
+            format!("{module}.weight_scale"),
+            Dtype::F32,
+            vec![rows, cols / group],
+        ),
+    ];
+    if !trtllm_fused(module) {
+        v.push(TensorSpec::new(
+            format!("{module}.pre_quant_scale"),
+            model,
+            vec![cols],
+        ));
+    }
+    v
+}
+
+/// Encode a `W4A16_AWQ` module for each of its [`int4_specs`].
+pub fn int4_encode(module: &str, q: &Int4, model: Dtype) -> Vec<(String, Vec<u8>)> {
+    let mut v = vec![
+        (
+            format!("{module}.weight"),
+            pack_rows(&q.codes, q.rows, q.cols),
+        ),
+        (
+            format!("{module}.weight_scale"),
+            encode_floats(&q.scales, Dtype::F32),
+        ),
+    ];
+    if !trtllm_fused(module) {
+        v.push((
+            format!("{module}.pre_quant_scale"),
+            encode_floats(&vec![1.0; q.cols], model),
+        ));
+    }
+    v
+}
+
+/// Decode a `W4A16_AWQ` module: `weight` `[⌈rows/2⌉, cols]` U8, `scales` `[rows, cols/G]`.
+pub fn int4_decode(weight: &[u8], scales: &[f32], rows: usize, cols: usize, group: usize) -> Int4 {
+    Int4 {
+        rows,
+        cols,
+        group,
+        scales: scales.to_vec(),
+        codes: unpack_rows(weight, rows, cols),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// FP8_PER_CHANNEL_PER_TOKEN
+
+/// One FP8 code: `e4m3(f32(w) / s)`.
+pub fn fp8_code(w: f32, s: f32) -> u8 {
+    e4m3_from_f32(w / s)
+}
+
+/// The reference: plain loops.
+pub fn fp8_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
+    assert_eq!(w.len(), rows * cols);
+    let mut scales = Vec::with_capacity(rows);
+    let mut codes = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        let row = &w[r * cols..(r + 1) * cols];
+        let s = scale_from_amax(amax(row), FP8_MAXBOUND, dtype);
+        scales.push(s);
+        codes.extend(row.iter().map(|&x| fp8_code(x, s)));
+    }
+    Fp8 {
+        rows,
+        cols,
+        scales,
+        codes,
+    }
+}
+
+/// The fast path: rows in parallel. Identical to [`fp8_quantize_ref`].
+pub fn fp8_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
+    assert_eq!(w.len(), rows * cols);
+    let mut scales = vec![0f32; rows];
+    let mut codes = vec![0u8; rows * cols];
+    if cols > 0 {
+        scales
+            .par_iter_mut()
+            .zip(codes.par_chunks_mut(cols))
+            .zip(w.par_chunks(cols))
+            .for_each(|((s, c), row)| {
+                *s = scale_from_amax(amax(row), FP8_MAXBOUND, dtype);
+                for (q, &x) in c.iter_mut().zip(row) {
+                    *q = fp8_code(x, *s);
+                }
+            });
+    }
+    Fp8 {
+        rows,
+        cols,
+        scales,
+        codes,
+    }
+}
+
+/// The tensors one `FP8_PER_CHANNEL_PER_TOKEN` module becomes.
+pub fn fp8_specs(module: &str, rows: usize, cols: usize) -> Vec<TensorSpec> {
+    vec![
+        TensorSpec::new(format!("{module}.weight"), Dtype::F8_E4M3, vec![rows, cols]),
+        TensorSpec::new(format!("{module}.weight_scale"), Dtype::F32, vec![rows]),
+    ]
+}
+
+/// Encode an `FP8_PER_CHANNEL_PER_TOKEN` module for each of its [`fp8_specs`].
+pub fn fp8_encode(module: &str, q: &Fp8) -> Vec<(String, Vec<u8>)> {
+    vec![
+        (format!("{module}.weight"), q.codes.clone()),
+        (
+            format!("{module}.weight_scale"),
+            encode_floats(&q.scales, Dtype::F32),
+        ),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// NVFP4 (read only: kquant does not write it, see docs/quantize.md)
+
+/// E2M1 magnitudes by code (`code & 7`; bit 3 is the sign).
+pub const E2M1: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+/// NVFP4 block size along the input dimension.
+pub const NVFP4_BLOCK: usize = 16;
+
+/// Dequantize a ModelOpt NVFP4 weight: `weight` `[rows, cols/2]` U8 (column `2j` in the low
+/// nibble), `scales` `[rows, cols/16]` E4M3, `scale_2` the F32 `weight_scale_2`:
+/// `w = e2m1 · (f8(scale) · scale_2)` (`NVFP4QTensor.dequantize`).
+pub fn nvfp4_dequantize(
+    weight: &[u8],
+    scales: &[u8],
+    scale_2: f32,
+    rows: usize,
+    cols: usize,
+) -> Vec<f32> {
+    use crate::io::dtype::f8_e4m3_to_f32;
+    assert_eq!(weight.len() * 2, rows * cols);
+    assert_eq!(scales.len() * NVFP4_BLOCK, rows * cols);
+    (0..rows * cols)
+        .map(|i| {
+            let nib = (weight[i / 2] >> (4 * (i % 2))) & 0xf;
+            let v = E2M1[(nib & 7) as usize];
+            let v = if nib & 8 != 0 { -v } else { v };
+            v * (f8_e4m3_to_f32(scales[i / NVFP4_BLOCK]) * scale_2)
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config
+
+/// Escape `*`, `?` and `[` for Python `fnmatch` (`[*]`, `[?]`, `[[]`).
+pub fn fnmatch_escape(name: &str) -> String {
+    let mut s = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '*' | '?' | '[' => {
+                s.push('[');
+                s.push(c);
+                s.push(']');
+            }
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// The names TensorRT-LLM's PyTorch backend gives checkpoint module `module` when it is not
+/// the name itself: an EAGLE-3 draft (`Eagle3ForCausalLM`) prefixes everything but `lm_head`
+/// with `model.` and maps `layers.0.*` to `midlayer.*` (one layer) or `midlayer.0.*` (several);
+/// names that already start with `model.` (HF decoder models) are kept.
+pub fn trtllm_names(module: &str) -> Vec<String> {
+    if module == "lm_head" || module.starts_with("model.") {
+        return Vec::new();
+    }
+    if let Some(rest) = module.strip_prefix("layers.") {
+        if let Some((n, tail)) = rest.split_once('.') {
+            if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) {
+                let mut v = Vec::new();
+                if n == "0" {
+                    v.push(format!("model.midlayer.{tail}"));
+                }
+                v.push(format!("model.midlayer.{n}.{tail}"));
+                return v;
+            }
+        }
+    }
+    vec![format!("model.{module}")]
+}
+
+/// ModelOpt's `exclude_modules` / `ignore` for the unquantized modules in `exclude` (the
+/// driver's list; its `re:` entries, which TensorRT-LLM does not understand, are dropped):
+/// the concrete names sorted, as `process_layer_quant_config` writes them (kquant never merges
+/// them into prefix wildcards), then, for each, the fnmatch-escaped names TensorRT-LLM gives
+/// that module ([`trtllm_names`]), so its `fnmatchcase` matcher finds it after renaming, and
+/// for each complete fused group (`q/k/v_proj`, `gate/up_proj`) the fused module's name.
+pub fn exclude_modules(exclude: &[String]) -> Vec<String> {
+    let mut concrete: Vec<String> = exclude
+        .iter()
+        .filter(|e| !e.starts_with("re:"))
+        .cloned()
+        .collect();
+    concrete.sort();
+    concrete.dedup();
+    let mut out: Vec<String> = concrete.iter().map(|m| fnmatch_escape(m)).collect();
+    let mut push = |n: String| {
+        let n = fnmatch_escape(&n);
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    };
+    for m in &concrete {
+        trtllm_names(m).into_iter().for_each(&mut push);
+    }
+    // A whole fused group also by its fused name: TensorRT-LLM releases that match only the
+    // fused module's own name (`qkv_proj`, `gate_up_proj`) still find it.
+    for m in &concrete {
+        for (fused, parts) in FUSED {
+            let Some(prefix) = m.strip_suffix(parts[0]) else {
+                continue;
+            };
+            if prefix.ends_with('.')
+                && parts
+                    .iter()
+                    .all(|p| concrete.contains(&format!("{prefix}{p}")))
+            {
+                let f = format!("{prefix}{fused}");
+                match trtllm_names(&f) {
+                    v if v.is_empty() => push(f),
+                    v => v.into_iter().for_each(&mut push),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The modules TensorRT-LLM loads as one Linear: fused name, checkpoint names.
+const FUSED: [(&str, &[&str]); 2] = [
+    ("qkv_proj", &["q_proj", "k_proj", "v_proj"]),
+    ("gate_up_proj", &["gate_proj", "up_proj"]),
+];
+
+/// `hf_quant_config.json`, as `get_quant_config` + `process_layer_quant_config` build it.
+pub fn hf_quant_config(algo: Algo, exclude_modules: &[String]) -> Value {
+    let mut q = serde_json::Map::new();
+    q.insert("quant_algo".into(), json!(algo.quant_algo()));
+    q.insert("kv_cache_quant_algo".into(), Value::Null);
+    if let Algo::W4a16Awq { group } = algo {
+        q.insert("group_size".into(), json!(group));
+        q.insert("has_zero_point".into(), json!(false));
+        q.insert("pre_quant_scale".into(), json!(true));
+    }
+    q.insert("exclude_modules".into(), json!(exclude_modules));
+    json!({"producer": {"name": "modelopt", "version": VERSION}, "quantization": q})
+}
+
+/// `quantization_config` in `config.json`, as `convert_hf_quant_config_format` writes it for
+/// these algorithms (no `config_groups`: ModelOpt adds them for FP8 per-tensor and NVFP4 only).
+pub fn config(algo: Algo, ignore: &[String]) -> Value {
+    json!({
+        "ignore": ignore,
+        "quant_algo": algo.quant_algo(),
+        "producer": {"name": "modelopt", "version": VERSION},
+        "quant_method": "modelopt",
+    })
+}
+
+/// Python `json.dump(..., indent=4)` bytes (ModelOpt's `hf_quant_config.json`; no final newline).
+pub fn python_json_indent4(v: &Value) -> Vec<u8> {
+    use serde::Serialize;
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    v.serialize(&mut ser).expect("JSON");
+    out
+}
+
+/// ModelOpt as a [`Target`].
+pub struct Modelopt(pub Algo);
+
+impl Target for Modelopt {
+    fn describe(&self) -> String {
+        format!("ModelOpt {VERSION} {}", self.0.quant_algo())
+    }
+    fn group(&self) -> Option<usize> {
+        match self.0 {
+            Algo::W4a16Awq { group } => Some(group),
+            Algo::Fp8PerChannelPerToken => None,
+        }
+    }
+    fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
+        match self.0 {
+            Algo::W4a16Awq { group } => int4_specs(module, rows, cols, group, dtype),
+            Algo::Fp8PerChannelPerToken => fp8_specs(module, rows, cols),
+        }
+    }
+    fn encode(
+        &self,
+        module: &str,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Vec<(String, Vec<u8>)> {
+        match self.0 {
+            Algo::W4a16Awq { group } => {
+                int4_encode(module, &int4_quantize(w, rows, cols, group, dtype), dtype)
+            }
+            Algo::Fp8PerChannelPerToken => fp8_encode(module, &fp8_quantize(w, rows, cols, dtype)),
+        }
+    }
+    fn config(&self, exclude: &[String]) -> Value {
+        config(self.0, &exclude_modules(exclude))
+    }
+    fn exclude_key(&self) -> &'static str {
+        "ignore"
+    }
+    /// Every module a pattern matched (embeddings too: ModelOpt lists every module that has a
+    /// disabled quantizer, `Embedding` included) plus unquantized Linear candidates; sorted by
+    /// [`exclude_modules`].
+    fn exclude_style(&self) -> ExcludeStyle {
+        ExcludeStyle::MatchedModules
+    }
+    fn side_files(&self, exclude: &[String]) -> Vec<(String, Vec<u8>)> {
+        vec![(
+            "hf_quant_config.json".into(),
+            python_json_indent4(&hf_quant_config(self.0, &exclude_modules(exclude))),
+        )]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::dtype::f8_e4m3_to_f32;
+    use crate::quant::int4::round_to;
+
+    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
+        (0..rows * cols)
+            .map(|i| round_to(dtype, 0.03 * ((i as f32) * 0.37).cos() - 0.004))
+            .collect()
+    }
+
+    /// The divisor is 7 (not 7.5): a block with amax 7 has scale 1 and codes equal to the
+    /// rounded weights, ties to even; nothing reaches −8.
+    #[test]
+    fn int4_scale_is_amax_over_7_and_ties_round_to_even() {
+        let row = [7.0f32, -7.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
+        let q = int4_quantize_ref(&row, 1, 8, 8, Dtype::BF16);
+        assert_eq!(q.scales, vec![1.0]);
+        assert_eq!(q.codes, vec![7, -7, 0, 2, 2, 0, -2, -2]);
+        // F32 division, not a reciprocal multiply: amax 0.1 → s = 0.1/7 in F32.
+        let s = scale_from_amax(0.1, INT4_MAXBOUND, Dtype::BF16);
+        assert_eq!(s, 0.1f32 / 7.0);
+        assert_eq!(int4_code(0.1, s), 7);
+        assert_eq!(int4_code(-0.1, s), -7);
+    }
+
+    #[test]
+    fn zero_block_has_scale_one() {
+        let q = int4_quantize_ref(&[0.0; 16], 1, 16, 8, Dtype::BF16);
+        assert_eq!(q.scales, vec![1.0, 1.0]);
+        assert_eq!(q.codes, vec![0; 16]);
+        let f = fp8_quantize_ref(&[0.0; 4], 1, 4, Dtype::BF16);
+        assert_eq!(f.scales, vec![1.0]);
+        assert_eq!(f.codes, vec![0; 4]);
+        // Tiny amax is floored at the dtype's smallest normal.
+        assert_eq!(
+            scale_from_amax(1e-40, FP8_MAXBOUND, Dtype::F32),
+            f32::MIN_POSITIVE / 448.0
+        );
+        assert_eq!(
+            scale_from_amax(1e-6, FP8_MAXBOUND, Dtype::F16),
+            half::f16::MIN_POSITIVE.to_f32() / 448.0
+        );
+    }
+
+    /// Two output rows per byte, the even row in the low nibble, two's complement.
+    #[test]
+    fn packs_along_the_output_dimension() {
+        // rows 0..4, cols 2: q[r][c]
+        let codes: Vec<i8> = vec![1, -1, 2, -8, 7, 0, -2, 3];
+        let b = pack_rows(&codes, 4, 2);
+        assert_eq!(b, vec![0x21, 0x8f, 0xe7, 0x30]);
+        assert_eq!(unpack_rows(&b, 4, 2), codes);
+        // An odd row count pads the last high nibble with 0.
+        let b = pack_rows(&codes[..6], 3, 2);
+        assert_eq!(b, vec![0x21, 0x8f, 0x07, 0x00]);
+        assert_eq!(unpack_rows(&b, 3, 2), codes[..6].to_vec());
+    }
+
+    #[test]
+    fn fast_equals_reference_and_round_trips() {
+        for (rows, cols, group) in [(64, 256, 128), (6, 128, 128), (7, 256, 64), (2, 8, 8)] {
+            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
+                let w = data(rows, cols, dt);
+                let r = int4_quantize_ref(&w, rows, cols, group, dt);
+                assert_eq!(int4_quantize(&w, rows, cols, group, dt), r);
+                let enc = int4_encode("m.o_proj", &r, dt);
+                let specs = int4_specs("m.o_proj", rows, cols, group, dt);
+                assert_eq!(enc.len(), 3);
+                for ((n, b), s) in enc.iter().zip(&specs) {
+                    assert_eq!(n, &s.name);
+                    assert_eq!(b.len() as u64, s.nbytes(), "{n}");
+                }
+                assert_eq!(int4_decode(&enc[0].1, &r.scales, rows, cols, group), r);
+                let f = fp8_quantize_ref(&w, rows, cols, dt);
+                assert_eq!(fp8_quantize(&w, rows, cols, dt), f);
+                for ((n, b), s) in fp8_encode("m", &f).iter().zip(fp8_specs("m", rows, cols)) {
+                    assert_eq!(n, &s.name);
+                    assert_eq!(b.len() as u64, s.nbytes(), "{n}");
+                }
+            }
+        }
+        assert_eq!(int4_specs("a.q_proj", 2, 8, 8, Dtype::BF16).len(), 2);
+    }
+
+    /// Named bounds: INT4 reconstruction within s/2 (amax/7 never clamps), FP8 within half an
+    /// E4M3 step of the value (relative 2^-4) or half the smallest subnormal step.
+    #[test]
+    fn error_bounds() {
+        const MAX_RMSE_MODELOPT_INT4_G128: f32 = 0.0025;
+        let (rows, cols) = (32, 256);
+        let w = data(rows, cols, Dtype::BF16);
+        let q = int4_quantize_ref(&w, rows, cols, 128, Dtype::BF16);
+        let d = q.dequantize_ref();
+        let mut se = 0f64;
+        for i in 0..rows * cols {
+            let s = q.scales[(i / cols) * 2 + (i % cols) / 128];
+            let e = (w[i] - d[i]).abs();
+            assert!(e <= s * 0.5 * (1.0 + 1e-6), "{i}: {e} vs {s}");
+            se += (e as f64).powi(2);
+        }
+        let rmse = (se / (rows * cols) as f64).sqrt() as f32;
+        assert!(rmse < MAX_RMSE_MODELOPT_INT4_G128, "rmse {rmse}");
+        let f = fp8_quantize_ref(&w, rows, cols, Dtype::BF16);
+        for (i, (&x, &c)) in w.iter().zip(&f.codes).enumerate() {
+            let s = f.scales[i / cols];
+            let v = f8_e4m3_to_f32(c) * s;
+            let e = (x - v).abs();
+            assert!(
+                e <= (x.abs() / 16.0).max(s * 2f32.powi(-10)) * (1.0 + 1e-5),
+                "{i}: {x} vs {v}"
+            );
+        }
+    }
+
+    #[test]
+    fn trtllm_names_of_draft_modules() {
+        assert_eq!(trtllm_names("fc"), vec!["model.fc"]);
+        assert!(trtllm_names("lm_head").is_empty());
+        assert!(trtllm_names("model.embed_tokens").is_empty());
+        assert_eq!(
+            trtllm_names("midlayer.mlp.down_proj"),
+            vec!["model.midlayer.mlp.down_proj"]
+        );
+        assert_eq!(
+            trtllm_names("layers.0.self_attn.o_proj"),
+            vec![
+                "model.midlayer.self_attn.o_proj",
+                "model.midlayer.0.self_attn.o_proj"
+            ]
+        );
+        assert_eq!(
+            trtllm_names("layers.2.mlp.up_proj"),
+            vec!["model.midlayer.2.mlp.up_proj"]
+        );
+        assert_eq!(fnmatch_escape("a[1]*?"), "a[[]1][*][?]");
+        let ex: Vec<String> = ["lm_head", "fc", "re:^(.*\\.)?fc$", "fc"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let got = exclude_modules(&ex);
+        assert_eq!(got, vec!["fc", "lm_head", "model.fc"]);
+        // What TensorRT-LLM's `is_module_excluded_from_quantization` does with them.
+        use crate::quant::exclude::fnmatch;
+        for name in ["model.fc", "lm_head"] {
+            assert!(got.iter().any(|p| fnmatch(p, name)), "{name}");
+        }
+        assert!(!got
+            .iter()
+            .any(|p| fnmatch(p, "model.midlayer.mlp.down_proj")));
+        // Whole fused groups also by the fused name; a partial group does not get it.
+        let ex: Vec<String> = [
+            "midlayer.self_attn.q_proj",
+            "midlayer.self_attn.k_proj",
+            "midlayer.self_attn.v_proj",
+            "model.layers.3.mlp.gate_proj",
+            "model.layers.3.mlp.up_proj",
+            "model.layers.4.mlp.up_proj",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let got = exclude_modules(&ex);
+        assert_eq!(
+            &got[6..],
+            [
+                "model.midlayer.self_attn.k_proj",
+                "model.midlayer.self_attn.q_proj",
+                "model.midlayer.self_attn.v_proj",
+                "model.midlayer.self_attn.qkv_proj",
+                "model.layers.3.mlp.gate_up_proj",
+            ]
+        );
+    }
+
+    /// `hf_quant_config.json` byte for byte as ModelOpt 0.47 wrote it for the INT4 golden.
+    #[test]
+    fn hf_quant_config_bytes() {
+        let want = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("fixtures/goldens/modelopt-0.47/INT4_AWQ_CFG/hf_quant_config.json"),
+        )
+        .unwrap();
+        let ex = vec!["lm_head".to_string(), "model.embed_tokens".to_string()];
+        let got = python_json_indent4(&hf_quant_config(
+            Algo::W4a16Awq { group: 128 },
+            &exclude_modules(&ex),
+        ));
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            String::from_utf8(want).unwrap()
+        );
+    }
+}

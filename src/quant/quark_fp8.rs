@@ -1,0 +1,542 @@
+//! AMD Quark 0.13's FP8 schemes, model path (`ModelQuantizer` + `export_safetensors`), each with
+//! Quark's own arithmetic (`observer.py`, `hw_emulation_interface.py`, `realquantizer.py`):
+//!
+//! - `ptpc_fp8` (`PTPCFP8Scheme`; kquant `fp8-pc`): FP8 E4M3 weights per output channel, FP8
+//!   activations dynamic per token.
+//!   - `s = dtype(amax_row / 448)` (the observer divides in the model dtype); an exactly-zero `s`
+//!     becomes `dtype(2^-23)` (f32 eps cast to the model dtype: a replacement, not a floor).
+//!   - `code = e4m3(clamp(dtype(w / s), ±448))`: true division rounded to the model dtype
+//!     (a BF16 tensor divided by a BF16 scale), clamp, then torch's RNE cast.
+//!   - `X.weight` F8_E4M3 `[out, in]`, `X.weight_scale` model dtype `[out]`; nothing else.
+//! - `int4_fp8` (`INT4_FP8Scheme`, "W4A8"; kquant `w4a8-fp8`): progressive two-stage weights,
+//!   FP8 activations dynamic per tensor. §1.4 of shared/reference/quant-formats.md:
+//!   - stage 1, FP8 per tensor: `s1 = f32(amax) / 448` in F32 (scale_type float32), a zero
+//!     replaced by `2^-23`; `w8 = e4m3(clamp(dtype(w / s1), ±448))` (a model-dtype tensor divided
+//!     by an F32 0-d scale computes in F32 and rounds to the model dtype);
+//!   - stage 2, INT4 per output channel on the FP8 values `f8(w8)` (in FP8 units, not times
+//!     `s1`): Quark's INT4 recipe, `s2 = max(dtype(amax_row / 7.5), dtype(2^-23))` stored as
+//!     F32, `q = clamp(round_half_even(f8(w8) · (1/s2)), −8, 7)`;
+//!   - `X.weight` I32 `[out, ⌈in/8⌉]` packed along in (`pack_method` order, default reorder),
+//!     `X.weight_scale` F32 `[]` = `s1`, `X.weight_scale_2` F32 `[out]` = `s2`,
+//!     `X.weight_zero_point_2` I32 `[⌈out/8⌉]` zeros; `w ≈ q · s2 · s1`.
+//!
+//! Checked byte for byte against fixtures/goldens/quark-0.13/{ptpc,int4_fp8}_bfloat16
+//! (tests/fp8_w4a8_golden.rs). F16 and F32 models use the same code with their own rounding
+//! (no golden; UNVERIFIED).
+//!
+//! `*_ref` are the plain references; the unsuffixed functions are the rayon fast paths, tested
+//! identical.
+
+use rayon::prelude::*;
+use serde_json::{json, Value};
+
+use super::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
+use super::int4::{quark_code, quark_scale, round_to, Int4, SCALE_EPS};
+use super::pack::{self, Order};
+use super::quark::{self, encode_floats, Options};
+use super::target::{ExcludeStyle, Target};
+use crate::io::dtype::f8_e4m3_to_f32;
+use crate::io::writer::TensorSpec;
+use crate::io::Dtype;
+
+// ---------------------------------------------------------------------------------------------
+// ptpc_fp8
+
+/// `ptpc_fp8` scale of one row: `dtype(amax / 448)`, exactly zero → `dtype(2^-23)`.
+pub fn ptpc_scale(row: &[f32], dtype: Dtype) -> f32 {
+    let amax = row.iter().fold(0f32, |m, &x| m.max(x.abs()));
+    let s = round_to(dtype, amax / E4M3_MAX);
+    if s == 0.0 {
+        round_to(dtype, SCALE_EPS)
+    } else {
+        s
+    }
+}
+
+/// `ptpc_fp8` code: `e4m3(clamp(dtype(w / s), ±448))`.
+pub fn ptpc_code(w: f32, s: f32, dtype: Dtype) -> u8 {
+    e4m3_from_f32_clamped(round_to(dtype, w / s))
+}
+
+/// The reference: plain loops.
+pub fn ptpc_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
+    assert_eq!(w.len(), rows * cols);
+    let mut scales = Vec::with_capacity(rows);
+    let mut codes = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        let row = &w[r * cols..(r + 1) * cols];
+        let s = ptpc_scale(row, dtype);
+        scales.push(s);
+        codes.extend(row.iter().map(|&x| ptpc_code(x, s, dtype)));
+    }
+    Fp8 {
+        rows,
+        cols,
+        scales,
+        codes,
+    }
+}
+
+/// The fast path: rows in parallel. Identical to [`ptpc_quantize_ref`].
+pub fn ptpc_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
+    assert_eq!(w.len(), rows * cols);
+    let mut scales = vec![0f32; rows];
+    let mut codes = vec![0u8; rows * cols];
+    if cols > 0 {
+        scales
+            .par_iter_mut()
+            .zip(codes.par_chunks_mut(cols))
+            .zip(w.par_chunks(cols))
+            .for_each(|((s, c), row)| {
+                *s = ptpc_scale(row, dtype);
+                for (q, &x) in c.iter_mut().zip(row) {
+                    *q = ptpc_code(x, *s, dtype);
+                }
+            });
+    }
+    Fp8 {
+        rows,
+        cols,
+        scales,
+        codes,
+    }
+}
+
+/// The tensors one `ptpc_fp8` module becomes.
+pub fn ptpc_specs(module: &str, rows: usize, cols: usize, model: Dtype) -> Vec<TensorSpec> {
+    vec![
+        TensorSpec::new(format!("{module}.weight"), Dtype::F8_E4M3, vec![rows, cols]),
+        TensorSpec::new(format!("{module}.weight_scale"), model, vec![rows]),
+    ]
+}
+
+/// Encode a `ptpc_fp8` module for each of its [`ptpc_specs`].
+pub fn ptpc_encode(module: &str, q: &Fp8, model: Dtype) -> Vec<(String, Vec<u8>)> {
+    vec![
+        (format!("{module}.weight"), q.codes.clone()),
+        (
+            format!("{module}.weight_scale"),
+            encode_floats(&q.scales, model),
+        ),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// int4_fp8
+
+/// A two-stage `int4_fp8` module: the INT4 stage (codes, `s2` per row) and the FP8 scale `s1`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Int4Fp8 {
+    /// Stage 2: codes `[rows, cols]` and `s2` `[rows]` (in FP8 units).
+    pub int4: Int4,
+    /// Stage 1: the per-tensor FP8 scale.
+    pub s1: f32,
+}
+
+impl Int4Fp8 {
+    /// `w ≈ (q · s2) · s1` in f32 (Quark dequantizes stage 2, then stage 1).
+    pub fn dequantize_ref(&self) -> Vec<f32> {
+        self.int4
+            .dequantize_ref()
+            .into_iter()
+            .map(|v| v * self.s1)
+            .collect()
+    }
+}
+
+/// Stage-1 scale: `f32(amax) / 448` in F32, exactly zero → `dtype(2^-23)`.
+pub fn int4_fp8_s1(w: &[f32], dtype: Dtype) -> f32 {
+    let amax = w.iter().fold(0f32, |m, &x| m.max(x.abs()));
+    let s = amax / E4M3_MAX;
+    if s == 0.0 {
+        round_to(dtype, SCALE_EPS)
+    } else {
+        s
+    }
+}
+
+/// Stage-1 value of one weight, as the FP8 number it becomes: `f8(e4m3(clamp(dtype(w/s1))))`.
+pub fn int4_fp8_stage1(w: f32, s1: f32, dtype: Dtype) -> f32 {
+    f8_e4m3_to_f32(e4m3_from_f32_clamped(round_to(dtype, w / s1)))
+}
+
+/// The reference: plain loops.
+pub fn int4_fp8_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Int4Fp8 {
+    assert_eq!(w.len(), rows * cols);
+    let s1 = int4_fp8_s1(w, dtype);
+    let w8: Vec<f32> = w.iter().map(|&x| int4_fp8_stage1(x, s1, dtype)).collect();
+    let mut scales = Vec::with_capacity(rows);
+    let mut codes = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        let row = &w8[r * cols..(r + 1) * cols];
+        let s2 = quark_scale(row, dtype);
+        scales.push(s2);
+        let inv = 1.0f32 / s2;
+        codes.extend(row.iter().map(|&x| quark_code(x, inv)));
+    }
+    Int4Fp8 {
+        int4: Int4 {
+            rows,
+            cols,
+            group: cols,
+            scales,
+            codes,
+        },
+        s1,
+    }
+}
+
+/// The fast path: rows in parallel. Identical to [`int4_fp8_quantize_ref`].
+pub fn int4_fp8_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Int4Fp8 {
+    assert_eq!(w.len(), rows * cols);
+    let amax = w
+        .par_iter()
+        .fold(|| 0f32, |m, &x| m.max(x.abs()))
+        .reduce(|| 0f32, f32::max);
+    let s1 = int4_fp8_s1(&[amax], dtype);
+    let mut scales = vec![0f32; rows];
+    let mut codes = vec![0i8; rows * cols];
+    if cols > 0 {
+        scales
+            .par_iter_mut()
+            .zip(codes.par_chunks_mut(cols))
+            .zip(w.par_chunks(cols))
+            .for_each(|((s, c), row)| {
+                let w8: Vec<f32> = row.iter().map(|&x| int4_fp8_stage1(x, s1, dtype)).collect();
+                *s = quark_scale(&w8, dtype);
+                let inv = 1.0f32 / *s;
+                for (q, &x) in c.iter_mut().zip(&w8) {
+                    *q = quark_code(x, inv);
+                }
+            });
+    }
+    Int4Fp8 {
+        int4: Int4 {
+            rows,
+            cols,
+            group: cols,
+            scales,
+            codes,
+        },
+        s1,
+    }
+}
+
+/// The tensors one `int4_fp8` module becomes.
+pub fn int4_fp8_specs(module: &str, rows: usize, cols: usize) -> Vec<TensorSpec> {
+    vec![
+        TensorSpec::new(
+            format!("{module}.weight"),
+            Dtype::I32,
+            vec![rows, cols.div_ceil(8)],
+        ),
+        TensorSpec::new(format!("{module}.weight_scale"), Dtype::F32, vec![]),
+        TensorSpec::new(format!("{module}.weight_scale_2"), Dtype::F32, vec![rows]),
+        TensorSpec::new(
+            format!("{module}.weight_zero_point_2"),
+            Dtype::I32,
+            vec![rows.div_ceil(8)],
+        ),
+    ]
+}
+
+/// Encode an `int4_fp8` module for each of its [`int4_fp8_specs`], nibbles in `order`.
+pub fn int4_fp8_encode(module: &str, q: &Int4Fp8, order: Order) -> Vec<(String, Vec<u8>)> {
+    let (rows, cols) = (q.int4.rows, q.int4.cols);
+    let wpr = cols.div_ceil(8);
+    let mut words = vec![0i32; rows * wpr];
+    if wpr > 0 {
+        words
+            .par_chunks_mut(wpr)
+            .zip(q.int4.codes.par_chunks(cols))
+            .for_each(|(out, row)| {
+                let mut v = Vec::with_capacity(wpr);
+                pack::pack(row, order, &mut v);
+                out.copy_from_slice(&v);
+            });
+    }
+    vec![
+        (
+            format!("{module}.weight"),
+            words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        ),
+        (
+            format!("{module}.weight_scale"),
+            q.s1.to_le_bytes().to_vec(),
+        ),
+        (
+            format!("{module}.weight_scale_2"),
+            encode_floats(&q.int4.scales, Dtype::F32),
+        ),
+        (
+            format!("{module}.weight_zero_point_2"),
+            vec![0u8; rows.div_ceil(8) * 4],
+        ),
+    ]
+}
+
+/// Decode an `int4_fp8` module: I32 words `[rows, ⌈cols/8⌉]`, `s1`, `s2` `[rows]`.
+pub fn int4_fp8_decode(
+    weight: &[u8],
+    s1: f32,
+    s2: &[f32],
+    rows: usize,
+    cols: usize,
+    order: Order,
+) -> Int4Fp8 {
+    Int4Fp8 {
+        int4: quark::decode(weight, s2, rows, cols, order),
+        s1,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// config
+
+/// One Quark 0.13 quantization spec as `quantization_config` serialises it.
+fn spec(
+    dtype: &str,
+    qscheme: &str,
+    ch_axis: Option<i64>,
+    is_dynamic: bool,
+    scale_type: &str,
+) -> Value {
+    let observer = match qscheme {
+        "per_tensor" => "PerTensorMinMaxObserver",
+        _ => "PerChannelMinMaxObserver",
+    };
+    json!({
+        "dtype": dtype, "is_dynamic": is_dynamic, "qscheme": qscheme, "ch_axis": ch_axis,
+        "group_size": null, "block_size": null, "symmetric": true, "round_method": "half_even",
+        "scale_type": scale_type, "zero_point_type": "int32", "scale_format": null,
+        "scale_calculation_mode": null, "mx_element_dtype": null, "observer_cls": observer,
+        "is_scale_quant": false, "enable_buffer_reuse": false, "max_input_numel": 4194304,
+    })
+}
+
+/// `quantization_config` for `ptpc_fp8` (Quark 0.13).
+pub fn ptpc_config(o: &Options, exclude: &[String]) -> Value {
+    let mut c = quark::config(o, exclude);
+    let g = &mut c["global_quant_config"];
+    g["weight"] = spec("fp8_e4m3", "per_channel", Some(0), false, "float");
+    g["input_tensors"] = spec("fp8_e4m3", "per_channel", Some(1), true, "float");
+    c
+}
+
+/// `quantization_config` for `int4_fp8` (Quark 0.13): the weight is the two-stage list.
+pub fn int4_fp8_config(o: &Options, exclude: &[String]) -> Value {
+    let mut c = quark::config(o, exclude);
+    let g = &mut c["global_quant_config"];
+    g["weight"] = json!([
+        spec("fp8_e4m3", "per_tensor", None, false, "float32"),
+        spec("int4", "per_channel", Some(0), false, "float32"),
+    ]);
+    g["input_tensors"] = spec("fp8_e4m3", "per_tensor", None, true, "float32");
+    c
+}
+
+// ---------------------------------------------------------------------------------------------
+// targets
+
+/// Quark `ptpc_fp8` (model path) as a [`Target`].
+pub struct Ptpc(pub Options);
+
+impl Target for Ptpc {
+    fn describe(&self) -> String {
+        "Quark 0.13 ptpc_fp8".into()
+    }
+    fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
+        ptpc_specs(module, rows, cols, dtype)
+    }
+    fn encode(
+        &self,
+        module: &str,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Vec<(String, Vec<u8>)> {
+        ptpc_encode(module, &ptpc_quantize(w, rows, cols, dtype), dtype)
+    }
+    fn config(&self, exclude: &[String]) -> Value {
+        ptpc_config(&self.0, exclude)
+    }
+    fn exclude_style(&self) -> ExcludeStyle {
+        ExcludeStyle::MatchedModules
+    }
+}
+
+/// Quark `int4_fp8` (model path) as a [`Target`].
+pub struct Int4Fp8Target(pub Options);
+
+impl Target for Int4Fp8Target {
+    fn describe(&self) -> String {
+        "Quark 0.13 int4_fp8 (two-stage)".into()
+    }
+    fn specs(&self, module: &str, rows: usize, cols: usize, _dtype: Dtype) -> Vec<TensorSpec> {
+        int4_fp8_specs(module, rows, cols)
+    }
+    fn encode(
+        &self,
+        module: &str,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Vec<(String, Vec<u8>)> {
+        int4_fp8_encode(
+            module,
+            &int4_fp8_quantize(w, rows, cols, dtype),
+            self.0.order,
+        )
+    }
+    fn config(&self, exclude: &[String]) -> Value {
+        int4_fp8_config(&self.0, exclude)
+    }
+    fn exclude_style(&self) -> ExcludeStyle {
+        ExcludeStyle::MatchedModules
+    }
+    fn warning(&self) -> Option<String> {
+        Some(
+            "no serving engine loads dense Quark int4_fp8 (W4A8) layers today: vLLM uses it only for MoE experts (QuarkW4A8Fp8MoEMethod, ROCm AITER) and raises \"No quark compatible scheme\" for dense layers; SGLang has no such scheme.\n  \
+             For a loadable draft use `--scheme fp8-pc` (Quark ptpc_fp8, vLLM and SGLang) or an INT4 W4A16 scheme."
+                .into(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::quark::{Layout, Version};
+
+    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
+        (0..rows * cols)
+            .map(|i| round_to(dtype, 0.05 * ((i as f32) * 0.37).cos() - 0.004))
+            .collect()
+    }
+
+    fn opts() -> Options {
+        Options {
+            layout: Layout::Model,
+            version: Version::V013,
+            order: Order::Reorder,
+        }
+    }
+
+    #[test]
+    fn fast_equals_reference() {
+        for (rows, cols) in [(64, 128), (33, 72), (7, 13), (1, 1)] {
+            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
+                let w = data(rows, cols, dt);
+                assert_eq!(
+                    ptpc_quantize(&w, rows, cols, dt),
+                    ptpc_quantize_ref(&w, rows, cols, dt)
+                );
+                assert_eq!(
+                    int4_fp8_quantize(&w, rows, cols, dt),
+                    int4_fp8_quantize_ref(&w, rows, cols, dt)
+                );
+            }
+        }
+    }
+
+    /// The planted row `[7.5, −7.5, 0.5, …]`: amax 7.5, BF16 scale `7.5/448` = 0.016723…
+    #[test]
+    fn ptpc_planted_row_and_zero_row() {
+        let row = [7.5f32, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
+        let q = ptpc_quantize_ref(&row, 1, 8, Dtype::BF16);
+        assert_eq!(half::bf16::from_f32(q.scales[0]).to_bits(), 0x3c89);
+        assert_eq!(q.codes[0], 0x7e, "7.5 / s clamps to 448");
+        assert_eq!(q.codes[1], 0xfe);
+        let z = ptpc_quantize_ref(&[0.0, -0.0], 1, 2, Dtype::BF16);
+        assert_eq!(half::bf16::from_f32(z.scales[0]).to_bits(), 0x3400);
+        assert_eq!(z.codes, vec![0x00, 0x80], "Quark keeps the sign of −0");
+    }
+
+    #[test]
+    fn int4_fp8_zero_tensor_and_zero_row() {
+        let q = int4_fp8_quantize_ref(&[0.0; 16], 2, 8, Dtype::BF16);
+        assert_eq!(q.s1, f32::EPSILON);
+        assert_eq!(q.int4.scales, vec![f32::EPSILON; 2]);
+        assert_eq!(q.int4.codes, vec![0; 16]);
+        let mut w = vec![0f32; 16];
+        w[..8].copy_from_slice(&[7.5, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5]);
+        let q = int4_fp8_quantize_ref(&w, 2, 8, Dtype::BF16);
+        assert_eq!(q.s1, 7.5 / 448.0);
+        assert_eq!(q.int4.scales[0], 59.75, "bf16(448 / 7.5)");
+        assert_eq!(
+            q.int4.scales[1],
+            f32::EPSILON,
+            "all-zero row: the eps floor"
+        );
+        assert_eq!(&q.int4.codes[..2], &[7, -7]);
+    }
+
+    #[test]
+    fn encode_matches_specs_and_decodes() {
+        let (rows, cols) = (13, 40);
+        let w = data(rows, cols, Dtype::BF16);
+        let q = int4_fp8_quantize(&w, rows, cols, Dtype::BF16);
+        let enc = int4_fp8_encode("m", &q, Order::Reorder);
+        for ((n, b), s) in enc.iter().zip(int4_fp8_specs("m", rows, cols)) {
+            assert_eq!(n, &s.name);
+            assert_eq!(b.len() as u64, s.nbytes(), "{n}");
+        }
+        let back = int4_fp8_decode(&enc[0].1, q.s1, &q.int4.scales, rows, cols, Order::Reorder);
+        assert_eq!(back, q);
+        let p = ptpc_quantize(&w, rows, cols, Dtype::BF16);
+        let enc = ptpc_encode("m", &p, Dtype::BF16);
+        for ((n, b), s) in enc.iter().zip(ptpc_specs("m", rows, cols, Dtype::BF16)) {
+            assert_eq!(n, &s.name);
+            assert_eq!(b.len() as u64, s.nbytes(), "{n}");
+        }
+    }
+
+    /// Named bounds. FP8 E4M3 has 3 mantissa bits: relative error ≤ 2^-4 per element (plus the
+    /// model-dtype rounding of the quotient). The two-stage W4A8 error is INT4's half step of
+    /// `s2 · s1` plus the FP8 error.
+    #[test]
+    fn error_bounds() {
+        const MAX_RMSE_FP8_PC: f32 = 0.0015;
+        const MAX_RMSE_W4A8_FP8: f32 = 0.006;
+        let (rows, cols) = (32, 128);
+        let w = data(rows, cols, Dtype::BF16);
+        let p = ptpc_quantize_ref(&w, rows, cols, Dtype::BF16);
+        let d = p.dequantize_ref();
+        let mut se = 0f64;
+        for (i, (&x, &y)) in w.iter().zip(&d).enumerate() {
+            let s = p.scales[i / cols];
+            let e = (x - y).abs();
+            assert!(
+                e <= x.abs() * (1.0 / 16.0 + 1.0 / 256.0) + s * 2f32.powi(-9),
+                "{i}: {x} vs {y}"
+            );
+            se += (e as f64).powi(2);
+        }
+        let rmse = (se / w.len() as f64).sqrt() as f32;
+        assert!(rmse < MAX_RMSE_FP8_PC, "fp8 rmse {rmse}");
+        let q = int4_fp8_quantize_ref(&w, rows, cols, Dtype::BF16);
+        let d = q.dequantize_ref();
+        let mut se = 0f64;
+        for (x, y) in w.iter().zip(&d) {
+            se += ((x - y) as f64).powi(2);
+        }
+        let rmse = (se / w.len() as f64).sqrt() as f32;
+        assert!(rmse < MAX_RMSE_W4A8_FP8, "w4a8 rmse {rmse}");
+    }
+
+    #[test]
+    fn configs() {
+        let c = ptpc_config(&opts(), &[]);
+        let g = &c["global_quant_config"];
+        assert_eq!(g["weight"]["dtype"], "fp8_e4m3");
+        assert_eq!(g["input_tensors"]["ch_axis"], 1);
+        assert_eq!(g["input_tensors"]["is_dynamic"], true);
+        let c = int4_fp8_config(&opts(), &[]);
+        let g = &c["global_quant_config"];
+        assert_eq!(g["weight"].as_array().unwrap().len(), 2);
+        assert_eq!(g["weight"][1]["dtype"], "int4");
+        assert_eq!(g["input_tensors"]["qscheme"], "per_tensor");
+    }
+}

@@ -1,0 +1,364 @@
+//! AMD Quark 0.13's asymmetric per-group UINT4 weights (`uint4_wo_32/64/128`,
+//! `Uint4PerGroupSpec(ch_axis=-1)`, zero_point_type int32), model path, with Quark's arithmetic
+//! (`observer.py::calculate_int_quant_params`, the "AWQ" branch, run by `PerGroupMinMaxObserver`
+//! in the model dtype; `real_quantize_int_per_group_affine`):
+//!
+//! - per run of `G` input columns: `lo = min(min, 0)`, `hi = max(max, 0)`;
+//!   `s = max(dtype(dtype(hi − lo) / 15), dtype(2^-23))` — the subtraction is rounded to the
+//!   model dtype before dividing;
+//!   `zp = clamp(−round_half_even(dtype(lo / s)), 0, 15)` — the quotient is rounded to the model
+//!   dtype before rounding to an integer;
+//! - `q = clamp(round_half_even(f32(w) · (1/s)) + zp, 0, 15)`: the zero point is added **after**
+//!   rounding. The stored codes come from `freeze()`, which replaces each weight by its
+//!   fake-quantized value (`fake_quantize_per_channel_affine`, torch's convention
+//!   `nearbyint(x · inv_scale) + zero_point`); the export's own `round(x · inv + zp)` then only
+//!   reproduces those codes. Rounding after adding the zero point instead changes the x.5 ties
+//!   (37 of the golden's 36864 codes);
+//! - layout as `quark_group.rs`, with unsigned nibbles: `X.weight` I32 `[in, ⌈out/8⌉]` (codes
+//!   transposed, packed along out), `X.weight_scale` model dtype `[in/G, out]`,
+//!   `X.weight_zero_point` I32 `[in/G, ⌈out/8⌉]` holding the zero points, packed the same way;
+//!   `w ≈ (q − zp) · s`.
+//!
+//! Checked byte for byte against fixtures/goldens/quark-0.13/uint4_g32_bfloat16
+//! (tests/fp8_w4a8_golden.rs). §1.3 of quant-formats.md reports 8 of 8192 codes off with its
+//! `round(w·(1/s) + zp)` recipe: those are the ties that the order of rounding and adding decides.
+
+use rayon::prelude::*;
+use serde_json::{json, Value};
+
+use super::int4::{round_to, Int4, SCALE_EPS};
+use super::quark::{encode_floats, Options};
+use super::quark_group;
+use super::target::{ExcludeStyle, Target};
+use crate::io::writer::TensorSpec;
+use crate::io::Dtype;
+
+/// UINT4 range.
+pub const UMAX: i32 = 15;
+
+/// An asymmetric per-group quantized matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Uint4 {
+    pub rows: usize,
+    pub cols: usize,
+    pub group: usize,
+    /// `[rows, cols/group]`, already in the model dtype.
+    pub scales: Vec<f32>,
+    /// `[rows, cols/group]`, each in `0..=15`.
+    pub zero_points: Vec<u8>,
+    /// `[rows, cols]`, each in `0..=15`.
+    pub codes: Vec<u8>,
+}
+
+impl Uint4 {
+    /// `w ≈ (q − zp) · s`.
+    pub fn dequantize_ref(&self) -> Vec<f32> {
+        let g = self.cols / self.group;
+        (0..self.rows * self.cols)
+            .map(|i| {
+                let j = (i / self.cols) * g + (i % self.cols) / self.group;
+                (self.codes[i] as f32 - self.zero_points[j] as f32) * self.scales[j]
+            })
+            .collect()
+    }
+}
+
+/// Scale and zero point of one run of weights.
+pub fn qparams(w: &[f32], dtype: Dtype) -> (f32, u8) {
+    let (mn, mx) = w
+        .iter()
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x), b.max(x))
+        });
+    let (lo, hi) = (mn.min(0.0), mx.max(0.0));
+    let s = round_to(dtype, round_to(dtype, hi - lo) / UMAX as f32).max(round_to(dtype, SCALE_EPS));
+    let z = round_to(dtype, lo / s).round_ties_even() as i32;
+    (s, (-z).clamp(0, UMAX) as u8)
+}
+
+/// One code: `clamp(round_half_even(w · inv) + zp, 0, 15)`.
+pub fn code(w: f32, inv: f32, zp: u8) -> u8 {
+    ((w * inv).round_ties_even() + zp as f32).clamp(0.0, UMAX as f32) as u8
+}
+
+/// The reference: plain loops. `group` must divide `cols`.
+pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Uint4 {
+    assert_eq!(w.len(), rows * cols);
+    assert_eq!(cols % group, 0, "group must divide the input dimension");
+    let g = cols / group;
+    let (mut scales, mut zero_points) =
+        (Vec::with_capacity(rows * g), Vec::with_capacity(rows * g));
+    let mut codes = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        for chunk in w[r * cols..(r + 1) * cols].chunks(group) {
+            let (s, zp) = qparams(chunk, dtype);
+            scales.push(s);
+            zero_points.push(zp);
+            let inv = 1.0f32 / s;
+            codes.extend(chunk.iter().map(|&x| code(x, inv, zp)));
+        }
+    }
+    Uint4 {
+        rows,
+        cols,
+        group,
+        scales,
+        zero_points,
+        codes,
+    }
+}
+
+/// The fast path: rows in parallel. Identical to [`quantize_ref`].
+pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Uint4 {
+    assert_eq!(w.len(), rows * cols);
+    assert_eq!(cols % group, 0, "group must divide the input dimension");
+    let g = cols / group;
+    let mut scales = vec![0f32; rows * g];
+    let mut zero_points = vec![0u8; rows * g];
+    let mut codes = vec![0u8; rows * cols];
+    if cols > 0 {
+        scales
+            .par_chunks_mut(g)
+            .zip(zero_points.par_chunks_mut(g))
+            .zip(codes.par_chunks_mut(cols))
+            .zip(w.par_chunks(cols))
+            .for_each(|(((sc, zc), cd), row)| {
+                for (((s, z), c), x) in sc
+                    .iter_mut()
+                    .zip(zc.iter_mut())
+                    .zip(cd.chunks_mut(group))
+                    .zip(row.chunks(group))
+                {
+                    (*s, *z) = qparams(x, dtype);
+                    let inv = 1.0f32 / *s;
+                    for (q, &v) in c.iter_mut().zip(x) {
+                        *q = code(v, inv, *z);
+                    }
+                }
+            });
+    }
+    Uint4 {
+        rows,
+        cols,
+        group,
+        scales,
+        zero_points,
+        codes,
+    }
+}
+
+/// The tensors one module becomes (the per-group INT4 layout).
+pub fn specs(
+    module: &str,
+    rows: usize,
+    cols: usize,
+    group: usize,
+    model: Dtype,
+) -> Vec<TensorSpec> {
+    quark_group::specs(module, rows, cols, group, model)
+}
+
+/// Codes (or zero points) `[rows, n]` as an [`Int4`] carrying nibbles `0..=15`, for the packer.
+fn nibbles(rows: usize, n: usize, v: &[u8]) -> Int4 {
+    Int4 {
+        rows,
+        cols: n,
+        group: n.max(1),
+        scales: Vec::new(),
+        codes: v.iter().map(|&c| c as i8).collect(),
+    }
+}
+
+/// Encode a module for each of its [`specs`].
+pub fn encode(module: &str, q: &Uint4, model: Dtype, o: &Options) -> Vec<(String, Vec<u8>)> {
+    let g = q.cols / q.group;
+    let words = quark_group::pack_transposed(&nibbles(q.rows, q.cols, &q.codes), o.order);
+    let zp_words = quark_group::pack_transposed(&nibbles(q.rows, g, &q.zero_points), o.order);
+    let mut scale_t = vec![0f32; q.rows * g];
+    for r in 0..q.rows {
+        for j in 0..g {
+            scale_t[j * q.rows + r] = q.scales[r * g + j];
+        }
+    }
+    let bytes = |w: &[i32]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    vec![
+        (format!("{module}.weight"), bytes(&words)),
+        (
+            format!("{module}.weight_scale"),
+            encode_floats(&scale_t, model),
+        ),
+        (format!("{module}.weight_zero_point"), bytes(&zp_words)),
+    ]
+}
+
+/// Decode a module: weight words `[cols, ⌈rows/8⌉]`, scales `[cols/G, rows]`, zero-point words
+/// `[cols/G, ⌈rows/8⌉]`.
+pub fn decode(
+    weight: &[u8],
+    scale_t: &[f32],
+    zp: &[u8],
+    rows: usize,
+    cols: usize,
+    group: usize,
+    o: &Options,
+) -> Uint4 {
+    let unsigned = |v: Vec<i8>| v.into_iter().map(|c| (c as u8) & 0xf).collect::<Vec<u8>>();
+    let g = cols / group;
+    let q = quark_group::decode(weight, scale_t, rows, cols, group, o.order);
+    let z = quark_group::decode(zp, &vec![0.0; rows * g], rows, g, 1, o.order);
+    Uint4 {
+        rows,
+        cols,
+        group,
+        scales: q.scales,
+        zero_points: unsigned(z.codes),
+        codes: unsigned(q.codes),
+    }
+}
+
+/// `quantization_config` for `uint4_wo_G` (Quark 0.13): the per-group config with `uint4`,
+/// `symmetric: false`.
+pub fn config(o: &Options, group: usize, exclude: &[String]) -> Value {
+    let mut c = quark_group::config(o, group, exclude);
+    let w = &mut c["global_quant_config"]["weight"];
+    w["dtype"] = json!("uint4");
+    w["symmetric"] = json!(false);
+    c
+}
+
+/// Quark UINT4 asymmetric per group (model path) as a [`Target`].
+pub struct PerGroupAsym {
+    pub opts: Options,
+    pub group: usize,
+}
+
+impl Target for PerGroupAsym {
+    fn describe(&self) -> String {
+        format!("Quark 0.13 uint4, group {}", self.group)
+    }
+    fn group(&self) -> Option<usize> {
+        Some(self.group)
+    }
+    fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
+        specs(module, rows, cols, self.group, dtype)
+    }
+    fn encode(
+        &self,
+        module: &str,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Vec<(String, Vec<u8>)> {
+        encode(
+            module,
+            &quantize(w, rows, cols, self.group, dtype),
+            dtype,
+            &self.opts,
+        )
+    }
+    fn config(&self, exclude: &[String]) -> Value {
+        config(&self.opts, self.group, exclude)
+    }
+    fn exclude_style(&self) -> ExcludeStyle {
+        ExcludeStyle::MatchedModules
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::pack::Order;
+    use crate::quant::quark::{Layout, Version};
+
+    fn data(rows: usize, cols: usize) -> Vec<f32> {
+        (0..rows * cols)
+            .map(|i| round_to(Dtype::BF16, 0.05 * ((i as f32) * 0.37).cos() + 0.01))
+            .collect()
+    }
+
+    fn opts(order: Order) -> Options {
+        Options {
+            layout: Layout::Model,
+            version: Version::V013,
+            order,
+        }
+    }
+
+    #[test]
+    fn fast_equals_reference_and_round_trips() {
+        for (rows, cols, group) in [(16, 64, 32), (13, 64, 64), (40, 256, 128)] {
+            let w = data(rows, cols);
+            let q = quantize_ref(&w, rows, cols, group, Dtype::BF16);
+            assert_eq!(quantize(&w, rows, cols, group, Dtype::BF16), q);
+            for order in [Order::Reorder, Order::Sequential] {
+                let enc = encode("m", &q, Dtype::BF16, &opts(order));
+                for ((n, b), s) in enc.iter().zip(specs("m", rows, cols, group, Dtype::BF16)) {
+                    assert_eq!(n, &s.name);
+                    assert_eq!(b.len() as u64, s.nbytes(), "{n}");
+                }
+                let scale_t: Vec<f32> = enc[1]
+                    .1
+                    .chunks_exact(2)
+                    .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect();
+                let back = decode(
+                    &enc[0].1,
+                    &scale_t,
+                    &enc[2].1,
+                    rows,
+                    cols,
+                    group,
+                    &opts(order),
+                );
+                assert_eq!(back, q);
+            }
+        }
+    }
+
+    /// The golden's planted rows: `[7.5, −7.5, …]` → s 1.0, zp 8 (−7.5 rounds half-even to −8);
+    /// amax-7 row → s bf16(14/15), zp 8 (−7/0.9336 = −7.498, bf16 −7.5 → −8); zero row → eps, 0.
+    #[test]
+    fn planted_rows() {
+        let (s, z) = qparams(&[7.5, -7.5, 0.5, 1.5], Dtype::BF16);
+        assert_eq!((s, z), (1.0, 8));
+        let (s, z) = qparams(&[7.0, -7.0, 1.0], Dtype::BF16);
+        assert_eq!((s, z), (0.93359375, 8));
+        assert_eq!(qparams(&[0.0; 4], Dtype::BF16), (f32::EPSILON, 0));
+        assert_eq!(code(7.5, 1.0, 8), 15);
+        assert_eq!(code(-7.5, 1.0, 8), 0);
+        assert_eq!(code(0.5, 1.0, 8), 8);
+        // Ties round before the zero point is added: 1.5 → 2 (+7 = 9), not 8.5 → 8.
+        assert_eq!(code(1.5, 1.0, 7), 9);
+        assert_eq!(code(-0.5, 1.0, 9), 9);
+    }
+
+    /// Named bound: `|w − (q − zp)·s| ≤ s/2` plus the zero point's rounding (the range is
+    /// shifted by at most s/2, so one end can clamp by up to another s/2).
+    #[test]
+    fn error_bound() {
+        const MAX_RMSE_UINT4_G32: f32 = 0.004;
+        let (rows, cols) = (32, 128);
+        let w = data(rows, cols);
+        let q = quantize_ref(&w, rows, cols, 32, Dtype::BF16);
+        let d = q.dequantize_ref();
+        let mut se = 0f64;
+        for (i, (&x, &y)) in w.iter().zip(&d).enumerate() {
+            let s = q.scales[(i / cols) * (cols / 32) + (i % cols) / 32];
+            assert!((x - y).abs() <= s * 1.01 + 1e-6, "{i}: {x} vs {y} (s {s})");
+            se += ((x - y) as f64).powi(2);
+        }
+        let rmse = (se / w.len() as f64).sqrt() as f32;
+        assert!(rmse < MAX_RMSE_UINT4_G32, "rmse {rmse}");
+    }
+
+    #[test]
+    fn config_is_uint4_asymmetric() {
+        let c = config(&opts(Order::Reorder), 32, &[]);
+        let w = &c["global_quant_config"]["weight"];
+        assert_eq!(w["dtype"], "uint4");
+        assert_eq!(w["symmetric"], false);
+        assert_eq!(w["qscheme"], "per_group");
+        assert_eq!(w["group_size"], 32);
+    }
+}

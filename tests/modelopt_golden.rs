@@ -1,0 +1,614 @@
+//! `kquant quantize --format modelopt` against the outputs of nvidia-modelopt 0.47.0 itself
+//! (fixtures/goldens/modelopt-0.47/, made by fixtures/gen/goldens/make_modelopt_golden.py:
+//! `mtq.quantize` with the named config and 4 random calibration batches, then
+//! `export_hf_checkpoint`).
+//!
+//! - `FP8_PER_CHANNEL_PER_TOKEN_CFG` (max calibration of the weights only): every tensor byte
+//!   for byte, `hf_quant_config.json` byte for byte, `quantization_config` on every field.
+//! - `INT4_AWQ_CFG` ran ModelOpt's AWQ search (`awq_lite`): its `pre_quant_scale`s are not ones,
+//!   the norms before q/k/v and gate/up are rescaled and every quantized weight was smoothed
+//!   first. kquant does no search, so those tensors cannot match; everything else is checked:
+//!   names, dtypes, shapes, the untouched tensors byte for byte, both configs, the recipe on the
+//!   golden's own smoothing, and the golden decoded by kquant.
+//! - `W4A8_AWQ_BETA_CFG`, `NVFP4_DEFAULT_CFG` (not written by kquant): read back by
+//!   `kquant dequantize` / `kquant diff`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use kquant::io::Dtype;
+use kquant::quant::modelopt;
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn golden(cfg: &str) -> PathBuf {
+    root().join("fixtures/goldens/modelopt-0.47").join(cfg)
+}
+
+type Tensors = BTreeMap<String, (String, Vec<u64>, Vec<u8>)>;
+
+fn load(p: &Path) -> Tensors {
+    let b = std::fs::read(p).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let h: serde_json::Map<String, Value> = serde_json::from_slice(&b[8..8 + n]).unwrap();
+    h.into_iter()
+        .filter(|(k, _)| k != "__metadata__")
+        .map(|(k, v)| {
+            let o = v["data_offsets"].as_array().unwrap();
+            let (s, e) = (
+                o[0].as_u64().unwrap() as usize,
+                o[1].as_u64().unwrap() as usize,
+            );
+            let shape = v["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .collect();
+            (
+                k,
+                (
+                    v["dtype"].as_str().unwrap().to_string(),
+                    shape,
+                    b[8 + n + s..8 + n + e].to_vec(),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn f32s(t: &(String, Vec<u64>, Vec<u8>)) -> Vec<f32> {
+    match t.0.as_str() {
+        "F32" => {
+            t.2.chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect()
+        }
+        "BF16" => {
+            t.2.chunks_exact(2)
+                .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
+                .collect()
+        }
+        d => panic!("{d}"),
+    }
+}
+
+fn bf16(x: f32) -> f32 {
+    half::bf16::from_f32(x).to_f32()
+}
+
+fn kq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kquant"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The golden's source weights, alone in a temporary directory (the golden directory's config
+/// is the quantized one).
+fn source(cfg: &str) -> (tempfile::TempDir, String) {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("orig.safetensors");
+    std::fs::copy(golden(cfg).join("orig.safetensors"), &p).unwrap();
+    let s = p.to_str().unwrap().to_string();
+    (t, s)
+}
+
+/// Quantize `src` as ModelOpt; the output dir.
+fn quantize(src: &str, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("out");
+    let mut args = vec![
+        "quantize",
+        src,
+        "-o",
+        out.to_str().unwrap(),
+        "--format",
+        "modelopt",
+    ];
+    args.extend_from_slice(extra);
+    let o = kq(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("warning"),
+        "ModelOpt output loads in TensorRT-LLM: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (t, out)
+}
+
+/// A checkpoint directory made of a golden's export (model, config, hf_quant_config.json).
+fn golden_dir(t: &Path, cfg: &str) -> PathBuf {
+    let g = golden(cfg);
+    let d = t.join(cfg);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::copy(
+        g.join("export_model.safetensors"),
+        d.join("model.safetensors"),
+    )
+    .unwrap();
+    std::fs::copy(g.join("export_config.json"), d.join("config.json")).unwrap();
+    std::fs::copy(
+        g.join("hf_quant_config.json"),
+        d.join("hf_quant_config.json"),
+    )
+    .unwrap();
+    d
+}
+
+fn json(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+/// Both configs: `hf_quant_config.json` byte for byte, `quantization_config` on every field.
+fn check_configs(cfg: &str, out: &Path) {
+    let g = golden(cfg);
+    assert_eq!(
+        String::from_utf8(std::fs::read(out.join("hf_quant_config.json")).unwrap()).unwrap(),
+        String::from_utf8(std::fs::read(g.join("hf_quant_config.json")).unwrap()).unwrap(),
+        "{cfg}: hf_quant_config.json"
+    );
+    assert_eq!(
+        json(&out.join("config.json"))["quantization_config"],
+        json(&g.join("export_config.json"))["quantization_config"],
+        "{cfg}: quantization_config"
+    );
+}
+
+const LAYER: &str = "model.layers.0.";
+const MODULES: [&str; 7] = [
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+];
+
+/// `FP8_PER_CHANNEL_PER_TOKEN_CFG`: every tensor and both configs, byte for byte.
+#[test]
+fn fp8_per_channel_per_token_is_byte_exact() {
+    let cfg = "FP8_PER_CHANNEL_PER_TOKEN_CFG";
+    let (_s, src) = source(cfg);
+    let (_t, out) = quantize(
+        &src,
+        &["--scheme", "fp8-pc", "--exclude", "lm_head,*embed_tokens"],
+    );
+    let ours = load(&out.join("model.safetensors"));
+    let theirs = load(&golden(cfg).join("export_model.safetensors"));
+    assert_eq!(
+        ours.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>()
+    );
+    for (name, (dt, shape, data)) in &theirs {
+        let (odt, oshape, odata) = &ours[name];
+        assert_eq!((odt, oshape), (dt, shape), "{name} dtype/shape");
+        if odata != data {
+            let diff = odata.iter().zip(data).filter(|(a, b)| a != b).count();
+            panic!("{name}: {diff} of {} bytes differ", data.len());
+        }
+    }
+    check_configs(cfg, &out);
+}
+
+/// `INT4_AWQ_CFG`, quantized without the AWQ search: the same tensors (names, dtypes, shapes:
+/// U8 `[out/2, in]`, F32 `[out, in/128]`, `pre_quant_scale` on o_proj/down_proj only), the
+/// tensors the search does not touch byte for byte, and both configs byte/field for field.
+#[test]
+fn int4_awq_layout_and_config() {
+    let cfg = "INT4_AWQ_CFG";
+    let (_s, src) = source(cfg);
+    let (_t, out) = quantize(
+        &src,
+        &[
+            "--scheme",
+            "int4-g128",
+            "--exclude",
+            "lm_head,*embed_tokens",
+        ],
+    );
+    let ours = load(&out.join("model.safetensors"));
+    let theirs = load(&golden(cfg).join("export_model.safetensors"));
+    let orig = load(&golden(cfg).join("orig.safetensors"));
+    assert_eq!(
+        ours.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>()
+    );
+    // What the AWQ search changes: the smoothed weights and their scales, the pre_quant_scales,
+    // and the two norms the q/k/v and gate/up smoothing is folded into.
+    let searched = |n: &str| {
+        n.ends_with("_proj.weight")
+            || n.ends_with("weight_scale")
+            || n.ends_with("pre_quant_scale")
+            || n.ends_with("input_layernorm.weight")
+            || n.ends_with("post_attention_layernorm.weight")
+    };
+    for (name, (dt, shape, data)) in &theirs {
+        let (odt, oshape, odata) = &ours[name];
+        assert_eq!((odt, oshape), (dt, shape), "{name} dtype/shape");
+        if !searched(name) {
+            assert!(odata == data, "{name} bytes differ");
+        }
+    }
+    // kquant leaves the norms as they were (no smoothing to fold) and writes ones.
+    for n in ["input_layernorm", "post_attention_layernorm"] {
+        let name = format!("{LAYER}{n}.weight");
+        assert_eq!(ours[&name].2, orig[&name].2, "{name}");
+        assert_ne!(
+            theirs[&name].2, orig[&name].2,
+            "the golden's {name} was rescaled"
+        );
+    }
+    for m in ["self_attn.o_proj", "mlp.down_proj"] {
+        let p = &ours[&format!("{LAYER}{m}.pre_quant_scale")];
+        assert_eq!(p.0, "BF16");
+        assert!(f32s(p).iter().all(|&x| x == 1.0), "{m}: ones");
+        let g = f32s(&theirs[&format!("{LAYER}{m}.pre_quant_scale")]);
+        assert!(
+            g.iter().any(|&x| x != 1.0),
+            "{m}: the golden ran the search"
+        );
+    }
+    check_configs(cfg, &out);
+}
+
+/// Unpack a golden `[out/2, in]` U8 weight and its `[out, in/G]` F32 scales.
+fn golden_int4(t: &Tensors, module: &str) -> (Vec<i8>, Vec<f32>, usize, usize) {
+    let s = &t[&format!("{module}.weight_scale")];
+    let (rows, groups) = (s.1[0] as usize, s.1[1] as usize);
+    let w = &t[&format!("{module}.weight")];
+    let cols = w.1[1] as usize;
+    assert_eq!(w.1[0] as usize, rows / 2);
+    let q = modelopt::int4_decode(&w.2, &f32s(s), rows, cols, cols / groups);
+    (q.codes, q.scales, rows, groups)
+}
+
+/// The recipe on the golden's own numbers. Every golden scale is `f32(a) / 7` for a BF16 `a`
+/// (the block amax), every block's largest code is ±7 and no code is −8. On o_proj/down_proj,
+/// whose smoothing the golden records (`pre_quant_scale`), kquant's quantizer applied to
+/// `bf16(w / pqs)` agrees with the golden on ≥ 99 % of the codes and every scale within 1 %:
+/// ModelOpt smoothed with the F32 `pre_quant_scale` and stored it rounded to BF16, so the
+/// smoothed weights cannot be rebuilt exactly.
+#[test]
+fn int4_recipe_on_the_goldens_own_smoothing() {
+    for cfg in ["INT4_AWQ_CFG", "W4A8_AWQ_BETA_CFG"] {
+        let theirs = load(&golden(cfg).join("export_model.safetensors"));
+        let orig = load(&golden(cfg).join("orig.safetensors"));
+        for m in MODULES {
+            let module = format!("{LAYER}{m}");
+            let (codes, scales, rows, groups) = golden_int4(&theirs, &module);
+            let cols = codes.len() / rows;
+            let g = cols / groups;
+            for &s in &scales {
+                assert_eq!(bf16(s * 7.0) / 7.0, s, "{cfg} {m}: scale {s} is not bf16/7");
+            }
+            assert!(codes.iter().all(|&q| q >= -7), "{cfg} {m}: −8 never occurs");
+            for r in 0..rows {
+                for b in 0..groups {
+                    let blk = &codes[r * cols + b * g..r * cols + (b + 1) * g];
+                    assert_eq!(blk.iter().map(|q| q.abs()).max(), Some(7), "{cfg} {m}");
+                }
+            }
+            let Some(p) = theirs.get(&format!("{module}.pre_quant_scale")) else {
+                continue;
+            };
+            let pqs = f32s(p);
+            let w = f32s(&orig[&format!("{module}.weight")]);
+            let smoothed: Vec<f32> = w
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| bf16(x * (1.0 / pqs[i % cols])))
+                .collect();
+            let q = modelopt::int4_quantize_ref(&smoothed, rows, cols, g, Dtype::BF16);
+            let same = q.codes.iter().zip(&codes).filter(|(a, b)| a == b).count();
+            assert!(
+                same as f64 >= 0.99 * codes.len() as f64,
+                "{cfg} {m}: {same} of {} codes",
+                codes.len()
+            );
+            for (a, b) in q.scales.iter().zip(&scales) {
+                assert!((a / b - 1.0).abs() <= 0.01, "{cfg} {m}: scale {a} vs {b}");
+            }
+        }
+    }
+}
+
+/// Dequantize a checkpoint dir to F32 with kquant; its tensors.
+fn dequantize(dir: &Path, t: &Path) -> Tensors {
+    let out = tempfile::tempdir_in(t).unwrap().keep().join("dq");
+    let o = kq(&[
+        "dequantize",
+        dir.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--dtype",
+        "f32",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    load(&out.join("model.safetensors"))
+}
+
+/// kquant reads ModelOpt's own INT4 layout back: what TensorRT-LLM computes with
+/// (`q · s · pre_quant_scale`, times the rescaled norm for the norm-fused q/k/v and gate/up)
+/// is the source model within half a step plus the BF16 rounding of the smoothing.
+#[test]
+fn golden_int4_decodes_to_the_source_function() {
+    let t = tempfile::tempdir().unwrap();
+    for cfg in ["INT4_AWQ_CFG", "W4A8_AWQ_BETA_CFG"] {
+        let dir = golden_dir(t.path(), cfg);
+        let dq = dequantize(&dir, t.path());
+        let theirs = load(&golden(cfg).join("export_model.safetensors"));
+        let orig = load(&golden(cfg).join("orig.safetensors"));
+        assert_eq!(
+            dq.keys().collect::<Vec<_>>(),
+            orig.keys().collect::<Vec<_>>(),
+            "{cfg}: the original tensor names, nothing else"
+        );
+        for m in MODULES {
+            let module = format!("{LAYER}{m}");
+            let (_, scales, rows, groups) = golden_int4(&theirs, &module);
+            let d = f32s(&dq[&format!("{module}.weight")]);
+            let w = f32s(&orig[&format!("{module}.weight")]);
+            let cols = w.len() / rows;
+            let norm = match m {
+                "self_attn.o_proj" | "mlp.down_proj" => None,
+                _ if m.starts_with("self_attn") => Some("input_layernorm"),
+                _ => Some("post_attention_layernorm"),
+            };
+            let (n_new, n_old, pqs) = match norm {
+                Some(n) => (
+                    f32s(&theirs[&format!("{LAYER}{n}.weight")]),
+                    f32s(&orig[&format!("{LAYER}{n}.weight")]),
+                    vec![1.0; cols],
+                ),
+                None => (
+                    vec![1.0; cols],
+                    vec![1.0; cols],
+                    f32s(&theirs[&format!("{module}.pre_quant_scale")]),
+                ),
+            };
+            for i in 0..rows * cols {
+                let (r, c) = (i / cols, i % cols);
+                let s = scales[r * groups + c / (cols / groups)];
+                let (got, want) = (d[i] * n_new[c], w[i] * n_old[c]);
+                let tol = 0.5 * s * pqs[c] * n_new[c].abs() + want.abs() / 128.0 + 1e-9;
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{cfg} {m} [{r},{c}]: {got} vs {want} (tol {tol})"
+                );
+            }
+        }
+    }
+}
+
+/// `kquant diff` of each golden against its source: every tensor compared, the quantized
+/// ones (W4A8_AWQ and NVFP4 included, which kquant reads but does not write) above 17 dB.
+#[test]
+fn every_golden_diffs_against_its_source() {
+    let t = tempfile::tempdir().unwrap();
+    for (cfg, min_db) in [
+        ("INT4_AWQ_CFG", 17.0),
+        ("W4A8_AWQ_BETA_CFG", 17.0),
+        ("NVFP4_DEFAULT_CFG", 19.0),
+        ("FP8_PER_CHANNEL_PER_TOKEN_CFG", 30.0),
+    ] {
+        let dir = golden_dir(t.path(), cfg);
+        let o = kq(&[
+            "diff",
+            golden(cfg).join("orig.safetensors").to_str().unwrap(),
+            dir.to_str().unwrap(),
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["only_in_a"], serde_json::json!([]), "{cfg}");
+        assert_eq!(j["only_in_b"], serde_json::json!([]), "{cfg}");
+        let rows = j["tensors"].as_array().unwrap();
+        assert_eq!(rows.len(), 12, "{cfg}");
+        for r in rows {
+            let name = r["name"].as_str().unwrap();
+            if name.ends_with("_proj.weight") {
+                let db = r["sqnr_db"].as_f64().unwrap();
+                assert!(db > min_db, "{cfg} {name}: {db} dB");
+            }
+        }
+    }
+}
+
+/// kquant's own INT4 and FP8 output reads back within half a step of the source.
+#[test]
+fn own_output_round_trips() {
+    let t = tempfile::tempdir().unwrap();
+    let (_s, src) = source("INT4_AWQ_CFG");
+    let orig = load(Path::new(&src));
+    for scheme in ["int4-g128", "fp8-pc"] {
+        let (_o, out) = quantize(
+            &src,
+            &["--scheme", scheme, "--exclude", "lm_head,*embed_tokens"],
+        );
+        let ours = load(&out.join("model.safetensors"));
+        let dq = dequantize(&out, t.path());
+        assert_eq!(
+            dq.keys().collect::<Vec<_>>(),
+            orig.keys().collect::<Vec<_>>()
+        );
+        for m in MODULES {
+            let module = format!("{LAYER}{m}");
+            let w = f32s(&orig[&format!("{module}.weight")]);
+            let d = f32s(&dq[&format!("{module}.weight")]);
+            let s = f32s(&ours[&format!("{module}.weight_scale")]);
+            let rows = ours[&format!("{module}.weight_scale")].1[0] as usize;
+            let cols = w.len() / rows;
+            for i in 0..w.len() {
+                let e = (w[i] - d[i]).abs();
+                let tol = if scheme == "fp8-pc" {
+                    (w[i].abs() / 16.0).max(s[i / cols] / 1024.0) * 1.0001
+                } else {
+                    s[(i / cols) * (cols / 128) + (i % cols) / 128] * 0.5 * 1.0001
+                };
+                assert!(e <= tol, "{scheme} {m} {i}: {} vs {}", w[i], d[i]);
+            }
+        }
+    }
+}
+
+/// On an EAGLE-3 draft: detected as ModelOpt by `inspect`, refused as input, the exclusion
+/// list names what TensorRT-LLM calls the modules (`model.fc`, `model.midlayer.*`), and
+/// `pre_quant_scale` sits on every module TensorRT-LLM does not fuse.
+#[test]
+fn eagle3_draft_is_detected_and_lists_trtllm_names() {
+    let (_t, out) = quantize(
+        "fixtures/tiny/eagle3-specforge",
+        &["--scheme", "fp8-pc", "--exclude", "fc,lm_head"],
+    );
+    let o = kq(&["inspect", out.to_str().unwrap(), "--json"]);
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["quantization"]["method"], "modelopt");
+    assert_eq!(j["quantization"]["hf_quant_config"], true);
+    assert_eq!(j["quantization"]["quantized_modules"], 7);
+    assert_eq!(j["family"], "eagle3", "still detected as the same draft");
+    let want = serde_json::json!(["fc", "lm_head", "model.fc"]);
+    assert_eq!(
+        json(&out.join("hf_quant_config.json"))["quantization"]["exclude_modules"],
+        want
+    );
+    assert_eq!(
+        json(&out.join("config.json"))["quantization_config"]["ignore"],
+        want
+    );
+    let o = kq(&[
+        "quantize",
+        out.to_str().unwrap(),
+        "-o",
+        out.with_extension("again").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("already quantized"));
+    assert!(kq(&["verify-files", out.to_str().unwrap()])
+        .status
+        .success());
+
+    // int4-g128: fc (in 192), o_proj, gate_proj and up_proj (in 64) have no whole group of 128.
+    let t = tempfile::tempdir().unwrap();
+    let o = kq(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        t.path().join("o").to_str().unwrap(),
+        "--format",
+        "modelopt",
+        "--scheme",
+        "int4-g128",
+        "--exclude",
+        "lm_head",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a multiple of the group size 128"));
+    let (_t, out) = quantize(
+        "fixtures/tiny/eagle3-specforge",
+        &[
+            "--scheme",
+            "int4-g128",
+            "--exclude",
+            "fc,lm_head,*o_proj,*gate_proj,*up_proj",
+        ],
+    );
+    let ours = load(&out.join("model.safetensors"));
+    assert!(ours.contains_key("midlayer.mlp.down_proj.pre_quant_scale"));
+    assert!(!ours.contains_key("midlayer.self_attn.q_proj.pre_quant_scale"));
+    assert!(!ours.contains_key("midlayer.self_attn.k_proj.pre_quant_scale"));
+    assert_eq!(ours["midlayer.mlp.down_proj.weight"].0, "U8");
+    assert_eq!(ours["midlayer.mlp.down_proj.weight"].1, vec![32, 128]);
+    assert_eq!(
+        json(&out.join("hf_quant_config.json"))["quantization"]["exclude_modules"],
+        serde_json::json!([
+            "fc",
+            "lm_head",
+            "midlayer.mlp.gate_proj",
+            "midlayer.mlp.up_proj",
+            "midlayer.self_attn.o_proj",
+            "model.fc",
+            "model.midlayer.mlp.gate_proj",
+            "model.midlayer.mlp.up_proj",
+            "model.midlayer.self_attn.o_proj",
+            "model.midlayer.mlp.gate_up_proj"
+        ])
+    );
+    let t2 = tempfile::tempdir().unwrap();
+    let dq = dequantize(&out, t2.path());
+    assert_eq!(dq["midlayer.mlp.down_proj.weight"].1, vec![64, 128]);
+    assert!(dq.contains_key("d2t") && !dq.contains_key("midlayer.mlp.down_proj.pre_quant_scale"));
+}
+
+/// `--dry-run --json` plans exactly the golden's tensor bytes.
+#[test]
+fn dry_run_sizes_equal_the_goldens() {
+    for (cfg, scheme) in [
+        ("FP8_PER_CHANNEL_PER_TOKEN_CFG", "fp8-pc"),
+        ("INT4_AWQ_CFG", "int4-g128"),
+    ] {
+        let t = tempfile::tempdir().unwrap();
+        let (_s, src) = source(cfg);
+        let out = t.path().join("o");
+        let o = kq(&[
+            "quantize",
+            &src,
+            "-o",
+            out.to_str().unwrap(),
+            "--format",
+            "modelopt",
+            "--scheme",
+            scheme,
+            "--exclude",
+            "lm_head,*embed_tokens",
+            "--dry-run",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(!out.exists());
+        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["format"], "modelopt");
+        assert_eq!(j["scheme"], scheme);
+        let want: u64 = load(&golden(cfg).join("export_model.safetensors"))
+            .values()
+            .map(|(_, _, d)| d.len() as u64)
+            .sum();
+        assert_eq!(j["bytes_after"], want, "{cfg}");
+    }
+}
+
+/// Schemes ModelOpt has no layout for (or kquant no exact reference) are refused, naming the
+/// formats that do work; so are the Quark-only flags.
+#[test]
+fn unsupported_combinations_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let o_dir = t.path().join("o");
+    for extra in [
+        vec!["--scheme", "int4-pc"],
+        vec!["--scheme", "int4-g32"],
+        vec!["--scheme", "fp8-pc", "--quark-layout", "file2file"],
+    ] {
+        let mut args = vec![
+            "quantize",
+            "fixtures/tiny/eagle3-specforge",
+            "-o",
+            o_dir.to_str().unwrap(),
+            "--format",
+            "modelopt",
+        ];
+        args.extend(extra.iter());
+        let o = kq(&args);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("it can as") || err.contains("--format quark only"),
+            "{extra:?}: {err}"
+        );
+    }
+}
