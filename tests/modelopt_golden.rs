@@ -612,3 +612,37 @@ fn unsupported_combinations_are_refused() {
         );
     }
 }
+
+#[test]
+fn odd_output_rows_are_refused_before_writing() {
+    let t = tempfile::tempdir().unwrap();
+    let f = t.path().join("m.safetensors");
+    let json = br#"{"l.weight":{"dtype":"BF16","shape":[3,128],"data_offsets":[0,768]}}"#;
+    let mut b = (json.len() as u64).to_le_bytes().to_vec();
+    b.extend_from_slice(json);
+    b.extend(std::iter::repeat_n([0x80u8, 0x3f], 384).flatten());
+    std::fs::write(&f, b).unwrap();
+    let out = t.path().join("o");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_kquant"))
+        .args([
+            "quantize",
+            f.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--format",
+            "modelopt",
+            "--scheme",
+            "int4-g128",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("tensor `l.weight`")
+            && err.contains("output dimension 3 is odd")
+            && err.contains("--exclude"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}

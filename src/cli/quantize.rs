@@ -15,7 +15,7 @@ use crate::io::writer::{parse_size, TensorSpec, WriteOptions, Writer};
 use crate::io::TensorInfo;
 use crate::quant::exclude::{excluded_by, module_of, not_candidate, parse_patterns};
 use crate::quant::registry::{self, Format, QuarkFlags, SCHEMES};
-use crate::quant::target::ExcludeStyle;
+use crate::quant::target::{ExcludeStyle, Target};
 use crate::quant::{preset, quark};
 
 /// Arguments of `kquant quantize`.
@@ -163,9 +163,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         };
         plan.push((t, action));
     }
-    if let Some(g) = target.group() {
-        check_groups(&ck, &plan, g, &scheme)?;
-    }
+    check_shapes(&ck, &plan, target.as_ref(), &scheme)?;
     // The config lists the concrete excluded module names. Quark: every matched module (model
     // path) or only matched Linear candidates, sorted (file2file). compressed-tensors: the
     // Linear modules left unquantized (its `ignore`, in module order).
@@ -230,7 +228,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                         "bytes_after": specs.iter().filter(|s| producer[&s.name] == plan.iter().position(|(x, _)| x.name == t.name).unwrap()).map(TensorSpec::nbytes).sum::<u64>()}),
                     Action::Copy { reason } => json!({"name": t.name, "action": "excluded", "reason": reason, "bytes_before": t.nbytes(), "bytes_after": t.nbytes()}),
                 }).collect::<Vec<_>>(),
-                "exclude": exclude, "bytes_before": before, "bytes_after": after,
+                "exclude": written_exclude(target.as_ref(), &exclude), "bytes_before": before, "bytes_after": after,
             });
             println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         } else {
@@ -257,7 +255,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 human_bytes(before),
                 human_bytes(after)
             );
-            println!("quantization_config.{}: {exclude:?}", target.exclude_key());
+            println!(
+                "quantization_config.{}: {}",
+                target.exclude_key(),
+                written_exclude(target.as_ref(), &exclude)
+            );
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -334,7 +336,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let s = w.finish()?;
     if a.json {
-        let doc = json!({"schema": "kquant.quantize/1", "output": s.dir, "quantized": n_q, "bytes_before": before, "bytes_after": after, "files": s.files, "exclude": exclude});
+        let doc = json!({"schema": "kquant.quantize/1", "output": s.dir, "quantized": n_q, "bytes_before": before, "bytes_after": after, "files": s.files, "exclude": written_exclude(target.as_ref(), &exclude)});
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     }
     eprintln!(
@@ -348,17 +350,17 @@ pub fn run(a: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Refuse any tensor to be quantized whose input dimension is not a multiple of the group size:
-/// compressed-tensors raises on it, and Quark's output for it is unknown.
-fn check_groups(
+/// Refuse any tensor the target cannot write (group size, ModelOpt's odd output rows), naming
+/// the tensor and file, before anything is written.
+fn check_shapes(
     ck: &Checkpoint,
     plan: &[(&TensorInfo, Action)],
-    g: usize,
+    target: &dyn Target,
     scheme: &str,
 ) -> Result<()> {
     for (t, act) in plan {
-        if let Action::Quantize { module, cols, .. } = act {
-            if cols % g != 0 {
+        if let Action::Quantize { module, rows, cols } = act {
+            if let Some(why) = target.refuse_shape(*rows, *cols) {
                 let path = ck
                     .weights
                     .shard_of(&t.name)
@@ -368,10 +370,9 @@ fn check_groups(
                     path,
                     tensor: t.name.clone(),
                     msg: format!(
-                        "input dimension {cols} (shape {:?}) is not a multiple of the group size {g} of --scheme {}; \
-                         add `{module}` to --exclude, or use a scheme whose group divides it (int4-pc has no group)",
+                        "shape {:?} cannot be written as --scheme {scheme} ({}): {why}; add `{module}` to --exclude, or pick a scheme without that constraint (int4-pc has no group)",
                         t.shape,
-                        scheme
+                        target.describe()
                     ),
                 });
             }
@@ -398,4 +399,12 @@ fn check_finite(w: &[f32], cols: usize, path: &std::path::Path, name: &str) -> R
 
 fn scheme_parser() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(SCHEMES.iter().map(|s| s.id))
+}
+
+/// The unquantized-module list as the target writes it into its config.
+fn written_exclude(target: &dyn Target, exclude: &[String]) -> Value {
+    let cfg = target.config(exclude);
+    cfg.get(target.exclude_key())
+        .cloned()
+        .unwrap_or_else(|| json!(exclude))
 }

@@ -516,6 +516,19 @@ impl Target for Modelopt {
             Algo::Fp8PerChannelPerToken => None,
         }
     }
+    fn refuse_shape(&self, rows: usize, cols: usize) -> Option<String> {
+        match self.0 {
+            Algo::W4a16Awq { group } if cols % group != 0 => Some(format!(
+                "input dimension {cols} is not a multiple of the group size {group}"
+            )),
+            // Two output rows share a byte; ModelOpt refuses an odd count and TensorRT-LLM
+            // could not load a padded one.
+            Algo::W4a16Awq { .. } if rows % 2 != 0 => Some(format!(
+                "output dimension {rows} is odd; ModelOpt packs two output rows per byte"
+            )),
+            _ => None,
+        }
+    }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
         match self.0 {
             Algo::W4a16Awq { group } => int4_specs(module, rows, cols, group, dtype),

@@ -28,6 +28,17 @@ pub trait Target: Send + Sync {
     fn group(&self) -> Option<usize> {
         None
     }
+    /// Why a `[rows, cols]` weight cannot be written in this target (the reference tool refuses
+    /// it or no engine can load it), or `None`. The default checks the group size.
+    fn refuse_shape(&self, rows: usize, cols: usize) -> Option<String> {
+        let _ = rows;
+        match self.group() {
+            Some(g) if cols % g != 0 => Some(format!(
+                "input dimension {cols} is not a multiple of the group size {g}"
+            )),
+            _ => None,
+        }
+    }
     /// The tensors a quantized `module` (`[rows, cols]` weight of `dtype`) is written as.
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec>;
     /// Quantize `w` (row-major f32 of the stored weight) and encode every tensor of `specs`.
