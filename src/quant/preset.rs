@@ -27,6 +27,18 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "kimi-k2.5-eagle3-quark-int4-g128",
         include_str!("../../quant-configs/kimi-k2.5-eagle3-quark-int4-g128.json"),
     ),
+    (
+        "kimi-k2.5-eagle3-w4a8-fp8",
+        include_str!("../../quant-configs/kimi-k2.5-eagle3-w4a8-fp8.json"),
+    ),
+    (
+        "kimi-k2.5-eagle3-fp8-pc",
+        include_str!("../../quant-configs/kimi-k2.5-eagle3-fp8-pc.json"),
+    ),
+    (
+        "kimi-k2.5-eagle3-trtllm-int4",
+        include_str!("../../quant-configs/kimi-k2.5-eagle3-trtllm-int4.json"),
+    ),
 ];
 
 /// One preset. Command-line flags override its fields.
