@@ -5,6 +5,7 @@
 
 pub mod checkpoint;
 pub mod cli;
+pub mod convert;
 pub mod error;
 pub mod io;
 pub mod quant;

@@ -574,8 +574,36 @@ fn aux_layers(
                 }
                 (Some(a), _) => (a, "eagle_config.eagle_aux_hidden_state_layer_ids"),
                 (None, Some(b)) => (b, "eagle_aux_hidden_state_layer_ids"),
-                (None, None) => return Ok(None),
+                (None, None) => match c.int_list(Some("kquant"), "aux_hidden_states")? {
+                    // A layout that hard-codes its taps (EAGLE reference) written by kquant.
+                    Some(hs) => {
+                        return Ok(Some(make(
+                            hs,
+                            "kquant.aux_hidden_states",
+                            Some(AuxConvention::InputOfLayer),
+                            "recorded by kquant as HF hidden_states indices (the engine hard-codes its taps)",
+                        )))
+                    }
+                    None => return Ok(None),
+                },
             };
+            // kquant's own outputs record the convention they were written in.
+            let recorded = c
+                .nested("kquant", "aux_layer_convention")
+                .and_then(|v| v.as_str())
+                .and_then(|v| match v {
+                    "output-of-layer" => Some(AuxConvention::OutputOfLayer),
+                    "input-of-layer" => Some(AuxConvention::InputOfLayer),
+                    _ => None,
+                });
+            if let Some(conv) = recorded {
+                return Ok(Some(make(
+                    ids,
+                    key,
+                    Some(conv),
+                    "recorded by kquant in config.json (`kquant.aux_layer_convention`)",
+                )));
+            }
             let kimi = c.model_type() == Some("kimi_k2");
             let modelopt_new = ["next_layer_regular", "parallel_draft_step"]
                 .iter()

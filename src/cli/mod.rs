@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use crate::error::{Error, Result};
 
 pub mod bench;
+pub mod convert;
 pub mod dequantize;
 pub mod diff;
 pub mod inspect;
@@ -29,6 +30,8 @@ pub enum Command {
     Inspect(inspect::Args),
     /// Quantize a draft into the files AMD Quark or compressed-tensors write, bit for bit.
     Quantize(quantize::Args),
+    /// Move an EAGLE-3 / EAGLE-3-MLA / DFlash draft between engine layouts (quantized or not).
+    Convert(convert::Args),
     /// Turn a quantized checkpoint back into float weights (w = q · s).
     Dequantize(dequantize::Args),
     /// Per-tensor error between two checkpoints (quantized ones are dequantized first).
@@ -48,6 +51,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Inspect(a) => inspect::run(a),
         Command::Quantize(a) => quantize::run(a),
+        Command::Convert(a) => convert::run(a),
         Command::Dequantize(a) => dequantize::run(a),
         Command::Diff(a) => diff::run(a),
         Command::Schemes(a) => schemes::run(a),

@@ -1,0 +1,191 @@
+//! `kquant convert {eagle3|dflash} SRC -o OUT --to ENGINE`: move a draft between engine layouts.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::json;
+
+use crate::checkpoint::{AuxConvention, Checkpoint};
+use crate::cli::{command_line, human_bytes, progress};
+use crate::convert::{self, engine, Engine, Options};
+use crate::error::{Error, Result};
+use crate::io::writer::{parse_size, WriteOptions};
+
+/// Draft families `convert` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// EAGLE-3, Llama-style or MLA (Kimi) attention.
+    Eagle3,
+    /// DFlash block drafter.
+    Dflash,
+}
+
+/// Aux-id conventions on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Convention {
+    /// id k = output of decoder layer k = HF hidden_states[k+1] (SpecForge, TorchSpec, ModelOpt, TRT-LLM).
+    OutputOfLayer,
+    /// id k = input of decoder layer k = HF hidden_states[k] (vLLM, EAGLE reference inference).
+    InputOfLayer,
+}
+
+/// Arguments of `kquant convert`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    pub kind: Kind,
+    /// Source draft: directory, `.safetensors` file or hub id.
+    pub src: String,
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Engine (or trainer) layout to write.
+    #[arg(long, value_enum)]
+    pub to: Engine,
+    /// Where the source comes from, when detection cannot tell (sets the aux-id convention and
+    /// is checked against the tensor names).
+    #[arg(long, value_enum)]
+    pub from: Option<Engine>,
+    /// Target model (directory or hub id) to copy embed_tokens / lm_head from when the chosen
+    /// engine needs them and the draft lacks them.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Aux-layer ids to write instead of the source's, comma-separated (needs --aux-convention).
+    #[arg(long, value_delimiter = ',')]
+    pub aux_layers: Option<Vec<i64>>,
+    /// Convention of the source's (or --aux-layers') ids.
+    #[arg(long, value_enum)]
+    pub aux_convention: Option<Convention>,
+    /// `model_type` for MLA drafts (default: deepseek_v3 for vLLM/SGLang, kimi_k2 otherwise).
+    #[arg(long)]
+    pub model_type: Option<String>,
+    /// Speculative steps in the printed launch line / TensorRT-LLM max_draft_len.
+    #[arg(long, default_value_t = 3)]
+    pub steps: usize,
+    #[arg(long, value_parser = parse_size)]
+    pub max_shard_size: Option<u64>,
+    #[arg(long)]
+    pub force: bool,
+    /// Print the plan (names, sources, dropped tensors, config, warnings) and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the plan / result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn convention_of(e: Engine) -> AuxConvention {
+    match e {
+        Engine::Vllm | Engine::Eagle => AuxConvention::InputOfLayer,
+        _ => AuxConvention::OutputOfLayer,
+    }
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let ck = Checkpoint::open(&a.src)?;
+    let det = ck.detect()?;
+    let dflash = a.kind == Kind::Dflash;
+    if let (Some(from), Some(prefix)) = (a.from, det.layer_prefix.as_deref()) {
+        if !dflash
+            && from.eagle3_prefix() != prefix
+            && !matches!(from, Engine::Trtllm | Engine::Torchspec)
+        {
+            return Err(Error::Usage(format!(
+                "--from {} writes `{}*`, but the source's layer is `{prefix}*`",
+                from.id(),
+                from.eagle3_prefix()
+            )));
+        }
+    }
+    let aux_convention = a.aux_convention.map(|c| match c {
+        Convention::OutputOfLayer => AuxConvention::OutputOfLayer,
+        Convention::InputOfLayer => AuxConvention::InputOfLayer,
+    });
+    let o = Options {
+        dflash,
+        engine: a.to,
+        from: None,
+        aux_layers: a.aux_layers.clone(),
+        aux_convention: aux_convention.or(a.from.map(convention_of)),
+        model_type: a.model_type.clone(),
+        steps: a.steps,
+    };
+    let target = a.target.as_deref().map(Checkpoint::open).transpose()?;
+    let mut plan = convert::plan(&ck, &det, target.as_ref(), &o)?;
+    plan.launch = engine::launch_line(a.to, dflash, &a.output.display().to_string(), a.steps);
+    let bytes: u64 = plan
+        .tensors
+        .iter()
+        .map(|t| t.shape.iter().product::<usize>() as u64 * t.dtype.size() as u64)
+        .sum();
+    if a.dry_run {
+        if a.json {
+            let mut doc = convert::plan_json(&plan);
+            doc["schema"] = json!("kquant.convert-plan/1");
+            doc["config"] = plan.config.clone();
+            println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        } else {
+            for t in &plan.tensors {
+                println!(
+                    "{:<52} {:<6} {:?}  <- {:?}",
+                    t.name,
+                    t.dtype.name(),
+                    t.shape,
+                    t.source
+                );
+            }
+            for (n, why) in &plan.dropped {
+                println!("{n:<52} dropped: {why}");
+            }
+            if let Some(x) = &plan.aux {
+                println!(
+                    "aux layers: hidden_states {:?} written as {:?} ({}) in {}",
+                    x.hidden_states,
+                    x.written,
+                    x.convention.id(),
+                    x.keys.join(", ")
+                );
+            }
+            println!(
+                "config.json:\n{}",
+                serde_json::to_string_pretty(&plan.config).expect("JSON")
+            );
+        }
+        for w in &plan.warnings {
+            eprintln!("warning: {w}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    for w in &plan.warnings {
+        eprintln!("warning: {w}");
+    }
+    let mut inputs: Vec<PathBuf> = ck.weights.files().iter().map(|p| p.to_path_buf()).collect();
+    inputs.extend(ck.weights.config_path.clone());
+    let opts = WriteOptions {
+        max_shard_size: a.max_shard_size,
+        force: a.force,
+        command: command_line(),
+        inputs,
+        ..Default::default()
+    };
+    let pb = progress(bytes, "convert");
+    let s = convert::write(&ck, target.as_ref(), &plan, &a.output, opts, &pb)?;
+    pb.finish_and_clear();
+    if a.json {
+        let mut doc = convert::plan_json(&plan);
+        doc["schema"] = json!("kquant.convert/1");
+        doc["output"] = json!(s.dir);
+        doc["files"] = json!(s.files);
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    }
+    eprintln!(
+        "converted {} draft ({} tensors, {}) for {} into {}",
+        det.family.id(),
+        plan.tensors.len(),
+        human_bytes(s.tensor_bytes),
+        a.to.id(),
+        s.dir.display()
+    );
+    if let Some(l) = &plan.launch {
+        eprintln!("launch with:\n  {l}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,367 @@
+//! `convert`: move an EAGLE-3 (Llama or MLA) or DFlash draft between the on-disk layouts of
+//! SGLang, vLLM, TensorRT-LLM/ModelOpt, SpecForge, TorchSpec, the EAGLE reference and z-lab.
+//!
+//! The source is read as roles (layer tensors, fc, norms, vocab maps, embeddings) and written
+//! with the target engine's names, config keys and aux-layer convention. Tensor bytes are
+//! copied, never decoded, except the two small vocab maps when an engine wants another dtype.
+//! Quantized drafts stay quantized: scales and zero-points move with their module, and the
+//! quantization config's module lists are renamed. Facts: shared/reference/draft-formats.md.
+
+pub mod engine;
+pub mod names;
+
+use serde_json::{json, Map, Value};
+
+pub use engine::Engine;
+
+use crate::checkpoint::{AuxConvention, Checkpoint, Detection, Dialect, Family};
+use crate::error::{Error, Result};
+use crate::io::Dtype;
+
+/// What `convert` was asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `eagle3` (Llama or MLA) or `dflash`.
+    pub dflash: bool,
+    pub engine: Engine,
+    /// Override of the detected source dialect.
+    pub from: Option<Dialect>,
+    /// Aux-layer ids given on the command line (with `aux_convention`).
+    pub aux_layers: Option<Vec<i64>>,
+    /// The convention of the source ids (required when the files cannot say).
+    pub aux_convention: Option<AuxConvention>,
+    /// `model_type` for MLA drafts (default per engine).
+    pub model_type: Option<String>,
+    /// Speculative steps for the printed launch line.
+    pub steps: usize,
+}
+
+/// Where one output tensor's bytes come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// A source tensor, copied byte for byte.
+    Copy(String),
+    /// The source `d2t` cast to another integer type (values unchanged).
+    CastInt(String),
+    /// `t2d` derived from the source `d2t`: `t2d[arange(Vd) + d2t] = true`, length `vocab`.
+    T2dFromD2t { d2t: String, vocab: usize },
+    /// A tensor of the target checkpoint, copied.
+    Target(String),
+    /// Rows of a target tensor (`lm_head` pruned to the draft vocab by `d2t`).
+    TargetRows { name: String, d2t: String },
+}
+
+/// One tensor of the output.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub source: Source,
+}
+
+/// Aux-layer taps as written.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AuxOut {
+    pub hidden_states: Vec<i64>,
+    pub written: Vec<i64>,
+    pub convention: AuxConvention,
+    pub keys: Vec<String>,
+}
+
+/// Everything `convert` will write.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub tensors: Vec<Planned>,
+    /// (source tensor, why it is not written).
+    pub dropped: Vec<(String, String)>,
+    pub config: Value,
+    pub side_files: Vec<(String, Vec<u8>)>,
+    pub aux: Option<AuxOut>,
+    pub warnings: Vec<String>,
+    pub launch: Option<String>,
+}
+
+fn derr(ck: &Checkpoint, msg: String, hint: Option<&str>) -> Error {
+    Error::Source {
+        path: ck
+            .weights
+            .config_path
+            .clone()
+            .unwrap_or_else(|| ck.weights.dir.clone()),
+        msg,
+        hint: hint.map(Into::into),
+    }
+}
+
+/// Aux taps of the source as HF `hidden_states` indices, or why they cannot be known.
+fn source_taps(ck: &Checkpoint, det: &Detection, o: &Options) -> Result<Option<Vec<i64>>> {
+    if let Some(ids) = &o.aux_layers {
+        let conv = o.aux_convention.ok_or_else(|| {
+            Error::Usage("--aux-layers needs --aux-convention output-of-layer|input-of-layer: kquant keeps taps as HF hidden_states indices".into())
+        })?;
+        return Ok(Some(ids.iter().map(|&k| conv.to_hidden_state(k)).collect()));
+    }
+    let Some(aux) = &det.aux_layers else {
+        return Ok(None);
+    };
+    let conv = match (o.aux_convention, aux.convention) {
+        (Some(c), _) => c,
+        (None, Some(c)) => c,
+        (None, None) => {
+            return Err(derr(
+                ck,
+                format!("aux-layer ids {:?} (`{}`) have no known convention: {}", aux.ids, aux.key, aux.reason),
+                Some("pass --aux-convention input-of-layer if an engine that reads ids raw (vLLM) made it, or output-of-layer if SpecForge/TorchSpec/ModelOpt did; Kimi-K2.x defaults are [1,29,57] output-of-layer = [2,30,58] input-of-layer"),
+            ))
+        }
+    };
+    Ok(Some(
+        aux.ids.iter().map(|&k| conv.to_hidden_state(k)).collect(),
+    ))
+}
+
+/// Build the conversion plan (nothing is written).
+pub fn plan(
+    ck: &Checkpoint,
+    det: &Detection,
+    target: Option<&Checkpoint>,
+    o: &Options,
+) -> Result<Plan> {
+    let fam_ok = match (&det.family, o.dflash) {
+        (Family::Eagle3 | Family::Eagle3Mla, false) | (Family::Dflash, true) => true,
+        _ => false,
+    };
+    if !fam_ok {
+        return Err(derr(
+            ck,
+            format!(
+                "is a `{}` checkpoint, not {}",
+                det.family.id(),
+                if o.dflash {
+                    "a DFlash drafter"
+                } else {
+                    "an EAGLE-3 draft"
+                }
+            ),
+            Some(if o.dflash {
+                "use `kquant convert eagle3` for EAGLE-3 drafts"
+            } else {
+                "use `kquant convert dflash` for DFlash drafters"
+            }),
+        ));
+    }
+    if (o.dflash && !o.engine.for_dflash()) || (!o.dflash && !o.engine.for_eagle3()) {
+        return Err(Error::Usage(format!(
+            "--to {} does not take {} drafts",
+            o.engine.id(),
+            if o.dflash { "DFlash" } else { "EAGLE-3" }
+        )));
+    }
+    let taps = source_taps(ck, det, o)?;
+    if o.dflash {
+        names::plan_dflash(ck, det, target, o, taps)
+    } else {
+        names::plan_eagle3(ck, det, target, o, taps)
+    }
+}
+
+/// Rename module names in a quantization config's module lists (Quark `exclude`,
+/// compressed-tensors `ignore`, ModelOpt `exclude_modules`); `re:` entries are kept.
+pub fn rename_quant_lists(q: &mut Value, rename: &dyn Fn(&str) -> String) {
+    match q {
+        Value::Object(m) => {
+            for (k, v) in m.iter_mut() {
+                if matches!(
+                    k.as_str(),
+                    "exclude" | "ignore" | "exclude_modules" | "modules_to_not_convert"
+                ) {
+                    if let Value::Array(a) = v {
+                        for e in a.iter_mut() {
+                            if let Some(s) = e.as_str().filter(|s| !s.starts_with("re:")) {
+                                *e = Value::String(rename(s));
+                            }
+                        }
+                    }
+                } else {
+                    rename_quant_lists(v, rename);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|v| rename_quant_lists(v, rename)),
+        _ => {}
+    }
+}
+
+/// Set `obj[key] = v`, creating `obj` as an object if needed.
+pub(crate) fn set(obj: &mut Value, key: &str, v: Value) {
+    if !obj.is_object() {
+        *obj = Value::Object(Map::new());
+    }
+    obj.as_object_mut().unwrap().insert(key.into(), v);
+}
+
+/// The TensorRT-LLM `extra_llm_api_options` YAML for an EAGLE-3 draft.
+pub fn trtllm_yaml(draft_dir: &str, steps: usize, capture_output_of: Option<&[i64]>) -> String {
+    let mut y = format!(
+        "# Written by kquant convert --to trtllm. Serve with:\n#   trtllm-serve <target> --backend pytorch --extra_llm_api_options {draft_dir}/extra-llm-api-config.yml\n\
+         speculative_config:\n  decoding_type: Eagle\n  max_draft_len: {steps}\n  speculative_model_dir: {draft_dir}\n  eagle3_one_model: true\n  eagle3_model_arch: llama3\n"
+    );
+    if let Some(ids) = capture_output_of {
+        y.push_str(&format!(
+            "  eagle3_layers_to_capture: [{}]\n",
+            ids.iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    y
+}
+
+/// JSON of a plan for `--dry-run --json` and the result.
+pub fn plan_json(p: &Plan) -> Value {
+    json!({
+        "tensors": p.tensors.iter().map(|t| json!({
+            "name": t.name, "dtype": t.dtype.name(), "shape": t.shape,
+            "from": match &t.source {
+                Source::Copy(n) => json!({"copy": n}),
+                Source::CastInt(n) => json!({"cast": n}),
+                Source::T2dFromD2t { d2t, vocab } => json!({"t2d_from_d2t": d2t, "vocab": vocab}),
+                Source::Target(n) => json!({"target": n}),
+                Source::TargetRows { name, d2t } => json!({"target_rows": name, "by": d2t}),
+            }})).collect::<Vec<_>>(),
+        "dropped": p.dropped.iter().map(|(n, why)| json!({"name": n, "why": why})).collect::<Vec<_>>(),
+        "aux_layers": p.aux,
+        "warnings": p.warnings,
+        "launch": p.launch,
+        "side_files": p.side_files.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+    })
+}
+
+/// Write a plan: every tensor streamed from the source (or target) into the writer.
+pub fn write(
+    ck: &Checkpoint,
+    target: Option<&Checkpoint>,
+    p: &Plan,
+    out: &std::path::Path,
+    opts: crate::io::writer::WriteOptions,
+    progress: &indicatif::ProgressBar,
+) -> Result<crate::io::writer::WriteSummary> {
+    use crate::io::writer::{TensorSpec, Writer};
+    let specs = p
+        .tensors
+        .iter()
+        .map(|t| TensorSpec::new(t.name.clone(), t.dtype, t.shape.clone()))
+        .collect();
+    let mut w = Writer::create(out, specs, opts)?;
+    let by: std::collections::HashMap<&str, &Planned> =
+        p.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+    for name in w.order().into_iter().map(String::from).collect::<Vec<_>>() {
+        let t = by[name.as_str()];
+        match &t.source {
+            Source::Copy(n) | Source::Target(n) => {
+                let c = if matches!(t.source, Source::Target(_)) {
+                    target.expect("planned with a target")
+                } else {
+                    ck
+                };
+                let v = src_of(c, n)?;
+                let shard = c.weights.shard_of(n).expect("routed");
+                const BLOCK: usize = 64 << 20;
+                for (i, b) in v.data.chunks(BLOCK).enumerate() {
+                    w.write_part(&name, b)?;
+                    let from = (i * BLOCK) as u64;
+                    shard.release_range(v.info, from, from + b.len() as u64);
+                    progress.inc(b.len() as u64);
+                }
+                w.end_tensor(&name)?;
+            }
+            Source::CastInt(n) => {
+                let vals = int_values(&src_of(ck, n)?);
+                let bytes: Vec<u8> = match t.dtype {
+                    Dtype::I32 => vals
+                        .iter()
+                        .flat_map(|&x| (x as i32).to_le_bytes())
+                        .collect(),
+                    _ => vals.iter().flat_map(|&x| x.to_le_bytes()).collect(),
+                };
+                w.write(&name, &bytes)?;
+            }
+            Source::T2dFromD2t { d2t, vocab } => {
+                let offs = int_values(&src_of(ck, d2t)?);
+                let mut mask = vec![0u8; *vocab];
+                for (i, o) in offs.iter().enumerate() {
+                    let id = i as i64 + o;
+                    if id < 0 || id as usize >= *vocab {
+                        return Err(Error::Tensor {
+                            path: ck.weights.dir.clone(),
+                            tensor: d2t.clone(),
+                            msg: format!(
+                                "entry {i} maps to target id {id}, outside the vocab of {vocab}"
+                            ),
+                        });
+                    }
+                    mask[id as usize] = 1;
+                }
+                w.write(&name, &mask)?;
+            }
+            Source::TargetRows { name: tn, d2t } => {
+                let tgt = target.expect("planned with a target");
+                let v = src_of(tgt, tn)?;
+                let offs = int_values(&src_of(ck, d2t)?);
+                let row = v.data.len() / v.shape()[0];
+                for (i, o) in offs.iter().enumerate() {
+                    let id = (i as i64 + o) as usize;
+                    let r = v
+                        .data
+                        .get(id * row..(id + 1) * row)
+                        .ok_or_else(|| Error::Tensor {
+                            path: ck.weights.dir.clone(),
+                            tensor: d2t.clone(),
+                            msg: format!("entry {i} maps to target row {id}, outside `{tn}`"),
+                        })?;
+                    w.write_part(&name, r)?;
+                }
+                w.end_tensor(&name)?;
+            }
+        }
+    }
+    let mut cfg = serde_json::to_vec_pretty(&p.config).expect("config JSON");
+    cfg.push(b'\n');
+    w.add_file("config.json", &cfg)?;
+    for (n, b) in &p.side_files {
+        let b = if n == "extra-llm-api-config.yml" {
+            String::from_utf8_lossy(b)
+                .replace("<this-directory>", &out.display().to_string())
+                .into_bytes()
+        } else {
+            b.clone()
+        };
+        w.add_file(n, &b)?;
+    }
+    w.finish()
+}
+
+/// Integer tensor values (d2t) as i64.
+fn int_values(v: &crate::io::TensorView<'_>) -> Vec<i64> {
+    match v.dtype() {
+        Dtype::I64 => v
+            .data
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+        Dtype::I32 => v
+            .data
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64)
+            .collect(),
+        _ => v.to_f32().iter().map(|&x| x as i64).collect(),
+    }
+}
+
+fn src_of<'a>(c: &'a Checkpoint, n: &str) -> Result<crate::io::TensorView<'a>> {
+    c.weights
+        .tensor(n)
+        .ok_or_else(|| Error::Usage(format!("tensor `{n}` vanished")))
+}

@@ -1,0 +1,595 @@
+//! Per-family name and config rewriting for `convert` (EAGLE-3 Llama/MLA, DFlash).
+
+use serde_json::{json, Value};
+
+use super::{rename_quant_lists, set, trtllm_yaml, AuxOut, Engine, Options, Plan, Planned, Source};
+use crate::checkpoint::{AuxConvention, Checkpoint, Detection, Family};
+use crate::error::{Error, Result};
+use crate::io::{Dtype, TensorInfo};
+
+const LAYER_PREFIXES: [&str; 2] = ["midlayer.", "layers.0."];
+
+/// Names a target checkpoint may use for its embedding and head (Kimi-K2.5's wrapper adds
+/// `language_model.`).
+const TARGET_EMBED: [&str; 2] = [
+    "model.embed_tokens.weight",
+    "language_model.model.embed_tokens.weight",
+];
+const TARGET_HEAD: [&str; 2] = ["lm_head.weight", "language_model.lm_head.weight"];
+
+fn find<'a>(ck: &'a Checkpoint, names: &[&str]) -> Option<&'a TensorInfo> {
+    names.iter().find_map(|n| ck.weights.info(n))
+}
+
+fn source_err(ck: &Checkpoint, msg: String) -> Error {
+    Error::Source {
+        path: ck.weights.dir.clone(),
+        msg,
+        hint: None,
+    }
+}
+
+/// Rename a layer tensor to `prefix`; top-level names are unchanged.
+fn relayer(name: &str, prefix: &str) -> String {
+    for p in LAYER_PREFIXES {
+        if let Some(rest) = name.strip_prefix(p) {
+            return format!("{prefix}{rest}");
+        }
+    }
+    name.to_string()
+}
+
+fn has(ts: &[Planned], n: &str) -> bool {
+    ts.iter().any(|p| p.name == n)
+}
+
+fn copy(t: &TensorInfo, name: String) -> Planned {
+    Planned {
+        name,
+        dtype: t.dtype,
+        shape: t.shape.clone(),
+        source: Source::Copy(t.name.clone()),
+    }
+}
+
+/// Target-side embedding / head, checked against the draft's shape.
+fn from_target(
+    target: Option<&Checkpoint>,
+    names: &[&str],
+    want: &[usize],
+    what: &str,
+) -> Result<Option<Planned>> {
+    let Some(t) = target else { return Ok(None) };
+    let Some(info) = find(t, names) else {
+        return Err(source_err(
+            t,
+            format!("target has no {what} (looked for {})", names.join(", ")),
+        ));
+    };
+    if info.shape != want {
+        return Err(source_err(
+            t,
+            format!(
+                "target {what} `{}` has shape {:?}, the draft needs {:?}",
+                info.name, info.shape, want
+            ),
+        ));
+    }
+    Ok(Some(Planned {
+        name: String::new(),
+        dtype: info.dtype,
+        shape: info.shape.clone(),
+        source: Source::Target(info.name.clone()),
+    }))
+}
+
+/// Flatten a vLLM speculators config into a plain draft config.
+fn flatten_speculators(cfg: &Value) -> Value {
+    let Some(inner) = cfg
+        .get("transformer_layer_config")
+        .filter(|v| v.is_object())
+    else {
+        return cfg.clone();
+    };
+    let mut out = inner.clone();
+    for k in [
+        "draft_vocab_size",
+        "target_hidden_size",
+        "norm_before_residual",
+        "eagle_aux_hidden_state_layer_ids",
+        "eagle_config",
+        "quantization_config",
+    ] {
+        if let Some(v) = cfg.get(k) {
+            set(&mut out, k, v.clone());
+        }
+    }
+    out
+}
+
+/// Aux ids for an engine from HF hidden_states indices.
+fn write_aux(
+    cfg: &mut Value,
+    engine: Engine,
+    dflash: bool,
+    hs: &[i64],
+    warnings: &mut Vec<String>,
+) -> AuxOut {
+    let out_of: Vec<i64> = hs.iter().map(|h| h - 1).collect();
+    let (conv, ids, keys): (AuxConvention, Vec<i64>, Vec<&str>) = if dflash {
+        match engine {
+            Engine::Torchspec => (
+                AuxConvention::OutputOfLayer,
+                out_of,
+                vec!["target_layer_ids"],
+            ),
+            _ => {
+                if engine == Engine::Vllm {
+                    warnings.push("vLLM's handling of DFlash target_layer_ids changed between releases (vLLM PR #56983 registers ids + 1): check that your vLLM version reads them as outputs of layer k".into());
+                }
+                (
+                    AuxConvention::OutputOfLayer,
+                    out_of,
+                    vec!["dflash_config.target_layer_ids"],
+                )
+            }
+        }
+    } else {
+        match engine {
+            Engine::Vllm => (
+                AuxConvention::InputOfLayer,
+                hs.to_vec(),
+                vec![
+                    "eagle_aux_hidden_state_layer_ids",
+                    "eagle_config.eagle_aux_hidden_state_layer_ids",
+                ],
+            ),
+            Engine::Sglang => {
+                // SGLang adds +1 to the ids; since PR #25454 only when the first id is 1 and
+                // otherwise takes them as inputs of layer k. Output-of ids starting at 1 read
+                // the same in both; anything else is written for current SGLang.
+                if out_of.first() == Some(&1) {
+                    (
+                        AuxConvention::OutputOfLayer,
+                        out_of,
+                        vec!["eagle_config.eagle_aux_hidden_state_layer_ids"],
+                    )
+                } else {
+                    warnings.push(format!(
+                        "SGLang before PR #25454 adds +1 to every aux id; these taps (hidden_states {hs:?}) are written for current SGLang as inputs of layer k and would be read one layer off by older SGLang"
+                    ));
+                    (
+                        AuxConvention::InputOfLayer,
+                        hs.to_vec(),
+                        vec!["eagle_config.eagle_aux_hidden_state_layer_ids"],
+                    )
+                }
+            }
+            Engine::Eagle => {
+                warnings.push(format!(
+                    "the EAGLE reference hard-codes its taps (inputs of layers 2, N/2, N-3); this draft's taps are hidden_states {hs:?}: check they are those"
+                ));
+                (AuxConvention::InputOfLayer, hs.to_vec(), vec![])
+            }
+            _ => (
+                AuxConvention::OutputOfLayer,
+                out_of,
+                vec!["eagle_config.eagle_aux_hidden_state_layer_ids"],
+            ),
+        }
+    };
+    // Record the convention so that kquant (and people) reading this output need not guess.
+    // (Also where the engine hard-codes its taps, so a round trip through it keeps them.)
+    set(
+        cfg,
+        "kquant",
+        json!({"aux_layer_convention": conv.id(), "aux_hidden_states": hs}),
+    );
+    for k in &keys {
+        match k.split_once('.') {
+            Some((obj, key)) => {
+                let mut o = cfg.get(obj).cloned().unwrap_or(json!({}));
+                set(&mut o, key, json!(ids));
+                set(cfg, obj, o);
+            }
+            None => set(cfg, k, json!(ids)),
+        }
+    }
+    AuxOut {
+        hidden_states: hs.to_vec(),
+        written: ids,
+        convention: conv,
+        keys: keys.into_iter().map(String::from).collect(),
+    }
+}
+
+/// EAGLE-3 (Llama-style or MLA).
+pub fn plan_eagle3(
+    ck: &Checkpoint,
+    det: &Detection,
+    target: Option<&Checkpoint>,
+    o: &Options,
+    taps: Option<Vec<i64>>,
+) -> Result<Plan> {
+    let e = o.engine;
+    let mla = det.family == Family::Eagle3Mla;
+    let w = &ck.weights;
+    if w.names().any(|n| {
+        (n.starts_with("layers.") && !n.starts_with("layers.0.")) || n.starts_with("midlayer.1")
+    }) {
+        return Err(source_err(
+            ck,
+            "has more than one decoder layer; multi-layer EAGLE-3 conversion is not supported yet"
+                .into(),
+        ));
+    }
+    let cfg_in = ck
+        .config
+        .as_ref()
+        .map(|c| Value::Object(c.root.clone()))
+        .unwrap_or(json!({}));
+    let speculators = cfg_in.get("speculators_model_type").is_some();
+    let mut cfg = flatten_speculators(&cfg_in);
+    let d = &det.dims;
+    let h = d
+        .hidden_size
+        .ok_or_else(|| source_err(ck, "hidden_size unknown".into()))? as usize;
+    let ht = d.target_hidden_size.unwrap_or(h as u64) as usize;
+    let vocab = d.vocab_size.map(|v| v as usize);
+    let dv = d.draft_vocab_size.map(|v| v as usize).or(vocab);
+    let pruned = matches!((dv, vocab), (Some(a), Some(b)) if a != b);
+    let mut warnings = Vec::new();
+    let mut tensors = Vec::new();
+    let mut dropped = Vec::new();
+    let prefix = e.eagle3_prefix();
+
+    for t in w.infos() {
+        let name = relayer(&t.name, prefix);
+        let keep: std::result::Result<Planned, &str> = match t.name.as_str() {
+            "embed_tokens.weight" => match e {
+                Engine::Vllm | Engine::Torchspec => Ok(copy(t, name)),
+                Engine::Trtllm | Engine::Sglang if ht != h => Ok(copy(t, name)),
+                Engine::Sglang => Err("SGLang replaces the draft embedding with the target's"),
+                Engine::Trtllm => Err("TensorRT-LLM shares the target's embedding when target_hidden_size == hidden_size"),
+                _ => Err("this layout takes the embedding from the target"),
+            },
+            "t2d" => match e {
+                Engine::Specforge | Engine::Eagle => Ok(copy(t, name)),
+                Engine::Torchspec if pruned => Ok(copy(t, name)),
+                _ => Err("no engine reads t2d"),
+            },
+            "d2t" => match e {
+                Engine::Trtllm if !pruned => Err("TensorRT-LLM reads d2t only when the draft vocab differs from the target's"),
+                Engine::Torchspec if !pruned => Err("TorchSpec writes d2t only for a pruned draft vocab"),
+                Engine::Trtllm if t.dtype != Dtype::I32 => {
+                    Ok(Planned { name, dtype: Dtype::I32, shape: t.shape.clone(), source: Source::CastInt(t.name.clone()) })
+                }
+                Engine::Trtllm => Ok(copy(t, name)),
+                _ if t.dtype != Dtype::I64 => {
+                    Ok(Planned { name, dtype: Dtype::I64, shape: t.shape.clone(), source: Source::CastInt(t.name.clone()) })
+                }
+                _ => Ok(copy(t, name)),
+            },
+            _ => Ok(copy(t, name)),
+        };
+        match keep {
+            Ok(p) => tensors.push(p),
+            Err(why) => dropped.push((t.name.clone(), why.to_string())),
+        }
+    }
+
+    // Vocab maps an engine reads but the source lacks.
+    if pruned
+        && matches!(e, Engine::Specforge | Engine::Eagle | Engine::Torchspec)
+        && !has(&tensors, "t2d")
+    {
+        if let (Some(d2t), Some(v)) = (w.info("d2t"), vocab) {
+            tensors.push(Planned {
+                name: "t2d".into(),
+                dtype: Dtype::BOOL,
+                shape: vec![v],
+                source: Source::T2dFromD2t {
+                    d2t: d2t.name.clone(),
+                    vocab: v,
+                },
+            });
+        }
+    }
+    if pruned && !w.names().any(|n| n == "d2t") {
+        return Err(source_err(
+            ck,
+            format!(
+                "draft vocab {} differs from vocab {} but there is no d2t",
+                dv.unwrap_or(0),
+                vocab.unwrap_or(0)
+            ),
+        ));
+    }
+    // Embedding for layouts that carry it.
+    if matches!(e, Engine::Torchspec) || (matches!(e, Engine::Trtllm) && ht != h) {
+        if !has(&tensors, "embed_tokens.weight") {
+            let v = vocab.ok_or_else(|| source_err(ck, "vocab_size unknown".into()))?;
+            match from_target(target, &TARGET_EMBED, &[v, h], "embedding")? {
+                Some(mut p) => {
+                    p.name = "embed_tokens.weight".into();
+                    tensors.push(p);
+                }
+                None => warnings.push(format!(
+                    "{} expects the draft to carry embed_tokens and the source has none: pass --target <target checkpoint or hub id> to copy it",
+                    e.id()
+                )),
+            }
+        }
+    }
+    // lm_head for layouts that need their own.
+    if !has(&tensors, "lm_head.weight") && e != Engine::Trtllm {
+        let v = vocab.ok_or_else(|| source_err(ck, "vocab_size unknown".into()))?;
+        match from_target(target, &TARGET_HEAD, &[v, h], "lm_head")? {
+            Some(mut p) => {
+                p.name = "lm_head.weight".into();
+                if pruned {
+                    let Source::Target(n) = p.source else { unreachable!() };
+                    p.shape = vec![dv.unwrap(), h];
+                    p.source = Source::TargetRows { name: n, d2t: "d2t".into() };
+                }
+                tensors.push(p);
+            }
+            None => warnings.push(format!(
+                "the draft has no lm_head: {} needs one (vLLM before `has_own_lm_head` and SGLang with draft_vocab_size fail); pass --target to copy the target's",
+                e.id()
+            )),
+        }
+    }
+
+    // Config.
+    let arch = match (mla, e) {
+        (true, _) => "Eagle3DeepseekV2ForCausalLM",
+        (false, Engine::Eagle) => "LlamaForCausalLM",
+        (false, _) => "LlamaForCausalLMEagle3",
+    };
+    set(&mut cfg, "architectures", json!([arch]));
+    if mla {
+        let mt = o.model_type.clone().unwrap_or_else(|| {
+            match e {
+                Engine::Vllm | Engine::Sglang => "deepseek_v3",
+                _ => "kimi_k2",
+            }
+            .into()
+        });
+        if mt == "kimi_k2" && matches!(e, Engine::Vllm | Engine::Sglang) {
+            warnings.push("model_type kimi_k2 is recognised as MLA only by recent vLLM (PR #45764) and SGLang; deepseek_v3 is the safe value".into());
+        }
+        set(&mut cfg, "model_type", json!(mt));
+    } else {
+        set(&mut cfg, "model_type", json!("llama"));
+    }
+    set(&mut cfg, "hidden_size", json!(h));
+    set(&mut cfg, "target_hidden_size", json!(ht));
+    if let Some(dv) = dv {
+        set(&mut cfg, "draft_vocab_size", json!(dv));
+    }
+    if let Some(v) = vocab {
+        set(&mut cfg, "vocab_size", json!(v));
+    }
+    // Flags whose defaults differ between engines, written explicitly.
+    let flag =
+        |c: &Value, k: &str, default: bool| c.get(k).and_then(Value::as_bool).unwrap_or(default);
+    let nbr = flag(&cfg_in, "norm_before_residual", speculators);
+    let fc_norm = flag(&cfg, "fc_norm", false);
+    let norm_output = flag(&cfg, "norm_output", true);
+    set(&mut cfg, "norm_before_residual", json!(nbr));
+    set(&mut cfg, "fc_norm", json!(fc_norm));
+    set(&mut cfg, "norm_output", json!(norm_output));
+    let mut ec = cfg.get("eagle_config").cloned().unwrap_or(json!({}));
+    let nbf = ec
+        .get("norm_before_fc")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    set(&mut ec, "norm_before_fc", json!(nbf));
+    set(&mut ec, "use_aux_hidden_state", json!(true));
+    if e == Engine::Trtllm && ec.get("next_layer_regular").is_none() {
+        set(&mut ec, "next_layer_regular", json!(true));
+    }
+    if let Some(m) = ec.as_object_mut() {
+        m.remove("eagle_aux_hidden_state_layer_ids");
+    }
+    set(&mut cfg, "eagle_config", ec);
+    if let Some(m) = cfg.as_object_mut() {
+        m.remove("eagle_aux_hidden_state_layer_ids");
+        for k in [
+            "speculators_model_type",
+            "speculators_config",
+            "speculators_version",
+            "transformer_layer_config",
+        ] {
+            m.remove(k);
+        }
+        if e != Engine::Torchspec {
+            m.remove("_torchspec_version");
+        }
+    }
+    if e == Engine::Torchspec && cfg.get("_torchspec_version").is_none() {
+        set(
+            &mut cfg,
+            "_torchspec_version",
+            json!(concat!("kquant-", env!("CARGO_PKG_VERSION"))),
+        );
+    }
+    let aux = taps
+        .as_deref()
+        .map(|hs| write_aux(&mut cfg, e, false, hs, &mut warnings));
+    if let Some(q) = cfg.get_mut("quantization_config") {
+        rename_quant_lists(q, &|n| relayer(n, prefix));
+    }
+
+    let mut side_files = Vec::new();
+    if let Some(hq) = read_hf_quant_config(ck)? {
+        let mut hq = hq;
+        rename_quant_lists(&mut hq, &|n| relayer(n, prefix));
+        side_files.push((
+            "hf_quant_config.json".to_string(),
+            serde_json::to_vec_pretty(&hq).expect("JSON"),
+        ));
+    }
+    if e == Engine::Trtllm {
+        let cap: Option<Vec<i64>> = aux
+            .as_ref()
+            .map(|a| a.hidden_states.iter().map(|h| h - 1).collect());
+        side_files.push((
+            "extra-llm-api-config.yml".into(),
+            trtllm_yaml("<this-directory>", o.steps, cap.as_deref()).into_bytes(),
+        ));
+        if cap.is_none() {
+            warnings.push("no aux-layer ids in the source: TensorRT-LLM will capture its defaults {1, N/2-1, N-4}; pass --aux-layers to pin them".into());
+        }
+    }
+    Ok(Plan {
+        tensors,
+        dropped,
+        config: cfg,
+        side_files,
+        aux,
+        warnings,
+        launch: None,
+    })
+}
+
+fn read_hf_quant_config(ck: &Checkpoint) -> Result<Option<Value>> {
+    let p = ck.weights.dir.join("hf_quant_config.json");
+    if !p.is_file() {
+        return Ok(None);
+    }
+    let bytes = std::fs::read(&p).map_err(|e| Error::io("read", &p, e))?;
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::Config {
+            path: p,
+            msg: format!("not valid JSON: {e}"),
+        })
+}
+
+/// DFlash: z-lab names (shared by SGLang, vLLM, SpecForge) ↔ TorchSpec names.
+pub fn plan_dflash(
+    ck: &Checkpoint,
+    det: &Detection,
+    target: Option<&Checkpoint>,
+    o: &Options,
+    taps: Option<Vec<i64>>,
+) -> Result<Plan> {
+    let e = o.engine;
+    let torchspec = e == Engine::Torchspec;
+    const MAP: [(&str, &str); 3] = [
+        ("context_proj.", "fc."),
+        ("context_norm.", "hidden_norm."),
+        ("final_norm.", "norm."),
+    ];
+    let rename = |n: &str| -> String {
+        for (ts, zl) in MAP {
+            let (from, to) = if torchspec { (zl, ts) } else { (ts, zl) };
+            if let Some(rest) = n.strip_prefix(from) {
+                return format!("{to}{rest}");
+            }
+        }
+        n.to_string()
+    };
+    let mut tensors = Vec::new();
+    let mut dropped = Vec::new();
+    let mut warnings = Vec::new();
+    for t in ck.weights.infos() {
+        match t.name.as_str() {
+            "embed_tokens.weight" if !torchspec => dropped.push((
+                t.name.clone(),
+                "DFlash engines take the embedding from the target".into(),
+            )),
+            "lm_head.weight" => dropped.push((
+                t.name.clone(),
+                "DFlash drafters use the target's lm_head".into(),
+            )),
+            _ => tensors.push(copy(t, rename(&t.name))),
+        }
+    }
+    let h = det
+        .dims
+        .hidden_size
+        .ok_or_else(|| source_err(ck, "hidden_size unknown".into()))? as usize;
+    if torchspec && !tensors.iter().any(|p| p.name == "embed_tokens.weight") {
+        let v = det
+            .dims
+            .vocab_size
+            .ok_or_else(|| source_err(ck, "vocab_size unknown".into()))? as usize;
+        match from_target(target, &TARGET_EMBED, &[v, h], "embedding")? {
+            Some(mut p) => {
+                p.name = "embed_tokens.weight".into();
+                tensors.push(p);
+            }
+            None => warnings.push("TorchSpec's DFlash carries its own frozen embed_tokens: pass --target to copy the target's".into()),
+        }
+    }
+    let mut cfg = ck
+        .config
+        .as_ref()
+        .map(|c| Value::Object(c.root.clone()))
+        .unwrap_or(json!({}));
+    let mask = cfg
+        .pointer("/dflash_config/mask_token_id")
+        .or_else(|| cfg.get("mask_token_id"))
+        .cloned();
+    set(&mut cfg, "architectures", json!(["DFlashDraftModel"]));
+    if let Some(m) = cfg.as_object_mut() {
+        m.remove("target_layer_ids");
+        m.remove("mask_token_id");
+    }
+    if torchspec {
+        set(&mut cfg, "model_type", json!("dflash"));
+        if let Some(m) = mask {
+            set(&mut cfg, "mask_token_id", m);
+        }
+        set(
+            &mut cfg,
+            "target_hidden_size",
+            json!(det.dims.target_hidden_size.unwrap_or(h as u64)),
+        );
+        if let Some(m) = cfg.as_object_mut() {
+            m.remove("dflash_config");
+        }
+        if cfg.get("_torchspec_version").is_none() {
+            set(
+                &mut cfg,
+                "_torchspec_version",
+                json!(concat!("kquant-", env!("CARGO_PKG_VERSION"))),
+            );
+        }
+    } else {
+        set(&mut cfg, "model_type", json!("qwen3"));
+        let mut dc = cfg.get("dflash_config").cloned().unwrap_or(json!({}));
+        if let Some(m) = mask {
+            set(&mut dc, "mask_token_id", m);
+        }
+        if let Some(m) = dc.as_object_mut() {
+            m.remove("target_layer_ids");
+        }
+        set(&mut cfg, "dflash_config", dc);
+        if cfg.get("block_size").is_none() {
+            set(&mut cfg, "block_size", json!(16));
+            warnings.push("the source has no block_size: wrote 16 (z-lab's default); set it to the block size the drafter was trained with".into());
+        }
+        if let Some(m) = cfg.as_object_mut() {
+            m.remove("_torchspec_version");
+        }
+    }
+    let aux = taps
+        .as_deref()
+        .map(|hs| write_aux(&mut cfg, e, true, hs, &mut warnings));
+    if let Some(q) = cfg.get_mut("quantization_config") {
+        rename_quant_lists(q, &|n| rename(n));
+    }
+    Ok(Plan {
+        tensors,
+        dropped,
+        config: cfg,
+        side_files: Vec::new(),
+        aux,
+        warnings,
+        launch: None,
+    })
+}

@@ -1,0 +1,521 @@
+//! `kquant convert`: every (family, source dialect, engine) through the real binary, checked by
+//! `kquant inspect` on the output; round trips that must give byte-identical tensors; quantized
+//! drafts; aux-id conventions; refusals.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn kq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kquant"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(o: Output) -> Output {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+fn inspect(dir: &Path) -> Value {
+    serde_json::from_slice(&ok(kq(&["inspect", dir.to_str().unwrap(), "--json"])).stdout).unwrap()
+}
+
+/// name → raw bytes of every tensor.
+fn tensors(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let w = kquant::io::source::open(dir.to_str().unwrap()).unwrap();
+    w.names()
+        .map(|n| (n.to_string(), w.tensor(n).unwrap().data.to_vec()))
+        .collect()
+}
+
+fn convert(kind: &str, src: &str, out: &Path, to: &str, extra: &[&str]) -> Output {
+    let mut a = vec![
+        "convert",
+        kind,
+        src,
+        "-o",
+        out.to_str().unwrap(),
+        "--to",
+        to,
+    ];
+    a.extend_from_slice(extra);
+    kq(&a)
+}
+
+const TARGET: &str = "fixtures/tiny/target-kimi-k2";
+
+fn target_embed() -> Vec<u8> {
+    tensors(&root().join(TARGET))["model.embed_tokens.weight"].clone()
+}
+const EAGLE3_ENGINES: [(&str, &str, &str); 6] = [
+    // engine, dialect kquant detects in the output, layer prefix
+    ("sglang", "specforge", "midlayer."),
+    ("vllm", "vllm", "layers.0."),
+    ("trtllm", "vllm", "layers.0."),
+    ("specforge", "specforge", "midlayer."),
+    ("torchspec", "torchspec", "midlayer."),
+    ("eagle", "eagle", "midlayer."),
+];
+
+#[test]
+fn every_eagle3_source_to_every_engine() {
+    let t = tempfile::tempdir().unwrap();
+    for src in [
+        "eagle3-specforge",
+        "eagle3-modelopt",
+        "eagle3-speculators",
+        "eagle3-torchspec",
+        "eagle3-mla-torchspec",
+        "eagle3-mla-vllm",
+    ] {
+        let family = inspect(&root().join("fixtures/tiny").join(src))["family"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        for (engine, dialect, prefix) in EAGLE3_ENGINES {
+            if family == "eagle3-mla" && engine == "eagle" {
+                continue;
+            }
+            let out = t.path().join(format!("{src}-{engine}"));
+            ok(convert(
+                "eagle3",
+                &format!("fixtures/tiny/{src}"),
+                &out,
+                engine,
+                &["--target", TARGET],
+            ));
+            let j = inspect(&out);
+            assert_eq!(j["family"], family.as_str(), "{src} -> {engine}");
+            assert_eq!(j["dialect"], dialect, "{src} -> {engine}");
+            assert_eq!(j["layer_prefix"], prefix, "{src} -> {engine}");
+            if engine != "eagle" {
+                assert_eq!(
+                    j["aux_layers"]["hidden_states"],
+                    serde_json::json!([2, 4, 5]),
+                    "{src} -> {engine}: taps"
+                );
+            }
+            let loads = j["engines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["engine"] == engine)
+                .map(|e| e["loads"].as_str().unwrap().to_string());
+            if let Some(l) = loads {
+                assert_ne!(
+                    l, "no",
+                    "{src} -> {engine}: the engine it was converted for must load it"
+                );
+            }
+            if family == "eagle3-mla" && matches!(engine, "vllm" | "sglang") {
+                assert_eq!(j["model_type"], "deepseek_v3");
+            }
+        }
+    }
+}
+
+#[test]
+fn round_trips_give_identical_tensor_bytes() {
+    let t = tempfile::tempdir().unwrap();
+    for (src, back) in [
+        ("eagle3-specforge", "specforge"),
+        ("eagle3-torchspec", "torchspec"),
+        ("eagle3-mla-torchspec", "torchspec"),
+    ] {
+        let orig = tensors(&root().join("fixtures/tiny").join(src));
+        for (via, _, _) in EAGLE3_ENGINES {
+            if src.contains("mla") && via == "eagle" {
+                continue;
+            }
+            let a = t.path().join(format!("{src}-{via}"));
+            let b = t.path().join(format!("{src}-{via}-back"));
+            ok(convert(
+                "eagle3",
+                &format!("fixtures/tiny/{src}"),
+                &a,
+                via,
+                &["--target", TARGET],
+            ));
+            ok(convert(
+                "eagle3",
+                a.to_str().unwrap(),
+                &b,
+                back,
+                &["--target", TARGET],
+            ));
+            let got = tensors(&b);
+            assert_eq!(
+                got.keys().collect::<Vec<_>>(),
+                orig.keys().collect::<Vec<_>>(),
+                "{src} -> {via} -> {back}: names"
+            );
+            let drops_embed = matches!(via, "sglang" | "specforge" | "eagle" | "trtllm");
+            for (n, bytes) in &orig {
+                if n == "embed_tokens.weight" && drops_embed {
+                    // The hop dropped the draft's own copy; it came back from --target.
+                    assert!(
+                        got[n] == target_embed(),
+                        "{src} -> {via} -> {back}: embed_tokens must be the target's"
+                    );
+                    continue;
+                }
+                assert!(
+                    got[n] == *bytes,
+                    "{src} -> {via} -> {back}: `{n}` bytes differ"
+                );
+            }
+            let (ja, jb) = (
+                inspect(&root().join("fixtures/tiny").join(src)),
+                inspect(&b),
+            );
+            for k in ["family", "dialect", "layer_prefix"] {
+                assert_eq!(ja[k], jb[k], "{src} -> {via} -> {back}: {k}");
+            }
+            assert_eq!(
+                ja["aux_layers"]["hidden_states"],
+                jb["aux_layers"]["hidden_states"]
+            );
+            for k in [
+                "hidden_size",
+                "draft_vocab_size",
+                "vocab_size",
+                "kv_lora_rank",
+                "q_lora_rank",
+                "intermediate_size",
+            ] {
+                assert_eq!(
+                    ja["dims"][k], jb["dims"][k],
+                    "{src} -> {via} -> {back}: {k}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn dflash_round_trip_between_zlab_and_torchspec_names() {
+    let t = tempfile::tempdir().unwrap();
+    let a = t.path().join("ts");
+    let b = t.path().join("back");
+    ok(convert(
+        "dflash",
+        "fixtures/tiny/dflash-zlab",
+        &a,
+        "torchspec",
+        &["--target", TARGET],
+    ));
+    let j = inspect(&a);
+    assert_eq!(
+        (j["family"].as_str(), j["dialect"].as_str()),
+        (Some("dflash"), Some("torchspec"))
+    );
+    let names: Vec<String> = tensors(&a).into_keys().collect();
+    for n in [
+        "context_proj.weight",
+        "context_norm.weight",
+        "final_norm.weight",
+        "embed_tokens.weight",
+    ] {
+        assert!(names.contains(&n.to_string()), "{n}");
+    }
+    ok(convert("dflash", a.to_str().unwrap(), &b, "zlab", &[]));
+    assert_eq!(
+        tensors(&b),
+        tensors(&root().join("fixtures/tiny/dflash-zlab"))
+    );
+    let cfg: Value =
+        serde_json::from_slice(&std::fs::read(b.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        cfg["dflash_config"]["target_layer_ids"],
+        serde_json::json!([1, 4])
+    );
+    assert_eq!(cfg["block_size"], 16);
+    for e in ["sglang", "vllm"] {
+        let o = t.path().join(e);
+        ok(convert(
+            "dflash",
+            "fixtures/tiny/dflash-torchspec",
+            &o,
+            e,
+            &[],
+        ));
+        assert_eq!(inspect(&o)["dialect"], "zlab");
+    }
+}
+
+#[test]
+fn vllm_gets_both_id_keys_and_trtllm_gets_its_yaml_and_int32_d2t() {
+    let t = tempfile::tempdir().unwrap();
+    let v = t.path().join("v");
+    ok(convert(
+        "eagle3",
+        "fixtures/tiny/eagle3-specforge",
+        &v,
+        "vllm",
+        &[],
+    ));
+    let cfg: Value =
+        serde_json::from_slice(&std::fs::read(v.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        cfg["eagle_aux_hidden_state_layer_ids"],
+        serde_json::json!([2, 4, 5]),
+        "input of layer = hidden_states"
+    );
+    assert_eq!(
+        cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
+        serde_json::json!([2, 4, 5])
+    );
+    for k in [
+        "norm_before_residual",
+        "fc_norm",
+        "norm_output",
+        "target_hidden_size",
+        "draft_vocab_size",
+    ] {
+        assert!(cfg.get(k).is_some(), "{k} written explicitly");
+    }
+    assert!(!tensors(&v).contains_key("t2d"), "no engine reads t2d");
+    let o = t.path().join("trt");
+    let out = ok(convert(
+        "eagle3",
+        "fixtures/tiny/eagle3-specforge",
+        &o,
+        "trtllm",
+        &[],
+    ));
+    let yaml = std::fs::read_to_string(o.join("extra-llm-api-config.yml")).unwrap();
+    assert!(
+        yaml.contains("eagle3_layers_to_capture: [1, 3, 4]"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains(&format!("speculative_model_dir: {}", o.display())),
+        "{yaml}"
+    );
+    let w = kquant::io::source::open(o.to_str().unwrap()).unwrap();
+    assert_eq!(w.info("d2t").unwrap().dtype, kquant::io::Dtype::I32);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("trtllm-serve") && err.contains("extra-llm-api-config.yml"),
+        "launch line: {err}"
+    );
+    let s = t.path().join("s");
+    let out = ok(convert("eagle3", o.to_str().unwrap(), &s, "sglang", &[]));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--speculative-algorithm EAGLE3"));
+    let cfg: Value =
+        serde_json::from_slice(&std::fs::read(s.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
+        serde_json::json!([1, 3, 4]),
+        "SGLang: output of layer, first id 1"
+    );
+    assert_eq!(
+        tensors(&s)["d2t"],
+        tensors(&root().join("fixtures/tiny/eagle3-specforge"))["d2t"],
+        "int32 -> int64 restores the bytes"
+    );
+}
+
+#[test]
+fn unknown_convention_is_required_not_guessed() {
+    let t = tempfile::tempdir().unwrap();
+    let o = convert(
+        "eagle3",
+        "fixtures/tiny/eagle3-vllm",
+        &t.path().join("x"),
+        "sglang",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no known convention") && err.contains("--aux-convention"),
+        "{err}"
+    );
+    let out = t.path().join("y");
+    ok(convert(
+        "eagle3",
+        "fixtures/tiny/eagle3-vllm",
+        &out,
+        "sglang",
+        &["--aux-convention", "input-of-layer"],
+    ));
+    assert_eq!(
+        inspect(&out)["aux_layers"]["hidden_states"],
+        serde_json::json!([2, 4, 5])
+    );
+    let out = t.path().join("z");
+    ok(convert(
+        "eagle3",
+        "fixtures/tiny/eagle3-vllm",
+        &out,
+        "specforge",
+        &["--from", "vllm"],
+    ));
+    assert_eq!(
+        inspect(&out)["aux_layers"]["ids"],
+        serde_json::json!([1, 3, 4])
+    );
+    let out = t.path().join("w");
+    ok(convert(
+        "eagle3",
+        "fixtures/tiny/eagle3-specforge",
+        &out,
+        "vllm",
+        &[
+            "--aux-layers",
+            "1,29,57",
+            "--aux-convention",
+            "output-of-layer",
+        ],
+    ));
+    assert_eq!(
+        inspect(&out)["aux_layers"]["ids"],
+        serde_json::json!([2, 30, 58])
+    );
+}
+
+#[test]
+fn quantized_drafts_stay_quantized() {
+    let t = tempfile::tempdir().unwrap();
+    let q = t.path().join("q");
+    ok(kq(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        q.to_str().unwrap(),
+        "--exclude",
+        "fc,lm_head",
+    ]));
+    let v = t.path().join("v");
+    ok(convert("eagle3", q.to_str().unwrap(), &v, "vllm", &[]));
+    let names = tensors(&v);
+    assert!(names.contains_key("layers.0.self_attn.q_proj.weight_scale"));
+    assert!(names.contains_key("layers.0.self_attn.q_proj.weight_zero_point"));
+    let j = inspect(&v);
+    assert_eq!(j["quantization"]["method"], "quark");
+    assert_eq!(j["quantization"]["quantized_modules"], 7);
+    // Dequantizing either gives the same weights under the engine's names.
+    let (dq1, dq2) = (t.path().join("dq1"), t.path().join("dq2"));
+    ok(kq(&[
+        "dequantize",
+        q.to_str().unwrap(),
+        "-o",
+        dq1.to_str().unwrap(),
+        "--dtype",
+        "f32",
+    ]));
+    ok(kq(&[
+        "dequantize",
+        v.to_str().unwrap(),
+        "-o",
+        dq2.to_str().unwrap(),
+        "--dtype",
+        "f32",
+    ]));
+    let (a, b) = (tensors(&dq1), tensors(&dq2));
+    assert_eq!(
+        a["midlayer.mlp.down_proj.weight"],
+        b["layers.0.mlp.down_proj.weight"]
+    );
+    // Quantize after converting gives the same bytes as converting after quantizing.
+    let v2 = t.path().join("v2");
+    let q2 = t.path().join("q2");
+    ok(convert(
+        "eagle3",
+        "fixtures/tiny/eagle3-specforge",
+        &v2,
+        "vllm",
+        &[],
+    ));
+    ok(kq(&[
+        "quantize",
+        v2.to_str().unwrap(),
+        "-o",
+        q2.to_str().unwrap(),
+        "--exclude",
+        "fc,lm_head",
+    ]));
+    let (x, y) = (tensors(&v), tensors(&q2));
+    for (n, bytes) in &x {
+        assert!(
+            y[n] == *bytes,
+            "`{n}` differs between quantize→convert and convert→quantize"
+        );
+    }
+    let cfg: Value =
+        serde_json::from_slice(&std::fs::read(v.join("config.json")).unwrap()).unwrap();
+    let ex: Vec<&str> = cfg["quantization_config"]["exclude"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(ex.contains(&"fc") && ex.contains(&"lm_head"), "{ex:?}");
+}
+
+#[test]
+fn wrong_family_and_engine_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let o = convert(
+        "dflash",
+        "fixtures/tiny/eagle3-specforge",
+        &t.path().join("x"),
+        "zlab",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a DFlash drafter"));
+    let o = convert(
+        "eagle3",
+        "fixtures/tiny/eagle3-specforge",
+        &t.path().join("x"),
+        "zlab",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let o = convert(
+        "eagle3",
+        "fixtures/tiny/target-kimi-k2",
+        &t.path().join("x"),
+        "vllm",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!t.path().join("x").exists());
+}
+
+#[test]
+fn dry_run_writes_nothing_and_lists_drops() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("x");
+    let o = ok(convert(
+        "eagle3",
+        "fixtures/tiny/eagle3-torchspec",
+        &out,
+        "sglang",
+        &["--dry-run", "--json"],
+    ));
+    assert!(!out.exists());
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let dropped: Vec<&str> = j["dropped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert!(dropped.contains(&"embed_tokens.weight"), "{dropped:?}");
+    assert_eq!(
+        j["config"]["architectures"],
+        serde_json::json!(["LlamaForCausalLMEagle3"])
+    );
+}
