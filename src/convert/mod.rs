@@ -128,10 +128,10 @@ pub fn plan(
     target: Option<&Checkpoint>,
     o: &Options,
 ) -> Result<Plan> {
-    let fam_ok = match (&det.family, o.dflash) {
-        (Family::Eagle3 | Family::Eagle3Mla, false) | (Family::Dflash, true) => true,
-        _ => false,
-    };
+    let fam_ok = matches!(
+        (&det.family, o.dflash),
+        (Family::Eagle3 | Family::Eagle3Mla, false) | (Family::Dflash, true)
+    );
     if !fam_ok {
         return Err(derr(
             ck,

@@ -306,10 +306,11 @@ pub fn plan_eagle3(
         ));
     }
     // Embedding for layouts that carry it.
-    if matches!(e, Engine::Torchspec) || (matches!(e, Engine::Trtllm) && ht != h) {
-        if !has(&tensors, "embed_tokens.weight") {
-            let v = vocab.ok_or_else(|| source_err(ck, "vocab_size unknown".into()))?;
-            match from_target(target, &TARGET_EMBED, &[v, h], "embedding")? {
+    if (matches!(e, Engine::Torchspec) || (matches!(e, Engine::Trtllm) && ht != h))
+        && !has(&tensors, "embed_tokens.weight")
+    {
+        let v = vocab.ok_or_else(|| source_err(ck, "vocab_size unknown".into()))?;
+        match from_target(target, &TARGET_EMBED, &[v, h], "embedding")? {
                 Some(mut p) => {
                     p.name = "embed_tokens.weight".into();
                     tensors.push(p);
@@ -319,7 +320,6 @@ pub fn plan_eagle3(
                     e.id()
                 )),
             }
-        }
     }
     // lm_head for layouts that need their own.
     if !has(&tensors, "lm_head.weight") && e != Engine::Trtllm {
