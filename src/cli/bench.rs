@@ -43,6 +43,20 @@ pub enum What {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Time `kquant convert KIND SRC --to ENGINE` against `cp -r SRC` (and `&& sync`) of the same
+    /// bytes, in one run; wall time and peak RSS of each.
+    Convert {
+        /// Checkpoint directory.
+        src: PathBuf,
+        #[arg(long, default_value = "/tmp/kquant-bench-out")]
+        scratch: PathBuf,
+        #[arg(long)]
+        json: bool,
+        /// Arguments passed to `kquant convert KIND SRC -o OUT` after `--`, e.g. `-- eagle3 --to vllm`
+        /// (the first one is the kind).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
     /// Time inspect and a full f32 read of SRC against `cat` of the same bytes.
     Read {
         /// Checkpoint directory, `.safetensors` file or hub id.
@@ -62,7 +76,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
             baseline,
             json,
             args,
-        } => quantize(&src, &scratch, baseline.as_deref(), json, &args),
+        } => run_timed("quantize", &src, &scratch, baseline.as_deref(), json, &args),
+        What::Convert {
+            src,
+            scratch,
+            json,
+            args,
+        } => run_timed("convert", &src, &scratch, None, json, &args),
     }
 }
 
@@ -203,7 +223,10 @@ fn timed(cmd: &str) -> Result<(f64, u64)> {
     Ok((wall, ru.ru_maxrss as u64 * 1024))
 }
 
-fn quantize(
+/// `verb` is `quantize` (`kquant quantize SRC -o OUT ARGS`) or `convert`
+/// (`kquant convert ARGS[0] SRC -o OUT ARGS[1..]`).
+fn run_timed(
+    verb: &str,
     src: &std::path::Path,
     scratch: &std::path::Path,
     baseline: Option<&str>,
@@ -233,13 +256,29 @@ fn quantize(
         .iter()
         .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
         .collect();
-    let (kq_s, kq_rss) = timed(&format!(
-        "{} quantize {} -o {} {} 2>/dev/null",
-        q(&me),
-        q(src),
-        q(&out),
-        extra.join(" ")
-    ))?;
+    let cmd = match (verb, extra.split_first()) {
+        ("convert", Some((kind, rest))) => format!(
+            "{} convert {kind} {} -o {} {} 2>/dev/null",
+            q(&me),
+            q(src),
+            q(&out),
+            rest.join(" ")
+        ),
+        ("convert", None) => {
+            return Err(Error::Usage(
+                "bench convert needs the kind and --to after `--`, e.g. `-- eagle3 --to vllm`"
+                    .into(),
+            ))
+        }
+        _ => format!(
+            "{} {verb} {} -o {} {} 2>/dev/null",
+            q(&me),
+            q(src),
+            q(&out),
+            extra.join(" ")
+        ),
+    };
+    let (kq_s, kq_rss) = timed(&cmd)?;
     clean();
     let base = match baseline {
         Some(cmd) => {
@@ -251,7 +290,7 @@ fn quantize(
         None => None,
     };
     let doc = json!({
-        "schema": "kquant.bench.quantize/1",
+        "schema": format!("kquant.bench.{verb}/1"),
         "src": src, "bytes": bytes, "args": args,
         "cp_s": cp_s, "cp_rss_bytes": cp_rss, "cp_sync_s": cps_s,
         "kquant_s": kq_s, "kquant_rss_bytes": kq_rss,
@@ -274,7 +313,7 @@ fn quantize(
         );
         println!("cp -r && sync     {cps_s:.2} s");
         println!(
-            "kquant quantize   {kq_s:.2} s, peak RSS {} ({:.2}× cp, {:.2}× cp+sync)",
+            "kquant {verb:<10} {kq_s:.2} s, peak RSS {} ({:.2}× cp, {:.2}× cp+sync)",
             human_bytes(kq_rss),
             kq_s / cp_s,
             kq_s / cps_s
