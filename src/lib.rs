@@ -10,5 +10,6 @@ pub mod error;
 pub mod io;
 pub mod quant;
 pub mod synth;
+pub mod verify;
 
 pub use error::{Error, Result};

@@ -1,0 +1,8 @@
+//! `verify`: accept length of a draft against a target, from a trace (or a target kquant can
+//! run), with the regression gate. `trace` is the capture format, `walk` turns per-root
+//! leading matches into accept lengths the way the engines count them, `gate` decides.
+
+pub mod gate;
+pub mod ngram;
+pub mod trace;
+pub mod walk;
