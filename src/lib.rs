@@ -9,6 +9,7 @@ pub mod convert;
 pub mod error;
 pub mod io;
 pub mod quant;
+pub mod runtime;
 pub mod synth;
 pub mod verify;
 

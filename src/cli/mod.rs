@@ -14,6 +14,7 @@ pub mod inspect;
 pub mod quantize;
 pub mod schemes;
 pub mod synth;
+pub mod verify;
 pub mod verify_files;
 
 /// Quantize, convert and verify speculative-decoding draft models for Kimi targets.
@@ -38,6 +39,9 @@ pub enum Command {
     Diff(diff::Args),
     /// List quantization schemes, the formats that carry them and where each loads.
     Schemes(schemes::Args),
+    /// Accept length of a draft on a captured trace (exact replay of the engine's greedy loop),
+    /// and the regression gate against a baseline: exit 1 when it fails.
+    Verify(verify::Args),
     /// Re-hash an output directory against its kquant-manifest.json.
     VerifyFiles(verify_files::Args),
     /// Write a deterministic synthetic checkpoint (tiny fixtures, or real-shape benchmarks).
@@ -55,6 +59,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Dequantize(a) => dequantize::run(a),
         Command::Diff(a) => diff::run(a),
         Command::Schemes(a) => schemes::run(a),
+        Command::Verify(a) => verify::run(a),
         Command::VerifyFiles(a) => verify_files::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Bench(a) => bench::run(a),

@@ -4,5 +4,6 @@
 
 pub mod gate;
 pub mod ngram;
+pub mod report;
 pub mod trace;
 pub mod walk;

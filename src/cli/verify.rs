@@ -1,0 +1,165 @@
+//! `kquant verify --draft D [--baseline B|prompt-lookup] --trace T`: exact offline replay of
+//! the engine's greedy speculative loop over a captured trace, and the regression gate.
+//! Exit 0 pass, 1 gate failed, 2 error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::runtime::eagle3::Eagle3;
+use crate::verify::gate::{decide, Thresholds};
+use crate::verify::report::{self, Run};
+use crate::verify::trace::Trace;
+use crate::verify::walk::{walk, Walk};
+use crate::verify::{gate, ngram};
+
+/// Arguments of `kquant verify`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The draft to check (usually the quantized one).
+    #[arg(long)]
+    pub draft: String,
+    /// What to compare against: another draft (usually the original) or `prompt-lookup`.
+    #[arg(long)]
+    pub baseline: Option<String>,
+    /// A kquant-trace/1 directory (tokens + target taps) captured from the target.
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// Target checkpoint whose embedding is used when a draft carries none.
+    #[arg(long)]
+    pub target_checkpoint: Option<String>,
+    /// Draft depths per round (chain length).
+    #[arg(long, default_value_t = 3)]
+    pub steps: usize,
+    /// Fail when ΔAL (draft − baseline) < −this.
+    #[arg(long, default_value_t = 0.03)]
+    pub max_regression: f64,
+    /// Fail when the draft's accept length is below this.
+    #[arg(long)]
+    pub min_accept: Option<f64>,
+    /// Write the JSON report here (`-` for stdout).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write JUnit XML here.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+}
+
+fn target_embed(spec: Option<&str>) -> Result<Option<Vec<f32>>> {
+    let Some(spec) = spec else { return Ok(None) };
+    let ck = Checkpoint::open(spec)?;
+    for n in [
+        "model.embed_tokens.weight",
+        "language_model.model.embed_tokens.weight",
+        "embed_tokens.weight",
+    ] {
+        if let Some(v) = ck.weights.tensor(n) {
+            return Ok(Some(v.to_f32()));
+        }
+    }
+    Err(Error::Source {
+        path: ck.weights.dir.clone(),
+        msg: "has no embed_tokens".into(),
+        hint: None,
+    })
+}
+
+fn run_draft(spec: &str, trace: &Trace, embed: Option<Vec<f32>>, steps: usize) -> Result<Run> {
+    let ck = Checkpoint::open(spec)?;
+    let det = ck.detect()?;
+    let d = Eagle3::load(&ck, &det, embed)?;
+    if d.taps.len() != 3 {
+        return Err(Error::Source {
+            path: ck.weights.dir.clone(),
+            msg: format!("needs three aux-layer taps with a known convention, found {:?}", det.aux_layers),
+            hint: Some("`kquant inspect` shows the draft's aux layers; `kquant convert --aux-convention` can record them".into()),
+        });
+    }
+    trace.require(&d.taps, d.ht, Some(d.vocab), &format!("draft `{spec}`"))?;
+    let mut samples = Vec::new();
+    for s in &trace.manifest.samples {
+        let x = trace.tokens(s)?;
+        let taps: Vec<Vec<f32>> = d
+            .taps
+            .iter()
+            .map(|&t| trace.tap(s, t))
+            .collect::<Result<_>>()?;
+        let ht = d.ht;
+        let feats: Vec<f32> = (0..x.len())
+            .flat_map(|t| {
+                taps.iter()
+                    .flat_map(move |tap| tap[t * ht..(t + 1) * ht].to_vec())
+            })
+            .collect();
+        samples.push(walk(&d.depth_matches(&x, &feats, s.prompt_len, steps)));
+    }
+    Ok(Run {
+        name: spec.to_string(),
+        samples,
+    })
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let trace = Trace::open(&a.trace)?;
+    let embed = target_embed(a.target_checkpoint.as_deref())?;
+    let draft = run_draft(&a.draft, &trace, embed.clone(), a.steps)?;
+    let baseline = match a.baseline.as_deref() {
+        None => None,
+        Some("prompt-lookup") => {
+            let mut samples: Vec<Walk> = Vec::new();
+            for s in &trace.manifest.samples {
+                samples.push(walk(&ngram::matches(
+                    &trace.tokens(s)?,
+                    s.prompt_len,
+                    a.steps,
+                )));
+            }
+            Some(Run {
+                name: "prompt-lookup".into(),
+                samples,
+            })
+        }
+        Some(b) => Some(run_draft(b, &trace, embed, a.steps)?),
+    };
+    let th = Thresholds {
+        max_regression: a.max_regression,
+        min_accept: a.min_accept,
+    };
+    let all: Vec<&Walk> = draft.samples.iter().collect();
+    let delta = baseline
+        .as_ref()
+        .map(|b| gate::paired_delta(&draft.samples, &b.samples).0);
+    let decision = decide(gate::micro_al(&all), delta, th);
+    let cats: Vec<String> = trace
+        .manifest
+        .samples
+        .iter()
+        .map(|s| {
+            if s.category.is_empty() {
+                "all".into()
+            } else {
+                s.category.clone()
+            }
+        })
+        .collect();
+    let rep = report::build(&draft, baseline.as_ref(), &cats, th, &decision, a.steps);
+    let json_to_stdout = a.json.as_deref() == Some(std::path::Path::new("-"));
+    if json_to_stdout {
+        println!("{}", serde_json::to_string_pretty(&rep).expect("JSON"));
+    } else {
+        print!("{}", report::table(&rep));
+    }
+    if let Some(p) = a.json.as_ref().filter(|_| !json_to_stdout) {
+        std::fs::write(p, serde_json::to_vec_pretty(&rep).expect("JSON"))
+            .map_err(|e| Error::io("write", p, e))?;
+    }
+    if let Some(p) = &a.junit {
+        std::fs::write(p, report::junit(&rep)).map_err(|e| Error::io("write", p, e))?;
+    }
+    Ok(if decision.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

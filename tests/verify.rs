@@ -1,0 +1,300 @@
+//! `kquant verify` end to end on a synthetic trace: tokens grown from the tiny EAGLE-3 draft's
+//! own depth-0 predictions (so the draft has something to accept), random target taps.
+//! A draft against itself gives Δ = 0 exactly; a damaged draft fails with exit 1.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use kquant::checkpoint::Checkpoint;
+use kquant::io::writer::{TensorSpec, WriteOptions, Writer};
+use kquant::runtime::eagle3::Eagle3;
+use kquant::verify::trace::{self, Manifest, NewSample, SampleMeta};
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+const DRAFT: &str = "fixtures/tiny/eagle3-specforge";
+const TARGET: &str = "fixtures/tiny/target-kimi-k2";
+
+fn kq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kquant"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn embed() -> Vec<f32> {
+    let t = Checkpoint::open(root().join(TARGET).to_str().unwrap()).unwrap();
+    t.weights
+        .tensor("model.embed_tokens.weight")
+        .unwrap()
+        .to_f32()
+}
+
+fn rand(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// A trace whose generated tokens are the draft's own depth-0 greedy choices.
+fn make_trace(dir: &Path, samples: usize, taps: &[usize]) {
+    let ck = Checkpoint::open(root().join(DRAFT).to_str().unwrap()).unwrap();
+    let d = Eagle3::load(&ck, &ck.detect().unwrap(), Some(embed())).unwrap();
+    let (p, t_len, h) = (8usize, 40usize, 64usize);
+    let mut owned = Vec::new();
+    for i in 0..samples {
+        let tap_vals: Vec<Vec<f32>> = taps
+            .iter()
+            .map(|&t| rand(t_len * h, (i * 100 + t) as u64))
+            .collect();
+        let mut x: Vec<u32> = rand(p, i as u64 + 7)
+            .iter()
+            .map(|v| ((v + 1.0) * 100.0) as u32 % 256)
+            .collect();
+        while x.len() < t_len {
+            let n = x.len();
+            let feats: Vec<f32> = (0..n)
+                .flat_map(|t| {
+                    tap_vals
+                        .iter()
+                        .take(3)
+                        .flat_map(move |tv| tv[t * h..(t + 1) * h].to_vec())
+                })
+                .collect();
+            let next = d.depth0_tokens(&x, &feats)[n - 2];
+            x.push(next);
+        }
+        owned.push((x, tap_vals));
+    }
+    let metas: Vec<SampleMeta> = (0..samples)
+        .map(|i| SampleMeta {
+            id: i as u64,
+            category: if i % 2 == 0 {
+                "code".into()
+            } else {
+                "prose".into()
+            },
+            dataset: "synthetic".into(),
+            shard: String::new(),
+            prompt_len: p,
+            gen_len: t_len - p,
+            finish_reason: "length".into(),
+        })
+        .collect();
+    let news: Vec<NewSample> = owned
+        .iter()
+        .zip(&metas)
+        .map(|((x, tv), m)| NewSample {
+            meta: m.clone(),
+            tokens: x,
+            taps: taps
+                .iter()
+                .zip(tv)
+                .map(|(&t, v)| (t, v.as_slice()))
+                .collect(),
+        })
+        .collect();
+    let manifest = Manifest {
+        format: trace::FORMAT.into(),
+        target: serde_json::json!({"name": "tiny-kimi-k2 (synthetic taps)"}),
+        hidden_size: h,
+        num_layers: 8,
+        vocab_size: Some(256),
+        taps: taps.to_vec(),
+        tap_convention: trace::TAP_CONVENTION.into(),
+        taps_pre_norm: true,
+        dtype: "bf16".into(),
+        greedy_selfcheck: None,
+        samples: metas,
+        shards: vec![],
+    };
+    trace::write(dir, manifest, &news, false).unwrap();
+}
+
+/// The draft with every decoder-layer linear replaced by sign(w)·mean|w| (a 1-bit rounding).
+fn damaged(out: &Path) {
+    let w = kquant::io::source::open(root().join(DRAFT).to_str().unwrap()).unwrap();
+    let specs: Vec<TensorSpec> = w
+        .infos()
+        .map(|t| TensorSpec::new(t.name.clone(), t.dtype, t.shape.clone()))
+        .collect();
+    let mut wr = Writer::create(out, specs, WriteOptions::default()).unwrap();
+    for name in wr.order().into_iter().map(String::from).collect::<Vec<_>>() {
+        let v = w.tensor(&name).unwrap();
+        if name.starts_with("midlayer.") && name.ends_with("proj.weight") {
+            let f = v.to_f32();
+            let m = f.iter().map(|x| x.abs()).sum::<f32>() / f.len() as f32;
+            let b: Vec<u8> = f
+                .iter()
+                .flat_map(|x| half::bf16::from_f32(m * x.signum()).to_le_bytes())
+                .collect();
+            wr.write(&name, &b).unwrap();
+        } else {
+            wr.write(&name, v.data).unwrap();
+        }
+    }
+    wr.add_file(
+        "config.json",
+        &std::fs::read(root().join(DRAFT).join("config.json")).unwrap(),
+    )
+    .unwrap();
+    wr.finish().unwrap();
+}
+
+#[test]
+fn a_draft_against_itself_is_exactly_zero_and_passes() {
+    let t = tempfile::tempdir().unwrap();
+    let tr = t.path().join("trace");
+    make_trace(&tr, 6, &[2, 4, 5]);
+    let junit = t.path().join("j.xml");
+    let o = kq(&[
+        "verify",
+        "--draft",
+        DRAFT,
+        "--baseline",
+        DRAFT,
+        "--trace",
+        tr.to_str().unwrap(),
+        "--target-checkpoint",
+        TARGET,
+        "--json",
+        "-",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["delta"], 0.0);
+    assert_eq!(j["ci95"], serde_json::json!([0.0, 0.0]));
+    assert_eq!(j["passed"], true);
+    let al = j["draft"]["accept_length"].as_f64().unwrap();
+    assert!(
+        al > 1.9,
+        "depth 0 always matches on this trace, so AL ≥ 2: {al}"
+    );
+    assert_eq!(j["draft"]["conditional_acceptance"][0], 1.0);
+    for k in ["code", "prose"] {
+        assert_eq!(j["per_category"][k]["n"], 3);
+    }
+    let x = std::fs::read_to_string(junit).unwrap();
+    assert!(
+        x.contains("tests=\"2\" failures=\"0\"") && x.contains("name=\"code\""),
+        "{x}"
+    );
+}
+
+#[test]
+fn a_damaged_draft_fails_the_gate_with_exit_1() {
+    let t = tempfile::tempdir().unwrap();
+    let tr = t.path().join("trace");
+    make_trace(&tr, 6, &[2, 4, 5]);
+    let bad = t.path().join("bad");
+    damaged(&bad);
+    let o = kq(&[
+        "verify",
+        "--draft",
+        bad.to_str().unwrap(),
+        "--baseline",
+        DRAFT,
+        "--trace",
+        tr.to_str().unwrap(),
+        "--target-checkpoint",
+        TARGET,
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("FAILED") && out.contains("regressed"), "{out}");
+    assert!(
+        out.contains("category") && out.contains("AL baseline") && out.contains("overall"),
+        "{out}"
+    );
+    // min-accept alone also gates.
+    let o = kq(&[
+        "verify",
+        "--draft",
+        DRAFT,
+        "--trace",
+        tr.to_str().unwrap(),
+        "--target-checkpoint",
+        TARGET,
+        "--min-accept",
+        "3.99",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    // Against the prompt-lookup drafter.
+    let o = kq(&[
+        "verify",
+        "--draft",
+        DRAFT,
+        "--baseline",
+        "prompt-lookup",
+        "--trace",
+        tr.to_str().unwrap(),
+        "--target-checkpoint",
+        TARGET,
+        "--max-regression",
+        "100",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["baseline"]["name"], "prompt-lookup");
+}
+
+#[test]
+fn a_trace_without_the_drafts_taps_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let tr = t.path().join("trace");
+    make_trace(&tr, 2, &[2, 4, 5]);
+    // Rewrite the manifest to claim other taps: the tensors no longer match → refused.
+    let o = kq(&[
+        "verify",
+        "--draft",
+        "fixtures/tiny/eagle3-vllm",
+        "--trace",
+        tr.to_str().unwrap(),
+        "--target-checkpoint",
+        TARGET,
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("aux-layer"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let tr2 = t.path().join("trace2");
+    make_trace(&tr2, 2, &[2, 4, 6]);
+    let o = kq(&[
+        "verify",
+        "--draft",
+        DRAFT,
+        "--trace",
+        tr2.to_str().unwrap(),
+        "--target-checkpoint",
+        TARGET,
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("missing [5]"), "{e}");
+}
