@@ -5,7 +5,7 @@
 // vector extensions on HIP.
 #pragma once
 
-#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__) || defined(__HIP_DEVICE_COMPILE__)
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__) || defined(__HIPCC_RTC__) || defined(__HIP_DEVICE_COMPILE__)
 #define KQ_HIP 1
 #else
 #define KQ_CUDA 1

@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod convert;
 pub mod error;
+pub mod gpu;
 pub mod io;
 pub mod quant;
 pub mod runtime;
