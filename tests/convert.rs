@@ -274,10 +274,11 @@ fn vllm_gets_both_id_keys_and_trtllm_gets_its_yaml_and_int32_d2t() {
         cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
         serde_json::json!([2, 4, 5])
     );
+    // A standard draft: `norm_output` (which vLLM reads as EAGLE-3.1 post-norm feedback) absent.
+    assert!(cfg.get("norm_output").is_none(), "{cfg}");
     for k in [
         "norm_before_residual",
         "fc_norm",
-        "norm_output",
         "target_hidden_size",
         "draft_vocab_size",
     ] {
@@ -518,4 +519,49 @@ fn dry_run_writes_nothing_and_lists_drops() {
         j["config"]["architectures"],
         serde_json::json!(["LlamaForCausalLMEagle3"])
     );
+}
+
+#[test]
+fn eagle31_post_norm_feedback_is_carried_as_behaviour_not_as_a_key() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let fx = root().join("fixtures/tiny/eagle3-modelopt");
+    for f in ["model.safetensors", "config.json"] {
+        std::fs::copy(fx.join(f), src.join(f)).unwrap();
+    }
+    let mut cfg: Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+    cfg["norm_output"] = serde_json::json!(true);
+    std::fs::write(src.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let trt = t.path().join("trt");
+    ok(convert(
+        "eagle3",
+        src.to_str().unwrap(),
+        &trt,
+        "trtllm",
+        &[],
+    ));
+    let c: Value =
+        serde_json::from_slice(&std::fs::read(trt.join("config.json")).unwrap()).unwrap();
+    assert_eq!(c["norm_output"], true);
+    let sg = t.path().join("sg");
+    let o = ok(convert("eagle3", src.to_str().unwrap(), &sg, "sglang", &[]));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("post-norm hidden state"));
+    // A SpecForge draft that says norm_output true (logits from norm(h), the standard) does not
+    // become an EAGLE-3.1 draft in vLLM.
+    let sf = t.path().join("sf");
+    std::fs::create_dir_all(&sf).unwrap();
+    let fx = root().join("fixtures/tiny/eagle3-specforge");
+    for f in ["model.safetensors", "config.json"] {
+        std::fs::copy(fx.join(f), sf.join(f)).unwrap();
+    }
+    let mut cfg: Value =
+        serde_json::from_slice(&std::fs::read(sf.join("config.json")).unwrap()).unwrap();
+    cfg["norm_output"] = serde_json::json!(true);
+    std::fs::write(sf.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let v = t.path().join("v");
+    ok(convert("eagle3", sf.to_str().unwrap(), &v, "vllm", &[]));
+    let c: Value = serde_json::from_slice(&std::fs::read(v.join("config.json")).unwrap()).unwrap();
+    assert!(c.get("norm_output").is_none(), "{c}");
 }

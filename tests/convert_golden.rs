@@ -120,7 +120,6 @@ const EXPLICIT: &str = "kquant writes the flags whose defaults differ between en
 const KQ: &str = "kquant records the taps it wrote (ignored by engines)";
 const THS: &str = "kquant writes target_hidden_size explicitly (= hidden_size)";
 const BIAS: &str = "absent in the source; every engine defaults it to false";
-const NORM_OUTPUT_BUG: &str = "bug: kquant writes norm_output true (SpecForge's training flag, default true = logits from norm(h)); TensorRT-LLM and vLLM read norm_output as EAGLE 3.1's `return the post-norm hidden state` (default false), so true changes what the draft feeds back (see norm_output_is_not_turned_on_for_trtllm_and_vllm)";
 
 const MODELOPT_EAGLE_CONFIG: [Dev; 5] = [
     ("eagle_config.parallel_draft_heads_num_layers", "-", "1", "ModelOpt template key; no engine reads it"),
@@ -145,7 +144,6 @@ fn cases() -> Vec<Case> {
                 ("eagle_config.norm_before_fc", "false", "-", EXPLICIT),
                 ("fc_norm", "false", "-", EXPLICIT),
                 ("norm_before_residual", "false", "-", EXPLICIT),
-                ("norm_output", "true", "-", "SpecForge (the training side, and what SGLang's layout follows) defaults norm_output to true"),
                 ("target_hidden_size", "64", "-", THS),
                 ("kquant.aux_hidden_states", "[2,4,5]", "-", KQ),
                 ("kquant.aux_layer_convention", "\"output-of-layer\"", "-", KQ),
@@ -165,7 +163,6 @@ fn cases() -> Vec<Case> {
                 ("eagle_config.norm_before_fc", "false", "-", EXPLICIT),
                 ("fc_norm", "false", "-", EXPLICIT),
                 ("norm_before_residual", "false", "-", EXPLICIT),
-                ("norm_output", "true", "-", "SpecForge's own default, written explicitly"),
                 ("target_hidden_size", "64", "-", THS),
                 ("kquant.aux_hidden_states", "[2,4,5]", "-", KQ),
                 ("kquant.aux_layer_convention", "\"output-of-layer\"", "-", KQ),
@@ -202,7 +199,6 @@ fn cases() -> Vec<Case> {
                 ("eagle_config.norm_before_fc", "false", "-", EXPLICIT),
                 ("fc_norm", "false", "-", EXPLICIT),
                 ("norm_before_residual", "false", "-", EXPLICIT),
-                ("norm_output", "true", "-", NORM_OUTPUT_BUG),
                 ("target_hidden_size", "64", "-", THS),
                 ("kquant.aux_hidden_states", "[2,4,5]", "-", KQ),
                 ("kquant.aux_layer_convention", "\"output-of-layer\"", "-", KQ),
@@ -222,7 +218,6 @@ fn cases() -> Vec<Case> {
                 ("eagle_config.norm_before_fc", "false", "-", EXPLICIT),
                 ("fc_norm", "false", "-", EXPLICIT),
                 ("norm_before_residual", "false", "-", EXPLICIT),
-                ("norm_output", "true", "-", NORM_OUTPUT_BUG),
                 ("target_hidden_size", "64", "-", THS),
                 ("kquant.aux_hidden_states", "[2,4,5]", "-", KQ),
                 ("kquant.aux_layer_convention", "\"output-of-layer\"", "-", KQ),
@@ -242,7 +237,6 @@ fn cases() -> Vec<Case> {
                 ("eagle_config.norm_before_fc", "false", "-", EXPLICIT),
                 ("fc_norm", "false", "-", EXPLICIT),
                 ("norm_before_residual", "false", "-", EXPLICIT),
-                ("norm_output", "true", "-", NORM_OUTPUT_BUG),
                 ("target_hidden_size", "64", "-", THS),
                 ("kquant.aux_hidden_states", "[2,4,5]", "-", KQ),
                 ("kquant.aux_layer_convention", "\"output-of-layer\"", "-", KQ),
@@ -282,7 +276,7 @@ fn cases() -> Vec<Case> {
                 ("eagle_config.use_aux_hidden_state", "true", "-", EXPLICIT),
                 ("eagle_config.norm_before_fc", "false", "-", "kquant writes norm_before_fc under eagle_config (where TensorRT-LLM reads it), speculators at top level; both false"),
                 ("norm_before_fc", "-", "false", "see eagle_config.norm_before_fc"),
-                ("norm_output", "true", "false", NORM_OUTPUT_BUG),
+                ("norm_output", "-", "false", "speculators writes false; kquant omits it, false being the default where the key means EAGLE-3.1 post-norm feedback"),
                 ("target_hidden_size", "64", "-", "speculators writes null (= hidden_size); kquant the value"),
                 ("kquant.aux_hidden_states", "[2,4,5]", "-", KQ),
                 ("kquant.aux_layer_convention", "\"input-of-layer\"", "-", KQ),
@@ -306,7 +300,7 @@ fn cases() -> Vec<Case> {
                 ("eagle_config.use_aux_hidden_state", "true", "-", EXPLICIT),
                 ("eagle_config.norm_before_fc", "false", "-", "kquant writes norm_before_fc under eagle_config, speculators at top level; both false"),
                 ("norm_before_fc", "-", "false", "see eagle_config.norm_before_fc"),
-                ("norm_output", "true", "false", NORM_OUTPUT_BUG),
+                ("norm_output", "-", "false", "speculators writes false; kquant omits it, false being the default where the key means EAGLE-3.1 post-norm feedback"),
                 ("target_hidden_size", "64", "-", "speculators writes null (= hidden_size); kquant the value"),
                 ("kquant.aux_hidden_states", "[2,4,5]", "-", KQ),
                 ("kquant.aux_layer_convention", "\"input-of-layer\"", "-", KQ),
@@ -840,8 +834,8 @@ fn goldens_read_back_as_sources() {
 /// without the key (`norm_output = flag(cfg, "norm_output", true)` in src/convert/names.rs) and
 /// also for a speculators source that says `false` (`flatten_speculators` does not carry the
 /// top-level `norm_output`, `fc_norm` and `norm_before_fc`).
+/// (Regression test: these goldens found kquant writing `norm_output: true` here; fixed.)
 #[test]
-#[ignore = "kquant bug: `convert eagle3 --to trtllm|vllm` writes norm_output: true for drafts whose source has no norm_output (SpecForge default) or says false (speculators), which TensorRT-LLM and vLLM read as EAGLE 3.1 `feed back the post-norm hidden state`; the ModelOpt and speculators goldens have it absent / false"]
 fn norm_output_is_not_turned_on_for_trtllm_and_vllm() {
     let mut bad = Vec::new();
     for c in cases()
@@ -876,8 +870,8 @@ fn norm_output_is_not_turned_on_for_trtllm_and_vllm() {
 /// indices, top-level `mask_token_id`) is what `speculators convert --algorithm dflash` writes for
 /// vLLM. kquant detects it as a z-lab draft, finds no taps and writes a z-lab config with no
 /// `dflash_config.target_layer_ids`, no top-level dimensions and the speculators keys left in.
+/// (Regression test: these goldens found kquant misreading this format; fixed.)
 #[test]
-#[ignore = "kquant bug: a speculators-format DFlash draft (speculators 0.9.0 `convert --algorithm dflash`) is read as z-lab without its taps: `convert dflash --to zlab` writes no dflash_config.target_layer_ids (should be [1,3] from aux_hidden_state_layer_ids [2,4]) and no top-level hidden_size/num_hidden_layers (left in transformer_layer_config)"]
 fn speculators_dflash_is_read() {
     let g = golden("speculators-0.9.0/dflash");
     let mut bad = Vec::new();

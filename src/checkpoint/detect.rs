@@ -207,7 +207,15 @@ fn from_config(c: &super::Config) -> Evidence {
     let mt = c.model_type().unwrap_or("");
     let says = |f: Family, t: Option<TargetKind>, why: String| Some((f, t, why));
     let mla = c.get("kv_lora_rank").is_some_and(|v| !v.is_null());
-    if arch == "DFlashDraftModel" || c.root.contains_key("dflash_config") || mt == "dflash" {
+    let spec_type = c
+        .root
+        .get("speculators_model_type")
+        .and_then(|v| v.as_str());
+    if arch == "DFlashDraftModel"
+        || c.root.contains_key("dflash_config")
+        || mt == "dflash"
+        || spec_type == Some("dflash")
+    {
         return says(
             Family::Dflash,
             None,
@@ -546,6 +554,15 @@ fn aux_layers(
     };
     match family {
         Family::Dflash => {
+            // speculators' DFlash config lists the taps as hidden_states indices.
+            if let Some(hs) = c.int_list(None, "aux_hidden_state_layer_ids")? {
+                return Ok(Some(make(
+                    hs,
+                    "aux_hidden_state_layer_ids",
+                    Some(AuxConvention::InputOfLayer),
+                    "speculators DFlash config: hidden_states indices (input of layer k)",
+                )));
+            }
             let nested = c.int_list(Some("dflash_config"), "target_layer_ids")?;
             let top = c.int_list(None, "target_layer_ids")?;
             let (ids, key) = match (nested, top) {
@@ -622,4 +639,18 @@ fn aux_layers(
         }
         _ => Ok(None),
     }
+}
+
+/// Whether an EAGLE-3 draft feeds the post-norm hidden state back to the next depth
+/// (EAGLE-3.1). `norm_output` means that only in the `layers.0.*` family of configs (vLLM,
+/// speculators, ModelOpt → TensorRT-LLM); in SpecForge/TorchSpec configs it means "logits
+/// from norm(h)", which every draft does.
+pub fn eagle3_feeds_post_norm(det: &Detection, cfg: &serde_json::Value) -> bool {
+    let eagle31_semantics =
+        det.dialect == Some(Dialect::Vllm) || cfg.get("speculators_model_type").is_some();
+    eagle31_semantics
+        && cfg
+            .get("norm_output")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
 }

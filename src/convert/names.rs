@@ -83,8 +83,10 @@ fn from_target(
     }))
 }
 
-/// Flatten a vLLM speculators config into a plain draft config.
-fn flatten_speculators(cfg: &Value) -> Value {
+/// Flatten a vLLM speculators config into a plain draft config: the dimensions come from
+/// `transformer_layer_config`, every other non-null top-level key is kept (top-level
+/// `norm_before_fc` moves into `eagle_config`), the speculators bookkeeping is dropped.
+pub(crate) fn flatten_speculators(cfg: &Value) -> Value {
     let Some(inner) = cfg
         .get("transformer_layer_config")
         .filter(|v| v.is_object())
@@ -92,17 +94,27 @@ fn flatten_speculators(cfg: &Value) -> Value {
         return cfg.clone();
     };
     let mut out = inner.clone();
-    for k in [
-        "draft_vocab_size",
-        "target_hidden_size",
-        "norm_before_residual",
-        "eagle_aux_hidden_state_layer_ids",
-        "eagle_config",
-        "quantization_config",
-    ] {
-        if let Some(v) = cfg.get(k) {
-            set(&mut out, k, v.clone());
+    for (k, v) in cfg.as_object().into_iter().flatten() {
+        if v.is_null()
+            || matches!(
+                k.as_str(),
+                "transformer_layer_config"
+                    | "speculators_model_type"
+                    | "speculators_config"
+                    | "speculators_version"
+                    | "auto_map"
+                    | "transformers_version"
+            )
+        {
+            continue;
         }
+        if k == "norm_before_fc" {
+            let mut ec = out.get("eagle_config").cloned().unwrap_or(json!({}));
+            set(&mut ec, "norm_before_fc", v.clone());
+            set(&mut out, "eagle_config", ec);
+            continue;
+        }
+        set(&mut out, k, v.clone());
     }
     out
 }
@@ -376,10 +388,23 @@ pub fn plan_eagle3(
         |c: &Value, k: &str, default: bool| c.get(k).and_then(Value::as_bool).unwrap_or(default);
     let nbr = flag(&cfg_in, "norm_before_residual", speculators);
     let fc_norm = flag(&cfg, "fc_norm", false);
-    let norm_output = flag(&cfg, "norm_output", true);
     set(&mut cfg, "norm_before_residual", json!(nbr));
     set(&mut cfg, "fc_norm", json!(fc_norm));
-    set(&mut cfg, "norm_output", json!(norm_output));
+    // `norm_output` means two things: in SpecForge/TorchSpec "logits from norm(h)" (default
+    // true, every standard draft), in TensorRT-LLM/vLLM/speculators (EAGLE-3.1) "feed the
+    // post-norm hidden state back" (default false). Carry the behaviour, not the key.
+    let post_norm = crate::checkpoint::detect::eagle3_feeds_post_norm(det, &cfg_in);
+    if let Some(m) = cfg.as_object_mut() {
+        m.remove("norm_output");
+    }
+    match (post_norm, e) {
+        (true, Engine::Vllm | Engine::Trtllm) => set(&mut cfg, "norm_output", json!(true)),
+        (true, _) => warnings.push(format!(
+            "the source feeds the post-norm hidden state back (EAGLE-3.1 norm_output); {} has no key for that, so the draft will run with the pre-norm state",
+            e.id()
+        )),
+        _ => {}
+    }
     let mut ec = cfg.get("eagle_config").cloned().unwrap_or(json!({}));
     let nbf = ec
         .get("norm_before_fc")
@@ -525,11 +550,15 @@ pub fn plan_dflash(
             None => warnings.push("TorchSpec's DFlash carries its own frozen embed_tokens: pass --target to copy the target's".into()),
         }
     }
-    let mut cfg = ck
-        .config
-        .as_ref()
-        .map(|c| Value::Object(c.root.clone()))
-        .unwrap_or(json!({}));
+    let mut cfg = flatten_speculators(
+        &ck.config
+            .as_ref()
+            .map(|c| Value::Object(c.root.clone()))
+            .unwrap_or(json!({})),
+    );
+    if let Some(m) = cfg.as_object_mut() {
+        m.remove("aux_hidden_state_layer_ids");
+    }
     let mask = cfg
         .pointer("/dflash_config/mask_token_id")
         .or_else(|| cfg.get("mask_token_id"))

@@ -114,7 +114,10 @@ impl Eagle3 {
             })
             .and_then(|v| v.as_f64())
             .unwrap_or(10000.0) as f32;
-        let norm_output = c.and_then(|c| c.bool("norm_output")).unwrap_or(false);
+        let cfg_value = c
+            .map(|c| serde_json::Value::Object(c.root.clone()))
+            .unwrap_or_default();
+        let norm_output = crate::checkpoint::detect::eagle3_feeds_post_norm(det, &cfg_value);
         let taps = det
             .aux_layers
             .as_ref()
