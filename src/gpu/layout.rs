@@ -17,7 +17,7 @@
 use super::{GpuError, Result};
 use crate::quant::decode::{Logical, QModule, Stored};
 use crate::quant::int4::Int4;
-use crate::quant::pack::{self, Order};
+use crate::quant::pack::Order;
 
 /// Nibble order inside a kernel word.
 pub const ORDER: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
@@ -71,6 +71,14 @@ pub fn sequential_to_kernel_order(w: u32) -> u32 {
         o |= ((w >> (4 * e)) & 0xf) << (4 * i);
     }
     o
+}
+
+/// Little-endian bytes (an I32 tensor's data) to words.
+fn le_words(bytes: &[u8]) -> Vec<i32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 /// Set the nibbles of elements `valid..8` of a kernel word to 8 (code 0).
@@ -226,7 +234,7 @@ impl W4Layout {
         cols: usize,
         order: Order,
     ) -> Result<W4Layout> {
-        let words = pack::words(weight);
+        let words = le_words(weight);
         match order {
             Order::Reorder => Self::from_words(&words, scales, rows, cols, cols, |w| w ^ PAD_WORD),
             Order::Sequential => Self::from_words(&words, scales, rows, cols, cols, |w| {
@@ -245,7 +253,7 @@ impl W4Layout {
         group: usize,
     ) -> Result<W4Layout> {
         Self::from_words(
-            &pack::words(weight),
+            &le_words(weight),
             scales,
             rows,
             cols,
@@ -356,10 +364,17 @@ pub fn dequant8_magic(q: u32) -> [f32; 8] {
 mod tests {
     use super::*;
     use crate::io::Dtype;
-    use crate::quant::{compressed_tensors, int4, modelopt, quark, rowwise};
+    use crate::quant::{compressed_tensors, int4, modelopt, quark};
 
+    /// Deterministic bf16-representable weights in about `[-0.05, 0.05)`.
     fn weights(rows: usize, cols: usize) -> Vec<f32> {
-        rowwise::test_matrix(rows, cols, Dtype::BF16, 0.05, -0.003)
+        (0..rows * cols)
+            .map(|i| {
+                let h = (i as u32).wrapping_mul(2654435761).rotate_left(11) ^ 0x85eb_ca6b;
+                let v = ((h % 20001) as f32 / 10000.0 - 1.0) * 0.05 - 0.003;
+                int4::round_to(Dtype::BF16, v)
+            })
+            .collect()
     }
 
     fn assert_same(l: &W4Layout, q: &Int4) {
