@@ -19,12 +19,11 @@
 //!
 //! `quantize_ref` is the plain reference; `quantize` is the rayon fast path, tested identical.
 
-use rayon::prelude::*;
 use serde_json::{json, Value};
 
 use super::int4::{round_to, Int4, QMAX, QMIN};
 use super::pack::{self, Order};
-use super::quark::encode_floats;
+use super::rowwise::{self, amax, encode_floats, Path};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 
@@ -44,15 +43,20 @@ pub fn dtype_eps(dtype: Dtype) -> f32 {
     }
 }
 
-/// Scale of one run of weights: `dtype(amax / 7.5)`, a zero replaced by the dtype's eps.
-pub fn ct_scale(w: &[f32], dtype: Dtype) -> f32 {
-    let amax = w.iter().fold(0f32, |m, &x| m.max(x.abs()));
-    let s = round_to(dtype, amax / DIVISOR);
+/// compressed-tensors' symmetric scale of one run of weights (`calculate_qparams`):
+/// `dtype(amax / divisor)`, a zero replaced by the dtype's eps. `divisor` is `(qmax − qmin) / 2`.
+pub fn symmetric_scale(w: &[f32], divisor: f32, dtype: Dtype) -> f32 {
+    let s = round_to(dtype, amax(w) / divisor);
     if s == 0.0 {
         dtype_eps(dtype)
     } else {
         s
     }
+}
+
+/// Scale of one run of weights: `dtype(amax / 7.5)`, a zero replaced by the dtype's eps.
+pub fn ct_scale(w: &[f32], dtype: Dtype) -> f32 {
+    symmetric_scale(w, DIVISOR, dtype)
 }
 
 /// One code: `round_half_even(clamp(dtype(w / s), −8, 7))`.
@@ -62,60 +66,30 @@ pub fn ct_code(w: f32, s: f32, dtype: Dtype) -> i8 {
         .round_ties_even() as i8
 }
 
+fn quantize_on(
+    path: Path,
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    group: usize,
+    dtype: Dtype,
+) -> Int4 {
+    assert_eq!(cols % group, 0, "group must divide the input dimension");
+    Int4::quantize_runs(path, w, rows, cols, group, |run, out| {
+        let s = ct_scale(run, dtype);
+        rowwise::codes(run, out, |x| ct_code(x, s, dtype));
+        s
+    })
+}
+
 /// The reference: plain loops, no threads. `group == cols` is per channel.
 pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    assert_eq!(w.len(), rows * cols);
-    assert_eq!(cols % group, 0, "group must divide the input dimension");
-    let mut scales = Vec::with_capacity(rows * (cols / group));
-    let mut codes = Vec::with_capacity(rows * cols);
-    for r in 0..rows {
-        for chunk in w[r * cols..(r + 1) * cols].chunks(group) {
-            let s = ct_scale(chunk, dtype);
-            scales.push(s);
-            codes.extend(chunk.iter().map(|&x| ct_code(x, s, dtype)));
-        }
-    }
-    Int4 {
-        rows,
-        cols,
-        group,
-        scales,
-        codes,
-    }
+    quantize_on(Path::Reference, w, rows, cols, group, dtype)
 }
 
 /// The fast path: rows in parallel. Identical output to [`quantize_ref`].
 pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    assert_eq!(w.len(), rows * cols);
-    assert_eq!(cols % group, 0, "group must divide the input dimension");
-    let g = cols / group;
-    let mut scales = vec![0f32; rows * g];
-    let mut codes = vec![0i8; rows * cols];
-    if cols > 0 {
-        scales
-            .par_chunks_mut(g)
-            .zip(codes.par_chunks_mut(cols))
-            .zip(w.par_chunks(cols))
-            .for_each(|((sc, cd), row)| {
-                for ((s, c), x) in sc
-                    .iter_mut()
-                    .zip(cd.chunks_mut(group))
-                    .zip(row.chunks(group))
-                {
-                    *s = ct_scale(x, dtype);
-                    for (q, &v) in c.iter_mut().zip(x) {
-                        *q = ct_code(v, *s, dtype);
-                    }
-                }
-            });
-    }
-    Int4 {
-        rows,
-        cols,
-        group,
-        scales,
-        codes,
-    }
+    quantize_on(Path::Parallel, w, rows, cols, group, dtype)
 }
 
 /// Pack one row of codes: nibble `q + 8`, sequential, raw-zero padding (`pack_to_int32`).
@@ -132,49 +106,27 @@ pub fn specs(
     group: usize,
     model: Dtype,
 ) -> Vec<TensorSpec> {
-    assert_eq!(
-        cols % group,
-        0,
-        "{module}: in {cols} not a multiple of {group}"
-    );
+    let groups = rowwise::groups(module, cols, group);
     vec![
         TensorSpec::new(
             format!("{module}.weight_packed"),
             Dtype::I32,
             vec![rows, cols.div_ceil(8)],
         ),
-        TensorSpec::new(
-            format!("{module}.weight_scale"),
-            model,
-            vec![rows, cols / group],
-        ),
+        TensorSpec::new(format!("{module}.weight_scale"), model, vec![rows, groups]),
         TensorSpec::new(format!("{module}.weight_shape"), Dtype::I64, vec![2]),
     ]
 }
 
 /// Encode a quantized module into `(name, bytes)` for each of its [`specs`].
 pub fn encode(module: &str, q: &Int4, model: Dtype) -> Vec<(String, Vec<u8>)> {
-    let wpr = q.cols.div_ceil(8);
-    let mut words = vec![0i32; q.rows * wpr];
-    if wpr > 0 {
-        words
-            .par_chunks_mut(wpr)
-            .zip(q.codes.par_chunks(q.cols))
-            .for_each(|(out, row)| {
-                let mut v = Vec::with_capacity(wpr);
-                pack_row(row, &mut v);
-                out.copy_from_slice(&v);
-            });
-    }
+    let words = pack::pack_rows(&q.codes, q.rows, q.cols, pack_row);
     let shape: Vec<u8> = [q.rows as i64, q.cols as i64]
         .iter()
         .flat_map(|d| d.to_le_bytes())
         .collect();
     vec![
-        (
-            format!("{module}.weight_packed"),
-            words.iter().flat_map(|w| w.to_le_bytes()).collect(),
-        ),
+        (format!("{module}.weight_packed"), pack::le_bytes(&words)),
         (
             format!("{module}.weight_scale"),
             encode_floats(&q.scales, model),
@@ -183,20 +135,13 @@ pub fn encode(module: &str, q: &Int4, model: Dtype) -> Vec<(String, Vec<u8>)> {
     ]
 }
 
-/// Decode `weight_packed` (`[rows, ⌈cols/8⌉]` words) and `[rows, cols/G]` scales.
+/// Decode `weight_packed` (`[rows, ⌈cols/8⌉]` words) and `[rows, cols/G]` scales: the stored
+/// nibble minus 8.
 pub fn decode(weight: &[u8], scales: &[f32], rows: usize, cols: usize, group: usize) -> Int4 {
-    let wpr = cols.div_ceil(8);
-    let words: Vec<i32> = weight
-        .chunks_exact(4)
-        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+    let codes = pack::unpack_rows(&pack::words(weight), rows, cols, Order::Sequential)
+        .into_iter()
+        .map(|q| (q as u8 & 0xf) as i8 - OFFSET)
         .collect();
-    let mut codes = Vec::with_capacity(rows * cols);
-    for r in 0..rows {
-        for c in 0..cols {
-            let nib = (words[r * wpr + c / 8] as u32 >> (4 * (c % 8))) & 0xf;
-            codes.push(nib as i8 - OFFSET);
-        }
-    }
     Int4 {
         rows,
         cols,
@@ -276,9 +221,7 @@ mod tests {
     use super::*;
 
     fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        (0..rows * cols)
-            .map(|i| round_to(dtype, 0.03 * ((i as f32) * 0.37).cos() - 0.004))
-            .collect()
+        rowwise::test_matrix(rows, cols, dtype, 0.03, -0.004)
     }
 
     /// The golden row of `fixtures/goldens/compressed-tensors-0.20/*/summary.json`.
@@ -344,10 +287,7 @@ mod tests {
                 let r = quantize_ref(&w, rows, cols, group, dt);
                 assert_eq!(quantize(&w, rows, cols, group, dt), r);
                 let enc = encode("m", &r, dt);
-                for ((n, b), s) in enc.iter().zip(specs("m", rows, cols, group, dt)) {
-                    assert_eq!(n, &s.name);
-                    assert_eq!(b.len() as u64, s.nbytes(), "{n}");
-                }
+                rowwise::assert_matches_specs(&enc, &specs("m", rows, cols, group, dt));
                 assert_eq!(decode(&enc[0].1, &r.scales, rows, cols, group), r);
             }
         }

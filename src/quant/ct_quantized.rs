@@ -25,13 +25,12 @@
 //! `*_ref` are the plain references; the unsuffixed functions are the rayon fast paths, tested
 //! identical.
 
-use rayon::prelude::*;
 use serde_json::{json, Value};
 
-use super::compressed_tensors::{self, dtype_eps, VERSION};
+use super::compressed_tensors::{self, VERSION};
 use super::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
 use super::int4::{round_to, Int4};
-use super::quark::encode_floats;
+use super::rowwise::{self, encode_floats, Path};
 use super::target::{ExcludeStyle, Target};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
@@ -41,13 +40,7 @@ pub const W4A8_GROUP: usize = 128;
 
 /// FP8 scale of one row: `dtype(amax / 448)`, exactly zero → the dtype's eps.
 pub fn fp8_scale(row: &[f32], dtype: Dtype) -> f32 {
-    let amax = row.iter().fold(0f32, |m, &x| m.max(x.abs()));
-    let s = round_to(dtype, amax / E4M3_MAX);
-    if s == 0.0 {
-        dtype_eps(dtype)
-    } else {
-        s
-    }
+    compressed_tensors::symmetric_scale(row, E4M3_MAX, dtype)
 }
 
 /// FP8 code: `e4m3(clamp(dtype(w / s) + 0, ±448))` (the `+ 0` is the zero point: `−0` → `+0`).
@@ -55,48 +48,22 @@ pub fn fp8_code(w: f32, s: f32, dtype: Dtype) -> u8 {
     e4m3_from_f32_clamped(round_to(dtype, w / s) + 0.0)
 }
 
+fn fp8_quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
+    Fp8::quantize_rows(path, w, rows, cols, |row, out| {
+        let s = fp8_scale(row, dtype);
+        rowwise::codes(row, out, |x| fp8_code(x, s, dtype));
+        s
+    })
+}
+
 /// The reference: plain loops.
 pub fn fp8_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    assert_eq!(w.len(), rows * cols);
-    let mut scales = Vec::with_capacity(rows);
-    let mut codes = Vec::with_capacity(rows * cols);
-    for r in 0..rows {
-        let row = &w[r * cols..(r + 1) * cols];
-        let s = fp8_scale(row, dtype);
-        scales.push(s);
-        codes.extend(row.iter().map(|&x| fp8_code(x, s, dtype)));
-    }
-    Fp8 {
-        rows,
-        cols,
-        scales,
-        codes,
-    }
+    fp8_quantize_on(Path::Reference, w, rows, cols, dtype)
 }
 
 /// The fast path: rows in parallel. Identical to [`fp8_quantize_ref`].
 pub fn fp8_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    assert_eq!(w.len(), rows * cols);
-    let mut scales = vec![0f32; rows];
-    let mut codes = vec![0u8; rows * cols];
-    if cols > 0 {
-        scales
-            .par_iter_mut()
-            .zip(codes.par_chunks_mut(cols))
-            .zip(w.par_chunks(cols))
-            .for_each(|((s, c), row)| {
-                *s = fp8_scale(row, dtype);
-                for (q, &x) in c.iter_mut().zip(row) {
-                    *q = fp8_code(x, *s, dtype);
-                }
-            });
-    }
-    Fp8 {
-        rows,
-        cols,
-        scales,
-        codes,
-    }
+    fp8_quantize_on(Path::Parallel, w, rows, cols, dtype)
 }
 
 /// The tensors one `float-quantized` FP8 module becomes.
@@ -109,13 +76,7 @@ pub fn fp8_specs(module: &str, rows: usize, cols: usize, model: Dtype) -> Vec<Te
 
 /// Encode an FP8 module for each of its [`fp8_specs`].
 pub fn fp8_encode(module: &str, q: &Fp8, model: Dtype) -> Vec<(String, Vec<u8>)> {
-    vec![
-        (format!("{module}.weight"), q.codes.clone()),
-        (
-            format!("{module}.weight_scale"),
-            encode_floats(&q.scales, model),
-        ),
-    ]
+    q.encode(module, model)
 }
 
 /// The tensors one `int-quantized` module (`[rows = out, cols = in]`, group `G`) becomes.
@@ -126,18 +87,10 @@ pub fn int_specs(
     group: usize,
     model: Dtype,
 ) -> Vec<TensorSpec> {
-    assert_eq!(
-        cols % group,
-        0,
-        "{module}: in {cols} not a multiple of {group}"
-    );
+    let groups = rowwise::groups(module, cols, group);
     vec![
         TensorSpec::new(format!("{module}.weight"), Dtype::I8, vec![rows, cols]),
-        TensorSpec::new(
-            format!("{module}.weight_scale"),
-            model,
-            vec![rows, cols / group],
-        ),
+        TensorSpec::new(format!("{module}.weight_scale"), model, vec![rows, groups]),
     ]
 }
 
@@ -166,8 +119,9 @@ pub fn int_decode(weight: &[u8], scales: &[f32], rows: usize, cols: usize, group
     }
 }
 
-fn config_group(format: &str, weights: Value, input: Value) -> Value {
-    json!({
+/// The config of one `Linear` group; `ignore` goes last, where compressed-tensors writes it.
+fn config_group(format: &str, weights: Value, input: Value, ignore: &[String]) -> Value {
+    let mut c = json!({
         "config_groups": {"group_0": {
             "format": format, "input_activations": input, "output_activations": null,
             "targets": ["Linear"], "weights": weights,
@@ -181,38 +135,31 @@ fn config_group(format: &str, weights: Value, input: Value) -> Value {
         "sparsity_config": {},
         "transform_config": {},
         "version": VERSION,
-    })
-}
-
-fn with_ignore(mut c: Value, ignore: &[String]) -> Value {
+    });
     c["ignore"] = json!(ignore);
     c
 }
 
 /// `quantization_config` of the `FP8_DYNAMIC` preset.
 pub fn fp8_config(ignore: &[String]) -> Value {
-    with_ignore(
-        config_group(
-            "float-quantized",
-            json!({"dynamic": false, "group_size": null, "num_bits": 8, "strategy": "channel",
-                   "symmetric": true, "type": "float"}),
-            json!({"dynamic": true, "group_size": null, "num_bits": 8, "strategy": "token",
-                   "symmetric": true, "type": "float"}),
-        ),
+    config_group(
+        "float-quantized",
+        json!({"dynamic": false, "group_size": null, "num_bits": 8, "strategy": "channel",
+               "symmetric": true, "type": "float"}),
+        json!({"dynamic": true, "group_size": null, "num_bits": 8, "strategy": "token",
+               "symmetric": true, "type": "float"}),
         ignore,
     )
 }
 
 /// `quantization_config` of the `W4A8` preset (`int-quantized`).
 pub fn w4a8_config(ignore: &[String]) -> Value {
-    with_ignore(
-        config_group(
-            "int-quantized",
-            json!({"dynamic": false, "group_size": W4A8_GROUP, "num_bits": 4, "strategy": "group",
-                   "symmetric": true, "type": "int"}),
-            json!({"dynamic": true, "group_size": null, "num_bits": 8, "strategy": "token",
-                   "symmetric": true, "type": "int"}),
-        ),
+    config_group(
+        "int-quantized",
+        json!({"dynamic": false, "group_size": W4A8_GROUP, "num_bits": 4, "strategy": "group",
+               "symmetric": true, "type": "int"}),
+        json!({"dynamic": true, "group_size": null, "num_bits": 8, "strategy": "token",
+               "symmetric": true, "type": "int"}),
         ignore,
     )
 }
@@ -298,9 +245,7 @@ mod tests {
     use super::*;
 
     fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        (0..rows * cols)
-            .map(|i| round_to(dtype, 0.05 * ((i as f32) * 0.37).cos() - 0.004))
-            .collect()
+        rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
     }
 
     #[test]
@@ -344,20 +289,11 @@ mod tests {
         let w = data(rows, cols, Dtype::BF16);
         let q = compressed_tensors::quantize(&w, rows, cols, W4A8_GROUP, Dtype::BF16);
         let enc = int_encode("m", &q, Dtype::BF16);
-        for ((n, b), s) in enc
-            .iter()
-            .zip(int_specs("m", rows, cols, W4A8_GROUP, Dtype::BF16))
-        {
-            assert_eq!(n, &s.name);
-            assert_eq!(b.len() as u64, s.nbytes(), "{n}");
-        }
+        rowwise::assert_matches_specs(&enc, &int_specs("m", rows, cols, W4A8_GROUP, Dtype::BF16));
         assert_eq!(int_decode(&enc[0].1, &q.scales, rows, cols, W4A8_GROUP), q);
         let p = fp8_quantize(&w, rows, cols, Dtype::BF16);
         let enc = fp8_encode("m", &p, Dtype::BF16);
-        for ((n, b), s) in enc.iter().zip(fp8_specs("m", rows, cols, Dtype::BF16)) {
-            assert_eq!(n, &s.name);
-            assert_eq!(b.len() as u64, s.nbytes(), "{n}");
-        }
+        rowwise::assert_matches_specs(&enc, &fp8_specs("m", rows, cols, Dtype::BF16));
     }
 
     /// Named bound: FP8's relative step is 2^-3, so each element is within 2^-4 relative (plus
@@ -368,18 +304,7 @@ mod tests {
         let (rows, cols) = (32, 128);
         let w = data(rows, cols, Dtype::BF16);
         let q = fp8_quantize_ref(&w, rows, cols, Dtype::BF16);
-        let d = q.dequantize_ref();
-        let mut se = 0f64;
-        for (i, (&x, &y)) in w.iter().zip(&d).enumerate() {
-            let s = q.scales[i / cols];
-            let e = (x - y).abs();
-            assert!(
-                e <= x.abs() * (1.0 / 16.0 + 1.0 / 256.0) + s * 2f32.powi(-9),
-                "{i}: {x} vs {y}"
-            );
-            se += (e as f64).powi(2);
-        }
-        let rmse = (se / w.len() as f64).sqrt() as f32;
+        let rmse = crate::quant::fp8::per_row_rmse_within_half_step(&w, &q);
         assert!(rmse < MAX_RMSE_CT_FP8_PC, "rmse {rmse}");
     }
 

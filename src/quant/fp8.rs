@@ -1,7 +1,8 @@
 //! FP8 E4M3 (the OCP `e4m3fn` variant: no infinities, NaN = S.1111.111, max ±448) encoding, and
 //! the matrix of FP8 codes with one scale per output row (or one per tensor) that the FP8 schemes
 //! of every format share. The per-format recipes that fill it live with their formats
-//! (`quark_fp8.rs`, `ct_quantized.rs`); they are never unified.
+//! (`quark_fp8.rs`, `ct_quantized.rs`, `modelopt.rs`, each run by `rowwise::quantize`); they are
+//! never unified.
 //!
 //! [`e4m3_from_f32`] is torch's `c10::Float8_e4m3fn` conversion (`fp8e4m3fn_from_fp32_value`),
 //! bit for bit: round to nearest, ties to even, subnormals included; it does **not** saturate
@@ -9,7 +10,9 @@
 //! tools clamp to ±448 before casting ([`e4m3_from_f32_clamped`]), so NaN never appears in
 //! their outputs.
 
+use super::rowwise::{self, Path};
 use crate::io::dtype::f8_e4m3_to_f32;
+use crate::io::Dtype;
 
 /// Largest finite E4M3 magnitude.
 pub const E4M3_MAX: f32 = 448.0;
@@ -55,6 +58,34 @@ pub struct Fp8 {
 }
 
 impl Fp8 {
+    /// Quantize `w` with one recipe's `run`, one run (and scale) per row
+    /// ([`rowwise::quantize`] with `group == cols`).
+    pub fn quantize_rows(
+        path: Path,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        run: impl Fn(&[f32], &mut [u8]) -> f32 + Sync,
+    ) -> Fp8 {
+        let (scales, codes) = rowwise::quantize(path, w, rows, cols, cols, run);
+        Fp8 {
+            rows,
+            cols,
+            scales,
+            codes,
+        }
+    }
+    /// `X.weight` (the E4M3 codes) and `X.weight_scale` (the scales as `scale_dtype`): the FP8
+    /// layout of every format (each gives the scale its own shape in its specs).
+    pub fn encode(&self, module: &str, scale_dtype: Dtype) -> Vec<(String, Vec<u8>)> {
+        vec![
+            (format!("{module}.weight"), self.codes.clone()),
+            (
+                format!("{module}.weight_scale"),
+                rowwise::encode_floats(&self.scales, scale_dtype),
+            ),
+        ]
+    }
     fn scale_of_row(&self, r: usize) -> f32 {
         if self.scales.len() == 1 {
             self.scales[0]
@@ -68,6 +99,24 @@ impl Fp8 {
             .map(|i| f8_e4m3_to_f32(self.codes[i]) * self.scale_of_row(i / self.cols.max(1)))
             .collect()
     }
+}
+
+/// Test helper: every element of `q` is within FP8's half step of `w` (relative 2^-4, plus the
+/// BF16 rounding of the quotient and the subnormal step near zero); returns the RMSE.
+#[cfg(test)]
+pub(crate) fn per_row_rmse_within_half_step(w: &[f32], q: &Fp8) -> f32 {
+    let d = q.dequantize_ref();
+    let mut se = 0f64;
+    for (i, (&x, &y)) in w.iter().zip(&d).enumerate() {
+        let s = q.scales[i / q.cols];
+        let e = (x - y).abs();
+        assert!(
+            e <= x.abs() * (1.0 / 16.0 + 1.0 / 256.0) + s * 2f32.powi(-9),
+            "{i}: {x} vs {y}"
+        );
+        se += (e as f64).powi(2);
+    }
+    (se / w.len() as f64).sqrt() as f32
 }
 
 #[cfg(test)]

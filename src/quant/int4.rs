@@ -4,10 +4,9 @@
 //! changes 1–2 codes per layer). See shared/reference/quant-formats.md §1.3.
 //!
 //! `quantize_ref` is the plain reference; `quantize` is the rayon fast path, tested to give
-//! identical codes and scales.
+//! identical codes and scales (both [`super::rowwise::quantize`] with this recipe).
 
-use rayon::prelude::*;
-
+use super::rowwise::{self, amax, Path};
 use crate::io::Dtype;
 
 /// Quark's scale floor (`torch.finfo(torch.float32).eps`).
@@ -41,6 +40,25 @@ pub struct Int4 {
 }
 
 impl Int4 {
+    /// Quantize `w` with one recipe's `run` over runs of `group` input columns
+    /// ([`rowwise::quantize`]; `group == cols` is per channel).
+    pub fn quantize_runs(
+        path: Path,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        group: usize,
+        run: impl Fn(&[f32], &mut [i8]) -> f32 + Sync,
+    ) -> Int4 {
+        let (scales, codes) = rowwise::quantize(path, w, rows, cols, group, run);
+        Int4 {
+            rows,
+            cols,
+            group,
+            scales,
+            codes,
+        }
+    }
     pub fn groups_per_row(&self) -> usize {
         self.cols.div_ceil(self.group)
     }
@@ -58,8 +76,7 @@ impl Int4 {
 
 /// Scale of one run of weights (Quark: `amax / 7.5` in the model dtype, eps floor).
 pub fn quark_scale(w: &[f32], dtype: Dtype) -> f32 {
-    let amax = w.iter().fold(0f32, |m, &x| m.max(x.abs()));
-    let s = round_to(dtype, amax / QUARK_DIVISOR);
+    let s = round_to(dtype, amax(w) / QUARK_DIVISOR);
     if s < SCALE_EPS {
         round_to(dtype, SCALE_EPS)
     } else {
@@ -72,60 +89,35 @@ pub fn quark_code(w: f32, inv: f32) -> i8 {
     ((w * inv).round_ties_even() as i32).clamp(QMIN, QMAX) as i8
 }
 
+/// One run, Quark's recipe: its scale `s`, and its codes against `inv = 1/s` (computed once).
+pub fn quark_run(run: &[f32], out: &mut [i8], dtype: Dtype) -> f32 {
+    let s = quark_scale(run, dtype);
+    let inv = 1.0f32 / s;
+    rowwise::codes(run, out, |x| quark_code(x, inv));
+    s
+}
+
+fn quantize_on(
+    path: Path,
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    group: usize,
+    dtype: Dtype,
+) -> Int4 {
+    Int4::quantize_runs(path, w, rows, cols, group, |run, out| {
+        quark_run(run, out, dtype)
+    })
+}
+
 /// The reference: plain loops, no threads.
 pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    assert_eq!(w.len(), rows * cols);
-    let g = cols.div_ceil(group);
-    let mut scales = Vec::with_capacity(rows * g);
-    let mut codes = Vec::with_capacity(rows * cols);
-    for r in 0..rows {
-        let row = &w[r * cols..(r + 1) * cols];
-        for chunk in row.chunks(group) {
-            let s = quark_scale(chunk, dtype);
-            scales.push(s);
-            let inv = 1.0f32 / s;
-            codes.extend(chunk.iter().map(|&x| quark_code(x, inv)));
-        }
-    }
-    Int4 {
-        rows,
-        cols,
-        group,
-        scales,
-        codes,
-    }
+    quantize_on(Path::Reference, w, rows, cols, group, dtype)
 }
 
 /// The fast path: rows in parallel. Identical output to [`quantize_ref`].
 pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    assert_eq!(w.len(), rows * cols);
-    let g = cols.div_ceil(group);
-    let mut scales = vec![0f32; rows * g];
-    let mut codes = vec![0i8; rows * cols];
-    scales
-        .par_chunks_mut(g)
-        .zip(codes.par_chunks_mut(cols))
-        .zip(w.par_chunks(cols))
-        .for_each(|((sc, cd), row)| {
-            for ((s, c), x) in sc
-                .iter_mut()
-                .zip(cd.chunks_mut(group))
-                .zip(row.chunks(group))
-            {
-                *s = quark_scale(x, dtype);
-                let inv = 1.0f32 / *s;
-                for (q, &v) in c.iter_mut().zip(x) {
-                    *q = quark_code(v, inv);
-                }
-            }
-        });
-    Int4 {
-        rows,
-        cols,
-        group,
-        scales,
-        codes,
-    }
+    quantize_on(Path::Parallel, w, rows, cols, group, dtype)
 }
 
 #[cfg(test)]
@@ -133,9 +125,7 @@ mod tests {
     use super::*;
 
     fn data(rows: usize, cols: usize) -> Vec<f32> {
-        (0..rows * cols)
-            .map(|i| round_to(Dtype::BF16, 0.1 + 2.0 * ((i as f32) * 0.37).cos()))
-            .collect()
+        rowwise::test_matrix(rows, cols, Dtype::BF16, 2.0, 0.1)
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Quantization: schemes (reference math + fast paths), packing, exclusion rules and the file
-//! formats they are written in. Each format keeps its own recipe; they are never unified.
+//! formats they are written in. Each format keeps its own recipe; they are never unified: what
+//! they share is only the row-/group-wise loop and the layout helpers (`rowwise`, `pack`).
 
 pub mod compressed_tensors;
 pub mod ct_quantized;
@@ -16,4 +17,5 @@ pub mod quark_fp8;
 pub mod quark_group;
 pub mod quark_uint4;
 pub mod registry;
+pub mod rowwise;
 pub mod target;

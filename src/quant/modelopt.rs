@@ -38,7 +38,7 @@ use serde_json::{json, Value};
 
 use super::fp8::{e4m3_from_f32, Fp8};
 use super::int4::Int4;
-use super::quark::encode_floats;
+use super::rowwise::{self, amax, encode_floats, Path};
 use super::target::{ExcludeStyle, Target};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
@@ -89,10 +89,6 @@ pub fn scale_from_amax(amax: f32, maxbound: f32, dtype: Dtype) -> f32 {
     a / maxbound
 }
 
-fn amax(w: &[f32]) -> f32 {
-    w.iter().fold(0f32, |m, &x| m.max(x.abs()))
-}
-
 // ---------------------------------------------------------------------------------------------
 // W4A16_AWQ
 
@@ -101,60 +97,30 @@ pub fn int4_code(w: f32, s: f32) -> i8 {
     (w / s).round_ties_even().clamp(-8.0, 7.0) as i8
 }
 
+fn int4_quantize_on(
+    path: Path,
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    group: usize,
+    dtype: Dtype,
+) -> Int4 {
+    assert_eq!(cols % group, 0, "group must divide the input dimension");
+    Int4::quantize_runs(path, w, rows, cols, group, |block, out| {
+        let s = scale_from_amax(amax(block), INT4_MAXBOUND, dtype);
+        rowwise::codes(block, out, |x| int4_code(x, s));
+        s
+    })
+}
+
 /// The reference: plain loops. `group` must divide `cols` (the driver refuses otherwise).
 pub fn int4_quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    assert_eq!(w.len(), rows * cols);
-    assert_eq!(cols % group, 0, "group must divide the input dimension");
-    let mut scales = Vec::with_capacity(rows * (cols / group));
-    let mut codes = Vec::with_capacity(rows * cols);
-    for r in 0..rows {
-        for block in w[r * cols..(r + 1) * cols].chunks(group) {
-            let s = scale_from_amax(amax(block), INT4_MAXBOUND, dtype);
-            scales.push(s);
-            codes.extend(block.iter().map(|&x| int4_code(x, s)));
-        }
-    }
-    Int4 {
-        rows,
-        cols,
-        group,
-        scales,
-        codes,
-    }
+    int4_quantize_on(Path::Reference, w, rows, cols, group, dtype)
 }
 
 /// The fast path: rows in parallel. Identical to [`int4_quantize_ref`].
 pub fn int4_quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    assert_eq!(w.len(), rows * cols);
-    assert_eq!(cols % group, 0, "group must divide the input dimension");
-    let g = cols / group;
-    let mut scales = vec![0f32; rows * g];
-    let mut codes = vec![0i8; rows * cols];
-    if cols > 0 {
-        scales
-            .par_chunks_mut(g)
-            .zip(codes.par_chunks_mut(cols))
-            .zip(w.par_chunks(cols))
-            .for_each(|((sc, cd), row)| {
-                for ((s, c), x) in sc
-                    .iter_mut()
-                    .zip(cd.chunks_mut(group))
-                    .zip(row.chunks(group))
-                {
-                    *s = scale_from_amax(amax(x), INT4_MAXBOUND, dtype);
-                    for (q, &v) in c.iter_mut().zip(x) {
-                        *q = int4_code(v, *s);
-                    }
-                }
-            });
-    }
-    Int4 {
-        rows,
-        cols,
-        group,
-        scales,
-        codes,
-    }
+    int4_quantize_on(Path::Parallel, w, rows, cols, group, dtype)
 }
 
 /// Pack codes two output rows per byte: `[⌈rows/2⌉, cols]` U8, byte `[k, j]` =
@@ -212,11 +178,7 @@ pub fn int4_specs(
     group: usize,
     model: Dtype,
 ) -> Vec<TensorSpec> {
-    assert_eq!(
-        cols % group,
-        0,
-        "{module}: in {cols} not a multiple of {group}"
-    );
+    let groups = rowwise::groups(module, cols, group);
     let mut v = vec![
         TensorSpec::new(
             format!("{module}.weight"),
@@ -226,7 +188,7 @@ pub fn int4_specs(
         TensorSpec::new(
             format!("{module}.weight_scale"),
             Dtype::F32,
-            vec![rows, cols / group],
+            vec![rows, groups],
         ),
     ];
     if !trtllm_fused(module) {
@@ -279,48 +241,22 @@ pub fn fp8_code(w: f32, s: f32) -> u8 {
     e4m3_from_f32(w / s)
 }
 
+fn fp8_quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
+    Fp8::quantize_rows(path, w, rows, cols, |row, out| {
+        let s = scale_from_amax(amax(row), FP8_MAXBOUND, dtype);
+        rowwise::codes(row, out, |x| fp8_code(x, s));
+        s
+    })
+}
+
 /// The reference: plain loops.
 pub fn fp8_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    assert_eq!(w.len(), rows * cols);
-    let mut scales = Vec::with_capacity(rows);
-    let mut codes = Vec::with_capacity(rows * cols);
-    for r in 0..rows {
-        let row = &w[r * cols..(r + 1) * cols];
-        let s = scale_from_amax(amax(row), FP8_MAXBOUND, dtype);
-        scales.push(s);
-        codes.extend(row.iter().map(|&x| fp8_code(x, s)));
-    }
-    Fp8 {
-        rows,
-        cols,
-        scales,
-        codes,
-    }
+    fp8_quantize_on(Path::Reference, w, rows, cols, dtype)
 }
 
 /// The fast path: rows in parallel. Identical to [`fp8_quantize_ref`].
 pub fn fp8_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    assert_eq!(w.len(), rows * cols);
-    let mut scales = vec![0f32; rows];
-    let mut codes = vec![0u8; rows * cols];
-    if cols > 0 {
-        scales
-            .par_iter_mut()
-            .zip(codes.par_chunks_mut(cols))
-            .zip(w.par_chunks(cols))
-            .for_each(|((s, c), row)| {
-                *s = scale_from_amax(amax(row), FP8_MAXBOUND, dtype);
-                for (q, &x) in c.iter_mut().zip(row) {
-                    *q = fp8_code(x, *s);
-                }
-            });
-    }
-    Fp8 {
-        rows,
-        cols,
-        scales,
-        codes,
-    }
+    fp8_quantize_on(Path::Parallel, w, rows, cols, dtype)
 }
 
 /// The tensors one `FP8_PER_CHANNEL_PER_TOKEN` module becomes.
@@ -333,13 +269,7 @@ pub fn fp8_specs(module: &str, rows: usize, cols: usize) -> Vec<TensorSpec> {
 
 /// Encode an `FP8_PER_CHANNEL_PER_TOKEN` module for each of its [`fp8_specs`].
 pub fn fp8_encode(module: &str, q: &Fp8) -> Vec<(String, Vec<u8>)> {
-    vec![
-        (format!("{module}.weight"), q.codes.clone()),
-        (
-            format!("{module}.weight_scale"),
-            encode_floats(&q.scales, Dtype::F32),
-        ),
-    ]
+    q.encode(module, Dtype::F32)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -574,12 +504,9 @@ impl Target for Modelopt {
 mod tests {
     use super::*;
     use crate::io::dtype::f8_e4m3_to_f32;
-    use crate::quant::int4::round_to;
 
     fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        (0..rows * cols)
-            .map(|i| round_to(dtype, 0.03 * ((i as f32) * 0.37).cos() - 0.004))
-            .collect()
+        rowwise::test_matrix(rows, cols, dtype, 0.03, -0.004)
     }
 
     /// The divisor is 7 (not 7.5): a block with amax 7 has scale 1 and codes equal to the
@@ -640,17 +567,11 @@ mod tests {
                 let enc = int4_encode("m.o_proj", &r, dt);
                 let specs = int4_specs("m.o_proj", rows, cols, group, dt);
                 assert_eq!(enc.len(), 3);
-                for ((n, b), s) in enc.iter().zip(&specs) {
-                    assert_eq!(n, &s.name);
-                    assert_eq!(b.len() as u64, s.nbytes(), "{n}");
-                }
+                rowwise::assert_matches_specs(&enc, &specs);
                 assert_eq!(int4_decode(&enc[0].1, &r.scales, rows, cols, group), r);
                 let f = fp8_quantize_ref(&w, rows, cols, dt);
                 assert_eq!(fp8_quantize(&w, rows, cols, dt), f);
-                for ((n, b), s) in fp8_encode("m", &f).iter().zip(fp8_specs("m", rows, cols)) {
-                    assert_eq!(n, &s.name);
-                    assert_eq!(b.len() as u64, s.nbytes(), "{n}");
-                }
+                rowwise::assert_matches_specs(&fp8_encode("m", &f), &fp8_specs("m", rows, cols));
             }
         }
         assert_eq!(int4_specs("a.q_proj", 2, 8, 8, Dtype::BF16).len(), 2);

@@ -1,6 +1,10 @@
 //! INT4 nibble packing into 32-bit words (Quark): eight consecutive codes along the packed axis
 //! per word; bit field `[4i, 4i+3]` holds element `8c + ORDER[i]`; nibbles are two's complement
-//! (`q & 0xF`); a trailing partial word is padded with zero nibbles.
+//! (`q & 0xF`); a trailing partial word is padded with zero nibbles. Also the helpers every
+//! word-packed layout shares: whole matrices row by row ([`pack_rows`], [`unpack_rows`]) and
+//! words to and from little-endian bytes.
+
+use rayon::prelude::*;
 
 /// Nibble order within a word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +49,56 @@ pub fn unpack(words: &[i32], n: usize, order: Order, out: &mut Vec<i8>) {
         }
     }
     out.truncate(start + n);
+}
+
+/// `n` runs of `len` codes, run `i` packed into `⌈len/8⌉` words by `pack_run(i, out)` (runs in
+/// parallel): `[n, ⌈len/8⌉]` words.
+pub fn pack_runs(n: usize, len: usize, pack_run: impl Fn(usize, &mut Vec<i32>) + Sync) -> Vec<i32> {
+    let wpr = len.div_ceil(8);
+    let mut words = vec![0i32; n * wpr];
+    if wpr > 0 {
+        words.par_chunks_mut(wpr).enumerate().for_each(|(i, out)| {
+            let mut v = Vec::with_capacity(wpr);
+            pack_run(i, &mut v);
+            out.copy_from_slice(&v);
+        });
+    }
+    words
+}
+
+/// Pack each row of `[rows, cols]` codes with `pack_row`: `[rows, ⌈cols/8⌉]` words.
+pub fn pack_rows(
+    codes: &[i8],
+    rows: usize,
+    cols: usize,
+    pack_row: impl Fn(&[i8], &mut Vec<i32>) + Sync,
+) -> Vec<i32> {
+    pack_runs(rows, cols, |r, v| {
+        pack_row(&codes[r * cols..(r + 1) * cols], v)
+    })
+}
+
+/// Unpack `[rows, ⌈cols/8⌉]` words into `[rows, cols]` codes (sign-extending nibbles).
+pub fn unpack_rows(words: &[i32], rows: usize, cols: usize, order: Order) -> Vec<i8> {
+    let wpr = cols.div_ceil(8);
+    let mut codes = Vec::with_capacity(rows * cols);
+    for r in 0..rows {
+        unpack(&words[r * wpr..(r + 1) * wpr], cols, order, &mut codes);
+    }
+    codes
+}
+
+/// Words to little-endian bytes (an I32 tensor's data).
+pub fn le_bytes(words: &[i32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// Little-endian bytes (an I32 tensor's data) to words.
+pub fn words(bytes: &[u8]) -> Vec<i32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 #[cfg(test)]

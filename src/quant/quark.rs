@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 
 use super::int4::Int4;
 use super::pack::{self, Order};
+/// Shared by every format (it lives in `rowwise`); `cli::dequantize` imports it from here.
+pub use super::rowwise::encode_floats;
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 
@@ -92,20 +94,11 @@ pub fn specs(module: &str, rows: usize, cols: usize, model: Dtype, o: &Options) 
 /// Encode a quantized module into `(name, bytes)` for each of its [`specs`].
 pub fn encode(module: &str, q: &Int4, model: Dtype, o: &Options) -> Vec<(String, Vec<u8>)> {
     assert_eq!(q.group, q.cols, "Quark per-channel");
-    let words_per_row = q.cols.div_ceil(8);
-    let mut words = Vec::with_capacity(q.rows * words_per_row);
-    for r in 0..q.rows {
-        pack::pack(
-            &q.codes[r * q.cols..(r + 1) * q.cols],
-            o.pack_order(),
-            &mut words,
-        );
-    }
+    let words = pack::pack_rows(&q.codes, q.rows, q.cols, |row, v| {
+        pack::pack(row, o.pack_order(), v)
+    });
     let mut out = vec![
-        (
-            format!("{module}.weight"),
-            words.iter().flat_map(|w| w.to_le_bytes()).collect(),
-        ),
+        (format!("{module}.weight"), pack::le_bytes(&words)),
         (
             format!("{module}.weight_scale"),
             encode_floats(&q.scales, o.scale_dtype(model)),
@@ -120,39 +113,14 @@ pub fn encode(module: &str, q: &Int4, model: Dtype, o: &Options) -> Vec<(String,
     out
 }
 
-/// f32 values (already representable) to little-endian bytes of `dtype`.
-pub fn encode_floats(v: &[f32], dtype: Dtype) -> Vec<u8> {
-    match dtype {
-        Dtype::BF16 => v
-            .iter()
-            .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
-            .collect(),
-        Dtype::F16 => v
-            .iter()
-            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
-            .collect(),
-        Dtype::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        d => panic!("scale dtype {d} not supported"),
-    }
-}
-
 /// Decode a Quark per-channel module back to codes and scales (for `dequantize` and tests).
 pub fn decode(weight: &[u8], scale: &[f32], rows: usize, cols: usize, order: Order) -> Int4 {
-    let wpr = cols.div_ceil(8);
-    let words: Vec<i32> = weight
-        .chunks_exact(4)
-        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    let mut codes = Vec::with_capacity(rows * cols);
-    for r in 0..rows {
-        pack::unpack(&words[r * wpr..(r + 1) * wpr], cols, order, &mut codes);
-    }
     Int4 {
         rows,
         cols,
         group: cols,
         scales: scale.to_vec(),
-        codes,
+        codes: pack::unpack_rows(&pack::words(weight), rows, cols, order),
     }
 }
 

@@ -31,9 +31,10 @@ use rayon::prelude::*;
 use serde_json::{json, Value};
 
 use super::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
-use super::int4::{quark_code, quark_scale, round_to, Int4, SCALE_EPS};
+use super::int4::{quark_run, round_to, Int4, SCALE_EPS};
 use super::pack::{self, Order};
-use super::quark::{self, encode_floats, Options};
+use super::quark::{self, Options};
+use super::rowwise::{self, amax, encode_floats, Path};
 use super::target::{ExcludeStyle, Target};
 use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::writer::TensorSpec;
@@ -44,8 +45,7 @@ use crate::io::Dtype;
 
 /// `ptpc_fp8` scale of one row: `dtype(amax / 448)`, exactly zero → `dtype(2^-23)`.
 pub fn ptpc_scale(row: &[f32], dtype: Dtype) -> f32 {
-    let amax = row.iter().fold(0f32, |m, &x| m.max(x.abs()));
-    let s = round_to(dtype, amax / E4M3_MAX);
+    let s = round_to(dtype, amax(row) / E4M3_MAX);
     if s == 0.0 {
         round_to(dtype, SCALE_EPS)
     } else {
@@ -58,48 +58,22 @@ pub fn ptpc_code(w: f32, s: f32, dtype: Dtype) -> u8 {
     e4m3_from_f32_clamped(round_to(dtype, w / s))
 }
 
+fn ptpc_quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
+    Fp8::quantize_rows(path, w, rows, cols, |row, out| {
+        let s = ptpc_scale(row, dtype);
+        rowwise::codes(row, out, |x| ptpc_code(x, s, dtype));
+        s
+    })
+}
+
 /// The reference: plain loops.
 pub fn ptpc_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    assert_eq!(w.len(), rows * cols);
-    let mut scales = Vec::with_capacity(rows);
-    let mut codes = Vec::with_capacity(rows * cols);
-    for r in 0..rows {
-        let row = &w[r * cols..(r + 1) * cols];
-        let s = ptpc_scale(row, dtype);
-        scales.push(s);
-        codes.extend(row.iter().map(|&x| ptpc_code(x, s, dtype)));
-    }
-    Fp8 {
-        rows,
-        cols,
-        scales,
-        codes,
-    }
+    ptpc_quantize_on(Path::Reference, w, rows, cols, dtype)
 }
 
 /// The fast path: rows in parallel. Identical to [`ptpc_quantize_ref`].
 pub fn ptpc_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    assert_eq!(w.len(), rows * cols);
-    let mut scales = vec![0f32; rows];
-    let mut codes = vec![0u8; rows * cols];
-    if cols > 0 {
-        scales
-            .par_iter_mut()
-            .zip(codes.par_chunks_mut(cols))
-            .zip(w.par_chunks(cols))
-            .for_each(|((s, c), row)| {
-                *s = ptpc_scale(row, dtype);
-                for (q, &x) in c.iter_mut().zip(row) {
-                    *q = ptpc_code(x, *s, dtype);
-                }
-            });
-    }
-    Fp8 {
-        rows,
-        cols,
-        scales,
-        codes,
-    }
+    ptpc_quantize_on(Path::Parallel, w, rows, cols, dtype)
 }
 
 /// The tensors one `ptpc_fp8` module becomes.
@@ -112,13 +86,7 @@ pub fn ptpc_specs(module: &str, rows: usize, cols: usize, model: Dtype) -> Vec<T
 
 /// Encode a `ptpc_fp8` module for each of its [`ptpc_specs`].
 pub fn ptpc_encode(module: &str, q: &Fp8, model: Dtype) -> Vec<(String, Vec<u8>)> {
-    vec![
-        (format!("{module}.weight"), q.codes.clone()),
-        (
-            format!("{module}.weight_scale"),
-            encode_floats(&q.scales, model),
-        ),
-    ]
+    q.encode(module, model)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -146,8 +114,7 @@ impl Int4Fp8 {
 
 /// Stage-1 scale: `f32(amax) / 448` in F32, exactly zero → `dtype(2^-23)`.
 pub fn int4_fp8_s1(w: &[f32], dtype: Dtype) -> f32 {
-    let amax = w.iter().fold(0f32, |m, &x| m.max(x.abs()));
-    let s = amax / E4M3_MAX;
+    let s = amax(w) / E4M3_MAX;
     if s == 0.0 {
         round_to(dtype, SCALE_EPS)
     } else {
@@ -160,66 +127,36 @@ pub fn int4_fp8_stage1(w: f32, s1: f32, dtype: Dtype) -> f32 {
     f8_e4m3_to_f32(e4m3_from_f32_clamped(round_to(dtype, w / s1)))
 }
 
-/// The reference: plain loops.
-pub fn int4_fp8_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Int4Fp8 {
-    assert_eq!(w.len(), rows * cols);
-    let s1 = int4_fp8_s1(w, dtype);
-    let w8: Vec<f32> = w.iter().map(|&x| int4_fp8_stage1(x, s1, dtype)).collect();
-    let mut scales = Vec::with_capacity(rows);
-    let mut codes = Vec::with_capacity(rows * cols);
-    for r in 0..rows {
-        let row = &w8[r * cols..(r + 1) * cols];
-        let s2 = quark_scale(row, dtype);
-        scales.push(s2);
-        let inv = 1.0f32 / s2;
-        codes.extend(row.iter().map(|&x| quark_code(x, inv)));
-    }
-    Int4Fp8 {
-        int4: Int4 {
-            rows,
-            cols,
-            group: cols,
-            scales,
-            codes,
-        },
-        s1,
-    }
+/// Stage 2 on each row's stage-1 values: Quark's INT4 recipe per output channel.
+fn int4_fp8_quantize_on(
+    path: Path,
+    w: &[f32],
+    s1: f32,
+    rows: usize,
+    cols: usize,
+    dtype: Dtype,
+) -> Int4Fp8 {
+    let int4 = Int4::quantize_runs(path, w, rows, cols, cols, |row, out| {
+        let w8: Vec<f32> = row.iter().map(|&x| int4_fp8_stage1(x, s1, dtype)).collect();
+        quark_run(&w8, out, dtype)
+    });
+    Int4Fp8 { int4, s1 }
 }
 
-/// The fast path: rows in parallel. Identical to [`int4_fp8_quantize_ref`].
+/// The reference: plain loops.
+pub fn int4_fp8_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Int4Fp8 {
+    let s1 = int4_fp8_s1(w, dtype);
+    int4_fp8_quantize_on(Path::Reference, w, s1, rows, cols, dtype)
+}
+
+/// The fast path: the amax and the rows in parallel. Identical to [`int4_fp8_quantize_ref`].
 pub fn int4_fp8_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Int4Fp8 {
-    assert_eq!(w.len(), rows * cols);
     let amax = w
         .par_iter()
         .fold(|| 0f32, |m, &x| m.max(x.abs()))
         .reduce(|| 0f32, f32::max);
     let s1 = int4_fp8_s1(&[amax], dtype);
-    let mut scales = vec![0f32; rows];
-    let mut codes = vec![0i8; rows * cols];
-    if cols > 0 {
-        scales
-            .par_iter_mut()
-            .zip(codes.par_chunks_mut(cols))
-            .zip(w.par_chunks(cols))
-            .for_each(|((s, c), row)| {
-                let w8: Vec<f32> = row.iter().map(|&x| int4_fp8_stage1(x, s1, dtype)).collect();
-                *s = quark_scale(&w8, dtype);
-                let inv = 1.0f32 / *s;
-                for (q, &x) in c.iter_mut().zip(&w8) {
-                    *q = quark_code(x, inv);
-                }
-            });
-    }
-    Int4Fp8 {
-        int4: Int4 {
-            rows,
-            cols,
-            group: cols,
-            scales,
-            codes,
-        },
-        s1,
-    }
+    int4_fp8_quantize_on(Path::Parallel, w, s1, rows, cols, dtype)
 }
 
 /// The tensors one `int4_fp8` module becomes.
@@ -243,23 +180,11 @@ pub fn int4_fp8_specs(module: &str, rows: usize, cols: usize) -> Vec<TensorSpec>
 /// Encode an `int4_fp8` module for each of its [`int4_fp8_specs`], nibbles in `order`.
 pub fn int4_fp8_encode(module: &str, q: &Int4Fp8, order: Order) -> Vec<(String, Vec<u8>)> {
     let (rows, cols) = (q.int4.rows, q.int4.cols);
-    let wpr = cols.div_ceil(8);
-    let mut words = vec![0i32; rows * wpr];
-    if wpr > 0 {
-        words
-            .par_chunks_mut(wpr)
-            .zip(q.int4.codes.par_chunks(cols))
-            .for_each(|(out, row)| {
-                let mut v = Vec::with_capacity(wpr);
-                pack::pack(row, order, &mut v);
-                out.copy_from_slice(&v);
-            });
-    }
+    let words = pack::pack_rows(&q.int4.codes, rows, cols, |row, v| {
+        pack::pack(row, order, v)
+    });
     vec![
-        (
-            format!("{module}.weight"),
-            words.iter().flat_map(|w| w.to_le_bytes()).collect(),
-        ),
+        (format!("{module}.weight"), pack::le_bytes(&words)),
         (
             format!("{module}.weight_scale"),
             q.s1.to_le_bytes().to_vec(),
@@ -411,9 +336,7 @@ mod tests {
     use crate::quant::quark::{Layout, Version};
 
     fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        (0..rows * cols)
-            .map(|i| round_to(dtype, 0.05 * ((i as f32) * 0.37).cos() - 0.004))
-            .collect()
+        rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
     }
 
     fn opts() -> Options {
@@ -479,18 +402,12 @@ mod tests {
         let w = data(rows, cols, Dtype::BF16);
         let q = int4_fp8_quantize(&w, rows, cols, Dtype::BF16);
         let enc = int4_fp8_encode("m", &q, Order::Reorder);
-        for ((n, b), s) in enc.iter().zip(int4_fp8_specs("m", rows, cols)) {
-            assert_eq!(n, &s.name);
-            assert_eq!(b.len() as u64, s.nbytes(), "{n}");
-        }
+        rowwise::assert_matches_specs(&enc, &int4_fp8_specs("m", rows, cols));
         let back = int4_fp8_decode(&enc[0].1, q.s1, &q.int4.scales, rows, cols, Order::Reorder);
         assert_eq!(back, q);
         let p = ptpc_quantize(&w, rows, cols, Dtype::BF16);
         let enc = ptpc_encode("m", &p, Dtype::BF16);
-        for ((n, b), s) in enc.iter().zip(ptpc_specs("m", rows, cols, Dtype::BF16)) {
-            assert_eq!(n, &s.name);
-            assert_eq!(b.len() as u64, s.nbytes(), "{n}");
-        }
+        rowwise::assert_matches_specs(&enc, &ptpc_specs("m", rows, cols, Dtype::BF16));
     }
 
     /// Named bounds. FP8 E4M3 has 3 mantissa bits: relative error ≤ 2^-4 per element (plus the
@@ -503,18 +420,7 @@ mod tests {
         let (rows, cols) = (32, 128);
         let w = data(rows, cols, Dtype::BF16);
         let p = ptpc_quantize_ref(&w, rows, cols, Dtype::BF16);
-        let d = p.dequantize_ref();
-        let mut se = 0f64;
-        for (i, (&x, &y)) in w.iter().zip(&d).enumerate() {
-            let s = p.scales[i / cols];
-            let e = (x - y).abs();
-            assert!(
-                e <= x.abs() * (1.0 / 16.0 + 1.0 / 256.0) + s * 2f32.powi(-9),
-                "{i}: {x} vs {y}"
-            );
-            se += (e as f64).powi(2);
-        }
-        let rmse = (se / w.len() as f64).sqrt() as f32;
+        let rmse = crate::quant::fp8::per_row_rmse_within_half_step(&w, &p);
         assert!(rmse < MAX_RMSE_FP8_PC, "fp8 rmse {rmse}");
         let q = int4_fp8_quantize_ref(&w, rows, cols, Dtype::BF16);
         let d = q.dequantize_ref();

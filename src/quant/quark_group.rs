@@ -10,12 +10,12 @@
 //! `in` must be a multiple of `G` (the caller refuses other tensors). Facts:
 //! shared/reference/quant-formats.md §1.1, §1.3, §1.5.
 
-use rayon::prelude::*;
 use serde_json::{json, Value};
 
 use super::int4::Int4;
 use super::pack::{self, Order};
-use super::quark::{self, encode_floats, Options};
+use super::quark::{self, Options};
+use super::rowwise::{self, encode_floats};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 
@@ -27,12 +27,7 @@ pub fn specs(
     group: usize,
     model: Dtype,
 ) -> Vec<TensorSpec> {
-    assert_eq!(
-        cols % group,
-        0,
-        "{module}: in {cols} not a multiple of {group}"
-    );
-    let groups = cols / group;
+    let groups = rowwise::groups(module, cols, group);
     vec![
         TensorSpec::new(
             format!("{module}.weight"),
@@ -50,18 +45,10 @@ pub fn specs(
 
 /// Pack the transposed codes: word `[c, k]` holds `codes[8k + ORDER[i], c]` in nibble `i`.
 pub fn pack_transposed(q: &Int4, order: Order) -> Vec<i32> {
-    let wpr = q.rows.div_ceil(8);
-    let mut words = vec![0i32; q.cols * wpr];
-    words
-        .par_chunks_mut(wpr.max(1))
-        .enumerate()
-        .for_each(|(c, out)| {
-            let column: Vec<i8> = (0..q.rows).map(|r| q.codes[r * q.cols + c]).collect();
-            let mut v = Vec::with_capacity(wpr);
-            pack::pack(&column, order, &mut v);
-            out.copy_from_slice(&v);
-        });
-    words
+    pack::pack_runs(q.cols, q.rows, |c, v| {
+        let column: Vec<i8> = (0..q.rows).map(|r| q.codes[r * q.cols + c]).collect();
+        pack::pack(&column, order, v)
+    })
 }
 
 /// Encode a per-group quantized module into `(name, bytes)` for each of its [`specs`].
@@ -73,17 +60,9 @@ pub fn encode(module: &str, q: &Int4, model: Dtype, o: &Options) -> Vec<(String,
     );
     let groups = q.groups_per_row();
     let words = pack_transposed(q, o.order);
-    let mut scale_t = vec![0f32; q.rows * groups];
-    for r in 0..q.rows {
-        for j in 0..groups {
-            scale_t[j * q.rows + r] = q.scales[r * groups + j];
-        }
-    }
+    let scale_t = rowwise::transpose(&q.scales, q.rows, groups);
     vec![
-        (
-            format!("{module}.weight"),
-            words.iter().flat_map(|w| w.to_le_bytes()).collect(),
-        ),
+        (format!("{module}.weight"), pack::le_bytes(&words)),
         (
             format!("{module}.weight_scale"),
             encode_floats(&scale_t, model),
@@ -105,33 +84,13 @@ pub fn decode(
     group: usize,
     order: Order,
 ) -> Int4 {
-    let wpr = rows.div_ceil(8);
-    let words: Vec<i32> = weight
-        .chunks_exact(4)
-        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    let mut codes = vec![0i8; rows * cols];
-    let mut column = Vec::with_capacity(rows);
-    for c in 0..cols {
-        column.clear();
-        pack::unpack(&words[c * wpr..(c + 1) * wpr], rows, order, &mut column);
-        for (r, &v) in column.iter().enumerate() {
-            codes[r * cols + c] = v;
-        }
-    }
-    let groups = cols / group;
-    let mut scales = vec![0f32; rows * groups];
-    for j in 0..groups {
-        for r in 0..rows {
-            scales[r * groups + j] = scale_t[j * rows + r];
-        }
-    }
+    let codes_t = pack::unpack_rows(&pack::words(weight), cols, rows, order);
     Int4 {
         rows,
         cols,
         group,
-        scales,
-        codes,
+        scales: rowwise::transpose(scale_t, cols / group, rows),
+        codes: rowwise::transpose(&codes_t, cols, rows),
     }
 }
 
@@ -209,11 +168,7 @@ mod tests {
             let q = int4::quantize(&w, rows, cols, group, Dtype::BF16);
             for order in [Order::Reorder, Order::Sequential] {
                 let enc = encode("m", &q, Dtype::BF16, &opts(order));
-                let sp = specs("m", rows, cols, group, Dtype::BF16);
-                for ((n, b), s) in enc.iter().zip(&sp) {
-                    assert_eq!(n, &s.name);
-                    assert_eq!(b.len() as u64, s.nbytes(), "{n}");
-                }
+                rowwise::assert_matches_specs(&enc, &specs("m", rows, cols, group, Dtype::BF16));
                 let scale_t: Vec<f32> = enc[1]
                     .1
                     .chunks_exact(2)

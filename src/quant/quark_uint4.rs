@@ -23,12 +23,13 @@
 //! (tests/fp8_w4a8_golden.rs). §1.3 of quant-formats.md reports 8 of 8192 codes off with its
 //! `round(w·(1/s) + zp)` recipe: those are the ties that the order of rounding and adding decides.
 
-use rayon::prelude::*;
 use serde_json::{json, Value};
 
 use super::int4::{round_to, Int4, SCALE_EPS};
-use super::quark::{encode_floats, Options};
+use super::pack;
+use super::quark::Options;
 use super::quark_group;
+use super::rowwise::{self, encode_floats, Path};
 use super::target::{ExcludeStyle, Target};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
@@ -81,23 +82,22 @@ pub fn code(w: f32, inv: f32, zp: u8) -> u8 {
     ((w * inv).round_ties_even() + zp as f32).clamp(0.0, UMAX as f32) as u8
 }
 
-/// The reference: plain loops. `group` must divide `cols`.
-pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Uint4 {
-    assert_eq!(w.len(), rows * cols);
+fn quantize_on(
+    path: Path,
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    group: usize,
+    dtype: Dtype,
+) -> Uint4 {
     assert_eq!(cols % group, 0, "group must divide the input dimension");
-    let g = cols / group;
-    let (mut scales, mut zero_points) =
-        (Vec::with_capacity(rows * g), Vec::with_capacity(rows * g));
-    let mut codes = Vec::with_capacity(rows * cols);
-    for r in 0..rows {
-        for chunk in w[r * cols..(r + 1) * cols].chunks(group) {
-            let (s, zp) = qparams(chunk, dtype);
-            scales.push(s);
-            zero_points.push(zp);
-            let inv = 1.0f32 / s;
-            codes.extend(chunk.iter().map(|&x| code(x, inv, zp)));
-        }
-    }
+    let (params, codes) = rowwise::quantize(path, w, rows, cols, group, |run, out| {
+        let (s, zp) = qparams(run, dtype);
+        let inv = 1.0f32 / s;
+        rowwise::codes(run, out, |x| code(x, inv, zp));
+        (s, zp)
+    });
+    let (scales, zero_points) = params.into_iter().unzip();
     Uint4 {
         rows,
         cols,
@@ -108,43 +108,14 @@ pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dt
     }
 }
 
+/// The reference: plain loops. `group` must divide `cols`.
+pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Uint4 {
+    quantize_on(Path::Reference, w, rows, cols, group, dtype)
+}
+
 /// The fast path: rows in parallel. Identical to [`quantize_ref`].
 pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Uint4 {
-    assert_eq!(w.len(), rows * cols);
-    assert_eq!(cols % group, 0, "group must divide the input dimension");
-    let g = cols / group;
-    let mut scales = vec![0f32; rows * g];
-    let mut zero_points = vec![0u8; rows * g];
-    let mut codes = vec![0u8; rows * cols];
-    if cols > 0 {
-        scales
-            .par_chunks_mut(g)
-            .zip(zero_points.par_chunks_mut(g))
-            .zip(codes.par_chunks_mut(cols))
-            .zip(w.par_chunks(cols))
-            .for_each(|(((sc, zc), cd), row)| {
-                for (((s, z), c), x) in sc
-                    .iter_mut()
-                    .zip(zc.iter_mut())
-                    .zip(cd.chunks_mut(group))
-                    .zip(row.chunks(group))
-                {
-                    (*s, *z) = qparams(x, dtype);
-                    let inv = 1.0f32 / *s;
-                    for (q, &v) in c.iter_mut().zip(x) {
-                        *q = code(v, inv, *z);
-                    }
-                }
-            });
-    }
-    Uint4 {
-        rows,
-        cols,
-        group,
-        scales,
-        zero_points,
-        codes,
-    }
+    quantize_on(Path::Parallel, w, rows, cols, group, dtype)
 }
 
 /// The tensors one module becomes (the per-group INT4 layout).
@@ -174,20 +145,17 @@ pub fn encode(module: &str, q: &Uint4, model: Dtype, o: &Options) -> Vec<(String
     let g = q.cols / q.group;
     let words = quark_group::pack_transposed(&nibbles(q.rows, q.cols, &q.codes), o.order);
     let zp_words = quark_group::pack_transposed(&nibbles(q.rows, g, &q.zero_points), o.order);
-    let mut scale_t = vec![0f32; q.rows * g];
-    for r in 0..q.rows {
-        for j in 0..g {
-            scale_t[j * q.rows + r] = q.scales[r * g + j];
-        }
-    }
-    let bytes = |w: &[i32]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let scale_t = rowwise::transpose(&q.scales, q.rows, g);
     vec![
-        (format!("{module}.weight"), bytes(&words)),
+        (format!("{module}.weight"), pack::le_bytes(&words)),
         (
             format!("{module}.weight_scale"),
             encode_floats(&scale_t, model),
         ),
-        (format!("{module}.weight_zero_point"), bytes(&zp_words)),
+        (
+            format!("{module}.weight_zero_point"),
+            pack::le_bytes(&zp_words),
+        ),
     ]
 }
 
@@ -272,9 +240,7 @@ mod tests {
     use crate::quant::quark::{Layout, Version};
 
     fn data(rows: usize, cols: usize) -> Vec<f32> {
-        (0..rows * cols)
-            .map(|i| round_to(Dtype::BF16, 0.05 * ((i as f32) * 0.37).cos() + 0.01))
-            .collect()
+        rowwise::test_matrix(rows, cols, Dtype::BF16, 0.05, 0.01)
     }
 
     fn opts(order: Order) -> Options {
@@ -293,10 +259,7 @@ mod tests {
             assert_eq!(quantize(&w, rows, cols, group, Dtype::BF16), q);
             for order in [Order::Reorder, Order::Sequential] {
                 let enc = encode("m", &q, Dtype::BF16, &opts(order));
-                for ((n, b), s) in enc.iter().zip(specs("m", rows, cols, group, Dtype::BF16)) {
-                    assert_eq!(n, &s.name);
-                    assert_eq!(b.len() as u64, s.nbytes(), "{n}");
-                }
+                rowwise::assert_matches_specs(&enc, &specs("m", rows, cols, group, Dtype::BF16));
                 let scale_t: Vec<f32> = enc[1]
                     .1
                     .chunks_exact(2)

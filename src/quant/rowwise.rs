@@ -1,0 +1,158 @@
+//! The skeleton every row-/group-wise quantizer shares, and the layout helpers their encoders
+//! share. Only loops and byte shuffling live here: each format's recipe (how a run of weights
+//! gives its scale, how a weight and that scale give its code: the arithmetic that makes each
+//! output bit-exact) stays in its own file and is passed in as a closure. Recipes are never
+//! unified.
+//!
+//! [`quantize`] walks `[rows, cols]` row-major f32 weights in runs of `group` input columns
+//! (`group == cols`: one run per row) and calls the recipe once per run, which writes the run's
+//! codes and returns what is stored per run (a scale, or a scale and a zero point).
+//! [`Path::Reference`] is plain loops; [`Path::Parallel`] takes rows in parallel (rayon). Every
+//! recipe tests the two identical.
+
+use rayon::prelude::*;
+
+use crate::io::Dtype;
+
+/// How [`quantize`] walks the rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// Plain loops, no threads: the reference.
+    Reference,
+    /// Rows in parallel: the fast path, identical output.
+    Parallel,
+}
+
+/// `max |x|` over a run (0 for an empty one).
+pub fn amax(w: &[f32]) -> f32 {
+    w.iter().fold(0f32, |m, &x| m.max(x.abs()))
+}
+
+/// Write `code(x)` for each weight `x` of `run` into `out`.
+pub fn codes<C>(run: &[f32], out: &mut [C], code: impl Fn(f32) -> C) {
+    for (q, &x) in out.iter_mut().zip(run) {
+        *q = code(x);
+    }
+}
+
+/// Quantize `w` (`[rows, cols]`, row-major) in runs of `group` input columns (the last run of a
+/// row may be shorter; `group == cols` is one run per row, even an empty one). `run(values,
+/// codes)` is the recipe for one run: it writes one code per value and returns what is stored for
+/// the run. Returns the per-run values (`[rows, ⌈cols/group⌉]`) and the codes (`[rows, cols]`).
+///
+/// On the parallel path a row of no columns is never handed to `run` (its per-run value stays
+/// `S::default()`).
+pub fn quantize<S, C, F>(
+    path: Path,
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    group: usize,
+    run: F,
+) -> (Vec<S>, Vec<C>)
+where
+    S: Clone + Default + Send,
+    C: Clone + Default + Send,
+    F: Fn(&[f32], &mut [C]) -> S + Sync,
+{
+    assert_eq!(w.len(), rows * cols);
+    let g = if group == cols {
+        1
+    } else {
+        cols.div_ceil(group)
+    };
+    let mut codes = vec![C::default(); rows * cols];
+    match path {
+        Path::Reference => {
+            let mut scales = Vec::with_capacity(rows * g);
+            for r in 0..rows {
+                for j in 0..g {
+                    let (a, b) = (r * cols + j * group, r * cols + ((j + 1) * group).min(cols));
+                    scales.push(run(&w[a..b], &mut codes[a..b]));
+                }
+            }
+            (scales, codes)
+        }
+        Path::Parallel => {
+            let mut scales = vec![S::default(); rows * g];
+            if cols > 0 {
+                scales
+                    .par_chunks_mut(g)
+                    .zip(codes.par_chunks_mut(cols))
+                    .zip(w.par_chunks(cols))
+                    .for_each(|((sc, cd), row)| {
+                        for ((s, c), x) in sc
+                            .iter_mut()
+                            .zip(cd.chunks_mut(group))
+                            .zip(row.chunks(group))
+                        {
+                            *s = run(x, c);
+                        }
+                    });
+            }
+            (scales, codes)
+        }
+    }
+}
+
+/// `[rows, cols]` → `[cols, rows]` (output rows in parallel).
+pub fn transpose<T: Copy + Default + Send + Sync>(v: &[T], rows: usize, cols: usize) -> Vec<T> {
+    assert_eq!(v.len(), rows * cols);
+    let mut out = vec![T::default(); rows * cols];
+    if rows > 0 {
+        out.par_chunks_mut(rows).enumerate().for_each(|(c, col)| {
+            for (r, o) in col.iter_mut().enumerate() {
+                *o = v[r * cols + c];
+            }
+        });
+    }
+    out
+}
+
+/// f32 values (already representable) to little-endian bytes of `dtype`.
+pub fn encode_floats(v: &[f32], dtype: Dtype) -> Vec<u8> {
+    match dtype {
+        Dtype::BF16 => v
+            .iter()
+            .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+            .collect(),
+        Dtype::F16 => v
+            .iter()
+            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+            .collect(),
+        Dtype::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        d => panic!("scale dtype {d} not supported"),
+    }
+}
+
+/// The number of groups of `group` in a module's input dimension `cols`, which it must divide
+/// (the driver refuses other tensors before writing).
+pub fn groups(module: &str, cols: usize, group: usize) -> usize {
+    assert_eq!(
+        cols % group,
+        0,
+        "{module}: in {cols} not a multiple of {group}"
+    );
+    cols / group
+}
+
+/// Test data: `dtype(a · cos(0.37 i) + b)` for the `rows × cols` elements `i` (smooth, signed,
+/// no zero run).
+#[cfg(test)]
+pub(crate) fn test_matrix(rows: usize, cols: usize, dtype: Dtype, a: f32, b: f32) -> Vec<f32> {
+    (0..rows * cols)
+        .map(|i| super::int4::round_to(dtype, a * ((i as f32) * 0.37).cos() + b))
+        .collect()
+}
+
+/// Test helper: each encoded tensor has its spec's name and byte size.
+#[cfg(test)]
+pub(crate) fn assert_matches_specs<'a>(
+    enc: &[(String, Vec<u8>)],
+    specs: impl IntoIterator<Item = &'a crate::io::writer::TensorSpec>,
+) {
+    for ((n, b), s) in enc.iter().zip(specs) {
+        assert_eq!(n, &s.name);
+        assert_eq!(b.len() as u64, s.nbytes(), "{n}");
+    }
+}
