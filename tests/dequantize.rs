@@ -1,76 +1,37 @@
 //! `kquant dequantize` and `kquant diff`, including on files AMD Quark itself wrote: the codes
 //! and scales read back must be the ones Quark recorded in golden_rows.json.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::{Path, PathBuf};
+
+use common::{golden, kquant};
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn kq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
-}
+const TINY: &str = "fixtures/tiny/eagle3-specforge";
 
 /// A checkpoint dir from a golden's exported model + config.
-fn golden_dir(t: &Path, golden: &str) -> PathBuf {
-    let g = root().join("fixtures/goldens").join(golden);
-    let d = t.join(golden.replace('/', "_"));
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::copy(
-        g.join("export_model.safetensors"),
-        d.join("model.safetensors"),
+fn golden_dir(t: &Path, rel: &str) -> PathBuf {
+    common::golden_checkpoint(
+        t,
+        &golden(rel),
+        "export_model.safetensors",
+        "export_config.json",
     )
-    .unwrap();
-    std::fs::copy(g.join("export_config.json"), d.join("config.json")).unwrap();
-    d
 }
 
 fn f32_tensor(dir: &Path, name: &str) -> Vec<f32> {
-    let b = std::fs::read(dir.join("model.safetensors")).unwrap();
-    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
-    let h: Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
-    assert_eq!(h[name]["dtype"], "F32");
-    let o = h[name]["data_offsets"].as_array().unwrap();
-    let (s, e) = (
-        o[0].as_u64().unwrap() as usize,
-        o[1].as_u64().unwrap() as usize,
-    );
-    b[8 + n + s..8 + n + e]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
+    let (dtype, _, data) = &common::load(&dir.join("model.safetensors"))[name];
+    assert_eq!(dtype, "F32");
+    common::floats(dtype, data)
 }
 
-fn check_against_golden_rows(golden: &str) {
+fn check_against_golden_rows(golden_rel: &str) {
     let t = tempfile::tempdir().unwrap();
-    let src = golden_dir(t.path(), golden);
+    let src = golden_dir(t.path(), golden_rel);
     let out = t.path().join("dq");
-    let o = kq(&[
-        "dequantize",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--dtype",
-        "f32",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let rows: Value = serde_json::from_slice(
-        &std::fs::read(
-            root()
-                .join("fixtures/goldens")
-                .join(golden)
-                .join("golden_rows.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    common::dequantize(&src, &out, &["--dtype", "f32"], golden_rel);
+    let rows = common::read_json(&golden(golden_rel).join("golden_rows.json"));
     let name = rows["tensor"].as_str().unwrap();
     let w = f32_tensor(&out, name);
     for r in rows["rows"].as_array().unwrap() {
@@ -90,7 +51,7 @@ fn check_against_golden_rows(golden: &str) {
         assert_eq!(
             &w[row * cols..(row + 1) * cols],
             q.as_slice(),
-            "{golden}: row {row}"
+            "{golden_rel}: row {row}"
         );
     }
 }
@@ -111,28 +72,10 @@ fn quark_file2file_is_read_as_sequential_despite_its_config() {
 
 #[test]
 fn dequantize_defaults_to_the_config_dtype_and_drops_quantization_config() {
-    let t = tempfile::tempdir().unwrap();
-    let q = t.path().join("q");
+    let (t, q, _) = common::quantize(TINY, &["--exclude", "fc,lm_head"]);
     let dq = t.path().join("dq");
-    assert!(kq(&[
-        "quantize",
-        "fixtures/tiny/eagle3-specforge",
-        "-o",
-        q.to_str().unwrap(),
-        "--exclude",
-        "fc,lm_head"
-    ])
-    .status
-    .success());
-    let o = kq(&[
-        "dequantize",
-        q.to_str().unwrap(),
-        "-o",
-        dq.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let j: Value =
-        serde_json::from_slice(&kq(&["inspect", dq.to_str().unwrap(), "--json"]).stdout).unwrap();
+    common::dequantize(&q, &dq, &[], TINY);
+    let j = common::inspect_json(&dq);
     assert_eq!(j["quantization"]["quantized"], false);
     assert_eq!(j["family"], "eagle3");
     let q_proj = j["tensors"]
@@ -144,9 +87,9 @@ fn dequantize_defaults_to_the_config_dtype_and_drops_quantization_config() {
     assert_eq!(q_proj["dtype"], "BF16");
     assert_eq!(q_proj["shape"], serde_json::json!([64, 128]));
     // Unquantized input: nothing to do, exit 2.
-    let o = kq(&[
+    let o = kquant(&[
         "dequantize",
-        "fixtures/tiny/eagle3-specforge",
+        TINY,
         "-o",
         t.path().join("x").to_str().unwrap(),
     ]);
@@ -156,24 +99,8 @@ fn dequantize_defaults_to_the_config_dtype_and_drops_quantization_config() {
 
 #[test]
 fn diff_reports_error_of_quantized_tensors_only() {
-    let t = tempfile::tempdir().unwrap();
-    let q = t.path().join("q");
-    assert!(kq(&[
-        "quantize",
-        "fixtures/tiny/eagle3-specforge",
-        "-o",
-        q.to_str().unwrap(),
-        "--exclude",
-        "fc,lm_head"
-    ])
-    .status
-    .success());
-    let o = kq(&[
-        "diff",
-        "fixtures/tiny/eagle3-specforge",
-        q.to_str().unwrap(),
-        "--json",
-    ]);
+    let (_t, q, _) = common::quantize(TINY, &["--exclude", "fc,lm_head"]);
+    let o = kquant(&["diff", TINY, q.to_str().unwrap(), "--json"]);
     assert!(o.status.success());
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["schema"], "kquant.diff/1");
@@ -192,9 +119,9 @@ fn diff_reports_error_of_quantized_tensors_only() {
         }
     }
     assert_eq!(j["flagged"], 0);
-    let o = kq(&[
+    let o = kquant(&[
         "diff",
-        "fixtures/tiny/eagle3-specforge",
+        TINY,
         q.to_str().unwrap(),
         "--json",
         "--min-sqnr",
@@ -202,12 +129,7 @@ fn diff_reports_error_of_quantized_tensors_only() {
     ]);
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["flagged"], 7);
-    let o = kq(&[
-        "diff",
-        "fixtures/tiny/eagle3-specforge",
-        "fixtures/tiny/eagle3-vllm",
-        "--json",
-    ]);
+    let o = kquant(&["diff", TINY, "fixtures/tiny/eagle3-vllm", "--json"]);
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(
         !j["only_in_a"].as_array().unwrap().is_empty()
@@ -231,10 +153,10 @@ fn diff_stats_are_right_on_known_vectors() {
     assert!(!s.flagged);
 }
 
-fn pack_order_check(golden: &str, src_model: &str, src_config: Option<&str>) -> Vec<Value> {
+fn pack_order_check(golden_rel: &str, src_model: &str, src_config: Option<&str>) -> Vec<Value> {
     let t = tempfile::tempdir().unwrap();
-    let q = golden_dir(t.path(), golden);
-    let g = root().join("fixtures/goldens").join(golden);
+    let q = golden_dir(t.path(), golden_rel);
+    let g = golden(golden_rel);
     let s = t.path().join("src");
     std::fs::create_dir_all(&s).unwrap();
     std::fs::copy(g.join(src_model), s.join("model.safetensors")).unwrap();
@@ -244,7 +166,7 @@ fn pack_order_check(golden: &str, src_model: &str, src_config: Option<&str>) -> 
             .unwrap(),
         None => std::fs::write(s.join("config.json"), b"{}").unwrap(),
     }
-    let o = kq(&[
+    let o = kquant(&[
         "inspect",
         q.to_str().unwrap(),
         "--source",

@@ -3,55 +3,12 @@
 //! make_ct_golden.py with compressed-tensors 0.20.0, on CPU): every tensor byte for byte, the
 //! quantization_config on every field, and `dequantize`/`diff` reading the results back.
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use common::{floats, kquant, load, Tensors};
 use serde_json::Value;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-type Tensors = BTreeMap<String, (String, Vec<u64>, Vec<u8>)>;
-
-fn load(p: &Path) -> Tensors {
-    let b = std::fs::read(p).unwrap();
-    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
-    let h: serde_json::Map<String, Value> = serde_json::from_slice(&b[8..8 + n]).unwrap();
-    h.into_iter()
-        .filter(|(k, _)| k != "__metadata__")
-        .map(|(k, v)| {
-            let o = v["data_offsets"].as_array().unwrap();
-            let (s, e) = (
-                o[0].as_u64().unwrap() as usize,
-                o[1].as_u64().unwrap() as usize,
-            );
-            let shape = v["shape"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|d| d.as_u64().unwrap())
-                .collect();
-            (
-                k,
-                (
-                    v["dtype"].as_str().unwrap().to_string(),
-                    shape,
-                    b[8 + n + s..8 + n + e].to_vec(),
-                ),
-            )
-        })
-        .collect()
-}
-
-fn kquant(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 /// One golden: where it is, the scheme/format that reproduces it, and its file names.
 struct Golden {
@@ -107,30 +64,24 @@ const W4A8: Golden = Golden {
 
 impl Golden {
     fn path(&self) -> PathBuf {
-        root().join("fixtures/goldens").join(self.dir)
+        common::golden(self.dir)
     }
 
     /// Quantize the golden's source weights (copied alone into a temporary directory: the golden
     /// directory's config is the quantized one) the way the reference run did.
     fn quantize(&self) -> (tempfile::TempDir, PathBuf) {
-        let t = tempfile::tempdir().unwrap();
-        let src = t.path().join("orig.safetensors");
-        std::fs::copy(self.path().join("orig.safetensors"), &src).unwrap();
-        let out = t.path().join("out");
-        let o = kquant(&[
-            "quantize",
-            src.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "--scheme",
-            self.scheme,
-            "--format",
-            self.format,
-            "--exclude",
-            self.exclude,
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let err = String::from_utf8_lossy(&o.stderr);
+        let (_s, src) = common::source(&self.path());
+        let (t, out, err) = common::quantize(
+            &src,
+            &[
+                "--scheme",
+                self.scheme,
+                "--format",
+                self.format,
+                "--exclude",
+                self.exclude,
+            ],
+        );
         assert_eq!(
             err.contains("warning: no"),
             self.warns,
@@ -144,52 +95,14 @@ impl Golden {
         let (_t, out) = self.quantize();
         let ours = load(&out.join("model.safetensors"));
         let theirs = load(&self.path().join(self.model));
-        assert_eq!(
-            ours.keys().collect::<Vec<_>>(),
-            theirs.keys().collect::<Vec<_>>(),
-            "{}: tensor names",
-            self.dir
-        );
-        for (name, (dt, shape, data)) in &theirs {
-            let (odt, oshape, odata) = &ours[name];
-            assert_eq!(
-                (odt, oshape),
-                (dt, shape),
-                "{}: {name} dtype/shape",
-                self.dir
-            );
-            if odata != data {
-                let diff = odata.iter().zip(data).filter(|(a, b)| a != b).count();
-                panic!(
-                    "{}: {name}: {diff} of {} bytes differ",
-                    self.dir,
-                    data.len()
-                );
-            }
-        }
+        common::assert_tensors_match(self.dir, &ours, &theirs, |_| true);
         // Config: every field equal, except that kquant's list adds `re:` patterns for engines.
-        let ours: Value =
-            serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
-        let theirs: Value =
-            serde_json::from_slice(&std::fs::read(self.path().join(self.config)).unwrap()).unwrap();
-        let (mut oq, mut tq) = (
-            ours["quantization_config"].clone(),
-            theirs["quantization_config"].clone(),
+        common::assert_config_matches(
+            self.dir,
+            &out.join("config.json"),
+            &self.path().join(self.config),
+            self.exclude_key,
         );
-        let oex: Vec<String> = serde_json::from_value(oq[self.exclude_key].take()).unwrap();
-        let tex: Vec<String> = serde_json::from_value(tq[self.exclude_key].take()).unwrap();
-        let mut concrete: Vec<&String> = oex.iter().filter(|e| !e.starts_with("re:")).collect();
-        let mut want: Vec<&String> = tex.iter().collect();
-        concrete.sort();
-        want.sort();
-        assert_eq!(concrete, want, "{}: concrete exclude names", self.dir);
-        assert_eq!(
-            oex.len(),
-            2 * tex.len(),
-            "{}: one engine pattern per name",
-            self.dir
-        );
-        assert_eq!(oq, tq, "{}: quantization_config", self.dir);
     }
 }
 
@@ -221,25 +134,7 @@ fn compressed_tensors_w4a8_bf16() {
 
 /// A checkpoint directory holding a golden's exported weights and quantized config.
 fn golden_checkpoint(t: &Path, g: &Golden) -> PathBuf {
-    let d = t.join(g.dir.replace('/', "_"));
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::copy(g.path().join(g.model), d.join("model.safetensors")).unwrap();
-    std::fs::copy(g.path().join(g.config), d.join("config.json")).unwrap();
-    d
-}
-
-fn floats(dtype: &str, b: &[u8]) -> Vec<f32> {
-    match dtype {
-        "F32" => b
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect(),
-        "BF16" => b
-            .chunks_exact(2)
-            .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
-            .collect(),
-        d => panic!("{d}"),
-    }
+    common::golden_checkpoint(t, &g.path(), g.model, g.config)
 }
 
 /// E4M3 by value (sign, 4-bit exponent with bias 7, 3-bit mantissa; subnormals at exponent 0).
@@ -327,20 +222,7 @@ fn reference_outputs_dequantize_and_diff() {
         let t = tempfile::tempdir().unwrap();
         let ck = golden_checkpoint(t.path(), g);
         let dq = t.path().join("dq");
-        let o = kquant(&[
-            "dequantize",
-            ck.to_str().unwrap(),
-            "-o",
-            dq.to_str().unwrap(),
-            "--dtype",
-            "f32",
-        ]);
-        assert!(
-            o.status.success(),
-            "{}: {}",
-            g.dir,
-            String::from_utf8_lossy(&o.stderr)
-        );
+        common::dequantize(&ck, &dq, &["--dtype", "f32"], g.dir);
         let out = load(&dq.join("model.safetensors"));
         let orig = load(&g.path().join("orig.safetensors"));
         let quantized = load(&g.path().join(g.model));
@@ -431,34 +313,12 @@ fn kquant_outputs_round_trip() {
     for g in [&PTPC, &INT4_FP8, &UINT4_G32, &FP8_DYNAMIC, &W4A8] {
         let (t, out) = g.quantize();
         let dq = t.path().join("dq");
-        let o = kquant(&[
-            "dequantize",
-            out.to_str().unwrap(),
-            "-o",
-            dq.to_str().unwrap(),
-        ]);
-        assert!(
-            o.status.success(),
-            "{}: {}",
-            g.dir,
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let j: Value =
-            serde_json::from_slice(&kquant(&["inspect", dq.to_str().unwrap(), "--json"]).stdout)
-                .unwrap();
+        common::dequantize(&out, &dq, &[], g.dir);
+        let j = common::inspect_json(&dq);
         assert_eq!(j["quantization"]["quantized"], false, "{}", g.dir);
-        let j: Value =
-            serde_json::from_slice(&kquant(&["inspect", out.to_str().unwrap(), "--json"]).stdout)
-                .unwrap();
+        let j = common::inspect_json(&out);
         assert_eq!(j["quantization"]["quantized_modules"], 7, "{}", g.dir);
-        let o = kquant(&[
-            "quantize",
-            out.to_str().unwrap(),
-            "-o",
-            t.path().join("again").to_str().unwrap(),
-        ]);
-        assert_eq!(o.status.code(), Some(2), "{}", g.dir);
-        assert!(String::from_utf8_lossy(&o.stderr).contains("already quantized"));
+        common::assert_refused_as_input(&out, &t.path().join("again"), g.dir);
     }
 }
 
@@ -506,7 +366,7 @@ fn planted_zero_row() {
 
 #[test]
 fn quark_flags_without_a_reference_are_refused() {
-    let t = tempfile::tempdir().unwrap();
+    let tiny = "fixtures/tiny/eagle3-specforge";
     for (scheme, flag) in [
         ("fp8-pc", &["--quark-layout", "file2file"][..]),
         ("fp8-pc", &["--quark-version", "0.11.1"][..]),
@@ -514,46 +374,25 @@ fn quark_flags_without_a_reference_are_refused() {
         ("w4a8-fp8", &["--quark-layout", "file2file"][..]),
         ("w4a8-fp8", &["--quark-version", "0.11.1"][..]),
     ] {
-        let out = t.path().join("o");
-        let mut args = vec![
-            "quantize",
-            "fixtures/tiny/eagle3-specforge",
-            "-o",
-            out.to_str().unwrap(),
-        ];
-        args.extend(["--scheme", scheme]);
-        args.extend(flag);
-        let o = kquant(&args);
-        assert_eq!(o.status.code(), Some(2), "{scheme} {flag:?}");
-        let err = String::from_utf8_lossy(&o.stderr);
+        let (_t, _, err) = common::quantize_refused(tiny, &[&["--scheme", scheme], flag].concat());
         assert!(err.contains(flag[0]), "{err}");
     }
     // The pairs that have no reference at all name the formats that do.
-    let o = kquant(&[
-        "quantize",
-        "fixtures/tiny/eagle3-specforge",
-        "-o",
-        t.path().join("o").to_str().unwrap(),
-        "--scheme",
-        "w4a8-int8",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("it can as: compressed-tensors"));
+    let (_t, _, err) = common::quantize_refused(tiny, &["--scheme", "w4a8-int8"]);
+    assert!(err.contains("it can as: compressed-tensors"));
 }
 
 /// `--quark-sequential` with `w4a8-fp8` packs the INT4 stage in sequential order and says
 /// `pack_method: "order"`; dequantize follows the config (no golden: UNVERIFIED against Quark).
 #[test]
 fn w4a8_fp8_sequential_reads_back() {
-    let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("orig.safetensors");
-    std::fs::copy(INT4_FP8.path().join("orig.safetensors"), &src).unwrap();
+    let (t, src) = common::source(&INT4_FP8.path());
     let mut outs = Vec::new();
     for extra in [&[][..], &["--quark-sequential"][..]] {
         let out = t.path().join(format!("o{}", extra.len()));
         let mut args = vec![
             "quantize",
-            src.to_str().unwrap(),
+            &src,
             "-o",
             out.to_str().unwrap(),
             "--scheme",
@@ -562,14 +401,7 @@ fn w4a8_fp8_sequential_reads_back() {
         args.extend(extra);
         assert!(kquant(&args).status.success());
         let dq = t.path().join(format!("dq{}", extra.len()));
-        assert!(kquant(&[
-            "dequantize",
-            out.to_str().unwrap(),
-            "-o",
-            dq.to_str().unwrap()
-        ])
-        .status
-        .success());
+        common::dequantize(&out, &dq, &[], INT4_FP8.dir);
         outs.push((
             load(&out.join("model.safetensors")),
             load(&dq.join("model.safetensors")),

@@ -13,136 +13,51 @@
 //! - `W4A8_AWQ_BETA_CFG`, `NVFP4_DEFAULT_CFG` (not written by kquant): read back by
 //!   `kquant dequantize` / `kquant diff`.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::{Path, PathBuf};
+
+use common::{kquant, load, read_json, Tensors};
 use kquant::io::Dtype;
 use kquant::quant::modelopt;
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn golden(cfg: &str) -> PathBuf {
-    root().join("fixtures/goldens/modelopt-0.47").join(cfg)
-}
-
-type Tensors = BTreeMap<String, (String, Vec<u64>, Vec<u8>)>;
-
-fn load(p: &Path) -> Tensors {
-    let b = std::fs::read(p).unwrap();
-    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
-    let h: serde_json::Map<String, Value> = serde_json::from_slice(&b[8..8 + n]).unwrap();
-    h.into_iter()
-        .filter(|(k, _)| k != "__metadata__")
-        .map(|(k, v)| {
-            let o = v["data_offsets"].as_array().unwrap();
-            let (s, e) = (
-                o[0].as_u64().unwrap() as usize,
-                o[1].as_u64().unwrap() as usize,
-            );
-            let shape = v["shape"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|d| d.as_u64().unwrap())
-                .collect();
-            (
-                k,
-                (
-                    v["dtype"].as_str().unwrap().to_string(),
-                    shape,
-                    b[8 + n + s..8 + n + e].to_vec(),
-                ),
-            )
-        })
-        .collect()
+    common::golden("modelopt-0.47").join(cfg)
 }
 
 fn f32s(t: &(String, Vec<u64>, Vec<u8>)) -> Vec<f32> {
-    match t.0.as_str() {
-        "F32" => {
-            t.2.chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect()
-        }
-        "BF16" => {
-            t.2.chunks_exact(2)
-                .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
-                .collect()
-        }
-        d => panic!("{d}"),
-    }
+    common::floats(&t.0, &t.2)
 }
 
 fn bf16(x: f32) -> f32 {
     half::bf16::from_f32(x).to_f32()
 }
 
-fn kq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 /// The golden's source weights, alone in a temporary directory (the golden directory's config
 /// is the quantized one).
 fn source(cfg: &str) -> (tempfile::TempDir, String) {
-    let t = tempfile::tempdir().unwrap();
-    let p = t.path().join("orig.safetensors");
-    std::fs::copy(golden(cfg).join("orig.safetensors"), &p).unwrap();
-    let s = p.to_str().unwrap().to_string();
-    (t, s)
+    common::source(&golden(cfg))
 }
 
 /// Quantize `src` as ModelOpt; the output dir.
 fn quantize(src: &str, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
-    let t = tempfile::tempdir().unwrap();
-    let out = t.path().join("out");
-    let mut args = vec![
-        "quantize",
-        src,
-        "-o",
-        out.to_str().unwrap(),
-        "--format",
-        "modelopt",
-    ];
-    args.extend_from_slice(extra);
-    let o = kq(&args);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (t, out, err) = common::quantize(src, &[&["--format", "modelopt"], extra].concat());
     assert!(
-        !String::from_utf8_lossy(&o.stderr).contains("warning"),
-        "ModelOpt output loads in TensorRT-LLM: {}",
-        String::from_utf8_lossy(&o.stderr)
+        !err.contains("warning"),
+        "ModelOpt output loads in TensorRT-LLM: {err}"
     );
     (t, out)
 }
 
 /// A checkpoint directory made of a golden's export (model, config, hf_quant_config.json).
 fn golden_dir(t: &Path, cfg: &str) -> PathBuf {
-    let g = golden(cfg);
-    let d = t.join(cfg);
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::copy(
-        g.join("export_model.safetensors"),
-        d.join("model.safetensors"),
+    common::golden_checkpoint(
+        t,
+        &golden(cfg),
+        "export_model.safetensors",
+        "export_config.json",
     )
-    .unwrap();
-    std::fs::copy(g.join("export_config.json"), d.join("config.json")).unwrap();
-    std::fs::copy(
-        g.join("hf_quant_config.json"),
-        d.join("hf_quant_config.json"),
-    )
-    .unwrap();
-    d
-}
-
-fn json(p: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
 
 /// Both configs: `hf_quant_config.json` byte for byte, `quantization_config` on every field.
@@ -154,8 +69,8 @@ fn check_configs(cfg: &str, out: &Path) {
         "{cfg}: hf_quant_config.json"
     );
     assert_eq!(
-        json(&out.join("config.json"))["quantization_config"],
-        json(&g.join("export_config.json"))["quantization_config"],
+        read_json(&out.join("config.json"))["quantization_config"],
+        read_json(&g.join("export_config.json"))["quantization_config"],
         "{cfg}: quantization_config"
     );
 }
@@ -182,18 +97,7 @@ fn fp8_per_channel_per_token_is_byte_exact() {
     );
     let ours = load(&out.join("model.safetensors"));
     let theirs = load(&golden(cfg).join("export_model.safetensors"));
-    assert_eq!(
-        ours.keys().collect::<Vec<_>>(),
-        theirs.keys().collect::<Vec<_>>()
-    );
-    for (name, (dt, shape, data)) in &theirs {
-        let (odt, oshape, odata) = &ours[name];
-        assert_eq!((odt, oshape), (dt, shape), "{name} dtype/shape");
-        if odata != data {
-            let diff = odata.iter().zip(data).filter(|(a, b)| a != b).count();
-            panic!("{name}: {diff} of {} bytes differ", data.len());
-        }
-    }
+    common::assert_tensors_match(cfg, &ours, &theirs, |_| true);
     check_configs(cfg, &out);
 }
 
@@ -216,10 +120,6 @@ fn int4_awq_layout_and_config() {
     let ours = load(&out.join("model.safetensors"));
     let theirs = load(&golden(cfg).join("export_model.safetensors"));
     let orig = load(&golden(cfg).join("orig.safetensors"));
-    assert_eq!(
-        ours.keys().collect::<Vec<_>>(),
-        theirs.keys().collect::<Vec<_>>()
-    );
     // What the AWQ search changes: the smoothed weights and their scales, the pre_quant_scales,
     // and the two norms the q/k/v and gate/up smoothing is folded into.
     let searched = |n: &str| {
@@ -229,13 +129,7 @@ fn int4_awq_layout_and_config() {
             || n.ends_with("input_layernorm.weight")
             || n.ends_with("post_attention_layernorm.weight")
     };
-    for (name, (dt, shape, data)) in &theirs {
-        let (odt, oshape, odata) = &ours[name];
-        assert_eq!((odt, oshape), (dt, shape), "{name} dtype/shape");
-        if !searched(name) {
-            assert!(odata == data, "{name} bytes differ");
-        }
-    }
+    common::assert_tensors_match(cfg, &ours, &theirs, |n| !searched(n));
     // kquant leaves the norms as they were (no smoothing to fold) and writes ones.
     for n in ["input_layernorm", "post_attention_layernorm"] {
         let name = format!("{LAYER}{n}.weight");
@@ -322,15 +216,7 @@ fn int4_recipe_on_the_goldens_own_smoothing() {
 /// Dequantize a checkpoint dir to F32 with kquant; its tensors.
 fn dequantize(dir: &Path, t: &Path) -> Tensors {
     let out = tempfile::tempdir_in(t).unwrap().keep().join("dq");
-    let o = kq(&[
-        "dequantize",
-        dir.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--dtype",
-        "f32",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    common::dequantize(dir, &out, &["--dtype", "f32"], "modelopt");
     load(&out.join("model.safetensors"))
 }
 
@@ -399,7 +285,7 @@ fn every_golden_diffs_against_its_source() {
         ("FP8_PER_CHANNEL_PER_TOKEN_CFG", 30.0),
     ] {
         let dir = golden_dir(t.path(), cfg);
-        let o = kq(&[
+        let o = kquant(&[
             "diff",
             golden(cfg).join("orig.safetensors").to_str().unwrap(),
             dir.to_str().unwrap(),
@@ -467,49 +353,33 @@ fn eagle3_draft_is_detected_and_lists_trtllm_names() {
         "fixtures/tiny/eagle3-specforge",
         &["--scheme", "fp8-pc", "--exclude", "fc,lm_head"],
     );
-    let o = kq(&["inspect", out.to_str().unwrap(), "--json"]);
-    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["quantization"]["method"], "modelopt");
+    let j = common::assert_detected(&out, "modelopt");
     assert_eq!(j["quantization"]["hf_quant_config"], true);
-    assert_eq!(j["quantization"]["quantized_modules"], 7);
-    assert_eq!(j["family"], "eagle3", "still detected as the same draft");
     let want = serde_json::json!(["fc", "lm_head", "model.fc"]);
     assert_eq!(
-        json(&out.join("hf_quant_config.json"))["quantization"]["exclude_modules"],
+        read_json(&out.join("hf_quant_config.json"))["quantization"]["exclude_modules"],
         want
     );
     assert_eq!(
-        json(&out.join("config.json"))["quantization_config"]["ignore"],
+        read_json(&out.join("config.json"))["quantization_config"]["ignore"],
         want
     );
-    let o = kq(&[
-        "quantize",
-        out.to_str().unwrap(),
-        "-o",
-        out.with_extension("again").to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("already quantized"));
-    assert!(kq(&["verify-files", out.to_str().unwrap()])
-        .status
-        .success());
+    common::assert_refused_as_input(&out, &out.with_extension("again"), "modelopt");
+    common::assert_verifies(&out);
 
     // int4-g128: fc (in 192), o_proj, gate_proj and up_proj (in 64) have no whole group of 128.
-    let t = tempfile::tempdir().unwrap();
-    let o = kq(&[
-        "quantize",
+    let (_t, _, err) = common::quantize_refused(
         "fixtures/tiny/eagle3-specforge",
-        "-o",
-        t.path().join("o").to_str().unwrap(),
-        "--format",
-        "modelopt",
-        "--scheme",
-        "int4-g128",
-        "--exclude",
-        "lm_head",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("not a multiple of the group size 128"));
+        &[
+            "--format",
+            "modelopt",
+            "--scheme",
+            "int4-g128",
+            "--exclude",
+            "lm_head",
+        ],
+    );
+    assert!(err.contains("not a multiple of the group size 128"));
     let (_t, out) = quantize(
         "fixtures/tiny/eagle3-specforge",
         &[
@@ -526,7 +396,7 @@ fn eagle3_draft_is_detected_and_lists_trtllm_names() {
     assert_eq!(ours["midlayer.mlp.down_proj.weight"].0, "U8");
     assert_eq!(ours["midlayer.mlp.down_proj.weight"].1, vec![32, 128]);
     assert_eq!(
-        json(&out.join("hf_quant_config.json"))["quantization"]["exclude_modules"],
+        read_json(&out.join("hf_quant_config.json"))["quantization"]["exclude_modules"],
         serde_json::json!([
             "fc",
             "lm_head",
@@ -556,7 +426,7 @@ fn dry_run_sizes_equal_the_goldens() {
         let t = tempfile::tempdir().unwrap();
         let (_s, src) = source(cfg);
         let out = t.path().join("o");
-        let o = kq(&[
+        let o = kquant(&[
             "quantize",
             &src,
             "-o",
@@ -587,25 +457,15 @@ fn dry_run_sizes_equal_the_goldens() {
 /// formats that do work; so are the Quark-only flags.
 #[test]
 fn unsupported_combinations_are_refused() {
-    let t = tempfile::tempdir().unwrap();
-    let o_dir = t.path().join("o");
     for extra in [
         vec!["--scheme", "int4-pc"],
         vec!["--scheme", "int4-g32"],
         vec!["--scheme", "fp8-pc", "--quark-layout", "file2file"],
     ] {
-        let mut args = vec![
-            "quantize",
+        let (_t, _, err) = common::quantize_refused(
             "fixtures/tiny/eagle3-specforge",
-            "-o",
-            o_dir.to_str().unwrap(),
-            "--format",
-            "modelopt",
-        ];
-        args.extend(extra.iter());
-        let o = kq(&args);
-        assert_eq!(o.status.code(), Some(2), "{extra:?}");
-        let err = String::from_utf8_lossy(&o.stderr);
+            &[&["--format", "modelopt"], &extra[..]].concat(),
+        );
         assert!(
             err.contains("it can as") || err.contains("--format quark only"),
             "{extra:?}: {err}"
@@ -618,26 +478,11 @@ fn odd_output_rows_are_refused_before_writing() {
     let t = tempfile::tempdir().unwrap();
     let f = t.path().join("m.safetensors");
     let json = br#"{"l.weight":{"dtype":"BF16","shape":[3,128],"data_offsets":[0,768]}}"#;
-    let mut b = (json.len() as u64).to_le_bytes().to_vec();
-    b.extend_from_slice(json);
-    b.extend(std::iter::repeat_n([0x80u8, 0x3f], 384).flatten());
-    std::fs::write(&f, b).unwrap();
-    let out = t.path().join("o");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .args([
-            "quantize",
-            f.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "--format",
-            "modelopt",
-            "--scheme",
-            "int4-g128",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
+    common::write_safetensors(&f, json, std::iter::repeat_n([0x80u8, 0x3f], 384).flatten());
+    let (_o, out, err) = common::quantize_refused(
+        f.to_str().unwrap(),
+        &["--format", "modelopt", "--scheme", "int4-g128"],
+    );
     assert!(
         err.contains("tensor `l.weight`")
             && err.contains("output dimension 3 is odd")

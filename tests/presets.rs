@@ -1,20 +1,9 @@
 //! `quantize --config`: every shipped preset parses, builds, and gives the same bytes as the
 //! equivalent flags; flags override presets; a preset for another family is refused.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn kq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
-}
+use common::{kquant, root};
 
 #[test]
 fn every_file_in_quant_configs_is_a_builtin_that_builds() {
@@ -54,7 +43,7 @@ fn every_file_in_quant_configs_is_a_builtin_that_builds() {
 fn preset_equals_its_flags() {
     let t = tempfile::tempdir().unwrap();
     let (a, b) = (t.path().join("a"), t.path().join("b"));
-    let o = kq(&[
+    let o = kquant(&[
         "quantize",
         "fixtures/tiny/eagle3-specforge",
         "-o",
@@ -63,7 +52,7 @@ fn preset_equals_its_flags() {
         "kimi-k2.5-eagle3-int4-pc",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = kq(&[
+    let o = kquant(&[
         "quantize",
         "fixtures/tiny/eagle3-specforge",
         "-o",
@@ -85,7 +74,7 @@ fn preset_equals_its_flags() {
     }
     // A file path works too, and flags override the preset.
     let c = t.path().join("c");
-    let o = kq(&[
+    let o = kquant(&[
         "quantize",
         "fixtures/tiny/eagle3-specforge",
         "-o",
@@ -96,8 +85,7 @@ fn preset_equals_its_flags() {
         "compressed-tensors",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let cfg: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(c.join("config.json")).unwrap()).unwrap();
+    let cfg = common::read_json(&c.join("config.json"));
     assert_eq!(
         cfg["quantization_config"]["quant_method"],
         "compressed-tensors"
@@ -115,36 +103,15 @@ fn preset_equals_its_flags() {
 #[test]
 fn wrong_family_and_unknown_preset_are_refused() {
     let t = tempfile::tempdir().unwrap();
-    let o = kq(&[
-        "quantize",
-        "fixtures/tiny/eagle3-specforge",
-        "-o",
-        t.path().join("x").to_str().unwrap(),
-        "--config",
-        "kimi-k2.5-eagle3-mla-int4-pc",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("is for eagle3-mla drafts"));
-    let o = kq(&[
-        "quantize",
-        "fixtures/tiny/eagle3-specforge",
-        "-o",
-        t.path().join("x").to_str().unwrap(),
-        "--config",
-        "nope",
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("kimi-k2.5-eagle3-int4-pc"));
     let bad = t.path().join("bad.json");
     std::fs::write(&bad, br#"{"scheme":"int4-pc","format":"quark","typo":1}"#).unwrap();
-    let o = kq(&[
-        "quantize",
-        "fixtures/tiny/eagle3-specforge",
-        "-o",
-        t.path().join("x").to_str().unwrap(),
-        "--config",
-        bad.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("bad.json"));
+    for (config, says) in [
+        ("kimi-k2.5-eagle3-mla-int4-pc", "is for eagle3-mla drafts"),
+        ("nope", "kimi-k2.5-eagle3-int4-pc"),
+        (bad.to_str().unwrap(), "bad.json"),
+    ] {
+        let (_o, _, err) =
+            common::quantize_refused("fixtures/tiny/eagle3-specforge", &["--config", config]);
+        assert!(err.contains(says));
+    }
 }

@@ -1,0 +1,243 @@
+//! Helpers the golden and CLI tests share (`mod common;` in each): running the binary, reading
+//! safetensors files without kquant's own reader, copying a golden's files into a temporary
+//! directory, and comparing kquant's output with a reference tool's.
+
+// Each test crate uses a different subset.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The repository root (tests run the binary from there, with relative fixture paths).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A directory under `fixtures/goldens/` (e.g. `quark-0.13/int4_pc_bf16`).
+pub fn golden(rel: &str) -> PathBuf {
+    root().join("fixtures/goldens").join(rel)
+}
+
+/// Run `kquant ARGS…` from the repository root.
+pub fn kquant(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kquant"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `kquant inspect DIR --json`, parsed.
+pub fn inspect_json(dir: &Path) -> Value {
+    serde_json::from_slice(&kquant(&["inspect", dir.to_str().unwrap(), "--json"]).stdout).unwrap()
+}
+
+/// A JSON file, parsed.
+pub fn read_json(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+/// A safetensors file's tensors: name → (dtype, shape, data bytes), `__metadata__` left out.
+pub type Tensors = BTreeMap<String, (String, Vec<u64>, Vec<u8>)>;
+
+/// Read a safetensors file by its format alone (not with kquant's reader).
+pub fn load(p: &Path) -> Tensors {
+    let b = std::fs::read(p).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let h: serde_json::Map<String, Value> = serde_json::from_slice(&b[8..8 + n]).unwrap();
+    h.into_iter()
+        .filter(|(k, _)| k != "__metadata__")
+        .map(|(k, v)| {
+            let o = v["data_offsets"].as_array().unwrap();
+            let (s, e) = (
+                o[0].as_u64().unwrap() as usize,
+                o[1].as_u64().unwrap() as usize,
+            );
+            let shape = v["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .collect();
+            (
+                k,
+                (
+                    v["dtype"].as_str().unwrap().to_string(),
+                    shape,
+                    b[8 + n + s..8 + n + e].to_vec(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Write a safetensors file from its header JSON and data bytes.
+pub fn write_safetensors(p: &Path, header: &[u8], data: impl IntoIterator<Item = u8>) {
+    let mut b = (header.len() as u64).to_le_bytes().to_vec();
+    b.extend_from_slice(header);
+    b.extend(data);
+    std::fs::write(p, b).unwrap();
+}
+
+/// F32 or BF16 data as f32 values.
+pub fn floats(dtype: &str, b: &[u8]) -> Vec<f32> {
+    match dtype {
+        "F32" => b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+        "BF16" => b
+            .chunks_exact(2)
+            .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
+            .collect(),
+        d => panic!("{d}"),
+    }
+}
+
+/// A golden's source weights (`orig.safetensors`), alone in a temporary directory: the golden
+/// directory's config is the *quantized* one, which would make the source look quantized.
+pub fn source(golden_dir: &Path) -> (tempfile::TempDir, String) {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("orig.safetensors");
+    std::fs::copy(golden_dir.join("orig.safetensors"), &p).unwrap();
+    let s = p.to_str().unwrap().to_string();
+    (t, s)
+}
+
+/// A checkpoint directory under `t` made of a golden's export: `model` as `model.safetensors`,
+/// `config` as `config.json`, and `hf_quant_config.json` where the golden has one (ModelOpt).
+pub fn golden_checkpoint(t: &Path, golden_dir: &Path, model: &str, config: &str) -> PathBuf {
+    let name = golden_dir.strip_prefix(golden("")).unwrap_or(golden_dir);
+    let d = t.join(name.to_str().unwrap().replace('/', "_"));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::copy(golden_dir.join(model), d.join("model.safetensors")).unwrap();
+    std::fs::copy(golden_dir.join(config), d.join("config.json")).unwrap();
+    let hf = golden_dir.join("hf_quant_config.json");
+    if hf.exists() {
+        std::fs::copy(hf, d.join("hf_quant_config.json")).unwrap();
+    }
+    d
+}
+
+/// `kquant quantize SRC -o <temporary>/out ARGS…`, which must succeed: the temporary directory
+/// (keep it alive), the output directory and the standard error (for the warning checks).
+pub fn quantize(src: &str, args: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("out");
+    let mut all = vec!["quantize", src, "-o", out.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let o = kquant(&all);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    (t, out, err)
+}
+
+/// `kquant quantize SRC -o <temporary>/out ARGS…`, which must be refused (exit 2): the
+/// temporary directory, the output directory (for "nothing written" checks) and the standard
+/// error.
+pub fn quantize_refused(src: &str, args: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("out");
+    let mut all = vec!["quantize", src, "-o", out.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let o = kquant(&all);
+    assert_eq!(o.status.code(), Some(2), "{args:?}");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    (t, out, err)
+}
+
+/// `kquant dequantize DIR -o OUT ARGS…`, which must succeed.
+pub fn dequantize(dir: &Path, out: &Path, args: &[&str], label: &str) {
+    let mut all = vec![
+        "dequantize",
+        dir.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    let o = kquant(&all);
+    assert!(
+        o.status.success(),
+        "{label}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `inspect` sees kquant's quantized EAGLE-3 output (seven quantized Linear modules) as `method`
+/// and still as the same draft; its JSON, for further checks.
+pub fn assert_detected(out: &Path, method: &str) -> Value {
+    let j = inspect_json(out);
+    assert_eq!(j["quantization"]["method"], method);
+    assert_eq!(j["quantization"]["quantized_modules"], 7);
+    assert_eq!(j["family"], "eagle3", "still detected as the same draft");
+    j
+}
+
+/// A quantized output given to `quantize` again is refused (exit 2, "already quantized").
+pub fn assert_refused_as_input(out: &Path, again: &Path, label: &str) {
+    let o = kquant(&[
+        "quantize",
+        out.to_str().unwrap(),
+        "-o",
+        again.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{label}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("already quantized"));
+}
+
+/// `kquant verify-files DIR` succeeds.
+pub fn assert_verifies(out: &Path) {
+    assert!(kquant(&["verify-files", out.to_str().unwrap()])
+        .status
+        .success());
+}
+
+/// Ours and theirs hold the same tensor names, each with the same dtype and shape, and the same
+/// bytes where `bytes(name)`.
+pub fn assert_tensors_match(
+    label: &str,
+    ours: &Tensors,
+    theirs: &Tensors,
+    bytes: impl Fn(&str) -> bool,
+) {
+    assert_eq!(
+        ours.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>(),
+        "{label}: tensor names"
+    );
+    for (name, (dt, shape, data)) in theirs {
+        let (odt, oshape, odata) = &ours[name];
+        assert_eq!((odt, oshape), (dt, shape), "{label}: {name} dtype/shape");
+        if bytes(name) && odata != data {
+            let diff = odata.iter().zip(data).filter(|(a, b)| a != b).count();
+            panic!("{label}: {name}: {diff} of {} bytes differ", data.len());
+        }
+    }
+}
+
+/// Our `quantization_config` (in `ours`, a `config.json`) equals theirs on every field but the
+/// list of unquantized modules under `key`, where kquant adds one `re:` pattern per name for
+/// engines: the concrete names must be the same. Returns our list.
+pub fn assert_config_matches(label: &str, ours: &Path, theirs: &Path, key: &str) -> Vec<String> {
+    let (mut oq, mut tq) = (
+        read_json(ours)["quantization_config"].clone(),
+        read_json(theirs)["quantization_config"].clone(),
+    );
+    let oex: Vec<String> = serde_json::from_value(oq[key].take()).unwrap();
+    let tex: Vec<String> = serde_json::from_value(tq[key].take()).unwrap();
+    let mut concrete: Vec<&String> = oex.iter().filter(|e| !e.starts_with("re:")).collect();
+    let mut want: Vec<&String> = tex.iter().collect();
+    concrete.sort();
+    want.sort();
+    assert_eq!(concrete, want, "{label}: concrete {key} names");
+    assert_eq!(
+        oex.iter().filter(|e| e.starts_with("re:")).count(),
+        tex.len(),
+        "{label}: one engine pattern per name"
+    );
+    assert_eq!(oq, tq, "{label}: quantization_config");
+    oex
+}
