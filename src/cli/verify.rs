@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::runtime::eagle3::Eagle3;
+use crate::runtime::Drafter;
 use crate::verify::gate::{decide, Thresholds};
 use crate::verify::report::{self, Run};
 use crate::verify::trace::Trace;
@@ -77,27 +78,26 @@ fn run_draft(spec: &str, trace: &Trace, embed: Option<Vec<f32>>, steps: usize) -
         });
     }
     trace.require(&d.taps, d.ht, Some(d.vocab), &format!("draft `{spec}`"))?;
-    let mut samples = Vec::new();
-    for s in &trace.manifest.samples {
-        let x = trace.tokens(s)?;
-        let taps: Vec<Vec<f32>> = d
-            .taps
-            .iter()
-            .map(|&t| trace.tap(s, t))
-            .collect::<Result<_>>()?;
-        let ht = d.ht;
-        let feats: Vec<f32> = (0..x.len())
-            .flat_map(|t| {
-                taps.iter()
-                    .flat_map(move |tap| tap[t * ht..(t + 1) * ht].to_vec())
-            })
-            .collect();
-        samples.push(walk(&d.depth_matches(&x, &feats, s.prompt_len, steps)));
-    }
+    let samples = replay(&d, trace, steps)?;
     Ok(Run {
         name: spec.to_string(),
         samples,
     })
+}
+
+/// Pass A + pass B over every trace sample for one drafter.
+pub fn replay(d: &dyn Drafter, trace: &Trace, steps: usize) -> Result<Vec<Walk>> {
+    let mut samples = Vec::new();
+    for s in &trace.manifest.samples {
+        let x = trace.tokens(s)?;
+        let taps: Vec<Vec<f32>> = d
+            .taps()
+            .iter()
+            .map(|&t| trace.tap(s, t))
+            .collect::<Result<_>>()?;
+        samples.push(walk(&d.matches(&x, &taps, s.prompt_len, steps)));
+    }
+    Ok(samples)
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {

@@ -470,3 +470,28 @@ impl Eagle3 {
         h1.iter().zip(&dn).map(|(a, b)| a + b).collect()
     }
 }
+
+impl super::Drafter for Eagle3 {
+    fn taps(&self) -> &[usize] {
+        &self.taps
+    }
+    fn target_hidden(&self) -> usize {
+        self.ht
+    }
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+    fn depths(&self, steps: usize) -> usize {
+        steps
+    }
+    fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, steps: usize) -> Matches {
+        let ht = self.ht;
+        let feats: Vec<f32> = (0..x.len())
+            .flat_map(|t| {
+                taps.iter()
+                    .flat_map(move |tap| tap[t * ht..(t + 1) * ht].to_vec())
+            })
+            .collect();
+        self.depth_matches(x, &feats, prompt_len, steps)
+    }
+}

@@ -1,5 +1,26 @@
-//! CPU forward passes for drafts (and, later, the Kimi-K2 target), each built on the plain
-//! reference ops in `ops` and their tested fast paths.
+//! CPU forward passes for drafts and the Kimi-K2 target, each built on the plain reference ops
+//! in `ops` and their tested fast paths, and the `Drafter` trait the verify replay runs them
+//! through.
 
 pub mod eagle3;
 pub mod ops;
+pub mod rope;
+
+use crate::verify::walk::Matches;
+
+/// A draft the replay can run: teacher-forced depth matches for one sequence (pass A of
+/// shared/reference/verify.md §2.5) from the target's tapped hidden states.
+pub trait Drafter: Send + Sync {
+    /// HF `hidden_states[i]` indices read, in the order the draft concatenates them.
+    fn taps(&self) -> &[usize];
+    /// Width of one tap (the target's hidden size).
+    fn target_hidden(&self) -> usize;
+    /// Target vocabulary the proposals are ids of.
+    fn vocab(&self) -> usize;
+    /// Depths per round this draft proposes when asked for `steps` (a chain draft: `steps`;
+    /// a block draft: its block size − 1, whatever `steps` says).
+    fn depths(&self, steps: usize) -> usize;
+    /// Depth matches over one sequence: `x` the T tokens, `taps[j]` the `[T, target_hidden]`
+    /// rows of tap `taps()[j]`, `prompt_len` P.
+    fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, steps: usize) -> Matches;
+}
