@@ -145,6 +145,9 @@ pub enum Error {
     Manifest { path: PathBuf, msg: String },
     #[error("{0}")]
     Usage(String),
+    /// A flag combination that cannot work, with what to do instead.
+    #[error("{msg}")]
+    Flags { msg: String, hint: String },
 }
 
 impl Error {
@@ -181,6 +184,7 @@ impl Error {
             Error::Detect { .. } => Some("fix the config or tensor names so that they agree; see docs/inspect.md".into()),
             Error::Manifest { .. } => Some("the output was changed after kquant wrote it; re-run the command that made it".into()),
             Error::Usage(_) => Some("see `kquant --help`".into()),
+            Error::Flags { hint, .. } => Some(hint.clone()),
         }
     }
 }

@@ -1,6 +1,8 @@
-//! `kquant quantize SRC -o OUT [--scheme int4-pc|int4-g32|int4-g64|int4-g128]
-//! [--format quark|compressed-tensors] [--exclude PATTERNS]`: plan (which tensors, why not the
-//! others) → quantize per tensor with the chosen format's own recipe → stream into the writer.
+//! `kquant quantize SRC -o OUT [--scheme …] [--format quark|compressed-tensors|modelopt]
+//! [--exclude PATTERNS] [--input-amax FILE]`: plan (which tensors, why not the others) → for
+//! schemes with a per-tensor scale shared by fused siblings (NVFP4), a pre-pass over the weights
+//! ([`Target::prepare`]) → quantize per tensor with the chosen format's own recipe → stream into
+//! the writer.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -14,7 +16,10 @@ use crate::error::{Error, Result};
 use crate::io::writer::{parse_size, TensorSpec, WriteOptions, Writer};
 use crate::io::TensorInfo;
 use crate::quant::exclude::{excluded_by, module_of, not_candidate, parse_patterns};
+use crate::quant::fused::{self, Prepass};
+use crate::quant::input_amax::InputAmax;
 use crate::quant::registry::{self, Format, QuarkFlags, SCHEMES};
+use crate::quant::rowwise;
 use crate::quant::target::{ExcludeStyle, Target};
 use crate::quant::{preset, quark};
 
@@ -52,6 +57,10 @@ pub struct Args {
     /// Model path only: pack nibbles in sequential order (Quark `pack_method="order"`).
     #[arg(long)]
     pub quark_sequential: bool,
+    /// Calibrated input amax per module (JSON `{"schema": "kquant.input-amax/1", "amax":
+    /// {MODULE: AMAX}}`), required by `--scheme nvfp4` (W4A4) for its static input scales.
+    #[arg(long, value_name = "FILE")]
+    pub input_amax: Option<PathBuf>,
     /// Split the output into shards of at most this size (e.g. `5GB`).
     #[arg(long, value_parser = parse_size)]
     pub max_shard_size: Option<u64>,
@@ -135,7 +144,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         version: a.quark_version.or(qp.and_then(|p| p.quark_version)),
         sequential: a.quark_sequential || qp.is_some_and(|p| p.quark_sequential),
     };
-    let target = registry::build(&scheme, format, flags)?;
+    let input_amax = a.input_amax.as_deref().map(InputAmax::load).transpose()?;
+    let mut target = registry::build(&scheme, format, flags, input_amax)?;
 
     // Plan.
     let mut plan: Vec<(&TensorInfo, Action)> = Vec::new();
@@ -164,6 +174,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         plan.push((t, action));
     }
     check_shapes(&ck, &plan, target.as_ref(), &scheme)?;
+    if target.shares_fused_scales() {
+        let prepass = prepass(&ck, &plan, &scheme, a.dry_run)?;
+        target.prepare(&prepass)?;
+    }
     // The config lists the concrete excluded module names. Quark: every matched module (model
     // path) or only matched Linear candidates, sorted (file2file). compressed-tensors: the
     // Linear modules left unquantized (its `ignore`, in module order).
@@ -379,6 +393,69 @@ fn check_shapes(
         }
     }
     Ok(())
+}
+
+/// The sibling-aware pre-pass of a target whose per-tensor scale fused siblings share: refuse
+/// a fused family (q/k/v, gate/up, …) that is only partly quantized (the engines load it as one
+/// Linear with one scale, and the reference tools refuse it too), then read each quantized
+/// weight once for its amax (not on `--dry-run`).
+fn prepass(
+    ck: &Checkpoint,
+    plan: &[(&TensorInfo, Action)],
+    scheme: &str,
+    dry_run: bool,
+) -> Result<Prepass> {
+    let candidates: Vec<&str> = plan
+        .iter()
+        .filter(|(t, _)| not_candidate(t).is_none())
+        .map(|(t, _)| module_of(&t.name))
+        .collect();
+    let quantized: Vec<String> = plan
+        .iter()
+        .filter_map(|(_, act)| match act {
+            Action::Quantize { module, .. } => Some(module.clone()),
+            Action::Copy { .. } => None,
+        })
+        .collect();
+    let qset: HashSet<&str> = quantized.iter().map(String::as_str).collect();
+    let families = fused::families(candidates);
+    if let Some((q, rest)) = fused::partial(&families, &qset) {
+        return Err(Error::Flags {
+            msg: format!(
+                "--scheme {scheme} quantizes {} but not its fused sibling(s) {}: engines load them as one Linear with one per-tensor scale",
+                q.join(", "),
+                rest.join(", ")
+            ),
+            hint: format!(
+                "exclude all of {} or none of them",
+                q.iter().chain(&rest).copied().collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+    let families: Vec<Vec<String>> = families
+        .into_iter()
+        .filter(|f| qset.contains(f[0].as_str()))
+        .collect();
+    let weight_amax = if dry_run {
+        None
+    } else {
+        let mut m = std::collections::BTreeMap::new();
+        for (t, act) in plan {
+            if let Action::Quantize { module, cols, .. } = act {
+                let shard = ck.weights.shard_of(&t.name).expect("routed");
+                let wf = shard.view(t).to_f32_par();
+                shard.release(t);
+                check_finite(&wf, *cols, shard.path(), &t.name)?;
+                m.insert(module.clone(), rowwise::amax(&wf));
+            }
+        }
+        Some(m)
+    };
+    Ok(Prepass {
+        quantized,
+        families,
+        weight_amax,
+    })
 }
 
 fn check_finite(w: &[f32], cols: usize, path: &std::path::Path, name: &str) -> Result<()> {

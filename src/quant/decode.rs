@@ -1,17 +1,21 @@
 //! Reading a quantized checkpoint back as plain weights: finds each quantized module and how it
 //! is stored (Quark per-channel, per-group, `ptpc_fp8` or two-stage `int4_fp8`;
-//! compressed-tensors `pack-quantized`, `float-quantized` or `int-quantized`), and gives every
-//! tensor the original model would have had, dequantized (`w = q · s`, `f8 · s`, or
-//! `q · s2 · s1`) where needed.
+//! compressed-tensors `pack-quantized`, `float-quantized`, `int-quantized` or
+//! `nvfp4-pack-quantized`; ModelOpt `W4A16_AWQ`/`W4A8_AWQ`, FP8 or `NVFP4`/`W4A16_NVFP4`), and
+//! gives every tensor the original model would have had, dequantized (`w = q · s`, `f8 · s`,
+//! `q · s2 · s1`, or NVFP4's `e2m1 · f8(s) / g` / `e2m1 · f8(s) · s2`) where needed, each
+//! format by its own tool's arithmetic.
 //! `dequantize` and `diff` are built on this.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::fp4::Nvfp4;
 use super::fp8::Fp8;
 use super::int4::Int4;
 use super::pack::Order;
 use super::{
-    compressed_tensors, ct_quantized, modelopt, quark, quark_fp8, quark_group, quark_uint4,
+    compressed_tensors, ct_nvfp4, ct_quantized, modelopt, modelopt_nvfp4, quark, quark_fp8,
+    quark_group, quark_uint4,
 };
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
@@ -40,9 +44,12 @@ pub enum Stored {
     /// ModelOpt `W4A16_AWQ` / `W4A8_AWQ`: U8 `weight` `[⌈out/2⌉, in]` (two output rows per
     /// byte), F32 scale `[out, in/G]`, optional `pre_quant_scale` `[in]`: `w = q · s · pqs`.
     ModeloptInt4 { group: usize },
-    /// ModelOpt `NVFP4`: U8 `weight` `[out, in/2]` (E2M1, two input columns per byte), E4M3
-    /// scale `[out, in/16]`, F32 `weight_scale_2` `[]`: `w = e2m1 · s · s2`.
+    /// ModelOpt `NVFP4` / `W4A16_NVFP4`: U8 `weight` `[out, in/2]` (E2M1, two input columns per
+    /// byte), E4M3 scale `[out, in/16]`, F32 `weight_scale_2` `[]`: `w = e2m1 · (s · s2)`.
     ModeloptNvfp4,
+    /// compressed-tensors `nvfp4-pack-quantized`: U8 `weight_packed` `[out, in/2]`, E4M3
+    /// `weight_scale` `[out, in/16]`, F32 `weight_global_scale` `[1]`: `w = e2m1 · (s / g)`.
+    CtNvfp4,
 }
 
 /// One quantized module.
@@ -106,6 +113,30 @@ impl<'a> Logical<'a> {
             let (module, last) = t.name.rsplit_once('.').unwrap_or(("", &t.name));
             let scale = info(&format!("{module}.weight_scale"));
             let q = match (method, last, t.dtype, scale) {
+                ("compressed-tensors", "weight_packed", Dtype::U8, Some(s)) => {
+                    let g = info(&format!("{module}.weight_global_scale"));
+                    let (rows, cols) = match (t.shape.as_slice(), s.dtype, s.shape.as_slice()) {
+                        ([r, half], Dtype::F8_E4M3, [so, b])
+                            if so == r
+                                && half * 2 == b * 16
+                                && g.is_some_and(|g| g.shape.iter().product::<usize>() == 1) =>
+                        {
+                            (*r, half * 2)
+                        }
+                        _ => return Err(err(t, format!("U8 weight_packed {:?} with {} scale {:?} is no nvfp4-pack-quantized layout kquant knows (F8_E4M3 scale per 16 inputs and a weight_global_scale)", t.shape, s.dtype, s.shape))),
+                    };
+                    let mut parts = vec![t.name.clone(), s.name.clone()];
+                    for extra in ["weight_global_scale", "input_global_scale"] {
+                        parts.extend(info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
+                    }
+                    Some(QModule {
+                        module: module.into(),
+                        stored: Stored::CtNvfp4,
+                        rows,
+                        cols,
+                        parts,
+                    })
+                }
                 ("compressed-tensors", "weight_packed", Dtype::I32, Some(s)) => {
                     let shape_t = info(&format!("{module}.weight_shape"))
                         .ok_or_else(|| err(t, "`weight_packed` without `weight_shape`".into()))?;
@@ -376,7 +407,9 @@ impl<'a> Logical<'a> {
                 modelopt::int4_decode(data("weight").data, &scale, m.rows, m.cols, group)
             }
             Stored::Fp8 { .. } => panic!("{}: FP8 weights have no integer codes", m.module),
-            Stored::ModeloptNvfp4 => panic!("{}: NVFP4 weights have no integer codes", m.module),
+            Stored::ModeloptNvfp4 | Stored::CtNvfp4 => {
+                panic!("{}: NVFP4 weights have no integer codes", m.module)
+            }
         }
     }
 
@@ -404,10 +437,38 @@ impl<'a> Logical<'a> {
         }
     }
 
+    /// Codes, block scales and per-tensor scale of an NVFP4 module (`global` is ModelOpt's
+    /// `weight_scale_2` or compressed-tensors' `weight_global_scale`). Panics for other layouts.
+    pub fn nvfp4(&self, m: &QModule) -> Nvfp4 {
+        let w = &self.ck.weights;
+        let data = |suffix: &str| {
+            w.tensor(&format!("{}.{suffix}", m.module))
+                .expect("checked")
+        };
+        match m.stored {
+            Stored::ModeloptNvfp4 => modelopt_nvfp4::decode(
+                data("weight").data,
+                data("weight_scale").data,
+                data("weight_scale_2").to_f32()[0],
+                m.rows,
+                m.cols,
+            ),
+            Stored::CtNvfp4 => ct_nvfp4::decode(
+                data("weight_packed").data,
+                data("weight_scale").data,
+                data("weight_global_scale").to_f32()[0],
+                m.rows,
+                m.cols,
+            ),
+            _ => panic!("{}: not an NVFP4 layout", m.module),
+        }
+    }
+
     /// The dequantized weights of a quantized module, `[rows, cols]` f32.
     pub fn dequantize(&self, m: &QModule) -> Vec<f32> {
         match m.stored {
             Stored::Fp8 { .. } => self.fp8(m).dequantize_ref(),
+            Stored::CtNvfp4 => ct_nvfp4::dequantize(&self.nvfp4(m)),
             Stored::QuarkInt4Fp8 { order } => {
                 let w = &self.ck.weights;
                 let data = |suffix: &str| {
@@ -426,18 +487,8 @@ impl<'a> Logical<'a> {
             }
             Stored::ModeloptInt4 { .. } | Stored::ModeloptNvfp4 => {
                 let w = &self.ck.weights;
-                let data = |suffix: &str| {
-                    w.tensor(&format!("{}.{suffix}", m.module))
-                        .expect("checked")
-                };
                 let mut v = match m.stored {
-                    Stored::ModeloptNvfp4 => modelopt::nvfp4_dequantize(
-                        data("weight").data,
-                        data("weight_scale").data,
-                        data("weight_scale_2").to_f32()[0],
-                        m.rows,
-                        m.cols,
-                    ),
+                    Stored::ModeloptNvfp4 => modelopt_nvfp4::dequantize(&self.nvfp4(m)),
                     _ => self.int4(m).dequantize_ref(),
                 };
                 // TensorRT-LLM multiplies the input by pre_quant_scale: the weight it computes

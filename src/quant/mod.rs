@@ -3,12 +3,17 @@
 //! they share is only the row-/group-wise loop and the layout helpers (`rowwise`, `pack`).
 
 pub mod compressed_tensors;
+pub mod ct_nvfp4;
 pub mod ct_quantized;
 pub mod decode;
 pub mod exclude;
+pub mod fp4;
 pub mod fp8;
+pub mod fused;
+pub mod input_amax;
 pub mod int4;
 pub mod modelopt;
+pub mod modelopt_nvfp4;
 pub mod order_check;
 pub mod pack;
 pub mod preset;

@@ -21,6 +21,8 @@
 //!   `X.weight` F8_E4M3 `[out, in]`, `X.weight_scale` F32 `[out]`; activations are quantized
 //!   dynamically per token by the engine, so there is no `input_scale`.
 //!
+//! - `NVFP4` / `W4A16_NVFP4`: `modelopt_nvfp4.rs` (its scales are shared across fused siblings).
+//!
 //! Config: `hf_quant_config.json` (`producer` + `quantization`, `exclude_modules`) beside
 //! `config.json`, whose `quantization_config` is the flat form (`ignore`, `quant_algo`,
 //! `producer`, `quant_method "modelopt"`). TensorRT-LLM reads either and matches each entry with
@@ -273,37 +275,6 @@ pub fn fp8_encode(module: &str, q: &Fp8) -> Vec<(String, Vec<u8>)> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// NVFP4 (read only: kquant does not write it, see docs/quantize.md)
-
-/// E2M1 magnitudes by code (`code & 7`; bit 3 is the sign).
-pub const E2M1: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
-/// NVFP4 block size along the input dimension.
-pub const NVFP4_BLOCK: usize = 16;
-
-/// Dequantize a ModelOpt NVFP4 weight: `weight` `[rows, cols/2]` U8 (column `2j` in the low
-/// nibble), `scales` `[rows, cols/16]` E4M3, `scale_2` the F32 `weight_scale_2`:
-/// `w = e2m1 · (f8(scale) · scale_2)` (`NVFP4QTensor.dequantize`).
-pub fn nvfp4_dequantize(
-    weight: &[u8],
-    scales: &[u8],
-    scale_2: f32,
-    rows: usize,
-    cols: usize,
-) -> Vec<f32> {
-    use crate::io::dtype::f8_e4m3_to_f32;
-    assert_eq!(weight.len() * 2, rows * cols);
-    assert_eq!(scales.len() * NVFP4_BLOCK, rows * cols);
-    (0..rows * cols)
-        .map(|i| {
-            let nib = (weight[i / 2] >> (4 * (i % 2))) & 0xf;
-            let v = E2M1[(nib & 7) as usize];
-            let v = if nib & 8 != 0 { -v } else { v };
-            v * (f8_e4m3_to_f32(scales[i / NVFP4_BLOCK]) * scale_2)
-        })
-        .collect()
-}
-
-// ---------------------------------------------------------------------------------------------
 // Config
 
 /// Escape `*`, `?` and `[` for Python `fnmatch` (`[*]`, `[?]`, `[[]`).
@@ -413,7 +384,8 @@ pub fn hf_quant_config(algo: Algo, exclude_modules: &[String]) -> Value {
 }
 
 /// `quantization_config` in `config.json`, as `convert_hf_quant_config_format` writes it for
-/// these algorithms (no `config_groups`: ModelOpt adds them for FP8 per-tensor and NVFP4 only).
+/// these algorithms (no `config_groups`: ModelOpt adds them for FP8 per-tensor and NVFP4 only;
+/// NVFP4 is `modelopt_nvfp4.rs`).
 pub fn config(algo: Algo, ignore: &[String]) -> Value {
     json!({
         "ignore": ignore,

@@ -5,10 +5,12 @@
 
 use serde::Serialize;
 
+use super::input_amax::InputAmax;
 use super::pack::Order;
 use super::target::Target;
 use super::{
-    compressed_tensors, ct_quantized, modelopt, quark, quark_fp8, quark_group, quark_uint4,
+    compressed_tensors, ct_nvfp4, ct_quantized, modelopt, modelopt_nvfp4, quark, quark_fp8,
+    quark_group, quark_uint4,
 };
 use crate::error::{Error, Result};
 
@@ -261,6 +263,74 @@ pub static SCHEMES: &[SchemeInfo] = &[
             &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
         )],
     },
+    SchemeInfo {
+        id: "nvfp4-a16",
+        bits_per_weight: 4.0 + 8.0 / 16.0,
+        granularity: "per group of 16 input columns (FP8 E4M3 scales) under one F32 scale per tensor, shared by fused q/k/v and gate/up",
+        activations: "bf16/f16 (weight-only)",
+        about: "NVFP4 weights: FP4 E2M1 codes; NVIDIA GPUs only",
+        carriers: &[
+            c(
+                Format::CompressedTensors,
+                true,
+                "NVFP4A16 preset (nvfp4-pack-quantized)",
+                &[
+                    "vLLM CUDA sm100+ (Blackwell): native FP4 GEMM",
+                    "vLLM CUDA sm75+/sm80+ (Ampere, Hopper): FP4 Marlin, weight-only",
+                ],
+            ),
+            c(
+                Format::Modelopt,
+                true,
+                "W4A16_NVFP4_CFG (W4A16_NVFP4)",
+                &[
+                    "vLLM CUDA sm100+ (Blackwell): native FP4 GEMM",
+                    "vLLM CUDA sm75+/sm80+ (Ampere, Hopper): FP4 Marlin, weight-only",
+                ],
+            ),
+            // Quark's nvfp4 scheme (FP4Block16ScaleE4M3Scheme) is W4A4 only. See docs/quantize.md.
+            c(
+                Format::Quark,
+                false,
+                "none: Quark's nvfp4 quantizes activations",
+                &[],
+            ),
+        ],
+    },
+    SchemeInfo {
+        id: "nvfp4",
+        bits_per_weight: 4.0 + 8.0 / 16.0,
+        granularity: "per group of 16 input columns (FP8 E4M3 scales) under one F32 scale per tensor, shared by fused q/k/v and gate/up",
+        activations: "NVFP4 (FP4, 16-wide FP8 block scales at run time) under a static per-tensor scale from --input-amax",
+        about: "NVFP4 weights and activations (W4A4); needs --input-amax; NVIDIA GPUs only",
+        carriers: &[
+            c(
+                Format::CompressedTensors,
+                true,
+                "NVFP4 preset (nvfp4-pack-quantized)",
+                &[
+                    "vLLM CUDA sm100+ (Blackwell): native W4A4 (CUTLASS/FlashInfer)",
+                    "vLLM CUDA sm75+/sm80+ (Ampere, Hopper): FP4 Marlin, weight-only (input scale unused)",
+                ],
+            ),
+            c(
+                Format::Modelopt,
+                true,
+                "NVFP4_DEFAULT_CFG (NVFP4)",
+                &[
+                    "TensorRT-LLM Blackwell (NVFP4LinearMethod)",
+                    "vLLM CUDA sm100+ (Blackwell): native W4A4 (CUTLASS/FlashInfer)",
+                    "vLLM CUDA sm75+/sm80+ (Ampere, Hopper): FP4 Marlin, weight-only (input scale unused)",
+                ],
+            ),
+            c(
+                Format::Quark,
+                false,
+                "Quark nvfp4 (FP4Block16ScaleE4M3Scheme)",
+                &["vLLM (QuarkNVFP4)"],
+            ),
+        ],
+    },
 ];
 
 /// Look a scheme up by id.
@@ -314,7 +384,14 @@ fn quark_013_model(scheme_id: &str, q: QuarkFlags, packs: bool) -> Result<quark:
 }
 
 /// Build the output for `scheme` in `format`, or say why that pair cannot be written.
-pub fn build(scheme_id: &str, format: Format, q: QuarkFlags) -> Result<Box<dyn Target>> {
+/// `input_amax` (`--input-amax`) is required by the W4A4 scheme `nvfp4` and refused by every
+/// other.
+pub fn build(
+    scheme_id: &str,
+    format: Format,
+    q: QuarkFlags,
+    input_amax: Option<InputAmax>,
+) -> Result<Box<dyn Target>> {
     let info = scheme(scheme_id).ok_or_else(|| {
         Error::Usage(format!(
             "unknown scheme `{scheme_id}`; one of: {}",
@@ -326,6 +403,44 @@ pub fn build(scheme_id: &str, format: Format, q: QuarkFlags) -> Result<Box<dyn T
             "--quark-layout, --quark-version and --quark-sequential apply to --format quark only"
                 .into(),
         ));
+    }
+    let cannot = || {
+        let can: Vec<&str> = info
+            .carriers
+            .iter()
+            .filter(|c| c.implemented)
+            .map(|c| c.format.name())
+            .collect();
+        Error::Usage(format!(
+            "--scheme {scheme_id} cannot be written as --format {} yet; it can as: {}",
+            format.name(),
+            can.join(", ")
+        ))
+    };
+    if !info
+        .carriers
+        .iter()
+        .any(|c| c.format == format && c.implemented)
+    {
+        return Err(cannot());
+    }
+    match (scheme_id, &input_amax) {
+        ("nvfp4", None) => {
+            return Err(Error::Flags {
+                msg: "--scheme nvfp4 quantizes activations with a static per-tensor input scale, which needs each module's calibrated input amax; kquant does not invent one".into(),
+                hint: "pass --input-amax FILE (module → amax JSON, see docs/quantize.md), or use --scheme nvfp4-a16 (weight-only NVFP4, no input scale)".into(),
+            })
+        }
+        ("nvfp4", Some(_)) | (_, None) => {}
+        (_, Some(f)) => {
+            return Err(Error::Flags {
+                msg: format!(
+                    "--input-amax `{}`: --scheme {scheme_id} has no static input scale",
+                    f.path.display()
+                ),
+                hint: "--input-amax applies to --scheme nvfp4 (W4A4) only; drop it".into(),
+            })
+        }
     }
     let group = match scheme_id {
         "int4-g32" => Some(32),
@@ -371,26 +486,27 @@ pub fn build(scheme_id: &str, format: Format, q: QuarkFlags) -> Result<Box<dyn T
             modelopt::Algo::Fp8PerChannelPerToken,
         ))),
         ("w4a8-int8", Format::CompressedTensors) => Some(Box::new(ct_quantized::IntQuantizedW4A8)),
+        ("nvfp4-a16" | "nvfp4", Format::CompressedTensors) => {
+            Some(Box::new(ct_nvfp4::CtNvfp4::new(input_amax)))
+        }
+        ("nvfp4-a16" | "nvfp4", Format::Modelopt) => {
+            Some(Box::new(modelopt_nvfp4::ModeloptNvfp4::new(input_amax)))
+        }
         _ => None,
     };
-    t.ok_or_else(|| {
-        let can: Vec<&str> = info
-            .carriers
-            .iter()
-            .filter(|c| c.implemented)
-            .map(|c| c.format.name())
-            .collect();
-        Error::Usage(format!(
-            "--scheme {scheme_id} cannot be written as --format {} yet; it can as: {}",
-            format.name(),
-            can.join(", ")
-        ))
-    })
+    t.ok_or_else(cannot)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn amax() -> Option<InputAmax> {
+        Some(InputAmax {
+            path: "a.json".into(),
+            amax: Default::default(),
+        })
+    }
 
     /// The table and `build` agree: every carrier marked implemented builds, every other one
     /// is refused with a message naming the formats that do work.
@@ -399,18 +515,35 @@ mod tests {
         for s in SCHEMES {
             for f in [Format::Quark, Format::CompressedTensors, Format::Modelopt] {
                 let implemented = s.carriers.iter().any(|c| c.format == f && c.implemented);
-                let built = build(s.id, f, QuarkFlags::default());
+                let input = if s.id == "nvfp4" { amax() } else { None };
+                let built = build(s.id, f, QuarkFlags::default(), input);
                 assert_eq!(built.is_ok(), implemented, "{} as {}", s.id, f.name());
                 if let Err(e) = built {
                     assert!(e.to_string().contains("it can as"), "{e}");
                 }
             }
         }
-        assert!(build("nope", Format::Quark, QuarkFlags::default()).is_err());
+        assert!(build("nope", Format::Quark, QuarkFlags::default(), None).is_err());
         let flags = QuarkFlags {
             sequential: true,
             ..Default::default()
         };
-        assert!(build("int4-pc", Format::CompressedTensors, flags).is_err());
+        assert!(build("int4-pc", Format::CompressedTensors, flags, None).is_err());
+    }
+
+    /// W4A4 NVFP4 needs an input amax file (exit 2 with a hint at the weight-only scheme);
+    /// every other scheme refuses one.
+    #[test]
+    fn input_amax_only_for_nvfp4() {
+        for f in [Format::CompressedTensors, Format::Modelopt] {
+            let e = build("nvfp4", f, QuarkFlags::default(), None)
+                .err()
+                .unwrap();
+            assert!(e.hint().unwrap().contains("nvfp4-a16"), "{e}");
+            assert!(e.hint().unwrap().contains("--input-amax"), "{e}");
+            assert!(build("nvfp4-a16", f, QuarkFlags::default(), amax()).is_err());
+            assert!(build("nvfp4", f, QuarkFlags::default(), amax()).is_ok());
+        }
+        assert!(build("int4-pc", Format::Quark, QuarkFlags::default(), amax()).is_err());
     }
 }

@@ -4,6 +4,8 @@
 
 use serde_json::Value;
 
+use super::fused::Prepass;
+use crate::error::Result;
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 
@@ -64,5 +66,17 @@ pub trait Target: Send + Sync {
     /// Extra files written beside `config.json` (e.g. ModelOpt's `hf_quant_config.json`).
     fn side_files(&self, _exclude: &[String]) -> Vec<(String, Vec<u8>)> {
         Vec::new()
+    }
+    /// Whether this target keeps a per-tensor scale that fused siblings (q/k/v, gate/up, …;
+    /// see [`super::fused`]) must share. The driver then refuses a family that is only partly
+    /// quantized and runs [`Target::prepare`] before encoding anything.
+    fn shares_fused_scales(&self) -> bool {
+        false
+    }
+    /// The sibling-aware pre-pass: the quantized modules, their fused families and (except on
+    /// `--dry-run`) each module's own weight amax. A target that shares scales computes them
+    /// here; it may refuse (e.g. a module its `--input-amax` file lacks).
+    fn prepare(&mut self, _prepass: &Prepass) -> Result<()> {
+        Ok(())
     }
 }

@@ -1,0 +1,387 @@
+//! NVIDIA ModelOpt 0.47.0's NVFP4 export (`export_hf_checkpoint`), `quant_algo` `W4A16_NVFP4`
+//! (`W4A16_NVFP4_CFG`, kquant `nvfp4-a16`) and `NVFP4` (`NVFP4_DEFAULT_CFG`, kquant `nvfp4`:
+//! W4A4 with a static input scale). ModelOpt's own arithmetic (`qtensor/nvfp4_tensor.py`
+//! `NVFP4QTensor`, `export/quant_utils.py`), never compressed-tensors' (`ct_nvfp4.rs`):
+//!
+//! - `weight_scale_2 = f32(amax) / (6·448)` in F32 (`get_weights_scaling_factor_2_from_quantizer`),
+//!   `amax` the largest `|w|` over the module and its fused siblings (`preprocess_linear_fusion`
+//!   sets every member's amax to the group's max; [`super::fused`]). An amax of 0 would give NaN
+//!   scales; kquant refuses such a family.
+//! - Block scale per 16 inputs (`get_weights_scaling_factor`): `b = f32(amax16) / (6 · ws2)`
+//!   (the product in F32), `b == 0 → 1.0`, then `e4m3(clamp(b, 2^-9, 448))`: unlike
+//!   compressed-tensors, a tiny block scale is raised to the smallest subnormal instead of
+//!   rounding to 0.
+//! - Code (`NVFP4QTensor.quantize` → `_cast_fp4`): `x = w / (f8(s) · ws2)` in F32; the
+//!   magnitude index is `searchsorted([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5], |x|)` plus one
+//!   where `|x|` equals an odd bound 0.75, 1.75 or 3.5 (ties to the even code); the sign bit is
+//!   `x < 0`. No clamp: anything above 5 is code 7 (6.0).
+//! - `input_scale` (W4A4; `get_activation_scaling_factor`): `f32(amax_in) / (6·448)`, where an
+//!   amax of 0 or NaN is first replaced by the maxbound 6 (`_sanitize_export_amax`); `amax_in`
+//!   from `--input-amax`, the max over fused siblings (`preprocess_linear_fusion`).
+//!
+//! Tensors: `X.weight` U8 `[out, in/2]`, `X.weight_scale` F8_E4M3 `[out, in/16]`,
+//! `X.weight_scale_2` F32 `[]`, (W4A4) `X.input_scale` F32 `[]`. Dequantized (as
+//! `NVFP4QTensor.dequantize`): `w = e2m1 · (f8(s) · ws2)`. Config: `hf_quant_config.json`
+//! with `group_size` 16, and `config_groups` in `config.json`'s `quantization_config`
+//! (`convert_hf_config.py`).
+//!
+//! Facts: the installed nvidia-modelopt 0.47.0; checked byte for byte against
+//! fixtures/goldens/modelopt-0.47/{W4A16_NVFP4_CFG,NVFP4_planted} (tests/nvfp4_golden.rs), run on
+//! CPU. ModelOpt would call TensorRT-LLM's `fp4_quantize` on a CUDA device with TensorRT-LLM
+//! installed (`try_tensorrt`, off in the export path).
+
+use serde_json::{json, Value};
+
+use super::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
+use super::fp8::{e4m3_from_f32, E4M3_MAX};
+use super::fused::{Prepass, SharedAmax};
+use super::input_amax::InputAmax;
+use super::modelopt::{exclude_modules, python_json_indent4, VERSION};
+use super::rowwise::{amax, encode_floats, Path};
+use super::target::{ExcludeStyle, Target};
+use crate::error::{Error, Result};
+use crate::io::dtype::f8_e4m3_to_f32;
+use crate::io::writer::TensorSpec;
+use crate::io::Dtype;
+
+/// `e2m1_bounds` of `nvfp4_tensor.py`.
+pub const BOUNDS: [f32; 7] = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0];
+/// The smallest E4M3 subnormal, ModelOpt's floor for a block scale.
+pub const MIN_BLOCK_SCALE: f32 = 1.0 / 512.0;
+
+/// `weight_scale_2` (and `input_scale`): `amax / (6·448)` in F32.
+pub fn scale_2(amax: f32) -> f32 {
+    amax / (E2M1_MAX * E4M3_MAX)
+}
+
+/// The input scale: `scale_2` of the sanitized amax (0 or NaN → the maxbound 6).
+pub fn input_scale(amax: f32) -> f32 {
+    scale_2(if amax == 0.0 || amax.is_nan() {
+        E2M1_MAX
+    } else {
+        amax
+    })
+}
+
+/// The E4M3 block scale of one block: `e4m3(clamp(amax16 / (6 · ws2), 2^-9, 448))`, 0 → 1.0.
+pub fn block_scale(block: &[f32], ws2: f32) -> u8 {
+    let b = amax(block) / (E2M1_MAX * ws2);
+    let b = if b == 0.0 { 1.0 } else { b };
+    e4m3_from_f32(b.clamp(MIN_BLOCK_SCALE, E4M3_MAX))
+}
+
+/// `_cast_fp4` of one scaled value.
+pub fn code(x: f32) -> u8 {
+    let a = x.abs();
+    let ord = BOUNDS.iter().take_while(|&&b| b < a).count() as u8;
+    let odd = (a == 0.75 || a == 1.75 || a == 3.5) as u8;
+    (((x < 0.0) as u8) << 3) + ord + odd
+}
+
+fn quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, amax_t: f32) -> Nvfp4 {
+    let ws2 = scale_2(amax_t);
+    Nvfp4::quantize_blocks(path, w, rows, cols, ws2, |block, out| {
+        let s = block_scale(block, ws2);
+        let eff = f8_e4m3_to_f32(s) * ws2;
+        for (c, &x) in out.iter_mut().zip(block) {
+            *c = code(x / eff);
+        }
+        s
+    })
+}
+
+/// The reference: plain loops. `amax_t` is the (family-shared) weight amax, > 0.
+pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, amax_t: f32) -> Nvfp4 {
+    quantize_on(Path::Reference, w, rows, cols, amax_t)
+}
+
+/// The fast path: rows in parallel. Identical to [`quantize_ref`].
+pub fn quantize(w: &[f32], rows: usize, cols: usize, amax_t: f32) -> Nvfp4 {
+    quantize_on(Path::Parallel, w, rows, cols, amax_t)
+}
+
+/// ModelOpt's dequantization: `e2m1 · (f8(s) · ws2)` in F32.
+pub fn dequantize(q: &Nvfp4) -> Vec<f32> {
+    let groups = q.cols / BLOCK;
+    let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s * q.global).collect();
+    (0..q.rows * q.cols)
+        .map(|i| fp4::value(q.codes[i]) * eff[(i / q.cols) * groups + (i % q.cols) / BLOCK])
+        .collect()
+}
+
+/// Read the stored tensors back: `weight` `[rows, cols/2]`, `scales` `[rows, cols/16]` E4M3,
+/// `ws2` the `weight_scale_2`.
+pub fn decode(weight: &[u8], scales: &[u8], ws2: f32, rows: usize, cols: usize) -> Nvfp4 {
+    assert_eq!(weight.len() * 2, rows * cols);
+    assert_eq!(scales.len() * BLOCK, rows * cols);
+    Nvfp4 {
+        rows,
+        cols,
+        codes: fp4::unpack(weight),
+        scales: scales.to_vec(),
+        global: ws2,
+    }
+}
+
+/// The tensors one module becomes.
+pub fn specs(module: &str, rows: usize, cols: usize, w4a4: bool) -> Vec<TensorSpec> {
+    let mut v = vec![
+        TensorSpec::new(format!("{module}.weight"), Dtype::U8, vec![rows, cols / 2]),
+        TensorSpec::new(
+            format!("{module}.weight_scale"),
+            Dtype::F8_E4M3,
+            vec![rows, cols / BLOCK],
+        ),
+        TensorSpec::new(format!("{module}.weight_scale_2"), Dtype::F32, vec![]),
+    ];
+    if w4a4 {
+        v.push(TensorSpec::new(
+            format!("{module}.input_scale"),
+            Dtype::F32,
+            vec![],
+        ));
+    }
+    v
+}
+
+/// Encode a module for each of its [`specs`]; `input_scale` for W4A4.
+pub fn encode(module: &str, q: &Nvfp4, input_scale: Option<f32>) -> Vec<(String, Vec<u8>)> {
+    let mut v = vec![
+        (format!("{module}.weight"), q.packed()),
+        (format!("{module}.weight_scale"), q.scales.clone()),
+        (
+            format!("{module}.weight_scale_2"),
+            encode_floats(&[q.global], Dtype::F32),
+        ),
+    ];
+    if let Some(s) = input_scale {
+        v.push((
+            format!("{module}.input_scale"),
+            encode_floats(&[s], Dtype::F32),
+        ));
+    }
+    v
+}
+
+/// The `quant_algo`.
+pub fn quant_algo(w4a4: bool) -> &'static str {
+    if w4a4 {
+        "NVFP4"
+    } else {
+        "W4A16_NVFP4"
+    }
+}
+
+/// `hf_quant_config.json`, as `get_quant_config` writes it for NVFP4.
+pub fn hf_quant_config(w4a4: bool, exclude_modules: &[String]) -> Value {
+    json!({"producer": {"name": "modelopt", "version": VERSION},
+           "quantization": {"quant_algo": quant_algo(w4a4), "kv_cache_quant_algo": null,
+                            "group_size": BLOCK, "exclude_modules": exclude_modules}})
+}
+
+/// `quantization_config` in `config.json` (`convert_hf_quant_config_format`): with
+/// `config_groups`.
+pub fn config(w4a4: bool, ignore: &[String]) -> Value {
+    let args = json!({"dynamic": false, "num_bits": 4, "type": "float", "group_size": BLOCK});
+    let group = if w4a4 {
+        json!({"input_activations": args, "weights": args, "targets": ["Linear"]})
+    } else {
+        json!({"weights": args, "targets": ["Linear"]})
+    };
+    json!({
+        "config_groups": {"group_0": group},
+        "ignore": ignore,
+        "quant_algo": quant_algo(w4a4),
+        "producer": {"name": "modelopt", "version": VERSION},
+        "quant_method": "modelopt",
+    })
+}
+
+/// ModelOpt NVFP4 as a [`Target`]: `W4A16_NVFP4` without an input amax file, `NVFP4` with one.
+pub struct ModeloptNvfp4 {
+    input: Option<InputAmax>,
+    shared: SharedAmax,
+}
+
+impl ModeloptNvfp4 {
+    pub fn new(input: Option<InputAmax>) -> ModeloptNvfp4 {
+        ModeloptNvfp4 {
+            input,
+            shared: SharedAmax::default(),
+        }
+    }
+}
+
+impl Target for ModeloptNvfp4 {
+    fn describe(&self) -> String {
+        format!("ModelOpt {VERSION} {}", quant_algo(self.input.is_some()))
+    }
+    fn group(&self) -> Option<usize> {
+        Some(BLOCK)
+    }
+    fn specs(&self, module: &str, rows: usize, cols: usize, _dtype: Dtype) -> Vec<TensorSpec> {
+        specs(module, rows, cols, self.input.is_some())
+    }
+    fn encode(
+        &self,
+        module: &str,
+        w: &[f32],
+        rows: usize,
+        cols: usize,
+        _dtype: Dtype,
+    ) -> Vec<(String, Vec<u8>)> {
+        let q = quantize(w, rows, cols, self.shared.weight(module));
+        encode(module, &q, self.shared.input(module).map(input_scale))
+    }
+    fn config(&self, exclude: &[String]) -> Value {
+        config(self.input.is_some(), &exclude_modules(exclude))
+    }
+    fn exclude_key(&self) -> &'static str {
+        "ignore"
+    }
+    fn exclude_style(&self) -> ExcludeStyle {
+        ExcludeStyle::MatchedModules
+    }
+    fn side_files(&self, exclude: &[String]) -> Vec<(String, Vec<u8>)> {
+        vec![(
+            "hf_quant_config.json".into(),
+            python_json_indent4(&hf_quant_config(
+                self.input.is_some(),
+                &exclude_modules(exclude),
+            )),
+        )]
+    }
+    fn shares_fused_scales(&self) -> bool {
+        true
+    }
+    fn prepare(&mut self, p: &Prepass) -> Result<()> {
+        let shared = SharedAmax::compute(p, self.input.as_ref())?;
+        if let Some((m, _)) = shared.weight.iter().find(|(_, &a)| a == 0.0) {
+            return Err(Error::Usage(format!(
+                "`{m}` (with its fused siblings) is all zeros: ModelOpt's NVFP4 export would write NaN scales (weight_scale_2 = 0); --exclude it"
+            )));
+        }
+        self.shared = shared;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{ct_nvfp4, rowwise};
+
+    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
+        rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
+    }
+
+    /// The planted row of the golden: amax 5.25 gives ws2 = 2^-9 exactly; block 0 (amax 3)
+    /// scale 256, every tie to the even code; a zero block scale 1.0; a tiny block 2^-9.
+    #[test]
+    fn planted_blocks() {
+        let ws2 = scale_2(5.25);
+        assert_eq!(ws2, 1.0 / 512.0);
+        let block = [
+            3.0f32, -3.0, 0.125, 0.375, 0.625, 0.875, 1.25, 1.75, 2.5, -0.125, -0.375, -0.625,
+            -0.875, -1.25, -1.75, -2.5,
+        ];
+        let s = block_scale(&block, ws2);
+        assert_eq!(f8_e4m3_to_f32(s), 256.0);
+        let codes: Vec<u8> = block.iter().map(|&x| code(x / (256.0 * ws2))).collect();
+        assert_eq!(
+            fp4::pack(&codes),
+            [0xf7, 0x20, 0x42, 0x64, 0x86, 0xaa, 0xcc, 0xee]
+        );
+        assert_eq!(f8_e4m3_to_f32(block_scale(&[0.0; 16], ws2)), 1.0);
+        assert_eq!(
+            f8_e4m3_to_f32(block_scale(&[5e-6; 16], ws2)),
+            MIN_BLOCK_SCALE
+        );
+        assert_eq!(code(-0.0), 0);
+        assert_eq!(code(-0.1), 8);
+        assert_eq!(code(7.0), 7);
+        assert_eq!(input_scale(0.0), 6.0 / 2688.0);
+        assert_eq!(input_scale(3.890625), 3.890625f32 / 2688.0);
+    }
+
+    /// Both tools round a scaled value to the same E2M1 code by different arithmetic
+    /// (searchsorted + odd-bound adjustment here, thresholds there): equal on every bound, its
+    /// neighbours, and a sweep.
+    #[test]
+    fn code_rounding_agrees_with_compressed_tensors() {
+        let mut xs: Vec<f32> = Vec::new();
+        for b in BOUNDS.iter().chain(&fp4::E2M1[..]) {
+            for x in [*b, -*b] {
+                xs.extend([
+                    x,
+                    f32::from_bits(x.to_bits() + 1),
+                    f32::from_bits(x.to_bits().max(1) - 1),
+                ]);
+            }
+        }
+        xs.extend((0..20000).map(|i| (i as f32 - 10000.0) * 0.000_73));
+        for x in xs {
+            if x.abs() <= 6.0 {
+                assert_eq!(code(x), ct_nvfp4::code(x, 1.0), "{x}");
+            }
+        }
+    }
+
+    #[test]
+    fn fast_equals_reference_and_round_trips() {
+        for (rows, cols) in [(64, 128), (7, 48), (1, 16)] {
+            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
+                let w = data(rows, cols, dt);
+                let a = amax(&w);
+                let r = quantize_ref(&w, rows, cols, a);
+                assert_eq!(quantize(&w, rows, cols, a), r);
+                let enc = encode("m", &r, Some(0.5));
+                rowwise::assert_matches_specs(&enc, &specs("m", rows, cols, true));
+                assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
+            }
+        }
+    }
+
+    /// Named bounds, as `ct_nvfp4::tests::error_bound`: within `MAX_ERR_STEPS` effective block
+    /// scales (`f8(s)·ws2`) of the weight, RMSE below `MAX_RMSE_MODELOPT_NVFP4`.
+    #[test]
+    fn error_bound() {
+        const MAX_ERR_STEPS: f32 = 1.0;
+        const MAX_RMSE_MODELOPT_NVFP4: f32 = 0.0045;
+        let (rows, cols) = (64, 256);
+        let w = data(rows, cols, Dtype::BF16);
+        let q = quantize_ref(&w, rows, cols, amax(&w));
+        let d = dequantize(&q);
+        let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s * q.global).collect();
+        let mut se = 0f64;
+        for i in 0..rows * cols {
+            let e = (w[i] - d[i]).abs();
+            let step = eff[(i / cols) * (cols / 16) + (i % cols) / 16];
+            assert!(
+                e <= MAX_ERR_STEPS * step * (1.0 + 1e-6),
+                "{i}: {} vs {}",
+                w[i],
+                d[i]
+            );
+            se += (e as f64).powi(2);
+        }
+        let rmse = (se / (rows * cols) as f64).sqrt() as f32;
+        assert!(rmse < MAX_RMSE_MODELOPT_NVFP4, "rmse {rmse}");
+    }
+
+    /// `hf_quant_config.json` byte for byte as ModelOpt 0.47 wrote it for the NVFP4 golden.
+    #[test]
+    fn hf_quant_config_bytes() {
+        let want = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("fixtures/goldens/modelopt-0.47/NVFP4_DEFAULT_CFG/hf_quant_config.json"),
+        )
+        .unwrap();
+        let ex = vec!["lm_head".to_string(), "model.embed_tokens".to_string()];
+        let got = python_json_indent4(&hf_quant_config(true, &exclude_modules(&ex)));
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            String::from_utf8(want).unwrap()
+        );
+    }
+}
