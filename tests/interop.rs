@@ -75,6 +75,14 @@ const F2F: &[&str] = &["--quark-layout", "file2file"];
 const F2F_011: &[&str] = &["--quark-layout", "file2file", "--quark-version", "0.11.1"];
 const V011: &[&str] = &["--quark-version", "0.11.1"];
 const SEQ: &[&str] = &["--quark-sequential"];
+/// Calibrated input amax for the W4A4 `nvfp4` cases: the Llama golden's (from the tools'
+/// calibration), and made-up values for the EAGLE-3 draft (v_proj's differs from q/k_proj's,
+/// so the fused sharing shows).
+const AMAX_LLAMA: &[&str] = &[
+    "--input-amax",
+    "fixtures/goldens/compressed-tensors-0.20/NVFP4/input_amax.json",
+];
+const AMAX_EAGLE3: &[&str] = &["--input-amax", "tests/interop/eagle3_input_amax.json"];
 
 #[rustfmt::skip]
 static CASES: &[Case] = &[
@@ -96,6 +104,10 @@ static CASES: &[Case] = &[
     case(&LLAMA_BF16, "uint4-g32", Q, "lm_head", &[]),
     case(&LLAMA_BF16, "uint4-g64", Q, "lm_head", &[]),
     case(&LLAMA_BF16, "uint4-g128", Q, "lm_head", &[]),
+    case(&LLAMA_BF16, "nvfp4-a16", CT, "lm_head", &[]),
+    case(&LLAMA_BF16, "nvfp4-a16", MO, "lm_head,*embed_tokens", &[]),
+    case(&LLAMA_BF16, "nvfp4", CT, "lm_head", AMAX_LLAMA),
+    case(&LLAMA_BF16, "nvfp4", MO, "lm_head,*embed_tokens", AMAX_LLAMA),
     // The EAGLE-3 draft, `fc` quantized (192 inputs), with the Quark layouts and versions.
     case(&EAGLE3_BF16, "int4-pc", Q, "lm_head", &[]),
     case(&EAGLE3_BF16, "int4-pc", Q, "lm_head", SEQ),
@@ -117,6 +129,10 @@ static CASES: &[Case] = &[
     case(&EAGLE3_BF16, "w4a8-int8", CT, EAGLE3_NOT_128, &[]),
     case(&EAGLE3_BF16, "uint4-g32", Q, "lm_head", SEQ),
     case(&EAGLE3_BF16, "uint4-g64", Q, "lm_head", &[]),
+    case(&EAGLE3_BF16, "nvfp4-a16", CT, "lm_head", &[]),
+    case(&EAGLE3_BF16, "nvfp4-a16", MO, "lm_head", &[]),
+    case(&EAGLE3_BF16, "nvfp4", CT, "lm_head", AMAX_EAGLE3),
+    case(&EAGLE3_BF16, "nvfp4", MO, "lm_head", AMAX_EAGLE3),
     // F16 models.
     case(&LLAMA_F16, "int4-pc", Q, "lm_head", &[]),
     case(&LLAMA_F16, "int4-pc", CT, "lm_head", &[]),
@@ -127,6 +143,8 @@ static CASES: &[Case] = &[
     case(&LLAMA_F16, "fp8-pc", MO, "lm_head", &[]),
     case(&LLAMA_F16, "w4a8-fp8", Q, "lm_head", &[]),
     case(&LLAMA_F16, "uint4-g32", Q, "lm_head", &[]),
+    case(&LLAMA_F16, "nvfp4-a16", CT, "lm_head", &[]),
+    case(&LLAMA_F16, "nvfp4-a16", MO, "lm_head", &[]),
 ];
 
 impl Case {

@@ -61,14 +61,19 @@ fn e4m3(b: u8) -> f32 {
     }
 }
 
-/// E2M1 nibble → value.
-fn e2m1(n: u8) -> f32 {
+/// E2M1 nibble → value, as each tool reads it: compressed-tensors' `unpack_fp4_from_uint8`
+/// multiplies by −1 (code 8 is −0), ModelOpt's `e2m1_values` table has +0 at code 8.
+fn e2m1(n: u8, modelopt: bool) -> f32 {
     let v = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0][(n & 7) as usize];
-    if n & 8 != 0 {
-        -v
-    } else {
-        v
+    match (n & 8 != 0, modelopt) {
+        (true, true) if v == 0.0 => 0.0,
+        (true, _) => -v,
+        (false, _) => v,
     }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// Run `kquant quantize` (must succeed, without a warning: NVFP4 loads on NVIDIA GPUs).
@@ -432,7 +437,11 @@ fn goldens_read_back() {
             let module = format!("{L}{m}");
             let d = f32s(&dq[&format!("{module}.weight")]);
             let (want, eff, cols) = decode(&q, &module, tool == MO);
-            assert_eq!(d, want, "{name} {module}: kquant vs independent decoding");
+            assert_eq!(
+                bits(&d),
+                bits(&want),
+                "{name} {module}: kquant vs independent decoding"
+            );
             let w = f32s(&src[&format!("{module}.weight")]);
             for i in 0..w.len() {
                 let step = eff[(i / cols) * (cols / 16) + (i % cols) / 16];
@@ -498,7 +507,7 @@ fn decode(q: &Tensors, module: &str, modelopt: bool) -> (Vec<f32>, Vec<f32>, usi
         .iter()
         .flat_map(|&b| [b & 0xf, b >> 4])
         .enumerate()
-        .map(|(i, n)| e2m1(n) * eff[(i / cols) * (cols / 16) + (i % cols) / 16])
+        .map(|(i, n)| e2m1(n, modelopt) * eff[(i / cols) * (cols / 16) + (i % cols) / 16])
         .collect();
     (w, eff, cols)
 }

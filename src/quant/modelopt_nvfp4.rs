@@ -21,7 +21,8 @@
 //!
 //! Tensors: `X.weight` U8 `[out, in/2]`, `X.weight_scale` F8_E4M3 `[out, in/16]`,
 //! `X.weight_scale_2` F32 `[]`, (W4A4) `X.input_scale` F32 `[]`. Dequantized (as
-//! `NVFP4QTensor.dequantize`): `w = e2m1 · (f8(s) · ws2)`. Config: `hf_quant_config.json`
+//! `NVFP4QTensor.dequantize`): `w = e2m1 · (f8(s) · ws2)`, where ModelOpt's `e2m1_values`
+//! table maps code 8 to +0 (compressed-tensors' unpacker gives −0). Config: `hf_quant_config.json`
 //! with `group_size` 16, and `config_groups` in `config.json`'s `quantization_config`
 //! (`convert_hf_config.py`).
 //!
@@ -44,6 +45,10 @@ use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 
+/// `e2m1_values` of `nvfp4_tensor.py`, by code: code 8 is +0, not −0.
+pub const VALUES: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
 /// `e2m1_bounds` of `nvfp4_tensor.py`.
 pub const BOUNDS: [f32; 7] = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0];
 /// The smallest E4M3 subnormal, ModelOpt's floor for a block scale.
@@ -100,12 +105,12 @@ pub fn quantize(w: &[f32], rows: usize, cols: usize, amax_t: f32) -> Nvfp4 {
     quantize_on(Path::Parallel, w, rows, cols, amax_t)
 }
 
-/// ModelOpt's dequantization: `e2m1 · (f8(s) · ws2)` in F32.
+/// ModelOpt's dequantization: `VALUES[code] · (f8(s) · ws2)` in F32.
 pub fn dequantize(q: &Nvfp4) -> Vec<f32> {
     let groups = q.cols / BLOCK;
     let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s * q.global).collect();
     (0..q.rows * q.cols)
-        .map(|i| fp4::value(q.codes[i]) * eff[(i / q.cols) * groups + (i % q.cols) / BLOCK])
+        .map(|i| VALUES[q.codes[i] as usize] * eff[(i / q.cols) * groups + (i % q.cols) / BLOCK])
         .collect()
 }
 
@@ -302,6 +307,12 @@ mod tests {
         assert_eq!(code(7.0), 7);
         assert_eq!(input_scale(0.0), 6.0 / 2688.0);
         assert_eq!(input_scale(3.890625), 3.890625f32 / 2688.0);
+        // ModelOpt reads code 8 as +0, compressed-tensors as −0.
+        let q = decode(&[0x88; 8], &[0x38], 1.0, 1, 16);
+        assert!(dequantize(&q).iter().all(|x| x.to_bits() == 0));
+        assert!(ct_nvfp4::dequantize(&q)
+            .iter()
+            .all(|x| x.to_bits() == 0x8000_0000));
     }
 
     /// Both tools round a scaled value to the same E2M1 code by different arithmetic

@@ -25,6 +25,11 @@ quantized module with the reference library's own functions, and compares the re
   writer quantizes: its `ignore` lists Linear layers only) and fail on the missing scale; it
   does the same on compressed-tensors' own FP8_DYNAMIC/W4A8 goldens. The modules whose weight
   has no `weight_scale` are therefore passed to its `ignore` argument.
+  `nvfp4-pack-quantized` (`_check_ct_nvfp4`): the converter (NVFP4PackedCompressor.decompress
+  unpacks to BF16, so the rule is `reference == bf16(kquant_f32)`), plus the library's
+  `unpack_fp4_from_uint8(dtype=float32)` + `forward.dequantize` in f32, bitwise. For W4A4 the
+  converter's `validate` refuses compressed-tensors' own output (residual `input_global_scale`),
+  so `process` is used and the leftover input global scales are checked separately.
 - AMD Quark 0.13, model layout: `quark.torch.export.api.import_model_from_safetensors(model,
   dir)` (Quark's own importer for its safetensors exports) into a skeleton of `nn.Linear` /
   `nn.Embedding` modules on the meta device, built from the tensor names (Quark decides from the
@@ -48,7 +53,10 @@ quantized module with the reference library's own functions, and compares the re
   `pre_quant_scale`) with the file's scales must reproduce the file's weight bytes. The modules
   Linear layers left unquantized (2-D `.weight`, embeddings aside) must all be in
   `hf_quant_config.json`'s `exclude_modules` (fnmatch, as TensorRT-LLM matches them) and no
-  quantized module may be.
+  quantized module may be. `NVFP4` / `W4A16_NVFP4`: `NVFP4QTensor(...).dequantize(scale,
+  double_scale=weight_scale_2)` in f32, bitwise, and `to_quantized_weight(kquant f32, scale,
+  NVFP4, weight_scale_2)` must reproduce the file's bytes, except that code 8 (−0, which
+  ModelOpt reads back as +0) re-quantizes to 0; `input_scale` only for `NVFP4`.
 
 In every case the tensors that are not quantized must be identical (dtype, shape, bytes) and the
 set of tensor names must be the same. Prints one line per case and `N passed, M failed`; exits 1
@@ -112,10 +120,17 @@ def _ct_weights(scheme):
         return ("float-quantized", {"type": "float", "num_bits": 8, "strategy": "channel", "group_size": None})
     if scheme == "w4a8-int8":
         return ("int-quantized", {"type": "int", "num_bits": 4, "strategy": "group", "group_size": 128})
+    if scheme in ("nvfp4-a16", "nvfp4"):
+        return ("nvfp4-pack-quantized", {"type": "float", "num_bits": 4, "strategy": "tensor_group", "group_size": 16})
     return None
 
 
-MODELOPT_ALGO = {"int4-g128": "W4A16_AWQ", "fp8-pc": "FP8_PER_CHANNEL_PER_TOKEN"}
+MODELOPT_ALGO = {
+    "int4-g128": "W4A16_AWQ",
+    "fp8-pc": "FP8_PER_CHANNEL_PER_TOKEN",
+    "nvfp4-a16": "W4A16_NVFP4",
+    "nvfp4": "NVFP4",
+}
 
 
 def load_dir(d: Path) -> dict:
@@ -199,6 +214,9 @@ def check_ct(case, out_dir: Path, kq: dict) -> str:
     if qc.get("format") != fmt or any(got.get(k) != v for k, v in wargs.items()):
         raise Mismatch(f"config does not describe {case['scheme']}: format {qc.get('format')}, weights {got}")
 
+    if fmt == "nvfp4-pack-quantized":
+        return _check_ct_nvfp4(case, qc, out_dir, kq)
+
     tensors = load_dir(out_dir)
     modules = sorted(k[: -len(".weight_scale")] for k in tensors if k.endswith(".weight_scale"))
     no_scale = sorted(
@@ -235,6 +253,54 @@ def check_ct(case, out_dir: Path, kq: dict) -> str:
     return (
         f"{len(deq)} modules via CompressedTensorsDequantizer/{comp} ({rule}; with f32 scales bitwise), "
         f"{rest} other tensors identical"
+    )
+
+
+def _check_ct_nvfp4(case, qc, out_dir: Path, kq: dict) -> str:
+    """NVFP4: `CompressedTensorsDequantizer.process` (NVFP4PackedCompressor.decompress, which
+    unpacks to BF16 and so returns BF16: reference == bf16(kquant f32)), and the library's own
+    `unpack_fp4_from_uint8(dtype=float32)` + `forward.dequantize` in F32 (bitwise).
+
+    For W4A4 (`NVFP4`) the converter's `validate` refuses compressed-tensors' own output (it
+    does the same on fixtures/goldens/compressed-tensors-0.20/NVFP4): `input_global_scale` is
+    not among NVFP4PackedCompressor's `compression_param_names` when the input activations are
+    `dynamic: "local"`, so it is left behind and counted as residual. `process` is run instead,
+    and the leftover `input_global_scale` tensors must be exactly one F32 [1] per module."""
+    from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
+    from compressed_tensors.entrypoints.convert.converters import CompressedTensorsDequantizer
+    from compressed_tensors.quantization.lifecycle.forward import dequantize
+
+    w4a4 = case["scheme"] == "nvfp4"
+    ia = qc["config_groups"]["group_0"]["input_activations"]
+    if w4a4 != (ia is not None and ia.get("dynamic") == "local"):
+        raise Mismatch(f"input_activations {ia} do not describe {case['scheme']}")
+    tensors = load_dir(out_dir)
+    modules = sorted(k[: -len(".weight_packed")] for k in tensors if k.endswith(".weight_packed"))
+    dq = CompressedTensorsDequantizer(str(out_dir), dtype=torch.float32)
+    scheme = dq.quant_config.config_groups["group_0"]
+    if scheme.format.value != "nvfp4-pack-quantized":
+        raise Mismatch(f"compressed-tensors inferred format {scheme.format} for this config")
+    native = dq.process(dict(tensors)) if w4a4 else dq.validate(dict(tensors))
+    deq, extra = set(), set()
+    for m in modules:
+        w = m + ".weight"
+        compare_rounded(w, native[w], kq[w], torch.bfloat16, "compressed-tensors decompress")
+        packed, scale = tensors[m + ".weight_packed"], tensors[m + ".weight_scale"]
+        q = unpack_fp4_from_uint8(packed, packed.shape[0], packed.shape[1] * 2, dtype=torch.float32)
+        f32 = dequantize(q, scale.to(torch.float32), args=scheme.weights,
+                         global_scale=tensors[m + ".weight_global_scale"], dtype=torch.float32)
+        compare_f32(w, f32, kq[w], "unpack_fp4_from_uint8 + forward.dequantize in f32")
+        deq.add(w)
+        if w4a4:
+            g = native.pop(m + ".input_global_scale", None)
+            if g is None or g.dtype != torch.float32 or tuple(g.shape) != (1,):
+                raise Mismatch(f"{m}.input_global_scale: {None if g is None else (g.dtype, tuple(g.shape))}")
+            extra.add(m)
+    rest = compare_rest(native, kq, deq)
+    how = "process (validate refuses input_global_scale)" if w4a4 else "validate"
+    return (
+        f"{len(deq)} modules via CompressedTensorsDequantizer.{how}/NVFP4PackedCompressor (== bfloat16(kquant f32)) "
+        f"and forward.dequantize in f32 (bitwise), {len(extra)} input_global_scale, {rest} other tensors identical"
     )
 
 
@@ -371,9 +437,14 @@ def _check_quark_f2f(case, qc, tensors, modules, kq) -> str:
 
 
 def check_modelopt(case, out_dir: Path, kq: dict) -> str:
-    from modelopt.torch.export.model_config import QUANTIZATION_FP8_PC_PT, QUANTIZATION_INT4_AWQ
+    from modelopt.torch.export.model_config import (
+        QUANTIZATION_FP8_PC_PT,
+        QUANTIZATION_INT4_AWQ,
+        QUANTIZATION_NVFP4,
+        QUANTIZATION_W4A16_NVFP4,
+    )
     from modelopt.torch.export.quant_utils import pack_int4_in_uint8, to_quantized_weight
-    from modelopt.torch.quantization.qtensor import FP8QTensor
+    from modelopt.torch.quantization.qtensor import FP8QTensor, NVFP4QTensor
 
     hf = json.loads((out_dir / "hf_quant_config.json").read_text())["quantization"]
     qc = json.loads((out_dir / "config.json").read_text())["quantization_config"]
@@ -400,7 +471,31 @@ def check_modelopt(case, out_dir: Path, kq: dict) -> str:
         data, scale = ref.pop(m + ".weight"), ref.pop(m + ".weight_scale")
         pqs = ref.pop(m + ".pre_quant_scale", None)
         kqw = kq[m + ".weight"]
-        if algo == "W4A16_AWQ":
+        if algo in ("NVFP4", "W4A16_NVFP4"):
+            ws2 = ref.pop(m + ".weight_scale_2")
+            inp = ref.pop(m + ".input_scale", None)
+            if (inp is not None) != (algo == "NVFP4") or (inp is not None and tuple(inp.shape) != ()):
+                raise Mismatch(f"{m}.input_scale: {None if inp is None else tuple(inp.shape)} for {algo}")
+            if data.dtype != torch.uint8 or scale.dtype != torch.float8_e4m3fn or tuple(ws2.shape) != ():
+                raise Mismatch(f"{m}: {data.dtype}/{scale.dtype}/{tuple(ws2.shape)} is not ModelOpt NVFP4")
+            if hf.get("group_size") != 16:
+                raise Mismatch(f"group_size {hf.get('group_size')}")
+            shape = torch.Size([data.shape[0], data.shape[1] * 2])
+            w = NVFP4QTensor(shape, torch.float32, data).dequantize(
+                dtype=torch.float32, scale=scale, double_scale=ws2, block_sizes={-1: 16}
+            )
+            compare_f32(m + ".weight", w, kqw, "NVFP4QTensor.dequantize")
+            fmt = QUANTIZATION_NVFP4 if algo == "NVFP4" else QUANTIZATION_W4A16_NVFP4
+            again = to_quantized_weight(kqw, scale, fmt, weights_scaling_factor2=ws2, block_size=16)
+            # ModelOpt reads code 8 (a negative that rounded to 0) as +0, which re-quantizes to
+            # code 0: compare with both zero codes as 0.
+            def zero8(b):
+                lo, hi = b & 0x0F, b >> 4
+                lo = torch.where(lo == 8, torch.zeros_like(lo), lo)
+                hi = torch.where(hi == 8, torch.zeros_like(hi), hi)
+                return lo | (hi << 4)
+            again, data = zero8(again), zero8(data)
+        elif algo == "W4A16_AWQ":
             g = hf["group_size"]
             if data.dtype != torch.uint8:
                 raise Mismatch(f"{m}.weight is {data.dtype}, not uint8")
@@ -430,11 +525,10 @@ def check_modelopt(case, out_dir: Path, kq: dict) -> str:
         ref[m + ".weight"] = w
         deq.add(m + ".weight")
     rest = compare_rest(ref, kq, deq)
-    how = (
-        "unpack checked by pack_int4_in_uint8, q*s*pre_quant_scale"
-        if algo == "W4A16_AWQ"
-        else "FP8QTensor.dequantize"
-    )
+    how = {
+        "W4A16_AWQ": "unpack checked by pack_int4_in_uint8, q*s*pre_quant_scale",
+        "FP8_PER_CHANNEL_PER_TOKEN": "FP8QTensor.dequantize",
+    }.get(algo, "NVFP4QTensor.dequantize")
     return (
         f"{len(deq)} modules via {how} (f32 bitwise), to_quantized_weight(kquant f32) == file bytes, "
         f"exclude_modules consistent, {rest} other tensors identical"
