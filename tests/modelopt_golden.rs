@@ -10,7 +10,8 @@
 //!   first. kquant does no search, so those tensors cannot match; everything else is checked:
 //!   names, dtypes, shapes, the untouched tensors byte for byte, both configs, the recipe on the
 //!   golden's own smoothing, and the golden decoded by kquant.
-//! - `W4A8_AWQ_BETA_CFG`, `NVFP4_DEFAULT_CFG` (not written by kquant): read back by
+//! - `W4A8_AWQ_BETA_CFG` (not written by kquant) and `NVFP4_DEFAULT_CFG` (written; its
+//!   byte-exact test is tests/nvfp4_golden.rs, on the planted NVFP4 golden): read back by
 //!   `kquant dequantize` / `kquant diff`.
 
 mod common;
@@ -274,7 +275,7 @@ fn golden_int4_decodes_to_the_source_function() {
 }
 
 /// `kquant diff` of each golden against its source: every tensor compared, the quantized
-/// ones (W4A8_AWQ and NVFP4 included, which kquant reads but does not write) above 17 dB.
+/// ones (W4A8_AWQ included, which kquant reads but does not write) above 17 dB.
 #[test]
 fn every_golden_diffs_against_its_source() {
     let t = tempfile::tempdir().unwrap();

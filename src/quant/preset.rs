@@ -39,6 +39,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "kimi-k2.5-eagle3-trtllm-int4",
         include_str!("../../quant-configs/kimi-k2.5-eagle3-trtllm-int4.json"),
     ),
+    (
+        "kimi-k2.5-eagle3-nvfp4-a16",
+        include_str!("../../quant-configs/kimi-k2.5-eagle3-nvfp4-a16.json"),
+    ),
 ];
 
 /// One preset. Command-line flags override its fields.

@@ -266,9 +266,9 @@ pub static SCHEMES: &[SchemeInfo] = &[
     SchemeInfo {
         id: "nvfp4-a16",
         bits_per_weight: 4.0 + 8.0 / 16.0,
-        granularity: "per group of 16 input columns (FP8 E4M3 scales) under one F32 scale per tensor, shared by fused q/k/v and gate/up",
+        granularity: "per group of 16 input columns (FP8 E4M3) under one F32 scale per tensor",
         activations: "bf16/f16 (weight-only)",
-        about: "NVFP4 weights: FP4 E2M1 codes; NVIDIA GPUs only",
+        about: "NVFP4 weights (FP4 E2M1); the per-tensor scale is shared by fused q/k/v, gate/up (and MLA q_a/kv_a); NVIDIA GPUs only",
         carriers: &[
             c(
                 Format::CompressedTensors,
@@ -276,7 +276,7 @@ pub static SCHEMES: &[SchemeInfo] = &[
                 "NVFP4A16 preset (nvfp4-pack-quantized)",
                 &[
                     "vLLM CUDA sm100+ (Blackwell): native FP4 GEMM",
-                    "vLLM CUDA sm75+/sm80+ (Ampere, Hopper): FP4 Marlin, weight-only",
+                    "vLLM CUDA Ampere/Hopper (sm80+): FP4 Marlin",
                 ],
             ),
             c(
@@ -285,14 +285,14 @@ pub static SCHEMES: &[SchemeInfo] = &[
                 "W4A16_NVFP4_CFG (W4A16_NVFP4)",
                 &[
                     "vLLM CUDA sm100+ (Blackwell): native FP4 GEMM",
-                    "vLLM CUDA sm75+/sm80+ (Ampere, Hopper): FP4 Marlin, weight-only",
+                    "vLLM CUDA Ampere/Hopper (sm80+): FP4 Marlin",
                 ],
             ),
             // Quark's nvfp4 scheme (FP4Block16ScaleE4M3Scheme) is W4A4 only. See docs/quantize.md.
             c(
                 Format::Quark,
                 false,
-                "none: Quark's nvfp4 quantizes activations",
+                "none: Quark's nvfp4 is W4A4 only",
                 &[],
             ),
         ],
@@ -300,9 +300,9 @@ pub static SCHEMES: &[SchemeInfo] = &[
     SchemeInfo {
         id: "nvfp4",
         bits_per_weight: 4.0 + 8.0 / 16.0,
-        granularity: "per group of 16 input columns (FP8 E4M3 scales) under one F32 scale per tensor, shared by fused q/k/v and gate/up",
-        activations: "NVFP4 (FP4, 16-wide FP8 block scales at run time) under a static per-tensor scale from --input-amax",
-        about: "NVFP4 weights and activations (W4A4); needs --input-amax; NVIDIA GPUs only",
+        granularity: "per group of 16 input columns (FP8 E4M3) under one F32 scale per tensor",
+        activations: "NVFP4, block scales at run time under a static per-tensor scale (--input-amax)",
+        about: "NVFP4 weights and activations (W4A4); needs calibrated input amax (--input-amax); per-tensor scales shared by fused siblings; NVIDIA GPUs only",
         carriers: &[
             c(
                 Format::CompressedTensors,
@@ -310,7 +310,7 @@ pub static SCHEMES: &[SchemeInfo] = &[
                 "NVFP4 preset (nvfp4-pack-quantized)",
                 &[
                     "vLLM CUDA sm100+ (Blackwell): native W4A4 (CUTLASS/FlashInfer)",
-                    "vLLM CUDA sm75+/sm80+ (Ampere, Hopper): FP4 Marlin, weight-only (input scale unused)",
+                    "vLLM CUDA Ampere/Hopper (sm80+): FP4 Marlin, weight-only (input scale unused)",
                 ],
             ),
             c(
@@ -320,7 +320,7 @@ pub static SCHEMES: &[SchemeInfo] = &[
                 &[
                     "TensorRT-LLM Blackwell (NVFP4LinearMethod)",
                     "vLLM CUDA sm100+ (Blackwell): native W4A4 (CUTLASS/FlashInfer)",
-                    "vLLM CUDA sm75+/sm80+ (Ampere, Hopper): FP4 Marlin, weight-only (input scale unused)",
+                    "vLLM CUDA Ampere/Hopper (sm80+): FP4 Marlin, weight-only (input scale unused)",
                 ],
             ),
             c(
