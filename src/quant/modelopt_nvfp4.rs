@@ -262,9 +262,12 @@ impl Target for ModeloptNvfp4 {
     fn prepare(&mut self, p: &Prepass) -> Result<()> {
         let shared = SharedAmax::compute(p, self.input.as_ref())?;
         if let Some((m, _)) = shared.weight.iter().find(|(_, &a)| a == 0.0) {
-            return Err(Error::Usage(format!(
-                "`{m}` (with its fused siblings) is all zeros: ModelOpt's NVFP4 export would write NaN scales (weight_scale_2 = 0); --exclude it"
-            )));
+            return Err(Error::Flags {
+                msg: format!(
+                    "`{m}` (with its fused siblings) is all zeros: ModelOpt's NVFP4 export would divide by weight_scale_2 = 0 and write NaN scales"
+                ),
+                hint: format!("--exclude `{m}` (and its fused siblings), or use --format compressed-tensors"),
+            });
         }
         self.shared = shared;
         Ok(())
@@ -378,6 +381,34 @@ mod tests {
         }
         let rmse = (se / (rows * cols) as f64).sqrt() as f32;
         assert!(rmse < MAX_RMSE_MODELOPT_NVFP4, "rmse {rmse}");
+    }
+
+    /// The pre-pass shares the weight amax over a family and refuses an all-zero one.
+    #[test]
+    fn prepare_shares_and_refuses_zero_families() {
+        let fam = vec![vec!["a.gate_proj".to_string(), "a.up_proj".to_string()]];
+        let p = |g: f32, u: f32| Prepass {
+            quantized: vec![
+                "a.gate_proj".into(),
+                "a.up_proj".into(),
+                "a.down_proj".into(),
+            ],
+            families: fam.clone(),
+            weight_amax: Some(
+                [("a.gate_proj", g), ("a.up_proj", u), ("a.down_proj", 1.0)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+            ),
+        };
+        let mut t = ModeloptNvfp4::new(None);
+        t.prepare(&p(0.5, 2.0)).unwrap();
+        assert_eq!(t.shared.weight("a.gate_proj"), 2.0);
+        assert_eq!(t.shared.weight("a.down_proj"), 1.0);
+        let e = t.prepare(&p(0.0, 0.0)).unwrap_err();
+        assert!(e.to_string().contains("all zeros"), "{e}");
+        // One zero member of a non-zero family is fine (it takes the family's scale).
+        t.prepare(&p(0.0, 2.0)).unwrap();
     }
 
     /// `hf_quant_config.json` byte for byte as ModelOpt 0.47 wrote it for the NVFP4 golden.
