@@ -634,6 +634,18 @@ fn bad_arguments_and_prompts_are_refused() {
         "16",
     ]));
     assert!(e.contains("has hidden size 8, but --hidden-size"), "{e}");
+    let e = refused(&run(&[
+        "--layer-ids",
+        "1,2,3",
+        "--num-layers",
+        "4",
+        "--layout",
+        "taps-first",
+    ]));
+    assert!(
+        e.contains("0.safetensors") && e.contains("not the --layout taps-first shape [3, 4, 8]"),
+        "{e}"
+    );
     // The profile's vocabulary (2048) bounds the tokens; its hidden size (256) the taps.
     let e = refused(&run(&[
         "--layer-ids",

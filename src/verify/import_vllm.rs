@@ -410,17 +410,19 @@ fn resolve_layout(
         if let [l] = c.fits[..] {
             match shown {
                 None => shown = Some((l, &f.path)),
-                Some((s, other)) if s != l => return Err(src_err(
-                    &f.path,
-                    format!(
+                Some((s, other)) if s != l => {
+                    return Err(src_err(
+                        &f.path,
+                        format!(
                         "`{HIDDEN}` {:?} is {}, but `{}` is {}: the directory mixes vLLM versions",
                         c.shape,
                         l.name(),
                         other.display(),
                         s.name()
                     ),
-                    Some("import the files of each vLLM version separately"),
-                )),
+                        Some("import the files of each vLLM version separately"),
+                    ))
+                }
                 _ => {}
             }
         }
