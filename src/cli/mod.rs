@@ -14,6 +14,8 @@ pub mod inspect;
 pub mod quantize;
 pub mod schemes;
 pub mod synth;
+pub mod targets;
+pub mod trace_import;
 pub mod verify;
 pub mod verify_files;
 
@@ -48,6 +50,9 @@ pub enum Command {
     Synth(synth::Args),
     /// Measure speed against a baseline run in the same process (see docs/performance.md).
     Bench(bench::Args),
+    /// Target profiles: shape, default taps per draft family, published accept lengths.
+    Targets(targets::Args),
+    TraceImport(trace_import::Args),
 }
 
 /// Run a parsed command line.
@@ -63,6 +68,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::VerifyFiles(a) => verify_files::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Targets(a) => targets::run(a),
+        Command::TraceImport(a) => trace_import::run(a),
     }
 }
 

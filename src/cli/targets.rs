@@ -1,0 +1,98 @@
+//! `kquant targets [NAME|FILE] [--json]`: the target profiles (`quant-configs/targets/`) — shape,
+//! default taps per draft family in each numbering convention, the seed cards' published accept
+//! lengths, and whether kquant can run the target live.
+
+use std::process::ExitCode;
+
+use crate::error::Result;
+use crate::verify::profile::{self, Family, Profile};
+
+/// Arguments of `kquant targets`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Show one profile (a built-in name or a JSON file) instead of all built-in ones.
+    pub target: Option<String>,
+    /// Print the profiles as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn ids(v: &[usize]) -> String {
+    v.iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn show(p: &Profile) {
+    println!(
+        "{}  ({})",
+        p.name,
+        p.hf_id.as_deref().unwrap_or("not on the hub")
+    );
+    println!("    {}", p.description);
+    println!(
+        "    architecture {}; {} layers, hidden size {}, vocabulary {}",
+        p.architecture.show(),
+        p.num_layers.show(),
+        p.hidden_size.show(),
+        p.vocab_size.show()
+    );
+    for f in Family::ALL {
+        match p.taps.get(f) {
+            Some(t) => {
+                let out = t
+                    .output_of_layer_ids()
+                    .map_or_else(|| "n/a (taps the embedding)".into(), |v| ids(&v));
+                println!(
+                    "    {:<10} taps hs[{}]  vLLM ids {}  output-of-layer ids {}",
+                    f.name(),
+                    ids(&t.hs),
+                    ids(&t.vllm_ids()),
+                    out
+                );
+            }
+            None => println!("    {:<10} taps unknown", f.name()),
+        }
+    }
+    for a in &p.published_accept_lengths {
+        println!(
+            "    published: {} on {} (N {}): {}  [{}; {}; {}]",
+            a.draft,
+            a.benchmark,
+            a.n.show(),
+            a.accept_length,
+            a.engine,
+            a.draft_length,
+            a.source
+        );
+    }
+    if let Some(l) = &p.live {
+        println!(
+            "    live: target {}, prompts {}, trace {}",
+            l.target, l.prompts, l.trace
+        );
+    }
+    println!();
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let profiles = match &a.target {
+        Some(spec) => vec![profile::load(spec)?],
+        None => profile::builtin()?,
+    };
+    if a.json {
+        let doc = serde_json::json!({
+            "schema": "kquant.targets/1",
+            "tap_convention": profile::TAP_CONVENTION,
+            "targets": profiles,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("Taps are HF hidden_states indices: hs[0] = embeddings, hs[i] = output of block i-1, hs[L] = last block before the final norm.\n");
+    for p in &profiles {
+        show(p);
+    }
+    Ok(ExitCode::SUCCESS)
+}

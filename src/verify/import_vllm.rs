@@ -1,0 +1,797 @@
+//! `kquant trace import --from vllm-hidden-states`: turn what vLLM's `extract_hidden_states`
+//! speculator and `ExampleHiddenStatesConnector` write (one `{req_id}.safetensors` per request,
+//! holding `hidden_states` and `token_ids`) into a `kquant-trace/1`.
+//!
+//! The facts this rests on are in docs/verify.md, "Importing vLLM hidden states":
+//! - the tap ids are the ones given to vLLM (`eagle_aux_hidden_state_layer_ids`); vLLM's id k is
+//!   captured before block k, i.e. HF `hidden_states[k]`, and id L (= `num_hidden_layers`) is
+//!   the last block's output before the final norm, which is what a trace's `hs[L]` means;
+//! - vLLM appends the taps as its layer loop passes them, so slot j of the stack holds the j-th
+//!   smallest id, whatever order the ids were given in;
+//! - older vLLM stacks them `[n_taps, T, H]` ("taps-first"), current vLLM writes
+//!   `[T, n_taps, H]` ("tokens-first"); the layout is told from the shapes.
+//!
+//! Every file is checked (tensors, dtypes, ranks, lengths, hidden size, token range, finite
+//! values) before anything is written; the trace is written with [`trace::write`].
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::io::{Dtype, Shard};
+use crate::verify::trace::{self, Manifest, NewSample, SampleMeta};
+
+/// The tensor holding the stacked taps.
+pub const HIDDEN: &str = "hidden_states";
+/// The tensor holding the request's token ids.
+pub const TOKENS: &str = "token_ids";
+
+/// How the taps are stacked in `hidden_states`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// `[n_taps, T, H]`: vLLM's first connector (`torch.stack(…, dim=0)`).
+    TapsFirst,
+    /// `[T, n_taps, H]`: current vLLM (the KV-cache rows, one "head" per tap).
+    TokensFirst,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::TapsFirst => "taps-first",
+            Layout::TokensFirst => "tokens-first",
+        }
+    }
+
+    fn shape(self, n: usize, t: usize, h: usize) -> [usize; 3] {
+        match self {
+            Layout::TapsFirst => [n, t, h],
+            Layout::TokensFirst => [t, n, h],
+        }
+    }
+
+    /// Offset of row (slot `j`, position `t`) in a stack of `n` taps over `len` tokens.
+    fn row(self, j: usize, t: usize, n: usize, len: usize) -> usize {
+        match self {
+            Layout::TapsFirst => j * len + t,
+            Layout::TokensFirst => t * n + j,
+        }
+    }
+}
+
+/// The HF `hidden_states` index vLLM's tap id `id` captures on an `num_layers`-block target:
+/// `hs[id]` (id k is taken before block k; id L after the last block, before the final norm).
+/// `None` past `hs[L]`.
+pub fn vllm_id_to_hs(id: usize, num_layers: usize) -> Option<usize> {
+    (id <= num_layers).then_some(id)
+}
+
+/// The tap each slot of vLLM's stack holds, as HF indices: the ids sorted ascending (vLLM
+/// appends taps as its layer loop passes them). Refuses repeated ids and ids past `hs[L]`.
+pub fn tap_slots(ids: &[usize], num_layers: usize) -> Result<Vec<usize>> {
+    if ids.is_empty() {
+        return Err(Error::Usage("--layer-ids is empty".into()));
+    }
+    let mut seen = HashSet::new();
+    let mut hs = Vec::with_capacity(ids.len());
+    for &id in ids {
+        if !seen.insert(id) {
+            return Err(Error::Usage(format!(
+                "--layer-ids lists {id} twice; vLLM captures a layer once, so the files would hold fewer taps than ids"
+            )));
+        }
+        hs.push(vllm_id_to_hs(id, num_layers).ok_or_else(|| {
+            Error::Usage(format!(
+                "--layer-ids {id} is past the last hidden state of a {num_layers}-layer target (vLLM id {num_layers} is the last block's output)"
+            ))
+        })?);
+    }
+    hs.sort_unstable();
+    Ok(hs)
+}
+
+/// One line of `--prompts` (other fields are ignored).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct PromptRecord {
+    /// The vLLM request id (matched against the file name).
+    #[serde(default)]
+    pub req_id: Option<serde_json::Value>,
+    /// Used as the key when `req_id` is absent.
+    #[serde(default)]
+    pub id: Option<serde_json::Value>,
+    /// Prompt tokens P; the rest of the sequence is the continuation.
+    #[serde(default)]
+    pub prompt_len: Option<usize>,
+    /// The prompt's token ids, checked against the file (and giving P when `prompt_len` is absent).
+    #[serde(default)]
+    pub tokens: Option<Vec<u32>>,
+    #[serde(default)]
+    pub category: Option<String>,
+    #[serde(default)]
+    pub dataset: Option<String>,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+impl PromptRecord {
+    fn key(&self) -> Option<String> {
+        let v = self.req_id.as_ref().or(self.id.as_ref())?;
+        Some(match v {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+    }
+}
+
+/// Read `--prompts` (JSON lines; blank lines skipped).
+pub fn read_prompts(path: &Path) -> Result<Vec<PromptRecord>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        out.push(serde_json::from_str(line).map_err(|e| Error::Source {
+            path: path.into(),
+            msg: format!("line {}: not a prompt record: {e}", i + 1),
+            hint: Some(
+                "one JSON object per line with prompt_len (or tokens), and optionally req_id or id, category, dataset, finish_reason".into(),
+            ),
+        })?);
+    }
+    Ok(out)
+}
+
+/// What to import.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The connector's `shared_storage_path`.
+    pub dir: PathBuf,
+    pub out: PathBuf,
+    /// The ids given to vLLM, in the order given.
+    pub layer_ids: Vec<usize>,
+    /// `None`: tell it from the shapes.
+    pub layout: Option<Layout>,
+    pub prompts: Option<PathBuf>,
+    /// Expected hidden size, checked against every file.
+    pub hidden_size: Option<usize>,
+    pub num_layers: usize,
+    /// Tokens must be below it when known.
+    pub vocab_size: Option<usize>,
+    /// The manifest's `target` object (name, HF id, …); the import's own record is added to it.
+    pub target: serde_json::Value,
+    pub force: bool,
+}
+
+/// What was imported.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    pub samples: usize,
+    pub tokens: usize,
+    /// HF indices, ascending.
+    pub taps: Vec<usize>,
+    pub layout: Layout,
+    pub hidden_size: usize,
+    /// Source dtypes seen.
+    pub dtypes: Vec<Dtype>,
+    /// Things the user should know (printed as `warning:` by the CLI).
+    pub warnings: Vec<String>,
+}
+
+/// One connector file.
+struct ConnFile {
+    path: PathBuf,
+    /// The file stem: vLLM's request id.
+    req_id: String,
+    /// Its leading decimal number (`7` for `7` or `7-1a2b`), if any.
+    num: Option<u64>,
+}
+
+fn src_err(path: &Path, msg: String, hint: Option<&str>) -> Error {
+    Error::Source {
+        path: path.into(),
+        msg,
+        hint: hint.map(String::from),
+    }
+}
+
+/// The connector files of `dir`, in request order: by the request ids' leading numbers when
+/// every id has one, else by name.
+fn list(dir: &Path) -> Result<Vec<ConnFile>> {
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io("read directory", dir, e))?;
+    let mut files = Vec::new();
+    for e in rd {
+        let e = e.map_err(|e| Error::io("read directory", dir, e))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let path = e.path();
+        if name.ends_with(".safetensors.zst") {
+            return Err(src_err(
+                &path,
+                "is zstd-compressed (OnlineHiddenStatesConnector with use_compression)".into(),
+                Some("decompress the files first (`zstd -d --rm DIR/*.zst`)"),
+            ));
+        }
+        let Some(stem) = name.strip_suffix(".safetensors") else {
+            continue; // `.lock` companions and anything else
+        };
+        if !path.is_file() {
+            continue;
+        }
+        let lead = stem.split('-').next().unwrap_or("");
+        let num = (!lead.is_empty() && lead.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| lead.parse().ok())
+            .flatten();
+        files.push(ConnFile {
+            path,
+            req_id: stem.to_string(),
+            num,
+        });
+    }
+    if files.is_empty() {
+        return Err(src_err(
+            dir,
+            "holds no `*.safetensors` files".into(),
+            Some("give the directory the connector wrote to (kv_connector_extra_config.shared_storage_path)"),
+        ));
+    }
+    if files.iter().all(|f| f.num.is_some()) {
+        files.sort_by(|a, b| (a.num, &a.req_id).cmp(&(b.num, &b.req_id)));
+    } else {
+        files.sort_by(|a, b| a.req_id.cmp(&b.req_id));
+    }
+    Ok(files)
+}
+
+/// Header-level facts of one file, checked.
+struct Checked {
+    shard: Shard,
+    tokens: Vec<u32>,
+    dtype: Dtype,
+    shape: [usize; 3],
+    /// Layouts its shape fits.
+    fits: Vec<Layout>,
+}
+
+fn check_file(f: &ConnFile, n: usize, vocab: Option<usize>) -> Result<Checked> {
+    let p = &f.path;
+    // SAFETY: the connector files are read-only inputs; see `Shard::open`.
+    let shard = unsafe { Shard::open(p)? };
+    let names = || {
+        shard
+            .tensors()
+            .iter()
+            .map(|t| format!("`{}`", t.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let hint = "is this a file vLLM's ExampleHiddenStatesConnector wrote?";
+    let tok = shard.tensor(TOKENS).ok_or_else(|| {
+        src_err(
+            p,
+            format!("has no `{TOKENS}` tensor (it holds {})", names()),
+            Some(hint),
+        )
+    })?;
+    let hs = shard.tensor(HIDDEN).ok_or_else(|| {
+        src_err(
+            p,
+            format!("has no `{HIDDEN}` tensor (it holds {})", names()),
+            Some(hint),
+        )
+    })?;
+    let terr = |tensor: &str, msg: String| Error::Tensor {
+        path: p.clone(),
+        tensor: tensor.into(),
+        msg,
+    };
+    if tok.shape().len() != 1 {
+        return Err(terr(
+            TOKENS,
+            format!(
+                "is rank {} {:?}, expected [T]",
+                tok.shape().len(),
+                tok.shape()
+            ),
+        ));
+    }
+    let t = tok.shape()[0];
+    if t == 0 {
+        return Err(terr(
+            TOKENS,
+            "is empty (a request given as prompt embeddings has no token ids)".into(),
+        ));
+    }
+    let raw: Vec<i128> = match tok.dtype() {
+        Dtype::I64 => tok
+            .data
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as i128)
+            .collect(),
+        Dtype::U64 => tok
+            .data
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()) as i128)
+            .collect(),
+        Dtype::I32 => tok
+            .data
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i128)
+            .collect(),
+        Dtype::U32 => tok
+            .data
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i128)
+            .collect(),
+        d => {
+            return Err(terr(
+                TOKENS,
+                format!("is {d}, expected an integer type (vLLM writes I64)"),
+            ))
+        }
+    };
+    let limit = vocab.map_or(i32::MAX as i128 + 1, |v| v as i128);
+    if let Some((i, &v)) = raw.iter().enumerate().find(|(_, &v)| v < 0 || v >= limit) {
+        return Err(terr(
+            TOKENS,
+            match vocab {
+                Some(v_) => {
+                    format!("position {i} holds token {v}, outside the target's vocabulary of {v_}")
+                }
+                None => format!("position {i} holds token {v}, not a token id"),
+            },
+        ));
+    }
+    let tokens = raw.into_iter().map(|v| v as u32).collect();
+    let dtype = hs.dtype();
+    if !matches!(dtype, Dtype::BF16 | Dtype::F16 | Dtype::F32) {
+        return Err(terr(
+            HIDDEN,
+            format!("is {dtype}, expected BF16, F16 or F32 (the target's dtype)"),
+        ));
+    }
+    let shape: [usize; 3] = hs.shape().try_into().map_err(|_| {
+        terr(HIDDEN, format!(
+            "is rank {} {:?}, expected rank 3: [n_taps, T, H] (taps-first) or [T, n_taps, H] (tokens-first)",
+            hs.shape().len(),
+            hs.shape()
+        ))
+    })?;
+    let fits: Vec<Layout> = [Layout::TapsFirst, Layout::TokensFirst]
+        .into_iter()
+        .filter(|l| l.shape(n, t, shape[2])[..2] == shape[..2])
+        .collect();
+    if fits.is_empty() {
+        return Err(Error::Source {
+            path: p.clone(),
+            msg: format!(
+                "`{HIDDEN}` is {shape:?} but `{TOKENS}` has T = {t} and --layer-ids gives {n} taps: expected [{n}, {t}, H] (taps-first) or [{t}, {n}, H] (tokens-first)"
+            ),
+            hint: Some("--layer-ids must list exactly the ids vLLM was given (eagle_aux_hidden_state_layer_ids)".into()),
+        });
+    }
+    Ok(Checked {
+        shard,
+        tokens,
+        dtype,
+        shape,
+        fits,
+    })
+}
+
+/// The layout of every file: the forced one (checked against each), or the one the shapes
+/// show. A file whose shape fits both (T = n_taps) takes the layout its siblings show.
+fn resolve_layout(
+    files: &[ConnFile],
+    checked: &[Checked],
+    forced: Option<Layout>,
+    n: usize,
+) -> Result<(Layout, Vec<String>)> {
+    if let Some(l) = forced {
+        for (f, c) in files.iter().zip(checked) {
+            if !c.fits.contains(&l) {
+                return Err(src_err(
+                    &f.path,
+                    format!(
+                        "`{HIDDEN}` is {:?}, not the --layout {} shape {:?}",
+                        c.shape,
+                        l.name(),
+                        l.shape(n, c.tokens.len(), c.shape[2])
+                    ),
+                    Some("leave --layout at auto to tell it from the shapes"),
+                ));
+            }
+        }
+        return Ok((l, vec![]));
+    }
+    let mut shown: Option<(Layout, &Path)> = None;
+    for (f, c) in files.iter().zip(checked) {
+        if let [l] = c.fits[..] {
+            match shown {
+                None => shown = Some((l, &f.path)),
+                Some((s, other)) if s != l => {
+                    return Err(src_err(
+                        &f.path,
+                        format!(
+                        "`{HIDDEN}` {:?} is {}, but `{}` is {}: the directory mixes vLLM versions",
+                        c.shape,
+                        l.name(),
+                        other.display(),
+                        s.name()
+                    ),
+                        Some("import the files of each vLLM version separately"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+    }
+    let Some((layout, _)) = shown else {
+        let (f, c) = (&files[0], &checked[0]);
+        return Err(src_err(
+            &f.path,
+            format!(
+                "`{HIDDEN}` is {:?}: with T = n_taps = {n} the layout cannot be told from the shape, and no other file shows it",
+                c.shape
+            ),
+            Some("pass --layout taps-first ([n_taps, T, H], vLLM's first connector) or --layout tokens-first ([T, n_taps, H], current vLLM); see docs/verify.md"),
+        ));
+    };
+    let square: Vec<String> = files
+        .iter()
+        .zip(checked)
+        .filter(|(_, c)| c.fits.len() == 2)
+        .map(|(f, _)| f.req_id.clone())
+        .collect();
+    let mut notes = vec![];
+    if !square.is_empty() {
+        notes.push(format!(
+            "requests {} have T = n_taps = {n}, so their shape fits both layouts; they are read {} like the other files",
+            square.join(", "),
+            layout.name()
+        ));
+    }
+    Ok((layout, notes))
+}
+
+/// Pair files with `--prompts` records: by key (`req_id`, else `id`) when every record has one,
+/// else in file order.
+fn pair_prompts<'a>(
+    path: &Path,
+    recs: &'a [PromptRecord],
+    files: &[ConnFile],
+) -> Result<Vec<&'a PromptRecord>> {
+    let keyed = recs.iter().filter(|r| r.key().is_some()).count();
+    let perr = |msg: String| {
+        src_err(path, msg, Some("records are matched by req_id (or id) when every record has one, else line by line in file order"))
+    };
+    if keyed == 0 {
+        if recs.len() != files.len() {
+            return Err(perr(format!(
+                "has {} records but the directory has {} connector files",
+                recs.len(),
+                files.len()
+            )));
+        }
+        return Ok(recs.iter().collect());
+    }
+    if keyed != recs.len() {
+        return Err(perr(format!(
+            "{keyed} of {} records have a req_id or id; give it on every line or on none",
+            recs.len()
+        )));
+    }
+    let mut by_key: HashMap<String, &PromptRecord> = HashMap::new();
+    for r in recs {
+        let k = r.key().unwrap();
+        if by_key.insert(k.clone(), r).is_some() {
+            return Err(perr(format!("two records have the key `{k}`")));
+        }
+    }
+    let mut used = HashSet::new();
+    let mut out = Vec::with_capacity(files.len());
+    for f in files {
+        let hit = by_key
+            .get(&f.req_id)
+            .map(|r| (f.req_id.clone(), *r))
+            .or_else(|| {
+                let k = f.num?.to_string();
+                by_key.get(&k).map(|r| (k, *r))
+            });
+        let Some((k, r)) = hit else {
+            return Err(src_err(
+                &f.path,
+                format!(
+                    "has no record in `{}` (no req_id/id `{}`)",
+                    path.display(),
+                    f.req_id
+                ),
+                None,
+            ));
+        };
+        if !used.insert(k.clone()) {
+            return Err(perr(format!("record `{k}` matches two connector files")));
+        }
+        out.push(r);
+    }
+    if used.len() != recs.len() {
+        let mut extra: Vec<&String> = by_key.keys().filter(|k| !used.contains(*k)).collect();
+        extra.sort();
+        return Err(perr(format!(
+            "records {extra:?} have no connector file in the directory"
+        )));
+    }
+    Ok(out)
+}
+
+/// Split one file's stack into per-tap `[T, H]` rows, refusing non-finite values.
+fn split_taps(f: &ConnFile, c: &Checked, layout: Layout, slots: &[usize]) -> Result<Vec<Vec<f32>>> {
+    let (n, t, h) = (slots.len(), c.tokens.len(), c.shape[2]);
+    let v = c.shard.tensor(HIDDEN).expect("checked").to_f32_par();
+    let mut taps = vec![Vec::with_capacity(t * h); n];
+    for (j, tap) in taps.iter_mut().enumerate() {
+        for pos in 0..t {
+            let r = layout.row(j, pos, n, t) * h;
+            let row = &v[r..r + h];
+            if let Some(k) = row.iter().position(|x| !x.is_finite()) {
+                return Err(Error::Tensor {
+                    path: f.path.clone(),
+                    tensor: HIDDEN.into(),
+                    msg: format!(
+                        "holds {} at tap slot {j} (hs[{}]), token position {pos}, channel {k}",
+                        row[k], slots[j]
+                    ),
+                });
+            }
+            tap.extend_from_slice(row);
+        }
+    }
+    Ok(taps)
+}
+
+/// Import the connector files of `o.dir` into a trace at `o.out`.
+pub fn import(o: &Options) -> Result<Imported> {
+    let slots = tap_slots(&o.layer_ids, o.num_layers)?;
+    let n = slots.len();
+    if o.out.exists() && !o.force {
+        return Err(Error::Output {
+            path: o.out.clone(),
+            msg: "already exists".into(),
+            hint: Some("pass --force to replace it".into()),
+        });
+    }
+    let files = list(&o.dir)?;
+    let mut warnings = Vec::new();
+    if o.layer_ids.windows(2).any(|w| w[0] > w[1]) {
+        warnings.push(format!(
+            "--layer-ids {:?} are not ascending; vLLM stacks taps in layer order, so slot j is read as the j-th smallest id",
+            o.layer_ids
+        ));
+    }
+
+    // Pass 1: headers, token ids and shapes of every file.
+    let mut checked = Vec::with_capacity(files.len());
+    let mut h_seen: Option<(usize, String)> = o
+        .hidden_size
+        .map(|h| (h, "--hidden-size (or the target profile)".to_string()));
+    for f in &files {
+        let c = check_file(f, n, o.vocab_size)?;
+        match &h_seen {
+            Some((h, from)) if *h != c.shape[2] => {
+                return Err(Error::Tensor {
+                    path: f.path.clone(),
+                    tensor: HIDDEN.into(),
+                    msg: format!("has hidden size {}, but {from} gives {h}", c.shape[2]),
+                })
+            }
+            Some(_) => {}
+            None => h_seen = Some((c.shape[2], format!("`{}`", f.path.display()))),
+        }
+        checked.push(c);
+    }
+    let hidden = h_seen.expect("at least one file").0;
+    let (layout, notes) = resolve_layout(&files, &checked, o.layout, n)?;
+    warnings.extend(notes);
+
+    // Sample ids: the request numbers when they identify the files, else the file order.
+    let nums: Option<Vec<u64>> = files.iter().map(|f| f.num).collect();
+    let ids: Vec<u64> = match nums {
+        Some(v) if v.iter().collect::<HashSet<_>>().len() == v.len() => v,
+        _ => (0..files.len() as u64).collect(),
+    };
+
+    let recs = match &o.prompts {
+        Some(p) => Some((p.clone(), read_prompts(p)?)),
+        None => None,
+    };
+    let paired = match &recs {
+        Some((p, r)) => Some(pair_prompts(p, r, &files)?),
+        None => {
+            warnings.push(
+                "no --prompts: the prompt/continuation split is unknown, so every sample is recorded with prompt_len 1 and `kquant verify` replays the whole sequence (prompt included); that compares two drafts fairly but is not the engine's accept length on the continuation".into(),
+            );
+            None
+        }
+    };
+
+    let mut metas = Vec::with_capacity(files.len());
+    for (i, (f, c)) in files.iter().zip(&checked).enumerate() {
+        let t = c.tokens.len();
+        let meta = match paired.as_ref().map(|v| v[i]) {
+            None => SampleMeta {
+                id: ids[i],
+                category: String::new(),
+                dataset: String::new(),
+                shard: String::new(),
+                prompt_len: 1,
+                gen_len: t - 1,
+                finish_reason: "unknown".into(),
+            },
+            Some(r) => {
+                let pfile = &recs.as_ref().unwrap().0;
+                let p = match (r.prompt_len, &r.tokens) {
+                    (Some(p), Some(tk)) if p != tk.len() => {
+                        return Err(src_err(
+                            pfile,
+                            format!(
+                                "the record for `{}` has prompt_len {p} but {} tokens",
+                                f.req_id,
+                                tk.len()
+                            ),
+                            None,
+                        ))
+                    }
+                    (Some(p), _) => p,
+                    (None, Some(tk)) => tk.len(),
+                    (None, None) => {
+                        return Err(src_err(
+                            pfile,
+                            format!(
+                                "the record for `{}` has neither prompt_len nor tokens",
+                                f.req_id
+                            ),
+                            None,
+                        ))
+                    }
+                };
+                if p == 0 || p > t {
+                    return Err(src_err(
+                        &f.path,
+                        format!("has {t} tokens but its --prompts record gives prompt_len {p}"),
+                        Some("prompt_len must be between 1 and the request's token count"),
+                    ));
+                }
+                if let Some(tk) = &r.tokens {
+                    if let Some(k) = (0..p).find(|&k| tk[k] != c.tokens[k]) {
+                        return Err(Error::Tensor {
+                            path: f.path.clone(),
+                            tensor: TOKENS.into(),
+                            msg: format!("differs from the prompt tokens of its --prompts record at position {k} ({} vs {})", c.tokens[k], tk[k]),
+                        });
+                    }
+                }
+                SampleMeta {
+                    id: ids[i],
+                    category: r.category.clone().unwrap_or_default(),
+                    dataset: r.dataset.clone().unwrap_or_default(),
+                    shard: String::new(),
+                    prompt_len: p,
+                    gen_len: t - p,
+                    finish_reason: r.finish_reason.clone().unwrap_or_else(|| "unknown".into()),
+                }
+            }
+        };
+        metas.push(meta);
+    }
+
+    // Pass 2: the values.
+    let mut tap_vals = Vec::with_capacity(files.len());
+    for (f, c) in files.iter().zip(&checked) {
+        tap_vals.push(split_taps(f, c, layout, &slots)?);
+    }
+    let mut dtypes: Vec<Dtype> = checked.iter().map(|c| c.dtype).collect();
+    dtypes.sort();
+    dtypes.dedup();
+    if dtypes.iter().any(|d| *d != Dtype::BF16) {
+        warnings.push(format!(
+            "hidden_states are {}; the trace stores BF16 (rounded to nearest even)",
+            dtypes
+                .iter()
+                .map(|d| d.name())
+                .collect::<Vec<_>>()
+                .join("/")
+        ));
+    }
+    let samples: Vec<NewSample<'_>> = metas
+        .iter()
+        .zip(&checked)
+        .zip(&tap_vals)
+        .map(|((m, c), tv)| NewSample {
+            meta: m.clone(),
+            tokens: &c.tokens,
+            taps: slots
+                .iter()
+                .copied()
+                .zip(tv.iter().map(Vec::as_slice))
+                .collect(),
+        })
+        .collect();
+    let mut target = match &o.target {
+        serde_json::Value::Object(m) => m.clone(),
+        _ => serde_json::Map::new(),
+    };
+    target.insert(
+        "import".into(),
+        serde_json::json!({
+            "from": "vllm-hidden-states",
+            "dir": o.dir.display().to_string(),
+            "engine": "vllm",
+            "layer_ids": o.layer_ids,
+            "layer_id_convention": "vllm: id k = hidden_states[k]; id num_layers = last block output before the final norm",
+            "layout": layout.name(),
+            "source_dtypes": dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
+            "prompt_split": if o.prompts.is_some() { "from --prompts" } else { "unknown (prompt_len 1)" },
+            "req_ids": files.iter().map(|f| f.req_id.clone()).collect::<Vec<_>>(),
+        }),
+    );
+    let manifest = Manifest {
+        format: trace::FORMAT.into(),
+        target: serde_json::Value::Object(target),
+        hidden_size: hidden,
+        num_layers: o.num_layers,
+        vocab_size: o.vocab_size,
+        taps: slots.clone(),
+        tap_convention: trace::TAP_CONVENTION.into(),
+        taps_pre_norm: true,
+        dtype: "bf16".into(),
+        greedy_selfcheck: None,
+        samples: metas.clone(),
+        shards: vec![],
+    };
+    trace::write(&o.out, manifest, &samples, o.force)?;
+    Ok(Imported {
+        samples: samples.len(),
+        tokens: checked.iter().map(|c| c.tokens.len()).sum(),
+        taps: slots,
+        layout,
+        hidden_size: hidden,
+        dtypes,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_map_to_hf_indices_in_layer_order() {
+        assert_eq!(tap_slots(&[58, 2, 30], 61).unwrap(), vec![2, 30, 58]);
+        assert_eq!(
+            tap_slots(&[2, 30, 61], 61).unwrap(),
+            vec![2, 30, 61],
+            "id L = last block output"
+        );
+        assert!(tap_slots(&[2, 62], 61)
+            .unwrap_err()
+            .to_string()
+            .contains("past the last hidden state"));
+        assert!(tap_slots(&[2, 2, 3], 61)
+            .unwrap_err()
+            .to_string()
+            .contains("twice"));
+        assert!(tap_slots(&[], 61).is_err());
+    }
+
+    #[test]
+    fn rows_are_found_in_both_layouts() {
+        // n = 2 taps, T = 3: slot 1 at position 2.
+        assert_eq!(Layout::TapsFirst.row(1, 2, 2, 3), 5);
+        assert_eq!(Layout::TokensFirst.row(1, 2, 2, 3), 5);
+        assert_eq!(Layout::TapsFirst.row(1, 0, 2, 3), 3);
+        assert_eq!(Layout::TokensFirst.row(1, 0, 2, 3), 1);
+        assert_eq!(Layout::TapsFirst.shape(2, 3, 8), [2, 3, 8]);
+        assert_eq!(Layout::TokensFirst.shape(2, 3, 8), [3, 2, 8]);
+    }
+}

@@ -1,0 +1,460 @@
+//! Target profiles: what kquant knows about each target model, in `quant-configs/targets/*.json`
+//! (compiled into the binary, so a bare name works anywhere). A profile gives the target's shape,
+//! the default taps of each draft family as HF `hidden_states` indices, the accept lengths the
+//! seed model cards publish (quoted exactly, with card, benchmark, engine and draft length), and,
+//! for a target kquant can run, where its live fixture lives. Facts nobody has checked are the
+//! string `"unknown"`, never a guess; `sources` cites where each known fact comes from.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The profiles shipped in `quant-configs/targets/` (name, file contents).
+pub const BUILTIN: &[(&str, &str)] = &[
+    (
+        "kimi-k2.5",
+        include_str!("../../quant-configs/targets/kimi-k2.5.json"),
+    ),
+    (
+        "kimi-k2.6",
+        include_str!("../../quant-configs/targets/kimi-k2.6.json"),
+    ),
+    (
+        "kimi-linear-48b-a3b",
+        include_str!("../../quant-configs/targets/kimi-linear-48b-a3b.json"),
+    ),
+    (
+        "kimi-k2.5-tiny",
+        include_str!("../../quant-configs/targets/kimi-k2.5-tiny.json"),
+    ),
+];
+
+/// The tap convention of every profile (and of `kquant-trace/1`): `hs[0]` is the embedding
+/// output, `hs[i]` the output of block `i−1`, and `hs[L]` the last block's output *before* the
+/// final norm (transformers' own `hidden_states[L]` is after it).
+pub const TAP_CONVENTION: &str = crate::verify::trace::TAP_CONVENTION;
+
+/// The marker of an unknown fact: the JSON string `"unknown"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Unknown {
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+
+/// A fact that may be unknown: its value, or the string `"unknown"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Fact<T> {
+    // First, so that the string "unknown" is never read as a known string.
+    Unknown(Unknown),
+    Known(T),
+}
+
+impl<T> Fact<T> {
+    /// The value, when known.
+    pub fn known(&self) -> Option<&T> {
+        match self {
+            Fact::Known(v) => Some(v),
+            Fact::Unknown(_) => None,
+        }
+    }
+}
+
+impl<T: std::fmt::Display> Fact<T> {
+    /// The value, or `unknown`.
+    pub fn show(&self) -> String {
+        self.known()
+            .map_or_else(|| "unknown".to_string(), ToString::to_string)
+    }
+}
+
+/// Draft families a profile lists taps for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Eagle3,
+    Eagle3Mla,
+    Dflash,
+}
+
+impl Family {
+    pub const ALL: [Family; 3] = [Family::Eagle3, Family::Eagle3Mla, Family::Dflash];
+
+    /// The name used in profiles and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Eagle3 => "eagle3",
+            Family::Eagle3Mla => "eagle3-mla",
+            Family::Dflash => "dflash",
+        }
+    }
+
+    /// Taps a draft of this family reads: EAGLE-3 always three, DFlash one per target layer id.
+    fn tap_count_ok(self, n: usize) -> bool {
+        match self {
+            Family::Eagle3 | Family::Eagle3Mla => n == 3,
+            Family::Dflash => n >= 1,
+        }
+    }
+}
+
+/// The default taps of one draft family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TapSet {
+    /// HF `hidden_states` indices, ascending.
+    pub hs: Vec<usize>,
+    /// Where they come from.
+    pub source: String,
+}
+
+impl TapSet {
+    /// The ids to give vLLM's `eagle_aux_hidden_state_layer_ids` (and `kquant trace import
+    /// --layer-ids`) to capture these taps: vLLM's id k is `hs[k]`, so the same numbers.
+    pub fn vllm_ids(&self) -> Vec<usize> {
+        self.hs.clone()
+    }
+
+    /// The same taps as "output of layer k" ids (SpecForge, TorchSpec, DFlash `target_layer_ids`,
+    /// SGLang config ids before its +1): `hs[k+1]`. `None` when a tap is the embedding (`hs[0]`).
+    pub fn output_of_layer_ids(&self) -> Option<Vec<usize>> {
+        self.hs.iter().map(|&h| h.checked_sub(1)).collect()
+    }
+}
+
+/// Default taps per draft family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Taps {
+    pub eagle3: Fact<TapSet>,
+    #[serde(rename = "eagle3-mla")]
+    pub eagle3_mla: Fact<TapSet>,
+    pub dflash: Fact<TapSet>,
+}
+
+impl Taps {
+    /// The taps of `f`, when known.
+    pub fn get(&self, f: Family) -> Option<&TapSet> {
+        match f {
+            Family::Eagle3 => self.eagle3.known(),
+            Family::Eagle3Mla => self.eagle3_mla.known(),
+            Family::Dflash => self.dflash.known(),
+        }
+    }
+}
+
+/// One published accept length, quoted exactly from its source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishedAl {
+    /// The draft (HF id or the card's own words).
+    pub draft: String,
+    /// `eagle3`, `eagle3-mla` or `dflash`.
+    pub family: String,
+    pub benchmark: String,
+    /// Prompts in the benchmark run.
+    pub n: Fact<u64>,
+    /// The number as the card prints it (`"2.940"`, `"~3.97"`).
+    pub accept_length: String,
+    /// Engine (and hardware) as the card states it, or why it is not known.
+    pub engine: String,
+    /// Draft tokens per round, in the card's own terms.
+    pub draft_length: String,
+    /// The seed file the number is quoted from.
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl PublishedAl {
+    /// The number, without an approximation sign.
+    pub fn value(&self) -> Option<f64> {
+        self.accept_length.trim_start_matches('~').parse().ok()
+    }
+}
+
+/// Paths (relative to the repository root) of a target kquant can run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Live {
+    /// The target checkpoint directory.
+    pub target: String,
+    /// Prompts (JSONL).
+    pub prompts: String,
+    /// A `kquant-trace/1` captured from the target over those prompts.
+    pub trace: String,
+}
+
+/// Where each shape fact comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sources {
+    pub hf_id: String,
+    pub architecture: String,
+    pub num_layers: String,
+    pub hidden_size: String,
+    pub vocab_size: String,
+}
+
+/// One target profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    /// Hugging Face id; `null` for a target that is not on the hub.
+    pub hf_id: Option<String>,
+    pub architecture: Fact<String>,
+    /// Decoder blocks L (taps range over `hs[0..=L]`).
+    pub num_layers: Fact<usize>,
+    pub hidden_size: Fact<usize>,
+    pub vocab_size: Fact<usize>,
+    pub taps: Taps,
+    pub published_accept_lengths: Vec<PublishedAl>,
+    pub sources: Sources,
+    /// Set when kquant can run the target itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<Live>,
+}
+
+fn bad(path: &Path, msg: String) -> Error {
+    Error::Source {
+        path: path.into(),
+        msg,
+        hint: Some("see quant-configs/targets/README.md for the profile fields".into()),
+    }
+}
+
+impl Profile {
+    /// Check that the facts agree with each other: taps ascending, distinct and within
+    /// `hs[0..=L]`, the right count per family, published numbers that parse as accept lengths,
+    /// every source given, live paths relative to the repository.
+    pub fn check(&self, path: &Path) -> Result<()> {
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        {
+            return Err(bad(
+                path,
+                format!(
+                    "name `{}` must be lowercase letters, digits, `-` and `.`",
+                    self.name
+                ),
+            ));
+        }
+        for (what, v) in [
+            ("num_layers", &self.num_layers),
+            ("hidden_size", &self.hidden_size),
+            ("vocab_size", &self.vocab_size),
+        ] {
+            if v.known() == Some(&0) {
+                return Err(bad(path, format!("{what} is 0")));
+            }
+        }
+        for f in Family::ALL {
+            let Some(t) = self.taps.get(f) else { continue };
+            if !f.tap_count_ok(t.hs.len()) {
+                return Err(bad(path, format!("{} lists {} taps", f.name(), t.hs.len())));
+            }
+            if !t.hs.windows(2).all(|w| w[0] < w[1]) {
+                return Err(bad(
+                    path,
+                    format!("{} taps {:?} are not strictly ascending", f.name(), t.hs),
+                ));
+            }
+            if let (Some(&l), Some(&top)) = (self.num_layers.known(), t.hs.last()) {
+                if top > l {
+                    return Err(bad(path, format!(
+                        "{} tap hs[{top}] is past the last hidden state hs[{l}] of a {l}-layer target",
+                        f.name()
+                    )));
+                }
+            }
+            if t.source.trim().is_empty() {
+                return Err(bad(path, format!("{} taps have no source", f.name())));
+            }
+        }
+        for p in &self.published_accept_lengths {
+            if !Family::ALL.iter().any(|f| f.name() == p.family) {
+                return Err(bad(
+                    path,
+                    format!(
+                        "published accept length for `{}`: unknown family `{}`",
+                        p.draft, p.family
+                    ),
+                ));
+            }
+            match p.value() {
+                Some(v) if v >= 1.0 && v.is_finite() => {}
+                _ => {
+                    return Err(bad(
+                        path,
+                        format!(
+                            "published accept length `{}` ({} on {}) is not a number ≥ 1",
+                            p.accept_length, p.draft, p.benchmark
+                        ),
+                    ))
+                }
+            }
+            if p.source.trim().is_empty() {
+                return Err(bad(
+                    path,
+                    format!(
+                        "published accept length of {} on {} has no source",
+                        p.draft, p.benchmark
+                    ),
+                ));
+            }
+        }
+        let s = &self.sources;
+        for (what, v) in [
+            ("hf_id", &s.hf_id),
+            ("architecture", &s.architecture),
+            ("num_layers", &s.num_layers),
+            ("hidden_size", &s.hidden_size),
+            ("vocab_size", &s.vocab_size),
+        ] {
+            if v.trim().is_empty() {
+                return Err(bad(path, format!("sources.{what} is empty")));
+            }
+        }
+        if let Some(live) = &self.live {
+            for p in [&live.target, &live.prompts, &live.trace] {
+                let pp = Path::new(p);
+                if pp.is_absolute()
+                    || pp
+                        .components()
+                        .any(|c| c == std::path::Component::ParentDir)
+                {
+                    return Err(bad(
+                        path,
+                        format!("live path `{p}` must be relative to the repository root"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parse and check profile JSON.
+pub fn parse(path: &Path, text: &str) -> Result<Profile> {
+    let p: Profile = serde_json::from_str(text)
+        .map_err(|e| bad(path, format!("not a kquant target profile: {e}")))?;
+    p.check(path)?;
+    Ok(p)
+}
+
+/// Every built-in profile, parsed.
+pub fn builtin() -> Result<Vec<Profile>> {
+    BUILTIN
+        .iter()
+        .map(|(name, text)| parse(&builtin_path(name), text))
+        .collect()
+}
+
+fn builtin_path(name: &str) -> std::path::PathBuf {
+    format!("quant-configs/targets/{name}.json").into()
+}
+
+/// Load a profile by built-in name or file path.
+pub fn load(spec: &str) -> Result<Profile> {
+    if let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == spec) {
+        return parse(&builtin_path(name), text);
+    }
+    let p = Path::new(spec);
+    if p.is_file() {
+        let text = std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?;
+        return parse(p, &text);
+    }
+    Err(Error::Usage(format!(
+        "no target profile `{spec}`: give a file path or one of {}",
+        BUILTIN
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Profile {
+        load("kimi-k2.5-tiny").unwrap()
+    }
+
+    #[test]
+    fn every_builtin_parses_and_is_named_after_its_file() {
+        for (p, (name, _)) in builtin().unwrap().iter().zip(BUILTIN) {
+            assert_eq!(&p.name, name);
+        }
+    }
+
+    #[test]
+    fn unknown_is_a_marker_not_a_value() {
+        let f: Fact<String> = serde_json::from_str("\"unknown\"").unwrap();
+        assert_eq!(f.known(), None);
+        let f: Fact<String> = serde_json::from_str("\"Deepseek\"").unwrap();
+        assert_eq!(f.known().map(String::as_str), Some("Deepseek"));
+        let f: Fact<usize> = serde_json::from_str("61").unwrap();
+        assert_eq!(f.show(), "61");
+        assert!(serde_json::from_str::<Fact<usize>>("\"61\"").is_err());
+        assert_eq!(
+            serde_json::to_string(&Fact::<usize>::Unknown(Unknown::Unknown)).unwrap(),
+            "\"unknown\""
+        );
+    }
+
+    #[test]
+    fn inconsistent_profiles_are_refused() {
+        let p = Path::new("x.json");
+        let mut t = tiny();
+        t.taps.eagle3 = Fact::Known(TapSet {
+            hs: vec![1, 2, 5],
+            source: "s".into(),
+        });
+        assert!(t
+            .check(p)
+            .unwrap_err()
+            .to_string()
+            .contains("past the last hidden state hs[4]"));
+        let mut t = tiny();
+        t.taps.dflash = Fact::Known(TapSet {
+            hs: vec![3, 1],
+            source: "s".into(),
+        });
+        assert!(t
+            .check(p)
+            .unwrap_err()
+            .to_string()
+            .contains("strictly ascending"));
+        let mut t = tiny();
+        t.taps.eagle3_mla = Fact::Known(TapSet {
+            hs: vec![1, 2],
+            source: "s".into(),
+        });
+        assert!(t.check(p).unwrap_err().to_string().contains("lists 2 taps"));
+        let mut t = load("kimi-k2.5").unwrap();
+        t.published_accept_lengths[0].accept_length = "n/a".into();
+        assert!(t.check(p).unwrap_err().to_string().contains("not a number"));
+        let mut t = tiny();
+        t.live.as_mut().unwrap().trace = "../elsewhere".into();
+        assert!(t.check(p).unwrap_err().to_string().contains("relative"));
+        assert!(matches!(load("no-such-target"), Err(Error::Usage(_))));
+    }
+
+    #[test]
+    fn tap_views_follow_the_conventions() {
+        let k = load("kimi-k2.5").unwrap();
+        let e = k.taps.get(Family::Eagle3).unwrap();
+        assert_eq!(e.vllm_ids(), vec![2, 30, 58]);
+        assert_eq!(e.output_of_layer_ids(), Some(vec![1, 29, 57]));
+        let d = k.taps.get(Family::Dflash).unwrap();
+        assert_eq!(d.output_of_layer_ids(), Some(vec![1, 12, 24, 35, 47, 58]));
+    }
+}

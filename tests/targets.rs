@@ -1,0 +1,232 @@
+//! `kquant targets`: every profile in `quant-configs/targets/` is built in and parses; the
+//! facts agree with each other (taps within hs[0..=L], three per EAGLE-3 family, accept lengths
+//! within what the draft length allows), the published numbers are quoted verbatim from their
+//! seed cards, and the tiny profile agrees with the fixture it describes.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{kquant, read_json, root};
+use serde_json::Value;
+
+fn targets_json(args: &[&str]) -> Value {
+    let mut all = vec!["targets", "--json"];
+    all.extend_from_slice(args);
+    let o = kquant(&all);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn hs(v: &Value) -> Option<Vec<u64>> {
+    v.get("hs").map(|h| {
+        h.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    })
+}
+
+#[test]
+fn every_profile_file_is_built_in_and_consistent() {
+    let mut files: Vec<String> = std::fs::read_dir(root().join("quant-configs/targets"))
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().to_string_lossy().into_owned();
+            n.strip_suffix(".json").map(String::from)
+        })
+        .collect();
+    files.sort();
+    let mut builtin: Vec<String> = kquant::verify::profile::BUILTIN
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
+    builtin.sort();
+    assert_eq!(
+        files, builtin,
+        "quant-configs/targets/*.json and profile::BUILTIN"
+    );
+
+    let doc = targets_json(&[]);
+    assert_eq!(doc["schema"], "kquant.targets/1");
+    assert_eq!(doc["tap_convention"], "hf_output_hidden_states");
+    let ts = doc["targets"].as_array().unwrap();
+    let mut names: Vec<String> = ts
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, builtin);
+    for t in ts {
+        let name = t["name"].as_str().unwrap();
+        // The JSON printed is the file's content, field for field.
+        let file = read_json(&root().join(format!("quant-configs/targets/{name}.json")));
+        assert_eq!(t, &file, "{name}");
+        let l = t["num_layers"].as_u64();
+        assert!(l.is_some() || t["num_layers"] == "unknown", "{name}");
+        for fam in ["eagle3", "eagle3-mla", "dflash"] {
+            let v = &t["taps"][fam];
+            let Some(h) = hs(v) else {
+                assert_eq!(v, "unknown", "{name} {fam}");
+                continue;
+            };
+            assert!(h.windows(2).all(|w| w[0] < w[1]), "{name} {fam} {h:?}");
+            if fam != "dflash" {
+                assert_eq!(h.len(), 3, "{name} {fam}");
+            }
+            if let Some(l) = l {
+                // hs[0..=L]: L + 1 hidden states.
+                assert!(
+                    h.iter().all(|&i| i < l + 1),
+                    "{name} {fam} {h:?} vs {l} layers"
+                );
+            }
+            assert!(!v["source"].as_str().unwrap().is_empty());
+        }
+        for a in t["published_accept_lengths"].as_array().unwrap() {
+            let q = a["accept_length"].as_str().unwrap();
+            let v: f64 = q.trim_start_matches('~').parse().unwrap();
+            let cap = if a["family"] == "dflash" { 16.0 } else { 4.0 };
+            assert!((1.0..=cap).contains(&v), "{name}: {a}");
+            assert!(
+                a["source"].as_str().unwrap().starts_with("shared/seeds/"),
+                "{a}"
+            );
+        }
+    }
+    // The Kimi-K2.5 defaults, in every convention the numbering trap involves.
+    let k = &ts.iter().find(|t| t["name"] == "kimi-k2.5").unwrap();
+    assert_eq!(hs(&k["taps"]["eagle3"]), Some(vec![2, 30, 58]));
+    assert_eq!(hs(&k["taps"]["dflash"]), Some(vec![2, 13, 25, 36, 48, 59]));
+    let o = kquant(&["targets", "kimi-k2.5"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("eagle3     taps hs[2,30,58]  vLLM ids 2,30,58  output-of-layer ids 1,29,57"),
+        "{text}"
+    );
+}
+
+/// Where the seed cards live: `$KQUANT_SEEDS`, or `shared/seeds` beside or inside the checkout.
+fn seeds() -> Option<PathBuf> {
+    std::env::var_os("KQUANT_SEEDS")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([root().join("shared/seeds"), root().join("../shared/seeds")])
+        .find(|p| p.is_dir())
+}
+
+#[test]
+fn published_accept_lengths_are_quoted_verbatim_from_their_seed() {
+    let doc = targets_json(&[]);
+    let Some(dir) = seeds() else {
+        eprintln!("no shared/seeds directory (set KQUANT_SEEDS): quotes not checked");
+        return;
+    };
+    let mut checked = 0;
+    for t in doc["targets"].as_array().unwrap() {
+        for a in t["published_accept_lengths"].as_array().unwrap() {
+            let src = a["source"].as_str().unwrap();
+            let file = dir.join(src.strip_prefix("shared/seeds/").unwrap());
+            let text = std::fs::read_to_string(&file)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            let q = a["accept_length"].as_str().unwrap();
+            assert!(text.contains(q), "{q} is not in {src}");
+            if let Some(n) = a["n"].as_u64() {
+                assert!(text.contains(&n.to_string()), "N {n} is not in {src}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 17, "{checked}");
+}
+
+#[test]
+fn the_tiny_profile_describes_its_fixture() {
+    let doc = targets_json(&["kimi-k2.5-tiny"]);
+    let ts = doc["targets"].as_array().unwrap();
+    assert_eq!(ts.len(), 1);
+    let t = &ts[0];
+    let cfg = read_json(&root().join("fixtures/kimi-k2.5-tiny/target/config.json"));
+    assert_eq!(t["num_layers"], cfg["num_hidden_layers"]);
+    assert_eq!(t["hidden_size"], cfg["hidden_size"]);
+    assert_eq!(t["vocab_size"], cfg["vocab_size"]);
+    assert_eq!(t["architecture"], cfg["architectures"][0]);
+    // Draft configs give output-of-layer ids: hs = id + 1.
+    let plus1 = |v: &Value| -> Vec<u64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() + 1)
+            .collect()
+    };
+    for fam in ["eagle3", "eagle3-mla"] {
+        let c = read_json(&root().join(format!("fixtures/kimi-k2.5-tiny/{fam}/config.json")));
+        assert_eq!(
+            hs(&t["taps"][fam]).unwrap(),
+            plus1(&c["eagle_config"]["eagle_aux_hidden_state_layer_ids"]),
+            "{fam}"
+        );
+    }
+    let c = read_json(&root().join("fixtures/kimi-k2.5-tiny/dflash/config.json"));
+    assert_eq!(
+        hs(&t["taps"]["dflash"]).unwrap(),
+        plus1(&c["dflash_config"]["target_layer_ids"])
+    );
+    // Live: the paths exist and the trace carries every family's taps.
+    let live = &t["live"];
+    for k in ["target", "prompts", "trace"] {
+        let p = root().join(live[k].as_str().unwrap());
+        assert!(p.exists(), "{}", p.display());
+    }
+    let m = read_json(
+        &root()
+            .join(live["trace"].as_str().unwrap())
+            .join("manifest.json"),
+    );
+    let taps: Vec<u64> = m["taps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    for fam in ["eagle3", "eagle3-mla", "dflash"] {
+        assert!(
+            hs(&t["taps"][fam])
+                .unwrap()
+                .iter()
+                .all(|h| taps.contains(h)),
+            "{fam}"
+        );
+    }
+    assert_eq!(m["num_layers"], t["num_layers"]);
+}
+
+#[test]
+fn unknown_or_inconsistent_profiles_are_refused() {
+    let o = kquant(&["targets", "kimi-k9"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("no target profile `kimi-k9`") && e.contains("kimi-k2.5-tiny"),
+        "{e}"
+    );
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("bad.json");
+    let mut t = read_json(&root().join("quant-configs/targets/kimi-k2.5-tiny.json"));
+    t["taps"]["dflash"]["hs"] = serde_json::json!([1, 5]);
+    std::fs::write(&p, serde_json::to_vec(&t).unwrap()).unwrap();
+    let o = kquant(&["targets", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("bad.json") && e.contains("hs[5] is past the last hidden state hs[4]"),
+        "{e}"
+    );
+    t["taps"]["dflash"]["hs"] = serde_json::json!([1, 3]);
+    t["num_layers"] = serde_json::json!("several");
+    std::fs::write(&p, serde_json::to_vec(&t).unwrap()).unwrap();
+    let o = kquant(&["targets", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a kquant target profile"));
+}
