@@ -14,6 +14,7 @@ pub mod inspect;
 pub mod quantize;
 pub mod schemes;
 pub mod synth;
+pub mod trace;
 pub mod verify;
 pub mod verify_files;
 
@@ -42,6 +43,8 @@ pub enum Command {
     /// Accept length of a draft on a captured trace (exact replay of the engine's greedy loop),
     /// and the regression gate against a baseline: exit 1 when it fails.
     Verify(verify::Args),
+    /// Make kquant-trace/1 traces (`capture`: run the target on CPU over prompts).
+    Trace(trace::Args),
     /// Re-hash an output directory against its kquant-manifest.json.
     VerifyFiles(verify_files::Args),
     /// Write a deterministic synthetic checkpoint (tiny fixtures, or real-shape benchmarks).
@@ -60,6 +63,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Diff(a) => diff::run(a),
         Command::Schemes(a) => schemes::run(a),
         Command::Verify(a) => verify::run(a),
+        Command::Trace(a) => trace::run(a),
         Command::VerifyFiles(a) => verify_files::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Bench(a) => bench::run(a),
