@@ -1,4 +1,4 @@
-//! `kquant trace-import --from vllm-hidden-states` through the binary: connector-like files
+//! `kquant trace import --from vllm-hidden-states` through the binary: connector-like files
 //! (written with the `safetensors` crate, as vLLM's `save_file` writes them) in both layouts and
 //! in BF16/F16/F32 import to exactly the values they hold (rounded to BF16); malformed files
 //! are refused with exit 2 naming the file; and the tiny fixture's trace, written out as vLLM
@@ -137,7 +137,8 @@ fn write_conn(
 
 fn import(src: &Path, out: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
-        "trace-import",
+        "trace",
+        "import",
         "--from",
         "vllm-hidden-states",
         src.to_str().unwrap(),

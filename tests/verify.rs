@@ -88,6 +88,7 @@ fn make_trace(dir: &Path, samples: usize, taps: &[usize]) {
             prompt_len: p,
             gen_len: t_len - p,
             finish_reason: "length".into(),
+            turn: 0,
         })
         .collect();
     let news: Vec<NewSample> = owned
@@ -101,6 +102,7 @@ fn make_trace(dir: &Path, samples: usize, taps: &[usize]) {
                 .zip(tv)
                 .map(|(&t, v)| (t, v.as_slice()))
                 .collect(),
+            target_top1: None,
         })
         .collect();
     let manifest = Manifest {
@@ -116,6 +118,7 @@ fn make_trace(dir: &Path, samples: usize, taps: &[usize]) {
         greedy_selfcheck: None,
         samples: metas,
         shards: vec![],
+        extra: Default::default(),
     };
     trace::write(dir, manifest, &news, false).unwrap();
 }

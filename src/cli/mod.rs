@@ -15,6 +15,7 @@ pub mod quantize;
 pub mod schemes;
 pub mod synth;
 pub mod targets;
+pub mod trace;
 pub mod trace_import;
 pub mod verify;
 pub mod verify_files;
@@ -44,6 +45,9 @@ pub enum Command {
     /// Accept length of a draft on a captured trace (exact replay of the engine's greedy loop),
     /// and the regression gate against a baseline: exit 1 when it fails.
     Verify(verify::Args),
+    /// Make kquant-trace/1 traces: `capture` runs the target on CPU over prompts, `import`
+    /// brings in vLLM hidden-states connector files.
+    Trace(trace::Args),
     /// Re-hash an output directory against its kquant-manifest.json.
     VerifyFiles(verify_files::Args),
     /// Write a deterministic synthetic checkpoint (tiny fixtures, or real-shape benchmarks).
@@ -52,7 +56,6 @@ pub enum Command {
     Bench(bench::Args),
     /// Target profiles: shape, default taps per draft family, published accept lengths.
     Targets(targets::Args),
-    TraceImport(trace_import::Args),
 }
 
 /// Run a parsed command line.
@@ -65,11 +68,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Diff(a) => diff::run(a),
         Command::Schemes(a) => schemes::run(a),
         Command::Verify(a) => verify::run(a),
+        Command::Trace(a) => trace::run(a),
         Command::VerifyFiles(a) => verify_files::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Targets(a) => targets::run(a),
-        Command::TraceImport(a) => trace_import::run(a),
     }
 }
 

@@ -2,6 +2,7 @@
 //! in `ops` and their tested fast paths, and the `Drafter` trait the verify replay runs them
 //! through.
 
+pub mod deepseek;
 pub mod eagle3;
 pub mod ops;
 pub mod rope;

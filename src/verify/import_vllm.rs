@@ -627,6 +627,7 @@ pub fn import(o: &Options) -> Result<Imported> {
                 prompt_len: 1,
                 gen_len: t - 1,
                 finish_reason: "unknown".into(),
+                turn: 0,
             },
             Some(r) => {
                 let pfile = &recs.as_ref().unwrap().0;
@@ -679,6 +680,7 @@ pub fn import(o: &Options) -> Result<Imported> {
                     prompt_len: p,
                     gen_len: t - p,
                     finish_reason: r.finish_reason.clone().unwrap_or_else(|| "unknown".into()),
+                    turn: 0,
                 }
             }
         };
@@ -715,6 +717,7 @@ pub fn import(o: &Options) -> Result<Imported> {
                 .copied()
                 .zip(tv.iter().map(Vec::as_slice))
                 .collect(),
+            target_top1: None,
         })
         .collect();
     let mut target = match &o.target {
@@ -748,6 +751,7 @@ pub fn import(o: &Options) -> Result<Imported> {
         greedy_selfcheck: None,
         samples: metas.clone(),
         shards: vec![],
+        extra: Default::default(),
     };
     trace::write(&o.out, manifest, &samples, o.force)?;
     Ok(Imported {

@@ -27,6 +27,9 @@ pub struct SampleMeta {
     pub gen_len: usize,
     #[serde(default)]
     pub finish_reason: String,
+    /// Turn of a multi-turn conversation (0 for single-turn prompts).
+    #[serde(default)]
+    pub turn: u32,
 }
 
 /// A shard file and its hash.
@@ -55,6 +58,10 @@ pub struct Manifest {
     pub greedy_selfcheck: Option<u64>,
     pub samples: Vec<SampleMeta>,
     pub shards: Vec<ShardMeta>,
+    /// The other fields of the manifest (`tokenizer_sha256`, `sampling`, `thinking`, …), kept
+    /// as written.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 fn default_true() -> bool {
@@ -191,6 +198,31 @@ impl Trace {
             .collect())
     }
 
+    /// The capture pass's argmax per position (`target_top1`), when the trace stores it.
+    pub fn target_top1(&self, s: &SampleMeta) -> Result<Option<Vec<u32>>> {
+        let Ok(v) = self.tensor(s, "target_top1") else {
+            return Ok(None);
+        };
+        if v.dtype() != Dtype::I32 || v.shape() != [s.prompt_len + s.gen_len] {
+            return Err(terr(
+                &self.dir,
+                format!(
+                    "sample {}: `target_top1` is {} {:?}, expected I32 [{}]",
+                    s.id,
+                    v.dtype(),
+                    v.shape(),
+                    s.prompt_len + s.gen_len
+                ),
+            ));
+        }
+        Ok(Some(
+            v.data
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as u32)
+                .collect(),
+        ))
+    }
+
     /// Hidden states `[T, H]` of tap `hs[i]` as f32.
     pub fn tap(&self, s: &SampleMeta, i: usize) -> Result<Vec<f32>> {
         Ok(self.tensor(s, &format!("tap.{i}"))?.to_f32())
@@ -248,6 +280,8 @@ pub struct NewSample<'a> {
     pub tokens: &'a [u32],
     /// (tap index, `[T, H]` values) — stored as BF16.
     pub taps: Vec<(usize, &'a [f32])>,
+    /// The capture pass's argmax per position, stored as `target_top1` I32 `[T]` when given.
+    pub target_top1: Option<&'a [u32]>,
 }
 
 /// Write a trace (one shard) with the streaming writer.
@@ -274,6 +308,13 @@ pub fn write(
                 vec![t, h],
             ));
         }
+        if s.target_top1.is_some() {
+            specs.push(TensorSpec::new(
+                format!("s{}.target_top1", s.meta.id),
+                Dtype::I32,
+                vec![t],
+            ));
+        }
     }
     // The shard is written as `model.safetensors` by the generic writer, then renamed inside the
     // temporary directory before the manifest names it.
@@ -290,13 +331,13 @@ pub fn write(
     let by_name: std::collections::HashMap<String, Vec<u8>> = samples
         .iter()
         .flat_map(|s| {
-            let mut v = vec![(
-                format!("s{}.tokens", s.meta.id),
-                s.tokens
-                    .iter()
-                    .flat_map(|&t| (t as i32).to_le_bytes())
-                    .collect::<Vec<u8>>(),
-            )];
+            let ids = |v: &[u32]| -> Vec<u8> {
+                v.iter().flat_map(|&t| (t as i32).to_le_bytes()).collect()
+            };
+            let mut v = vec![(format!("s{}.tokens", s.meta.id), ids(s.tokens))];
+            if let Some(top1) = s.target_top1 {
+                v.push((format!("s{}.target_top1", s.meta.id), ids(top1)));
+            }
             for (tap, vals) in &s.taps {
                 v.push((
                     format!("s{}.tap.{tap}", s.meta.id),
@@ -371,9 +412,11 @@ mod tests {
                     prompt_len: 3,
                     gen_len: 2,
                     finish_reason: "length".into(),
+                    turn: 0,
                 })
                 .collect(),
             shards: vec![],
+            extra: serde_json::Map::new(),
         }
     }
 
@@ -387,12 +430,14 @@ mod tests {
             meta: manifest(8, vec![2], 1).samples[0].clone(),
             tokens: &toks,
             taps: vec![(2, &tap), (3, &tap)],
+            target_top1: Some(&toks),
         }];
         write(&dir, manifest(8, vec![2, 3], 1), &samples, false).unwrap();
         let t = Trace::open(&dir).unwrap();
         let s = &t.manifest.samples[0];
         assert_eq!(t.tokens(s).unwrap(), toks);
         assert_eq!(t.tap(s, 2).unwrap(), tap, "values exact in bf16");
+        assert_eq!(t.target_top1(s).unwrap(), Some(toks.clone()));
         t.require(&[2, 3], 8, Some(6), "draft").unwrap();
         let e = t
             .require(&[2, 5], 8, None, "the draft")

@@ -1,0 +1,160 @@
+//! `kquant trace …`: making and bringing in `kquant-trace/1` traces. `capture` runs the target
+//! on CPU (`verify::capture`): greedy continuations of the prompts, then the capture pass;
+//! `import` (`cli::trace_import`) converts vLLM hidden-states connector files.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::runtime::deepseek::DeepseekV3;
+use crate::verify::capture::{self, Options};
+use crate::verify::trace::{self, NewSample, SampleMeta};
+
+/// Arguments of `kquant trace`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: TraceCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TraceCommand {
+    /// Run a Kimi-K2 (DeepseekV3ForCausalLM) target on CPU over prompts and write a trace:
+    /// greedy continuations, then one capture pass for the taps (as make_trace.py does).
+    Capture(CaptureArgs),
+    /// Import hidden states captured by a serving engine (`--from vllm-hidden-states DIR`).
+    Import(super::trace_import::Args),
+}
+
+/// Arguments of `kquant trace capture`.
+#[derive(Debug, clap::Args)]
+pub struct CaptureArgs {
+    /// The target checkpoint (directory, .safetensors file or hub id); any dtype or quantized
+    /// layout kquant reads, run in f32.
+    #[arg(long)]
+    pub target: String,
+    /// Prompts: JSONL with token ids in `tokens` (or `prompt_ids`), optional `id`, `category`.
+    #[arg(long)]
+    pub prompts: PathBuf,
+    /// Output trace directory.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// HF hidden_states indices to store, e.g. `1,2,3` [default: every block output before
+    /// the last, 1..L-1].
+    #[arg(long, value_delimiter = ',')]
+    pub taps: Option<Vec<usize>>,
+    /// Greedy tokens generated per prompt.
+    #[arg(long, default_value_t = 96)]
+    pub gen_len: usize,
+    /// End a continuation at the target's EOS (default: EOS is committed like any token, as
+    /// SGLang/vLLM benchmarks run with ignore_eos).
+    #[arg(long)]
+    pub stop_at_eos: bool,
+    /// Capture only the first N prompts.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// `dataset` of samples whose prompt line names none [default: the prompts file's stem].
+    #[arg(long)]
+    pub dataset: Option<String>,
+    /// Replace an existing output directory.
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    match a.command {
+        TraceCommand::Capture(c) => run_capture(c),
+        TraceCommand::Import(i) => super::trace_import::run(i),
+    }
+}
+
+fn bar(len: u64) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::with_draw_target(
+        Some(len),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:>12} [{bar:40}] {pos}/{len} samples ({elapsed}, {eta} left)",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    pb.set_message("capture");
+    pb
+}
+
+fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
+    // Refuse before hours of capture rather than at the end (`trace::write` checks again).
+    if a.output.exists() && !a.force {
+        return Err(Error::Output {
+            path: a.output.clone(),
+            msg: "already exists".into(),
+            hint: Some("pass --force to replace it".into()),
+        });
+    }
+    let ck = Checkpoint::open(&a.target)?;
+    let m = DeepseekV3::load(&ck)?;
+    let mut prompts = capture::read_prompts(&a.prompts)?;
+    prompts.truncate(a.limit.unwrap_or(usize::MAX));
+    let taps = a
+        .taps
+        .clone()
+        .unwrap_or_else(|| (1..m.num_layers).collect());
+    capture::check_taps(&taps, m.num_layers)?;
+    let o = Options {
+        gen_len: a.gen_len,
+        taps,
+        stop_at_eos: a.stop_at_eos,
+    };
+    let dataset = a.dataset.clone().unwrap_or_else(|| {
+        a.prompts
+            .file_stem()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default()
+    });
+    let pb = bar(prompts.len() as u64);
+    let mut caps = Vec::with_capacity(prompts.len());
+    for p in &prompts {
+        caps.push(capture::capture(&m, &p.tokens, &o)?);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    let metas: Vec<SampleMeta> = prompts
+        .iter()
+        .zip(&caps)
+        .map(|(p, c)| SampleMeta {
+            id: p.id,
+            category: p.category.clone(),
+            dataset: p.dataset.clone().unwrap_or_else(|| dataset.clone()),
+            shard: String::new(),
+            prompt_len: c.prompt_len,
+            gen_len: c.tokens.len() - c.prompt_len,
+            finish_reason: c.finish_reason.into(),
+            turn: p.turn,
+        })
+        .collect();
+    let selfcheck: u64 = caps.iter().map(|c| c.mismatches as u64).sum();
+    let regenerated = caps.iter().filter(|c| c.regenerated).count();
+    let samples: Vec<NewSample> = metas
+        .iter()
+        .zip(&caps)
+        .map(|(meta, c)| NewSample {
+            meta: meta.clone(),
+            tokens: &c.tokens,
+            taps: c.taps.iter().map(|(i, v)| (*i, v.as_slice())).collect(),
+            target_top1: Some(&c.top1),
+        })
+        .collect();
+    let manifest = capture::manifest(&ck, &m, &a.target, &o, metas.clone(), selfcheck)?;
+    trace::write(&a.output, manifest, &samples, a.force)?;
+    let tokens: usize = caps.iter().map(|c| c.tokens.len()).sum();
+    println!(
+        "{}: {} samples, {tokens} tokens, taps {:?}, greedy_selfcheck {selfcheck} ({regenerated} regenerated without the cache)",
+        a.output.display(),
+        caps.len(),
+        o.taps
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,380 @@
+//! Capturing a `kquant-trace/1` with the CPU target runtime (`runtime::deepseek`), the way
+//! fixtures/gen/verify/make_trace.py does with transformers: per prompt, a greedy continuation
+//! of `gen_len` tokens with the KV cache (EOS committed like any token unless asked to stop at
+//! it), then ONE capture forward over prompt + continuation whose hidden states give the taps
+//! and whose argmax gives `target_top1`. Where that argmax disagrees with the recorded next token
+//! in the generated region, the continuation is regenerated without the cache; mismatches that
+//! remain are counted in `greedy_selfcheck` and the sample is cut after the first.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::io::writer::hash_file;
+use crate::runtime::deepseek::{DeepseekV3, Forward};
+use crate::runtime::ops::argmax;
+use crate::verify::trace::{Manifest, SampleMeta, FORMAT, TAP_CONVENTION};
+
+/// One prompt of the input JSONL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    pub id: u64,
+    pub category: String,
+    pub dataset: Option<String>,
+    pub turn: u32,
+    pub tokens: Vec<u32>,
+}
+
+/// Read prompts: one JSON object per line with token ids in `tokens` (make_heldout.py),
+/// `prompt_ids` or `input_ids`; `id` (default: the line's index among prompts), `category`,
+/// `dataset`, `turn` optional. Text-only lines are refused: kquant does not tokenize.
+pub fn read_prompts(path: &Path) -> Result<Vec<Prompt>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+    let err = |line: usize, msg: String| Error::Source {
+        path: path.into(),
+        msg: format!("line {line}: {msg}"),
+        hint: Some("one JSON object per line with token ids in `tokens` (or `prompt_ids`)".into()),
+    };
+    let mut out: Vec<Prompt> = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let v: Value =
+            serde_json::from_str(line).map_err(|e| err(i + 1, format!("not JSON: {e}")))?;
+        let ids = ["tokens", "prompt_ids", "input_ids"]
+            .iter()
+            .find_map(|k| v.get(k).and_then(Value::as_array));
+        let Some(ids) = ids else {
+            let text_only = v.get("prompt").or_else(|| v.get("text")).is_some();
+            return Err(err(
+                i + 1,
+                if text_only {
+                    "has text but no token ids; tokenize the prompts first (kquant does not tokenize)".into()
+                } else {
+                    "has no `tokens` / `prompt_ids` array".into()
+                },
+            ));
+        };
+        let tokens = ids
+            .iter()
+            .map(|t| {
+                t.as_u64()
+                    .filter(|&x| x <= u32::MAX as u64)
+                    .map(|x| x as u32)
+            })
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(|| err(i + 1, "token ids must be non-negative integers".into()))?;
+        if tokens.is_empty() {
+            return Err(err(i + 1, "the prompt is empty".into()));
+        }
+        let id = v
+            .get("id")
+            .and_then(Value::as_u64)
+            .unwrap_or(out.len() as u64);
+        if out.iter().any(|p| p.id == id) {
+            return Err(err(i + 1, format!("id {id} appears twice")));
+        }
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(String::from);
+        out.push(Prompt {
+            id,
+            category: s("category").unwrap_or_default(),
+            dataset: s("dataset"),
+            turn: v.get("turn").and_then(Value::as_u64).unwrap_or(0) as u32,
+            tokens,
+        });
+    }
+    Ok(out)
+}
+
+/// How to capture.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Greedy tokens to generate per prompt (`max_new_tokens`).
+    pub gen_len: usize,
+    /// HF `hidden_states` indices to store.
+    pub taps: Vec<usize>,
+    /// Stop a continuation after an EOS token (default: EOS is committed like any token).
+    pub stop_at_eos: bool,
+}
+
+/// One captured sample.
+#[derive(Debug, Clone)]
+pub struct Captured {
+    /// Prompt + continuation.
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    /// (tap, `[T, H]`) in `Options::taps` order.
+    pub taps: Vec<(usize, Vec<f32>)>,
+    /// Argmax of the capture pass per position.
+    pub top1: Vec<u32>,
+    /// Generated-region positions where `top1` disagreed with the next token after the
+    /// uncached regeneration (counted in `greedy_selfcheck`; the sample is cut after the first).
+    pub mismatches: usize,
+    /// Whether the cached continuation disagreed with the capture pass and was regenerated.
+    pub regenerated: bool,
+    /// `length` or `stop` (ended at EOS with `stop_at_eos`).
+    pub finish_reason: &'static str,
+}
+
+/// Positions `t` in `p-1 .. T-1` whose argmax is not `x[t+1]`.
+fn mismatches(top1: &[u32], x: &[u32], p: usize) -> Vec<usize> {
+    (p.saturating_sub(1)..x.len().saturating_sub(1))
+        .filter(|&t| top1[t] != x[t + 1])
+        .collect()
+}
+
+fn top1(f: &Forward, vocab: usize) -> Vec<u32> {
+    f.logits.chunks(vocab).map(|r| argmax(r) as u32).collect()
+}
+
+/// make_trace.py's `greedy_nocache`: every token from a fresh full forward.
+fn greedy_nocache(m: &DeepseekV3, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>> {
+    let mut x = prompt.to_vec();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let t = argmax(&m.session().extend(&x)?) as u32;
+        out.push(t);
+        x.push(t);
+        if stop.contains(&t) {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Capture one prompt.
+pub fn capture(m: &DeepseekV3, prompt: &[u32], o: &Options) -> Result<Captured> {
+    let p = prompt.len();
+    let stop = if o.stop_at_eos {
+        m.cfg.eos.clone()
+    } else {
+        vec![]
+    };
+    let mut gen = m.greedy(prompt, o.gen_len, &stop)?;
+    let join = |g: &[u32]| -> Vec<u32> { prompt.iter().chain(g).copied().collect() };
+    let mut x = join(&gen);
+    let mut f = m.forward(&x)?;
+    let mut t1 = top1(&f, m.vocab);
+    let mut bad = mismatches(&t1, &x, p);
+    let regenerated = !bad.is_empty();
+    if regenerated {
+        gen = greedy_nocache(m, prompt, o.gen_len, &stop)?;
+        x = join(&gen);
+        f = m.forward(&x)?;
+        t1 = top1(&f, m.vocab);
+        bad = mismatches(&t1, &x, p);
+    }
+    if let Some(&first) = bad.first() {
+        gen.truncate(first + 1 - p);
+        x = join(&gen);
+        f = m.forward(&x)?;
+        t1 = top1(&f, m.vocab);
+    }
+    let stopped = gen.last().is_some_and(|t| stop.contains(t));
+    Ok(Captured {
+        taps: o
+            .taps
+            .iter()
+            .map(|&i| (i, f.hidden_states[i].clone()))
+            .collect(),
+        tokens: x,
+        prompt_len: p,
+        top1: t1,
+        mismatches: bad.len(),
+        regenerated,
+        finish_reason: if stopped { "stop" } else { "length" },
+    })
+}
+
+/// Check `taps` against a target of `layers` blocks: HF indices `0..layers` (index `layers` is
+/// reported after the final norm, and a trace stores pre-norm taps), sorted, no repeats.
+pub fn check_taps(taps: &[usize], layers: usize) -> Result<()> {
+    if taps.is_empty() {
+        return Err(Error::Usage("--taps is empty".into()));
+    }
+    if let Some(t) = taps.iter().find(|&&t| t >= layers) {
+        return Err(Error::Usage(format!(
+            "tap {t} is not a pre-norm hidden state of this {layers}-layer target (0..={}); \
+             HF's hidden_states[{layers}] comes after the final norm",
+            layers - 1
+        )));
+    }
+    if taps.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(Error::Usage(format!(
+            "--taps {taps:?} must be increasing, without repeats"
+        )));
+    }
+    Ok(())
+}
+
+/// `sha256:` of the weights: the single file's hash, or of the `name sha256` lines of every
+/// shard (sorted) when there are several.
+fn revision(ck: &Checkpoint) -> Result<String> {
+    let files = ck.weights.files();
+    if let [one] = files.as_slice() {
+        return Ok(format!("sha256:{}", hash_file(one)?.sha256));
+    }
+    let mut lines: Vec<String> = files
+        .iter()
+        .map(|f| {
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default();
+            Ok(format!("{name} {}\n", hash_file(f)?.sha256))
+        })
+        .collect::<Result<_>>()?;
+    lines.sort();
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(lines.concat().as_bytes());
+    Ok(format!("sha256:{}", crate::io::writer::hex(&h)))
+}
+
+/// What the weights are stored as: the quantization method, else the embedding's dtype.
+fn quantization(ck: &Checkpoint) -> String {
+    let q = ck
+        .config
+        .as_ref()
+        .and_then(|c| c.root.get("quantization_config"))
+        .and_then(|q| q.get("quant_method"))
+        .and_then(Value::as_str);
+    if let Some(q) = q {
+        return q.to_string();
+    }
+    ck.weights
+        .infos()
+        .find(|t| t.name.ends_with("embed_tokens.weight"))
+        .map(|t| t.dtype.name().to_lowercase())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The manifest make_trace.py writes, with kquant as the engine. `name` is the target as the
+/// user named it; `samples` and `greedy_selfcheck` as captured.
+pub fn manifest(
+    ck: &Checkpoint,
+    m: &DeepseekV3,
+    name: &str,
+    o: &Options,
+    samples: Vec<SampleMeta>,
+    greedy_selfcheck: u64,
+) -> Result<Manifest> {
+    let tok = ck.weights.dir.join("tokenizer.json");
+    let tokenizer = if tok.is_file() {
+        json!(hash_file(&tok)?.sha256)
+    } else {
+        Value::Null
+    };
+    let target = json!({
+        "name": name,
+        "revision": revision(ck)?,
+        "quantization": quantization(ck),
+        "engine": "kquant",
+        "engine_version": env!("CARGO_PKG_VERSION"),
+        "compute_dtype": "float32 (weights upcast)",
+        "attention_backend": "kquant CPU (eager math)",
+        "tp": 1,
+        "ep": 1,
+    });
+    let stop_ids: Vec<u32> = if o.stop_at_eos {
+        m.cfg.eos.clone()
+    } else {
+        vec![]
+    };
+    let extra = json!({
+        "tokenizer_sha256": tokenizer,
+        "chat_template_sha256": null,
+        "thinking": false,
+        "system_prompt": null,
+        "sampling": {"temperature": 0, "max_new_tokens": o.gen_len,
+                     "ignore_eos": !o.stop_at_eos, "stop_ids": stop_ids},
+    });
+    Ok(Manifest {
+        format: FORMAT.into(),
+        target,
+        hidden_size: m.hidden,
+        num_layers: m.num_layers,
+        vocab_size: Some(m.vocab),
+        taps: o.taps.clone(),
+        tap_convention: TAP_CONVENTION.into(),
+        taps_pre_norm: true,
+        dtype: "bf16".into(),
+        greedy_selfcheck: Some(greedy_selfcheck),
+        samples,
+        shards: vec![],
+        extra: extra.as_object().expect("object").clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_read_and_refuse() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("p.jsonl");
+        std::fs::write(
+            &p,
+            "{\"id\": 7, \"category\": \"code\", \"tokens\": [1, 2]}\n\n{\"prompt_ids\": [3]}\n",
+        )
+        .unwrap();
+        let v = read_prompts(&p).unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(
+            (v[0].id, v[0].category.as_str(), &v[0].tokens),
+            (7, "code", &vec![1, 2])
+        );
+        assert_eq!((v[1].id, v[1].tokens.clone()), (1, vec![3]));
+        std::fs::write(&p, "{\"prompt\": \"hello\"}\n").unwrap();
+        let e = read_prompts(&p).unwrap_err().to_string();
+        assert!(e.contains("line 1") && e.contains("tokenize"), "{e}");
+        std::fs::write(
+            &p,
+            "{\"id\": 1, \"tokens\": [1]}\n{\"id\": 1, \"tokens\": [2]}\n",
+        )
+        .unwrap();
+        assert!(read_prompts(&p).unwrap_err().to_string().contains("twice"));
+    }
+
+    #[test]
+    fn taps_and_mismatches() {
+        assert!(check_taps(&[1, 2, 3], 4).is_ok());
+        assert!(check_taps(&[1, 4], 4)
+            .unwrap_err()
+            .to_string()
+            .contains("final norm"));
+        assert!(check_taps(&[2, 1], 4).is_err());
+        // x = [p0, p1 | g0, g1]: top1 at 1 predicts g0, at 2 predicts g1.
+        assert_eq!(
+            mismatches(&[9, 5, 6, 0], &[1, 2, 5, 6], 2),
+            Vec::<usize>::new()
+        );
+        assert_eq!(mismatches(&[9, 5, 7, 0], &[1, 2, 5, 6], 2), vec![2]);
+    }
+
+    #[test]
+    fn capture_is_self_consistent_on_the_tiny_target() {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let ck = Checkpoint::open(&format!("{root}/fixtures/tiny/target-kimi-k2")).unwrap();
+        let m = DeepseekV3::load(&ck).unwrap();
+        let o = Options {
+            gen_len: 6,
+            taps: vec![1, 2],
+            stop_at_eos: false,
+        };
+        let c = capture(&m, &[5, 6, 7], &o).unwrap();
+        assert_eq!((c.tokens.len(), c.prompt_len, c.mismatches), (9, 3, 0));
+        assert!(!c.regenerated);
+        assert_eq!(
+            &c.top1[2..8],
+            &c.tokens[3..9],
+            "argmax of the capture pass = continuation"
+        );
+        assert_eq!(c.taps.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(c.taps[0].1.len(), 9 * m.hidden);
+    }
+}

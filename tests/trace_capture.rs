@@ -1,0 +1,236 @@
+//! `kquant trace capture` through the binary, against the committed trace of the tiny Kimi
+//! target (fixtures/kimi-k2.5-tiny/trace, written by fixtures/gen/verify/make_trace.py with
+//! transformers): the same tokens exactly, the same `target_top1`, taps within one bf16 ulp.
+//!
+//! A debug build captures a sample in ~10 CPU-seconds, so the test takes the first
+//! `KQ_CAPTURE_LIMIT` prompts (default 2); `KQ_CAPTURE_LIMIT=60` checks all of them.
+
+mod common;
+
+use std::path::Path;
+
+use common::{kquant, read_json, root};
+use kquant::checkpoint::Checkpoint;
+use kquant::runtime::deepseek::DeepseekV3;
+use kquant::verify::trace::Trace;
+
+const TARGET: &str = "fixtures/kimi-k2.5-tiny/target";
+const PROMPTS: &str = "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl";
+const TRACE: &str = "fixtures/kimi-k2.5-tiny/trace";
+
+/// Bound on max |ours − committed| / max |committed| per tap tensor: one bf16 ulp at the
+/// tensor's largest magnitude (2⁻⁷). Both sides round nearly equal f32 values (≈1e-6 apart) to
+/// bf16, so a few elements land one ulp apart; measured 4.6e-3 over all 60 samples (0.053% of
+/// values differ).
+const TAP_REL_TOL: f32 = 1.0 / 128.0;
+
+fn limit() -> usize {
+    std::env::var("KQ_CAPTURE_LIMIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+}
+
+fn capture(out: &Path, extra: &[&str]) -> std::process::Output {
+    let lim = limit().to_string();
+    let mut args = vec![
+        "trace",
+        "capture",
+        "--target",
+        TARGET,
+        "--prompts",
+        PROMPTS,
+        "-o",
+        out.to_str().unwrap(),
+        "--dataset",
+        "kquant-heldout",
+        "--limit",
+        &lim,
+    ];
+    args.extend_from_slice(extra);
+    kquant(&args)
+}
+
+/// Where two token sequences first differ, and the target's logit margin there (our argmax's
+/// logit minus the committed token's), to tell a near-tie from a real disagreement.
+fn divergence(ours: &[u32], theirs: &[u32]) -> String {
+    let Some(t) = (0..ours.len().min(theirs.len())).find(|&i| ours[i] != theirs[i]) else {
+        return format!("lengths {} vs {}", ours.len(), theirs.len());
+    };
+    let ck = Checkpoint::open(root().join(TARGET).to_str().unwrap()).unwrap();
+    let m = DeepseekV3::load(&ck).unwrap();
+    let f = m.forward(&theirs[..t]).unwrap();
+    let row = &f.logits[(t - 1) * m.vocab..t * m.vocab];
+    format!(
+        "first difference at position {t}: ours {} vs committed {}, logit margin {:.3e}",
+        ours[t],
+        theirs[t],
+        row[ours[t] as usize] - row[theirs[t] as usize]
+    )
+}
+
+#[test]
+fn capture_reproduces_the_committed_trace() {
+    let committed_dir = root().join(TRACE);
+    assert!(
+        committed_dir.join("manifest.json").is_file(),
+        "{} is missing: the trained kimi-k2.5-tiny fixtures are part of the repository",
+        committed_dir.display()
+    );
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("trace");
+    let t0 = std::time::Instant::now();
+    let o = capture(&out, &[]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    eprintln!(
+        "captured {} samples in {:.1} s: {}",
+        limit(),
+        t0.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&o.stdout).trim()
+    );
+    let (ours, theirs) = (
+        Trace::open(&out).unwrap(),
+        Trace::open(&committed_dir).unwrap(),
+    );
+    let (om, tm) = (&ours.manifest, &theirs.manifest);
+    assert_eq!(om.samples.len(), limit().min(tm.samples.len()));
+    assert_eq!(
+        (
+            om.taps.clone(),
+            om.hidden_size,
+            om.num_layers,
+            om.vocab_size
+        ),
+        (
+            tm.taps.clone(),
+            tm.hidden_size,
+            tm.num_layers,
+            tm.vocab_size
+        ),
+        "default taps and dimensions"
+    );
+    assert_eq!(om.greedy_selfcheck, Some(0));
+    for k in ["tokenizer_sha256", "sampling", "thinking", "system_prompt"] {
+        assert_eq!(om.extra.get(k), tm.extra.get(k), "manifest `{k}`");
+    }
+    assert_eq!(om.target["revision"], tm.target["revision"]);
+    let keys = |v: &serde_json::Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let raw = |dir: &Path| read_json(&dir.join("manifest.json"));
+    let (ro, rt) = (raw(&out), raw(&committed_dir));
+    assert_eq!(keys(&ro), keys(&rt), "manifest fields");
+    // make_trace.py's target fields, less `torch_version` (kquant runs no torch).
+    let mut want = keys(&rt["target"]);
+    want.retain(|k| k != "torch_version");
+    assert_eq!(keys(&ro["target"]), want, "manifest target fields");
+    assert_eq!(
+        keys(&ro["samples"][0]),
+        keys(&rt["samples"][0]),
+        "sample fields"
+    );
+
+    let mut worst = 0f32;
+    let mut differing = (0usize, 0usize);
+    for s in &om.samples {
+        let c = tm.samples.iter().find(|c| c.id == s.id).unwrap();
+        assert_eq!(
+            (
+                s.shard.as_str(),
+                s.prompt_len,
+                s.gen_len,
+                &s.finish_reason,
+                &s.category,
+                &s.dataset,
+                s.turn
+            ),
+            (
+                c.shard.as_str(),
+                c.prompt_len,
+                c.gen_len,
+                &c.finish_reason,
+                &c.category,
+                &c.dataset,
+                c.turn
+            ),
+            "sample {} metadata",
+            s.id
+        );
+        let (x, y) = (ours.tokens(s).unwrap(), theirs.tokens(c).unwrap());
+        assert!(
+            x == y,
+            "sample {}: tokens differ: {}",
+            s.id,
+            divergence(&x, &y)
+        );
+        assert_eq!(
+            ours.target_top1(s).unwrap(),
+            theirs.target_top1(c).unwrap(),
+            "sample {} target_top1",
+            s.id
+        );
+        for &tap in &om.taps {
+            let (a, b) = (ours.tap(s, tap).unwrap(), theirs.tap(c, tap).unwrap());
+            let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = a
+                .iter()
+                .zip(&b)
+                .fold(0f32, |m, (p, q)| m.max((p - q).abs()))
+                / scale;
+            differing.0 += a.iter().zip(&b).filter(|(p, q)| p != q).count();
+            differing.1 += a.len();
+            worst = worst.max(d);
+            assert!(
+                d <= TAP_REL_TOL,
+                "sample {} tap {tap}: {d:.3e} > {TAP_REL_TOL}",
+                s.id
+            );
+        }
+    }
+    eprintln!(
+        "taps: max rel error {worst:.3e}, {} of {} values differ",
+        differing.0, differing.1
+    );
+}
+
+#[test]
+fn capture_refuses_post_norm_taps_and_an_existing_output() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("trace");
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target",
+        TARGET,
+        "--prompts",
+        PROMPTS,
+        "-o",
+        out.to_str().unwrap(),
+        "--taps",
+        "1,4",
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("final norm") && e.contains("hint:"), "{e}");
+    std::fs::create_dir(&out).unwrap();
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target",
+        TARGET,
+        "--prompts",
+        PROMPTS,
+        "-o",
+        out.to_str().unwrap(),
+        "--limit",
+        "1",
+        "--gen-len",
+        "2",
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("--force"), "{e}");
+}
