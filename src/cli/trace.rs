@@ -9,7 +9,6 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::runtime::deepseek::DeepseekV3;
 use crate::verify::capture::{self, Options};
-use crate::verify::trace::{self, NewSample, SampleMeta};
 
 /// Arguments of `kquant trace`.
 #[derive(Debug, clap::Args)]
@@ -69,22 +68,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
 }
 
-fn bar(len: u64) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::with_draw_target(
-        Some(len),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    pb.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{msg:>12} [{bar:40}] {pos}/{len} samples ({elapsed}, {eta} left)",
-        )
-        .expect("template")
-        .progress_chars("=> "),
-    );
-    pb.set_message("capture");
-    pb
-}
-
 fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
     // Refuse before hours of capture rather than at the end (`trace::write` checks again).
     if a.output.exists() && !a.force {
@@ -102,7 +85,6 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
         .taps
         .clone()
         .unwrap_or_else(|| (1..m.num_layers).collect());
-    capture::check_taps(&taps, m.num_layers)?;
     let o = Options {
         gen_len: a.gen_len,
         taps,
@@ -114,47 +96,17 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
             .map(|s| s.to_string_lossy().to_string())
             .unwrap_or_default()
     });
-    let pb = bar(prompts.len() as u64);
-    let mut caps = Vec::with_capacity(prompts.len());
-    for p in &prompts {
-        caps.push(capture::capture(&m, &p.tokens, &o)?);
-        pb.inc(1);
-    }
-    pb.finish_and_clear();
-    let metas: Vec<SampleMeta> = prompts
-        .iter()
-        .zip(&caps)
-        .map(|(p, c)| SampleMeta {
-            id: p.id,
-            category: p.category.clone(),
-            dataset: p.dataset.clone().unwrap_or_else(|| dataset.clone()),
-            shard: String::new(),
-            prompt_len: c.prompt_len,
-            gen_len: c.tokens.len() - c.prompt_len,
-            finish_reason: c.finish_reason.into(),
-            turn: p.turn,
-        })
-        .collect();
-    let selfcheck: u64 = caps.iter().map(|c| c.mismatches as u64).sum();
-    let regenerated = caps.iter().filter(|c| c.regenerated).count();
-    let samples: Vec<NewSample> = metas
-        .iter()
-        .zip(&caps)
-        .map(|(meta, c)| NewSample {
-            meta: meta.clone(),
-            tokens: &c.tokens,
-            taps: c.taps.iter().map(|(i, v)| (*i, v.as_slice())).collect(),
-            target_top1: Some(&c.top1),
-        })
-        .collect();
-    let manifest = capture::manifest(&ck, &m, &a.target, &o, metas.clone(), selfcheck)?;
-    trace::write(&a.output, manifest, &samples, a.force)?;
-    let tokens: usize = caps.iter().map(|c| c.tokens.len()).sum();
+    let s = capture::write_trace(
+        &ck, &m, &a.target, &prompts, &o, &dataset, &a.output, a.force,
+    )?;
     println!(
-        "{}: {} samples, {tokens} tokens, taps {:?}, greedy_selfcheck {selfcheck} ({regenerated} regenerated without the cache)",
+        "{}: {} samples, {} tokens, taps {:?}, greedy_selfcheck {} ({} regenerated without the cache)",
         a.output.display(),
-        caps.len(),
-        o.taps
+        s.samples,
+        s.tokens,
+        o.taps,
+        s.selfcheck,
+        s.regenerated
     );
     Ok(ExitCode::SUCCESS)
 }

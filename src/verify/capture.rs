@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::io::writer::hash_file;
 use crate::runtime::deepseek::{DeepseekV3, Forward};
 use crate::runtime::ops::argmax;
-use crate::verify::trace::{Manifest, SampleMeta, FORMAT, TAP_CONVENTION};
+use crate::verify::trace::{Manifest, NewSample, SampleMeta, FORMAT, TAP_CONVENTION};
 
 /// One prompt of the input JSONL.
 #[derive(Debug, Clone, PartialEq)]
@@ -306,6 +306,90 @@ pub fn manifest(
         samples,
         shards: vec![],
         extra: extra.as_object().expect("object").clone(),
+    })
+}
+
+/// What [`write_trace`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub samples: usize,
+    pub tokens: usize,
+    /// Σ greedy self-check mismatches (continuation token ≠ the capture pass's argmax).
+    pub selfcheck: u64,
+    /// Samples whose continuation was regenerated without the KV cache.
+    pub regenerated: usize,
+}
+
+fn progress(len: u64) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::with_draw_target(
+        Some(len),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:>12} [{bar:40}] {pos}/{len} samples ({elapsed}, {eta} left)",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    pb.set_message("capture");
+    pb
+}
+
+/// Capture every prompt with the target `m` (loaded from `ck`, named `name` in the manifest)
+/// and write the `kquant-trace/1` to `out` (temp dir → rename, as `trace::write` does), with a
+/// progress bar on stderr. `dataset` names samples whose prompt line names none.
+#[allow(clippy::too_many_arguments)]
+pub fn write_trace(
+    ck: &Checkpoint,
+    m: &DeepseekV3,
+    name: &str,
+    prompts: &[Prompt],
+    o: &Options,
+    dataset: &str,
+    out: &Path,
+    force: bool,
+) -> Result<Written> {
+    check_taps(&o.taps, m.num_layers)?;
+    let pb = progress(prompts.len() as u64);
+    let mut caps = Vec::with_capacity(prompts.len());
+    for p in prompts {
+        caps.push(capture(m, &p.tokens, o)?);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    let metas: Vec<SampleMeta> = prompts
+        .iter()
+        .zip(&caps)
+        .map(|(p, c)| SampleMeta {
+            id: p.id,
+            category: p.category.clone(),
+            dataset: p.dataset.clone().unwrap_or_else(|| dataset.to_string()),
+            shard: String::new(),
+            prompt_len: c.prompt_len,
+            gen_len: c.tokens.len() - c.prompt_len,
+            finish_reason: c.finish_reason.into(),
+            turn: p.turn,
+        })
+        .collect();
+    let selfcheck: u64 = caps.iter().map(|c| c.mismatches as u64).sum();
+    let samples: Vec<NewSample> = metas
+        .iter()
+        .zip(&caps)
+        .map(|(meta, c)| NewSample {
+            meta: meta.clone(),
+            tokens: &c.tokens,
+            taps: c.taps.iter().map(|(i, v)| (*i, v.as_slice())).collect(),
+            target_top1: Some(&c.top1),
+        })
+        .collect();
+    let man = manifest(ck, m, name, o, metas.clone(), selfcheck)?;
+    crate::verify::trace::write(out, man, &samples, force)?;
+    Ok(Written {
+        samples: caps.len(),
+        tokens: caps.iter().map(|c| c.tokens.len()).sum(),
+        selfcheck,
+        regenerated: caps.iter().filter(|c| c.regenerated).count(),
     })
 }
 
