@@ -9,7 +9,9 @@
 #         Debian's clang-16 + lld-16 (the AMDGPU linker) + libamdhip64-dev + rocm-device-libs
 #         (apt-get, when root and the packages are available).
 #
-# Prints each target it built; exits non-zero if any compile fails. If the HIP packages cannot
+# Prints each target it built with its kernel count and resource use (ptxas -v: registers,
+# spills; LLVM kernel-resource-usage remarks: VGPRs, occupancy, scratch); exits non-zero if any
+# compile fails or a CUDA kernel spills. If the HIP packages cannot
 # be installed it says so and still compiles CUDA (set KQUANT_REQUIRE_HIP=1 to make that fatal).
 # Idempotent: a second run reuses the cached toolchains and only recompiles (seconds).
 set -euo pipefail
@@ -97,10 +99,17 @@ if [ "$hip_ok" = 1 ] && command -v clang++-16 >/dev/null && [ -f /usr/include/hi
             t0=$(date +%s%N)
             if clang++-16 -x hip -std=c++17 --cuda-device-only --no-gpu-bundle-output \
                 --offload-arch="$arch" --rocm-device-lib-path="$BITCODE" \
-                -I. -O3 -Wall -Werror \
+                -I. -O3 -Wall -Werror -Rpass-analysis=kernel-resource-usage \
                 -c "$src" -o "$out" 2>"$out.log"; then
-                printf 'check.sh: built HIP  %-10s %-8s -> %s (%s bytes, %sms)\n' "$src" "$arch" \
-                    "$(basename "$out")" "$(stat -c %s "$out")" "$(( ($(date +%s%N) - t0) / 1000000 ))"
+                # LLVM's kernel-resource-usage remarks: one "Function Name" block per kernel.
+                res=$(awk -F': ' '/remark: Function Name:/ { k++ }
+                            /remark: +VGPRs: / { v = $NF + 0; if (v > mv) mv = v }
+                            /remark: +ScratchSize/ { s = $NF + 0; if (s > ms) ms = s; if (s > 0) ns++ }
+                            /remark: +VGPRs Spill: / { if ($NF + 0 > 0) sp++ }
+                            /remark: +Occupancy/ { o = $NF + 0; if (mo == "" || o < mo) mo = o }
+                            END { printf "%d kernels, max %d VGPRs, min occupancy %d waves/SIMD, %d with scratch (max %d B/lane), %d with VGPR spills", k, mv, mo, ns, ms, sp }' "$out.log")
+                printf 'check.sh: built HIP  %-10s %-8s -> %s (%s bytes, %sms; %s)\n' "$src" "$arch" \
+                    "$(basename "$out")" "$(stat -c %s "$out")" "$(( ($(date +%s%N) - t0) / 1000000 ))" "$res"
             else
                 echo "check.sh: FAIL HIP $src $arch" >&2
                 cat "$out.log" >&2

@@ -100,12 +100,18 @@ impl Linears {
     }
 }
 
-/// `kquant verify --device`: the CPU device is the f32 runtime (`Ok(None)`); a GPU device is
-/// opened (so a build without its feature, or a missing driver, fails here with a hint) and
-/// returned for the runtime to upload the draft's linears to with [`Linears::load`].
-pub fn verify_device(spec: &str) -> Result<Option<Arc<dyn Backend>>> {
+/// The `kquant verify --device` hand-off. `cpu` is the existing f32 runtime. A GPU device is
+/// opened first, so a build without its feature or a missing driver fails with its own hint; then
+/// it is refused, because the EAGLE-3 runtime (`runtime::eagle3`) has no hook yet to route its
+/// matmuls through [`Linears`] (the device side is done and tested: tests/gpu_linear.rs).
+pub fn verify_device(spec: &str) -> Result<()> {
     if spec == "cpu" {
-        return Ok(None);
+        return Ok(());
     }
-    Ok(Some(Arc::from(super::open(spec)?)))
+    let dev = super::open(spec)?;
+    Err(GpuError::NotWired(format!(
+        "verify --device {spec} ({}): the EAGLE-3 runtime does not route its linears through a \
+         device yet",
+        dev.name()
+    )))
 }

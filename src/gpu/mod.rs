@@ -25,7 +25,7 @@ pub mod hip;
 use std::any::Any;
 
 pub use layout::W4Layout;
-pub use linear::Linear;
+pub use linear::{Linear, Linears};
 pub use tune::{Arch, Regime};
 
 /// Errors of the GPU path (layout checks, missing runtime, driver/compiler failures).
@@ -41,6 +41,8 @@ pub enum GpuError {
     NotBuilt(String, &'static str),
     #[error("unknown device `{0}` (cpu, cuda[:N], hip[:N])")]
     UnknownDevice(String),
+    #[error("{0}")]
+    NotWired(String),
 }
 
 impl GpuError {
@@ -49,6 +51,11 @@ impl GpuError {
         match self {
             GpuError::NotBuilt(_, feature) => Some(format!("rebuild with --features {feature}")),
             GpuError::UnknownDevice(_) => Some("use --device cpu, cuda, cuda:1, hip, …".into()),
+            GpuError::NotWired(_) => Some(
+                "use --device cpu (the f32 runtime); `kquant bench gemm --device …` runs the \
+                 kernels (docs/kernels.md, \"GPU checks that remain\")"
+                    .into(),
+            ),
             GpuError::Backend { backend, .. } => Some(format!(
                 "check that the {backend} driver and runtime libraries are installed and visible \
                  (LD_LIBRARY_PATH), or use --device cpu"
