@@ -1,7 +1,8 @@
 //! The kernel source as one string for NVRTC / hipRTC: `kq_vendor.h` and `kq_tune.h` once, then
 //! `w4_gemv.cu` (regime A), `w4_mma.cu` (regime B) and `w4_dense.cu` (regime C) with their local
-//! includes dropped (run-time compilers get no include path; the crate may run far from its
-//! source tree). The same files are what `kernels/check.sh` compiles offline, one by one.
+//! includes and `#pragma once` dropped (run-time compilers get no include path; the crate may
+//! run far from its source tree). `kernels/check.sh` compiles the same files one by one and this
+//! assembled module too (built the same way in shell).
 
 use super::Act;
 
@@ -14,17 +15,15 @@ const DENSE: &str = include_str!("../../kernels/w4_dense.cu");
 /// The whole module: headers once, then the three kernel files.
 pub fn module() -> String {
     let mut out = String::new();
-    out.push_str(VENDOR);
-    out.push('\n');
-    out.push_str(TUNE);
-    out.push('\n');
-    for file in [GEMV, MMA, DENSE] {
+    for file in [VENDOR, TUNE, GEMV, MMA, DENSE] {
         for line in file.lines() {
             match line.trim() {
-                "#include \"kq_vendor.h\"" | "#include \"kq_tune.h\"" => {}
-                _ => out.push_str(line),
+                "#include \"kq_vendor.h\"" | "#include \"kq_tune.h\"" | "#pragma once" => {}
+                _ => {
+                    out.push_str(line);
+                    out.push('\n');
+                }
             }
-            out.push('\n');
         }
     }
     out
@@ -79,7 +78,18 @@ mod tests {
     fn assembled_source_is_self_contained_and_names_match() {
         let s = module();
         assert!(!s.contains("#include \"kq_"), "local includes dropped");
-        assert_eq!(s.matches("#pragma once").count(), 2, "each header once");
+        assert!(!s.contains("#pragma once"), "one translation unit");
+        for file in [VENDOR, TUNE, GEMV, MMA, DENSE] {
+            let body = file
+                .lines()
+                .filter(|l| !l.starts_with("#include \"kq_") && l.trim() != "#pragma once");
+            assert!(body.clone().all(|l| s.contains(l)), "every line kept");
+            assert_eq!(
+                s.matches(body.clone().next().unwrap()).count(),
+                1,
+                "each file once"
+            );
+        }
         assert!(s.contains("kq_w4a16_gemv_##T##_##G##_m##M"));
         assert!(s.contains("KQ_ALL_M(KQ_BF16_PC)") && s.contains("KQ_ALL_M(KQ_W4A8)"));
         for act in [Act::Bf16, Act::F16] {
