@@ -14,7 +14,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
     DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 
 use super::layout::{W4Layout, CHUNK};
 use super::tune::{self, Arch, Regime};
@@ -81,6 +81,19 @@ fn sm_name(major: i32, minor: i32) -> &'static str {
     }
 }
 
+/// The kernel module compiled by NVRTC for `arch` (`sm_90`, …): needs `libnvrtc`, not a GPU.
+pub fn compile(arch: &'static str) -> Result<Ptx> {
+    compile_ptx_with_opts(
+        source::module(),
+        CompileOptions {
+            arch: Some(arch),
+            options: vec!["-std=c++17".into()],
+            ..Default::default()
+        },
+    )
+    .map_err(err)
+}
+
 fn cfg(grid: (u32, u32, u32), block: (u32, u32, u32)) -> LaunchConfig {
     LaunchConfig {
         grid_dim: grid,
@@ -109,16 +122,7 @@ impl Cuda {
         let ctx = CudaContext::new(ordinal).map_err(err)?;
         let (major, minor) = ctx.compute_capability().map_err(err)?;
         let arch_name = sm_name(major, minor);
-        let ptx = compile_ptx_with_opts(
-            source::module(),
-            CompileOptions {
-                arch: Some(arch_name),
-                options: vec!["-std=c++17".into()],
-                ..Default::default()
-            },
-        )
-        .map_err(err)?;
-        let module = ctx.load_module(ptx).map_err(err)?;
+        let module = ctx.load_module(compile(arch_name)?).map_err(err)?;
         let stream = ctx.default_stream();
         // SAFETY: only tries to dlopen the library.
         let blas = if unsafe { blas_sys::is_culib_present() } {
@@ -485,5 +489,44 @@ impl Backend for Cuda {
             self.gemm_ex(&ws[i % ws.len()], &x, &mut out, n, k, m, Act::Bf16)
         })?;
         Ok(Some(t))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NVRTC compiles the header-free single-TU module for every arch the launcher can ask for
+    /// (no GPU needed, only `libnvrtc`; run with `LD_LIBRARY_PATH` pointing at one, e.g. the
+    /// PyPI `nvidia-cuda-nvrtc` wheel). Skipped with a note where no NVRTC loads, unless
+    /// `KQUANT_REQUIRE_NVRTC=1`.
+    #[test]
+    fn nvrtc_compiles_the_module() {
+        // SAFETY: only tries to dlopen the library.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            assert_ne!(
+                std::env::var("KQUANT_REQUIRE_NVRTC").as_deref(),
+                Ok("1"),
+                "KQUANT_REQUIRE_NVRTC=1 but libnvrtc does not load"
+            );
+            eprintln!("cuda: NVRTC SKIPPED: libnvrtc not found");
+            return;
+        }
+        for arch in ["sm_80", "sm_90", "sm_100", "sm_120"] {
+            let ptx = compile(arch)
+                .unwrap_or_else(|e| panic!("{arch}: {e}"))
+                .to_src();
+            for f in [
+                source::w4a16_name(Act::Bf16, true, 8),
+                source::w4a16_mma_name(Act::F16, false, 64),
+                source::w4a8_mma_name(128),
+                source::dequant_name(Act::Bf16, false),
+                source::W4A8_REDUCE.to_string(),
+            ] {
+                assert!(ptx.contains(&format!(".entry {f}(")), "{arch}: {f}");
+            }
+            assert!(ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+            assert!(ptx.contains("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"));
+        }
     }
 }

@@ -171,6 +171,8 @@ impl Blas {
 struct Api {
     _hip: Library,
     rtc: Library,
+    /// hipRTC came from libamdhip64 (ROCm < 5.3, whose comgr predates gfx94x).
+    rtc_in_hip: bool,
     malloc: Malloc,
     free: Free,
     memcpy: Memcpy,
@@ -188,7 +190,25 @@ struct Api {
 impl Api {
     fn load() -> Result<Api> {
         let (hip, _) = open(&["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"])?;
-        let (rtc, _) = open(&["libhiprtc.so", "libhiprtc.so.6", "libhiprtc.so.5"])?;
+        // hipRTC is its own library from ROCm 5.3 on; before, libamdhip64 exported it.
+        let mut rtc_in_hip = false;
+        let rtc = match open(&[
+            "libhiprtc.so",
+            "libhiprtc.so.7",
+            "libhiprtc.so.6",
+            "libhiprtc.so.5",
+        ]) {
+            Ok((l, _)) => l,
+            Err(e) => {
+                let (l, _) = open(&["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"])?;
+                // SAFETY: only reads the export table.
+                if unsafe { l.get::<unsafe extern "C" fn()>(b"hiprtcCreateProgram\0") }.is_err() {
+                    return Err(e);
+                }
+                rtc_in_hip = true;
+                l
+            }
+        };
         Ok(Api {
             malloc: sym!(hip, "hipMalloc", Malloc),
             free: sym!(hip, "hipFree", Free),
@@ -204,6 +224,7 @@ impl Api {
             event_destroy: sym!(hip, "hipEventDestroy", EventDestroy),
             _hip: hip,
             rtc,
+            rtc_in_hip,
         })
     }
 
@@ -338,6 +359,13 @@ impl Hip {
         api.check("hipInit", unsafe { init(0) })?;
         api.check("hipSetDevice", unsafe { set(ordinal as c_int) })?;
         let arch = std::env::var("KQUANT_HIP_ARCH").unwrap_or_else(|_| "gfx942".into());
+        if api.rtc_in_hip && arch.starts_with("gfx94") {
+            // ROCm < 5.3's comgr aborts the process on gfx94x instead of returning an error.
+            return Err(err(format!(
+                "this HIP runtime (hipRTC inside libamdhip64, ROCm < 5.3) cannot compile for \
+                 {arch}; gfx94x needs ROCm >= 6"
+            )));
+        }
         let code = Self::compile(&api, &arch)?;
         let load = sym!(
             api._hip,
@@ -357,6 +385,12 @@ impl Hip {
             scratch: Mutex::new(Scratch::default()),
             name: format!("hip:{ordinal} ({arch})"),
         })
+    }
+
+    /// The kernel module compiled by hipRTC for `arch` (`gfx942`, …): needs the HIP runtime
+    /// libraries (hipRTC + comgr), not a GPU.
+    pub fn compile_only(arch: &str) -> Result<Vec<u8>> {
+        Self::compile(&Api::load()?, arch)
     }
 
     fn compile(api: &Api, arch: &str) -> Result<Vec<u8>> {
@@ -902,5 +936,46 @@ impl Backend for Hip {
             self.gemm_ex(ws[i % ws.len()].ptr, x.ptr, out.ptr, n, k, m, Act::Bf16)
         })?;
         Ok(Some(t))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// hipRTC compiles the header-free single-TU module (no GPU needed, only the HIP runtime
+    /// libraries). `KQUANT_HIPRTC_ARCHS` picks the targets; the default is gfx942, or gfx90a
+    /// where hipRTC still lives in libamdhip64 (ROCm < 5.3, e.g. Debian 12's 5.2, whose comgr
+    /// aborts on gfx94x). Skipped with a note where no hipRTC loads, unless
+    /// `KQUANT_REQUIRE_HIPRTC=1`.
+    #[test]
+    fn hiprtc_compiles_the_module() {
+        let api = match Api::load() {
+            Ok(a) => a,
+            Err(e) => {
+                assert_ne!(
+                    std::env::var("KQUANT_REQUIRE_HIPRTC").as_deref(),
+                    Ok("1"),
+                    "KQUANT_REQUIRE_HIPRTC=1 but hipRTC does not load: {e}"
+                );
+                eprintln!("hip: hipRTC SKIPPED: {e}");
+                return;
+            }
+        };
+        let default = if api.rtc_in_hip { "gfx90a" } else { "gfx942" };
+        let archs = std::env::var("KQUANT_HIPRTC_ARCHS").unwrap_or_else(|_| default.into());
+        for arch in archs.split(',') {
+            let code = Hip::compile_only(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+            assert_eq!(&code[..4], b"\x7fELF", "{arch}: an AMDGPU code object");
+            for f in [
+                source::w4a16_name(Act::Bf16, true, 8),
+                source::w4a16_mma_name(Act::F16, false, 64),
+                source::w4a8_mma_name(128),
+                source::dequant_name(Act::Bf16, false),
+            ] {
+                let found = code.windows(f.len()).any(|w| w == f.as_bytes());
+                assert!(found, "{arch}: {f}");
+            }
+        }
     }
 }
