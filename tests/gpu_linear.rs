@@ -185,7 +185,7 @@ fn greedy_tokens_match_the_f32_runtime_on_trace_hidden_states() {
         "gpu_linear: {checked} of {rows} positions had a decisive margin and matched; \
          {same} of {rows} equal overall"
     );
-    // Not vacuous: most positions must be decisive (80 % on the current fixture).
+    // Not vacuous: most positions must be decisive (79 % on the current fixture).
     assert!(
         rows > 0 && checked * 5 >= rows * 3,
         "only {checked} of {rows} positions decisive"

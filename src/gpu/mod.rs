@@ -271,21 +271,16 @@ pub fn open(spec: &str) -> Result<Box<dyn Backend>> {
         ),
         None => (spec, 0),
     };
-    let _ = ordinal;
     match kind {
-        "cpu" => Ok(Box::new(reference::CpuEmu::nvidia())),
-        "cuda" => {
-            #[cfg(feature = "cuda")]
-            return Ok(Box::new(cuda::Cuda::new(ordinal)?));
-            #[cfg(not(feature = "cuda"))]
-            Err(GpuError::NotBuilt(spec.into(), "cuda"))
-        }
-        "hip" => {
-            #[cfg(feature = "hip")]
-            return Ok(Box::new(hip::Hip::new(ordinal)?));
-            #[cfg(not(feature = "hip"))]
-            Err(GpuError::NotBuilt(spec.into(), "hip"))
-        }
+        "cpu" if ordinal == 0 => Ok(Box::new(reference::CpuEmu::nvidia())),
+        #[cfg(feature = "cuda")]
+        "cuda" => Ok(Box::new(cuda::Cuda::new(ordinal)?)),
+        #[cfg(not(feature = "cuda"))]
+        "cuda" => Err(GpuError::NotBuilt(spec.into(), "cuda")),
+        #[cfg(feature = "hip")]
+        "hip" => Ok(Box::new(hip::Hip::new(ordinal)?)),
+        #[cfg(not(feature = "hip"))]
+        "hip" => Err(GpuError::NotBuilt(spec.into(), "hip")),
         _ => Err(GpuError::UnknownDevice(spec.into())),
     }
 }
