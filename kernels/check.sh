@@ -9,7 +9,9 @@
 #         Debian's clang-16 + lld-16 (the AMDGPU linker) + libamdhip64-dev + rocm-device-libs
 #         (apt-get, when root and the packages are available).
 #
-# Prints each target it built; exits non-zero if any compile fails. If the HIP packages cannot
+# Prints each target it built with its kernel count and resource use (ptxas -v: registers,
+# spills; LLVM kernel-resource-usage remarks: VGPRs, occupancy, scratch); exits non-zero if any
+# compile fails or a CUDA kernel spills. If the HIP packages cannot
 # be installed it says so and still compiles CUDA (set KQUANT_REQUIRE_HIP=1 to make that fatal).
 # Idempotent: a second run reuses the cached toolchains and only recompiles (seconds).
 set -euo pipefail
@@ -21,10 +23,18 @@ cd "$(dirname "$0")"
 CUDA_VERSION_PIN="13.2.86"
 CUDA_HOME_DIR="${KQUANT_CUDA_HOME:-$HOME/.cache/kquant/cuda}"
 OUT="${KQUANT_KERNEL_OUT:-$(mktemp -d)}"
-SOURCES=(w4_gemv.cu)
+SOURCES=(w4_gemv.cu w4_mma.cu w4_dense.cu)
 CUDA_ARCHS=(sm_90a sm_100a)
 HIP_ARCHS=(gfx940)
 failed=0
+
+# The single translation unit NVRTC / hipRTC get at run time (src/gpu/source.rs `module()`): the
+# two headers, then every kernel file, without the local includes and `#pragma once`. Compiled
+# below for the first CUDA and HIP arch, to catch clashes between the files.
+MODULE="$OUT/kquant_module.cu"
+for f in kq_vendor.h kq_tune.h "${SOURCES[@]}"; do
+    grep -v -e '^#include "kq_vendor.h"' -e '^#include "kq_tune.h"' -e '^#pragma once' "$f"
+done >"$MODULE"
 
 # ---------------------------------------------------------------- CUDA toolchain (pip, cached)
 stamp="$CUDA_HOME_DIR/.installed-$CUDA_VERSION_PIN"
@@ -53,23 +63,27 @@ for d in "$NV"/*/include "$NV"/*/include/cccl; do [ -d "$d" ] && CUDA_INC+=("-I$
 export PATH="$CUDA_ROOT/bin:$PATH"
 echo "check.sh: nvcc: $("$NVCC" --version | tail -n1)"
 
+cuda_jobs=()
 for src in "${SOURCES[@]}"; do
-    for arch in "${CUDA_ARCHS[@]}"; do
-        out="$OUT/${src%.cu}.$arch.cubin"
-        t0=$(date +%s%N)
-        if "$NVCC" -std=c++17 -O3 --cubin -arch="$arch" -I. "${CUDA_INC[@]}" \
-            -Xptxas -v,-warn-spills -Werror all-warnings "$src" -o "$out" 2>"$out.log"; then
-            regs=$(awk '/Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used" && $(i+1) > r) r = $(i+1); k++ }
-                        / [1-9][0-9]* bytes spill/ { s++ }
-                        END { printf "%d kernels, max %d registers/thread, %d with spills", k, r, s }' "$out.log")
-            printf 'check.sh: built CUDA %-10s %-8s -> %s (%s bytes, %sms; %s)\n' "$src" "$arch" \
-                "$(basename "$out")" "$(stat -c %s "$out")" "$(( ($(date +%s%N) - t0) / 1000000 ))" "$regs"
-        else
-            echo "check.sh: FAIL CUDA $src $arch" >&2
-            cat "$out.log" >&2
-            failed=1
-        fi
-    done
+    for arch in "${CUDA_ARCHS[@]}"; do cuda_jobs+=("$src:$arch"); done
+done
+cuda_jobs+=("$MODULE:${CUDA_ARCHS[0]}")
+for job in "${cuda_jobs[@]}"; do
+    src="${job%:*}" arch="${job##*:}"
+    out="$OUT/$(basename "${src%.cu}").$arch.cubin"
+    t0=$(date +%s%N)
+    if "$NVCC" -std=c++17 -O3 --cubin -arch="$arch" -I. "${CUDA_INC[@]}" \
+        -Xptxas -v,-warn-spills -Werror all-warnings "$src" -o "$out" 2>"$out.log"; then
+        regs=$(awk '/Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used" && $(i+1) > r) r = $(i+1); k++ }
+                    / [1-9][0-9]* bytes spill/ { s++ }
+                    END { printf "%d kernels, max %d registers/thread, %d with spills", k, r, s }' "$out.log")
+        printf 'check.sh: built CUDA %-16s %-8s -> %s (%s bytes, %sms; %s)\n' "$(basename "$src")" "$arch" \
+            "$(basename "$out")" "$(stat -c %s "$out")" "$(( ($(date +%s%N) - t0) / 1000000 ))" "$regs"
+    else
+        echo "check.sh: FAIL CUDA $src $arch" >&2
+        cat "$out.log" >&2
+        failed=1
+    fi
 done
 
 # ---------------------------------------------------------------- HIP toolchain (apt, Debian 12)
@@ -91,22 +105,33 @@ fi
 BITCODE=/usr/lib/x86_64-linux-gnu/amdgcn/bitcode
 if [ "$hip_ok" = 1 ] && command -v clang++-16 >/dev/null && [ -f /usr/include/hip/hip_runtime.h ] \
     && [ -d "$BITCODE" ]; then
+    hip_jobs=()
     for src in "${SOURCES[@]}"; do
-        for arch in "${HIP_ARCHS[@]}"; do
-            out="$OUT/${src%.cu}.$arch.hsaco"
-            t0=$(date +%s%N)
-            if clang++-16 -x hip -std=c++17 --cuda-device-only --no-gpu-bundle-output \
-                --offload-arch="$arch" --rocm-device-lib-path="$BITCODE" \
-                -I. -O3 -Wall -Werror \
-                -c "$src" -o "$out" 2>"$out.log"; then
-                printf 'check.sh: built HIP  %-10s %-8s -> %s (%s bytes, %sms)\n' "$src" "$arch" \
-                    "$(basename "$out")" "$(stat -c %s "$out")" "$(( ($(date +%s%N) - t0) / 1000000 ))"
-            else
-                echo "check.sh: FAIL HIP $src $arch" >&2
-                cat "$out.log" >&2
-                failed=1
-            fi
-        done
+        for arch in "${HIP_ARCHS[@]}"; do hip_jobs+=("$src:$arch"); done
+    done
+    hip_jobs+=("$MODULE:${HIP_ARCHS[0]}")
+    for job in "${hip_jobs[@]}"; do
+        src="${job%:*}" arch="${job##*:}"
+        out="$OUT/$(basename "${src%.cu}").$arch.hsaco"
+        t0=$(date +%s%N)
+        if clang++-16 -x hip -std=c++17 --cuda-device-only --no-gpu-bundle-output \
+            --offload-arch="$arch" --rocm-device-lib-path="$BITCODE" \
+            -I. -O3 -Wall -Werror -Rpass-analysis=kernel-resource-usage \
+            -c "$src" -o "$out" 2>"$out.log"; then
+            # LLVM's kernel-resource-usage remarks: one "Function Name" block per kernel.
+            res=$(awk -F': ' '/remark: Function Name:/ { k++ }
+                        /remark: +VGPRs: / { v = $NF + 0; if (v > mv) mv = v }
+                        /remark: +ScratchSize/ { s = $NF + 0; if (s > ms) ms = s; if (s > 0) ns++ }
+                        /remark: +VGPRs Spill: / { if ($NF + 0 > 0) sp++ }
+                        /remark: +Occupancy/ { o = $NF + 0; if (mo == "" || o < mo) mo = o }
+                        END { printf "%d kernels, max %d VGPRs, min occupancy %d waves/SIMD, %d with scratch (max %d B/lane), %d with VGPR spills", k, mv, mo, ns, ms, sp }' "$out.log")
+            printf 'check.sh: built HIP  %-16s %-8s -> %s (%s bytes, %sms; %s)\n' "$(basename "$src")" "$arch" \
+                "$(basename "$out")" "$(stat -c %s "$out")" "$(( ($(date +%s%N) - t0) / 1000000 ))" "$res"
+        else
+            echo "check.sh: FAIL HIP $src $arch" >&2
+            cat "$out.log" >&2
+            failed=1
+        fi
     done
 else
     echo "check.sh: HIP SKIPPED: clang-16 / lld-16 / libamdhip64-dev / rocm-device-libs (Debian 12) are not" \

@@ -18,19 +18,13 @@
 // Eight weights of one word -> f32 codes in element order (the [0,2,4,6,1,3,5,7] nibble order makes
 // each (and|or) yield a half2 of two consecutive elements).
 KQ_DEVICE void kq_dequant8(kq_u32 q, float* w) {
-    const kq_u32 LO = 0x000f000fu, HI = 0x00f000f0u, EX = 0x64006400u;
-    const kq_u32 SUB = 0x64086408u;  // {1032, 1032}: 1024 + u - 1032 = u - 8
-    const kq_u32 MUL = 0x2c002c00u;  // {1/16, 1/16}
-    const kq_u32 ADD = 0xd480d480u;  // {-72, -72}: (1024 + 16u)/16 - 72 = u - 8
-    kq_u32 a = kq_hsub2(kq_and_or(q, LO, EX), SUB);        // (e0, e1)
-    kq_u32 b = kq_hfma2(kq_and_or(q, HI, EX), MUL, ADD);   // (e2, e3)
-    q >>= 8;
-    kq_u32 c = kq_hsub2(kq_and_or(q, LO, EX), SUB);        // (e4, e5)
-    kq_u32 d = kq_hfma2(kq_and_or(q, HI, EX), MUL, ADD);   // (e6, e7)
-    w[0] = kq_h2_lo(a); w[1] = kq_h2_hi(a);
-    w[2] = kq_h2_lo(b); w[3] = kq_h2_hi(b);
-    w[4] = kq_h2_lo(c); w[5] = kq_h2_hi(c);
-    w[6] = kq_h2_lo(d); w[7] = kq_h2_hi(d);
+    kq_u32 p[4];
+    kq_dequant_f16x4(q, p);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        w[2 * i] = kq_h2_lo(p[i]);
+        w[2 * i + 1] = kq_h2_hi(p[i]);
+    }
 }
 
 template <bool BF16>

@@ -148,6 +148,18 @@ pub enum Error {
     /// A flag combination that cannot work, with what to do instead.
     #[error("{msg}")]
     Flags { msg: String, hint: String },
+    /// A GPU device or kernel failed (or this build has no such device).
+    #[error("{msg}")]
+    Device { msg: String, hint: Option<String> },
+}
+
+impl From<crate::gpu::GpuError> for Error {
+    fn from(e: crate::gpu::GpuError) -> Self {
+        Error::Device {
+            hint: e.hint(),
+            msg: e.to_string(),
+        }
+    }
 }
 
 impl Error {
@@ -179,7 +191,7 @@ impl Error {
                 _ => "regenerate `model.safetensors.index.json` so that every tensor is listed once, in the shard that holds it".into(),
             }),
             Error::Config { .. } => Some("`config.json` must be a JSON object as written by transformers".into()),
-            Error::Source { hint, .. } | Error::Hub { hint, .. } | Error::Output { hint, .. } => hint.clone(),
+            Error::Source { hint, .. } | Error::Hub { hint, .. } | Error::Output { hint, .. } | Error::Device { hint, .. } => hint.clone(),
             Error::Tensor { .. } => None,
             Error::Detect { .. } => Some("fix the config or tensor names so that they agree; see docs/inspect.md".into()),
             Error::Manifest { .. } => Some("the output was changed after kquant wrote it; re-run the command that made it".into()),

@@ -1,14 +1,15 @@
-//! The GEMV kernels against the CPU reference (dequantize + f32 GEMM) on every device this
-//! build has: the CPU emulation always, CUDA under `--features cuda`, HIP under `--features hip`
-//! (a missing runtime is skipped with a note on stderr; `KQUANT_REQUIRE_GPU=1` makes it fail).
-//! Shapes: the Kimi draft's K values with a slice of N on the CPU (the full N under
-//! `KQUANT_GPU_FULL_SHAPES=1`, meant for a GPU), M ∈ {1, 2, 4, 8}.
+//! The three kernel regimes against the CPU reference (dequantize + f32 GEMM; exact integer W4A8)
+//! on every device this build has: the CPU replay always (regime B lane by lane over the
+//! documented `mma.sync` operand maps; a separate test replays the AMD MFMA maps), CUDA under
+//! `--features cuda`, HIP under `--features hip` (a missing runtime is skipped with a note on
+//! stderr; `KQUANT_REQUIRE_GPU=1` makes it fail). Shapes: the Kimi draft's K values with a slice
+//! of N on the CPU (the full N under `KQUANT_GPU_FULL_SHAPES=1`, meant for a GPU); M ∈ {1,2,4,8}
+//! for regime A, {9,16,32,64,128} for B, {129,256} for C.
 
 use kquant::gpu::reference::{
-    abs_l1, act_to_f32, first_violation, gemm_ref, quantize_act_ref, w4a8_abs_l1, w4a8_ref,
-    W4A16_REL_L1_TOL, W4A8_REL_L1_TOL,
+    act_to_f32, first_violation, quantize_act_ref, w4a16_tol, CpuEmu, Prepared, W4A8_REL_L1_TOL,
 };
-use kquant::gpu::{devices, Act, Backend, W4Layout};
+use kquant::gpu::{devices, Act, Backend, Regime, W4Layout};
 use kquant::io::Dtype;
 use kquant::quant::{compressed_tensors, int4};
 
@@ -32,13 +33,15 @@ const KIMI: [(usize, usize); 6] = [
     (12288, 7168),
     (18432, 7168),
 ];
-const MS: [usize; 4] = [1, 2, 4, 8];
+const MS_A: [usize; 4] = [1, 2, 4, 8];
+const MS_B: [usize; 5] = [9, 16, 32, 64, 128];
+const MS_C: [usize; 2] = [129, 256];
 
 fn slice_n(n: usize) -> usize {
     if std::env::var("KQUANT_GPU_FULL_SHAPES").as_deref() == Ok("1") {
         n
     } else {
-        16 // a few rows of every shape: K (the reduction) is what the kernels loop over
+        16 // one MMA warp tile of every shape: K (the reduction) is what the kernels loop over
     }
 }
 
@@ -49,18 +52,27 @@ fn activations(m: usize, k: usize, act: Act) -> Vec<u16> {
         .collect()
 }
 
-fn check_w4a16(dev: &dyn Backend, w: &W4Layout, act: Act, what: &str) {
-    for m in MS {
+fn check_w4a16(
+    dev: &dyn Backend,
+    w: &W4Layout,
+    act: Act,
+    what: &str,
+    ms: &[usize],
+    regime: Regime,
+) {
+    let d = dev.upload(w).expect("upload");
+    let p = Prepared::new(w);
+    for &m in ms {
         let x = activations(m, w.k, act);
         let xf = act_to_f32(&x, act);
-        let want = gemm_ref(w, &xf, m);
-        let got = dev.w4a16(w, &x, act, m).expect("launch");
-        if let Some((i, g, r, b)) =
-            first_violation(&got, &want, &abs_l1(w, &xf, m), W4A16_REL_L1_TOL)
-        {
+        let want = p.gemm(&xf, m);
+        let got = dev.w4a16_on(&d, &x, act, m, regime).expect("launch");
+        let tol = w4a16_tol(regime, act, w.per_channel());
+        if let Some((i, g, r, b)) = first_violation(&got, &want, &p.abs_l1(&xf, m), tol) {
             panic!(
-                "{}: W4A16 {what} {} m={m} n={} k={}: y[{i}] = {g}, reference {r}, bound {b}",
+                "{}: W4A16 {} {what} {} m={m} n={} k={}: y[{i}] = {g}, reference {r}, bound {b}",
                 dev.name(),
+                regime.name(),
                 act.name(),
                 w.n,
                 w.k
@@ -69,62 +81,155 @@ fn check_w4a16(dev: &dyn Backend, w: &W4Layout, act: Act, what: &str) {
     }
 }
 
-fn check_w4a8(dev: &dyn Backend, w: &W4Layout, act: Act) {
-    for m in MS {
+/// W4A8: within the named bound for the GEMV (float split-K partials), bit-exact for the MMA
+/// kernel (int32 partials reduced exactly, the reference's float epilogue).
+fn check_w4a8(dev: &dyn Backend, w: &W4Layout, act: Act, ms: &[usize], regime: Regime) {
+    let d = dev.upload(w).expect("upload");
+    let p = Prepared::new(w);
+    for &m in ms {
         let x = activations(m, w.k, act);
         let a = quantize_act_ref(&x, act, m, w.k);
-        let want = w4a8_ref(w, &a, m);
-        let got = dev.w4a8(w, &x, act, m).expect("launch");
-        if let Some((i, g, r, b)) =
-            first_violation(&got, &want, &w4a8_abs_l1(w, &a, m), W4A8_REL_L1_TOL)
-        {
-            panic!(
-                "{}: W4A8 {} m={m} n={} k={}: y[{i}] = {g}, reference {r}, bound {b}",
-                dev.name(),
-                act.name(),
-                w.n,
-                w.k
-            );
+        let want = p.w4a8(&a, m);
+        let got = dev.w4a8_on(&d, &x, act, m, regime).expect("launch");
+        let ctx = format!(
+            "{}: W4A8 {} {} m={m} n={} k={}",
+            dev.name(),
+            regime.name(),
+            act.name(),
+            w.n,
+            w.k
+        );
+        if regime == Regime::Gemv {
+            if let Some((i, g, r, b)) =
+                first_violation(&got, &want, &p.w4a8_abs_l1(&a, m), W4A8_REL_L1_TOL)
+            {
+                panic!("{ctx}: y[{i}] = {g}, reference {r}, bound {b}");
+            }
+        } else {
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{ctx}: not bit-exact");
         }
     }
 }
 
-/// The shared body: every device, every Kimi shape, per channel (Quark recipe) and per group
-/// 128 (compressed-tensors recipe), W4A16 in bf16 and f16, W4A8 per channel.
-fn run_all(dev: &dyn Backend) {
-    for (k, n) in KIMI {
-        let n = slice_n(n);
-        let w = matrix(n, k, Dtype::BF16, 0.05, -0.002);
-        let pc = W4Layout::from_int4(&int4::quantize(&w, n, k, k, Dtype::BF16)).unwrap();
-        let g128 =
-            W4Layout::from_int4(&compressed_tensors::quantize(&w, n, k, 128, Dtype::BF16)).unwrap();
-        for act in [Act::Bf16, Act::F16] {
-            check_w4a16(dev, &pc, act, "per-channel");
-            check_w4a16(dev, &g128, act, "group-128");
-        }
-        check_w4a8(dev, &pc, Act::Bf16);
+/// Per channel (the Quark recipe) and per group 128 (the compressed-tensors recipe).
+fn kimi_layouts(k: usize, n: usize) -> (W4Layout, W4Layout) {
+    let n = slice_n(n);
+    let w = matrix(n, k, Dtype::BF16, 0.05, -0.002);
+    let pc = W4Layout::from_int4(&int4::quantize(&w, n, k, k, Dtype::BF16)).unwrap();
+    let g128 =
+        W4Layout::from_int4(&compressed_tensors::quantize(&w, n, k, 128, Dtype::BF16)).unwrap();
+    (pc, g128)
+}
+
+/// One regime on one device over every Kimi shape: W4A16 per channel and group 128 in bf16
+/// and f16, W4A8 per channel. The CPU replay (debug builds run it at a few MFLOP/s) takes every
+/// M for per-channel bf16, group-128 f16 and W4A8, and for the other two combinations, which
+/// share all code paths with those, the first and last M (regime C: the first); GPUs take every
+/// combination.
+fn run_kimi(dev: &dyn Backend, regime: Regime, ms: &[usize], shapes: &[(usize, usize)]) {
+    let ends = [ms[0], ms[ms.len() - 1]];
+    let some: &[usize] = match (dev.name().starts_with("cpu"), regime) {
+        (false, _) => ms,
+        (true, Regime::Dense) => &ms[..1],
+        (true, _) => &ends,
+    };
+    for &(k, n) in shapes {
+        let (pc, g128) = kimi_layouts(k, n);
+        check_w4a16(dev, &pc, Act::Bf16, "per-channel", ms, regime);
+        check_w4a16(dev, &g128, Act::F16, "group-128", ms, regime);
+        check_w4a16(dev, &pc, Act::F16, "per-channel", some, regime);
+        check_w4a16(dev, &g128, Act::Bf16, "group-128", some, regime);
+        check_w4a8(dev, &pc, Act::Bf16, ms, regime);
     }
 }
 
 #[test]
 fn gemv_matches_reference_on_every_device() {
-    let devs = devices();
-    for d in &devs {
-        eprintln!("gpu_gemm: device {}", d.name());
-        run_all(d.as_ref());
+    for d in devices() {
+        eprintln!("gpu_gemm: regime A on {}", d.name());
+        run_kimi(d.as_ref(), Regime::Gemv, &MS_A, &KIMI);
     }
 }
 
-/// Small odd shapes exercise the tails: K not a multiple of 32, N not a multiple of the rows
-/// per block.
+#[test]
+fn mma_matches_reference_on_every_device() {
+    for d in devices() {
+        eprintln!("gpu_gemm: regime B on {}", d.name());
+        run_kimi(d.as_ref(), Regime::Mma, &MS_B, &KIMI);
+    }
+}
+
+/// The AMD MFMA lane roles and operand maps, replayed on the CPU (the HIP kernel itself is only
+/// compile-checked here): the smallest and largest Kimi K, every regime-B M.
+#[test]
+fn mma_amd_replay_matches_reference() {
+    let amd = CpuEmu::amd();
+    run_kimi(&amd, Regime::Mma, &MS_B, &[KIMI[0], KIMI[3]]);
+}
+
+#[test]
+fn dense_matches_reference_on_every_device() {
+    for d in devices() {
+        eprintln!("gpu_gemm: regime C on {}", d.name());
+        run_kimi(d.as_ref(), Regime::Dense, &MS_C, &KIMI);
+    }
+}
+
+/// Small odd shapes exercise the tails in every regime: K not a multiple of 32 / 128, N not a
+/// multiple of 16, M not a multiple of the token tile, groups of 32, 64, 96 and 128 that split a
+/// 128-weight k-tile.
 #[test]
 fn tails_on_every_device() {
-    for d in devices() {
-        for (k, n) in [(40, 3), (72, 9), (1000, 5)] {
+    let mut devs = devices();
+    devs.push(Box::new(CpuEmu::amd()));
+    for d in &devs {
+        let d = d.as_ref();
+        for (k, n) in [(40, 3), (72, 9), (1000, 5), (264, 17), (8, 1)] {
             let w = matrix(n, k, Dtype::BF16, 0.05, 0.0);
             let pc = W4Layout::from_int4(&int4::quantize(&w, n, k, k, Dtype::BF16)).unwrap();
-            check_w4a16(d.as_ref(), &pc, Act::Bf16, "tail");
-            check_w4a8(d.as_ref(), &pc, Act::F16);
+            check_w4a16(d, &pc, Act::Bf16, "tail", &[1, 3, 8], Regime::Gemv);
+            check_w4a16(d, &pc, Act::F16, "tail", &[1, 9, 17, 40], Regime::Mma);
+            check_w4a16(d, &pc, Act::Bf16, "tail", &[1, 9, 17, 40], Regime::Mma);
+            check_w4a16(d, &pc, Act::Bf16, "tail", &[3, 130], Regime::Dense);
+            check_w4a8(d, &pc, Act::F16, &[1, 5], Regime::Gemv);
+            check_w4a8(d, &pc, Act::F16, &[1, 9, 23], Regime::Mma);
+        }
+        for (k, n, group) in [(96, 5, 32), (448, 18, 64), (384, 7, 96), (640, 3, 128)] {
+            let w = matrix(n, k, Dtype::BF16, 0.05, 0.001);
+            let g =
+                W4Layout::from_int4(&compressed_tensors::quantize(&w, n, k, group, Dtype::BF16))
+                    .unwrap();
+            for act in [Act::Bf16, Act::F16] {
+                check_w4a16(d, &g, act, "group tail", &[2, 7], Regime::Gemv);
+                check_w4a16(d, &g, act, "group tail", &[1, 9, 33, 70], Regime::Mma);
+                check_w4a16(d, &g, act, "group tail", &[5, 131], Regime::Dense);
+            }
+        }
+    }
+}
+
+/// The plain calls pick the regime by M (A ≤ 8 < B ≤ 128 < C) and agree with the explicit ones.
+#[test]
+fn dispatch_by_m() {
+    for d in devices() {
+        let d = d.as_ref();
+        let (k, n) = (264, 20);
+        let w = matrix(n, k, Dtype::BF16, 0.05, 0.0);
+        let pc = W4Layout::from_int4(&int4::quantize(&w, n, k, k, Dtype::BF16)).unwrap();
+        let dw = d.upload(&pc).unwrap();
+        for (m, regime) in [
+            (8, Regime::Gemv),
+            (9, Regime::Mma),
+            (128, Regime::Mma),
+            (129, Regime::Dense),
+        ] {
+            assert_eq!(d.regime(m), regime, "{} m={m}", d.name());
+            let x = activations(m, k, Act::Bf16);
+            let auto = d.w4a16(&pc, &x, Act::Bf16, m).unwrap();
+            assert_eq!(auto, d.w4a16_on(&dw, &x, Act::Bf16, m, regime).unwrap());
+            let auto8 = d.w4a8(&pc, &x, Act::Bf16, m).unwrap();
+            assert_eq!(auto8, d.w4a8_on(&dw, &x, Act::Bf16, m, regime).unwrap());
         }
     }
 }
@@ -133,8 +238,34 @@ fn tails_on_every_device() {
 fn preconditions_are_checked() {
     let w = matrix(4, 36, Dtype::BF16, 0.05, 0.0);
     let l = W4Layout::from_int4(&int4::quantize(&w, 4, 36, 36, Dtype::BF16)).unwrap();
+    let w2 = matrix(4, 64, Dtype::BF16, 0.05, 0.0);
+    let l2 = W4Layout::from_int4(&int4::quantize(&w2, 4, 64, 64, Dtype::BF16)).unwrap();
+    let g =
+        W4Layout::from_int4(&compressed_tensors::quantize(&w2, 4, 64, 32, Dtype::BF16)).unwrap();
     for d in devices() {
-        assert!(d.w4a16(&l, &[0; 36 * 9], Act::Bf16, 9).is_err(), "M > 8");
-        assert!(d.w4a16(&l, &[0; 36], Act::Bf16, 1).is_err(), "K % 8 != 0");
+        let dl = d.upload(&l).unwrap();
+        let dl2 = d.upload(&l2).unwrap();
+        let dg = d.upload(&g).unwrap();
+        for r in [Regime::Gemv, Regime::Mma, Regime::Dense] {
+            assert!(
+                d.w4a16_on(&dl, &[0; 36], Act::Bf16, 1, r).is_err(),
+                "K % 8 != 0"
+            );
+            assert!(
+                d.w4a16_on(&dl2, &[0; 63], Act::Bf16, 1, r).is_err(),
+                "x length"
+            );
+            assert!(d.w4a16_on(&dl2, &[], Act::Bf16, 0, r).is_err(), "M = 0");
+            assert!(
+                d.w4a8_on(&dg, &[0; 64], Act::Bf16, 1, r).is_err(),
+                "W4A8 group"
+            );
+        }
+        let x9 = vec![0u16; 64 * 9];
+        assert!(
+            d.w4a16_on(&dl2, &x9, Act::Bf16, 9, Regime::Gemv).is_err(),
+            "GEMV M > 8"
+        );
+        assert!(d.w4a16_on(&dl2, &x9, Act::Bf16, 9, Regime::Mma).is_ok());
     }
 }

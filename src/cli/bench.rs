@@ -57,6 +57,9 @@ pub enum What {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Time the INT4 GEMM kernels on a device against a device copy and a bf16 BLAS GEMM of the
+    /// same shapes (docs/kernels.md).
+    Gemm(super::bench_gemm::Args),
     /// Time inspect and a full f32 read of SRC against `cat` of the same bytes.
     Read {
         /// Checkpoint directory, `.safetensors` file or hub id.
@@ -69,6 +72,7 @@ pub enum What {
 
 pub fn run(a: Args) -> Result<ExitCode> {
     match a.what {
+        What::Gemm(g) => super::bench_gemm::run(g),
         What::Read { src, json } => read(&src, json),
         What::Quantize {
             src,

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use crate::error::{Error, Result};
 
 pub mod bench;
+pub mod bench_gemm;
 pub mod convert;
 pub mod dequantize;
 pub mod diff;

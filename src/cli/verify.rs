@@ -45,6 +45,10 @@ pub struct Args {
     /// Write JUnit XML here.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Where the draft's quantized linears run: `cpu` (the f32 runtime), `cuda[:N]`, `hip[:N]`
+    /// (builds with `--features cuda` / `hip`; see docs/kernels.md).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 fn target_embed(spec: Option<&str>) -> Result<Option<Vec<f32>>> {
@@ -101,6 +105,7 @@ pub fn replay(d: &dyn Drafter, trace: &Trace, steps: usize) -> Result<Vec<Walk>>
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
+    crate::gpu::linear::verify_device(&a.device)?;
     let trace = Trace::open(&a.trace)?;
     let embed = target_embed(a.target_checkpoint.as_deref())?;
     let draft = run_draft(&a.draft, &trace, embed.clone(), a.steps)?;

@@ -1,13 +1,19 @@
 //! The CPU reference the kernels are checked against (dequantize + f32 GEMM, with
 //! [`crate::runtime::ops::linear`]), the W4A8 reference (per-token int8 activations, exact
-//! integer dot products), and [`CpuEmu`]: the kernels' algorithm run on the CPU over the packed
-//! layout (magic-number dequant in f16, the permuted int8 activations, the `−8·Σa` correction),
-//! which is the "cpu" device of the shared device test.
+//! integer dot products), the named error bounds, and [`CpuEmu`]: the "cpu" device of the shared
+//! device test, which replays each regime's kernels on the packed layout — the GEMV's algorithm
+//! here (magic-number dequant in f16, the permuted int8 activations, the `−8·Σa` correction), the
+//! MMA kernels lane by lane ([`super::emu_mma`]), the dequant-to-dense kernel
+//! ([`super::emu_dense`]).
+
+use std::time::Instant;
 
 use rayon::prelude::*;
 
+use super::emu_mma::Vendor;
 use super::layout::{dequant8_magic, W4Layout, CHUNK};
-use super::{check_gemv, Act, Backend, GpuError, Result};
+use super::tune::{Arch, Regime};
+use super::{check_call, check_w4a8, emu_dense, emu_mma, Act, Backend, DeviceW4, Result};
 use crate::runtime::ops;
 
 /// W4A16 bound: `|y − y_ref| ≤ W4A16_REL_L1_TOL · Σ_k |w[n,k]·x[m,k]| + ABS_FLOOR` (f32
@@ -16,8 +22,22 @@ pub const W4A16_REL_L1_TOL: f32 = 1e-5;
 /// W4A8 bound against [`w4a8_ref`]: the integer part is exact, only the f32 epilogue and the
 /// split-K sum of partials round.
 pub const W4A8_REL_L1_TOL: f32 = 1e-6;
-/// Absolute floor of both bounds.
+/// Absolute floor of every bound.
 pub const ABS_FLOOR: f32 = 1e-6;
+/// Regime C per group, bf16: the dense weight is `q·s` rounded to bf16 (unit roundoff 2⁻⁸), so
+/// `|y − y_ref| ≤ (2⁻⁸ + W4A16_REL_L1_TOL) · Σ_k |w·x| + ABS_FLOOR` (normal-range products).
+pub const W4A16_DENSE_GROUP_REL_TOL_BF16: f32 = 1.0 / 256.0 + W4A16_REL_L1_TOL;
+/// Regime C per group, f16: unit roundoff 2⁻¹¹.
+pub const W4A16_DENSE_GROUP_REL_TOL_F16: f32 = 1.0 / 2048.0 + W4A16_REL_L1_TOL;
+
+/// The W4A16 bound of `regime` (per channel every regime sums exact codes: one bound).
+pub fn w4a16_tol(regime: Regime, act: Act, per_channel: bool) -> f32 {
+    match (regime, per_channel, act) {
+        (Regime::Dense, false, Act::Bf16) => W4A16_DENSE_GROUP_REL_TOL_BF16,
+        (Regime::Dense, false, Act::F16) => W4A16_DENSE_GROUP_REL_TOL_F16,
+        _ => W4A16_REL_L1_TOL,
+    }
+}
 
 /// Activations to f32.
 pub fn act_to_f32(x: &[u16], act: Act) -> Vec<f32> {
@@ -26,14 +46,86 @@ pub fn act_to_f32(x: &[u16], act: Act) -> Vec<f32> {
 
 /// Reference W4A16: `y [m, n] = x · dequantize(w)ᵀ` in f32.
 pub fn gemm_ref(w: &W4Layout, x: &[f32], m: usize) -> Vec<f32> {
-    ops::linear(x, m, w.k, &w.dequantize(), w.n)
+    Prepared::new(w).gemm(x, m)
 }
 
 /// `Σ_k |w[n,k]·x[m,k]|` per output, `[m, n]`: the scale of the W4A16 bound.
 pub fn abs_l1(w: &W4Layout, x: &[f32], m: usize) -> Vec<f32> {
-    let wa: Vec<f32> = w.dequantize().iter().map(|v| v.abs()).collect();
-    let xa: Vec<f32> = x.iter().map(|v| v.abs()).collect();
-    ops::linear(&xa, m, w.k, &wa, w.n)
+    Prepared::new(w).abs_l1(x, m)
+}
+
+/// The references of one layout with its decodes done once (for many calls with different M).
+pub struct Prepared {
+    n: usize,
+    k: usize,
+    w: Vec<f32>,
+    wabs: Vec<f32>,
+    codes: Vec<i32>,
+    scales: Vec<f32>,
+}
+
+impl Prepared {
+    pub fn new(l: &W4Layout) -> Prepared {
+        let q = l.to_int4();
+        let w = q.dequantize_ref();
+        Prepared {
+            n: l.n,
+            k: l.k,
+            wabs: w.iter().map(|v| v.abs()).collect(),
+            w,
+            codes: q.codes.iter().map(|&c| c as i32).collect(),
+            scales: l.scales.clone(),
+        }
+    }
+    /// [`gemm_ref`].
+    pub fn gemm(&self, x: &[f32], m: usize) -> Vec<f32> {
+        ops::linear(x, m, self.k, &self.w, self.n)
+    }
+    /// [`abs_l1`].
+    pub fn abs_l1(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let xa: Vec<f32> = x.iter().map(|v| v.abs()).collect();
+        ops::linear(&xa, m, self.k, &self.wabs, self.n)
+    }
+    /// `Σ_k f(q·a)` in i64 per `(token, channel)`, `[m, n]`.
+    fn int_dots(&self, a: &ActI8, m: usize, f: fn(i64) -> i64) -> Vec<i64> {
+        let cols: Vec<Vec<i64>> = self
+            .codes
+            .par_chunks(self.k)
+            .map(|q| {
+                a.codes
+                    .chunks(self.k)
+                    .take(m)
+                    .map(|ar| {
+                        q.iter()
+                            .zip(ar)
+                            .map(|(&q, &a)| f((q * a as i32) as i64))
+                            .sum()
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut y = vec![0i64; m * self.n];
+        for (n, c) in cols.iter().enumerate() {
+            for (i, v) in c.iter().enumerate() {
+                y[i * self.n + n] = *v;
+            }
+        }
+        y
+    }
+    /// [`w4a8_ref`] (per channel).
+    pub fn w4a8(&self, a: &ActI8, m: usize) -> Vec<f32> {
+        let t = self.int_dots(a, m, |v| v);
+        (0..m * self.n)
+            .map(|i| t[i] as i32 as f32 * self.scales[i % self.n] * a.scales[i / self.n])
+            .collect()
+    }
+    /// [`w4a8_abs_l1`] (per channel).
+    pub fn w4a8_abs_l1(&self, a: &ActI8, m: usize) -> Vec<f32> {
+        let t = self.int_dots(a, m, i64::abs);
+        (0..m * self.n)
+            .map(|i| t[i] as f32 * self.scales[i % self.n] * a.scales[i / self.n])
+            .collect()
+    }
 }
 
 /// Per-token int8 activations: codes `[m, k]`, scales `[m]`, code sums `[m]`.
@@ -70,32 +162,12 @@ pub fn quantize_act_ref(x: &[u16], act: Act, m: usize, k: usize) -> ActI8 {
 
 /// Reference W4A8: `y = (Σ_k q·a) · s_w[n] · s_x[m]`, the sum exact in i64. Per channel only.
 pub fn w4a8_ref(w: &W4Layout, a: &ActI8, m: usize) -> Vec<f32> {
-    let q = w.to_int4();
-    let mut y = vec![0f32; m * w.n];
-    for i in 0..m {
-        for n in 0..w.n {
-            let t: i64 = (0..w.k)
-                .map(|c| q.codes[n * w.k + c] as i64 * a.codes[i * w.k + c] as i64)
-                .sum();
-            y[i * w.n + n] = t as i32 as f32 * w.scales[n] * a.scales[i];
-        }
-    }
-    y
+    Prepared::new(w).w4a8(a, m)
 }
 
 /// `Σ_k |q·s_w·a·s_x|` per output: the scale of the W4A8 bound.
 pub fn w4a8_abs_l1(w: &W4Layout, a: &ActI8, m: usize) -> Vec<f32> {
-    let q = w.to_int4();
-    let mut y = vec![0f32; m * w.n];
-    for i in 0..m {
-        for n in 0..w.n {
-            let t: i64 = (0..w.k)
-                .map(|c| (q.codes[n * w.k + c] as i64 * a.codes[i * w.k + c] as i64).abs())
-                .sum();
-            y[i * w.n + n] = t as f32 * w.scales[n] * a.scales[i];
-        }
-    }
-    y
+    Prepared::new(w).w4a8_abs_l1(a, m)
 }
 
 /// Int8 activations as `kq_quant_act_i8` writes them: rows padded to `⌈k/32⌉·32` with zeros,
@@ -120,86 +192,216 @@ fn dp4a(a: u32, b: u32, c: i32) -> i32 {
     })
 }
 
-/// The kernels' algorithm on the CPU (the "cpu" device).
-pub struct CpuEmu;
+/// `kq_w4a16_gemv_*` replayed: per chunk the magic-number dequant (f16) and f32 dot products,
+/// group scales per chunk, the channel scale at the end.
+pub fn gemv_w4a16(w: &W4Layout, x: &[u16], act: Act, m: usize) -> Vec<f32> {
+    let (wpr, g) = (w.words_per_row(), w.groups());
+    let xf = act_to_f32(x, act);
+    let cols: Vec<Vec<f32>> = (0..w.n)
+        .into_par_iter()
+        .map(|n| {
+            let mut acc = vec![0f32; m];
+            for c in 0..w.k.div_ceil(CHUNK) {
+                let mut part = vec![0f32; m];
+                for j in 0..4 {
+                    let k0 = c * CHUNK + 8 * j;
+                    if k0 >= w.k {
+                        break;
+                    }
+                    let wv = dequant8_magic(w.qweight[n * wpr + c * 4 + j]);
+                    for (i, p) in part.iter_mut().enumerate() {
+                        let xr = &xf[i * w.k + k0..i * w.k + k0 + 8];
+                        *p += wv.iter().zip(xr).map(|(a, b)| a * b).sum::<f32>();
+                    }
+                }
+                let s = if w.per_channel() {
+                    1.0
+                } else {
+                    w.scales[n * g + c * CHUNK / w.group]
+                };
+                for (a, p) in acc.iter_mut().zip(&part) {
+                    *a += if w.per_channel() { *p } else { p * s };
+                }
+            }
+            let s = if w.per_channel() { w.scales[n] } else { 1.0 };
+            acc.iter().map(|a| a * s).collect()
+        })
+        .collect();
+    transpose(&cols, m, w.n)
+}
+
+/// `kq_quant_act_i8` + `kq_w4a8_gemv_*` replayed: dp4a over offset-binary bytes, `−8·Σa`.
+pub fn gemv_w4a8(w: &W4Layout, x: &[u16], act: Act, m: usize) -> Vec<f32> {
+    let a = quantize_act_ref(x, act, m, w.k);
+    let ap = permute_act_i8(&a, m, w.k);
+    let kp = w.k.div_ceil(CHUNK) * CHUNK;
+    let aw: Vec<u32> = ap
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8]))
+        .collect();
+    let wpr = w.words_per_row();
+    let cols: Vec<Vec<f32>> = (0..w.n)
+        .into_par_iter()
+        .map(|n| {
+            (0..m)
+                .map(|i| {
+                    let mut t = 0i32;
+                    for j in 0..wpr {
+                        let q = w.qweight[n * wpr + j];
+                        let base = (i * kp) / 4 + 2 * j;
+                        t = dp4a(q & 0x0f0f_0f0f, aw[base], t);
+                        t = dp4a((q >> 4) & 0x0f0f_0f0f, aw[base + 1], t);
+                    }
+                    t -= 8 * a.sums[i];
+                    t as f32 * w.scales[n] * a.scales[i]
+                })
+                .collect()
+        })
+        .collect();
+    transpose(&cols, m, w.n)
+}
+
+/// The kernels replayed on the CPU (the "cpu" device): regime A by [`gemv_w4a16`] /
+/// [`gemv_w4a8`], regime B lane by lane for `vendor`'s atoms, regime C by the dense replay.
+pub struct CpuEmu {
+    pub vendor: Vendor,
+}
+
+impl CpuEmu {
+    /// NVIDIA atoms and sm_90 geometry (the default "cpu" device).
+    pub fn nvidia() -> CpuEmu {
+        CpuEmu {
+            vendor: Vendor::Nvidia,
+        }
+    }
+    /// AMD MFMA atoms and gfx942 geometry.
+    pub fn amd() -> CpuEmu {
+        CpuEmu {
+            vendor: Vendor::Amd,
+        }
+    }
+}
+
+fn host(w: &DeviceW4) -> Result<&W4Layout> {
+    w.get::<W4Layout>("cpu")
+}
+
+fn time_host(iters: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let t = Instant::now();
+    for _ in 0..iters.max(1) {
+        f();
+    }
+    t.elapsed().as_secs_f64() / iters.max(1) as f64
+}
 
 impl Backend for CpuEmu {
     fn name(&self) -> String {
-        "cpu (kernel emulation)".into()
-    }
-
-    fn w4a16(&self, w: &W4Layout, x: &[u16], act: Act, m: usize) -> Result<Vec<f32>> {
-        check_gemv(w, x.len(), m)?;
-        let (wpr, g) = (w.words_per_row(), w.groups());
-        let xf = act_to_f32(x, act);
-        let cols: Vec<Vec<f32>> = (0..w.n)
-            .into_par_iter()
-            .map(|n| {
-                let mut acc = vec![0f32; m];
-                for c in 0..w.k.div_ceil(CHUNK) {
-                    let mut part = vec![0f32; m];
-                    for j in 0..4 {
-                        let k0 = c * CHUNK + 8 * j;
-                        if k0 >= w.k {
-                            break;
-                        }
-                        let wv = dequant8_magic(w.qweight[n * wpr + c * 4 + j]);
-                        for (i, p) in part.iter_mut().enumerate() {
-                            let xr = &xf[i * w.k + k0..i * w.k + k0 + 8];
-                            *p += wv.iter().zip(xr).map(|(a, b)| a * b).sum::<f32>();
-                        }
-                    }
-                    let s = if w.per_channel() {
-                        1.0
-                    } else {
-                        w.scales[n * g + c * CHUNK / w.group]
-                    };
-                    for (a, p) in acc.iter_mut().zip(&part) {
-                        *a += if w.per_channel() { *p } else { p * s };
-                    }
-                }
-                let s = if w.per_channel() { w.scales[n] } else { 1.0 };
-                acc.iter().map(|a| a * s).collect()
-            })
-            .collect();
-        Ok(transpose(&cols, m, w.n))
-    }
-
-    fn w4a8(&self, w: &W4Layout, x: &[u16], act: Act, m: usize) -> Result<Vec<f32>> {
-        check_gemv(w, x.len(), m)?;
-        if !w.per_channel() {
-            return Err(GpuError::Unsupported(
-                "W4A8 group size",
-                "per channel only".into(),
-            ));
+        match self.vendor {
+            Vendor::Nvidia => "cpu (kernel emulation, mma.sync atoms)".into(),
+            Vendor::Amd => "cpu (kernel emulation, MFMA atoms)".into(),
         }
-        let a = quantize_act_ref(x, act, m, w.k);
-        let ap = permute_act_i8(&a, m, w.k);
-        let kp = w.k.div_ceil(CHUNK) * CHUNK;
-        let aw: Vec<u32> = ap
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8]))
+    }
+
+    fn arch(&self) -> Arch {
+        self.vendor.arch()
+    }
+
+    fn upload(&self, w: &W4Layout) -> Result<DeviceW4> {
+        w.check()?;
+        Ok(DeviceW4::new(w, Box::new(w.clone())))
+    }
+
+    fn w4a16_on(
+        &self,
+        w: &DeviceW4,
+        x: &[u16],
+        act: Act,
+        m: usize,
+        regime: Regime,
+    ) -> Result<Vec<f32>> {
+        check_call(w, x.len(), m, regime)?;
+        let l = host(w)?;
+        Ok(match regime {
+            Regime::Gemv => gemv_w4a16(l, x, act, m),
+            Regime::Mma => emu_mma::w4a16(self.vendor, l, x, act, m),
+            Regime::Dense => emu_dense::gemm(l, x, act, m),
+        })
+    }
+
+    fn w4a8_on(
+        &self,
+        w: &DeviceW4,
+        x: &[u16],
+        act: Act,
+        m: usize,
+        regime: Regime,
+    ) -> Result<Vec<f32>> {
+        check_call(w, x.len(), m, regime)?;
+        check_w4a8(w)?;
+        let l = host(w)?;
+        Ok(match regime {
+            Regime::Gemv => gemv_w4a8(l, x, act, m),
+            Regime::Mma | Regime::Dense => emu_mma::w4a8(self.vendor, l, x, act, m),
+        })
+    }
+
+    fn time_w4a16(
+        &self,
+        ws: &[DeviceW4],
+        act: Act,
+        m: usize,
+        regime: Regime,
+        iters: usize,
+    ) -> Result<f64> {
+        let Some(first) = ws.first() else {
+            return Ok(0.0);
+        };
+        let x = vec![act.from_f32(0.5); m * first.k];
+        let mut i = 0;
+        let mut err = None;
+        let t = time_host(iters, || {
+            if let Err(e) = self.w4a16_on(&ws[i % ws.len()], &x, act, m, regime) {
+                err = Some(e);
+            }
+            i += 1;
+        });
+        err.map_or(Ok(t), Err)
+    }
+
+    fn copy_bandwidth(&self, bytes: usize, iters: usize) -> Result<f64> {
+        let llc = self.arch().tune().llc_bytes;
+        let count = (2 * llc).div_ceil(bytes.max(1)) + 1;
+        let src: Vec<Vec<u8>> = (0..count).map(|i| vec![i as u8; bytes]).collect();
+        let mut dst = vec![0u8; bytes];
+        let mut i = 0;
+        let t = time_host(iters, || {
+            dst.copy_from_slice(&src[i % count]);
+            i += 1;
+        });
+        std::hint::black_box(&dst);
+        Ok(2.0 * bytes as f64 / t)
+    }
+
+    fn time_dense_bf16(
+        &self,
+        n: usize,
+        k: usize,
+        m: usize,
+        copies: usize,
+        iters: usize,
+    ) -> Result<Option<f64>> {
+        // The f32 reference GEMM stands in for a vendor BLAS on the CPU.
+        let ws: Vec<Vec<f32>> = (0..copies.max(1))
+            .map(|c| (0..n * k).map(|i| ((i + c) % 7) as f32 * 0.01).collect())
             .collect();
-        let wpr = w.words_per_row();
-        let cols: Vec<Vec<f32>> = (0..w.n)
-            .into_par_iter()
-            .map(|n| {
-                (0..m)
-                    .map(|i| {
-                        let mut t = 0i32;
-                        for j in 0..wpr {
-                            let q = w.qweight[n * wpr + j];
-                            let base = (i * kp) / 4 + 2 * j;
-                            t = dp4a(q & 0x0f0f_0f0f, aw[base], t);
-                            t = dp4a((q >> 4) & 0x0f0f_0f0f, aw[base + 1], t);
-                        }
-                        t -= 8 * a.sums[i];
-                        t as f32 * w.scales[n] * a.scales[i]
-                    })
-                    .collect()
-            })
-            .collect();
-        Ok(transpose(&cols, m, w.n))
+        let x = vec![0.5f32; m * k];
+        let mut i = 0;
+        let t = time_host(iters, || {
+            std::hint::black_box(ops::linear(&x, m, k, &ws[i % ws.len()], n));
+            i += 1;
+        });
+        Ok(Some(t))
     }
 }
 

@@ -1,7 +1,14 @@
-//! Launch geometry for the GEMV kernels, mirroring `kernels/kq_tune.h` (change both together).
-//! Block = (warp, rows): one warp / wavefront per output channel; grid = (⌈n/rows⌉, splits),
-//! with split-K chosen so that there are at least `units × blocks_per_unit` blocks, and every
-//! split still gives each lane at least one 32-weight chunk.
+//! Launch geometry and kernel choice, mirroring `kernels/kq_tune.h` (change both together).
+//!
+//! - Regime by M ([`regime`]): GEMV (A) up to `gemv_max_m`, tensor/matrix-core MMA (B) up to
+//!   `mma_max_m`, dequant-to-dense + vendor BLAS (C) above.
+//! - GEMV ([`gemv`]): block = (warp, rows), one warp / wavefront per output channel; grid =
+//!   (⌈n/rows⌉, splits), split-K chosen so that there are at least `units × blocks_per_unit`
+//!   blocks, and every split still gives each lane at least one 32-weight chunk.
+//! - MMA ([`mma`]): block = (warp, mma_warps), 16 output channels per warp; grid = (⌈n/(16·warps)⌉,
+//!   splits, ⌈m/toks⌉) with `toks` ∈ {16, 32, 64, 128} tokens per block (grouped kernels stop at
+//!   64); split-K over 128-weight k-tiles, at least 4 tiles per split.
+//! - Dense ([`dense`]): one thread per 32-weight chunk, `KQ_DENSE_THREADS` per block.
 
 use super::layout::CHUNK;
 
@@ -18,7 +25,7 @@ pub enum Arch {
     Generic { warp: u32 },
 }
 
-/// One row of `kq_tune.h`.
+/// One row of `kq_tune.h` (plus the host-only regime thresholds and cache size).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tune {
     pub warp: u32,
@@ -26,6 +33,49 @@ pub struct Tune {
     pub unroll: u32,
     pub units: u32,
     pub blocks_per_unit: u32,
+    /// Warps / wavefronts per MMA block (`KQ_MMA_WARPS`).
+    pub mma_warps: u32,
+    /// k-tiles whose weight loads the MMA kernel issues ahead (`KQ_MMA_UNROLL`).
+    pub mma_unroll: u32,
+    /// Largest M the GEMV kernels take (regime A).
+    pub gemv_max_m: usize,
+    /// Largest M that goes to the MMA kernels (regime B); above: dequant + BLAS (regime C).
+    pub mma_max_m: usize,
+    /// Last-level cache in bytes (L2 / Infinity Cache): benchmarks rotate over more than twice it.
+    pub llc_bytes: usize,
+}
+
+/// Which kernel family runs a GEMM (docs/kernels.md, "Design").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Regime {
+    /// A: CUDA-core / VALU GEMV (`w4_gemv.cu`), M ≤ 8.
+    Gemv,
+    /// B: tensor-core / matrix-core tiles (`w4_mma.cu`), any M (chosen for 9..=128).
+    Mma,
+    /// C: dequantize to dense + vendor GEMM (`w4_dense.cu` + cuBLAS / hipBLAS).
+    Dense,
+}
+
+impl Regime {
+    pub fn name(self) -> &'static str {
+        match self {
+            Regime::Gemv => "gemv",
+            Regime::Mma => "mma",
+            Regime::Dense => "dense",
+        }
+    }
+}
+
+/// The regime `arch` uses for `m` tokens.
+pub fn regime(arch: Arch, m: usize) -> Regime {
+    let t = arch.tune();
+    if m <= t.gemv_max_m {
+        Regime::Gemv
+    } else if m <= t.mma_max_m {
+        Regime::Mma
+    } else {
+        Regime::Dense
+    }
 }
 
 impl Arch {
@@ -44,6 +94,11 @@ impl Arch {
                 unroll: 4,
                 units: 132,
                 blocks_per_unit: 4,
+                mma_warps: 4,
+                mma_unroll: 2,
+                gemv_max_m: 8,
+                mma_max_m: 128,
+                llc_bytes: 50 << 20,
             },
             Arch::Sm100 => Tune {
                 warp: 32,
@@ -51,6 +106,11 @@ impl Arch {
                 unroll: 4,
                 units: 148,
                 blocks_per_unit: 4,
+                mma_warps: 4,
+                mma_unroll: 2,
+                gemv_max_m: 8,
+                mma_max_m: 128,
+                llc_bytes: 126 << 20,
             },
             Arch::Gfx942 => Tune {
                 warp: 64,
@@ -58,6 +118,11 @@ impl Arch {
                 unroll: 2,
                 units: 304,
                 blocks_per_unit: 4,
+                mma_warps: 4,
+                mma_unroll: 2,
+                gemv_max_m: 8,
+                mma_max_m: 128,
+                llc_bytes: 256 << 20,
             },
             Arch::Generic { warp } => Tune {
                 warp,
@@ -65,6 +130,11 @@ impl Arch {
                 unroll: 2,
                 units: 64,
                 blocks_per_unit: 4,
+                mma_warps: 4,
+                mma_unroll: 1,
+                gemv_max_m: 8,
+                mma_max_m: 128,
+                llc_bytes: 32 << 20,
             },
         }
     }
@@ -97,6 +167,59 @@ pub fn gemv(arch: Arch, n: usize, k: usize) -> Gemv {
     }
 }
 
+/// Grid and block of one MMA launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mma {
+    pub block: (u32, u32, u32),
+    pub grid: (u32, u32, u32),
+    pub splits: usize,
+    pub tiles_per_split: usize,
+    /// Tokens per block (the kernel's `_m{toks}` suffix).
+    pub toks: usize,
+}
+
+/// Weights per MMA k-tile (4 lanes × one 32-weight chunk).
+pub const MMA_KTILE: usize = 128;
+/// Output channels per MMA warp.
+pub const MMA_ROWS: usize = 16;
+
+/// Geometry of an MMA launch for an `n × k` matrix and `m` tokens on `arch`.
+pub fn mma(arch: Arch, n: usize, k: usize, m: usize, grouped: bool) -> Mma {
+    let t = arch.tune();
+    let max_toks = if grouped { 64 } else { 128 };
+    let toks = [16, 32, 64, 128]
+        .into_iter()
+        .find(|&b| b >= m.min(max_toks))
+        .unwrap_or(max_toks);
+    let z = m.div_ceil(toks).max(1);
+    let bx = n.div_ceil(MMA_ROWS * t.mma_warps as usize);
+    let ktiles = k.div_ceil(MMA_KTILE);
+    let want = ((t.units * t.blocks_per_unit) as usize).div_ceil((bx * z).max(1));
+    let max_splits = (ktiles / 4).max(1);
+    let splits = want.clamp(1, max_splits);
+    let tiles_per_split = ktiles.div_ceil(splits);
+    let splits = ktiles.div_ceil(tiles_per_split);
+    Mma {
+        block: (t.warp, t.mma_warps, 1),
+        grid: (bx as u32, splits as u32, z as u32),
+        splits,
+        tiles_per_split,
+        toks,
+    }
+}
+
+/// Threads per block of the dequant-to-dense kernel (`KQ_DENSE_THREADS`).
+pub const DENSE_THREADS: u32 = 256;
+
+/// Grid of the dequant-to-dense kernel: one thread per 32-weight chunk.
+pub fn dense(n: usize, k: usize) -> (u32, u32, u32) {
+    (
+        (n * k.div_ceil(CHUNK)).div_ceil(DENSE_THREADS as usize) as u32,
+        1,
+        1,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +249,39 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn mma_geometry_covers_every_tile_and_token() {
+        for arch in [Arch::Sm90, Arch::Sm100, Arch::Gfx942] {
+            let t = arch.tune();
+            for (k, n) in [
+                (21504, 7168),
+                (14336, 24576),
+                (7168, 24576),
+                (40, 3),
+                (1000, 17),
+            ] {
+                for m in [9, 16, 17, 33, 64, 100, 128, 300] {
+                    for grouped in [false, true] {
+                        let g = mma(arch, n, k, m, grouped);
+                        let ktiles = k.div_ceil(MMA_KTILE);
+                        assert!(g.splits * g.tiles_per_split >= ktiles);
+                        assert!(
+                            (g.splits - 1) * g.tiles_per_split < ktiles,
+                            "no empty split"
+                        );
+                        assert!(g.grid.2 as usize * g.toks >= m, "every token in a block");
+                        assert!(g.toks <= if grouped { 64 } else { 128 });
+                        assert_eq!(g.toks % (if t.warp == 64 { 16 } else { 8 }), 0);
+                        assert!(g.grid.0 as usize * MMA_ROWS * t.mma_warps as usize >= n);
+                    }
+                }
+            }
+        }
+        assert_eq!(regime(Arch::Sm90, 8), Regime::Gemv);
+        assert_eq!(regime(Arch::Sm90, 9), Regime::Mma);
+        assert_eq!(regime(Arch::Gfx942, 128), Regime::Mma);
+        assert_eq!(regime(Arch::Sm100, 129), Regime::Dense);
     }
 }

@@ -1,0 +1,269 @@
+//! `kquant bench gemm`: measured (never asserted) speed of the INT4 GEMM kernels on one device.
+//! For each shape it measures, in the same run, a device-to-device copy of the packed weight
+//! bytes (the bandwidth ceiling), then per M the kernel the device picks (regime A/B/C), and a
+//! dense bf16 GEMM of the same shape with the vendor BLAS; every timing cycles over enough
+//! weight copies to exceed twice the last-level cache, so weights stream from memory. It reports
+//! time, GB/s of packed weight bytes, % of the copy bandwidth and the speed-up over bf16, with
+//! the goals (≥ 85 % of copy at M = 1, ≥ 3× bf16 at M ≤ 16). On `--device cpu` the kernels run as
+//! their CPU replay and the "BLAS" is the f32 reference GEMM: the figures are only reported.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use crate::error::{Error, Result};
+use crate::gpu::layout::{encode_word, words_per_row, PAD_WORD};
+use crate::gpu::{self, Act, Backend, DeviceW4, Regime, W4Layout};
+
+/// Arguments of `kquant bench gemm`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Device: `cpu` (kernel replay), `cuda[:N]` (needs --features cuda), `hip[:N]` (needs
+    /// --features hip).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// `kimi` (the Kimi-K2.5 EAGLE-3 draft's fc, qkv, o, gate_up, down) or a comma-separated list
+    /// of `KxN` (or of K,N pairs: `7168,24576,8192,7168`).
+    #[arg(long, default_value = "kimi")]
+    pub shapes: String,
+    /// Token counts M.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8, 16, 32, 64, 128, 256])]
+    pub m: Vec<usize>,
+    /// Output rows per shape (default: all on a GPU, 64 on the CPU, whose replay is slow).
+    #[arg(long)]
+    pub rows: Option<usize>,
+    /// Group size along K (default: per channel).
+    #[arg(long)]
+    pub group: Option<usize>,
+    /// Activation dtype.
+    #[arg(long, default_value = "bf16", value_parser = ["bf16", "f16"])]
+    pub act: String,
+    /// Timed calls per measurement (after one warm-up; default 50 on a GPU, 1 on the CPU).
+    #[arg(long)]
+    pub iters: Option<usize>,
+    /// Print the figures as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `(name, K, N)` of the Kimi-K2.5 EAGLE-3 draft's linears (TorchSpec config: hidden 7168,
+/// 64 × 128 heads with 64 KV heads, intermediate 12288).
+pub const KIMI: [(&str, usize, usize); 5] = [
+    ("fc", 21504, 7168),
+    ("qkv", 14336, 24576),
+    ("o", 8192, 7168),
+    ("gate_up", 7168, 24576),
+    ("down", 12288, 7168),
+];
+
+/// `kimi`, `KxN,KxN…` or `K,N,K,N…`.
+pub fn parse_shapes(s: &str) -> Result<Vec<(String, usize, usize)>> {
+    if s == "kimi" {
+        return Ok(KIMI
+            .iter()
+            .map(|&(n, k, nn)| (n.to_string(), k, nn))
+            .collect());
+    }
+    let bad = || {
+        Error::Usage(format!(
+            "--shapes `{s}`: expected `kimi`, `KxN,…` or `K,N,…`"
+        ))
+    };
+    let num = |t: &str| t.trim().parse::<usize>().map_err(|_| bad());
+    let pairs: Vec<(usize, usize)> = if s.contains('x') {
+        s.split(',')
+            .map(|t| {
+                let (k, n) = t.split_once('x').ok_or_else(bad)?;
+                Ok((num(k)?, num(n)?))
+            })
+            .collect::<Result<_>>()?
+    } else {
+        let v: Vec<usize> = s.split(',').map(num).collect::<Result<_>>()?;
+        if v.len() % 2 != 0 {
+            return Err(bad());
+        }
+        v.chunks(2).map(|p| (p[0], p[1])).collect()
+    };
+    if pairs.is_empty() || pairs.iter().any(|&(k, n)| k == 0 || n == 0 || k % 8 != 0) {
+        return Err(Error::Usage(format!(
+            "--shapes `{s}`: K and N must be positive and K a multiple of 8"
+        )));
+    }
+    Ok(pairs
+        .into_iter()
+        .map(|(k, n)| (format!("{k}x{n}"), k, n))
+        .collect())
+}
+
+/// Deterministic weights in the kernel layout (random codes, scales ~0.01), built directly so
+/// real shapes need no f32 matrix.
+fn weights(n: usize, k: usize, group: usize) -> W4Layout {
+    let wpr = words_per_row(k);
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut qweight = vec![PAD_WORD; n * wpr];
+    for r in 0..n {
+        for j in 0..k.div_ceil(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let codes: [i8; 8] = std::array::from_fn(|i| {
+                if 8 * j + i < k {
+                    ((state >> (4 * i)) & 0xf) as i8 - 8
+                } else {
+                    0
+                }
+            });
+            qweight[r * wpr + j] = encode_word(&codes);
+        }
+    }
+    let groups = k.div_ceil(group);
+    W4Layout {
+        n,
+        k,
+        group,
+        qweight,
+        scales: (0..n * groups)
+            .map(|i| 0.01 + (i % 7) as f32 * 1e-3)
+            .collect(),
+    }
+}
+
+fn goal(m: usize, pct_copy: f64, speedup: Option<f64>) -> (Option<&'static str>, Option<bool>) {
+    if m == 1 {
+        (Some("≥85% of copy"), Some(pct_copy >= 85.0))
+    } else if m <= 16 {
+        (Some("≥3× bf16 BLAS"), speedup.map(|s| s >= 3.0))
+    } else {
+        (None, None)
+    }
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let shapes = parse_shapes(&a.shapes)?;
+    if a.m.is_empty() || a.m.contains(&0) {
+        return Err(Error::Usage("--m: token counts must be ≥ 1".into()));
+    }
+    let act = if a.act == "f16" { Act::F16 } else { Act::Bf16 };
+    let dev: Arc<dyn Backend> = Arc::from(gpu::open(&a.device)?);
+    let cpu = a.device == "cpu";
+    let iters = a.iters.unwrap_or(if cpu { 1 } else { 50 });
+    let llc = dev.arch().tune().llc_bytes;
+    let mut rows_out = Vec::new();
+    if !a.json {
+        println!(
+            "device {}  act {}  LLC {} MB (rotating > 2× LLC)  iters {iters}",
+            dev.name(),
+            act.name(),
+            llc >> 20
+        );
+        println!(
+            "{:<10} {:>6} {:>6} {:>4} {:>6} {:>11} {:>9} {:>7} {:>11} {:>8}  goal",
+            "shape", "K", "N", "M", "regime", "time", "GB/s", "% copy", "bf16 BLAS", "speed-up"
+        );
+    }
+    for (name, k, n_full) in &shapes {
+        let (k, n) = (
+            *k,
+            a.rows
+                .unwrap_or(if cpu { 64 } else { *n_full })
+                .min(*n_full),
+        );
+        let group = a.group.unwrap_or(k);
+        let w = weights(n, k, group);
+        w.check()?;
+        let bytes = w.weight_bytes();
+        let copies = (2 * llc).div_ceil(bytes) + 1;
+        let ws: Vec<DeviceW4> = (0..copies)
+            .map(|_| dev.upload(&w))
+            .collect::<std::result::Result<_, _>>()?;
+        let copy_bw = dev.copy_bandwidth(bytes, iters)?;
+        let bf16_copies = (2 * llc).div_ceil(n * k * 2) + 1;
+        for &m in &a.m {
+            let regime: Regime = dev.regime(m);
+            let t = dev.time_w4a16(&ws, act, m, regime, iters)?;
+            let gbs = bytes as f64 / t / 1e9;
+            let pct = 100.0 * (bytes as f64 / t) / copy_bw;
+            let blas = dev.time_dense_bf16(n, k, m, bf16_copies, iters)?;
+            let speedup = blas.map(|b| b / t);
+            let (goal_text, met) = goal(m, pct, speedup);
+            if !a.json {
+                println!(
+                    "{:<10} {:>6} {:>6} {:>4} {:>6} {:>9.1}µs {:>9.2} {:>6.1}% {:>11} {:>8}  {}",
+                    name,
+                    k,
+                    n,
+                    m,
+                    regime.name(),
+                    t * 1e6,
+                    gbs,
+                    pct,
+                    blas.map_or("—".into(), |b| format!("{:.1}µs", b * 1e6)),
+                    speedup.map_or("—".into(), |s| format!("{s:.2}×")),
+                    match (goal_text, met) {
+                        (Some(g), Some(true)) => format!("{g}: met"),
+                        (Some(g), Some(false)) => format!("{g}: MISSED"),
+                        (Some(g), None) => format!("{g}: —"),
+                        _ => String::new(),
+                    }
+                );
+            }
+            rows_out.push(json!({
+                "shape": name, "k": k, "n": n, "n_full": n_full, "m": m, "group": group,
+                "regime": regime.name(), "seconds": t, "weight_bytes": bytes,
+                "weight_gb_per_s": gbs, "copy_gb_per_s": copy_bw / 1e9, "pct_of_copy": pct,
+                "bf16_blas_seconds": blas, "speedup_vs_bf16": speedup,
+                "goal": goal_text, "goal_met": met, "weight_copies": copies,
+            }));
+        }
+    }
+    if a.json {
+        let doc = json!({
+            "schema": "kquant.bench.gemm/1",
+            "device": dev.name(),
+            "act": act.name(),
+            "iters": iters,
+            "llc_bytes": llc,
+            "emulated": cpu,
+            "results": rows_out,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    } else if cpu {
+        println!(
+            "note: cpu runs the kernels' CPU replay and an f32 reference GEMM as the \"BLAS\"; the \
+             figures say nothing about a GPU"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_parse() {
+        assert_eq!(parse_shapes("kimi").unwrap().len(), 5);
+        let s = parse_shapes("7168x24576,64x8").unwrap();
+        assert_eq!(s[1], ("64x8".to_string(), 64, 8));
+        assert_eq!(parse_shapes("7168,24576,8192,7168").unwrap().len(), 2);
+        assert!(parse_shapes("7168,24576,8192").is_err());
+        assert!(parse_shapes("36x4").is_err(), "K % 8");
+        assert!(parse_shapes("axb").is_err());
+    }
+
+    #[test]
+    fn synthetic_weights_are_a_valid_layout() {
+        for (n, k, g) in [(3, 40, 40), (5, 256, 128)] {
+            let w = weights(n, k, g);
+            w.check().unwrap();
+            let q = w.to_int4();
+            assert!(q.codes.iter().any(|&c| c < 0) && q.codes.iter().any(|&c| c > 0));
+            assert_eq!(
+                W4Layout::from_int4(&q).unwrap(),
+                w,
+                "padding nibbles are code 0"
+            );
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Device-resident quantized linear layers: [`Linear`] uploads one INT4 module of a checkpoint to
+//! a [`Backend`] once (kernel layout `kq-w4-gemv/1`, repacked straight from the stored tensors)
+//! and runs `y = x · Wᵀ` there with the regime the device picks for M; [`Linears`] does that for
+//! every quantized module of a draft, keyed by logical tensor name, for a runtime to route its
+//! matmuls through (`kquant verify --device`). Activations enter in f32 and are rounded to the
+//! layer's activation dtype (bf16 by default, what the engines run), outputs come back in f32.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{Act, Backend, DeviceW4, GpuError, Result, W4Layout};
+use crate::quant::decode::Logical;
+
+/// One quantized linear layer on one device.
+pub struct Linear {
+    dev: Arc<dyn Backend>,
+    w: DeviceW4,
+    /// Activation dtype the kernels read.
+    pub act: Act,
+}
+
+impl Linear {
+    /// Upload `w` to `dev`.
+    pub fn new(dev: Arc<dyn Backend>, w: &W4Layout, act: Act) -> Result<Linear> {
+        let w = dev.upload(w)?;
+        Ok(Linear { dev, w, act })
+    }
+
+    /// Upload logical tensor `name` (e.g. `midlayer.self_attn.q_proj.weight`) of a quantized
+    /// checkpoint; an unquantized tensor or a layout the kernels do not take is an error.
+    pub fn from_logical(
+        dev: Arc<dyn Backend>,
+        lg: &Logical,
+        name: &str,
+        act: Act,
+    ) -> Result<Linear> {
+        let m = lg.module(name).ok_or_else(|| {
+            GpuError::Unsupported("tensor", format!("`{name}` is not a quantized module"))
+        })?;
+        Linear::new(dev, &W4Layout::from_module(lg, m)?, act)
+    }
+
+    /// Output features.
+    pub fn n(&self) -> usize {
+        self.w.n
+    }
+    /// Input features.
+    pub fn k(&self) -> usize {
+        self.w.k
+    }
+
+    /// `y [m, n] = x [m, k] · Wᵀ` on the device (`x` rounded to [`Linear::act`] first).
+    pub fn forward(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        let xb: Vec<u16> = x.iter().map(|&v| self.act.from_f32(v)).collect();
+        self.dev
+            .w4a16_on(&self.w, &xb, self.act, m, self.dev.regime(m))
+    }
+}
+
+/// Every quantized linear of a checkpoint, uploaded once.
+pub struct Linears {
+    pub device: String,
+    layers: BTreeMap<String, Linear>,
+}
+
+impl Linears {
+    /// Upload every INT4 module of `lg` to `dev`; modules stored otherwise (FP8, NVFP4,
+    /// asymmetric) are skipped and listed in the second return value for the caller to run on
+    /// the CPU.
+    pub fn load(dev: Arc<dyn Backend>, lg: &Logical, act: Act) -> Result<(Linears, Vec<String>)> {
+        let mut layers = BTreeMap::new();
+        let mut skipped = Vec::new();
+        for m in lg.modules.values() {
+            let name = format!("{}.weight", m.module);
+            match W4Layout::from_module(lg, m) {
+                Ok(l) => {
+                    layers.insert(name, Linear::new(dev.clone(), &l, act)?);
+                }
+                Err(GpuError::Unsupported(..)) => skipped.push(name),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((
+            Linears {
+                device: dev.name(),
+                layers,
+            },
+            skipped,
+        ))
+    }
+
+    /// The layer behind logical tensor `name`, if it was uploaded.
+    pub fn get(&self, name: &str) -> Option<&Linear> {
+        self.layers.get(name)
+    }
+
+    /// Logical names of the uploaded layers.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.layers.keys().map(|s| s.as_str())
+    }
+}
+
+/// The `kquant verify --device` hand-off. `cpu` is the existing f32 runtime. A GPU device is
+/// opened first, so a build without its feature or a missing driver fails with its own hint; then
+/// it is refused, because the EAGLE-3 runtime (`runtime::eagle3`) has no hook yet to route its
+/// matmuls through [`Linears`] (the device side is done and tested: tests/gpu_linear.rs).
+pub fn verify_device(spec: &str) -> Result<()> {
+    if spec == "cpu" {
+        return Ok(());
+    }
+    let dev = super::open(spec)?;
+    Err(GpuError::NotWired(format!(
+        "verify --device {spec} ({}): the EAGLE-3 runtime does not route its linears through a \
+         device yet",
+        dev.name()
+    )))
+}

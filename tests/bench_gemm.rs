@@ -1,0 +1,108 @@
+//! `kquant bench gemm` through the real binary: the CPU device (kernel replay) reports every
+//! regime with its figures and goals, and a device this build lacks exits 2 with a hint.
+
+mod common;
+
+use common::kquant;
+use serde_json::Value;
+
+#[test]
+fn cpu_device_reports_every_regime() {
+    let out = kquant(&[
+        "bench",
+        "gemm",
+        "--device",
+        "cpu",
+        "--shapes",
+        "264x40,128x24",
+        "--m",
+        "1,16,130",
+        "--iters",
+        "1",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["schema"], "kquant.bench.gemm/1");
+    assert_eq!(doc["emulated"], true);
+    let rows = doc["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "2 shapes × 3 M");
+    let regimes: Vec<&str> = rows.iter().map(|r| r["regime"].as_str().unwrap()).collect();
+    assert_eq!(regimes, ["gemv", "mma", "dense", "gemv", "mma", "dense"]);
+    for r in rows {
+        let (k, n) = (r["k"].as_u64().unwrap(), r["n"].as_u64().unwrap());
+        assert!((k, n) == (264, 40) || (k, n) == (128, 24));
+        // Packed bytes: N rows of ⌈K/32⌉ 16-byte chunks.
+        assert_eq!(r["weight_bytes"].as_u64().unwrap(), n * k.div_ceil(32) * 16);
+        let t = r["seconds"].as_f64().unwrap();
+        assert!(t > 0.0);
+        let gbs = r["weight_gb_per_s"].as_f64().unwrap();
+        assert!((gbs - r["weight_bytes"].as_f64().unwrap() / t / 1e9).abs() <= 1e-9 * gbs.max(1.0));
+        assert!(r["pct_of_copy"].as_f64().unwrap() > 0.0);
+        assert!(r["bf16_blas_seconds"].as_f64().unwrap() > 0.0);
+        let m = r["m"].as_u64().unwrap();
+        match m {
+            1 => assert_eq!(r["goal"], "≥85% of copy"),
+            16 => assert_eq!(r["goal"], "≥3× bf16 BLAS"),
+            _ => assert!(r["goal"].is_null()),
+        }
+        assert!(r["goal_met"].is_boolean() == (m <= 16));
+        // Enough weight copies to stream more than twice the (sm_90) L2.
+        let copies = r["weight_copies"].as_u64().unwrap();
+        assert!(copies * r["weight_bytes"].as_u64().unwrap() > 2 * (50 << 20));
+    }
+}
+
+#[test]
+fn cpu_table_names_the_replay() {
+    let out = kquant(&[
+        "bench", "gemm", "--shapes", "64x16", "--m", "1,9", "--iters", "1",
+    ]);
+    assert!(out.status.success());
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("cpu (kernel emulation"), "{s}");
+    assert!(s.contains("% copy") && s.contains("speed-up"), "{s}");
+    assert!(
+        s.contains("64x16") && s.contains("gemv") && s.contains("mma"),
+        "{s}"
+    );
+    assert!(s.contains("≥85% of copy:"), "{s}");
+    assert!(s.contains("note: cpu runs the kernels' CPU replay"), "{s}");
+}
+
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn cuda_without_the_feature_exits_2_with_a_hint() {
+    let out = kquant(&["bench", "gemm", "--device", "cuda", "--shapes", "64x16"]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("error: device `cuda`"), "{e}");
+    assert!(e.contains("hint: rebuild with --features cuda"), "{e}");
+}
+
+#[cfg(not(feature = "hip"))]
+#[test]
+fn hip_without_the_feature_exits_2_with_a_hint() {
+    let out = kquant(&["bench", "gemm", "--device", "hip:1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("hint: rebuild with --features hip"), "{e}");
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    for args in [
+        &["bench", "gemm", "--shapes", "36x4"][..],
+        &["bench", "gemm", "--shapes", "64x8", "--m", "0"],
+        &["bench", "gemm", "--device", "tpu"],
+    ] {
+        let out = kquant(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains("error:") && e.contains("hint:"), "{args:?}: {e}");
+    }
+}
