@@ -1,0 +1,84 @@
+//! The Llama-style EAGLE-3 attention projections (SpecForge / TorchSpec `LlamaForCausalLMEagle3`,
+//! vLLM `layers.0.*`): q/k/v on the 2H input with grouped key/value heads, `rotate_half` RoPE
+//! over the whole head, softmax scale 1/√head_dim. Mirrors `Eagle3Llama.attn_qkv` in
+//! fixtures/gen/verify/common.py.
+
+use super::{Attention, Qkv, Source};
+use crate::error::Result;
+use crate::runtime::ops::linear;
+use crate::runtime::rope::Rope;
+
+/// Grouped-query attention projections of a Llama-style draft layer.
+pub struct LlamaAttention {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// RoPE table over `head_dim` (plain; YaRN tables apply their cos/sin factor only).
+    pub rope: Rope,
+    /// Model width H (the projections read 2H).
+    h: usize,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    o: Vec<f32>,
+}
+
+impl LlamaAttention {
+    pub(super) fn load(src: &Source, h: usize) -> Result<LlamaAttention> {
+        let d = src.dims;
+        let heads = src.need(d.num_attention_heads, "num_attention_heads")?;
+        let kv_heads = d.num_key_value_heads.map_or(heads, |x| x as usize);
+        let head_dim = d.head_dim.map_or(h / heads, |x| x as usize);
+        if kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(src.err(format!(
+                "{heads} attention heads are not a multiple of {kv_heads} key/value heads"
+            )));
+        }
+        let (qd, kvd) = (heads * head_dim, kv_heads * head_dim);
+        // Llama-style YaRN scales cos/sin only; the softmax scale stays 1/√head_dim.
+        let (rope, _) = src.rope(head_dim);
+        Ok(LlamaAttention {
+            heads,
+            kv_heads,
+            head_dim,
+            rope,
+            h,
+            q: src.layer("self_attn.q_proj.weight", &[qd, 2 * h])?,
+            k: src.layer("self_attn.k_proj.weight", &[kvd, 2 * h])?,
+            v: src.layer("self_attn.v_proj.weight", &[kvd, 2 * h])?,
+            o: src.layer("self_attn.o_proj.weight", &[h, qd])?,
+        })
+    }
+}
+
+impl Attention for LlamaAttention {
+    fn heads(&self) -> usize {
+        self.heads
+    }
+    fn kv_heads(&self) -> usize {
+        self.kv_heads
+    }
+    fn qk_dim(&self) -> usize {
+        self.head_dim
+    }
+    fn v_dim(&self) -> usize {
+        self.head_dim
+    }
+    fn scale(&self) -> f32 {
+        1.0 / (self.head_dim as f32).sqrt()
+    }
+    fn qkv(&self, a: &[f32], n: usize, pos: &[usize]) -> Qkv {
+        let (qd, kvd) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
+        let mut q = linear(a, n, 2 * self.h, &self.q, qd);
+        let mut k = linear(a, n, 2 * self.h, &self.k, kvd);
+        let v = linear(a, n, 2 * self.h, &self.v, kvd);
+        for (r, &p) in pos.iter().enumerate().take(n) {
+            self.rope.apply_neox(&mut q[r * qd..(r + 1) * qd], p);
+            self.rope.apply_neox(&mut k[r * kvd..(r + 1) * kvd], p);
+        }
+        Qkv { q, k, v }
+    }
+    fn out(&self, o: &[f32], n: usize) -> Vec<f32> {
+        linear(o, n, self.heads * self.head_dim, &self.o, self.h)
+    }
+}

@@ -1,0 +1,167 @@
+//! The DeepSeek MLA EAGLE-3 attention projections (TorchSpec `Eagle3DeepseekV2ForCausalLM`,
+//! vLLM/SGLang `deepseek_eagle3.py`, the Kimi-K2.5 MLA drafts): on the 2H input,
+//! q = q_b(q_a_norm(q_a(x))) (or q_proj(x) when `q_lora_rank` is null) split nope|rope per head;
+//! kv_a_proj_with_mqa(x) = c|k_rope with one k_rope shared by all heads;
+//! kv_b(kv_a_norm(c)) = k_nope|v per head; interleaved RoPE (DeepSeek pairs) with the YaRN
+//! frequencies and cos/sin factor on q_rope and k_rope; softmax scale
+//! mscale(factor, mscale_all_dim)² / √(nope + rope). Mirrors `Eagle3MLA.attn_qkv` in
+//! fixtures/gen/verify/common.py.
+
+use super::{Attention, Qkv, Source};
+use crate::error::Result;
+use crate::runtime::ops::{linear, rms_norm};
+use crate::runtime::rope::Rope;
+
+/// The query projection: low-rank with a norm between (`q_a_proj`, `q_a_layernorm`,
+/// `q_b_proj`) or one full matrix (`q_proj`, `q_lora_rank` null).
+enum QProj {
+    Lora {
+        rank: usize,
+        a: Vec<f32>,
+        norm: Vec<f32>,
+        b: Vec<f32>,
+    },
+    Full(Vec<f32>),
+}
+
+/// Multi-head latent attention projections of an MLA draft layer.
+pub struct MlaAttention {
+    pub heads: usize,
+    pub q_lora_rank: Option<usize>,
+    pub kv_lora_rank: usize,
+    pub nope: usize,
+    pub rope_dim: usize,
+    pub v_dim: usize,
+    /// Interleaved RoPE table over `rope_dim` (YaRN when the config says so).
+    pub rope: Rope,
+    /// Softmax scale: YaRN's mscale² over √(nope + rope).
+    pub softmax_scale: f32,
+    h: usize,
+    eps: f32,
+    q: QProj,
+    kv_a: Vec<f32>,
+    kv_a_norm: Vec<f32>,
+    kv_b: Vec<f32>,
+    o: Vec<f32>,
+}
+
+impl MlaAttention {
+    pub(super) fn load(src: &Source, h: usize, eps: f32) -> Result<MlaAttention> {
+        let d = src.dims;
+        let heads = src.need(d.num_attention_heads, "num_attention_heads")?;
+        let kvlr = src.need(d.kv_lora_rank, "kv_lora_rank")?;
+        let nope = src.need(d.qk_nope_head_dim, "qk_nope_head_dim")?;
+        let rope_dim = src.need(d.qk_rope_head_dim, "qk_rope_head_dim")?;
+        let v_dim = src.need(d.v_head_dim, "v_head_dim")?;
+        let qd = heads * (nope + rope_dim);
+        let q = if src.has("self_attn.q_a_proj.weight") {
+            let rank = match d.q_lora_rank {
+                Some(r) => r as usize,
+                None => src.shape("self_attn.q_a_proj.weight")[0],
+            };
+            QProj::Lora {
+                rank,
+                a: src.layer("self_attn.q_a_proj.weight", &[rank, 2 * h])?,
+                norm: src.layer("self_attn.q_a_layernorm.weight", &[rank])?,
+                b: src.layer("self_attn.q_b_proj.weight", &[qd, rank])?,
+            }
+        } else {
+            QProj::Full(src.layer("self_attn.q_proj.weight", &[qd, 2 * h])?)
+        };
+        let (rope, mult) = src.rope(rope_dim);
+        Ok(MlaAttention {
+            heads,
+            q_lora_rank: match &q {
+                QProj::Lora { rank, .. } => Some(*rank),
+                QProj::Full(_) => None,
+            },
+            kv_lora_rank: kvlr,
+            nope,
+            rope_dim,
+            v_dim,
+            rope,
+            softmax_scale: mult / ((nope + rope_dim) as f32).sqrt(),
+            h,
+            eps,
+            q,
+            kv_a: src.layer(
+                "self_attn.kv_a_proj_with_mqa.weight",
+                &[kvlr + rope_dim, 2 * h],
+            )?,
+            kv_a_norm: src.layer("self_attn.kv_a_layernorm.weight", &[kvlr])?,
+            kv_b: src.layer(
+                "self_attn.kv_b_proj.weight",
+                &[heads * (nope + v_dim), kvlr],
+            )?,
+            o: src.layer("self_attn.o_proj.weight", &[h, heads * v_dim])?,
+        })
+    }
+}
+
+impl Attention for MlaAttention {
+    fn heads(&self) -> usize {
+        self.heads
+    }
+    fn kv_heads(&self) -> usize {
+        self.heads
+    }
+    fn qk_dim(&self) -> usize {
+        self.nope + self.rope_dim
+    }
+    fn v_dim(&self) -> usize {
+        self.v_dim
+    }
+    fn scale(&self) -> f32 {
+        self.softmax_scale
+    }
+    fn qkv(&self, a: &[f32], n: usize, pos: &[usize]) -> Qkv {
+        let (nh, nope, rd, vd) = (self.heads, self.nope, self.rope_dim, self.v_dim);
+        let (dq, kvlr, h2) = (nope + rd, self.kv_lora_rank, 2 * self.h);
+        let mut q = match &self.q {
+            QProj::Lora {
+                rank,
+                a: qa,
+                norm,
+                b,
+            } => {
+                let c = rms_norm(&linear(a, n, h2, qa, *rank), *rank, norm, self.eps);
+                linear(&c, n, *rank, b, nh * dq)
+            }
+            QProj::Full(w) => linear(a, n, h2, w, nh * dq),
+        };
+        let kv = linear(a, n, h2, &self.kv_a, kvlr + rd);
+        let c: Vec<f32> = kv
+            .chunks(kvlr + rd)
+            .flat_map(|row| row[..kvlr].to_vec())
+            .collect();
+        let kvb = linear(
+            &rms_norm(&c, kvlr, &self.kv_a_norm, self.eps),
+            n,
+            kvlr,
+            &self.kv_b,
+            nh * (nope + vd),
+        );
+        let mut k = vec![0f32; n * nh * dq];
+        let mut v = vec![0f32; n * nh * vd];
+        for r in 0..n {
+            let p = pos[r];
+            for head in 0..nh {
+                let qh = &mut q[(r * nh + head) * dq..(r * nh + head + 1) * dq];
+                self.rope.apply_interleaved(&mut qh[nope..], p);
+            }
+            let mut kr = kv[r * (kvlr + rd) + kvlr..(r + 1) * (kvlr + rd)].to_vec();
+            self.rope.apply_interleaved(&mut kr, p);
+            for head in 0..nh {
+                let src = &kvb[(r * nh + head) * (nope + vd)..(r * nh + head + 1) * (nope + vd)];
+                let kh = &mut k[(r * nh + head) * dq..(r * nh + head + 1) * dq];
+                kh[..nope].copy_from_slice(&src[..nope]);
+                kh[nope..].copy_from_slice(&kr);
+                v[(r * nh + head) * vd..(r * nh + head + 1) * vd].copy_from_slice(&src[nope..]);
+            }
+        }
+        Qkv { q, k, v }
+    }
+    fn out(&self, o: &[f32], n: usize) -> Vec<f32> {
+        linear(o, n, self.heads * self.v_dim, &self.o, self.h)
+    }
+}

@@ -1,0 +1,808 @@
+//! The EAGLE-3 draft forward on CPU, for both attention variants (Llama-style GQA in
+//! `llama_attn`, DeepSeek MLA in `mla_attn`; everything else — fc over the taps, the two input
+//! norms, residual, SwiGLU MLP, final norm, lm_head, d2t — is shared here).
+//!
+//! Two forms: the teacher-forced pass the exact offline replay needs (shared/reference/verify.md
+//! §2.1, §2.5 pass A; `Eagle3Base.forward_ttt` in fixtures/gen/verify/common.py): depth 0 runs
+//! causally over every pair (target taps at t, token x[t+1]); depth k ≥ 1 feeds the previous
+//! depth's output back with the ground-truth token x[t+1+k] at RoPE position t+k and attends the
+//! depth-0 keys ≤ t plus its own diagonal keys of depths 1..k. And the engine's draft step
+//! ([`Drafter::propose`](super::Drafter::propose)): the same chain from the last pair, each depth
+//! fed the draft's own previous proposal instead of the ground truth.
+//!
+//! Weights are read in any dtype and any quantized layout kquant writes (dequantized at load,
+//! `quant::decode`), so a quantized draft runs exactly as its dequantized weights.
+
+mod llama_attn;
+mod mla_attn;
+
+use std::path::Path;
+
+pub use llama_attn::LlamaAttention;
+pub use mla_attn::MlaAttention;
+
+use super::ops::{argmax, linear, rms_norm, silu, softmax};
+use super::rope::Rope;
+use crate::checkpoint::{Checkpoint, Config, Detection, Dims, Family};
+use crate::error::{Error, Result};
+use crate::quant::decode::Logical;
+use crate::verify::walk::Matches;
+
+/// Projected attention inputs of `n` rows, RoPE applied: `q` `[n, heads · qk_dim]`,
+/// `k` `[n, kv_heads · qk_dim]`, `v` `[n, kv_heads · v_dim]` (heads contiguous in each row).
+pub struct Qkv {
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+}
+
+/// What differs between EAGLE-3 variants: how the 2H attention input becomes queries, keys and
+/// values, and how the attention output returns to H. Query head `i` reads key/value head
+/// `i / (heads / kv_heads)`.
+pub trait Attention: Send + Sync {
+    fn heads(&self) -> usize;
+    fn kv_heads(&self) -> usize;
+    /// Width of one query/key head.
+    fn qk_dim(&self) -> usize;
+    /// Width of one value head.
+    fn v_dim(&self) -> usize;
+    /// Multiplier of q·k before the softmax.
+    fn scale(&self) -> f32;
+    /// q/k/v of the rows `a` (`[n, 2H]`) at RoPE positions `pos`.
+    fn qkv(&self, a: &[f32], n: usize, pos: &[usize]) -> Qkv;
+    /// `o_proj` of the attention output `[n, heads · v_dim]`.
+    fn out(&self, o: &[f32], n: usize) -> Vec<f32>;
+}
+
+/// A loaded EAGLE-3 draft (Llama-style or MLA).
+pub struct Eagle3 {
+    pub family: Family,
+    pub h: usize,
+    pub ht: usize,
+    pub inter: usize,
+    pub vocab: usize,
+    pub draft_vocab: usize,
+    pub eps: f32,
+    /// EAGLE-3.1: the post-norm hidden state is fed back to the next depth.
+    pub norm_output: bool,
+    pub taps: Vec<usize>,
+    attn: Box<dyn Attention>,
+    w: Weights,
+}
+
+/// The shared (non-attention) weights.
+struct Weights {
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+    hidden_norm: Vec<f32>,
+    input_norm: Vec<f32>,
+    post_norm: Vec<f32>,
+    fc: Vec<f32>,
+    fc_norm: Option<[Vec<f32>; 3]>,
+    norm: Vec<f32>,
+    lm_head: Vec<f32>,
+    embed: Vec<f32>,
+    /// Draft id → target id offset.
+    d2t: Option<Vec<i64>>,
+}
+
+/// One depth of a forward over rows (pairs) `start..T-1`.
+#[derive(Debug, Clone)]
+pub struct DepthOut {
+    /// Draft-vocabulary logits `[rows, draft_vocab]` (before d2t).
+    pub logits: Vec<f32>,
+    /// The pre-norm layer output g^k `[rows, H]`.
+    pub hidden: Vec<f32>,
+    /// The proposal per row: the logits' argmax mapped to a target id (d2t).
+    pub pred: Vec<u32>,
+}
+
+/// Which token depth k ≥ 1 of row t is fed.
+#[derive(Clone, Copy)]
+enum Feed {
+    /// The ground truth x[t+1+k] (0 past the end of x): the teacher-forced replay.
+    Truth,
+    /// The draft's own depth k−1 proposal: the engine's chain.
+    Own,
+}
+
+/// What an attention variant's loader reads: the draft layer's tensors (by name under the
+/// layer prefix), the dimensions detection found, and config.json.
+struct Source<'s, 'c> {
+    lg: &'s Logical<'c>,
+    prefix: String,
+    dir: &'s Path,
+    cfg: Option<&'s Config>,
+    dims: &'s Dims,
+}
+
+impl Source<'_, '_> {
+    fn err(&self, msg: String) -> Error {
+        Error::Source {
+            path: self.dir.to_path_buf(),
+            msg,
+            hint: None,
+        }
+    }
+
+    fn need(&self, v: Option<u64>, key: &str) -> Result<usize> {
+        v.map(|x| x as usize)
+            .ok_or_else(|| self.err(format!("`{key}` unknown")))
+    }
+
+    /// Whether the layer has tensor `name` (relative to the layer prefix).
+    fn has(&self, name: &str) -> bool {
+        self.lg.shape(&format!("{}{name}", self.prefix)).is_some()
+    }
+
+    /// Shape of a layer tensor known to exist.
+    fn shape(&self, name: &str) -> Vec<usize> {
+        self.lg
+            .shape(&format!("{}{name}", self.prefix))
+            .expect("checked with has()")
+    }
+
+    /// A layer tensor as f32, checked against `shape`.
+    fn layer(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        self.tensor(&format!("{}{name}", self.prefix), shape)
+    }
+
+    /// A top-level tensor as f32, checked against `shape`.
+    fn tensor(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        let s = self
+            .lg
+            .shape(name)
+            .ok_or_else(|| self.err(format!("draft has no tensor `{name}`")))?;
+        if s != shape {
+            return Err(Error::Tensor {
+                path: self.dir.to_path_buf(),
+                tensor: name.into(),
+                msg: format!("shape {s:?}, expected {shape:?}"),
+            });
+        }
+        Ok(self.lg.read_f32(name).expect("present"))
+    }
+
+    fn num(&self, key: &str) -> Option<f64> {
+        self.cfg.and_then(|c| c.get(key)).and_then(|v| v.as_f64())
+    }
+
+    /// The RoPE table over `dim` dims and the softmax multiplier ([`Rope::from_config`]) from
+    /// `rope_theta` and `rope_scaling` (or transformers 5's `rope_parameters`).
+    fn rope(&self, dim: usize) -> (Rope, f32) {
+        let params = self.cfg.and_then(|c| c.get("rope_parameters"));
+        let theta = self
+            .num("rope_theta")
+            .or_else(|| {
+                params
+                    .and_then(|r| r.get("rope_theta"))
+                    .and_then(|v| v.as_f64())
+            })
+            .unwrap_or(10000.0);
+        let scaling = self
+            .cfg
+            .and_then(|c| c.get("rope_scaling"))
+            .filter(|v| !v.is_null())
+            .or(params);
+        Rope::from_config(dim, theta, scaling)
+    }
+}
+
+impl Eagle3 {
+    /// Load from a checkpoint detected as an EAGLE-3 draft (Llama-style or MLA). `target_embed`
+    /// supplies the target's embedding `[vocab, H]` when the draft does not carry one.
+    pub fn load(
+        ck: &Checkpoint,
+        det: &Detection,
+        target_embed: Option<Vec<f32>>,
+    ) -> Result<Eagle3> {
+        if !matches!(det.family, Family::Eagle3 | Family::Eagle3Mla) {
+            return Err(Error::Source {
+                path: ck.weights.dir.clone(),
+                msg: format!(
+                    "is `{}`; this runtime runs EAGLE-3 drafts (Llama-style or MLA)",
+                    det.family.id()
+                ),
+                hint: None,
+            });
+        }
+        let lg = Logical::new(ck)?;
+        let src = Source {
+            lg: &lg,
+            prefix: det
+                .layer_prefix
+                .clone()
+                .unwrap_or_else(|| "midlayer.".into()),
+            dir: &ck.weights.dir,
+            cfg: ck.config.as_ref(),
+            dims: &det.dims,
+        };
+        let d = &det.dims;
+        let h = src.need(d.hidden_size, "hidden_size")?;
+        let ht = d.target_hidden_size.map_or(h, |x| x as usize);
+        let inter = src.need(d.intermediate_size, "intermediate_size")?;
+        let vocab = src.need(d.vocab_size, "vocab_size")?;
+        let draft_vocab = d.draft_vocab_size.map_or(vocab, |x| x as usize);
+        let eps = src.num("rms_norm_eps").unwrap_or(1e-6) as f32;
+        let cfg_value = ck
+            .config
+            .as_ref()
+            .map(|c| serde_json::Value::Object(c.root.clone()))
+            .unwrap_or_default();
+        let norm_output = crate::checkpoint::detect::eagle3_feeds_post_norm(det, &cfg_value);
+        let taps = det
+            .aux_layers
+            .as_ref()
+            .and_then(|a| a.hidden_states.clone())
+            .map(|v| v.into_iter().map(|x| x as usize).collect())
+            .unwrap_or_default();
+        let attn: Box<dyn Attention> = match det.family {
+            Family::Eagle3Mla => Box::new(MlaAttention::load(&src, h, eps)?),
+            _ => Box::new(LlamaAttention::load(&src, h)?),
+        };
+        let fc_norm = if lg.shape("fc_norm.0.weight").is_some() {
+            Some([
+                src.tensor("fc_norm.0.weight", &[ht])?,
+                src.tensor("fc_norm.1.weight", &[ht])?,
+                src.tensor("fc_norm.2.weight", &[ht])?,
+            ])
+        } else {
+            None
+        };
+        let embed = match lg.shape("embed_tokens.weight") {
+            Some(_) => src.tensor("embed_tokens.weight", &[vocab, h])?,
+            None => target_embed.ok_or_else(|| Error::Source {
+                path: ck.weights.dir.clone(),
+                msg: "the draft has no embed_tokens and no target embedding was given".into(),
+                hint: Some(
+                    "pass --target-checkpoint (the target checkpoint) so its embedding can be used"
+                        .into(),
+                ),
+            })?,
+        };
+        if embed.len() != vocab * h {
+            return Err(Error::Usage(format!(
+                "target embedding has {} values, the draft needs [{vocab}, {h}]",
+                embed.len()
+            )));
+        }
+        let d2t = match ck.weights.tensor("d2t") {
+            Some(v) if v.shape() == [draft_vocab] => Some(match v.dtype() {
+                crate::io::Dtype::I64 => v
+                    .data
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+                _ => v.to_f32().iter().map(|&x| x as i64).collect(),
+            }),
+            Some(v) => {
+                return Err(Error::Tensor {
+                    path: ck.weights.dir.clone(),
+                    tensor: "d2t".into(),
+                    msg: format!("shape {:?}, expected [{draft_vocab}]", v.shape()),
+                })
+            }
+            None => None,
+        };
+        let w = Weights {
+            gate: src.layer("mlp.gate_proj.weight", &[inter, h])?,
+            up: src.layer("mlp.up_proj.weight", &[inter, h])?,
+            down: src.layer("mlp.down_proj.weight", &[h, inter])?,
+            hidden_norm: src.layer("hidden_norm.weight", &[h])?,
+            input_norm: src.layer("input_layernorm.weight", &[h])?,
+            post_norm: src.layer("post_attention_layernorm.weight", &[h])?,
+            fc: src.tensor("fc.weight", &[h, 3 * ht])?,
+            fc_norm,
+            norm: src.tensor("norm.weight", &[h])?,
+            lm_head: src.tensor("lm_head.weight", &[draft_vocab, h])?,
+            embed,
+            d2t,
+        };
+        Ok(Eagle3 {
+            family: det.family.clone(),
+            h,
+            ht,
+            inter,
+            vocab,
+            draft_vocab,
+            eps,
+            norm_output,
+            taps,
+            attn,
+            w,
+        })
+    }
+
+    /// The attention variant (its dimensions and projections).
+    pub fn attention(&self) -> &dyn Attention {
+        self.attn.as_ref()
+    }
+
+    /// Project the concatenated taps `[n, 3·Ht]` to `[n, H]` (optional per-tap RMSNorm first).
+    pub fn fc(&self, feats: &[f32], n: usize) -> Vec<f32> {
+        let x = match &self.w.fc_norm {
+            Some(norms) => {
+                let mut y = feats.to_vec();
+                for r in 0..n {
+                    for (j, g) in norms.iter().enumerate() {
+                        let s = &mut y
+                            [r * 3 * self.ht + j * self.ht..r * 3 * self.ht + (j + 1) * self.ht];
+                        let normed = rms_norm(s, self.ht, g, self.eps);
+                        s.copy_from_slice(&normed);
+                    }
+                }
+                y
+            }
+            None => feats.to_vec(),
+        };
+        linear(&x, n, 3 * self.ht, &self.w.fc, self.h)
+    }
+
+    fn embed(&self, tok: u32) -> &[f32] {
+        let t = tok as usize;
+        &self.w.embed[t * self.h..(t + 1) * self.h]
+    }
+
+    /// The target id of draft-vocabulary id `i` (d2t offset; identity without d2t).
+    pub fn to_target(&self, i: usize) -> u32 {
+        (i as i64 + self.w.d2t.as_ref().map_or(0, |d| d[i])) as u32
+    }
+
+    /// Depth-0 draft tokens for every pair t (what the draft proposes after root x[t+1]).
+    /// Depth 0 at t depends only on x[..=t+1] and the taps at ..=t, so a sequence can be grown
+    /// from it (tests build traces the draft agrees with this way).
+    pub fn depth0_tokens(&self, x: &[u32], feats: &[f32]) -> Vec<u32> {
+        self.forward(x, feats, 0, 1, Feed::Truth)
+            .pop()
+            .map(|d| d.pred)
+            .unwrap_or_default()
+    }
+
+    /// The teacher-forced pass (`forward_ttt` of the Python reference) over every pair
+    /// t = 0..T-2: per depth k < `depths`, the logits, the layer output and the proposal of each
+    /// row. `feats` is `[≥ T-1, 3·Ht]` (the taps concatenated low→high), `x` the T tokens. Row
+    /// t of depth k is fed x[t+1+k] (token 0 past the end, as the reference pads), so rows
+    /// t > T-2-k are padding.
+    pub fn teacher_forced(&self, x: &[u32], feats: &[f32], depths: usize) -> Vec<DepthOut> {
+        self.forward(x, feats, 0, depths, Feed::Truth)
+    }
+
+    /// Pass A over one sequence: depth matches for `depths` depths. `feats` is `[≥ T-1, 3·Ht]`
+    /// (the taps concatenated low→high), `x` the T tokens, `prompt_len` P.
+    pub fn depth_matches(
+        &self,
+        x: &[u32],
+        feats: &[f32],
+        prompt_len: usize,
+        depths: usize,
+    ) -> Matches {
+        let pairs = x.len().saturating_sub(1);
+        let start = prompt_len.saturating_sub(1).min(pairs);
+        let outs = self.forward(x, feats, start, depths, Feed::Truth);
+        let mut c = vec![0u8; pairs];
+        for (d, out) in outs.iter().enumerate() {
+            for (i, &p) in out.pred.iter().enumerate() {
+                let t = start + i;
+                if x.get(t + 2 + d) == Some(&p) {
+                    c[t] |= 1 << d;
+                }
+            }
+        }
+        Matches {
+            depths,
+            prompt_len,
+            total_len: x.len(),
+            c,
+        }
+    }
+
+    /// `[rows, 3·Ht]`: the taps of each of the first `rows` positions, concatenated.
+    fn feats(&self, taps: &[Vec<f32>], rows: usize) -> Vec<f32> {
+        let ht = self.ht;
+        (0..rows)
+            .flat_map(|t| taps.iter().flat_map(move |tap| &tap[t * ht..(t + 1) * ht]))
+            .copied()
+            .collect()
+    }
+
+    /// The draft over rows (pairs) `start..T-1` for `depths` depths. Depth 0 keys cover every
+    /// pair (a row attends all depth-0 keys ≤ t); queries, outputs and later depths only the
+    /// rows asked for.
+    fn forward(
+        &self,
+        x: &[u32],
+        feats: &[f32],
+        start: usize,
+        depths: usize,
+        feed: Feed,
+    ) -> Vec<DepthOut> {
+        let pairs = x.len().saturating_sub(1);
+        let start = start.min(pairs);
+        let n = pairs - start;
+        if n == 0 {
+            return (0..depths)
+                .map(|_| DepthOut {
+                    logits: vec![],
+                    hidden: vec![],
+                    pred: vec![],
+                })
+                .collect();
+        }
+        assert!(
+            feats.len() >= pairs * 3 * self.ht,
+            "taps: {} values, need [{pairs}, {}]",
+            feats.len(),
+            3 * self.ht
+        );
+        let a = self.attention();
+        let (h, qd) = (self.h, a.heads() * a.qk_dim());
+        let (kd, vd) = (a.kv_heads() * a.qk_dim(), a.kv_heads() * a.v_dim());
+        let rows = |v: &[f32], width: usize| v[start * width..pairs * width].to_vec();
+        // Depth 0: pair t is (taps at t, token x[t+1]) at position t.
+        let hid0 = self.fc(&feats[..pairs * 3 * self.ht], pairs);
+        let emb0: Vec<f32> = (0..pairs)
+            .flat_map(|t| self.embed(x[t + 1]))
+            .copied()
+            .collect();
+        let pos0: Vec<usize> = (0..pairs).collect();
+        let kv0 = a.qkv(&self.attn_input(&hid0, &emb0, pairs), pairs, &pos0);
+        let mut q = rows(&kv0.q, qd);
+        let mut res = rows(&hid0, h);
+        let mut diag: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
+        let mut outs: Vec<DepthOut> = Vec::new();
+        for d in 0..depths {
+            if d > 0 {
+                let toks: Vec<u32> = match feed {
+                    Feed::Truth => (start..pairs)
+                        .map(|t| x.get(t + 1 + d).copied().unwrap_or(0))
+                        .collect(),
+                    Feed::Own => outs[d - 1].pred.clone(),
+                };
+                let emb: Vec<f32> = toks.iter().flat_map(|&t| self.embed(t)).copied().collect();
+                let pos: Vec<usize> = (start..pairs).map(|t| t + d).collect();
+                let e = a.qkv(&self.attn_input(&res, &emb, n), n, &pos);
+                q = e.q;
+                diag.push((e.k, e.v));
+            }
+            let attn = self.attend(&q, n, |i| {
+                let t = start + i;
+                let mut kv: Vec<(&[f32], &[f32])> = (0..=t)
+                    .map(|s| (&kv0.k[s * kd..(s + 1) * kd], &kv0.v[s * vd..(s + 1) * vd]))
+                    .collect();
+                kv.extend(
+                    diag.iter()
+                        .map(|(k, v)| (&k[i * kd..(i + 1) * kd], &v[i * vd..(i + 1) * vd])),
+                );
+                kv
+            });
+            let g = self.finish(&attn, &res, n);
+            let normed = rms_norm(&g, h, &self.w.norm, self.eps);
+            let logits = linear(&normed, n, h, &self.w.lm_head, self.draft_vocab);
+            let pred = logits
+                .chunks(self.draft_vocab)
+                .map(|row| self.to_target(argmax(row)))
+                .collect();
+            res = if self.norm_output { normed } else { g.clone() };
+            outs.push(DepthOut {
+                logits,
+                hidden: g,
+                pred,
+            });
+        }
+        outs
+    }
+
+    /// `cat(input_layernorm(emb), hidden_norm(hid))`, the `[n, 2H]` attention input.
+    fn attn_input(&self, hid: &[f32], emb: &[f32], n: usize) -> Vec<f32> {
+        let h = self.h;
+        let e = rms_norm(emb, h, &self.w.input_norm, self.eps);
+        let g = rms_norm(hid, h, &self.w.hidden_norm, self.eps);
+        let mut a = vec![0f32; n * 2 * h];
+        for r in 0..n {
+            a[r * 2 * h..r * 2 * h + h].copy_from_slice(&e[r * h..(r + 1) * h]);
+            a[r * 2 * h + h..(r + 1) * 2 * h].copy_from_slice(&g[r * h..(r + 1) * h]);
+        }
+        a
+    }
+
+    /// Scaled dot-product attention of each query row over the (key, value) entries
+    /// `entries(row)` lists (`[kv_heads · qk_dim]` and `[kv_heads · v_dim]` each). Returns
+    /// `[n, heads · v_dim]`.
+    fn attend<'k>(
+        &self,
+        q: &[f32],
+        n: usize,
+        entries: impl Fn(usize) -> Vec<(&'k [f32], &'k [f32])> + Sync,
+    ) -> Vec<f32> {
+        use rayon::prelude::*;
+        let a = self.attention();
+        let (nh, dq, dv) = (a.heads(), a.qk_dim(), a.v_dim());
+        let (group, scale) = (nh / a.kv_heads(), a.scale());
+        let mut out = vec![0f32; n * nh * dv];
+        out.par_chunks_mut(nh * dv).enumerate().for_each(|(r, o)| {
+            let kv = entries(r);
+            for head in 0..nh {
+                let kvh = head / group;
+                let qh = &q[(r * nh + head) * dq..(r * nh + head + 1) * dq];
+                let mut sc: Vec<f32> = kv
+                    .iter()
+                    .map(|(k, _)| {
+                        qh.iter()
+                            .zip(&k[kvh * dq..(kvh + 1) * dq])
+                            .map(|(a, b)| a * b)
+                            .sum::<f32>()
+                            * scale
+                    })
+                    .collect();
+                softmax(&mut sc);
+                let oh = &mut o[head * dv..(head + 1) * dv];
+                for (p, (_, v)) in sc.iter().zip(&kv) {
+                    for (x, y) in oh.iter_mut().zip(&v[kvh * dv..(kvh + 1) * dv]) {
+                        *x += p * y;
+                    }
+                }
+            }
+        });
+        out
+    }
+
+    /// o_proj + residual, then the MLP block. Returns the pre-norm hidden state.
+    fn finish(&self, attn: &[f32], res: &[f32], n: usize) -> Vec<f32> {
+        let h = self.h;
+        let o = self.attn.out(attn, n);
+        let h1: Vec<f32> = o.iter().zip(res).map(|(a, b)| a + b).collect();
+        let x = rms_norm(&h1, h, &self.w.post_norm, self.eps);
+        let g = linear(&x, n, h, &self.w.gate, self.inter);
+        let u = linear(&x, n, h, &self.w.up, self.inter);
+        let act: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
+        let dn = linear(&act, n, self.inter, &self.w.down, h);
+        h1.iter().zip(&dn).map(|(a, b)| a + b).collect()
+    }
+}
+
+impl super::Drafter for Eagle3 {
+    fn taps(&self) -> &[usize] {
+        &self.taps
+    }
+    fn target_hidden(&self) -> usize {
+        self.ht
+    }
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+    fn depths(&self, steps: usize) -> usize {
+        steps
+    }
+    fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, steps: usize) -> Matches {
+        let feats = self.feats(taps, x.len().saturating_sub(1));
+        self.depth_matches(x, &feats, prompt_len, steps)
+    }
+    fn propose(&self, x: &[u32], taps: &[Vec<f32>], steps: usize) -> Vec<u32> {
+        let pairs = x.len().saturating_sub(1);
+        if pairs == 0 {
+            return Vec::new();
+        }
+        let feats = self.feats(taps, pairs);
+        self.forward(x, &feats, pairs - 1, self.depths(steps), Feed::Own)
+            .into_iter()
+            .map(|d| d.pred[0])
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::writer::{TensorSpec, WriteOptions, Writer};
+    use crate::io::Dtype;
+    use crate::runtime::Drafter;
+    use std::path::PathBuf;
+
+    fn fixture(rel: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
+    }
+
+    fn load(rel: &str) -> Eagle3 {
+        let ck = Checkpoint::open(fixture(rel).to_str().unwrap()).unwrap();
+        let det = ck.detect().unwrap();
+        let embed = Checkpoint::open(fixture("fixtures/tiny/target-kimi-k2").to_str().unwrap())
+            .unwrap()
+            .weights
+            .tensor("model.embed_tokens.weight")
+            .unwrap()
+            .to_f32();
+        Eagle3::load(&ck, &det, Some(embed)).unwrap()
+    }
+
+    fn rand(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+        rand(n, seed)
+            .iter()
+            .map(|v| ((v + 1.0) * 0.5 * vocab as f32) as u32 % vocab as u32)
+            .collect()
+    }
+
+    /// A copy of fixture `src` in `out` with tensors renamed (`rename`), `extra` tensors (F32)
+    /// added, names matching `drop` left out, and config.json edited by `edit`.
+    fn rewrite(
+        src: &str,
+        out: &Path,
+        rename: impl Fn(&str) -> String,
+        drop: impl Fn(&str) -> bool,
+        extra: &[(&str, Vec<usize>, Vec<f32>)],
+        edit: impl Fn(&mut serde_json::Value),
+    ) {
+        let w = crate::io::source::open(fixture(src).to_str().unwrap()).unwrap();
+        let mut specs: Vec<TensorSpec> = w
+            .infos()
+            .filter(|t| !drop(&t.name))
+            .map(|t| TensorSpec::new(rename(&t.name), t.dtype, t.shape.clone()))
+            .collect();
+        for (n, shape, _) in extra {
+            specs.push(TensorSpec::new(*n, Dtype::F32, shape.clone()));
+        }
+        let mut wr = Writer::create(out, specs, WriteOptions::default()).unwrap();
+        for name in wr.order().into_iter().map(String::from).collect::<Vec<_>>() {
+            match extra.iter().find(|e| e.0 == name) {
+                Some((_, _, v)) => {
+                    let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                    wr.write(&name, &b).unwrap();
+                }
+                None => {
+                    let orig = w.infos().find(|t| rename(&t.name) == name).unwrap();
+                    wr.write(&name, w.tensor(&orig.name).unwrap().data).unwrap();
+                }
+            }
+        }
+        let mut cfg: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture(src).join("config.json")).unwrap())
+                .unwrap();
+        edit(&mut cfg);
+        wr.add_file("config.json", &serde_json::to_vec(&cfg).unwrap())
+            .unwrap();
+        wr.finish().unwrap();
+    }
+
+    /// The layer prefix (`midlayer.` vs `layers.0.`) changes nothing, and a forward over rows
+    /// `start..` is exactly those rows of the full teacher-forced pass (the replay asks for
+    /// the generated region only).
+    #[test]
+    fn mla_layouts_agree_and_rows_do_not_depend_on_start() {
+        let a = load("fixtures/tiny/eagle3-mla-torchspec");
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("d");
+        rewrite(
+            "fixtures/tiny/eagle3-mla-torchspec",
+            &out,
+            |n| n.replace("midlayer.", "layers.0."),
+            |_| false,
+            &[],
+            |_| {},
+        );
+        let b = load(out.to_str().unwrap());
+        assert_eq!(b.attention().heads(), a.attention().heads());
+        assert_eq!(
+            (a.family.clone(), b.family.clone()),
+            (Family::Eagle3Mla, Family::Eagle3Mla)
+        );
+        let t_len = 24;
+        let x = tokens(t_len, a.vocab, 3);
+        let feats = rand(t_len * 3 * a.ht, 5);
+        let fa = a.teacher_forced(&x, &feats, 3);
+        let fb = b.teacher_forced(&x, &feats, 3);
+        for (p, q) in fa.iter().zip(&fb) {
+            assert_eq!(p.logits, q.logits);
+            assert_eq!(p.hidden, q.hidden);
+        }
+        for d in [&a, &load("fixtures/tiny/eagle3-specforge")] {
+            let full = d.teacher_forced(&x, &feats, 3);
+            for start in [1, 9, t_len - 2] {
+                let part = d.forward(&x, &feats, start, 3, Feed::Truth);
+                for (p, q) in part.iter().zip(&full) {
+                    assert_eq!(p.pred, q.pred[start..]);
+                    assert_eq!(p.logits, q.logits[start * d.draft_vocab..]);
+                    assert_eq!(p.hidden, q.hidden[start * d.h..]);
+                }
+            }
+        }
+    }
+
+    /// The chain's proposals are what the teacher-forced pass predicts when x continues with
+    /// them (both families).
+    #[test]
+    fn propose_is_the_teacher_forced_chain() {
+        for rel in [
+            "fixtures/tiny/eagle3-mla-torchspec",
+            "fixtures/tiny/eagle3-specforge",
+        ] {
+            let d = load(rel);
+            let t_len = 20;
+            let feats = rand((t_len + 3) * 3 * d.ht, 7);
+            let taps: Vec<Vec<f32>> = (0..3)
+                .map(|j| {
+                    (0..t_len - 1)
+                        .flat_map(|t| feats[(t * 3 + j) * d.ht..(t * 3 + j + 1) * d.ht].to_vec())
+                        .collect()
+                })
+                .collect();
+            let x = tokens(t_len, d.vocab, 11);
+            let p = d.propose(&x, &taps, 3);
+            assert_eq!(p.len(), 3);
+            let mut ext = x.clone();
+            ext.extend(&p);
+            let tf = d.teacher_forced(&ext, &feats, 3);
+            for k in 0..3 {
+                assert_eq!(tf[k].pred[t_len - 2], p[k], "{rel} depth {k}");
+            }
+            assert!(
+                d.propose(&x[..1], &taps, 3).is_empty(),
+                "no pair before the root"
+            );
+        }
+    }
+
+    /// `q_lora_rank: null`: one `q_proj` on the 2H input replaces q_a/q_a_layernorm/q_b; the
+    /// keys and values are untouched.
+    #[test]
+    fn mla_q_proj_without_q_lora() {
+        let src = "fixtures/tiny/eagle3-mla-torchspec";
+        let lora = load(src);
+        let a = lora.attention();
+        let (h2, qd) = (2 * lora.h, a.heads() * a.qk_dim());
+        let q_proj = rand(qd * h2, 13);
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("d");
+        rewrite(
+            src,
+            &out,
+            |n| n.to_string(),
+            |n| n.contains(".q_a_") || n.contains(".q_b_"),
+            &[(
+                "midlayer.self_attn.q_proj.weight",
+                vec![qd, h2],
+                q_proj.clone(),
+            )],
+            |c| c["q_lora_rank"] = serde_json::Value::Null,
+        );
+        let cfg: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture(src).join("config.json")).unwrap())
+                .unwrap();
+        let full = load(out.to_str().unwrap());
+        let f = full.attention();
+        assert_eq!(
+            (f.heads(), f.qk_dim(), f.scale()),
+            (a.heads(), a.qk_dim(), a.scale())
+        );
+        let n = 5;
+        let x = rand(n * h2, 17);
+        let pos = [0, 3, 7, 100, 4095];
+        let (p, q) = (f.qkv(&x, n, &pos), a.qkv(&x, n, &pos));
+        assert_eq!((&p.k, &p.v), (&q.k, &q.v));
+        let mut want = linear(&x, n, h2, &q_proj, qd);
+        // The reference rotation: the config's YaRN table on the last 8 (rope) dims of each
+        // 16 + 8 query head.
+        let (nope, rope_dim) = (16, 8);
+        assert_eq!(a.qk_dim(), nope + rope_dim);
+        let (rope, _) = Rope::from_config(rope_dim, 50000.0, Some(&cfg["rope_scaling"]));
+        let dq = a.qk_dim();
+        for (r, &ps) in pos.iter().enumerate() {
+            for head in 0..a.heads() {
+                let s = &mut want[(r * a.heads() + head) * dq..(r * a.heads() + head + 1) * dq];
+                rope.apply_interleaved(&mut s[nope..], ps);
+            }
+        }
+        assert_eq!(p.q, want);
+    }
+}
