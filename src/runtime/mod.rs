@@ -2,6 +2,7 @@
 //! in `ops` and their tested fast paths, and the `Drafter` trait the verify replay runs them
 //! through.
 
+pub mod dflash;
 pub mod eagle3;
 pub mod ops;
 pub mod rope;
@@ -23,4 +24,8 @@ pub trait Drafter: Send + Sync {
     /// Depth matches over one sequence: `x` the T tokens, `taps[j]` the `[T, target_hidden]`
     /// rows of tap `taps()[j]`, `prompt_len` P.
     fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, steps: usize) -> Matches;
+    /// The draft's own proposals after the last token of `x` (the root), as the engine's draft
+    /// step makes them: `depths(steps)` target ids. `taps[j]` holds at least the rows of
+    /// positions `0..x.len() - 1` (rows from `x.len() - 1` on are ignored).
+    fn propose(&self, x: &[u32], taps: &[Vec<f32>], steps: usize) -> Vec<u32>;
 }
