@@ -23,6 +23,9 @@ use crate::verify::walk::Matches;
 /// only reorders f32 sums (batched, vectorised matmuls), measured ≈1e-6 on the tiny fixture.
 pub const FAST_REL_TOL: f32 = 1e-4;
 
+/// `ops::linear` or `ops::linear_ref`: `(x, m, k, w, n) -> y[m, n]`.
+type LinearFn = fn(&[f32], usize, usize, &[f32], usize) -> Vec<f32>;
+
 /// Depth-match masks hold one bit per depth in a `u8` (`verify::walk::Matches`).
 const MAX_DEPTHS: usize = 8;
 
@@ -427,12 +430,7 @@ impl DFlash {
         self.context_with(feats, len, linear_ref)
     }
 
-    fn context_with(
-        &self,
-        feats: &[f32],
-        len: usize,
-        lin: fn(&[f32], usize, usize, &[f32], usize) -> Vec<f32>,
-    ) -> Context {
+    fn context_with(&self, feats: &[f32], len: usize, lin: LinearFn) -> Context {
         let x = lin(feats, len, self.taps.len() * self.ht, &self.fc, self.h);
         let ctx = rms_norm(&x, self.h, &self.hidden_norm, self.eps);
         let kvd = self.kv_heads * self.head_dim;
@@ -594,16 +592,17 @@ impl DFlash {
                         let mut p: Vec<f32> = (0..r + b)
                             .map(|s| {
                                 let mut acc = 0f32;
-                                for e in 0..d {
-                                    acc += qh[e] * key(s)[e];
+                                for (a, k) in qh.iter().zip(key(s)) {
+                                    acc += a * k;
                                 }
                                 acc * scale
                             })
                             .collect();
                         softmax(&mut p);
+                        let oh = &mut attn[i * qd + head * d..i * qd + (head + 1) * d];
                         for (s, ps) in p.iter().enumerate() {
-                            for e in 0..d {
-                                attn[i * qd + head * d + e] += ps * val(s)[e];
+                            for (a, y) in oh.iter_mut().zip(val(s)) {
+                                *a += ps * y;
                             }
                         }
                     }
@@ -698,5 +697,126 @@ impl super::Drafter for DFlash {
         let feats = self.features(taps, r);
         let ctx = self.context(&feats, r);
         self.block_tokens(&ctx, x, &[r]).remove(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Drafter;
+    use serde_json::json;
+    use std::path::{Path, PathBuf};
+
+    fn repo(rel: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    }
+
+    /// A copy of a synthetic tiny DFlash fixture with `patch` merged into its config.
+    fn tiny(name: &str, patch: Value) -> (tempfile::TempDir, String) {
+        let src = repo("fixtures/tiny").join(name);
+        let t = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            src.join("model.safetensors"),
+            t.path().join("model.safetensors"),
+        )
+        .unwrap();
+        let mut cfg: Value =
+            serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+        for (k, v) in patch.as_object().unwrap() {
+            cfg[k] = v.clone();
+        }
+        std::fs::write(t.path().join("config.json"), cfg.to_string()).unwrap();
+        let p = t.path().to_str().unwrap().to_string();
+        (t, p)
+    }
+
+    fn load(spec: &str) -> Result<DFlash> {
+        let ck = Checkpoint::open(spec)?;
+        let det = ck.detect()?;
+        let tgt = Checkpoint::open(repo("fixtures/tiny/target-kimi-k2").to_str().unwrap())?;
+        DFlash::load(&ck, &det, &TargetHead::read(&tgt)?)
+    }
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 2000) as f32 / 500.0 - 2.0
+            })
+            .collect()
+    }
+
+    fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        diff / scale
+    }
+
+    /// Both name sets (z-lab, TorchSpec), plain and YaRN RoPE: the fast path agrees with the
+    /// plain one within FAST_REL_TOL, and `propose` is the block pass's argmax.
+    #[test]
+    fn fast_path_matches_the_reference_on_the_tiny_drafts() {
+        let yarn =
+            json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8});
+        for (name, patch) in [
+            (
+                "dflash-zlab",
+                json!({"block_size": 8, "rope_scaling": yarn}),
+            ),
+            ("dflash-torchspec", json!({"block_size": 6})),
+        ] {
+            let (_t, p) = tiny(name, patch);
+            let d = load(&p).unwrap();
+            assert_eq!(
+                d.taps,
+                [2, 5],
+                "target_layer_ids [1, 4], outputs of layer k"
+            );
+            assert_eq!(d.depths(3), d.block_size - 1);
+            if name == "dflash-zlab" {
+                assert!(d.rope.attn_factor > 1.0, "YaRN attention factor applied");
+            }
+            let len = 20;
+            let x: Vec<u32> = (0..len as u32).map(|i| (i * 37 + 5) % 255).collect();
+            let taps = vec![data(len * 64, 1), data(len * 64, 2)];
+            let feats = d.features(&taps, len);
+            let (fast, slow) = (d.context(&feats, len), d.context_ref(&feats, len));
+            for l in 0..fast.k.len() {
+                assert!(rel_err(&fast.k[l], &slow.k[l]) <= FAST_REL_TOL);
+                assert!(rel_err(&fast.v[l], &slow.v[l]) <= FAST_REL_TOL);
+            }
+            let roots = [0, 3, 11, len - 1];
+            let (a, b) = (d.blocks(&fast, &x, &roots), d.blocks_ref(&slow, &x, &roots));
+            assert_eq!(a.len(), roots.len() * (d.block_size - 1) * d.vocab);
+            let e = rel_err(&a, &b);
+            assert!(e <= FAST_REL_TOL, "{name}: {e}");
+            let toks = d.block_tokens(&fast, &x, &roots);
+            assert_eq!(d.propose(&x[..12], &taps, 3), toks[2]);
+        }
+    }
+
+    #[test]
+    fn unsupported_configs_are_refused_by_name() {
+        let msg = |patch: Value| {
+            let (_t, p) = tiny("dflash-zlab", patch);
+            match load(&p) {
+                Ok(_) => panic!("loaded"),
+                Err(e) => e.to_string(),
+            }
+        };
+        // As shipped: block_size 16, more proposals than a match mask holds.
+        assert!(msg(json!({})).contains("block_size 16"));
+        assert!(
+            msg(json!({"block_size": 8, "dflash_config": {"target_layer_ids": [1, 4]}}))
+                .contains("mask_token_id")
+        );
+        assert!(msg(
+            json!({"block_size": 8, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
+        )
+        .contains("llama3"));
+        assert!(msg(
+            json!({"block_size": 8, "layer_types": ["full_attention", "sliding_attention"]})
+        )
+        .contains("sliding_attention"));
+        assert!(msg(json!({"block_size": 8, "vocab_size": 300})).contains("[300, 64]"));
     }
 }
