@@ -35,7 +35,7 @@ fn draft() -> DFlash {
     let ck = Checkpoint::open(fix("dflash").to_str().unwrap()).unwrap();
     let det = ck.detect().unwrap();
     let t = Checkpoint::open(fix("target").to_str().unwrap()).unwrap();
-    DFlash::load(&ck, &det, &TargetHead::read(&t).unwrap()).unwrap()
+    DFlash::load(&ck, &det, TargetHead::read(&t).unwrap()).unwrap()
 }
 
 fn f32s(t: &Tensors, name: &str) -> Vec<f32> {
@@ -245,10 +245,9 @@ fn a_quantized_draft_runs_as_its_dequantized_weights() {
         String::from_utf8_lossy(&out.stderr)
     );
     let tgt = Checkpoint::open(fix("target").to_str().unwrap()).unwrap();
-    let head = TargetHead::read(&tgt).unwrap();
     let load_at = |p: &str| {
         let ck = Checkpoint::open(p).unwrap();
-        DFlash::load(&ck, &ck.detect().unwrap(), &head).unwrap()
+        DFlash::load(&ck, &ck.detect().unwrap(), TargetHead::read(&tgt).unwrap()).unwrap()
     };
     let (dq_draft, q_draft, orig) = (load_at(dqs), load_at(qs), draft());
     let (x, _, taps) = sample(&orig, 0);

@@ -92,7 +92,7 @@ pub fn load_drafter(spec: &str, target: Option<&Checkpoint>) -> Result<Box<dyn D
                 msg: "is a DFlash drafter, which runs with the target's embedding and lm_head (it has neither)".into(),
                 hint: Some("pass --target-checkpoint DIR (the target model the draft was trained for)".into()),
             })?;
-            Box::new(DFlash::load(&ck, &det, &TargetHead::read(t)?)?)
+            Box::new(DFlash::load(&ck, &det, TargetHead::read(t)?)?)
         }
         other => {
             return Err(Error::Source {

@@ -193,8 +193,9 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 impl DFlash {
     /// Load from a checkpoint detected as a DFlash drafter (z-lab names, or TorchSpec's
-    /// `context_proj` / `context_norm` / `final_norm`), with the target's embedding and lm_head.
-    pub fn load(ck: &Checkpoint, det: &Detection, target: &TargetHead) -> Result<DFlash> {
+    /// `context_proj` / `context_norm` / `final_norm`), with the target's embedding and lm_head
+    /// (taken, not copied: at Kimi scale they are gigabytes).
+    pub fn load(ck: &Checkpoint, det: &Detection, target: TargetHead) -> Result<DFlash> {
         if det.family != Family::Dflash {
             return Err(src_err(
                 ck,
@@ -394,8 +395,8 @@ impl DFlash {
             fc,
             hidden_norm: get(&lg, hn_n, &[h])?,
             norm: get(&lg, norm_n, &[h])?,
-            embed: target.embed.clone(),
-            lm_head: target.lm_head.clone(),
+            embed: target.embed,
+            lm_head: target.lm_head,
         })
     }
 
@@ -734,7 +735,7 @@ mod tests {
         let ck = Checkpoint::open(spec)?;
         let det = ck.detect()?;
         let tgt = Checkpoint::open(repo("fixtures/tiny/target-kimi-k2").to_str().unwrap())?;
-        DFlash::load(&ck, &det, &TargetHead::read(&tgt)?)
+        DFlash::load(&ck, &det, TargetHead::read(&tgt)?)
     }
 
     fn data(n: usize, seed: u32) -> Vec<f32> {
