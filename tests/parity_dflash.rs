@@ -2,8 +2,8 @@
 //! fixtures/gen/verify/common.py on the trained tiny Kimi fixtures: the projected context and
 //! the block logits of reference/parity-dflash.safetensors (make_parity.py), the fast path
 //! against the plain one, `propose` against `matches`, the taps detection gives against the
-//! Python's DFLASH_TAPS, and `kquant verify` over the whole trace against
-//! reference/replay-dflash.json (replay_ref.py, the same walk).
+//! Python's DFLASH_TAPS, and `kquant verify` over trace samples against
+//! reference/replay-dflash.json and reference/prompt-lookup.json (replay_ref.py, the same walk).
 
 mod common;
 
@@ -260,7 +260,8 @@ fn a_quantized_draft_runs_as_its_dequantized_weights() {
     assert_ne!(got, run(&orig), "int4 changed the weights");
 }
 
-/// `kquant verify` on `trace` with the fixture's DFlash draft and target, as JSON (exit 0).
+/// `kquant verify` on `trace` with the fixture's DFlash draft and target against the
+/// prompt-lookup baseline, as JSON (exit 0).
 fn verify_json(trace: &str) -> Value {
     let out = kquant(&[
         "verify",
@@ -270,6 +271,8 @@ fn verify_json(trace: &str) -> Value {
         trace,
         "--target-checkpoint",
         &format!("{FIX}/target"),
+        "--baseline",
+        "prompt-lookup",
         "--json",
         "-",
     ]);
@@ -353,6 +356,26 @@ fn verify_replays_trace_samples_as_the_reference_does() {
         ref_counts(&walks),
         "first sample of each category",
     );
+    // The prompt-lookup baseline proposes as many tokens as the draft (B − 1 = 7); kquant's
+    // n-gram rule takes the most recent occurrence (prompt-lookup.json `latest-k7`).
+    let pl = read_json(&fix("reference/prompt-lookup.json"));
+    let pl_walks: Vec<&Value> = keep
+        .iter()
+        .map(|s| {
+            let p = pl["latest-k7"]["samples"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["id"] == s["id"])
+                .expect("prompt-lookup sample");
+            &p["walk"]
+        })
+        .collect();
+    assert_same(
+        &rep["baseline"],
+        ref_counts(&pl_walks),
+        "prompt lookup, 7 tokens",
+    );
     for (s, w) in keep.iter().zip(&walks) {
         let cat = s["category"].as_str().unwrap();
         let c = ref_counts(&[w]);
@@ -369,8 +392,17 @@ fn verify_replays_the_whole_trace_as_the_reference_does() {
     let py = read_json(&fix("reference/replay-dflash.json"));
     let rep = verify_json(&format!("{FIX}/trace"));
     let agg = &py["aggregate"]["all"];
-    let c = ["rounds", "committed", "positions", "leading_sum"].map(|k| agg[k].as_u64().unwrap());
-    assert_same(&rep["draft"], c, "whole trace");
+    let counts = |a: &Value| {
+        ["rounds", "committed", "positions", "leading_sum"].map(|k| a[k].as_u64().unwrap())
+    };
+    assert_same(&rep["draft"], counts(agg), "whole trace");
+    let pl = read_json(&fix("reference/prompt-lookup.json"));
+    let pl = &pl["latest-k7"]["aggregate"]["all"];
+    assert_same(
+        &rep["baseline"],
+        counts(pl),
+        "prompt lookup, 7 tokens, whole trace",
+    );
     for (cat, v) in rep["per_category"].as_object().unwrap() {
         let want = py["aggregate"][cat]["al_walk"].as_f64().unwrap();
         assert!((v["draft"].as_f64().unwrap() - want).abs() <= 1e-9, "{cat}");
