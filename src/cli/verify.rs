@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, Family};
 use crate::error::{Error, Result};
+use crate::runtime::dflash::{DFlash, TargetHead};
 use crate::runtime::eagle3::Eagle3;
 use crate::runtime::Drafter;
 use crate::verify::gate::{decide, Thresholds};
@@ -27,10 +28,12 @@ pub struct Args {
     /// A kquant-trace/1 directory (tokens + target taps) captured from the target.
     #[arg(long)]
     pub trace: PathBuf,
-    /// Target checkpoint whose embedding is used when a draft carries none.
+    /// Target checkpoint: its embedding for an EAGLE-3 draft that carries none, its embedding
+    /// and lm_head for a DFlash draft (required there).
     #[arg(long)]
     pub target_checkpoint: Option<String>,
-    /// Draft depths per round (chain length).
+    /// Draft depths per round (chain length; a DFlash draft proposes block_size − 1 whatever
+    /// this says).
     #[arg(long, default_value_t = 3)]
     pub steps: usize,
     /// Fail when ΔAL (draft − baseline) < −this.
@@ -51,16 +54,14 @@ pub struct Args {
     pub device: String,
 }
 
-fn target_embed(spec: Option<&str>) -> Result<Option<Vec<f32>>> {
-    let Some(spec) = spec else { return Ok(None) };
-    let ck = Checkpoint::open(spec)?;
+fn target_embed(ck: &Checkpoint) -> Result<Vec<f32>> {
     for n in [
         "model.embed_tokens.weight",
         "language_model.model.embed_tokens.weight",
         "embed_tokens.weight",
     ] {
         if let Some(v) = ck.weights.tensor(n) {
-            return Ok(Some(v.to_f32()));
+            return Ok(v.to_f32());
         }
     }
     Err(Error::Source {
@@ -70,23 +71,66 @@ fn target_embed(spec: Option<&str>) -> Result<Option<Vec<f32>>> {
     })
 }
 
-fn run_draft(spec: &str, trace: &Trace, embed: Option<Vec<f32>>, steps: usize) -> Result<Run> {
+/// Load the draft at `spec` with the runtime of its detected family, taking from the target
+/// checkpoint what that family needs (EAGLE-3: the embedding when the draft has none; DFlash:
+/// the embedding and lm_head).
+pub fn load_drafter(spec: &str, target: Option<&Checkpoint>) -> Result<Box<dyn Drafter>> {
     let ck = Checkpoint::open(spec)?;
     let det = ck.detect()?;
-    let d = Eagle3::load(&ck, &det, embed)?;
-    if d.taps.len() != 3 {
-        return Err(Error::Source {
-            path: ck.weights.dir.clone(),
-            msg: format!("needs three aux-layer taps with a known convention, found {:?}", det.aux_layers),
-            hint: Some("`kquant inspect` shows the draft's aux layers; `kquant convert --aux-convention` can record them".into()),
-        });
-    }
-    trace.require(&d.taps, d.ht, Some(d.vocab), &format!("draft `{spec}`"))?;
-    let samples = replay(&d, trace, steps)?;
-    Ok(Run {
-        name: spec.to_string(),
-        samples,
-    })
+    let d: Box<dyn Drafter> = match det.family {
+        Family::Eagle3 | Family::Eagle3Mla => {
+            let embed = target.map(target_embed).transpose()?;
+            let d = Eagle3::load(&ck, &det, embed)?;
+            if d.taps.len() != 3 {
+                return Err(Error::Source {
+                    path: ck.weights.dir.clone(),
+                    msg: format!("needs three aux-layer taps with a known convention, found {:?}", det.aux_layers),
+                    hint: Some("`kquant inspect` shows the draft's aux layers; `kquant convert --aux-convention` can record them".into()),
+                });
+            }
+            Box::new(d)
+        }
+        Family::Dflash => {
+            let t = target.ok_or_else(|| Error::Source {
+                path: ck.weights.dir.clone(),
+                msg: "is a DFlash drafter, which runs with the target's embedding and lm_head (it has neither)".into(),
+                hint: Some("pass --target-checkpoint DIR (the target model the draft was trained for)".into()),
+            })?;
+            Box::new(DFlash::load(&ck, &det, TargetHead::read(t)?)?)
+        }
+        other => {
+            return Err(Error::Source {
+                path: ck.weights.dir.clone(),
+                msg: format!("is `{}`; verify runs EAGLE-3 and DFlash drafts", other.id()),
+                hint: Some("`kquant inspect` shows what the checkpoint was detected as".into()),
+            })
+        }
+    };
+    Ok(d)
+}
+
+/// Replay one draft over the trace. Returns its run and its depths per round.
+fn run_draft(
+    spec: &str,
+    trace: &Trace,
+    target: Option<&Checkpoint>,
+    steps: usize,
+) -> Result<(Run, usize)> {
+    let d = load_drafter(spec, target)?;
+    trace.require(
+        d.taps(),
+        d.target_hidden(),
+        Some(d.vocab()),
+        &format!("draft `{spec}`"),
+    )?;
+    let samples = replay(d.as_ref(), trace, steps)?;
+    Ok((
+        Run {
+            name: spec.to_string(),
+            samples,
+        },
+        d.depths(steps),
+    ))
 }
 
 /// Pass A + pass B over every trace sample for one drafter.
@@ -107,8 +151,12 @@ pub fn replay(d: &dyn Drafter, trace: &Trace, steps: usize) -> Result<Vec<Walk>>
 pub fn run(a: Args) -> Result<ExitCode> {
     crate::gpu::linear::verify_device(&a.device)?;
     let trace = Trace::open(&a.trace)?;
-    let embed = target_embed(a.target_checkpoint.as_deref())?;
-    let draft = run_draft(&a.draft, &trace, embed.clone(), a.steps)?;
+    let target = a
+        .target_checkpoint
+        .as_deref()
+        .map(Checkpoint::open)
+        .transpose()?;
+    let (draft, depths) = run_draft(&a.draft, &trace, target.as_ref(), a.steps)?;
     let baseline = match a.baseline.as_deref() {
         None => None,
         Some("prompt-lookup") => {
@@ -117,7 +165,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 samples.push(walk(&ngram::matches(
                     &trace.tokens(s)?,
                     s.prompt_len,
-                    a.steps,
+                    depths,
                 )));
             }
             Some(Run {
@@ -125,7 +173,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 samples,
             })
         }
-        Some(b) => Some(run_draft(b, &trace, embed, a.steps)?),
+        Some(b) => Some(run_draft(b, &trace, target.as_ref(), a.steps)?.0),
     };
     let th = Thresholds {
         max_regression: a.max_regression,
@@ -148,7 +196,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
         })
         .collect();
-    let rep = report::build(&draft, baseline.as_ref(), &cats, th, &decision, a.steps);
+    let rep = report::build(&draft, baseline.as_ref(), &cats, th, &decision, depths);
     let json_to_stdout = a.json.as_deref() == Some(std::path::Path::new("-"));
     if json_to_stdout {
         println!("{}", serde_json::to_string_pretty(&rep).expect("JSON"));

@@ -3,6 +3,7 @@
 //! through.
 
 pub mod deepseek;
+pub mod dflash;
 pub mod eagle3;
 pub mod ops;
 pub mod rope;

@@ -1,0 +1,823 @@
+//! The DFlash block drafter (z-lab `DFlashDraftModel`: Qwen3 decoder layers, non-causal inside a
+//! block, no embedding or lm_head of its own) on CPU, in the offline form of
+//! shared/reference/verify.md §3.3. The context `hidden_norm(fc(cat taps))` and every layer's
+//! context keys/values are computed once per sequence ([`DFlash::context`]); then each root r
+//! gets one independent block pass over `[x_r, MASK × (B−1)]` at positions r..r+B−1 that sees the
+//! context rows < r and all block rows ([`DFlash::blocks`]), read out through the target's
+//! lm_head on slots 1..B−1. Mirrors `DFlash` in fixtures/gen/verify/common.py.
+//!
+//! Weights are read in any dtype and any quantized layout kquant writes (dequantized at load,
+//! `quant::decode`), so a quantized draft runs exactly as its dequantized weights.
+
+use rayon::prelude::*;
+use serde_json::Value;
+
+use super::ops::{argmax, linear, linear_ref, rms_norm, silu, softmax};
+use super::rope::Rope;
+use crate::checkpoint::{Checkpoint, Detection, Dialect, Family};
+use crate::error::{Error, Result};
+use crate::quant::decode::Logical;
+use crate::verify::walk::Matches;
+
+/// Bound on `max |fast − reference| / max |reference|` over the block logits: the fast path
+/// only reorders f32 sums (batched, vectorised matmuls), measured ≈1e-6 on the tiny fixture.
+pub const FAST_REL_TOL: f32 = 1e-4;
+
+/// `ops::linear` or `ops::linear_ref`: `(x, m, k, w, n) -> y[m, n]`.
+type LinearFn = fn(&[f32], usize, usize, &[f32], usize) -> Vec<f32>;
+
+/// Depth-match masks hold one bit per depth in a `u8` (`verify::walk::Matches`).
+const MAX_DEPTHS: usize = 8;
+
+/// The target's tensors a DFlash draft runs with: its token embedding and its lm_head, both
+/// `[vocab, hidden]`.
+pub struct TargetHead {
+    pub vocab: usize,
+    pub hidden: usize,
+    pub embed: Vec<f32>,
+    pub lm_head: Vec<f32>,
+}
+
+impl TargetHead {
+    /// Read `model.embed_tokens.weight` and `lm_head.weight` (or their `language_model.`
+    /// forms) from a target checkpoint, dequantized if stored quantized; a target with tied
+    /// embeddings and no lm_head uses its embedding.
+    pub fn read(target: &Checkpoint) -> Result<TargetHead> {
+        let lg = Logical::new(target)?;
+        let dir = || target.weights.dir.clone();
+        let find = |names: &[&str]| {
+            names
+                .iter()
+                .find_map(|n| lg.shape(n).map(|s| ((*n).to_string(), s)))
+        };
+        let (en, es) = find(&[
+            "model.embed_tokens.weight",
+            "language_model.model.embed_tokens.weight",
+            "embed_tokens.weight",
+        ])
+        .ok_or_else(|| Error::Source {
+            path: dir(),
+            msg: "the target has no `model.embed_tokens.weight`".into(),
+            hint: Some(
+                "--target-checkpoint must be the target model the draft was trained for".into(),
+            ),
+        })?;
+        if es.len() != 2 {
+            return Err(Error::Tensor {
+                path: dir(),
+                tensor: en,
+                msg: format!("shape {es:?}, expected [vocab, hidden]"),
+            });
+        }
+        let (vocab, hidden) = (es[0], es[1]);
+        let tied = target
+            .config
+            .as_ref()
+            .and_then(|c| c.get("tie_word_embeddings"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        let head = find(&["lm_head.weight", "language_model.lm_head.weight"]);
+        let lm_head = match head {
+            Some((n, s)) if s == es => lg.read_f32(&n).expect("present"),
+            Some((n, s)) => {
+                return Err(Error::Tensor {
+                    path: dir(),
+                    tensor: n,
+                    msg: format!("shape {s:?}, expected {es:?} (the embedding's)"),
+                })
+            }
+            None if tied => lg.read_f32(&en).expect("present"),
+            None => return Err(Error::Source {
+                path: dir(),
+                msg: "the target has no `lm_head.weight` (and does not tie it to the embedding)"
+                    .into(),
+                hint: Some(
+                    "--target-checkpoint must be the full target model the draft was trained for"
+                        .into(),
+                ),
+            }),
+        };
+        Ok(TargetHead {
+            vocab,
+            hidden,
+            embed: lg.read_f32(&en).expect("present"),
+            lm_head,
+        })
+    }
+}
+
+/// One Qwen3 decoder layer.
+struct Layer {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    o: Vec<f32>,
+    q_norm: Vec<f32>,
+    k_norm: Vec<f32>,
+    input_norm: Vec<f32>,
+    post_norm: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+}
+
+/// A loaded DFlash drafter, with the target's embedding and lm_head.
+pub struct DFlash {
+    pub h: usize,
+    /// Target hidden size (width of one tap).
+    pub ht: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub inter: usize,
+    /// Target vocabulary.
+    pub vocab: usize,
+    /// Block size B (B − 1 proposals per round).
+    pub block_size: usize,
+    pub mask_id: u32,
+    pub eps: f32,
+    /// `target_layer_ids` as written (output of layer k).
+    pub layer_ids: Vec<i64>,
+    /// The same taps as HF `hidden_states` indices, in concatenation order.
+    pub taps: Vec<usize>,
+    pub rope: Rope,
+    layers: Vec<Layer>,
+    fc: Vec<f32>,
+    hidden_norm: Vec<f32>,
+    norm: Vec<f32>,
+    embed: Vec<f32>,
+    lm_head: Vec<f32>,
+}
+
+/// Every layer's context keys (k_norm, then RoPE at the row's position) and values for the
+/// first `len` positions of a sequence, `[len, kv_heads · head_dim]` per layer.
+pub struct Context {
+    pub len: usize,
+    pub k: Vec<Vec<f32>>,
+    pub v: Vec<Vec<f32>>,
+}
+
+fn src_err(ck: &Checkpoint, msg: String, hint: Option<&str>) -> Error {
+    Error::Source {
+        path: ck.weights.dir.clone(),
+        msg,
+        hint: hint.map(Into::into),
+    }
+}
+
+fn get(lg: &Logical, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    let s = lg.shape(name).ok_or_else(|| Error::Source {
+        path: lg.ck.weights.dir.clone(),
+        msg: format!("DFlash draft has no tensor `{name}`"),
+        hint: None,
+    })?;
+    if s != shape {
+        return Err(Error::Tensor {
+            path: lg.ck.weights.dir.clone(),
+            tensor: name.into(),
+            msg: format!("shape {s:?}, expected {shape:?}"),
+        });
+    }
+    Ok(lg.read_f32(name).expect("present"))
+}
+
+/// RMSNorm of every `d`-wide head of every row, in place (Qwen3 `q_norm` / `k_norm`).
+fn head_norm(x: &mut [f32], d: usize, w: &[f32], eps: f32) {
+    let y = rms_norm(x, d, w, eps);
+    x.copy_from_slice(&y);
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+impl DFlash {
+    /// Load from a checkpoint detected as a DFlash drafter (z-lab names, or TorchSpec's
+    /// `context_proj` / `context_norm` / `final_norm`), with the target's embedding and lm_head
+    /// (taken, not copied: at Kimi scale they are gigabytes).
+    pub fn load(ck: &Checkpoint, det: &Detection, target: TargetHead) -> Result<DFlash> {
+        if det.family != Family::Dflash {
+            return Err(src_err(
+                ck,
+                format!("is `{}`, not a DFlash drafter", det.family.id()),
+                None,
+            ));
+        }
+        let c = ck.config.as_ref().ok_or_else(|| {
+            src_err(
+                ck,
+                "DFlash draft has no config.json".into(),
+                Some("the draft directory must hold the config.json it was exported with"),
+            )
+        })?;
+        let d = &det.dims;
+        let need = |v: Option<u64>, k: &str| {
+            v.map(|x| x as usize)
+                .ok_or_else(|| src_err(ck, format!("config has no `{k}`"), None))
+        };
+        let h = need(d.hidden_size, "hidden_size")?;
+        let ht = d.target_hidden_size.map(|x| x as usize).unwrap_or(h);
+        let heads = need(d.num_attention_heads, "num_attention_heads")?;
+        let kv_heads = d.num_key_value_heads.map(|x| x as usize).unwrap_or(heads);
+        let head_dim = d.head_dim.map(|x| x as usize).unwrap_or(h / heads);
+        let inter = need(d.intermediate_size, "intermediate_size")?;
+        let n_layers = need(d.num_hidden_layers, "num_hidden_layers")?;
+        let vocab = need(d.vocab_size, "vocab_size")?;
+        let block_size = need(d.block_size, "block_size")?;
+        if kv_heads == 0 || heads % kv_heads != 0 || head_dim % 2 != 0 {
+            return Err(src_err(
+                ck,
+                format!("{heads} attention heads over {kv_heads} KV heads of dim {head_dim}: heads must be a multiple of KV heads and head_dim even"),
+                None,
+            ));
+        }
+        if !(2..=MAX_DEPTHS + 1).contains(&block_size) {
+            return Err(src_err(
+                ck,
+                format!(
+                    "block_size {block_size}: the replay handles 2..={} (up to {MAX_DEPTHS} proposals per round)",
+                    MAX_DEPTHS + 1
+                ),
+                None,
+            ));
+        }
+        let mask_id = c
+            .nested("dflash_config", "mask_token_id")
+            .or_else(|| c.get("mask_token_id"))
+            .and_then(Value::as_u64)
+            .ok_or_else(|| {
+                src_err(
+                    ck,
+                    "config has no `dflash_config.mask_token_id`".into(),
+                    None,
+                )
+            })?;
+        if mask_id as usize >= vocab {
+            return Err(src_err(
+                ck,
+                format!("mask_token_id {mask_id} is outside the vocab of {vocab}"),
+                None,
+            ));
+        }
+        if let Some(Value::Array(types)) = c.get("layer_types") {
+            if let Some(t) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
+                return Err(src_err(
+                    ck,
+                    format!("layer type {t}: the replay runs full-attention DFlash layers only"),
+                    None,
+                ));
+            }
+        }
+        if c.get("attention_bias").and_then(Value::as_bool) == Some(true) {
+            return Err(src_err(
+                ck,
+                "attention_bias = true: the replay runs bias-free DFlash layers only".into(),
+                None,
+            ));
+        }
+        let aux = det.aux_layers.as_ref().ok_or_else(|| {
+            src_err(
+                ck,
+                "config has no `dflash_config.target_layer_ids`".into(),
+                Some("`kquant inspect` shows what the config holds"),
+            )
+        })?;
+        let taps: Vec<usize> = aux
+            .hidden_states
+            .as_ref()
+            .ok_or_else(|| {
+                src_err(
+                    ck,
+                    format!("the convention of `{}` {:?} is unknown", aux.key, aux.ids),
+                    Some("`kquant inspect` shows the draft's aux layers"),
+                )
+            })?
+            .iter()
+            .map(|&i| i as usize)
+            .collect();
+        // Rotary table: plain, or YaRN (HF applies its attention factor to cos/sin; Qwen3
+        // attention keeps the 1/sqrt(head_dim) scale).
+        let theta = c
+            .get("rope_theta")
+            .or_else(|| c.get("rope_parameters").and_then(|r| r.get("rope_theta")))
+            .and_then(Value::as_f64)
+            .ok_or_else(|| src_err(ck, "config has no `rope_theta`".into(), None))?;
+        let scaling = c
+            .get("rope_scaling")
+            .filter(|v| !v.is_null())
+            .or_else(|| c.get("rope_parameters"));
+        if let Some(t) = scaling
+            .and_then(|s| s.get("rope_type").or_else(|| s.get("type")))
+            .and_then(Value::as_str)
+            .filter(|t| !matches!(*t, "default" | "yarn"))
+        {
+            return Err(src_err(
+                ck,
+                format!("rope type `{t}`: the replay handles default and yarn RoPE"),
+                None,
+            ));
+        }
+        let (rope, _deepseek_softmax_mult) = Rope::from_config(head_dim, theta, scaling);
+        let eps = c
+            .get("rms_norm_eps")
+            .and_then(Value::as_f64)
+            .unwrap_or(1e-6) as f32;
+
+        if (target.vocab, target.hidden) != (vocab, h) {
+            return Err(Error::Source {
+                path: ck.weights.dir.clone(),
+                msg: format!(
+                    "the draft needs the target's embedding and lm_head as [{vocab}, {h}], the target has [{}, {}]",
+                    target.vocab, target.hidden
+                ),
+                hint: Some(
+                    "--target-checkpoint must be the target model the draft was trained for"
+                        .into(),
+                ),
+            });
+        }
+        let lg = Logical::new(ck)?;
+        let torchspec = det.dialect == Some(Dialect::Torchspec);
+        let (fc_n, hn_n, norm_n) = if torchspec {
+            (
+                "context_proj.weight",
+                "context_norm.weight",
+                "final_norm.weight",
+            )
+        } else {
+            ("fc.weight", "hidden_norm.weight", "norm.weight")
+        };
+        if lg
+            .shape(&format!("layers.{n_layers}.input_layernorm.weight"))
+            .is_some()
+        {
+            return Err(src_err(
+                ck,
+                format!("holds more decoder layers than num_hidden_layers = {n_layers}"),
+                None,
+            ));
+        }
+        let (qd, kvd) = (heads * head_dim, kv_heads * head_dim);
+        let layers = (0..n_layers)
+            .map(|i| {
+                let w = |n: &str, s: &[usize]| get(&lg, &format!("layers.{i}.{n}"), s);
+                Ok(Layer {
+                    q: w("self_attn.q_proj.weight", &[qd, h])?,
+                    k: w("self_attn.k_proj.weight", &[kvd, h])?,
+                    v: w("self_attn.v_proj.weight", &[kvd, h])?,
+                    o: w("self_attn.o_proj.weight", &[h, qd])?,
+                    q_norm: w("self_attn.q_norm.weight", &[head_dim])?,
+                    k_norm: w("self_attn.k_norm.weight", &[head_dim])?,
+                    input_norm: w("input_layernorm.weight", &[h])?,
+                    post_norm: w("post_attention_layernorm.weight", &[h])?,
+                    gate: w("mlp.gate_proj.weight", &[inter, h])?,
+                    up: w("mlp.up_proj.weight", &[inter, h])?,
+                    down: w("mlp.down_proj.weight", &[h, inter])?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let fc = get(&lg, fc_n, &[h, taps.len() * ht])?;
+        Ok(DFlash {
+            h,
+            ht,
+            heads,
+            kv_heads,
+            head_dim,
+            inter,
+            vocab,
+            block_size,
+            mask_id: mask_id as u32,
+            eps,
+            layer_ids: aux.ids.clone(),
+            taps,
+            rope,
+            layers,
+            fc,
+            hidden_norm: get(&lg, hn_n, &[h])?,
+            norm: get(&lg, norm_n, &[h])?,
+            embed: target.embed,
+            lm_head: target.lm_head,
+        })
+    }
+
+    /// Concatenate the taps row by row: `taps[j]` holds at least `len` rows of `ht` values;
+    /// the result is `[len, taps.len() · ht]`.
+    pub fn features(&self, taps: &[Vec<f32>], len: usize) -> Vec<f32> {
+        assert_eq!(taps.len(), self.taps.len(), "one tap per target_layer_id");
+        let ht = self.ht;
+        let mut f = Vec::with_capacity(len * taps.len() * ht);
+        for t in 0..len {
+            for tap in taps {
+                f.extend_from_slice(&tap[t * ht..(t + 1) * ht]);
+            }
+        }
+        f
+    }
+
+    /// The projected context `hidden_norm(fc(feats))`, `[len, h]`.
+    pub fn project(&self, feats: &[f32], len: usize) -> Vec<f32> {
+        let x = linear(feats, len, self.taps.len() * self.ht, &self.fc, self.h);
+        rms_norm(&x, self.h, &self.hidden_norm, self.eps)
+    }
+
+    /// Context keys and values of every layer for the rows of `feats` (`[len, K·ht]`):
+    /// `k = RoPE(k_norm(k_proj(ctx)), s)`, `v = v_proj(ctx)` with no input_layernorm on ctx.
+    pub fn context(&self, feats: &[f32], len: usize) -> Context {
+        self.context_with(feats, len, linear)
+    }
+
+    /// [`DFlash::context`] on the plain reference matmul.
+    pub fn context_ref(&self, feats: &[f32], len: usize) -> Context {
+        self.context_with(feats, len, linear_ref)
+    }
+
+    fn context_with(&self, feats: &[f32], len: usize, lin: LinearFn) -> Context {
+        let x = lin(feats, len, self.taps.len() * self.ht, &self.fc, self.h);
+        let ctx = rms_norm(&x, self.h, &self.hidden_norm, self.eps);
+        let kvd = self.kv_heads * self.head_dim;
+        let (mut ks, mut vs) = (Vec::new(), Vec::new());
+        for l in &self.layers {
+            let mut k = lin(&ctx, len, self.h, &l.k, kvd);
+            head_norm(&mut k, self.head_dim, &l.k_norm, self.eps);
+            for (s, row) in k.chunks_mut(kvd).enumerate() {
+                self.rope.apply_neox(row, s);
+            }
+            ks.push(k);
+            vs.push(lin(&ctx, len, self.h, &l.v, kvd));
+        }
+        Context { len, k: ks, v: vs }
+    }
+
+    fn check_roots(&self, ctx: &Context, x: &[u32], roots: &[usize]) {
+        for &r in roots {
+            assert!(
+                r < x.len(),
+                "root {r} has no token (sequence of {})",
+                x.len()
+            );
+            assert!(
+                r <= ctx.len,
+                "root {r} needs context rows < {r}, have {}",
+                ctx.len
+            );
+        }
+    }
+
+    /// Block logits, fast path: for each root r, slots 1..B−1 of the block `[x_r, MASK × (B−1)]`
+    /// at positions r..r+B−1 that sees context rows < r and every block row (non-causal).
+    /// Returns `[roots.len(), B−1, vocab]`; slot i predicts `x[r+i]`. All roots' rows go through
+    /// each matmul together; attention runs in parallel over roots.
+    pub fn blocks(&self, ctx: &Context, x: &[u32], roots: &[usize]) -> Vec<f32> {
+        self.check_roots(ctx, x, roots);
+        let (h, b, d) = (self.h, self.block_size, self.head_dim);
+        let (qd, kvd) = (self.heads * d, self.kv_heads * d);
+        let n = roots.len() * b;
+        let mut hid = Vec::with_capacity(n * h);
+        for &r in roots {
+            hid.extend_from_slice(self.embed_row(x[r]));
+            for _ in 1..b {
+                hid.extend_from_slice(self.embed_row(self.mask_id));
+            }
+        }
+        for (li, l) in self.layers.iter().enumerate() {
+            let xn = rms_norm(&hid, h, &l.input_norm, self.eps);
+            let mut q = linear(&xn, n, h, &l.q, qd);
+            let mut k = linear(&xn, n, h, &l.k, kvd);
+            let v = linear(&xn, n, h, &l.v, kvd);
+            head_norm(&mut q, d, &l.q_norm, self.eps);
+            head_norm(&mut k, d, &l.k_norm, self.eps);
+            let mut attn = vec![0f32; n * qd];
+            attn.par_chunks_mut(b * qd)
+                .zip(q.par_chunks_mut(b * qd))
+                .zip(k.par_chunks_mut(b * kvd))
+                .zip(v.par_chunks(b * kvd))
+                .zip(roots.par_iter())
+                .for_each(|((((o, q), k), v), &r)| {
+                    for i in 0..b {
+                        self.rope.apply_neox(&mut q[i * qd..(i + 1) * qd], r + i);
+                        self.rope.apply_neox(&mut k[i * kvd..(i + 1) * kvd], r + i);
+                    }
+                    self.attend_block(&ctx.k[li][..r * kvd], &ctx.v[li][..r * kvd], q, k, v, o);
+                });
+            let o = linear(&attn, n, qd, &l.o, h);
+            hid.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            let xn = rms_norm(&hid, h, &l.post_norm, self.eps);
+            let g = linear(&xn, n, h, &l.gate, self.inter);
+            let u = linear(&xn, n, h, &l.up, self.inter);
+            let act: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
+            let dn = linear(&act, n, self.inter, &l.down, h);
+            hid.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
+        }
+        let slots: Vec<f32> = hid
+            .chunks(b * h)
+            .flat_map(|blk| blk[h..].iter().copied())
+            .collect();
+        let normed = rms_norm(&slots, h, &self.norm, self.eps);
+        linear(&normed, roots.len() * (b - 1), h, &self.lm_head, self.vocab)
+    }
+
+    /// One block's attention: queries `q` `[B, heads·d]` over the context keys/values
+    /// `[r, kv·d]` then the block's own `[B, kv·d]`, into `o` `[B, heads·d]`.
+    fn attend_block(&self, ck: &[f32], cv: &[f32], q: &[f32], k: &[f32], v: &[f32], o: &mut [f32]) {
+        let (b, d) = (self.block_size, self.head_dim);
+        let (qd, kvd) = (self.heads * d, self.kv_heads * d);
+        let group = self.heads / self.kv_heads;
+        let scale = 1.0 / (d as f32).sqrt();
+        let nc = ck.len() / kvd;
+        let mut sc = vec![0f32; nc + b];
+        for i in 0..b {
+            for head in 0..self.heads {
+                let kv = (head / group) * d;
+                let qh = &q[i * qd + head * d..i * qd + (head + 1) * d];
+                for (s, row) in ck.chunks(kvd).chain(k.chunks(kvd)).enumerate() {
+                    sc[s] = dot(qh, &row[kv..kv + d]) * scale;
+                }
+                softmax(&mut sc);
+                let oh = &mut o[i * qd + head * d..i * qd + (head + 1) * d];
+                for (p, row) in sc.iter().zip(cv.chunks(kvd).chain(v.chunks(kvd))) {
+                    for (a, y) in oh.iter_mut().zip(&row[kv..kv + d]) {
+                        *a += p * y;
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`DFlash::blocks`], plain reference: one root at a time, reference matmuls, the softmax
+    /// written out over context rows < r and the block rows.
+    pub fn blocks_ref(&self, ctx: &Context, x: &[u32], roots: &[usize]) -> Vec<f32> {
+        self.check_roots(ctx, x, roots);
+        let (h, b, d) = (self.h, self.block_size, self.head_dim);
+        let (qd, kvd) = (self.heads * d, self.kv_heads * d);
+        let group = self.heads / self.kv_heads;
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut out = Vec::with_capacity(roots.len() * (b - 1) * self.vocab);
+        for &r in roots {
+            let mut hid: Vec<f32> = (0..b)
+                .flat_map(|i| {
+                    let tok = if i == 0 { x[r] } else { self.mask_id };
+                    self.embed_row(tok).to_vec()
+                })
+                .collect();
+            for (li, l) in self.layers.iter().enumerate() {
+                let xn = rms_norm(&hid, h, &l.input_norm, self.eps);
+                let mut q = linear_ref(&xn, b, h, &l.q, qd);
+                let mut k = linear_ref(&xn, b, h, &l.k, kvd);
+                let v = linear_ref(&xn, b, h, &l.v, kvd);
+                head_norm(&mut q, d, &l.q_norm, self.eps);
+                head_norm(&mut k, d, &l.k_norm, self.eps);
+                for i in 0..b {
+                    self.rope.apply_neox(&mut q[i * qd..(i + 1) * qd], r + i);
+                    self.rope.apply_neox(&mut k[i * kvd..(i + 1) * kvd], r + i);
+                }
+                let (ck, cv) = (&ctx.k[li], &ctx.v[li]);
+                let mut attn = vec![0f32; b * qd];
+                for i in 0..b {
+                    for head in 0..self.heads {
+                        let kv = (head / group) * d;
+                        let qh = &q[i * qd + head * d..i * qd + (head + 1) * d];
+                        let key = |s: usize| {
+                            if s < r {
+                                &ck[s * kvd + kv..s * kvd + kv + d]
+                            } else {
+                                &k[(s - r) * kvd + kv..(s - r) * kvd + kv + d]
+                            }
+                        };
+                        let val = |s: usize| {
+                            if s < r {
+                                &cv[s * kvd + kv..s * kvd + kv + d]
+                            } else {
+                                &v[(s - r) * kvd + kv..(s - r) * kvd + kv + d]
+                            }
+                        };
+                        let mut p: Vec<f32> = (0..r + b)
+                            .map(|s| {
+                                let mut acc = 0f32;
+                                for (a, k) in qh.iter().zip(key(s)) {
+                                    acc += a * k;
+                                }
+                                acc * scale
+                            })
+                            .collect();
+                        softmax(&mut p);
+                        let oh = &mut attn[i * qd + head * d..i * qd + (head + 1) * d];
+                        for (s, ps) in p.iter().enumerate() {
+                            for (a, y) in oh.iter_mut().zip(val(s)) {
+                                *a += ps * y;
+                            }
+                        }
+                    }
+                }
+                let o = linear_ref(&attn, b, qd, &l.o, h);
+                for (a, y) in hid.iter_mut().zip(&o) {
+                    *a += y;
+                }
+                let xn = rms_norm(&hid, h, &l.post_norm, self.eps);
+                let g = linear_ref(&xn, b, h, &l.gate, self.inter);
+                let u = linear_ref(&xn, b, h, &l.up, self.inter);
+                let act: Vec<f32> = g.iter().zip(&u).map(|(a, y)| silu(*a) * y).collect();
+                let dn = linear_ref(&act, b, self.inter, &l.down, h);
+                for (a, y) in hid.iter_mut().zip(&dn) {
+                    *a += y;
+                }
+            }
+            let normed = rms_norm(&hid[h..], h, &self.norm, self.eps);
+            out.extend(linear_ref(&normed, b - 1, h, &self.lm_head, self.vocab));
+        }
+        out
+    }
+
+    /// Argmax of each slot of [`DFlash::blocks`]' logits: `[roots.len(), B−1]` target ids.
+    pub fn block_tokens(&self, ctx: &Context, x: &[u32], roots: &[usize]) -> Vec<Vec<u32>> {
+        // Bound the logits held at once (≈64 M values) for large vocabularies.
+        let per_root = (self.block_size - 1) * self.vocab;
+        let chunk = ((1usize << 26) / per_root).clamp(1, 64);
+        let mut out = Vec::with_capacity(roots.len());
+        for rs in roots.chunks(chunk) {
+            let lg = self.blocks(ctx, x, rs);
+            out.extend(lg.chunks(per_root).map(|blk| {
+                blk.chunks(self.vocab)
+                    .map(|row| argmax(row) as u32)
+                    .collect()
+            }));
+        }
+        out
+    }
+
+    fn embed_row(&self, tok: u32) -> &[f32] {
+        let t = tok as usize;
+        &self.embed[t * self.h..(t + 1) * self.h]
+    }
+}
+
+impl super::Drafter for DFlash {
+    fn taps(&self) -> &[usize] {
+        &self.taps
+    }
+    fn target_hidden(&self) -> usize {
+        self.ht
+    }
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+    fn depths(&self, _steps: usize) -> usize {
+        self.block_size - 1
+    }
+    /// One block pass per root r = max(P, 1)..T−2 (context < r); pair index t = r − 1, bit k
+    /// set when slot k+1's token equals `x[r+1+k]` (fixtures/gen/verify/common.py
+    /// `dflash_matches`).
+    fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, _steps: usize) -> Matches {
+        let t_len = x.len();
+        let depths = self.block_size - 1;
+        let mut c = vec![0u8; t_len.saturating_sub(1)];
+        let roots: Vec<usize> = (prompt_len.max(1)..t_len.saturating_sub(1)).collect();
+        if let Some(&last) = roots.last() {
+            // Root r reads context rows < r.
+            let feats = self.features(taps, last);
+            let ctx = self.context(&feats, last);
+            for (&r, toks) in roots.iter().zip(self.block_tokens(&ctx, x, &roots)) {
+                for (k, &tok) in toks.iter().enumerate() {
+                    if x.get(r + 1 + k) == Some(&tok) {
+                        c[r - 1] |= 1 << k;
+                    }
+                }
+            }
+        }
+        Matches {
+            depths,
+            prompt_len,
+            total_len: t_len,
+            c,
+        }
+    }
+    fn propose(&self, x: &[u32], taps: &[Vec<f32>], _steps: usize) -> Vec<u32> {
+        let r = x
+            .len()
+            .checked_sub(1)
+            .expect("propose needs the root token");
+        let feats = self.features(taps, r);
+        let ctx = self.context(&feats, r);
+        self.block_tokens(&ctx, x, &[r]).remove(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Drafter;
+    use serde_json::json;
+    use std::path::{Path, PathBuf};
+
+    fn repo(rel: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    }
+
+    /// A copy of a synthetic tiny DFlash fixture with `patch` merged into its config.
+    fn tiny(name: &str, patch: Value) -> (tempfile::TempDir, String) {
+        let src = repo("fixtures/tiny").join(name);
+        let t = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            src.join("model.safetensors"),
+            t.path().join("model.safetensors"),
+        )
+        .unwrap();
+        let mut cfg: Value =
+            serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+        for (k, v) in patch.as_object().unwrap() {
+            cfg[k] = v.clone();
+        }
+        std::fs::write(t.path().join("config.json"), cfg.to_string()).unwrap();
+        let p = t.path().to_str().unwrap().to_string();
+        (t, p)
+    }
+
+    fn load(spec: &str) -> Result<DFlash> {
+        let ck = Checkpoint::open(spec)?;
+        let det = ck.detect()?;
+        let tgt = Checkpoint::open(repo("fixtures/tiny/target-kimi-k2").to_str().unwrap())?;
+        DFlash::load(&ck, &det, TargetHead::read(&tgt)?)
+    }
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 2000) as f32 / 500.0 - 2.0
+            })
+            .collect()
+    }
+
+    fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        diff / scale
+    }
+
+    /// Both name sets (z-lab, TorchSpec), plain and YaRN RoPE: the fast path agrees with the
+    /// plain one within FAST_REL_TOL, and `propose` is the block pass's argmax.
+    #[test]
+    fn fast_path_matches_the_reference_on_the_tiny_drafts() {
+        let yarn =
+            json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8});
+        for (name, patch) in [
+            (
+                "dflash-zlab",
+                json!({"block_size": 8, "rope_scaling": yarn}),
+            ),
+            ("dflash-torchspec", json!({"block_size": 6})),
+        ] {
+            let (_t, p) = tiny(name, patch);
+            let d = load(&p).unwrap();
+            assert_eq!(
+                d.taps,
+                [2, 5],
+                "target_layer_ids [1, 4], outputs of layer k"
+            );
+            assert_eq!(d.depths(3), d.block_size - 1);
+            if name == "dflash-zlab" {
+                assert!(d.rope.attn_factor > 1.0, "YaRN attention factor applied");
+            }
+            let len = 20;
+            let x: Vec<u32> = (0..len as u32).map(|i| (i * 37 + 5) % 255).collect();
+            let taps = vec![data(len * 64, 1), data(len * 64, 2)];
+            let feats = d.features(&taps, len);
+            let (fast, slow) = (d.context(&feats, len), d.context_ref(&feats, len));
+            for l in 0..fast.k.len() {
+                assert!(rel_err(&fast.k[l], &slow.k[l]) <= FAST_REL_TOL);
+                assert!(rel_err(&fast.v[l], &slow.v[l]) <= FAST_REL_TOL);
+            }
+            let roots = [0, 3, 11, len - 1];
+            let (a, b) = (d.blocks(&fast, &x, &roots), d.blocks_ref(&slow, &x, &roots));
+            assert_eq!(a.len(), roots.len() * (d.block_size - 1) * d.vocab);
+            let e = rel_err(&a, &b);
+            assert!(e <= FAST_REL_TOL, "{name}: {e}");
+            let toks = d.block_tokens(&fast, &x, &roots);
+            assert_eq!(d.propose(&x[..12], &taps, 3), toks[2]);
+        }
+    }
+
+    #[test]
+    fn unsupported_configs_are_refused_by_name() {
+        let msg = |patch: Value| {
+            let (_t, p) = tiny("dflash-zlab", patch);
+            match load(&p) {
+                Ok(_) => panic!("loaded"),
+                Err(e) => e.to_string(),
+            }
+        };
+        // As shipped: block_size 16, more proposals than a match mask holds.
+        assert!(msg(json!({})).contains("block_size 16"));
+        assert!(
+            msg(json!({"block_size": 8, "dflash_config": {"target_layer_ids": [1, 4]}}))
+                .contains("mask_token_id")
+        );
+        assert!(msg(
+            json!({"block_size": 8, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
+        )
+        .contains("llama3"));
+        assert!(msg(
+            json!({"block_size": 8, "layer_types": ["full_attention", "sliding_attention"]})
+        )
+        .contains("sliding_attention"));
+        assert!(msg(json!({"block_size": 8, "vocab_size": 300})).contains("[300, 64]"));
+    }
+}
