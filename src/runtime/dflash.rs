@@ -26,8 +26,8 @@ pub const FAST_REL_TOL: f32 = 1e-4;
 /// `ops::linear` or `ops::linear_ref`: `(x, m, k, w, n) -> y[m, n]`.
 type LinearFn = fn(&[f32], usize, usize, &[f32], usize) -> Vec<f32>;
 
-/// Depth-match masks hold one bit per depth in a `u8` (`verify::walk::Matches`).
-const MAX_DEPTHS: usize = 8;
+/// Depth-match masks hold one bit per depth in a `u32` (`verify::walk::Matches`).
+const MAX_DEPTHS: usize = crate::verify::walk::MAX_DEPTHS;
 
 /// The target's tensors a DFlash draft runs with: its token embedding and its lm_head, both
 /// `[vocab, hidden]`.
@@ -669,7 +669,7 @@ impl super::Drafter for DFlash {
     fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, _steps: usize) -> Matches {
         let t_len = x.len();
         let depths = self.block_size - 1;
-        let mut c = vec![0u8; t_len.saturating_sub(1)];
+        let mut c = vec![0u32; t_len.saturating_sub(1)];
         let roots: Vec<usize> = (prompt_len.max(1)..t_len.saturating_sub(1)).collect();
         if let Some(&last) = roots.last() {
             // Root r reads context rows < r.
@@ -804,8 +804,8 @@ mod tests {
                 Err(e) => e.to_string(),
             }
         };
-        // As shipped: block_size 16, more proposals than a match mask holds.
-        assert!(msg(json!({})).contains("block_size 16"));
+        // More proposals than a match mask holds.
+        assert!(msg(json!({"block_size": 40})).contains("block_size 40"));
         assert!(
             msg(json!({"block_size": 8, "dflash_config": {"target_layer_ids": [1, 4]}}))
                 .contains("mask_token_id")

@@ -6,6 +6,7 @@
 //! published accept lengths).
 
 pub mod capture;
+pub mod drafters;
 pub mod gate;
 pub mod import_vllm;
 pub mod ngram;

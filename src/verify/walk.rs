@@ -5,6 +5,9 @@
 
 use serde::Serialize;
 
+/// Most depths a `Matches` mask holds (one bit each in a `u32`).
+pub const MAX_DEPTHS: usize = 32;
+
 /// Depth matches of one sample: for pair index `t` (root token `x[t+1]`), bit `k` of `c[t]` is
 /// set when the draft's depth-`k` token equals `x[t+2+k]`. Only `t ≥ prompt_len − 1` is used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,7 +17,7 @@ pub struct Matches {
     /// Sequence length T (prompt + generated).
     pub total_len: usize,
     /// One entry per pair index `0..total_len-1`.
-    pub c: Vec<u8>,
+    pub c: Vec<u32>,
 }
 
 impl Matches {
@@ -173,7 +176,7 @@ pub fn matches_from_proposals(
     proposals: impl Fn(usize) -> Vec<u32>,
 ) -> Matches {
     let total_len = x.len();
-    let mut c = vec![0u8; total_len.saturating_sub(1)];
+    let mut c = vec![0u32; total_len.saturating_sub(1)];
     for (t, bits) in c.iter_mut().enumerate().skip(prompt_len.saturating_sub(1)) {
         for (k, &d) in proposals(t).iter().take(depths).enumerate() {
             if x.get(t + 2 + k) == Some(&d) {

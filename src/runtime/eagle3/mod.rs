@@ -380,7 +380,7 @@ impl Eagle3 {
         let pairs = x.len().saturating_sub(1);
         let start = prompt_len.saturating_sub(1).min(pairs);
         let outs = self.forward(x, feats, start, depths, Feed::Truth);
-        let mut c = vec![0u8; pairs];
+        let mut c = vec![0u32; pairs];
         for (d, out) in outs.iter().enumerate() {
             for (i, &p) in out.pred.iter().enumerate() {
                 let t = start + i;

@@ -1,0 +1,81 @@
+//! Loading a draft for the replay with the runtime of its detected family (EAGLE-3 Llama or MLA,
+//! DFlash), with what it needs from the target checkpoint, and running pass A + pass B over
+//! every sample of a trace.
+
+use crate::checkpoint::{Checkpoint, Family};
+use crate::error::{Error, Result};
+use crate::runtime::dflash::{DFlash, TargetHead};
+use crate::runtime::eagle3::Eagle3;
+use crate::runtime::Drafter;
+use crate::verify::trace::Trace;
+use crate::verify::walk::{walk, Walk};
+
+fn target_embed(ck: &Checkpoint) -> Result<Vec<f32>> {
+    for n in [
+        "model.embed_tokens.weight",
+        "language_model.model.embed_tokens.weight",
+        "embed_tokens.weight",
+    ] {
+        if let Some(v) = ck.weights.tensor(n) {
+            return Ok(v.to_f32());
+        }
+    }
+    Err(Error::Source {
+        path: ck.weights.dir.clone(),
+        msg: "has no embed_tokens".into(),
+        hint: None,
+    })
+}
+
+/// Load the draft at `spec` with the runtime of its detected family, taking from the target
+/// checkpoint what that family needs (EAGLE-3: the embedding when the draft has none; DFlash:
+/// the embedding and lm_head).
+pub fn load_drafter(spec: &str, target: Option<&Checkpoint>) -> Result<Box<dyn Drafter>> {
+    let ck = Checkpoint::open(spec)?;
+    let det = ck.detect()?;
+    let d: Box<dyn Drafter> = match det.family {
+        Family::Eagle3 | Family::Eagle3Mla => {
+            let embed = target.map(target_embed).transpose()?;
+            let d = Eagle3::load(&ck, &det, embed)?;
+            if d.taps.len() != 3 {
+                return Err(Error::Source {
+                    path: ck.weights.dir.clone(),
+                    msg: format!("needs three aux-layer taps with a known convention, found {:?}", det.aux_layers),
+                    hint: Some("`kquant inspect` shows the draft's aux layers; `kquant convert --aux-convention` can record them".into()),
+                });
+            }
+            Box::new(d)
+        }
+        Family::Dflash => {
+            let t = target.ok_or_else(|| Error::Source {
+                path: ck.weights.dir.clone(),
+                msg: "is a DFlash drafter, which runs with the target's embedding and lm_head (it has neither)".into(),
+                hint: Some("pass --target-checkpoint DIR (the target model the draft was trained for)".into()),
+            })?;
+            Box::new(DFlash::load(&ck, &det, TargetHead::read(t)?)?)
+        }
+        other => {
+            return Err(Error::Source {
+                path: ck.weights.dir.clone(),
+                msg: format!("is `{}`; verify runs EAGLE-3 and DFlash drafts", other.id()),
+                hint: Some("`kquant inspect` shows what the checkpoint was detected as".into()),
+            })
+        }
+    };
+    Ok(d)
+}
+
+/// Pass A + pass B over every trace sample for one drafter.
+pub fn replay(d: &dyn Drafter, trace: &Trace, steps: usize) -> Result<Vec<Walk>> {
+    let mut samples = Vec::new();
+    for s in &trace.manifest.samples {
+        let x = trace.tokens(s)?;
+        let taps: Vec<Vec<f32>> = d
+            .taps()
+            .iter()
+            .map(|&t| trace.tap(s, t))
+            .collect::<Result<_>>()?;
+        samples.push(walk(&d.matches(&x, &taps, s.prompt_len, steps)));
+    }
+    Ok(samples)
+}
