@@ -310,13 +310,13 @@ fn replay_matches_python(name: &str, embed_from_target: bool) {
             Some(s.prompt_len as u64 - 1)
         );
         let total = rs["total_len"].as_u64().unwrap() as usize;
-        let mut c = vec![0u8; s.prompt_len - 1];
+        let mut c = vec![0u32; s.prompt_len - 1];
         c.extend(
             rs["c"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|v| v.as_u64().unwrap() as u8),
+                .map(|v| v.as_u64().unwrap() as u32),
         );
         assert_eq!(c.len(), total - 1, "sample {}", s.id);
         Matches {
