@@ -1,14 +1,18 @@
-//! `kquant verify --draft D [--baseline B|prompt-lookup] --trace T`: exact offline replay of
-//! the engine's greedy speculative loop over a captured trace, and the regression gate.
+//! `kquant verify --draft D [--baseline B|prompt-lookup] [--target PROFILE] [--trace T]`: exact
+//! offline replay of the engine's greedy speculative loop over a captured trace (or one captured
+//! here from a live target), and the regression gate.
 //! Exit 0 pass, 1 gate failed, 2 error.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
+use crate::runtime::deepseek::DeepseekV3;
+use crate::verify::capture;
 use crate::verify::drafters::{load_drafter, replay};
 use crate::verify::gate::{decide, Thresholds};
+use crate::verify::profile::{self, Profile};
 use crate::verify::report::{self, Run};
 use crate::verify::trace::Trace;
 use crate::verify::walk::{walk, Walk};
@@ -23,17 +27,27 @@ pub struct Args {
     /// What to compare against: another draft (usually the original) or `prompt-lookup`.
     #[arg(long)]
     pub baseline: Option<String>,
-    /// A kquant-trace/1 directory (tokens + target taps) captured from the target.
+    /// Target profile (built-in name or JSON file; `kquant targets` lists them): the trace must
+    /// fit its shape, and a live profile (`kimi-k2.5-tiny`) runs its target when no `--trace`
+    /// is given.
     #[arg(long)]
-    pub trace: PathBuf,
+    pub target: Option<String>,
+    /// A kquant-trace/1 directory (tokens + target taps) captured from the target (`kquant
+    /// trace capture` / `trace import`). Optional with a live `--target`.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
     /// Target checkpoint: its embedding for an EAGLE-3 draft that carries none, its embedding
-    /// and lm_head for a DFlash draft (required there).
+    /// and lm_head for a DFlash draft [default: a live profile's target].
     #[arg(long)]
     pub target_checkpoint: Option<String>,
     /// Draft depths per round (chain length; a DFlash draft proposes block_size − 1 whatever
     /// this says).
-    #[arg(long, default_value_t = 3)]
-    pub steps: usize,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub steps: u32,
+    /// Replay at most N samples of each category, the first ones (a live capture then runs only
+    /// those prompts).
+    #[arg(long)]
+    pub limit: Option<usize>,
     /// Fail when ΔAL (draft − baseline) < −this.
     #[arg(long, default_value_t = 0.03)]
     pub max_regression: f64,
@@ -76,15 +90,137 @@ fn run_draft(
     ))
 }
 
+/// The trace to replay: `--trace`, or a capture with a live profile's target into `tmp`.
+fn open_trace(
+    a: &Args,
+    profile: Option<&Profile>,
+    tmp: &mut Option<tempfile::TempDir>,
+) -> Result<Trace> {
+    let mut trace = match (&a.trace, profile) {
+        (Some(t), _) => Trace::open(t)?,
+        (None, Some(p)) => match &p.live {
+            Some(live) => {
+                let tgt = live.resolve(&live.target)?;
+                let ck = Checkpoint::open(&tgt.to_string_lossy())?;
+                let m = DeepseekV3::load(&ck)?;
+                let mut prompts = capture::read_prompts(&live.resolve(&live.prompts)?)?;
+                let keep = per_category(prompts.iter().map(|p| p.category.as_str()), a.limit);
+                prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
+                let o = capture::Options {
+                    gen_len: LIVE_GEN_LEN,
+                    taps: (1..m.num_layers).collect(),
+                    stop_at_eos: false,
+                };
+                let dir = tempfile::tempdir()
+                    .map_err(|e| Error::io("create", Path::new("$TMPDIR"), e))?;
+                let out = dir.path().join("trace");
+                eprintln!(
+                    "verify: no --trace; capturing {} prompts with the live `{}` target ({})",
+                    prompts.len(),
+                    p.name,
+                    tgt.display()
+                );
+                capture::write_trace(&ck, &m, &p.name, &prompts, &o, "live", &out, false)?;
+                let t = Trace::open(&out)?;
+                *tmp = Some(dir);
+                t
+            }
+            None => {
+                return Err(Error::Flags {
+                    msg: format!("no --trace, and kquant cannot run target `{}` itself", p.name),
+                    hint: format!("capture the target's hidden states on the serving cluster (vLLM's hidden-states connector) and `kquant trace import --from vllm-hidden-states DIR --target {} -o TRACE`, then pass --trace TRACE (docs/verify.md)", p.name),
+                })
+            }
+        },
+        (None, None) => {
+            return Err(Error::Flags {
+                msg: "no trace to replay".into(),
+                hint: "give --trace T, or --target with a live profile (e.g. kimi-k2.5-tiny)".into(),
+            })
+        }
+    };
+    if let Some(p) = profile {
+        check_fits(&trace, p)?;
+    }
+    let keep = per_category(
+        trace.manifest.samples.iter().map(|s| s.category.as_str()),
+        a.limit,
+    );
+    trace.manifest.samples = keep
+        .into_iter()
+        .map(|i| trace.manifest.samples[i].clone())
+        .collect();
+    Ok(trace)
+}
+
+/// Indices of the first `limit` items of each category, in order (all without a limit).
+fn per_category<'a>(cats: impl Iterator<Item = &'a str>, limit: Option<usize>) -> Vec<usize> {
+    let mut seen: std::collections::HashMap<&str, usize> = Default::default();
+    cats.enumerate()
+        .filter(|(_, c)| {
+            let n = seen.entry(c).or_default();
+            *n += 1;
+            *n <= limit.unwrap_or(usize::MAX)
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The trace's target must be the profile's (hidden size, layers, vocab where both know them).
+fn check_fits(t: &Trace, p: &Profile) -> Result<()> {
+    let m = &t.manifest;
+    let mut bad = Vec::new();
+    if let Some(&h) = p.hidden_size.known() {
+        if h != m.hidden_size {
+            bad.push(format!("hidden size {} (profile {h})", m.hidden_size));
+        }
+    }
+    if let Some(&l) = p.num_layers.known() {
+        if l != m.num_layers {
+            bad.push(format!("{} layers (profile {l})", m.num_layers));
+        }
+    }
+    if let (Some(&v), Some(tv)) = (p.vocab_size.known(), m.vocab_size) {
+        if v != tv {
+            bad.push(format!("vocab {tv} (profile {v})"));
+        }
+    }
+    if bad.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Source {
+        path: t.dir.clone(),
+        msg: format!(
+            "was not captured from target `{}`: {}",
+            p.name,
+            bad.join(", ")
+        ),
+        hint: Some(
+            "pass the --target profile of the model the trace was captured from (`kquant targets`)"
+                .into(),
+        ),
+    })
+}
+
+/// Greedy tokens per prompt of a live capture (what the fixture trace was made with).
+const LIVE_GEN_LEN: usize = 96;
+
 pub fn run(a: Args) -> Result<ExitCode> {
     crate::gpu::linear::verify_device(&a.device)?;
-    let trace = Trace::open(&a.trace)?;
-    let target = a
-        .target_checkpoint
-        .as_deref()
-        .map(Checkpoint::open)
-        .transpose()?;
-    let (draft, depths) = run_draft(&a.draft, &trace, target.as_ref(), a.steps)?;
+    let profile = a.target.as_deref().map(profile::load).transpose()?;
+    let mut tmp = None;
+    let trace = open_trace(&a, profile.as_ref(), &mut tmp)?;
+    let target_spec = match (
+        &a.target_checkpoint,
+        profile.as_ref().and_then(|p| p.live.as_ref()),
+    ) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(live)) => Some(live.resolve(&live.target)?.to_string_lossy().to_string()),
+        (None, None) => None,
+    };
+    let target = target_spec.as_deref().map(Checkpoint::open).transpose()?;
+    let steps = a.steps as usize;
+    let (draft, depths) = run_draft(&a.draft, &trace, target.as_ref(), steps)?;
     let baseline = match a.baseline.as_deref() {
         None => None,
         Some("prompt-lookup") => {
@@ -101,7 +237,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 samples,
             })
         }
-        Some(b) => Some(run_draft(b, &trace, target.as_ref(), a.steps)?.0),
+        Some(b) => Some(run_draft(b, &trace, target.as_ref(), steps)?.0),
     };
     let th = Thresholds {
         max_regression: a.max_regression,
@@ -124,7 +260,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
         })
         .collect();
-    let rep = report::build(&draft, baseline.as_ref(), &cats, th, &decision, depths);
+    let mut rep = report::build(&draft, baseline.as_ref(), &cats, th, &decision, depths);
+    rep["target"] = serde_json::json!(profile.as_ref().map(|p| p.name.clone()));
+    rep["trace"] = serde_json::json!(match (&a.trace, &tmp) {
+        (Some(t), _) => t.display().to_string(),
+        (None, _) => "live capture".into(),
+    });
     let json_to_stdout = a.json.as_deref() == Some(std::path::Path::new("-"));
     if json_to_stdout {
         println!("{}", serde_json::to_string_pretty(&rep).expect("JSON"));

@@ -12,5 +12,6 @@ pub mod import_vllm;
 pub mod ngram;
 pub mod profile;
 pub mod report;
+pub mod sim;
 pub mod trace;
 pub mod walk;

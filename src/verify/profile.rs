@@ -186,6 +186,29 @@ pub struct Live {
     pub trace: String,
 }
 
+impl Live {
+    /// One of the live paths, found relative to the working directory or, failing that, to the
+    /// kquant source tree this binary was built from (where the fixture lives).
+    pub fn resolve(&self, rel: &str) -> Result<std::path::PathBuf> {
+        let p = Path::new(rel);
+        if p.exists() {
+            return Ok(p.to_path_buf());
+        }
+        let built = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+        if built.exists() {
+            return Ok(built);
+        }
+        Err(Error::Source {
+            path: p.into(),
+            msg: "is not there (looked in the working directory and in the kquant source tree)"
+                .into(),
+            hint: Some(
+                "run from a kquant checkout (the live fixture is fixtures/kimi-k2.5-tiny/), or pass --trace and --target-checkpoint".into(),
+            ),
+        })
+    }
+}
+
 /// Where each shape fact comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

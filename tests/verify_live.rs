@@ -1,0 +1,164 @@
+//! `verify` against the live fixture target (kimi-k2.5-tiny): the engine's speculative loop run
+//! directly with the Rust target and each trained draft commits exactly the trace's tokens in
+//! exactly the rounds the offline replay counts (and the PyTorch engine simulation counted);
+//! `verify --target kimi-k2.5-tiny` captures its own trace; profiles check traces.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{kquant, read_json, root};
+use kquant::checkpoint::Checkpoint;
+use kquant::runtime::deepseek::DeepseekV3;
+use kquant::verify::drafters::load_drafter;
+use kquant::verify::sim::simulate;
+use kquant::verify::trace::Trace;
+use kquant::verify::walk::walk;
+
+fn fix(p: &str) -> PathBuf {
+    root().join("fixtures/kimi-k2.5-tiny").join(p)
+}
+
+/// One per category of the samples engine_sim.py simulated (it ran 0, 1, 20, 21, 40, 41; the
+/// loop re-runs the target over the whole sequence every round, so the test keeps three).
+const SAMPLES: [u64; 3] = [0, 20, 40];
+
+#[test]
+fn engine_loop_with_the_rust_target_equals_the_replay() {
+    let tck = Checkpoint::open(&fix("target").to_string_lossy()).unwrap();
+    let target = DeepseekV3::load(&tck).unwrap();
+    let trace = Trace::open(&fix("trace")).unwrap();
+    let py = read_json(&fix("reference/engine-sim.json"));
+    for name in ["eagle3", "eagle3-mla", "dflash"] {
+        let d = load_drafter(&fix(name).to_string_lossy(), Some(&tck)).unwrap();
+        let (mut sim_r, mut sim_c, mut rep_r, mut rep_c) = (0, 0, 0, 0);
+        for s in trace
+            .manifest
+            .samples
+            .iter()
+            .filter(|s| SAMPLES.contains(&s.id))
+        {
+            let x = trace.tokens(s).unwrap();
+            let p = s.prompt_len;
+            let sim = simulate(&target, d.as_ref(), &x[..p], s.gen_len, 3).unwrap();
+            assert_eq!(sim.tokens, x, "{name} sample {}: tokens", s.id);
+            let taps: Vec<Vec<f32>> = d.taps().iter().map(|&t| trace.tap(s, t).unwrap()).collect();
+            let w = walk(&d.matches(&x, &taps, p, 3));
+            assert_eq!(
+                (sim.rounds, sim.committed),
+                (w.rounds, w.committed),
+                "{name} sample {}: engine loop vs replay",
+                s.id
+            );
+            let pys = py[name]["samples"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["id"].as_u64() == Some(s.id))
+                .unwrap();
+            assert_eq!(
+                (sim.rounds, sim.committed),
+                (
+                    pys["rounds"].as_u64().unwrap(),
+                    pys["committed"].as_u64().unwrap()
+                ),
+                "{name} sample {}: vs engine_sim.py",
+                s.id
+            );
+            let acc: Vec<usize> = pys["accepts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as usize)
+                .collect();
+            assert_eq!(sim.accepted, acc, "{name} sample {}: accepts", s.id);
+            (sim_r, sim_c) = (sim_r + sim.rounds, sim_c + sim.committed);
+            (rep_r, rep_c) = (rep_r + w.rounds, rep_c + w.committed);
+        }
+        assert!(sim_r > 0 && (sim_r, sim_c) == (rep_r, rep_c));
+        eprintln!(
+            "{name}: engine loop AL {:.4} = replay AL {:.4} over {} samples",
+            sim_c as f64 / sim_r as f64,
+            rep_c as f64 / rep_r as f64,
+            SAMPLES.len()
+        );
+    }
+}
+
+#[test]
+fn verify_with_the_live_profile_needs_no_trace() {
+    let d = fix("eagle3");
+    let out = kquant(&[
+        "verify",
+        "--target",
+        "kimi-k2.5-tiny",
+        "--draft",
+        d.to_str().unwrap(),
+        "--baseline",
+        d.to_str().unwrap(),
+        "--limit",
+        "1",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["trace"], "live capture");
+    assert_eq!(r["target"], "kimi-k2.5-tiny");
+    assert_eq!(r["delta"].as_f64(), Some(0.0));
+    // One sample per category, each captured live from its held-out prompt: the same tokens
+    // as the committed trace, so the same accept length as replaying it.
+    let cats = r["per_category"].as_object().unwrap();
+    assert_eq!(cats.len(), 3, "{r}");
+    let from_trace = kquant(&[
+        "verify",
+        "--target",
+        "kimi-k2.5-tiny",
+        "--trace",
+        fix("trace").to_str().unwrap(),
+        "--draft",
+        d.to_str().unwrap(),
+        "--limit",
+        "1",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(from_trace.status.code(), Some(0));
+    let t: serde_json::Value = serde_json::from_slice(&from_trace.stdout).unwrap();
+    assert_eq!(t["draft"]["accept_length"], r["draft"]["accept_length"]);
+}
+
+#[test]
+fn a_trace_of_another_target_or_no_trace_is_refused() {
+    let d = fix("eagle3");
+    let wrong = kquant(&[
+        "verify",
+        "--target",
+        "kimi-k2.5",
+        "--trace",
+        fix("trace").to_str().unwrap(),
+        "--draft",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(wrong.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        e.contains("was not captured from target `kimi-k2.5`") && e.contains("hidden size 256"),
+        "{e}"
+    );
+    let none = kquant(&[
+        "verify",
+        "--target",
+        "kimi-k2.5",
+        "--draft",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(none.status.code(), Some(2));
+    let ne = String::from_utf8_lossy(&none.stderr);
+    assert!(ne.contains("trace import"), "{ne}");
+}
