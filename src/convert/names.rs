@@ -333,8 +333,10 @@ pub fn plan_eagle3(
                 )),
             }
     }
-    // lm_head for layouts that need their own.
-    if !has(&tensors, "lm_head.weight") && e != Engine::Trtllm {
+    // lm_head for layouts that need their own. TensorRT-LLM shares the target's when the draft
+    // has none, but ModelOpt's export always writes one (the base model's): do the same when
+    // the target is at hand.
+    if !has(&tensors, "lm_head.weight") && (e != Engine::Trtllm || target.is_some()) {
         let v = vocab.ok_or_else(|| source_err(ck, "vocab_size unknown".into()))?;
         match from_target(target, &TARGET_HEAD, &[v, h], "lm_head")? {
             Some(mut p) => {
