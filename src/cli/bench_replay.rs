@@ -101,6 +101,9 @@ pub fn write_synthetic(
             "the draft reports no vocab, hidden size or taps".into(),
         ));
     }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
+    }
     let mut taps = shape.taps.clone();
     taps.sort_unstable();
     taps.dedup();

@@ -41,7 +41,7 @@ impl Embedding {
     }
 
     /// Number of values (`vocab · h`).
-    pub fn len(&self) -> usize {
+    pub fn numel(&self) -> usize {
         match self {
             Embedding::Dense { v, .. } => v.len(),
             Embedding::Mapped { shard, index, .. } => shard.tensors()[*index].numel() as usize,
@@ -97,7 +97,7 @@ mod tests {
             h,
             v: ck.weights.tensor(name).unwrap().to_f32(),
         };
-        assert_eq!(m.len(), d.len());
+        assert_eq!(m.numel(), d.numel());
         let all: Vec<u32> = (0..vocab as u32).rev().collect();
         assert_eq!(m.rows(all.iter().copied()), d.rows(all.iter().copied()));
         assert!(d.rows([1, 2]).iter().any(|&x| x != 0.0), "a real embedding");

@@ -287,10 +287,10 @@ impl Eagle3 {
                 })?,
             },
         };
-        if embed.len() != vocab * h {
+        if embed.numel() != vocab * h {
             return Err(Error::Usage(format!(
                 "target embedding has {} values, the draft needs [{vocab}, {h}]",
-                embed.len()
+                embed.numel()
             )));
         }
         let d2t = match ck.weights.tensor("d2t") {
