@@ -1,7 +1,9 @@
 //! `kquant bench read SRC`: measured (never asserted) read speed. In one run it times
 //! `cat FILE > /dev/null` of the same files (the baseline), the header-only open + detection
 //! that `inspect` does, and a full read of every tensor with f32 conversion; it reports the
-//! ratios and the process's peak RSS.
+//! ratios and the process's peak RSS. `bench quantize` and `bench convert` time the command
+//! against `cp` of the same bytes; `bench gemm` (in `bench_gemm`) the INT4 kernels; `bench
+//! replay` (in `bench_replay`) the verify replay.
 
 use std::path::PathBuf;
 use std::process::{Command as Proc, ExitCode, Stdio};
@@ -60,6 +62,9 @@ pub enum What {
     /// Time the INT4 GEMM kernels on a device against a device copy and a bf16 BLAS GEMM of the
     /// same shapes (docs/kernels.md).
     Gemm(super::bench_gemm::Args),
+    /// Time the verify replay of a draft on the CPU (load, pass A, token·depths/s, peak RSS)
+    /// over a trace or a synthetic one built for the draft.
+    Replay(super::bench_replay::Args),
     /// Time inspect and a full f32 read of SRC against `cat` of the same bytes.
     Read {
         /// Checkpoint directory, `.safetensors` file or hub id.
@@ -73,6 +78,7 @@ pub enum What {
 pub fn run(a: Args) -> Result<ExitCode> {
     match a.what {
         What::Gemm(g) => super::bench_gemm::run(g),
+        What::Replay(r) => super::bench_replay::run(r),
         What::Read { src, json } => read(&src, json),
         What::Quantize {
             src,

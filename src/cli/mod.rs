@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 
 pub mod bench;
 pub mod bench_gemm;
+pub mod bench_replay;
 pub mod convert;
 pub mod dequantize;
 pub mod diff;

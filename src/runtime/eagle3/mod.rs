@@ -13,11 +13,13 @@
 //! Weights are read in any dtype and any quantized layout kquant writes (dequantized at load,
 //! `quant::decode`), so a quantized draft runs exactly as its dequantized weights.
 
+mod embed;
 mod llama_attn;
 mod mla_attn;
 
 use std::path::Path;
 
+pub use embed::Embedding;
 pub use llama_attn::LlamaAttention;
 pub use mla_attn::MlaAttention;
 
@@ -82,7 +84,7 @@ struct Weights {
     fc_norm: Option<[Vec<f32>; 3]>,
     norm: Vec<f32>,
     lm_head: Vec<f32>,
-    embed: Vec<f32>,
+    embed: Embedding,
     /// Draft id → target id offset.
     d2t: Option<Vec<i64>>,
 }
@@ -161,7 +163,17 @@ impl Source<'_, '_> {
                 msg: format!("shape {s:?}, expected {shape:?}"),
             });
         }
-        Ok(self.lg.read_f32(name).expect("present"))
+        let v = self.lg.read_f32(name).expect("present");
+        // Drop the mapped pages just converted, so that loading a multi-gigabyte draft peaks
+        // near its f32 weights rather than those plus the whole mapped file.
+        let w = &self.lg.ck.weights;
+        let parts = self.lg.module(name).map(|m| m.parts.clone());
+        for p in parts.unwrap_or_else(|| vec![name.to_string()]) {
+            if let (Some(shard), Some(info)) = (w.shard_of(&p), w.info(&p)) {
+                shard.release(info);
+            }
+        }
+        Ok(v)
     }
 
     fn num(&self, key: &str) -> Option<f64> {
@@ -250,21 +262,35 @@ impl Eagle3 {
         } else {
             None
         };
-        let embed = match lg.shape("embed_tokens.weight") {
-            Some(_) => src.tensor("embed_tokens.weight", &[vocab, h])?,
-            None => target_embed.ok_or_else(|| Error::Source {
+        // The draft's own unquantized embedding stays in its mapped file (rows read on demand).
+        let mapped = match lg.module("embed_tokens.weight") {
+            None => Embedding::map(ck, "embed_tokens.weight", vocab, h)?,
+            Some(_) => None,
+        };
+        let embed = match (mapped, lg.shape("embed_tokens.weight")) {
+            (Some(m), _) => m,
+            (None, Some(_)) => Embedding::Dense {
+                h,
+                v: src.tensor("embed_tokens.weight", &[vocab, h])?,
+            },
+            (None, None) => Embedding::Dense {
+                h,
+                v: target_embed.ok_or_else(|| {
+                    Error::Source {
                 path: ck.weights.dir.clone(),
                 msg: "the draft has no embed_tokens and no target embedding was given".into(),
                 hint: Some(
                     "pass --target-checkpoint (the target checkpoint) so its embedding can be used"
                         .into(),
                 ),
-            })?,
+                }
+                })?,
+            },
         };
-        if embed.len() != vocab * h {
+        if embed.numel() != vocab * h {
             return Err(Error::Usage(format!(
                 "target embedding has {} values, the draft needs [{vocab}, {h}]",
-                embed.len()
+                embed.numel()
             )));
         }
         let d2t = match ck.weights.tensor("d2t") {
@@ -339,9 +365,9 @@ impl Eagle3 {
         linear(&x, n, 3 * self.ht, &self.w.fc, self.h)
     }
 
-    fn embed(&self, tok: u32) -> &[f32] {
-        let t = tok as usize;
-        &self.w.embed[t * self.h..(t + 1) * self.h]
+    /// Embedding rows of `toks`, `[toks.len(), H]`.
+    fn embed(&self, toks: impl IntoIterator<Item = u32>) -> Vec<f32> {
+        self.w.embed.rows(toks)
     }
 
     /// The target id of draft-vocabulary id `i` (d2t offset; identity without d2t).
@@ -441,10 +467,7 @@ impl Eagle3 {
         let rows = |v: &[f32], width: usize| v[start * width..pairs * width].to_vec();
         // Depth 0: pair t is (taps at t, token x[t+1]) at position t.
         let hid0 = self.fc(&feats[..pairs * 3 * self.ht], pairs);
-        let emb0: Vec<f32> = (0..pairs)
-            .flat_map(|t| self.embed(x[t + 1]))
-            .copied()
-            .collect();
+        let emb0 = self.embed((0..pairs).map(|t| x[t + 1]));
         let pos0: Vec<usize> = (0..pairs).collect();
         let kv0 = a.qkv(&self.attn_input(&hid0, &emb0, pairs), pairs, &pos0);
         let mut q = rows(&kv0.q, qd);
@@ -459,7 +482,7 @@ impl Eagle3 {
                         .collect(),
                     Feed::Own => outs[d - 1].pred.clone(),
                 };
-                let emb: Vec<f32> = toks.iter().flat_map(|&t| self.embed(t)).copied().collect();
+                let emb = self.embed(toks.iter().copied());
                 let pos: Vec<usize> = (start..pairs).map(|t| t + d).collect();
                 let e = a.qkv(&self.attn_input(&res, &emb, n), n, &pos);
                 q = e.q;
