@@ -58,8 +58,9 @@ fn run_draft(
     trace: &Trace,
     target: Option<&Checkpoint>,
     steps: usize,
+    exec: &crate::runtime::linears::Exec,
 ) -> Result<(Run, usize)> {
-    let d = load_drafter(spec, target)?;
+    let d = load_drafter(spec, target, exec)?;
     trace.require(
         d.taps(),
         d.target_hidden(),
@@ -77,14 +78,14 @@ fn run_draft(
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    crate::gpu::linear::verify_device(&a.device)?;
+    let exec = crate::runtime::linears::Exec::device(crate::gpu::linear::verify_device(&a.device)?);
     let trace = Trace::open(&a.trace)?;
     let target = a
         .target_checkpoint
         .as_deref()
         .map(Checkpoint::open)
         .transpose()?;
-    let (draft, depths) = run_draft(&a.draft, &trace, target.as_ref(), a.steps)?;
+    let (draft, depths) = run_draft(&a.draft, &trace, target.as_ref(), a.steps, &exec)?;
     let baseline = match a.baseline.as_deref() {
         None => None,
         Some("prompt-lookup") => {
@@ -101,7 +102,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 samples,
             })
         }
-        Some(b) => Some(run_draft(b, &trace, target.as_ref(), a.steps)?.0),
+        Some(b) => Some(run_draft(b, &trace, target.as_ref(), a.steps, &exec)?.0),
     };
     let th = Thresholds {
         max_regression: a.max_regression,
