@@ -95,8 +95,18 @@ pub fn load_drafter(
 
 /// Pass A + pass B over every trace sample for one drafter.
 pub fn replay(d: &dyn Drafter, trace: &Trace, steps: usize) -> Result<Vec<Walk>> {
+    replay_first(d, trace, steps, usize::MAX)
+}
+
+/// [`replay`] over the first `limit` samples of the trace.
+pub fn replay_first(
+    d: &dyn Drafter,
+    trace: &Trace,
+    steps: usize,
+    limit: usize,
+) -> Result<Vec<Walk>> {
     let mut samples = Vec::new();
-    for s in &trace.manifest.samples {
+    for s in trace.manifest.samples.iter().take(limit) {
         let x = trace.tokens(s)?;
         let taps: Vec<Vec<f32>> = d
             .taps()
