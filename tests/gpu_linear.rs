@@ -7,9 +7,8 @@
 //! draft tokens as the f32 runtime wherever the f32 top-2 logit margin exceeds what bf16
 //! activations can move (the kernels read bf16; the runtime keeps f32).
 //!
-//! What this does not cover yet: the decoder layer between fc and the norm runs in
-//! `runtime::eagle3`, which has no hook to route its matmuls through a device (docs/kernels.md,
-//! "GPU checks that remain").
+//! The whole draft forward through the device (`runtime::linears`, `verify --device`) is
+//! tests/verify_device.rs.
 
 mod common;
 

@@ -49,3 +49,176 @@ fn unknown_device_exits_2() {
         "{e}"
     );
 }
+
+// ---- The routing, through the CPU replay of the kernels (`--device cpu-emu`) ----
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kquant::checkpoint::Checkpoint;
+use kquant::gpu::reference::CpuEmu;
+use kquant::runtime::linears::Exec;
+use kquant::runtime::Drafter;
+use kquant::verify::drafters::load_drafter;
+use kquant::verify::trace::Trace;
+use kquant::verify::walk::{walk, Matches, Walk};
+
+const DRAFT: &str = "fixtures/kimi-k2.5-tiny/eagle3";
+const TARGET: &str = "fixtures/kimi-k2.5-tiny/target";
+const TRACE: &str = "fixtures/kimi-k2.5-tiny/trace";
+
+/// Largest share of depth-match bits (over every root of the replayed samples and every depth)
+/// that may differ between the device replay and the f32 runtime on the same quantized draft:
+/// the kernels read bf16 activations, the runtime f32, so a proposal whose f32 top-2 logit
+/// margin is below what bf16 rounding moves can flip (measured: see docs/verify.md, `--device`).
+const DEVICE_MASK_DIFF_MAX: f64 = 0.01;
+/// Largest |Δ walk AL| between the two over the replayed samples.
+const DEVICE_WALK_AL_TOL: f64 = 0.01;
+
+/// `kquant quantize DRAFT --scheme int4-pc --format FORMAT` into `dir`.
+fn quantized(dir: &Path, format: &str) -> PathBuf {
+    let out = dir.join(format);
+    let o = kquant(&[
+        "quantize",
+        DRAFT,
+        "-o",
+        out.to_str().unwrap(),
+        "--scheme",
+        "int4-pc",
+        "--format",
+        format,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+fn replay(d: &dyn Drafter, trace: &Trace, samples: usize) -> Vec<Matches> {
+    trace
+        .manifest
+        .samples
+        .iter()
+        .take(samples)
+        .map(|s| {
+            let x = trace.tokens(s).unwrap();
+            let taps: Vec<Vec<f32>> = d.taps().iter().map(|&t| trace.tap(s, t).unwrap()).collect();
+            d.matches(&x, &taps, s.prompt_len, 3)
+        })
+        .collect()
+}
+
+/// The fixture EAGLE-3 draft quantized int4-pc (compressed-tensors and Quark): on the CPU
+/// emulation device every quantized linear (fc, q/k/v/o, gate/up/down) runs through
+/// `gpu::Linear`, none falls back, and the replay's depth-match bitmasks and walk AL equal the
+/// f32 runtime's on the same checkpoint up to the bf16-activation near-ties bounded above.
+/// `KQUANT_DEVICE_SAMPLES` replays more samples (default 12; the emulation is slow in debug).
+#[test]
+fn cpu_emu_replay_matches_the_f32_runtime() {
+    let n: usize = std::env::var("KQUANT_DEVICE_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    let t = tempfile::tempdir().unwrap();
+    let target = Checkpoint::open(common::root().join(TARGET).to_str().unwrap()).unwrap();
+    let trace = Trace::open(&common::root().join(TRACE)).unwrap();
+    let emu = Exec::device(Some(Arc::new(CpuEmu::nvidia())));
+    for format in ["compressed-tensors", "quark"] {
+        let q = quantized(t.path(), format);
+        let spec = q.to_str().unwrap();
+        let f = load_drafter(spec, Some(&target), &Exec::F32).unwrap();
+        let d = load_drafter(spec, Some(&target), &emu).unwrap();
+        let (on, off) = d.linears().placement();
+        assert_eq!(on.len(), 8, "{format}: on the device {on:?}, off {off:?}");
+        assert!(off.is_empty(), "{format}: {off:?}");
+        assert!(on.contains(&"fc".to_string()) && on.contains(&"midlayer.mlp.down_proj".into()));
+        assert_eq!(
+            f.linears().placement().0.len(),
+            0,
+            "f32 runtime: nothing on a device"
+        );
+        let (a, b) = (replay(f.as_ref(), &trace, n), replay(d.as_ref(), &trace, n));
+        assert!(d.linears().take_error().is_none());
+        let (mut bits, mut diff, mut roots, mut diff_roots) = (0usize, 0usize, 0usize, 0usize);
+        let (mut wa, mut wb) = (Walk::default(), Walk::default());
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(
+                (x.depths, x.prompt_len, x.total_len),
+                (y.depths, y.prompt_len, y.total_len)
+            );
+            for t in x.prompt_len.saturating_sub(1)..x.c.len() {
+                roots += 1;
+                bits += x.depths;
+                let d = (x.c[t] ^ y.c[t]).count_ones() as usize;
+                diff += d;
+                diff_roots += usize::from(d > 0);
+            }
+            wa.add(&walk(x));
+            wb.add(&walk(y));
+        }
+        let (al_f, al_d) = (wa.al_walk(), wb.al_walk());
+        eprintln!(
+            "{format}: {n} samples, {roots} roots: {diff} of {bits} match bits differ \
+             ({diff_roots} roots); walk AL f32 {al_f:.4}, cpu-emu {al_d:.4}"
+        );
+        assert!(roots > 100, "too few roots replayed: {roots}");
+        assert!(
+            diff as f64 <= DEVICE_MASK_DIFF_MAX * bits as f64,
+            "{format}: {diff} of {bits} match bits differ"
+        );
+        assert!(
+            (al_f - al_d).abs() <= DEVICE_WALK_AL_TOL,
+            "{format}: {al_f} vs {al_d}"
+        );
+    }
+}
+
+/// `kquant verify --device cpu-emu` end to end on a quantized draft over the first samples of
+/// the trace: the routing line on stderr, and the same report as `--device cpu` where the
+/// replays agree (walk AL within the bound above).
+#[test]
+fn verify_cli_routes_a_quantized_draft_through_the_device() {
+    let t = tempfile::tempdir().unwrap();
+    let q = quantized(t.path(), "compressed-tensors");
+    // A trace of the first 4 samples: the manifest trimmed, the shard shared.
+    let tr = t.path().join("trace");
+    std::fs::create_dir(&tr).unwrap();
+    let src = common::root().join(TRACE);
+    let mut m: serde_json::Value = common::read_json(&src.join("manifest.json"));
+    m["samples"].as_array_mut().unwrap().truncate(4);
+    std::fs::write(tr.join("manifest.json"), m.to_string()).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "safetensors") {
+            std::fs::copy(&p, tr.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let run = |device: &str| {
+        let o = kquant(&[
+            "verify",
+            "--draft",
+            q.to_str().unwrap(),
+            "--trace",
+            tr.to_str().unwrap(),
+            "--target-checkpoint",
+            TARGET,
+            "--device",
+            device,
+            "--json",
+            "-",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v, String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    let (emu, err) = run("cpu-emu");
+    assert!(
+        err.contains("8 quantized linear(s) on cpu (kernel emulation") && !err.contains("f32"),
+        "{err}"
+    );
+    let (cpu, err_cpu) = run("cpu");
+    assert!(!err_cpu.contains("device:"), "{err_cpu}");
+    let al = |v: &serde_json::Value| v["draft"]["accept_length"].as_f64().unwrap();
+    assert!(
+        (al(&emu) - al(&cpu)).abs() <= DEVICE_WALK_AL_TOL,
+        "{emu} vs {cpu}"
+    );
+}

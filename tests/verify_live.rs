@@ -30,7 +30,12 @@ fn engine_loop_with_the_rust_target_equals_the_replay() {
     let trace = Trace::open(&fix("trace")).unwrap();
     let py = read_json(&fix("reference/engine-sim.json"));
     for name in ["eagle3", "eagle3-mla", "dflash"] {
-        let d = load_drafter(&fix(name).to_string_lossy(), Some(&tck)).unwrap();
+        let d = load_drafter(
+            &fix(name).to_string_lossy(),
+            Some(&tck),
+            &kquant::runtime::linears::Exec::F32,
+        )
+        .unwrap();
         let (mut sim_r, mut sim_c, mut rep_r, mut rep_c) = (0, 0, 0, 0);
         for s in trace
             .manifest

@@ -199,7 +199,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .as_deref()
         .map(Checkpoint::open)
         .transpose()?;
-    let d = load_drafter(&a.draft, target.as_ref())?;
+    let d = load_drafter(
+        &a.draft,
+        target.as_ref(),
+        &crate::runtime::linears::Exec::F32,
+    )?;
     drop(target);
     let load_s = t.elapsed().as_secs_f64();
     let rss_after_load = status_bytes("VmRSS:");

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 pub mod bench;
 pub mod bench_gemm;
 pub mod bench_replay;
+pub mod calibrate;
 pub mod convert;
 pub mod dequantize;
 pub mod diff;
@@ -47,6 +48,9 @@ pub enum Command {
     /// Accept length of a draft on a captured trace (exact replay of the engine's greedy loop),
     /// and the regression gate against a baseline: exit 1 when it fails.
     Verify(verify::Args),
+    /// Record each linear's input abs-max over a trace replay: the `--input-amax` file NVFP4
+    /// W4A4 (`quantize --scheme nvfp4`) needs.
+    Calibrate(calibrate::Args),
     /// Make kquant-trace/1 traces: `capture` runs the target on CPU over prompts, `import`
     /// brings in vLLM hidden-states connector files.
     Trace(trace::Args),
@@ -70,6 +74,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Diff(a) => diff::run(a),
         Command::Schemes(a) => schemes::run(a),
         Command::Verify(a) => verify::run(a),
+        Command::Calibrate(a) => calibrate::run(a),
         Command::Trace(a) => trace::run(a),
         Command::VerifyFiles(a) => verify_files::run(a),
         Command::Synth(a) => synth::run(a),

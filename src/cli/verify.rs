@@ -72,8 +72,9 @@ fn run_draft(
     trace: &Trace,
     target: Option<&Checkpoint>,
     steps: usize,
+    exec: &crate::runtime::linears::Exec,
 ) -> Result<(Run, usize)> {
-    let d = load_drafter(spec, target)?;
+    let d = load_drafter(spec, target, exec)?;
     trace.require(
         d.taps(),
         d.target_hidden(),
@@ -206,7 +207,7 @@ fn check_fits(t: &Trace, p: &Profile) -> Result<()> {
 const LIVE_GEN_LEN: usize = 96;
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    crate::gpu::linear::verify_device(&a.device)?;
+    let exec = crate::runtime::linears::Exec::device(crate::gpu::linear::verify_device(&a.device)?);
     let profile = a.target.as_deref().map(profile::load).transpose()?;
     let mut tmp = None;
     let trace = open_trace(&a, profile.as_ref(), &mut tmp)?;
@@ -220,7 +221,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let target = target_spec.as_deref().map(Checkpoint::open).transpose()?;
     let steps = a.steps as usize;
-    let (draft, depths) = run_draft(&a.draft, &trace, target.as_ref(), steps)?;
+    let (draft, depths) = run_draft(&a.draft, &trace, target.as_ref(), steps, &exec)?;
     let baseline = match a.baseline.as_deref() {
         None => None,
         Some("prompt-lookup") => {
@@ -237,7 +238,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 samples,
             })
         }
-        Some(b) => Some(run_draft(b, &trace, target.as_ref(), steps)?.0),
+        Some(b) => Some(run_draft(b, &trace, target.as_ref(), steps, &exec)?.0),
     };
     let th = Thresholds {
         max_regression: a.max_regression,

@@ -100,18 +100,15 @@ impl Linears {
     }
 }
 
-/// The `kquant verify --device` hand-off. `cpu` is the existing f32 runtime. A GPU device is
-/// opened first, so a build without its feature or a missing driver fails with its own hint; then
-/// it is refused, because the EAGLE-3 runtime (`runtime::eagle3`) has no hook yet to route its
-/// matmuls through [`Linears`] (the device side is done and tested: tests/gpu_linear.rs).
-pub fn verify_device(spec: &str) -> Result<()> {
-    if spec == "cpu" {
-        return Ok(());
+/// The `kquant verify --device` hand-off: `cpu` is the f32 runtime (`None`); `cpu-emu` is the
+/// CPU replay of the kernels (the device tests run through); `cuda[:N]` / `hip[:N]` open that
+/// device, so a build without its feature or a missing driver fails here with its own hint,
+/// before anything is read. The draft runtimes then route their quantized linears to the device
+/// (`runtime::linears`).
+pub fn verify_device(spec: &str) -> Result<Option<Arc<dyn Backend>>> {
+    match spec {
+        "cpu" => Ok(None),
+        "cpu-emu" => Ok(Some(Arc::from(super::open("cpu")?))),
+        _ => Ok(Some(Arc::from(super::open(spec)?))),
     }
-    let dev = super::open(spec)?;
-    Err(GpuError::NotWired(format!(
-        "verify --device {spec} ({}): the EAGLE-3 runtime does not route its linears through a \
-         device yet",
-        dev.name()
-    )))
 }

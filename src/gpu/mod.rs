@@ -41,8 +41,6 @@ pub enum GpuError {
     NotBuilt(String, &'static str),
     #[error("unknown device `{0}` (cpu, cuda[:N], hip[:N])")]
     UnknownDevice(String),
-    #[error("{0}")]
-    NotWired(String),
 }
 
 impl GpuError {
@@ -51,11 +49,6 @@ impl GpuError {
         match self {
             GpuError::NotBuilt(_, feature) => Some(format!("rebuild with --features {feature}")),
             GpuError::UnknownDevice(_) => Some("use --device cpu, cuda, cuda:1, hip, …".into()),
-            GpuError::NotWired(_) => Some(
-                "use --device cpu (the f32 runtime); `kquant bench gemm --device …` runs the \
-                 kernels (docs/kernels.md, \"GPU checks that remain\")"
-                    .into(),
-            ),
             GpuError::Backend { backend, .. } => Some(format!(
                 "check that the {backend} driver and runtime libraries are installed and visible \
                  (LD_LIBRARY_PATH), or use --device cpu"

@@ -7,11 +7,15 @@
 //! lm_head on slots 1..B−1. Mirrors `DFlash` in fixtures/gen/verify/common.py.
 //!
 //! Weights are read in any dtype and any quantized layout kquant writes (dequantized at load,
-//! `quant::decode`), so a quantized draft runs exactly as its dequantized weights.
+//! `quant::decode`), so a quantized draft runs exactly as its dequantized weights; the draft's
+//! linears (fc, q/k/v/o, gate/up/down) go through the hook in [`super::linears`], which can
+//! instead run the quantized ones on a device ([`DFlash::load_on`]). The target's lm_head stays
+//! an f32 matmul.
 
 use rayon::prelude::*;
 use serde_json::Value;
 
+use super::linears::{Exec, Linear, LinearSet};
 use super::ops::{argmax, linear, linear_ref, rms_norm, silu, softmax};
 use super::rope::Rope;
 use crate::checkpoint::{Checkpoint, Detection, Dialect, Family};
@@ -22,9 +26,6 @@ use crate::verify::walk::Matches;
 /// Bound on `max |fast − reference| / max |reference|` over the block logits: the fast path
 /// only reorders f32 sums (batched, vectorised matmuls), measured ≈1e-6 on the tiny fixture.
 pub const FAST_REL_TOL: f32 = 1e-4;
-
-/// `ops::linear` or `ops::linear_ref`: `(x, m, k, w, n) -> y[m, n]`.
-type LinearFn = fn(&[f32], usize, usize, &[f32], usize) -> Vec<f32>;
 
 /// Depth-match masks hold one bit per depth in a `u32` (`verify::walk::Matches`).
 const MAX_DEPTHS: usize = crate::verify::walk::MAX_DEPTHS;
@@ -108,17 +109,17 @@ impl TargetHead {
 
 /// One Qwen3 decoder layer.
 struct Layer {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    o: Vec<f32>,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
     q_norm: Vec<f32>,
     k_norm: Vec<f32>,
     input_norm: Vec<f32>,
     post_norm: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    down: Vec<f32>,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
 }
 
 /// A loaded DFlash drafter, with the target's embedding and lm_head.
@@ -142,11 +143,12 @@ pub struct DFlash {
     pub taps: Vec<usize>,
     pub rope: Rope,
     layers: Vec<Layer>,
-    fc: Vec<f32>,
+    fc: Linear,
     hidden_norm: Vec<f32>,
     norm: Vec<f32>,
     embed: Vec<f32>,
     lm_head: Vec<f32>,
+    lin: LinearSet,
 }
 
 /// Every layer's context keys (k_norm, then RoPE at the row's position) and values for the
@@ -165,7 +167,18 @@ fn src_err(ck: &Checkpoint, msg: String, hint: Option<&str>) -> Error {
     }
 }
 
+/// Linear `name` `[n, k]` through the set's hook, its shape checked first.
+fn get_linear(set: &LinearSet, lg: &Logical, name: &str, n: usize, k: usize) -> Result<Linear> {
+    check(lg, name, &[n, k])?;
+    set.load(lg, name, n, k)
+}
+
 fn get(lg: &Logical, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    check(lg, name, shape)?;
+    Ok(lg.read_f32(name).expect("present"))
+}
+
+fn check(lg: &Logical, name: &str, shape: &[usize]) -> Result<()> {
     let s = lg.shape(name).ok_or_else(|| Error::Source {
         path: lg.ck.weights.dir.clone(),
         msg: format!("DFlash draft has no tensor `{name}`"),
@@ -178,7 +191,7 @@ fn get(lg: &Logical, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
             msg: format!("shape {s:?}, expected {shape:?}"),
         });
     }
-    Ok(lg.read_f32(name).expect("present"))
+    Ok(())
 }
 
 /// RMSNorm of every `d`-wide head of every row, in place (Qwen3 `q_norm` / `k_norm`).
@@ -195,7 +208,18 @@ impl DFlash {
     /// Load from a checkpoint detected as a DFlash drafter (z-lab names, or TorchSpec's
     /// `context_proj` / `context_norm` / `final_norm`), with the target's embedding and lm_head
     /// (taken, not copied: at Kimi scale they are gigabytes).
+    /// Every linear runs in f32 ([`Exec::F32`]).
     pub fn load(ck: &Checkpoint, det: &Detection, target: TargetHead) -> Result<DFlash> {
+        DFlash::load_on(ck, det, target, Exec::F32)
+    }
+
+    /// [`DFlash::load`] with the quantized linears placed by `exec`.
+    pub fn load_on(
+        ck: &Checkpoint,
+        det: &Detection,
+        target: TargetHead,
+        exec: Exec,
+    ) -> Result<DFlash> {
         if det.family != Family::Dflash {
             return Err(src_err(
                 ck,
@@ -358,25 +382,29 @@ impl DFlash {
             ));
         }
         let (qd, kvd) = (heads * head_dim, kv_heads * head_dim);
+        let lin = LinearSet::new(exec);
         let layers = (0..n_layers)
             .map(|i| {
                 let w = |n: &str, s: &[usize]| get(&lg, &format!("layers.{i}.{n}"), s);
+                let l = |n: &str, rows: usize, cols: usize| {
+                    get_linear(&lin, &lg, &format!("layers.{i}.{n}"), rows, cols)
+                };
                 Ok(Layer {
-                    q: w("self_attn.q_proj.weight", &[qd, h])?,
-                    k: w("self_attn.k_proj.weight", &[kvd, h])?,
-                    v: w("self_attn.v_proj.weight", &[kvd, h])?,
-                    o: w("self_attn.o_proj.weight", &[h, qd])?,
+                    q: l("self_attn.q_proj.weight", qd, h)?,
+                    k: l("self_attn.k_proj.weight", kvd, h)?,
+                    v: l("self_attn.v_proj.weight", kvd, h)?,
+                    o: l("self_attn.o_proj.weight", h, qd)?,
                     q_norm: w("self_attn.q_norm.weight", &[head_dim])?,
                     k_norm: w("self_attn.k_norm.weight", &[head_dim])?,
                     input_norm: w("input_layernorm.weight", &[h])?,
                     post_norm: w("post_attention_layernorm.weight", &[h])?,
-                    gate: w("mlp.gate_proj.weight", &[inter, h])?,
-                    up: w("mlp.up_proj.weight", &[inter, h])?,
-                    down: w("mlp.down_proj.weight", &[h, inter])?,
+                    gate: l("mlp.gate_proj.weight", inter, h)?,
+                    up: l("mlp.up_proj.weight", inter, h)?,
+                    down: l("mlp.down_proj.weight", h, inter)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let fc = get(&lg, fc_n, &[h, taps.len() * ht])?;
+        let fc = get_linear(&lin, &lg, fc_n, h, taps.len() * ht)?;
         Ok(DFlash {
             h,
             ht,
@@ -397,6 +425,7 @@ impl DFlash {
             norm: get(&lg, norm_n, &[h])?,
             embed: target.embed,
             lm_head: target.lm_head,
+            lin,
         })
     }
 
@@ -416,34 +445,41 @@ impl DFlash {
 
     /// The projected context `hidden_norm(fc(feats))`, `[len, h]`.
     pub fn project(&self, feats: &[f32], len: usize) -> Vec<f32> {
-        let x = linear(feats, len, self.taps.len() * self.ht, &self.fc, self.h);
+        let x = self.fc.apply(feats, len);
         rms_norm(&x, self.h, &self.hidden_norm, self.eps)
     }
 
     /// Context keys and values of every layer for the rows of `feats` (`[len, K·ht]`):
     /// `k = RoPE(k_norm(k_proj(ctx)), s)`, `v = v_proj(ctx)` with no input_layernorm on ctx.
     pub fn context(&self, feats: &[f32], len: usize) -> Context {
-        self.context_with(feats, len, linear)
+        self.context_with(feats, len, false)
     }
 
     /// [`DFlash::context`] on the plain reference matmul.
     pub fn context_ref(&self, feats: &[f32], len: usize) -> Context {
-        self.context_with(feats, len, linear_ref)
+        self.context_with(feats, len, true)
     }
 
-    fn context_with(&self, feats: &[f32], len: usize, lin: LinearFn) -> Context {
-        let x = lin(feats, len, self.taps.len() * self.ht, &self.fc, self.h);
+    fn context_with(&self, feats: &[f32], len: usize, reference: bool) -> Context {
+        let lin = |l: &Linear, x: &[f32], m: usize| {
+            if reference {
+                l.apply_ref(x, m)
+            } else {
+                l.apply(x, m)
+            }
+        };
+        let x = lin(&self.fc, feats, len);
         let ctx = rms_norm(&x, self.h, &self.hidden_norm, self.eps);
         let kvd = self.kv_heads * self.head_dim;
         let (mut ks, mut vs) = (Vec::new(), Vec::new());
         for l in &self.layers {
-            let mut k = lin(&ctx, len, self.h, &l.k, kvd);
+            let mut k = lin(&l.k, &ctx, len);
             head_norm(&mut k, self.head_dim, &l.k_norm, self.eps);
             for (s, row) in k.chunks_mut(kvd).enumerate() {
                 self.rope.apply_neox(row, s);
             }
             ks.push(k);
-            vs.push(lin(&ctx, len, self.h, &l.v, kvd));
+            vs.push(lin(&l.v, &ctx, len));
         }
         Context { len, k: ks, v: vs }
     }
@@ -481,9 +517,9 @@ impl DFlash {
         }
         for (li, l) in self.layers.iter().enumerate() {
             let xn = rms_norm(&hid, h, &l.input_norm, self.eps);
-            let mut q = linear(&xn, n, h, &l.q, qd);
-            let mut k = linear(&xn, n, h, &l.k, kvd);
-            let v = linear(&xn, n, h, &l.v, kvd);
+            let mut q = l.q.apply(&xn, n);
+            let mut k = l.k.apply(&xn, n);
+            let v = l.v.apply(&xn, n);
             head_norm(&mut q, d, &l.q_norm, self.eps);
             head_norm(&mut k, d, &l.k_norm, self.eps);
             let mut attn = vec![0f32; n * qd];
@@ -499,13 +535,13 @@ impl DFlash {
                     }
                     self.attend_block(&ctx.k[li][..r * kvd], &ctx.v[li][..r * kvd], q, k, v, o);
                 });
-            let o = linear(&attn, n, qd, &l.o, h);
+            let o = l.o.apply(&attn, n);
             hid.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             let xn = rms_norm(&hid, h, &l.post_norm, self.eps);
-            let g = linear(&xn, n, h, &l.gate, self.inter);
-            let u = linear(&xn, n, h, &l.up, self.inter);
+            let g = l.gate.apply(&xn, n);
+            let u = l.up.apply(&xn, n);
             let act: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
-            let dn = linear(&act, n, self.inter, &l.down, h);
+            let dn = l.down.apply(&act, n);
             hid.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
         }
         let slots: Vec<f32> = hid
@@ -561,9 +597,9 @@ impl DFlash {
                 .collect();
             for (li, l) in self.layers.iter().enumerate() {
                 let xn = rms_norm(&hid, h, &l.input_norm, self.eps);
-                let mut q = linear_ref(&xn, b, h, &l.q, qd);
-                let mut k = linear_ref(&xn, b, h, &l.k, kvd);
-                let v = linear_ref(&xn, b, h, &l.v, kvd);
+                let mut q = l.q.apply_ref(&xn, b);
+                let mut k = l.k.apply_ref(&xn, b);
+                let v = l.v.apply_ref(&xn, b);
                 head_norm(&mut q, d, &l.q_norm, self.eps);
                 head_norm(&mut k, d, &l.k_norm, self.eps);
                 for i in 0..b {
@@ -608,15 +644,15 @@ impl DFlash {
                         }
                     }
                 }
-                let o = linear_ref(&attn, b, qd, &l.o, h);
+                let o = l.o.apply_ref(&attn, b);
                 for (a, y) in hid.iter_mut().zip(&o) {
                     *a += y;
                 }
                 let xn = rms_norm(&hid, h, &l.post_norm, self.eps);
-                let g = linear_ref(&xn, b, h, &l.gate, self.inter);
-                let u = linear_ref(&xn, b, h, &l.up, self.inter);
+                let g = l.gate.apply_ref(&xn, b);
+                let u = l.up.apply_ref(&xn, b);
                 let act: Vec<f32> = g.iter().zip(&u).map(|(a, y)| silu(*a) * y).collect();
-                let dn = linear_ref(&act, b, self.inter, &l.down, h);
+                let dn = l.down.apply_ref(&act, b);
                 for (a, y) in hid.iter_mut().zip(&dn) {
                     *a += y;
                 }
@@ -698,6 +734,9 @@ impl super::Drafter for DFlash {
         let feats = self.features(taps, r);
         let ctx = self.context(&feats, r);
         self.block_tokens(&ctx, x, &[r]).remove(0)
+    }
+    fn linears(&self) -> &LinearSet {
+        &self.lin
     }
 }
 

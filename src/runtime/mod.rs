@@ -5,6 +5,7 @@
 pub mod deepseek;
 pub mod dflash;
 pub mod eagle3;
+pub mod linears;
 pub mod ops;
 pub mod rope;
 
@@ -29,4 +30,6 @@ pub trait Drafter: Send + Sync {
     /// step makes them: `depths(steps)` target ids. `taps[j]` holds at least the rows of
     /// positions `0..x.len() - 1` (rows from `x.len() - 1` on are ignored).
     fn propose(&self, x: &[u32], taps: &[Vec<f32>], steps: usize) -> Vec<u32>;
+    /// The draft's linears: where they run, the input observer, the first device failure.
+    fn linears(&self) -> &linears::LinearSet;
 }

@@ -1,11 +1,12 @@
 //! Loading a draft for the replay with the runtime of its detected family (EAGLE-3 Llama or MLA,
-//! DFlash), with what it needs from the target checkpoint, and running pass A + pass B over
-//! every sample of a trace.
+//! DFlash), with what it needs from the target checkpoint and its quantized linears placed on
+//! the `--device` ([`Exec`]), and running pass A + pass B over every sample of a trace.
 
 use crate::checkpoint::{Checkpoint, Family};
 use crate::error::{Error, Result};
 use crate::runtime::dflash::{DFlash, TargetHead};
 use crate::runtime::eagle3::Eagle3;
+use crate::runtime::linears::Exec;
 use crate::runtime::Drafter;
 use crate::verify::trace::Trace;
 use crate::verify::walk::{walk, Walk};
@@ -29,14 +30,20 @@ fn target_embed(ck: &Checkpoint) -> Result<Vec<f32>> {
 
 /// Load the draft at `spec` with the runtime of its detected family, taking from the target
 /// checkpoint what that family needs (EAGLE-3: the embedding when the draft has none; DFlash:
-/// the embedding and lm_head).
-pub fn load_drafter(spec: &str, target: Option<&Checkpoint>) -> Result<Box<dyn Drafter>> {
+/// the embedding and lm_head). `exec` places the quantized linears ([`Exec::F32`]: the f32
+/// runtime); with a device, a line on stderr says how many went there and which stayed on the
+/// CPU.
+pub fn load_drafter(
+    spec: &str,
+    target: Option<&Checkpoint>,
+    exec: &Exec,
+) -> Result<Box<dyn Drafter>> {
     let ck = Checkpoint::open(spec)?;
     let det = ck.detect()?;
     let d: Box<dyn Drafter> = match det.family {
         Family::Eagle3 | Family::Eagle3Mla => {
             let embed = target.map(target_embed).transpose()?;
-            let d = Eagle3::load(&ck, &det, embed)?;
+            let d = Eagle3::load_on(&ck, &det, embed, exec.clone())?;
             if d.taps.len() != 3 {
                 return Err(Error::Source {
                     path: ck.weights.dir.clone(),
@@ -52,7 +59,12 @@ pub fn load_drafter(spec: &str, target: Option<&Checkpoint>) -> Result<Box<dyn D
                 msg: "is a DFlash drafter, which runs with the target's embedding and lm_head (it has neither)".into(),
                 hint: Some("pass --target-checkpoint DIR (the target model the draft was trained for)".into()),
             })?;
-            Box::new(DFlash::load(&ck, &det, TargetHead::read(t)?)?)
+            Box::new(DFlash::load_on(
+                &ck,
+                &det,
+                TargetHead::read(t)?,
+                exec.clone(),
+            )?)
         }
         other => {
             return Err(Error::Source {
@@ -62,13 +74,39 @@ pub fn load_drafter(spec: &str, target: Option<&Checkpoint>) -> Result<Box<dyn D
             })
         }
     };
+    if let Some(dev) = exec.name() {
+        let (on, off) = d.linears().placement();
+        eprintln!(
+            "device: `{spec}`: {} quantized linear(s) on {dev}{}",
+            on.len(),
+            if off.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} on the CPU in f32 (a layout the INT4 kernels do not take): {}",
+                    off.len(),
+                    off.join(", ")
+                )
+            }
+        );
+    }
     Ok(d)
 }
 
 /// Pass A + pass B over every trace sample for one drafter.
 pub fn replay(d: &dyn Drafter, trace: &Trace, steps: usize) -> Result<Vec<Walk>> {
+    replay_first(d, trace, steps, usize::MAX)
+}
+
+/// [`replay`] over the first `limit` samples of the trace.
+pub fn replay_first(
+    d: &dyn Drafter,
+    trace: &Trace,
+    steps: usize,
+    limit: usize,
+) -> Result<Vec<Walk>> {
     let mut samples = Vec::new();
-    for s in &trace.manifest.samples {
+    for s in trace.manifest.samples.iter().take(limit) {
         let x = trace.tokens(s)?;
         let taps: Vec<Vec<f32>> = d
             .taps()
@@ -76,6 +114,9 @@ pub fn replay(d: &dyn Drafter, trace: &Trace, steps: usize) -> Result<Vec<Walk>>
             .map(|&t| trace.tap(s, t))
             .collect::<Result<_>>()?;
         samples.push(walk(&d.matches(&x, &taps, s.prompt_len, steps)));
+        if let Some(e) = d.linears().take_error() {
+            return Err(e);
+        }
     }
     Ok(samples)
 }

@@ -5,7 +5,7 @@
 
 use super::{Attention, Qkv, Source};
 use crate::error::Result;
-use crate::runtime::ops::linear;
+use crate::runtime::linears::Linear;
 use crate::runtime::rope::Rope;
 
 /// Grouped-query attention projections of a Llama-style draft layer.
@@ -15,12 +15,10 @@ pub struct LlamaAttention {
     pub head_dim: usize,
     /// RoPE table over `head_dim` (plain; YaRN tables apply their cos/sin factor only).
     pub rope: Rope,
-    /// Model width H (the projections read 2H).
-    h: usize,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    o: Vec<f32>,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
 }
 
 impl LlamaAttention {
@@ -42,11 +40,10 @@ impl LlamaAttention {
             kv_heads,
             head_dim,
             rope,
-            h,
-            q: src.layer("self_attn.q_proj.weight", &[qd, 2 * h])?,
-            k: src.layer("self_attn.k_proj.weight", &[kvd, 2 * h])?,
-            v: src.layer("self_attn.v_proj.weight", &[kvd, 2 * h])?,
-            o: src.layer("self_attn.o_proj.weight", &[h, qd])?,
+            q: src.layer_linear("self_attn.q_proj.weight", qd, 2 * h)?,
+            k: src.layer_linear("self_attn.k_proj.weight", kvd, 2 * h)?,
+            v: src.layer_linear("self_attn.v_proj.weight", kvd, 2 * h)?,
+            o: src.layer_linear("self_attn.o_proj.weight", h, qd)?,
         })
     }
 }
@@ -69,9 +66,9 @@ impl Attention for LlamaAttention {
     }
     fn qkv(&self, a: &[f32], n: usize, pos: &[usize]) -> Qkv {
         let (qd, kvd) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
-        let mut q = linear(a, n, 2 * self.h, &self.q, qd);
-        let mut k = linear(a, n, 2 * self.h, &self.k, kvd);
-        let v = linear(a, n, 2 * self.h, &self.v, kvd);
+        let mut q = self.q.apply(a, n);
+        let mut k = self.k.apply(a, n);
+        let v = self.v.apply(a, n);
         for (r, &p) in pos.iter().enumerate().take(n) {
             self.rope.apply_neox(&mut q[r * qd..(r + 1) * qd], p);
             self.rope.apply_neox(&mut k[r * kvd..(r + 1) * kvd], p);
@@ -79,6 +76,6 @@ impl Attention for LlamaAttention {
         Qkv { q, k, v }
     }
     fn out(&self, o: &[f32], n: usize) -> Vec<f32> {
-        linear(o, n, self.heads * self.head_dim, &self.o, self.h)
+        self.o.apply(o, n)
     }
 }

@@ -9,7 +9,8 @@
 
 use super::{Attention, Qkv, Source};
 use crate::error::Result;
-use crate::runtime::ops::{linear, rms_norm};
+use crate::runtime::linears::Linear;
+use crate::runtime::ops::rms_norm;
 use crate::runtime::rope::Rope;
 
 /// The query projection: low-rank with a norm between (`q_a_proj`, `q_a_layernorm`,
@@ -17,11 +18,11 @@ use crate::runtime::rope::Rope;
 enum QProj {
     Lora {
         rank: usize,
-        a: Vec<f32>,
+        a: Linear,
         norm: Vec<f32>,
-        b: Vec<f32>,
+        b: Linear,
     },
-    Full(Vec<f32>),
+    Full(Linear),
 }
 
 /// Multi-head latent attention projections of an MLA draft layer.
@@ -36,13 +37,12 @@ pub struct MlaAttention {
     pub rope: Rope,
     /// Softmax scale: YaRN's mscale² over √(nope + rope).
     pub softmax_scale: f32,
-    h: usize,
     eps: f32,
     q: QProj,
-    kv_a: Vec<f32>,
+    kv_a: Linear,
     kv_a_norm: Vec<f32>,
-    kv_b: Vec<f32>,
-    o: Vec<f32>,
+    kv_b: Linear,
+    o: Linear,
 }
 
 impl MlaAttention {
@@ -61,12 +61,12 @@ impl MlaAttention {
             };
             QProj::Lora {
                 rank,
-                a: src.layer("self_attn.q_a_proj.weight", &[rank, 2 * h])?,
+                a: src.layer_linear("self_attn.q_a_proj.weight", rank, 2 * h)?,
                 norm: src.layer("self_attn.q_a_layernorm.weight", &[rank])?,
-                b: src.layer("self_attn.q_b_proj.weight", &[qd, rank])?,
+                b: src.layer_linear("self_attn.q_b_proj.weight", qd, rank)?,
             }
         } else {
-            QProj::Full(src.layer("self_attn.q_proj.weight", &[qd, 2 * h])?)
+            QProj::Full(src.layer_linear("self_attn.q_proj.weight", qd, 2 * h)?)
         };
         let (rope, mult) = src.rope(rope_dim);
         Ok(MlaAttention {
@@ -81,19 +81,16 @@ impl MlaAttention {
             v_dim,
             rope,
             softmax_scale: mult / ((nope + rope_dim) as f32).sqrt(),
-            h,
             eps,
             q,
-            kv_a: src.layer(
+            kv_a: src.layer_linear(
                 "self_attn.kv_a_proj_with_mqa.weight",
-                &[kvlr + rope_dim, 2 * h],
+                kvlr + rope_dim,
+                2 * h,
             )?,
             kv_a_norm: src.layer("self_attn.kv_a_layernorm.weight", &[kvlr])?,
-            kv_b: src.layer(
-                "self_attn.kv_b_proj.weight",
-                &[heads * (nope + v_dim), kvlr],
-            )?,
-            o: src.layer("self_attn.o_proj.weight", &[h, heads * v_dim])?,
+            kv_b: src.layer_linear("self_attn.kv_b_proj.weight", heads * (nope + v_dim), kvlr)?,
+            o: src.layer_linear("self_attn.o_proj.weight", h, heads * v_dim)?,
         })
     }
 }
@@ -116,7 +113,7 @@ impl Attention for MlaAttention {
     }
     fn qkv(&self, a: &[f32], n: usize, pos: &[usize]) -> Qkv {
         let (nh, nope, rd, vd) = (self.heads, self.nope, self.rope_dim, self.v_dim);
-        let (dq, kvlr, h2) = (nope + rd, self.kv_lora_rank, 2 * self.h);
+        let (dq, kvlr) = (nope + rd, self.kv_lora_rank);
         let mut q = match &self.q {
             QProj::Lora {
                 rank,
@@ -124,23 +121,19 @@ impl Attention for MlaAttention {
                 norm,
                 b,
             } => {
-                let c = rms_norm(&linear(a, n, h2, qa, *rank), *rank, norm, self.eps);
-                linear(&c, n, *rank, b, nh * dq)
+                let c = rms_norm(&qa.apply(a, n), *rank, norm, self.eps);
+                b.apply(&c, n)
             }
-            QProj::Full(w) => linear(a, n, h2, w, nh * dq),
+            QProj::Full(w) => w.apply(a, n),
         };
-        let kv = linear(a, n, h2, &self.kv_a, kvlr + rd);
+        let kv = self.kv_a.apply(a, n);
         let c: Vec<f32> = kv
             .chunks(kvlr + rd)
             .flat_map(|row| row[..kvlr].to_vec())
             .collect();
-        let kvb = linear(
-            &rms_norm(&c, kvlr, &self.kv_a_norm, self.eps),
-            n,
-            kvlr,
-            &self.kv_b,
-            nh * (nope + vd),
-        );
+        let kvb = self
+            .kv_b
+            .apply(&rms_norm(&c, kvlr, &self.kv_a_norm, self.eps), n);
         let mut k = vec![0f32; n * nh * dq];
         let mut v = vec![0f32; n * nh * vd];
         for r in 0..n {
@@ -162,6 +155,6 @@ impl Attention for MlaAttention {
         Qkv { q, k, v }
     }
     fn out(&self, o: &[f32], n: usize) -> Vec<f32> {
-        linear(o, n, self.heads * self.v_dim, &self.o, self.h)
+        self.o.apply(o, n)
     }
 }

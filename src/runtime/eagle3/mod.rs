@@ -11,7 +11,9 @@
 //! fed the draft's own previous proposal instead of the ground truth.
 //!
 //! Weights are read in any dtype and any quantized layout kquant writes (dequantized at load,
-//! `quant::decode`), so a quantized draft runs exactly as its dequantized weights.
+//! `quant::decode`), so a quantized draft runs exactly as its dequantized weights; every linear
+//! (fc, the attention projections, gate/up/down, lm_head) goes through the hook in
+//! [`super::linears`], which can instead run the quantized ones on a device ([`Eagle3::load_on`]).
 
 mod embed;
 mod llama_attn;
@@ -23,7 +25,8 @@ pub use embed::Embedding;
 pub use llama_attn::LlamaAttention;
 pub use mla_attn::MlaAttention;
 
-use super::ops::{argmax, linear, rms_norm, silu, softmax};
+use super::linears::{Exec, Linear, LinearSet};
+use super::ops::{argmax, rms_norm, silu, softmax};
 use super::rope::Rope;
 use crate::checkpoint::{Checkpoint, Config, Detection, Dims, Family};
 use crate::error::{Error, Result};
@@ -70,20 +73,21 @@ pub struct Eagle3 {
     pub taps: Vec<usize>,
     attn: Box<dyn Attention>,
     w: Weights,
+    lin: LinearSet,
 }
 
 /// The shared (non-attention) weights.
 struct Weights {
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    down: Vec<f32>,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
     hidden_norm: Vec<f32>,
     input_norm: Vec<f32>,
     post_norm: Vec<f32>,
-    fc: Vec<f32>,
+    fc: Linear,
     fc_norm: Option<[Vec<f32>; 3]>,
     norm: Vec<f32>,
-    lm_head: Vec<f32>,
+    lm_head: Linear,
     embed: Embedding,
     /// Draft id → target id offset.
     d2t: Option<Vec<i64>>,
@@ -117,6 +121,7 @@ struct Source<'s, 'c> {
     dir: &'s Path,
     cfg: Option<&'s Config>,
     dims: &'s Dims,
+    set: &'s LinearSet,
 }
 
 impl Source<'_, '_> {
@@ -150,8 +155,42 @@ impl Source<'_, '_> {
         self.tensor(&format!("{}{name}", self.prefix), shape)
     }
 
+    /// A layer linear `[n, k]` through the set's hook.
+    fn layer_linear(&self, name: &str, n: usize, k: usize) -> Result<Linear> {
+        self.linear(&format!("{}{name}", self.prefix), n, k)
+    }
+
+    /// A top-level linear `[n, k]` through the set's hook.
+    fn linear(&self, name: &str, n: usize, k: usize) -> Result<Linear> {
+        self.check(name, &[n, k])?;
+        let l = self.set.load(self.lg, name, n, k)?;
+        self.release(name);
+        Ok(l)
+    }
+
     /// A top-level tensor as f32, checked against `shape`.
     fn tensor(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        self.check(name, shape)?;
+        let v = self.lg.read_f32(name).expect("present");
+        self.release(name);
+        Ok(v)
+    }
+
+    /// Drop the mapped pages of `name` (or of its quantized parts) once converted, so that
+    /// loading a multi-gigabyte draft peaks near its f32 weights rather than those plus the
+    /// whole mapped file.
+    fn release(&self, name: &str) {
+        let w = &self.lg.ck.weights;
+        let parts = self.lg.module(name).map(|m| m.parts.clone());
+        for p in parts.unwrap_or_else(|| vec![name.to_string()]) {
+            if let (Some(shard), Some(info)) = (w.shard_of(&p), w.info(&p)) {
+                shard.release(info);
+            }
+        }
+    }
+
+    /// That top-level tensor `name` exists with `shape`.
+    fn check(&self, name: &str, shape: &[usize]) -> Result<()> {
         let s = self
             .lg
             .shape(name)
@@ -163,17 +202,7 @@ impl Source<'_, '_> {
                 msg: format!("shape {s:?}, expected {shape:?}"),
             });
         }
-        let v = self.lg.read_f32(name).expect("present");
-        // Drop the mapped pages just converted, so that loading a multi-gigabyte draft peaks
-        // near its f32 weights rather than those plus the whole mapped file.
-        let w = &self.lg.ck.weights;
-        let parts = self.lg.module(name).map(|m| m.parts.clone());
-        for p in parts.unwrap_or_else(|| vec![name.to_string()]) {
-            if let (Some(shard), Some(info)) = (w.shard_of(&p), w.info(&p)) {
-                shard.release(info);
-            }
-        }
-        Ok(v)
+        Ok(())
     }
 
     fn num(&self, key: &str) -> Option<f64> {
@@ -203,11 +232,22 @@ impl Source<'_, '_> {
 
 impl Eagle3 {
     /// Load from a checkpoint detected as an EAGLE-3 draft (Llama-style or MLA). `target_embed`
-    /// supplies the target's embedding `[vocab, H]` when the draft does not carry one.
+    /// supplies the target's embedding `[vocab, H]` when the draft does not carry one. Every
+    /// linear runs in f32 ([`Exec::F32`]).
     pub fn load(
         ck: &Checkpoint,
         det: &Detection,
         target_embed: Option<Vec<f32>>,
+    ) -> Result<Eagle3> {
+        Eagle3::load_on(ck, det, target_embed, Exec::F32)
+    }
+
+    /// [`Eagle3::load`] with the quantized linears placed by `exec`.
+    pub fn load_on(
+        ck: &Checkpoint,
+        det: &Detection,
+        target_embed: Option<Vec<f32>>,
+        exec: Exec,
     ) -> Result<Eagle3> {
         if !matches!(det.family, Family::Eagle3 | Family::Eagle3Mla) {
             return Err(Error::Source {
@@ -220,6 +260,7 @@ impl Eagle3 {
             });
         }
         let lg = Logical::new(ck)?;
+        let lin = LinearSet::new(exec);
         let src = Source {
             lg: &lg,
             prefix: det
@@ -229,6 +270,7 @@ impl Eagle3 {
             dir: &ck.weights.dir,
             cfg: ck.config.as_ref(),
             dims: &det.dims,
+            set: &lin,
         };
         let d = &det.dims;
         let h = src.need(d.hidden_size, "hidden_size")?;
@@ -312,16 +354,16 @@ impl Eagle3 {
             None => None,
         };
         let w = Weights {
-            gate: src.layer("mlp.gate_proj.weight", &[inter, h])?,
-            up: src.layer("mlp.up_proj.weight", &[inter, h])?,
-            down: src.layer("mlp.down_proj.weight", &[h, inter])?,
+            gate: src.layer_linear("mlp.gate_proj.weight", inter, h)?,
+            up: src.layer_linear("mlp.up_proj.weight", inter, h)?,
+            down: src.layer_linear("mlp.down_proj.weight", h, inter)?,
             hidden_norm: src.layer("hidden_norm.weight", &[h])?,
             input_norm: src.layer("input_layernorm.weight", &[h])?,
             post_norm: src.layer("post_attention_layernorm.weight", &[h])?,
-            fc: src.tensor("fc.weight", &[h, 3 * ht])?,
+            fc: src.linear("fc.weight", h, 3 * ht)?,
             fc_norm,
             norm: src.tensor("norm.weight", &[h])?,
-            lm_head: src.tensor("lm_head.weight", &[draft_vocab, h])?,
+            lm_head: src.linear("lm_head.weight", draft_vocab, h)?,
             embed,
             d2t,
         };
@@ -337,6 +379,7 @@ impl Eagle3 {
             taps,
             attn,
             w,
+            lin,
         })
     }
 
@@ -362,7 +405,7 @@ impl Eagle3 {
             }
             None => feats.to_vec(),
         };
-        linear(&x, n, 3 * self.ht, &self.w.fc, self.h)
+        self.w.fc.apply(&x, n)
     }
 
     /// Embedding rows of `toks`, `[toks.len(), H]`.
@@ -501,7 +544,7 @@ impl Eagle3 {
             });
             let g = self.finish(&attn, &res, n);
             let normed = rms_norm(&g, h, &self.w.norm, self.eps);
-            let logits = linear(&normed, n, h, &self.w.lm_head, self.draft_vocab);
+            let logits = self.w.lm_head.apply(&normed, n);
             let pred = logits
                 .chunks(self.draft_vocab)
                 .map(|row| self.to_target(argmax(row)))
@@ -576,10 +619,10 @@ impl Eagle3 {
         let o = self.attn.out(attn, n);
         let h1: Vec<f32> = o.iter().zip(res).map(|(a, b)| a + b).collect();
         let x = rms_norm(&h1, h, &self.w.post_norm, self.eps);
-        let g = linear(&x, n, h, &self.w.gate, self.inter);
-        let u = linear(&x, n, h, &self.w.up, self.inter);
+        let g = self.w.gate.apply(&x, n);
+        let u = self.w.up.apply(&x, n);
         let act: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
-        let dn = linear(&act, n, self.inter, &self.w.down, h);
+        let dn = self.w.down.apply(&act, n);
         h1.iter().zip(&dn).map(|(a, b)| a + b).collect()
     }
 }
@@ -612,6 +655,9 @@ impl super::Drafter for Eagle3 {
             .map(|d| d.pred[0])
             .collect()
     }
+    fn linears(&self) -> &LinearSet {
+        &self.lin
+    }
 }
 
 #[cfg(test)]
@@ -619,6 +665,7 @@ mod tests {
     use super::*;
     use crate::io::writer::{TensorSpec, WriteOptions, Writer};
     use crate::io::Dtype;
+    use crate::runtime::ops::linear;
     use crate::runtime::Drafter;
     use std::path::PathBuf;
 

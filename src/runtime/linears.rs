@@ -1,0 +1,290 @@
+//! The draft runtimes' decoder linears, behind one hook: every `y = x · Wᵀ` of the EAGLE-3
+//! (Llama and MLA attention) and DFlash forwards goes through [`Linear::apply`], which runs
+//! either the f32 path (`ops::linear` over the weights dequantized at load: the exact arithmetic
+//! the runtimes always had, so `--device cpu` results are bit-identical) or a device-resident
+//! quantized layer ([`gpu::Linear`], `kquant verify --device cuda|hip|cpu-emu`). A shared
+//! observer can record the abs-max of every linear's input (`kquant calibrate`: NVFP4 W4A4's
+//! static input scales), and the first device failure is kept for the replay to report as an
+//! error instead of a panic inside a forward pass.
+//!
+//! Which modules go to a device ([`LinearSet::load`]): the quantized ones whose stored layout the
+//! INT4 kernels take (`gpu::W4Layout::from_module`: INT4 per channel / per group, symmetric) with
+//! K a multiple of 8; everything else — unquantized tensors (the drafts' lm_head and fc unless
+//! quantized), FP8, NVFP4, asymmetric UINT4 — stays on the f32 path and is listed by
+//! [`LinearSet::placement`].
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::ops;
+use crate::error::{Error, Result};
+use crate::gpu::{self, Act, Backend, GpuError, W4Layout};
+use crate::quant::decode::Logical;
+
+/// Where a draft's quantized linears run.
+#[derive(Clone)]
+pub enum Exec {
+    /// Every linear on the CPU in f32 over weights dequantized at load (the reference runtime).
+    F32,
+    /// Quantized INT4 linears on `dev` with activations rounded to `act`; the rest in f32.
+    Device { dev: Arc<dyn Backend>, act: Act },
+}
+
+impl Exec {
+    /// `None` (the f32 runtime) or a device with bf16 activations, what the engines run.
+    pub fn device(dev: Option<Arc<dyn Backend>>) -> Exec {
+        match dev {
+            None => Exec::F32,
+            Some(dev) => Exec::Device {
+                dev,
+                act: Act::Bf16,
+            },
+        }
+    }
+
+    /// The device's name, `None` for the f32 runtime.
+    pub fn name(&self) -> Option<String> {
+        match self {
+            Exec::F32 => None,
+            Exec::Device { dev, .. } => Some(dev.name()),
+        }
+    }
+}
+
+/// What every linear of one draft shares: the observer and the first device error.
+#[derive(Default)]
+struct Shared {
+    observing: AtomicBool,
+    amax: Mutex<BTreeMap<String, f32>>,
+    error: Mutex<Option<(String, GpuError)>>,
+}
+
+/// How one layer computes.
+enum Kind {
+    F32(Vec<f32>),
+    Device(gpu::Linear),
+}
+
+/// One linear layer of a draft: `y [m, n] = x [m, k] · Wᵀ`, `W` = checkpoint module `module`.
+pub struct Linear {
+    /// The checkpoint module (tensor name without `.weight`, in the draft's own naming).
+    pub module: String,
+    /// Output features.
+    pub n: usize,
+    /// Input features.
+    pub k: usize,
+    kind: Kind,
+    shared: Arc<Shared>,
+}
+
+impl Linear {
+    /// `y [m, n] = x [m, k] · Wᵀ`: `ops::linear` on the f32 weights, or the device layer. A
+    /// device failure is recorded ([`LinearSet::take_error`]) and gives zeros.
+    pub fn apply(&self, x: &[f32], m: usize) -> Vec<f32> {
+        self.observe(x);
+        match &self.kind {
+            Kind::F32(w) => ops::linear(x, m, self.k, w, self.n),
+            Kind::Device(l) => self.on_device(l, x, m),
+        }
+    }
+
+    /// [`Linear::apply`] with the plain reference matmul `ops::linear_ref` on the f32 path (the
+    /// runtimes' reference forwards); a device layer has one arithmetic and runs as `apply`.
+    pub fn apply_ref(&self, x: &[f32], m: usize) -> Vec<f32> {
+        self.observe(x);
+        match &self.kind {
+            Kind::F32(w) => ops::linear_ref(x, m, self.k, w, self.n),
+            Kind::Device(l) => self.on_device(l, x, m),
+        }
+    }
+
+    /// Whether this layer runs on a device.
+    pub fn is_on_device(&self) -> bool {
+        matches!(self.kind, Kind::Device(_))
+    }
+
+    /// The f32 weights `[n, k]` of a layer on the f32 path.
+    pub fn weights(&self) -> Option<&[f32]> {
+        match &self.kind {
+            Kind::F32(w) => Some(w),
+            Kind::Device(_) => None,
+        }
+    }
+
+    fn on_device(&self, l: &gpu::Linear, x: &[f32], m: usize) -> Vec<f32> {
+        if m == 0 {
+            return Vec::new();
+        }
+        match l.forward(x, m) {
+            Ok(y) => y,
+            Err(e) => {
+                let mut slot = self.shared.error.lock().expect("error slot");
+                slot.get_or_insert((self.module.clone(), e));
+                vec![0.0; m * self.n]
+            }
+        }
+    }
+
+    fn observe(&self, x: &[f32]) {
+        if !self.shared.observing.load(Ordering::Relaxed) {
+            return;
+        }
+        // NaN-propagating: a NaN input makes the amax NaN, which calibrate refuses to write.
+        let a = x.iter().fold(0f32, |m, v| {
+            if v.is_nan() || m.is_nan() {
+                f32::NAN
+            } else {
+                m.max(v.abs())
+            }
+        });
+        let mut map = self.shared.amax.lock().expect("amax map");
+        let e = map.entry(self.module.clone()).or_insert(0.0);
+        *e = if a.is_nan() || e.is_nan() {
+            f32::NAN
+        } else {
+            e.max(a)
+        };
+    }
+}
+
+/// The linears of one draft: how they are loaded ([`Exec`]), where each went, the input
+/// observer and the first device error.
+pub struct LinearSet {
+    exec: Exec,
+    shared: Arc<Shared>,
+    /// Module → on the device (`true`) or the f32 path, for modules the checkpoint stores
+    /// quantized.
+    quantized: Mutex<BTreeMap<String, bool>>,
+}
+
+impl LinearSet {
+    pub fn new(exec: Exec) -> LinearSet {
+        LinearSet {
+            exec,
+            shared: Arc::default(),
+            quantized: Mutex::default(),
+        }
+    }
+
+    /// How the set loads its layers.
+    pub fn exec(&self) -> &Exec {
+        &self.exec
+    }
+
+    /// Load logical tensor `name` (`….weight`, shape `[n, k]` already checked by the caller):
+    /// to the device when it is a quantized module the kernels take, else as f32.
+    pub fn load(&self, lg: &Logical, name: &str, n: usize, k: usize) -> Result<Linear> {
+        let module = name.strip_suffix(".weight").unwrap_or(name).to_string();
+        let qm = lg.module(name);
+        let mut kind = None;
+        if let (Exec::Device { dev, act }, Some(m)) = (&self.exec, qm) {
+            let layer = W4Layout::from_module(lg, m).and_then(|l| {
+                if l.k % 8 != 0 {
+                    return Err(GpuError::Unsupported("K", format!("{} % 8 != 0", l.k)));
+                }
+                gpu::Linear::new(dev.clone(), &l, *act)
+            });
+            match layer {
+                Ok(l) => kind = Some(Kind::Device(l)),
+                Err(GpuError::Unsupported(..)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if qm.is_some() {
+            self.quantized
+                .lock()
+                .expect("placement")
+                .insert(module.clone(), kind.is_some());
+        }
+        let kind = match kind {
+            Some(k) => k,
+            None => Kind::F32(lg.read_f32(name).ok_or_else(|| Error::Source {
+                path: lg.ck.weights.dir.clone(),
+                msg: format!("has no tensor `{name}`"),
+                hint: None,
+            })?),
+        };
+        Ok(Linear {
+            module,
+            n,
+            k,
+            kind,
+            shared: self.shared.clone(),
+        })
+    }
+
+    /// The quantized modules loaded so far: (on the device, on the f32 path). With
+    /// [`Exec::F32`] every one is on the f32 path.
+    pub fn placement(&self) -> (Vec<String>, Vec<String>) {
+        let q = self.quantized.lock().expect("placement");
+        let (dev, cpu): (Vec<_>, Vec<_>) = q.iter().partition(|(_, &d)| d);
+        (
+            dev.into_iter().map(|(m, _)| m.clone()).collect(),
+            cpu.into_iter().map(|(m, _)| m.clone()).collect(),
+        )
+    }
+
+    /// Start (`true`) or stop recording the abs-max of every linear's input.
+    pub fn observe(&self, on: bool) {
+        self.shared.observing.store(on, Ordering::Relaxed);
+    }
+
+    /// Module → `max |x|` over every input it saw while observing (modules never called are
+    /// absent).
+    pub fn input_amax(&self) -> BTreeMap<String, f32> {
+        self.shared.amax.lock().expect("amax map").clone()
+    }
+
+    /// The first device failure since the last call, as an error naming the module.
+    pub fn take_error(&self) -> Option<Error> {
+        let (module, e) = self.shared.error.lock().expect("error slot").take()?;
+        Some(Error::Device {
+            msg: format!(
+                "linear `{module}` on {}: {e}",
+                self.exec.name().unwrap_or_default()
+            ),
+            hint: e.hint(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::Checkpoint;
+    use std::path::Path;
+
+    fn draft() -> Checkpoint {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/kimi-k2.5-tiny/eagle3");
+        Checkpoint::open(p.to_str().unwrap()).unwrap()
+    }
+
+    /// The f32 path is `ops::linear` / `ops::linear_ref` bit for bit, and the observer records
+    /// `max |x|` per module over every call while on, nothing while off.
+    #[test]
+    fn f32_path_is_ops_linear_and_the_observer_takes_the_max() {
+        let ck = draft();
+        let lg = Logical::new(&ck).unwrap();
+        let set = LinearSet::new(Exec::F32);
+        let name = "midlayer.mlp.down_proj.weight";
+        let s = lg.shape(name).unwrap();
+        let l = set.load(&lg, name, s[0], s[1]).unwrap();
+        assert_eq!(l.module, "midlayer.mlp.down_proj");
+        let w = lg.read_f32(name).unwrap();
+        let x: Vec<f32> = (0..3 * s[1]).map(|i| (i as f32 * 0.37).sin()).collect();
+        assert_eq!(l.apply(&x, 3), ops::linear(&x, 3, s[1], &w, s[0]));
+        assert_eq!(l.apply_ref(&x, 3), ops::linear_ref(&x, 3, s[1], &w, s[0]));
+        assert!(set.input_amax().is_empty(), "not observing");
+        set.observe(true);
+        l.apply(&x[..s[1]], 1);
+        let mut y = x.clone();
+        y[5] = -7.5;
+        l.apply(&y, 3);
+        set.observe(false);
+        l.apply(&vec![100.0; s[1]], 1);
+        assert_eq!(set.input_amax()["midlayer.mlp.down_proj"], 7.5);
+        assert_eq!(set.placement(), (vec![], vec![]), "nothing quantized");
+        assert!(set.take_error().is_none());
+    }
+}
