@@ -34,11 +34,7 @@ fn verify_pass(
 ) -> Result<(Vec<u32>, Vec<Vec<f32>>)> {
     let f = target.forward(seq)?;
     let v = target.vocab;
-    let top1 = f
-        .logits
-        .chunks(v)
-        .map(|row| argmax(row) as u32)
-        .collect();
+    let top1 = f.logits.chunks(v).map(|row| argmax(row) as u32).collect();
     let rows = taps
         .iter()
         .map(|&i| {
@@ -85,7 +81,10 @@ pub fn simulate(
         // Rows of the committed positions (all but the new root) come from this verify pass:
         // its tokens agree with `seq` up to there and the target is causal.
         let keep = seq.len() - 1;
-        taps = cand_taps.into_iter().map(|r| r[..keep * target.hidden].to_vec()).collect();
+        taps = cand_taps
+            .into_iter()
+            .map(|r| r[..keep * target.hidden].to_vec())
+            .collect();
     }
     Ok(Simulated {
         tokens: seq,
