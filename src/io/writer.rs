@@ -251,10 +251,15 @@ impl Writer {
             )));
         }
         let o = self.open.as_mut().expect("shard open");
-        o.file
-            .write_all(data)
-            .map_err(|e| Error::io("write", &o.path, e))?;
-        o.hasher.update(data);
+        // Chunk by chunk, so that the hasher thread hashes chunk i while this thread writes
+        // chunk i + 1 (writing a multi-GB tensor whole and then queueing it for the hasher
+        // made the two serial).
+        for c in data.chunks(HASH_CHUNK) {
+            o.file
+                .write_all(c)
+                .map_err(|e| Error::io("write", &o.path, e))?;
+            o.hasher.update(c);
+        }
         o.bytes += data.len() as u64;
         self.part += data.len() as u64;
         Ok(())
