@@ -385,19 +385,7 @@ mod tests {
         let q = quantize_ref(&w, rows, cols, amax(&w), Dtype::BF16);
         let d = dequantize(&q);
         let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s / q.global).collect();
-        let mut se = 0f64;
-        for i in 0..rows * cols {
-            let e = (w[i] - d[i]).abs();
-            let step = eff[(i / cols) * (cols / 16) + (i % cols) / 16];
-            assert!(
-                e <= MAX_ERR_STEPS * step * (1.0 + 1e-6),
-                "{i}: {} vs {}",
-                w[i],
-                d[i]
-            );
-            se += (e as f64).powi(2);
-        }
-        let rmse = (se / (rows * cols) as f64).sqrt() as f32;
+        let rmse = crate::quant::fp4::assert_within_block_steps(&w, &d, &eff, cols, MAX_ERR_STEPS);
         assert!(rmse < MAX_RMSE_CT_NVFP4, "rmse {rmse}");
     }
 }

@@ -97,6 +97,31 @@ pub fn unpack(bytes: &[u8]) -> Vec<u8> {
     bytes.iter().flat_map(|&b| [b & 0xf, b >> 4]).collect()
 }
 
+/// Test support shared by the NVFP4 recipes: every weight within `max_steps` of its 16-element
+/// block's effective scale `eff[block]` of its dequantized value; returns the RMSE.
+#[cfg(test)]
+pub fn assert_within_block_steps(
+    w: &[f32],
+    d: &[f32],
+    eff: &[f32],
+    cols: usize,
+    max_steps: f32,
+) -> f32 {
+    let mut se = 0f64;
+    for i in 0..w.len() {
+        let e = (w[i] - d[i]).abs();
+        let step = eff[(i / cols) * (cols / 16) + (i % cols) / 16];
+        assert!(
+            e <= max_steps * step * (1.0 + 1e-6),
+            "{i}: {} vs {}",
+            w[i],
+            d[i]
+        );
+        se += (e as f64).powi(2);
+    }
+    (se / w.len() as f64).sqrt() as f32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
