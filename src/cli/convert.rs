@@ -64,6 +64,10 @@ pub struct Args {
     pub max_shard_size: Option<u64>,
     #[arg(long)]
     pub force: bool,
+    /// Record the sha256 of every input file in the output's manifest, however large
+    /// (inputs over 64 MiB are otherwise recorded by path and size only).
+    #[arg(long)]
+    pub hash_inputs: bool,
     /// Print the plan (names, sources, dropped tensors, config, warnings) and write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -164,6 +168,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         force: a.force,
         command: command_line(),
         inputs,
+        hash_inputs: a.hash_inputs,
         ..Default::default()
     };
     let pb = progress(bytes, "convert");

@@ -46,6 +46,10 @@ pub struct Args {
     pub max_shard_size: Option<u64>,
     #[arg(long)]
     pub force: bool,
+    /// Record the sha256 of every input file in the output's manifest, however large
+    /// (inputs over 64 MiB are otherwise recorded by path and size only).
+    #[arg(long)]
+    pub hash_inputs: bool,
 }
 
 fn config_dtype(ck: &Checkpoint) -> Option<Dtype> {
@@ -95,6 +99,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         force: a.force,
         command: command_line(),
         inputs,
+        hash_inputs: a.hash_inputs,
         ..Default::default()
     };
     let mut w = Writer::create(&a.output, specs, opts)?;
@@ -115,8 +120,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
             None => {
                 let v = ck.weights.tensor(&name).expect("routed");
-                pb.inc(v.data.len() as u64);
-                w.write(&name, v.data)?;
+                let shard = ck.weights.shard_of(&name).expect("routed");
+                w.copy_tensor(&name, shard, v.info, |k| pb.inc(k))?;
             }
         }
     }

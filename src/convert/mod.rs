@@ -268,14 +268,7 @@ pub fn write(
                 };
                 let v = src_of(c, n)?;
                 let shard = c.weights.shard_of(n).expect("routed");
-                const BLOCK: usize = 64 << 20;
-                for (i, b) in v.data.chunks(BLOCK).enumerate() {
-                    w.write_part(&name, b)?;
-                    let from = (i * BLOCK) as u64;
-                    shard.release_range(v.info, from, from + b.len() as u64);
-                    progress.inc(b.len() as u64);
-                }
-                w.end_tensor(&name)?;
+                w.copy_tensor(&name, shard, v.info, |k| progress.inc(k))?;
             }
             Source::CastInt(n) => {
                 let vals = int_values(&src_of(ck, n)?);

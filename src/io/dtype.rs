@@ -136,16 +136,25 @@ pub fn f8_e8m0_to_f32(b: u8) -> f32 {
 /// `bytes.len()` must be a multiple of `dtype.size()`; a trailing partial element is ignored.
 /// Integer types convert by value (`i64`/`u64` may round); BOOL is 0.0 or 1.0.
 pub fn to_f32(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) {
+    let at = out.len();
+    out.resize(at + bytes.len() / dtype.size(), 0.0);
+    to_f32_into(dtype, bytes, &mut out[at..]);
+}
+
+/// [`to_f32`] into a slice of exactly `bytes.len() / dtype.size()` elements.
+pub fn to_f32_into(dtype: Dtype, bytes: &[u8], out: &mut [f32]) {
+    assert_eq!(out.len(), bytes.len() / dtype.size(), "one f32 per element");
     macro_rules! conv {
         ($n:literal, $f:expr) => {
-            out.extend(bytes.chunks_exact($n).map(|c| {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact($n)) {
                 let a: [u8; $n] = c.try_into().unwrap();
                 #[allow(clippy::redundant_closure_call)]
-                ($f)(a)
-            }))
+                {
+                    *o = ($f)(a);
+                }
+            }
         };
     }
-    out.reserve(bytes.len() / dtype.size());
     match dtype {
         Dtype::BOOL => conv!(1, |a: [u8; 1]| (a[0] != 0) as u8 as f32),
         Dtype::U8 => conv!(1, |a: [u8; 1]| a[0] as f32),

@@ -19,6 +19,20 @@ pub struct FileEntry {
     pub sha256: String,
 }
 
+/// One input file: its path as given, its size, and its sha256 when it was hashed (files up
+/// to [`HASH_INPUTS_UP_TO`] always; larger ones with `--hash-inputs`, since hashing a
+/// multi-GB input costs a core for seconds and nothing downstream needs it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputEntry {
+    pub file: String,
+    pub bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// Inputs at most this large are always hashed into the manifest.
+pub const HASH_INPUTS_UP_TO: u64 = 64 << 20;
+
 /// The manifest document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -26,7 +40,7 @@ pub struct Manifest {
     pub kquant_version: String,
     pub command: Vec<String>,
     pub created_unix: u64,
-    pub inputs: Vec<FileEntry>,
+    pub inputs: Vec<InputEntry>,
     pub outputs: Vec<FileEntry>,
 }
 
@@ -46,7 +60,7 @@ impl Check {
 }
 
 impl Manifest {
-    pub fn new(command: Vec<String>, inputs: Vec<FileEntry>, outputs: Vec<FileEntry>) -> Self {
+    pub fn new(command: Vec<String>, inputs: Vec<InputEntry>, outputs: Vec<FileEntry>) -> Self {
         let created_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

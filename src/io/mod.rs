@@ -7,6 +7,7 @@ pub mod hub;
 pub mod index;
 pub mod manifest;
 pub mod shard;
+pub mod sink;
 pub mod source;
 pub mod writer;
 

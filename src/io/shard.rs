@@ -13,6 +13,7 @@ use crate::error::{Error, HeaderError, Result};
 /// A mapped, validated safetensors file.
 pub struct Shard {
     path: PathBuf,
+    file: File,
     map: Mmap,
     header: Header,
     by_name: HashMap<String, usize>,
@@ -44,17 +45,23 @@ impl TensorView<'_> {
 
     /// [`to_f32`](Self::to_f32) split over threads; identical output.
     pub fn to_f32_par(&self) -> Vec<f32> {
+        let mut out = Vec::new();
+        self.to_f32_par_into(&mut out);
+        out
+    }
+
+    /// [`to_f32_par`](Self::to_f32_par) into `out` (replacing its contents), so that a caller
+    /// converting tensor after tensor reuses one buffer instead of faulting in fresh pages for
+    /// each.
+    pub fn to_f32_par_into(&self, out: &mut Vec<f32>) {
         use rayon::prelude::*;
         const CHUNK: usize = 1 << 16;
         let size = self.info.dtype.size();
-        self.data
-            .par_chunks(CHUNK * size)
-            .flat_map_iter(|c| {
-                let mut v = Vec::with_capacity(c.len() / size);
-                dtype::to_f32(self.info.dtype, c, &mut v);
-                v
-            })
-            .collect()
+        out.clear();
+        out.resize(self.data.len() / size, 0.0);
+        out.par_chunks_mut(CHUNK)
+            .zip(self.data.par_chunks(CHUNK * size))
+            .for_each(|(o, c)| dtype::to_f32_into(self.info.dtype, &c[..o.len() * size], o));
     }
 }
 
@@ -94,6 +101,7 @@ impl Shard {
             .collect();
         Ok(Shard {
             path: path.into(),
+            file,
             map,
             header,
             by_name,
@@ -105,6 +113,16 @@ impl Shard {
     }
     pub fn header(&self) -> &Header {
         &self.header
+    }
+    /// The open file (for reads that bypass the map, e.g. [`Writer::copy_part`]).
+    ///
+    /// [`Writer::copy_part`]: super::writer::Writer::copy_part
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+    /// Byte offset of a tensor's first byte in the file.
+    pub fn file_offset(&self, info: &TensorInfo) -> u64 {
+        self.header.data_offset() + info.start
     }
     pub fn file_len(&self) -> u64 {
         self.map.len() as u64

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -17,7 +17,9 @@ use sha2::{Digest, Sha256};
 use super::dtype::Dtype;
 use super::header::{self, TensorInfo};
 use super::index::INDEX_FILE;
-use super::manifest::{FileEntry, Manifest, MANIFEST_FILE};
+use super::manifest::{FileEntry, InputEntry, Manifest, HASH_INPUTS_UP_TO, MANIFEST_FILE};
+use super::shard::Shard;
+use super::sink::Sink;
 use super::source::SINGLE_FILE;
 use crate::error::{Error, Result};
 
@@ -53,61 +55,16 @@ pub struct WriteOptions {
     pub metadata: Option<BTreeMap<String, String>>,
     /// The command line recorded in the manifest.
     pub command: Vec<String>,
-    /// Input files hashed into the manifest.
+    /// Input files recorded in the manifest.
     pub inputs: Vec<PathBuf>,
+    /// Hash every input, however large (otherwise only those up to
+    /// [`HASH_INPUTS_UP_TO`](super::manifest::HASH_INPUTS_UP_TO)).
+    pub hash_inputs: bool,
 }
 
 struct ShardPlan {
     file: String,
     tensors: Vec<TensorInfo>,
-}
-
-struct Open {
-    file: BufWriter<File>,
-    path: PathBuf,
-    hasher: Hasher,
-    bytes: u64,
-}
-
-/// sha256 on its own thread, so hashing overlaps writing: bytes are copied into bounded
-/// chunks (at most `HASH_QUEUE` × `HASH_CHUNK` in flight).
-struct Hasher {
-    tx: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
-    done: Option<std::thread::JoinHandle<String>>,
-}
-
-const HASH_CHUNK: usize = 8 << 20;
-const HASH_QUEUE: usize = 4;
-
-impl Hasher {
-    fn new() -> Hasher {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(HASH_QUEUE);
-        let done = std::thread::spawn(move || {
-            let mut h = Sha256::new();
-            for chunk in rx {
-                h.update(&chunk);
-            }
-            hex(&h.finalize())
-        });
-        Hasher {
-            tx: Some(tx),
-            done: Some(done),
-        }
-    }
-    fn update(&mut self, data: &[u8]) {
-        let tx = self.tx.as_ref().expect("hasher open");
-        for c in data.chunks(HASH_CHUNK) {
-            tx.send(c.to_vec()).expect("hasher thread alive");
-        }
-    }
-    fn finish(mut self) -> String {
-        drop(self.tx.take());
-        self.done
-            .take()
-            .expect("hasher")
-            .join()
-            .expect("hasher thread")
-    }
 }
 
 /// What [`Writer::finish`] produced.
@@ -128,9 +85,9 @@ pub struct Writer {
     next: (usize, usize),
     /// Bytes of the current tensor written so far.
     part: u64,
-    open: Option<Open>,
+    open: Option<Sink>,
     done: Vec<FileEntry>,
-    inputs: Option<std::thread::JoinHandle<Result<Vec<FileEntry>>>>,
+    inputs: Option<std::thread::JoinHandle<Result<Vec<InputEntry>>>>,
     finished: bool,
 }
 
@@ -188,7 +145,9 @@ impl Writer {
         }
         std::fs::create_dir(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
         let inputs = opts.inputs.clone();
-        let hasher = std::thread::spawn(move || inputs.iter().map(|p| hash_file(p)).collect());
+        let all = opts.hash_inputs;
+        let hasher =
+            std::thread::spawn(move || inputs.iter().map(|p| input_entry(p, all)).collect());
         let mut w = Writer {
             out: out.into(),
             tmp,
@@ -233,6 +192,53 @@ impl Writer {
 
     /// Write the next bytes of tensor `name` (which must be the expected tensor).
     pub fn write_part(&mut self, name: &str, data: &[u8]) -> Result<()> {
+        self.check_part(name, data.len() as u64)?;
+        let o = self.open.as_mut().expect("shard open");
+        o.write(data)?;
+        self.part += data.len() as u64;
+        Ok(())
+    }
+
+    /// Write the next `len` bytes of tensor `name` straight from `src` at byte `offset` (a
+    /// tensor copied unchanged: read into the output's staging blocks, never mapped).
+    pub fn copy_part(
+        &mut self,
+        name: &str,
+        src: &File,
+        src_path: &Path,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        self.check_part(name, len)?;
+        let o = self.open.as_mut().expect("shard open");
+        o.copy_from(src, src_path, offset, len)?;
+        self.part += len;
+        Ok(())
+    }
+
+    /// Write the whole of tensor `name` as the bytes of `info` in `shard`, unchanged, calling
+    /// `progress` with each 64 MiB piece's length (for progress bars).
+    pub fn copy_tensor(
+        &mut self,
+        name: &str,
+        shard: &Shard,
+        info: &TensorInfo,
+        mut progress: impl FnMut(u64),
+    ) -> Result<()> {
+        const PIECE: u64 = 64 << 20;
+        let start = shard.file_offset(info);
+        let mut done = 0;
+        while done < info.nbytes() {
+            let n = PIECE.min(info.nbytes() - done);
+            self.copy_part(name, shard.file(), shard.path(), start + done, n)?;
+            progress(n);
+            done += n;
+        }
+        self.end_tensor(name)
+    }
+
+    /// `name` is the tensor expected next and `len` more bytes fit in it.
+    fn check_part(&self, name: &str, len: u64) -> Result<()> {
         let Some(t) = self.expected() else {
             return Err(self.err(format!(
                 "tensor `{name}` was not declared (all declared tensors are written)"
@@ -244,24 +250,12 @@ impl Writer {
                 t.name
             )));
         }
-        if self.part + data.len() as u64 > t.nbytes() {
+        if self.part + len > t.nbytes() {
             return Err(self.err(format!(
                 "tensor `{name}`: more than the declared {} bytes",
                 t.nbytes()
             )));
         }
-        let o = self.open.as_mut().expect("shard open");
-        // Chunk by chunk, so that the hasher thread hashes chunk i while this thread writes
-        // chunk i + 1 (writing a multi-GB tensor whole and then queueing it for the hasher
-        // made the two serial).
-        for c in data.chunks(HASH_CHUNK) {
-            o.file
-                .write_all(c)
-                .map_err(|e| Error::io("write", &o.path, e))?;
-            o.hasher.update(c);
-        }
-        o.bytes += data.len() as u64;
-        self.part += data.len() as u64;
         Ok(())
     }
 
@@ -405,35 +399,22 @@ impl Writer {
     fn open_shard(&mut self) -> Result<()> {
         let plan = &self.shards[self.next.0];
         let path = self.tmp.join(&plan.file);
-        let f = File::create(&path).map_err(|e| Error::io("create", &path, e))?;
-        let mut o = Open {
-            file: BufWriter::with_capacity(8 << 20, f),
-            path,
-            hasher: Hasher::new(),
-            bytes: 0,
-        };
-        let head = header::serialize(&plan.tensors, self.opts.metadata.as_ref());
-        o.file
-            .write_all(&head)
-            .map_err(|e| Error::io("write", &o.path, e))?;
-        o.hasher.update(&head);
-        o.bytes += head.len() as u64;
-        self.open = Some(o);
+        let mut sink = Sink::create(&path)?;
+        sink.write(&header::serialize(
+            &plan.tensors,
+            self.opts.metadata.as_ref(),
+        ))?;
+        self.open = Some(sink);
         Ok(())
     }
 
     fn close_shard(&mut self) -> Result<()> {
-        let o = self.open.take().expect("shard open");
-        let file = o
-            .file
-            .into_inner()
-            .map_err(|e| Error::io("write", &o.path, e.into_error()))?;
-        file.sync_all()
-            .map_err(|e| Error::io("fsync", &o.path, e))?;
+        let sink = self.open.take().expect("shard open");
+        let (bytes, sha256) = sink.finish()?;
         self.done.push(FileEntry {
             file: self.shards[self.next.0].file.clone(),
-            bytes: o.bytes,
-            sha256: o.hasher.finish(),
+            bytes,
+            sha256,
         });
         Ok(())
     }
@@ -499,6 +480,23 @@ pub fn shard_name(i: usize, n: usize) -> String {
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An input's manifest entry: hashed when `all` or when it is small.
+fn input_entry(path: &Path, all: bool) -> Result<InputEntry> {
+    let bytes = std::fs::metadata(path)
+        .map_err(|e| Error::io("stat", path, e))?
+        .len();
+    let sha256 = if all || bytes <= HASH_INPUTS_UP_TO {
+        Some(hash_file(path)?.sha256)
+    } else {
+        None
+    };
+    Ok(InputEntry {
+        file: path.display().to_string(),
+        bytes,
+        sha256,
+    })
 }
 
 /// sha256 of a file, streamed.
