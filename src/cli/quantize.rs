@@ -67,6 +67,10 @@ pub struct Args {
     /// Replace an existing output.
     #[arg(long)]
     pub force: bool,
+    /// Record the sha256 of every input file in the output's manifest, however large
+    /// (inputs over 64 MiB are otherwise recorded by path and size only).
+    #[arg(long)]
+    pub hash_inputs: bool,
     /// Print the per-tensor plan and sizes; write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -288,53 +292,88 @@ pub fn run(a: Args) -> Result<ExitCode> {
         force: a.force,
         command: command_line(),
         inputs,
+        hash_inputs: a.hash_inputs,
         ..Default::default()
     };
     let mut w = Writer::create(&a.output, specs, wopts)?;
     let order: Vec<String> = w.order().into_iter().map(String::from).collect();
     let pb = progress(before, "quantize");
-    let mut pending: HashMap<String, Vec<u8>> = HashMap::new();
-    for name in order {
-        if let Some(bytes) = pending.remove(&name) {
-            w.write(&name, &bytes)?;
-            continue;
+    // The quantized modules, in the order the writer first needs one of their tensors: a
+    // producer thread encodes them in that order, one ahead, while this thread copies the
+    // unchanged tensors, so encoding overlaps the I/O and hashing.
+    let mut jobs: Vec<usize> = Vec::new();
+    for name in &order {
+        let i = producer[name];
+        if matches!(plan[i].1, Action::Quantize { .. }) && !jobs.contains(&i) {
+            jobs.push(i);
         }
-        let (t, act) = &plan[producer[&name]];
-        let shard = ck.weights.shard_of(&t.name).expect("routed");
-        let view = shard.view(t);
-        match act {
-            Action::Copy { .. } => {
-                // Stream the bytes in blocks and drop each block's pages once written, so a
-                // multi-GB embedding never sits in this process's RSS.
-                const BLOCK: usize = 64 << 20;
-                for (i, block) in view.data.chunks(BLOCK).enumerate() {
-                    w.write_part(&name, block)?;
-                    let from = (i * BLOCK) as u64;
-                    shard.release_range(t, from, from + block.len() as u64);
-                }
-                w.end_tensor(&name)?;
-            }
-            Action::Quantize { module, rows, cols } => {
-                // Peak memory per tensor: its f32 copy plus the encoded output; the mapped
-                // input pages are dropped as soon as they are converted.
-                let encoded = {
-                    let wf = view.to_f32_par();
-                    shard.release(t);
-                    check_finite(&wf, *cols, shard.path(), &t.name)?;
-                    target.encode(module, &wf, *rows, *cols, t.dtype)
-                };
-                for (n, bytes) in encoded {
-                    if n == name {
-                        w.write(&n, &bytes)?;
-                    } else {
-                        pending.insert(n, bytes);
-                    }
-                }
-            }
-        }
-        shard.release(t);
-        pb.inc(t.nbytes());
     }
+    let encode = |i: usize, wf: &mut Vec<f32>| -> Result<Vec<(String, Vec<u8>)>> {
+        let (t, act) = &plan[i];
+        let Action::Quantize { module, rows, cols } = act else {
+            unreachable!("only quantized modules are encoded")
+        };
+        let shard = ck.weights.shard_of(&t.name).expect("routed");
+        let raw = shard.view(t).data;
+        if let Some(r) = target.encode_raw(module, raw, *rows, *cols, t.dtype) {
+            // The target's fused path: row by row from the mapped bytes.
+            shard.release(t);
+            return r.map_err(|i| {
+                let esz = t.dtype.size();
+                let mut v = Vec::new();
+                crate::io::dtype::to_f32(t.dtype, &raw[i * esz..(i + 1) * esz], &mut v);
+                non_finite(shard.path(), &t.name, i, *cols, v[0])
+            });
+        }
+        // Peak memory per tensor: its f32 copy (one buffer reused for every tensor) plus the
+        // encoded output; the mapped input pages are dropped as soon as they are converted.
+        shard.view(t).to_f32_par_into(wf);
+        shard.release(t);
+        check_finite(wf, *cols, shard.path(), &t.name)?;
+        Ok(target.encode(module, wf, *rows, *cols, t.dtype))
+    };
+    std::thread::scope(|sc| -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let encode = &encode;
+        sc.spawn(move || {
+            let mut wf = Vec::new();
+            for i in jobs {
+                if tx.send((i, encode(i, &mut wf))).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut pending: HashMap<String, Vec<u8>> = HashMap::new();
+        for name in order {
+            if let Some(bytes) = pending.remove(&name) {
+                w.write(&name, &bytes)?;
+                continue;
+            }
+            let i = producer[&name];
+            let (t, act) = &plan[i];
+            match act {
+                Action::Copy { .. } => {
+                    // Read into the writer's blocks, never mapped: a multi-GB embedding never
+                    // sits in this process's RSS.
+                    let shard = ck.weights.shard_of(&t.name).expect("routed");
+                    w.copy_tensor(&name, shard, t, |k| pb.inc(k))?;
+                }
+                Action::Quantize { .. } => {
+                    let (j, encoded) = rx.recv().expect("the encoder sends every job");
+                    debug_assert_eq!(i, j, "encoded in the order written");
+                    for (n, bytes) in encoded? {
+                        if n == name {
+                            w.write(&n, &bytes)?;
+                        } else {
+                            pending.insert(n, bytes);
+                        }
+                    }
+                    pb.inc(t.nbytes());
+                }
+            }
+        }
+        Ok(())
+    })?;
     pb.finish_and_clear();
     let mut config = match &ck.config {
         Some(c) => Value::Object(c.root.clone()),
@@ -459,19 +498,32 @@ fn prepass(
 }
 
 fn check_finite(w: &[f32], cols: usize, path: &std::path::Path, name: &str) -> Result<()> {
-    if let Some(i) = w.iter().position(|x| !x.is_finite()) {
-        return Err(Error::Tensor {
-            path: path.into(),
-            tensor: name.into(),
-            msg: format!(
-                "row {} column {} is {} — refusing to quantize non-finite weights",
-                i / cols,
-                i % cols,
-                w[i]
-            ),
-        });
+    use rayon::prelude::*;
+    // Whole chunks are tested without an early exit (the test vectorises), in parallel; only a
+    // chunk that has a non-finite value is searched for it.
+    const CHUNK: usize = 1 << 16;
+    let bad = |x: &f32| x.to_bits() & 0x7f80_0000 == 0x7f80_0000;
+    let first = w
+        .par_chunks(CHUNK)
+        .position_first(|c| c.iter().fold(false, |acc, x| acc | bad(x)))
+        .map(|k| k * CHUNK + w[k * CHUNK..].iter().position(bad).expect("in the chunk"));
+    match first {
+        Some(i) => Err(non_finite(path, name, i, cols, w[i])),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// The refusal of a non-finite weight: flat index `i` of a `[_, cols]` tensor, value `v`.
+fn non_finite(path: &std::path::Path, name: &str, i: usize, cols: usize, v: f32) -> Error {
+    Error::Tensor {
+        path: path.into(),
+        tensor: name.into(),
+        msg: format!(
+            "row {} column {} is {v} — refusing to quantize non-finite weights",
+            i / cols,
+            i % cols,
+        ),
+    }
 }
 
 fn scheme_parser() -> clap::builder::PossibleValuesParser {

@@ -61,9 +61,7 @@ pub fn ct_scale(w: &[f32], dtype: Dtype) -> f32 {
 
 /// One code: `round_half_even(clamp(dtype(w / s), −8, 7))`.
 pub fn ct_code(w: f32, s: f32, dtype: Dtype) -> i8 {
-    round_to(dtype, w / s)
-        .clamp(QMIN as f32, QMAX as f32)
-        .round_ties_even() as i8
+    super::rne::rne(round_to(dtype, w / s).clamp(QMIN as f32, QMAX as f32)) as i8
 }
 
 fn quantize_on(
@@ -121,15 +119,61 @@ pub fn specs(
 /// Encode a quantized module into `(name, bytes)` for each of its [`specs`].
 pub fn encode(module: &str, q: &Int4, model: Dtype) -> Vec<(String, Vec<u8>)> {
     let words = pack::pack_rows(&q.codes, q.rows, q.cols, pack_row);
-    let shape: Vec<u8> = [q.rows as i64, q.cols as i64]
+    tensors(
+        module,
+        pack::le_bytes(&words),
+        &q.scales,
+        q.rows,
+        q.cols,
+        model,
+    )
+}
+
+/// [`encode`] of [`quantize`] of the stored weight, fused row by row from its bytes (see
+/// [`rowwise::packed_from_raw`]); `Err(i)`: the first non-finite weight.
+pub fn encode_raw(
+    module: &str,
+    raw: &[u8],
+    rows: usize,
+    cols: usize,
+    group: usize,
+    model: Dtype,
+) -> super::target::RawEncoded {
+    assert_eq!(cols % group, 0, "group must divide the input dimension");
+    let (scales, words) = rowwise::packed_from_raw(
+        raw,
+        model,
+        rows,
+        cols,
+        group,
+        |run, out| {
+            let s = ct_scale(run, model);
+            rowwise::codes(run, out, |x| ct_code(x, s, model));
+            s
+        },
+        pack_row,
+    )?;
+    Ok(tensors(module, words, &scales, rows, cols, model))
+}
+
+/// The tensors of one module from its packed weight bytes and scales.
+fn tensors(
+    module: &str,
+    words: Vec<u8>,
+    scales: &[f32],
+    rows: usize,
+    cols: usize,
+    model: Dtype,
+) -> Vec<(String, Vec<u8>)> {
+    let shape: Vec<u8> = [rows as i64, cols as i64]
         .iter()
         .flat_map(|d| d.to_le_bytes())
         .collect();
     vec![
-        (format!("{module}.weight_packed"), pack::le_bytes(&words)),
+        (format!("{module}.weight_packed"), words),
         (
             format!("{module}.weight_scale"),
-            encode_floats(&q.scales, model),
+            encode_floats(scales, model),
         ),
         (format!("{module}.weight_shape"), shape),
     ]
@@ -204,6 +248,23 @@ impl super::target::Target for PackQuantized {
             &quantize(w, rows, cols, self.group.unwrap_or(cols), dtype),
             dtype,
         )
+    }
+    fn encode_raw(
+        &self,
+        module: &str,
+        raw: &[u8],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Option<super::target::RawEncoded> {
+        Some(encode_raw(
+            module,
+            raw,
+            rows,
+            cols,
+            self.group.unwrap_or(cols),
+            dtype,
+        ))
     }
     fn config(&self, exclude: &[String]) -> Value {
         config(self.group, exclude)

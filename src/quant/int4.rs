@@ -86,7 +86,7 @@ pub fn quark_scale(w: &[f32], dtype: Dtype) -> f32 {
 
 /// One code: `clamp(round_half_even(w · inv), −8, 7)`.
 pub fn quark_code(w: f32, inv: f32) -> i8 {
-    ((w * inv).round_ties_even() as i32).clamp(QMIN, QMAX) as i8
+    (super::rne::rne(w * inv) as i32).clamp(QMIN, QMAX) as i8
 }
 
 /// One run, Quark's recipe: its scale `s`, and its codes against `inv = 1/s` (computed once).

@@ -22,5 +22,6 @@ pub mod quark_fp8;
 pub mod quark_group;
 pub mod quark_uint4;
 pub mod registry;
+pub mod rne;
 pub mod rowwise;
 pub mod target;

@@ -96,7 +96,7 @@ pub fn scale_from_amax(amax: f32, maxbound: f32, dtype: Dtype) -> f32 {
 
 /// One INT4 code: `clamp(round_half_even(w / s), −8, 7)` (`pack_int4_in_uint8`).
 pub fn int4_code(w: f32, s: f32) -> i8 {
-    (w / s).round_ties_even().clamp(-8.0, 7.0) as i8
+    super::rne::rne(w / s).clamp(-8.0, 7.0) as i8
 }
 
 fn int4_quantize_on(

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::int4::Int4;
 use super::pack::{self, Order};
+use super::rowwise;
 /// Shared by every format (it lives in `rowwise`); `cli::dequantize` imports it from here.
 pub use super::rowwise::encode_floats;
 use crate::io::writer::TensorSpec;
@@ -97,17 +98,51 @@ pub fn encode(module: &str, q: &Int4, model: Dtype, o: &Options) -> Vec<(String,
     let words = pack::pack_rows(&q.codes, q.rows, q.cols, |row, v| {
         pack::pack(row, o.pack_order(), v)
     });
+    tensors(module, pack::le_bytes(&words), &q.scales, model, o)
+}
+
+/// [`encode`] of [`int4::quantize`](super::int4::quantize) of the stored weight, fused row by
+/// row from its bytes (see [`rowwise::packed_from_raw`]); `Err(i)`: the first non-finite
+/// weight.
+pub fn encode_raw(
+    module: &str,
+    raw: &[u8],
+    rows: usize,
+    cols: usize,
+    model: Dtype,
+    o: &Options,
+) -> super::target::RawEncoded {
+    let (scales, words) = rowwise::packed_from_raw(
+        raw,
+        model,
+        rows,
+        cols,
+        cols,
+        |run, out| super::int4::quark_run(run, out, model),
+        |row, v| pack::pack(row, o.pack_order(), v),
+    )?;
+    Ok(tensors(module, words, &scales, model, o))
+}
+
+/// The tensors of one module from its packed weight bytes and per-row scales.
+fn tensors(
+    module: &str,
+    words: Vec<u8>,
+    scales: &[f32],
+    model: Dtype,
+    o: &Options,
+) -> Vec<(String, Vec<u8>)> {
     let mut out = vec![
-        (format!("{module}.weight"), pack::le_bytes(&words)),
+        (format!("{module}.weight"), words),
         (
             format!("{module}.weight_scale"),
-            encode_floats(&q.scales, o.scale_dtype(model)),
+            encode_floats(scales, o.scale_dtype(model)),
         ),
     ];
     if o.layout == Layout::Model {
         out.push((
             format!("{module}.weight_zero_point"),
-            vec![0u8; q.rows.div_ceil(8) * 4],
+            vec![0u8; scales.len().div_ceil(8) * 4],
         ));
     }
     out
@@ -208,6 +243,16 @@ impl super::target::Target for PerChannel {
             dtype,
             &self.0,
         )
+    }
+    fn encode_raw(
+        &self,
+        module: &str,
+        raw: &[u8],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Option<super::target::RawEncoded> {
+        Some(encode_raw(module, raw, rows, cols, dtype, &self.0))
     }
     fn config(&self, exclude: &[String]) -> Value {
         config(&self.0, exclude)

@@ -73,13 +73,13 @@ pub fn qparams(w: &[f32], dtype: Dtype) -> (f32, u8) {
         });
     let (lo, hi) = (mn.min(0.0), mx.max(0.0));
     let s = round_to(dtype, round_to(dtype, hi - lo) / UMAX as f32).max(round_to(dtype, SCALE_EPS));
-    let z = round_to(dtype, lo / s).round_ties_even() as i32;
+    let z = super::rne::rne(round_to(dtype, lo / s)) as i32;
     (s, (-z).clamp(0, UMAX) as u8)
 }
 
 /// One code: `clamp(round_half_even(w · inv) + zp, 0, 15)`.
 pub fn code(w: f32, inv: f32, zp: u8) -> u8 {
-    ((w * inv).round_ties_even() + zp as f32).clamp(0.0, UMAX as f32) as u8
+    (super::rne::rne(w * inv) + zp as f32).clamp(0.0, UMAX as f32) as u8
 }
 
 fn quantize_on(

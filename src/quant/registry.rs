@@ -531,6 +531,82 @@ mod tests {
         assert!(build("int4-pc", Format::CompressedTensors, flags, None).is_err());
     }
 
+    /// Every target's fused path (`encode_raw`, straight from the stored bytes) gives the bytes
+    /// of its plain path (`encode` of the f32 conversion) — every scheme, format and Quark
+    /// layout, BF16 and F16, per-channel and grouped shapes, odd widths, an all-zero row and
+    /// rows of mixed scale — and names the same first non-finite weight.
+    #[test]
+    fn fused_paths_equal_plain_encode() {
+        use crate::io::Dtype;
+        let layouts = [
+            QuarkFlags::default(),
+            QuarkFlags {
+                layout: Some(quark::Layout::File2file),
+                ..Default::default()
+            },
+        ];
+        let mut fused = 0;
+        for s in SCHEMES.iter().filter(|s| s.id != "nvfp4") {
+            for f in [Format::Quark, Format::CompressedTensors, Format::Modelopt] {
+                for q in layouts.iter().filter(|q| f == Format::Quark || !q.any()) {
+                    let Ok(t) = build(s.id, f, *q, None) else {
+                        continue;
+                    };
+                    for dtype in [Dtype::BF16, Dtype::F16] {
+                        for (rows, cols) in [(5, 256), (9, 384), (3, 136), (16, 1024)] {
+                            if t.refuse_shape(rows, cols).is_some() {
+                                continue;
+                            }
+                            let mut w: Vec<f32> =
+                                crate::quant::rowwise::test_matrix(rows, cols, dtype, 1.5, 0.02);
+                            for (i, x) in w.iter_mut().enumerate() {
+                                let r = i / cols;
+                                if r == 1 {
+                                    *x = 0.0;
+                                } else {
+                                    *x = crate::quant::int4::round_to(
+                                        dtype,
+                                        *x * (1 << (r % 4)) as f32 / 3.0,
+                                    );
+                                }
+                            }
+                            let raw = crate::quant::rowwise::encode_floats(&w, dtype);
+                            let Some(got) = t.encode_raw("m", &raw, rows, cols, dtype) else {
+                                continue;
+                            };
+                            fused += 1;
+                            let want = t.encode("m", &w, rows, cols, dtype);
+                            assert_eq!(
+                                got.unwrap(),
+                                want,
+                                "{} {} {q:?} {dtype} {rows}x{cols}",
+                                s.id,
+                                f.name()
+                            );
+                            let mut bad = w.clone();
+                            bad[cols * 2 + 7] = f32::INFINITY;
+                            bad[cols * (rows - 1)] = f32::NAN;
+                            let raw = crate::quant::rowwise::encode_floats(&bad, dtype);
+                            let e = t.encode_raw("m", &raw, rows, cols, dtype).unwrap();
+                            let first = (cols * 2 + 7).min(cols * (rows - 1));
+                            assert_eq!(
+                                e.unwrap_err(),
+                                first,
+                                "{} {} {q:?} {dtype} {rows}x{cols}",
+                                s.id,
+                                f.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            fused >= 8,
+            "the int4 per-channel and grouped targets have fused paths ({fused})"
+        );
+    }
+
     /// W4A4 NVFP4 needs an input amax file (exit 2 with a hint at the weight-only scheme);
     /// every other scheme refuses one.
     #[test]

@@ -95,6 +95,76 @@ where
     }
 }
 
+/// The fused fast path of an encoder that packs each row of INT4 codes into 32-bit words:
+/// straight from the stored weight bytes (`raw`, `[rows, cols]` of `dtype`), rows in parallel,
+/// each row converted to f32 in a per-thread buffer, cut into runs of `group` as in
+/// [`quantize`] (`run` is the recipe), and its codes packed by `pack_row`. No matrix-sized f32
+/// or code buffer exists; the output is the per-run values and the packed words as
+/// little-endian bytes (`[rows, ⌈cols/8⌉]` I32), exactly what [`quantize`] followed by the
+/// row packer and [`le_bytes`](super::pack::le_bytes) give (each user tests that).
+///
+/// `Err(i)`: `i` is the flat index of the first non-finite weight (row-major), found whatever
+/// the thread schedule.
+pub fn packed_from_raw<S, F, P>(
+    raw: &[u8],
+    dtype: Dtype,
+    rows: usize,
+    cols: usize,
+    group: usize,
+    run: F,
+    pack_row: P,
+) -> std::result::Result<(Vec<S>, Vec<u8>), usize>
+where
+    S: Clone + Default + Send,
+    F: Fn(&[f32], &mut [i8]) -> S + Sync,
+    P: Fn(&[i8], &mut Vec<i32>) + Sync,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let esz = dtype.size();
+    assert_eq!(raw.len(), rows * cols * esz, "raw bytes of [rows, cols]");
+    let g = if group == cols {
+        1
+    } else {
+        cols.div_ceil(group)
+    };
+    let wpr = cols.div_ceil(8);
+    let mut scales = vec![S::default(); rows * g];
+    let mut bytes = vec![0u8; rows * wpr * 4];
+    let bad = AtomicUsize::new(usize::MAX);
+    if cols > 0 {
+        let nonfinite = |x: &f32| x.to_bits() & 0x7f80_0000 == 0x7f80_0000;
+        scales
+            .par_chunks_mut(g)
+            .zip(bytes.par_chunks_mut(wpr * 4))
+            .zip(raw.par_chunks(cols * esz))
+            .enumerate()
+            .for_each_init(
+                || (vec![0f32; cols], vec![0i8; cols], Vec::with_capacity(wpr)),
+                |(f, c, words), (r, ((sc, out), row))| {
+                    crate::io::dtype::to_f32_into(dtype, row, f);
+                    if f.iter().fold(false, |acc, x| acc | nonfinite(x)) {
+                        let j = f.iter().position(nonfinite).expect("found");
+                        bad.fetch_min(r * cols + j, Ordering::Relaxed);
+                        return;
+                    }
+                    for ((s, cd), x) in sc.iter_mut().zip(c.chunks_mut(group)).zip(f.chunks(group))
+                    {
+                        *s = run(x, cd);
+                    }
+                    words.clear();
+                    pack_row(c, words);
+                    for (o, w) in out.chunks_exact_mut(4).zip(words.iter()) {
+                        o.copy_from_slice(&w.to_le_bytes());
+                    }
+                },
+            );
+    }
+    match bad.into_inner() {
+        usize::MAX => Ok((scales, bytes)),
+        i => Err(i),
+    }
+}
+
 /// `[rows, cols]` → `[cols, rows]` (output rows in parallel).
 pub fn transpose<T: Copy + Default + Send + Sync>(v: &[T], rows: usize, cols: usize) -> Vec<T> {
     assert_eq!(v.len(), rows * cols);

@@ -21,6 +21,12 @@ pub enum ExcludeStyle {
     Candidates,
 }
 
+/// The encoded tensors of one module, `(name, bytes)` in [`Target::specs`] order.
+pub type Encoded = Vec<(String, Vec<u8>)>;
+
+/// What a fused encoder gives: the tensors, or the flat index of the first non-finite weight.
+pub type RawEncoded = std::result::Result<Encoded, usize>;
+
 /// One output scheme in one file format.
 pub trait Target: Send + Sync {
     /// For messages: `"Quark Model layout"`, `"compressed-tensors 0.20.0 pack-quantized"`, ….
@@ -52,6 +58,21 @@ pub trait Target: Send + Sync {
         cols: usize,
         dtype: Dtype,
     ) -> Vec<(String, Vec<u8>)>;
+    /// [`encode`](Self::encode) straight from the stored weight (`raw`: `[rows, cols]` of
+    /// `dtype`), row by row, without the matrix-sized f32 copy: the same bytes, for a target
+    /// with such a fused path (`None`: the driver converts the weight and calls `encode`).
+    /// `Err(i)`: the flat index of the first non-finite weight.
+    fn encode_raw(
+        &self,
+        module: &str,
+        raw: &[u8],
+        rows: usize,
+        cols: usize,
+        dtype: Dtype,
+    ) -> Option<RawEncoded> {
+        let _ = (module, raw, rows, cols, dtype);
+        None
+    }
     /// The `quantization_config` value, with `exclude` as the unquantized-module list.
     fn config(&self, exclude: &[String]) -> Value;
     /// The key of that list in the config (`exclude`, `ignore`, `exclude_modules`).
