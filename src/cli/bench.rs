@@ -41,6 +41,10 @@ pub enum What {
         /// Print the figures as JSON on stdout.
         #[arg(long)]
         json: bool,
+        /// Rounds of `cp`, `cp && sync` and kquant, interleaved; each figure is the median
+        /// (the baseline runs once).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: u32,
         /// Arguments passed to `kquant quantize` (after `--`).
         #[arg(last = true)]
         args: Vec<String>,
@@ -54,6 +58,9 @@ pub enum What {
         scratch: PathBuf,
         #[arg(long)]
         json: bool,
+        /// Rounds of `cp`, `cp && sync` and kquant, interleaved; each figure is the median.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: u32,
         /// Arguments passed to `kquant convert KIND SRC -o OUT` after `--`, e.g. `-- eagle3 --to vllm`
         /// (the first one is the kind).
         #[arg(last = true)]
@@ -85,14 +92,24 @@ pub fn run(a: Args) -> Result<ExitCode> {
             scratch,
             baseline,
             json,
+            repeat,
             args,
-        } => run_timed("quantize", &src, &scratch, baseline.as_deref(), json, &args),
+        } => run_timed(
+            "quantize",
+            &src,
+            &scratch,
+            baseline.as_deref(),
+            json,
+            repeat,
+            &args,
+        ),
         What::Convert {
             src,
             scratch,
             json,
+            repeat,
             args,
-        } => run_timed("convert", &src, &scratch, None, json, &args),
+        } => run_timed("convert", &src, &scratch, None, json, repeat, &args),
     }
 }
 
@@ -235,12 +252,25 @@ fn timed(cmd: &str) -> Result<(f64, u64)> {
 
 /// `verb` is `quantize` (`kquant quantize SRC -o OUT ARGS`) or `convert`
 /// (`kquant convert ARGS[0] SRC -o OUT ARGS[1..]`).
+/// The median of some timings (the mean of the middle two for an even count).
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
 fn run_timed(
     verb: &str,
     src: &std::path::Path,
     scratch: &std::path::Path,
     baseline: Option<&str>,
     as_json: bool,
+    repeat: u32,
     args: &[String],
 ) -> Result<ExitCode> {
     let bytes: u64 = std::fs::read_dir(src)
@@ -257,11 +287,6 @@ fn run_timed(
     let q = |p: &std::path::Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
     let me = std::env::current_exe()
         .map_err(|e| Error::io("locate", std::path::Path::new("kquant"), e))?;
-    clean();
-    let (cp_s, cp_rss) = timed(&format!("cp -r {} {}", q(src), q(&out)))?;
-    clean();
-    let (cps_s, _) = timed(&format!("cp -r {} {} && sync", q(src), q(&out)))?;
-    clean();
     let extra: Vec<String> = args
         .iter()
         .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
@@ -288,8 +313,24 @@ fn run_timed(
             extra.join(" ")
         ),
     };
-    let (kq_s, kq_rss) = timed(&cmd)?;
+    // Interleaved rounds, so that a slow moment of the machine (writeback of an earlier
+    // step, another VM) hits every command alike; each figure is the median.
+    let (mut cp, mut cps, mut kq) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cp_rss, mut kq_rss) = (0u64, 0u64);
     clean();
+    for _ in 0..repeat {
+        let (t, r) = timed(&format!("cp -r {} {}", q(src), q(&out)))?;
+        cp.push(t);
+        cp_rss = cp_rss.max(r);
+        clean();
+        cps.push(timed(&format!("cp -r {} {} && sync", q(src), q(&out)))?.0);
+        clean();
+        let (t, r) = timed(&cmd)?;
+        kq.push(t);
+        kq_rss = kq_rss.max(r);
+        clean();
+    }
+    let (cp_s, cps_s, kq_s) = (median(&cp), median(&cps), median(&kq));
     let base = match baseline {
         Some(cmd) => {
             let cmd = cmd.replace("{src}", &q(src)).replace("{out}", &q(&out));
@@ -302,6 +343,7 @@ fn run_timed(
     let doc = json!({
         "schema": format!("kquant.bench.{verb}/1"),
         "src": src, "bytes": bytes, "args": args,
+        "repeat": repeat, "cp_runs_s": cp, "cp_sync_runs_s": cps, "kquant_runs_s": kq,
         "cp_s": cp_s, "cp_rss_bytes": cp_rss, "cp_sync_s": cps_s,
         "kquant_s": kq_s, "kquant_rss_bytes": kq_rss,
         "kquant_vs_cp": kq_s / cp_s, "kquant_vs_cp_sync": kq_s / cps_s,
@@ -317,11 +359,20 @@ fn run_timed(
             src.display(),
             human_bytes(bytes)
         );
+        let runs = |v: &[f64]| {
+            v.iter()
+                .map(|t| format!("{t:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!("rounds            {repeat} (each figure the median; runs in brackets)");
         println!(
-            "cp -r             {cp_s:.2} s, peak RSS {}",
+            "cp -r             {cp_s:.2} s [{}], peak RSS {}",
+            runs(&cp),
             human_bytes(cp_rss)
         );
-        println!("cp -r && sync     {cps_s:.2} s");
+        println!("cp -r && sync     {cps_s:.2} s [{}]", runs(&cps));
+        println!("kquant {verb:<10} [{}]", runs(&kq));
         println!(
             "kquant {verb:<10} {kq_s:.2} s, peak RSS {} ({:.2}× cp, {:.2}× cp+sync)",
             human_bytes(kq_rss),

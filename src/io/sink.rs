@@ -1,7 +1,7 @@
 //! One output file, streamed through aligned staging blocks and hashed on the way.
 //!
 //! The writer's bytes (headers, encoded tensors, and tensors copied unchanged from an input
-//! file with [`Sink::copy_from`]) are gathered into 8 MiB blocks aligned to 4 KiB. Each full
+//! file with [`Sink::copy_from`]) are gathered into 2 MiB blocks aligned to 4 KiB. Each full
 //! block goes to two threads at once: one feeds it to sha256, the other writes it at its
 //! offset. Where the filesystem allows it the file is opened with `O_DIRECT`, so the blocks go
 //! from this process's memory to the device without a second copy into the page cache (on the
@@ -9,7 +9,7 @@
 //! docs/performance.md); the last block is padded to the alignment and the file truncated to
 //! its length. Where `O_DIRECT` is refused (tmpfs, some network filesystems, non-Linux) the
 //! same blocks are written through the page cache. At most [`BLOCKS`] blocks are in flight, so
-//! memory stays at 32 MiB whatever the file size.
+//! memory stays at 16 MiB whatever the file size.
 //!
 //! `KQUANT_NO_DIRECT_IO=1` forces buffered writes (the tests run both paths).
 
@@ -24,9 +24,9 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 
 /// Bytes per staging block (a multiple of [`ALIGN`]).
-pub const BLOCK: usize = 8 << 20;
+pub const BLOCK: usize = 2 << 20;
 /// Blocks in flight (being filled, hashed or written).
-pub const BLOCKS: usize = 4;
+pub const BLOCKS: usize = 8;
 /// Alignment of block addresses, file offsets and direct write lengths.
 const ALIGN: usize = 4096;
 

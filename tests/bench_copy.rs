@@ -1,0 +1,75 @@
+//! `kquant bench quantize` and `bench convert` end to end on the tiny trained EAGLE-3 draft:
+//! interleaved rounds of `cp`, `cp && sync` and the command, the medians and ratios in the
+//! JSON report, a `--baseline` command, and an output that is removed after each step.
+
+mod common;
+
+use common::{kquant, root};
+use serde_json::Value;
+
+const EAGLE3: &str = "fixtures/kimi-k2.5-tiny/eagle3";
+
+fn report(args: &[&str]) -> Value {
+    let o = kquant(args);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// The runs, their median, and the ratio built from the medians.
+fn check(j: &Value, repeat: usize) {
+    assert_eq!(j["repeat"], repeat);
+    for (runs, med) in [
+        ("cp_runs_s", "cp_s"),
+        ("cp_sync_runs_s", "cp_sync_s"),
+        ("kquant_runs_s", "kquant_s"),
+    ] {
+        let mut v: Vec<f64> = j[runs]
+            .as_array()
+            .unwrap_or_else(|| panic!("{runs} missing: {j}"))
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(v.len(), repeat, "{runs}");
+        assert!(v.iter().all(|t| *t > 0.0 && t.is_finite()), "{runs}: {v:?}");
+        v.sort_by(f64::total_cmp);
+        let m = if repeat % 2 == 1 {
+            v[repeat / 2]
+        } else {
+            (v[repeat / 2 - 1] + v[repeat / 2]) / 2.0
+        };
+        assert_eq!(j[med].as_f64().unwrap(), m, "{med} is the median of {runs}");
+    }
+    let r = j["kquant_vs_cp_sync"].as_f64().unwrap();
+    let want = j["kquant_s"].as_f64().unwrap() / j["cp_sync_s"].as_f64().unwrap();
+    assert!((r - want).abs() < 1e-12);
+    assert!(j["kquant_rss_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn bench_quantize_and_convert_report_medians_of_interleaved_rounds() {
+    let t = tempfile::tempdir().unwrap();
+    let scratch = t.path().join("scratch");
+    let src = root().join(EAGLE3);
+    let src = src.to_str().unwrap();
+    let s = scratch.to_str().unwrap();
+    let j = report(&[
+        "bench", "quantize", src, "--scratch", s, "--json", "--repeat", "2",
+        "--baseline", "cp -r {src} {out}", "--", "--exclude", "fc,lm_head",
+    ]);
+    check(&j, 2);
+    assert!(j["baseline_s"].as_f64().unwrap() > 0.0);
+    assert!(!scratch.join("out").exists(), "the output is removed after each step");
+    let j = report(&[
+        "bench", "convert", src, "--scratch", s, "--json", "--repeat", "3", "--", "eagle3",
+        "--to", "vllm",
+    ]);
+    check(&j, 3);
+    assert!(j["baseline_s"].is_null());
+    let e = kquant(&["bench", "convert", src, "--scratch", s, "--repeat", "0", "--", "eagle3"]);
+    assert_eq!(e.status.code(), Some(2));
+}
