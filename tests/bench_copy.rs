@@ -58,18 +58,52 @@ fn bench_quantize_and_convert_report_medians_of_interleaved_rounds() {
     let src = src.to_str().unwrap();
     let s = scratch.to_str().unwrap();
     let j = report(&[
-        "bench", "quantize", src, "--scratch", s, "--json", "--repeat", "2",
-        "--baseline", "cp -r {src} {out}", "--", "--exclude", "fc,lm_head",
+        "bench",
+        "quantize",
+        src,
+        "--scratch",
+        s,
+        "--json",
+        "--repeat",
+        "2",
+        "--baseline",
+        "cp -r {src} {out}",
+        "--",
+        "--exclude",
+        "fc,lm_head",
     ]);
     check(&j, 2);
     assert!(j["baseline_s"].as_f64().unwrap() > 0.0);
-    assert!(!scratch.join("out").exists(), "the output is removed after each step");
+    assert!(
+        !scratch.join("out").exists(),
+        "the output is removed after each step"
+    );
     let j = report(&[
-        "bench", "convert", src, "--scratch", s, "--json", "--repeat", "3", "--", "eagle3",
-        "--to", "vllm",
+        "bench",
+        "convert",
+        src,
+        "--scratch",
+        s,
+        "--json",
+        "--repeat",
+        "3",
+        "--",
+        "eagle3",
+        "--to",
+        "vllm",
     ]);
     check(&j, 3);
     assert!(j["baseline_s"].is_null());
-    let e = kquant(&["bench", "convert", src, "--scratch", s, "--repeat", "0", "--", "eagle3"]);
+    let e = kquant(&[
+        "bench",
+        "convert",
+        src,
+        "--scratch",
+        s,
+        "--repeat",
+        "0",
+        "--",
+        "eagle3",
+    ]);
     assert_eq!(e.status.code(), Some(2));
 }

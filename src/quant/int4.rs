@@ -86,7 +86,9 @@ pub fn quark_scale(w: &[f32], dtype: Dtype) -> f32 {
 
 /// One code: `clamp(round_half_even(w · inv), −8, 7)`.
 pub fn quark_code(w: f32, inv: f32) -> i8 {
-    (super::rne::rne(w * inv) as i32).clamp(QMIN, QMAX) as i8
+    // Clamped as a float, then converted: the same code as converting first and clamping the
+    // integer (every value in range converts exactly), but it vectorises.
+    super::rne::rne(w * inv).clamp(QMIN as f32, QMAX as f32) as i8
 }
 
 /// One run, Quark's recipe: its scale `s`, and its codes against `inv = 1/s` (computed once).
@@ -123,6 +125,22 @@ pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The float clamp gives the integer clamp's code for every product, in range or not.
+    #[test]
+    fn quark_code_clamps_like_the_integer_clamp() {
+        let near = (-400..=400).map(|i| i as f32 / 16.0);
+        let far = (-10..=40).flat_map(|e| {
+            let p = 2f32.powi(e);
+            [p, -p, 1.5 * p, -1.5 * p]
+        });
+        for x in near.chain(far) {
+            for inv in [1.0f32, 0.37, 1e-3, 1e7] {
+                let want = ((x * inv).round_ties_even() as i32).clamp(QMIN, QMAX) as i8;
+                assert_eq!(quark_code(x, inv), want, "{x} · {inv}");
+            }
+        }
+    }
 
     fn data(rows: usize, cols: usize) -> Vec<f32> {
         rowwise::test_matrix(rows, cols, Dtype::BF16, 2.0, 0.1)
