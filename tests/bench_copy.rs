@@ -42,7 +42,11 @@ fn check(j: &Value, repeat: usize) {
         } else {
             (v[repeat / 2 - 1] + v[repeat / 2]) / 2.0
         };
-        assert_eq!(j[med].as_f64().unwrap(), m, "{med} is the median of {runs}");
+        let got = j[med].as_f64().unwrap();
+        assert!(
+            (got - m).abs() <= 1e-12 * m,
+            "{med} {got} is the median {m} of {runs}"
+        );
     }
     let r = j["kquant_vs_cp_sync"].as_f64().unwrap();
     let want = j["kquant_s"].as_f64().unwrap() / j["cp_sync_s"].as_f64().unwrap();
@@ -74,6 +78,11 @@ fn bench_quantize_and_convert_report_medians_of_interleaved_rounds() {
     ]);
     check(&j, 2);
     assert!(j["baseline_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        j["baseline_runs_s"].as_array().unwrap().len(),
+        2,
+        "the baseline runs every round"
+    );
     assert!(
         !scratch.join("out").exists(),
         "the output is removed after each step"
@@ -93,7 +102,7 @@ fn bench_quantize_and_convert_report_medians_of_interleaved_rounds() {
         "vllm",
     ]);
     check(&j, 3);
-    assert!(j["baseline_s"].is_null());
+    assert!(j["baseline_s"].is_null() && j["baseline_runs_s"].is_null());
     let e = kquant(&[
         "bench",
         "convert",

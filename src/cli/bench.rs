@@ -34,15 +34,15 @@ pub enum What {
         /// Scratch directory for the outputs (removed after each step).
         #[arg(long, default_value = "/tmp/kquant-bench-out")]
         scratch: PathBuf,
-        /// A further baseline to time, run with `sh -c` (e.g. Quark's file2file script); `{src}`
-        /// and `{out}` are replaced.
+        /// A further baseline to time in every round, run with `sh -c` (e.g. Quark's file2file
+        /// script); `{src}` and `{out}` are replaced.
         #[arg(long)]
         baseline: Option<String>,
         /// Print the figures as JSON on stdout.
         #[arg(long)]
         json: bool,
-        /// Rounds of `cp`, `cp && sync` and kquant, interleaved; each figure is the median
-        /// (the baseline runs once).
+        /// Rounds of `cp`, `cp && sync`, kquant and the baseline, interleaved; each figure is
+        /// the median.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         repeat: u32,
         /// Arguments passed to `kquant quantize` (after `--`).
@@ -317,6 +317,8 @@ fn run_timed(
     // step, another VM) hits every command alike; each figure is the median.
     let (mut cp, mut cps, mut kq) = (Vec::new(), Vec::new(), Vec::new());
     let (mut cp_rss, mut kq_rss) = (0u64, 0u64);
+    let base_cmd = baseline.map(|c| c.replace("{src}", &q(src)).replace("{out}", &q(&out)));
+    let (mut base_runs, mut base_rss) = (Vec::new(), 0u64);
     clean();
     for _ in 0..repeat {
         let (t, r) = timed(&format!("cp -r {} {}", q(src), q(&out)))?;
@@ -329,21 +331,20 @@ fn run_timed(
         kq.push(t);
         kq_rss = kq_rss.max(r);
         clean();
+        if let Some(b) = &base_cmd {
+            let (t, r) = timed(b)?;
+            base_runs.push(t);
+            base_rss = base_rss.max(r);
+            clean();
+        }
     }
     let (cp_s, cps_s, kq_s) = (median(&cp), median(&cps), median(&kq));
-    let base = match baseline {
-        Some(cmd) => {
-            let cmd = cmd.replace("{src}", &q(src)).replace("{out}", &q(&out));
-            let r = timed(&cmd)?;
-            clean();
-            Some(r)
-        }
-        None => None,
-    };
+    let base = (!base_runs.is_empty()).then(|| (median(&base_runs), base_rss));
     let doc = json!({
         "schema": format!("kquant.bench.{verb}/1"),
         "src": src, "bytes": bytes, "args": args,
         "repeat": repeat, "cp_runs_s": cp, "cp_sync_runs_s": cps, "kquant_runs_s": kq,
+        "baseline_runs_s": base_cmd.as_ref().map(|_| &base_runs),
         "cp_s": cp_s, "cp_rss_bytes": cp_rss, "cp_sync_s": cps_s,
         "kquant_s": kq_s, "kquant_rss_bytes": kq_rss,
         "kquant_vs_cp": kq_s / cp_s, "kquant_vs_cp_sync": kq_s / cps_s,
