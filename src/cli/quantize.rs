@@ -21,7 +21,7 @@ use crate::quant::input_amax::InputAmax;
 use crate::quant::registry::{self, Format, QuarkFlags, SCHEMES};
 use crate::quant::rowwise;
 use crate::quant::target::{ExcludeStyle, Target};
-use crate::quant::{preset, quark};
+use crate::quant::{preset, quark, schedule};
 
 /// Arguments of `kquant quantize`.
 #[derive(Debug, clap::Args)]
@@ -295,19 +295,23 @@ pub fn run(a: Args) -> Result<ExitCode> {
         hash_inputs: a.hash_inputs,
         ..Default::default()
     };
+    let sizes: HashMap<String, u64> = specs.iter().map(|s| (s.name.clone(), s.nbytes())).collect();
     let mut w = Writer::create(&a.output, specs, wopts)?;
     let order: Vec<String> = w.order().into_iter().map(String::from).collect();
     let pb = progress(before, "quantize");
-    // The quantized modules, in the order the writer first needs one of their tensors: a
-    // producer thread encodes them in that order, one ahead, while this thread copies the
-    // unchanged tensors, so encoding overlaps the I/O and hashing.
-    let mut jobs: Vec<usize> = Vec::new();
-    for name in &order {
-        let i = producer[name];
-        if matches!(plan[i].1, Action::Quantize { .. }) && !jobs.contains(&i) {
-            jobs.push(i);
-        }
-    }
+    // The encodings, in the order the writer needs them (a module again where keeping its later
+    // tensors would pass the memory budget): a producer thread runs them one ahead while this
+    // thread copies the unchanged tensors, so encoding overlaps the I/O and hashing.
+    let jobs = schedule::plan(
+        &order,
+        |n| {
+            let i = producer[n];
+            matches!(plan[i].1, Action::Quantize { .. }).then_some(i)
+        },
+        |n| sizes[n],
+        pending_budget(&plan, &producer, &sizes),
+    );
+    let modules: Vec<usize> = jobs.iter().map(|j| j.module).collect();
     let encode = |i: usize, wf: &mut Vec<f32>| -> Result<Vec<(String, Vec<u8>)>> {
         let (t, act) = &plan[i];
         let Action::Quantize { module, rows, cols } = act else {
@@ -337,13 +341,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let encode = &encode;
         sc.spawn(move || {
             let mut wf = Vec::new();
-            for i in jobs {
+            for i in modules {
                 if tx.send((i, encode(i, &mut wf))).is_err() {
                     break;
                 }
             }
         });
         let mut pending: HashMap<String, Vec<u8>> = HashMap::new();
+        let mut jobs = jobs.into_iter();
         for name in order {
             if let Some(bytes) = pending.remove(&name) {
                 w.write(&name, &bytes)?;
@@ -359,16 +364,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     w.copy_tensor(&name, shard, t, |k| pb.inc(k))?;
                 }
                 Action::Quantize { .. } => {
+                    let job = jobs.next().expect("a job for every encoded tensor");
                     let (j, encoded) = rx.recv().expect("the encoder sends every job");
-                    debug_assert_eq!(i, j, "encoded in the order written");
+                    debug_assert_eq!((i, i, &name), (j, job.module, &job.now));
                     for (n, bytes) in encoded? {
                         if n == name {
                             w.write(&n, &bytes)?;
-                        } else {
+                        } else if job.keep.contains(&n) {
                             pending.insert(n, bytes);
                         }
                     }
-                    pb.inc(t.nbytes());
+                    if job.first {
+                        pb.inc(t.nbytes());
+                    }
                 }
             }
         }
@@ -495,6 +503,29 @@ fn prepass(
         families,
         weight_amax,
     })
+}
+
+/// The memory `quantize` aims to stay within (the target for the 6 GB draft).
+const MEMORY_TARGET: u64 = 896 << 20;
+
+/// Most bytes of encoded tensors held for the writer at once (see [`schedule`]): what is left
+/// of [`MEMORY_TARGET`] after the encoder's f32 buffer (the largest weight) and three encoded
+/// modules (the one being written, the one in the channel, the one being encoded).
+fn pending_budget(
+    plan: &[(&TensorInfo, Action)],
+    producer: &HashMap<String, usize>,
+    sizes: &HashMap<String, u64>,
+) -> u64 {
+    let mut f32_max = 0u64;
+    let mut module_bytes: HashMap<usize, u64> = HashMap::new();
+    for (n, &i) in producer {
+        if let Action::Quantize { rows, cols, .. } = plan[i].1 {
+            f32_max = f32_max.max((rows * cols * 4) as u64);
+            *module_bytes.entry(i).or_default() += sizes[n];
+        }
+    }
+    let enc_max = module_bytes.values().copied().max().unwrap_or(0);
+    MEMORY_TARGET.saturating_sub(f32_max + 3 * enc_max)
 }
 
 fn check_finite(w: &[f32], cols: usize, path: &std::path::Path, name: &str) -> Result<()> {

@@ -75,7 +75,7 @@ pub fn fp8_specs(module: &str, rows: usize, cols: usize, model: Dtype) -> Vec<Te
 }
 
 /// Encode an FP8 module for each of its [`fp8_specs`].
-pub fn fp8_encode(module: &str, q: &Fp8, model: Dtype) -> Vec<(String, Vec<u8>)> {
+pub fn fp8_encode(module: &str, q: Fp8, model: Dtype) -> Vec<(String, Vec<u8>)> {
     q.encode(module, model)
 }
 
@@ -182,7 +182,7 @@ impl Target for FloatQuantized {
         cols: usize,
         dtype: Dtype,
     ) -> Vec<(String, Vec<u8>)> {
-        fp8_encode(module, &fp8_quantize(w, rows, cols, dtype), dtype)
+        fp8_encode(module, fp8_quantize(w, rows, cols, dtype), dtype)
     }
     fn config(&self, exclude: &[String]) -> Value {
         fp8_config(exclude)
@@ -292,7 +292,7 @@ mod tests {
         rowwise::assert_matches_specs(&enc, &int_specs("m", rows, cols, W4A8_GROUP, Dtype::BF16));
         assert_eq!(int_decode(&enc[0].1, &q.scales, rows, cols, W4A8_GROUP), q);
         let p = fp8_quantize(&w, rows, cols, Dtype::BF16);
-        let enc = fp8_encode("m", &p, Dtype::BF16);
+        let enc = fp8_encode("m", p.clone(), Dtype::BF16);
         rowwise::assert_matches_specs(&enc, &fp8_specs("m", rows, cols, Dtype::BF16));
     }
 

@@ -77,9 +77,9 @@ impl Fp8 {
     }
     /// `X.weight` (the E4M3 codes) and `X.weight_scale` (the scales as `scale_dtype`): the FP8
     /// layout of every format (each gives the scale its own shape in its specs).
-    pub fn encode(&self, module: &str, scale_dtype: Dtype) -> Vec<(String, Vec<u8>)> {
+    pub fn encode(self, module: &str, scale_dtype: Dtype) -> Vec<(String, Vec<u8>)> {
         vec![
-            (format!("{module}.weight"), self.codes.clone()),
+            (format!("{module}.weight"), self.codes),
             (
                 format!("{module}.weight_scale"),
                 rowwise::encode_floats(&self.scales, scale_dtype),

@@ -24,4 +24,5 @@ pub mod quark_uint4;
 pub mod registry;
 pub mod rne;
 pub mod rowwise;
+pub mod schedule;
 pub mod target;

@@ -270,7 +270,7 @@ pub fn fp8_specs(module: &str, rows: usize, cols: usize) -> Vec<TensorSpec> {
 }
 
 /// Encode an `FP8_PER_CHANNEL_PER_TOKEN` module for each of its [`fp8_specs`].
-pub fn fp8_encode(module: &str, q: &Fp8) -> Vec<(String, Vec<u8>)> {
+pub fn fp8_encode(module: &str, q: Fp8) -> Vec<(String, Vec<u8>)> {
     q.encode(module, Dtype::F32)
 }
 
@@ -449,7 +449,7 @@ impl Target for Modelopt {
             Algo::W4a16Awq { group } => {
                 int4_encode(module, &int4_quantize(w, rows, cols, group, dtype), dtype)
             }
-            Algo::Fp8PerChannelPerToken => fp8_encode(module, &fp8_quantize(w, rows, cols, dtype)),
+            Algo::Fp8PerChannelPerToken => fp8_encode(module, fp8_quantize(w, rows, cols, dtype)),
         }
     }
     fn config(&self, exclude: &[String]) -> Value {
@@ -543,7 +543,10 @@ mod tests {
                 assert_eq!(int4_decode(&enc[0].1, &r.scales, rows, cols, group), r);
                 let f = fp8_quantize_ref(&w, rows, cols, dt);
                 assert_eq!(fp8_quantize(&w, rows, cols, dt), f);
-                rowwise::assert_matches_specs(&fp8_encode("m", &f), &fp8_specs("m", rows, cols));
+                rowwise::assert_matches_specs(
+                    &fp8_encode("m", f.clone()),
+                    &fp8_specs("m", rows, cols),
+                );
             }
         }
         assert_eq!(int4_specs("a.q_proj", 2, 8, 8, Dtype::BF16).len(), 2);

@@ -85,7 +85,7 @@ pub fn ptpc_specs(module: &str, rows: usize, cols: usize, model: Dtype) -> Vec<T
 }
 
 /// Encode a `ptpc_fp8` module for each of its [`ptpc_specs`].
-pub fn ptpc_encode(module: &str, q: &Fp8, model: Dtype) -> Vec<(String, Vec<u8>)> {
+pub fn ptpc_encode(module: &str, q: Fp8, model: Dtype) -> Vec<(String, Vec<u8>)> {
     q.encode(module, model)
 }
 
@@ -281,7 +281,7 @@ impl Target for Ptpc {
         cols: usize,
         dtype: Dtype,
     ) -> Vec<(String, Vec<u8>)> {
-        ptpc_encode(module, &ptpc_quantize(w, rows, cols, dtype), dtype)
+        ptpc_encode(module, ptpc_quantize(w, rows, cols, dtype), dtype)
     }
     fn config(&self, exclude: &[String]) -> Value {
         ptpc_config(&self.0, exclude)
@@ -406,7 +406,7 @@ mod tests {
         let back = int4_fp8_decode(&enc[0].1, q.s1, &q.int4.scales, rows, cols, Order::Reorder);
         assert_eq!(back, q);
         let p = ptpc_quantize(&w, rows, cols, Dtype::BF16);
-        let enc = ptpc_encode("m", &p, Dtype::BF16);
+        let enc = ptpc_encode("m", p.clone(), Dtype::BF16);
         rowwise::assert_matches_specs(&enc, &ptpc_specs("m", rows, cols, Dtype::BF16));
     }
 
