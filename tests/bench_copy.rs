@@ -4,21 +4,10 @@
 
 mod common;
 
-use common::{kquant, root};
+use common::{kquant, kquant_json, root};
 use serde_json::Value;
 
 const EAGLE3: &str = "fixtures/kimi-k2.5-tiny/eagle3";
-
-fn report(args: &[&str]) -> Value {
-    let o = kquant(args);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).unwrap()
-}
 
 /// The runs, their median, and the ratio built from the medians.
 fn check(j: &Value, repeat: usize) {
@@ -61,7 +50,7 @@ fn bench_quantize_and_convert_report_medians_of_interleaved_rounds() {
     let src = root().join(EAGLE3);
     let src = src.to_str().unwrap();
     let s = scratch.to_str().unwrap();
-    let j = report(&[
+    let j = kquant_json(&[
         "bench",
         "quantize",
         src,
@@ -87,7 +76,7 @@ fn bench_quantize_and_convert_report_medians_of_interleaved_rounds() {
         !scratch.join("out").exists(),
         "the output is removed after each step"
     );
-    let j = report(&[
+    let j = kquant_json(&[
         "bench",
         "convert",
         src,

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{kquant, read_json, root};
+use common::{kquant, kquant_json, read_json, root};
 use serde_json::Value;
 
 const EAGLE3: &str = "fixtures/kimi-k2.5-tiny/eagle3";
@@ -13,17 +13,6 @@ const MLA: &str = "fixtures/kimi-k2.5-tiny/eagle3-mla";
 const DFLASH: &str = "fixtures/kimi-k2.5-tiny/dflash";
 const TARGET: &str = "fixtures/kimi-k2.5-tiny/target";
 const TRACE: &str = "fixtures/kimi-k2.5-tiny/trace";
-
-fn json_of(args: &[&str]) -> Value {
-    let o = kquant(args);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).unwrap()
-}
 
 fn positive(j: &Value, k: &str) -> f64 {
     let v = j[k]
@@ -37,7 +26,7 @@ fn positive(j: &Value, k: &str) -> f64 {
 fn synthetic_trace_report_and_the_trace_verify_accepts() {
     let t = tempfile::tempdir().unwrap();
     let tr = t.path().join("trace");
-    let j = json_of(&[
+    let j = kquant_json(&[
         "bench",
         "replay",
         MLA,
@@ -86,7 +75,7 @@ fn synthetic_trace_report_and_the_trace_verify_accepts() {
         (m["hidden_size"].as_u64(), m["vocab_size"].as_u64()),
         (Some(256), Some(2048))
     );
-    let v = json_of(&[
+    let v = kquant_json(&[
         "verify",
         "--draft",
         MLA,
@@ -99,7 +88,7 @@ fn synthetic_trace_report_and_the_trace_verify_accepts() {
 
     // Deterministic: a second synthetic trace has the same bytes.
     let tr2 = t.path().join("trace2");
-    json_of(&[
+    kquant_json(&[
         "bench",
         "replay",
         MLA,
@@ -116,7 +105,7 @@ fn synthetic_trace_report_and_the_trace_verify_accepts() {
 
 #[test]
 fn a_slice_of_the_committed_trace_and_a_dflash_draft() {
-    let j = json_of(&[
+    let j = kquant_json(&[
         "bench",
         "replay",
         EAGLE3,
@@ -146,7 +135,7 @@ fn a_slice_of_the_committed_trace_and_a_dflash_draft() {
     positive(&j, "token_depths_per_s");
 
     // A block drafter reports its block size − 1 depths whatever --steps says.
-    let d = json_of(&[
+    let d = kquant_json(&[
         "bench",
         "replay",
         DFLASH,

@@ -9,7 +9,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{floats, kquant, load, read_json, root, Tensors};
+use common::{floats, kquant, kquant_json, load, read_json, root, Tensors};
 use kquant::checkpoint::{AuxConvention, Checkpoint};
 use kquant::runtime::dflash::{DFlash, TargetHead, FAST_REL_TOL};
 use kquant::runtime::Drafter;
@@ -263,7 +263,7 @@ fn a_quantized_draft_runs_as_its_dequantized_weights() {
 /// `kquant verify` on `trace` with the fixture's DFlash draft and target against the
 /// prompt-lookup baseline, as JSON (exit 0).
 fn verify_json(trace: &str) -> Value {
-    let out = kquant(&[
+    kquant_json(&[
         "verify",
         "--draft",
         &format!("{FIX}/dflash"),
@@ -275,14 +275,7 @@ fn verify_json(trace: &str) -> Value {
         "prompt-lookup",
         "--json",
         "-",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    ])
 }
 
 /// Sums of the reference's per-sample walks: (rounds, committed, positions, leading_sum).

@@ -366,7 +366,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 Action::Quantize { .. } => {
                     let job = jobs.next().expect("a job for every encoded tensor");
                     let (j, encoded) = rx.recv().expect("the encoder sends every job");
-                    debug_assert_eq!((i, i, &name), (j, job.module, &job.now));
+                    debug_assert!(j == i && job.module == i && job.now == name);
                     for (n, bytes) in encoded? {
                         if n == name {
                             w.write(&n, &bytes)?;
@@ -530,14 +530,12 @@ fn pending_budget(
 
 fn check_finite(w: &[f32], cols: usize, path: &std::path::Path, name: &str) -> Result<()> {
     use rayon::prelude::*;
-    // Whole chunks are tested without an early exit (the test vectorises), in parallel; only a
-    // chunk that has a non-finite value is searched for it.
+    // In parallel chunks; within a chunk, `first_non_finite`'s vectorised test.
     const CHUNK: usize = 1 << 16;
-    let bad = |x: &f32| x.to_bits() & 0x7f80_0000 == 0x7f80_0000;
     let first = w
         .par_chunks(CHUNK)
-        .position_first(|c| c.iter().fold(false, |acc, x| acc | bad(x)))
-        .map(|k| k * CHUNK + w[k * CHUNK..].iter().position(bad).expect("in the chunk"));
+        .enumerate()
+        .find_map_first(|(k, c)| rowwise::first_non_finite(c).map(|j| k * CHUNK + j));
     match first {
         Some(i) => Err(non_finite(path, name, i, cols, w[i])),
         None => Ok(()),

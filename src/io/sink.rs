@@ -148,15 +148,6 @@ impl Sink {
         self.direct
     }
 
-    /// Bytes accepted so far.
-    pub fn len(&self) -> u64 {
-        self.pos
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.pos == 0
-    }
-
     /// Append `data`.
     pub fn write(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {

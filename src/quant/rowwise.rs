@@ -112,6 +112,16 @@ where
     }
 }
 
+/// Index of the first NaN or infinity in `w`. The whole slice is tested without an early exit
+/// (so the test vectorises), and searched only when it has one.
+pub fn first_non_finite(w: &[f32]) -> Option<usize> {
+    if w.iter().fold(false, |acc, x| acc | !x.is_finite()) {
+        w.iter().position(|x| !x.is_finite())
+    } else {
+        None
+    }
+}
+
 /// The fused fast path of an encoder that packs each row of INT4 codes into 32-bit words:
 /// straight from the stored weight bytes (`raw`, `[rows, cols]` of `dtype`), rows in parallel,
 /// each row converted to f32 in a per-thread buffer, cut into runs of `group` as in
@@ -149,7 +159,6 @@ where
     let mut bytes = vec![0u8; rows * wpr * 4];
     let bad = AtomicUsize::new(usize::MAX);
     if cols > 0 {
-        let nonfinite = |x: &f32| x.to_bits() & 0x7f80_0000 == 0x7f80_0000;
         scales
             .par_chunks_mut(g)
             .zip(bytes.par_chunks_mut(wpr * 4))
@@ -159,8 +168,7 @@ where
                 || (vec![0f32; cols], vec![0i8; cols], Vec::with_capacity(wpr)),
                 |(f, c, words), (r, ((sc, out), row))| {
                     crate::io::dtype::to_f32_into(dtype, row, f);
-                    if f.iter().fold(false, |acc, x| acc | nonfinite(x)) {
-                        let j = f.iter().position(nonfinite).expect("found");
+                    if let Some(j) = first_non_finite(f) {
                         bad.fetch_min(r * cols + j, Ordering::Relaxed);
                         return;
                     }

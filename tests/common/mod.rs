@@ -30,6 +30,18 @@ pub fn kquant(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Run `kquant ARGS…`, require exit 0 (stderr shown otherwise), and parse stdout as JSON.
+pub fn kquant_json(args: &[&str]) -> Value {
+    let o = kquant(args);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 /// `kquant inspect DIR --json`, parsed.
 pub fn inspect_json(dir: &Path) -> Value {
     serde_json::from_slice(&kquant(&["inspect", dir.to_str().unwrap(), "--json"]).stdout).unwrap()
