@@ -11,6 +11,8 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // Remove partial outputs on SIGINT/SIGTERM/SIGHUP; name the input that shrank on SIGBUS.
+    kquant::io::interrupt::install();
     let cli = kquant::cli::Cli::parse();
     match kquant::cli::run(cli) {
         Ok(code) => code,

@@ -180,15 +180,17 @@ fn existing_output_is_refused_unless_forced() {
     assert!(e.to_string().contains("already exists"), "{e}");
     assert!(e.hint().unwrap().contains("--force"));
     assert!(out.join("keep").exists());
-    write_all(
-        &out,
-        WriteOptions {
-            force: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    assert!(!out.join("keep").exists());
+    let force = || WriteOptions {
+        force: true,
+        ..Default::default()
+    };
+    // --force replaces only what kquant wrote: this directory has no manifest.
+    let e = write_all(&out, force()).unwrap_err();
+    assert!(e.to_string().contains("not an output kquant wrote"), "{e}");
+    assert!(out.join("keep").exists());
+    std::fs::remove_dir_all(&out).unwrap();
+    write_all(&out, WriteOptions::default()).unwrap();
+    write_all(&out, force()).unwrap();
     assert!(out.join("model.safetensors").exists());
     let leftovers: Vec<_> = std::fs::read_dir(t.path())
         .unwrap()

@@ -104,6 +104,8 @@ pub fn write_synthetic(
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
     }
+    // A bench trace is replaced without --force, but only when kquant wrote it.
+    let claim = trace::claim(dir, true, &[])?;
     let mut taps = shape.taps.clone();
     taps.sort_unstable();
     taps.dedup();
@@ -164,7 +166,7 @@ pub fn write_synthetic(
         shards: vec![],
         extra,
     };
-    trace::write(dir, manifest, &new, true)
+    trace::write(claim, manifest, &new)
 }
 
 /// A `/proc/self/status` field in bytes (`VmRSS`, `VmHWM`).

@@ -98,7 +98,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
     });
     let mut bytes = serde_json::to_vec_pretty(&doc).expect("JSON");
     bytes.push(b'\n');
-    std::fs::write(&a.output, bytes).map_err(|e| Error::io("write", &a.output, e))?;
+    // Regenerated on every run: replaced when kquant wrote it, refused otherwise (io::output).
+    crate::io::output::write_file(
+        &a.output,
+        crate::quant::input_amax::FILE_KIND,
+        true,
+        &[PathBuf::from(&a.draft), a.trace.clone()],
+        &bytes,
+    )?;
     let all: Vec<_> = walks.iter().collect();
     let (lo, hi) = min_max(&amax);
     eprintln!(

@@ -163,6 +163,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let mut inputs: Vec<PathBuf> = ck.weights.files().iter().map(|p| p.to_path_buf()).collect();
     inputs.extend(ck.weights.config_path.clone());
+    if let Some(t) = &target {
+        // Read for its embedding / lm_head: recorded, and protected from -o like the source.
+        inputs.extend(t.weights.files().iter().map(|p| p.to_path_buf()));
+    }
     let opts = WriteOptions {
         max_shard_size: a.max_shard_size,
         force: a.force,

@@ -96,9 +96,12 @@ pub fn render_error(e: &Error) {
     }
 }
 
-/// The command line as the user typed it, for manifests.
+/// The command line as the user typed it, for manifests (an argument that is not UTF-8, such
+/// as a path, is recorded with U+FFFD for its invalid bytes).
 pub fn command_line() -> Vec<String> {
-    std::env::args().collect()
+    std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
 }
 
 /// A progress bar on stderr (hidden when stderr is not a terminal).

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::checkpoint::Checkpoint;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::runtime::deepseek::DeepseekV3;
 use crate::verify::capture::{self, Options};
 
@@ -69,14 +69,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
 }
 
 fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
-    // Refuse before hours of capture rather than at the end (`trace::write` checks again).
-    if a.output.exists() && !a.force {
-        return Err(Error::Output {
-            path: a.output.clone(),
-            msg: "already exists".into(),
-            hint: Some("pass --force to replace it".into()),
-        });
-    }
+    // Claimed before hours of capture rather than at the end.
+    let claim = crate::verify::trace::claim(
+        &a.output,
+        a.force,
+        &[a.prompts.clone(), PathBuf::from(&a.target)],
+    )?;
     let ck = Checkpoint::open(&a.target)?;
     let m = DeepseekV3::load(&ck)?;
     let mut prompts = capture::read_prompts(&a.prompts)?;
@@ -96,9 +94,7 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
             .map(|s| s.to_string_lossy().to_string())
             .unwrap_or_default()
     });
-    let s = capture::write_trace(
-        &ck, &m, &a.target, &prompts, &o, &dataset, &a.output, a.force,
-    )?;
+    let s = capture::write_trace(&ck, &m, &a.target, &prompts, &o, &dataset, claim)?;
     println!(
         "{}: {} samples, {} tokens, taps {:?}, greedy_selfcheck {} ({} regenerated without the cache)",
         a.output.display(),

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
+use crate::io::output;
 use crate::runtime::deepseek::DeepseekV3;
 use crate::verify::capture;
 use crate::verify::drafters::{load_drafter, replay};
@@ -121,7 +122,8 @@ fn open_trace(
                     p.name,
                     tgt.display()
                 );
-                capture::write_trace(&ck, &m, &p.name, &prompts, &o, "live", &out, false)?;
+                let claim = crate::verify::trace::claim(&out, false, &[])?;
+                capture::write_trace(&ck, &m, &p.name, &prompts, &o, "live", claim)?;
                 let t = Trace::open(&out)?;
                 *tmp = Some(dir);
                 t
@@ -273,12 +275,31 @@ pub fn run(a: Args) -> Result<ExitCode> {
     } else {
         print!("{}", report::table(&rep));
     }
+    // Reports are regenerated on every run: an existing one is replaced when kquant wrote it,
+    // anything else is refused (io::output).
+    let sources: Vec<PathBuf> = [Some(&a.draft), a.baseline.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(PathBuf::from)
+        .chain(a.trace.clone())
+        .collect();
     if let Some(p) = a.json.as_ref().filter(|_| !json_to_stdout) {
-        std::fs::write(p, serde_json::to_vec_pretty(&rep).expect("JSON"))
-            .map_err(|e| Error::io("write", p, e))?;
+        output::write_file(
+            p,
+            report::JSON_REPORT,
+            true,
+            &sources,
+            &serde_json::to_vec_pretty(&rep).expect("JSON"),
+        )?;
     }
     if let Some(p) = &a.junit {
-        std::fs::write(p, report::junit(&rep)).map_err(|e| Error::io("write", p, e))?;
+        output::write_file(
+            p,
+            report::JUNIT_REPORT,
+            true,
+            &sources,
+            report::junit(&rep).as_bytes(),
+        )?;
     }
     Ok(if decision.passed {
         ExitCode::SUCCESS

@@ -8,6 +8,7 @@ use memmap2::{Mmap, MmapOptions};
 
 use super::dtype::{self, Dtype};
 use super::header::{self, Header, TensorInfo};
+use super::interrupt;
 use crate::error::{Error, HeaderError, Result};
 
 /// A mapped, validated safetensors file.
@@ -15,6 +16,8 @@ pub struct Shard {
     path: PathBuf,
     file: File,
     map: Mmap,
+    /// The map's range, for the SIGBUS message (`io::interrupt`).
+    _registration: interrupt::MapRegistration,
     header: Header,
     by_name: HashMap<String, usize>,
 }
@@ -99,10 +102,12 @@ impl Shard {
             .enumerate()
             .map(|(i, t)| (t.name.clone(), i))
             .collect();
+        let _registration = interrupt::register_map(map.as_ptr(), map.len(), path);
         Ok(Shard {
             path: path.into(),
             file,
             map,
+            _registration,
             header,
             by_name,
         })

@@ -5,7 +5,8 @@
 //! into shards of at most `max_shard_size` bytes, and then takes the bytes tensor by tensor (or
 //! in parts) in that order, hashing as it writes. Nothing is held in memory beyond a write
 //! buffer. Output is built in a temporary sibling directory, fsynced, and renamed into place
-//! only by [`Writer::finish`]; dropping an unfinished writer removes the temporary directory.
+//! only by [`Writer::finish`] (through its [`Claim`]); dropping an unfinished writer removes the
+//! staging directory.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -18,6 +19,7 @@ use super::dtype::Dtype;
 use super::header::{self, TensorInfo};
 use super::index::INDEX_FILE;
 use super::manifest::{FileEntry, InputEntry, Manifest, HASH_INPUTS_UP_TO, MANIFEST_FILE};
+use super::output::{Claim, Kind};
 use super::shard::Shard;
 use super::sink::Sink;
 use super::source::SINGLE_FILE;
@@ -88,7 +90,9 @@ pub struct Writer {
     open: Option<Sink>,
     done: Vec<FileEntry>,
     inputs: Option<std::thread::JoinHandle<Result<Vec<InputEntry>>>>,
-    finished: bool,
+    /// The output's claim (none for [`Writer::in_dir`]); dropping it unfinished removes the
+    /// staging directory.
+    claim: Option<Claim>,
 }
 
 /// The safetensors-library order: dtype alignment descending, then name.
@@ -97,53 +101,45 @@ pub fn canonical_order(specs: &mut [TensorSpec]) {
 }
 
 impl Writer {
-    /// Plan the output and create the temporary directory beside `out`.
-    pub fn create(out: &Path, mut specs: Vec<TensorSpec>, opts: WriteOptions) -> Result<Writer> {
-        let oerr = |msg: String, hint: Option<&str>| Error::Output {
-            path: out.into(),
-            msg,
-            hint: hint.map(Into::into),
-        };
-        if out.exists() && !opts.force {
-            return Err(oerr(
-                "already exists".into(),
-                Some("pass --force to replace it, or choose another -o"),
-            ));
-        }
+    /// Claim `out` (see [`Claim`]: exclusive, never over a source, `--force` only over what
+    /// kquant wrote) and plan the output in its staging directory.
+    pub fn create(out: &Path, specs: Vec<TensorSpec>, opts: WriteOptions) -> Result<Writer> {
+        Self::check_specs(out, &specs)?;
+        let claim = Claim::new(out, Kind::Checkpoint, opts.force, &opts.inputs)?;
+        let dir = claim.staging().to_path_buf();
+        Self::start(out, dir, Some(claim), specs, opts)
+    }
+
+    /// Plan the output into `dir`, an empty directory the caller made (the staging directory
+    /// of its own [`Claim`]); [`finish`](Self::finish) leaves it there.
+    pub fn in_dir(dir: &Path, specs: Vec<TensorSpec>, opts: WriteOptions) -> Result<Writer> {
+        Self::check_specs(dir, &specs)?;
+        Self::start(dir, dir.to_path_buf(), None, specs, opts)
+    }
+
+    fn check_specs(out: &Path, specs: &[TensorSpec]) -> Result<()> {
         let mut seen = std::collections::HashSet::new();
-        for s in &specs {
+        for s in specs {
             if !seen.insert(s.name.as_str()) {
-                return Err(oerr(
-                    format!("tensor `{}` would be written twice", s.name),
-                    None,
-                ));
+                return Err(Error::Output {
+                    path: out.into(),
+                    msg: format!("tensor `{}` would be written twice", s.name),
+                    hint: None,
+                });
             }
         }
+        Ok(())
+    }
+
+    fn start(
+        out: &Path,
+        tmp: PathBuf,
+        claim: Option<Claim>,
+        mut specs: Vec<TensorSpec>,
+        opts: WriteOptions,
+    ) -> Result<Writer> {
         canonical_order(&mut specs);
         let shards = plan_shards(&specs, opts.max_shard_size);
-        let name = out
-            .file_name()
-            .ok_or_else(|| oerr("is not a usable output directory name".into(), None))?;
-        let parent = out
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        if !parent.is_dir() {
-            return Err(oerr(
-                "parent directory does not exist".into(),
-                Some("create it first"),
-            ));
-        }
-        let tmp = parent.join(format!(
-            ".{}.kquant-tmp-{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp)
-                .map_err(|e| Error::io("remove stale temporary directory", &tmp, e))?;
-        }
-        std::fs::create_dir(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
         let inputs = opts.inputs.clone();
         let all = opts.hash_inputs;
         let hasher =
@@ -151,6 +147,7 @@ impl Writer {
         let mut w = Writer {
             out: out.into(),
             tmp,
+            claim,
             opts,
             shards,
             next: (0, 0),
@@ -158,7 +155,6 @@ impl Writer {
             open: None,
             done: Vec::new(),
             inputs: Some(hasher),
-            finished: false,
         };
         w.skip_empty_shards()?;
         Ok(w)
@@ -345,30 +341,8 @@ impl Writer {
             .map_err(|e| Error::io("write", &mpath, e))?;
         f.sync_all().map_err(|e| Error::io("fsync", &mpath, e))?;
         sync_dir(&self.tmp)?;
-        let old = self.tmp.with_file_name(format!(
-            ".{}.kquant-old-{}",
-            self.out.file_name().unwrap().to_string_lossy(),
-            std::process::id()
-        ));
-        let replaced = if self.out.exists() {
-            std::fs::rename(&self.out, &old).map_err(|e| Error::io("move aside", &self.out, e))?;
-            true
-        } else {
-            false
-        };
-        std::fs::rename(&self.tmp, &self.out)
-            .map_err(|e| Error::io("rename into place", &self.out, e))?;
-        self.finished = true;
-        if let Some(parent) = self.out.parent().filter(|p| !p.as_os_str().is_empty()) {
-            sync_dir(parent)?;
-        }
-        if replaced {
-            let r = if old.is_dir() {
-                std::fs::remove_dir_all(&old)
-            } else {
-                std::fs::remove_file(&old)
-            };
-            r.map_err(|e| Error::io("remove the replaced output", &old, e))?;
+        if let Some(claim) = self.claim.take() {
+            claim.commit()?;
         }
         Ok(WriteSummary {
             dir: self.out.clone(),
@@ -417,14 +391,6 @@ impl Writer {
             sha256,
         });
         Ok(())
-    }
-}
-
-impl Drop for Writer {
-    fn drop(&mut self) {
-        if !self.finished {
-            let _ = std::fs::remove_dir_all(&self.tmp);
-        }
     }
 }
 

@@ -19,6 +19,12 @@ use crate::error::{Error, Result};
 /// The schema name of the wrapped form.
 pub const SCHEMA: &str = "kquant.input-amax/1";
 
+/// How an existing `calibrate -o` file is recognised as kquant's (and so may be replaced).
+pub const FILE_KIND: crate::io::output::Kind = crate::io::output::Kind::File {
+    what: "input-amax file",
+    is_ours: |b| crate::io::output::is_json_with_schema(b, SCHEMA),
+};
+
 /// A loaded `--input-amax` file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputAmax {

@@ -337,7 +337,7 @@ fn progress(len: u64) -> indicatif::ProgressBar {
 }
 
 /// Capture every prompt with the target `m` (loaded from `ck`, named `name` in the manifest)
-/// and write the `kquant-trace/1` to `out` (temp dir → rename, as `trace::write` does), with a
+/// and write the `kquant-trace/1` to the claimed `out` (`trace::write`), with a
 /// progress bar on stderr. `dataset` names samples whose prompt line names none.
 #[allow(clippy::too_many_arguments)]
 pub fn write_trace(
@@ -347,8 +347,7 @@ pub fn write_trace(
     prompts: &[Prompt],
     o: &Options,
     dataset: &str,
-    out: &Path,
-    force: bool,
+    out: crate::io::output::Claim,
 ) -> Result<Written> {
     check_taps(&o.taps, m.num_layers)?;
     let pb = progress(prompts.len() as u64);
@@ -384,7 +383,7 @@ pub fn write_trace(
         })
         .collect();
     let man = manifest(ck, m, name, o, metas.clone(), selfcheck)?;
-    crate::verify::trace::write(out, man, &samples, force)?;
+    crate::verify::trace::write(out, man, &samples)?;
     Ok(Written {
         samples: caps.len(),
         tokens: caps.iter().map(|c| c.tokens.len()).sum(),

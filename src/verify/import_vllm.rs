@@ -554,13 +554,7 @@ fn split_taps(f: &ConnFile, c: &Checked, layout: Layout, slots: &[usize]) -> Res
 pub fn import(o: &Options) -> Result<Imported> {
     let slots = tap_slots(&o.layer_ids, o.num_layers)?;
     let n = slots.len();
-    if o.out.exists() && !o.force {
-        return Err(Error::Output {
-            path: o.out.clone(),
-            msg: "already exists".into(),
-            hint: Some("pass --force to replace it".into()),
-        });
-    }
+    let claim = trace::claim(&o.out, o.force, std::slice::from_ref(&o.dir))?;
     let files = list(&o.dir)?;
     let mut warnings = Vec::new();
     if o.layer_ids.windows(2).any(|w| w[0] > w[1]) {
@@ -753,7 +747,7 @@ pub fn import(o: &Options) -> Result<Imported> {
         shards: vec![],
         extra: Default::default(),
     };
-    trace::write(&o.out, manifest, &samples, o.force)?;
+    trace::write(claim, manifest, &samples)?;
     Ok(Imported {
         samples: samples.len(),
         tokens: checked.iter().map(|c| c.tokens.len()).sum(),

@@ -1,6 +1,7 @@
 //! Verify results as people and CI read them: a table like the seed model cards (category, N,
 //! AL baseline, AL draft, Δ), the JSON document, and JUnit XML (one testcase per category).
 
+use crate::io::output::{self, Kind};
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
@@ -166,6 +167,22 @@ fn xml_escape(s: &str) -> String {
 }
 
 /// JUnit XML, one testcase per category (failing when its Δ is below −max_regression).
+/// How an existing `--json` report is recognised as kquant's (and so may be replaced).
+pub const JSON_REPORT: Kind = Kind::File {
+    what: "verify JSON report",
+    is_ours: |b| output::is_json_with_schema(b, "kquant.verify/"),
+};
+
+/// How an existing `--junit` report is recognised as kquant's.
+pub const JUNIT_REPORT: Kind = Kind::File {
+    what: "JUnit report",
+    is_ours: |b| {
+        b.starts_with(b"<?xml")
+            && b.windows(30)
+                .any(|w| w == b"<testsuite name=\"kquant verify\"")
+    },
+};
+
 pub fn junit(r: &Value) -> String {
     let maxr = r["max_regression"].as_f64().unwrap_or(0.0);
     let cats = r["per_category"].as_object().cloned().unwrap_or_default();

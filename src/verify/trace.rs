@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::io::output::{Claim, Kind};
 use crate::io::writer::{hash_file, TensorSpec, WriteOptions, Writer};
 use crate::io::{Dtype, Shard, TensorView};
 
@@ -284,13 +285,16 @@ pub struct NewSample<'a> {
     pub target_top1: Option<&'a [u32]>,
 }
 
-/// Write a trace (one shard) with the streaming writer.
-pub fn write(
-    dir: &Path,
-    mut manifest: Manifest,
-    samples: &[NewSample<'_>],
-    force: bool,
-) -> Result<()> {
+/// Claim `dir` for a trace ([`Claim`] with [`Kind::Trace`]: exclusive, never over one of
+/// `sources`, `--force` only over a trace kquant wrote). Take it before the long work, so a
+/// second run or an existing output is refused at once.
+pub fn claim(dir: &Path, force: bool, sources: &[std::path::PathBuf]) -> Result<Claim> {
+    Claim::new(dir, Kind::Trace, force, sources)
+}
+
+/// Write a trace (one shard) with the streaming writer into the claim's staging directory,
+/// then put it in place.
+pub fn write(claim: Claim, mut manifest: Manifest, samples: &[NewSample<'_>]) -> Result<()> {
     const SHARD: &str = "shard-00000.safetensors";
     let h = manifest.hidden_size;
     let mut specs = Vec::new();
@@ -317,17 +321,9 @@ pub fn write(
         }
     }
     // The shard is written as `model.safetensors` by the generic writer, then renamed inside the
-    // temporary directory before the manifest names it.
-    let tmp = dir.with_extension("kquant-trace-tmp");
-    let _ = std::fs::remove_dir_all(&tmp);
-    let mut w = Writer::create(
-        &tmp,
-        specs,
-        WriteOptions {
-            force: true,
-            ..Default::default()
-        },
-    )?;
+    // staging directory before the manifest names it.
+    let tmp = claim.staging().to_path_buf();
+    let mut w = Writer::in_dir(&tmp, specs, WriteOptions::default())?;
     let by_name: std::collections::HashMap<String, Vec<u8>> = samples
         .iter()
         .flat_map(|s| {
@@ -371,20 +367,12 @@ pub fn write(
         };
     }
     let mp = tmp.join("manifest.json");
-    std::fs::write(&mp, serde_json::to_vec_pretty(&manifest).expect("JSON"))
+    let mut f = std::fs::File::create(&mp).map_err(|e| Error::io("create", &mp, e))?;
+    std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&manifest).expect("JSON"))
+        .and_then(|_| f.sync_all())
         .map_err(|e| Error::io("write", &mp, e))?;
-    if dir.exists() {
-        if !force {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(Error::Output {
-                path: dir.into(),
-                msg: "already exists".into(),
-                hint: Some("pass --force to replace it".into()),
-            });
-        }
-        std::fs::remove_dir_all(dir).map_err(|e| Error::io("remove", dir, e))?;
-    }
-    std::fs::rename(&tmp, dir).map_err(|e| Error::io("rename into place", dir, e))
+    claim.commit()?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -432,7 +420,12 @@ mod tests {
             taps: vec![(2, &tap), (3, &tap)],
             target_top1: Some(&toks),
         }];
-        write(&dir, manifest(8, vec![2, 3], 1), &samples, false).unwrap();
+        write(
+            claim(&dir, false, &[]).unwrap(),
+            manifest(8, vec![2, 3], 1),
+            &samples,
+        )
+        .unwrap();
         let t = Trace::open(&dir).unwrap();
         let s = &t.manifest.samples[0];
         assert_eq!(t.tokens(s).unwrap(), toks);
