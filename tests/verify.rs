@@ -120,7 +120,7 @@ fn make_trace(dir: &Path, samples: usize, taps: &[usize]) {
         shards: vec![],
         extra: Default::default(),
     };
-    trace::write(dir, manifest, &news, false).unwrap();
+    trace::write(trace::claim(dir, false, &[]).unwrap(), manifest, &news).unwrap();
 }
 
 /// The draft with every decoder-layer linear replaced by sign(w)·mean|w| (a 1-bit rounding).

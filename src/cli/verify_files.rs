@@ -1,4 +1,7 @@
-//! `kquant verify-files DIR [--json]`: re-hash an output against its `kquant-manifest.json`.
+//! `kquant verify-files DIR [--json]`: re-hash an output against its `kquant-manifest.json`,
+//! and check, without trusting the manifest, that the files make a whole checkpoint (the
+//! reader's checks: `config.json`, every shard its index names, valid headers), so that a
+//! manifest edited to match a deleted shard does not pass.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,13 +22,20 @@ pub struct Args {
 pub fn run(a: Args) -> Result<ExitCode> {
     let m = Manifest::read(&a.dir)?;
     let c = m.check(&a.dir)?;
+    // Independent of the manifest: the checkpoint as the reader sees it.
+    let whole = match crate::io::source::open_dir(&a.dir) {
+        Ok(w) => Ok(w.files().len()),
+        Err(e) => Err(e.to_string()),
+    };
+    let passed = c.passed() && whole.is_ok();
     if a.json {
         let doc = serde_json::json!({
             "schema": "kquant.verify-files/1",
             "dir": a.dir,
             "kquant_version": m.kquant_version,
             "command": m.command,
-            "passed": c.passed(),
+            "passed": passed,
+            "checkpoint": match &whole { Ok(_) => "whole".to_string(), Err(e) => e.clone() },
             "ok": c.ok, "mismatched": c.mismatched, "missing": c.missing, "unlisted": c.unlisted,
         });
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
@@ -34,7 +44,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             eprintln!("ok        {f}");
         }
     }
-    if c.passed() {
+    if passed {
         if !a.json {
             eprintln!("{} files match {MANIFEST_FILE}", c.ok.len());
         }
@@ -49,6 +59,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         if !v.is_empty() {
             problems.push(format!("{what}: {}", v.join(", ")));
         }
+    }
+    if let Err(e) = whole {
+        problems.push(format!(
+            "the files it lists are not a whole checkpoint: {e}"
+        ));
     }
     Err(Error::Manifest {
         path: a.dir.join(MANIFEST_FILE),

@@ -178,17 +178,20 @@ impl Claim {
             committed: false,
         };
         c.lock = Some(c.take_lock(&name)?);
+        // From here a signal removes the staging path and the lock file (only a signal in the
+        // microseconds between creating the lock file and this line can leave the lock file,
+        // which is harmless: the next claim takes it over).
+        c.registration = Some(interrupt::register_output(
+            &c.staging,
+            kind.is_dir(),
+            &c.lock_path,
+        ));
         fault("locked");
         c.repair()?;
         c.check_existing()?;
         if kind.is_dir() {
             std::fs::create_dir(&c.staging).map_err(|e| Error::io("create", &c.staging, e))?;
         }
-        c.registration = Some(interrupt::register_output(
-            &c.staging,
-            kind.is_dir(),
-            &c.lock_path,
-        ));
         report_leftovers(&parent, &c.staging, &c.lock_path);
         Ok(c)
     }
@@ -350,7 +353,7 @@ impl Claim {
         match rename_exchange(&self.staging, &self.out) {
             Ok(()) => {
                 fault("exchanged");
-                if let Err(e) = remove_any(&self.staging) {
+                if let Err(e) = remove_old(&self.staging) {
                     eprintln!(
                         "warning: `{}` was replaced, but its old copy, now at `{}`, could not \
                          be deleted: {e}; the next kquant run writing it deletes it",
@@ -366,7 +369,7 @@ impl Claim {
                 fault("moved-aside");
                 std::fs::rename(&self.staging, &self.out)
                     .map_err(|e| Error::io("rename into place", &self.out, e))?;
-                if let Err(e) = remove_any(&self.old) {
+                if let Err(e) = remove_old(&self.old) {
                     eprintln!(
                         "warning: `{}` was replaced, but its old copy, now at `{}`, could not \
                          be deleted: {e}; the next kquant run writing it deletes it",
@@ -414,10 +417,14 @@ pub fn is_json_with_schema(bytes: &[u8], prefix: &str) -> bool {
 
 impl Drop for Claim {
     fn drop(&mut self) {
+        if self.lock.is_none() {
+            // Never claimed: the staging path and the lock are another run's.
+            return;
+        }
         if !self.committed {
             let _ = remove_any(&self.staging);
         }
-        if self.lock.is_some() {
+        {
             // Unlinked while still held: a run that opened the old file sees that it is no
             // longer at the path and retries (see `take_lock`).
             let _ = std::fs::remove_file(&self.lock_path);
@@ -643,11 +650,24 @@ fn flock_exclusive(f: &File) -> bool {
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
+/// Delete the old output after a replacement (`KQUANT_FAULT=keep-old` makes it fail, for the
+/// test that a replacement whose old copy cannot be deleted still succeeds).
+fn remove_old(p: &Path) -> std::io::Result<()> {
+    if fault_set("keep-old") {
+        return Err(std::io::Error::other("KQUANT_FAULT=keep-old"));
+    }
+    remove_any(p)
+}
+
+fn fault_set(point: &str) -> bool {
+    std::env::var_os("KQUANT_FAULT").is_some_and(|v| v == point)
+}
+
 /// `KQUANT_FAULT=POINT` kills the process (SIGKILL) at that point of a claim: the kill tests
 /// use it to stop a run exactly between two steps. Points: `locked`, `staged`, `exchanged`,
 /// `moved-aside`.
 fn fault(point: &str) {
-    if std::env::var_os("KQUANT_FAULT").is_some_and(|v| v == point) {
+    if fault_set(point) {
         // SAFETY: raising a signal at the calling thread.
         unsafe {
             libc::raise(libc::SIGKILL);

@@ -82,6 +82,30 @@ impl Weights {
     }
 }
 
+/// Open a checkpoint directory (any path, UTF-8 or not): `config.json` and the index's shards,
+/// else `model.safetensors`.
+pub fn open_dir(path: &Path) -> Result<Weights> {
+    let config = path.join("config.json");
+    if !config.is_file() {
+        return Err(Error::Source {
+            path: path.into(),
+            msg: "no `config.json` in this checkpoint directory".into(),
+            hint: Some("a checkpoint directory needs the `config.json` it was trained with; to look at the tensors alone, pass the `.safetensors` file".into()),
+        });
+    }
+    let fetch = |name: &str| {
+        let p = path.join(name);
+        Ok(p.is_file().then_some(p))
+    };
+    open_with(
+        Origin::Dir(path.into()),
+        path,
+        Some(config),
+        &fetch,
+        Some(path),
+    )
+}
+
 /// Resolve `spec` (a path or a hub id) and open its weights.
 ///
 /// A directory must hold `config.json`; a single `.safetensors` file picks up a sibling
@@ -89,25 +113,7 @@ impl Weights {
 pub fn open(spec: &str) -> Result<Weights> {
     let path = Path::new(spec);
     if path.is_dir() {
-        let config = path.join("config.json");
-        if !config.is_file() {
-            return Err(Error::Source {
-                path: path.into(),
-                msg: "no `config.json` in this checkpoint directory".into(),
-                hint: Some("a checkpoint directory needs the `config.json` it was trained with; to look at the tensors alone, pass the `.safetensors` file".into()),
-            });
-        }
-        let fetch = |name: &str| {
-            let p = path.join(name);
-            Ok(p.is_file().then_some(p))
-        };
-        return open_with(
-            Origin::Dir(path.into()),
-            path,
-            Some(config),
-            &fetch,
-            Some(path),
-        );
+        return open_dir(path);
     }
     if path.is_file() {
         let dir = path

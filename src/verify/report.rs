@@ -177,9 +177,8 @@ pub const JSON_REPORT: Kind = Kind::File {
 pub const JUNIT_REPORT: Kind = Kind::File {
     what: "JUnit report",
     is_ours: |b| {
-        b.starts_with(b"<?xml")
-            && b.windows(30)
-                .any(|w| w == b"<testsuite name=\"kquant verify\"")
+        const MARK: &[u8] = b"<testsuite name=\"kquant verify\"";
+        b.starts_with(b"<?xml") && b.windows(MARK.len()).any(|w| w == MARK)
     },
 };
 
