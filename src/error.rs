@@ -179,6 +179,7 @@ impl Error {
                 std::io::ErrorKind::NotFound => Some("check the path; a hub id looks like `org/name[@revision]`".into()),
                 std::io::ErrorKind::PermissionDenied => Some("check the file permissions".into()),
                 _ if source.raw_os_error() == Some(28) => Some("the disk is full: free space or write elsewhere with -o".into()),
+                _ if source.raw_os_error() == Some(30) => Some("the filesystem is read-only: write elsewhere with -o".into()),
                 _ => None,
             },
             Error::Header { kind, .. } => Some(match kind {

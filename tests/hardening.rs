@@ -761,6 +761,8 @@ fn leftovers_of_other_outputs_are_reported() {
     std::fs::write(stale.join("model.safetensors"), vec![0u8; 1000]).unwrap();
     let old_style = t.path().join(".x.kquant-tmp-12345");
     std::fs::create_dir(&old_style).unwrap();
+    let old_trace = t.path().join("t.kquant-trace-tmp");
+    std::fs::create_dir(&old_trace).unwrap();
     let out = t.path().join("out");
     let o = kquant(&[
         "quantize",
@@ -772,7 +774,7 @@ fn leftovers_of_other_outputs_are_reported() {
     ]);
     let e = stderr(&o);
     assert_eq!(code(&o), Some(0), "{e}");
-    for p in [&stale, &old_style] {
+    for p in [&stale, &old_style, &old_trace] {
         assert!(e.contains(&format!("warning: `{}`", p.display())), "{e}");
     }
     assert!(

@@ -279,7 +279,13 @@ fn run_timed(
         .map(|m| m.len())
         .sum();
     std::fs::create_dir_all(scratch).map_err(|e| Error::io("create", scratch, e))?;
-    let out = scratch.join("out");
+    // Every step writes and deletes `out` in a directory of this run's own, so nothing that was
+    // in SCRATCH before is ever deleted (removed at the end, also on error).
+    let work = tempfile::Builder::new()
+        .prefix(".kquant-bench-")
+        .tempdir_in(scratch)
+        .map_err(|e| Error::io("create a directory in", scratch, e))?;
+    let out = work.path().join("out");
     let clean = || {
         let _ = std::fs::remove_dir_all(&out);
         let _ = Proc::new("sync").status();

@@ -566,7 +566,9 @@ fn report_leftovers(dir: &Path, own_staging: &Path, own_lock: &Path) {
         let n = e.file_name();
         let b = n.as_bytes();
         let path = e.path();
-        if path == own_staging || path == own_lock || !b.starts_with(b".") {
+        // kquant < 0.2 staged traces in `NAME.kquant-trace-tmp` (no leading dot).
+        let old_trace = b.ends_with(b".kquant-trace-tmp");
+        if path == own_staging || path == own_lock || !(b.starts_with(b".") || old_trace) {
             continue;
         }
         let (ours, lock) = if let Some(stem) = b.strip_suffix(PARTIAL_SUFFIX.as_bytes()) {
@@ -574,9 +576,8 @@ fn report_leftovers(dir: &Path, own_staging: &Path, own_lock: &Path) {
         } else if let Some(stem) = b.strip_suffix(OLD_SUFFIX.as_bytes()) {
             (true, Some(stem))
         } else {
-            let s = n.to_string_lossy();
             (
-                s.contains(".kquant-tmp-") || s.ends_with(".kquant-trace-tmp"),
+                old_trace || n.to_string_lossy().contains(".kquant-tmp-"),
                 None,
             )
         };
