@@ -119,10 +119,14 @@ impl Claim {
     /// Claim `out` (see the module docs). `sources` are the files (or directories) the command
     /// reads; the output may not be one of them or hold one.
     pub fn new(out: &Path, kind: Kind, force: bool, sources: &[PathBuf]) -> Result<Claim> {
+        // `DIR/.` and `DIR/..` have a file name to `Path` but name no new entry.
+        let raw = out.as_os_str().as_bytes();
+        let dots = raw
+            .split(|&c| c == b'/')
+            .rfind(|c| !c.is_empty())
+            .is_some_and(|c| c == b"." || c == b"..");
         let name = match out.file_name() {
-            Some(n) if !out.as_os_str().as_bytes().ends_with(b"/..") && out != Path::new("..") => {
-                n.to_os_string()
-            }
+            Some(n) if !dots => n.to_os_string(),
             _ => {
                 return Err(out_err(
                     out,
@@ -748,6 +752,24 @@ fn rename_exchange(a: &Path, b: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_that_name_no_new_entry_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let sub = d.path().join("x");
+        std::fs::create_dir(&sub).unwrap();
+        for p in [".", "..", "/", "x/.", "x/..", "x/./", "x/../"] {
+            let e = Claim::new(&d.path().join(p), Kind::Checkpoint, true, &[]).unwrap_err();
+            assert!(
+                e.to_string().contains("not a usable output name"),
+                "{p}: {e}"
+            );
+        }
+        assert!(Claim::new(&d.path().join("x/"), Kind::Checkpoint, false, &[]).is_err());
+        let c = Claim::new(&d.path().join("y/"), Kind::Checkpoint, false, &[]).unwrap();
+        c.commit().unwrap();
+        assert!(d.path().join("y").is_dir());
+    }
 
     #[test]
     fn side_names_fit_the_name_limit() {
