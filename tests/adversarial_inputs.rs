@@ -1,0 +1,149 @@
+//! Hostile inputs through the real binary: patterns, indexes, hub ids, names with control
+//! characters, odd source paths, trace manifests and numeric flags. Each case must end in a
+//! clear `error:` (exit 2) or a normal result, quickly, never a panic (exit 101) or a signal.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::kquant;
+
+/// The standard error of a run, as text.
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A refusal: exit 2 with an `error:` line and a `hint:` line.
+fn assert_refused(o: &Output, what: &str) -> String {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{what}: {e}");
+    assert!(e.starts_with("error:"), "{what}: {e}");
+    assert!(e.contains("\nhint:"), "{what}: no hint line: {e}");
+    e
+}
+
+/// Run `kquant ARGS…` and require it to finish within `limit`.
+fn timed(args: &[&str], limit: Duration) -> Output {
+    let t = Instant::now();
+    let o = kquant(args);
+    let took = t.elapsed();
+    assert!(took < limit, "{args:?} took {took:?}");
+    o
+}
+
+// 1. Exclusion patterns.
+
+/// A module pattern with 14 `*`: the old recursive matcher tried every way of splitting each
+/// name among the stars (minutes per name); the iterative one is linear per star.
+#[test]
+fn exclude_pattern_with_many_stars_is_fast() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("out");
+    let miss = format!("{}X", "*?".repeat(14));
+    let o = timed(
+        &[
+            "quantize",
+            "fixtures/tiny/eagle3-vllm",
+            "-o",
+            out.to_str().unwrap(),
+            "--dry-run",
+            "--exclude",
+            &miss,
+        ],
+        Duration::from_secs(5),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let plan = String::from_utf8_lossy(&o.stdout);
+    assert!(!plan.contains("excluded by"), "{plan}");
+    // Many stars that do match: every MLP projection is excluded.
+    let hit = "*l*a*y*e*r*s*.*0*.*m*l*p*.*_*p*r*o*j";
+    let o = timed(
+        &[
+            "quantize",
+            "fixtures/tiny/eagle3-vllm",
+            "-o",
+            out.to_str().unwrap(),
+            "--dry-run",
+            "--exclude",
+            hit,
+        ],
+        Duration::from_secs(5),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let plan = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(plan.matches("excluded by").count(), 3, "{plan}");
+}
+
+/// Megabyte patterns (through a preset file: one command-line argument is limited to 128 KiB)
+/// neither crash nor take long: one of unclosed `[`, and a megabyte of `*` before `lm_head`.
+#[test]
+fn megabyte_exclude_patterns_do_not_crash() {
+    let t = tempfile::tempdir().unwrap();
+    let preset = t.path().join("preset.json");
+    let doc = serde_json::json!({
+        "description": "hostile patterns",
+        "scheme": "int4-pc",
+        "format": "quark",
+        "exclude": ["[".repeat(1 << 20), format!("{}lm_head", "*".repeat(1 << 20))],
+        "loads": "nowhere",
+    });
+    std::fs::write(&preset, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let out = t.path().join("out");
+    let o = timed(
+        &[
+            "quantize",
+            "fixtures/tiny/eagle3-vllm",
+            "-o",
+            out.to_str().unwrap(),
+            "--config",
+            preset.to_str().unwrap(),
+            "--json",
+        ],
+        Duration::from_secs(10),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let cfg = common::read_json(&out.join("config.json"));
+    let ex = &cfg["quantization_config"]["exclude"];
+    assert!(
+        ex.as_array().unwrap().iter().any(|e| e == "lm_head"),
+        "{ex}"
+    );
+}
+
+// 2. Index checks.
+
+/// A directory with `config.json` and an index of `n` entries, entry i in shard `s{i % shards}`.
+fn big_index(dir: &Path, n: usize, shards: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::copy(
+        "fixtures/tiny/eagle3-vllm/config.json",
+        dir.join("config.json"),
+    )
+    .unwrap();
+    let mut s = String::from(r#"{"metadata":{"total_size":1},"weight_map":{"#);
+    for i in 0..n {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&format!(r#""t{i}.weight":"s{}.safetensors""#, i % shards));
+    }
+    s.push_str("}}");
+    std::fs::write(dir.join("model.safetensors.index.json"), s).unwrap();
+}
+
+/// 200k entries over 100k shard names: listing the distinct shards was quadratic (minutes);
+/// now the missing first shard is reported at once.
+#[test]
+fn huge_index_is_checked_quickly() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("ck");
+    big_index(&dir, 200_000, 100_000);
+    let o = timed(&["inspect", dir.to_str().unwrap()], Duration::from_secs(5));
+    let e = assert_refused(&o, "missing shards");
+    assert!(
+        e.contains("shard `s0.safetensors` is listed for tensor `t0.weight` but does not exist"),
+        "{e}"
+    );
+}
