@@ -147,3 +147,100 @@ fn huge_index_is_checked_quickly() {
         "{e}"
     );
 }
+
+// 3. Hub ids.
+
+/// `kquant ARGS…` with the hub cache at `cache` and the hub switched off.
+fn kquant_offline_hub(cache: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_kquant"))
+        .current_dir(common::root())
+        .env("HF_HUB_CACHE", cache)
+        .env("HF_HUB_OFFLINE", "1")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `org/name@/abs/dir` used to load `/abs/dir` (the revision joined under `snapshots/`
+/// replaced the whole path): now the revision is refused.
+#[test]
+fn hub_revision_cannot_name_a_directory_outside_the_cache() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("hub");
+    std::fs::create_dir_all(&cache).unwrap();
+    let dir = common::root().join("fixtures/tiny/eagle3-vllm");
+    for rev in [
+        dir.to_str().unwrap().to_string(),
+        format!("../../../../../../../../..{}", dir.to_str().unwrap()),
+    ] {
+        let spec = format!("org/name@{rev}");
+        let o = kquant_offline_hub(&cache, &["inspect", &spec]);
+        let e = assert_refused(&o, &spec);
+        assert!(e.contains("revision"), "{e}");
+        assert!(e.contains("hint: a revision is a branch"), "{e}");
+    }
+}
+
+/// A cache whose `refs/main` points out of it (`../../../outside`): the snapshot it leads to
+/// is refused, not loaded.
+#[test]
+fn hub_refs_pointing_out_of_the_cache_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("hub");
+    let folder = cache.join("models--org--name");
+    std::fs::create_dir_all(folder.join("refs")).unwrap();
+    std::fs::create_dir_all(folder.join("snapshots")).unwrap();
+    std::fs::write(folder.join("refs/main"), "../../../outside").unwrap();
+    let outside = t.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(
+            common::root().join("fixtures/tiny/eagle3-vllm").join(f),
+            outside.join(f),
+        )
+        .unwrap();
+    }
+    let o = kquant_offline_hub(&cache, &["inspect", "org/name"]);
+    let e = assert_refused(&o, "refs out of the cache");
+    assert!(e.contains("outside the snapshots"), "{e}");
+}
+
+// 5. Source paths that cannot be opened.
+
+#[test]
+fn source_path_errors_name_their_cause() {
+    let t = tempfile::tempdir().unwrap();
+    let l = t.path().join("loop");
+    std::os::unix::fs::symlink(&l, &l).unwrap();
+    let e = assert_refused(&kquant(&["inspect", l.to_str().unwrap()]), "loop");
+    assert!(
+        e.contains("is a symlink loop") && e.contains("loop`"),
+        "{e}"
+    );
+    assert!(!e.contains("hub id"), "{e}");
+
+    let d = t.path().join("dangling");
+    std::os::unix::fs::symlink(t.path().join("gone"), &d).unwrap();
+    let e = assert_refused(&kquant(&["inspect", d.to_str().unwrap()]), "dangling");
+    assert!(
+        e.contains("which does not exist") && e.contains("gone"),
+        "{e}"
+    );
+
+    let e = assert_refused(
+        &kquant(&["inspect", "fixtures/tiny/eagle3-vllm/config.json/model"]),
+        "file as a directory",
+    );
+    assert!(e.contains("not a directory"), "{e}");
+
+    // A shard of an indexed checkpoint that is a symlink loop is not "missing".
+    let ck = t.path().join("ck");
+    big_index(&ck, 1, 1);
+    let shard = ck.join("s0.safetensors");
+    std::os::unix::fs::symlink(&shard, &shard).unwrap();
+    let e = assert_refused(&kquant(&["inspect", ck.to_str().unwrap()]), "shard loop");
+    assert!(
+        e.contains("s0.safetensors") && e.contains("symlink loop"),
+        "{e}"
+    );
+}
