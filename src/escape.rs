@@ -42,6 +42,25 @@ pub fn printable(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Serialized JSON shown on a terminal (a dry run's config): the characters serde leaves raw
+/// inside strings (DEL, C1 controls, bidi marks) written as `\uXXXX`, which keeps it valid JSON
+/// with the same value.
+pub fn json_printable(json: &str) -> Cow<'_, str> {
+    if !json.chars().any(needs_escape) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        if needs_escape(c) {
+            // Every such character is in the BMP: one `\uXXXX`.
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,6 +75,13 @@ mod tests {
         assert_eq!(printable("\r\t\u{7f}\u{85}"), "\\r\\t\\x7f\\x85");
         assert_eq!(printable("x\u{202e}y"), "x\\u{202e}y");
         assert_eq!(printable("ünïcode ok \\ too"), "ünïcode ok \\ too");
+        let v = serde_json::json!({"k\u{1b}": "a\u{7f}\u{9b}\u{202e}\n"});
+        let shown = json_printable(&v.to_string()).into_owned();
+        assert!(!shown.chars().any(needs_escape), "{shown}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&shown).unwrap(),
+            v
+        );
         // Nothing that needs escaping survives, whatever the input.
         for c in (0u32..0x3000).filter_map(char::from_u32) {
             let s = printable(&c.to_string()).into_owned();

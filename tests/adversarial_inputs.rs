@@ -244,3 +244,89 @@ fn source_path_errors_name_their_cause() {
         "{e}"
     );
 }
+
+// 4. Names with control characters.
+
+/// The name of the hostile tensor: it clears the screen, recolours and starts a fake line.
+const EVIL: &str = "evil\u{1b}[2J\u{1b}[31m\nfake line\u{202e}.weight";
+
+/// A single-file checkpoint holding one tensor named [`EVIL`] and one plain one.
+fn evil_file(dir: &Path) -> std::path::PathBuf {
+    let header = serde_json::json!({
+        EVIL: {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "plain.weight": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]},
+    });
+    let mut h = serde_json::to_vec(&header).unwrap();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let p = dir.join("evil.safetensors");
+    common::write_safetensors(&p, &h, [0u8; 16]);
+    p
+}
+
+/// Nothing a file names reaches the terminal raw.
+fn assert_no_raw_controls(text: &str, what: &str) {
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{202e}') && !text.contains("\nfake line"),
+        "{what}: {text:?}"
+    );
+}
+
+#[test]
+fn control_characters_in_names_are_escaped_in_human_output() {
+    let t = tempfile::tempdir().unwrap();
+    let f = evil_file(t.path());
+    let fs = f.to_str().unwrap();
+
+    let o = kquant(&["inspect", fs, "--tensors"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_no_raw_controls(&out, "inspect");
+    assert!(
+        out.contains("evil\\x1b[2J\\x1b[31m\\nfake line\\u{202e}.weight"),
+        "{out}"
+    );
+
+    // JSON keeps the exact name.
+    let j = common::kquant_json(&["inspect", fs, "--json"]);
+    let names: Vec<&str> = j["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&EVIL), "{names:?}");
+
+    let o = kquant(&["diff", fs, fs]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_no_raw_controls(&out, "diff");
+    assert!(out.contains("evil\\x1b[2J"), "{out}");
+
+    let out_dir = t.path().join("q");
+    let o = kquant(&["quantize", fs, "-o", out_dir.to_str().unwrap(), "--dry-run"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_no_raw_controls(&out, "quantize --dry-run");
+    assert!(out.contains("evil\\x1b[2J"), "{out}");
+
+    // An error quoting the name: an index that does not list it.
+    let ck = t.path().join("ck");
+    std::fs::create_dir_all(&ck).unwrap();
+    std::fs::copy(
+        "fixtures/tiny/eagle3-vllm/config.json",
+        ck.join("config.json"),
+    )
+    .unwrap();
+    std::fs::copy(&f, ck.join("a.safetensors")).unwrap();
+    std::fs::write(
+        ck.join("model.safetensors.index.json"),
+        r#"{"weight_map": {"plain.weight": "a.safetensors"}}"#,
+    )
+    .unwrap();
+    let o = kquant(&["inspect", ck.to_str().unwrap()]);
+    let e = assert_refused(&o, "index naming the evil tensor");
+    assert_no_raw_controls(&e, "error");
+    assert!(e.contains("evil\\x1b[2J"), "{e}");
+}

@@ -9,6 +9,7 @@ use crate::checkpoint::{AuxConvention, Checkpoint};
 use crate::cli::{command_line, human_bytes, progress};
 use crate::convert::{self, engine, Engine, Options};
 use crate::error::{Error, Result};
+use crate::escape::{json_printable, printable};
 use crate::io::writer::{parse_size, WriteOptions};
 
 /// Draft families `convert` takes.
@@ -128,16 +129,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         } else {
             for t in &plan.tensors {
+                // Names come from the files: escaped for the terminal (crate::escape; `{:?}`
+                // escapes by itself).
                 println!(
                     "{:<52} {:<6} {:?}  <- {:?}",
-                    t.name,
+                    printable(&t.name),
                     t.dtype.name(),
                     t.shape,
                     t.source
                 );
             }
             for (n, why) in &plan.dropped {
-                println!("{n:<52} dropped: {why}");
+                println!("{:<52} dropped: {}", printable(n), printable(why));
             }
             if let Some(x) = &plan.aux {
                 println!(
@@ -145,21 +148,21 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     x.hidden_states,
                     x.written,
                     x.convention.id(),
-                    x.keys.join(", ")
+                    printable(&x.keys.join(", "))
                 );
             }
             println!(
                 "config.json:\n{}",
-                serde_json::to_string_pretty(&plan.config).expect("JSON")
+                json_printable(&serde_json::to_string_pretty(&plan.config).expect("JSON"))
             );
         }
         for w in &plan.warnings {
-            eprintln!("warning: {w}");
+            eprintln!("warning: {}", printable(w));
         }
         return Ok(ExitCode::SUCCESS);
     }
     for w in &plan.warnings {
-        eprintln!("warning: {w}");
+        eprintln!("warning: {}", printable(w));
     }
     let mut inputs: Vec<PathBuf> = ck.weights.files().iter().map(|p| p.to_path_buf()).collect();
     inputs.extend(ck.weights.config_path.clone());
@@ -190,7 +193,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         s.dir.display()
     );
     if let Some(l) = &plan.launch {
-        eprintln!("launch with:\n  {l}");
+        eprintln!("launch with:\n  {}", printable(l));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::error::{Error, Result};
+use crate::escape::printable;
 
 pub mod bench;
 pub mod bench_gemm;
@@ -83,16 +84,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// Print `error: …`, its `Caused by:` chain and a `hint:` to stderr.
+/// Print `error: …`, its `Caused by:` chain and a `hint:` to stderr. Messages quote names read
+/// from files, so each part goes through [`printable`]: one error is one line, whatever a
+/// tensor name holds.
 pub fn render_error(e: &Error) {
-    eprintln!("error: {e}");
+    eprintln!("error: {}", printable(&e.to_string()));
     let mut src = std::error::Error::source(e);
     while let Some(s) = src {
-        eprintln!("  Caused by: {s}");
+        eprintln!("  Caused by: {}", printable(&s.to_string()));
         src = s.source();
     }
     if let Some(h) = e.hint() {
-        eprintln!("\nhint: {h}");
+        eprintln!("\nhint: {}", printable(&h));
     }
 }
 

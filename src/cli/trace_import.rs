@@ -123,7 +123,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let r = import_vllm::import(&o)?;
     for w in &r.warnings {
-        eprintln!("warning: {w}");
+        eprintln!("warning: {}", crate::escape::printable(w));
     }
     println!(
         "{}: {} samples, {} tokens, taps hs{:?} (vLLM ids {:?}), hidden size {}, {} {}",
@@ -152,14 +152,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     println!(
                         "  {} drafts of {} (taps hs{:?}): covered",
                         f.name(),
-                        p.name,
+                        crate::escape::printable(&p.name),
                         t.hs
                     );
                 } else {
                     println!(
                         "  {} drafts of {} (taps hs{:?}): missing hs{missing:?} (capture with --layer-ids {})",
                         f.name(),
-                        p.name,
+                        crate::escape::printable(&p.name),
                         t.hs,
                         t.vllm_ids().iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
                     );

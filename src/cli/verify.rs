@@ -118,8 +118,8 @@ fn open_trace(
                 eprintln!(
                     "verify: no --trace; capturing {} prompts with the live `{}` target ({})",
                     prompts.len(),
-                    p.name,
-                    tgt.display()
+                    crate::escape::printable(&p.name),
+                    crate::escape::printable(&tgt.display().to_string())
                 );
                 capture::write_trace(&ck, &m, &p.name, &prompts, &o, "live", &out, false)?;
                 let t = Trace::open(&out)?;
