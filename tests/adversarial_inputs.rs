@@ -330,3 +330,204 @@ fn control_characters_in_names_are_escaped_in_human_output() {
     assert_no_raw_controls(&e, "error");
     assert!(e.contains("evil\\x1b[2J"), "{e}");
 }
+
+// 6. Trace manifests.
+
+const TRACE: &str = "fixtures/kimi-k2.5-tiny/trace";
+
+/// A copy of the fixture trace at `dir` (the shard linked, not copied) holding only samples 0
+/// (code) and 20 (prose), with `edit` applied to its manifest.
+fn small_trace(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::os::unix::fs::symlink(
+        common::root().join(TRACE).join("shard-00000.safetensors"),
+        dir.join("shard-00000.safetensors"),
+    )
+    .unwrap();
+    let mut m = common::read_json(&Path::new(TRACE).join("manifest.json"));
+    let keep: Vec<serde_json::Value> = m["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["id"] == 0 || s["id"] == 20)
+        .cloned()
+        .collect();
+    m["samples"] = keep.into();
+    edit(&mut m);
+    std::fs::write(dir.join("manifest.json"), serde_json::to_vec(&m).unwrap()).unwrap();
+}
+
+/// `kquant verify` of the fixture EAGLE-3 draft on `trace`, plus `extra`.
+fn verify_on(trace: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "verify",
+        "--draft",
+        "fixtures/kimi-k2.5-tiny/eagle3",
+        "--target-checkpoint",
+        "fixtures/kimi-k2.5-tiny/target",
+        "--trace",
+        trace.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    kquant(&args)
+}
+
+#[test]
+fn trace_lengths_that_overflow_are_refused_with_their_true_values() {
+    let t = tempfile::tempdir().unwrap();
+    let cases: [(&str, u64, u64, &str); 3] = [
+        (
+            "sum",
+            1 << 63,
+            1 << 63,
+            "prompt_len 9223372036854775808 + gen_len 9223372036854775808 overflows",
+        ),
+        (
+            "sum-max",
+            u64::MAX,
+            1,
+            "prompt_len 18446744073709551615 + gen_len 1 overflows",
+        ),
+        (
+            "product",
+            1 << 62,
+            0,
+            "4611686018427387904 tokens × hidden_size 256 overflows",
+        ),
+    ];
+    for (name, p, g, want) in cases {
+        let dir = t.path().join(name);
+        small_trace(&dir, |m| {
+            m["samples"][0]["prompt_len"] = p.into();
+            m["samples"][0]["gen_len"] = g.into();
+        });
+        let e = assert_refused(&verify_on(&dir, &[]), name);
+        assert!(e.contains(want), "{name}: {e}");
+    }
+}
+
+/// xorshift64: a fixed, dependency-free stream of pseudo-random numbers.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn pick<T: Clone>(&mut self, v: &[T]) -> T {
+        v[(self.next() % v.len() as u64) as usize].clone()
+    }
+}
+
+/// Random mutations of the numeric and name fields of a valid manifest, each through the
+/// binary: always a result (exit 0) or a refusal (exit 2), never a panic or a signal.
+#[test]
+fn mutated_trace_manifests_exit_0_or_2() {
+    use serde_json::json;
+    let t = tempfile::tempdir().unwrap();
+    let fields: [&[&str]; 10] = [
+        &["samples", "0", "prompt_len"],
+        &["samples", "0", "gen_len"],
+        &["samples", "1", "prompt_len"],
+        &["samples", "1", "id"],
+        &["samples", "0", "shard"],
+        &["hidden_size"],
+        &["num_layers"],
+        &["vocab_size"],
+        &["taps", "0"],
+        &["shards", "0", "file"],
+    ];
+    let values = [
+        json!(0),
+        json!(1),
+        json!(-1),
+        json!(20),
+        json!(96),
+        json!(1u64 << 63),
+        json!(u64::MAX),
+        json!(u32::MAX),
+        json!(1e300),
+        json!("../shard-00000.safetensors"),
+        json!(null),
+    ];
+    let mut rng = Rng(0x5eed_0f_7ace);
+    let cases: Vec<(Vec<&str>, serde_json::Value)> = (0..10)
+        .map(|_| (rng.pick(&fields).to_vec(), rng.pick(&values)))
+        .collect();
+    let outcomes: Vec<(String, Option<i32>, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = cases
+            .chunks(5)
+            .enumerate()
+            .map(|(k, chunk)| {
+                let base = t.path().join(format!("w{k}"));
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    for (i, (path, value)) in chunk.iter().enumerate() {
+                        let dir = base.join(i.to_string());
+                        small_trace(&dir, |m| {
+                            let at = path.iter().fold(m, |v, key| match key.parse::<usize>() {
+                                Ok(n) => &mut v[n],
+                                Err(_) => &mut v[*key],
+                            });
+                            *at = value.clone();
+                        });
+                        let o = verify_on(&dir, &["--limit", "1"]);
+                        out.push((format!("{path:?} = {value}"), o.status.code(), stderr(&o)));
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    for (what, code, err) in &outcomes {
+        assert!(matches!(code, Some(0 | 2)), "{what}: exit {code:?}: {err}");
+        if *code == Some(2) {
+            assert!(
+                err.starts_with("error:") && err.contains("hint:"),
+                "{what}: {err}"
+            );
+        }
+    }
+    assert!(
+        outcomes.iter().any(|o| o.1 == Some(2)),
+        "no mutation was refused: {outcomes:?}"
+    );
+}
+
+/// The seeds of the `hub_id` and `trace_manifest` fuzz targets are accepted by their parsers
+/// (except the hostile hub ids, which are refused), and no prefix of any of them panics.
+#[test]
+fn new_fuzz_targets_seeds() {
+    use kquant::io::hub::HubId;
+    use kquant::verify::trace::parse_manifest;
+    let seeds = |kind: &str| {
+        let mut v: Vec<_> = std::fs::read_dir(common::root().join("fuzz/seeds").join(kind))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        v.sort();
+        assert!(!v.is_empty(), "{kind}");
+        v
+    };
+    for p in seeds("trace_manifest") {
+        let b = std::fs::read(&p).unwrap();
+        parse_manifest(&b).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        for end in 0..b.len() {
+            let _ = parse_manifest(&b[..end]);
+        }
+    }
+    for p in seeds("hub_id") {
+        let s = std::fs::read_to_string(&p).unwrap();
+        let hostile = ["absolute", "dotdot"].iter().any(|n| p.ends_with(n));
+        assert_eq!(HubId::parse_checked(&s).is_err(), hostile, "{s}");
+        for end in (0..s.len()).filter(|&e| s.is_char_boundary(e)) {
+            let _ = HubId::parse_checked(&s[..end]);
+        }
+    }
+}

@@ -320,7 +320,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             Some(_) => println!(
                 "trace           synthetic, {} × {} tokens ({} generated positions), built in {trace_s:.2} s",
                 tr.manifest.samples.len(),
-                tr.manifest.samples[0].prompt_len + tr.manifest.samples[0].gen_len,
+                tr.manifest.samples[0].total_len().unwrap_or_default(),
                 positions
             ),
             None => println!(
