@@ -11,7 +11,10 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = kquant::cli::Cli::parse();
+    let cli = match kquant::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return kquant::cli::render_clap_error(e),
+    };
     match kquant::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {

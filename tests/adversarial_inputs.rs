@@ -531,3 +531,255 @@ fn new_fuzz_targets_seeds() {
         }
     }
 }
+
+// 7. Numeric flags and the verify gate.
+
+/// Every numeric flag of every command with values it must refuse at parse time: not a
+/// number, `nan`, infinities, negative, zero where it means nothing, past its cap, past u64.
+/// Each must end in exit 2 with an `error:` line naming the flag and a `hint:` line.
+#[test]
+fn every_numeric_flag_refuses_bad_values() {
+    const HUGE: &str = "99999999999999999999999999";
+    let counts: &[&str] = &["0", "-1", "nan", "inf", "1.5", "x", "", HUGE];
+    let verify = &["verify", "--draft", "d"][..];
+    let calibrate = &["calibrate", "--draft", "d", "--trace", "t", "-o", "o"][..];
+    let capture = &[
+        "trace",
+        "capture",
+        "--target",
+        "t",
+        "--prompts",
+        "p",
+        "-o",
+        "o",
+    ][..];
+    let import = &[
+        "trace",
+        "import",
+        "--from",
+        "vllm-hidden-states",
+        "dir",
+        "-o",
+        "o",
+    ][..];
+    let import_ids = &[
+        "trace",
+        "import",
+        "--from",
+        "vllm-hidden-states",
+        "dir",
+        "-o",
+        "o",
+        "--layer-ids",
+        "1",
+    ][..];
+    let replay = &["bench", "replay", "d"][..];
+    let gemm = &["bench", "gemm"][..];
+    let convert = &["convert", "eagle3", "s", "-o", "o", "--to", "vllm"][..];
+    let sizes: &[&str] = &["0", "-1", "nan", "inf", "0.5", "x", "5XB"];
+    let table: Vec<(&[&str], &str, Vec<&str>)> = vec![
+        (verify, "--steps", [counts, &["33", "4294967297"]].concat()),
+        (verify, "--limit", [counts, &["10000001"]].concat()),
+        (
+            verify,
+            "--max-regression",
+            vec![
+                "nan", "NaN", "inf", "-inf", "1e309", "1001", "-1001", "x", "",
+            ],
+        ),
+        (
+            verify,
+            "--min-accept",
+            vec!["nan", "inf", "-inf", "-1", "34", "x"],
+        ),
+        (calibrate, "--limit", counts.to_vec()),
+        (calibrate, "--steps", [counts, &["33"]].concat()),
+        (
+            capture,
+            "--gen-len",
+            [counts, &["1048577", "18446744073709551615"]].concat(),
+        ),
+        (capture, "--limit", counts.to_vec()),
+        (capture, "--taps", vec!["-1", "nan", "4097", HUGE, "1,-2"]),
+        (
+            import,
+            "--layer-ids",
+            vec!["-1", "nan", "4097", HUGE, "1,x"],
+        ),
+        (import_ids, "--hidden-size", [counts, &["1048577"]].concat()),
+        (import_ids, "--num-layers", [counts, &["4097"]].concat()),
+        (
+            replay,
+            "--synthetic-trace",
+            [counts, &["1", "1048577"]].concat(),
+        ),
+        (replay, "--prompt-len", [counts, &["1048576"]].concat()),
+        (replay, "--samples", [counts, &["1000001"]].concat()),
+        (replay, "--steps", [counts, &["33"]].concat()),
+        (gemm, "--m", [counts, &["16385", "1,0"]].concat()),
+        (gemm, "--rows", [counts, &["1048577"]].concat()),
+        (gemm, "--group", [counts, &["1048577"]].concat()),
+        (gemm, "--iters", [counts, &["100001"]].concat()),
+        (
+            &["bench", "quantize", "s"],
+            "--repeat",
+            [counts, &["1001"]].concat(),
+        ),
+        (
+            &["bench", "convert", "s"],
+            "--repeat",
+            [counts, &["1001"]].concat(),
+        ),
+        (convert, "--steps", [counts, &["33"]].concat()),
+        (
+            convert,
+            "--aux-layers",
+            vec!["-2", "nan", "1.5", "4097", HUGE, "1,x"],
+        ),
+        (convert, "--max-shard-size", sizes.to_vec()),
+        (
+            &["quantize", "s", "-o", "o"],
+            "--max-shard-size",
+            sizes.to_vec(),
+        ),
+        (
+            &["dequantize", "s", "-o", "o"],
+            "--max-shard-size",
+            sizes.to_vec(),
+        ),
+        (
+            &["synth", "--preset", "p", "-o", "o"],
+            "--max-shard-size",
+            sizes.to_vec(),
+        ),
+        (
+            &["diff", "a", "b"],
+            "--min-sqnr",
+            vec!["nan", "inf", "-inf", "1e309", "1001", "-1001", "x"],
+        ),
+    ];
+    let mut runs = 0;
+    for (base, flag, values) in &table {
+        for v in values {
+            let mut args = base.to_vec();
+            let arg = format!("{flag}={v}");
+            args.push(&arg);
+            let o = kquant(&args);
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+            assert!(e.starts_with("error:"), "{args:?}: {e}");
+            assert!(e.contains(flag), "{args:?}: the error names the flag: {e}");
+            assert!(e.contains("\nhint:"), "{args:?}: {e}");
+            runs += 1;
+        }
+    }
+    assert!(runs > 200, "{runs}");
+}
+
+/// The fixture EAGLE-3 draft (EAGLE-3 MLA as the baseline) on `trace`.
+fn verify_against_baseline(trace: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "verify",
+        "--draft",
+        "fixtures/kimi-k2.5-tiny/eagle3-mla",
+        "--baseline",
+        "fixtures/kimi-k2.5-tiny/eagle3",
+        "--target-checkpoint",
+        "fixtures/kimi-k2.5-tiny/target",
+        "--trace",
+        trace.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    kquant(&args)
+}
+
+/// A draft that fails the gate on the real trace (the MLA draft against the Llama one) must not
+/// pass on nothing: `--limit 0`, a trace without samples, samples without generated tokens, or
+/// thresholds that switch the gate off.
+#[test]
+fn a_verify_that_measured_nothing_is_never_a_pass() {
+    let t = tempfile::tempdir().unwrap();
+    let two = t.path().join("two");
+    small_trace(&two, |_| {});
+    let o = verify_against_baseline(&two, &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "fails on real samples: {}",
+        stderr(&o)
+    );
+
+    let e = assert_refused(
+        &verify_against_baseline(&two, &["--limit", "0"]),
+        "--limit 0",
+    );
+    assert!(e.contains("--limit"), "{e}");
+
+    let empty = t.path().join("empty");
+    small_trace(&empty, |m| m["samples"] = serde_json::json!([]));
+    let e = assert_refused(&verify_against_baseline(&empty, &[]), "no samples");
+    assert!(e.contains("lists no samples"), "{e}");
+
+    // Samples whose generated part is cut off: a prompt and nothing to predict.
+    let nothing = t.path().join("nothing");
+    small_trace(&nothing, |m| {
+        for s in m["samples"].as_array_mut().unwrap() {
+            let total = s["prompt_len"].as_u64().unwrap() + s["gen_len"].as_u64().unwrap();
+            s["prompt_len"] = total.into();
+            s["gen_len"] = 0.into();
+        }
+    });
+    let e = assert_refused(
+        &verify_against_baseline(&nothing, &[]),
+        "no generated tokens",
+    );
+    assert!(e.contains("measured nothing"), "{e}");
+
+    for (flag, v) in [
+        ("--max-regression", "nan"),
+        ("--max-regression", "inf"),
+        ("--min-accept", "nan"),
+    ] {
+        let e = assert_refused(&verify_against_baseline(&two, &[flag, v]), flag);
+        assert!(e.contains(flag) && e.contains("finite"), "{e}");
+    }
+}
+
+// 8. Sizes that drive allocations.
+
+/// `bench replay` and `bench gemm` refuse, before allocating, sizes whose product is past
+/// their caps although each flag is within its own range.
+#[test]
+fn bench_sizes_are_bounded_before_allocating() {
+    let o = timed(
+        &[
+            "bench",
+            "replay",
+            "fixtures/kimi-k2.5-tiny/eagle3",
+            "--target-checkpoint",
+            "fixtures/kimi-k2.5-tiny/target",
+            "--synthetic-trace",
+            "1048576",
+            "--samples",
+            "1000000",
+        ],
+        Duration::from_secs(10),
+    );
+    let e = assert_refused(&o, "synthetic trace too large");
+    assert!(e.contains("synthetic trace of 1000000 sample(s)"), "{e}");
+    let o = timed(
+        &[
+            "bench",
+            "gemm",
+            "--shapes",
+            "1048576x1048576",
+            "--rows",
+            "1048576",
+            "--m",
+            "1",
+        ],
+        Duration::from_secs(10),
+    );
+    let e = assert_refused(&o, "gemm shape too large");
+    assert!(e.contains("more than 4294967296 elements"), "{e}");
+}

@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long)]
     pub target: Option<String>,
     /// Aux-layer ids to write instead of the source's, comma-separated (needs --aux-convention).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::cli::flags::aux_layer)]
     pub aux_layers: Option<Vec<i64>>,
     /// Convention of the source's (or --aux-layers') ids.
     #[arg(long, value_enum)]
@@ -59,7 +59,7 @@ pub struct Args {
     #[arg(long)]
     pub model_type: Option<String>,
     /// Speculative steps in the printed launch line / TensorRT-LLM max_draft_len.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::steps)]
     pub steps: usize,
     #[arg(long, value_parser = parse_size)]
     pub max_shard_size: Option<u64>,

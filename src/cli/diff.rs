@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Flag tensors whose SQNR is below this many dB.
-    #[arg(long, default_value_t = 15.0)]
+    #[arg(long, default_value_t = 15.0, value_parser = crate::cli::flags::min_sqnr)]
     pub min_sqnr: f64,
 }
 
