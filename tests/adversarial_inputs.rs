@@ -747,6 +747,66 @@ fn a_verify_that_measured_nothing_is_never_a_pass() {
 
 // 8. Sizes that drive allocations.
 
+/// `trace capture --gen-len` is bounded by a hard cap at parse time (a huge value used to
+/// abort on allocation) and by the target's `max_position_embeddings` before any work.
+#[test]
+fn capture_gen_len_is_bounded() {
+    let t = tempfile::tempdir().unwrap();
+    // The tiny target with max_position_embeddings 16 (its shards linked, not copied).
+    let target = t.path().join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let src = common::root().join("fixtures/tiny/target-kimi-k2");
+    for f in [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+    ] {
+        std::os::unix::fs::symlink(src.join(f), target.join(f)).unwrap();
+    }
+    let mut cfg = common::read_json(&src.join("config.json"));
+    cfg["max_position_embeddings"] = 16.into();
+    std::fs::write(
+        target.join("config.json"),
+        serde_json::to_vec(&cfg).unwrap(),
+    )
+    .unwrap();
+    let prompts = t.path().join("p.jsonl");
+    std::fs::write(&prompts, "{\"id\": 7, \"tokens\": [1, 2, 3]}\n").unwrap();
+    let capture = |gen_len: &str, out: &str| {
+        kquant(&[
+            "trace",
+            "capture",
+            "--target",
+            target.to_str().unwrap(),
+            "--prompts",
+            prompts.to_str().unwrap(),
+            "-o",
+            t.path().join(out).to_str().unwrap(),
+            "--taps",
+            "1",
+            "--gen-len",
+            gen_len,
+        ])
+    };
+    for huge in ["18446744073709551615", "1048577"] {
+        let e = assert_refused(&capture(huge, "huge"), huge);
+        assert!(e.contains("--gen-len") && e.contains("1..=1048576"), "{e}");
+    }
+    let e = assert_refused(&capture("14", "long"), "past max_position_embeddings");
+    assert!(
+        e.contains(
+            "prompt 7 has 3 tokens, and 3 + 14 exceeds the target's max_position_embeddings 16"
+        ),
+        "{e}"
+    );
+    assert!(e.contains("hint: lower --gen-len to at most 13"), "{e}");
+    assert!(!t.path().join("long").exists());
+    let o = capture("13", "fits");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let m = common::read_json(&t.path().join("fits/manifest.json"));
+    assert_eq!(m["samples"][0]["gen_len"], 13);
+}
+
 /// `bench replay` and `bench gemm` refuse, before allocating, sizes whose product is past
 /// their caps although each flag is within its own range.
 #[test]
@@ -782,4 +842,24 @@ fn bench_sizes_are_bounded_before_allocating() {
     );
     let e = assert_refused(&o, "gemm shape too large");
     assert!(e.contains("more than 4294967296 elements"), "{e}");
+}
+
+/// A config whose aux-layer id is i64::MAX: converting it between conventions (+1) overflowed
+/// (a panic in debug builds); now the config is refused, naming the key.
+#[test]
+fn absurd_aux_layer_ids_in_a_config_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("draft");
+    std::fs::create_dir_all(&d).unwrap();
+    let src = common::root().join("fixtures/tiny/eagle3-specforge");
+    std::os::unix::fs::symlink(src.join("model.safetensors"), d.join("model.safetensors")).unwrap();
+    let mut cfg = common::read_json(&src.join("config.json"));
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = serde_json::json!([1, i64::MAX]);
+    std::fs::write(d.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let e = assert_refused(&kquant(&["inspect", d.to_str().unwrap()]), "aux id");
+    assert!(
+        e.contains("eagle_config.eagle_aux_hidden_state_layer_ids")
+            && e.contains("9223372036854775807"),
+        "{e}"
+    );
 }
