@@ -452,7 +452,7 @@ fn mutated_trace_manifests_exit_0_or_2() {
         json!("../shard-00000.safetensors"),
         json!(null),
     ];
-    let mut rng = Rng(0x5eed_0f_7ace);
+    let mut rng = Rng(0x005e_ed0f_7ace);
     let cases: Vec<(Vec<&str>, serde_json::Value)> = (0..10)
         .map(|_| (rng.pick(&fields).to_vec(), rng.pick(&values)))
         .collect();
