@@ -427,54 +427,82 @@ impl Rng {
 fn mutated_trace_manifests_exit_0_or_2() {
     use serde_json::json;
     let t = tempfile::tempdir().unwrap();
-    let fields: [&[&str]; 10] = [
+    // Length fields get length-like values (edges of u64, sums that wrap); the other fields
+    // any hostile value, wrong types included.
+    let lengths: [&[&str]; 5] = [
         &["samples", "0", "prompt_len"],
         &["samples", "0", "gen_len"],
         &["samples", "1", "prompt_len"],
+        &["samples", "1", "gen_len"],
+        &["hidden_size"],
+    ];
+    let others: [&[&str]; 6] = [
         &["samples", "1", "id"],
         &["samples", "0", "shard"],
-        &["hidden_size"],
         &["num_layers"],
         &["vocab_size"],
         &["taps", "0"],
         &["shards", "0", "file"],
     ];
-    let values = [
+    let length_values = [
         json!(0),
         json!(1),
-        json!(-1),
         json!(20),
         json!(96),
+        json!(1u64 << 62),
         json!(1u64 << 63),
+        json!(u64::MAX - 95),
         json!(u64::MAX),
+    ];
+    let values = [
+        json!(0),
+        json!(-1),
+        json!(20),
         json!(u32::MAX),
+        json!(u64::MAX),
         json!(1e300),
         json!("../shard-00000.safetensors"),
         json!(null),
     ];
+    // Each case sets one to three fields, mostly lengths.
+    type Case<'a> = Vec<(&'a [&'a str], serde_json::Value)>;
     let mut rng = Rng(0x005e_ed0f_7ace);
-    let cases: Vec<(Vec<&str>, serde_json::Value)> = (0..10)
-        .map(|_| (rng.pick(&fields).to_vec(), rng.pick(&values)))
+    let cases: Vec<Case> = (0..12)
+        .map(|_| {
+            let n = 1 + (rng.next() % 3) as usize;
+            (0..n)
+                .map(|_| match rng.next() % 3 {
+                    0 => (rng.pick(&others), rng.pick(&values)),
+                    _ => (rng.pick(&lengths), rng.pick(&length_values)),
+                })
+                .collect()
+        })
         .collect();
     let outcomes: Vec<(String, Option<i32>, String)> = std::thread::scope(|s| {
         let handles: Vec<_> = cases
-            .chunks(5)
+            .chunks(6)
             .enumerate()
             .map(|(k, chunk)| {
                 let base = t.path().join(format!("w{k}"));
                 s.spawn(move || {
                     let mut out = Vec::new();
-                    for (i, (path, value)) in chunk.iter().enumerate() {
+                    for (i, case) in chunk.iter().enumerate() {
                         let dir = base.join(i.to_string());
                         small_trace(&dir, |m| {
-                            let at = path.iter().fold(m, |v, key| match key.parse::<usize>() {
-                                Ok(n) => &mut v[n],
-                                Err(_) => &mut v[*key],
-                            });
-                            *at = value.clone();
+                            for (path, value) in case {
+                                let at = path.iter().fold(&mut *m, |v, key| {
+                                    match key.parse::<usize>() {
+                                        Ok(n) => &mut v[n],
+                                        Err(_) => &mut v[*key],
+                                    }
+                                });
+                                *at = value.clone();
+                            }
                         });
                         let o = verify_on(&dir, &["--limit", "1"]);
-                        out.push((format!("{path:?} = {value}"), o.status.code(), stderr(&o)));
+                        let what: Vec<String> =
+                            case.iter().map(|(p, v)| format!("{p:?} = {v}")).collect();
+                        out.push((what.join(", "), o.status.code(), stderr(&o)));
                     }
                     out
                 })
