@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod convert;
 pub mod error;
+pub mod escape;
 pub mod gpu;
 pub mod io;
 pub mod quant;

@@ -13,7 +13,10 @@ fn main() -> ExitCode {
     }
     // Remove partial outputs on SIGINT/SIGTERM/SIGHUP; name the input that shrank on SIGBUS.
     kquant::io::interrupt::install();
-    let cli = kquant::cli::Cli::parse();
+    let cli = match kquant::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return kquant::cli::render_clap_error(e),
+    };
     match kquant::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {

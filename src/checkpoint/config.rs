@@ -7,6 +7,9 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
+/// Largest layer id (in absolute value) a config's aux/target layer-id list may hold.
+pub const MAX_LAYER_ID: u64 = 1 << 20;
+
 /// A parsed `config.json`.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -102,7 +105,8 @@ impl Config {
         self.root.get("model_type").and_then(Value::as_str)
     }
 
-    /// A list of integers at `obj.key` (or root `key` when `obj` is `None`).
+    /// A list of layer ids at `obj.key` (or root `key` when `obj` is `None`), each within
+    /// ±[`MAX_LAYER_ID`].
     pub fn int_list(&self, obj: Option<&str>, key: &str) -> Result<Option<Vec<i64>>> {
         let v = match obj {
             Some(o) => self.nested(o, key),
@@ -114,12 +118,22 @@ impl Config {
         let where_ = obj
             .map(|o| format!("{o}.{key}"))
             .unwrap_or_else(|| key.to_string());
-        v.as_array()
+        let ids = v
+            .as_array()
             .and_then(|a| a.iter().map(Value::as_i64).collect::<Option<Vec<_>>>())
-            .map(Some)
             .ok_or_else(|| Error::Config {
                 path: self.path.clone(),
                 msg: format!("`{where_}` must be a list of integers, found {v}"),
-            })
+            })?;
+        // Layer ids: bounded so that converting between conventions (± 1) cannot overflow.
+        if let Some(k) = ids.iter().find(|k| k.unsigned_abs() > MAX_LAYER_ID) {
+            return Err(Error::Config {
+                path: self.path.clone(),
+                msg: format!(
+                    "`{where_}` holds {k}, which is not a layer id (|id| <= {MAX_LAYER_ID})"
+                ),
+            });
+        }
+        Ok(Some(ids))
     }
 }

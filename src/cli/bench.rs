@@ -43,7 +43,7 @@ pub enum What {
         json: bool,
         /// Rounds of `cp`, `cp && sync`, kquant and the baseline, interleaved; each figure is
         /// the median.
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::repeat)]
         repeat: u32,
         /// Arguments passed to `kquant quantize` (after `--`).
         #[arg(last = true)]
@@ -59,7 +59,7 @@ pub enum What {
         #[arg(long)]
         json: bool,
         /// Rounds of `cp`, `cp && sync` and kquant, interleaved; each figure is the median.
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::repeat)]
         repeat: u32,
         /// Arguments passed to `kquant convert KIND SRC -o OUT` after `--`, e.g. `-- eagle3 --to vllm`
         /// (the first one is the kind).

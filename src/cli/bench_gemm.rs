@@ -28,19 +28,19 @@ pub struct Args {
     #[arg(long, default_value = "kimi")]
     pub shapes: String,
     /// Token counts M.
-    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8, 16, 32, 64, 128, 256])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8, 16, 32, 64, 128, 256], value_parser = crate::cli::flags::tokens_m)]
     pub m: Vec<usize>,
     /// Output rows per shape (default: all on a GPU, 64 on the CPU, whose replay is slow).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::flags::dim)]
     pub rows: Option<usize>,
     /// Group size along K (default: per channel).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::flags::dim)]
     pub group: Option<usize>,
     /// Activation dtype.
     #[arg(long, default_value = "bf16", value_parser = ["bf16", "f16"])]
     pub act: String,
     /// Timed calls per measurement (after one warm-up; default 50 on a GPU, 1 on the CPU).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::flags::iters)]
     pub iters: Option<usize>,
     /// Print the figures as JSON on stdout.
     #[arg(long)]
@@ -129,6 +129,26 @@ fn weights(n: usize, k: usize, group: usize) -> W4Layout {
     }
 }
 
+/// Most weight elements (N × K) of one benchmarked shape: 2 GiB of INT4 codes, 8 GiB as the
+/// bf16 BLAS copy.
+pub const MAX_ELEMENTS: usize = 1 << 32;
+
+/// Refuse a shape whose weights (`n × k`) or activations and outputs (`m × k`, `m × n`) would
+/// not fit a benchmark's memory, before anything is allocated.
+fn check_size(name: &str, n: usize, k: usize, ms: &[usize]) -> Result<()> {
+    let m = ms.iter().copied().max().unwrap_or(1);
+    let fits = |a: usize, b: usize| a.checked_mul(b).is_some_and(|e| e <= MAX_ELEMENTS);
+    if fits(n, k) && fits(m, k) && fits(m, n) {
+        return Ok(());
+    }
+    Err(Error::Flags {
+        msg: format!(
+            "shape {name}: {n} rows × K {k} with M up to {m} is more than {MAX_ELEMENTS} elements per matrix"
+        ),
+        hint: "benchmark smaller shapes (--shapes KxN, --rows, --m)".into(),
+    })
+}
+
 fn goal(m: usize, pct_copy: f64, speedup: Option<f64>) -> (Option<&'static str>, Option<bool>) {
     if m == 1 {
         (Some("≥85% of copy"), Some(pct_copy >= 85.0))
@@ -170,6 +190,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 .min(*n_full),
         );
         let group = a.group.unwrap_or(k);
+        check_size(name, n, k, &a.m)?;
         let w = weights(n, k, group);
         w.check()?;
         let bytes = w.weight_bytes();

@@ -28,21 +28,21 @@ pub struct Args {
     pub trace: Option<PathBuf>,
     /// Replay a deterministic synthetic trace of LEN tokens per sample instead (the default,
     /// 512): tokens from a fixed LCG over the draft's vocab, small random bf16 taps.
-    #[arg(long, value_name = "LEN")]
+    #[arg(long, value_name = "LEN", value_parser = crate::cli::flags::seq_len)]
     pub synthetic_trace: Option<usize>,
     /// Prompt tokens of each synthetic sample (default LEN / 8); the rest are generated
     /// positions, the ones pass A scores.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::flags::prompt_len)]
     pub prompt_len: Option<usize>,
     /// Keep the synthetic trace in DIR (replaced if present) instead of a temporary directory.
     #[arg(long, value_name = "DIR", conflicts_with = "trace")]
     pub write_trace: Option<PathBuf>,
     /// Samples to replay: the first N of `--trace` (default all), or N synthetic ones
     /// (default 1).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::flags::samples)]
     pub samples: Option<usize>,
     /// Draft depths per round (a DFlash draft uses its block size − 1).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::steps)]
     pub steps: usize,
     /// Target checkpoint, for drafts that run with its embedding (and lm_head).
     #[arg(long)]
@@ -81,6 +81,9 @@ pub struct TraceShape {
     pub vocab: usize,
 }
 
+/// Most tap values (samples × tokens × taps × hidden) a synthetic trace may hold: 4 GiB as f32.
+pub const MAX_SYNTHETIC_VALUES: usize = 1 << 30;
+
 /// Write a deterministic synthetic `kquant-trace/1` at `dir`: `samples` samples of `len` tokens
 /// (`prompt_len` of them prompt), tokens uniform over `0..vocab` and every tap uniform in
 /// ±0.5 (stored as bf16). The same arguments always give the same bytes.
@@ -100,6 +103,21 @@ pub fn write_synthetic(
         return Err(Error::Usage(
             "the draft reports no vocab, hidden size or taps".into(),
         ));
+    }
+    // Every tap value is held in memory as f32 while the trace is built: bounded up front.
+    let values = [shape.taps.len(), len, shape.hidden]
+        .iter()
+        .try_fold(samples, |a, &b| a.checked_mul(b))
+        .filter(|&v| v <= MAX_SYNTHETIC_VALUES);
+    if values.is_none() {
+        return Err(Error::Flags {
+            msg: format!(
+                "a synthetic trace of {samples} sample(s) × {len} tokens × {} tap(s) × hidden {} is more than {MAX_SYNTHETIC_VALUES} values",
+                shape.taps.len(),
+                shape.hidden
+            ),
+            hint: "lower --synthetic-trace or --samples".into(),
+        });
     }
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
@@ -322,7 +340,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             Some(_) => println!(
                 "trace           synthetic, {} × {} tokens ({} generated positions), built in {trace_s:.2} s",
                 tr.manifest.samples.len(),
-                tr.manifest.samples[0].prompt_len + tr.manifest.samples[0].gen_len,
+                tr.manifest.samples[0].total_len().unwrap_or_default(),
                 positions
             ),
             None => println!(

@@ -32,10 +32,10 @@ pub struct Args {
     #[arg(long)]
     pub target_checkpoint: Option<String>,
     /// Replay only the first N samples of the trace.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::flags::limit)]
     pub limit: Option<usize>,
     /// Draft depths per round replayed (every depth's inputs are observed).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::steps)]
     pub steps: usize,
     /// Where to write the input-amax JSON.
     #[arg(short, long)]

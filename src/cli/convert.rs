@@ -9,6 +9,7 @@ use crate::checkpoint::{AuxConvention, Checkpoint};
 use crate::cli::{command_line, human_bytes, progress};
 use crate::convert::{self, engine, Engine, Options};
 use crate::error::{Error, Result};
+use crate::escape::{json_printable, printable};
 use crate::io::writer::{parse_size, WriteOptions};
 
 /// Draft families `convert` takes.
@@ -49,7 +50,7 @@ pub struct Args {
     #[arg(long)]
     pub target: Option<String>,
     /// Aux-layer ids to write instead of the source's, comma-separated (needs --aux-convention).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::cli::flags::aux_layer)]
     pub aux_layers: Option<Vec<i64>>,
     /// Convention of the source's (or --aux-layers') ids.
     #[arg(long, value_enum)]
@@ -58,7 +59,7 @@ pub struct Args {
     #[arg(long)]
     pub model_type: Option<String>,
     /// Speculative steps in the printed launch line / TensorRT-LLM max_draft_len.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::steps)]
     pub steps: usize,
     #[arg(long, value_parser = parse_size)]
     pub max_shard_size: Option<u64>,
@@ -128,16 +129,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         } else {
             for t in &plan.tensors {
+                // Names come from the files: escaped for the terminal (crate::escape; `{:?}`
+                // escapes by itself).
                 println!(
                     "{:<52} {:<6} {:?}  <- {:?}",
-                    t.name,
+                    printable(&t.name),
                     t.dtype.name(),
                     t.shape,
                     t.source
                 );
             }
             for (n, why) in &plan.dropped {
-                println!("{n:<52} dropped: {why}");
+                println!("{:<52} dropped: {}", printable(n), printable(why));
             }
             if let Some(x) = &plan.aux {
                 println!(
@@ -145,21 +148,21 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     x.hidden_states,
                     x.written,
                     x.convention.id(),
-                    x.keys.join(", ")
+                    printable(&x.keys.join(", "))
                 );
             }
             println!(
                 "config.json:\n{}",
-                serde_json::to_string_pretty(&plan.config).expect("JSON")
+                json_printable(&serde_json::to_string_pretty(&plan.config).expect("JSON"))
             );
         }
         for w in &plan.warnings {
-            eprintln!("warning: {w}");
+            eprintln!("warning: {}", printable(w));
         }
         return Ok(ExitCode::SUCCESS);
     }
     for w in &plan.warnings {
-        eprintln!("warning: {w}");
+        eprintln!("warning: {}", printable(w));
     }
     let mut inputs: Vec<PathBuf> = ck.weights.files().iter().map(|p| p.to_path_buf()).collect();
     inputs.extend(ck.weights.config_path.clone());
@@ -194,7 +197,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         s.dir.display()
     );
     if let Some(l) = &plan.launch {
-        eprintln!("launch with:\n  {l}");
+        eprintln!("launch with:\n  {}", printable(l));
     }
     Ok(ExitCode::SUCCESS)
 }

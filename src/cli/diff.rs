@@ -2,12 +2,14 @@
 //! read as its unquantized tensors (quantized modules are dequantized first): max abs error,
 //! RMSE, SQNR (dB) and cosine similarity. Tensors under `--min-sqnr` are flagged.
 
+use std::collections::HashSet;
 use std::process::ExitCode;
 
 use serde::Serialize;
 
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
+use crate::escape::printable;
 use crate::quant::decode::Logical;
 
 /// Arguments of `kquant diff`.
@@ -21,7 +23,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Flag tensors whose SQNR is below this many dB.
-    #[arg(long, default_value_t = 15.0)]
+    #[arg(long, default_value_t = 15.0, value_parser = crate::cli::flags::min_sqnr)]
     pub min_sqnr: f64,
 }
 
@@ -81,7 +83,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let (la, lb) = (Logical::new(&ca)?, Logical::new(&cb)?);
     let mut rows = Vec::new();
     let mut mismatched = Vec::new();
-    for name in la.names.iter().filter(|n| lb.names.contains(n)) {
+    // Sets, not scans of the name lists: a checkpoint may hold a hundred thousand tensors.
+    let in_a: HashSet<&String> = la.names.iter().collect();
+    let in_b: HashSet<&String> = lb.names.iter().collect();
+    for name in la.names.iter().filter(|n| in_b.contains(n)) {
         let (sa, sb) = (
             la.shape(name).unwrap_or_default(),
             lb.shape(name).unwrap_or_default(),
@@ -96,8 +101,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         );
         rows.push(stats(name, sa, &va, &vb, a.min_sqnr));
     }
-    let only_a: Vec<&String> = la.names.iter().filter(|n| !lb.names.contains(n)).collect();
-    let only_b: Vec<&String> = lb.names.iter().filter(|n| !la.names.contains(n)).collect();
+    let only_a: Vec<&String> = la.names.iter().filter(|n| !in_b.contains(n)).collect();
+    let only_b: Vec<&String> = lb.names.iter().filter(|n| !in_a.contains(n)).collect();
     let flagged = rows.iter().filter(|r| r.flagged).count();
     if a.json {
         let doc = serde_json::json!({
@@ -110,7 +115,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
         });
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
-        let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
+        // Names come from the files: escaped (crate::escape).
+        let w = rows
+            .iter()
+            .map(|r| printable(&r.name).chars().count())
+            .max()
+            .unwrap_or(4)
+            .max(4);
         println!(
             "{:<w$}  {:>10} {:>10} {:>9} {:>9}",
             "tensor", "max_abs", "rmse", "sqnr_dB", "cosine"
@@ -123,7 +134,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             };
             println!(
                 "{:<w$}  {:>10.3e} {:>10.3e} {:>9} {:>9.6}{}",
-                r.name,
+                printable(&r.name),
                 r.max_abs,
                 r.rmse,
                 sq,
@@ -136,13 +147,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
             );
         }
         for n in &only_a {
-            println!("only in A: {n}");
+            println!("only in A: {}", printable(n));
         }
         for n in &only_b {
-            println!("only in B: {n}");
+            println!("only in B: {}", printable(n));
         }
         for m in &mismatched {
-            println!("shape differs: {m}");
+            println!("shape differs: {}", printable(m));
         }
         println!(
             "{} tensors compared, {flagged} below {} dB",

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use crate::checkpoint::{Checkpoint, Detection};
 use crate::cli::{human_bytes, human_count};
 use crate::error::Result;
+use crate::escape::printable;
 use crate::io::source::Origin;
 
 /// Arguments of `kquant inspect`.
@@ -75,7 +76,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 let c = &o.iter().find(|c| c.mismatch()).unwrap();
                 println!(
                     "{:<12}MISMATCH in {} of {} modules: config says `{}` but the data is `{}` (Quark file-to-file export); readers that trust the config decode wrong weights: {}",
-                    "pack order", bad.len(), o.len(), c.config_says, c.data_is, bad.join(", ")
+                    "pack order", bad.len(), o.len(), c.config_says, c.data_is, printable(&bad.join(", "))
                 );
             }
         }
@@ -144,7 +145,9 @@ pub fn to_json(spec: &str, ck: &Checkpoint, det: &Detection) -> Value {
 
 fn print_human(spec: &str, ck: &Checkpoint, det: &Detection, tensors: bool) {
     let (by, all) = totals(ck);
-    let row = |k: &str, v: String| println!("{k:<12}{v}");
+    // Every value may quote the config or tensor names: escaped, so a name cannot write to the
+    // terminal (crate::escape).
+    let row = |k: &str, v: String| println!("{k:<12}{}", printable(&v));
     let files = ck.weights.shards.len();
     let kind = match &ck.weights.origin {
         Origin::Dir(_) => "directory",
@@ -306,7 +309,7 @@ fn print_human(spec: &str, ck: &Checkpoint, det: &Detection, tensors: bool) {
         let w = ck
             .weights
             .infos()
-            .map(|t| t.name.len())
+            .map(|t| printable(&t.name).chars().count())
             .max()
             .unwrap_or(4)
             .max(4);
@@ -317,7 +320,7 @@ fn print_human(spec: &str, ck: &Checkpoint, det: &Detection, tensors: bool) {
         for t in ck.weights.infos() {
             println!(
                 "{:<w$}  {:<8} {:<20} {:>12}",
-                t.name,
+                printable(&t.name),
                 t.dtype.name(),
                 format!("{:?}", t.shape),
                 t.nbytes()

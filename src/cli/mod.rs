@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::error::{Error, Result};
+use crate::escape::printable;
 
 pub mod bench;
 pub mod bench_gemm;
@@ -13,6 +14,7 @@ pub mod calibrate;
 pub mod convert;
 pub mod dequantize;
 pub mod diff;
+pub mod flags;
 pub mod inspect;
 pub mod quantize;
 pub mod schemes;
@@ -83,17 +85,42 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// Print `error: …`, its `Caused by:` chain and a `hint:` to stderr.
+/// Print `error: …`, its `Caused by:` chain and a `hint:` to stderr. Messages quote names read
+/// from files, so each part goes through [`printable`]: one error is one line, whatever a
+/// tensor name holds.
 pub fn render_error(e: &Error) {
-    eprintln!("error: {e}");
+    eprintln!("error: {}", printable(&e.to_string()));
     let mut src = std::error::Error::source(e);
     while let Some(s) = src {
-        eprintln!("  Caused by: {s}");
+        eprintln!("  Caused by: {}", printable(&s.to_string()));
         src = s.source();
     }
     if let Some(h) = e.hint() {
-        eprintln!("\nhint: {h}");
+        eprintln!("\nhint: {}", printable(&h));
     }
+}
+
+/// Print a command-line error from clap (a refused flag value, an unknown flag, a missing
+/// argument) with a `hint:` line, escaped like any other error, and give exit code 2; `--help`
+/// and `--version` print as usual and give 0.
+pub fn render_clap_error(e: clap::Error) -> ExitCode {
+    if !e.use_stderr() {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    // The rendered text quotes the value the user gave: escaped like a name from a file.
+    let text = e.render().to_string();
+    for line in text.trim_end().lines() {
+        eprintln!("{}", printable(line));
+    }
+    let hint = std::error::Error::source(&e)
+        .and_then(|s| s.downcast_ref::<flags::FlagError>())
+        .map(|f| f.hint.clone())
+        .unwrap_or_else(|| {
+            "see `kquant --help`, or `kquant COMMAND --help` for a command's arguments".into()
+        });
+    eprintln!("\nhint: {}", printable(&hint));
+    ExitCode::from(2)
 }
 
 /// The command line as the user typed it, for manifests (an argument that is not UTF-8, such

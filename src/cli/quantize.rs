@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use crate::checkpoint::Checkpoint;
 use crate::cli::{command_line, human_bytes, progress};
 use crate::error::{Error, Result};
+use crate::escape::printable;
 use crate::io::writer::{parse_size, TensorSpec, WriteOptions, Writer};
 use crate::io::TensorInfo;
 use crate::quant::exclude::{excluded_by, module_of, not_candidate, parse_patterns};
@@ -260,10 +261,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     Action::Quantize { .. } => scheme.to_string(),
                     Action::Copy { reason } => format!("excluded ({reason})"),
                 };
+                // Names and patterns are escaped for the terminal (crate::escape).
                 println!(
                     "{:<48} {:<40} {:>12} -> {:>12}",
-                    t.name,
-                    what,
+                    printable(&t.name),
+                    printable(&what),
                     human_bytes(t.nbytes()),
                     human_bytes(out)
                 );
@@ -276,14 +278,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
             println!(
                 "quantization_config.{}: {}",
                 target.exclude_key(),
-                written_exclude(target.as_ref(), &exclude)
+                printable(&written_exclude(target.as_ref(), &exclude).to_string())
             );
         }
         return Ok(ExitCode::SUCCESS);
     }
 
     if let Some(w) = target.warning() {
-        eprintln!("warning: {w}");
+        eprintln!("warning: {}", printable(&w));
     }
     let mut inputs: Vec<PathBuf> = ck.weights.files().iter().map(|p| p.to_path_buf()).collect();
     inputs.extend(ck.weights.config_path.clone());

@@ -24,39 +24,44 @@ fn ids(v: &[usize]) -> String {
         .join(",")
 }
 
+/// One line of a profile: a profile may be a user's JSON file, so its text is escaped.
+fn say(line: String) {
+    println!("{}", crate::escape::printable(&line));
+}
+
 fn show(p: &Profile) {
-    println!(
+    say(format!(
         "{}  ({})",
         p.name,
         p.hf_id.as_deref().unwrap_or("not on the hub")
-    );
-    println!("    {}", p.description);
-    println!(
+    ));
+    say(format!("    {}", p.description));
+    say(format!(
         "    architecture {}; {} layers, hidden size {}, vocabulary {}",
         p.architecture.show(),
         p.num_layers.show(),
         p.hidden_size.show(),
         p.vocab_size.show()
-    );
+    ));
     for f in Family::ALL {
         match p.taps.get(f) {
             Some(t) => {
                 let out = t
                     .output_of_layer_ids()
                     .map_or_else(|| "n/a (taps the embedding)".into(), |v| ids(&v));
-                println!(
+                say(format!(
                     "    {:<10} taps hs[{}]  vLLM ids {}  output-of-layer ids {}",
                     f.name(),
                     ids(&t.hs),
                     ids(&t.vllm_ids()),
                     out
-                );
+                ));
             }
-            None => println!("    {:<10} taps unknown", f.name()),
+            None => say(format!("    {:<10} taps unknown", f.name())),
         }
     }
     for a in &p.published_accept_lengths {
-        println!(
+        say(format!(
             "    published: {} on {} (N {}): {}  [{}; {}; {}]",
             a.draft,
             a.benchmark,
@@ -65,13 +70,13 @@ fn show(p: &Profile) {
             a.engine,
             a.draft_length,
             a.source
-        );
+        ));
     }
     if let Some(l) = &p.live {
-        println!(
+        say(format!(
             "    live: target {}, prompts {}, trace {}",
             l.target, l.prompts, l.trace
-        );
+        ));
     }
     println!();
 }

@@ -41,17 +41,17 @@ pub struct CaptureArgs {
     pub output: PathBuf,
     /// HF hidden_states indices to store, e.g. `1,2,3` [default: every block output before
     /// the last, 1..L-1].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::cli::flags::layer_id)]
     pub taps: Option<Vec<usize>>,
     /// Greedy tokens generated per prompt.
-    #[arg(long, default_value_t = 96)]
+    #[arg(long, default_value_t = 96, value_parser = crate::cli::flags::gen_len)]
     pub gen_len: usize,
     /// End a continuation at the target's EOS (default: EOS is committed like any token, as
     /// SGLang/vLLM benchmarks run with ignore_eos).
     #[arg(long)]
     pub stop_at_eos: bool,
     /// Capture only the first N prompts.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::flags::limit)]
     pub limit: Option<usize>,
     /// `dataset` of samples whose prompt line names none [default: the prompts file's stem].
     #[arg(long)]

@@ -41,7 +41,7 @@ pub struct Args {
     pub out: PathBuf,
     /// The tap ids given to vLLM (`eagle_aux_hidden_state_layer_ids`), comma-separated, in vLLM's
     /// convention: id k is HF hidden_states[k]; id num_hidden_layers is the last block's output.
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, value_delimiter = ',', required = true, value_parser = crate::cli::flags::layer_id)]
     pub layer_ids: Vec<usize>,
     /// How `hidden_states` stacks the taps.
     #[arg(long, value_enum, default_value = "auto")]
@@ -51,14 +51,14 @@ pub struct Args {
     #[arg(long)]
     pub prompts: Option<PathBuf>,
     /// Expected hidden size (checked against every file).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::flags::dim)]
     pub hidden_size: Option<usize>,
     /// Target profile (a name from `kquant targets`, or a JSON file): layer count, hidden size
     /// and vocabulary to check against, recorded in the manifest.
     #[arg(long)]
     pub target: Option<String>,
     /// Decoder blocks of the target (when no profile gives it).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::flags::layers)]
     pub num_layers: Option<usize>,
     /// Replace OUT if it exists.
     #[arg(long)]
@@ -123,7 +123,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let r = import_vllm::import(&o)?;
     for w in &r.warnings {
-        eprintln!("warning: {w}");
+        eprintln!("warning: {}", crate::escape::printable(w));
     }
     println!(
         "{}: {} samples, {} tokens, taps hs{:?} (vLLM ids {:?}), hidden size {}, {} {}",
@@ -152,14 +152,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     println!(
                         "  {} drafts of {} (taps hs{:?}): covered",
                         f.name(),
-                        p.name,
+                        crate::escape::printable(&p.name),
                         t.hs
                     );
                 } else {
                     println!(
                         "  {} drafts of {} (taps hs{:?}): missing hs{missing:?} (capture with --layer-ids {})",
                         f.name(),
-                        p.name,
+                        crate::escape::printable(&p.name),
                         t.hs,
                         t.vllm_ids().iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
                     );

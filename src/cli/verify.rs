@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::checkpoint::Checkpoint;
+use crate::cli::flags;
 use crate::error::{Error, Result};
 use crate::io::output;
 use crate::runtime::deepseek::DeepseekV3;
@@ -43,17 +44,18 @@ pub struct Args {
     pub target_checkpoint: Option<String>,
     /// Draft depths per round (chain length; a DFlash draft proposes block_size − 1 whatever
     /// this says).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=32))]
-    pub steps: u32,
+    #[arg(long, default_value_t = 3, value_parser = flags::steps)]
+    pub steps: usize,
     /// Replay at most N samples of each category, the first ones (a live capture then runs only
-    /// those prompts).
-    #[arg(long)]
+    /// those prompts). At least 1.
+    #[arg(long, value_parser = flags::limit)]
     pub limit: Option<usize>,
-    /// Fail when ΔAL (draft − baseline) < −this.
-    #[arg(long, default_value_t = 0.03)]
+    /// Fail when ΔAL (draft − baseline) < −this (a finite number in -1000..=1000; negative
+    /// asks for an improvement).
+    #[arg(long, default_value_t = 0.03, value_parser = flags::max_regression)]
     pub max_regression: f64,
-    /// Fail when the draft's accept length is below this.
-    #[arg(long)]
+    /// Fail when the draft's accept length is below this (a finite number in 0..=33).
+    #[arg(long, value_parser = flags::min_accept)]
     pub min_accept: Option<f64>,
     /// Write the JSON report here (`-` for stdout).
     #[arg(long)]
@@ -119,8 +121,8 @@ fn open_trace(
                 eprintln!(
                     "verify: no --trace; capturing {} prompts with the live `{}` target ({})",
                     prompts.len(),
-                    p.name,
-                    tgt.display()
+                    crate::escape::printable(&p.name),
+                    crate::escape::printable(&tgt.display().to_string())
                 );
                 let claim = crate::verify::trace::claim(&out, false, &[])?;
                 capture::write_trace(&ck, &m, &p.name, &prompts, &o, "live", claim)?;
@@ -211,8 +213,29 @@ const LIVE_GEN_LEN: usize = 96;
 pub fn run(a: Args) -> Result<ExitCode> {
     let exec = crate::runtime::linears::Exec::device(crate::gpu::linear::verify_device(&a.device)?);
     let profile = a.target.as_deref().map(profile::load).transpose()?;
+    let th = Thresholds {
+        max_regression: a.max_regression,
+        min_accept: a.min_accept,
+    };
+    th.check().map_err(|msg| Error::Flags {
+        msg,
+        hint: "give finite thresholds: a comparison with `nan` is always false, so the gate would pass anything".into(),
+    })?;
     let mut tmp = None;
     let trace = open_trace(&a, profile.as_ref(), &mut tmp)?;
+    // A verify that replays nothing is never a pass.
+    if trace.manifest.samples.is_empty() {
+        return Err(Error::Source {
+            path: trace.dir.join("manifest.json"),
+            msg:
+                "lists no samples: there is nothing to replay, and a gate over nothing cannot pass"
+                    .into(),
+            hint: Some(
+                "verify on a trace with samples (`kquant trace capture` / `kquant trace import`)"
+                    .into(),
+            ),
+        });
+    }
     let target_spec = match (
         &a.target_checkpoint,
         profile.as_ref().and_then(|p| p.live.as_ref()),
@@ -222,8 +245,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
         (None, None) => None,
     };
     let target = target_spec.as_deref().map(Checkpoint::open).transpose()?;
-    let steps = a.steps as usize;
+    let steps = a.steps;
     let (draft, depths) = run_draft(&a.draft, &trace, target.as_ref(), steps, &exec)?;
+    let positions: u64 = draft.samples.iter().map(|w| w.positions).sum();
+    if positions == 0 {
+        return Err(Error::Source {
+            path: trace.dir.join("manifest.json"),
+            msg: format!(
+                "the replay measured nothing: the {} sample(s) replayed have no generated position (gen_len 0, or prompt_len 0)",
+                draft.samples.len()
+            ),
+            hint: Some("a gate over nothing cannot pass: verify on samples with a prompt and generated tokens".into()),
+        });
+    }
     let baseline = match a.baseline.as_deref() {
         None => None,
         Some("prompt-lookup") => {
@@ -241,10 +275,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
             })
         }
         Some(b) => Some(run_draft(b, &trace, target.as_ref(), steps, &exec)?.0),
-    };
-    let th = Thresholds {
-        max_regression: a.max_regression,
-        min_accept: a.min_accept,
     };
     let all: Vec<&Walk> = draft.samples.iter().collect();
     let delta = baseline

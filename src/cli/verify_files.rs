@@ -41,7 +41,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
         for f in &c.ok {
-            eprintln!("ok        {f}");
+            eprintln!("ok        {}", crate::escape::printable(f));
         }
     }
     if passed {

@@ -1,4 +1,5 @@
-//! `model.safetensors.index.json`: parsing, and the safety rules for shard names.
+//! `model.safetensors.index.json`: parsing, and the safety rules for shard names. Every check
+//! is linear in the number of entries (hash sets, no scans of what came before).
 
 use std::fmt;
 
@@ -19,15 +20,15 @@ pub struct Index {
 }
 
 impl Index {
-    /// Distinct shard names in first-seen order.
+    /// Distinct shard names in first-seen order (a set, not a scan of the list so far: an
+    /// index may name hundreds of thousands of shards).
     pub fn shards(&self) -> Vec<&str> {
-        let mut out: Vec<&str> = Vec::new();
-        for (_, s) in &self.weight_map {
-            if !out.contains(&s.as_str()) {
-                out.push(s);
-            }
-        }
-        out
+        let mut seen = std::collections::HashSet::new();
+        self.weight_map
+            .iter()
+            .map(|(_, s)| s.as_str())
+            .filter(|s| seen.insert(*s))
+            .collect()
     }
 }
 

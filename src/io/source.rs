@@ -1,5 +1,8 @@
 //! Where a checkpoint comes from (directory, single `.safetensors` file, or hub id) and how its
 //! weights are opened: single file or index + shards, every name checked before it is joined.
+//! A path that cannot be opened is reported by its cause (symlink loop, dangling symlink,
+//! permission, a file used as a directory); only a path that does not exist at all is tried as
+//! a hub id, and a hub id with a bad revision is refused rather than read as a path.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -86,6 +89,13 @@ impl Weights {
 /// else `model.safetensors`.
 pub fn open_dir(path: &Path) -> Result<Weights> {
     let config = path.join("config.json");
+    match std::fs::metadata(&config) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(path_error(&config, e)),
+        _ => {}
+    }
+    if let Some(err) = dangling_symlink(&config) {
+        return Err(err);
+    }
     if !config.is_file() {
         return Err(Error::Source {
             path: path.into(),
@@ -95,7 +105,13 @@ pub fn open_dir(path: &Path) -> Result<Weights> {
     }
     let fetch = |name: &str| {
         let p = path.join(name);
-        Ok(p.is_file().then_some(p))
+        match std::fs::metadata(&p) {
+            Ok(m) => Ok(m.is_file().then_some(p)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                dangling_symlink(&p).map_or(Ok(None), Err)
+            }
+            Err(e) => Err(path_error(&p, e)),
+        }
     };
     open_with(
         Origin::Dir(path.into()),
@@ -138,14 +154,35 @@ pub fn open(spec: &str) -> Result<Weights> {
             routes,
         });
     }
-    if path.exists() {
-        return Err(Error::Source {
-            path: path.into(),
-            msg: "is neither a directory nor a regular file".into(),
-            hint: None,
-        });
+    match std::fs::metadata(path) {
+        Ok(_) => {
+            return Err(Error::Source {
+                path: path.into(),
+                msg: "is neither a directory nor a regular file".into(),
+                hint: None,
+            })
+        }
+        // Only a path that is not there at all may be a hub id.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(err) = dangling_symlink(path) {
+                return Err(err);
+            }
+        }
+        Err(e) => return Err(path_error(path, e)),
     }
-    if let Some(id) = HubId::parse(spec).filter(|_| !spec.starts_with('.')) {
+    let hub_id = match HubId::parse_checked(spec) {
+        Ok(id) => id.filter(|_| !spec.starts_with('.')),
+        Err(why) => {
+            return Err(Error::Hub {
+                id: crate::escape::printable(spec).into_owned(),
+                msg: format!("{why} (and no file or directory of that name exists)"),
+                hint: Some(
+                    "a revision is a branch, tag or commit of the hub repo (`main`, `v1.0`, `refs/pr/1`, a commit hash); to open a local directory, pass its path alone".into(),
+                ),
+            })
+        }
+    };
+    if let Some(id) = hub_id {
         let hub = HubFetcher::new(id.clone());
         let config = hub.get("config.json")?.ok_or_else(|| {
             let where_ = if super::hub::offline() {
@@ -176,6 +213,48 @@ pub fn open(spec: &str) -> Result<Weights> {
         path,
         std::io::Error::from(std::io::ErrorKind::NotFound),
     ))
+}
+
+/// Why `path` cannot be opened, in words that fit the cause: a symlink loop, a permission, a
+/// file where a directory was needed; anything else as the I/O error itself.
+pub fn path_error(path: &Path, e: std::io::Error) -> Error {
+    let (msg, hint) = match (e.raw_os_error(), e.kind()) {
+        (Some(libc::ELOOP), _) => (
+            "is a symlink loop (too many levels of symbolic links)",
+            "a symlink on this path points (maybe through others) back to itself: fix or remove it, or pass the real path",
+        ),
+        (_, std::io::ErrorKind::PermissionDenied) => (
+            "cannot be read: permission denied",
+            "check the permissions of the path and of every directory above it (`ls -ld`)",
+        ),
+        (Some(libc::ENOTDIR), _) => (
+            "is not a directory path: one of its leading components is a file, not a directory",
+            "check the path: only its last component may be a file",
+        ),
+        (Some(libc::ENAMETOOLONG), _) => (
+            "is too long a path (or has too long a component)",
+            "check the path",
+        ),
+        _ => return Error::io("open", path, e),
+    };
+    Error::Source {
+        path: path.into(),
+        msg: msg.into(),
+        hint: Some(hint.into()),
+    }
+}
+
+/// A symlink at `path` whose target does not exist (`metadata` said "not found").
+fn dangling_symlink(path: &Path) -> Option<Error> {
+    let target = std::fs::read_link(path).ok()?;
+    Some(Error::Source {
+        path: path.into(),
+        msg: format!(
+            "is a symlink to `{}`, which does not exist",
+            crate::escape::printable(&target.display().to_string())
+        ),
+        hint: Some("fix the symlink, or download or copy the file it points to".into()),
+    })
 }
 
 type Fetch<'a> = dyn Fn(&str) -> Result<Option<PathBuf>> + 'a;
@@ -327,4 +406,60 @@ fn open_sharded(
         shards,
         routes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each cause gets its own message and hint (permission denied cannot be produced for real
+    /// in tests that run as root, so the mapping is checked on the error values).
+    #[test]
+    fn path_errors_name_their_cause() {
+        let p = Path::new("some/path");
+        let cases = [
+            (
+                std::io::Error::from_raw_os_error(libc::ELOOP),
+                "symlink loop",
+            ),
+            (
+                std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+                "permission denied",
+            ),
+            (
+                std::io::Error::from_raw_os_error(libc::EACCES),
+                "permission denied",
+            ),
+            (
+                std::io::Error::from_raw_os_error(libc::ENOTDIR),
+                "not a directory",
+            ),
+            (
+                std::io::Error::from_raw_os_error(libc::ENAMETOOLONG),
+                "too long",
+            ),
+        ];
+        for (e, want) in cases {
+            let err = path_error(p, e);
+            let msg = err.to_string();
+            assert!(msg.contains(want) && msg.contains("some/path"), "{msg}");
+            assert!(err.hint().is_some(), "{msg}");
+        }
+        // Anything else stays the I/O error, with its cause.
+        let err = path_error(p, std::io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(err, Error::Io { .. }), "{err}");
+    }
+
+    #[test]
+    fn loops_and_dangling_links_are_not_hub_ids() {
+        let t = tempfile::tempdir().unwrap();
+        let l = t.path().join("loop");
+        std::os::unix::fs::symlink(&l, &l).unwrap();
+        let e = open(l.to_str().unwrap()).err().unwrap().to_string();
+        assert!(e.contains("symlink loop"), "{e}");
+        let d = t.path().join("dangling");
+        std::os::unix::fs::symlink(t.path().join("gone"), &d).unwrap();
+        let e = open(d.to_str().unwrap()).err().unwrap().to_string();
+        assert!(e.contains("which does not exist"), "{e}");
+    }
 }

@@ -220,7 +220,8 @@ impl DeepseekV3 {
     pub fn greedy(&self, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>> {
         let mut s = self.session();
         let mut logits = s.extend(prompt)?;
-        let mut out = Vec::with_capacity(n);
+        // `n` is the caller's bound, not a size to reserve up front.
+        let mut out = Vec::with_capacity(n.min(4096));
         while out.len() < n {
             let t = argmax(&logits) as u32;
             out.push(t);

@@ -211,6 +211,37 @@ pub fn check_taps(taps: &[usize], layers: usize) -> Result<()> {
     Ok(())
 }
 
+/// Refuse, before any work, a capture whose prompt + continuation would not fit the target's
+/// `max_position_embeddings` (positions past it are not what the target was trained or served
+/// on), or which generates nothing.
+pub fn check_lengths(prompts: &[Prompt], gen_len: usize, max_pos: usize) -> Result<()> {
+    if gen_len == 0 {
+        return Err(Error::Flags {
+            msg: "--gen-len 0 generates nothing: the trace would have no generated position to replay".into(),
+            hint: "give --gen-len 1 or more (96 by default)".into(),
+        });
+    }
+    let Some(p) = prompts.iter().max_by_key(|p| p.tokens.len()) else {
+        return Ok(());
+    };
+    let total = p.tokens.len().checked_add(gen_len);
+    if total.is_none_or(|t| t > max_pos) {
+        return Err(Error::Flags {
+            msg: format!(
+                "--gen-len {gen_len}: prompt {} has {} tokens, and {} + {gen_len} exceeds the target's max_position_embeddings {max_pos}",
+                p.id,
+                p.tokens.len(),
+                p.tokens.len()
+            ),
+            hint: format!(
+                "lower --gen-len to at most {} (or leave the longest prompts out)",
+                max_pos.saturating_sub(p.tokens.len())
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// `sha256:` of the weights: the single file's hash, or of the `name sha256` lines of every
 /// shard (sorted) when there are several.
 fn revision(ck: &Checkpoint) -> Result<String> {
@@ -350,6 +381,7 @@ pub fn write_trace(
     out: crate::io::output::Claim,
 ) -> Result<Written> {
     check_taps(&o.taps, m.num_layers)?;
+    check_lengths(prompts, o.gen_len, m.cfg.max_pos)?;
     let pb = progress(prompts.len() as u64);
     let mut caps = Vec::with_capacity(prompts.len());
     for p in prompts {

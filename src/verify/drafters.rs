@@ -85,7 +85,7 @@ pub fn load_drafter(
                 format!(
                     ", {} on the CPU in f32 (a layout the INT4 kernels do not take): {}",
                     off.len(),
-                    off.join(", ")
+                    crate::escape::printable(&off.join(", "))
                 )
             }
         );

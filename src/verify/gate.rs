@@ -66,6 +66,23 @@ pub struct Thresholds {
     pub min_accept: Option<f64>,
 }
 
+impl Thresholds {
+    /// Why these thresholds cannot gate anything: a non-finite one (a comparison with `nan` is
+    /// always false, and `inf` allows anything), which would pass every draft.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.max_regression.is_finite() {
+            return Err(format!(
+                "--max-regression {} is not a finite number",
+                self.max_regression
+            ));
+        }
+        match self.min_accept {
+            Some(m) if !m.is_finite() => Err(format!("--min-accept {m} is not a finite number")),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Pass/fail with the reasons.
 #[derive(Debug, Clone, Serialize)]
 pub struct Decision {
@@ -73,8 +90,18 @@ pub struct Decision {
     pub reasons: Vec<String>,
 }
 
+/// The gate. It fails closed: thresholds that cannot gate ([`Thresholds::check`]) or an
+/// accept length or ΔAL that is not a number fail, never pass.
 pub fn decide(draft_al: f64, delta: Option<f64>, th: Thresholds) -> Decision {
     let mut reasons = Vec::new();
+    if let Err(e) = th.check() {
+        reasons.push(e);
+    }
+    if !draft_al.is_finite() || delta.is_some_and(|d| !d.is_finite()) {
+        reasons.push(format!(
+            "accept length {draft_al} / ΔAL {delta:?} is not a number: nothing was measured"
+        ));
+    }
     if let Some(d) = delta {
         if d < -th.max_regression {
             reasons.push(format!(
@@ -151,5 +178,26 @@ mod tests {
         let a: Vec<Walk> = (0..9).map(|i| w(10, 20 + i)).collect();
         let b: Vec<Walk> = (0..9).map(|i| w(10, 22 + (i * 5) % 7)).collect();
         assert_eq!(paired_delta(&a, &b), paired_delta(&a, &b));
+    }
+
+    #[test]
+    fn non_finite_thresholds_and_measures_fail_closed() {
+        let th = |max_regression, min_accept| Thresholds {
+            max_regression,
+            min_accept,
+        };
+        for t in [
+            th(f64::NAN, None),
+            th(f64::INFINITY, None),
+            th(0.03, Some(f64::NAN)),
+            th(0.03, Some(f64::NEG_INFINITY)),
+        ] {
+            assert!(t.check().is_err(), "{t:?}");
+            assert!(!decide(2.9, Some(-5.0), t).passed, "{t:?}");
+            assert!(!decide(2.9, Some(0.0), t).passed, "{t:?}");
+        }
+        assert!(!decide(f64::NAN, None, th(0.03, None)).passed);
+        assert!(!decide(2.9, Some(f64::NAN), th(0.03, None)).passed);
+        assert!(decide(2.9, Some(0.0), th(0.03, Some(2.5))).passed);
     }
 }

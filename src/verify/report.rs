@@ -117,9 +117,10 @@ pub fn table(r: &Value) -> String {
     };
     if let Some(m) = r["per_category"].as_object() {
         for (c, v) in m {
+            // Categories come from the trace manifest: escaped for the terminal.
             s.push_str(&format!(
                 "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
-                c,
+                crate::escape::printable(c),
                 v["n"],
                 f(&v["baseline"]),
                 f(&v["draft"]),
@@ -154,7 +155,10 @@ pub fn table(r: &Value) -> String {
         "FAILED\n"
     });
     for reason in r["reasons"].as_array().into_iter().flatten() {
-        s.push_str(&format!("  {}\n", reason.as_str().unwrap_or("")));
+        s.push_str(&format!(
+            "  {}\n",
+            crate::escape::printable(reason.as_str().unwrap_or(""))
+        ));
     }
     s
 }

@@ -3,6 +3,7 @@
 //! and the target's hidden states at each tapped layer, keyed by HF `hidden_states[i]` index.
 //! Captured once where the target runs; replayed anywhere.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -74,6 +75,8 @@ pub struct Trace {
     pub dir: PathBuf,
     pub manifest: Manifest,
     shards: Vec<Shard>,
+    /// Shard file name → index in `shards`.
+    shard_index: HashMap<String, usize>,
 }
 
 fn terr(dir: &Path, msg: String) -> Error {
@@ -84,36 +87,83 @@ fn terr(dir: &Path, msg: String) -> Error {
     }
 }
 
+impl SampleMeta {
+    /// Tokens of the sample, `prompt_len + gen_len`; `Err` with both true values when the sum
+    /// overflows.
+    pub fn total_len(&self) -> std::result::Result<usize, String> {
+        self.prompt_len.checked_add(self.gen_len).ok_or_else(|| {
+            format!(
+                "sample {}: prompt_len {} + gen_len {} overflows",
+                self.id, self.prompt_len, self.gen_len
+            )
+        })
+    }
+}
+
+/// Parse and check `manifest.json` bytes (pure: the `trace_manifest` fuzz target drives it).
+/// Every length, count and name the manifest gives is checked before anything is read with
+/// it: format and tap convention, shard names (plain file names, each listed once), a positive
+/// hidden size, sample ids listed once, each sample's shard listed, and `prompt_len + gen_len`
+/// and `(prompt_len + gen_len) × hidden_size` computed with checked arithmetic (an overflow is
+/// refused with the true values). The tensors themselves are checked by [`Trace::open`].
+pub fn parse_manifest(bytes: &[u8]) -> std::result::Result<Manifest, String> {
+    let manifest: Manifest =
+        serde_json::from_slice(bytes).map_err(|e| format!("not a kquant trace manifest: {e}"))?;
+    if manifest.format != FORMAT {
+        return Err(format!(
+            "format is `{}`, expected `{FORMAT}`",
+            manifest.format
+        ));
+    }
+    if manifest.tap_convention != TAP_CONVENTION {
+        return Err(format!(
+            "tap_convention `{}` is not `{TAP_CONVENTION}`",
+            manifest.tap_convention
+        ));
+    }
+    if manifest.hidden_size == 0 {
+        return Err("hidden_size is 0".into());
+    }
+    let mut shard_names = HashSet::new();
+    for s in &manifest.shards {
+        if !crate::io::index::is_plain_file_name(&s.file) {
+            return Err(format!("shard name `{}` is not a plain file name", s.file));
+        }
+        if !shard_names.insert(s.file.as_str()) {
+            return Err(format!("shard `{}` is listed twice", s.file));
+        }
+    }
+    let mut ids = HashSet::new();
+    for s in &manifest.samples {
+        if !ids.insert(s.id) {
+            return Err(format!(
+                "sample id {} is listed twice (both would read the same tensors `s{}.*`)",
+                s.id, s.id
+            ));
+        }
+        if !shard_names.contains(s.shard.as_str()) {
+            return Err(format!("sample {} names unknown shard `{}`", s.id, s.shard));
+        }
+        let len = s.total_len()?;
+        if len.checked_mul(manifest.hidden_size).is_none() {
+            return Err(format!(
+                "sample {}: {len} tokens × hidden_size {} overflows",
+                s.id, manifest.hidden_size
+            ));
+        }
+    }
+    Ok(manifest)
+}
+
 impl Trace {
-    /// Open `dir`, check the manifest, every shard's sha256 and every sample's tensors.
+    /// Open `dir`, check the manifest ([`parse_manifest`]), every shard's sha256 and every
+    /// sample's tensors.
     pub fn open(dir: &Path) -> Result<Trace> {
         let mpath = dir.join("manifest.json");
         let bytes = std::fs::read(&mpath).map_err(|e| Error::io("read", &mpath, e))?;
-        let manifest: Manifest = serde_json::from_slice(&bytes)
-            .map_err(|e| terr(dir, format!("not a kquant trace manifest: {e}")))?;
-        if manifest.format != FORMAT {
-            return Err(terr(
-                dir,
-                format!("format is `{}`, expected `{FORMAT}`", manifest.format),
-            ));
-        }
-        if manifest.tap_convention != TAP_CONVENTION {
-            return Err(terr(
-                dir,
-                format!(
-                    "tap_convention `{}` is not `{TAP_CONVENTION}`",
-                    manifest.tap_convention
-                ),
-            ));
-        }
+        let manifest = parse_manifest(&bytes).map_err(|m| terr(dir, m))?;
         let mut shards = Vec::new();
         for s in &manifest.shards {
-            if !crate::io::index::is_plain_file_name(&s.file) {
-                return Err(terr(
-                    dir,
-                    format!("shard name `{}` is not a plain file name", s.file),
-                ));
-            }
             let p = dir.join(&s.file);
             let h = hash_file(&p)?;
             if h.sha256 != s.sha256 {
@@ -128,22 +178,32 @@ impl Trace {
             // SAFETY: the trace is read-only input; see `Shard::open`.
             shards.push(unsafe { Shard::open(&p)? });
         }
+        let shard_index = manifest
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.file.clone(), i))
+            .collect();
         let t = Trace {
             dir: dir.into(),
             manifest,
             shards,
+            shard_index,
         };
         for s in &t.manifest.samples {
-            let len = s.prompt_len + s.gen_len;
+            // Checked by `parse_manifest`; the same message if it ever is not.
+            let len = s.total_len().map_err(|m| terr(dir, m))?;
             let tok = t.tensor(s, "tokens")?;
             if tok.dtype() != Dtype::I32 || tok.shape() != [len] {
                 return Err(terr(
                     dir,
                     format!(
-                        "sample {}: `tokens` is {} {:?}, expected I32 [{len}]",
+                        "sample {}: `tokens` is {} {:?}, expected I32 [{len}] (prompt_len {} + gen_len {})",
                         s.id,
                         tok.dtype(),
-                        tok.shape()
+                        tok.shape(),
+                        s.prompt_len,
+                        s.gen_len
                     ),
                 ));
             }
@@ -167,17 +227,12 @@ impl Trace {
     }
 
     fn tensor(&self, s: &SampleMeta, what: &str) -> Result<TensorView<'_>> {
-        let i = self
-            .manifest
-            .shards
-            .iter()
-            .position(|m| m.file == s.shard)
-            .ok_or_else(|| {
-                terr(
-                    &self.dir,
-                    format!("sample {} names unknown shard `{}`", s.id, s.shard),
-                )
-            })?;
+        let i = *self.shard_index.get(&s.shard).ok_or_else(|| {
+            terr(
+                &self.dir,
+                format!("sample {} names unknown shard `{}`", s.id, s.shard),
+            )
+        })?;
         let name = format!("s{}.{what}", s.id);
         self.shards[i].tensor(&name).ok_or_else(|| {
             terr(
@@ -204,15 +259,15 @@ impl Trace {
         let Ok(v) = self.tensor(s, "target_top1") else {
             return Ok(None);
         };
-        if v.dtype() != Dtype::I32 || v.shape() != [s.prompt_len + s.gen_len] {
+        let len = s.total_len().map_err(|m| terr(&self.dir, m))?;
+        if v.dtype() != Dtype::I32 || v.shape() != [len] {
             return Err(terr(
                 &self.dir,
                 format!(
-                    "sample {}: `target_top1` is {} {:?}, expected I32 [{}]",
+                    "sample {}: `target_top1` is {} {:?}, expected I32 [{len}]",
                     s.id,
                     v.dtype(),
                     v.shape(),
-                    s.prompt_len + s.gen_len
                 ),
             ));
         }
@@ -458,5 +513,199 @@ mod tests {
             .unwrap()
             .to_string()
             .contains("sha256"));
+    }
+
+    /// xorshift64: a fixed, dependency-free stream of pseudo-random numbers.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// Values a mutation puts in place of a field: edges of every integer width, floats,
+    /// wrong types.
+    fn hostile(rng: &mut Rng) -> serde_json::Value {
+        use serde_json::json;
+        let v = [
+            json!(0),
+            json!(1),
+            json!(-1),
+            json!(2),
+            json!(5),
+            json!(i64::MAX),
+            json!(1u64 << 63),
+            json!((1u64 << 63) - 2),
+            json!(u64::MAX),
+            json!(u64::MAX - 1),
+            json!(u32::MAX),
+            json!(1e300),
+            json!(0.5),
+            json!("x"),
+            json!(""),
+            json!("../x"),
+            json!(null),
+            json!([]),
+            json!({}),
+        ];
+        v[rng.below(v.len())].clone()
+    }
+
+    /// Every JSON path (object keys, array indices) in `v`.
+    fn paths(v: &serde_json::Value, here: Vec<String>, out: &mut Vec<Vec<String>>) {
+        out.push(here.clone());
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, c) in m {
+                    let mut p = here.clone();
+                    p.push(k.clone());
+                    paths(c, p, out);
+                }
+            }
+            serde_json::Value::Array(a) => {
+                for (i, c) in a.iter().enumerate() {
+                    let mut p = here.clone();
+                    p.push(i.to_string());
+                    paths(c, p, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The value at path `p`, if an earlier mutation left it there.
+    fn at<'a>(v: &'a mut serde_json::Value, p: &[String]) -> Option<&'a mut serde_json::Value> {
+        p.iter().try_fold(v, |v, k| match v {
+            serde_json::Value::Array(a) => a.get_mut(k.parse::<usize>().ok()?),
+            serde_json::Value::Object(o) => o.get_mut(k.as_str()),
+            _ => None,
+        })
+    }
+
+    /// Random mutations of a valid trace's manifest (a field set to a hostile value, removed,
+    /// a sample or shard duplicated): opening never panics (an overflow in a debug build
+    /// would), and what opens reads back every sample at its manifest length.
+    #[test]
+    fn mutated_manifests_never_panic() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("trace");
+        let toks: Vec<u32> = vec![1, 2, 3, 4, 5];
+        let tap: Vec<f32> = (0..5 * 8).map(|i| i as f32).collect();
+        let mut m = manifest(8, vec![2], 2);
+        m.samples[1].prompt_len = 4;
+        m.samples[1].gen_len = 1;
+        let samples: Vec<NewSample> = m
+            .samples
+            .iter()
+            .map(|meta| NewSample {
+                meta: meta.clone(),
+                tokens: &toks,
+                taps: vec![(2, &tap)],
+                target_top1: Some(&toks),
+            })
+            .collect();
+        write(&dir, m, &samples, false).unwrap();
+        let mpath = dir.join("manifest.json");
+        let valid: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
+        let mut all = Vec::new();
+        paths(&valid, vec![], &mut all);
+        let mut rng = Rng(0xdead_beef_cafe_f00d);
+        let (mut opened, mut refused) = (0, 0);
+        for _ in 0..1500 {
+            let mut v = valid.clone();
+            for _ in 0..1 + rng.below(3) {
+                let p = all[rng.below(all.len())].clone();
+                if p.is_empty() {
+                    continue;
+                }
+                match rng.below(4) {
+                    0 | 1 => {
+                        if let Some(x) = at(&mut v, &p) {
+                            *x = hostile(&mut rng);
+                        }
+                    }
+                    2 => {
+                        let (last, parent) = p.split_last().unwrap();
+                        match at(&mut v, parent) {
+                            Some(serde_json::Value::Object(o)) => {
+                                o.remove(last);
+                            }
+                            Some(serde_json::Value::Array(a)) => {
+                                let i = last.parse::<usize>().unwrap();
+                                if i < a.len() {
+                                    a.remove(i);
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    _ => {
+                        for k in ["samples", "shards"] {
+                            if let Some(a) = v[k].as_array_mut() {
+                                if let Some(first) = a.first().cloned() {
+                                    a.push(first);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            std::fs::write(&mpath, serde_json::to_vec(&v).unwrap()).unwrap();
+            // The pure check agrees with the whole open on what it refuses.
+            let parsed = parse_manifest(&serde_json::to_vec(&v).unwrap());
+            match Trace::open(&dir) {
+                Ok(t) => {
+                    assert!(parsed.is_ok());
+                    opened += 1;
+                    for s in &t.manifest.samples {
+                        let len = s.total_len().unwrap();
+                        assert_eq!(t.tokens(s).unwrap().len(), len);
+                        for &tap in &t.manifest.taps {
+                            assert_eq!(t.tap(s, tap).unwrap().len(), len * t.manifest.hidden_size);
+                        }
+                    }
+                }
+                Err(e) => {
+                    refused += 1;
+                    let e = e.to_string();
+                    assert!(e.contains("manifest.json"), "{e}");
+                }
+            }
+        }
+        assert!(
+            opened > 20 && refused > 500,
+            "{opened} opened, {refused} refused"
+        );
+    }
+
+    #[test]
+    fn overflowing_lengths_are_refused_with_their_true_values() {
+        let mut v = serde_json::to_value(manifest(8, vec![2], 1)).unwrap();
+        v["shards"] = serde_json::json!([{"file": "s.safetensors", "sha256": "0"}]);
+        v["samples"][0]["shard"] = "s.safetensors".into();
+        v["samples"][0]["prompt_len"] = (1u64 << 63).into();
+        v["samples"][0]["gen_len"] = (1u64 << 63).into();
+        let e = parse_manifest(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+        assert!(
+            e.contains("prompt_len 9223372036854775808 + gen_len 9223372036854775808 overflows"),
+            "{e}"
+        );
+        v["samples"][0]["prompt_len"] = (1u64 << 61).into();
+        v["samples"][0]["gen_len"] = 0.into();
+        let e = parse_manifest(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+        assert!(
+            e.contains("2305843009213693952 tokens × hidden_size 8 overflows"),
+            "{e}"
+        );
+        v["samples"][0]["prompt_len"] = 3.into();
+        v["samples"][0]["gen_len"] = 2.into();
+        assert!(parse_manifest(&serde_json::to_vec(&v).unwrap()).is_ok());
     }
 }

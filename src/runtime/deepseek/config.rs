@@ -41,6 +41,8 @@ pub struct DsConfig {
     pub scale: f32,
     /// `eos_token_id` (one or several).
     pub eos: Vec<u32>,
+    /// `max_position_embeddings` (default 4096): the longest sequence the target is run on.
+    pub max_pos: usize,
 }
 
 impl DsConfig {
@@ -123,6 +125,7 @@ impl DsConfig {
             rope,
             scale: (1.0 / ((nope + rope_dim) as f64).sqrt() * mult as f64) as f32,
             eos,
+            max_pos,
         };
         c.check().map_err(cerr)?;
         Ok(c)

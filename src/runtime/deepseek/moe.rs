@@ -183,6 +183,7 @@ mod tests {
             rope: Rope::plain(2, 1e4),
             scale: 1.0,
             eos: vec![],
+            max_pos: 4096,
         }
     }
 

@@ -1,0 +1,309 @@
+//! Value parsers for every numeric flag: each number is checked at parse time for its range
+//! (and, for decimals, for being finite), so `nan`, `inf`, negative, zero-where-meaningless
+//! and absurdly large values are refused before any work starts. clap shows the message as
+//! `error: invalid value 'V' for '--flag <…>': …`; [`render_clap_error`](super::render_clap_error)
+//! adds the [`FlagError`]'s hint and exits 2.
+//!
+//! The bounds are documented in `docs/verify.md` (verify, trace, calibrate, bench) and in each
+//! flag's `--help`. Sizes that drive allocations have hard caps here ([`MAX_GEN_LEN`],
+//! [`MAX_SEQ_LEN`], …); the commands check what depends on the inputs (a target's
+//! `max_position_embeddings`, a shape's element count) when they know it.
+
+use std::fmt;
+
+/// Most draft depths per round the replay holds (one bit each in a `u32` mask).
+pub const MAX_STEPS: u64 = crate::verify::walk::MAX_DEPTHS as u64;
+/// Most samples or prompts `--limit` can name (per category for `verify`).
+pub const MAX_LIMIT: u64 = 10_000_000;
+/// Most greedy tokens `trace capture --gen-len` generates per prompt (also bounded by the
+/// target's `max_position_embeddings`).
+pub const MAX_GEN_LEN: u64 = 1 << 20;
+/// Longest synthetic sequence `bench replay --synthetic-trace` builds.
+pub const MAX_SEQ_LEN: u64 = 1 << 20;
+/// Most synthetic samples `bench replay --samples` builds or replays.
+pub const MAX_SAMPLES: u64 = 1_000_000;
+/// Largest dimension (hidden size, K, N, rows, group) a flag may give.
+pub const MAX_DIM: u64 = 1 << 20;
+/// Largest layer index or layer count a flag may give.
+pub const MAX_LAYERS: u64 = 4096;
+/// Largest token count M of `bench gemm --m`.
+pub const MAX_M: u64 = 16384;
+/// Most timed calls or rounds of a benchmark.
+pub const MAX_ITERS: u64 = 100_000;
+/// Most rounds of `bench quantize|convert --repeat`.
+pub const MAX_REPEAT: u64 = 1000;
+/// Largest accept length: 32 depths + the bonus token.
+pub const MAX_AL: f64 = MAX_STEPS as f64 + 1.0;
+/// Bound of `--max-regression` (any finite value from 33 up already never fails on ΔAL).
+pub const MAX_REGRESSION: f64 = 1000.0;
+
+/// A refused flag value: the message (what is wrong and what is accepted) and a hint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlagError {
+    pub msg: String,
+    pub hint: String,
+}
+
+impl fmt::Display for FlagError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+impl std::error::Error for FlagError {}
+
+fn refuse(msg: String, hint: &str) -> FlagError {
+    FlagError {
+        msg,
+        hint: hint.into(),
+    }
+}
+
+/// A whole number in `lo..=hi`.
+pub fn int(s: &str, lo: u64, hi: u64, hint: &str) -> Result<u64, FlagError> {
+    let t = s.trim();
+    let range = format!("a whole number in {lo}..={hi}");
+    match t.parse::<u64>() {
+        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+        Ok(v) => Err(refuse(format!("{v} is out of range: {range}"), hint)),
+        Err(_)
+            if t.parse::<i128>().is_ok()
+                || t.bytes().all(|b| b.is_ascii_digit()) && !t.is_empty() =>
+        {
+            Err(refuse(format!("`{t}` is out of range: {range}"), hint))
+        }
+        Err(_) => Err(refuse(format!("`{t}` is not {range}"), hint)),
+    }
+}
+
+/// A whole number (possibly negative) in `lo..=hi`.
+pub fn signed(s: &str, lo: i64, hi: i64, hint: &str) -> Result<i64, FlagError> {
+    let t = s.trim();
+    let range = format!("a whole number in {lo}..={hi}");
+    match t.parse::<i64>() {
+        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+        Ok(v) => Err(refuse(format!("{v} is out of range: {range}"), hint)),
+        Err(_) if t.parse::<i128>().is_ok() => {
+            Err(refuse(format!("`{t}` is out of range: {range}"), hint))
+        }
+        Err(_) => Err(refuse(format!("`{t}` is not {range}"), hint)),
+    }
+}
+
+/// A finite decimal number in `lo..=hi` (`nan` and `inf` are refused).
+pub fn float(s: &str, lo: f64, hi: f64, hint: &str) -> Result<f64, FlagError> {
+    let t = s.trim();
+    let range = format!("a finite number in {lo}..={hi}");
+    match t.parse::<f64>() {
+        Ok(v) if !v.is_finite() => Err(refuse(format!("`{t}` is not {range}"), hint)),
+        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+        Ok(_) => Err(refuse(format!("`{t}` is out of range: {range}"), hint)),
+        Err(_) => Err(refuse(format!("`{t}` is not {range}"), hint)),
+    }
+}
+
+/// `--steps`: draft depths per round.
+pub fn steps(s: &str) -> Result<usize, FlagError> {
+    int(
+        s,
+        1,
+        MAX_STEPS,
+        "--steps is the number of draft depths per round (chain length); the replay handles 1 to 32",
+    )
+    .map(|v| v as usize)
+}
+
+/// `--limit`: the first N samples or prompts.
+pub fn limit(s: &str) -> Result<usize, FlagError> {
+    int(
+        s,
+        1,
+        MAX_LIMIT,
+        "--limit N keeps the first N samples (at least 1: a run over nothing measures nothing); leave it out to use all",
+    )
+    .map(|v| v as usize)
+}
+
+/// `trace capture --gen-len`.
+pub fn gen_len(s: &str) -> Result<usize, FlagError> {
+    int(
+        s,
+        1,
+        MAX_GEN_LEN,
+        "--gen-len is the number of greedy tokens per prompt: at least 1, at most 1048576 (and prompt + continuation must fit the target's max_position_embeddings)",
+    )
+    .map(|v| v as usize)
+}
+
+/// `bench replay --synthetic-trace`.
+pub fn seq_len(s: &str) -> Result<usize, FlagError> {
+    int(
+        s,
+        2,
+        MAX_SEQ_LEN,
+        "a synthetic sample needs a prompt and a generated token: 2 to 1048576 tokens",
+    )
+    .map(|v| v as usize)
+}
+
+/// `bench replay --prompt-len`.
+pub fn prompt_len(s: &str) -> Result<usize, FlagError> {
+    int(
+        s,
+        1,
+        MAX_SEQ_LEN - 1,
+        "--prompt-len must be at least 1 and below the --synthetic-trace length",
+    )
+    .map(|v| v as usize)
+}
+
+/// `bench replay --samples`.
+pub fn samples(s: &str) -> Result<usize, FlagError> {
+    int(
+        s,
+        1,
+        MAX_SAMPLES,
+        "--samples N replays N samples: 1 to 1000000",
+    )
+    .map(|v| v as usize)
+}
+
+/// A hidden size, row count, K, N or group size.
+pub fn dim(s: &str) -> Result<usize, FlagError> {
+    int(
+        s,
+        1,
+        MAX_DIM,
+        "a dimension is a positive whole number, at most 1048576",
+    )
+    .map(|v| v as usize)
+}
+
+/// A layer count.
+pub fn layers(s: &str) -> Result<usize, FlagError> {
+    int(
+        s,
+        1,
+        MAX_LAYERS,
+        "a layer count is a positive whole number, at most 4096",
+    )
+    .map(|v| v as usize)
+}
+
+/// A layer index (`hidden_states` index or vLLM layer id).
+pub fn layer_id(s: &str) -> Result<usize, FlagError> {
+    int(
+        s,
+        0,
+        MAX_LAYERS,
+        "a layer index is a whole number from 0 (the embeddings) to 4096",
+    )
+    .map(|v| v as usize)
+}
+
+/// `convert --aux-layers`: an aux-layer id in either convention (`-1` is the embeddings as
+/// output-of-layer).
+pub fn aux_layer(s: &str) -> Result<i64, FlagError> {
+    signed(
+        s,
+        -1,
+        MAX_LAYERS as i64,
+        "an aux-layer id is a whole number from -1 to 4096 (see --aux-convention)",
+    )
+}
+
+/// `bench gemm --m`: a token count.
+pub fn tokens_m(s: &str) -> Result<usize, FlagError> {
+    int(s, 1, MAX_M, "--m lists token counts, each 1 to 16384").map(|v| v as usize)
+}
+
+/// `bench gemm --iters`.
+pub fn iters(s: &str) -> Result<usize, FlagError> {
+    int(
+        s,
+        1,
+        MAX_ITERS,
+        "--iters is the number of timed calls: 1 to 100000",
+    )
+    .map(|v| v as usize)
+}
+
+/// `bench quantize|convert --repeat`.
+pub fn repeat(s: &str) -> Result<u32, FlagError> {
+    int(
+        s,
+        1,
+        MAX_REPEAT,
+        "--repeat is the number of rounds (each figure is the median): 1 to 1000",
+    )
+    .map(|v| v as u32)
+}
+
+/// `verify --max-regression`: the largest ΔAL drop allowed (negative: an improvement required;
+/// 33 or more never fails on ΔAL, since an accept length is at most 33).
+pub fn max_regression(s: &str) -> Result<f64, FlagError> {
+    float(
+        s,
+        -MAX_REGRESSION,
+        MAX_REGRESSION,
+        "--max-regression is an accept-length difference, e.g. 0.03; `nan` or `inf` would switch the gate off",
+    )
+}
+
+/// `verify --min-accept`: the smallest accept length allowed.
+pub fn min_accept(s: &str) -> Result<f64, FlagError> {
+    float(
+        s,
+        0.0,
+        MAX_AL,
+        "--min-accept is an accept length (1 to 33 tokens per round), e.g. 2.5; `nan` would switch the gate off",
+    )
+}
+
+/// `diff --min-sqnr`: dB.
+pub fn min_sqnr(s: &str) -> Result<f64, FlagError> {
+    float(
+        s,
+        -1000.0,
+        1000.0,
+        "--min-sqnr is a signal-to-quantization-noise ratio in dB, e.g. 15",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsers_refuse_what_they_should() {
+        assert_eq!(steps("3"), Ok(3));
+        assert_eq!(steps(" 32 "), Ok(32));
+        for bad in [
+            "0",
+            "33",
+            "-1",
+            "1.5",
+            "nan",
+            "",
+            "x",
+            "99999999999999999999999",
+        ] {
+            let e = steps(bad).unwrap_err();
+            assert!(e.msg.contains("1..=32"), "{bad}: {e}");
+            assert!(!e.hint.is_empty());
+        }
+        assert_eq!(max_regression("-0.1"), Ok(-0.1));
+        for bad in [
+            "nan", "NaN", "inf", "-inf", "infinity", "1e309", "1001", "x", "",
+        ] {
+            assert!(max_regression(bad).is_err(), "{bad}");
+        }
+        assert_eq!(min_accept("2.5"), Ok(2.5));
+        assert!(min_accept("-1").is_err());
+        assert_eq!(aux_layer("-1"), Ok(-1));
+        assert!(aux_layer("-2").is_err() && aux_layer("9223372036854775807").is_err());
+        assert_eq!(limit("10000000"), Ok(10_000_000));
+        assert!(limit("10000001").is_err());
+        assert!(gen_len("18446744073709551615").is_err());
+    }
+}
