@@ -610,7 +610,7 @@ mod tests {
                 target_top1: Some(&toks),
             })
             .collect();
-        write(&dir, m, &samples, false).unwrap();
+        write(claim(&dir, false, &[]).unwrap(), m, &samples).unwrap();
         let mpath = dir.join("manifest.json");
         let valid: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
