@@ -415,23 +415,11 @@ fn force_replaces_only_what_kquant_wrote() {
     // Reports: a file that is not kquant's report is refused, kquant's is replaced.
     let junit = t.path().join("junit.xml");
     std::fs::write(&junit, b"<xml>someone else's</xml>").unwrap();
-    let v = |p: &Path| {
-        kquant(&[
-            "verify",
-            "--draft",
-            EAGLE3,
-            "--baseline",
-            EAGLE3,
-            "--trace",
-            TRACE,
-            "--target-checkpoint",
-            TARGET,
-            "--limit",
-            "1",
-            "--junit",
-            p.to_str().unwrap(),
-        ])
-    };
+    let junit_cmd = commands(Path::new("-"))
+        .into_iter()
+        .find(|c| c.name == "verify --junit")
+        .unwrap();
+    let v = |p: &Path| bin().args(junit_cmd.argv(p, false)).output().unwrap();
     let o = v(&junit);
     assert_eq!(code(&o), Some(2), "{}", stderr(&o));
     assert_eq!(std::fs::read(&junit).unwrap(), b"<xml>someone else's</xml>");
