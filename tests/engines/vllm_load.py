@@ -141,7 +141,11 @@ def main():
                         mark(loaded_weight)
                         return _wl(param, loaded_weight, *r, **kw)
 
-                    p.weight_loader = wrapped
+                    try:
+                        p.weight_loader = wrapped
+                    except AttributeError:
+                        # vLLM-style parameter classes expose it as a read-only property.
+                        p._weight_loader = wrapped
             stage = "load"
             orig_copy = torch.Tensor.copy_
 

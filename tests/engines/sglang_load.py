@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Load one draft checkpoint with SGLang's own draft loader on CPU and print a verdict (JSON).
+
+    python sglang_load.py --draft DIR --target-config DIR [--algorithm EAGLE3] [--pretend-sm 90]
+
+The calls SGLang's speculative worker makes for the draft (`ServerArgs` → `ModelConfig` of the
+draft → `model_loader.get_model`: construction with its quant method, `load_weights`,
+`process_weights_after_loading`), on CPU. Stand-ins, each only for something loading never
+runs or that needs a GPU to answer:
+
+- `vllm._custom_ops.rotary_embedding` (imported by `RotaryEmbedding.__init__`; RoPE never runs
+  while loading) is a stub module;
+- `get_device()` falls back to "cpu" (the MLA draft's rotary embedding asks for an accelerator);
+- `--pretend-sm 90` answers `torch.cuda.get_device_capability()` for the quantization schemes'
+  support check. With it, a run that stops where a CUDA kernel is set up after loading
+  (Marlin's workspace) is reported as stage "kernel-setup": everything before it ran.
+
+Checks as in vllm_load.py (SGLang drops names it cannot place without a word): sentinel-filled
+parameters left unwritten, checkpoint tensors that reach no weight loader (followed through
+`torch.cat`, which SGLang's MLA loader uses to fuse q_a and kv_a).
+"""
+
+import argparse
+import json
+import os
+import sys
+import traceback
+import types
+
+DROPPED_BY_DESIGN = {"t2d"}
+INT_SENTINEL = 0x7EADBEEF
+
+
+def stub_rotary():
+    """`vllm._custom_ops.rotary_embedding` without vLLM (never called while loading)."""
+    vllm = sys.modules.setdefault("vllm", types.ModuleType("vllm"))
+    ops = types.ModuleType("vllm._custom_ops")
+
+    def rotary_embedding(*a, **k):
+        raise RuntimeError("RoPE stub: not run while loading")
+
+    ops.rotary_embedding = rotary_embedding
+    sys.modules["vllm._custom_ops"] = ops
+    vllm._custom_ops = ops
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--target-config", required=True)
+    ap.add_argument("--algorithm", default="EAGLE3")
+    ap.add_argument("--pretend-sm", type=int, default=None)
+    a = ap.parse_args()
+
+    import torch
+
+    stub_rotary()
+    if a.pretend_sm is not None:
+        major, minor = divmod(a.pretend_sm, 10)
+        torch.cuda.get_device_capability = lambda *x, **k: (major, minor)
+    import sglang
+
+    v = {
+        "engine": "sglang",
+        "version": sglang.__version__,
+        "ok": False,
+        "stage": None,
+        "message": None,
+        "unwritten": [],
+        "dropped": [],
+        "consumed": 0,
+        # Answered for the schemes' capability check (a stand-in, so the verdict says so).
+        "pretend_sm": a.pretend_sm,
+    }
+    stage = "config"
+    try:
+        import sglang.srt.utils as sutils
+
+        orig_get_device = getattr(sutils, "get_device", None)
+        if orig_get_device is not None:
+
+            def get_device(*x, **k):
+                try:
+                    return orig_get_device(*x, **k)
+                except Exception:
+                    return "cpu"
+
+            sutils.get_device = get_device
+            for mod in list(sys.modules.values()):
+                if getattr(mod, "get_device", None) is orig_get_device:
+                    mod.get_device = get_device
+
+        from sglang.srt.configs.device_config import DeviceConfig
+        from sglang.srt.configs.load_config import LoadConfig
+        from sglang.srt.configs.model_config import ModelConfig
+        from sglang.srt.model_loader import get_model, loader
+        from sglang.srt.server_args import ServerArgs
+
+        sa = ServerArgs(
+            model_path=a.target_config,
+            device="cpu",
+            speculative_algorithm=a.algorithm,
+            speculative_draft_model_path=a.draft,
+            skip_tokenizer_init=True,
+            disable_cuda_graph=True,
+        )
+        mc = ModelConfig.from_server_args(sa, model_path=a.draft, is_draft_model=True)
+        stage = "build"
+        from sglang.test.layer_ut_utils import init_single_process_dist
+
+        init_single_process_dist(backend="gloo")
+
+        sources = {}
+        consumed = set()
+        derived = {}  # storage of a torch.cat result -> the source names it holds
+
+        def names_of(t):
+            try:
+                key = t.untyped_storage().data_ptr()
+            except Exception:
+                return set()
+            if key in sources:
+                return {sources[key]}
+            return derived.get(key, set())
+
+        def mark(t):
+            if isinstance(t, torch.Tensor):
+                consumed.update(names_of(t))
+
+        orig_all = loader.DefaultModelLoader._get_all_weights
+
+        def _get_all_weights(self, *x, **k):
+            for name, t in orig_all(self, *x, **k):
+                sources[t.untyped_storage().data_ptr()] = name
+                yield name, t
+
+        loader.DefaultModelLoader._get_all_weights = _get_all_weights
+
+        orig_cat = torch.cat
+
+        def cat(tensors, *x, **k):
+            out = orig_cat(tensors, *x, **k)
+            held = set()
+            for t in tensors:
+                held |= names_of(t)
+            if held:
+                derived[out.untyped_storage().data_ptr()] = held
+            return out
+
+        sentinel_params = {}
+        orig_load_only = loader.DefaultModelLoader.load_weights_only
+
+        def load_weights_only(model, *x, **k):
+            nonlocal stage
+            for pname, p in model.named_parameters():
+                with torch.no_grad():
+                    if p.dtype.is_floating_point:
+                        p.data.fill_(float("nan"))
+                    elif p.dtype in (torch.int32, torch.int64):
+                        p.data.fill_(INT_SENTINEL)
+                    else:
+                        continue
+                sentinel_params[pname] = p
+                wl = getattr(p, "weight_loader", None)
+                if wl is not None:
+
+                    def wrapped(param, loaded_weight, *r, _wl=wl, **kw):
+                        mark(loaded_weight)
+                        return _wl(param, loaded_weight, *r, **kw)
+
+                    try:
+                        p.weight_loader = wrapped
+                    except AttributeError:
+                        # vLLM-style parameter classes expose it as a read-only property.
+                        p._weight_loader = wrapped
+            stage = "load"
+            orig_copy = torch.Tensor.copy_
+
+            def copy_(dst, src, *r, **kw):
+                mark(src)
+                return orig_copy(dst, src, *r, **kw)
+
+            torch.Tensor.copy_ = copy_
+            torch.cat = cat
+            try:
+                out = orig_load_only(model, *x, **k)
+            finally:
+                torch.Tensor.copy_ = orig_copy
+                torch.cat = orig_cat
+            # SGLang's own decisions (speculative/eagle_worker_v2.py `init_lm_head`): an EAGLE-3
+            # draft always takes the target's embedding (`set_embed`), and its lm_head too when
+            # `load_lm_head_from_target`; `d2t` becomes `hot_token_id` by arithmetic, not a copy.
+            exempt = set()
+            if a.algorithm == "EAGLE3":
+                exempt |= {n for n in sentinel_params if n.endswith("embed_tokens.weight")}
+                if getattr(model, "load_lm_head_from_target", False):
+                    exempt |= {n for n in sentinel_params if n.startswith("lm_head.")}
+            if getattr(model, "hot_token_id", None) is not None:
+                consumed.update(n for n in sources.values() if n.endswith("d2t"))
+            v["unwritten"] = sorted(
+                n
+                for n, p in sentinel_params.items()
+                if p.numel() > 0 and n not in exempt and still_sentinel(torch, p)
+            )
+            stage = "post-load"
+            return out
+
+        loader.DefaultModelLoader.load_weights_only = staticmethod(load_weights_only)
+
+        try:
+            get_model(
+                model_config=mc,
+                load_config=LoadConfig(load_format="auto"),
+                device_config=DeviceConfig("cpu"),
+            )
+        except Exception as e:
+            tb = traceback.format_exc()
+            if stage == "post-load" and a.pretend_sm is not None and "/torch/cuda/" in tb:
+                # Everything up to the CUDA kernel set-up ran; that step cannot run on CPU.
+                stage = "kernel-setup"
+                v["message"] = f"{type(e).__name__}: {e}".strip()
+            else:
+                raise
+        checks_stage = stage
+        stage = "checks"
+        v["dropped"] = sorted(
+            n for n in set(sources.values()) - consumed if n not in DROPPED_BY_DESIGN
+        )
+        v["consumed"] = len(consumed)
+        problems = []
+        if v["unwritten"]:
+            problems.append(f"{len(v['unwritten'])} parameter(s) never written")
+        if v["dropped"]:
+            problems.append(f"{len(v['dropped'])} checkpoint tensor(s) reached no weight loader")
+        if problems:
+            v["message"] = "; ".join(problems)
+        elif checks_stage == "kernel-setup":
+            v["ok"] = True
+            stage = "kernel-setup"
+        else:
+            v["ok"] = True
+            stage = None
+    except Exception as e:
+        v["message"] = f"{type(e).__name__}: {e}".strip()
+        v["trace"] = traceback.format_exc().splitlines()[-6:]
+    v["stage"] = stage
+    print(json.dumps(v))
+    return 0
+
+
+def still_sentinel(torch, p):
+    d = p.data
+    if d.dtype.is_floating_point:
+        return bool(torch.isnan(d.float()).any())
+    return bool((d == INT_SENTINEL).any())
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:
+        traceback.print_exc()
+        sys.exit(3)
