@@ -25,10 +25,11 @@ import json
 import os
 import sys
 import traceback
+
+from checks import copies_marked, fill_sentinels, problems, still_sentinel
 import types
 
 DROPPED_BY_DESIGN = {"t2d"}
-INT_SENTINEL = 0x7EADBEEF
 
 
 def stub_rotary():
@@ -152,40 +153,13 @@ def main():
 
         def load_weights_only(model, *x, **k):
             nonlocal stage
-            for pname, p in model.named_parameters():
-                with torch.no_grad():
-                    if p.dtype.is_floating_point:
-                        p.data.fill_(float("nan"))
-                    elif p.dtype in (torch.int32, torch.int64):
-                        p.data.fill_(INT_SENTINEL)
-                    else:
-                        continue
-                sentinel_params[pname] = p
-                wl = getattr(p, "weight_loader", None)
-                if wl is not None:
-
-                    def wrapped(param, loaded_weight, *r, _wl=wl, **kw):
-                        mark(loaded_weight)
-                        return _wl(param, loaded_weight, *r, **kw)
-
-                    try:
-                        p.weight_loader = wrapped
-                    except AttributeError:
-                        # vLLM-style parameter classes expose it as a read-only property.
-                        p._weight_loader = wrapped
+            sentinel_params.update(fill_sentinels(torch, model, mark))
             stage = "load"
-            orig_copy = torch.Tensor.copy_
-
-            def copy_(dst, src, *r, **kw):
-                mark(src)
-                return orig_copy(dst, src, *r, **kw)
-
-            torch.Tensor.copy_ = copy_
             torch.cat = cat
             try:
-                out = orig_load_only(model, *x, **k)
+                with copies_marked(torch, mark):
+                    out = orig_load_only(model, *x, **k)
             finally:
-                torch.Tensor.copy_ = orig_copy
                 torch.cat = orig_cat
             # SGLang's own decisions (speculative/eagle_worker_v2.py `init_lm_head`): an EAGLE-3
             # draft always takes the target's embedding (`set_embed`), and its lm_head too when
@@ -227,13 +201,9 @@ def main():
             n for n in set(sources.values()) - consumed if n not in DROPPED_BY_DESIGN
         )
         v["consumed"] = len(consumed)
-        problems = []
-        if v["unwritten"]:
-            problems.append(f"{len(v['unwritten'])} parameter(s) never written")
-        if v["dropped"]:
-            problems.append(f"{len(v['dropped'])} checkpoint tensor(s) reached no weight loader")
-        if problems:
-            v["message"] = "; ".join(problems)
+        bad = problems(v)
+        if bad:
+            v["message"] = bad
         elif checks_stage == "kernel-setup":
             v["ok"] = True
             stage = "kernel-setup"
@@ -246,13 +216,6 @@ def main():
     v["stage"] = stage
     print(json.dumps(v))
     return 0
-
-
-def still_sentinel(torch, p):
-    d = p.data
-    if d.dtype.is_floating_point:
-        return bool(torch.isnan(d.float()).any())
-    return bool((d == INT_SENTINEL).any())
 
 
 if __name__ == "__main__":

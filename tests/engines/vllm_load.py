@@ -28,11 +28,12 @@ import socket
 import sys
 import traceback
 
+from checks import copies_marked, fill_sentinels, problems, still_sentinel
+
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 # Names vLLM drops by design (`Eagle3LlamaForCausalLM.load_weights` skips `t2d`).
 DROPPED_BY_DESIGN = {"t2d"}
-INT_SENTINEL = 0x7EADBEEF
 
 
 def free_port():
@@ -125,39 +126,10 @@ def main():
 
         def load_weights(self, model, model_config):
             nonlocal stage
-            for pname, p in model.named_parameters():
-                with torch.no_grad():
-                    if p.dtype.is_floating_point:
-                        p.data.fill_(float("nan"))
-                    elif p.dtype in (torch.int32, torch.int64):
-                        p.data.fill_(INT_SENTINEL)
-                    else:
-                        continue
-                sentinel_params[pname] = p
-                wl = getattr(p, "weight_loader", None)
-                if wl is not None:
-
-                    def wrapped(param, loaded_weight, *r, _wl=wl, **kw):
-                        mark(loaded_weight)
-                        return _wl(param, loaded_weight, *r, **kw)
-
-                    try:
-                        p.weight_loader = wrapped
-                    except AttributeError:
-                        # vLLM-style parameter classes expose it as a read-only property.
-                        p._weight_loader = wrapped
+            sentinel_params.update(fill_sentinels(torch, model, mark))
             stage = "load"
-            orig_copy = torch.Tensor.copy_
-
-            def copy_(dst, src, *r, **kw):
-                mark(src)
-                return orig_copy(dst, src, *r, **kw)
-
-            torch.Tensor.copy_ = copy_
-            try:
+            with copies_marked(torch, mark):
                 out = orig_load(self, model, model_config)
-            finally:
-                torch.Tensor.copy_ = orig_copy
             # Checked before post-processing, which may repack parameters.
             # vLLM's own rule (DefaultModelLoader.track_weights_loading): KV-cache quantization
             # parameters fall back to defaults when a checkpoint has none; empty placeholders
@@ -197,13 +169,9 @@ def main():
             n for n in set(sources.values()) - consumed if n not in DROPPED_BY_DESIGN
         )
         v["consumed"] = len(consumed)
-        problems = []
-        if v["unwritten"]:
-            problems.append(f"{len(v['unwritten'])} parameter(s) never written")
-        if v["dropped"]:
-            problems.append(f"{len(v['dropped'])} checkpoint tensor(s) reached no weight loader")
-        if problems:
-            v["message"] = "; ".join(problems)
+        bad = problems(v)
+        if bad:
+            v["message"] = bad
         else:
             v["ok"] = True
             stage = None
@@ -213,13 +181,6 @@ def main():
     v["stage"] = stage
     print(json.dumps(v))
     return 0
-
-
-def still_sentinel(torch, p):
-    d = p.data
-    if d.dtype.is_floating_point:
-        return bool(torch.isnan(d.float()).any())
-    return bool((d == INT_SENTINEL).any())
 
 
 def exempt(model, name):
