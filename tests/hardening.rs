@@ -113,9 +113,12 @@ fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
 }
 
-/// Every command that writes an output (`quantized` is a quantized draft for `dequantize`).
+/// Every command that writes an output (`quantized` is a quantized draft for `dequantize`;
+/// beside it, `hs` holds vLLM hidden-states connector files for `trace import`).
 fn commands(quantized: &Path) -> Vec<Cmd> {
     let q = quantized.to_str().unwrap();
+    let hs = quantized.with_file_name("hs");
+    let hs = hs.to_str().unwrap();
     vec![
         Cmd {
             name: "quantize",
@@ -170,6 +173,24 @@ fn commands(quantized: &Path) -> Vec<Cmd> {
             force: Some("--force"),
         },
         Cmd {
+            name: "trace import",
+            args: s(&[
+                "trace",
+                "import",
+                "--from",
+                "vllm-hidden-states",
+                hs,
+                "-o",
+                "{o}",
+                "--layer-ids",
+                "1,2,3",
+                "--target",
+                "kimi-k2.5-tiny",
+            ]),
+            out: Out::Trace,
+            force: Some("--force"),
+        },
+        Cmd {
             name: "calibrate",
             args: s(&[
                 "calibrate",
@@ -210,8 +231,47 @@ fn commands(quantized: &Path) -> Vec<Cmd> {
     ]
 }
 
-/// A quantized tiny draft (for `dequantize`) in `t`.
+/// vLLM hidden-states connector files (one request, `[T, 3 taps, H]` BF16 + `token_ids`) of
+/// the tiny fixture trace's first sample, in `t/hs`, for `trace import`.
+fn connector_files(t: &Path) {
+    use kquant::verify::trace::Trace;
+    let tr = Trace::open(&root().join(TRACE)).unwrap();
+    let m = &tr.manifest;
+    let s = &m.samples[0];
+    let tokens = tr.tokens(s).unwrap();
+    let taps: Vec<Vec<f32>> = [1usize, 2, 3]
+        .iter()
+        .map(|&i| tr.tap(s, i).unwrap())
+        .collect();
+    let (n, h) = (tokens.len(), m.hidden_size);
+    let mut data = Vec::new();
+    for k in 0..n {
+        for tap in &taps {
+            for x in &tap[k * h..(k + 1) * h] {
+                data.extend_from_slice(&half::bf16::from_f32(*x).to_le_bytes());
+            }
+        }
+    }
+    let hs_len = data.len();
+    for tok in &tokens {
+        data.extend_from_slice(&(*tok as i64).to_le_bytes());
+    }
+    let header = serde_json::json!({
+        "hidden_states": {"dtype": "BF16", "shape": [n, 3, h], "data_offsets": [0, hs_len]},
+        "token_ids": {"dtype": "I64", "shape": [n], "data_offsets": [hs_len, data.len()]},
+    });
+    let dir = t.join("hs");
+    std::fs::create_dir_all(&dir).unwrap();
+    common::write_safetensors(
+        &dir.join(format!("{}.safetensors", s.id)),
+        header.to_string().as_bytes(),
+        data,
+    );
+}
+
+/// A quantized tiny draft (for `dequantize`) in `t`, and connector files beside it.
 fn quantized_draft(t: &Path) -> PathBuf {
+    connector_files(t);
     let q = t.join("q");
     let o = kquant(&[
         "quantize",
@@ -579,7 +639,7 @@ fn two_captures_to_different_names_do_not_share_anything() {
         assert_eq!(code(&o), Some(0), "{}", stderr(&o));
     }
     assert!(whole(&a, Out::Trace).is_some() && whole(&b, Out::Trace).is_some());
-    only(t.path(), &["a.other", "a.trace", "q"]);
+    only(t.path(), &["a.other", "a.trace", "hs", "q"]);
 }
 
 // ---------------------------------------------------------------------------------------------
