@@ -220,7 +220,15 @@ impl Claim {
                 .truncate(false)
                 .open(&self.lock_path)
                 .map_err(|e| Error::io("create the lock file", &self.lock_path, e))?;
-            if !flock_exclusive(&f) {
+            // Another claim's leftover report probes locks for a few microseconds: a lock
+            // that is busy is asked again a few times before it counts as held.
+            let held = !(0..5).any(|k| {
+                if k > 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                flock_exclusive(&f)
+            });
+            if held {
                 let mut who = String::new();
                 let _ = f.read_to_string(&mut who);
                 let pid = who.lines().next().unwrap_or("?").trim().to_string();
