@@ -13,6 +13,8 @@ pub mod io;
 pub mod quant;
 pub mod runtime;
 pub mod synth;
+#[cfg(test)]
+mod test_rng;
 pub mod verify;
 
 pub use error::{Error, Result};

@@ -309,19 +309,7 @@ mod tests {
         assert_eq!(HubId::parse_checked("model.safetensors"), Ok(None));
     }
 
-    /// xorshift64: a fixed, dependency-free stream of pseudo-random numbers.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
-            &v[(self.next() % v.len() as u64) as usize]
-        }
-    }
+    use crate::test_rng::Rng;
 
     /// Random ids built from the pieces that matter (separators, dots, `@`, absolute starts,
     /// odd bytes): parsing never panics, and every accepted id's `refs/` and `snapshots/`

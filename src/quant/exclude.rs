@@ -260,25 +260,7 @@ mod tests {
         go(&p, &n)
     }
 
-    /// xorshift64: a fixed, dependency-free stream of pseudo-random numbers.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        fn string(&mut self, alphabet: &[char], max_len: usize) -> String {
-            let len = self.below(max_len + 1);
-            (0..len)
-                .map(|_| alphabet[self.below(alphabet.len())])
-                .collect()
-        }
-    }
+    use crate::test_rng::Rng;
 
     #[test]
     fn agrees_with_the_recursive_reference_on_random_patterns() {

@@ -515,19 +515,7 @@ mod tests {
             .contains("sha256"));
     }
 
-    /// xorshift64: a fixed, dependency-free stream of pseudo-random numbers.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
+    use crate::test_rng::Rng;
 
     /// Values a mutation puts in place of a field: edges of every integer width, floats,
     /// wrong types.
