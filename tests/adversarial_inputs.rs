@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::kquant;
+use common::{kquant, Rng};
 
 /// The standard error of a run, as text.
 fn stderr(o: &Output) -> String {
@@ -357,17 +357,19 @@ fn small_trace(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     std::fs::write(dir.join("manifest.json"), serde_json::to_vec(&m).unwrap()).unwrap();
 }
 
-/// `kquant verify` of the fixture EAGLE-3 draft on `trace`, plus `extra`.
+/// `kquant verify` on `trace` with the fixture target, plus `extra` (the fixture EAGLE-3 draft
+/// unless `extra` names one).
 fn verify_on(trace: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "verify",
-        "--draft",
-        "fixtures/kimi-k2.5-tiny/eagle3",
+    let mut args = vec!["verify"];
+    if !extra.contains(&"--draft") {
+        args.extend(["--draft", "fixtures/kimi-k2.5-tiny/eagle3"]);
+    }
+    args.extend([
         "--target-checkpoint",
         "fixtures/kimi-k2.5-tiny/target",
         "--trace",
         trace.to_str().unwrap(),
-    ];
+    ]);
     args.extend_from_slice(extra);
     kquant(&args)
 }
@@ -403,21 +405,6 @@ fn trace_lengths_that_overflow_are_refused_with_their_true_values() {
         });
         let e = assert_refused(&verify_on(&dir, &[]), name);
         assert!(e.contains(want), "{name}: {e}");
-    }
-}
-
-/// xorshift64: a fixed, dependency-free stream of pseudo-random numbers.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick<T: Clone>(&mut self, v: &[T]) -> T {
-        v[(self.next() % v.len() as u64) as usize].clone()
     }
 }
 
@@ -704,21 +691,16 @@ fn every_numeric_flag_refuses_bad_values() {
     assert!(runs > 200, "{runs}");
 }
 
-/// The fixture EAGLE-3 draft (EAGLE-3 MLA as the baseline) on `trace`.
+/// The fixture EAGLE-3 MLA draft against the EAGLE-3 one (the baseline) on `trace`.
 fn verify_against_baseline(trace: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
-        "verify",
         "--draft",
         "fixtures/kimi-k2.5-tiny/eagle3-mla",
         "--baseline",
         "fixtures/kimi-k2.5-tiny/eagle3",
-        "--target-checkpoint",
-        "fixtures/kimi-k2.5-tiny/target",
-        "--trace",
-        trace.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    kquant(&args)
+    verify_on(trace, &args)
 }
 
 /// A draft that fails the gate on the real trace (the MLA draft against the Llama one) must not

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{kquant, read_json, root};
+use common::{kquant, read_json, root, Rng};
 use sha2::{Digest, Sha256};
 
 const TINY: &str = "fixtures/tiny/eagle3-specforge";
@@ -711,18 +711,6 @@ fn kills_at_every_step_of_the_write_path() {
     }
 }
 
-/// Deterministic pseudo-random numbers for kill times.
-struct Lcg(u64);
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n.max(1)
-    }
-}
-
 fn rounds() -> usize {
     std::env::var("KQUANT_KILL_ROUNDS")
         .ok()
@@ -735,7 +723,7 @@ fn rounds() -> usize {
 fn kills_at_random_moments_of_every_writing_command() {
     let t = tempfile::tempdir().unwrap();
     let d = quantized_draft(t.path());
-    let mut rng = Lcg(0x6b71_7561_6e74);
+    let mut rng = Rng(0x6b71_7561_6e74);
     for c in commands(&d) {
         let dir = t.path().join(c.name.replace(' ', "-"));
         std::fs::create_dir(&dir).unwrap();

@@ -253,3 +253,23 @@ pub fn assert_config_matches(label: &str, ours: &Path, theirs: &Path, key: &str)
     assert_eq!(oq, tq, "{label}: quantization_config");
     oex
 }
+
+/// xorshift64: the integration tests' fixed, dependency-free pseudo-random stream (the unit
+/// tests' twin is `src/test_rng.rs`).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform-ish in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    pub fn pick<T: Clone>(&mut self, v: &[T]) -> T {
+        v[self.below(v.len() as u64) as usize].clone()
+    }
+}
