@@ -66,3 +66,63 @@ def problems(v):
     if v["dropped"]:
         out.append(f"{len(v['dropped'])} checkpoint tensor(s) reached no weight loader")
     return "; ".join(out) or None
+
+
+class Sources:
+    """The checkpoint's tensors by storage, followed to the weight loaders (and through
+    `torch.cat`, which SGLang's MLA loader uses to fuse q_a and kv_a)."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.names = {}  # storage pointer -> checkpoint tensor name
+        self.derived = {}  # storage of a torch.cat result -> the names it holds
+        self.consumed = set()
+
+    def names_of(self, t):
+        try:
+            key = t.untyped_storage().data_ptr()
+        except Exception:
+            return set()
+        if key in self.names:
+            return {self.names[key]}
+        return self.derived.get(key, set())
+
+    def mark(self, t):
+        """`t` reached a weight loader (or was copied into a parameter)."""
+        if isinstance(t, self.torch.Tensor):
+            self.consumed.update(self.names_of(t))
+
+    def record(self, cls, attr):
+        """Wrap the engine's weight iterator `cls.attr` so that every tensor it yields is known."""
+        orig = getattr(cls, attr)
+
+        def iterate(loader, *x, **k):
+            for name, t in orig(loader, *x, **k):
+                self.names[t.untyped_storage().data_ptr()] = name
+                yield name, t
+
+        setattr(cls, attr, iterate)
+
+    @contextlib.contextmanager
+    def following_cat(self):
+        torch = self.torch
+        orig = torch.cat
+
+        def cat(tensors, *x, **k):
+            out = orig(tensors, *x, **k)
+            held = set()
+            for t in tensors:
+                held |= self.names_of(t)
+            if held:
+                self.derived[out.untyped_storage().data_ptr()] = held
+            return out
+
+        torch.cat = cat
+        try:
+            yield
+        finally:
+            torch.cat = orig
+
+    def dropped(self, by_design):
+        """Checkpoint tensors that reached no weight loader, less what the engine drops."""
+        return sorted(n for n in set(self.names.values()) - self.consumed if n not in by_design)

@@ -26,7 +26,7 @@ import os
 import sys
 import traceback
 
-from checks import copies_marked, fill_sentinels, problems, still_sentinel
+from checks import Sources, copies_marked, fill_sentinels, problems, still_sentinel
 import types
 
 DROPPED_BY_DESIGN = {"t2d"}
@@ -111,42 +111,9 @@ def main():
 
         init_single_process_dist(backend="gloo")
 
-        sources = {}
-        consumed = set()
-        derived = {}  # storage of a torch.cat result -> the source names it holds
-
-        def names_of(t):
-            try:
-                key = t.untyped_storage().data_ptr()
-            except Exception:
-                return set()
-            if key in sources:
-                return {sources[key]}
-            return derived.get(key, set())
-
-        def mark(t):
-            if isinstance(t, torch.Tensor):
-                consumed.update(names_of(t))
-
-        orig_all = loader.DefaultModelLoader._get_all_weights
-
-        def _get_all_weights(self, *x, **k):
-            for name, t in orig_all(self, *x, **k):
-                sources[t.untyped_storage().data_ptr()] = name
-                yield name, t
-
-        loader.DefaultModelLoader._get_all_weights = _get_all_weights
-
-        orig_cat = torch.cat
-
-        def cat(tensors, *x, **k):
-            out = orig_cat(tensors, *x, **k)
-            held = set()
-            for t in tensors:
-                held |= names_of(t)
-            if held:
-                derived[out.untyped_storage().data_ptr()] = held
-            return out
+        src = Sources(torch)
+        mark = src.mark
+        src.record(loader.DefaultModelLoader, "_get_all_weights")
 
         sentinel_params = {}
         orig_load_only = loader.DefaultModelLoader.load_weights_only
@@ -155,12 +122,8 @@ def main():
             nonlocal stage
             sentinel_params.update(fill_sentinels(torch, model, mark))
             stage = "load"
-            torch.cat = cat
-            try:
-                with copies_marked(torch, mark):
-                    out = orig_load_only(model, *x, **k)
-            finally:
-                torch.cat = orig_cat
+            with src.following_cat(), copies_marked(torch, mark):
+                out = orig_load_only(model, *x, **k)
             # SGLang's own decisions (speculative/eagle_worker_v2.py `init_lm_head`): an EAGLE-3
             # draft always takes the target's embedding (`set_embed`), and its lm_head too when
             # `load_lm_head_from_target`; `d2t` becomes `hot_token_id` by arithmetic, not a copy.
@@ -170,7 +133,7 @@ def main():
                 if getattr(model, "load_lm_head_from_target", False):
                     exempt |= {n for n in sentinel_params if n.startswith("lm_head.")}
             if getattr(model, "hot_token_id", None) is not None:
-                consumed.update(n for n in sources.values() if n.endswith("d2t"))
+                src.consumed.update(n for n in src.names.values() if n.endswith("d2t"))
             v["unwritten"] = sorted(
                 n
                 for n, p in sentinel_params.items()
@@ -197,10 +160,8 @@ def main():
                 raise
         checks_stage = stage
         stage = "checks"
-        v["dropped"] = sorted(
-            n for n in set(sources.values()) - consumed if n not in DROPPED_BY_DESIGN
-        )
-        v["consumed"] = len(consumed)
+        v["dropped"] = src.dropped(DROPPED_BY_DESIGN)
+        v["consumed"] = len(src.consumed)
         bad = problems(v)
         if bad:
             v["message"] = bad

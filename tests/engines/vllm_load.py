@@ -28,7 +28,7 @@ import socket
 import sys
 import traceback
 
-from checks import copies_marked, fill_sentinels, problems, still_sentinel
+from checks import Sources, copies_marked, fill_sentinels, problems, still_sentinel
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
@@ -89,26 +89,9 @@ def main():
         from vllm.model_executor.model_loader.utils import get_draft_load_config
 
         # Checkpoint tensors by storage, and which reached a loader.
-        sources = {}
-        consumed = set()
-
-        def mark(t):
-            if isinstance(t, torch.Tensor):
-                try:
-                    key = t.untyped_storage().data_ptr()
-                except Exception:
-                    return
-                if key in sources:
-                    consumed.add(sources[key])
-
-        orig_get_all = default_loader.DefaultModelLoader.get_all_weights
-
-        def get_all_weights(self, *args, **kw):
-            for name, t in orig_get_all(self, *args, **kw):
-                sources[t.untyped_storage().data_ptr()] = name
-                yield name, t
-
-        default_loader.DefaultModelLoader.get_all_weights = get_all_weights
+        src = Sources(torch)
+        mark = src.mark
+        src.record(default_loader.DefaultModelLoader, "get_all_weights")
 
         orig_default_wl = weight_utils.default_weight_loader
 
@@ -165,10 +148,8 @@ def main():
                 load_config=get_draft_load_config(cfg),
             )
         stage = "checks"
-        v["dropped"] = sorted(
-            n for n in set(sources.values()) - consumed if n not in DROPPED_BY_DESIGN
-        )
-        v["consumed"] = len(consumed)
+        v["dropped"] = src.dropped(DROPPED_BY_DESIGN)
+        v["consumed"] = len(src.consumed)
         bad = problems(v)
         if bad:
             v["message"] = bad
