@@ -1,17 +1,28 @@
 """The checks both engine harnesses add around the engine's own loading (the engines do not
 check completeness themselves): sentinel-filled parameters, source tensors followed to a weight
-loader, and the verdict's problem line."""
+loader, the content of every parameter against kquant's reading of the checkpoint, the verdict's
+problem line, and the one-process-per-checkpoint runner (fork after the engine's imports)."""
 
 import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
 
 INT_SENTINEL = 0x7EADBEEF
 
 
-def fill_sentinels(torch, model, mark):
+def fill_sentinels(torch, model, mark, plant=None):
     """Fill every float / 32-64-bit integer parameter with a sentinel and wrap its weight
-    loader so that the tensor it is given is marked consumed. Returns {name: parameter}."""
+    loader so that the tensor it is given is marked consumed. Returns {name: parameter}.
+
+    `plant="swap-qk"` plants a loader defect for the content check to catch: the fused q/k/v
+    parameters' loaders are handed the k shard as q and the q shard as k."""
     filled = {}
     for pname, p in model.named_parameters():
+        ORIGINAL[id(p)] = p.data.detach().clone()
         with torch.no_grad():
             if p.dtype.is_floating_point:
                 p.data.fill_(float("nan"))
@@ -23,8 +34,12 @@ def fill_sentinels(torch, model, mark):
         wl = getattr(p, "weight_loader", None)
         if wl is not None:
 
-            def wrapped(param, loaded_weight, *r, _wl=wl, **kw):
+            swap = plant == "swap-qk" and "qkv_proj" in pname
+
+            def wrapped(param, loaded_weight, *r, _wl=wl, _swap=swap, **kw):
                 mark(loaded_weight)
+                if _swap and r and r[0] in ("q", "k"):
+                    r = ({"q": "k", "k": "q"}[r[0]], *r[1:])
                 return _wl(param, loaded_weight, *r, **kw)
 
             try:
@@ -33,6 +48,21 @@ def fill_sentinels(torch, model, mark):
                 # vLLM-style parameter classes expose it as a read-only property.
                 p._weight_loader = wrapped
     return filled
+
+
+# Each filled parameter's value before the fill (by id), for `restore`.
+ORIGINAL = {}
+
+
+def restore(torch, params, names):
+    """Give the parameters the engine fills itself (its exemptions: KV-cache scales, defaults
+    a checkpoint may omit) their own initial value back where the checkpoint left them
+    unwritten, so that post-processing sees what it would without the harness."""
+    for n in names:
+        p = params.get(n)
+        if p is not None and id(p) in ORIGINAL and still_sentinel(torch, p):
+            with torch.no_grad():
+                p.data.copy_(ORIGINAL[id(p)])
 
 
 @contextlib.contextmanager
@@ -65,6 +95,11 @@ def problems(v):
         out.append(f"{len(v['unwritten'])} parameter(s) never written")
     if v["dropped"]:
         out.append(f"{len(v['dropped'])} checkpoint tensor(s) reached no weight loader")
+    if v.get("mismatched"):
+        out.append(
+            f"{len(v['mismatched'])} parameter(s) hold other values than the checkpoint "
+            f"tensors kquant reads for them ({', '.join(v['mismatched'][:3])})"
+        )
     return "; ".join(out) or None
 
 
@@ -126,3 +161,166 @@ class Sources:
     def dropped(self, by_design):
         """Checkpoint tensors that reached no weight loader, less what the engine drops."""
         return sorted(n for n in set(self.names.values()) - self.consumed if n not in by_design)
+
+
+# Engine parameters that fuse several checkpoint tensors (concatenated along dim 0, in this
+# order: vLLM's and SGLang's `stacked_params_mapping`, and SGLang's MLA `torch.cat` of q_a and
+# kv_a).
+FUSED = {
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "gate_up_proj": ("gate_proj", "up_proj"),
+    "fused_qkv_a_proj_with_mqa": ("q_a_proj", "kv_a_proj_with_mqa"),
+    "fused_qkv_a_proj": ("q_a_proj", "kv_a_proj_with_mqa"),
+}
+# Engine parameter names that are a checkpoint name under another name.
+RENAMED = {"draft_id_to_target_id": "d2t"}
+LAYER_PREFIXES = ("midlayer.", "layers.0.")
+
+
+def checkpoint_names(engine_name, layer_prefix):
+    """The checkpoint names kquant's reading gives an engine parameter: `model.` dropped, the
+    EAGLE-3 decoder layer under the prefix `kquant inspect` found (`layer_prefix`)."""
+    n = engine_name
+    if n.startswith("model."):
+        n = n[len("model.") :]
+    n = RENAMED.get(n, n)
+    if layer_prefix:
+        for p in LAYER_PREFIXES:
+            if n.startswith(p):
+                n = layer_prefix + n[len(p) :]
+                break
+    parts = n.split(".")
+    for i, part in enumerate(parts):
+        if part in FUSED:
+            return [".".join(parts[:i] + [s] + parts[i + 1 :]) for s in FUSED[part]]
+    return [n]
+
+
+def same(torch, got, want):
+    """Exact equality after bringing the checkpoint tensor to the parameter's dtype."""
+    try:
+        want = want.to(got.dtype)
+    except Exception:
+        return False
+    if got.dtype.is_floating_point:
+        return bool(torch.equal(got.float(), want.float()))
+    return bool(torch.equal(got, want))
+
+
+def content(torch, params, tensors, layer_prefix, exempt=()):
+    """Compare each parameter (as loaded, before post-processing) with the checkpoint tensors
+    kquant's reading puts there. `tensors`: name -> tensor of the checkpoint. Returns
+    (compared, mismatched, uncompared): names. A fused parameter is compared with the
+    dim-0 concatenation of its parts (or, for per-part scalars, with their stack)."""
+    compared, mismatched, uncompared = [], [], []
+    for pname, p in sorted(params.items()):
+        if pname in exempt or p.numel() == 0:
+            continue
+        names = checkpoint_names(pname, layer_prefix)
+        if not all(n in tensors for n in names):
+            uncompared.append(pname)
+            continue
+        parts = [tensors[n] for n in names]
+        got = p.data.detach().cpu()
+        if len(parts) == 1:
+            want = parts[0]
+        elif all(t.numel() == 1 for t in parts) and got.numel() == len(parts):
+            want, got = torch.stack([t.reshape(()) for t in parts]), got.reshape(-1)
+        else:
+            try:
+                want = torch.cat(parts, 0)
+            except Exception:
+                uncompared.append(pname)
+                continue
+        if tuple(want.shape) != tuple(got.shape):
+            if want.numel() == 1 and got.numel() == 1:
+                want, got = want.reshape(()), got.reshape(())
+            else:
+                uncompared.append(pname)
+                continue
+        compared.append(pname)
+        if not same(torch, got, want):
+            mismatched.append(pname)
+    return compared, mismatched, uncompared
+
+
+def read_checkpoint(draft):
+    """Every tensor of the checkpoint's safetensors files (the tiny drafts are small)."""
+    from safetensors import safe_open
+
+    out = {}
+    for f in sorted(os.listdir(draft)):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(draft, f), framework="pt") as sf:
+                for k in sf.keys():
+                    out[k] = sf.get_tensor(k)
+    return out
+
+
+def preload(modules):
+    """Import what every child would import (once, in the parent), then freeze the heap so
+    each child's garbage collections skip it."""
+    import gc
+    import importlib
+
+    for m in modules:
+        try:
+            importlib.import_module(m)
+        except Exception as e:  # a module this release lacks: the child reports what matters
+            print(f"preload {m}: {type(e).__name__}: {e}", file=sys.stderr)
+    gc.collect()
+    gc.freeze()
+
+
+def run_jobs(jobs, one, timeout=600):
+    """Run `one(job) -> verdict` for each job in a child forked after the engine's imports (one
+    process per checkpoint, as the engines keep global state, without paying the imports each
+    time). Prints one JSON verdict line per job on stdout; the engine's own output goes to
+    stderr. A child that dies without a verdict gives a verdict with stage "harness"."""
+    sys.stdout.flush()
+    for job in jobs:
+        r, w = os.pipe()
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            os.dup2(2, 1)
+            signal.alarm(timeout)
+            try:
+                v = one(job)
+            except BaseException:
+                v = {"ok": False, "stage": "harness", "message": traceback.format_exc()[-800:]}
+            v["draft"] = job["draft"]
+            v["job"] = job
+            sys.stdout.flush()
+            sys.stderr.flush()
+            with os.fdopen(w, "w") as f:
+                f.write(json.dumps(v))
+            os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as f:
+            data = f.read()
+        _, status = os.waitpid(pid, 0)
+        if data:
+            v = json.loads(data)
+        else:
+            v = {
+                "ok": False,
+                "stage": "harness",
+                "message": f"harness child died (wait status {status})",
+                "draft": job["draft"],
+                "job": job,
+            }
+        v["seconds"] = round(time.monotonic() - t0, 1)
+        print(json.dumps(v), flush=True)
+
+
+def kernel_setup_message(tb_text, engine_pkg):
+    """What a stop in CUDA kernel set-up says: the engine's own frame that asked for the GPU
+    (the exception itself only says there is none, or that CUDA cannot start in a forked
+    child)."""
+    frames = [l.strip() for l in tb_text.splitlines() if l.strip().startswith("File ")]
+    own = [f for f in frames if f"/{engine_pkg}/" in f]
+    where = own[-1] if own else (frames[-1] if frames else "")
+    where = where.split(f"/site-packages/", 1)[-1].replace('", line', ":").replace(", in ", " ")
+    return f"CUDA kernel set-up needs a GPU (at {where})"

@@ -1,59 +1,248 @@
 #!/usr/bin/env python3
-"""Run the engine-loader harnesses over a set of draft checkpoints and compare each verdict with
-`kquant inspect --json`'s claim for that engine (plain Python 3, no packages: the harnesses run
-in the engines' own venvs).
+"""The engine-loader tier: every tiny draft, every `kquant convert --to` output made from them and
+every `kquant quantize` scheme × format output, through vLLM's and SGLang's own draft loaders
+(vllm_load.py, sglang_load.py, run in the engines' venvs), each verdict compared with
+`kquant inspect --json`'s claim for that engine; then the planted defects, each of which the
+checks must catch. Plain Python 3, no packages (the harnesses run in the engines' venvs):
 
-    python3 tests/engines/matrix.py --kquant target/debug/kquant \\
+    python3 tests/engines/matrix.py --kquant target/release/kquant \\
         --vllm "$(bash tests/engines/venv.sh vllm)" --sglang "$(bash tests/engines/venv.sh sglang)" \\
-        --out /tmp/engine-matrix.json DRAFT_DIR...
+        --work /tmp/engine-tier --json /tmp/engine-tier.json --doc docs/engines.md
 
-Prints one line per (checkpoint, engine): the verdict, kquant's claim, and AGREE / DISAGREE;
-then `N passed, N failed` (a disagreement is a failure). A quantized draft runs SGLang with
-SM 9.0 pretended for its schemes' capability check; its verdict then says so.
+Prints one line per (checkpoint, engine) — AGREE / DISAGREE, the engine's verdict, kquant's
+claim — and per planted defect — CAUGHT / MISSED; then `N passed, N failed`. Exit 1 on any
+failure. A claim agrees when it says "yes" and the engine loads it (every tensor placed, every
+parameter written, every parameter holding what kquant reads for it), or "no" and the engine
+refuses it or a check fails; a verdict that stopped at a step CPU cannot run (SGLang's kernel
+set-up after loading) agrees only with a "yes" that names that step (`unproven_on_cpu`).
+"depends" never agrees. `--doc` writes docs/engines.md from the results.
 """
 
 import argparse
+import glob
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-TARGET_CONFIG = os.path.join(ROOT, "fixtures/tiny/target-kimi-k2/config.json")
+TINY = os.path.join(ROOT, "fixtures", "tiny")
+TARGET_CONFIG = os.path.join(TINY, "target-kimi-k2", "config.json")
+
+CONVERT_TO = {
+    "eagle3": ["sglang", "vllm", "trtllm", "specforge", "torchspec", "eagle"],
+    "dflash": ["zlab", "sglang", "vllm", "specforge", "torchspec"],
+}
+# Sources of the quantized outputs: one per family the engines serve, widened ×8 (widen.py:
+# group-128 schemes need input widths in multiples of 128).
+QUANT_SOURCES = ["eagle3-specforge", "eagle3-mla-vllm", "dflash-zlab"]
+# What kquant cannot read from the files and asks to be told (its hint names the flag).
+CONVERT_FLAGS = {"eagle3-vllm": ["--aux-convention", "input-of-layer"]}
+PLANTED = {
+    # name: (what the defect is, the harness plant, what must happen)
+    "renamed": ("`mlp.down_proj` stored as `mlp.dwn_proj`", None, "caught"),
+    "no-fc": ("`fc.weight` removed", None, "caught"),
+    "no-k_proj": ("`self_attn.k_proj.weight` removed", None, "caught"),
+    "fc-2-aux": ("`fc` built for two aux layers ([H, 2H])", None, "caught"),
+    "mha": ("none (k/v heads repeated to the query heads): must load", None, "loads"),
+    "mha+swap-qk": (
+        "the loader hands the k shard as q and q as k (q, k of one shape)",
+        "swap-qk",
+        "caught",
+    ),
+}
 
 
-def inspect(kquant, d):
-    out = subprocess.run([kquant, "inspect", d, "--json"], capture_output=True, text=True)
+def sh(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def kquant_json(kquant, args):
+    out = sh([kquant, *args])
     if out.returncode != 0:
-        return None
+        raise SystemExit(f"kquant {' '.join(args)} failed:\n{out.stderr}")
     return json.loads(out.stdout)
 
 
-def run(python, script, args):
-    out = subprocess.run(
-        [python, os.path.join(HERE, script), *args], capture_output=True, text=True
+def amax_file(kquant, src, path):
+    """An input-amax file (`kquant.input-amax/1`) for every linear of `src`: the loaders read
+    only the shapes and the static input scale, so one value serves."""
+    info = kquant_json(kquant, ["inspect", src, "--json", "--tensors"])
+    mods = sorted(
+        t["name"][: -len(".weight")]
+        for t in info.get("tensors", [])
+        if t["name"].endswith(".weight") and len(t["shape"]) == 2
+        and "embed" not in t["name"] and "lm_head" not in t["name"]
     )
-    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
-    if out.returncode != 0 or not lines:
-        return {"ok": False, "stage": "harness", "message": out.stderr[-400:]}
-    return json.loads(lines[-1])
+    with open(path, "w") as f:
+        json.dump({"schema": "kquant.input-amax/1", "amax": {m: 4.0 for m in mods}}, f)
+
+
+def quantize(kquant, src, out, scheme, fmt, exclude, extra):
+    """`kquant quantize`, widening `--exclude` by the modules kquant names when the tiny shapes
+    cannot carry the scheme (input 64 is not a multiple of a group of 128). Returns (the
+    exclude list used, None | kquant's refusal)."""
+    exclude = list(exclude)
+    for _ in range(16):
+        cmd = [kquant, "quantize", src, "-o", out, "--force", "--scheme", scheme, "--format",
+               fmt, "--exclude", ",".join(exclude), *extra]
+        r = sh(cmd)
+        if r.returncode == 0:
+            return exclude, None
+        m = re.search(r"add `([^`]+)` to --exclude", r.stderr)
+        if not m or m.group(1) in exclude:
+            return exclude, last_error(r.stderr)
+        exclude.append(m.group(1))
+    return exclude, last_error(r.stderr)
+
+
+def build(kquant, work, python):
+    """Every checkpoint of the matrix: [(id, path, how it was made, None | refusal)]."""
+    items = []
+    for sub in ("convert", "quantize"):
+        os.makedirs(os.path.join(work, sub), exist_ok=True)
+    fixtures = sorted(
+        d for d in os.listdir(TINY) if d.startswith(("eagle3-", "dflash-"))
+    )
+    for d in fixtures:
+        items.append((f"fixture {d}", os.path.join(TINY, d), f"fixtures/tiny/{d}", None))
+    for d in fixtures:
+        fam = "dflash" if d.startswith("dflash") else "eagle3"
+        for to in CONVERT_TO[fam]:
+            out = os.path.join(work, "convert", f"{d}--to-{to}")
+            flags = CONVERT_FLAGS.get(d, [])
+            cmd = [kquant, "convert", fam, os.path.join(TINY, d), "--to", to, "-o", out, "--force"]
+            r = sh(cmd + flags)
+            how = " ".join([f"kquant convert {fam} fixtures/tiny/{d} --to {to}", *flags])
+            refused = None if r.returncode == 0 else last_error(r.stderr)
+            items.append((f"convert {d} --to {to}", out, how, refused))
+    schemes = kquant_json(kquant, ["schemes", "--json"])["schemes"]
+    wide = os.path.join(work, "wide")
+    for src in QUANT_SOURCES:
+        r = sh([python, os.path.join(HERE, "widen.py"), os.path.join(TINY, src),
+                os.path.join(wide, src)])
+        if r.returncode != 0:
+            raise SystemExit(f"widen.py {src} failed:\n{r.stderr}")
+    for src in QUANT_SOURCES:
+        for s in schemes:
+            for c in s["carriers"]:
+                if not c["implemented"]:
+                    continue
+                fmt = c["format"]
+                out = os.path.join(work, "quantize", f"{src}--{s['id']}--{fmt}")
+                exclude = ["fc", "lm_head"] if src.startswith("eagle3") else ["fc"]
+                extra = []
+                if s["id"] == "nvfp4":
+                    amax = os.path.join(work, f"{src}.amax.json")
+                    if not os.path.exists(amax):
+                        amax_file(kquant, os.path.join(wide, src), amax)
+                    extra = ["--input-amax", amax]
+                exclude, refused = quantize(
+                    kquant, os.path.join(wide, src), out, s["id"], fmt, exclude, extra
+                )
+                how = (
+                    f"kquant quantize WIDE/{src} --scheme {s['id']} --format {fmt} "
+                    f"--exclude {','.join(exclude)}"
+                )
+                items.append((f"quantize {src} {s['id']} {fmt}", out, how, refused))
+    return items
+
+
+def last_error(stderr):
+    lines = [l for l in stderr.splitlines() if l.startswith("error:")]
+    return (lines[-1] if lines else stderr.strip()[-200:])[len("error: ") :]
+
+
+def engine_jobs(kquant, items, target):
+    """Per engine, the harness jobs; and the claims kquant makes for each checkpoint."""
+    claims, jobs = {}, {"vllm": [], "vllm-gpu": [], "sglang": [], "sglang-sm90": []}
+    for ident, path, _, refused in items:
+        if refused:
+            continue
+        info = kquant_json(kquant, ["inspect", path, "--json"])
+        fam = info.get("family") or ""
+        quantized = bool((info.get("quantization") or {}).get("quantized"))
+        claims[path] = {c["engine"]: c for c in info.get("engines", [])}
+        base = {"draft": path, "target_config": target, "layer_prefix": info.get("layer_prefix")}
+        dflash = fam.startswith("dflash")
+        jobs["vllm-gpu" if quantized else "vllm"].append(
+            {**base, "method": "dflash" if dflash else "eagle3"}
+        )
+        jobs["sglang-sm90" if quantized else "sglang"].append(
+            {**base, "algorithm": "DFLASH" if dflash else "EAGLE3"}
+        )
+    return claims, jobs
+
+
+def run_engines(venvs, jobs, work):
+    """Both engines at once (one process each; each forks a child per checkpoint)."""
+    procs = []
+    for key, js in jobs.items():
+        if not js:
+            continue
+        engine = "sglang" if key.startswith("sglang") else "vllm"
+        if not venvs.get(engine):
+            continue
+        path = os.path.join(work, f"jobs-{key}.json")
+        with open(path, "w") as f:
+            json.dump(js, f)
+        cmd = [os.path.join(venvs[engine], "bin", "python"), os.path.join(HERE, f"{engine}_load.py")]
+        cmd += ["--jobs", path]
+        if key == "sglang-sm90":
+            cmd += ["--pretend-sm", "90"]
+        if key == "vllm-gpu":
+            cmd += ["--pretend-gpu"]
+        procs.append((key, cmd))
+    # Each engine's groups one after the other, the two engines side by side.
+    groups = [[p for p in procs if p[0].startswith(e)] for e in ("vllm", "sglang")]
+    verdicts = []
+    logs = open(os.path.join(work, "engines.log"), "w")
+
+    def chain(cmds):
+        script = " && ".join(" ".join(sh_quote(c) for c in cmd) for _, cmd in cmds)
+        return subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, stderr=logs, text=True)
+
+    running = [chain(g) for g in groups if g]
+    for p in running:
+        out, _ = p.communicate()
+        for line in out.splitlines():
+            if line.startswith("{"):
+                verdicts.append(json.loads(line))
+        if p.returncode != 0:
+            raise SystemExit(f"an engine harness broke (exit {p.returncode}): see {logs.name}")
+    return verdicts
+
+
+def sh_quote(s):
+    return "'" + s.replace("'", "'\\''") + "'"
 
 
 def verdict_word(v):
     if v["ok"] and v.get("stage") is None:
-        return "yes"
+        return "loads" + (" (GPU capability answered as SM 9.0)" if v.get("pretend_sm") else "")
     if v["ok"]:
-        return f"yes ({v['stage']} not run on CPU)"
-    return f"no ({v['stage']}: {v.get('message', '')[:120]})"
+        return f"loads; {v['stage']} not run on CPU"
+    return f"no ({v['stage']}: {first_line(v.get('message'))})"
+
+
+def first_line(m, n=160):
+    m = (m or "").strip().splitlines()
+    return (m[0] if m else "")[:n]
 
 
 def agrees(claim, v):
-    """`yes` must load; `no` must not; anything else ("depends") is not a definite claim."""
-    if claim == "yes":
-        return v["ok"]
-    if claim == "no":
+    loads = claim.get("loads")
+    if loads == "yes":
+        if not v["ok"]:
+            return False
+        if v.get("stage") == "kernel-setup":
+            return bool(claim.get("unproven_on_cpu"))
+        return True
+    if loads == "no":
         return not v["ok"]
     return False
 
@@ -63,49 +252,98 @@ def main():
     ap.add_argument("--kquant", required=True)
     ap.add_argument("--vllm")
     ap.add_argument("--sglang")
-    ap.add_argument("--out")
-    ap.add_argument("drafts", nargs="+")
+    ap.add_argument("--work", help="where the checkpoints are written (default: a temp dir)")
+    ap.add_argument("--json", help="write every row here")
+    ap.add_argument("--doc", help="write the verdict matrix (docs/engines.md) here")
     a = ap.parse_args()
-    tgt = tempfile.mkdtemp(prefix="kquant-engine-target-")
-    with open(TARGET_CONFIG) as f, open(os.path.join(tgt, "config.json"), "w") as g:
-        g.write(f.read())
+    kquant = os.path.abspath(a.kquant)
+    work = os.path.abspath(a.work or tempfile.mkdtemp(prefix="kquant-engine-tier-"))
+    os.makedirs(work, exist_ok=True)
+    target = os.path.join(work, "target")
+    os.makedirs(target, exist_ok=True)
+    shutil.copy(TARGET_CONFIG, os.path.join(target, "config.json"))
+    venvs = {"vllm": a.vllm, "sglang": a.sglang}
+
+    # widen.py and plant.py run with an engine venv's torch and safetensors.
+    py = os.path.join(a.vllm or a.sglang, "bin", "python")
+    items = build(kquant, work, py)
+    claims, jobs = engine_jobs(kquant, items, target)
+
+    # The planted defects.
+    plant_dir = os.path.join(work, "planted")
+    shutil.rmtree(plant_dir, ignore_errors=True)
+    r = sh([py, os.path.join(HERE, "plant.py"), os.path.join(TINY, "eagle3-specforge"), plant_dir])
+    if r.returncode != 0:
+        raise SystemExit(f"plant.py failed:\n{r.stderr}")
+    for name, (_, plant, _) in PLANTED.items():
+        d = os.path.join(plant_dir, name.split("+")[0])
+        for key, extra in (("vllm", {"method": "eagle3"}), ("sglang", {"algorithm": "EAGLE3"})):
+            jobs[key].append(
+                {"draft": d, "target_config": target, "layer_prefix": "midlayer.",
+                 "plant": plant, "planted": name, **extra}
+            )
+
+    verdicts = run_engines(venvs, jobs, work)
+    rel = lambda p: os.path.relpath(p, ROOT) if p.startswith(ROOT) else p.replace(work, "<work>")
+    by_key = {}
+    for v in verdicts:
+        by_key[(v["job"]["draft"], v["engine"], v["job"].get("planted"))] = v
+
     rows, passed, failed = [], 0, 0
-    for d in a.drafts:
-        info = inspect(a.kquant, d)
-        if info is None:
-            print(f"{d}: kquant inspect failed", file=sys.stderr)
-            failed += 1
+    for ident, path, how, refused in items:
+        if refused:
+            rows.append({"id": ident, "how": how, "refused": refused})
+            print(f"NOT MADE {ident}: kquant refuses: {refused}")
             continue
-        family = info.get("family", "")
-        quantized = bool(info.get("quantization"))
-        claims = {c["engine"]: c for c in info.get("engines", [])}
-        for engine, venv in (("vllm", a.vllm), ("sglang", a.sglang)):
-            if not venv:
+        for engine in ("vllm", "sglang"):
+            if not venvs[engine]:
                 continue
-            py = os.path.join(venv, "bin", "python")
-            args = ["--draft", d, "--target-config", tgt]
-            if engine == "vllm":
-                args += ["--method", "dflash" if "dflash" in family else "eagle3"]
-                v = run(py, "vllm_load.py", args)
-            else:
-                if "dflash" in family:
-                    args += ["--algorithm", "DFLASH"]
-                if quantized:
-                    args += ["--pretend-sm", "90"]
-                v = run(py, "sglang_load.py", args)
-            claim = claims.get(engine, {}).get("loads", "none")
-            ok = agrees(claim, v)
+            v = by_key.get((path, engine, None))
+            claim = claims[path].get(engine, {"loads": "none"})
+            ok = v is not None and agrees(claim, v)
             passed += ok
             failed += not ok
-            rows.append({"draft": d, "engine": engine, "claim": claim, "verdict": v, "agree": ok})
-            print(
-                f"{'AGREE   ' if ok else 'DISAGREE'} {engine:6} {d}: engine {verdict_word(v)}; "
-                f"kquant says {claim}"
-            )
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(rows, f, indent=1)
-    print(f"{passed} passed, {failed} failed")
+            word = verdict_word(v) if v else "no verdict"
+            rows.append({"id": ident, "how": how, "engine": engine, "claim": claim,
+                         "verdict": v, "agree": ok})
+            claim_word = claim.get("loads", "none")
+            if claim.get("unproven_on_cpu"):
+                claim_word += f" ({claim['unproven_on_cpu']})"
+            print(f"{'AGREE   ' if ok else 'DISAGREE'} {engine:6} {ident}: engine {word}; "
+                  f"kquant says {claim_word}")
+    for name, (what, _, must) in PLANTED.items():
+        d = os.path.join(plant_dir, name.split("+")[0])
+        for engine in ("vllm", "sglang"):
+            if not venvs[engine]:
+                continue
+            v = by_key.get((d, engine, name))
+            if v is None:
+                ok = False
+            elif must == "loads":
+                ok = v["ok"]
+            else:
+                ok = not v["ok"]
+            passed += ok
+            failed += not ok
+            rows.append({"id": f"planted {name}", "how": what, "engine": engine,
+                         "must": must, "verdict": v, "agree": ok})
+            word = verdict_word(v) if v else "no verdict"
+            tag = ("CAUGHT  " if must == "caught" else "LOADS   ") if ok else "MISSED  "
+            print(f"{tag} {engine:6} planted {name}: {word}")
+    made = sum(1 for r in rows if "refused" in r)
+    print(f"{passed} passed, {failed} failed ({made} outputs kquant refuses to make)")
+    for r in rows:
+        if r.get("verdict"):
+            r["verdict"] = {k: r["verdict"][k] for k in r["verdict"] if k != "job"}
+            r["verdict"]["draft"] = rel(r["verdict"]["draft"])
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"rows": rows, "passed": passed, "failed": failed}, f, indent=1)
+    if a.doc:
+        import engines_doc
+
+        with open(a.doc, "w") as f:
+            f.write(engines_doc.render(rows, passed, failed, work, ROOT))
     return 0 if failed == 0 else 1
 
 

@@ -3,13 +3,19 @@
 attention, `layers.0.*` or `midlayer.*`) with one thing wrong, for showing that the engine-loader
 harness catches what the engines accept silently:
 
-    python plant.py SRC OUT      # OUT/renamed, OUT/no-fc, OUT/no-k_proj, OUT/fc-2-aux
+    python plant.py SRC OUT      # OUT/renamed, OUT/no-fc, OUT/no-k_proj, OUT/fc-2-aux, OUT/mha
 
 - renamed:   `mlp.down_proj` stored as `mlp.dwn_proj`
 - no-fc:     `fc.weight` removed
 - no-k_proj: `self_attn.k_proj.weight` removed (the fused qkv is then only partly written)
 - fc-2-aux:  `fc.weight` built for two aux layers ([H, 2H]) instead of three ([H, 3H])
+- mha:       no defect: the same draft with every k/v head repeated up to the query heads
+             (`num_key_value_heads` = `num_attention_heads`), so that q and k have one shape;
+             the harness's `--plant swap-qk` (a loader handing q as k and k as q) must then be
+             caught by the content check, as no shape check can
 """
+
+import json
 
 import os
 import shutil
@@ -44,6 +50,22 @@ def main(src, out):
     h = t["fc.weight"].shape[0]
     t["fc.weight"] = t["fc.weight"][:, : 2 * h].contiguous()
     write("fc-2-aux", t)
+
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    t = dict(tensors)
+    for part in ("k_proj", "v_proj"):
+        name = find(part)
+        w = t[name]
+        hd = w.shape[0] // kv
+        t[name] = (
+            w.reshape(kv, hd, -1).repeat_interleave(heads // kv, 0).reshape(heads * hd, -1)
+        ).contiguous()
+    write("mha", t)
+    cfg["num_key_value_heads"] = heads
+    with open(os.path.join(out, "mha", "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
 
 
 if __name__ == "__main__":

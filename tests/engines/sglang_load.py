@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Load one draft checkpoint with SGLang's own draft loader on CPU and print a verdict (JSON).
 
-    python sglang_load.py --draft DIR --target-config DIR [--algorithm EAGLE3] [--pretend-sm 90]
+    python sglang_load.py --draft DIR --target-config DIR [--algorithm EAGLE3|DFLASH]
+        [--layer-prefix midlayer.|layers.0.] [--plant swap-qk] [--pretend-sm 90]
+    python sglang_load.py --jobs JOBS.json [--pretend-sm 90]   # one verdict line each
 
 The calls SGLang's speculative worker makes for the draft (`ServerArgs` → `ModelConfig` of the
 draft → `model_loader.get_model`: construction with its quant method, `load_weights`,
@@ -17,7 +19,9 @@ runs or that needs a GPU to answer:
 
 Checks as in vllm_load.py (SGLang drops names it cannot place without a word): sentinel-filled
 parameters left unwritten, checkpoint tensors that reach no weight loader (followed through
-`torch.cat`, which SGLang's MLA loader uses to fuse q_a and kv_a).
+`torch.cat`, which SGLang's MLA loader uses to fuse q_a and kv_a), and every parameter's content
+against kquant's reading of the checkpoint (`hot_token_id` against d2t + its index). One forked
+process per checkpoint, after the imports; `--pretend-sm` holds for the whole process.
 """
 
 import argparse
@@ -26,8 +30,21 @@ import os
 import sys
 import traceback
 
-from checks import Sources, copies_marked, fill_sentinels, problems, still_sentinel
 import types
+
+from checks import (
+    Sources,
+    content,
+    copies_marked,
+    fill_sentinels,
+    kernel_setup_message,
+    preload,
+    problems,
+    read_checkpoint,
+    restore,
+    run_jobs,
+    still_sentinel,
+)
 
 DROPPED_BY_DESIGN = {"t2d"}
 
@@ -45,22 +62,12 @@ def stub_rotary():
     vllm._custom_ops = ops
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--draft", required=True)
-    ap.add_argument("--target-config", required=True)
-    ap.add_argument("--algorithm", default="EAGLE3")
-    ap.add_argument("--pretend-sm", type=int, default=None)
-    a = ap.parse_args()
-
+def load_one(job, pretend_sm):
+    """One checkpoint through SGLang's draft loading (in a forked child); returns the verdict."""
     import torch
-
-    stub_rotary()
-    if a.pretend_sm is not None:
-        major, minor = divmod(a.pretend_sm, 10)
-        torch.cuda.get_device_capability = lambda *x, **k: (major, minor)
     import sglang
 
+    algorithm = job.get("algorithm", "EAGLE3")
     v = {
         "engine": "sglang",
         "version": sglang.__version__,
@@ -70,8 +77,11 @@ def main():
         "unwritten": [],
         "dropped": [],
         "consumed": 0,
+        "compared": 0,
+        "mismatched": [],
+        "uncompared": [],
         # Answered for the schemes' capability check (a stand-in, so the verdict says so).
-        "pretend_sm": a.pretend_sm,
+        "pretend_sm": pretend_sm,
     }
     stage = "config"
     try:
@@ -98,14 +108,14 @@ def main():
         from sglang.srt.server_args import ServerArgs
 
         sa = ServerArgs(
-            model_path=a.target_config,
+            model_path=job["target_config"],
             device="cpu",
-            speculative_algorithm=a.algorithm,
-            speculative_draft_model_path=a.draft,
+            speculative_algorithm=algorithm,
+            speculative_draft_model_path=job["draft"],
             skip_tokenizer_init=True,
             disable_cuda_graph=True,
         )
-        mc = ModelConfig.from_server_args(sa, model_path=a.draft, is_draft_model=True)
+        mc = ModelConfig.from_server_args(sa, model_path=job["draft"], is_draft_model=True)
         stage = "build"
         from sglang.test.layer_ut_utils import init_single_process_dist
 
@@ -120,7 +130,7 @@ def main():
 
         def load_weights_only(model, *x, **k):
             nonlocal stage
-            sentinel_params.update(fill_sentinels(torch, model, mark))
+            sentinel_params.update(fill_sentinels(torch, model, mark, job.get("plant")))
             stage = "load"
             with src.following_cat(), copies_marked(torch, mark):
                 out = orig_load_only(model, *x, **k)
@@ -128,17 +138,48 @@ def main():
             # draft always takes the target's embedding (`set_embed`), and its lm_head too when
             # `load_lm_head_from_target`; `d2t` becomes `hot_token_id` by arithmetic, not a copy.
             exempt = set()
-            if a.algorithm == "EAGLE3":
+            # Defaults the engine fills itself when a checkpoint has none: KV-cache scales
+            # (BaseKVCacheMethod), and ModelOpt W4A16 NVFP4's input_scale, "consumed during
+            # loading and discarded before runtime" (ModelOptNvFp4A16LinearMethod, fill 1.0).
+            from sglang.srt.layers.quantization.kv_cache import BaseKVCacheMethod
+
+            for mname, mod in model.named_modules():
+                qm = getattr(mod, "quant_method", None)
+                names = [n for n, _ in mod.named_parameters(recurse=False)]
+                pre = f"{mname}." if mname else ""
+                if isinstance(qm, BaseKVCacheMethod):
+                    exempt |= {pre + n for n in names}
+                elif type(qm).__name__ == "ModelOptNvFp4A16LinearMethod":
+                    exempt |= {pre + n for n in names if n == "input_scale"}
+            if algorithm == "EAGLE3":
                 exempt |= {n for n in sentinel_params if n.endswith("embed_tokens.weight")}
                 if getattr(model, "load_lm_head_from_target", False):
                     exempt |= {n for n in sentinel_params if n.startswith("lm_head.")}
-            if getattr(model, "hot_token_id", None) is not None:
+            hot = getattr(model, "hot_token_id", None)
+            if hot is not None:
                 src.consumed.update(n for n in src.names.values() if n.endswith("d2t"))
             v["unwritten"] = sorted(
                 n
                 for n, p in sentinel_params.items()
                 if p.numel() > 0 and n not in exempt and still_sentinel(torch, p)
             )
+            if job.get("content", True):
+                tensors = read_checkpoint(job["draft"])
+                compared, mismatched, uncompared = content(
+                    torch, sentinel_params, tensors, job.get("layer_prefix"), exempt
+                )
+                if hot is not None and "d2t" in tensors:
+                    # SGLang's reading of d2t (eagle_utils / llama_eagle3): target id = draft
+                    # id + d2t[draft id].
+                    d2t = tensors["d2t"]
+                    compared.append("hot_token_id")
+                    want = d2t + torch.arange(d2t.shape[0], dtype=d2t.dtype)
+                    if not torch.equal(hot.detach().cpu().to(want.dtype), want):
+                        mismatched.append("hot_token_id")
+                v["compared"], v["mismatched"], v["uncompared"] = (
+                    len(compared), mismatched, uncompared
+                )
+            restore(torch, sentinel_params, exempt)
             stage = "post-load"
             return out
 
@@ -152,10 +193,10 @@ def main():
             )
         except Exception as e:
             tb = traceback.format_exc()
-            if stage == "post-load" and a.pretend_sm is not None and "/torch/cuda/" in tb:
+            if stage == "post-load" and pretend_sm is not None and "/torch/cuda/" in tb:
                 # Everything up to the CUDA kernel set-up ran; that step cannot run on CPU.
                 stage = "kernel-setup"
-                v["message"] = f"{type(e).__name__}: {e}".strip()
+                v["message"] = kernel_setup_message(tb, "sglang")
             else:
                 raise
         checks_stage = stage
@@ -175,7 +216,81 @@ def main():
         v["message"] = f"{type(e).__name__}: {e}".strip()
         v["trace"] = traceback.format_exc().splitlines()[-6:]
     v["stage"] = stage
-    print(json.dumps(v))
+    return v
+
+
+# Imported once before forking (what loading the drafts imports).
+PRELOAD = [
+    "torch",
+    "sglang",
+    "sglang.srt.utils",
+    "sglang.srt.configs.model_config",
+    "sglang.srt.configs.load_config",
+    "sglang.srt.server_args",
+    "sglang.srt.model_loader",
+    "sglang.srt.model_loader.loader",
+    "sglang.srt.models.llama",
+    "sglang.srt.models.llama_eagle3",
+    "sglang.srt.models.deepseek_v2",
+    "sglang.srt.models.kimi_k25_eagle3",
+    "sglang.srt.models.dflash",
+    "sglang.srt.layers.quantization.quark.quark",
+    "sglang.srt.layers.quantization.compressed_tensors.compressed_tensors",
+    "sglang.srt.layers.quantization.modelopt_quant",
+    "sglang.test.layer_ut_utils",
+    "transformers.models.llama",
+    "transformers.models.deepseek_v3",
+    "transformers.models.qwen3",
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", help="a JSON list of jobs (draft, target_config, algorithm, ...)")
+    ap.add_argument("--draft")
+    ap.add_argument("--target-config")
+    ap.add_argument("--algorithm", default="EAGLE3")
+    ap.add_argument("--layer-prefix", help="kquant's reading (inspect's layer_prefix)")
+    ap.add_argument("--plant", choices=["swap-qk"])
+    ap.add_argument("--pretend-sm", type=int, default=None)
+    a = ap.parse_args()
+    if a.jobs:
+        with open(a.jobs) as f:
+            jobs = json.load(f)
+    elif a.draft and a.target_config:
+        jobs = [
+            {
+                "draft": a.draft,
+                "target_config": a.target_config,
+                "algorithm": a.algorithm,
+                "layer_prefix": a.layer_prefix,
+                "plant": a.plant,
+            }
+        ]
+    else:
+        ap.error("--jobs FILE, or --draft DIR --target-config DIR")
+    import torch
+
+    # Before any SGLang import: the stand-ins are process-wide (a capability read at import
+    # time must see the pretended one).
+    stub_rotary()
+    if a.pretend_sm is not None:
+        major, minor = divmod(a.pretend_sm, 10)
+        torch.cuda.get_device_capability = lambda *x, **k: (major, minor)
+        # SGLang's own helper answers (None, None) without a GPU; the schemes ask it.
+        import sglang.srt.utils as sutils
+        import sglang.srt.utils.common as scommon
+
+        orig = scommon.get_device_capability
+        pretend = lambda *x, **k: (major, minor)  # noqa: E731
+        for mod in (sutils, scommon):
+            mod.get_device_capability = pretend
+    preload(PRELOAD)
+    if a.pretend_sm is not None:
+        for mod in list(sys.modules.values()):
+            if getattr(mod, "get_device_capability", None) is orig:
+                mod.get_device_capability = pretend
+    run_jobs(jobs, lambda job: load_one(job, a.pretend_sm))
     return 0
 
 

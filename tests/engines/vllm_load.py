@@ -2,6 +2,8 @@
 """Load one draft checkpoint with vLLM's own draft loader on CPU and print a verdict (JSON).
 
     python vllm_load.py --draft DIR --target-config DIR [--method eagle3|dflash]
+        [--layer-prefix midlayer.|layers.0.] [--plant swap-qk]
+    python vllm_load.py --jobs JOBS.json       # many checkpoints, one verdict line each
 
 Runs the same calls vLLM's EAGLE proposer makes (config parsing with the draft's quant config,
 model construction with its quant method, `load_weights` over the real safetensors iterator,
@@ -15,10 +17,16 @@ is off for EAGLE-3 drafts (their `load_weights` returns None), so the harness ad
   `copy_` into a parameter); one that never does is *dropped* (except `t2d`, which vLLM drops by
   design).
 
+- every parameter, as loaded (before post-processing), is compared with the checkpoint tensors
+  kquant's reading puts there (`checks.content`: the decoder layer under inspect's
+  `layer_prefix`, fused q/k/v and gate/up as the concatenation of their parts); one holding
+  anything else is *mismatched*.
+
 The verdict: {"engine", "version", "ok", "stage" (where it stopped: config / build / load /
 post-load / checks, or null), "message" (the engine's own, or the check's), "unwritten",
-"dropped", "consumed"}. Exit 0 when a verdict was printed (loads or not), 3 when the harness
-itself broke. One process per checkpoint: vLLM keeps global state.
+"dropped", "consumed", "compared", "mismatched", "uncompared"}. Exit 0 when the verdicts were
+printed (loads or not), 3 when the harness itself broke. One forked process per checkpoint
+(vLLM keeps global state), after the imports.
 """
 
 import argparse
@@ -28,9 +36,46 @@ import socket
 import sys
 import traceback
 
-from checks import Sources, copies_marked, fill_sentinels, problems, still_sentinel
+from checks import (
+    Sources,
+    content,
+    copies_marked,
+    fill_sentinels,
+    kernel_setup_message,
+    problems,
+    preload,
+    read_checkpoint,
+    restore,
+    run_jobs,
+    still_sentinel,
+)
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+# Imported once before forking (what loading the drafts imports).
+PRELOAD = [
+    "torch",
+    "vllm",
+    "vllm.engine.arg_utils",
+    "vllm.config",
+    "vllm.distributed",
+    "vllm.model_executor.model_loader",
+    "vllm.model_executor.model_loader.default_loader",
+    "vllm.model_executor.models.llama",
+    "vllm.model_executor.models.llama_eagle3",
+    "vllm.model_executor.models.deepseek_v2",
+    "vllm.model_executor.models.deepseek_eagle3",
+    "vllm.model_executor.models.qwen3",
+    "vllm.model_executor.models.qwen3_dflash",
+    "vllm.model_executor.layers.quantization.quark.quark",
+    "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors",
+    "vllm.model_executor.layers.quantization.modelopt",
+    "vllm.model_executor.layers.quantization.kv_cache",
+    "vllm.transformers_utils.configs.eagle",
+    "transformers.models.llama",
+    "transformers.models.deepseek_v3",
+    "transformers.models.qwen3",
+]
 
 # Names vLLM drops by design (`Eagle3LlamaForCausalLM.load_weights` skips `t2d`).
 DROPPED_BY_DESIGN = {"t2d"}
@@ -42,13 +87,31 @@ def free_port():
         return s.getsockname()[1]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--draft", required=True)
-    ap.add_argument("--target-config", required=True)
-    ap.add_argument("--method", default="eagle3")
-    a = ap.parse_args()
+def pretend_gpu_kernels():
+    """Where vLLM's CPU platform has no kernel for a scheme (NVFP4), take the one it picks on a
+    Hopper GPU (`init_nvfp4_linear_kernel`: Marlin FP4 for SM 8.0–9.0): construction and
+    loading then run as there; the kernel's own set-up after loading needs the GPU and is
+    reported as stage "kernel-setup"."""
+    from vllm.model_executor.kernels.linear import NvFp4LinearLayerConfig
+    from vllm.model_executor.kernels.linear.nvfp4.marlin import MarlinNvFp4LinearKernel
 
+    class Marlin(MarlinNvFp4LinearKernel):
+        @classmethod
+        def is_supported(cls, *a, **k):
+            return True, None
+
+    def init_nvfp4_linear_kernel(use_a16=False):
+        return Marlin(NvFp4LinearLayerConfig())
+
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "init_nvfp4_linear_kernel", None) is not None and (
+            getattr(mod, "__name__", "").startswith("vllm.")
+        ):
+            mod.init_nvfp4_linear_kernel = init_nvfp4_linear_kernel
+
+
+def load_one(job, pretend_gpu=False):
+    """One checkpoint through vLLM's draft loading (in a forked child); returns the verdict."""
     import torch
     import vllm
 
@@ -61,20 +124,24 @@ def main():
         "unwritten": [],
         "dropped": [],
         "consumed": 0,
+        "compared": 0,
+        "mismatched": [],
+        "uncompared": [],
+        "pretend_gpu": pretend_gpu,
     }
     stage = "config"
     try:
         from vllm.engine.arg_utils import EngineArgs
 
         ea = EngineArgs(
-            model=a.target_config,
+            model=job["target_config"],
             skip_tokenizer_init=True,
             enforce_eager=True,
             dtype="bfloat16",
             max_model_len=256,
             speculative_config={
-                "method": a.method,
-                "model": a.draft,
+                "method": job.get("method", "eagle3"),
+                "model": job["draft"],
                 "num_speculative_tokens": 3,
             },
         )
@@ -109,7 +176,7 @@ def main():
 
         def load_weights(self, model, model_config):
             nonlocal stage
-            sentinel_params.update(fill_sentinels(torch, model, mark))
+            sentinel_params.update(fill_sentinels(torch, model, mark, job.get("plant")))
             stage = "load"
             with copies_marked(torch, mark):
                 out = orig_load(self, model, model_config)
@@ -123,11 +190,25 @@ def main():
             for mname, mod in model.named_modules():
                 if isinstance(getattr(mod, "quant_method", None), BaseKVCacheMethod):
                     kv.update(f"{mname}.{n}" if mname else n for n, _ in mod.named_parameters())
+            skip = kv | {n for n in sentinel_params if exempt(model, n)}
+            if modelopt_algo(job["draft"]) == "W4A16_NVFP4":
+                # vLLM registers a NaN `input_scale` for W4A16 NVFP4 and drops it after
+                # loading (modelopt.py `_DropInputScale`): genuine exports have none.
+                skip |= {n for n in sentinel_params if n.endswith(".input_scale")}
             v["unwritten"] = sorted(
                 n
                 for n, p in sentinel_params.items()
-                if p.numel() > 0 and n not in kv and still_sentinel(torch, p) and not exempt(model, n)
+                if p.numel() > 0 and n not in skip and still_sentinel(torch, p)
             )
+            if job.get("content", True):
+                compared, mismatched, uncompared = content(
+                    torch, sentinel_params, read_checkpoint(job["draft"]),
+                    job.get("layer_prefix"), skip,
+                )
+                v["compared"], v["mismatched"], v["uncompared"] = (
+                    len(compared), mismatched, uncompared
+                )
+            restore(torch, sentinel_params, skip)
             stage = "post-load"
             return out
 
@@ -142,11 +223,21 @@ def main():
                 distributed_init_method=f"tcp://127.0.0.1:{free_port()}",
             )
             ensure_model_parallel_initialized(1, 1)
-            get_model(
-                vllm_config=cfg,
-                model_config=cfg.speculative_config.draft_model_config,
-                load_config=get_draft_load_config(cfg),
-            )
+            try:
+                get_model(
+                    vllm_config=cfg,
+                    model_config=cfg.speculative_config.draft_model_config,
+                    load_config=get_draft_load_config(cfg),
+                )
+            except Exception:
+                tb = traceback.format_exc()
+                if stage == "post-load" and pretend_gpu and "/kernels/" in tb:
+                    # Everything up to the GPU kernel's own set-up ran.
+                    stage = "kernel-setup"
+                    v["message"] = kernel_setup_message(tb, "vllm")
+                else:
+                    raise
+        checks_stage = stage
         stage = "checks"
         v["dropped"] = src.dropped(DROPPED_BY_DESIGN)
         v["consumed"] = len(src.consumed)
@@ -155,13 +246,59 @@ def main():
             v["message"] = bad
         else:
             v["ok"] = True
-            stage = None
+            stage = "kernel-setup" if checks_stage == "kernel-setup" else None
     except Exception as e:  # the engine refused: that is a verdict, not a harness failure
         v["message"] = f"{type(e).__name__}: {e}".strip()
         v["trace"] = traceback.format_exc().splitlines()[-6:]
     v["stage"] = stage
-    print(json.dumps(v))
+    return v
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", help="a JSON list of jobs (draft, target_config, method, ...)")
+    ap.add_argument("--draft")
+    ap.add_argument("--target-config")
+    ap.add_argument("--method", default="eagle3")
+    ap.add_argument("--layer-prefix", help="kquant's reading (inspect's layer_prefix)")
+    ap.add_argument("--plant", choices=["swap-qk"])
+    ap.add_argument(
+        "--pretend-gpu",
+        action="store_true",
+        help="choose the GPU kernels vLLM would on a Hopper GPU (SM 9.0) where CPU has none",
+    )
+    a = ap.parse_args()
+    if a.jobs:
+        with open(a.jobs) as f:
+            jobs = json.load(f)
+    elif a.draft and a.target_config:
+        jobs = [
+            {
+                "draft": a.draft,
+                "target_config": a.target_config,
+                "method": a.method,
+                "layer_prefix": a.layer_prefix,
+                "plant": a.plant,
+            }
+        ]
+    else:
+        ap.error("--jobs FILE, or --draft DIR --target-config DIR")
+    # The engine's imports, once, before forking a child per checkpoint.
+    preload(PRELOAD)
+    if a.pretend_gpu:
+        pretend_gpu_kernels()
+    run_jobs(jobs, lambda job: load_one(job, a.pretend_gpu))
     return 0
+
+
+def modelopt_algo(draft):
+    """`quant_algo` of a ModelOpt checkpoint (config.json's quantization_config), or None."""
+    try:
+        with open(os.path.join(draft, "config.json")) as f:
+            q = json.load(f).get("quantization_config") or {}
+    except (OSError, ValueError):
+        return None
+    return q.get("quant_algo") if q.get("quant_method") == "modelopt" else None
 
 
 def exempt(model, name):
