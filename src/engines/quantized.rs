@@ -67,8 +67,8 @@ pub static QUANTIZED: &[Row] = &[
     q(Ct, "int4-g128", yes(Vllm, SOURCE, CT_WNA16_VLLM)),
     q(Ct, "int4-g128", yes(Sglang, SOURCE, CT_WNA16_SGLANG)),
     q(Ct, "int4-g128", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Modelopt, "int4-g128", no(Vllm, SOURCE, "quant_algo `W4A16_AWQ` is not one of vLLM's ModelOpt methods")),
-    q(Modelopt, "int4-g128", no(Sglang, SOURCE, "quant_algo `W4A16_AWQ` is not one of SGLang's ModelOpt methods (modelopt_fp8, modelopt_fp4)")),
+    q(Modelopt, "int4-g128", no(Vllm, SOURCE, "its ModelOpt loader has no `W4A16_AWQ` (ModelOpt FP8 and NVFP4 variants only)")),
+    q(Modelopt, "int4-g128", no(Sglang, SOURCE, "`ValueError: ModelOpt only supports static FP8 quantization in SGLang` (ModelOptFp8Config; W4A16_AWQ is neither FP8 nor NVFP4)")),
     q(Modelopt, "int4-g128", yes(Trtllm, SOURCE, "W4A16_AWQ_LinearMethod (Hopper and Blackwell)")),
 
     // FP8 per output channel, dynamic per-token activations.
@@ -79,7 +79,7 @@ pub static QUANTIZED: &[Row] = &[
     q(Ct, "fp8-pc", yes(Sglang, SGLANG, "CompressedTensorsW8A8Fp8 (CUDA and ROCm); post-load processing included").unproven_on_cpu(SM90)),
     q(Ct, "fp8-pc", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
     q(Modelopt, "fp8-pc", yes(Vllm, SOURCE, "ModelOpt FP8_PER_CHANNEL_PER_TOKEN (CUDA)")),
-    q(Modelopt, "fp8-pc", no(Sglang, SOURCE, "quant_algo `FP8_PER_CHANNEL_PER_TOKEN` is not one of SGLang's ModelOpt methods (modelopt_fp8 is per tensor)")),
+    q(Modelopt, "fp8-pc", no(Sglang, SOURCE, "ModelOptFp8LinearMethod takes any FP8 quant_algo as static per-tensor FP8 (one weight_scale and input_scale per shard): the per-channel weight_scale does not fit")),
     q(Modelopt, "fp8-pc", yes(Trtllm, SOURCE, "FP8RowwiseLinearMethod")),
 
     // Quark two-stage W4A8 (int4_fp8).
@@ -105,11 +105,11 @@ pub static QUANTIZED: &[Row] = &[
 
     // NVFP4 weight-only.
     q(Ct, "nvfp4-a16", yes(Vllm, SOURCE, "CompressedTensorsW4A16Fp4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only")),
-    q(Ct, "nvfp4-a16", yes(Sglang, SOURCE, "CompressedTensorsW4A16Fp4 (python/sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a16_nvfp4.py); NVIDIA only")),
+    q(Ct, "nvfp4-a16", yes(Sglang, SOURCE, "CompressedTensorsW4A16Fp4 (python/sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a16_nvfp4.py; which release added it is UNVERIFIED); NVIDIA only")),
     q(Ct, "nvfp4-a16", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
     q(Modelopt, "nvfp4-a16", yes(Vllm, SOURCE, "ModelOpt W4A16_NVFP4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only")),
-    q(Modelopt, "nvfp4-a16", no(Sglang, SOURCE, "quant_algo `W4A16_NVFP4` is not one of SGLang's ModelOpt methods (modelopt_fp4 is W4A4)")),
-    q(Modelopt, "nvfp4-a16", no(Trtllm, SOURCE, "quant_algo `W4A16_NVFP4` has no TensorRT-LLM linear method (NVFP4LinearMethod is W4A4)")),
+    q(Modelopt, "nvfp4-a16", no(Sglang, SOURCE, "no SGLang method for ModelOpt W4A16_NVFP4 (modelopt_fp4 is W4A4 and expects input scales; UNVERIFIED reading)")),
+    q(Modelopt, "nvfp4-a16", no(Trtllm, SOURCE, "no TensorRT-LLM linear method for W4A16_NVFP4 known to kquant (NVFP4LinearMethod is W4A4; UNVERIFIED reading)")),
 
     // NVFP4 weights and activations (W4A4).
     q(Ct, "nvfp4", yes(Vllm, SOURCE, "CompressedTensorsW4A4Fp4: native W4A4 on sm100+ (CUTLASS/FlashInfer), FP4 Marlin weight-only on Ampere/Hopper (input scale unused); NVIDIA only")),
@@ -226,6 +226,30 @@ mod tests {
             .unwrap()
             .unproven_on_cpu
             .is_some());
+    }
+
+    /// The presets' `loads` words agree with the table: every engine the table says loads the
+    /// preset's (format, scheme) is named, and a preset no engine loads says so.
+    #[test]
+    fn presets_name_the_engines_that_load_them() {
+        for (name, _) in crate::quant::preset::BUILTIN {
+            let p = crate::quant::preset::load(name).unwrap();
+            let yes: Vec<Engine> = claims(p.format, &p.scheme)
+                .filter(|c| c.loads == Loads::Yes)
+                .map(|c| c.engine)
+                .collect();
+            for e in &yes {
+                assert!(
+                    p.loads.contains(e.name()),
+                    "{name}: {:?} does not name {}",
+                    p.loads,
+                    e.name()
+                );
+            }
+            if yes.is_empty() {
+                assert!(p.loads.starts_with("no "), "{name}: {:?}", p.loads);
+            }
+        }
     }
 
     #[test]
