@@ -6,6 +6,7 @@
 pub mod checkpoint;
 pub mod cli;
 pub mod convert;
+pub mod engines;
 pub mod error;
 pub mod escape;
 pub mod gpu;

@@ -188,33 +188,133 @@ fn target_kinds_and_dims() {
 
 #[test]
 fn engines_say_who_loads_it() {
-    let loads = |dir: &str, engine: &str| -> String {
+    let claim = |dir: &str, engine: &str| -> Value {
         let j = inspect_json(&format!("fixtures/tiny/{dir}"));
         j["engines"]
             .as_array()
             .unwrap()
             .iter()
             .find(|e| e["engine"] == engine)
-            .unwrap()["loads"]
+            .unwrap()
+            .clone()
+    };
+    let loads = |dir: &str, engine: &str| claim(dir, engine)["loads"].as_str().unwrap().to_string();
+    // What vLLM 0.33.0 and SGLang 0.5.23 did with each fixture (tests/engines/).
+    for (dir, vllm, sglang) in [
+        ("eagle3-specforge", "yes", "yes"),
+        ("eagle3-torchspec", "yes", "yes"),
+        ("eagle3-vllm", "yes", "yes"),
+        ("eagle3-modelopt", "yes", "yes"),
+        ("eagle3-eagle", "yes", "no"),
+        ("eagle3-speculators", "yes", "no"),
+        ("eagle3-mla-torchspec", "yes", "yes"),
+        ("eagle3-mla-vllm", "yes", "yes"),
+        ("dflash-zlab", "yes", "yes"),
+        ("dflash-torchspec", "no", "no"),
+    ] {
+        assert_eq!(loads(dir, "vllm"), vllm, "{dir} vllm");
+        assert_eq!(loads(dir, "sglang"), sglang, "{dir} sglang");
+    }
+    let e = claim("eagle3-eagle", "sglang");
+    assert!(
+        e["why"]
             .as_str()
             .unwrap()
-            .to_string()
-    };
-    assert_eq!(loads("eagle3-specforge", "sglang"), "yes");
-    assert_eq!(
-        loads("eagle3-vllm", "sglang"),
-        "no",
-        "SGLang's llama loader skips layers.0.* silently"
+            .contains("AssertionError: self.org_vocab_size"),
+        "{e}"
     );
-    assert_eq!(loads("eagle3-vllm", "vllm"), "yes");
-    assert_eq!(loads("eagle3-eagle", "vllm"), "no");
-    assert_eq!(loads("dflash-torchspec", "sglang"), "no");
-    assert_eq!(loads("dflash-zlab", "vllm"), "yes");
-    assert_eq!(
-        loads("eagle3-mla-torchspec", "vllm"),
-        "depends",
-        "kimi_k2 model_type"
+    assert_eq!(e["checked_with"], "SGLang 0.5.23");
+    assert!(e["unproven_on_cpu"].is_null(), "{e}");
+    let s = claim("eagle3-speculators", "sglang");
+    assert!(
+        s["why"]
+            .as_str()
+            .unwrap()
+            .contains("Should have a `model_type` key"),
+        "{s}"
     );
+    let m = claim("eagle3-mla-vllm", "sglang");
+    assert!(
+        m["version_note"].as_str().unwrap().contains("0.5.11"),
+        "{m}"
+    );
+    assert_eq!(
+        claim("eagle3-eagle", "trtllm")["checked_with"],
+        "source-derived"
+    );
+}
+
+/// A quantized draft: the (format, scheme) is read from its quantization_config and each
+/// engine's claim is the scheme's (a layout `no` would stay `no`).
+#[test]
+fn quantized_engines_come_from_the_scheme() {
+    let t = tempfile::tempdir().unwrap();
+    let cases = [
+        ("quark", "int4-pc", "no", "no", None),
+        ("quark", "int4-g32", "yes", "no", None),
+        (
+            "compressed-tensors",
+            "int4-pc",
+            "yes",
+            "yes",
+            Some("Marlin"),
+        ),
+        (
+            "compressed-tensors",
+            "int4-g32",
+            "yes",
+            "yes",
+            Some("Marlin"),
+        ),
+        ("compressed-tensors", "fp8-pc", "yes", "yes", Some("SM 9.0")),
+    ];
+    for (format, scheme, vllm, sglang, unproven) in cases {
+        let out = t.path().join(format!("{format}-{scheme}"));
+        let o = run(&[
+            "quantize",
+            "fixtures/tiny/eagle3-specforge",
+            "-o",
+            out.to_str().unwrap(),
+            "--scheme",
+            scheme,
+            "--format",
+            format,
+            "--exclude",
+            "fc,lm_head",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j = inspect_json(out.to_str().unwrap());
+        assert_eq!(j["quantization"]["scheme"]["format"], format);
+        assert_eq!(j["quantization"]["scheme"]["scheme"], scheme);
+        let e = |engine: &str| {
+            j["engines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["engine"] == engine)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(e("vllm")["loads"], vllm, "{format} {scheme}");
+        assert_eq!(e("sglang")["loads"], sglang, "{format} {scheme}");
+        match unproven {
+            Some(u) => assert!(
+                e("sglang")["unproven_on_cpu"].as_str().unwrap().contains(u),
+                "{format} {scheme}"
+            ),
+            None => assert!(e("sglang")["unproven_on_cpu"].is_null()),
+        }
+        if scheme == "int4-pc" && format == "quark" {
+            assert!(e("vllm")["why"]
+                .as_str()
+                .unwrap()
+                .contains("group_size must be a positive int"));
+        }
+        for x in j["engines"].as_array().unwrap() {
+            assert!(x["checked_with"].is_string(), "{x}");
+            assert_ne!(x["loads"], "depends", "{format} {scheme}: {x}");
+        }
+    }
 }
 
 #[test]

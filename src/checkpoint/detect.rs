@@ -1,12 +1,11 @@
-//! Family and dialect detection from `config.json` plus tensor names, following
-//! `shared/reference/draft-formats.md`. Config and tensors are read as two independent pieces
+//! Family and dialect detection from `config.json` plus tensor names (the layouts are described
+//! in docs/formats.md). Config and tensors are read as two independent pieces
 //! of evidence; when both speak and disagree, detection fails and says what disagrees.
 
 use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use super::engines::{self, EngineSupport};
 use super::quant_state::{self, QuantState};
 use super::Checkpoint;
 use crate::error::{Error, Result};
@@ -178,7 +177,6 @@ pub struct Detection {
     pub dims: Dims,
     pub aux_layers: Option<AuxLayers>,
     pub quantization: QuantState,
-    pub engines: Vec<EngineSupport>,
     pub notes: Vec<String>,
 }
 
@@ -450,7 +448,6 @@ pub fn detect(ck: &Checkpoint) -> Result<Detection> {
         None => None,
     };
     let quantization = quant_state::detect(ck);
-    let engines = engines::support(&family, dialect, ck.config.as_ref(), &dims, &quantization);
     if let (Some(h), Some(fc)) = (dims.hidden_size, ck.weights.info("fc.weight")) {
         if fc.shape.first().copied() != Some(h as usize) {
             notes.push(format!(
@@ -468,7 +465,6 @@ pub fn detect(ck: &Checkpoint) -> Result<Detection> {
         dims,
         aux_layers,
         quantization,
-        engines,
         notes,
     })
 }

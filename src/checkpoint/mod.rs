@@ -1,9 +1,9 @@
 //! What a checkpoint is: its config, its tensors, and what kquant detects from them (family,
-//! dialect, dimensions, aux-layer ids with their convention, quantization state, engines).
+//! dialect, dimensions, aux-layer ids with their convention, quantization state). Which
+//! engines load it is `crate::engines`.
 
 pub mod config;
 pub mod detect;
-pub mod engines;
 pub mod quant_state;
 
 pub use config::Config;

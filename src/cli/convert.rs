@@ -55,7 +55,9 @@ pub struct Args {
     /// Convention of the source's (or --aux-layers') ids.
     #[arg(long, value_enum)]
     pub aux_convention: Option<Convention>,
-    /// `model_type` for MLA drafts (default: deepseek_v3 for vLLM/SGLang, kimi_k2 otherwise).
+    /// `model_type` for MLA drafts (default: deepseek_v3 for SGLang, which every SGLang release
+    /// loads; kimi_k2 otherwise: vLLM 0.33.0 reads an EAGLE-3 draft with deepseek_v3 as DeepSeek
+    /// MTP and refuses it).
     #[arg(long)]
     pub model_type: Option<String>,
     /// Speculative steps in the printed launch line / TensorRT-LLM max_draft_len.

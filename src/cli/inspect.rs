@@ -7,9 +7,11 @@ use serde_json::{json, Value};
 
 use crate::checkpoint::{Checkpoint, Detection};
 use crate::cli::{human_bytes, human_count};
+use crate::engines::{self, EngineSupport};
 use crate::error::Result;
 use crate::escape::printable;
 use crate::io::source::Origin;
+use crate::quant::identify::Identified;
 
 /// Arguments of `kquant inspect`.
 #[derive(Debug, clap::Args)]
@@ -40,6 +42,12 @@ struct Totals {
 pub fn run(a: Args) -> Result<ExitCode> {
     let ck = Checkpoint::open(&a.src)?;
     let det = ck.detect()?;
+    let engines = engines::support(&ck, &det);
+    let scheme = det
+        .quantization
+        .quantized
+        .then(|| engines::quantization(&ck))
+        .flatten();
     let order = match &a.source {
         Some(s) => Some(crate::quant::order_check::check(
             &ck,
@@ -48,13 +56,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
         None => None,
     };
     if a.json {
-        let mut doc = to_json(&a.src, &ck, &det);
+        let mut doc = to_json(&a.src, &ck, &det, &engines, scheme.as_ref());
         if let Some(o) = &order {
             doc["pack_order_check"] = serde_json::to_value(o).expect("JSON");
         }
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
-        print_human(&a.src, &ck, &det, a.tensors);
+        print_human(&a.src, &ck, &det, &engines, scheme.as_ref(), a.tensors);
         if let Some(o) = &order {
             let bad: Vec<&str> = o
                 .iter()
@@ -118,9 +126,31 @@ fn source_json(spec: &str, ck: &Checkpoint) -> Value {
     })
 }
 
+/// `quantization.scheme` of the `--json` document: the registry's (format, scheme), or what
+/// the config describes instead.
+fn scheme_json(id: Option<&Identified>) -> Value {
+    match id {
+        None => Value::Null,
+        Some(Identified::Scheme { format, scheme }) => {
+            json!({"format": format.name(), "scheme": scheme, "other": null})
+        }
+        Some(Identified::Other { format, what }) => {
+            json!({"format": format.map(|f| f.name()), "scheme": null, "other": what})
+        }
+    }
+}
+
 /// The `--json` document (schema `kquant.inspect/1`, documented in docs/inspect.md).
-pub fn to_json(spec: &str, ck: &Checkpoint, det: &Detection) -> Value {
+pub fn to_json(
+    spec: &str,
+    ck: &Checkpoint,
+    det: &Detection,
+    engines: &[EngineSupport],
+    scheme: Option<&Identified>,
+) -> Value {
     let (by, all) = totals(ck);
+    let mut quantization = serde_json::to_value(&det.quantization).expect("JSON");
+    quantization["scheme"] = scheme_json(scheme);
     json!({
         "schema": "kquant.inspect/1",
         "source": source_json(spec, ck),
@@ -133,8 +163,8 @@ pub fn to_json(spec: &str, ck: &Checkpoint, det: &Detection) -> Value {
         "model_type": ck.config.as_ref().and_then(|c| c.model_type()),
         "dims": det.dims,
         "aux_layers": det.aux_layers,
-        "quantization": det.quantization,
-        "engines": det.engines,
+        "quantization": quantization,
+        "engines": engines,
         "notes": det.notes,
         "parameters": all.params,
         "bytes": all.bytes,
@@ -143,7 +173,14 @@ pub fn to_json(spec: &str, ck: &Checkpoint, det: &Detection) -> Value {
     })
 }
 
-fn print_human(spec: &str, ck: &Checkpoint, det: &Detection, tensors: bool) {
+fn print_human(
+    spec: &str,
+    ck: &Checkpoint,
+    det: &Detection,
+    engines: &[EngineSupport],
+    scheme: Option<&Identified>,
+    tensors: bool,
+) {
     let (by, all) = totals(ck);
     // Every value may quote the config or tensor names: escaped, so a name cannot write to the
     // terminal (crate::escape).
@@ -175,10 +212,17 @@ fn print_human(spec: &str, ck: &Checkpoint, det: &Detection, tensors: bool) {
             .unwrap_or_default();
         row("dialect", format!("{}{p}", d.id()));
     }
-    for (i, e) in det.engines.iter().enumerate() {
+    for (i, e) in engines.iter().enumerate() {
+        let mut basis = e.checked_with.clone();
+        if let Some(u) = &e.unproven_on_cpu {
+            basis.push_str(&format!("; unproven: {u}"));
+        }
+        if let Some(n) = &e.version_note {
+            basis.push_str(&format!("; {n}"));
+        }
         row(
             if i == 0 { "engines" } else { "" },
-            format!("{:<7}{:<8}{}", e.engine, e.loads, e.why),
+            format!("{:<7}{:<8}{} [{basis}]", e.engine.id(), e.loads.id(), e.why),
         );
     }
     let d = &det.dims;
@@ -280,8 +324,15 @@ fn print_human(spec: &str, ck: &Checkpoint, det: &Detection, tensors: bool) {
                 .iter()
                 .map(|(k, v)| format!("{v} {k}"))
                 .collect();
+            let scheme = match scheme {
+                Some(Identified::Scheme { format, scheme }) => {
+                    format!(" · --format {} --scheme {scheme}", format.name())
+                }
+                Some(Identified::Other { what, .. }) => format!(" · {what} (no kquant scheme)"),
+                None => String::new(),
+            };
             format!(
-                "{} · {} quantized modules · packed/low-precision weights: {}{}",
+                "{}{scheme} · {} quantized modules · packed/low-precision weights: {}{}",
                 q.method
                     .as_deref()
                     .unwrap_or("tensors only, no quantization_config"),

@@ -284,8 +284,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    if let Some(w) = target.warning() {
-        eprintln!("warning: {}", printable(&w));
+    let advice = target.advice();
+    if let Some(w) =
+        crate::engines::quantized::unloadable_warning(format, &scheme, advice.as_deref())
+    {
+        // One line per engine: each escaped on its own (crate::escape).
+        for (i, line) in w.lines().enumerate() {
+            let head = if i == 0 { "warning: " } else { "" };
+            eprintln!("{head}{}", printable(line));
+        }
     }
     let mut inputs: Vec<PathBuf> = ck.weights.files().iter().map(|p| p.to_path_buf()).collect();
     inputs.extend(ck.weights.config_path.clone());

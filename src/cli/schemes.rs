@@ -1,9 +1,14 @@
 //! `kquant schemes [--json]`: every quantization scheme, its bits per weight, granularity,
-//! activation format, the formats that carry it and where each result loads (engine × GPU).
+//! activation format, the formats that carry it and, per format, each engine's claim
+//! (`crate::engines::quantized`: loads or not, why, and the release it was checked with).
 
 use std::process::ExitCode;
 
+use serde_json::json;
+
+use crate::engines::quantized;
 use crate::error::Result;
+use crate::escape::printable;
 use crate::quant::registry::SCHEMES;
 
 /// Arguments of `kquant schemes`.
@@ -16,7 +21,21 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<ExitCode> {
     if a.json {
-        let doc = serde_json::json!({"schema": "kquant.schemes/1", "schemes": SCHEMES});
+        let schemes: Vec<_> = SCHEMES
+            .iter()
+            .map(|s| {
+                let mut v = serde_json::to_value(s).expect("JSON");
+                for (c, j) in s
+                    .carriers
+                    .iter()
+                    .zip(v["carriers"].as_array_mut().expect("carriers").iter_mut())
+                {
+                    j["engines"] = json!(quantized::claims(c.format, s.id).collect::<Vec<_>>());
+                }
+                v
+            })
+            .collect();
+        let doc = json!({"schema": "kquant.schemes/2", "schemes": schemes});
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         return Ok(ExitCode::SUCCESS);
     }
@@ -32,16 +51,26 @@ pub fn run(a: Args) -> Result<ExitCode> {
             } else {
                 " [not yet in kquant]"
             };
-            let loads = if c.loads.is_empty() {
-                "no engine loads it".to_string()
-            } else {
-                c.loads.join("; ")
-            };
             println!(
-                "    --format {:<19} {:<34} loads: {loads}{status}",
+                "    --format {:<19} {}{status}",
                 c.format.name(),
                 c.reference
             );
+            for e in quantized::claims(c.format, s.id) {
+                let mut basis = e.checked_with.to_string();
+                if let Some(u) = e.unproven_on_cpu {
+                    basis.push_str(&format!("; unproven: {u}"));
+                }
+                if let Some(n) = e.version_note {
+                    basis.push_str(&format!("; {n}"));
+                }
+                println!(
+                    "        {:<7}{:<8}{} [{basis}]",
+                    e.engine.id(),
+                    e.loads.id(),
+                    printable(e.why)
+                );
+            }
         }
         println!();
     }

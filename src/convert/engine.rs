@@ -1,6 +1,7 @@
 //! The engines (and trainers) a draft can be converted for, and what each expects on disk:
 //! layer prefix, aux-id convention and keys, which optional tensors it reads, and its launch
-//! line. Facts: shared/reference/draft-formats.md §0–§8.
+//! line. The layouts are described in docs/formats.md; whether each serving engine loads the
+//! result is `crate::engines`.
 
 use serde::Serialize;
 
@@ -8,7 +9,7 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Engine {
-    /// SGLang (`midlayer.*`; Llama loader skips `layers.0.*` silently).
+    /// SGLang (`midlayer.*`, its native names; its llama_eagle3 loader also reads `layers.0.*`).
     Sglang,
     /// vLLM (`layers.0.*`; aux ids read raw at top level = input of layer k).
     Vllm,
@@ -35,6 +36,16 @@ impl Engine {
             Engine::Torchspec => "torchspec",
             Engine::Eagle => "eagle",
             Engine::Zlab => "zlab",
+        }
+    }
+
+    /// The serving engine this layout is for (none for trainers and reference layouts).
+    pub fn serving(self) -> Option<crate::engines::Engine> {
+        match self {
+            Engine::Sglang => Some(crate::engines::Engine::Sglang),
+            Engine::Vllm => Some(crate::engines::Engine::Vllm),
+            Engine::Trtllm => Some(crate::engines::Engine::Trtllm),
+            _ => None,
         }
     }
 

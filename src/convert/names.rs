@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::{rename_quant_lists, set, trtllm_yaml, AuxOut, Engine, Options, Plan, Planned, Source};
-use crate::checkpoint::{AuxConvention, Checkpoint, Detection, Family};
+use crate::checkpoint::{AuxConvention, Checkpoint, Detection, Dialect, Family};
 use crate::error::{Error, Result};
 use crate::io::{Dtype, TensorInfo};
 
@@ -363,15 +363,40 @@ pub fn plan_eagle3(
     };
     set(&mut cfg, "architectures", json!([arch]));
     if mla {
+        // vLLM 0.33.0 reads an EAGLE-3 draft with model_type deepseek_v3 as DeepSeek MTP and
+        // refuses it; every SGLang release loads deepseek_v3 (≤ 0.5.11 rejects kimi_k2).
         let mt = o.model_type.clone().unwrap_or_else(|| {
             match e {
-                Engine::Vllm | Engine::Sglang => "deepseek_v3",
+                Engine::Sglang => "deepseek_v3",
                 _ => "kimi_k2",
             }
             .into()
         });
-        if mt == "kimi_k2" && matches!(e, Engine::Vllm | Engine::Sglang) {
-            warnings.push("model_type kimi_k2 is recognised as MLA only by recent vLLM (PR #45764) and SGLang; deepseek_v3 is the safe value".into());
+        if let Some(server) = e.serving() {
+            let facts = crate::engines::layout::ConfigFacts {
+                model_type: Some(&mt),
+                speculators: false,
+            };
+            let dialect = if e.eagle3_prefix() == "layers.0." {
+                Dialect::Vllm
+            } else {
+                Dialect::Specforge
+            };
+            if let Some(c) =
+                crate::engines::layout::claim(&Family::Eagle3Mla, Some(dialect), facts, server)
+                    .filter(|c| c.loads != crate::engines::Loads::Yes)
+            {
+                warnings.push(format!(
+                    "model_type `{mt}`: {} ({}) {}: {}",
+                    server.name(),
+                    c.checked_with,
+                    match c.loads {
+                        crate::engines::Loads::No => "does not load it",
+                        _ => "may not load it",
+                    },
+                    c.why
+                ));
+            }
         }
         set(&mut cfg, "model_type", json!(mt));
     } else {

@@ -19,7 +19,8 @@
 //!   - `X.weight` I8 `[out, in]`, `X.weight_scale` model dtype `[out, in/128]`; no
 //!     `weight_shape`, no zero point.
 //!
-//! Facts: shared/reference/quant-formats.md §3; checked byte for byte against
+//! Facts: the compressed-tensors 0.20.0 source (PyPI `compressed-tensors==0.20.0`,
+//! `compressors/quantized_compressors/naive_quantized.py`) and docs/quantize.md; checked byte for byte against
 //! fixtures/goldens/compressed-tensors-0.20/{FP8_DYNAMIC,W4A8} (tests/fp8_w4a8_golden.rs).
 //!
 //! `*_ref` are the plain references; the unsuffixed functions are the rayon fast paths, tested
@@ -231,10 +232,9 @@ impl Target for IntQuantizedW4A8 {
     fn exclude_style(&self) -> ExcludeStyle {
         ExcludeStyle::Candidates
     }
-    fn warning(&self) -> Option<String> {
+    fn advice(&self) -> Option<String> {
         Some(
-            "no GPU serving engine loads compressed-tensors W4A8 (int4 weights, int8 activations) today: vLLM's CompressedTensorsW4A8Int has CPU (Arm) kernels only, and the codes are stored unpacked (8 bits per weight on disk).\n  \
-             For a GPU draft use `--scheme fp8-pc` or an INT4 W4A16 scheme (`int4-g128`)."
+            "The codes are stored unpacked (8 bits per weight on disk). For a GPU draft use `--scheme fp8-pc` or an INT4 W4A16 scheme (`int4-g128`)."
                 .into(),
         )
     }

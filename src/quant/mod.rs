@@ -10,6 +10,7 @@ pub mod exclude;
 pub mod fp4;
 pub mod fp8;
 pub mod fused;
+pub mod identify;
 pub mod input_amax;
 pub mod int4;
 pub mod modelopt;

@@ -4,7 +4,8 @@
 //! - `file2file` (direct_quantize_checkpoint): sequential nibble order although the config says
 //!   `reorder`, no zero-point, scale in the source dtype (0.11.1) or F32 (0.13).
 //!
-//! Facts and verbatim configs: shared/reference/quant-formats.md §1.1–1.5.
+//! Facts and verbatim configs: AMD Quark 0.13 and 0.11.1 (PyPI `amd-quark`), their outputs in
+//! fixtures/goldens/quark-*; docs/quantize.md (`--format quark`).
 
 use serde_json::{json, Value};
 
@@ -263,10 +264,9 @@ impl super::target::Target for PerChannel {
             Layout::File2file => super::target::ExcludeStyle::SortedCandidates,
         }
     }
-    fn warning(&self) -> Option<String> {
+    fn advice(&self) -> Option<String> {
         Some(format!(
-            "no serving engine loads dense Quark INT4 per-channel weights today: vLLM's Quark INT4 path (QuarkW4A16Int4) needs per-group scales and SGLang has no Quark INT4 scheme.\n  \
-             This {:?}-layout output is for kquant's own kernels, `kquant verify`, and Quark-compatible pipelines. For vLLM use `--format compressed-tensors` (W4A16; CUDA and ROCm) or a per-group Quark scheme such as `--scheme int4-g128` (QuarkW4A16Int4).",
+            "This {:?}-layout output is for kquant's own kernels, `kquant verify`, and Quark-compatible pipelines. For vLLM or SGLang use `--format compressed-tensors` (W4A16); for vLLM, a per-group Quark scheme such as `--scheme int4-g128` (QuarkW4A16Int4) also works.",
             self.0.layout
         ))
     }

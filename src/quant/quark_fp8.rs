@@ -9,7 +9,7 @@
 //!     (a BF16 tensor divided by a BF16 scale), clamp, then torch's RNE cast.
 //!   - `X.weight` F8_E4M3 `[out, in]`, `X.weight_scale` model dtype `[out]`; nothing else.
 //! - `int4_fp8` (`INT4_FP8Scheme`, "W4A8"; kquant `w4a8-fp8`): progressive two-stage weights,
-//!   FP8 activations dynamic per tensor. §1.4 of shared/reference/quant-formats.md:
+//!   FP8 activations dynamic per tensor (amd-quark 0.13 on PyPI; docs/quantize.md):
 //!   - stage 1, FP8 per tensor: `s1 = f32(amax) / 448` in F32 (scale_type float32), a zero
 //!     replaced by `2^-23`; `w8 = e4m3(clamp(dtype(w / s1), ±448))` (a model-dtype tensor divided
 //!     by an F32 0-d scale computes in F32 and rounds to the model dtype);
@@ -321,10 +321,9 @@ impl Target for Int4Fp8Target {
     fn exclude_style(&self) -> ExcludeStyle {
         ExcludeStyle::MatchedModules
     }
-    fn warning(&self) -> Option<String> {
+    fn advice(&self) -> Option<String> {
         Some(
-            "no serving engine loads dense Quark int4_fp8 (W4A8) layers today: vLLM uses it only for MoE experts (QuarkW4A8Fp8MoEMethod, ROCm AITER) and raises \"No quark compatible scheme\" for dense layers; SGLang has no such scheme.\n  \
-             For a loadable draft use `--scheme fp8-pc` (Quark ptpc_fp8, vLLM and SGLang) or an INT4 W4A16 scheme."
+            "This output is for kquant's own kernels and `kquant verify`. For a loadable draft use `--scheme fp8-pc` (Quark ptpc_fp8) or an INT4 W4A16 scheme (`kquant schemes` says where each loads)."
                 .into(),
         )
     }

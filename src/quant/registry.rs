@@ -1,7 +1,7 @@
-//! Every scheme kquant knows, the formats that can carry it, where the result loads, and the
-//! one function that builds the [`Target`] for a (scheme, format) pair. `kquant schemes`,
-//! `--scheme` validation and docs/schemes.md come from this table. Adding a scheme or format is
-//! one file under `quant/` plus a row here and an arm in [`build`].
+//! Every scheme kquant knows, the formats that can carry it, and the one function that builds
+//! the [`Target`] for a (scheme, format) pair. `kquant schemes` and `--scheme` validation come
+//! from this table; where each result loads is `crate::engines::quantized`. Adding a scheme or
+//! format is one file under `quant/` plus a row here, an arm in [`build`] and its engine claims.
 
 use serde::Serialize;
 
@@ -37,7 +37,7 @@ impl Format {
     }
 }
 
-/// Where one (format, scheme) result loads.
+/// One format that can carry a scheme.
 #[derive(Debug, Clone, Serialize)]
 pub struct Carrier {
     pub format: Format,
@@ -45,8 +45,6 @@ pub struct Carrier {
     pub implemented: bool,
     /// The reference tool's name for it.
     pub reference: &'static str,
-    /// Engines × GPUs that load it (empty: none).
-    pub loads: &'static [&'static str],
 }
 
 /// One scheme.
@@ -61,17 +59,11 @@ pub struct SchemeInfo {
     pub carriers: &'static [Carrier],
 }
 
-const fn c(
-    format: Format,
-    implemented: bool,
-    reference: &'static str,
-    loads: &'static [&'static str],
-) -> Carrier {
+const fn c(format: Format, implemented: bool, reference: &'static str) -> Carrier {
     Carrier {
         format,
         implemented,
         reference,
-        loads,
     }
 }
 
@@ -84,12 +76,11 @@ pub static SCHEMES: &[SchemeInfo] = &[
         activations: "bf16/f16 (weight-only)",
         about: "INT4 symmetric, one scale per output row (the seed recipe)",
         carriers: &[
-            c(Format::Quark, true, "Quark int4_wo_per_channel", &[]),
+            c(Format::Quark, true, "Quark int4_wo_per_channel"),
             c(
                 Format::CompressedTensors,
                 true,
                 "W4A16 strategy channel",
-                &["vLLM CUDA (Marlin/Machete)", "vLLM ROCm (Triton W4A16)"],
             ),
             // ModelOpt exports 4-bit integer weights per group only (W4A16_AWQ); TensorRT-LLM's
             // per-channel W4A16 has no ModelOpt writer. See docs/quantize.md.
@@ -97,7 +88,6 @@ pub static SCHEMES: &[SchemeInfo] = &[
                 Format::Modelopt,
                 false,
                 "none: ModelOpt INT4 is per group",
-                &[],
             ),
         ],
     },
@@ -112,13 +102,11 @@ pub static SCHEMES: &[SchemeInfo] = &[
                 Format::Quark,
                 true,
                 "Quark int4_wo_32",
-                &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
             ),
             c(
                 Format::CompressedTensors,
                 true,
                 "W4A16 group_size 32",
-                &["vLLM CUDA", "vLLM ROCm (Triton W4A16)"],
             ),
         ],
     },
@@ -133,13 +121,11 @@ pub static SCHEMES: &[SchemeInfo] = &[
                 Format::Quark,
                 true,
                 "Quark int4_wo_64",
-                &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
             ),
             c(
                 Format::CompressedTensors,
                 true,
                 "W4A16 group_size 64",
-                &["vLLM CUDA", "vLLM ROCm (Triton W4A16)"],
             ),
         ],
     },
@@ -154,19 +140,16 @@ pub static SCHEMES: &[SchemeInfo] = &[
                 Format::Quark,
                 true,
                 "Quark int4_wo_128",
-                &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
             ),
             c(
                 Format::CompressedTensors,
                 true,
                 "W4A16 preset",
-                &["vLLM CUDA", "vLLM ROCm (Triton W4A16)"],
             ),
             c(
                 Format::Modelopt,
                 true,
                 "INT4_AWQ_CFG (W4A16_AWQ; no AWQ search)",
-                &["TensorRT-LLM (W4A16_AWQ_LinearMethod)"],
             ),
         ],
     },
@@ -181,25 +164,16 @@ pub static SCHEMES: &[SchemeInfo] = &[
                 Format::Quark,
                 true,
                 "Quark ptpc_fp8",
-                &["vLLM CUDA/ROCm (QuarkW8A8Fp8)", "SGLang CUDA/ROCm (QuarkW8A8Fp8)"],
             ),
             c(
                 Format::CompressedTensors,
                 true,
                 "FP8_DYNAMIC (float-quantized)",
-                &[
-                    "vLLM CUDA/ROCm (CompressedTensorsW8A8Fp8)",
-                    "SGLang CUDA/ROCm (CompressedTensorsW8A8Fp8)",
-                ],
             ),
             c(
                 Format::Modelopt,
                 true,
                 "FP8_PER_CHANNEL_PER_TOKEN_CFG",
-                &[
-                    "TensorRT-LLM (FP8RowwiseLinearMethod)",
-                    "vLLM CUDA (ModelOpt FP8_PER_CHANNEL_PER_TOKEN)",
-                ],
             ),
         ],
     },
@@ -209,7 +183,7 @@ pub static SCHEMES: &[SchemeInfo] = &[
         granularity: "per output channel (INT4) on a per-tensor FP8 stage",
         activations: "FP8 E4M3, dynamic per tensor",
         about: "two-stage weights: FP8 per tensor, then INT4 symmetric per output row (Quark's \"W4A8\")",
-        carriers: &[c(Format::Quark, true, "Quark int4_fp8", &[])],
+        carriers: &[c(Format::Quark, true, "Quark int4_fp8")],
     },
     SchemeInfo {
         id: "w4a8-int8",
@@ -221,7 +195,6 @@ pub static SCHEMES: &[SchemeInfo] = &[
             Format::CompressedTensors,
             true,
             "W4A8 preset (int-quantized)",
-            &["vLLM CPU only (CompressedTensorsW4A8Int)"],
         )],
     },
     SchemeInfo {
@@ -234,7 +207,6 @@ pub static SCHEMES: &[SchemeInfo] = &[
             Format::Quark,
             true,
             "Quark uint4_wo_32",
-            &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
         )],
     },
     SchemeInfo {
@@ -247,7 +219,6 @@ pub static SCHEMES: &[SchemeInfo] = &[
             Format::Quark,
             true,
             "Quark uint4_wo_64",
-            &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
         )],
     },
     SchemeInfo {
@@ -260,7 +231,6 @@ pub static SCHEMES: &[SchemeInfo] = &[
             Format::Quark,
             true,
             "Quark uint4_wo_128",
-            &["vLLM CUDA/ROCm (QuarkW4A16Int4)"],
         )],
     },
     SchemeInfo {
@@ -274,26 +244,17 @@ pub static SCHEMES: &[SchemeInfo] = &[
                 Format::CompressedTensors,
                 true,
                 "NVFP4A16 preset (nvfp4-pack-quantized)",
-                &[
-                    "vLLM CUDA sm100+ (Blackwell): native FP4 GEMM",
-                    "vLLM CUDA Ampere/Hopper (sm80+): FP4 Marlin",
-                ],
             ),
             c(
                 Format::Modelopt,
                 true,
                 "W4A16_NVFP4_CFG (W4A16_NVFP4)",
-                &[
-                    "vLLM CUDA sm100+ (Blackwell): native FP4 GEMM",
-                    "vLLM CUDA Ampere/Hopper (sm80+): FP4 Marlin",
-                ],
             ),
             // Quark's nvfp4 scheme (FP4Block16ScaleE4M3Scheme) is W4A4 only. See docs/quantize.md.
             c(
                 Format::Quark,
                 false,
                 "none: Quark's nvfp4 is W4A4 only",
-                &[],
             ),
         ],
     },
@@ -308,26 +269,16 @@ pub static SCHEMES: &[SchemeInfo] = &[
                 Format::CompressedTensors,
                 true,
                 "NVFP4 preset (nvfp4-pack-quantized)",
-                &[
-                    "vLLM CUDA sm100+ (Blackwell): native W4A4 (CUTLASS/FlashInfer)",
-                    "vLLM CUDA Ampere/Hopper (sm80+): FP4 Marlin, weight-only (input scale unused)",
-                ],
             ),
             c(
                 Format::Modelopt,
                 true,
                 "NVFP4_DEFAULT_CFG (NVFP4)",
-                &[
-                    "TensorRT-LLM Blackwell (NVFP4LinearMethod)",
-                    "vLLM CUDA sm100+ (Blackwell): native W4A4 (CUTLASS/FlashInfer)",
-                    "vLLM CUDA Ampere/Hopper (sm80+): FP4 Marlin, weight-only (input scale unused)",
-                ],
             ),
             c(
                 Format::Quark,
                 false,
                 "Quark nvfp4 (FP4Block16ScaleE4M3Scheme)",
-                &["vLLM (QuarkNVFP4)"],
             ),
         ],
     },

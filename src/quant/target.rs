@@ -80,8 +80,9 @@ pub trait Target: Send + Sync {
         "exclude"
     }
     fn exclude_style(&self) -> ExcludeStyle;
-    /// A warning printed before writing (e.g. "no engine loads this").
-    fn warning(&self) -> Option<String> {
+    /// What to use instead, printed after the warning `kquant quantize` gives when no engine
+    /// loads the result (that fact comes from `crate::engines::quantized`).
+    fn advice(&self) -> Option<String> {
         None
     }
     /// Extra files written beside `config.json` (e.g. ModelOpt's `hf_quant_config.json`).

@@ -1,0 +1,152 @@
+//! Which serving engine (vLLM, SGLang, TensorRT-LLM) loads a checkpoint, and why: every such
+//! claim kquant makes (`inspect`, `schemes`, the quantize warning, convert's model_type) comes
+//! from the two tables here, one claim per row.
+//!
+//! - [`layout`]: unquantized drafts, by family × dialect × `model_type`;
+//! - [`quantized`]: (format, scheme) results, whatever the layout.
+//!
+//! vLLM and SGLang claims name the release the engine-loader tier (tests/engines/, each
+//! engine's own loader on CPU) checked them with; the rest say `source-derived`.
+
+pub mod claim;
+pub mod layout;
+pub mod quantized;
+
+use serde::Serialize;
+use serde_json::Value;
+
+pub use claim::{Claim, Engine, Loads};
+use layout::ConfigFacts;
+
+use crate::checkpoint::{Checkpoint, Detection, Family};
+use crate::quant::identify::{self, Identified};
+
+/// One engine's verdict on one checkpoint (an `engines` entry of `kquant inspect --json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EngineSupport {
+    pub engine: Engine,
+    /// `yes`, `no`, or `depends` (not decidable from the files).
+    pub loads: Loads,
+    pub why: String,
+    /// The release the claim was checked against, or `source-derived`.
+    pub checked_with: String,
+    /// A step the CPU loader tier could not run.
+    pub unproven_on_cpu: Option<String>,
+    /// Where the behaviour changed between releases.
+    pub version_note: Option<String>,
+}
+
+impl From<&Claim> for EngineSupport {
+    fn from(c: &Claim) -> EngineSupport {
+        EngineSupport {
+            engine: c.engine,
+            loads: c.loads,
+            why: c.why.into(),
+            checked_with: c.checked_with.into(),
+            unproven_on_cpu: c.unproven_on_cpu.map(String::from),
+            version_note: c.version_note.map(String::from),
+        }
+    }
+}
+
+fn join(a: Option<&str>, b: Option<&str>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) if a != b => Some(format!("{a}; {b}")),
+        (Some(x), _) | (None, Some(x)) => Some(x.into()),
+        (None, None) => None,
+    }
+}
+
+/// The quantization a checkpoint carries, from its `quantization_config` and ModelOpt's
+/// `hf_quant_config.json` (`None`: not quantized by config).
+pub fn quantization(ck: &Checkpoint) -> Option<Identified> {
+    let qc = ck
+        .config
+        .as_ref()
+        .and_then(|c| c.root.get("quantization_config"));
+    let hf: Option<Value> = std::fs::read(ck.weights.dir.join("hf_quant_config.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    identify::identify(qc, hf.as_ref())
+}
+
+/// The claims for a detected checkpoint (empty for targets and unknown models): the layout's
+/// claim; for a quantized checkpoint, a layout `no` stays `no` (its reason), a scheme `no` is
+/// `no` (the scheme's reason), a layout `depends` stays `depends`, and otherwise the scheme's
+/// claim holds (with the layout's notes).
+pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
+    let facts = ConfigFacts {
+        model_type: ck.config.as_ref().and_then(|c| c.model_type()),
+        speculators: ck
+            .config
+            .as_ref()
+            .is_some_and(|c| c.root.contains_key("speculators_model_type")),
+    };
+    let quant = if det.quantization.quantized {
+        Some(quantization(ck).unwrap_or_else(|| Identified::Other {
+            format: None,
+            what: "quantized tensors without a quantization_config".into(),
+        }))
+    } else {
+        None
+    };
+    let eagle3 = matches!(det.family, Family::Eagle3 | Family::Eagle3Mla);
+    let mut out = Vec::new();
+    for engine in Engine::ALL {
+        let Some(l) = layout::claim(&det.family, det.dialect, facts, engine) else {
+            continue;
+        };
+        let mut s = EngineSupport::from(l);
+        if l.loads == Loads::Yes && eagle3 && !det.dims.has_lm_head {
+            if let Some(h) = layout::without_lm_head(engine) {
+                s.loads = h.loads;
+                s.why = format!("{}; {}", l.why, h.why);
+                s.checked_with = h.checked_with.into();
+            }
+        }
+        match &quant {
+            None => {}
+            Some(_) if l.loads == Loads::No => {}
+            Some(Identified::Scheme { format, scheme }) => {
+                match quantized::claim(*format, scheme, engine) {
+                    Some(q) if q.loads == Loads::No => s = EngineSupport::from(q),
+                    Some(_) if s.loads == Loads::Depends => {}
+                    Some(q) => {
+                        s = EngineSupport {
+                            engine,
+                            loads: q.loads,
+                            why: format!("{}; layout: {}", q.why, s.why),
+                            checked_with: if q.checked_with == s.checked_with {
+                                s.checked_with
+                            } else {
+                                format!(
+                                    "{} (layout), {} (quantization)",
+                                    s.checked_with, q.checked_with
+                                )
+                            },
+                            unproven_on_cpu: join(s.unproven_on_cpu.as_deref(), q.unproven_on_cpu),
+                            version_note: join(s.version_note.as_deref(), q.version_note),
+                        }
+                    }
+                    None => {
+                        s.loads = Loads::Depends;
+                        s.why = format!(
+                            "{} {scheme}: kquant has no {} claim for it",
+                            format.name(),
+                            engine.name()
+                        );
+                    }
+                }
+            }
+            Some(Identified::Other { what, .. }) => {
+                s.loads = Loads::Depends;
+                s.why = format!(
+                    "quantized ({what}): not a scheme kquant has claims for; layout: {}",
+                    s.why
+                );
+            }
+        }
+        out.push(s);
+    }
+    out
+}
