@@ -31,6 +31,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     .zip(v["carriers"].as_array_mut().expect("carriers").iter_mut())
                 {
                     j["engines"] = json!(quantized::claims(c.format, s.id).collect::<Vec<_>>());
+                    j["exceptions"] = json!(quantized::exceptions(c.format, s.id)
+                        .map(|r| json!({"drafts": r.drafts.name(), "claim": r.claim}))
+                        .collect::<Vec<_>>());
                 }
                 v
             })
@@ -56,7 +59,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 c.format.name(),
                 c.reference
             );
-            for e in quantized::claims(c.format, s.id) {
+            let rows = quantized::claims(c.format, s.id)
+                .map(|e| ("", e))
+                .chain(quantized::exceptions(c.format, s.id).map(|r| (r.drafts.name(), &r.claim)));
+            for (only, e) in rows {
+                let only = if only.is_empty() {
+                    String::new()
+                } else {
+                    format!("{only}: ")
+                };
                 let mut basis = e.checked_with.to_string();
                 if let Some(u) = e.unproven_on_cpu {
                     basis.push_str(&format!("; unproven: {u}"));
@@ -65,7 +76,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     basis.push_str(&format!("; {n}"));
                 }
                 println!(
-                    "        {:<7}{:<8}{} [{basis}]",
+                    "        {:<7}{only}{:<8}{} [{basis}]",
                     e.engine.id(),
                     e.loads.id(),
                     printable(e.why)

@@ -5,7 +5,9 @@
 //! with the target engine's names, config keys and aux-layer convention. Tensor bytes are
 //! copied, never decoded, except the two small vocab maps when an engine wants another dtype.
 //! Quantized drafts stay quantized: scales and zero-points move with their module, and the
-//! quantization config's module lists are renamed. Facts: shared/reference/draft-formats.md.
+//! quantization config's module lists are renamed. The facts, with the engine and trainer
+//! sources they were read from: docs/formats.md; what the engines' own loaders make of the
+//! results: docs/engines.md.
 
 pub mod engine;
 pub mod names;

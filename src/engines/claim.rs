@@ -74,6 +74,8 @@ pub struct Claim {
     pub unproven_on_cpu: Option<&'static str>,
     /// Where the behaviour changed between releases (names the release or pull request).
     pub version_note: Option<&'static str>,
+    /// It loads on the engine's CPU backend only (no GPU kernel).
+    pub cpu_only: bool,
 }
 
 const fn claim(
@@ -89,6 +91,7 @@ const fn claim(
         checked_with,
         unproven_on_cpu: None,
         version_note: None,
+        cpu_only: false,
     }
 }
 
@@ -112,6 +115,14 @@ impl Claim {
     pub const fn unproven_on_cpu(self, step: &'static str) -> Claim {
         Claim {
             unproven_on_cpu: Some(step),
+            ..self
+        }
+    }
+
+    /// Loads on the engine's CPU backend only.
+    pub const fn cpu_only(self) -> Claim {
+        Claim {
+            cpu_only: true,
             ..self
         }
     }

@@ -108,7 +108,7 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
             None => {}
             Some(_) if l.loads == Loads::No => {}
             Some(Identified::Scheme { format, scheme }) => {
-                match quantized::claim(*format, scheme, engine) {
+                match quantized::claim_for(*format, scheme, engine, &det.family) {
                     Some(q) if q.loads == Loads::No => s = EngineSupport::from(q),
                     Some(_) if s.loads == Loads::Depends => {}
                     Some(q) => {

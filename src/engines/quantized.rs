@@ -7,14 +7,45 @@
 //! earlier notes, not yet run), and the engine's own reason (for a `no`, its error, quoted).
 //! The measured rows come from EAGLE-3 Llama drafts quantized with `--exclude fc,lm_head`.
 
-use super::claim::{depends, no, yes, Claim, Engine, Loads, SGLANG, SOURCE, VLLM};
+use super::claim::{no, yes, Claim, Engine, Loads, SGLANG, SOURCE, VLLM};
+use crate::checkpoint::Family;
 use crate::quant::registry::Format;
+
+/// Which drafts a row is for: every family, or an exception for one family (EAGLE-3 MLA,
+/// DFlash) that takes precedence over the row for all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drafts {
+    All,
+    Mla,
+    Dflash,
+}
+
+impl Drafts {
+    /// The exception rows that apply to `family` (none: only the rows for all).
+    pub fn of(family: &Family) -> Drafts {
+        match family {
+            Family::Eagle3Mla => Drafts::Mla,
+            Family::Dflash => Drafts::Dflash,
+            _ => Drafts::All,
+        }
+    }
+
+    /// The drafts in prose, for `kquant schemes`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Drafts::All => "every draft",
+            Drafts::Mla => "EAGLE-3 MLA drafts",
+            Drafts::Dflash => "DFlash drafts",
+        }
+    }
+}
 
 /// One row.
 #[derive(Debug, Clone, Copy)]
 pub struct Row {
     pub format: Format,
     pub scheme: &'static str,
+    pub drafts: Drafts,
     pub claim: Claim,
 }
 
@@ -22,6 +53,27 @@ const fn q(format: Format, scheme: &'static str, claim: Claim) -> Row {
     Row {
         format,
         scheme,
+        drafts: Drafts::All,
+        claim,
+    }
+}
+
+/// An EAGLE-3 MLA exception to the row for all drafts.
+const fn mla(format: Format, scheme: &'static str, claim: Claim) -> Row {
+    Row {
+        format,
+        scheme,
+        drafts: Drafts::Mla,
+        claim,
+    }
+}
+
+/// A DFlash exception to the row for all drafts.
+const fn dflash(format: Format, scheme: &'static str, claim: Claim) -> Row {
+    Row {
+        format,
+        scheme,
+        drafts: Drafts::Dflash,
         claim,
     }
 }
@@ -31,13 +83,25 @@ use Format::{CompressedTensors as Ct, Modelopt, Quark};
 
 const MARLIN: &str = "kernel set-up (Marlin workspace) not run on CPU";
 const SM90: &str = "GPU capability check answered as SM 9.0";
-const SGLANG_NO_QUARK_INT4: &str = "build: `NotImplementedError: No quark compatible scheme was found` (SGLang has no Quark W4A16 INT4 scheme)";
+const VLLM_FP4: &str = "kernel choice stood in (FP4 Marlin, as on SM 8.0–9.0; CPU has no NVFP4 kernel) and its weight repack not run on CPU";
+const VLLM_MLA_GEMM: &str = "the INT4 GEMM vLLM's MLA runs after loading (kv_b_proj absorbed into attention) not run on CPU";
+const SGLANG_NO_QUARK_INT4: &str = "build: `NotImplementedError: No quark compatible scheme was found` (SGLang has no Quark W4A16 INT4/UINT4 scheme)";
+const SGLANG_MLA_FUSED: &str = "load: `AssertionError: param.shape=torch.Size([2]) … loaded_weight.shape=torch.Size([4])` (SGLang's EAGLE-3 MLA loader fuses q_a and kv_a; the per-shard quantization tensors do not fit the fused parameter)";
+const SGLANG_MLA_FP4: &str = "load: `AssertionError: param.shape=torch.Size([1]) … loaded_weight.shape=torch.Size([2])` (SGLang's EAGLE-3 MLA loader fuses q_a and kv_a; their two global scales do not fit)";
+const SGLANG_MLA_FLOAT: &str = "load: `NotImplementedError: Eagle3 MLA draft post_load_weights only supports float dtypes, got torch.float8_e4m3fn`";
 const TRTLLM_MODELOPT_ONLY: &str = "TensorRT-LLM reads ModelOpt quantization (`hf_quant_config.json`, quant_method `modelopt`), not this format";
+const TRTLLM_DFLASH_FLOAT: &str = "TensorRT-LLM's DFlash drafter uses `fc` as a plain torch Linear and slices `qkv_proj.weight` to precompute context K/V (tensorrt_llm/_torch/speculative/dflash.py@00679c6): quantized weights are not read (UNVERIFIED reading)";
 const CT_WNA16_VLLM: &str = "CompressedTensorsWNA16 (W4A16): Marlin/Machete on CUDA, Triton W4A16 on ROCm; post-load processing included";
 const CT_WNA16_SGLANG: &str = "CompressedTensorsWNA16 (W4A16, Marlin)";
 const QUARK_W4A16_VLLM: &str = "QuarkW4A16Int4 (CUDA and ROCm)";
+const QUARK_U4_VLLM: &str = "QuarkW4A16Int4 with zero points (CUDA and ROCm)";
+const VLLM_MODELOPT_NO_AWQ: &str = "build: `ValueError: ModelOpt currently only supports: ['FP8', 'FP8_PER_CHANNEL_PER_TOKEN', 'FP8_PB_WO', 'NVFP4', 'W4A16_NVFP4', 'MXFP8', 'MIXED_PRECISION'] quantizations in vLLM`";
+const SGLANG_MODELOPT_FP8_ONLY: &str =
+    "build: `ValueError: ModelOptFp8Config only supports regular FP8 quantization, but found";
 
-/// The table.
+/// The table. Measured rows (`VLLM`, `SGLANG`) come from the engine-loader tier
+/// (docs/engines.md): EAGLE-3 Llama, EAGLE-3 MLA and DFlash drafts, widened ×8, quantized
+/// with `--exclude fc,lm_head` (DFlash `--exclude fc`).
 #[rustfmt::skip]
 pub static QUANTIZED: &[Row] = &[
     // INT4 weight-only, per output channel.
@@ -45,103 +109,151 @@ pub static QUANTIZED: &[Row] = &[
     q(Quark, "int4-pc", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
     q(Quark, "int4-pc", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
     q(Ct, "int4-pc", yes(Vllm, VLLM, CT_WNA16_VLLM)),
+    mla(Ct, "int4-pc", yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
     q(Ct, "int4-pc", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
+    mla(Ct, "int4-pc", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
     q(Ct, "int4-pc", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
 
     // INT4 weight-only, per group.
     q(Quark, "int4-g32", yes(Vllm, VLLM, QUARK_W4A16_VLLM)),
+    mla(Quark, "int4-g32", yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
     q(Quark, "int4-g32", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
     q(Quark, "int4-g32", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
     q(Ct, "int4-g32", yes(Vllm, VLLM, CT_WNA16_VLLM)),
+    mla(Ct, "int4-g32", yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
     q(Ct, "int4-g32", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
+    mla(Ct, "int4-g32", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
     q(Ct, "int4-g32", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, "int4-g64", yes(Vllm, SOURCE, QUARK_W4A16_VLLM)),
-    q(Quark, "int4-g64", no(Sglang, SOURCE, SGLANG_NO_QUARK_INT4)),
+    q(Quark, "int4-g64", yes(Vllm, VLLM, QUARK_W4A16_VLLM)),
+    mla(Quark, "int4-g64", yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Quark, "int4-g64", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
     q(Quark, "int4-g64", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, "int4-g64", yes(Vllm, SOURCE, CT_WNA16_VLLM)),
-    q(Ct, "int4-g64", yes(Sglang, SOURCE, CT_WNA16_SGLANG)),
+    q(Ct, "int4-g64", yes(Vllm, VLLM, CT_WNA16_VLLM)),
+    mla(Ct, "int4-g64", yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Ct, "int4-g64", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
+    mla(Ct, "int4-g64", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
     q(Ct, "int4-g64", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, "int4-g128", yes(Vllm, SOURCE, QUARK_W4A16_VLLM)),
-    q(Quark, "int4-g128", no(Sglang, SOURCE, SGLANG_NO_QUARK_INT4)),
+    q(Quark, "int4-g128", yes(Vllm, VLLM, QUARK_W4A16_VLLM)),
+    mla(Quark, "int4-g128", yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Quark, "int4-g128", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
     q(Quark, "int4-g128", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, "int4-g128", yes(Vllm, SOURCE, CT_WNA16_VLLM)),
-    q(Ct, "int4-g128", yes(Sglang, SOURCE, CT_WNA16_SGLANG)),
+    q(Ct, "int4-g128", yes(Vllm, VLLM, CT_WNA16_VLLM)),
+    mla(Ct, "int4-g128", yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Ct, "int4-g128", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
+    mla(Ct, "int4-g128", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
     q(Ct, "int4-g128", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Modelopt, "int4-g128", no(Vllm, SOURCE, "its ModelOpt loader has no `W4A16_AWQ` (ModelOpt FP8 and NVFP4 variants only)")),
-    q(Modelopt, "int4-g128", no(Sglang, SOURCE, "`ValueError: ModelOpt only supports static FP8 quantization in SGLang` (ModelOptFp8Config; W4A16_AWQ is neither FP8 nor NVFP4)")),
+    q(Modelopt, "int4-g128", no(Vllm, VLLM, VLLM_MODELOPT_NO_AWQ)),
+    q(Modelopt, "int4-g128", no(Sglang, SGLANG, "build: `ValueError: ModelOptFp8Config only supports regular FP8 quantization, but found 'W4A16_AWQ'`")),
     q(Modelopt, "int4-g128", yes(Trtllm, SOURCE, "W4A16_AWQ_LinearMethod (Hopper and Blackwell)")),
+    dflash(Modelopt, "int4-g128", no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
 
     // FP8 per output channel, dynamic per-token activations.
-    q(Quark, "fp8-pc", yes(Vllm, SOURCE, "QuarkW8A8Fp8 (CUDA and ROCm)")),
-    q(Quark, "fp8-pc", yes(Sglang, SOURCE, "QuarkW8A8Fp8 (CUDA and ROCm)")),
+    q(Quark, "fp8-pc", yes(Vllm, VLLM, "QuarkW8A8Fp8 (CUDA and ROCm)")),
+    q(Quark, "fp8-pc", yes(Sglang, SGLANG, "QuarkW8A8Fp8 (CUDA and ROCm)").unproven_on_cpu(SM90)),
+    mla(Quark, "fp8-pc", no(Sglang, SGLANG, SGLANG_MLA_FLOAT)),
     q(Quark, "fp8-pc", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
     q(Ct, "fp8-pc", yes(Vllm, VLLM, "CompressedTensorsW8A8Fp8 (CUDA and ROCm); post-load processing included")),
     q(Ct, "fp8-pc", yes(Sglang, SGLANG, "CompressedTensorsW8A8Fp8 (CUDA and ROCm); post-load processing included").unproven_on_cpu(SM90)),
+    mla(Ct, "fp8-pc", no(Sglang, SGLANG, SGLANG_MLA_FLOAT)),
     q(Ct, "fp8-pc", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Modelopt, "fp8-pc", yes(Vllm, SOURCE, "ModelOpt FP8_PER_CHANNEL_PER_TOKEN (CUDA)")),
-    q(Modelopt, "fp8-pc", no(Sglang, SOURCE, "ModelOptFp8LinearMethod takes any FP8 quant_algo as static per-tensor FP8 (one weight_scale and input_scale per shard): the per-channel weight_scale does not fit")),
+    q(Modelopt, "fp8-pc", yes(Vllm, VLLM, "ModelOpt FP8_PER_CHANNEL_PER_TOKEN (CUDA)")),
+    q(Modelopt, "fp8-pc", no(Sglang, SGLANG, SGLANG_MODELOPT_FP8_ONLY)),
     q(Modelopt, "fp8-pc", yes(Trtllm, SOURCE, "FP8RowwiseLinearMethod")),
+    dflash(Modelopt, "fp8-pc", no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
 
     // Quark two-stage W4A8 (int4_fp8).
-    q(Quark, "w4a8-fp8", no(Vllm, SOURCE, "build: `No quark compatible scheme` for dense layers (vLLM reads int4_fp8 for MoE experts only: QuarkW4A8Fp8MoEMethod, ROCm AITER)")),
-    q(Quark, "w4a8-fp8", no(Sglang, SOURCE, "build: `NotImplementedError: No quark compatible scheme was found` (SGLang has no Quark int4_fp8 scheme)")),
+    q(Quark, "w4a8-fp8", no(Vllm, VLLM, "build: `NotImplementedError: Multi-entry weight or activation quantization configs are only supported for NVFP4.` (vLLM reads int4_fp8 for MoE experts only)")),
+    q(Quark, "w4a8-fp8", no(Sglang, SGLANG, "build: `AttributeError: 'list' object has no attribute 'get'` (SGLang's Quark config reader expects one weight entry; int4_fp8 has two)")),
+    mla(Quark, "w4a8-fp8", no(Sglang, SGLANG, "build: `TypeError: unhashable type: 'dict'` (SGLang's Quark config reader expects one weight entry; int4_fp8 has two)")),
     q(Quark, "w4a8-fp8", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
 
     // compressed-tensors W4A8 (int8 activations).
-    q(Ct, "w4a8-int8", depends(Vllm, SOURCE, "CompressedTensorsW4A8Int has CPU (Arm) kernels only: vLLM's CPU backend loads it, CUDA and ROCm do not")),
-    q(Ct, "w4a8-int8", no(Sglang, SOURCE, "no dense compressed-tensors W4A8 INT scheme (SGLang's W4A8 INT8 is for MoE experts only)")),
+    q(Ct, "w4a8-int8", yes(Vllm, VLLM, "vLLM's CPU backend only (CompressedTensorsW4A8Int has CPU kernels; CUDA and ROCm have none)").cpu_only()),
+    q(Ct, "w4a8-int8", no(Sglang, SGLANG, "build: `NotImplementedError: No compressed-tensors compatible scheme was found.`")),
     q(Ct, "w4a8-int8", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
 
     // Quark UINT4 (asymmetric) per group.
-    q(Quark, "uint4-g32", yes(Vllm, SOURCE, "QuarkW4A16Int4 with zero points (CUDA and ROCm)")),
-    q(Quark, "uint4-g32", no(Sglang, SOURCE, SGLANG_NO_QUARK_INT4)),
+    q(Quark, "uint4-g32", yes(Vllm, VLLM, QUARK_U4_VLLM)),
+    mla(Quark, "uint4-g32", yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Quark, "uint4-g32", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
     q(Quark, "uint4-g32", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, "uint4-g64", yes(Vllm, SOURCE, "QuarkW4A16Int4 with zero points (CUDA and ROCm)")),
-    q(Quark, "uint4-g64", no(Sglang, SOURCE, SGLANG_NO_QUARK_INT4)),
+    q(Quark, "uint4-g64", yes(Vllm, VLLM, QUARK_U4_VLLM)),
+    mla(Quark, "uint4-g64", yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Quark, "uint4-g64", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
     q(Quark, "uint4-g64", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, "uint4-g128", yes(Vllm, SOURCE, "QuarkW4A16Int4 with zero points (CUDA and ROCm)")),
-    q(Quark, "uint4-g128", no(Sglang, SOURCE, SGLANG_NO_QUARK_INT4)),
+    q(Quark, "uint4-g128", yes(Vllm, VLLM, QUARK_U4_VLLM)),
+    mla(Quark, "uint4-g128", yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Quark, "uint4-g128", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
     q(Quark, "uint4-g128", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
 
     // NVFP4 weight-only.
-    q(Ct, "nvfp4-a16", yes(Vllm, SOURCE, "CompressedTensorsW4A16Fp4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only")),
-    q(Ct, "nvfp4-a16", yes(Sglang, SOURCE, "CompressedTensorsW4A16Fp4 (python/sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a16_nvfp4.py; which release added it is UNVERIFIED); NVIDIA only")),
+    q(Ct, "nvfp4-a16", yes(Vllm, VLLM, "CompressedTensorsW4A16Fp4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only").unproven_on_cpu(VLLM_FP4)),
+    q(Ct, "nvfp4-a16", yes(Sglang, SGLANG, "CompressedTensorsW4A16Fp4 (FP4 Marlin below SM100); NVIDIA only").unproven_on_cpu(MARLIN)),
+    mla(Ct, "nvfp4-a16", no(Sglang, SGLANG, SGLANG_MLA_FP4)),
     q(Ct, "nvfp4-a16", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Modelopt, "nvfp4-a16", yes(Vllm, SOURCE, "ModelOpt W4A16_NVFP4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only")),
-    q(Modelopt, "nvfp4-a16", no(Sglang, SOURCE, "no SGLang method for ModelOpt W4A16_NVFP4 (modelopt_fp4 is W4A4 and expects input scales; UNVERIFIED reading)")),
+    q(Modelopt, "nvfp4-a16", yes(Vllm, VLLM, "ModelOpt W4A16_NVFP4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only").unproven_on_cpu(VLLM_FP4)),
+    q(Modelopt, "nvfp4-a16", yes(Sglang, SGLANG, "ModelOptNvFp4A16LinearMethod (FP4 Marlin below SM100); NVIDIA only").unproven_on_cpu(MARLIN)),
+    mla(Modelopt, "nvfp4-a16", no(Sglang, SGLANG, "load: `AssertionError` in the fused q_a/kv_a weight loader (SGLang's EAGLE-3 MLA loader fuses q_a and kv_a; their FP4 scales do not fit)")),
     q(Modelopt, "nvfp4-a16", no(Trtllm, SOURCE, "no TensorRT-LLM linear method for W4A16_NVFP4 known to kquant (NVFP4LinearMethod is W4A4; UNVERIFIED reading)")),
 
     // NVFP4 weights and activations (W4A4).
-    q(Ct, "nvfp4", yes(Vllm, SOURCE, "CompressedTensorsW4A4Fp4: native W4A4 on sm100+ (CUTLASS/FlashInfer), FP4 Marlin weight-only on Ampere/Hopper (input scale unused); NVIDIA only")),
-    q(Ct, "nvfp4", yes(Sglang, SOURCE, "CompressedTensorsW4A4Fp4 (sm100+; Marlin fallback on older GPUs); NVIDIA only")),
+    q(Ct, "nvfp4", yes(Vllm, VLLM, "CompressedTensorsW4A4Fp4: native W4A4 on sm100+ (CUTLASS/FlashInfer), FP4 Marlin weight-only on Ampere/Hopper (input scale unused); NVIDIA only").unproven_on_cpu(VLLM_FP4)),
+    q(Ct, "nvfp4", yes(Sglang, SGLANG, "CompressedTensorsW4A4Fp4 (FP4 Marlin below SM100); NVIDIA only").unproven_on_cpu(MARLIN)),
+    mla(Ct, "nvfp4", no(Sglang, SGLANG, SGLANG_MLA_FP4)),
     q(Ct, "nvfp4", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Modelopt, "nvfp4", yes(Vllm, SOURCE, "ModelOpt NVFP4: native W4A4 on sm100+ (CUTLASS/FlashInfer), FP4 Marlin weight-only on Ampere/Hopper (input scale unused); NVIDIA only")),
-    q(Modelopt, "nvfp4", yes(Sglang, SOURCE, "ModelOptFp4Config (modelopt_fp4), sm100+")),
+    q(Modelopt, "nvfp4", yes(Vllm, VLLM, "ModelOpt NVFP4: native W4A4 on sm100+ (CUTLASS/FlashInfer), FP4 Marlin weight-only on Ampere/Hopper (input scale unused); NVIDIA only").unproven_on_cpu(VLLM_FP4)),
+    q(Modelopt, "nvfp4", no(Sglang, SGLANG, "post-load, SM 9.0: `ValueError: ModelOpt NVFP4 native dense GEMM backends require SM100+. Use --fp4-gemm-backend marlin on SM80-SM90.`").version_note("on SM100+ (Blackwell) SGLang takes its native FP4 GEMM, and below it `--fp4-gemm-backend marlin`: neither run on CPU")),
+    mla(Modelopt, "nvfp4", no(Sglang, SGLANG, "load: `AssertionError` in the fused q_a/kv_a weight loader (SGLang's EAGLE-3 MLA loader fuses q_a and kv_a; their FP4 scales do not fit)")),
     q(Modelopt, "nvfp4", yes(Trtllm, SOURCE, "NVFP4LinearMethod (Blackwell)")),
+    dflash(Modelopt, "nvfp4", no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
     q(Quark, "nvfp4", yes(Vllm, SOURCE, "QuarkNVFP4 (kquant does not write this carrier yet)")),
 ];
 
-/// The claims for a (format, scheme) result, in table order.
+/// The claims for a (format, scheme) result for every draft, in table order.
 pub fn claims(format: Format, scheme: &str) -> impl Iterator<Item = &'static Claim> + '_ {
     QUANTIZED
         .iter()
-        .filter(move |r| r.format == format && r.scheme == scheme)
+        .filter(move |r| r.format == format && r.scheme == scheme && r.drafts == Drafts::All)
         .map(|r| &r.claim)
 }
 
-/// `engine`'s claim for a (format, scheme) result.
+/// The family exceptions for a (format, scheme) result, in table order.
+pub fn exceptions(format: Format, scheme: &str) -> impl Iterator<Item = &'static Row> + '_ {
+    QUANTIZED
+        .iter()
+        .filter(move |r| r.format == format && r.scheme == scheme && r.drafts != Drafts::All)
+}
+
+/// `engine`'s claim for a (format, scheme) result, for every draft.
 pub fn claim(format: Format, scheme: &str, engine: Engine) -> Option<&'static Claim> {
     claims(format, scheme).find(|c| c.engine == engine)
+}
+
+/// `engine`'s claim for a (format, scheme) result of a `family` draft: the family's exception
+/// where the table has one, else the claim for every draft.
+pub fn claim_for(
+    format: Format,
+    scheme: &str,
+    engine: Engine,
+    family: &Family,
+) -> Option<&'static Claim> {
+    let drafts = Drafts::of(family);
+    exceptions(format, scheme)
+        .find(|r| r.drafts == drafts && r.claim.engine == engine)
+        .map(|r| &r.claim)
+        .or_else(|| claim(format, scheme, engine))
 }
 
 /// The warning `kquant quantize` prints when no engine in the table loads the result, with the
 /// target's advice (what to use instead) after it; `None` when some engine loads it.
 pub fn unloadable_warning(format: Format, scheme: &str, advice: Option<&str>) -> Option<String> {
     let all: Vec<&Claim> = claims(format, scheme).collect();
-    if all.is_empty() || all.iter().any(|c| c.loads == Loads::Yes) {
+    if all.is_empty() || all.iter().any(|c| c.loads == Loads::Yes && !c.cpu_only) {
         return None;
     }
-    let head = if all.iter().all(|c| c.loads == Loads::No) {
+    let head = if all.iter().any(|c| c.loads == Loads::Yes) {
+        "no GPU serving engine loads"
+    } else if all.iter().all(|c| c.loads == Loads::No) {
         "no serving engine loads"
     } else {
         "no serving engine loads on every platform"
@@ -195,8 +307,14 @@ mod tests {
                 r.format.name(),
                 r.scheme
             );
-            let n = claims(r.format, r.scheme)
-                .filter(|c| c.engine == r.claim.engine)
+            let n = QUANTIZED
+                .iter()
+                .filter(|o| {
+                    o.format == r.format
+                        && o.scheme == r.scheme
+                        && o.drafts == r.drafts
+                        && o.claim.engine == r.claim.engine
+                })
                 .count();
             assert_eq!(
                 n,
@@ -262,6 +380,8 @@ mod tests {
         assert!(w.contains("group_size must be a positive int"), "{w}");
         assert!(w.ends_with("use X"), "{w}");
         assert!(unloadable_warning(Quark, "int4-g32", None).is_none());
-        assert!(unloadable_warning(Ct, "w4a8-int8", None).is_some());
+        assert!(unloadable_warning(Quark, "w4a8-fp8", None).is_some());
+        let w = unloadable_warning(Ct, "w4a8-int8", None).unwrap();
+        assert!(w.starts_with("no GPU serving engine loads"), "{w}");
     }
 }

@@ -232,9 +232,17 @@ def content(torch, params, tensors, layer_prefix, exempt=()):
             except Exception:
                 uncompared.append(pname)
                 continue
+        if tuple(want.shape) != tuple(got.shape) and len(parts) > 1:
+            # Per-part vectors (compressed-tensors' weight_shape) kept one row per part.
+            same_shape = all(t.shape == parts[0].shape for t in parts)
+            if same_shape and tuple(got.shape) == (len(parts), *parts[0].shape):
+                want = torch.stack(parts)
         if tuple(want.shape) != tuple(got.shape):
             if want.numel() == 1 and got.numel() == 1:
                 want, got = want.reshape(()), got.reshape(())
+            elif want.dim() == 2 and tuple(got.shape) == tuple(want.shape[::-1]):
+                # Stored transposed by the engine's scheme (vLLM's Quark W4A16: [in, out]).
+                want = want.t()
             else:
                 uncompared.append(pname)
                 continue

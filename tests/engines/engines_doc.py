@@ -32,7 +32,10 @@ cannot run on CPU the verdict names it and the claim must too (`unproven_on_cpu`
 plain pass.
 
 **{passed} passed, {failed} failed** (each row below is one checkpoint through both engines;
-each planted defect is one more row per engine).
+each planted defect is one more row per engine). Content: {compared} parameters compared with
+kquant's reading; {uncompared} more the engines reshape while loading (Quark INT4's fused
+q/k/v and gate/up, packed along another axis; compressed-tensors' fused `weight_shape`) are
+listed per checkpoint by `matrix.py --json`, not compared.
 
 Regenerate (first run installs both venvs, about 20 GB and 10 minutes; later runs reuse them):
 
@@ -43,18 +46,22 @@ bash tests/engines/run.sh --doc docs/engines.md
 
 CPU = """## What CPU cannot prove
 
-- **SGLang kernel set-up.** SGLang's compressed-tensors W4A16 path allocates Marlin's CUDA
-  workspace in `process_weights_after_loading`; on CPU the run stops there, after every tensor
-  was placed and checked. Those verdicts read "loads; kernel-setup not run on CPU", and so do
-  kquant's claims.
+- **Kernel set-up after loading.** SGLang's W4A16 and FP4 paths allocate Marlin's CUDA
+  workspace in `process_weights_after_loading`; vLLM repacks FP4 weights for Marlin there, and
+  its MLA attention runs the INT4 GEMM once to absorb `kv_b_proj`. On CPU those runs stop at that
+  step, after every tensor was placed and checked: the verdict reads "loads; kernel-setup not
+  run on CPU" (with the frame that asked for the GPU), and kquant's claim names the same step.
 - **GPU capability gates.** SGLang's quantization schemes ask the GPU's compute capability
-  before building a layer (FP8 and W4A16 need SM 8.0/8.9+). The tier answers SM 9.0 (Hopper)
-  for quantized drafts (`--pretend-sm 90`); the verdict says so. Whether a given older GPU has
-  the kernel is not tested here.
+  before building a layer. The tier answers SM 9.0 (Hopper) for quantized drafts
+  (`--pretend-sm 90`); vLLM's CPU platform has no NVFP4 kernel, so the tier takes the one vLLM
+  picks on Hopper (FP4 Marlin, `--pretend-gpu`). Blackwell-only paths (SGLang's native NVFP4
+  GEMM) and older GPUs are not tested here; the claims say so.
 - **TensorRT-LLM** cannot be installed from the registries CI reaches and needs CUDA to import:
-  its claims stay derived from its source, TensorRT-LLM v1.2.0 (github.com/NVIDIA/TensorRT-LLM,
-  `tensorrt_llm/_torch/models/modeling_speculative.py`, `modeling_deepseekv3.py`;
-  `tensorrt_llm/_torch/modules/linear.py` for the quantization methods).
+  its claims stay derived from its source, read at github.com/NVIDIA/TensorRT-LLM
+  `tensorrt_llm/_torch/models/modeling_speculative.py`@00679c6 (EAGLE-3, Llama and MLA) and
+  `tensorrt_llm/_torch/models/modeling_dflash.py`@7c7504c (DFlash, added in
+  NVIDIA/TensorRT-LLM#12794, April 2026); `kquant schemes` and `kquant inspect` mark each such
+  claim `source-derived`.
 """
 
 FIXES = """## Claims this tier corrected
@@ -73,6 +80,13 @@ FIXES = """## Claims this tier corrected
   `kquant schemes`"), from the same table `kquant schemes` and the quantize warning print.
 - speculators EAGLE-3 under SGLang: the reason is SGLang's config reading (no `model_type`),
   not the tensor names.
+- Quantized EAGLE-3 MLA drafts under SGLang 0.5.23: no, for every scheme kquant writes (its MLA
+  draft loader fuses q_a and kv_a and takes float weights only); vLLM loads them.
+- ModelOpt `int4-g128` (W4A16_AWQ) and `fp8-pc` (FP8_PER_CHANNEL_PER_TOKEN) under SGLang, and
+  `int4-g128` under vLLM: no, now stated with the engines' own messages.
+- `w4a8-int8` (compressed-tensors): vLLM loads it on its CPU backend only; SGLang has no scheme.
+- TensorRT-LLM and z-lab DFlash drafts: yes since NVIDIA/TensorRT-LLM#12794 (kquant said it has
+  no DFlash loader).
 """
 
 
@@ -86,10 +100,10 @@ def cell(v):
     return f"**no** — {v['stage']}: `{clean(v.get('message'))}`"
 
 
-def clean(m, n=140):
-    m = (m or "").strip().splitlines()
-    m = m[0] if m else ""
-    m = re.sub(r"\s+", " ", m)
+def clean(m, n=160):
+    """One line of an engine message: whitespace collapsed, pydantic's trailer dropped."""
+    m = re.sub(r"\s+", " ", (m or "").strip())
+    m = re.sub(r" ?\[type=.*$", "", m)
     m = m.replace("`", "'").replace("|", "\\|")
     return m[:n] + ("…" if len(m) > n else "")
 
@@ -112,8 +126,11 @@ def render(rows, passed, failed, work, root):
         v = r.get("verdict")
         if v and v.get("version"):
             versions[v["engine"]] = v["version"]
+    compared = sum((r.get("verdict") or {}).get("compared", 0) for r in rows)
+    uncompared = sum(len((r.get("verdict") or {}).get("uncompared", [])) for r in rows)
     out = [HEADER.format(vllm=versions.get("vllm", "?"), sglang=versions.get("sglang", "?"),
-                         passed=passed, failed=failed)]
+                         passed=passed, failed=failed, compared=compared,
+                         uncompared=uncompared)]
     groups = [
         ("The tiny drafts (`fixtures/tiny`)", "fixture "),
         ("Every `kquant convert --to` output made from them", "convert "),
