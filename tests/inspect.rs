@@ -25,6 +25,17 @@ fn run(args: &[&str]) -> Output {
         .expect("run kquant")
 }
 
+/// `engine`'s entry in an inspect document's `engines`.
+fn engine_entry(j: &Value, engine: &str) -> Value {
+    j["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["engine"] == engine)
+        .unwrap_or_else(|| panic!("no {engine} entry"))
+        .clone()
+}
+
 fn inspect_json(src: &str) -> Value {
     let out = run(&["inspect", src, "--json"]);
     assert!(
@@ -189,14 +200,7 @@ fn target_kinds_and_dims() {
 #[test]
 fn engines_say_who_loads_it() {
     let claim = |dir: &str, engine: &str| -> Value {
-        let j = inspect_json(&format!("fixtures/tiny/{dir}"));
-        j["engines"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["engine"] == engine)
-            .unwrap()
-            .clone()
+        engine_entry(&inspect_json(&format!("fixtures/tiny/{dir}")), engine)
     };
     let loads = |dir: &str, engine: &str| claim(dir, engine)["loads"].as_str().unwrap().to_string();
     // What vLLM 0.33.0 and SGLang 0.5.23 did with each fixture (tests/engines/).
@@ -286,15 +290,7 @@ fn quantized_engines_come_from_the_scheme() {
         let j = inspect_json(out.to_str().unwrap());
         assert_eq!(j["quantization"]["scheme"]["format"], format);
         assert_eq!(j["quantization"]["scheme"]["scheme"], scheme);
-        let e = |engine: &str| {
-            j["engines"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|e| e["engine"] == engine)
-                .unwrap()
-                .clone()
-        };
+        let e = |engine: &str| engine_entry(&j, engine);
         assert_eq!(e("vllm")["loads"], vllm, "{format} {scheme}");
         assert_eq!(e("sglang")["loads"], sglang, "{format} {scheme}");
         match unproven {

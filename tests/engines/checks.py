@@ -265,6 +265,33 @@ def read_checkpoint(draft):
     return out
 
 
+def harness_args(ap, kind_flag, kind_default):
+    """The command line both harnesses share: `--jobs FILE`, or one checkpoint given by
+    `--draft DIR --target-config DIR` and `kind_flag` (`--method` / `--algorithm`). `ap` may
+    hold the harness's own flags already. Returns (args, jobs)."""
+    key = kind_flag.lstrip("-")
+    ap.add_argument("--jobs", help=f"a JSON list of jobs (draft, target_config, {key}, ...)")
+    ap.add_argument("--draft")
+    ap.add_argument("--target-config")
+    ap.add_argument(kind_flag, default=kind_default)
+    ap.add_argument("--layer-prefix", help="kquant's reading (inspect's layer_prefix)")
+    ap.add_argument("--plant", choices=["swap-qk"])
+    a = ap.parse_args()
+    if a.jobs:
+        with open(a.jobs) as f:
+            return a, json.load(f)
+    if not (a.draft and a.target_config):
+        ap.error("--jobs FILE, or --draft DIR --target-config DIR")
+    job = {
+        "draft": a.draft,
+        "target_config": a.target_config,
+        key: getattr(a, key),
+        "layer_prefix": a.layer_prefix,
+        "plant": a.plant,
+    }
+    return a, [job]
+
+
 def preload(modules):
     """Import what every child would import (once, in the parent), then freeze the heap so
     each child's garbage collections skip it."""

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 
+import engines_doc
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TINY = os.path.join(ROOT, "fixtures", "tiny")
@@ -222,16 +224,8 @@ def sh_quote(s):
 
 
 def verdict_word(v):
-    if v["ok"] and v.get("stage") is None:
-        return "loads" + (" (GPU capability answered as SM 9.0)" if v.get("pretend_sm") else "")
-    if v["ok"]:
-        return f"loads; {v['stage']} not run on CPU"
-    return f"no ({v['stage']}: {first_line(v.get('message'))})"
-
-
-def first_line(m, n=160):
-    m = (m or "").strip().splitlines()
-    return (m[0] if m else "")[:n]
+    """The console's verdict: the doc's cell without its markdown."""
+    return engines_doc.cell(v).replace("**", "").replace("`", "")
 
 
 def agrees(claim, v):
@@ -340,8 +334,6 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"rows": rows, "passed": passed, "failed": failed}, f, indent=1)
     if a.doc:
-        import engines_doc
-
         with open(a.doc, "w") as f:
             f.write(engines_doc.render(rows, passed, failed, work, ROOT))
     return 0 if failed == 0 else 1

@@ -37,6 +37,7 @@ from checks import (
     content,
     copies_marked,
     fill_sentinels,
+    harness_args,
     kernel_setup_message,
     preload,
     problems,
@@ -246,29 +247,8 @@ PRELOAD = [
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", help="a JSON list of jobs (draft, target_config, algorithm, ...)")
-    ap.add_argument("--draft")
-    ap.add_argument("--target-config")
-    ap.add_argument("--algorithm", default="EAGLE3")
-    ap.add_argument("--layer-prefix", help="kquant's reading (inspect's layer_prefix)")
-    ap.add_argument("--plant", choices=["swap-qk"])
     ap.add_argument("--pretend-sm", type=int, default=None)
-    a = ap.parse_args()
-    if a.jobs:
-        with open(a.jobs) as f:
-            jobs = json.load(f)
-    elif a.draft and a.target_config:
-        jobs = [
-            {
-                "draft": a.draft,
-                "target_config": a.target_config,
-                "algorithm": a.algorithm,
-                "layer_prefix": a.layer_prefix,
-                "plant": a.plant,
-            }
-        ]
-    else:
-        ap.error("--jobs FILE, or --draft DIR --target-config DIR")
+    a, jobs = harness_args(ap, "--algorithm", "EAGLE3")
     import torch
 
     # Before any SGLang import: the stand-ins are process-wide (a capability read at import

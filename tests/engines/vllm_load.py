@@ -41,6 +41,7 @@ from checks import (
     content,
     copies_marked,
     fill_sentinels,
+    harness_args,
     kernel_setup_message,
     problems,
     preload,
@@ -256,33 +257,12 @@ def load_one(job, pretend_gpu=False):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", help="a JSON list of jobs (draft, target_config, method, ...)")
-    ap.add_argument("--draft")
-    ap.add_argument("--target-config")
-    ap.add_argument("--method", default="eagle3")
-    ap.add_argument("--layer-prefix", help="kquant's reading (inspect's layer_prefix)")
-    ap.add_argument("--plant", choices=["swap-qk"])
     ap.add_argument(
         "--pretend-gpu",
         action="store_true",
         help="choose the GPU kernels vLLM would on a Hopper GPU (SM 9.0) where CPU has none",
     )
-    a = ap.parse_args()
-    if a.jobs:
-        with open(a.jobs) as f:
-            jobs = json.load(f)
-    elif a.draft and a.target_config:
-        jobs = [
-            {
-                "draft": a.draft,
-                "target_config": a.target_config,
-                "method": a.method,
-                "layer_prefix": a.layer_prefix,
-                "plant": a.plant,
-            }
-        ]
-    else:
-        ap.error("--jobs FILE, or --draft DIR --target-config DIR")
+    a, jobs = harness_args(ap, "--method", "eagle3")
     # The engine's imports, once, before forking a child per checkpoint.
     preload(PRELOAD)
     if a.pretend_gpu:
