@@ -194,8 +194,13 @@ fn a_draft_against_itself_is_exactly_zero_and_passes() {
         assert_eq!(j["per_category"][k]["n"], 3);
     }
     let x = std::fs::read_to_string(junit).unwrap();
+    // The gate, the overall regression threshold and two categories, all passing.
     assert!(
-        x.contains("tests=\"2\" failures=\"0\"") && x.contains("name=\"code\""),
+        x.contains("tests=\"4\" failures=\"0\"")
+            && x.contains("name=\"gate\"")
+            && x.contains("name=\"category code\"")
+            && x.contains("<property name=\"passed\" value=\"true\"/>")
+            && x.contains("<property name=\"delta\" value=\"0.0000\"/>"),
         "{x}"
     );
 }
@@ -227,6 +232,34 @@ fn a_damaged_draft_fails_the_gate_with_exit_1() {
     );
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("FAILED") && out.contains("regressed"), "{out}");
+    // Exit 1 always comes with a red JUnit report carrying the figures.
+    let junit = t.path().join("gate.xml");
+    let o = kq(&[
+        "verify",
+        "--draft",
+        bad.to_str().unwrap(),
+        "--baseline",
+        DRAFT,
+        "--trace",
+        tr.to_str().unwrap(),
+        "--target-checkpoint",
+        TARGET,
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let x = std::fs::read_to_string(&junit).unwrap();
+    assert!(!x.contains("failures=\"0\""), "{x}");
+    assert!(
+        x.contains("<testcase classname=\"kquant.verify\" name=\"gate\">\n    <failure message=\"accept length regressed by"),
+        "{x}"
+    );
+    assert!(
+        x.contains("<property name=\"passed\" value=\"false\"/>")
+            && x.contains("baseline_accept_length")
+            && x.contains("draft AL "),
+        "{x}"
+    );
     assert!(
         out.contains("category") && out.contains("AL baseline") && out.contains("overall"),
         "{out}"
@@ -242,8 +275,18 @@ fn a_damaged_draft_fails_the_gate_with_exit_1() {
         TARGET,
         "--min-accept",
         "3.99",
+        "--junit",
+        junit.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(1));
+    // No baseline: the gate and --min-accept testcases fail, with the draft's AL in the message.
+    let x = std::fs::read_to_string(&junit).unwrap();
+    assert!(x.contains("failures=\"2\""), "{x}");
+    assert!(
+        x.contains("name=\"overall: accept length at least 3.99\"")
+            && x.contains("is below --min-accept 3.99"),
+        "{x}"
+    );
     // Against the prompt-lookup drafter.
     let o = kq(&[
         "verify",

@@ -1,5 +1,6 @@
 //! Verify results as people and CI read them: a table like the seed model cards (category, N,
-//! AL baseline, AL draft, Δ), the JSON document, and JUnit XML (one testcase per category).
+//! AL baseline, AL draft, Δ), the JSON document, and JUnit XML (the gate, each threshold, each
+//! category).
 
 use crate::io::output::{self, Kind};
 use std::collections::BTreeMap;
@@ -170,7 +171,6 @@ fn xml_escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// JUnit XML, one testcase per category (failing when its Δ is below −max_regression).
 /// How an existing `--json` report is recognised as kquant's (and so may be replaced).
 pub const JSON_REPORT: Kind = Kind::File {
     what: "verify JSON report",
@@ -186,30 +186,135 @@ pub const JUNIT_REPORT: Kind = Kind::File {
     },
 };
 
+/// JUnit XML: a `gate` testcase that fails exactly when verify exits 1 (every reason in its
+/// message), one per threshold (`--max-regression` over all samples, `--min-accept`), one per
+/// category (failing when its Δ is below −max_regression); the figures as suite properties and
+/// in each testcase's output.
 pub fn junit(r: &Value) -> String {
+    let num = |v: &Value| {
+        v.as_f64()
+            .map(|x| format!("{x:.4}"))
+            .unwrap_or_else(|| "-".into())
+    };
     let maxr = r["max_regression"].as_f64().unwrap_or(0.0);
-    let cats = r["per_category"].as_object().cloned().unwrap_or_default();
-    let mut failures = 0;
-    let mut cases = String::new();
-    for (c, v) in &cats {
-        let d = v["delta"].as_f64();
-        cases.push_str(&format!(
-            "  <testcase classname=\"kquant.verify\" name=\"{}\">\n",
-            xml_escape(c)
+    let has_base = !r["baseline"].is_null();
+    let draft_al = &r["draft"]["accept_length"];
+    let base_al = &r["baseline"]["accept_length"];
+    let ci = r["ci95"].as_array();
+    let figures = format!(
+        "draft AL {}, baseline AL {}, delta {}{}, {} samples, {} steps",
+        num(draft_al),
+        if has_base { num(base_al) } else { "-".into() },
+        num(&r["delta"]),
+        ci.map(|c| format!(" (95% CI [{}, {}])", num(&c[0]), num(&c[1])))
+            .unwrap_or_default(),
+        r["samples"],
+        r["steps"],
+    );
+    let mut cases: Vec<(String, Option<String>, String)> = Vec::new();
+    // The gate itself: fails exactly when verify exits 1, with every reason.
+    let reasons: Vec<String> = r["reasons"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_str().map(String::from))
+        .collect();
+    let gate_failed = r["passed"].as_bool() != Some(true);
+    cases.push((
+        "gate".into(),
+        gate_failed.then(|| {
+            if reasons.is_empty() {
+                "the gate failed".into()
+            } else {
+                reasons.join("; ")
+            }
+        }),
+        figures.clone(),
+    ));
+    if has_base {
+        let d = r["delta"].as_f64();
+        cases.push((
+            format!("overall: accept length regression at most {maxr}"),
+            d.filter(|d| *d < -maxr)
+                .map(|d| format!("accept length regressed by {:.4} (max {maxr})", -d)),
+            figures.clone(),
         ));
-        if let Some(d) = d.filter(|d| *d < -maxr) {
-            failures += 1;
-            cases.push_str(&format!(
-                "    <failure message=\"accept length regressed by {:.4} (max {maxr})\">draft {:.4}, baseline {:.4}</failure>\n",
-                -d,
-                v["draft"].as_f64().unwrap_or(0.0),
-                v["baseline"].as_f64().unwrap_or(0.0)
+    }
+    if let Some(m) = r["min_accept"].as_f64() {
+        let al = draft_al.as_f64();
+        cases.push((
+            format!("overall: accept length at least {m}"),
+            al.filter(|a| *a < m)
+                .map(|a| format!("accept length {a:.4} is below --min-accept {m}")),
+            figures.clone(),
+        ));
+    }
+    for (c, v) in r["per_category"].as_object().into_iter().flatten() {
+        let d = v["delta"].as_f64();
+        let out = format!(
+            "n {}, draft AL {}, baseline AL {}, delta {}",
+            v["n"],
+            num(&v["draft"]),
+            num(&v["baseline"]),
+            num(&v["delta"])
+        );
+        cases.push((
+            format!("category {c}"),
+            d.filter(|d| *d < -maxr).map(|d| {
+                format!(
+                    "accept length regressed by {:.4} (max {maxr}): draft {}, baseline {}",
+                    -d,
+                    num(&v["draft"]),
+                    num(&v["baseline"])
+                )
+            }),
+            out,
+        ));
+    }
+    let failures = cases.iter().filter(|c| c.1.is_some()).count();
+    let mut props = String::new();
+    let mut prop = |k: &str, v: String| {
+        props.push_str(&format!(
+            "    <property name=\"{k}\" value=\"{}\"/>\n",
+            xml_escape(&v)
+        ));
+    };
+    prop("passed", (!gate_failed).to_string());
+    prop("draft_accept_length", num(draft_al));
+    if has_base {
+        prop("baseline_accept_length", num(base_al));
+        prop("delta", num(&r["delta"]));
+    }
+    if let Some(c) = ci {
+        prop("ci95_low", num(&c[0]));
+        prop("ci95_high", num(&c[1]));
+    }
+    prop("max_regression", maxr.to_string());
+    if let Some(m) = r["min_accept"].as_f64() {
+        prop("min_accept", m.to_string());
+    }
+    prop("samples", r["samples"].to_string());
+    prop("steps", r["steps"].to_string());
+    let mut body = String::new();
+    for (name, failure, out) in &cases {
+        body.push_str(&format!(
+            "  <testcase classname=\"kquant.verify\" name=\"{}\">\n",
+            xml_escape(name)
+        ));
+        if let Some(f) = failure {
+            body.push_str(&format!(
+                "    <failure message=\"{}\">{}</failure>\n",
+                xml_escape(f),
+                xml_escape(out)
             ));
         }
-        cases.push_str("  </testcase>\n");
+        body.push_str(&format!(
+            "    <system-out>{}</system-out>\n  </testcase>\n",
+            xml_escape(out)
+        ));
     }
     format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"kquant verify\" tests=\"{}\" failures=\"{failures}\">\n{cases}</testsuite>\n",
-        cats.len()
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"kquant verify\" tests=\"{}\" failures=\"{failures}\">\n  <properties>\n{props}  </properties>\n{body}</testsuite>\n",
+        cases.len()
     )
 }
