@@ -1,0 +1,87 @@
+//! The README's own commands say what the README says they do: the quick start's output format,
+//! and the CI gate's threshold against the default.
+
+use std::process::Command;
+
+fn readme() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
+}
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kquant"));
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+/// The arguments of the README line that starts with `kquant <sub>` (in a code block or after
+/// `&&`), without the program name.
+fn command(text: &str, sub: &str) -> Vec<String> {
+    let needle = format!("kquant {sub} ");
+    let line = text
+        .lines()
+        .flat_map(|l| l.split("&&"))
+        .map(str::trim)
+        .find(|l| l.starts_with(&needle))
+        .unwrap_or_else(|| panic!("README has no `{needle}` command"));
+    line.split_whitespace().skip(1).map(String::from).collect()
+}
+
+#[test]
+fn quick_start_writes_the_layout_the_readme_names() {
+    let r = readme();
+    let mut args = command(&r, "quantize fixtures/tiny/eagle3-specforge");
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("q");
+    let o = args.iter().position(|a| a == "-o").unwrap();
+    args[o + 1] = out.to_str().unwrap().to_string();
+    let run = bin().args(&args).output().unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    let version = cfg["quantization_config"]["version"].as_str().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(said.contains("Quark Model layout"), "{said}");
+    assert!(
+        r.contains(&format!(
+            "Quark's model layout\n(`quantization_config.version` {version}"
+        )),
+        "the README's quick start must name the layout and version it writes ({version})"
+    );
+    assert!(
+        !r.contains("the way\nthe seed recipe does") && !r.contains("the way the seed recipe does")
+    );
+}
+
+#[test]
+fn ci_gate_threshold_is_stated_against_the_default() {
+    let r = readme();
+    let args = command(&r, "verify --target kimi-k2.5-tiny");
+    let m = args.iter().position(|a| a == "--max-regression").unwrap();
+    let used = &args[m + 1];
+    let help = bin().args(["verify", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let default = help
+        .split("--max-regression <MAX_REGRESSION>")
+        .nth(1)
+        .and_then(|s| s.split("[default: ").nth(1))
+        .and_then(|s| s.split(']').next())
+        .unwrap();
+    assert_ne!(
+        used, default,
+        "the README's gate uses the default: say nothing special"
+    );
+    assert!(
+        r.contains(&format!(
+            "{used} is deliberately looser than the default\n`--max-regression {default}`"
+        )),
+        "the README must say its gate ({used}) is looser than the default ({default})"
+    );
+}
