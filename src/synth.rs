@@ -456,7 +456,7 @@ pub fn preset(name: &str) -> Option<Preset> {
         ),
         "kimi-k2.5-eagle3" => p(
             "kimi-k2.5-eagle3",
-            "real-shape Kimi-K2.5 EAGLE-3 (Llama attention), own embed_tokens and lm_head, ≈6.35 GB",
+            "real-shape Kimi-K2.5 EAGLE-3 (Llama attention), own embed_tokens and lm_head",
             merge(llama_cfg(KIMI, "LlamaForCausalLMEagle3"), json!({"eagle_config": eagle_cfg(&json!([1, 29, 57])), "draft_vocab_size": KIMI.vocab})),
             eagle3_tensors("midlayer.", KIMI, None, true, false),
         ),
@@ -464,7 +464,7 @@ pub fn preset(name: &str) -> Option<Preset> {
             let d = D { inter: 18432, ..KIMI };
             p(
                 "kimi-k2.5-eagle3-mla",
-                "real-shape Kimi-K2.5 EAGLE-3 with MLA attention (q_lora 1536, kv_lora 512), ≈7.0 GB",
+                "real-shape Kimi-K2.5 EAGLE-3 with MLA attention (q_lora 1536, kv_lora 512)",
                 merge(mla_cfg(d, KIMI_MLA, "Eagle3DeepseekV2ForCausalLM"), json!({"eagle_config": eagle_cfg(&json!([1, 29, 57]))})),
                 eagle3_tensors("midlayer.", d, Some(KIMI_MLA), true, false),
             )
@@ -472,7 +472,7 @@ pub fn preset(name: &str) -> Option<Preset> {
         "kimi-k2.5-dflash" => {
             let d = D { kv: 8, inter: 18432, ..KIMI };
             let (c, t) = dflash(d, 6, &[1, 12, 23, 34, 45, 56], false);
-            p("kimi-k2.5-dflash", "real-shape Kimi-K2.5 DFlash drafter (6 layers, 64 Q / 8 KV heads), ≈7.0 GB", c, t)
+            p("kimi-k2.5-dflash", "real-shape Kimi-K2.5 DFlash drafter (6 layers, 64 Q / 8 KV heads)", c, t)
         }
         _ => return None,
     })

@@ -136,3 +136,34 @@ fn real_shape_presets_have_the_documented_shapes() {
         .iter()
         .any(|t| t.name.contains("embed") || t.name.contains("lm_head")));
 }
+
+/// docs/fixtures.md's sizes of the real-shape presets are what `synth --list` computes, and the
+/// list states each size once (in its size column, not again in a description).
+#[test]
+fn documented_preset_sizes_match_synth() {
+    let o = Command::new(env!("CARGO_BIN_EXE_kquant"))
+        .args(["synth", "--list"])
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&o.stdout).to_string();
+    let doc = std::fs::read_to_string(root().join("docs/fixtures.md")).unwrap();
+    let mut checked = 0;
+    for line in list.lines().filter(|l| l.starts_with("kimi-")) {
+        let mut w = line.split_whitespace();
+        let (name, size, unit) = (w.next().unwrap(), w.next().unwrap(), w.next().unwrap());
+        assert!(
+            !line.contains('≈'),
+            "a second size in the description: {line}"
+        );
+        let documented = doc
+            .lines()
+            .find(|l| l.contains(&format!("--preset {name} ")))
+            .unwrap_or_else(|| panic!("docs/fixtures.md has no `--preset {name}` line"));
+        assert!(
+            documented.ends_with(&format!("# ≈{size} {unit}")),
+            "docs/fixtures.md says `{documented}`, synth --list {size} {unit}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "{list}");
+}

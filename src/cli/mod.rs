@@ -37,7 +37,7 @@ pub struct Cli {
 pub enum Command {
     /// Show what a checkpoint is: family, dialect, engines that load it, dimensions, dtypes.
     Inspect(inspect::Args),
-    /// Quantize a draft into the files AMD Quark or compressed-tensors write, bit for bit.
+    /// Quantize a draft into the files AMD Quark, compressed-tensors (vLLM) or ModelOpt (TensorRT-LLM) write, bit for bit.
     Quantize(quantize::Args),
     /// Move an EAGLE-3 / EAGLE-3-MLA / DFlash draft between engine layouts (quantized or not).
     Convert(convert::Args),

@@ -32,8 +32,8 @@ pub struct Args {
     /// Output directory (built beside it, renamed into place when complete).
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Quantization scheme (`kquant schemes` lists them and where each loads).
-    /// Quantization scheme (`kquant schemes` lists them and where each loads). Default int4-pc.
+    /// Quantization scheme (`kquant schemes` lists them and where each loads); default int4-pc,
+    /// or the preset's with `--config`.
     #[arg(long, value_parser = scheme_parser())]
     pub scheme: Option<String>,
     /// Output format. Default quark.
