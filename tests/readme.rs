@@ -134,3 +134,53 @@ fn help_says_each_thing_once() {
         }
     }
 }
+
+/// `quantize --dry-run` prints the exclusion list exactly as the real run writes it (docs/quantize.md
+/// says so for ModelOpt, whose list has no `re:` entries).
+#[test]
+fn dry_run_prints_the_exclusion_list_that_is_written() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("q");
+    let args = |dry: bool| {
+        let mut a = vec![
+            "quantize",
+            "fixtures/tiny/eagle3-specforge",
+            "-o",
+            out.to_str().unwrap(),
+            "--scheme",
+            "fp8-pc",
+            "--format",
+            "modelopt",
+            "--exclude",
+            "fc,lm_head",
+        ];
+        if dry {
+            a.push("--dry-run");
+        }
+        a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let dry = bin().args(args(true)).output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&dry.stdout),
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    let printed = said
+        .lines()
+        .find_map(|l| l.strip_prefix("quantization_config.ignore: "))
+        .unwrap_or_else(|| panic!("{said}"));
+    let printed: serde_json::Value = serde_json::from_str(printed).unwrap();
+    let run = bin().args(args(false)).output().unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(printed, cfg["quantization_config"]["ignore"]);
+    assert!(!printed.to_string().contains("re:"), "{printed}");
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/quantize.md")).unwrap();
+    assert!(doc.contains("`--dry-run` prints the list\n  exactly as it will be written"));
+}
