@@ -105,13 +105,31 @@ fn wrong_family_and_unknown_preset_are_refused() {
     let t = tempfile::tempdir().unwrap();
     let bad = t.path().join("bad.json");
     std::fs::write(&bad, br#"{"scheme":"int4-pc","format":"quark","typo":1}"#).unwrap();
-    for (config, says) in [
-        ("kimi-k2.5-eagle3-mla-int4-pc", "is for eagle3-mla drafts"),
-        ("nope", "kimi-k2.5-eagle3-int4-pc"),
-        (bad.to_str().unwrap(), "bad.json"),
+    for (src, config, says) in [
+        // The hint names what exists, not `kquant --help`.
+        (
+            "fixtures/tiny/eagle3-specforge",
+            "kimi-k2.5-eagle3-mla-int4-pc",
+            "is eagle3\n\nhint: presets for eagle3 drafts: kimi-k2.5-eagle3-int4-pc,",
+        ),
+        (
+            "fixtures/tiny/dflash-zlab",
+            "kimi-k2.5-eagle3-int4-pc",
+            "hint: no built-in preset is for dflash drafts: pass --scheme/--format/--exclude",
+        ),
+        (
+            "fixtures/tiny/eagle3-specforge",
+            "nope",
+            "hint: the built-in presets are kimi-k2.5-eagle3-int4-pc",
+        ),
+        (
+            "fixtures/tiny/eagle3-specforge",
+            bad.to_str().unwrap(),
+            "bad.json",
+        ),
     ] {
-        let (_o, _, err) =
-            common::quantize_refused("fixtures/tiny/eagle3-specforge", &["--config", config]);
-        assert!(err.contains(says));
+        let (_o, _, err) = common::quantize_refused(src, &["--config", config]);
+        assert!(err.contains(says), "{err}");
+        assert!(!err.contains("see `kquant --help`"), "{err}");
     }
 }

@@ -208,7 +208,10 @@ fn unknown_or_inconsistent_profiles_are_refused() {
     assert_eq!(o.status.code(), Some(2));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(
-        e.contains("no target profile `kimi-k9`") && e.contains("kimi-k2.5-tiny"),
+        e.contains("no target profile `kimi-k9`")
+            && e.contains("hint: the built-in profiles are kimi-k2.5, ")
+            && e.contains("kimi-k2.5-tiny")
+            && !e.contains("see `kquant --help`"),
         "{e}"
     );
     let d = tempfile::tempdir().unwrap();

@@ -119,13 +119,34 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let preset = a.config.as_deref().map(preset::load).transpose()?;
     if let Some(p) = &preset {
         if !p.family.is_empty() && !p.family.iter().any(|f| f == det.family.id()) {
-            return Err(Error::Usage(format!(
-                "preset `{}` is for {} drafts, but `{}` is {}",
-                a.config.as_deref().unwrap_or(""),
-                p.family.join("/"),
-                a.src,
-                det.family.id()
-            )));
+            let fitting: Vec<&str> = preset::BUILTIN
+                .iter()
+                .map(|(n, _)| *n)
+                .filter(|n| {
+                    preset::load(n).is_ok_and(|o| o.family.iter().any(|f| f == det.family.id()))
+                })
+                .collect();
+            return Err(Error::Flags {
+                msg: format!(
+                    "preset `{}` is for {} drafts, but `{}` is {}",
+                    a.config.as_deref().unwrap_or(""),
+                    p.family.join("/"),
+                    a.src,
+                    det.family.id()
+                ),
+                hint: if fitting.is_empty() {
+                    format!(
+                        "no built-in preset is for {} drafts: pass --scheme/--format/--exclude instead",
+                        det.family.id()
+                    )
+                } else {
+                    format!(
+                        "presets for {} drafts: {}",
+                        det.family.id(),
+                        fitting.join(", ")
+                    )
+                },
+            });
         }
     }
     let scheme = a

@@ -83,12 +83,15 @@ pub fn load(spec: &str) -> Result<Preset> {
         let text = std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?;
         return parse(p, &text);
     }
-    Err(Error::Usage(format!(
-        "no preset `{spec}`: give a file path or one of {}",
-        BUILTIN
-            .iter()
-            .map(|(n, _)| *n)
-            .collect::<Vec<_>>()
-            .join(", ")
-    )))
+    let names = BUILTIN
+        .iter()
+        .map(|(n, _)| *n)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(Error::Flags {
+        msg: format!("--config: no preset `{spec}` (not a built-in name, not a file)"),
+        hint: format!(
+            "the built-in presets are {names} (their files are in quant-configs/); or give the path of a preset JSON file"
+        ),
+    })
 }

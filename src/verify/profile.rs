@@ -393,14 +393,17 @@ pub fn load(spec: &str) -> Result<Profile> {
         let text = std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?;
         return parse(p, &text);
     }
-    Err(Error::Usage(format!(
-        "no target profile `{spec}`: give a file path or one of {}",
-        BUILTIN
-            .iter()
-            .map(|(n, _)| *n)
-            .collect::<Vec<_>>()
-            .join(", ")
-    )))
+    let names = BUILTIN
+        .iter()
+        .map(|(n, _)| *n)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(Error::Flags {
+        msg: format!("no target profile `{spec}` (not a built-in name, not a file)"),
+        hint: format!(
+            "the built-in profiles are {names} (`kquant targets` shows them); or give the path of a profile JSON file"
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -468,7 +471,7 @@ mod tests {
         let mut t = tiny();
         t.live.as_mut().unwrap().trace = "../elsewhere".into();
         assert!(t.check(p).unwrap_err().to_string().contains("relative"));
-        assert!(matches!(load("no-such-target"), Err(Error::Usage(_))));
+        assert!(matches!(load("no-such-target"), Err(Error::Flags { .. })));
     }
 
     #[test]
