@@ -1080,3 +1080,39 @@ fn verify_files_does_not_trust_the_manifest_it_checks() {
     let o = kquant(&["verify-files", one.to_str().unwrap(), "--json"]);
     assert_eq!(code(&o), Some(2), "{}", stderr(&o));
 }
+
+/// A refused output is one `error:`: the engine warning of the scheme (Quark INT4 per channel
+/// loads nowhere) comes only once the output is claimed.
+#[test]
+fn refused_output_prints_no_engine_warning_first() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("taken");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("notes.txt"), b"someone's").unwrap();
+    let o = kquant(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        out.to_str().unwrap(),
+        "--scheme",
+        "int4-pc",
+        "--exclude",
+        "fc,lm_head",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("error:") && !err.contains("warning:"), "{err}");
+    // And the same run to a free name still warns.
+    let o = kquant(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        t.path().join("free").to_str().unwrap(),
+        "--scheme",
+        "int4-pc",
+        "--exclude",
+        "fc,lm_head",
+    ]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("warning: no serving engine loads"));
+}

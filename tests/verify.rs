@@ -232,6 +232,17 @@ fn a_damaged_draft_fails_the_gate_with_exit_1() {
     );
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("FAILED") && out.contains("regressed"), "{out}");
+    // Per-depth rates are printed like the accept lengths (3 decimals), not as raw floats.
+    let depth = out
+        .lines()
+        .find_map(|l| l.split("per-depth conditional acceptance [").nth(1))
+        .unwrap_or_else(|| panic!("{out}"));
+    for x in depth.trim_end_matches(']').split(", ") {
+        assert!(
+            x == "-" || x.split('.').nth(1).is_some_and(|d| d.len() == 3),
+            "{depth}"
+        );
+    }
     // Exit 1 always comes with a red JUnit report carrying the figures.
     let junit = t.path().join("gate.xml");
     let o = kq(&[

@@ -305,16 +305,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let advice = target.advice();
-    if let Some(w) =
-        crate::engines::quantized::unloadable_warning(format, &scheme, advice.as_deref())
-    {
-        // One line per engine: each escaped on its own (crate::escape).
-        for (i, line) in w.lines().enumerate() {
-            let head = if i == 0 { "warning: " } else { "" };
-            eprintln!("{head}{}", printable(line));
-        }
-    }
     let mut inputs: Vec<PathBuf> = ck.weights.files().iter().map(|p| p.to_path_buf()).collect();
     inputs.extend(ck.weights.config_path.clone());
     let wopts = WriteOptions {
@@ -327,6 +317,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let sizes: HashMap<String, u64> = specs.iter().map(|s| (s.name.clone(), s.nbytes())).collect();
     let mut w = Writer::create(&a.output, specs, wopts)?;
+    // Warned once the output is claimed: a refused output is one `error:`, not a page of
+    // engine notes before it.
+    let advice = target.advice();
+    if let Some(w) =
+        crate::engines::quantized::unloadable_warning(format, &scheme, advice.as_deref())
+    {
+        // One line per engine: each escaped on its own (crate::escape).
+        for (i, line) in w.lines().enumerate() {
+            let head = if i == 0 { "warning: " } else { "" };
+            eprintln!("{head}{}", printable(line));
+        }
+    }
     let order: Vec<String> = w.order().into_iter().map(String::from).collect();
     let pb = progress(before, "quantize");
     // The encodings, in the order the writer needs them (a module again where keeping its later

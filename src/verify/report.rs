@@ -144,11 +144,17 @@ pub fn table(r: &Value) -> String {
             f(&ci[1])
         ));
     }
+    let per_depth: Vec<String> = r["draft"]["conditional_acceptance"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(&f)
+        .collect();
     s.push_str(&format!(
-        "draft: all-positions AL {}, SGLang per-request AL {}, per-depth conditional acceptance {}\n",
+        "draft: all-positions AL {}, SGLang per-request AL {}, per-depth conditional acceptance [{}]\n",
         f(&r["draft"]["accept_length_all_positions"]),
         f(&r["draft"]["accept_length_sglang_request"]),
-        r["draft"]["conditional_acceptance"]
+        per_depth.join(", ")
     ));
     s.push_str(if r["passed"].as_bool() == Some(true) {
         "PASSED\n"
