@@ -133,3 +133,80 @@ fn wrong_family_and_unknown_preset_are_refused() {
         assert!(!err.contains("see `kquant --help`"), "{err}");
     }
 }
+
+/// `quantize` says what comes next, and it runs: each printed `kquant convert` succeeds, its
+/// engines are the ones the claims table says load the result, and `--json` carries the scheme,
+/// format, warnings and next steps. A target checkpoint gets a note instead.
+#[test]
+fn quantize_says_what_comes_next_and_it_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("q");
+    let o = kquant(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        out.to_str().unwrap(),
+        "--scheme",
+        "fp8-pc",
+        "--format",
+        "modelopt",
+        "--exclude",
+        "fc,lm_head",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["scheme"], "fp8-pc");
+    assert_eq!(j["format"], "modelopt");
+    assert!(j["warnings"].as_array().unwrap().is_empty(), "{j}");
+    let next: Vec<String> = j["next"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect();
+    let err = String::from_utf8_lossy(&o.stderr);
+    for n in &next {
+        assert!(err.contains(&format!("next: {n}")), "{err}");
+    }
+    let converts: Vec<&String> = next
+        .iter()
+        .filter(|n| n.starts_with("kquant convert"))
+        .collect();
+    // ModelOpt FP8 per channel: vLLM and TensorRT-LLM load it, SGLang does not.
+    let to: Vec<&str> = converts
+        .iter()
+        .map(|c| c.split("--to ").nth(1).unwrap().split(' ').next().unwrap())
+        .collect();
+    assert_eq!(to, ["vllm", "trtllm"], "{next:?}");
+    for c in converts {
+        let args: Vec<&str> = c
+            .split(" (")
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .skip(1)
+            .collect();
+        let r = kquant(&args);
+        assert!(
+            r.status.success(),
+            "{c}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+    }
+    assert!(next.last().unwrap().starts_with("kquant verify --target"));
+    let o = kquant(&[
+        "quantize",
+        "fixtures/tiny/target-kimi-k2",
+        "-o",
+        t.path().join("target").to_str().unwrap(),
+        "--scheme",
+        "fp8-pc",
+    ]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("is not a draft (family target)") && !err.contains("next:"),
+        "{err}"
+    );
+}

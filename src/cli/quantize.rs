@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 
 use crate::checkpoint::Checkpoint;
+use crate::checkpoint::Family;
 use crate::cli::{command_line, human_bytes, progress};
 use crate::error::{Error, Result};
 use crate::escape::printable;
@@ -320,6 +321,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // Warned once the output is claimed: a refused output is one `error:`, not a page of
     // engine notes before it.
     let advice = target.advice();
+    let mut warnings = Vec::new();
     if let Some(w) =
         crate::engines::quantized::unloadable_warning(format, &scheme, advice.as_deref())
     {
@@ -328,6 +330,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
             let head = if i == 0 { "warning: " } else { "" };
             eprintln!("{head}{}", printable(line));
         }
+        warnings.push(w);
+    }
+    if matches!(det.family, Family::Target | Family::Unknown) {
+        let w = format!(
+            "`{}` is not a draft (family {}): kquant's engine claims, presets, convert and verify are for EAGLE-3 and DFlash drafts",
+            a.src,
+            det.family.id()
+        );
+        eprintln!("warning: {}", printable(&w));
+        warnings.push(w);
     }
     let order: Vec<String> = w.order().into_iter().map(String::from).collect();
     let pb = progress(before, "quantize");
@@ -428,8 +440,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         w.add_file(&name, &bytes)?;
     }
     let s = w.finish()?;
+    let next = next_steps(&det.family, format, &scheme, &s.dir, &a.src);
     if a.json {
-        let doc = json!({"schema": "kquant.quantize/1", "output": s.dir, "quantized": n_q, "bytes_before": before, "bytes_after": after, "files": s.files, "exclude": written_exclude(target.as_ref(), &exclude)});
+        let doc = json!({"schema": "kquant.quantize/1", "output": s.dir, "scheme": scheme, "format": format.name(), "quantized": n_q, "bytes_before": before, "bytes_after": after, "files": s.files, "exclude": written_exclude(target.as_ref(), &exclude), "warnings": warnings, "next": next});
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     }
     eprintln!(
@@ -440,7 +453,47 @@ pub fn run(a: Args) -> Result<ExitCode> {
         human_bytes(after),
         s.dir.display()
     );
+    for n in &next {
+        eprintln!("next: {}", printable(n));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a user does with a quantized draft next: the layout (and launch line) of each engine
+/// that loads it (`convert --to`), and the accept-length gate (`verify`). None for a target.
+fn next_steps(
+    family: &Family,
+    format: Format,
+    scheme: &str,
+    out: &std::path::Path,
+    src: &str,
+) -> Vec<String> {
+    use crate::engines::{quantized, Engine, Loads};
+    let kind = match family {
+        Family::Eagle3 | Family::Eagle3Mla => "eagle3",
+        Family::Dflash => "dflash",
+        _ => return Vec::new(),
+    };
+    let out = out.display();
+    let mut v = Vec::new();
+    for e in Engine::ALL {
+        if quantized::claim_for(format, scheme, e, family).is_some_and(|c| c.loads == Loads::Yes) {
+            let extra = if e == Engine::Trtllm {
+                " (writes extra-llm-api-config.yml and the trtllm-serve line)"
+            } else {
+                " (prints the launch line)"
+            };
+            v.push(format!(
+                "kquant convert {kind} {out} --to {} -o {out}-{}{extra}",
+                e.id(),
+                e.id()
+            ));
+        }
+    }
+    v.push(format!(
+        "kquant verify --target kimi-k2.5 --draft {out} --baseline {src} --trace TRACE (the accept-length gate; docs/verify.md)"
+    ));
+    v
 }
 
 /// Refuse any tensor the target cannot write (group size, ModelOpt's odd output rows), naming
