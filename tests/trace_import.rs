@@ -266,6 +266,58 @@ fn both_layouts_and_three_dtypes_import_exactly() {
     }
 }
 
+/// `--out` is the old spelling of `--output`: accepted for one release, with a warning, and the
+/// trace is the same.
+#[test]
+fn deprecated_out_spelling_still_imports_with_a_warning() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("hs");
+    std::fs::create_dir(&src).unwrap();
+    let tokens: Vec<u32> = (0..5).collect();
+    write_conn(
+        &src,
+        "1",
+        &taps_for(2, 5, H, false),
+        &tokens,
+        H,
+        Layout::TokensFirst,
+        StDtype::BF16,
+    );
+    let base = |flag: &str, out: &Path| {
+        kquant(&[
+            "trace",
+            "import",
+            "--from",
+            "vllm-hidden-states",
+            src.to_str().unwrap(),
+            flag,
+            out.to_str().unwrap(),
+            "--layer-ids",
+            "1,2",
+            "--num-layers",
+            "4",
+        ])
+    };
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    let new = ok(&base("--output", &a));
+    assert!(!new.contains("deprecated"), "{new}");
+    let old = ok(&base("--out", &b));
+    assert!(
+        old.contains("warning: `--out` is deprecated: write `--output`"),
+        "{old}"
+    );
+    for f in ["manifest.json"] {
+        let (x, y) = (
+            std::fs::read_to_string(a.join(f)).unwrap(),
+            std::fs::read_to_string(b.join(f)).unwrap(),
+        );
+        assert_eq!(
+            x.replace(a.to_str().unwrap(), "X"),
+            y.replace(b.to_str().unwrap(), "X")
+        );
+    }
+}
+
 #[test]
 fn a_square_file_takes_the_layout_of_its_siblings_and_alone_is_ambiguous() {
     let d = tempfile::tempdir().unwrap();

@@ -15,7 +15,9 @@ use crate::io::writer::{parse_size, WriteOptions};
 /// Draft families `convert` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
-    /// EAGLE-3, Llama-style or MLA (Kimi) attention.
+    /// EAGLE-3, Llama-style or MLA (Kimi) attention (`eagle3-mla`, the family `inspect` prints,
+    /// is the same).
+    #[value(alias = "eagle3-mla")]
     Eagle3,
     /// DFlash block drafter.
     Dflash,

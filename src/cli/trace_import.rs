@@ -37,8 +37,11 @@ pub struct Args {
     /// The directory the connector wrote (its `shared_storage_path`).
     pub dir: PathBuf,
     /// The trace directory to write.
-    #[arg(short, long)]
-    pub out: PathBuf,
+    #[arg(short = 'o', long, required_unless_present = "out")]
+    pub output: Option<PathBuf>,
+    /// Deprecated spelling of `--output` (accepted with a warning until the next release).
+    #[arg(long, hide = true, conflicts_with = "output")]
+    pub out: Option<PathBuf>,
     /// The tap ids given to vLLM (`eagle_aux_hidden_state_layer_ids`), comma-separated, in vLLM's
     /// convention: id k is HF hidden_states[k]; id num_hidden_layers is the last block's output.
     #[arg(long, value_delimiter = ',', required = true, value_parser = crate::cli::flags::layer_id)]
@@ -105,9 +108,19 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Some(p) => serde_json::json!({"name": p.name, "hf_id": p.hf_id, "engine": "vllm"}),
         None => serde_json::json!({"engine": "vllm"}),
     };
+    let out = match (a.output, a.out) {
+        (Some(o), _) => o,
+        (None, Some(o)) => {
+            eprintln!(
+                "warning: `--out` is deprecated: write `--output` (or `-o`), as every other command does"
+            );
+            o
+        }
+        (None, None) => unreachable!("clap requires --output unless --out is given"),
+    };
     let o = Options {
         dir: a.dir,
-        out: a.out,
+        out,
         layer_ids: a.layer_ids,
         layout: match a.layout {
             LayoutArg::Auto => None,
