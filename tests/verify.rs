@@ -309,12 +309,17 @@ fn a_damaged_draft_fails_the_gate_with_exit_1() {
         tr.to_str().unwrap(),
         "--target-checkpoint",
         TARGET,
+        "--json",
         "--max-regression",
         "100",
-        "--json",
-        "-",
     ]);
-    assert_eq!(o.status.code(), Some(0));
+    // `--json` is a switch here as in every other command (`--json FILE` still writes a file).
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["baseline"]["name"], "prompt-lookup");
 }

@@ -57,8 +57,9 @@ pub struct Args {
     /// Fail when the draft's accept length is below this (a finite number in 0..=33).
     #[arg(long, value_parser = flags::min_accept)]
     pub min_accept: Option<f64>,
-    /// Write the JSON report here (`-` for stdout).
-    #[arg(long)]
+    /// Print the JSON report on stdout (`--json`, like every other command), or write it to FILE
+    /// (`--json FILE`; `-` is stdout).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
     /// Write JUnit XML here.
     #[arg(long)]
