@@ -33,9 +33,11 @@ pub enum Convention {
 /// Arguments of `kquant convert`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Draft family of the source: `eagle3` (Llama-style or MLA) or `dflash`.
     pub kind: Kind,
     /// Source draft: directory, `.safetensors` file or hub id.
     pub src: String,
+    /// Output directory (built beside it, renamed into place when complete).
     #[arg(short, long)]
     pub output: PathBuf,
     /// Engine (or trainer) layout to write.
@@ -63,8 +65,10 @@ pub struct Args {
     /// Speculative steps in the printed launch line / TensorRT-LLM max_draft_len.
     #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::steps)]
     pub steps: usize,
+    /// Split the output into shards of at most this size (e.g. `5GB`).
     #[arg(long, value_parser = parse_size)]
     pub max_shard_size: Option<u64>,
+    /// Replace an existing output (only one kquant wrote).
     #[arg(long)]
     pub force: bool,
     /// Record the sha256 of every input file in the output's manifest, however large
