@@ -458,6 +458,7 @@ fn quantized_drafts_stay_quantized() {
             "`{n}` differs between quantize→convert and convert→quantize"
         );
     }
+    same_files(&v, &q2, "quark, vllm");
     let cfg: Value =
         serde_json::from_slice(&std::fs::read(v.join("config.json")).unwrap()).unwrap();
     let ex: Vec<&str> = cfg["quantization_config"]["exclude"]
@@ -467,6 +468,100 @@ fn quantized_drafts_stay_quantized() {
         .map(|e| e.as_str().unwrap())
         .collect();
     assert!(ex.contains(&"fc") && ex.contains(&"lm_head"), "{ex:?}");
+}
+
+/// Every file of `a` and `b` byte for byte, but the manifests (which record the command) and
+/// TensorRT-LLM's YAML (which `convert` writes and `quantize` does not carry over).
+fn same_files(a: &Path, b: &Path, what: &str) {
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n != "kquant-manifest.json" && n != "extra-llm-api-config.yml")
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(a), names(b), "{what}: files");
+    for n in names(a) {
+        let (x, y) = (
+            std::fs::read(a.join(&n)).unwrap(),
+            std::fs::read(b.join(&n)).unwrap(),
+        );
+        assert!(
+            x == y,
+            "{what}: `{n}` differs between quantize→convert and convert→quantize:\n{}\n---\n{}",
+            String::from_utf8_lossy(&x[..x.len().min(2000)]),
+            String::from_utf8_lossy(&y[..y.len().min(2000)])
+        );
+    }
+}
+
+/// ModelOpt drafts (`hf_quant_config.json` beside `config.json`): converting after quantizing
+/// and quantizing after converting write the same bytes, every file.
+#[test]
+fn modelopt_quantize_and_convert_commute_byte_for_byte() {
+    let t = tempfile::tempdir().unwrap();
+    let p = |n: &str| t.path().join(n);
+    let quantize = |src: &str, out: &Path, exclude: &str| {
+        ok(kq(&[
+            "quantize",
+            src,
+            "--format",
+            "modelopt",
+            "--scheme",
+            "fp8-pc",
+            "--exclude",
+            exclude,
+            "-o",
+            out.to_str().unwrap(),
+        ]));
+    };
+    // engine, source, --exclude before converting, the same modules after converting.
+    for (kind, src, to, ex, ex_converted) in [
+        (
+            "eagle3",
+            "fixtures/tiny/eagle3-specforge",
+            "trtllm",
+            "fc,lm_head",
+            "fc,lm_head",
+        ),
+        (
+            "eagle3",
+            "fixtures/tiny/eagle3-specforge",
+            "vllm",
+            "fc,lm_head,midlayer.mlp.down_proj,midlayer.self_attn.q_proj,midlayer.self_attn.k_proj,midlayer.self_attn.v_proj",
+            "fc,lm_head,layers.0.mlp.down_proj,layers.0.self_attn.q_proj,layers.0.self_attn.k_proj,layers.0.self_attn.v_proj",
+        ),
+        (
+            "dflash",
+            "fixtures/tiny/dflash-zlab",
+            "torchspec",
+            "fc",
+            "context_proj",
+        ),
+        (
+            "dflash",
+            "fixtures/tiny/dflash-zlab",
+            "vllm",
+            "fc,layers.1.mlp.down_proj",
+            "fc,layers.1.mlp.down_proj",
+        ),
+    ] {
+        let what = format!("{src} --to {to}");
+        let (q, qc, c, cq) = (
+            p(&format!("q-{kind}-{to}")),
+            p(&format!("qc-{kind}-{to}")),
+            p(&format!("c-{kind}-{to}")),
+            p(&format!("cq-{kind}-{to}")),
+        );
+        quantize(src, &q, ex);
+        ok(convert(kind, q.to_str().unwrap(), &qc, to, &["--target", TARGET]));
+        ok(convert(kind, src, &c, to, &["--target", TARGET]));
+        quantize(c.to_str().unwrap(), &cq, ex_converted);
+        assert!(qc.join("hf_quant_config.json").is_file(), "{what}");
+        same_files(&qc, &cq, &what);
+    }
 }
 
 #[test]

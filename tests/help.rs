@@ -119,7 +119,10 @@ fn the_description_parser_sees_a_missing_one() {
     assert_eq!(e.len(), 2);
     assert_eq!(description(&e[0].0, &e[0].1), None);
     assert!(description(&e[1].0, &e[1].1).is_some());
-    let e = section("Options:\n      --scratch <S>  [default: /tmp]\n", "Options:");
+    let e = section(
+        "Options:\n      --scratch <S>  [default: /tmp]\n",
+        "Options:",
+    );
     assert_eq!(description(&e[0].0, &e[0].1), None);
     let long = "Options:\n      --steps <STEPS>\n          \n          [default: 3]\n\n      --json\n          Print JSON\n\n  -h, --help     Print help\n";
     let e = section(long, "Options:");

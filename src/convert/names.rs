@@ -2,7 +2,10 @@
 
 use serde_json::{json, Value};
 
-use super::{rename_quant_lists, set, trtllm_yaml, AuxOut, Engine, Options, Plan, Planned, Source};
+use super::{
+    quantization_config_last, rename_quant_lists, set, trtllm_yaml, AuxOut, Engine, Options, Plan,
+    Planned, Source,
+};
 use crate::checkpoint::{AuxConvention, Checkpoint, Detection, Dialect, Family};
 use crate::error::{Error, Result};
 use crate::io::{Dtype, TensorInfo};
@@ -422,7 +425,7 @@ pub fn plan_eagle3(
     // post-norm hidden state back" (default false). Carry the behaviour, not the key.
     let post_norm = crate::checkpoint::detect::eagle3_feeds_post_norm(det, &cfg_in);
     if let Some(m) = cfg.as_object_mut() {
-        m.remove("norm_output");
+        m.shift_remove("norm_output");
     }
     match (post_norm, e) {
         (true, Engine::Vllm | Engine::Trtllm) => set(&mut cfg, "norm_output", json!(true)),
@@ -443,21 +446,21 @@ pub fn plan_eagle3(
         set(&mut ec, "next_layer_regular", json!(true));
     }
     if let Some(m) = ec.as_object_mut() {
-        m.remove("eagle_aux_hidden_state_layer_ids");
+        m.shift_remove("eagle_aux_hidden_state_layer_ids");
     }
     set(&mut cfg, "eagle_config", ec);
     if let Some(m) = cfg.as_object_mut() {
-        m.remove("eagle_aux_hidden_state_layer_ids");
+        m.shift_remove("eagle_aux_hidden_state_layer_ids");
         for k in [
             "speculators_model_type",
             "speculators_config",
             "speculators_version",
             "transformer_layer_config",
         ] {
-            m.remove(k);
+            m.shift_remove(k);
         }
         if e != Engine::Torchspec {
-            m.remove("_torchspec_version");
+            m.shift_remove("_torchspec_version");
         }
     }
     if e == Engine::Torchspec && cfg.get("_torchspec_version").is_none() {
@@ -473,15 +476,13 @@ pub fn plan_eagle3(
     if let Some(q) = cfg.get_mut("quantization_config") {
         rename_quant_lists(q, &|n| relayer(n, prefix));
     }
+    quantization_config_last(&mut cfg);
 
     let mut side_files = Vec::new();
     if let Some(hq) = read_hf_quant_config(ck)? {
         let mut hq = hq;
         rename_quant_lists(&mut hq, &|n| relayer(n, prefix));
-        side_files.push((
-            "hf_quant_config.json".to_string(),
-            serde_json::to_vec_pretty(&hq).expect("JSON"),
-        ));
+        side_files.push(hf_quant_config_file(&hq));
     }
     if e == Engine::Trtllm {
         let cap: Option<Vec<i64>> = aux
@@ -504,6 +505,16 @@ pub fn plan_eagle3(
         warnings,
         launch: None,
     })
+}
+
+/// `hf_quant_config.json` in the bytes `quantize --format modelopt` (and ModelOpt itself,
+/// Python's `json.dump(indent=4)`) writes, so that converting a quantized draft and quantizing
+/// a converted one give the same file.
+fn hf_quant_config_file(hq: &Value) -> (String, Vec<u8>) {
+    (
+        "hf_quant_config.json".into(),
+        crate::quant::modelopt::python_json_indent4(hq),
+    )
 }
 
 fn read_hf_quant_config(ck: &Checkpoint) -> Result<Option<Value>> {
@@ -535,11 +546,15 @@ pub fn plan_dflash(
         ("context_norm.", "hidden_norm."),
         ("final_norm.", "norm."),
     ];
+    // Tensor names (`fc.weight`) and module names (`fc`, in quantization configs).
     let rename = |n: &str| -> String {
         for (ts, zl) in MAP {
             let (from, to) = if torchspec { (zl, ts) } else { (ts, zl) };
             if let Some(rest) = n.strip_prefix(from) {
                 return format!("{to}{rest}");
+            }
+            if Some(n) == from.strip_suffix('.') {
+                return to.trim_end_matches('.').to_string();
             }
         }
         n.to_string()
@@ -584,7 +599,7 @@ pub fn plan_dflash(
             .unwrap_or(json!({})),
     );
     if let Some(m) = cfg.as_object_mut() {
-        m.remove("aux_hidden_state_layer_ids");
+        m.shift_remove("aux_hidden_state_layer_ids");
     }
     let mask = cfg
         .pointer("/dflash_config/mask_token_id")
@@ -592,8 +607,8 @@ pub fn plan_dflash(
         .cloned();
     set(&mut cfg, "architectures", json!(["DFlashDraftModel"]));
     if let Some(m) = cfg.as_object_mut() {
-        m.remove("target_layer_ids");
-        m.remove("mask_token_id");
+        m.shift_remove("target_layer_ids");
+        m.shift_remove("mask_token_id");
     }
     if torchspec {
         set(&mut cfg, "model_type", json!("dflash"));
@@ -606,7 +621,7 @@ pub fn plan_dflash(
             json!(det.dims.target_hidden_size.unwrap_or(h as u64)),
         );
         if let Some(m) = cfg.as_object_mut() {
-            m.remove("dflash_config");
+            m.shift_remove("dflash_config");
         }
         if cfg.get("_torchspec_version").is_none() {
             set(
@@ -622,7 +637,7 @@ pub fn plan_dflash(
             set(&mut dc, "mask_token_id", m);
         }
         if let Some(m) = dc.as_object_mut() {
-            m.remove("target_layer_ids");
+            m.shift_remove("target_layer_ids");
         }
         set(&mut cfg, "dflash_config", dc);
         if cfg.get("block_size").is_none() {
@@ -630,7 +645,7 @@ pub fn plan_dflash(
             warnings.push("the source has no block_size: wrote 16 (z-lab's default); set it to the block size the drafter was trained with".into());
         }
         if let Some(m) = cfg.as_object_mut() {
-            m.remove("_torchspec_version");
+            m.shift_remove("_torchspec_version");
         }
     }
     let aux = taps
@@ -639,11 +654,17 @@ pub fn plan_dflash(
     if let Some(q) = cfg.get_mut("quantization_config") {
         rename_quant_lists(q, &|n| rename(n));
     }
+    quantization_config_last(&mut cfg);
+    let mut side_files = Vec::new();
+    if let Some(mut hq) = read_hf_quant_config(ck)? {
+        rename_quant_lists(&mut hq, &|n| rename(n));
+        side_files.push(hf_quant_config_file(&hq));
+    }
     Ok(Plan {
         tensors,
         dropped,
         config: cfg,
-        side_files: Vec::new(),
+        side_files,
         aux,
         warnings,
         launch: None,
