@@ -34,8 +34,9 @@ pub struct Options {
     pub aux_convention: Option<AuxConvention>,
     /// `model_type` for MLA drafts (default per engine).
     pub model_type: Option<String>,
-    /// Speculative steps for the printed launch line.
-    pub steps: usize,
+    /// `--steps`: EAGLE-3 draft depths per round (default 3); DFlash tokens proposed per step
+    /// (default and at most the draft's `block_size` − 1).
+    pub steps: Option<usize>,
 }
 
 /// Where one output tensor's bytes come from.
@@ -81,7 +82,21 @@ pub struct Plan {
     pub side_files: Vec<(String, Vec<u8>)>,
     pub aux: Option<AuxOut>,
     pub warnings: Vec<String>,
+    /// Draft depths per round (EAGLE-3) or tokens proposed per step (DFlash), for the launch
+    /// line and TensorRT-LLM's `max_draft_len`.
+    pub steps: usize,
+    /// TensorRT-LLM's options file, written by [`place`] once the output's path is known.
+    pub trtllm: Option<TrtllmYaml>,
+    /// Set by [`place`].
     pub launch: Option<String>,
+}
+
+/// What goes into `extra-llm-api-config.yml` besides the draft's path and `max_draft_len`.
+#[derive(Debug, Clone)]
+pub struct TrtllmYaml {
+    pub dflash: bool,
+    /// EAGLE-3 `eagle3_layers_to_capture` (outputs of layer k).
+    pub capture_output_of: Option<Vec<i64>>,
 }
 
 fn derr(ck: &Checkpoint, msg: String, hint: Option<&str>) -> Error {
@@ -154,11 +169,18 @@ pub fn plan(
         ));
     }
     if (o.dflash && !o.engine.for_dflash()) || (!o.dflash && !o.engine.for_eagle3()) {
-        return Err(Error::Usage(format!(
-            "--to {} does not take {} drafts",
-            o.engine.id(),
-            if o.dflash { "DFlash" } else { "EAGLE-3" }
-        )));
+        return Err(Error::Flags {
+            msg: format!(
+                "--to {} does not take {} drafts",
+                o.engine.id(),
+                if o.dflash { "DFlash" } else { "EAGLE-3" }
+            ),
+            hint: format!(
+                "`kquant convert {}` takes --to {}",
+                if o.dflash { "dflash" } else { "eagle3" },
+                Engine::ids_for(o.dflash)
+            ),
+        });
     }
     let taps = source_taps(ck, det, o)?;
     if o.dflash {
@@ -249,13 +271,48 @@ pub(crate) fn quantization_config_last(cfg: &mut Value) {
     }
 }
 
-/// The TensorRT-LLM `extra_llm_api_options` YAML for an EAGLE-3 draft.
-pub fn trtllm_yaml(draft_dir: &str, steps: usize, capture_output_of: Option<&[i64]>) -> String {
+/// The block size of a DFlash config: `dflash_config.block_size`, else top-level `block_size`
+/// (SGLang's order; z-lab's own drafts write the top-level key).
+pub fn dflash_block_size(cfg: &Value) -> Option<u64> {
+    cfg.pointer("/dflash_config/block_size")
+        .and_then(Value::as_u64)
+        .or_else(|| cfg.get("block_size").and_then(Value::as_u64))
+}
+
+/// `s` as a YAML scalar: plain when it is made of characters that cannot start or end one
+/// badly, else double-quoted (a JSON string is a YAML double-quoted scalar).
+fn yaml_str(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        serde_json::to_string(s).expect("JSON string")
+    }
+}
+
+/// The TensorRT-LLM `extra_llm_api_options` YAML for the draft in `draft_dir` (absolute).
+pub fn trtllm_yaml(draft_dir: &str, steps: usize, spec: &TrtllmYaml) -> String {
+    let launch = engine::launch_line(Engine::Trtllm, spec.dflash, draft_dir, steps)
+        .expect("a TensorRT-LLM launch line");
     let mut y = format!(
-        "# Written by kquant convert --to trtllm. Serve with:\n#   trtllm-serve <target> --backend pytorch --extra_llm_api_options {draft_dir}/extra-llm-api-config.yml\n\
-         speculative_config:\n  decoding_type: Eagle\n  max_draft_len: {steps}\n  speculative_model_dir: {draft_dir}\n  eagle3_one_model: true\n  eagle3_model_arch: llama3\n"
+        "# Written by kquant convert --to trtllm. Serve with:\n#   {launch}\nspeculative_config:\n"
     );
-    if let Some(ids) = capture_output_of {
+    if spec.dflash {
+        // z-lab DFlash (NVIDIA/TensorRT-LLM#12794): taps and mask token from the draft's
+        // dflash_config; max_draft_len = tokens proposed per step (block_size - 1).
+        y.push_str(&format!(
+            "  decoding_type: DFlash\n  max_draft_len: {steps}\n  speculative_model_dir: {}\n",
+            yaml_str(draft_dir)
+        ));
+        return y;
+    }
+    y.push_str(&format!(
+        "  decoding_type: Eagle\n  max_draft_len: {steps}\n  speculative_model_dir: {}\n  eagle3_one_model: true\n  eagle3_model_arch: llama3\n",
+        yaml_str(draft_dir)
+    ));
+    if let Some(ids) = &spec.capture_output_of {
         y.push_str(&format!(
             "  eagle3_layers_to_capture: [{}]\n",
             ids.iter()
@@ -265,6 +322,32 @@ pub fn trtllm_yaml(draft_dir: &str, steps: usize, capture_output_of: Option<&[i6
         ));
     }
     y
+}
+
+/// Where the output will be: `dir`, the absolute path it will have under its final name.
+/// Writes TensorRT-LLM's options file into the plan and sets the launch line.
+pub fn place(p: &mut Plan, engine: Engine, dflash: bool, dir: &std::path::Path) {
+    let d = dir.to_string_lossy();
+    if let Some(spec) = &p.trtllm {
+        p.side_files.push((
+            engine::TRTLLM_YAML.into(),
+            trtllm_yaml(&d, p.steps, spec).into_bytes(),
+        ));
+    }
+    p.launch = engine::launch_line(engine, dflash, &d, p.steps);
+}
+
+/// The absolute path `out` will have: its parent canonicalized (symbolic links and `..`
+/// resolved), joined with its name.
+pub fn final_dir(out: &std::path::Path) -> std::path::PathBuf {
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    match (std::fs::canonicalize(parent), out.file_name()) {
+        (Ok(p), Some(n)) => p.join(n),
+        _ => std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf()),
+    }
 }
 
 /// JSON of a plan for `--dry-run --json` and the result.
@@ -372,14 +455,7 @@ pub fn write(
     let cfg = serde_json::to_vec_pretty(&p.config).expect("config JSON");
     w.add_file("config.json", &cfg)?;
     for (n, b) in &p.side_files {
-        let b = if n == "extra-llm-api-config.yml" {
-            String::from_utf8_lossy(b)
-                .replace("<this-directory>", &out.display().to_string())
-                .into_bytes()
-        } else {
-            b.clone()
-        };
-        w.add_file(n, &b)?;
+        w.add_file(n, b)?;
     }
     w.finish()
 }

@@ -3,8 +3,8 @@
 use serde_json::{json, Value};
 
 use super::{
-    quantization_config_last, rename_quant_lists, set, trtllm_yaml, AuxOut, Engine, Options, Plan,
-    Planned, Source,
+    dflash_block_size, quantization_config_last, rename_quant_lists, set, AuxOut, Engine, Options,
+    Plan, Planned, Source, TrtllmYaml,
 };
 use crate::checkpoint::{AuxConvention, Checkpoint, Detection, Dialect, Family};
 use crate::error::{Error, Result};
@@ -484,18 +484,18 @@ pub fn plan_eagle3(
         rename_quant_lists(&mut hq, &|n| relayer(n, prefix));
         side_files.push(hf_quant_config_file(&hq));
     }
-    if e == Engine::Trtllm {
+    let trtllm = (e == Engine::Trtllm).then(|| {
         let cap: Option<Vec<i64>> = aux
             .as_ref()
             .map(|a| a.hidden_states.iter().map(|h| h - 1).collect());
-        side_files.push((
-            "extra-llm-api-config.yml".into(),
-            trtllm_yaml("<this-directory>", o.steps, cap.as_deref()).into_bytes(),
-        ));
         if cap.is_none() {
             warnings.push("no aux-layer ids in the source: TensorRT-LLM will capture its defaults {1, N/2-1, N-4}; pass --aux-layers to pin them".into());
         }
-    }
+        TrtllmYaml {
+            dflash: false,
+            capture_output_of: cap,
+        }
+    });
     Ok(Plan {
         tensors,
         dropped,
@@ -503,6 +503,8 @@ pub fn plan_eagle3(
         side_files,
         aux,
         warnings,
+        steps: o.steps.unwrap_or(3),
+        trtllm,
         launch: None,
     })
 }
@@ -620,6 +622,10 @@ pub fn plan_dflash(
             "target_hidden_size",
             json!(det.dims.target_hidden_size.unwrap_or(h as u64)),
         );
+        // TorchSpec keeps no dflash_config: a block size there moves to the top level.
+        if let Some(b) = dflash_block_size(&cfg) {
+            set(&mut cfg, "block_size", json!(b));
+        }
         if let Some(m) = cfg.as_object_mut() {
             m.shift_remove("dflash_config");
         }
@@ -640,7 +646,7 @@ pub fn plan_dflash(
             m.shift_remove("target_layer_ids");
         }
         set(&mut cfg, "dflash_config", dc);
-        if cfg.get("block_size").is_none() {
+        if dflash_block_size(&cfg).is_none() {
             set(&mut cfg, "block_size", json!(16));
             warnings.push("the source has no block_size: wrote 16 (z-lab's default); set it to the block size the drafter was trained with".into());
         }
@@ -660,6 +666,7 @@ pub fn plan_dflash(
         rename_quant_lists(&mut hq, &|n| rename(n));
         side_files.push(hf_quant_config_file(&hq));
     }
+    let steps = dflash_steps(ck, &cfg, e, o.steps)?;
     Ok(Plan {
         tensors,
         dropped,
@@ -667,6 +674,42 @@ pub fn plan_dflash(
         side_files,
         aux,
         warnings,
+        steps,
+        trtllm: (e == Engine::Trtllm).then_some(TrtllmYaml {
+            dflash: true,
+            capture_output_of: None,
+        }),
         launch: None,
     })
+}
+
+/// Tokens a DFlash draft proposes per step: `block_size` − 1 (one block is the last accepted
+/// token and `block_size` − 1 masked positions), or fewer with `--steps`. vLLM's
+/// `num_speculative_tokens` and TensorRT-LLM's `max_draft_len` are this number; SGLang's
+/// `--speculative-num-draft-tokens` is the block it runs, this number + 1.
+fn dflash_steps(ck: &Checkpoint, cfg: &Value, e: Engine, steps: Option<usize>) -> Result<usize> {
+    let Some(block) = dflash_block_size(cfg) else {
+        // Only a TorchSpec output of a source without a block size: no launch line.
+        return Ok(steps.unwrap_or(15));
+    };
+    let most = block.saturating_sub(1) as usize;
+    if most == 0 && (steps.is_some() || e.serving().is_some()) {
+        return Err(Error::Source {
+            path: ck.weights.dir.clone(),
+            msg: format!("block_size {block}: a DFlash draft proposes block_size - 1 tokens per step, so none"),
+            hint: Some("set block_size in config.json to the block size the drafter was trained with (z-lab's default is 16)".into()),
+        });
+    }
+    match steps {
+        Some(s) if s > most => Err(Error::Flags {
+            msg: format!(
+                "--steps {s}: this DFlash draft has block_size {block}, so it proposes at most {most} tokens per step"
+            ),
+            hint: format!(
+                "pass --steps between 1 and {most}, or leave it out for {most} (the whole block)"
+            ),
+        }),
+        Some(s) => Ok(s),
+        None => Ok(most),
+    }
 }
