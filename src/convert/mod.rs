@@ -294,8 +294,11 @@ fn yaml_str(s: &str) -> String {
 
 /// The TensorRT-LLM `extra_llm_api_options` YAML for the draft in `draft_dir` (absolute).
 pub fn trtllm_yaml(draft_dir: &str, steps: usize, spec: &TrtllmYaml) -> String {
+    // One comment line, whatever the path holds.
     let launch = engine::launch_line(Engine::Trtllm, spec.dflash, draft_dir, steps)
-        .expect("a TensorRT-LLM launch line");
+        .expect("a TensorRT-LLM launch line")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r");
     let mut y = format!(
         "# Written by kquant convert --to trtllm. Serve with:\n#   {launch}\nspeculative_config:\n"
     );
