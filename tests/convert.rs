@@ -304,7 +304,10 @@ fn vllm_gets_both_id_keys_and_trtllm_gets_its_yaml_and_int32_d2t() {
         "{yaml}"
     );
     assert!(
-        yaml.contains(&format!("speculative_model_dir: {}", o.display())),
+        yaml.contains(&format!(
+            "speculative_model_dir: {}",
+            o.canonicalize().unwrap().display()
+        )),
         "{yaml}"
     );
     let w = kquant::io::source::open(o.to_str().unwrap()).unwrap();
@@ -458,6 +461,7 @@ fn quantized_drafts_stay_quantized() {
             "`{n}` differs between quantize→convert and convert→quantize"
         );
     }
+    same_files(&v, &q2, "quark, vllm");
     let cfg: Value =
         serde_json::from_slice(&std::fs::read(v.join("config.json")).unwrap()).unwrap();
     let ex: Vec<&str> = cfg["quantization_config"]["exclude"]
@@ -467,6 +471,100 @@ fn quantized_drafts_stay_quantized() {
         .map(|e| e.as_str().unwrap())
         .collect();
     assert!(ex.contains(&"fc") && ex.contains(&"lm_head"), "{ex:?}");
+}
+
+/// Every file of `a` and `b` byte for byte, but the manifests (which record the command) and
+/// TensorRT-LLM's YAML (which `convert` writes and `quantize` does not carry over).
+fn same_files(a: &Path, b: &Path, what: &str) {
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n != "kquant-manifest.json" && n != "extra-llm-api-config.yml")
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(a), names(b), "{what}: files");
+    for n in names(a) {
+        let (x, y) = (
+            std::fs::read(a.join(&n)).unwrap(),
+            std::fs::read(b.join(&n)).unwrap(),
+        );
+        assert!(
+            x == y,
+            "{what}: `{n}` differs between quantize→convert and convert→quantize:\n{}\n---\n{}",
+            String::from_utf8_lossy(&x[..x.len().min(2000)]),
+            String::from_utf8_lossy(&y[..y.len().min(2000)])
+        );
+    }
+}
+
+/// ModelOpt drafts (`hf_quant_config.json` beside `config.json`): converting after quantizing
+/// and quantizing after converting write the same bytes, every file.
+#[test]
+fn modelopt_quantize_and_convert_commute_byte_for_byte() {
+    let t = tempfile::tempdir().unwrap();
+    let p = |n: &str| t.path().join(n);
+    let quantize = |src: &str, out: &Path, exclude: &str| {
+        ok(kq(&[
+            "quantize",
+            src,
+            "--format",
+            "modelopt",
+            "--scheme",
+            "fp8-pc",
+            "--exclude",
+            exclude,
+            "-o",
+            out.to_str().unwrap(),
+        ]));
+    };
+    // engine, source, --exclude before converting, the same modules after converting.
+    for (kind, src, to, ex, ex_converted) in [
+        (
+            "eagle3",
+            "fixtures/tiny/eagle3-specforge",
+            "trtllm",
+            "fc,lm_head",
+            "fc,lm_head",
+        ),
+        (
+            "eagle3",
+            "fixtures/tiny/eagle3-specforge",
+            "vllm",
+            "fc,lm_head,midlayer.mlp.down_proj,midlayer.self_attn.q_proj,midlayer.self_attn.k_proj,midlayer.self_attn.v_proj",
+            "fc,lm_head,layers.0.mlp.down_proj,layers.0.self_attn.q_proj,layers.0.self_attn.k_proj,layers.0.self_attn.v_proj",
+        ),
+        (
+            "dflash",
+            "fixtures/tiny/dflash-zlab",
+            "torchspec",
+            "fc",
+            "context_proj",
+        ),
+        (
+            "dflash",
+            "fixtures/tiny/dflash-zlab",
+            "vllm",
+            "fc,layers.1.mlp.down_proj",
+            "fc,layers.1.mlp.down_proj",
+        ),
+    ] {
+        let what = format!("{src} --to {to}");
+        let (q, qc, c, cq) = (
+            p(&format!("q-{kind}-{to}")),
+            p(&format!("qc-{kind}-{to}")),
+            p(&format!("c-{kind}-{to}")),
+            p(&format!("cq-{kind}-{to}")),
+        );
+        quantize(src, &q, ex);
+        ok(convert(kind, q.to_str().unwrap(), &qc, to, &["--target", TARGET]));
+        ok(convert(kind, src, &c, to, &["--target", TARGET]));
+        quantize(c.to_str().unwrap(), &cq, ex_converted);
+        assert!(qc.join("hf_quant_config.json").is_file(), "{what}");
+        same_files(&qc, &cq, &what);
+    }
 }
 
 #[test]
@@ -569,4 +667,265 @@ fn eagle31_post_norm_feedback_is_carried_as_behaviour_not_as_a_key() {
     ok(convert("eagle3", sf.to_str().unwrap(), &v, "vllm", &[]));
     let c: Value = serde_json::from_slice(&std::fs::read(v.join("config.json")).unwrap()).unwrap();
     assert!(c.get("norm_output").is_none(), "{c}");
+}
+
+/// `kquant ARGS…` run from `dir`.
+fn kq_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kquant"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The launch line `convert` printed on stderr.
+fn printed_launch(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr);
+    let mut lines = err.lines().skip_while(|l| *l != "launch with:");
+    assert!(lines.next().is_some(), "no launch line: {err}");
+    lines.next().unwrap().trim().to_string()
+}
+
+/// The value after `flag ` in a launch line.
+fn flag_value<'a>(line: &'a str, flag: &str) -> &'a str {
+    let at = line
+        .find(&format!("{flag} "))
+        .unwrap_or_else(|| panic!("{flag} in {line}"));
+    line[at + flag.len() + 1..].split(' ').next().unwrap()
+}
+
+/// vLLM's `--speculative-config '…'`, parsed.
+fn vllm_config(line: &str) -> Value {
+    let json = line.split('\'').nth(1).unwrap_or_else(|| panic!("{line}"));
+    serde_json::from_str(json).unwrap()
+}
+
+/// The `key: value` of TensorRT-LLM's YAML (flat keys under `speculative_config`).
+fn yaml_value(yaml: &str, key: &str) -> String {
+    yaml.lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
+        .unwrap_or_else(|| panic!("{key} in {yaml}"))
+        .to_string()
+}
+
+/// DFlash launch lines follow the draft's own block size B: SGLang runs a block of B
+/// (`--speculative-num-draft-tokens B`), vLLM drafts `num_speculative_tokens` B − 1, TensorRT-LLM
+/// `max_draft_len` B − 1; `--steps` sets the tokens proposed per step, at most B − 1.
+#[test]
+fn dflash_launch_lines_follow_the_block_size() {
+    let t = tempfile::tempdir().unwrap();
+    // A copy of the z-lab fixture with another block size: top-level, or only in dflash_config
+    // (which SGLang reads first).
+    let copy = |name: &str, edit: &dyn Fn(&mut Value)| -> String {
+        let d = t.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let fx = root().join("fixtures/tiny/dflash-zlab");
+        std::fs::copy(fx.join("model.safetensors"), d.join("model.safetensors")).unwrap();
+        let mut cfg: Value =
+            serde_json::from_slice(&std::fs::read(fx.join("config.json")).unwrap()).unwrap();
+        edit(&mut cfg);
+        std::fs::write(d.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+        d.to_str().unwrap().to_string()
+    };
+    let b8 = copy("block8", &|c| c["block_size"] = serde_json::json!(8));
+    let b6 = copy("nested6", &|c| {
+        c.as_object_mut().unwrap().remove("block_size");
+        c["dflash_config"]["block_size"] = serde_json::json!(6);
+    });
+    let sources = [
+        ("fixtures/tiny/dflash-zlab".to_string(), Some(16)),
+        // TorchSpec's config has no block size: convert writes z-lab's default 16 (warning).
+        ("fixtures/tiny/dflash-torchspec".to_string(), None),
+        (b8, Some(8)),
+        (b6, Some(6)),
+    ];
+    let mut n = 0;
+    for (src, src_block) in &sources {
+        assert_eq!(
+            inspect(Path::new(src))["dims"]["block_size"],
+            serde_json::json!(src_block),
+            "{src}: kquant inspect reads the block size"
+        );
+        for steps in [None, Some(3)] {
+            for engine in ["sglang", "vllm", "trtllm"] {
+                n += 1;
+                let out = t.path().join(format!("out{n}"));
+                let mut extra = vec!["--json"];
+                let s;
+                if let Some(k) = steps {
+                    s = k.to_string();
+                    extra.extend(["--steps", &s]);
+                }
+                let o = ok(convert("dflash", src, &out, engine, &extra));
+                let what = format!("{src} --to {engine} --steps {steps:?}");
+                // The block size of the written draft, by kquant inspect.
+                let block = inspect(&out)["dims"]["block_size"].as_u64().unwrap();
+                assert_eq!(block, src_block.unwrap_or(16), "{what}");
+                let proposed = steps.unwrap_or(block as usize - 1);
+                let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+                let line = printed_launch(&o);
+                assert_eq!(
+                    j["launch"],
+                    line.as_str(),
+                    "{what}: --json launch = printed"
+                );
+                let dir = out.canonicalize().unwrap();
+                let dir = dir.to_str().unwrap();
+                match engine {
+                    "sglang" => {
+                        assert!(line.contains("--speculative-algorithm DFLASH"), "{line}");
+                        assert_eq!(
+                            flag_value(&line, "--speculative-num-draft-tokens"),
+                            (proposed + 1).to_string(),
+                            "{what}: {line}"
+                        );
+                        assert_eq!(
+                            flag_value(&line, "--speculative-draft-model-path"),
+                            dir,
+                            "{what}"
+                        );
+                    }
+                    "vllm" => {
+                        let c = vllm_config(&line);
+                        assert_eq!(c["method"], "dflash", "{what}");
+                        assert_eq!(c["num_speculative_tokens"], proposed, "{what}: {line}");
+                        assert_eq!(c["model"], dir, "{what}");
+                    }
+                    _ => {
+                        let yaml =
+                            std::fs::read_to_string(out.join("extra-llm-api-config.yml")).unwrap();
+                        assert_eq!(yaml_value(&yaml, "decoding_type"), "DFlash", "{yaml}");
+                        assert_eq!(
+                            yaml_value(&yaml, "max_draft_len"),
+                            proposed.to_string(),
+                            "{what}: {yaml}"
+                        );
+                        assert_eq!(yaml_value(&yaml, "speculative_model_dir"), dir);
+                        assert_eq!(
+                            flag_value(&line, "--extra_llm_api_options"),
+                            format!("{dir}/extra-llm-api-config.yml")
+                        );
+                        // TensorRT-LLM's DFlash loader reads the z-lab layout.
+                        let j = inspect(&out);
+                        assert_eq!(j["dialect"], "zlab", "{what}");
+                        let trt = j["engines"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .find(|e| e["engine"] == "trtllm")
+                            .unwrap()
+                            .clone();
+                        assert_eq!(trt["loads"], "yes", "{what}: {trt}");
+                    }
+                }
+            }
+        }
+    }
+    // More tokens than the block holds: refused before anything is written.
+    let out = t.path().join("refused");
+    for (src, steps) in [
+        ("fixtures/tiny/dflash-zlab", "16"),
+        (sources[2].0.as_str(), "8"),
+    ] {
+        let o = convert("dflash", src, &out, "vllm", &["--steps", steps]);
+        assert_eq!(o.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.starts_with("error: ")
+                && err.contains("block_size")
+                && err.contains("hint: ")
+                && err.contains(&format!("{}", steps.parse::<u32>().unwrap() - 1)),
+            "{err}"
+        );
+        assert!(!out.exists());
+    }
+}
+
+/// A family's refused `--to` says which values it takes.
+#[test]
+fn a_refused_engine_names_the_ones_the_family_takes() {
+    let t = tempfile::tempdir().unwrap();
+    for (kind, src, to, takes) in [
+        (
+            "dflash",
+            "fixtures/tiny/dflash-zlab",
+            "eagle",
+            "sglang, vllm, trtllm, specforge, torchspec, zlab",
+        ),
+        (
+            "eagle3",
+            "fixtures/tiny/eagle3-specforge",
+            "zlab",
+            "sglang, vllm, trtllm, specforge, torchspec, eagle",
+        ),
+    ] {
+        let o = convert(kind, src, &t.path().join("x"), to, &[]);
+        assert_eq!(o.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("--to {to} does not take"))
+                && err.contains(&format!("hint: `kquant convert {kind}` takes --to {takes}")),
+            "{err}"
+        );
+        assert!(!err.contains("kquant --help"), "{err}");
+    }
+}
+
+/// Run from another directory with a relative `-o` through a symbolic link: the YAML and the
+/// launch lines name the output by its absolute, canonical final path, which exists.
+#[test]
+fn launch_lines_and_yaml_hold_the_absolute_output_path() {
+    let t = tempfile::tempdir().unwrap();
+    let cwd = t.path().join("work");
+    std::fs::create_dir_all(cwd.join("real")).unwrap();
+    std::os::unix::fs::symlink("real", cwd.join("conv")).unwrap();
+    let real = cwd.join("real").canonicalize().unwrap();
+    for (kind, fx, to) in [
+        ("eagle3", "eagle3-specforge", "trtllm"),
+        ("eagle3", "eagle3-specforge", "sglang"),
+        ("eagle3", "eagle3-specforge", "vllm"),
+        ("dflash", "dflash-zlab", "trtllm"),
+        ("dflash", "dflash-zlab", "sglang"),
+        ("dflash", "dflash-zlab", "vllm"),
+    ] {
+        let src = root().join("fixtures/tiny").join(fx);
+        let rel = format!("conv/q-{kind}-{to}");
+        let o = ok(kq_in(
+            &cwd,
+            &[
+                "convert",
+                kind,
+                src.to_str().unwrap(),
+                "-o",
+                &rel,
+                "--to",
+                to,
+                "--json",
+            ],
+        ));
+        let want = real.join(format!("q-{kind}-{to}"));
+        assert!(want.join("config.json").is_file(), "{}", want.display());
+        let want = want.to_str().unwrap();
+        let line = printed_launch(&o);
+        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["launch"], line.as_str());
+        assert!(!line.contains("kquant-partial"), "{line}");
+        let named = match to {
+            "sglang" => flag_value(&line, "--speculative-draft-model-path").to_string(),
+            "vllm" => vllm_config(&line)["model"].as_str().unwrap().to_string(),
+            _ => {
+                let opts = flag_value(&line, "--extra_llm_api_options");
+                assert_eq!(opts, format!("{want}/extra-llm-api-config.yml"));
+                let yaml = std::fs::read_to_string(opts).unwrap();
+                assert!(!yaml.contains("kquant-partial"), "{yaml}");
+                assert!(
+                    yaml.contains(&format!("--extra_llm_api_options {opts}")),
+                    "{yaml}"
+                );
+                yaml_value(&yaml, "speculative_model_dir")
+            }
+        };
+        assert_eq!(named, want, "{kind} --to {to}: {line}");
+        assert!(Path::new(&named).is_absolute() && Path::new(&named).is_dir());
+    }
 }

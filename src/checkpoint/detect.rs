@@ -500,7 +500,17 @@ fn dims(ck: &Checkpoint, n: &Names, prefix: Option<&str>, draft: bool) -> Result
         d.intermediate_size = c.uint("intermediate_size")?;
         d.vocab_size = c.uint("vocab_size")?;
         d.draft_vocab_size = c.uint("draft_vocab_size")?;
-        d.block_size = c.uint("block_size")?;
+        // DFlash: `dflash_config.block_size` first, as SGLang reads it; z-lab's drafts write
+        // the top-level key.
+        d.block_size = match c.nested("dflash_config", "block_size") {
+            Some(v) if !v.is_null() => Some(v.as_u64().ok_or_else(|| Error::Config {
+                path: c.path.clone(),
+                msg: format!(
+                    "`dflash_config.block_size` must be a non-negative integer, found {v}"
+                ),
+            })?),
+            _ => c.uint("block_size")?,
+        };
         d.n_routed_experts = c.uint("n_routed_experts")?;
     }
     let norm = prefix

@@ -54,8 +54,10 @@ pub enum What {
     Convert {
         /// Checkpoint directory.
         src: PathBuf,
+        /// Scratch directory for the outputs (removed after each step).
         #[arg(long, default_value = "/tmp/kquant-bench-out")]
         scratch: PathBuf,
+        /// Print the figures as JSON on stdout.
         #[arg(long)]
         json: bool,
         /// Rounds of `cp`, `cp && sync` and kquant, interleaved; each figure is the median.

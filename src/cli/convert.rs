@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::checkpoint::{AuxConvention, Checkpoint};
 use crate::cli::{command_line, human_bytes, progress};
-use crate::convert::{self, engine, Engine, Options};
+use crate::convert::{self, Engine, Options};
 use crate::error::{Error, Result};
 use crate::escape::{json_printable, printable};
 use crate::io::writer::{parse_size, WriteOptions};
@@ -35,9 +35,11 @@ pub enum Convention {
 /// Arguments of `kquant convert`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Draft family of the source: `eagle3` (Llama-style or MLA) or `dflash`.
     pub kind: Kind,
     /// Source draft: directory, `.safetensors` file or hub id.
     pub src: String,
+    /// Output directory (built beside it, renamed into place when complete).
     #[arg(short, long)]
     pub output: PathBuf,
     /// Engine (or trainer) layout to write.
@@ -62,11 +64,15 @@ pub struct Args {
     /// MTP and refuses it).
     #[arg(long)]
     pub model_type: Option<String>,
-    /// Speculative steps in the printed launch line / TensorRT-LLM max_draft_len.
-    #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::steps)]
-    pub steps: usize,
+    /// Tokens drafted per step in the printed launch line and TensorRT-LLM's max_draft_len.
+    /// EAGLE-3: draft depths per round (default 3). DFlash: tokens proposed per step, at most
+    /// the draft's block_size − 1, which is the default (SGLang runs a block of steps + 1).
+    #[arg(long, value_parser = crate::cli::flags::steps)]
+    pub steps: Option<usize>,
+    /// Split the output into shards of at most this size (e.g. `5GB`).
     #[arg(long, value_parser = parse_size)]
     pub max_shard_size: Option<u64>,
+    /// Replace an existing output (only one kquant wrote).
     #[arg(long)]
     pub force: bool,
     /// Record the sha256 of every input file in the output's manifest, however large
@@ -119,7 +125,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let target = a.target.as_deref().map(Checkpoint::open).transpose()?;
     let mut plan = convert::plan(&ck, &det, target.as_ref(), &o)?;
-    plan.launch = engine::launch_line(a.to, dflash, &a.output.display().to_string(), a.steps);
+    // Launch lines and TensorRT-LLM's options file name the output by its absolute path, so
+    // that they work from any directory.
+    convert::place(&mut plan, a.to, dflash, &convert::final_dir(&a.output));
     let bytes: u64 = plan
         .tensors
         .iter()

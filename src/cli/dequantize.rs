@@ -37,13 +37,16 @@ impl OutDtype {
 pub struct Args {
     /// A checkpoint kquant (or Quark / compressed-tensors) quantized.
     pub src: String,
+    /// Output directory (built beside it, renamed into place when complete).
     #[arg(short, long)]
     pub output: PathBuf,
     /// dtype of the dequantized weights (default: the config's `torch_dtype`/`dtype`, else bf16).
     #[arg(long, value_enum)]
     pub dtype: Option<OutDtype>,
+    /// Split the output into shards of at most this size (e.g. `5GB`).
     #[arg(long, value_parser = parse_size)]
     pub max_shard_size: Option<u64>,
+    /// Replace an existing output (only one kquant wrote).
     #[arg(long)]
     pub force: bool,
     /// Record the sha256 of every input file in the output's manifest, however large

@@ -13,7 +13,8 @@ pub enum Engine {
     Sglang,
     /// vLLM (`layers.0.*`; aux ids read raw at top level = input of layer k).
     Vllm,
-    /// TensorRT-LLM via the ModelOpt export layout (`layers.0.*` + extra-llm-api-config.yml).
+    /// TensorRT-LLM: EAGLE-3 in the ModelOpt export layout (`layers.0.*`), DFlash in z-lab's;
+    /// both with extra-llm-api-config.yml.
     #[value(alias = "modelopt")]
     Trtllm,
     /// SpecForge training layout (`midlayer.*`, d2t + t2d, no embed_tokens).
@@ -64,31 +65,84 @@ impl Engine {
     pub fn for_dflash(self) -> bool {
         matches!(
             self,
-            Engine::Zlab | Engine::Sglang | Engine::Vllm | Engine::Specforge | Engine::Torchspec
+            Engine::Zlab
+                | Engine::Sglang
+                | Engine::Vllm
+                | Engine::Trtllm
+                | Engine::Specforge
+                | Engine::Torchspec
         )
+    }
+
+    /// The `--to` values for a family, comma-separated (for messages).
+    pub fn ids_for(dflash: bool) -> String {
+        <Engine as clap::ValueEnum>::value_variants()
+            .iter()
+            .filter(|e| {
+                if dflash {
+                    e.for_dflash()
+                } else {
+                    e.for_eagle3()
+                }
+            })
+            .map(|e| e.id())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
-/// The command that serves `draft` with `target` on `engine`.
+/// `s` as one shell word: unchanged when it holds only characters no shell treats specially,
+/// else in single quotes.
+pub fn sh_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+,:=@%~".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The command that serves the draft in directory `draft` with a target on `engine`. `steps`
+/// is, for EAGLE-3, the draft depths per round; for DFlash, the tokens proposed per step
+/// (at most the draft's `block_size` − 1; SGLang counts the block: `steps` + 1).
 pub fn launch_line(engine: Engine, dflash: bool, draft: &str, steps: usize) -> Option<String> {
     let target = "<path-to-target>";
+    let d = sh_quote(draft);
+    let vllm = |method: &str| {
+        let cfg =
+            serde_json::json!({"method": method, "model": draft, "num_speculative_tokens": steps});
+        format!(
+            "vllm serve {target} --speculative-config {}",
+            sh_quote_always(&cfg.to_string())
+        )
+    };
     Some(match (engine, dflash) {
         (Engine::Sglang, false) => format!(
-            "python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 --speculative-draft-model-path {draft} \
+            "python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 --speculative-draft-model-path {d} \
              --speculative-num-steps {steps} --speculative-eagle-topk 1 --speculative-num-draft-tokens {} --trust-remote-code",
             steps + 1
         ),
         (Engine::Sglang, true) => format!(
-            "python -m sglang.launch_server --model-path {target} --speculative-algorithm DFLASH --speculative-draft-model-path {draft} \
-             --speculative-num-draft-tokens 16 --trust-remote-code"
+            "python -m sglang.launch_server --model-path {target} --speculative-algorithm DFLASH --speculative-draft-model-path {d} \
+             --speculative-num-draft-tokens {} --trust-remote-code",
+            steps + 1
         ),
-        (Engine::Vllm, false) => format!(
-            "vllm serve {target} --speculative-config '{{\"method\":\"eagle3\",\"model\":\"{draft}\",\"num_speculative_tokens\":{steps}}}'"
+        (Engine::Vllm, false) => vllm("eagle3"),
+        (Engine::Vllm, true) => vllm("dflash"),
+        (Engine::Trtllm, _) => format!(
+            "trtllm-serve {target} --backend pytorch --extra_llm_api_options {}",
+            sh_quote(&format!("{draft}/{TRTLLM_YAML}"))
         ),
-        (Engine::Vllm, true) => format!(
-            "vllm serve {target} --speculative-config '{{\"method\":\"dflash\",\"model\":\"{draft}\",\"num_speculative_tokens\":15}}'"
-        ),
-        (Engine::Trtllm, false) => format!("trtllm-serve {target} --backend pytorch --extra_llm_api_options {draft}/extra-llm-api-config.yml"),
         _ => return None,
     })
 }
+
+/// `s` in single quotes (a JSON argument).
+fn sh_quote_always(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The TensorRT-LLM options file `convert --to trtllm` writes into the draft's directory.
+pub const TRTLLM_YAML: &str = "extra-llm-api-config.yml";

@@ -34,8 +34,9 @@ pub struct Options {
     pub aux_convention: Option<AuxConvention>,
     /// `model_type` for MLA drafts (default per engine).
     pub model_type: Option<String>,
-    /// Speculative steps for the printed launch line.
-    pub steps: usize,
+    /// `--steps`: EAGLE-3 draft depths per round (default 3); DFlash tokens proposed per step
+    /// (default and at most the draft's `block_size` − 1).
+    pub steps: Option<usize>,
 }
 
 /// Where one output tensor's bytes come from.
@@ -81,7 +82,21 @@ pub struct Plan {
     pub side_files: Vec<(String, Vec<u8>)>,
     pub aux: Option<AuxOut>,
     pub warnings: Vec<String>,
+    /// Draft depths per round (EAGLE-3) or tokens proposed per step (DFlash), for the launch
+    /// line and TensorRT-LLM's `max_draft_len`.
+    pub steps: usize,
+    /// TensorRT-LLM's options file, written by [`place`] once the output's path is known.
+    pub trtllm: Option<TrtllmYaml>,
+    /// Set by [`place`].
     pub launch: Option<String>,
+}
+
+/// What goes into `extra-llm-api-config.yml` besides the draft's path and `max_draft_len`.
+#[derive(Debug, Clone)]
+pub struct TrtllmYaml {
+    pub dflash: bool,
+    /// EAGLE-3 `eagle3_layers_to_capture` (outputs of layer k).
+    pub capture_output_of: Option<Vec<i64>>,
 }
 
 fn derr(ck: &Checkpoint, msg: String, hint: Option<&str>) -> Error {
@@ -154,11 +169,18 @@ pub fn plan(
         ));
     }
     if (o.dflash && !o.engine.for_dflash()) || (!o.dflash && !o.engine.for_eagle3()) {
-        return Err(Error::Usage(format!(
-            "--to {} does not take {} drafts",
-            o.engine.id(),
-            if o.dflash { "DFlash" } else { "EAGLE-3" }
-        )));
+        return Err(Error::Flags {
+            msg: format!(
+                "--to {} does not take {} drafts",
+                o.engine.id(),
+                if o.dflash { "DFlash" } else { "EAGLE-3" }
+            ),
+            hint: format!(
+                "`kquant convert {}` takes --to {}",
+                if o.dflash { "dflash" } else { "eagle3" },
+                Engine::ids_for(o.dflash)
+            ),
+        });
     }
     let taps = source_taps(ck, det, o)?;
     if o.dflash {
@@ -170,6 +192,11 @@ pub fn plan(
 
 /// Rename module names in a quantization config's module lists (Quark `exclude`,
 /// compressed-tensors `ignore`, ModelOpt `exclude_modules`); `re:` entries are kept.
+///
+/// A ModelOpt list exactly as `quantize --format modelopt` writes it (the module names, then
+/// the names TensorRT-LLM gives them: `crate::quant::modelopt::exclude_modules`) is written
+/// again from the renamed module names, so that it is the list `quantize` writes for the
+/// converted draft; any other list is renamed entry by entry.
 pub fn rename_quant_lists(q: &mut Value, rename: &dyn Fn(&str) -> String) {
     match q {
         Value::Object(m) => {
@@ -179,6 +206,10 @@ pub fn rename_quant_lists(q: &mut Value, rename: &dyn Fn(&str) -> String) {
                     "exclude" | "ignore" | "exclude_modules" | "modules_to_not_convert"
                 ) {
                     if let Value::Array(a) = v {
+                        if let Some(again) = modelopt_list_renamed(a, rename) {
+                            *a = again;
+                            continue;
+                        }
                         for e in a.iter_mut() {
                             if let Some(s) = e.as_str().filter(|s| !s.starts_with("re:")) {
                                 *e = Value::String(rename(s));
@@ -195,6 +226,33 @@ pub fn rename_quant_lists(q: &mut Value, rename: &dyn Fn(&str) -> String) {
     }
 }
 
+/// A list `quantize --format modelopt` wrote, written again for the renamed modules (`None`
+/// for any other list).
+fn modelopt_list_renamed(a: &[Value], rename: &dyn Fn(&str) -> String) -> Option<Vec<Value>> {
+    use crate::quant::modelopt::exclude_modules;
+    let names: Vec<String> = a
+        .iter()
+        .map(|e| e.as_str().map(String::from))
+        .collect::<Option<_>>()?;
+    // The module names: what TensorRT-LLM's names are derived from (they start with `model.`,
+    // which no draft module kquant writes does).
+    let modules: Vec<String> = names
+        .iter()
+        .filter(|n| !n.starts_with("model."))
+        .cloned()
+        .collect();
+    if modules.len() == names.len() || exclude_modules(&modules) != names {
+        return None;
+    }
+    let renamed: Vec<String> = modules.iter().map(|n| rename(n)).collect();
+    Some(
+        exclude_modules(&renamed)
+            .into_iter()
+            .map(Value::from)
+            .collect(),
+    )
+}
+
 /// Set `obj[key] = v`, creating `obj` as an object if needed.
 pub(crate) fn set(obj: &mut Value, key: &str, v: Value) {
     if !obj.is_object() {
@@ -203,13 +261,61 @@ pub(crate) fn set(obj: &mut Value, key: &str, v: Value) {
     obj.as_object_mut().unwrap().insert(key.into(), v);
 }
 
-/// The TensorRT-LLM `extra_llm_api_options` YAML for an EAGLE-3 draft.
-pub fn trtllm_yaml(draft_dir: &str, steps: usize, capture_output_of: Option<&[i64]>) -> String {
+/// Put `quantization_config` after every other key, where `quantize` appends it, so that
+/// `config.json` has the same bytes whether a draft was quantized before or after converting.
+pub(crate) fn quantization_config_last(cfg: &mut Value) {
+    if let Some(m) = cfg.as_object_mut() {
+        if let Some(q) = m.shift_remove("quantization_config") {
+            m.insert("quantization_config".into(), q);
+        }
+    }
+}
+
+/// The block size of a DFlash config: `dflash_config.block_size`, else top-level `block_size`
+/// (SGLang's order; z-lab's own drafts write the top-level key).
+pub fn dflash_block_size(cfg: &Value) -> Option<u64> {
+    cfg.pointer("/dflash_config/block_size")
+        .and_then(Value::as_u64)
+        .or_else(|| cfg.get("block_size").and_then(Value::as_u64))
+}
+
+/// `s` as a YAML scalar: plain when it is made of characters that cannot start or end one
+/// badly, else double-quoted (a JSON string is a YAML double-quoted scalar).
+fn yaml_str(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        serde_json::to_string(s).expect("JSON string")
+    }
+}
+
+/// The TensorRT-LLM `extra_llm_api_options` YAML for the draft in `draft_dir` (absolute).
+pub fn trtllm_yaml(draft_dir: &str, steps: usize, spec: &TrtllmYaml) -> String {
+    // One comment line, whatever the path holds.
+    let launch = engine::launch_line(Engine::Trtllm, spec.dflash, draft_dir, steps)
+        .expect("a TensorRT-LLM launch line")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r");
     let mut y = format!(
-        "# Written by kquant convert --to trtllm. Serve with:\n#   trtllm-serve <target> --backend pytorch --extra_llm_api_options {draft_dir}/extra-llm-api-config.yml\n\
-         speculative_config:\n  decoding_type: Eagle\n  max_draft_len: {steps}\n  speculative_model_dir: {draft_dir}\n  eagle3_one_model: true\n  eagle3_model_arch: llama3\n"
+        "# Written by kquant convert --to trtllm. Serve with:\n#   {launch}\nspeculative_config:\n"
     );
-    if let Some(ids) = capture_output_of {
+    if spec.dflash {
+        // z-lab DFlash (NVIDIA/TensorRT-LLM#12794): taps and mask token from the draft's
+        // dflash_config; max_draft_len = tokens proposed per step (block_size - 1).
+        y.push_str(&format!(
+            "  decoding_type: DFlash\n  max_draft_len: {steps}\n  speculative_model_dir: {}\n",
+            yaml_str(draft_dir)
+        ));
+        return y;
+    }
+    y.push_str(&format!(
+        "  decoding_type: Eagle\n  max_draft_len: {steps}\n  speculative_model_dir: {}\n  eagle3_one_model: true\n  eagle3_model_arch: llama3\n",
+        yaml_str(draft_dir)
+    ));
+    if let Some(ids) = &spec.capture_output_of {
         y.push_str(&format!(
             "  eagle3_layers_to_capture: [{}]\n",
             ids.iter()
@@ -219,6 +325,32 @@ pub fn trtllm_yaml(draft_dir: &str, steps: usize, capture_output_of: Option<&[i6
         ));
     }
     y
+}
+
+/// Where the output will be: `dir`, the absolute path it will have under its final name.
+/// Writes TensorRT-LLM's options file into the plan and sets the launch line.
+pub fn place(p: &mut Plan, engine: Engine, dflash: bool, dir: &std::path::Path) {
+    let d = dir.to_string_lossy();
+    if let Some(spec) = &p.trtllm {
+        p.side_files.push((
+            engine::TRTLLM_YAML.into(),
+            trtllm_yaml(&d, p.steps, spec).into_bytes(),
+        ));
+    }
+    p.launch = engine::launch_line(engine, dflash, &d, p.steps);
+}
+
+/// The absolute path `out` will have: its parent canonicalized (symbolic links and `..`
+/// resolved), joined with its name.
+pub fn final_dir(out: &std::path::Path) -> std::path::PathBuf {
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    match (std::fs::canonicalize(parent), out.file_name()) {
+        (Ok(p), Some(n)) => p.join(n),
+        _ => std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf()),
+    }
 }
 
 /// JSON of a plan for `--dry-run --json` and the result.
@@ -322,18 +454,11 @@ pub fn write(
             }
         }
     }
-    let mut cfg = serde_json::to_vec_pretty(&p.config).expect("config JSON");
-    cfg.push(b'\n');
+    // As `quantize`, `dequantize` and `synth` write it (no final newline).
+    let cfg = serde_json::to_vec_pretty(&p.config).expect("config JSON");
     w.add_file("config.json", &cfg)?;
     for (n, b) in &p.side_files {
-        let b = if n == "extra-llm-api-config.yml" {
-            String::from_utf8_lossy(b)
-                .replace("<this-directory>", &out.display().to_string())
-                .into_bytes()
-        } else {
-            b.clone()
-        };
-        w.add_file(n, &b)?;
+        w.add_file(n, b)?;
     }
     w.finish()
 }

@@ -2,7 +2,10 @@
 
 use serde_json::{json, Value};
 
-use super::{rename_quant_lists, set, trtllm_yaml, AuxOut, Engine, Options, Plan, Planned, Source};
+use super::{
+    dflash_block_size, quantization_config_last, rename_quant_lists, set, AuxOut, Engine, Options,
+    Plan, Planned, Source, TrtllmYaml,
+};
 use crate::checkpoint::{AuxConvention, Checkpoint, Detection, Dialect, Family};
 use crate::error::{Error, Result};
 use crate::io::{Dtype, TensorInfo};
@@ -422,7 +425,7 @@ pub fn plan_eagle3(
     // post-norm hidden state back" (default false). Carry the behaviour, not the key.
     let post_norm = crate::checkpoint::detect::eagle3_feeds_post_norm(det, &cfg_in);
     if let Some(m) = cfg.as_object_mut() {
-        m.remove("norm_output");
+        m.shift_remove("norm_output");
     }
     match (post_norm, e) {
         (true, Engine::Vllm | Engine::Trtllm) => set(&mut cfg, "norm_output", json!(true)),
@@ -443,21 +446,21 @@ pub fn plan_eagle3(
         set(&mut ec, "next_layer_regular", json!(true));
     }
     if let Some(m) = ec.as_object_mut() {
-        m.remove("eagle_aux_hidden_state_layer_ids");
+        m.shift_remove("eagle_aux_hidden_state_layer_ids");
     }
     set(&mut cfg, "eagle_config", ec);
     if let Some(m) = cfg.as_object_mut() {
-        m.remove("eagle_aux_hidden_state_layer_ids");
+        m.shift_remove("eagle_aux_hidden_state_layer_ids");
         for k in [
             "speculators_model_type",
             "speculators_config",
             "speculators_version",
             "transformer_layer_config",
         ] {
-            m.remove(k);
+            m.shift_remove(k);
         }
         if e != Engine::Torchspec {
-            m.remove("_torchspec_version");
+            m.shift_remove("_torchspec_version");
         }
     }
     if e == Engine::Torchspec && cfg.get("_torchspec_version").is_none() {
@@ -473,28 +476,26 @@ pub fn plan_eagle3(
     if let Some(q) = cfg.get_mut("quantization_config") {
         rename_quant_lists(q, &|n| relayer(n, prefix));
     }
+    quantization_config_last(&mut cfg);
 
     let mut side_files = Vec::new();
     if let Some(hq) = read_hf_quant_config(ck)? {
         let mut hq = hq;
         rename_quant_lists(&mut hq, &|n| relayer(n, prefix));
-        side_files.push((
-            "hf_quant_config.json".to_string(),
-            serde_json::to_vec_pretty(&hq).expect("JSON"),
-        ));
+        side_files.push(hf_quant_config_file(&hq));
     }
-    if e == Engine::Trtllm {
+    let trtllm = (e == Engine::Trtllm).then(|| {
         let cap: Option<Vec<i64>> = aux
             .as_ref()
             .map(|a| a.hidden_states.iter().map(|h| h - 1).collect());
-        side_files.push((
-            "extra-llm-api-config.yml".into(),
-            trtllm_yaml("<this-directory>", o.steps, cap.as_deref()).into_bytes(),
-        ));
         if cap.is_none() {
             warnings.push("no aux-layer ids in the source: TensorRT-LLM will capture its defaults {1, N/2-1, N-4}; pass --aux-layers to pin them".into());
         }
-    }
+        TrtllmYaml {
+            dflash: false,
+            capture_output_of: cap,
+        }
+    });
     Ok(Plan {
         tensors,
         dropped,
@@ -502,8 +503,20 @@ pub fn plan_eagle3(
         side_files,
         aux,
         warnings,
+        steps: o.steps.unwrap_or(3),
+        trtllm,
         launch: None,
     })
+}
+
+/// `hf_quant_config.json` in the bytes `quantize --format modelopt` (and ModelOpt itself,
+/// Python's `json.dump(indent=4)`) writes, so that converting a quantized draft and quantizing
+/// a converted one give the same file.
+fn hf_quant_config_file(hq: &Value) -> (String, Vec<u8>) {
+    (
+        "hf_quant_config.json".into(),
+        crate::quant::modelopt::python_json_indent4(hq),
+    )
 }
 
 fn read_hf_quant_config(ck: &Checkpoint) -> Result<Option<Value>> {
@@ -535,11 +548,15 @@ pub fn plan_dflash(
         ("context_norm.", "hidden_norm."),
         ("final_norm.", "norm."),
     ];
+    // Tensor names (`fc.weight`) and module names (`fc`, in quantization configs).
     let rename = |n: &str| -> String {
         for (ts, zl) in MAP {
             let (from, to) = if torchspec { (zl, ts) } else { (ts, zl) };
             if let Some(rest) = n.strip_prefix(from) {
                 return format!("{to}{rest}");
+            }
+            if Some(n) == from.strip_suffix('.') {
+                return to.trim_end_matches('.').to_string();
             }
         }
         n.to_string()
@@ -584,7 +601,7 @@ pub fn plan_dflash(
             .unwrap_or(json!({})),
     );
     if let Some(m) = cfg.as_object_mut() {
-        m.remove("aux_hidden_state_layer_ids");
+        m.shift_remove("aux_hidden_state_layer_ids");
     }
     let mask = cfg
         .pointer("/dflash_config/mask_token_id")
@@ -592,8 +609,8 @@ pub fn plan_dflash(
         .cloned();
     set(&mut cfg, "architectures", json!(["DFlashDraftModel"]));
     if let Some(m) = cfg.as_object_mut() {
-        m.remove("target_layer_ids");
-        m.remove("mask_token_id");
+        m.shift_remove("target_layer_ids");
+        m.shift_remove("mask_token_id");
     }
     if torchspec {
         set(&mut cfg, "model_type", json!("dflash"));
@@ -605,8 +622,12 @@ pub fn plan_dflash(
             "target_hidden_size",
             json!(det.dims.target_hidden_size.unwrap_or(h as u64)),
         );
+        // TorchSpec keeps no dflash_config: a block size there moves to the top level.
+        if let Some(b) = dflash_block_size(&cfg) {
+            set(&mut cfg, "block_size", json!(b));
+        }
         if let Some(m) = cfg.as_object_mut() {
-            m.remove("dflash_config");
+            m.shift_remove("dflash_config");
         }
         if cfg.get("_torchspec_version").is_none() {
             set(
@@ -622,15 +643,15 @@ pub fn plan_dflash(
             set(&mut dc, "mask_token_id", m);
         }
         if let Some(m) = dc.as_object_mut() {
-            m.remove("target_layer_ids");
+            m.shift_remove("target_layer_ids");
         }
         set(&mut cfg, "dflash_config", dc);
-        if cfg.get("block_size").is_none() {
+        if dflash_block_size(&cfg).is_none() {
             set(&mut cfg, "block_size", json!(16));
             warnings.push("the source has no block_size: wrote 16 (z-lab's default); set it to the block size the drafter was trained with".into());
         }
         if let Some(m) = cfg.as_object_mut() {
-            m.remove("_torchspec_version");
+            m.shift_remove("_torchspec_version");
         }
     }
     let aux = taps
@@ -639,13 +660,56 @@ pub fn plan_dflash(
     if let Some(q) = cfg.get_mut("quantization_config") {
         rename_quant_lists(q, &|n| rename(n));
     }
+    quantization_config_last(&mut cfg);
+    let mut side_files = Vec::new();
+    if let Some(mut hq) = read_hf_quant_config(ck)? {
+        rename_quant_lists(&mut hq, &|n| rename(n));
+        side_files.push(hf_quant_config_file(&hq));
+    }
+    let steps = dflash_steps(ck, &cfg, e, o.steps)?;
     Ok(Plan {
         tensors,
         dropped,
         config: cfg,
-        side_files: Vec::new(),
+        side_files,
         aux,
         warnings,
+        steps,
+        trtllm: (e == Engine::Trtllm).then_some(TrtllmYaml {
+            dflash: true,
+            capture_output_of: None,
+        }),
         launch: None,
     })
+}
+
+/// Tokens a DFlash draft proposes per step: `block_size` − 1 (one block is the last accepted
+/// token and `block_size` − 1 masked positions), or fewer with `--steps`. vLLM's
+/// `num_speculative_tokens` and TensorRT-LLM's `max_draft_len` are this number; SGLang's
+/// `--speculative-num-draft-tokens` is the block it runs, this number + 1.
+fn dflash_steps(ck: &Checkpoint, cfg: &Value, e: Engine, steps: Option<usize>) -> Result<usize> {
+    let Some(block) = dflash_block_size(cfg) else {
+        // Only a TorchSpec output of a source without a block size: no launch line.
+        return Ok(steps.unwrap_or(15));
+    };
+    let most = block.saturating_sub(1) as usize;
+    if most == 0 && (steps.is_some() || e.serving().is_some()) {
+        return Err(Error::Source {
+            path: ck.weights.dir.clone(),
+            msg: format!("block_size {block}: a DFlash draft proposes block_size - 1 tokens per step, so none"),
+            hint: Some("set block_size in config.json to the block size the drafter was trained with (z-lab's default is 16)".into()),
+        });
+    }
+    match steps {
+        Some(s) if s > most => Err(Error::Flags {
+            msg: format!(
+                "--steps {s}: this DFlash draft has block_size {block}, so it proposes at most {most} tokens per step"
+            ),
+            hint: format!(
+                "pass --steps between 1 and {most}, or leave it out for {most} (the whole block)"
+            ),
+        }),
+        Some(s) => Ok(s),
+        None => Ok(most),
+    }
 }

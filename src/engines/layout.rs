@@ -110,7 +110,7 @@ pub static LAYOUT: &[Row] = &[
     row(DFLASH, &[Zlab], Cfg::Any, yes(Vllm, VLLM, "DFlashDraftModel -> DFlashQwen3ForCausalLM (`method: dflash`)")),
     row(DFLASH, &[Zlab], Cfg::Any, yes(Sglang, SGLANG, "DFlashDraftModel (`--speculative-algorithm DFLASH`)")),
     row(DFLASH, &[Zlab], Cfg::Any, yes(Trtllm, SOURCE, "DFlash one-model drafter (`decoding_type: DFlash`; tensorrt_llm/_torch/models/modeling_dflash.py@7c7504c): reads `dflash_config` (`target_layer_ids`, `mask_token_id`), `fc`, `hidden_norm`, `layers.N.*`, `norm`; embedding and lm_head from the target").version_note("TensorRT-LLM has DFlash since NVIDIA/TensorRT-LLM#12794 (April 2026); earlier releases have no DFlash loader")),
-    row(DFLASH, ANY, Cfg::Any, no(Trtllm, SOURCE, "TensorRT-LLM's DFlash loader (modeling_dflash.py@7c7504c) reads z-lab names (`fc`, `hidden_norm`, `norm`); TorchSpec's `context_proj`, `context_norm`, `final_norm` are not mapped (kquant convert dflash --to zlab)")),
+    row(DFLASH, ANY, Cfg::Any, no(Trtllm, SOURCE, "TensorRT-LLM's DFlash loader (modeling_dflash.py@7c7504c) reads z-lab names (`fc`, `hidden_norm`, `norm`); TorchSpec's `context_proj`, `context_norm`, `final_norm` are not mapped (kquant convert dflash --to trtllm)")),
 ];
 
 /// An EAGLE-3 draft without `lm_head`: what replaces a `yes` of this engine (none: unchanged).
