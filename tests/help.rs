@@ -1,5 +1,5 @@
 //! Every command's `--help` through the real binary: each argument and option has a
-//! description. Commands are found from the help itself (`kquant help`, then each command's
+//! description, and none says the same sentence twice. Commands are found from the help itself (`kquant help`, then each command's
 //! own `Commands:` list), so a new command or option is covered without editing this file.
 
 use std::process::Command;
@@ -130,4 +130,38 @@ fn the_description_parser_sees_a_missing_one() {
     assert_eq!(description(&e[0].0, &e[0].1), None);
     assert_eq!(description(&e[1].0, &e[1].1).as_deref(), Some("Print JSON"));
     assert_eq!(description(&e[2].0, &e[2].1).as_deref(), Some("Print help"));
+}
+
+/// No help line says the same sentence twice (`--scheme`'s once did), and the top-level list
+/// names every output format `quantize` writes.
+#[test]
+fn help_says_each_thing_once() {
+    let top = help(&[]);
+    let q = section(&top, "Commands:")
+        .into_iter()
+        .find(|(l, _)| l.trim_start().starts_with("quantize"))
+        .unwrap()
+        .0;
+    for f in ["Quark", "compressed-tensors", "ModelOpt"] {
+        assert!(
+            q.contains(f),
+            "quantize's one-line description leaves out {f}: {q}"
+        );
+    }
+    for c in commands() {
+        for line in help(&c).lines() {
+            let sentences: Vec<&str> = line
+                .split(". ")
+                .map(|s| s.trim().trim_end_matches('.'))
+                .filter(|s| s.len() > 20)
+                .collect();
+            for (i, s) in sentences.iter().enumerate() {
+                assert!(
+                    !sentences[i + 1..].contains(s),
+                    "`kquant {} --help` says twice: {s}",
+                    c.join(" ")
+                );
+            }
+        }
+    }
 }

@@ -37,7 +37,7 @@ TARGET_CONFIG = os.path.join(TINY, "target-kimi-k2", "config.json")
 
 CONVERT_TO = {
     "eagle3": ["sglang", "vllm", "trtllm", "specforge", "torchspec", "eagle"],
-    "dflash": ["zlab", "sglang", "vllm", "specforge", "torchspec"],
+    "dflash": ["zlab", "sglang", "vllm", "trtllm", "specforge", "torchspec"],
 }
 # Sources of the quantized outputs: one per family the engines serve, widened ×8 (widen.py:
 # group-128 schemes need input widths in multiples of 128).
