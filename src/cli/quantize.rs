@@ -332,7 +332,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         warnings.push(w);
     }
-    if matches!(det.family, Family::Target | Family::Unknown) {
+    if det.family == Family::Target {
         let w = format!(
             "`{}` is not a draft (family {}): kquant's engine claims, presets, convert and verify are for EAGLE-3 and DFlash drafts",
             a.src,
