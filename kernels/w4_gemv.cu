@@ -143,7 +143,8 @@ KQ_DEVICE void kq_w4a8_gemv(const kq_u32x4* __restrict__ qw, const float* __rest
 }
 
 // Per-token dynamic int8 quantization (one block per token, blockDim.x = 256):
-// s = absmax / 127 (1 for an all-zero row), a = clamp(rint(x / s), -127, 127), written in the
+// s = absmax / 127 (1 for an all-zero row), a = clamp(rint(x / s), -127, 127) (min(127, v) spelled
+// -max(-127, -v): fmaxf only), written in the
 // permuted order above, zero padded to Kp = ceil(K/32)*32; xsum = sum of a (for the epilogue).
 template <bool BF16>
 KQ_DEVICE void kq_quant_act_i8(const kq_u16* __restrict__ x, signed char* __restrict__ xq,
@@ -164,7 +165,7 @@ KQ_DEVICE void kq_quant_act_i8(const kq_u16* __restrict__ x, signed char* __rest
     int sum = 0;
     for (int k = t; k < Kp; k += blockDim.x) {
         int a = 0;
-        if (k < K) a = (int)kq_fmax(-127.f, -kq_fmax(-127.f, kq_rint(kq_act<BF16>(xr[k]) / s)));
+        if (k < K) a = (int)-kq_fmax(-127.f, -kq_fmax(-127.f, kq_rint(kq_act<BF16>(xr[k]) / s)));
         sum += a;
         const int slot = (k & 7) < 4 ? 2 * (k & 7) : 2 * (k & 7) - 7;  // [0,2,4,6,1,3,5,7]
         xq[(size_t)m * Kp + (k & ~7) + slot] = (signed char)a;

@@ -1,5 +1,6 @@
-//! `kquant bench gemm` through the real binary: the CPU device (kernel replay) reports every
-//! regime with its figures and goals, and a device this build lacks exits 2 with a hint.
+//! `kquant bench gemm` through the real binary: the CPU device (kernel replay) reports the regime
+//! it picks per M, or every regime `--regime` names, with the figures and goals, and a device
+//! this build lacks exits 2 with a hint.
 
 mod common;
 
@@ -32,7 +33,9 @@ fn cpu_device_reports_every_regime() {
     let rows = doc["results"].as_array().unwrap();
     assert_eq!(rows.len(), 6, "2 shapes × 3 M");
     let regimes: Vec<&str> = rows.iter().map(|r| r["regime"].as_str().unwrap()).collect();
-    assert_eq!(regimes, ["gemv", "mma", "dense", "gemv", "mma", "dense"]);
+    // The regime the device picks: the CPU replay has sm_90's thresholds (measured on an H200:
+    // MMA from M = 1, dense above 64).
+    assert_eq!(regimes, ["mma", "mma", "dense", "mma", "mma", "dense"]);
     for r in rows {
         let (k, n) = (r["k"].as_u64().unwrap(), r["n"].as_u64().unwrap());
         assert!((k, n) == (264, 40) || (k, n) == (128, 24));
@@ -60,10 +63,40 @@ fn cpu_device_reports_every_regime() {
 #[test]
 fn cpu_table_names_the_replay() {
     let out = kquant(&[
-        "bench", "gemm", "--shapes", "64x16", "--m", "1,9", "--iters", "1",
+        "bench",
+        "gemm",
+        "--shapes",
+        "64x16",
+        "--m",
+        "1,9",
+        "--iters",
+        "1",
+        "--regime",
+        "gemv,mma,dense",
     ]);
     assert!(out.status.success());
     let s = String::from_utf8_lossy(&out.stdout);
+    // Every named regime at every M it takes: GEMV only at M = 1 (it takes M ≤ 8).
+    let rows: Vec<(String, String)> = s
+        .lines()
+        .filter(|l| l.starts_with("64x16"))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[3].to_string(), f[4].to_string())
+        })
+        .collect();
+    let want = [
+        ("1", "gemv"),
+        ("1", "mma"),
+        ("1", "dense"),
+        ("9", "mma"),
+        ("9", "dense"),
+    ];
+    assert_eq!(
+        rows,
+        want.map(|(m, r)| (m.to_string(), r.to_string())),
+        "{s}"
+    );
     assert!(s.contains("cpu (kernel emulation"), "{s}");
     assert!(s.contains("% copy") && s.contains("speed-up"), "{s}");
     assert!(

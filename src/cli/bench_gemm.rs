@@ -1,6 +1,7 @@
 //! `kquant bench gemm`: measured (never asserted) speed of the INT4 GEMM kernels on one device.
 //! For each shape it measures, in the same run, a device-to-device copy of the packed weight
-//! bytes (the bandwidth ceiling), then per M the kernel the device picks (regime A/B/C), and a
+//! bytes (the bandwidth ceiling), then per M the kernel the device picks (regime A/B/C; `--regime`
+//! times the named ones instead, to find where their curves cross), and a
 //! dense bf16 GEMM of the same shape with the vendor BLAS; every timing cycles over enough
 //! weight copies to exceed twice the last-level cache, so weights stream from memory. It reports
 //! time, GB/s of packed weight bytes, % of the copy bandwidth and the speed-up over bf16, with
@@ -42,6 +43,11 @@ pub struct Args {
     /// Timed calls per measurement (after one warm-up; default 50 on a GPU, 1 on the CPU).
     #[arg(long, value_parser = crate::cli::flags::iters)]
     pub iters: Option<usize>,
+    /// Kernel regimes to time at every M: `auto` (the one the device picks for M), or a
+    /// comma-separated list of `gemv`, `mma`, `dense` to time each at every M it takes (GEMV
+    /// takes M ≤ 8) and so find where their curves cross.
+    #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = ["auto", "gemv", "mma", "dense"])]
+    pub regime: Vec<String>,
     /// Print the figures as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -149,6 +155,25 @@ fn check_size(name: &str, n: usize, k: usize, ms: &[usize]) -> Result<()> {
     })
 }
 
+/// The regimes `--regime` names for `m` tokens, in order, without repeats: `auto` is the device's
+/// own choice; GEMV is left out above its largest M (`gpu::GEMV_MAX_M`).
+fn regimes(names: &[String], dev: &dyn Backend, m: usize) -> Vec<Regime> {
+    let mut out = Vec::new();
+    for name in names {
+        let r = match name.as_str() {
+            "gemv" if m > gpu::GEMV_MAX_M => continue,
+            "gemv" => Regime::Gemv,
+            "mma" => Regime::Mma,
+            "dense" => Regime::Dense,
+            _ => dev.regime(m),
+        };
+        if !out.contains(&r) {
+            out.push(r);
+        }
+    }
+    out
+}
+
 fn goal(m: usize, pct_copy: f64, speedup: Option<f64>) -> (Option<&'static str>, Option<bool>) {
     if m == 1 {
         (Some("≥85% of copy"), Some(pct_copy >= 85.0))
@@ -201,15 +226,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let copy_bw = dev.copy_bandwidth(bytes, iters)?;
         let bf16_copies = (2 * llc).div_ceil(n * k * 2) + 1;
         for &m in &a.m {
-            let regime: Regime = dev.regime(m);
-            let t = dev.time_w4a16(&ws, act, m, regime, iters)?;
-            let gbs = bytes as f64 / t / 1e9;
-            let pct = 100.0 * (bytes as f64 / t) / copy_bw;
             let blas = dev.time_dense_bf16(n, k, m, bf16_copies, iters)?;
-            let speedup = blas.map(|b| b / t);
-            let (goal_text, met) = goal(m, pct, speedup);
-            if !a.json {
-                println!(
+            for regime in regimes(&a.regime, dev.as_ref(), m) {
+                let t = dev.time_w4a16(&ws, act, m, regime, iters)?;
+                let gbs = bytes as f64 / t / 1e9;
+                let pct = 100.0 * (bytes as f64 / t) / copy_bw;
+                let speedup = blas.map(|b| b / t);
+                let (goal_text, met) = goal(m, pct, speedup);
+                if !a.json {
+                    println!(
                     "{:<10} {:>6} {:>6} {:>4} {:>6} {:>9.1}µs {:>9.2} {:>6.1}% {:>11} {:>8}  {}",
                     name,
                     k,
@@ -228,14 +253,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
                         _ => String::new(),
                     }
                 );
+                }
+                rows_out.push(json!({
+                    "shape": name, "k": k, "n": n, "n_full": n_full, "m": m, "group": group,
+                    "regime": regime.name(), "seconds": t, "weight_bytes": bytes,
+                    "weight_gb_per_s": gbs, "copy_gb_per_s": copy_bw / 1e9, "pct_of_copy": pct,
+                    "bf16_blas_seconds": blas, "speedup_vs_bf16": speedup,
+                    "goal": goal_text, "goal_met": met, "weight_copies": copies,
+                }));
             }
-            rows_out.push(json!({
-                "shape": name, "k": k, "n": n, "n_full": n_full, "m": m, "group": group,
-                "regime": regime.name(), "seconds": t, "weight_bytes": bytes,
-                "weight_gb_per_s": gbs, "copy_gb_per_s": copy_bw / 1e9, "pct_of_copy": pct,
-                "bf16_blas_seconds": blas, "speedup_vs_bf16": speedup,
-                "goal": goal_text, "goal_met": met, "weight_copies": copies,
-            }));
         }
     }
     if a.json {

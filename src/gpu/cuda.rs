@@ -20,6 +20,15 @@ use super::layout::{W4Layout, CHUNK};
 use super::tune::{self, Arch, Regime};
 use super::{check_call, check_w4a8, source, Act, Backend, DeviceW4, GpuError, Result};
 
+/// The names the run-time loader (cudarc, built for the CUDA 12.8 API) tries for NVRTC and
+/// cuBLAS: CUDA 13 installs without the development links (the `nvidia-*-cu13` wheels, a runtime-
+/// only toolkit) ship only `libnvrtc.so.13` / `libcublas.so.13`, which it does not try; linking
+/// them as `libnvrtc.so` / `libcublas.so` in a directory on `LD_LIBRARY_PATH` is enough (the H200
+/// run in docs/kernels.md did exactly that, with PyTorch's CUDA 13 wheels).
+const NVRTC_NAMES: &str = "libnvrtc.so, libnvrtc.so.12, .11, .10; with CUDA 13 link \
+    libnvrtc.so.13 as libnvrtc.so (and libcublas.so.13 as libcublas.so) in a directory on \
+    LD_LIBRARY_PATH";
+
 fn err(e: impl std::fmt::Debug) -> GpuError {
     GpuError::Backend {
         backend: "cuda",
@@ -115,9 +124,24 @@ impl Cuda {
 
     pub fn new(ordinal: usize) -> Result<Cuda> {
         if !Self::available() {
-            return Err(err(
-                "libcuda / libnvrtc not found (no NVIDIA driver or NVRTC)",
-            ));
+            // SAFETY: only tries to dlopen the libraries.
+            let (driver, nvrtc) = unsafe {
+                (
+                    cudarc::driver::sys::is_culib_present(),
+                    cudarc::nvrtc::sys::is_culib_present(),
+                )
+            };
+            let mut missing = Vec::new();
+            if !driver {
+                missing.push("libcuda.so.1 (the NVIDIA driver)".to_string());
+            }
+            if !nvrtc {
+                missing.push(format!("libnvrtc (NVRTC; looked for as {NVRTC_NAMES})"));
+            }
+            return Err(GpuError::Backend {
+                backend: "cuda",
+                msg: format!("not found: {}", missing.join(", ")),
+            });
         }
         let ctx = CudaContext::new(ordinal).map_err(err)?;
         let (major, minor) = ctx.compute_capability().map_err(err)?;
@@ -128,7 +152,9 @@ impl Cuda {
         let blas = if unsafe { blas_sys::is_culib_present() } {
             CudaBlas::new(stream.clone()).map_err(|e| format!("{e:?}"))
         } else {
-            Err("libcublas not found".into())
+            Err("libcublas not found (looked for as libcublas.so, libcublas.so.12, …; with CUDA 13 \
+                 link libcublas.so.13 as libcublas.so in a directory on LD_LIBRARY_PATH)"
+                .into())
         };
         let device = ctx.name().unwrap_or_else(|_| "?".into());
         Ok(Cuda {

@@ -235,12 +235,17 @@ pub fn check_w4a8(w: &DeviceW4) -> Result<()> {
     }
 }
 
-/// Every device this build can run on: the CPU emulation always, then CUDA device 0 and HIP
-/// device 0 when their feature is on and their runtime loads (a missing runtime is reported on
-/// stderr and skipped, unless `KQUANT_REQUIRE_GPU=1`, which makes it a panic).
+/// Every device this build can run on: the CPU emulation, then CUDA device 0 and HIP device 0
+/// when their feature is on and their runtime loads (a missing runtime is reported on stderr and
+/// skipped, unless `KQUANT_REQUIRE_GPU=1`, which makes it a panic). `KQUANT_GPU_ONLY=1` leaves
+/// the CPU emulation out: a hardware run at the full Kimi shapes, where replaying every shape on
+/// the CPU would take hours.
 pub fn devices() -> Vec<Box<dyn Backend>> {
     #[allow(unused_mut)]
-    let mut v: Vec<Box<dyn Backend>> = vec![Box::new(reference::CpuEmu::nvidia())];
+    let mut v: Vec<Box<dyn Backend>> = Vec::new();
+    if std::env::var("KQUANT_GPU_ONLY").as_deref() != Ok("1") {
+        v.push(Box::new(reference::CpuEmu::nvidia()));
+    }
     #[cfg(feature = "cuda")]
     match cuda::Cuda::new(0) {
         Ok(d) => v.push(Box::new(d)),
