@@ -489,3 +489,131 @@ fn unknown_model_reports_why() {
     assert_eq!(j["family"], "unknown");
     assert!(j["reason"].as_str().unwrap().contains("no config.json"));
 }
+
+/// One story per engine: for every scheme × format `quantize` writes and each tiny Kimi draft
+/// family (EAGLE-3 Llama, EAGLE-3 MLA, DFlash), `inspect` on the output names exactly the claim
+/// `schemes` gives for that family (its exception where the table has one), and `quantize`
+/// warns that nothing loads the result exactly when those claims say so, quoting each of them.
+#[test]
+fn inspect_schemes_and_the_quantize_warning_tell_one_story() {
+    let out = run(&["schemes", "--json"]);
+    assert!(out.status.success());
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = tempfile::tempdir().unwrap();
+    let drafts = [
+        ("eagle3", "every draft"),
+        ("eagle3-mla", "EAGLE-3 MLA drafts"),
+        ("dflash", "DFlash drafts"),
+    ];
+    let (mut checked, mut warned) = (0, 0);
+    for s in doc["schemes"].as_array().unwrap() {
+        let scheme = s["id"].as_str().unwrap();
+        for c in s["carriers"].as_array().unwrap() {
+            if c["implemented"] != true {
+                continue;
+            }
+            let format = c["format"].as_str().unwrap();
+            for (dir, drafts_name) in drafts {
+                let src = root().join("fixtures/kimi-k2.5-tiny").join(dir);
+                let dst = t.path().join(format!("{dir}-{scheme}-{format}"));
+                let mut args = vec![
+                    "quantize",
+                    src.to_str().unwrap(),
+                    "-o",
+                    dst.to_str().unwrap(),
+                    "--scheme",
+                    scheme,
+                    "--format",
+                    format,
+                ];
+                let amax = t.path().join(format!("{dir}-amax.json"));
+                if scheme == "nvfp4" {
+                    // W4A4 needs a calibrated input amax per module; any positive value does
+                    // for the claims (every 2-D weight's module, as inspect lists them).
+                    let listed = inspect_json(src.to_str().unwrap());
+                    let amaxes: serde_json::Map<String, Value> = listed["tensors"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|t| t["shape"].as_array().unwrap().len() == 2)
+                        .filter_map(|t| t["name"].as_str().unwrap().strip_suffix(".weight"))
+                        .filter(|n| !n.contains("embed"))
+                        .map(|n| (n.to_string(), Value::from(1.0)))
+                        .collect();
+                    let doc = serde_json::json!({"schema": "kquant.input-amax/1", "amax": amaxes});
+                    std::fs::write(&amax, doc.to_string()).unwrap();
+                    args.extend(["--input-amax", amax.to_str().unwrap()]);
+                }
+                if dir == "eagle3-mla" {
+                    // The tiny MLA draft's kv_b_proj has K = 64 (kv_lora_rank), under a group
+                    // of 128; the claims do not depend on which modules are excluded.
+                    args.extend(["--exclude", "midlayer.self_attn.kv_b_proj"]);
+                }
+                let q = run(&args);
+                let err = String::from_utf8_lossy(&q.stderr).to_string();
+                assert!(q.status.success(), "{dir} {scheme} {format}: {err}");
+                // The family's claims, as `schemes` states them.
+                let want: Vec<Value> = c["engines"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|base| {
+                        c["exceptions"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .find(|x| {
+                                x["drafts"] == drafts_name && x["claim"]["engine"] == base["engine"]
+                            })
+                            .map_or(base.clone(), |x| x["claim"].clone())
+                    })
+                    .collect();
+                let got = inspect_json(dst.to_str().unwrap());
+                for w in &want {
+                    // inspect composes the quantization claim with the layout claim for this
+                    // checkpoint (every tiny draft's layout loads everywhere): same verdict and
+                    // release, the quantization's reasons first, the layout's after them.
+                    let e = w["engine"].as_str().unwrap();
+                    let g = engine_entry(&got, e);
+                    let ctx = format!("{dir} {scheme} {format}: inspect's {e} vs schemes'");
+                    assert_eq!(g["loads"], w["loads"], "{ctx}");
+                    assert_eq!(g["checked_with"], w["checked_with"], "{ctx}");
+                    let why = w["why"].as_str().unwrap();
+                    assert!(g["why"].as_str().unwrap().starts_with(why), "{ctx}: {g}");
+                    for f in ["unproven_on_cpu", "version_note"] {
+                        if let Some(part) = w[f].as_str() {
+                            assert!(
+                                g[f].as_str().is_some_and(|v| v.contains(part)),
+                                "{ctx}: {f} {g}"
+                            );
+                        }
+                    }
+                }
+                let gpu_loads = want
+                    .iter()
+                    .any(|w| w["loads"] == "yes" && w["cpu_only"] != true);
+                let warns = err.contains("serving engine loads --format");
+                assert_eq!(
+                    warns, !gpu_loads,
+                    "{dir} {scheme} {format}: the warning disagrees with the claims: {err}"
+                );
+                if warns {
+                    warned += 1;
+                    for w in &want {
+                        let why = w["why"].as_str().unwrap();
+                        assert!(
+                            err.contains(why),
+                            "{dir} {scheme} {format}: {why} not in {err}"
+                        );
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 60, "{checked} results checked");
+    assert!(
+        warned > 0 && warned < checked,
+        "{warned} of {checked} warned"
+    );
+}

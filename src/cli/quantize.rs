@@ -322,9 +322,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // engine notes before it.
     let advice = target.advice();
     let mut warnings = Vec::new();
-    if let Some(w) =
-        crate::engines::quantized::unloadable_warning(format, &scheme, advice.as_deref())
-    {
+    if let Some(w) = crate::engines::quantized::unloadable_warning(
+        format,
+        &scheme,
+        &det.family,
+        advice.as_deref(),
+    ) {
         // One line per engine: each escaped on its own (crate::escape).
         for (i, line) in w.lines().enumerate() {
             let head = if i == 0 { "warning: " } else { "" };

@@ -244,10 +244,19 @@ pub fn claim_for(
         .or_else(|| claim(format, scheme, engine))
 }
 
-/// The warning `kquant quantize` prints when no engine in the table loads the result, with the
-/// target's advice (what to use instead) after it; `None` when some engine loads it.
-pub fn unloadable_warning(format: Format, scheme: &str, advice: Option<&str>) -> Option<String> {
-    let all: Vec<&Claim> = claims(format, scheme).collect();
+/// The warning `kquant quantize` prints when no engine in the table loads the result for a
+/// `family` draft (the family's exceptions applied, as `inspect` and `schemes` apply them), with
+/// the target's advice (what to use instead) after it; `None` when some engine loads it.
+pub fn unloadable_warning(
+    format: Format,
+    scheme: &str,
+    family: &Family,
+    advice: Option<&str>,
+) -> Option<String> {
+    let all: Vec<&Claim> = Engine::ALL
+        .iter()
+        .filter_map(|&e| claim_for(format, scheme, e, family))
+        .collect();
     if all.is_empty() || all.iter().any(|c| c.loads == Loads::Yes && !c.cpu_only) {
         return None;
     }
@@ -258,7 +267,16 @@ pub fn unloadable_warning(format: Format, scheme: &str, advice: Option<&str>) ->
     } else {
         "no serving engine loads on every platform"
     };
-    let mut s = format!("{head} --format {} --scheme {scheme}:", format.name());
+    let drafts = Drafts::of(family);
+    let whose = if exceptions(format, scheme).any(|r| r.drafts == drafts) {
+        format!(" for {}", drafts.name())
+    } else {
+        String::new()
+    };
+    let mut s = format!(
+        "{head} --format {} --scheme {scheme}{whose}:",
+        format.name()
+    );
     for c in &all {
         let who = if c.checked_with.starts_with(c.engine.name()) {
             c.checked_with.to_string()
@@ -372,16 +390,27 @@ mod tests {
 
     #[test]
     fn warning_only_when_nothing_loads() {
-        let w = unloadable_warning(Quark, "int4-pc", Some("use X")).unwrap();
+        let any = Family::Eagle3;
+        let w = unloadable_warning(Quark, "int4-pc", &any, Some("use X")).unwrap();
         assert!(
             w.starts_with("no serving engine loads --format quark --scheme int4-pc:"),
             "{w}"
         );
         assert!(w.contains("group_size must be a positive int"), "{w}");
         assert!(w.ends_with("use X"), "{w}");
-        assert!(unloadable_warning(Quark, "int4-g32", None).is_none());
-        assert!(unloadable_warning(Quark, "w4a8-fp8", None).is_some());
-        let w = unloadable_warning(Ct, "w4a8-int8", None).unwrap();
+        assert!(unloadable_warning(Quark, "int4-g32", &any, None).is_none());
+        assert!(unloadable_warning(Quark, "w4a8-fp8", &any, None).is_some());
+        let w = unloadable_warning(Ct, "w4a8-int8", &any, None).unwrap();
         assert!(w.starts_with("no GPU serving engine loads"), "{w}");
+        // The family's exceptions count: TensorRT-LLM loads ModelOpt int4-g128 EAGLE-3 drafts
+        // but not DFlash ones, so a DFlash draft gets the warning an EAGLE-3 draft does not.
+        assert!(unloadable_warning(Modelopt, "int4-g128", &any, None).is_none());
+        let w = unloadable_warning(Modelopt, "int4-g128", &Family::Dflash, None).unwrap();
+        assert!(
+            w.starts_with(
+                "no serving engine loads --format modelopt --scheme int4-g128 for DFlash drafts:"
+            ),
+            "{w}"
+        );
     }
 }
