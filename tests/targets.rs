@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 
 use common::{kquant, read_json, root};
 use serde_json::Value;
@@ -89,8 +88,9 @@ fn every_profile_file_is_built_in_and_consistent() {
             let v: f64 = q.trim_start_matches('~').parse().unwrap();
             let cap = if a["family"] == "dflash" { 16.0 } else { 4.0 };
             assert!((1.0..=cap).contains(&v), "{name}: {a}");
+            let src = a["source"].as_str().unwrap();
             assert!(
-                a["source"].as_str().unwrap().starts_with("shared/seeds/"),
+                src.starts_with("huggingface.co/") && src.contains("quant-configs/targets/cards/"),
                 "{a}"
             );
         }
@@ -107,29 +107,34 @@ fn every_profile_file_is_built_in_and_consistent() {
     );
 }
 
-/// Where the seed cards live: `$KQUANT_SEEDS`, or `shared/seeds` beside or inside the checkout.
-fn seeds() -> Option<PathBuf> {
-    std::env::var_os("KQUANT_SEEDS")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain([root().join("shared/seeds"), root().join("../shared/seeds")])
-        .find(|p| p.is_dir())
+/// The card excerpt a published figure's `source` names: `huggingface.co/OWNER/NAME model card
+/// (quoted in quant-configs/targets/cards/OWNER--NAME.md)`, the verbatim lines between the fences.
+fn card_excerpt(src: &str) -> String {
+    let file = src
+        .split("quoted in ")
+        .nth(1)
+        .and_then(|r| r.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("no card excerpt named in {src}"));
+    let text = std::fs::read_to_string(root().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let card = src.split_whitespace().next().unwrap();
+    assert!(
+        text.contains(&format!("https://{card}")),
+        "{file} does not name {card}"
+    );
+    text.split("```")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{file}: no fenced excerpt"))
+        .to_string()
 }
 
 #[test]
-fn published_accept_lengths_are_quoted_verbatim_from_their_seed() {
+fn published_accept_lengths_are_quoted_verbatim_from_their_card() {
     let doc = targets_json(&[]);
-    let Some(dir) = seeds() else {
-        eprintln!("no shared/seeds directory (set KQUANT_SEEDS): quotes not checked");
-        return;
-    };
     let mut checked = 0;
     for t in doc["targets"].as_array().unwrap() {
         for a in t["published_accept_lengths"].as_array().unwrap() {
             let src = a["source"].as_str().unwrap();
-            let file = dir.join(src.strip_prefix("shared/seeds/").unwrap());
-            let text = std::fs::read_to_string(&file)
-                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            let text = card_excerpt(src);
             let q = a["accept_length"].as_str().unwrap();
             assert!(text.contains(q), "{q} is not in {src}");
             if let Some(n) = a["n"].as_u64() {
@@ -139,6 +144,24 @@ fn published_accept_lengths_are_quoted_verbatim_from_their_seed() {
         }
     }
     assert!(checked >= 17, "{checked}");
+}
+
+/// Nothing a user reads points at files users do not have: `kquant targets` (text and JSON) and
+/// the profiles cite public sources only.
+#[test]
+fn targets_cite_public_sources_only() {
+    for args in [&["targets"][..], &["targets", "--json"][..]] {
+        let o = kquant(args);
+        assert!(o.status.success());
+        let out = String::from_utf8_lossy(&o.stdout);
+        for bad in ["shared/", "seeds/", "§"] {
+            assert!(
+                !out.contains(bad),
+                "`kquant {}` prints {bad}",
+                args.join(" ")
+            );
+        }
+    }
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! `kquant targets [NAME|FILE] [--json]`: the target profiles (`quant-configs/targets/`) — shape,
-//! default taps per draft family in each numbering convention, the seed cards' published accept
+//! default taps per draft family in each numbering convention, the model cards' published accept
 //! lengths, and whether kquant can run the target live.
 
 use std::process::ExitCode;

@@ -1,7 +1,7 @@
 //! Target profiles: what kquant knows about each target model, in `quant-configs/targets/*.json`
 //! (compiled into the binary, so a bare name works anywhere). A profile gives the target's shape,
 //! the default taps of each draft family as HF `hidden_states` indices, the accept lengths the
-//! seed model cards publish (quoted exactly, with card, benchmark, engine and draft length), and,
+//! model cards publish (quoted exactly, with card, benchmark, engine and draft length), and,
 //! for a target kquant can run, where its live fixture lives. Facts nobody has checked are the
 //! string `"unknown"`, never a guess; `sources` cites where each known fact comes from.
 
@@ -161,7 +161,8 @@ pub struct PublishedAl {
     pub engine: String,
     /// Draft tokens per round, in the card's own terms.
     pub draft_length: String,
-    /// The seed file the number is quoted from.
+    /// The model card the number is quoted from (its address and the excerpt under
+    /// `quant-configs/targets/cards/`).
     pub source: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
