@@ -1,6 +1,6 @@
 //! `kquant calibrate --draft D --trace T [--target-checkpoint TGT] [--limit N] -o amax.json`:
 //! the activation range NVFP4 W4A4's static input scales need. Runs the draft's replay (pass A
-//! of shared/reference/verify.md §2.5, the f32 runtime: teacher-forced depths over the trace's
+//! of docs/verify.md ("What it computes"), the f32 runtime: teacher-forced depths over the trace's
 //! target taps and tokens) with an observer on every linear's input, and writes each module's
 //! `max |x|` as the `kquant.input-amax/1` file `kquant quantize --scheme nvfp4 --input-amax`
 //! reads (`quant::input_amax`; module = the draft's own tensor name without `.weight`).

@@ -14,7 +14,7 @@
 //! (`[out, 1]` per channel), `X.weight_shape` I64 `[2] = [out, in]`; no zero point (symmetric).
 //! Group sizes must divide `in` (compressed-tensors raises otherwise; the caller refuses).
 //!
-//! Facts: shared/reference/quant-formats.md §3, checked byte for byte against
+//! Facts: docs/quantize.md, "`--format compressed-tensors`", checked byte for byte against
 //! fixtures/goldens/compressed-tensors-0.20/ (tests/ct_golden.rs).
 //!
 //! `quantize_ref` is the plain reference; `quantize` is the rayon fast path, tested identical.

@@ -1,7 +1,7 @@
 //! Symmetric INT4 quantization, Quark's recipe (the spec), per output channel or per group of
 //! input columns: `s = max(round_to_model_dtype(amax / 7.5), 2^-23)`,
 //! `q = clamp(round_half_even(w · (1/s)), −8, 7)` (Quark multiplies by the reciprocal; dividing
-//! changes 1–2 codes per layer). See shared/reference/quant-formats.md §1.3.
+//! changes 1–2 codes per layer). See docs/quantize.md, "`--format quark`".
 //!
 //! `quantize_ref` is the plain reference; `quantize` is the rayon fast path, tested to give
 //! identical codes and scales (both [`super::rowwise::quantize`] with this recipe).

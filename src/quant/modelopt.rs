@@ -28,7 +28,7 @@
 //! `producer`, `quant_method "modelopt"`). TensorRT-LLM reads either and matches each entry with
 //! `fnmatch.fnmatchcase` against its own module names ([`exclude_modules`]).
 //!
-//! Facts: shared/reference/quant-formats.md §4; checked against
+//! Facts: docs/quantize.md, "`--format modelopt`"; checked against
 //! fixtures/goldens/modelopt-0.47/ (tests/modelopt_golden.rs): FP8 byte for byte; INT4 on
 //! everything the golden's AWQ search does not change (see docs/quantize.md).
 //!

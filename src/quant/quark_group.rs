@@ -8,7 +8,7 @@
 //! - `X.weight_zero_point`: I32 `[in/G, ⌈out/8⌉]`, zeros.
 //!
 //! `in` must be a multiple of `G` (the caller refuses other tensors). Facts:
-//! shared/reference/quant-formats.md §1.1, §1.3, §1.5.
+//! docs/quantize.md, "`--format quark`" and "FP8, W4A8 and UINT4".
 
 use serde_json::{json, Value};
 

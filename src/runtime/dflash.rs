@@ -1,6 +1,6 @@
 //! The DFlash block drafter (z-lab `DFlashDraftModel`: Qwen3 decoder layers, non-causal inside a
 //! block, no embedding or lm_head of its own) on CPU, in the offline form of
-//! shared/reference/verify.md §3.3. The context `hidden_norm(fc(cat taps))` and every layer's
+//! docs/verify.md, "DFlash replay". The context `hidden_norm(fc(cat taps))` and every layer's
 //! context keys/values are computed once per sequence ([`DFlash::context`]); then each root r
 //! gets one independent block pass over `[x_r, MASK × (B−1)]` at positions r..r+B−1 that sees the
 //! context rows < r and all block rows ([`DFlash::blocks`]), read out through the target's

@@ -12,7 +12,7 @@ pub mod rope;
 use crate::verify::walk::Matches;
 
 /// A draft the replay can run: teacher-forced depth matches for one sequence (pass A of
-/// shared/reference/verify.md §2.5) from the target's tapped hidden states.
+/// docs/verify.md, "What it computes") from the target's tapped hidden states.
 pub trait Drafter: Send + Sync {
     /// HF `hidden_states[i]` indices read, in the order the draft concatenates them.
     fn taps(&self) -> &[usize];

@@ -1,4 +1,4 @@
-//! The regression gate (shared/reference/verify.md §2.6): both drafts on identical positions,
+//! The regression gate (docs/verify.md, "The gate"): both drafts on identical positions,
 //! ΔAL = draft − baseline (micro-averaged over prompts), a 95 % paired bootstrap interval over
 //! prompts, and the pass/fail decision.
 

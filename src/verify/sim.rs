@@ -1,5 +1,5 @@
 //! A direct simulation of the engine's greedy speculative loop with the Rust target
-//! (shared/reference/verify.md §2.3 for EAGLE-3 chains, §3.2 for DFlash blocks): the draft
+//! (docs/verify.md: "What it computes" for EAGLE-3 chains, "DFlash replay" for DFlash blocks): the draft
 //! proposes from the committed prefix and the target's tapped features, the target verifies the
 //! proposals in one forward, the leading matches and the target's bonus token are committed.
 //! It is the independent check that the offline replay (pass A + `walk`) reports the accept

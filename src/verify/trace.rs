@@ -1,4 +1,4 @@
-//! `kquant-trace/1` (shared/reference/verify.md §5.5): a directory with `manifest.json` and
+//! `kquant-trace/1` (docs/verify.md, "`kquant-trace/1`"): a directory with `manifest.json` and
 //! safetensors shards holding, per sample, the token sequence (prompt + greedy continuation)
 //! and the target's hidden states at each tapped layer, keyed by HF `hidden_states[i]` index.
 //! Captured once where the target runs; replayed anywhere.

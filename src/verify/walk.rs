@@ -1,4 +1,4 @@
-//! Accept length from teacher-forced depth matches (shared/reference/verify.md §2.5 pass B):
+//! Accept length from teacher-forced depth matches (docs/verify.md, "What it computes", pass B):
 //! walk the engine's schedule over the per-root leading-match counts, and the secondary
 //! statistics (all-positions mean, per-depth conditional and unconditional rates, simulated
 //! accept length).

@@ -2,7 +2,7 @@
 //! `llama_attn`, DeepSeek MLA in `mla_attn`; everything else — fc over the taps, the two input
 //! norms, residual, SwiGLU MLP, final norm, lm_head, d2t — is shared here).
 //!
-//! Two forms: the teacher-forced pass the exact offline replay needs (shared/reference/verify.md
+//! Two forms: the teacher-forced pass the exact offline replay needs (docs/verify.md, "What it computes"
 //! §2.1, §2.5 pass A; `Eagle3Base.forward_ttt` in fixtures/gen/verify/common.py): depth 0 runs
 //! causally over every pair (target taps at t, token x[t+1]); depth k ≥ 1 feeds the previous
 //! depth's output back with the ground-truth token x[t+1+k] at RoPE position t+k and attends the
