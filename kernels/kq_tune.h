@@ -1,8 +1,8 @@
 // kq_tune.h — per-architecture tuning constants for the GEMV (regime A, M <= 8), tensor-core
 // (regime B) and dequant-to-dense (regime C) kernels.
 // The launcher in src/gpu/tune.rs mirrors these numbers (it picks grid and block sizes on the
-// host); change both together. Every value here is a first guess pending measurement on the GPU
-// (docs/kernels.md, "GPU checks that remain").
+// host); change both together (`gpu::tune::tests::kq_tune_h_agrees_with_the_table` holds them
+// equal). Every value here is a first guess pending tuning on the GPU (docs/kernels.md).
 //
 //   KQ_GEMV_ROWS      output channels per block (one warp / wavefront per channel)
 //   KQ_GEMV_UNROLL    128-bit weight loads in flight per lane before any math
@@ -10,8 +10,9 @@
 //   KQ_MMA_WARPS      warps / wavefronts per regime-B block (each owns 16 output channels)
 //   KQ_MMA_UNROLL     128-weight k-tiles whose weight loads are issued before any MMA
 //   KQ_DENSE_THREADS  threads per block of the dequant-to-dense kernel (one 32-weight chunk each)
-// The regime thresholds (GEMV up to M = 8, MMA up to M = 128, dense above) live in tune.rs only:
-// the host picks the kernel.
+// The regime thresholds (first guesses GEMV up to M = 8, MMA up to M = 128, dense above; on
+// sm_90 no GEMV, MMA up to 64, as measured on an H200) live in tune.rs only: the host picks the
+// kernel.
 #pragma once
 #define KQ_DENSE_THREADS 256
 

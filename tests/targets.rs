@@ -5,7 +5,6 @@
 
 mod common;
 
-
 use common::{kquant, read_json, root};
 use serde_json::Value;
 

@@ -292,4 +292,46 @@ mod tests {
         assert_eq!(regime(Arch::Gfx942, 128), Regime::Mma);
         assert_eq!(regime(Arch::Sm100, 129), Regime::Dense);
     }
+    /// `kernels/kq_tune.h` and [`Arch::tune`] hold the same launch constants for every arch
+    /// (the kernels compile with the header's, the host launches with the table's).
+    #[test]
+    fn kq_tune_h_agrees_with_the_table() {
+        let h = include_str!("../../kernels/kq_tune.h");
+        let define = |block: &str, name: &str| -> u32 {
+            block
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name} missing"))
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        assert_eq!(define(h, "KQ_DENSE_THREADS"), DENSE_THREADS);
+        let mut seen = Vec::new();
+        // Each arch's block runs from its KQ_ARCH_NAME to the next #elif / #else / #endif.
+        for block in h.split("#define KQ_ARCH_NAME ").skip(1) {
+            let name = block.split_whitespace().next().unwrap().trim_matches('"');
+            let arch = match name {
+                "sm_90" => Arch::Sm90,
+                "sm_100" => Arch::Sm100,
+                "gfx942" => Arch::Gfx942,
+                "generic" => Arch::Generic { warp: 32 },
+                other => panic!("kq_tune.h names an arch the table lacks: {other}"),
+            };
+            let t = arch.tune();
+            let got = [
+                ("KQ_GEMV_ROWS", t.rows),
+                ("KQ_GEMV_UNROLL", t.unroll),
+                ("KQ_UNITS", t.units),
+                ("KQ_BLOCKS_PER_UNIT", t.blocks_per_unit),
+                ("KQ_MMA_WARPS", t.mma_warps),
+                ("KQ_MMA_UNROLL", t.mma_unroll),
+            ];
+            for (k, v) in got {
+                assert_eq!(define(block, k), v, "{name} {k}");
+            }
+            seen.push(name.to_string());
+        }
+        assert_eq!(seen, ["gfx942", "sm_100", "sm_90", "generic"]);
+    }
 }
