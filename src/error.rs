@@ -153,15 +153,6 @@ pub enum Error {
     Device { msg: String, hint: Option<String> },
 }
 
-impl From<crate::gpu::GpuError> for Error {
-    fn from(e: crate::gpu::GpuError) -> Self {
-        Error::Device {
-            hint: e.hint(),
-            msg: e.to_string(),
-        }
-    }
-}
-
 impl Error {
     /// Wrap an I/O error with the action and path it happened on.
     pub fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {

@@ -11,6 +11,8 @@ pub mod error;
 pub mod escape;
 pub mod gpu;
 pub mod io;
+mod layering;
+pub mod ops;
 pub mod quant;
 pub mod runtime;
 pub mod synth;

@@ -2,7 +2,7 @@
 //! (`fixtures/kimi-k2.5-tiny/eagle3`, read at run time), quantized int4-pc with lm_head
 //! included: every quantized module is uploaded once to every device `gpu::devices()` gives (the
 //! kernels' CPU replay, and the GPU where the feature is on and one is present) and
-//! (1) matches the f32 runtime's matmul (`runtime::ops::linear` over the dequantized weights,
+//! (1) matches the f32 runtime's matmul (`ops::linear` over the dequantized weights,
 //! what `Eagle3` runs) within each regime's named bound (`w4a16_tol`) in all three regimes, and (2) on the trace's
 //! real target hidden states, fc → final norm → lm_head through the device gives the same greedy
 //! draft tokens as the f32 runtime wherever the f32 top-2 logit margin exceeds what bf16
@@ -19,9 +19,9 @@ use std::sync::Arc;
 use kquant::checkpoint::Checkpoint;
 use kquant::gpu::reference::{first_violation, w4a16_tol};
 use kquant::gpu::{devices, Act, Backend, Linear, Linears};
+use kquant::ops;
 use kquant::quant::decode::Logical;
 use kquant::runtime::eagle3::Eagle3;
-use kquant::runtime::ops;
 use kquant::verify::trace::Trace;
 
 const DRAFT: &str = "fixtures/kimi-k2.5-tiny/eagle3";

@@ -85,8 +85,8 @@ fn target_forward_matches_transformers() {
             &logits[i * m.vocab..(i + 1) * m.vocab],
         );
         assert_eq!(
-            kquant::runtime::ops::argmax(a),
-            kquant::runtime::ops::argmax(b),
+            kquant::ops::argmax(a),
+            kquant::ops::argmax(b),
             "argmax at {i}{stale}"
         );
     }

@@ -6,7 +6,7 @@
 use super::emu_mma::{dequant_bf16x4, dequant_f16x4};
 use super::layout::{W4Layout, CHUNK};
 use super::Act;
-use crate::runtime::ops;
+use crate::ops;
 
 /// `kq_w4_dequant_{act}_{pc,g}`: the dense `[n, k]` matrix (bit patterns of `act`). Per channel
 /// the exact codes; per group `q · s` rounded to nearest even in `act`.

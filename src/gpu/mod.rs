@@ -58,6 +58,17 @@ impl GpuError {
     }
 }
 
+/// A GPU error as the CLI reports it (`error:` and its `hint:`). Here, not in `crate::error`, so
+/// that the error module depends on nothing above it.
+impl From<GpuError> for crate::error::Error {
+    fn from(e: GpuError) -> Self {
+        crate::error::Error::Device {
+            hint: e.hint(),
+            msg: e.to_string(),
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, GpuError>;
 
 /// Activation dtype (bit patterns passed as `u16`).

@@ -1,5 +1,5 @@
 //! The CPU reference the kernels are checked against (dequantize + f32 GEMM, with
-//! [`crate::runtime::ops::linear`]), the W4A8 reference (per-token int8 activations, exact
+//! [`crate::ops::linear`]), the W4A8 reference (per-token int8 activations, exact
 //! integer dot products), the named error bounds, and [`CpuEmu`]: the "cpu" device of the shared
 //! device test, which replays each regime's kernels on the packed layout — the GEMV's algorithm
 //! here (magic-number dequant in f16, the permuted int8 activations, the `−8·Σa` correction), the
@@ -14,7 +14,7 @@ use super::emu_mma::Vendor;
 use super::layout::{dequant8_magic, W4Layout, CHUNK};
 use super::tune::{Arch, Regime};
 use super::{check_call, check_w4a8, emu_dense, emu_mma, Act, Backend, DeviceW4, Result};
-use crate::runtime::ops;
+use crate::ops;
 
 /// W4A16 bound: `|y − y_ref| ≤ W4A16_REL_L1_TOL · Σ_k |w[n,k]·x[m,k]| + ABS_FLOOR` (f32
 /// accumulation in a different order; both sides see the same bf16/f16 activations).

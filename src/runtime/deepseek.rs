@@ -20,7 +20,7 @@ pub use moe::Routed;
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::runtime::ops::{argmax, linear, linear_ref, rms_norm};
+use crate::ops::{argmax, linear, linear_ref, rms_norm};
 use attention::KvCache;
 use weights::{Ffn, Weights};
 

@@ -16,19 +16,19 @@ use rayon::prelude::*;
 use serde_json::Value;
 
 use super::linears::{Exec, Linear, LinearSet};
-use super::ops::{argmax, linear, linear_ref, rms_norm, silu, softmax};
 use super::rope::Rope;
 use crate::checkpoint::{Checkpoint, Detection, Dialect, Family};
 use crate::error::{Error, Result};
+use crate::ops::{argmax, linear, linear_ref, rms_norm, silu, softmax};
 use crate::quant::decode::Logical;
-use crate::verify::walk::Matches;
+use crate::runtime::matches::Matches;
 
 /// Bound on `max |fast − reference| / max |reference|` over the block logits: the fast path
 /// only reorders f32 sums (batched, vectorised matmuls), measured ≈1e-6 on the tiny fixture.
 pub const FAST_REL_TOL: f32 = 1e-4;
 
 /// Depth-match masks hold one bit per depth in a `u32` (`verify::walk::Matches`).
-const MAX_DEPTHS: usize = crate::verify::walk::MAX_DEPTHS;
+const MAX_DEPTHS: usize = crate::runtime::matches::MAX_DEPTHS;
 
 /// The target's tensors a DFlash draft runs with: its token embedding and its lm_head, both
 /// `[vocab, hidden]`.

@@ -17,9 +17,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::ops;
 use crate::error::{Error, Result};
 use crate::gpu::{self, Act, Backend, GpuError, W4Layout};
+use crate::ops;
 use crate::quant::decode::Logical;
 
 /// Where a draft's quantized linears run.

@@ -1,15 +1,15 @@
 //! CPU forward passes for drafts and the Kimi-K2 target, each built on the plain reference ops
-//! in `ops` and their tested fast paths, and the `Drafter` trait the verify replay runs them
+//! in `crate::ops` and their tested fast paths, and the `Drafter` trait the verify replay runs them
 //! through.
 
 pub mod deepseek;
 pub mod dflash;
 pub mod eagle3;
 pub mod linears;
-pub mod ops;
+pub mod matches;
 pub mod rope;
 
-use crate::verify::walk::Matches;
+use matches::Matches;
 
 /// A draft the replay can run: teacher-forced depth matches for one sequence (pass A of
 /// docs/verify.md, "What it computes") from the target's tapped hidden states.

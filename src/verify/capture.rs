@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::io::writer::hash_file;
+use crate::ops::argmax;
 use crate::runtime::deepseek::{DeepseekV3, Forward};
-use crate::runtime::ops::argmax;
 use crate::verify::trace::{Manifest, NewSample, SampleMeta, FORMAT, TAP_CONVENTION};
 
 /// One prompt of the input JSONL.

@@ -8,8 +8,8 @@
 use half::bf16;
 
 use crate::error::Result;
+use crate::ops::argmax;
 use crate::runtime::deepseek::DeepseekV3;
-use crate::runtime::ops::argmax;
 use crate::runtime::Drafter;
 
 /// What one simulated generation did.

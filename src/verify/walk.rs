@@ -5,31 +5,7 @@
 
 use serde::Serialize;
 
-/// Most depths a `Matches` mask holds (one bit each in a `u32`).
-pub const MAX_DEPTHS: usize = 32;
-
-/// Depth matches of one sample: for pair index `t` (root token `x[t+1]`), bit `k` of `c[t]` is
-/// set when the draft's depth-`k` token equals `x[t+2+k]`. Only `t ≥ prompt_len − 1` is used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Matches {
-    pub depths: usize,
-    pub prompt_len: usize,
-    /// Sequence length T (prompt + generated).
-    pub total_len: usize,
-    /// One entry per pair index `0..total_len-1`.
-    pub c: Vec<u32>,
-}
-
-impl Matches {
-    /// Leading matches n(t), truncated to the tokens left after root `x[t+1]`.
-    pub fn leading(&self, t: usize) -> usize {
-        let mut n = 0;
-        while n < self.depths && self.c[t] >> n & 1 == 1 {
-            n += 1;
-        }
-        n.min(self.total_len.saturating_sub(t + 2))
-    }
-}
+pub use crate::runtime::matches::{Matches, MAX_DEPTHS};
 
 /// Accept-length statistics of one sample (or an aggregate).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

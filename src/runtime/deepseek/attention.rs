@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use super::config::DsConfig;
 use super::weights::{Attn, QProj};
 use super::Exec;
-use crate::runtime::ops::{rms_norm, softmax};
+use crate::ops::{rms_norm, softmax};
 
 /// Keys `[T, heads, nope + rope]` and values `[T, heads, v]` of the positions seen so far.
 #[derive(Debug, Clone, Default)]

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use super::config::DsConfig;
 use super::weights::{Mlp, Moe};
 use super::Exec;
-use crate::runtime::ops::silu;
+use crate::ops::silu;
 
 /// `down(silu(gate x) · up x)` on `n` rows of width `h`.
 pub fn mlp(e: Exec, m: &Mlp, x: &[f32], n: usize, h: usize) -> Vec<f32> {

@@ -9,8 +9,8 @@
 
 use super::{Attention, Qkv, Source};
 use crate::error::Result;
+use crate::ops::rms_norm;
 use crate::runtime::linears::Linear;
-use crate::runtime::ops::rms_norm;
 use crate::runtime::rope::Rope;
 
 /// The query projection: low-rank with a norm between (`q_a_proj`, `q_a_layernorm`,

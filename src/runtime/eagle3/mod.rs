@@ -26,12 +26,12 @@ pub use llama_attn::LlamaAttention;
 pub use mla_attn::MlaAttention;
 
 use super::linears::{Exec, Linear, LinearSet};
-use super::ops::{argmax, rms_norm, silu, softmax};
 use super::rope::Rope;
 use crate::checkpoint::{Checkpoint, Config, Detection, Dims, Family};
 use crate::error::{Error, Result};
+use crate::ops::{argmax, rms_norm, silu, softmax};
 use crate::quant::decode::Logical;
-use crate::verify::walk::Matches;
+use crate::runtime::matches::Matches;
 
 /// Projected attention inputs of `n` rows, RoPE applied: `q` `[n, heads · qk_dim]`,
 /// `k` `[n, kv_heads · qk_dim]`, `v` `[n, kv_heads · v_dim]` (heads contiguous in each row).
@@ -665,7 +665,7 @@ mod tests {
     use super::*;
     use crate::io::writer::{TensorSpec, WriteOptions, Writer};
     use crate::io::Dtype;
-    use crate::runtime::ops::linear;
+    use crate::ops::linear;
     use crate::runtime::Drafter;
     use std::path::PathBuf;
 
