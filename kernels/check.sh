@@ -3,7 +3,9 @@
 #
 #   CUDA: kernels/*.cu -> cubin for sm_90a and sm_100a with nvcc from the PyPI wheels
 #         nvidia-cuda-nvcc / nvidia-cuda-runtime / nvidia-cuda-cccl (pinned below), installed
-#         once into $KQUANT_CUDA_HOME (default ~/.cache/kquant/cuda), outside the repo.
+#         once into $KQUANT_CUDA_HOME (default ~/.cache/kquant/cuda), outside the repo, with
+#         nvidia-cuda-nvrtc (NVRTC, which .ci/run then gives the `--features cuda` unit test that
+#         compiles the assembled module for every arch).
 #   HIP:  the same sources as HIP (kernels/kq_vendor.h maps the CUDA spelling) -> an AMDGPU code
 #         object for gfx940 (stand-in for gfx942/MI325X: Debian 12's LLVM 16 lacks gfx942) with
 #         Debian's clang-16 + lld-16 (the AMDGPU linker) + libamdhip64-dev + rocm-device-libs
@@ -17,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# nvidia-cuda-nvcc, -runtime, -cccl and the two wheels nvcc depends on (nvidia-nvvm: cicc;
+# nvidia-cuda-nvcc, -runtime, -cccl, -nvrtc and the two wheels nvcc depends on (nvidia-nvvm: cicc;
 # nvidia-cuda-crt), all pinned to one release: an unpinned nvvm 13.5 emits PTX 9.5 that the
 # 13.2 ptxas refuses.
 CUDA_VERSION_PIN="13.2.86"
@@ -37,7 +39,7 @@ for f in kq_vendor.h kq_tune.h "${SOURCES[@]}"; do
 done >"$MODULE"
 
 # ---------------------------------------------------------------- CUDA toolchain (pip, cached)
-stamp="$CUDA_HOME_DIR/.installed-$CUDA_VERSION_PIN"
+stamp="$CUDA_HOME_DIR/.installed-$CUDA_VERSION_PIN-nvrtc"
 if [ ! -f "$stamp" ]; then
     echo "check.sh: installing nvcc $CUDA_VERSION_PIN (PyPI) into $CUDA_HOME_DIR"
     rm -rf "$CUDA_HOME_DIR"
@@ -48,7 +50,8 @@ if [ ! -f "$stamp" ]; then
         "nvidia-cuda-runtime==$CUDA_VERSION_PIN" \
         "nvidia-cuda-cccl==$CUDA_VERSION_PIN" \
         "nvidia-nvvm==$CUDA_VERSION_PIN" \
-        "nvidia-cuda-crt==$CUDA_VERSION_PIN"
+        "nvidia-cuda-crt==$CUDA_VERSION_PIN" \
+        "nvidia-cuda-nvrtc==$CUDA_VERSION_PIN"
     touch "$stamp"
 fi
 NVCC="$(find "$CUDA_HOME_DIR/venv" -path '*/bin/nvcc' -type f | head -n1)"

@@ -524,20 +524,17 @@ mod tests {
 
     /// NVRTC compiles the header-free single-TU module for every arch the launcher can ask for
     /// (no GPU needed, only `libnvrtc`; run with `LD_LIBRARY_PATH` pointing at one, e.g. the
-    /// PyPI `nvidia-cuda-nvrtc` wheel). Skipped with a note where no NVRTC loads, unless
-    /// `KQUANT_REQUIRE_NVRTC=1`.
+    /// PyPI `nvidia-cuda-nvrtc` wheel that kernels/check.sh installs). Ignored unless asked for
+    /// (`-- --include-ignored`, as .ci/run does), and then a missing NVRTC is a failure.
     #[test]
+    #[ignore = "needs libnvrtc on LD_LIBRARY_PATH (kernels/check.sh installs it; .ci/run runs this)"]
     fn nvrtc_compiles_the_module() {
         // SAFETY: only tries to dlopen the library.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            assert_ne!(
-                std::env::var("KQUANT_REQUIRE_NVRTC").as_deref(),
-                Ok("1"),
-                "KQUANT_REQUIRE_NVRTC=1 but libnvrtc does not load"
-            );
-            eprintln!("cuda: NVRTC SKIPPED: libnvrtc not found");
-            return;
-        }
+        assert!(
+            unsafe { cudarc::nvrtc::sys::is_culib_present() },
+            "libnvrtc does not load: link libnvrtc.so.13 as libnvrtc.so in a directory on \
+             LD_LIBRARY_PATH ({NVRTC_NAMES})"
+        );
         for arch in ["sm_80", "sm_90", "sm_100", "sm_120"] {
             let ptx = compile(arch)
                 .unwrap_or_else(|e| panic!("{arch}: {e}"))

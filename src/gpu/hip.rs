@@ -946,22 +946,13 @@ mod tests {
     /// hipRTC compiles the header-free single-TU module (no GPU needed, only the HIP runtime
     /// libraries). `KQUANT_HIPRTC_ARCHS` picks the targets; the default is gfx942, or gfx90a
     /// where hipRTC still lives in libamdhip64 (ROCm < 5.3, e.g. Debian 12's 5.2, whose comgr
-    /// aborts on gfx94x). Skipped with a note where no hipRTC loads, unless
-    /// `KQUANT_REQUIRE_HIPRTC=1`.
+    /// aborts on gfx94x). Ignored unless asked for (`-- --include-ignored`, as .ci/run does
+    /// after kernels/check.sh installed Debian's ROCm runtime), and then a missing hipRTC is a
+    /// failure.
     #[test]
+    #[ignore = "needs the HIP runtime with hipRTC (kernels/check.sh installs Debian's; .ci/run runs this)"]
     fn hiprtc_compiles_the_module() {
-        let api = match Api::load() {
-            Ok(a) => a,
-            Err(e) => {
-                assert_ne!(
-                    std::env::var("KQUANT_REQUIRE_HIPRTC").as_deref(),
-                    Ok("1"),
-                    "KQUANT_REQUIRE_HIPRTC=1 but hipRTC does not load: {e}"
-                );
-                eprintln!("hip: hipRTC SKIPPED: {e}");
-                return;
-            }
-        };
+        let api = Api::load().unwrap_or_else(|e| panic!("hipRTC does not load: {e}"));
         let default = if api.rtc_in_hip { "gfx90a" } else { "gfx942" };
         let archs = std::env::var("KQUANT_HIPRTC_ARCHS").unwrap_or_else(|_| default.into());
         for arch in archs.split(',') {
