@@ -377,10 +377,10 @@ fn verify_replays_trace_samples_as_the_reference_does() {
     }
 }
 
-/// The whole trace against the reference aggregate. Minutes in a debug build: run with
-/// `cargo test --release --test parity_dflash -- --ignored`.
+/// The whole trace against the reference aggregate. About a minute in a debug build on 2 cores,
+/// so the plain `cargo test` leaves it out; .ci/run runs it (`-- --include-ignored`).
 #[test]
-#[ignore]
+#[ignore = "about a minute in a debug build; .ci/run runs it (--include-ignored)"]
 fn verify_replays_the_whole_trace_as_the_reference_does() {
     let py = read_json(&fix("reference/replay-dflash.json"));
     let rep = verify_json(&format!("{FIX}/trace"));
