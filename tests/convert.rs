@@ -473,24 +473,32 @@ fn quantized_drafts_stay_quantized() {
     assert!(ex.contains(&"fc") && ex.contains(&"lm_head"), "{ex:?}");
 }
 
-/// Every file of `a` and `b` byte for byte, but the manifests (which record the command) and
-/// TensorRT-LLM's YAML (which `convert` writes and `quantize` does not carry over).
+/// Every file of `a` and `b` byte for byte, but the manifests (which record the command);
+/// TensorRT-LLM's YAML names its own directory, so each is compared with that path blanked.
 fn same_files(a: &Path, b: &Path, what: &str) {
     let names = |d: &Path| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(d)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n != "kquant-manifest.json" && n != "extra-llm-api-config.yml")
+            .filter(|n| n != "kquant-manifest.json")
             .collect();
         v.sort();
         v
     };
+    let read = |d: &Path, n: &str| -> Vec<u8> {
+        let bytes = std::fs::read(d.join(n)).unwrap();
+        if n != "extra-llm-api-config.yml" {
+            return bytes;
+        }
+        let own = std::fs::canonicalize(d).unwrap();
+        String::from_utf8(bytes)
+            .unwrap()
+            .replace(own.to_str().unwrap(), "DIR")
+            .into_bytes()
+    };
     assert_eq!(names(a), names(b), "{what}: files");
     for n in names(a) {
-        let (x, y) = (
-            std::fs::read(a.join(&n)).unwrap(),
-            std::fs::read(b.join(&n)).unwrap(),
-        );
+        let (x, y) = (read(a, &n), read(b, &n));
         assert!(
             x == y,
             "{what}: `{n}` differs between quantize→convert and convert→quantize:\n{}\n---\n{}",
@@ -565,6 +573,67 @@ fn modelopt_quantize_and_convert_commute_byte_for_byte() {
         assert!(qc.join("hf_quant_config.json").is_file(), "{what}");
         same_files(&qc, &cq, &what);
     }
+}
+
+/// A draft converted for TensorRT-LLM and then quantized keeps an `extra-llm-api-config.yml`
+/// that points at the quantized copy, when TensorRT-LLM loads the result; when it does not, the
+/// source's YAML (which names the source) is left out with a warning saying why.
+#[test]
+fn quantizing_a_trtllm_draft_keeps_its_launch_config_pointing_at_itself() {
+    let t = tempfile::tempdir().unwrap();
+    let c = t.path().join("c");
+    ok(convert(
+        "eagle3",
+        "fixtures/tiny/eagle3-specforge",
+        &c,
+        "trtllm",
+        &["--target", TARGET],
+    ));
+    let src_yaml = std::fs::read_to_string(c.join("extra-llm-api-config.yml")).unwrap();
+    let q = t.path().join("q");
+    let o = kq(&[
+        "quantize",
+        c.to_str().unwrap(),
+        "--format",
+        "modelopt",
+        "--scheme",
+        "fp8-pc",
+        "-o",
+        q.to_str().unwrap(),
+    ]);
+    ok(o);
+    let y = std::fs::read_to_string(q.join("extra-llm-api-config.yml")).unwrap();
+    let (cd, qd) = (
+        std::fs::canonicalize(&c).unwrap(),
+        std::fs::canonicalize(&q).unwrap(),
+    );
+    assert!(
+        y.contains(&format!("speculative_model_dir: {}", qd.display())),
+        "{y}"
+    );
+    assert!(!y.contains(cd.to_str().unwrap()), "{y}");
+    assert_eq!(
+        y,
+        src_yaml.replace(cd.to_str().unwrap(), qd.to_str().unwrap()),
+        "the same config, the quantized copy's path"
+    );
+    // Quark int4-pc: no engine loads it, TensorRT-LLM included: no YAML, a warning.
+    let n = t.path().join("n");
+    let o = kq(&[
+        "quantize",
+        c.to_str().unwrap(),
+        "--scheme",
+        "int4-pc",
+        "-o",
+        n.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    ok(o);
+    assert!(!n.join("extra-llm-api-config.yml").exists());
+    assert!(
+        err.contains("warning: extra-llm-api-config.yml of the source is not carried over: TensorRT-LLM does not load --format quark --scheme int4-pc"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -442,6 +442,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for (name, bytes) in target.side_files(&exclude) {
         w.add_file(&name, &bytes)?;
     }
+    if let Some(note) = trtllm_config(&ck, &det.family, format, &scheme, &a.output, &mut w)? {
+        eprintln!("warning: {}", printable(&note));
+        warnings.push(note);
+    }
     let s = w.finish()?;
     let next = next_steps(&det.family, format, &scheme, &s.dir, &a.src);
     if a.json {
@@ -460,6 +464,53 @@ pub fn run(a: Args) -> Result<ExitCode> {
         eprintln!("next: {}", printable(n));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A source laid out for TensorRT-LLM by `convert --to trtllm` carries an
+/// `extra-llm-api-config.yml` whose `speculative_model_dir` is the source. The output gets its
+/// own, pointing at itself (the same `max_draft_len`, decoding type and taps), when TensorRT-LLM
+/// loads the result; otherwise none, and a warning (returned) says why. A YAML kquant did not
+/// write is not copied either (it would point at the source), with a warning.
+fn trtllm_config(
+    ck: &Checkpoint,
+    family: &Family,
+    format: Format,
+    scheme: &str,
+    output: &std::path::Path,
+    w: &mut Writer,
+) -> Result<Option<String>> {
+    use crate::convert::engine::TRTLLM_YAML;
+    use crate::engines::{quantized, Engine, Loads};
+    let path = ck.weights.dir.join(TRTLLM_YAML);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let yaml = std::fs::read_to_string(&path).map_err(|e| Error::io("read", &path, e))?;
+    let loads = quantized::claim_for(format, scheme, Engine::Trtllm, family)
+        .is_some_and(|c| c.loads == Loads::Yes);
+    if !loads {
+        return Ok(Some(format!(
+            "{TRTLLM_YAML} of the source is not carried over: TensorRT-LLM does not load \
+             --format {} --scheme {scheme} (`kquant schemes`)",
+            format.name()
+        )));
+    }
+    let dir = crate::convert::final_dir(output);
+    match crate::convert::retarget_trtllm_yaml(&yaml, &dir.to_string_lossy()) {
+        Some(y) => {
+            w.add_file(TRTLLM_YAML, y.as_bytes())?;
+            Ok(None)
+        }
+        None => {
+            Ok(Some(format!(
+            "{} was not written by kquant convert: not copied (its speculative_model_dir is the \
+             source); `kquant convert {} {} --to trtllm` writes one for the output",
+            path.display(),
+            if *family == Family::Dflash { "dflash" } else { "eagle3" },
+            output.display()
+        )))
+        }
+    }
 }
 
 /// What a user does with a quantized draft next: the layout (and launch line) of each engine

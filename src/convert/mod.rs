@@ -340,6 +340,47 @@ pub fn place(p: &mut Plan, engine: Engine, dflash: bool, dir: &std::path::Path) 
     p.launch = engine::launch_line(engine, dflash, &d, p.steps);
 }
 
+/// The `extra-llm-api-config.yml` that `convert --to trtllm` would write for the same draft at
+/// `draft_dir`, read back from one it wrote for another directory (same `max_draft_len`, decoding
+/// type and taps); `None` when `yaml` is not kquant's or does not parse. `quantize` uses it so
+/// that a quantized TensorRT-LLM draft keeps a config that points at itself.
+pub fn retarget_trtllm_yaml(yaml: &str, draft_dir: &str) -> Option<String> {
+    if !yaml.starts_with("# Written by kquant convert --to trtllm.") {
+        return None;
+    }
+    let field = |key: &str| {
+        yaml.lines()
+            .find_map(|l| l.trim().strip_prefix(key))
+            .map(str::trim)
+    };
+    let steps: usize = field("max_draft_len:")?.parse().ok()?;
+    let dflash = match field("decoding_type:")? {
+        "DFlash" => true,
+        "Eagle" => false,
+        _ => return None,
+    };
+    let capture_output_of = match field("eagle3_layers_to_capture:") {
+        None => None,
+        Some(v) => Some(
+            v.strip_prefix('[')?
+                .strip_suffix(']')?
+                .split(',')
+                .map(|x| x.trim().parse::<i64>().ok())
+                .collect::<Option<Vec<_>>>()?,
+        ),
+    };
+    (steps >= 1).then(|| {
+        trtllm_yaml(
+            draft_dir,
+            steps,
+            &TrtllmYaml {
+                dflash,
+                capture_output_of,
+            },
+        )
+    })
+}
+
 /// The absolute path `out` will have: its parent canonicalized (symbolic links and `..`
 /// resolved), joined with its name.
 pub fn final_dir(out: &std::path::Path) -> std::path::PathBuf {
