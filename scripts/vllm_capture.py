@@ -262,7 +262,9 @@ def tokenize(records, tok_name, trust_remote_code, text_mode, template_kwargs):
                 )
             except Exception as e:  # noqa: BLE001
                 raise CaptureError(f"{r['where']}: the chat template failed: {e}")
-            # The template writes the special tokens (BOS included) itself.
+            # The template writes the special tokens (BOS included) itself; vLLM's own chat path
+            # encodes the rendered prompt the same way (vllm/renderers/base.py,
+            # default_chat_tok_params: add_special_tokens=False).
             ids = tok.encode(rendered, add_special_tokens=False)
         if not ids:
             raise CaptureError(f"{r['where']}: the prompt tokenizes to nothing")

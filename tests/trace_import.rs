@@ -1348,4 +1348,74 @@ mod vllm_capture {
         );
         assert!(!fresh.exists() && !out.contains("harness:"), "{out}");
     }
+
+    /// The bundled prompt sets (quant-configs/prompts/, read by the capture script and by kquant)
+    /// are one `{"id", "dataset", "category", "text"}` object per line, keys in that order,
+    /// non-empty strings, ids unique, with the counts and categories their README states.
+    #[test]
+    fn the_bundled_prompt_sets_have_the_documented_schema() {
+        let dir = root().join("quant-configs/prompts");
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        for (file, dataset, count, cats) in [
+            (
+                "mt_bench.jsonl",
+                "mt_bench",
+                80,
+                &[
+                    "writing",
+                    "roleplay",
+                    "reasoning",
+                    "math",
+                    "coding",
+                    "extraction",
+                    "stem",
+                    "humanities",
+                ][..],
+            ),
+            ("gsm8k.jsonl", "gsm8k", 100, &["math"][..]),
+            ("humaneval.jsonl", "humaneval", 164, &["code"][..]),
+        ] {
+            assert!(
+                readme.contains(&format!("`{file}`")),
+                "README misses {file}"
+            );
+            let body = std::fs::read_to_string(dir.join(file)).unwrap();
+            let mut ids = std::collections::HashSet::new();
+            let mut per_cat = std::collections::BTreeMap::<String, usize>::new();
+            for (n, line) in body.lines().enumerate() {
+                let v: serde_json::Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{file}:{}: {e}", n + 1));
+                let o = v.as_object().unwrap();
+                let keys: Vec<&str> = o.keys().map(String::as_str).collect();
+                assert_eq!(
+                    keys,
+                    ["id", "dataset", "category", "text"],
+                    "{file}:{}",
+                    n + 1
+                );
+                for (k, x) in o {
+                    let s = x
+                        .as_str()
+                        .unwrap_or_else(|| panic!("{file}:{}: {k}", n + 1));
+                    assert!(!s.is_empty(), "{file}:{}: empty {k}", n + 1);
+                }
+                assert_eq!(o["dataset"], dataset, "{file}:{}", n + 1);
+                assert!(
+                    ids.insert(o["id"].as_str().unwrap().to_string()),
+                    "{file}: id twice"
+                );
+                *per_cat
+                    .entry(o["category"].as_str().unwrap().to_string())
+                    .or_default() += 1;
+            }
+            assert_eq!(ids.len(), count, "{file}");
+            let mut want: Vec<&str> = cats.to_vec();
+            want.sort_unstable();
+            assert_eq!(
+                per_cat.keys().map(String::as_str).collect::<Vec<_>>(),
+                want,
+                "{file}"
+            );
+        }
+    }
 }
