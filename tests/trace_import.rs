@@ -901,3 +901,506 @@ fn kquant_verify_replays_an_imported_trace() {
     assert!((1.0..=4.0).contains(&al), "{r}");
     assert!(r["per_category"][&s.category].is_object(), "{r}");
 }
+
+/// `scripts/vllm_capture.py` (the capture script users run on their vLLM cluster) end to end on
+/// CPU: the script runs under vLLM 0.33.0's own Python (the engine tier's venv) with its engine
+/// replaced by `tests/vllm_capture/harness.py`, which validates every argument against vLLM's
+/// own classes and writes each request's file through vLLM's own cache-only layer and
+/// `ExampleHiddenStatesConnector`, with the tiny fixture trace's hidden states. Then the
+/// `kquant trace import` command the script prints runs as printed, and `kquant verify` on the
+/// result must equal `kquant verify` on the fixture trace.
+///
+/// The venv: `KQUANT_VLLM_PYTHON`, else the one `tests/engines/venv.sh vllm` builds
+/// (`${KQUANT_ENGINE_CACHE:-~/.cache/kquant/engines}/vllm-0.33.0-<sha256 of the constraints,
+/// 12 hex>`, complete when `.complete` exists). The two tests that need it are ignored unless
+/// asked for (`-- --include-ignored`: `.ci/run` builds the venv before the tests and asks), and
+/// asked for without it they fail.
+mod vllm_capture {
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Output};
+
+    use super::common::root;
+    use kquant::verify::trace::Trace;
+    use sha2::{Digest, Sha256};
+
+    const FIXTURE_TRACE: &str = "fixtures/kimi-k2.5-tiny/trace";
+    const TARGET: &str = "fixtures/kimi-k2.5-tiny/target";
+    const HELDOUT: &str = "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl";
+
+    /// The vLLM 0.33.0 venv's python, found as the engine tier finds it; a missing venv fails the
+    /// (ignored unless asked for) test that needs it.
+    fn vllm_python() -> PathBuf {
+        if let Some(p) = std::env::var_os("KQUANT_VLLM_PYTHON") {
+            let p = PathBuf::from(p);
+            assert!(
+                p.exists(),
+                "KQUANT_VLLM_PYTHON={} does not exist",
+                p.display()
+            );
+            return p;
+        }
+        let cons = std::fs::read(root().join("tests/engines/constraints-vllm-0.33.0.txt")).unwrap();
+        let hash: String = Sha256::digest(&cons)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let cache = std::env::var_os("KQUANT_ENGINE_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                    .join(".cache/kquant/engines")
+            });
+        let venv = cache.join(format!("vllm-0.33.0-{}", &hash[..12]));
+        assert!(
+            venv.join("bin/python").exists() && venv.join(".complete").exists(),
+            "no vLLM 0.33.0 venv at {} (build it with `bash tests/engines/venv.sh vllm`, or set \
+             KQUANT_VLLM_PYTHON)",
+            venv.display()
+        );
+        venv.join("bin/python")
+    }
+
+    /// The script through the harness: `harness.py --trace FIXTURE [--probe] -- ARGS`.
+    fn capture(py: &Path, probe: bool, args: &[&str]) -> Output {
+        let mut c = Command::new(py);
+        c.current_dir(root())
+            .arg("tests/vllm_capture/harness.py")
+            .args(["--trace", FIXTURE_TRACE]);
+        if probe {
+            c.arg("--probe");
+        }
+        c.arg("--").args(args);
+        c.output().unwrap()
+    }
+
+    fn text(o: &Output) -> (String, String) {
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    }
+
+    fn kquant_at(args: &[String]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_kquant"))
+            .current_dir(root())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// `kquant verify --json -` of the tiny EAGLE-3 draft on a trace, without the trace's path.
+    fn verify(trace: &str) -> serde_json::Value {
+        let args: Vec<String> = [
+            "verify",
+            "--draft",
+            "fixtures/kimi-k2.5-tiny/eagle3",
+            "--target-checkpoint",
+            TARGET,
+            "--trace",
+            trace,
+            "--json",
+            "-",
+        ]
+        .map(String::from)
+        .to_vec();
+        let o = kquant_at(&args);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "verify {trace}: {err}");
+        let mut v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v.as_object_mut().unwrap().remove("trace");
+        v
+    }
+
+    /// A tokenizer like the fixture target's, with an identity chat template (the content of each
+    /// message, nothing else), so that `messages` and chat-mode `text` give the fixture's tokens.
+    fn identity_template_tokenizer(dir: &Path) -> PathBuf {
+        let tok = dir.join("tok");
+        std::fs::create_dir(&tok).unwrap();
+        std::fs::copy(
+            root().join(TARGET).join("tokenizer.json"),
+            tok.join("tokenizer.json"),
+        )
+        .unwrap();
+        let mut cfg: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(root().join(TARGET).join("tokenizer_config.json")).unwrap(),
+        )
+        .unwrap();
+        cfg["chat_template"] = "{% for m in messages %}{{ m['content'] }}{% endfor %}".into();
+        std::fs::write(tok.join("tokenizer_config.json"), cfg.to_string()).unwrap();
+        tok
+    }
+
+    /// The held-out prompts, a third each as `tokens`, `text` and chat `messages`.
+    fn mixed_prompts(dir: &Path) -> PathBuf {
+        let src = std::fs::read_to_string(root().join(HELDOUT)).unwrap();
+        let mut out = String::new();
+        for (i, line) in src.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+            let r: serde_json::Value = serde_json::from_str(line).unwrap();
+            let mut rec = serde_json::json!({
+                "id": r["id"],
+                "category": r["category"],
+                "dataset": "kquant-heldout",
+            });
+            match i % 3 {
+                0 => rec["tokens"] = r["tokens"].clone(),
+                1 => rec["text"] = r["text"].clone(),
+                _ => rec["messages"] = serde_json::json!([{"role": "user", "content": r["text"]}]),
+            }
+            out.push_str(&rec.to_string());
+            out.push('\n');
+        }
+        let p = dir.join("mixed.jsonl");
+        std::fs::write(&p, out).unwrap();
+        p
+    }
+
+    /// The whole path on the tiny target: 60 prompts (token ids, text and chat messages) captured
+    /// by the script, imported with the command it prints, give the fixture trace back exactly
+    /// (tokens, taps, prompt split, categories) and the same `kquant verify` report.
+    #[test]
+    #[ignore = "needs the vLLM 0.33.0 venv (bash tests/engines/venv.sh vllm); .ci/run runs this"]
+    fn the_capture_script_through_vllm_reproduces_the_fixture_trace() {
+        let py = vllm_python();
+        let d = tempfile::tempdir().unwrap();
+        let tok = identity_template_tokenizer(d.path());
+        let prompts = mixed_prompts(d.path());
+        let out = d.path().join("cap");
+        let o = capture(
+            &py,
+            true,
+            &[
+                "--model",
+                TARGET,
+                "--tokenizer",
+                tok.to_str().unwrap(),
+                "--prompts",
+                prompts.to_str().unwrap(),
+                "--layer-ids",
+                "3,1,2",
+                "--out",
+                out.to_str().unwrap(),
+                "--max-tokens",
+                "96",
+                "--ignore-eos",
+                "--chat-template-kwargs",
+                r#"{"unused_flag": true}"#,
+                "--kquant-target",
+                "kimi-k2.5-tiny",
+            ],
+        );
+        let (stdout, stderr) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+        // The harness's validation bites: each wrong argument is refused by vLLM itself.
+        assert!(
+            stdout.contains("probe: 7 of 7 wrong arguments refused"),
+            "{stdout}"
+        );
+        // Both passes went through vLLM's connector; pass 1's files were removed.
+        assert!(
+            stdout.contains("harness: 120 requests through vLLM's connector"),
+            "{stdout}"
+        );
+        let mut names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 62, "{names:?}");
+        assert!(names.contains(&"prompts.jsonl".into()) && names.contains(&"capture.json".into()));
+        assert!(!names.iter().any(|n| n.ends_with(".lock")), "{names:?}");
+        // vLLM's internal request ids (`{n}-{8 chars}`), pass 2 numbered after pass 1's 60.
+        for n in names.iter().filter(|n| n.ends_with(".safetensors")) {
+            let (num, rest) = n.split_once('-').unwrap();
+            let num: u64 = num.parse().unwrap();
+            assert!((60..120).contains(&num), "{n}");
+            assert_eq!(rest.len(), 8 + ".safetensors".len(), "{n}");
+        }
+
+        // The printed command, run as printed.
+        let cmd = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("kquant trace import"))
+            .unwrap_or_else(|| panic!("no import command printed:\n{stdout}"));
+        let words: Vec<String> = cmd.split_whitespace().skip(1).map(String::from).collect();
+        let imp = kquant_at(&words);
+        let (iout, ierr) = text(&imp);
+        assert_eq!(imp.status.code(), Some(0), "{cmd}\n{iout}\n{ierr}");
+        assert!(!ierr.contains("warning"), "{ierr}");
+        assert!(iout.contains("60 samples"), "{iout}");
+        let traced = words[words.iter().position(|w| w == "-o").unwrap() + 1].clone();
+        assert_eq!(Path::new(&traced), d.path().join("cap.trace"));
+
+        // The same trace as the fixture's: tokens, taps, prompt split, categories.
+        let orig = Trace::open(&root().join(FIXTURE_TRACE)).unwrap();
+        let back = Trace::open(Path::new(&traced)).unwrap();
+        let (m, b) = (&orig.manifest, &back.manifest);
+        assert_eq!(b.taps, m.taps);
+        assert_eq!(b.target["name"], "kimi-k2.5-tiny");
+        assert_eq!(b.samples.len(), m.samples.len());
+        for (x, y) in m.samples.iter().zip(&b.samples) {
+            assert_eq!(
+                (x.prompt_len, x.gen_len, &x.category, &x.finish_reason),
+                (y.prompt_len, y.gen_len, &y.category, &y.finish_reason),
+                "sample {}",
+                x.id
+            );
+            assert_eq!(
+                orig.tokens(x).unwrap(),
+                back.tokens(y).unwrap(),
+                "sample {}",
+                x.id
+            );
+            for &i in &m.taps {
+                assert_eq!(
+                    orig.tap(x, i).unwrap(),
+                    back.tap(y, i).unwrap(),
+                    "sample {} hs[{i}]",
+                    x.id
+                );
+            }
+        }
+
+        // And the same verdict: accept length, per category, every figure of the report.
+        let a = verify(FIXTURE_TRACE);
+        let c = verify(&traced);
+        assert_eq!(a, c);
+        let al = a["draft"]["accept_length"].as_f64().unwrap();
+        assert!((2.9..3.1).contains(&al), "{a}");
+    }
+
+    /// Bad input stops the script before any engine is built: exit 2, an `error:` line saying
+    /// what is wrong, and nothing written. `--dry-run` prints the plan and writes nothing.
+    #[test]
+    #[ignore = "needs the vLLM 0.33.0 venv (bash tests/engines/venv.sh vllm); .ci/run runs this"]
+    fn the_capture_script_refuses_bad_input_before_loading_an_engine() {
+        let py = vllm_python();
+        let d = tempfile::tempdir().unwrap();
+        let p = |name: &str, body: &str| {
+            let f = d.path().join(name);
+            std::fs::write(&f, body).unwrap();
+            f.to_str().unwrap().to_string()
+        };
+        let text_prompt = p("text.jsonl", "{\"id\": 1, \"text\": \"def f(x):\"}\n");
+        let no_prompt = p("none.jsonl", "{\"id\": 1, \"category\": \"code\"}\n");
+        let dup = p(
+            "dup.jsonl",
+            "{\"id\": 1, \"tokens\": [1, 2]}\n{\"id\": 1, \"tokens\": [3]}\n",
+        );
+        let big = p("big.jsonl", "{\"tokens\": [1, 2, 4000]}\n");
+        let busy = d.path().join("busy");
+        std::fs::create_dir(&busy).unwrap();
+        std::fs::write(busy.join("old.safetensors"), b"x").unwrap();
+        let fresh = d.path().join("fresh");
+        let fresh_s = fresh.to_str().unwrap().to_string();
+        let busy_s = busy.to_str().unwrap().to_string();
+
+        let cases: Vec<(Vec<&str>, &str)> = vec![
+            (
+                vec![
+                    "--prompts",
+                    HELDOUT,
+                    "--layer-ids",
+                    "1,5",
+                    "--out",
+                    &fresh_s,
+                ],
+                "--layer-ids 5 is past the last hidden state of a 4-layer target",
+            ),
+            (
+                vec![
+                    "--prompts",
+                    HELDOUT,
+                    "--layer-ids",
+                    "1,2,1",
+                    "--out",
+                    &fresh_s,
+                ],
+                "lists an id twice",
+            ),
+            (
+                vec![
+                    "--prompts",
+                    HELDOUT,
+                    "--layer-ids",
+                    "1,2,3",
+                    "--out",
+                    &busy_s,
+                ],
+                "is not empty",
+            ),
+            (
+                vec![
+                    "--prompts",
+                    &text_prompt,
+                    "--layer-ids",
+                    "1,2,3",
+                    "--out",
+                    &fresh_s,
+                ],
+                "has no chat template",
+            ),
+            (
+                vec![
+                    "--prompts",
+                    &no_prompt,
+                    "--layer-ids",
+                    "1,2,3",
+                    "--out",
+                    &fresh_s,
+                ],
+                "has none of tokens, messages, text",
+            ),
+            (
+                vec!["--prompts", &dup, "--layer-ids", "1,2,3", "--out", &fresh_s],
+                "id '1' is also at",
+            ),
+            (
+                vec!["--prompts", &big, "--layer-ids", "1,2,3", "--out", &fresh_s],
+                "token 4000 is outside the target's vocabulary of 2048",
+            ),
+            (
+                vec![
+                    "--prompts",
+                    HELDOUT,
+                    "--layer-ids",
+                    "1,2,3",
+                    "--out",
+                    &fresh_s,
+                    "--max-model-len",
+                    "100",
+                ],
+                "60 prompts do not fit --max-model-len 100",
+            ),
+            (
+                vec![
+                    "--prompts",
+                    HELDOUT,
+                    "--layer-ids",
+                    "1,2,3",
+                    "--out",
+                    &fresh_s,
+                    "--engine-arg",
+                    "enable_prefix_caching=true",
+                ],
+                "set by this script for the capture recipe",
+            ),
+        ];
+        for (args, want) in cases {
+            let mut all = vec!["--model", TARGET];
+            all.extend(&args);
+            let o = capture(&py, false, &all);
+            let (out, err) = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}\n{out}\n{err}");
+            assert!(
+                err.contains("error: ") && err.contains(want),
+                "{args:?}: want {want:?}\n{err}"
+            );
+            assert!(!err.contains("Traceback"), "{err}");
+            assert!(!fresh.exists(), "{args:?} wrote {}", fresh.display());
+            assert!(
+                !out.contains("harness:"),
+                "{args:?} built an engine:\n{out}"
+            );
+        }
+
+        // --dry-run: the plan (disk arithmetic included), no engine, nothing written.
+        let o = capture(
+            &py,
+            false,
+            &[
+                "--model",
+                TARGET,
+                "--prompts",
+                HELDOUT,
+                "--layer-ids",
+                "1,2,3",
+                "--out",
+                &fresh_s,
+                "--max-tokens",
+                "96",
+                "--dry-run",
+            ],
+        );
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+        assert!(
+            out.contains("at most 10055 tokens x 3 taps x 256 x 2 bytes"),
+            "{out}"
+        );
+        assert!(
+            out.contains("\"eagle_aux_hidden_state_layer_ids\": [1, 2, 3]"),
+            "{out}"
+        );
+        assert!(!fresh.exists() && !out.contains("harness:"), "{out}");
+    }
+
+    /// The bundled prompt sets (quant-configs/prompts/, read by the capture script and by kquant)
+    /// are one `{"id", "dataset", "category", "text"}` object per line, keys in that order,
+    /// non-empty strings, ids unique, with the counts and categories their README states.
+    #[test]
+    fn the_bundled_prompt_sets_have_the_documented_schema() {
+        let dir = root().join("quant-configs/prompts");
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        for (file, dataset, count, cats) in [
+            (
+                "mt_bench.jsonl",
+                "mt_bench",
+                80,
+                &[
+                    "writing",
+                    "roleplay",
+                    "reasoning",
+                    "math",
+                    "coding",
+                    "extraction",
+                    "stem",
+                    "humanities",
+                ][..],
+            ),
+            ("gsm8k.jsonl", "gsm8k", 100, &["math"][..]),
+            ("humaneval.jsonl", "humaneval", 164, &["code"][..]),
+        ] {
+            assert!(
+                readme.contains(&format!("`{file}`")),
+                "README misses {file}"
+            );
+            let body = std::fs::read_to_string(dir.join(file)).unwrap();
+            let mut ids = std::collections::HashSet::new();
+            let mut per_cat = std::collections::BTreeMap::<String, usize>::new();
+            for (n, line) in body.lines().enumerate() {
+                let v: serde_json::Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{file}:{}: {e}", n + 1));
+                let o = v.as_object().unwrap();
+                let keys: Vec<&str> = o.keys().map(String::as_str).collect();
+                assert_eq!(
+                    keys,
+                    ["id", "dataset", "category", "text"],
+                    "{file}:{}",
+                    n + 1
+                );
+                for (k, x) in o {
+                    let s = x
+                        .as_str()
+                        .unwrap_or_else(|| panic!("{file}:{}: {k}", n + 1));
+                    assert!(!s.is_empty(), "{file}:{}: empty {k}", n + 1);
+                }
+                assert_eq!(o["dataset"], dataset, "{file}:{}", n + 1);
+                assert!(
+                    ids.insert(o["id"].as_str().unwrap().to_string()),
+                    "{file}: id twice"
+                );
+                *per_cat
+                    .entry(o["category"].as_str().unwrap().to_string())
+                    .or_default() += 1;
+            }
+            assert_eq!(ids.len(), count, "{file}");
+            let mut want: Vec<&str> = cats.to_vec();
+            want.sort_unstable();
+            assert_eq!(
+                per_cat.keys().map(String::as_str).collect::<Vec<_>>(),
+                want,
+                "{file}"
+            );
+        }
+    }
+}
