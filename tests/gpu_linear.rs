@@ -1,4 +1,4 @@
-//! `gpu::Linear` / `gpu::Linears` on the trained tiny Kimi EAGLE-3 draft
+//! `gpu::DeviceLinear` / `gpu::DeviceLinears` on the trained tiny Kimi EAGLE-3 draft
 //! (`fixtures/kimi-k2.5-tiny/eagle3`, read at run time), quantized int4-pc with lm_head
 //! included: every quantized module is uploaded once to every device `gpu::devices()` gives (the
 //! kernels' CPU replay, and the GPU where the feature is on and one is present) and
@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use kquant::checkpoint::Checkpoint;
 use kquant::gpu::reference::{first_violation, w4a16_tol};
-use kquant::gpu::{devices, Act, Backend, Linear, Linears};
+use kquant::gpu::{devices, Act, Backend, DeviceLinear, DeviceLinears};
 use kquant::ops;
 use kquant::quant::decode::Logical;
 use kquant::runtime::eagle3::Eagle3;
@@ -56,7 +56,7 @@ fn bf16_round(x: &[f32]) -> Vec<f32> {
 
 /// `y` of the layer through the device vs the f32 runtime's matmul on the same (bf16-rounded)
 /// activations, within the named bound.
-fn check_layer(dev: &dyn Backend, lin: &Linear, w: &[f32], name: &str, m: usize) {
+fn check_layer(dev: &dyn Backend, lin: &DeviceLinear, w: &[f32], name: &str, m: usize) {
     let k = lin.k();
     let x: Vec<f32> = (0..m * k)
         .map(|i| ((i as u32).wrapping_mul(2654435761) >> 8) as f32 / (1 << 24) as f32 - 0.5)
@@ -81,7 +81,7 @@ fn every_quantized_linear_matches_the_f32_runtime() {
     for dev in devices() {
         let dev: Arc<dyn Backend> = Arc::from(dev);
         eprintln!("gpu_linear: every quantized linear on {}", dev.name());
-        let (lins, skipped) = Linears::load(dev.clone(), &lg, Act::Bf16).unwrap();
+        let (lins, skipped) = DeviceLinears::load(dev.clone(), &lg, Act::Bf16).unwrap();
         assert!(skipped.is_empty(), "{skipped:?}");
         let names: Vec<&str> = lins.names().collect();
         assert_eq!(
@@ -129,8 +129,9 @@ fn greedy_tokens_match_the_f32_runtime_on_trace_hidden_states() {
     let dv = e3.draft_vocab;
     for dev in devices() {
         let dev: Arc<dyn Backend> = Arc::from(dev);
-        let fc = Linear::from_logical(dev.clone(), &lg, "fc.weight", Act::Bf16).unwrap();
-        let head = Linear::from_logical(dev.clone(), &lg, "lm_head.weight", Act::Bf16).unwrap();
+        let fc = DeviceLinear::from_logical(dev.clone(), &lg, "fc.weight", Act::Bf16).unwrap();
+        let head =
+            DeviceLinear::from_logical(dev.clone(), &lg, "lm_head.weight", Act::Bf16).unwrap();
         let (mut checked, mut rows, mut same) = (0usize, 0usize, 0usize);
         for s in trace.manifest.samples.iter().take(4) {
             let taps: Vec<Vec<f32>> = e3.taps.iter().map(|&i| trace.tap(s, i).unwrap()).collect();

@@ -108,7 +108,7 @@ fn replay(d: &dyn Drafter, trace: &Trace, samples: usize) -> Vec<Matches> {
 
 /// The fixture EAGLE-3 draft quantized int4-pc (compressed-tensors and Quark): on the CPU
 /// emulation device every quantized linear (fc, q/k/v/o, gate/up/down) runs through
-/// `gpu::Linear`, none falls back, and the replay's depth-match bitmasks and walk AL equal the
+/// `gpu::DeviceLinear`, none falls back, and the replay's depth-match bitmasks and walk AL equal the
 /// f32 runtime's on the same checkpoint up to the bf16-activation near-ties bounded above.
 /// `KQUANT_DEVICE_SAMPLES` replays more samples (default 12; the emulation is slow in debug).
 #[test]

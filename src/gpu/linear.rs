@@ -1,6 +1,6 @@
-//! Device-resident quantized linear layers: [`Linear`] uploads one INT4 module of a checkpoint to
+//! Device-resident quantized linear layers: [`DeviceLinear`] uploads one INT4 module of a checkpoint to
 //! a [`Backend`] once (kernel layout `kq-w4-gemv/1`, repacked straight from the stored tensors)
-//! and runs `y = x · Wᵀ` there with the regime the device picks for M; [`Linears`] does that for
+//! and runs `y = x · Wᵀ` there with the regime the device picks for M; [`DeviceLinears`] does that for
 //! every quantized module of a draft, keyed by logical tensor name, for a runtime to route its
 //! matmuls through (`kquant verify --device`). Activations enter in f32 and are rounded to the
 //! layer's activation dtype (bf16 by default, what the engines run), outputs come back in f32.
@@ -12,18 +12,18 @@ use super::{Act, Backend, DeviceW4, GpuError, Result, W4Layout};
 use crate::quant::decode::Logical;
 
 /// One quantized linear layer on one device.
-pub struct Linear {
+pub struct DeviceLinear {
     dev: Arc<dyn Backend>,
     w: DeviceW4,
     /// Activation dtype the kernels read.
     pub act: Act,
 }
 
-impl Linear {
+impl DeviceLinear {
     /// Upload `w` to `dev`.
-    pub fn new(dev: Arc<dyn Backend>, w: &W4Layout, act: Act) -> Result<Linear> {
+    pub fn new(dev: Arc<dyn Backend>, w: &W4Layout, act: Act) -> Result<DeviceLinear> {
         let w = dev.upload(w)?;
-        Ok(Linear { dev, w, act })
+        Ok(DeviceLinear { dev, w, act })
     }
 
     /// Upload logical tensor `name` (e.g. `midlayer.self_attn.q_proj.weight`) of a quantized
@@ -33,11 +33,11 @@ impl Linear {
         lg: &Logical,
         name: &str,
         act: Act,
-    ) -> Result<Linear> {
+    ) -> Result<DeviceLinear> {
         let m = lg.module(name).ok_or_else(|| {
             GpuError::Unsupported("tensor", format!("`{name}` is not a quantized module"))
         })?;
-        Linear::new(dev, &W4Layout::from_module(lg, m)?, act)
+        DeviceLinear::new(dev, &W4Layout::from_module(lg, m)?, act)
     }
 
     /// Output features.
@@ -49,7 +49,7 @@ impl Linear {
         self.w.k
     }
 
-    /// `y [m, n] = x [m, k] · Wᵀ` on the device (`x` rounded to [`Linear::act`] first).
+    /// `y [m, n] = x [m, k] · Wᵀ` on the device (`x` rounded to [`DeviceLinear::act`] first).
     pub fn forward(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
         let xb: Vec<u16> = x.iter().map(|&v| self.act.from_f32(v)).collect();
         self.dev
@@ -58,30 +58,34 @@ impl Linear {
 }
 
 /// Every quantized linear of a checkpoint, uploaded once.
-pub struct Linears {
+pub struct DeviceLinears {
     pub device: String,
-    layers: BTreeMap<String, Linear>,
+    layers: BTreeMap<String, DeviceLinear>,
 }
 
-impl Linears {
+impl DeviceLinears {
     /// Upload every INT4 module of `lg` to `dev`; modules stored otherwise (FP8, NVFP4,
     /// asymmetric) are skipped and listed in the second return value for the caller to run on
     /// the CPU.
-    pub fn load(dev: Arc<dyn Backend>, lg: &Logical, act: Act) -> Result<(Linears, Vec<String>)> {
+    pub fn load(
+        dev: Arc<dyn Backend>,
+        lg: &Logical,
+        act: Act,
+    ) -> Result<(DeviceLinears, Vec<String>)> {
         let mut layers = BTreeMap::new();
         let mut skipped = Vec::new();
         for m in lg.modules.values() {
             let name = format!("{}.weight", m.module);
             match W4Layout::from_module(lg, m) {
                 Ok(l) => {
-                    layers.insert(name, Linear::new(dev.clone(), &l, act)?);
+                    layers.insert(name, DeviceLinear::new(dev.clone(), &l, act)?);
                 }
                 Err(GpuError::Unsupported(..)) => skipped.push(name),
                 Err(e) => return Err(e),
             }
         }
         Ok((
-            Linears {
+            DeviceLinears {
                 device: dev.name(),
                 layers,
             },
@@ -90,7 +94,7 @@ impl Linears {
     }
 
     /// The layer behind logical tensor `name`, if it was uploaded.
-    pub fn get(&self, name: &str) -> Option<&Linear> {
+    pub fn get(&self, name: &str) -> Option<&DeviceLinear> {
         self.layers.get(name)
     }
 

@@ -25,7 +25,7 @@ pub mod hip;
 use std::any::Any;
 
 pub use layout::W4Layout;
-pub use linear::{Linear, Linears};
+pub use linear::{DeviceLinear, DeviceLinears};
 pub use tune::{Arch, Regime};
 
 /// Errors of the GPU path (layout checks, missing runtime, driver/compiler failures).

@@ -34,18 +34,18 @@ pub const DECODE_REL_TOL: f32 = 1e-5;
 
 /// Which implementation of the ops a forward runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exec {
+pub enum OpImpl {
     /// Plain serial loops (`ops::linear_ref`): the spec.
     Reference,
     /// `ops::linear` and rayon over heads and experts.
     Fast,
 }
 
-impl Exec {
+impl OpImpl {
     fn linear(self, x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
         match self {
-            Exec::Reference => linear_ref(x, m, k, w, n),
-            Exec::Fast => linear(x, m, k, w, n),
+            OpImpl::Reference => linear_ref(x, m, k, w, n),
+            OpImpl::Fast => linear(x, m, k, w, n),
         }
     }
 }
@@ -139,7 +139,7 @@ impl DeepseekV3 {
 
     /// Run `tokens` (positions `cache.len..`) through every block; `record` keeps the hidden
     /// states and router choices.
-    fn chunk(&self, e: Exec, tokens: &[u32], cache: &mut [KvCache], record: bool) -> Chunk {
+    fn chunk(&self, e: OpImpl, tokens: &[u32], cache: &mut [KvCache], record: bool) -> Chunk {
         let (h, n) = (self.hidden, tokens.len());
         let mut x: Vec<f32> = tokens
             .iter()
@@ -181,21 +181,21 @@ impl DeepseekV3 {
         }
     }
 
-    fn logits(&self, e: Exec, normed: &[f32], n: usize) -> Vec<f32> {
+    fn logits(&self, e: OpImpl, normed: &[f32], n: usize) -> Vec<f32> {
         e.linear(normed, n, self.hidden, &self.w.lm_head, self.vocab)
     }
 
     /// Causal forward over `tokens` at positions `0..T` (fast path).
     pub fn forward(&self, tokens: &[u32]) -> Result<Forward> {
-        self.forward_with(Exec::Fast, tokens)
+        self.forward_with(OpImpl::Fast, tokens)
     }
 
     /// [`forward`](Self::forward) on the plain reference ops.
     pub fn forward_ref(&self, tokens: &[u32]) -> Result<Forward> {
-        self.forward_with(Exec::Reference, tokens)
+        self.forward_with(OpImpl::Reference, tokens)
     }
 
-    fn forward_with(&self, e: Exec, tokens: &[u32]) -> Result<Forward> {
+    fn forward_with(&self, e: OpImpl, tokens: &[u32]) -> Result<Forward> {
         self.check_tokens(tokens)?;
         let mut cache = self.empty_cache();
         let c = self.chunk(e, tokens, &mut cache, true);
@@ -257,9 +257,9 @@ impl Session<'_> {
         if tokens.is_empty() {
             return Err(Error::Usage("cannot decode from an empty prompt".into()));
         }
-        let c = m.chunk(Exec::Fast, tokens, &mut self.cache, false);
+        let c = m.chunk(OpImpl::Fast, tokens, &mut self.cache, false);
         let last = &c.normed[(tokens.len() - 1) * m.hidden..];
-        Ok(m.logits(Exec::Fast, last, 1))
+        Ok(m.logits(OpImpl::Fast, last, 1))
     }
 
     /// Feed one token; returns the logits of the next position.

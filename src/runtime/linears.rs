@@ -2,7 +2,7 @@
 //! (Llama and MLA attention) and DFlash forwards goes through [`Linear::apply`], which runs
 //! either the f32 path (`ops::linear` over the weights dequantized at load: the exact arithmetic
 //! the runtimes always had, so `--device cpu` results are bit-identical) or a device-resident
-//! quantized layer ([`gpu::Linear`], `kquant verify --device cuda|hip|cpu-emu`). A shared
+//! quantized layer ([`gpu::DeviceLinear`], `kquant verify --device cuda|hip|cpu-emu`). A shared
 //! observer can record the abs-max of every linear's input (`kquant calibrate`: NVFP4 W4A4's
 //! static input scales), and the first device failure is kept for the replay to report as an
 //! error instead of a panic inside a forward pass.
@@ -63,7 +63,7 @@ struct Shared {
 /// How one layer computes.
 enum Kind {
     F32(Vec<f32>),
-    Device(gpu::Linear),
+    Device(gpu::DeviceLinear),
 }
 
 /// One linear layer of a draft: `y [m, n] = x [m, k] · Wᵀ`, `W` = checkpoint module `module`.
@@ -112,7 +112,7 @@ impl Linear {
         }
     }
 
-    fn on_device(&self, l: &gpu::Linear, x: &[f32], m: usize) -> Vec<f32> {
+    fn on_device(&self, l: &gpu::DeviceLinear, x: &[f32], m: usize) -> Vec<f32> {
         if m == 0 {
             return Vec::new();
         }
@@ -183,7 +183,7 @@ impl LinearSet {
                 if l.k % 8 != 0 {
                     return Err(GpuError::Unsupported("K", format!("{} % 8 != 0", l.k)));
                 }
-                gpu::Linear::new(dev.clone(), &l, *act)
+                gpu::DeviceLinear::new(dev.clone(), &l, *act)
             });
             match layer {
                 Ok(l) => kind = Some(Kind::Device(l)),

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 
 use super::config::DsConfig;
 use super::weights::{Attn, QProj};
-use super::Exec;
+use super::OpImpl;
 use crate::ops::{rms_norm, softmax};
 
 /// Keys `[T, heads, nope + rope]` and values `[T, heads, v]` of the positions seen so far.
@@ -24,7 +24,7 @@ pub struct KvCache {
 }
 
 /// Queries `[n, heads, qk]` with RoPE applied at positions `pos0..pos0+n`.
-fn queries(e: Exec, c: &DsConfig, a: &Attn, x: &[f32], n: usize, pos0: usize) -> Vec<f32> {
+fn queries(e: OpImpl, c: &DsConfig, a: &Attn, x: &[f32], n: usize, pos0: usize) -> Vec<f32> {
     let (h, qk) = (c.hidden, c.qk_head());
     let mut q = match &a.q {
         QProj::Full(w) => e.linear(x, n, h, w, c.heads * qk),
@@ -51,7 +51,7 @@ fn rotate(c: &DsConfig, x: &mut [f32], pos: usize) {
 }
 
 /// Append the keys and values of `n` new rows to the cache.
-fn extend_cache(e: Exec, c: &DsConfig, a: &Attn, x: &[f32], n: usize, cache: &mut KvCache) {
+fn extend_cache(e: OpImpl, c: &DsConfig, a: &Attn, x: &[f32], n: usize, cache: &mut KvCache) {
     let (h, kl, rd, nh) = (c.hidden, c.kv_lora, c.rope_dim, c.heads);
     let ckv = e.linear(x, n, h, &a.kv_a, kl + rd);
     let latent: Vec<f32> = ckv.chunks(kl + rd).flat_map(|r| r[..kl].to_vec()).collect();
@@ -93,7 +93,7 @@ fn attend_one(c: &DsConfig, q: &[f32], cache: &KvCache, head: usize, keys: usize
 /// The attention block on `n` normed rows `x` at positions `cache.len..`: appends to `cache`,
 /// returns `o_proj` of the attention output, `[n, H]`.
 pub fn forward(
-    e: Exec,
+    e: OpImpl,
     c: &DsConfig,
     a: &Attn,
     x: &[f32],
@@ -111,8 +111,8 @@ pub fn forward(
         attend_one(c, qh, cache, head, pos0 + i + 1, o);
     };
     match e {
-        Exec::Reference => out.chunks_mut(vd).enumerate().for_each(|(i, o)| one(i, o)),
-        Exec::Fast => out
+        OpImpl::Reference => out.chunks_mut(vd).enumerate().for_each(|(i, o)| one(i, o)),
+        OpImpl::Fast => out
             .par_chunks_mut(vd)
             .enumerate()
             .for_each(|(i, o)| one(i, o)),

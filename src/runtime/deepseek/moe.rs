@@ -9,11 +9,11 @@ use rayon::prelude::*;
 
 use super::config::DsConfig;
 use super::weights::{Mlp, Moe};
-use super::Exec;
+use super::OpImpl;
 use crate::ops::silu;
 
 /// `down(silu(gate x) · up x)` on `n` rows of width `h`.
-pub fn mlp(e: Exec, m: &Mlp, x: &[f32], n: usize, h: usize) -> Vec<f32> {
+pub fn mlp(e: OpImpl, m: &Mlp, x: &[f32], n: usize, h: usize) -> Vec<f32> {
     let g = e.linear(x, n, h, &m.gate, m.inter);
     let u = e.linear(x, n, h, &m.up, m.inter);
     let act: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
@@ -66,7 +66,7 @@ fn route_row(c: &DsConfig, bias: &[f32], logits: &[f32]) -> (Vec<u32>, Vec<f32>)
 }
 
 /// Route `n` rows.
-pub fn route(e: Exec, c: &DsConfig, m: &Moe, x: &[f32], n: usize) -> Routed {
+pub fn route(e: OpImpl, c: &DsConfig, m: &Moe, x: &[f32], n: usize) -> Routed {
     let logits = e.linear(x, n, c.hidden, &m.router, c.experts);
     let mut r = Routed {
         idx: Vec::with_capacity(n * c.top_k),
@@ -91,7 +91,7 @@ fn experts_ref(c: &DsConfig, m: &Moe, x: &[f32], n: usize, r: &Routed) -> Vec<f3
             .collect();
         chosen.sort_by_key(|p| p.0);
         for (ex, w) in chosen {
-            let y = mlp(Exec::Reference, &m.experts[ex as usize], row, 1, h);
+            let y = mlp(OpImpl::Reference, &m.experts[ex as usize], row, 1, h);
             for (o, v) in out[t * h..(t + 1) * h].iter_mut().zip(&y) {
                 *o += v * w;
             }
@@ -120,7 +120,7 @@ fn experts_fast(c: &DsConfig, m: &Moe, x: &[f32], n: usize, r: &Routed) -> Vec<f
                 .iter()
                 .flat_map(|&(t, _)| x[t * h..(t + 1) * h].to_vec())
                 .collect();
-            mlp(Exec::Fast, &m.experts[ex], &xs, rs.len(), h)
+            mlp(OpImpl::Fast, &m.experts[ex], &xs, rs.len(), h)
         })
         .collect();
     let mut out = vec![0f32; n * h];
@@ -138,11 +138,11 @@ fn experts_fast(c: &DsConfig, m: &Moe, x: &[f32], n: usize, r: &Routed) -> Vec<f
 }
 
 /// The MoE block on `n` normed rows: output `[n, H]` and the router's choice.
-pub fn forward(e: Exec, c: &DsConfig, m: &Moe, x: &[f32], n: usize) -> (Vec<f32>, Routed) {
+pub fn forward(e: OpImpl, c: &DsConfig, m: &Moe, x: &[f32], n: usize) -> (Vec<f32>, Routed) {
     let r = route(e, c, m, x, n);
     let mut out = match e {
-        Exec::Reference => experts_ref(c, m, x, n, &r),
-        Exec::Fast => experts_fast(c, m, x, n, &r),
+        OpImpl::Reference => experts_ref(c, m, x, n, &r),
+        OpImpl::Fast => experts_fast(c, m, x, n, &r),
     };
     if let Some(s) = &m.shared {
         let y = mlp(e, s, x, n, c.hidden);
