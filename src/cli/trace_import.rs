@@ -28,6 +28,9 @@ pub enum LayoutArg {
     TokensFirst,
 }
 
+/// A draft family of the profile: its taps (`hs`), those the trace lacks, its vLLM ids.
+type Coverage = (Family, Vec<usize>, Vec<usize>, Vec<usize>);
+
 /// A kquant-trace/1 from the files vLLM's hidden-states connector wrote.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -165,7 +168,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for w in &r.warnings {
         eprintln!("warning: {}", crate::escape::printable(w));
     }
-    let families: Vec<(Family, Vec<usize>, Vec<usize>, Vec<usize>)> = prof
+    let families: Vec<Coverage> = prof
         .iter()
         .flat_map(|p| {
             Family::ALL.iter().filter_map(|f| {
