@@ -571,7 +571,7 @@ fn every_numeric_flag_refuses_bad_values() {
     let import = &[
         "trace",
         "import",
-        "--from",
+        "--format",
         "vllm-hidden-states",
         "dir",
         "-o",
@@ -580,7 +580,7 @@ fn every_numeric_flag_refuses_bad_values() {
     let import_ids = &[
         "trace",
         "import",
-        "--from",
+        "--format",
         "vllm-hidden-states",
         "dir",
         "-o",

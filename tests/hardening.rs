@@ -177,7 +177,7 @@ fn commands(quantized: &Path) -> Vec<Cmd> {
             args: s(&[
                 "trace",
                 "import",
-                "--from",
+                "--format",
                 "vllm-hidden-states",
                 hs,
                 "-o",

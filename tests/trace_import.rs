@@ -1,4 +1,4 @@
-//! `kquant trace import --from vllm-hidden-states` through the binary: connector-like files
+//! `kquant trace import --format vllm-hidden-states` through the binary: connector-like files
 //! (written with the `safetensors` crate, as vLLM's `save_file` writes them) in both layouts and
 //! in BF16/F16/F32 import to exactly the values they hold (rounded to BF16); malformed files
 //! are refused with exit 2 naming the file; and the tiny fixture's trace, written out as vLLM
@@ -139,7 +139,7 @@ fn import(src: &Path, out: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
         "trace",
         "import",
-        "--from",
+        "--format",
         "vllm-hidden-states",
         src.to_str().unwrap(),
         "-o",
@@ -287,7 +287,7 @@ fn deprecated_out_spelling_still_imports_with_a_warning() {
         kquant(&[
             "trace",
             "import",
-            "--from",
+            "--format",
             "vllm-hidden-states",
             src.to_str().unwrap(),
             flag,
@@ -639,6 +639,13 @@ fn malformed_files_are_refused_with_exit_2_naming_the_file() {
         assert!(err.contains("7.safetensors"), "{what}: {err}");
         assert!(err.contains(needle), "{what}: {err}");
         assert!(!out.exists(), "{what}: nothing may be written");
+        // A value refused mid-stream (after request 0 was written) leaves no partial trace.
+        let left: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "hs")
+            .collect();
+        assert!(left.is_empty(), "{what}: left {left:?}");
     }
 }
 
@@ -1403,4 +1410,259 @@ mod vllm_capture {
             );
         }
     }
+
+
+/// A directory of `n` tokens-first BF16 requests of `t` tokens, taps 1,2,3, hidden `h`.
+fn conn_dir(d: &Path, n: usize, t: usize, h: usize) -> PathBuf {
+    let src = d.join("hs");
+    std::fs::create_dir(&src).unwrap();
+    for r in 0..n {
+        let tokens: Vec<u32> = (0..t as u32).map(|p| (p * 7 + r as u32) % 2048).collect();
+        write_conn(
+            &src,
+            &r.to_string(),
+            &taps_for(3, t, h, false),
+            &tokens,
+            h,
+            Layout::TokensFirst,
+            StDtype::BF16,
+        );
+    }
+    src
+}
+
+#[test]
+fn deprecated_from_spelling_still_imports_with_a_warning() {
+    let d = tempfile::tempdir().unwrap();
+    let src = conn_dir(d.path(), 2, 5, H);
+    let run = |flag: &str, out: &Path| {
+        kquant(&[
+            "trace",
+            "import",
+            flag,
+            "vllm-hidden-states",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--layer-ids",
+            "1,2,3",
+            "--num-layers",
+            "4",
+        ])
+    };
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    let new = ok(&run("--format", &a));
+    assert!(!new.contains("deprecated"), "{new}");
+    let old = ok(&run("--from", &b));
+    assert!(
+        old.contains("warning: `--from` is deprecated for trace import: say --format (accepted until the next release)"),
+        "{old}"
+    );
+    assert_eq!(
+        std::fs::read(a.join("shard-00000.safetensors")).unwrap(),
+        std::fs::read(b.join("shard-00000.safetensors")).unwrap()
+    );
+    // Not both, and one of them is required.
+    let both = kquant(&[
+        "trace",
+        "import",
+        "--format",
+        "vllm-hidden-states",
+        "--from",
+        "vllm-hidden-states",
+        src.to_str().unwrap(),
+        "-o",
+        "x",
+        "--layer-ids",
+        "1,2,3",
+        "--num-layers",
+        "4",
+    ]);
+    assert_eq!(both.status.code(), Some(2));
+    let none = kquant(&[
+        "trace",
+        "import",
+        src.to_str().unwrap(),
+        "-o",
+        "x",
+        "--layer-ids",
+        "1,2,3",
+        "--num-layers",
+        "4",
+    ]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("--format"));
+}
+
+#[test]
+fn json_reports_what_was_imported() {
+    let d = tempfile::tempdir().unwrap();
+    let src = conn_dir(d.path(), 3, 6, H);
+    let out = d.path().join("trace");
+    let o = import(
+        &src,
+        &out,
+        &[
+            "--layer-ids",
+            "1,2,3",
+            "--target",
+            "kimi-k2.5-tiny",
+            "--hidden-size",
+            "8",
+            "--json",
+        ],
+    );
+    // The tiny profile's hidden size is 256: the flag disagrees, and that is an error.
+    refused(&o);
+    let o = kquant(&[
+        "trace",
+        "import",
+        "--format",
+        "vllm-hidden-states",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--layer-ids",
+        "3,1,2",
+        "--num-layers",
+        "4",
+        "--json",
+    ]);
+    ok(&o);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("one JSON document on stdout");
+    assert_eq!(doc["schema"], "kquant.trace-import/1");
+    assert_eq!(doc["output"], out.to_str().unwrap());
+    assert_eq!(
+        (doc["samples"].as_u64(), doc["tokens"].as_u64()),
+        (Some(3), Some(18))
+    );
+    assert_eq!(doc["taps"], serde_json::json!([1, 2, 3]));
+    assert_eq!(doc["layer_ids"], serde_json::json!([3, 1, 2]));
+    assert_eq!(
+        (doc["dry_run"].as_bool(), doc["written"].as_bool()),
+        (Some(false), Some(true))
+    );
+    assert_eq!(doc["bytes"], 3 * 6 * (4 + 2 * 3 * H) as u64);
+    let w: Vec<&str> = doc["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert!(w.iter().any(|w| w.contains("not ascending")), "{w:?}");
+    assert!(w.iter().any(|w| w.contains("no --prompts")), "{w:?}");
+    assert!(doc["next"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("--trace {}", out.display())));
+    assert!(Trace::open(&out).is_ok());
+}
+
+#[test]
+fn dry_run_checks_every_value_and_writes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let src = conn_dir(d.path(), 2, 5, H);
+    let out = d.path().join("trace");
+    let ids = ["--layer-ids", "1,2,3", "--num-layers", "4"];
+    let listing = || {
+        let mut v: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listing();
+    let o = import(&src, &out, &[&ids[..], &["--dry-run"]].concat());
+    ok(&o);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("dry run: nothing written"), "{stdout}");
+    assert!(stdout.contains("2 samples, 10 tokens"), "{stdout}");
+    assert_eq!(
+        listing(),
+        before,
+        "a dry run leaves nothing, not even a lock"
+    );
+    let o = import(&src, &out, &[&ids[..], &["--dry-run", "--json"]].concat());
+    let doc: serde_json::Value = serde_json::from_slice(&ok_out(&o)).unwrap();
+    assert_eq!(
+        (doc["dry_run"].as_bool(), doc["written"].as_bool()),
+        (Some(true), Some(false))
+    );
+    // A NaN in the values is found by the dry run too.
+    let mut t = taps_for(3, 5, H, false);
+    t[1][2 * H + 5] = f32::NAN;
+    write_conn(
+        &src,
+        "9",
+        &t,
+        &[1, 2, 3, 4, 5],
+        H,
+        Layout::TokensFirst,
+        StDtype::BF16,
+    );
+    let err = refused(&import(&src, &out, &[&ids[..], &["--dry-run"]].concat()));
+    assert!(
+        err.contains("9.safetensors")
+            && err.contains("NaN at tap slot 1 (hs[2]), token position 2, channel 5"),
+        "{err}"
+    );
+    std::fs::remove_file(src.join("9.safetensors")).unwrap();
+    // An existing output is refused as the real run would refuse it.
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("mine.txt"), b"x").unwrap();
+    let err = refused(&import(&src, &out, &[&ids[..], &["--dry-run"]].concat()));
+    assert!(err.contains("already exists"), "{err}");
+    let err = refused(&import(
+        &src,
+        &out,
+        &[&ids[..], &["--dry-run", "--force"]].concat(),
+    ));
+    assert!(err.contains("not an output kquant wrote"), "{err}");
+    assert_eq!(std::fs::read(out.join("mine.txt")).unwrap(), b"x");
+}
+
+fn ok_out(o: &Output) -> Vec<u8> {
+    ok(o);
+    o.stdout.clone()
+}
+
+/// The import streams: what it holds at once is one piece of one tap, not the trace. 12
+/// requests of 1024 tokens × 3 taps × hidden 1024 in BF16 (72 MiB of hidden states); the
+/// in-memory import this replaced held every value as f32 plus the BF16 bytes (~216 MiB).
+#[test]
+fn memory_is_bounded_by_one_request_not_the_trace() {
+    const T: usize = 1024;
+    const HID: usize = 1024;
+    let d = tempfile::tempdir().unwrap();
+    let src = conn_dir(d.path(), 12, T, HID);
+    let out = d.path().join("trace");
+    let o = import(
+        &src,
+        &out,
+        &["--layer-ids", "1,2,3", "--num-layers", "4", "--json"],
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&ok_out(&o)).unwrap();
+    let m = &doc["memory"];
+    let request = (T * 3 * HID * 2) as u64;
+    let input = 12 * request;
+    assert_eq!(m["largest_request_bytes"], request);
+    let buffer = m["peak_buffer_bytes"].as_u64().unwrap();
+    assert!(
+        buffer <= request && buffer <= 5 << 20,
+        "conversion buffer {buffer} B"
+    );
+    // The process's own peak (VmHWM): the binary, the writer's 16 MiB of staging blocks, one
+    // mapped request and one buffer; well under the 72 MiB of input it read.
+    let rss = m["peak_rss_bytes"].as_u64().unwrap();
+    assert!(rss < input, "peak RSS {rss} B for {input} B of input");
+    eprintln!("peak RSS {rss} B, buffer {buffer} B, input {input} B");
+    let t = Trace::open(&out).unwrap();
+    let s = &t.manifest.samples[11];
+    let want: Vec<f32> = taps_for(3, T, HID, false)[1]
+        .iter()
+        .map(|&x| expect(StDtype::BF16, x))
+        .collect();
+    assert!(t.tap(s, 2).unwrap() == want, "request 11, hs[2] differs");
 }

@@ -1,6 +1,7 @@
 //! `kquant trace …`: making and bringing in `kquant-trace/1` traces. `capture` runs the target
 //! on CPU (`verify::capture`): greedy continuations of the prompts, then the capture pass;
-//! `import` (`cli::trace_import`) converts vLLM hidden-states connector files.
+//! `import` (`cli::trace_import`) converts vLLM hidden-states connector files; `prompts`
+//! (`verify::prompts`) tokenizes text prompts for both.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,8 +23,36 @@ pub enum TraceCommand {
     /// Run a Kimi-K2 (DeepseekV3ForCausalLM) target on CPU over prompts and write a trace:
     /// greedy continuations, then one capture pass for the taps (as make_trace.py does).
     Capture(CaptureArgs),
-    /// Import hidden states captured by a serving engine (`--from vllm-hidden-states DIR`).
+    /// Import hidden states captured by a serving engine (`--format vllm-hidden-states DIR`).
     Import(super::trace_import::Args),
+    /// Tokenize text prompts (JSONL `text`, or chat `messages` with --chat-template) with the
+    /// target's tokenizer into the token-id prompts `trace capture` and `trace import` read.
+    Prompts(PromptsArgs),
+}
+
+/// Arguments of `kquant trace prompts`.
+#[derive(Debug, clap::Args)]
+pub struct PromptsArgs {
+    /// The target's tokenizer: its checkpoint directory (tokenizer.json, or tiktoken.model for
+    /// Kimi-K2.x), or the tokenizer.json / tiktoken ranks file itself.
+    #[arg(long)]
+    pub tokenizer: PathBuf,
+    /// Prompts: JSONL, one {"id", "dataset", "category", "text"} (or chat "messages") per line.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// The tokenized prompts (JSONL with `tokens`) to write.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Render each record with the target's chat template (add_generation_prompt=True), as
+    /// transformers' apply_chat_template does, then tokenize without adding special tokens.
+    #[arg(long)]
+    pub chat_template: bool,
+    /// Print one JSON document (kquant.trace-prompts/1) on stdout instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Replace OUT if it is a tokenized prompts file kquant wrote.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Arguments of `kquant trace capture`.
@@ -65,7 +94,64 @@ pub fn run(a: Args) -> Result<ExitCode> {
     match a.command {
         TraceCommand::Capture(c) => run_capture(c),
         TraceCommand::Import(i) => super::trace_import::run(i),
+        TraceCommand::Prompts(p) => run_prompts(p),
     }
+}
+
+fn run_prompts(a: PromptsArgs) -> Result<ExitCode> {
+    use crate::verify::prompts;
+    let s = prompts::run(&prompts::Options {
+        tokenizer: a.tokenizer.clone(),
+        input: a.input.clone(),
+        output: a.output.clone(),
+        chat_template: a.chat_template,
+        force: a.force,
+    })?;
+    for w in &s.warnings {
+        eprintln!("warning: {}", crate::escape::printable(w));
+    }
+    let next = format!(
+        "kquant trace capture --target-checkpoint TARGET --prompts {} -o TRACE",
+        a.output.display()
+    );
+    if a.json {
+        let doc = serde_json::json!({
+            "schema": prompts::REPORT_SCHEMA,
+            "output": a.output.display().to_string(),
+            "input": a.input.display().to_string(),
+            "records": s.records,
+            "tokens": s.tokens,
+            "tokenizer": {
+                "kind": s.kind.name(),
+                "file": s.tokenizer_file.display().to_string(),
+                "sha256": s.tokenizer_sha256,
+            },
+            "chat_template": s.chat_template.as_ref().map(|(p, h)| serde_json::json!({
+                "source": p.display().to_string(),
+                "sha256": h,
+            })),
+            "add_special_tokens": s.add_special_tokens,
+            "warnings": s.warnings,
+            "next": next,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    } else {
+        println!(
+            "{}: {} prompts, {} tokens ({} `{}`, sha256 {}{})",
+            a.output.display(),
+            s.records,
+            s.tokens,
+            s.kind.name(),
+            s.tokenizer_file.display(),
+            &s.tokenizer_sha256[..12],
+            match &s.chat_template {
+                Some((p, _)) => format!("; chat template from `{}`", p.display()),
+                None => String::new(),
+            }
+        );
+        println!("next: {next}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_capture(a: CaptureArgs) -> Result<ExitCode> {

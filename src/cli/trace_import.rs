@@ -1,4 +1,4 @@
-//! `kquant trace import --from vllm-hidden-states DIR -o OUT --layer-ids IDS`: a
+//! `kquant trace import --format vllm-hidden-states DIR -o OUT --layer-ids IDS`: a
 //! `kquant-trace/1` from the files vLLM's hidden-states connector wrote
 //! (`src/verify/import_vllm.rs` does the work; docs/verify.md explains the conventions).
 
@@ -9,9 +9,9 @@ use crate::error::{Error, Result};
 use crate::verify::import_vllm::{self, Layout, Options};
 use crate::verify::profile::{self, Family};
 
-/// Where the hidden states come from.
+/// The file format the hidden states are in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum From {
+pub enum Format {
     /// vLLM `extract_hidden_states` + `ExampleHiddenStatesConnector`: `{req_id}.safetensors`
     /// with `hidden_states` and `token_ids`.
     VllmHiddenStates,
@@ -28,12 +28,18 @@ pub enum LayoutArg {
     TokensFirst,
 }
 
+/// A draft family of the profile: its taps (`hs`), those the trace lacks, its vLLM ids.
+type Coverage = (Family, Vec<usize>, Vec<usize>, Vec<usize>);
+
 /// A kquant-trace/1 from the files vLLM's hidden-states connector wrote.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Source format.
-    #[arg(long, value_enum)]
-    pub from: From,
+    /// The files' format.
+    #[arg(long, value_enum, required_unless_present = "from")]
+    pub format: Option<Format>,
+    /// Deprecated spelling of `--format` (accepted with a warning until the next release).
+    #[arg(long, value_enum, hide = true, conflicts_with = "format")]
+    pub from: Option<Format>,
     /// The directory the connector wrote (its `shared_storage_path`).
     pub dir: PathBuf,
     /// The trace directory to write.
@@ -66,6 +72,13 @@ pub struct Args {
     /// Replace OUT if it exists.
     #[arg(long)]
     pub force: bool,
+    /// Print one JSON document (kquant.trace-import/1) on stdout instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Check everything (every file's header and values, the prompts, the output name) and
+    /// print what would be written; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 fn agree(
@@ -83,7 +96,19 @@ fn agree(
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    let From::VllmHiddenStates = a.from;
+    let mut notes = Vec::new();
+    let format = match (a.format, a.from) {
+        (Some(f), _) => f,
+        (None, Some(f)) => {
+            notes.push(
+                "`--from` is deprecated for trace import: say --format (accepted until the next release)"
+                    .to_string(),
+            );
+            f
+        }
+        (None, None) => unreachable!("clap requires --format unless --from is given"),
+    };
+    let Format::VllmHiddenStates = format;
     let prof = a.target.as_deref().map(profile::load).transpose()?;
     let pname = prof.as_ref().map_or("", |p| p.name.as_str());
     let num_layers = agree(
@@ -111,8 +136,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let out = match (a.output, a.out) {
         (Some(o), _) => o,
         (None, Some(o)) => {
-            eprintln!(
-                "warning: `--out` is deprecated: write `--output` (or `-o`), as every other command does"
+            notes.push(
+                "`--out` is deprecated: write `--output` (or `-o`), as every other command does"
+                    .to_string(),
             );
             o
         }
@@ -133,10 +159,71 @@ pub fn run(a: Args) -> Result<ExitCode> {
         vocab_size,
         target,
         force: a.force,
+        dry_run: a.dry_run,
     };
+    for w in &notes {
+        eprintln!("warning: {w}");
+    }
     let r = import_vllm::import(&o)?;
     for w in &r.warnings {
         eprintln!("warning: {}", crate::escape::printable(w));
+    }
+    let families: Vec<Coverage> = prof
+        .iter()
+        .flat_map(|p| {
+            Family::ALL.iter().filter_map(|f| {
+                let t = p.taps.get(*f)?;
+                let missing: Vec<usize> =
+                    t.hs.iter()
+                        .copied()
+                        .filter(|h| !r.taps.contains(h))
+                        .collect();
+                Some((*f, t.hs.clone(), missing, t.vllm_ids()))
+            })
+        })
+        .collect();
+    let next = if r.written {
+        format!(
+            "kquant verify --draft DRAFT --baseline BASELINE --trace {}",
+            o.out.display()
+        )
+    } else {
+        "the same command without --dry-run".to_string()
+    };
+    if a.json {
+        let mut all_warnings = notes.clone();
+        all_warnings.extend(r.warnings.iter().cloned());
+        let doc = serde_json::json!({
+            "schema": "kquant.trace-import/1",
+            "format": "vllm-hidden-states",
+            "dir": o.dir.display().to_string(),
+            "output": o.out.display().to_string(),
+            "dry_run": a.dry_run,
+            "written": r.written,
+            "samples": r.samples,
+            "tokens": r.tokens,
+            "taps": r.taps,
+            "layer_ids": o.layer_ids,
+            "hidden_size": r.hidden_size,
+            "layout": r.layout.name(),
+            "source_dtypes": r.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
+            "bytes": r.bytes,
+            "memory": {
+                "peak_buffer_bytes": r.peak_buffer,
+                "largest_request_bytes": r.largest_request,
+                "peak_rss_bytes": peak_rss_bytes(),
+            },
+            "coverage": families.iter().map(|(f, hs, missing, _)| serde_json::json!({
+                "family": f.name(), "taps": hs, "missing": missing,
+            })).collect::<Vec<_>>(),
+            "warnings": all_warnings,
+            "next": next,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.dry_run {
+        println!("dry run: nothing written; all files, values and prompts check out");
     }
     println!(
         "{}: {} samples, {} tokens, taps hs{:?} (vLLM ids {:?}), hidden size {}, {} {}",
@@ -154,31 +241,31 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .join("/"),
     );
     if let Some(p) = &prof {
-        for f in Family::ALL {
-            if let Some(t) = p.taps.get(f) {
-                let missing: Vec<usize> =
-                    t.hs.iter()
-                        .copied()
-                        .filter(|h| !r.taps.contains(h))
-                        .collect();
-                if missing.is_empty() {
-                    println!(
-                        "  {} drafts of {} (taps hs{:?}): covered",
-                        f.name(),
-                        crate::escape::printable(&p.name),
-                        t.hs
-                    );
-                } else {
-                    println!(
-                        "  {} drafts of {} (taps hs{:?}): missing hs{missing:?} (capture with --layer-ids {})",
-                        f.name(),
-                        crate::escape::printable(&p.name),
-                        t.hs,
-                        t.vllm_ids().iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
-                    );
-                }
+        for (f, hs, missing, ids) in &families {
+            if missing.is_empty() {
+                println!(
+                    "  {} drafts of {} (taps hs{hs:?}): covered",
+                    f.name(),
+                    crate::escape::printable(&p.name),
+                );
+            } else {
+                println!(
+                    "  {} drafts of {} (taps hs{hs:?}): missing hs{missing:?} (capture with --layer-ids {})",
+                    f.name(),
+                    crate::escape::printable(&p.name),
+                    ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+                );
             }
         }
     }
+    println!("next: {next}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// This process's peak resident set so far (`VmHWM` of /proc/self/status), in bytes.
+fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }

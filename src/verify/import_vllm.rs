@@ -11,8 +11,11 @@
 //! - older vLLM stacks them `[n_taps, T, H]` ("taps-first"), current vLLM writes
 //!   `[T, n_taps, H]` ("tokens-first"); the layout is told from the shapes.
 //!
-//! Every file is checked (tensors, dtypes, ranks, lengths, hidden size, token range, finite
-//! values) before anything is written; the trace is written with [`trace::write`].
+//! The import streams: a first pass checks every file's header, shapes, dtypes and token ids
+//! (no values read), then the values are converted request by request, in the trace's write
+//! order, and checked finite as they are written through [`TraceWriter`] (one request's file
+//! mapped at a time, one piece of one tap in memory). The trace is built in the claim's staging
+//! directory and renamed into place at the end, so a bad value leaves no output.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -21,7 +24,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::io::{Dtype, Shard};
-use crate::verify::trace::{self, Manifest, NewSample, SampleMeta};
+use crate::verify::trace::{self, Entry, Manifest, SampleMeta, SampleSpec, TraceWriter};
 
 /// The tensor holding the stacked taps.
 pub const HIDDEN: &str = "hidden_states";
@@ -163,6 +166,8 @@ pub struct Options {
     /// The manifest's `target` object (name, HF id, …); the import's own record is added to it.
     pub target: serde_json::Value,
     pub force: bool,
+    /// Check everything (the values too) and write nothing.
+    pub dry_run: bool,
 }
 
 /// What was imported.
@@ -178,6 +183,15 @@ pub struct Imported {
     pub dtypes: Vec<Dtype>,
     /// Things the user should know (printed as `warning:` by the CLI).
     pub warnings: Vec<String>,
+    /// Tensor bytes of the trace (written, or that would be written).
+    pub bytes: u64,
+    /// The largest request's `hidden_states` bytes.
+    pub largest_request: u64,
+    /// The largest conversion buffer held at once (bytes): one piece of one tap, whatever the
+    /// trace's size.
+    pub peak_buffer: usize,
+    /// Whether the trace was written (false for a dry run).
+    pub written: bool,
 }
 
 /// One connector file.
@@ -244,9 +258,8 @@ fn list(dir: &Path) -> Result<Vec<ConnFile>> {
     Ok(files)
 }
 
-/// Header-level facts of one file, checked.
+/// Header-level facts of one file, checked (the file is closed again: pass 2 reopens it).
 struct Checked {
-    shard: Shard,
     tokens: Vec<u32>,
     dtype: Dtype,
     shape: [usize; 3],
@@ -371,8 +384,10 @@ fn check_file(f: &ConnFile, n: usize, vocab: Option<usize>) -> Result<Checked> {
             hint: Some("--layer-ids must list exactly the ids vLLM was given (eagle_aux_hidden_state_layer_ids)".into()),
         });
     }
+    if let Some(info) = shard.info(TOKENS) {
+        shard.release(info);
+    }
     Ok(Checked {
-        shard,
         tokens,
         dtype,
         shape,
@@ -525,36 +540,18 @@ fn pair_prompts<'a>(
     Ok(out)
 }
 
-/// Split one file's stack into per-tap `[T, H]` rows, refusing non-finite values.
-fn split_taps(f: &ConnFile, c: &Checked, layout: Layout, slots: &[usize]) -> Result<Vec<Vec<f32>>> {
-    let (n, t, h) = (slots.len(), c.tokens.len(), c.shape[2]);
-    let v = c.shard.tensor(HIDDEN).expect("checked").to_f32_par();
-    let mut taps = vec![Vec::with_capacity(t * h); n];
-    for (j, tap) in taps.iter_mut().enumerate() {
-        for pos in 0..t {
-            let r = layout.row(j, pos, n, t) * h;
-            let row = &v[r..r + h];
-            if let Some(k) = row.iter().position(|x| !x.is_finite()) {
-                return Err(Error::Tensor {
-                    path: f.path.clone(),
-                    tensor: HIDDEN.into(),
-                    msg: format!(
-                        "holds {} at tap slot {j} (hs[{}]), token position {pos}, channel {k}",
-                        row[k], slots[j]
-                    ),
-                });
-            }
-            tap.extend_from_slice(row);
-        }
-    }
-    Ok(taps)
-}
-
 /// Import the connector files of `o.dir` into a trace at `o.out`.
 pub fn import(o: &Options) -> Result<Imported> {
     let slots = tap_slots(&o.layer_ids, o.num_layers)?;
     let n = slots.len();
-    let claim = trace::claim(&o.out, o.force, std::slice::from_ref(&o.dir))?;
+    // Claimed before the long work (a second run or an existing output is refused at once);
+    // a dry run only checks what the claim would refuse, and writes nothing.
+    let claim = if o.dry_run {
+        preflight(&o.out, o.force, &o.dir)?;
+        None
+    } else {
+        Some(trace::claim(&o.out, o.force, std::slice::from_ref(&o.dir))?)
+    };
     let files = list(&o.dir)?;
     let mut warnings = Vec::new();
     if o.layer_ids.windows(2).any(|w| w[0] > w[1]) {
@@ -681,11 +678,6 @@ pub fn import(o: &Options) -> Result<Imported> {
         metas.push(meta);
     }
 
-    // Pass 2: the values.
-    let mut tap_vals = Vec::with_capacity(files.len());
-    for (f, c) in files.iter().zip(&checked) {
-        tap_vals.push(split_taps(f, c, layout, &slots)?);
-    }
     let mut dtypes: Vec<Dtype> = checked.iter().map(|c| c.dtype).collect();
     dtypes.sort();
     dtypes.dedup();
@@ -699,21 +691,6 @@ pub fn import(o: &Options) -> Result<Imported> {
                 .join("/")
         ));
     }
-    let samples: Vec<NewSample<'_>> = metas
-        .iter()
-        .zip(&checked)
-        .zip(&tap_vals)
-        .map(|((m, c), tv)| NewSample {
-            meta: m.clone(),
-            tokens: &c.tokens,
-            taps: slots
-                .iter()
-                .copied()
-                .zip(tv.iter().map(Vec::as_slice))
-                .collect(),
-            target_top1: None,
-        })
-        .collect();
     let mut target = match &o.target {
         serde_json::Value::Object(m) => m.clone(),
         _ => serde_json::Map::new(),
@@ -743,20 +720,185 @@ pub fn import(o: &Options) -> Result<Imported> {
         taps_pre_norm: true,
         dtype: "bf16".into(),
         greedy_selfcheck: None,
-        samples: metas.clone(),
+        samples: vec![],
         shards: vec![],
         extra: Default::default(),
     };
-    trace::write(claim, manifest, &samples)?;
+    let specs: Vec<SampleSpec> = metas
+        .iter()
+        .zip(&checked)
+        .map(|(m, c)| SampleSpec {
+            meta: m.clone(),
+            len: c.tokens.len(),
+            taps: slots.clone(),
+            top1: false,
+        })
+        .collect();
+    let order = trace::write_order(&specs, hidden);
+    let bytes: u64 = checked
+        .iter()
+        .map(|c| c.tokens.len() as u64 * (4 + 2 * (n * hidden) as u64))
+        .sum();
+    let largest_request = checked
+        .iter()
+        .map(|c| (c.tokens.len() * n * hidden * c.dtype.size()) as u64)
+        .max()
+        .unwrap_or(0);
+
+    // Pass 2: the values, request by request in the trace's write order, each checked finite
+    // as it is converted; at most one request's file is mapped at a time.
+    let mut tw = match claim {
+        Some(c) => Some(TraceWriter::new(c, manifest, specs.clone())?),
+        None => None,
+    };
+    let mut open: Option<(usize, Shard)> = None;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut row: Vec<f32> = Vec::new();
+    let mut peak_buffer = 0usize;
+    for e in order {
+        match e {
+            Entry::Tokens(i) | Entry::Top1(i) => {
+                if let Some(tw) = tw.as_mut() {
+                    tw.write_ids(e, &checked[i].tokens)?;
+                }
+            }
+            Entry::Tap(i, tap) => {
+                if open.as_ref().map(|(k, _)| *k) != Some(i) {
+                    drop(open.take()); // unmaps the previous request first
+                    open = Some((i, reopen(&files[i], &checked[i])?));
+                }
+                let shard = &open.as_ref().expect("opened").1;
+                let j = slots.iter().position(|&s| s == tap).expect("declared tap");
+                let c = &checked[i];
+                let view = shard.tensor(HIDDEN).expect("checked by reopen");
+                let (t, size) = (c.tokens.len(), c.dtype.size());
+                let rows_per_part = (PART_BYTES / (2 * hidden)).max(1);
+                buf.reserve_exact((rows_per_part * 2 * hidden).saturating_sub(buf.len()));
+                let mut pos = 0;
+                while pos < t {
+                    let end = (pos + rows_per_part).min(t);
+                    buf.clear();
+                    for p in pos..end {
+                        let r = layout.row(j, p, n, t) * hidden;
+                        let src = &view.data[r * size..(r + hidden) * size];
+                        let bad = |k: usize, v: f32| {
+                            Error::Tensor {
+                            path: files[i].path.clone(),
+                            tensor: HIDDEN.into(),
+                            msg: format!(
+                                "holds {v} at tap slot {j} (hs[{tap}]), token position {p}, channel {k}"
+                            ),
+                        }
+                        };
+                        if c.dtype == Dtype::BF16 {
+                            if let Some(k) = src
+                                .chunks_exact(2)
+                                .position(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7F80 == 0x7F80)
+                            {
+                                let b = u16::from_le_bytes([src[2 * k], src[2 * k + 1]]);
+                                return Err(bad(k, half::bf16::from_bits(b).to_f32()));
+                            }
+                            buf.extend_from_slice(src);
+                        } else {
+                            row.resize(hidden, 0.0);
+                            crate::io::dtype::to_f32_into(c.dtype, src, &mut row);
+                            if let Some(k) = row.iter().position(|x| !x.is_finite()) {
+                                return Err(bad(k, row[k]));
+                            }
+                            buf.extend(
+                                row.iter()
+                                    .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()),
+                            );
+                        }
+                    }
+                    peak_buffer = peak_buffer.max(buf.capacity() + row.capacity() * 4);
+                    if let Some(tw) = tw.as_mut() {
+                        tw.write_part(e, &buf)?;
+                    }
+                    pos = end;
+                }
+                if let Some(tw) = tw.as_mut() {
+                    tw.end(e)?;
+                }
+            }
+        }
+    }
+    drop(open);
+    let written = tw.is_some();
+    if let Some(tw) = tw {
+        tw.finish()?;
+    }
     Ok(Imported {
-        samples: samples.len(),
+        samples: files.len(),
         tokens: checked.iter().map(|c| c.tokens.len()).sum(),
         taps: slots,
         layout,
         hidden_size: hidden,
         dtypes,
         warnings,
+        bytes,
+        largest_request,
+        peak_buffer,
+        written,
     })
+}
+
+/// Largest piece of a tap converted at once (bytes of BF16 rows).
+const PART_BYTES: usize = 4 << 20;
+
+/// Reopen a file of pass 1 for its values; it must still have the shape and dtype pass 1 saw.
+fn reopen(f: &ConnFile, c: &Checked) -> Result<Shard> {
+    // SAFETY: the connector files are read-only inputs; see `Shard::open`.
+    let shard = unsafe { Shard::open(&f.path)? };
+    match shard.tensor(HIDDEN) {
+        Some(v) if v.dtype() == c.dtype && v.shape() == c.shape => {}
+        _ => {
+            return Err(src_err(
+                &f.path,
+                "changed while it was being imported".into(),
+                Some("import a directory no process is still writing to"),
+            ))
+        }
+    }
+    shard.advise_sequential();
+    Ok(shard)
+}
+
+/// What the output claim would refuse, checked without claiming (for `--dry-run`): an
+/// existing output without `--force`, or one kquant did not write; an output that is, or
+/// holds, the source directory.
+fn preflight(out: &Path, force: bool, dir: &Path) -> Result<()> {
+    let oerr = |msg: String, hint: &str| Error::Output {
+        path: out.into(),
+        msg,
+        hint: Some(hint.into()),
+    };
+    if let (Ok(o), Ok(d)) = (std::fs::canonicalize(out), std::fs::canonicalize(dir)) {
+        if d.starts_with(&o) {
+            return Err(oerr(
+                format!(
+                    "is or holds the source `{}`, which this command reads",
+                    dir.display()
+                ),
+                "write the output somewhere else: kquant never writes over its inputs",
+            ));
+        }
+    }
+    if std::fs::symlink_metadata(out).is_ok() {
+        if !force {
+            return Err(oerr(
+                "already exists".into(),
+                "pass --force to replace it (kquant replaces only outputs it wrote), or choose another -o",
+            ));
+        }
+        crate::io::output::is_kquants(out, crate::io::output::Kind::Trace).map_err(|why| {
+            oerr(
+                format!("exists and is not an output kquant wrote ({why}); refusing to replace it"),
+                "move it away yourself, or choose another -o",
+            )
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

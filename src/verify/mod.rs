@@ -1,6 +1,7 @@
 //! `verify`: accept length of a draft against a target, from a trace (or a target kquant can
 //! run), with the regression gate. `trace` is the capture format, `capture` writes one with the
-//! CPU target runtime, `import_vllm` turns vLLM hidden-states connector files into one, `walk`
+//! CPU target runtime, `import_vllm` turns vLLM hidden-states connector files into one, `prompts` tokenizes text
+//! prompts for both with the target's tokenizer, `walk`
 //! turns per-root leading matches into accept lengths the way the engines count them, `gate`
 //! decides; `profile` holds what kquant knows about each target (shape, default taps,
 //! published accept lengths).
@@ -11,6 +12,7 @@ pub mod gate;
 pub mod import_vllm;
 pub mod ngram;
 pub mod profile;
+pub mod prompts;
 pub mod report;
 pub mod sim;
 pub mod trace;

@@ -347,87 +347,219 @@ pub fn claim(dir: &Path, force: bool, sources: &[std::path::PathBuf]) -> Result<
     Claim::new(dir, Kind::Trace, force, sources)
 }
 
-/// Write a trace (one shard) with the streaming writer into the claim's staging directory,
-/// then put it in place.
-pub fn write(claim: Claim, mut manifest: Manifest, samples: &[NewSample<'_>]) -> Result<()> {
-    const SHARD: &str = "shard-00000.safetensors";
-    let h = manifest.hidden_size;
+/// The shard every trace kquant writes holds.
+pub const SHARD: &str = "shard-00000.safetensors";
+
+/// What one sample of a trace will hold, declared before any of its values is written.
+#[derive(Debug, Clone)]
+pub struct SampleSpec {
+    pub meta: SampleMeta,
+    /// Tokens T (`tokens` `[T]`, each tap `[T, H]`).
+    pub len: usize,
+    /// The taps stored (HF indices).
+    pub taps: Vec<usize>,
+    /// Whether `target_top1` is stored.
+    pub top1: bool,
+}
+
+/// One tensor of a trace: which sample (index into the declared samples) and what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    Tokens(usize),
+    Top1(usize),
+    /// (sample, tap index `hs[i]`): BF16 `[T, H]`.
+    Tap(usize, usize),
+}
+
+fn entry_name(samples: &[SampleSpec], e: Entry) -> String {
+    match e {
+        Entry::Tokens(i) => format!("s{}.tokens", samples[i].meta.id),
+        Entry::Top1(i) => format!("s{}.target_top1", samples[i].meta.id),
+        Entry::Tap(i, tap) => format!("s{}.tap.{tap}", samples[i].meta.id),
+    }
+}
+
+fn specs_of(samples: &[SampleSpec], h: usize) -> (Vec<TensorSpec>, HashMap<String, Entry>) {
     let mut specs = Vec::new();
-    for s in samples {
-        let t = s.tokens.len();
-        specs.push(TensorSpec::new(
-            format!("s{}.tokens", s.meta.id),
-            Dtype::I32,
-            vec![t],
-        ));
-        for (tap, _) in &s.taps {
-            specs.push(TensorSpec::new(
-                format!("s{}.tap.{tap}", s.meta.id),
-                Dtype::BF16,
-                vec![t, h],
-            ));
+    let mut by_name = HashMap::new();
+    for (i, s) in samples.iter().enumerate() {
+        let t = s.len;
+        let mut add = |e: Entry, dtype: Dtype, shape: Vec<usize>| {
+            let name = entry_name(samples, e);
+            specs.push(TensorSpec::new(name.clone(), dtype, shape));
+            by_name.insert(name, e);
+        };
+        add(Entry::Tokens(i), Dtype::I32, vec![t]);
+        for &tap in &s.taps {
+            add(Entry::Tap(i, tap), Dtype::BF16, vec![t, h]);
         }
-        if s.target_top1.is_some() {
-            specs.push(TensorSpec::new(
-                format!("s{}.target_top1", s.meta.id),
-                Dtype::I32,
-                vec![t],
-            ));
+        if s.top1 {
+            add(Entry::Top1(i), Dtype::I32, vec![t]);
         }
     }
-    // The shard is written as `model.safetensors` by the generic writer, then renamed inside the
-    // staging directory before the manifest names it.
-    let tmp = claim.staging().to_path_buf();
-    let mut w = Writer::in_dir(&tmp, specs, WriteOptions::default())?;
-    let by_name: std::collections::HashMap<String, Vec<u8>> = samples
+    (specs, by_name)
+}
+
+/// The order in which a trace's tensors are written (the safetensors library's: every I32
+/// tensor, then the BF16 taps by name, so one sample's taps are consecutive). A streaming
+/// caller produces the values in this order.
+pub fn write_order(samples: &[SampleSpec], hidden_size: usize) -> Vec<Entry> {
+    let (mut specs, by_name) = specs_of(samples, hidden_size);
+    crate::io::writer::canonical_order(&mut specs);
+    specs.iter().map(|s| by_name[&s.name]).collect()
+}
+
+/// A trace written tensor by tensor (in [`write_order`]), never held whole: the shard streams
+/// into the claim's staging directory and is renamed into place by [`finish`](Self::finish),
+/// so an error or a kill before then leaves nothing under the output name.
+pub struct TraceWriter {
+    claim: Claim,
+    manifest: Manifest,
+    samples: Vec<SampleSpec>,
+    order: Vec<Entry>,
+    next: usize,
+    w: Writer,
+}
+
+impl TraceWriter {
+    /// Declare every sample (the manifest's `samples` are replaced by theirs).
+    pub fn new(claim: Claim, manifest: Manifest, samples: Vec<SampleSpec>) -> Result<TraceWriter> {
+        let h = manifest.hidden_size;
+        let (specs, _) = specs_of(&samples, h);
+        let order = write_order(&samples, h);
+        let tmp = claim.staging().to_path_buf();
+        let w = Writer::in_dir(&tmp, specs, WriteOptions::default())?;
+        debug_assert_eq!(
+            w.order(),
+            order
+                .iter()
+                .map(|&e| entry_name(&samples, e))
+                .collect::<Vec<_>>()
+        );
+        Ok(TraceWriter {
+            claim,
+            manifest,
+            samples,
+            order,
+            next: 0,
+            w,
+        })
+    }
+
+    /// The tensor expected next, if any.
+    pub fn expected(&self) -> Option<Entry> {
+        self.order.get(self.next).copied()
+    }
+
+    /// The whole write order.
+    pub fn order(&self) -> &[Entry] {
+        &self.order
+    }
+
+    /// The next bytes of the expected tensor `e` (I32 little-endian ids, or BF16 rows).
+    pub fn write_part(&mut self, e: Entry, bytes: &[u8]) -> Result<()> {
+        let name = entry_name(&self.samples, e);
+        self.w.write_part(&name, bytes)
+    }
+
+    /// Close the expected tensor `e` (its byte count must be complete).
+    pub fn end(&mut self, e: Entry) -> Result<()> {
+        let name = entry_name(&self.samples, e);
+        self.w.end_tensor(&name)?;
+        self.next += 1;
+        Ok(())
+    }
+
+    /// A whole token-id tensor (`tokens` or `target_top1`).
+    pub fn write_ids(&mut self, e: Entry, ids: &[u32]) -> Result<()> {
+        let bytes: Vec<u8> = ids.iter().flat_map(|&t| (t as i32).to_le_bytes()).collect();
+        self.write_part(e, &bytes)?;
+        self.end(e)
+    }
+
+    /// Write the manifest (with the shard's sha256, taken while it was written) and put the
+    /// trace in place.
+    pub fn finish(self) -> Result<()> {
+        let TraceWriter {
+            claim,
+            mut manifest,
+            samples,
+            w,
+            ..
+        } = self;
+        let summary = w.finish()?;
+        let tmp = claim.staging().to_path_buf();
+        let shard_path = tmp.join(SHARD);
+        let written = tmp.join(crate::io::source::SINGLE_FILE);
+        std::fs::rename(&written, &shard_path).map_err(|e| Error::io("rename", &shard_path, e))?;
+        let _ = std::fs::remove_file(tmp.join(crate::io::manifest::MANIFEST_FILE));
+        let sha256 = summary
+            .files
+            .iter()
+            .find(|f| f.file == crate::io::source::SINGLE_FILE)
+            .map(|f| f.sha256.clone())
+            .ok_or_else(|| Error::Output {
+                path: claim.out().to_path_buf(),
+                msg: "the trace's shard was not written".into(),
+                hint: None,
+            })?;
+        manifest.format = FORMAT.into();
+        manifest.tap_convention = TAP_CONVENTION.into();
+        manifest.dtype = "bf16".into();
+        manifest.shards = vec![ShardMeta {
+            file: SHARD.into(),
+            sha256,
+        }];
+        manifest.samples = samples
+            .into_iter()
+            .map(|s| SampleMeta {
+                shard: SHARD.into(),
+                ..s.meta
+            })
+            .collect();
+        let mp = tmp.join("manifest.json");
+        let mut f = std::fs::File::create(&mp).map_err(|e| Error::io("create", &mp, e))?;
+        std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&manifest).expect("JSON"))
+            .and_then(|_| f.sync_all())
+            .map_err(|e| Error::io("write", &mp, e))?;
+        claim.commit()?;
+        Ok(())
+    }
+}
+
+/// Write a trace (one shard) held in memory: [`TraceWriter`] fed from `samples`.
+pub fn write(claim: Claim, manifest: Manifest, samples: &[NewSample<'_>]) -> Result<()> {
+    let specs: Vec<SampleSpec> = samples
         .iter()
-        .flat_map(|s| {
-            let ids = |v: &[u32]| -> Vec<u8> {
-                v.iter().flat_map(|&t| (t as i32).to_le_bytes()).collect()
-            };
-            let mut v = vec![(format!("s{}.tokens", s.meta.id), ids(s.tokens))];
-            if let Some(top1) = s.target_top1 {
-                v.push((format!("s{}.target_top1", s.meta.id), ids(top1)));
-            }
-            for (tap, vals) in &s.taps {
-                v.push((
-                    format!("s{}.tap.{tap}", s.meta.id),
-                    vals.iter()
-                        .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
-                        .collect(),
-                ));
-            }
-            v
+        .map(|s| SampleSpec {
+            meta: s.meta.clone(),
+            len: s.tokens.len(),
+            taps: s.taps.iter().map(|(t, _)| *t).collect(),
+            top1: s.target_top1.is_some(),
         })
         .collect();
-    for name in w.order().into_iter().map(String::from).collect::<Vec<_>>() {
-        w.write(&name, &by_name[&name])?;
+    let mut tw = TraceWriter::new(claim, manifest, specs)?;
+    for e in tw.order().to_vec() {
+        match e {
+            Entry::Tokens(i) => tw.write_ids(e, samples[i].tokens)?,
+            Entry::Top1(i) => tw.write_ids(e, samples[i].target_top1.expect("declared"))?,
+            Entry::Tap(i, tap) => {
+                let vals = samples[i]
+                    .taps
+                    .iter()
+                    .find(|(t, _)| *t == tap)
+                    .expect("declared")
+                    .1;
+                let bytes: Vec<u8> = vals
+                    .iter()
+                    .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+                    .collect();
+                tw.write_part(e, &bytes)?;
+                tw.end(e)?;
+            }
+        }
     }
-    w.finish()?;
-    let shard_path = tmp.join(SHARD);
-    std::fs::rename(tmp.join("model.safetensors"), &shard_path)
-        .map_err(|e| Error::io("rename", &shard_path, e))?;
-    let _ = std::fs::remove_file(tmp.join(crate::io::manifest::MANIFEST_FILE));
-    manifest.format = FORMAT.into();
-    manifest.tap_convention = TAP_CONVENTION.into();
-    manifest.dtype = "bf16".into();
-    manifest.shards = vec![ShardMeta {
-        file: SHARD.into(),
-        sha256: hash_file(&shard_path)?.sha256,
-    }];
-    for (m, s) in manifest.samples.iter_mut().zip(samples) {
-        *m = SampleMeta {
-            shard: SHARD.into(),
-            ..s.meta.clone()
-        };
-    }
-    let mp = tmp.join("manifest.json");
-    let mut f = std::fs::File::create(&mp).map_err(|e| Error::io("create", &mp, e))?;
-    std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&manifest).expect("JSON"))
-        .and_then(|_| f.sync_all())
-        .map_err(|e| Error::io("write", &mp, e))?;
-    claim.commit()?;
-    Ok(())
+    tw.finish()
 }
 
 #[cfg(test)]

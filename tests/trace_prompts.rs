@@ -1,0 +1,335 @@
+//! `kquant trace prompts` through the binary: the ids it writes equal the reference libraries'
+//! for the same texts (fixtures/tokenize/expected, made by fixtures/gen/tokenize/make_fixtures.py
+//! with transformers / tokenizers / tiktoken, so this test needs no Python):
+//! - a tokenizer.json: transformers' `tokenizer(text)` (its BOS post-processor included), and
+//!   with `--chat-template` `apply_chat_template(…, add_generation_prompt=True, tokenize=False)`
+//!   then `tokenizer(rendered, add_special_tokens=False)`;
+//! - a tiktoken ranks file (Kimi-K2.x's format): tiktoken with Kimi's pattern and special tokens,
+//!   over the pieces tokenization_kimi.py cuts a text into, and the same template rendered by
+//!   transformers' `render_jinja_template`;
+//! - the tiny target's tokenizer.json gives the held-out prompts' committed ids.
+//!
+//! The output is read by `trace capture`'s and `trace import`'s prompt readers; bad inputs exit 2
+//! with `error:` + `hint:` and leave nothing under the output name.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{kquant, root};
+use serde_json::Value;
+
+fn jsonl(p: &Path) -> Vec<Value> {
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn fx(rel: &str) -> String {
+    format!("fixtures/tokenize/{rel}")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = kquant(args);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{args:?}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// `kquant trace prompts` over `input`, compared with `expected/NAME.jsonl` record by record.
+fn check(tokenizer: &str, input: &str, chat: bool, expected: &str) -> Vec<Value> {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out.jsonl");
+    let mut args = vec![
+        "trace",
+        "prompts",
+        "--tokenizer",
+        tokenizer,
+        "--input",
+        input,
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    if chat {
+        args.push("--chat-template");
+    }
+    ok(&args);
+    let got = jsonl(&out);
+    let want = jsonl(&root().join(fx(&format!("expected/{expected}.jsonl"))));
+    let src = jsonl(&root().join(input));
+    assert_eq!(got.len(), want.len());
+    for ((g, w), s) in got.iter().zip(&want).zip(&src) {
+        assert_eq!(g["id"], w["id"]);
+        assert_eq!(
+            g["tokens"], w["tokens"],
+            "{expected}: record {} differs from the reference",
+            w["id"]
+        );
+        assert_eq!(g["schema"], "kquant.prompts/1");
+        assert_eq!(g["prompt_len"], w["tokens"].as_array().unwrap().len());
+        assert_eq!(g["dataset"], s["dataset"]);
+        assert_eq!(g["category"], s["category"]);
+    }
+    got
+}
+
+#[test]
+fn tokenizer_json_ids_equal_transformers() {
+    let got = check(&fx("hf"), &fx("texts.jsonl"), false, "hf");
+    // The post-processor's BOS, as transformers' `tokenizer(text)` adds it.
+    assert!(got.iter().all(|r| r["tokens"][0] == 0));
+    // The file itself works as well as its directory.
+    check(&fx("hf/tokenizer.json"), &fx("texts.jsonl"), false, "hf");
+}
+
+#[test]
+fn chat_template_ids_equal_transformers_apply_chat_template() {
+    check(&fx("hf"), &fx("chat.jsonl"), true, "hf-chat");
+}
+
+#[test]
+fn tiktoken_ranks_ids_equal_tiktoken_with_kimis_pattern() {
+    check(&fx("tiktoken"), &fx("texts.jsonl"), false, "tiktoken");
+    check(
+        &fx("tiktoken/tiktoken.model"),
+        &fx("texts.jsonl"),
+        false,
+        "tiktoken",
+    );
+    // chat_template.jinja beside the ranks file, as Kimi-K2-Thinking ships it.
+    check(&fx("tiktoken"), &fx("chat.jsonl"), true, "tiktoken-chat");
+}
+
+/// The rendered text itself equals transformers' (so a template difference shows as text, not
+/// only as ids).
+#[test]
+fn rendered_chat_equals_transformers() {
+    use kquant::verify::prompts::{ChatTemplate, TargetTokenizer};
+    for (dir, exp) in [("hf", "hf-chat"), ("tiktoken", "tiktoken-chat")] {
+        let tk = TargetTokenizer::open(&root().join(fx(dir))).unwrap();
+        let t = tk.chat_template().unwrap();
+        let env = ChatTemplate::environment();
+        let compiled = env.template_from_str(&t.text).unwrap();
+        let want = jsonl(&root().join(fx(&format!("expected/{exp}.jsonl"))));
+        for (r, w) in jsonl(&root().join(fx("chat.jsonl"))).iter().zip(&want) {
+            let msgs = match r.get("messages") {
+                Some(Value::Array(m)) => m.clone(),
+                _ => vec![serde_json::json!({"role": "user", "content": r["text"]})],
+            };
+            assert_eq!(
+                t.render(&compiled, &msgs).unwrap(),
+                w["rendered"].as_str().unwrap(),
+                "{exp}: {}",
+                r["id"]
+            );
+        }
+    }
+}
+
+/// The tiny target's own tokenizer.json gives the held-out prompts' committed ids (made with
+/// `tokenizers` by fixtures/gen/verify/make_heldout.py), and the output is what `trace
+/// capture` and `trace import --prompts` read.
+#[test]
+fn heldout_prompts_tokenize_to_their_committed_ids() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("heldout.jsonl");
+    let held = "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl";
+    let stdout = ok(&[
+        "trace",
+        "prompts",
+        "--tokenizer",
+        "fixtures/kimi-k2.5-tiny/target",
+        "--input",
+        held,
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["schema"], "kquant.trace-prompts/1");
+    assert_eq!(doc["records"], 60);
+    assert_eq!(doc["tokenizer"]["kind"], "tokenizer.json");
+    assert_eq!(doc["chat_template"], Value::Null);
+    assert!(doc["next"].as_str().unwrap().contains("--prompts"));
+    let got = jsonl(&out);
+    let want = jsonl(&root().join(held));
+    assert_eq!(got.len(), 60);
+    let mut total = 0;
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g["tokens"], w["tokens"], "held-out prompt {}", w["id"]);
+        assert_eq!((&g["id"], &g["category"]), (&w["id"], &w["category"]));
+        total += w["tokens"].as_array().unwrap().len();
+    }
+    assert_eq!(doc["tokens"], total);
+    let caps = kquant::verify::capture::read_prompts(&out).unwrap();
+    assert_eq!(caps.len(), 60);
+    assert_eq!(
+        caps[3].tokens.len(),
+        want[3]["tokens"].as_array().unwrap().len()
+    );
+    let recs = kquant::verify::import_vllm::read_prompts(&out).unwrap();
+    assert_eq!(
+        recs[5].tokens.as_ref().unwrap().len(),
+        recs[5].prompt_len.unwrap()
+    );
+}
+
+fn fails(args: &[&str], needle: &str) -> String {
+    let o = kquant(args);
+    let e = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+    assert!(e.contains("error:") && e.contains("hint:"), "{e}");
+    assert!(e.contains(needle), "expected `{needle}` in: {e}");
+    assert!(!e.contains("panicked"), "{e}");
+    e
+}
+
+#[test]
+fn bad_inputs_exit_2_and_write_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let p = |n: &str| d.path().join(n);
+    let s = |p: &PathBuf| p.to_str().unwrap().to_string();
+    let out = s(&p("out.jsonl"));
+    std::fs::write(p("bad.jsonl"), "{\"id\": 1, \"text\": \"hi\"}\n{bad\n").unwrap();
+    std::fs::write(p("empty.jsonl"), "{\"id\": 1, \"text\": \"\"}\n").unwrap();
+    std::fs::write(
+        p("msgs.jsonl"),
+        "{\"id\": 1, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p("tool.jsonl"),
+        "{\"id\": 1, \"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p("dup.jsonl"),
+        "{\"id\": 1, \"text\": \"a\"}\n{\"id\": 1, \"text\": \"b\"}\n",
+    )
+    .unwrap();
+    std::fs::write(p("tokens.jsonl"), "{\"id\": 1, \"tokens\": [1, 2]}\n").unwrap();
+    std::fs::create_dir(p("empty-dir")).unwrap();
+    let hf = fx("hf");
+    let run = |tok: &str, input: &PathBuf, extra: &[&str], needle: &str| {
+        let input = s(input);
+        let mut a = vec![
+            "trace",
+            "prompts",
+            "--tokenizer",
+            tok,
+            "--input",
+            &input,
+            "-o",
+            &out,
+        ];
+        a.extend_from_slice(extra);
+        fails(&a, needle);
+        assert!(!p("out.jsonl").exists(), "{needle}: an output was left");
+    };
+    run(
+        &s(&p("empty-dir")),
+        &p("bad.jsonl"),
+        &[],
+        "neither `tokenizer.json` nor `tiktoken.model`",
+    );
+    run(
+        &s(&p("missing")),
+        &p("bad.jsonl"),
+        &[],
+        "cannot read the tokenizer",
+    );
+    run(&hf, &p("bad.jsonl"), &[], "bad.jsonl:2`: not JSON");
+    run(
+        &hf,
+        &p("empty.jsonl"),
+        &[],
+        "empty.jsonl:1`: `text` is empty",
+    );
+    run(&hf, &p("msgs.jsonl"), &[], "pass --chat-template");
+    run(
+        &hf,
+        &p("tool.jsonl"),
+        &["--chat-template"],
+        "unknown role: tool",
+    );
+    run(
+        &hf,
+        &p("dup.jsonl"),
+        &[],
+        "dup.jsonl:2`: id `1` appears twice",
+    );
+    run(&hf, &p("tokens.jsonl"), &[], "tokenized already");
+    run(
+        "fixtures/kimi-k2.5-tiny/target",
+        &p("msgs.jsonl"),
+        &["--chat-template"],
+        "has no chat template",
+    );
+    // A ranks file with a gap, and a tokenizer.json that is not one.
+    std::fs::write(p("gap.model"), "IQ== 0\nIg== 2\n").unwrap();
+    run(
+        &s(&p("gap.model")),
+        &p("empty.jsonl"),
+        &[],
+        "no token of rank 1",
+    );
+    std::fs::write(p("tokenizer.json"), "{\"not\": \"a tokenizer\"}").unwrap();
+    run(
+        &s(&p("tokenizer.json")),
+        &p("empty.jsonl"),
+        &[],
+        "is not a tokenizer.json",
+    );
+    // The output may not be the input.
+    let input = s(&p("msgs.jsonl"));
+    fails(
+        &[
+            "trace",
+            "prompts",
+            "--tokenizer",
+            &hf,
+            "--input",
+            &input,
+            "-o",
+            &input,
+            "--chat-template",
+            "--force",
+        ],
+        "which this command reads",
+    );
+}
+
+#[test]
+fn force_replaces_only_a_prompts_file_kquant_wrote() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out.jsonl");
+    let o = out.to_str().unwrap();
+    let args = [
+        "trace",
+        "prompts",
+        "--tokenizer",
+        "fixtures/tokenize/hf",
+        "--input",
+        "fixtures/tokenize/texts.jsonl",
+        "-o",
+        o,
+    ];
+    ok(&args);
+    fails(&args, "already exists");
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    ok(&forced);
+    std::fs::write(&out, "{\"id\": 1, \"text\": \"mine\"}\n").unwrap();
+    fails(&forced, "not an output kquant wrote");
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "{\"id\": 1, \"text\": \"mine\"}\n"
+    );
+}
