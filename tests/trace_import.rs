@@ -1410,7 +1410,7 @@ mod vllm_capture {
             );
         }
     }
-
+}
 
 /// A directory of `n` tokens-first BF16 requests of `t` tokens, taps 1,2,3, hidden `h`.
 fn conn_dir(d: &Path, n: usize, t: usize, h: usize) -> PathBuf {
