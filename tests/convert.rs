@@ -91,7 +91,7 @@ fn every_eagle3_source_to_every_engine() {
                 &format!("fixtures/tiny/{src}"),
                 &out,
                 engine,
-                &["--target", TARGET],
+                &["--target-checkpoint", TARGET],
             ));
             let j = inspect(&out);
             assert_eq!(j["family"], family.as_str(), "{src} -> {engine}");
@@ -148,14 +148,14 @@ fn round_trips_give_identical_tensor_bytes() {
                 &format!("fixtures/tiny/{src}"),
                 &a,
                 via,
-                &["--target", TARGET],
+                &["--target-checkpoint", TARGET],
             ));
             ok(convert(
                 "eagle3",
                 a.to_str().unwrap(),
                 &b,
                 back,
-                &["--target", TARGET],
+                &["--target-checkpoint", TARGET],
             ));
             let got = tensors(&b);
             assert_eq!(
@@ -166,7 +166,7 @@ fn round_trips_give_identical_tensor_bytes() {
             let drops_embed = matches!(via, "sglang" | "specforge" | "eagle" | "trtllm");
             for (n, bytes) in &orig {
                 if n == "embed_tokens.weight" && drops_embed {
-                    // The hop dropped the draft's own copy; it came back from --target.
+                    // The hop dropped the draft's own copy; it came back from --target-checkpoint.
                     assert!(
                         got[n] == target_embed(),
                         "{src} -> {via} -> {back}: embed_tokens must be the target's"
@@ -216,7 +216,7 @@ fn dflash_round_trip_between_zlab_and_torchspec_names() {
         "fixtures/tiny/dflash-zlab",
         &a,
         "torchspec",
-        &["--target", TARGET],
+        &["--target-checkpoint", TARGET],
     ));
     let j = inspect(&a);
     assert_eq!(
@@ -255,6 +255,51 @@ fn dflash_round_trip_between_zlab_and_torchspec_names() {
         ));
         assert_eq!(inspect(&o)["dialect"], "zlab");
     }
+}
+
+/// `--target`, the spelling before `--target-checkpoint`, still copies the target's tensors,
+/// with a warning naming the new spelling; the new one says nothing; both together are refused.
+#[test]
+fn the_deprecated_target_spelling_still_works_and_warns() {
+    let t = tempfile::tempdir().unwrap();
+    let (new, old) = (t.path().join("new"), t.path().join("old"));
+    let src = "fixtures/tiny/dflash-zlab";
+    let o = ok(convert(
+        "dflash",
+        src,
+        &new,
+        "torchspec",
+        &["--target-checkpoint", TARGET],
+    ));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("deprecated"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = ok(convert(
+        "dflash",
+        src,
+        &old,
+        "torchspec",
+        &["--target", TARGET],
+    ));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("warning: `--target` is deprecated for convert: say --target-checkpoint (accepted until the next release)"),
+        "{e}"
+    );
+    let got = tensors(&old);
+    assert_eq!(got, tensors(&new));
+    assert_eq!(got["embed_tokens.weight"], target_embed());
+    let both = convert(
+        "dflash",
+        src,
+        &t.path().join("both"),
+        "torchspec",
+        &["--target", TARGET, "--target-checkpoint", TARGET],
+    );
+    assert_eq!(both.status.code(), Some(2));
+    assert!(!t.path().join("both").exists());
 }
 
 #[test]
@@ -567,8 +612,8 @@ fn modelopt_quantize_and_convert_commute_byte_for_byte() {
             p(&format!("cq-{kind}-{to}")),
         );
         quantize(src, &q, ex);
-        ok(convert(kind, q.to_str().unwrap(), &qc, to, &["--target", TARGET]));
-        ok(convert(kind, src, &c, to, &["--target", TARGET]));
+        ok(convert(kind, q.to_str().unwrap(), &qc, to, &["--target-checkpoint", TARGET]));
+        ok(convert(kind, src, &c, to, &["--target-checkpoint", TARGET]));
         quantize(c.to_str().unwrap(), &cq, ex_converted);
         assert!(qc.join("hf_quant_config.json").is_file(), "{what}");
         same_files(&qc, &cq, &what);

@@ -36,7 +36,7 @@ fn capture(out: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
         "trace",
         "capture",
-        "--target",
+        "--target-checkpoint",
         TARGET,
         "--prompts",
         PROMPTS,
@@ -203,7 +203,7 @@ fn capture_refuses_post_norm_taps_and_an_existing_output() {
     let o = kquant(&[
         "trace",
         "capture",
-        "--target",
+        "--target-checkpoint",
         TARGET,
         "--prompts",
         PROMPTS,
@@ -219,7 +219,7 @@ fn capture_refuses_post_norm_taps_and_an_existing_output() {
     let o = kquant(&[
         "trace",
         "capture",
-        "--target",
+        "--target-checkpoint",
         TARGET,
         "--prompts",
         PROMPTS,
@@ -233,4 +233,44 @@ fn capture_refuses_post_norm_taps_and_an_existing_output() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(e.contains("--force"), "{e}");
+}
+
+/// `--target`, the spelling before `--target-checkpoint`, still captures, with a warning that
+/// names the new spelling; neither spelling is refused with clap's missing-argument error.
+#[test]
+fn the_deprecated_target_spelling_still_captures_and_warns() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("trace");
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target",
+        TARGET,
+        "--prompts",
+        PROMPTS,
+        "-o",
+        out.to_str().unwrap(),
+        "--limit",
+        "1",
+        "--gen-len",
+        "2",
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.contains("warning: `--target` is deprecated for trace capture: say --target-checkpoint (accepted until the next release)"),
+        "{e}"
+    );
+    assert_eq!(Trace::open(&out).unwrap().manifest.samples.len(), 1);
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--prompts",
+        PROMPTS,
+        "-o",
+        d.path().join("none").to_str().unwrap(),
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("--target-checkpoint <TARGET_CHECKPOINT>"), "{e}");
 }

@@ -1,4 +1,5 @@
-//! `kquant convert {eagle3|dflash} SRC -o OUT --to ENGINE`: move a draft between engine layouts.
+//! `kquant convert {eagle3|dflash} SRC -o OUT --to ENGINE [--target-checkpoint TGT]`: move a
+//! draft between engine layouts.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,10 +50,14 @@ pub struct Args {
     /// is checked against the tensor names).
     #[arg(long, value_enum)]
     pub from: Option<Engine>,
-    /// Target model (directory or hub id) to copy embed_tokens / lm_head from when the chosen
-    /// engine needs them and the draft lacks them.
+    /// Target checkpoint (directory, `.safetensors` file or hub id) to copy embed_tokens /
+    /// lm_head from when the chosen engine needs them and the draft lacks them.
     #[arg(long)]
-    pub target: Option<String>,
+    pub target_checkpoint: Option<String>,
+    /// Deprecated spelling of `--target-checkpoint` (accepted with a warning until the next
+    /// release; `--target` names a target profile in `verify` and `trace import`).
+    #[arg(long = "target", hide = true, conflicts_with = "target_checkpoint")]
+    pub target_deprecated: Option<String>,
     /// Aux-layer ids to write instead of the source's, comma-separated (needs --aux-convention).
     #[arg(long, value_delimiter = ',', value_parser = crate::cli::flags::aux_layer)]
     pub aux_layers: Option<Vec<i64>>,
@@ -95,6 +100,13 @@ fn convention_of(e: Engine) -> AuxConvention {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
+    let target_checkpoint = crate::cli::deprecated::resolve(
+        "convert",
+        "--target",
+        "--target-checkpoint",
+        a.target_checkpoint.clone(),
+        a.target_deprecated.clone(),
+    );
     let ck = Checkpoint::open(&a.src)?;
     let det = ck.detect()?;
     let dflash = a.kind == Kind::Dflash;
@@ -123,7 +135,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         model_type: a.model_type.clone(),
         steps: a.steps,
     };
-    let target = a.target.as_deref().map(Checkpoint::open).transpose()?;
+    let target = target_checkpoint
+        .as_deref()
+        .map(Checkpoint::open)
+        .transpose()?;
     let mut plan = convert::plan(&ck, &det, target.as_ref(), &o)?;
     // Launch lines and TensorRT-LLM's options file name the output by its absolute path, so
     // that they work from any directory.

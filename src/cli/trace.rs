@@ -31,8 +31,12 @@ pub enum TraceCommand {
 pub struct CaptureArgs {
     /// The target checkpoint (directory, .safetensors file or hub id); any dtype or quantized
     /// layout kquant reads, run in f32.
-    #[arg(long)]
-    pub target: String,
+    #[arg(long, required_unless_present = "target_deprecated")]
+    pub target_checkpoint: Option<String>,
+    /// Deprecated spelling of `--target-checkpoint` (accepted with a warning until the next
+    /// release; `--target` names a target profile in `verify` and `trace import`).
+    #[arg(long = "target", hide = true, conflicts_with = "target_checkpoint")]
+    pub target_deprecated: Option<String>,
     /// Prompts: JSONL with token ids in `tokens` (or `prompt_ids`), optional `id`, `category`.
     #[arg(long)]
     pub prompts: PathBuf,
@@ -69,13 +73,21 @@ pub fn run(a: Args) -> Result<ExitCode> {
 }
 
 fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
+    let target = crate::cli::deprecated::resolve(
+        "trace capture",
+        "--target",
+        "--target-checkpoint",
+        a.target_checkpoint.clone(),
+        a.target_deprecated.clone(),
+    )
+    .expect("clap requires --target-checkpoint unless --target is given");
     // Claimed before hours of capture rather than at the end.
     let claim = crate::verify::trace::claim(
         &a.output,
         a.force,
-        &[a.prompts.clone(), PathBuf::from(&a.target)],
+        &[a.prompts.clone(), PathBuf::from(&target)],
     )?;
-    let ck = Checkpoint::open(&a.target)?;
+    let ck = Checkpoint::open(&target)?;
     let m = DeepseekV3::load(&ck)?;
     let mut prompts = capture::read_prompts(&a.prompts)?;
     prompts.truncate(a.limit.unwrap_or(usize::MAX));
@@ -94,7 +106,7 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
             .map(|s| s.to_string_lossy().to_string())
             .unwrap_or_default()
     });
-    let s = capture::write_trace(&ck, &m, &a.target, &prompts, &o, &dataset, claim)?;
+    let s = capture::write_trace(&ck, &m, &target, &prompts, &o, &dataset, claim)?;
     println!(
         "{}: {} samples, {} tokens, taps {:?}, greedy_selfcheck {} ({} regenerated without the cache)",
         a.output.display(),

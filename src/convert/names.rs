@@ -331,7 +331,7 @@ pub fn plan_eagle3(
                     tensors.push(p);
                 }
                 None => warnings.push(format!(
-                    "{} expects the draft to carry embed_tokens and the source has none: pass --target <target checkpoint or hub id> to copy it",
+                    "{} expects the draft to carry embed_tokens and the source has none: pass --target-checkpoint <target checkpoint or hub id> to copy it",
                     e.id()
                 )),
             }
@@ -352,7 +352,7 @@ pub fn plan_eagle3(
                 tensors.push(p);
             }
             None => warnings.push(format!(
-                "the draft has no lm_head: {} needs one (vLLM before `has_own_lm_head` and SGLang with draft_vocab_size fail); pass --target to copy the target's",
+                "the draft has no lm_head: {} needs one (vLLM before `has_own_lm_head` and SGLang with draft_vocab_size fail); pass --target-checkpoint to copy the target's",
                 e.id()
             )),
         }
@@ -591,7 +591,7 @@ pub fn plan_dflash(
                 p.name = "embed_tokens.weight".into();
                 tensors.push(p);
             }
-            None => warnings.push("TorchSpec's DFlash carries its own frozen embed_tokens: pass --target to copy the target's".into()),
+            None => warnings.push("TorchSpec's DFlash carries its own frozen embed_tokens: pass --target-checkpoint to copy the target's".into()),
         }
     }
     let mut cfg = flatten_speculators(
