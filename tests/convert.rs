@@ -955,6 +955,80 @@ fn dflash_launch_lines_follow_the_block_size() {
     }
 }
 
+/// A DFlash source without a block size gets z-lab's 16 and a warning naming the config.json
+/// key to edit (no flag sets it); doing what it says changes the launch line and silences it.
+/// A block size of 1 is refused with a hint naming the key the value was read from.
+#[test]
+fn the_missing_block_size_warning_names_the_config_key_to_edit() {
+    let t = tempfile::tempdir().unwrap();
+    let fx = root().join("fixtures/tiny/dflash-torchspec");
+    let o = ok(convert(
+        "dflash",
+        fx.to_str().unwrap(),
+        &t.path().join("a"),
+        "vllm",
+        &[],
+    ));
+    let e = String::from_utf8_lossy(&o.stderr);
+    let warning = e
+        .lines()
+        .find(|l| l.starts_with("warning:") && l.contains("block_size"))
+        .unwrap_or_else(|| panic!("no block_size warning: {e}"));
+    let cfg_path = fx.join("config.json");
+    assert!(
+        warning.contains("`dflash_config.block_size`")
+            && warning.contains("`\"block_size\": B`")
+            && warning.contains(cfg_path.to_str().unwrap()),
+        "{warning}"
+    );
+    assert!(
+        !warning.contains("--"),
+        "no flag sets the block size: {warning}"
+    );
+    // Do what the warning says.
+    let edit = |name: &str, f: &dyn Fn(&mut Value)| {
+        let d = t.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::copy(fx.join("model.safetensors"), d.join("model.safetensors")).unwrap();
+        let mut cfg: Value = serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+        f(&mut cfg);
+        std::fs::write(d.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+        d
+    };
+    let fixed = edit("fixed", &|c| c["block_size"] = serde_json::json!(8));
+    let o = ok(convert(
+        "dflash",
+        fixed.to_str().unwrap(),
+        &t.path().join("b"),
+        "vllm",
+        &[],
+    ));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!e.contains("block_size"), "{e}");
+    assert_eq!(
+        vllm_config(&printed_launch(&o))["num_speculative_tokens"],
+        7
+    );
+    // Too small, in dflash_config: the hint names that key and file.
+    let one = edit("one", &|c| {
+        c["dflash_config"] = serde_json::json!({"block_size": 1});
+    });
+    let o = convert(
+        "dflash",
+        one.to_str().unwrap(),
+        &t.path().join("c"),
+        "vllm",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("hint: set `dflash_config.block_size` in ")
+            && e.contains(one.join("config.json").to_str().unwrap()),
+        "{e}"
+    );
+}
+
 /// A family's refused `--to` says which values it takes.
 #[test]
 fn a_refused_engine_names_the_ones_the_family_takes() {
