@@ -190,7 +190,7 @@ fn print_plan(a: &Args, lg: &Logical, specs: &[TensorSpec], out_dtype: Dtype, to
     if a.json {
         let doc = json!({
             "schema": "kquant.dequantize-plan/1",
-            "output": crate::convert::final_dir(&a.output),
+            "output": a.output,
             "dtype": out_dtype.name(),
             "tensors": specs.iter().map(|t| match lg.module(&t.name) {
                 Some(m) => json!({"name": t.name, "action": "dequantize", "from": m.parts,

@@ -5,8 +5,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use serde_json::json;
+
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
+use crate::escape::printable;
 use crate::runtime::deepseek::DeepseekV3;
 use crate::verify::capture::{self, Options};
 
@@ -63,6 +66,9 @@ pub struct CaptureArgs {
     /// Replace an existing output directory.
     #[arg(long)]
     pub force: bool,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -107,7 +113,7 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
             .unwrap_or_default()
     });
     let s = capture::write_trace(&ck, &m, &target, &prompts, &o, &dataset, claim)?;
-    println!(
+    let summary = format!(
         "{}: {} samples, {} tokens, taps {:?}, greedy_selfcheck {} ({} regenerated without the cache)",
         a.output.display(),
         s.samples,
@@ -116,5 +122,40 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
         s.selfcheck,
         s.regenerated
     );
+    let next = next_steps(&a.output, &target);
+    if a.json {
+        let doc = json!({
+            "schema": "kquant.trace-capture/1",
+            "output": a.output,
+            "target": target,
+            "prompts": a.prompts,
+            "dataset": dataset,
+            "samples": s.samples,
+            "tokens": s.tokens,
+            "taps": o.taps,
+            "gen_len": o.gen_len,
+            "greedy_selfcheck": s.selfcheck,
+            "regenerated": s.regenerated,
+            "warnings": Vec::<String>::new(),
+            "next": next,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        eprintln!("{}", printable(&summary));
+    } else {
+        println!("{}", printable(&summary));
+    }
+    for n in &next {
+        eprintln!("next: {}", printable(n));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a user does with a captured trace next: the accept-length gate, and the calibration
+/// NVFP4 W4A4 needs (both replay drafts over it, with the target's embedding where needed).
+fn next_steps(out: &std::path::Path, target: &str) -> Vec<String> {
+    let out = out.display();
+    vec![
+        format!("kquant verify --draft DRAFT --baseline BASELINE --trace {out} --target-checkpoint {target} (the accept-length gate; docs/verify.md)"),
+        format!("kquant calibrate --draft DRAFT --trace {out} --target-checkpoint {target} -o amax.json (the input amax of NVFP4 W4A4; docs/quantize.md)"),
+    ]
 }
