@@ -1029,6 +1029,73 @@ fn the_missing_block_size_warning_names_the_config_key_to_edit() {
     );
 }
 
+/// A `--from` that contradicts the source's layer names, and `--aux-layers` without a
+/// convention, are refused with a hint naming the values that fit (not `kquant --help`).
+#[test]
+fn refused_from_and_aux_layers_name_the_values_that_fit() {
+    let t = tempfile::tempdir().unwrap();
+    let hint = |o: &Output| -> String {
+        assert_eq!(o.status.code(), Some(2));
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        e.lines()
+            .find_map(|l| l.strip_prefix("hint: "))
+            .unwrap_or_else(|| panic!("{e}"))
+            .to_string()
+    };
+    let out = t.path().join("o");
+    for (src, from, fits, not) in [
+        (
+            "fixtures/tiny/eagle3-specforge",
+            "vllm",
+            &["sglang", "trtllm", "specforge", "torchspec", "eagle"][..],
+            &["vllm", "zlab"][..],
+        ),
+        (
+            "fixtures/tiny/eagle3-vllm",
+            "sglang",
+            &["vllm", "trtllm", "torchspec"][..],
+            &["sglang", "specforge", "eagle", "zlab"][..],
+        ),
+    ] {
+        let h = hint(&convert("eagle3", src, &out, "sglang", &["--from", from]));
+        let listed: Vec<&str> = h
+            .split("--from ")
+            .nth(1)
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .split(" | ")
+            .collect();
+        assert_eq!(listed, fits, "{h}");
+        for n in not {
+            assert!(!listed.contains(n), "{h}");
+        }
+        // Each value the hint names is accepted.
+        for f in fits {
+            ok(convert(
+                "eagle3",
+                src,
+                &out,
+                "sglang",
+                &["--from", f, "--force"],
+            ));
+        }
+    }
+    let h = hint(&convert(
+        "eagle3",
+        "fixtures/tiny/eagle3-vllm",
+        &out,
+        "sglang",
+        &["--aux-layers", "1,2,3"],
+    ));
+    assert!(
+        h.contains("--aux-convention output-of-layer")
+            && h.contains("--aux-convention input-of-layer"),
+        "{h}"
+    );
+}
+
 /// A family's refused `--to` says which values it takes.
 #[test]
 fn a_refused_engine_names_the_ones_the_family_takes() {

@@ -427,3 +427,76 @@ fn the_flag_table_parser_reads_aliases_values_and_escaped_pipes() {
     );
     assert_eq!(ticks("`--output`, `-o`"), vec!["--output", "-o"]);
 }
+
+/// An unknown command or flag is answered with what exists: the commands of the command the
+/// usage names, or every flag of the command (as its --help lists them), not `kquant --help`.
+#[test]
+fn unknown_commands_and_flags_get_a_hint_naming_what_exists() {
+    let hint_of = |args: &[&str]| -> String {
+        let o = Command::new(env!("CARGO_BIN_EXE_kquant"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        e.lines()
+            .find_map(|l| l.strip_prefix("hint: "))
+            .unwrap_or_else(|| panic!("{args:?}: {e}"))
+            .to_string()
+    };
+    for path in [&[][..], &["trace"], &["bench"]] {
+        let p: Vec<String> = path.iter().map(|s| s.to_string()).collect();
+        let mut args = path.to_vec();
+        args.push("frobnicate");
+        let h = hint_of(&args);
+        let subs: Vec<String> = section(&help(&p), "Commands:")
+            .iter()
+            .map(|(l, _)| l.split_whitespace().next().unwrap().to_string())
+            .filter(|n| n != "help")
+            .collect();
+        assert!(!subs.is_empty());
+        for s in &subs {
+            assert!(
+                h.contains(&format!(" {s}")),
+                "{path:?}: {s} missing from: {h}"
+            );
+        }
+    }
+    let mut checked = 0;
+    for c in commands() {
+        let text = help(&c);
+        if !section(&text, "Commands:").is_empty() {
+            continue;
+        }
+        let mut args: Vec<&str> = c.iter().map(String::as_str).collect();
+        args.push("--no-such-flag");
+        let o = Command::new(env!("CARGO_BIN_EXE_kquant"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        if !e.contains("unexpected argument") {
+            continue; // takes trailing arguments (bench quantize / convert pass them on)
+        }
+        let h = hint_of(&args);
+        for (long, short, _) in flags_of(&text) {
+            if long == "--help" || long == "--version" {
+                continue;
+            }
+            let want = match short {
+                Some(s) => format!("{long} ({s})"),
+                None => long.clone(),
+            };
+            assert!(
+                h.contains(&want),
+                "kquant {}: {want} missing from: {h}",
+                c.join(" ")
+            );
+        }
+        checked += 1;
+    }
+    assert!(
+        checked >= 10,
+        "only {checked} commands refused an unknown flag"
+    );
+}

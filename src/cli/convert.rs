@@ -115,11 +115,26 @@ pub fn run(a: Args) -> Result<ExitCode> {
             && from.eagle3_prefix() != prefix
             && !matches!(from, Engine::Trtllm | Engine::Torchspec)
         {
-            return Err(Error::Usage(format!(
-                "--from {} writes `{}*`, but the source's layer is `{prefix}*`",
-                from.id(),
-                from.eagle3_prefix()
-            )));
+            let fits: Vec<&str> = <Engine as clap::ValueEnum>::value_variants()
+                .iter()
+                .filter(|e| {
+                    **e != Engine::Zlab
+                        && (e.eagle3_prefix() == prefix
+                            || matches!(e, Engine::Trtllm | Engine::Torchspec))
+                })
+                .map(|e| e.id())
+                .collect();
+            return Err(Error::Flags {
+                msg: format!(
+                    "--from {} writes `{}*`, but the source's layer is `{prefix}*`",
+                    from.id(),
+                    from.eagle3_prefix()
+                ),
+                hint: format!(
+                    "a `{prefix}*` source takes --from {}; or leave --from out (detection reads the layer names)",
+                    fits.join(" | ")
+                ),
+            });
         }
     }
     let aux_convention = a.aux_convention.map(|c| match c {
