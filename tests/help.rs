@@ -180,9 +180,12 @@ enum Takes {
     Value,
 }
 
-/// The flags of one command's help: (long, short, what it takes), from its `Options:` entries
-/// (`-o, --output <OUTPUT>`, `--json [<FILE>]`, `--force`).
-fn flags_of(help: &str) -> Vec<(String, Option<String>, Takes)> {
+/// One flag of a command's help: long name, short alias, what it takes.
+type Flag = (String, Option<String>, Takes);
+
+/// The flags of one command's help, from its `Options:` entries (`-o, --output <OUTPUT>`,
+/// `--json [<FILE>]`, `--force`).
+fn flags_of(help: &str) -> Vec<Flag> {
     section(help, "Options:")
         .into_iter()
         .map(|(first, _)| {
@@ -272,7 +275,7 @@ fn docs_flags_md_lists_every_flag_once_with_the_commands_that_take_it() {
         }
     };
     let cmds = commands();
-    let helps: Vec<(String, Vec<(String, Option<String>, Takes)>)> =
+    let helps: Vec<(String, Vec<Flag>)> =
         cmds.iter().map(|c| (name(c), flags_of(&help(c)))).collect();
     let pending =
         |cmd: &str, flag: &str| cmd == "trace import" && PENDING_TRACE_IMPORT.contains(&flag);
