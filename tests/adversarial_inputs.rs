@@ -561,7 +561,7 @@ fn every_numeric_flag_refuses_bad_values() {
     let capture = &[
         "trace",
         "capture",
-        "--target",
+        "--target-checkpoint",
         "t",
         "--prompts",
         "p",
@@ -786,7 +786,7 @@ fn capture_gen_len_is_bounded() {
         kquant(&[
             "trace",
             "capture",
-            "--target",
+            "--target-checkpoint",
             target.to_str().unwrap(),
             "--prompts",
             prompts.to_str().unwrap(),

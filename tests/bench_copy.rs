@@ -104,4 +104,25 @@ fn bench_quantize_and_convert_report_medians_of_interleaved_rounds() {
         "eagle3",
     ]);
     assert_eq!(e.status.code(), Some(2));
+    // Nothing after `--`: the hint names the kinds and engines `convert` takes.
+    let e = kquant(&["bench", "convert", src, "--scratch", s]);
+    assert_eq!(e.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&e.stderr);
+    let hint = err
+        .lines()
+        .find_map(|l| l.strip_prefix("hint: "))
+        .unwrap_or_else(|| panic!("{err}"));
+    for v in [
+        "eagle3",
+        "dflash",
+        "sglang",
+        "vllm",
+        "trtllm",
+        "specforge",
+        "torchspec",
+        "eagle",
+        "zlab",
+    ] {
+        assert!(hint.contains(v), "{v} missing from: {hint}");
+    }
 }

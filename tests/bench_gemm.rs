@@ -138,4 +138,21 @@ fn bad_arguments_exit_2() {
         let e = String::from_utf8_lossy(&out.stderr);
         assert!(e.contains("error:") && e.contains("hint:"), "{args:?}: {e}");
     }
+    // A refused --shapes is answered with the forms it takes and what `kimi` stands for.
+    for bad in ["36x4", "kimmi", "64,8,16"] {
+        let out = kquant(&["bench", "gemm", "--shapes", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        let hint = e
+            .lines()
+            .find_map(|l| l.strip_prefix("hint: "))
+            .unwrap_or_else(|| panic!("{e}"));
+        assert!(
+            hint.contains("`kimi`") && hint.contains("`KxN,KxN,…`") && hint.contains("`K,N,K,N,…`"),
+            "{hint}"
+        );
+        for (name, k, n) in kquant::cli::bench_gemm::KIMI {
+            assert!(hint.contains(&format!("{name} {k}x{n}")), "{hint}");
+        }
+    }
 }

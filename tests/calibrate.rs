@@ -179,3 +179,68 @@ fn calibrate_refuses_a_dflash_draft_without_its_target() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("hint: pass --target-checkpoint"));
     assert!(!t.path().join("a.json").exists());
 }
+
+/// `--json` prints one `kquant.calibrate/1` document on stdout: the file written, what the
+/// replay observed (matching the file), the warnings and the `quantize` lines that use it, which
+/// stderr prints as `next:` lines too.
+#[test]
+fn json_describes_the_calibration_and_what_comes_next() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("amax.json");
+    let o = kquant(&[
+        "calibrate",
+        "--draft",
+        DRAFT,
+        "--trace",
+        TRACE,
+        "--target-checkpoint",
+        TARGET,
+        "--limit",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{e}");
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    assert_eq!(doc["schema"], "kquant.calibrate/1");
+    assert_eq!(doc["output"], out.to_str().unwrap());
+    assert_eq!(doc["draft"], DRAFT);
+    assert_eq!(doc["target_checkpoint"], TARGET);
+    assert_eq!(doc["samples"], 1);
+    assert_eq!(doc["steps"], 3);
+    assert_eq!(doc["warnings"], serde_json::json!([]));
+    let file = read_json(&out);
+    let amax: Vec<f64> = file["amax"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(doc["linears"], amax.len());
+    let max = amax.iter().copied().fold(0f64, f64::max);
+    assert!(
+        (doc["amax_max"].as_f64().unwrap() - max).abs() <= max * 1e-6,
+        "{doc}"
+    );
+    assert!(doc["accept_length"].as_f64().unwrap() >= 1.0, "{doc}");
+    let next: Vec<&str> = doc["next"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(next.len(), 2, "{next:?}");
+    for (n, format) in next.iter().zip(["compressed-tensors", "modelopt"]) {
+        assert!(
+            n.starts_with(&format!("kquant quantize {DRAFT} "))
+                && n.contains(&format!(
+                    "--scheme nvfp4 --format {format} --input-amax {}",
+                    out.display()
+                )),
+            "{n}"
+        );
+        assert!(e.contains(&format!("next: {n}")), "{e}");
+    }
+}

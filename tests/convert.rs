@@ -91,7 +91,7 @@ fn every_eagle3_source_to_every_engine() {
                 &format!("fixtures/tiny/{src}"),
                 &out,
                 engine,
-                &["--target", TARGET],
+                &["--target-checkpoint", TARGET],
             ));
             let j = inspect(&out);
             assert_eq!(j["family"], family.as_str(), "{src} -> {engine}");
@@ -148,14 +148,14 @@ fn round_trips_give_identical_tensor_bytes() {
                 &format!("fixtures/tiny/{src}"),
                 &a,
                 via,
-                &["--target", TARGET],
+                &["--target-checkpoint", TARGET],
             ));
             ok(convert(
                 "eagle3",
                 a.to_str().unwrap(),
                 &b,
                 back,
-                &["--target", TARGET],
+                &["--target-checkpoint", TARGET],
             ));
             let got = tensors(&b);
             assert_eq!(
@@ -166,7 +166,7 @@ fn round_trips_give_identical_tensor_bytes() {
             let drops_embed = matches!(via, "sglang" | "specforge" | "eagle" | "trtllm");
             for (n, bytes) in &orig {
                 if n == "embed_tokens.weight" && drops_embed {
-                    // The hop dropped the draft's own copy; it came back from --target.
+                    // The hop dropped the draft's own copy; it came back from --target-checkpoint.
                     assert!(
                         got[n] == target_embed(),
                         "{src} -> {via} -> {back}: embed_tokens must be the target's"
@@ -216,7 +216,7 @@ fn dflash_round_trip_between_zlab_and_torchspec_names() {
         "fixtures/tiny/dflash-zlab",
         &a,
         "torchspec",
-        &["--target", TARGET],
+        &["--target-checkpoint", TARGET],
     ));
     let j = inspect(&a);
     assert_eq!(
@@ -255,6 +255,51 @@ fn dflash_round_trip_between_zlab_and_torchspec_names() {
         ));
         assert_eq!(inspect(&o)["dialect"], "zlab");
     }
+}
+
+/// `--target`, the spelling before `--target-checkpoint`, still copies the target's tensors,
+/// with a warning naming the new spelling; the new one says nothing; both together are refused.
+#[test]
+fn the_deprecated_target_spelling_still_works_and_warns() {
+    let t = tempfile::tempdir().unwrap();
+    let (new, old) = (t.path().join("new"), t.path().join("old"));
+    let src = "fixtures/tiny/dflash-zlab";
+    let o = ok(convert(
+        "dflash",
+        src,
+        &new,
+        "torchspec",
+        &["--target-checkpoint", TARGET],
+    ));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("deprecated"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = ok(convert(
+        "dflash",
+        src,
+        &old,
+        "torchspec",
+        &["--target", TARGET],
+    ));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("warning: `--target` is deprecated for convert: say --target-checkpoint (accepted until the next release)"),
+        "{e}"
+    );
+    let got = tensors(&old);
+    assert_eq!(got, tensors(&new));
+    assert_eq!(got["embed_tokens.weight"], target_embed());
+    let both = convert(
+        "dflash",
+        src,
+        &t.path().join("both"),
+        "torchspec",
+        &["--target", TARGET, "--target-checkpoint", TARGET],
+    );
+    assert_eq!(both.status.code(), Some(2));
+    assert!(!t.path().join("both").exists());
 }
 
 #[test]
@@ -567,8 +612,8 @@ fn modelopt_quantize_and_convert_commute_byte_for_byte() {
             p(&format!("cq-{kind}-{to}")),
         );
         quantize(src, &q, ex);
-        ok(convert(kind, q.to_str().unwrap(), &qc, to, &["--target", TARGET]));
-        ok(convert(kind, src, &c, to, &["--target", TARGET]));
+        ok(convert(kind, q.to_str().unwrap(), &qc, to, &["--target-checkpoint", TARGET]));
+        ok(convert(kind, src, &c, to, &["--target-checkpoint", TARGET]));
         quantize(c.to_str().unwrap(), &cq, ex_converted);
         assert!(qc.join("hf_quant_config.json").is_file(), "{what}");
         same_files(&qc, &cq, &what);
@@ -908,6 +953,147 @@ fn dflash_launch_lines_follow_the_block_size() {
         );
         assert!(!out.exists());
     }
+}
+
+/// A DFlash source without a block size gets z-lab's 16 and a warning naming the config.json
+/// key to edit (no flag sets it); doing what it says changes the launch line and silences it.
+/// A block size of 1 is refused with a hint naming the key the value was read from.
+#[test]
+fn the_missing_block_size_warning_names_the_config_key_to_edit() {
+    let t = tempfile::tempdir().unwrap();
+    let fx = root().join("fixtures/tiny/dflash-torchspec");
+    let o = ok(convert(
+        "dflash",
+        fx.to_str().unwrap(),
+        &t.path().join("a"),
+        "vllm",
+        &[],
+    ));
+    let e = String::from_utf8_lossy(&o.stderr);
+    let warning = e
+        .lines()
+        .find(|l| l.starts_with("warning:") && l.contains("block_size"))
+        .unwrap_or_else(|| panic!("no block_size warning: {e}"));
+    let cfg_path = fx.join("config.json");
+    assert!(
+        warning.contains("`dflash_config.block_size`")
+            && warning.contains("`\"block_size\": B`")
+            && warning.contains(cfg_path.to_str().unwrap()),
+        "{warning}"
+    );
+    assert!(
+        !warning.contains("--"),
+        "no flag sets the block size: {warning}"
+    );
+    // Do what the warning says.
+    let edit = |name: &str, f: &dyn Fn(&mut Value)| {
+        let d = t.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::copy(fx.join("model.safetensors"), d.join("model.safetensors")).unwrap();
+        let mut cfg: Value = serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+        f(&mut cfg);
+        std::fs::write(d.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+        d
+    };
+    let fixed = edit("fixed", &|c| c["block_size"] = serde_json::json!(8));
+    let o = ok(convert(
+        "dflash",
+        fixed.to_str().unwrap(),
+        &t.path().join("b"),
+        "vllm",
+        &[],
+    ));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!e.contains("block_size"), "{e}");
+    assert_eq!(
+        vllm_config(&printed_launch(&o))["num_speculative_tokens"],
+        7
+    );
+    // Too small, in dflash_config: the hint names that key and file.
+    let one = edit("one", &|c| {
+        c["dflash_config"] = serde_json::json!({"block_size": 1});
+    });
+    let o = convert(
+        "dflash",
+        one.to_str().unwrap(),
+        &t.path().join("c"),
+        "vllm",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("hint: set `dflash_config.block_size` in ")
+            && e.contains(one.join("config.json").to_str().unwrap()),
+        "{e}"
+    );
+}
+
+/// A `--from` that contradicts the source's layer names, and `--aux-layers` without a
+/// convention, are refused with a hint naming the values that fit (not `kquant --help`).
+#[test]
+fn refused_from_and_aux_layers_name_the_values_that_fit() {
+    let t = tempfile::tempdir().unwrap();
+    let hint = |o: &Output| -> String {
+        assert_eq!(o.status.code(), Some(2));
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        e.lines()
+            .find_map(|l| l.strip_prefix("hint: "))
+            .unwrap_or_else(|| panic!("{e}"))
+            .to_string()
+    };
+    let out = t.path().join("o");
+    for (src, from, fits, not) in [
+        (
+            "fixtures/tiny/eagle3-specforge",
+            "vllm",
+            &["sglang", "trtllm", "specforge", "torchspec", "eagle"][..],
+            &["vllm", "zlab"][..],
+        ),
+        (
+            "fixtures/tiny/eagle3-vllm",
+            "sglang",
+            &["vllm", "trtllm", "torchspec"][..],
+            &["sglang", "specforge", "eagle", "zlab"][..],
+        ),
+    ] {
+        let h = hint(&convert("eagle3", src, &out, "sglang", &["--from", from]));
+        let listed: Vec<&str> = h
+            .split("--from ")
+            .nth(1)
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .split(" | ")
+            .collect();
+        assert_eq!(listed, fits, "{h}");
+        for n in not {
+            assert!(!listed.contains(n), "{h}");
+        }
+        // Each value the hint names is accepted.
+        for f in fits {
+            ok(convert(
+                "eagle3",
+                src,
+                &out,
+                "sglang",
+                &["--from", f, "--force"],
+            ));
+        }
+    }
+    let h = hint(&convert(
+        "eagle3",
+        "fixtures/tiny/eagle3-vllm",
+        &out,
+        "sglang",
+        &["--aux-layers", "1,2,3"],
+    ));
+    assert!(
+        h.contains("--aux-convention output-of-layer")
+            && h.contains("--aux-convention input-of-layer"),
+        "{h}"
+    );
 }
 
 /// A family's refused `--to` says which values it takes.

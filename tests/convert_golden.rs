@@ -504,7 +504,7 @@ fn convert(
 fn run_case(c: &Case) -> (tempfile::TempDir, PathBuf) {
     let g = golden(c.golden);
     let extra: &[&str] = if c.with_target {
-        &["--target", TARGET]
+        &["--target-checkpoint", TARGET]
     } else {
         &[]
     };
@@ -691,7 +691,7 @@ fn trtllm_yaml_captures_the_modelopt_layers() {
             &golden(c.golden).join("src"),
             "modelopt",
             if c.with_target {
-                &["--target", TARGET]
+                &["--target-checkpoint", TARGET]
             } else {
                 &[]
             },
@@ -747,7 +747,7 @@ fn goldens_read_back_as_sources() {
             "specforge",
             &[],
         ),
-        // TorchSpec carries its own embedding; without --target it cannot come back.
+        // TorchSpec carries its own embedding; without --target-checkpoint it cannot come back.
         (
             "modelopt-0.47.0/eagle3-kimik2",
             "eagle3-mla",

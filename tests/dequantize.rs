@@ -97,6 +97,126 @@ fn dequantize_defaults_to_the_config_dtype_and_drops_quantization_config() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("no quantized modules"));
 }
 
+/// `--dry-run` prints each tensor (dequantized from which stored tensors, or copied) and writes
+/// nothing, as text or as `kquant.dequantize-plan/1`; `--json` on a real run prints
+/// `kquant.dequantize/1` with the output, its files and the next lines, and only that on stdout.
+#[test]
+fn dry_run_writes_nothing_and_json_describes_plan_and_result() {
+    let (t, q, _) = common::quantize(TINY, &["--exclude", "fc,lm_head"]);
+    let q = q.to_str().unwrap();
+    let dq = t.path().join("dq");
+    let dqs = dq.to_str().unwrap();
+    let o = kquant(&["dequantize", q, "-o", dqs, "--dry-run"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!dq.exists() && !t.path().join(".dq.kquant-partial").exists());
+    let q_line = text
+        .lines()
+        .find(|l| l.starts_with("midlayer.self_attn.q_proj.weight "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        q_line.contains("BF16")
+            && q_line.contains("[64, 128]")
+            && q_line.contains("dequantize <- "),
+        "{q_line}"
+    );
+    let fc_line = text.lines().find(|l| l.starts_with("fc.weight ")).unwrap();
+    assert!(fc_line.ends_with("copy"), "{fc_line}");
+    assert!(
+        text.contains("7 modules dequantized to BF16") && text.contains("nothing written"),
+        "{text}"
+    );
+
+    let plan = common::kquant_json(&[
+        "dequantize",
+        q,
+        "-o",
+        dqs,
+        "--dry-run",
+        "--json",
+        "--dtype",
+        "f32",
+    ]);
+    assert!(!dq.exists());
+    assert_eq!(plan["schema"], "kquant.dequantize-plan/1");
+    assert_eq!(plan["dtype"], "F32");
+    assert_eq!(plan["dequantized"], 7);
+    assert!(plan["output"].as_str().unwrap().ends_with("/dq"), "{plan}");
+    let tensors = plan["tensors"].as_array().unwrap();
+    let q_proj = tensors
+        .iter()
+        .find(|t| t["name"] == "midlayer.self_attn.q_proj.weight")
+        .unwrap();
+    assert_eq!(q_proj["action"], "dequantize");
+    assert_eq!(q_proj["dtype"], "F32");
+    assert_eq!(q_proj["bytes"], 64 * 128 * 4);
+    assert!(
+        q_proj["from"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == "midlayer.self_attn.q_proj.weight_scale"),
+        "{q_proj}"
+    );
+    assert_eq!(
+        tensors
+            .iter()
+            .filter(|t| t["action"] == "dequantize")
+            .count(),
+        7
+    );
+    let total: u64 = tensors.iter().map(|t| t["bytes"].as_u64().unwrap()).sum();
+    assert_eq!(plan["bytes_after"], total);
+
+    let o = kquant(&["dequantize", q, "-o", dqs, "--json"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    assert_eq!(doc["schema"], "kquant.dequantize/1");
+    assert_eq!(doc["dequantized"], 7);
+    assert_eq!(doc["dtype"], "BF16");
+    assert_eq!(doc["warnings"], serde_json::json!([]));
+    let out = doc["output"].as_str().unwrap();
+    assert_eq!(std::path::Path::new(out), dq.canonicalize().unwrap());
+    let files: Vec<&str> = doc["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["file"].as_str().unwrap())
+        .collect();
+    assert!(
+        files.contains(&"model.safetensors") && files.contains(&"config.json"),
+        "{files:?}"
+    );
+    let next: Vec<&str> = doc["next"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        next[0].starts_with(&format!("kquant diff ORIGINAL {out} ")),
+        "{next:?}"
+    );
+    // The same next lines on stderr, and the checkpoint the plan described.
+    let e = String::from_utf8_lossy(&o.stderr);
+    for n in &next {
+        assert!(e.contains(&format!("next: {n}")), "{e}");
+    }
+    let j = common::inspect_json(&dq);
+    assert_eq!(j["quantization"]["quantized"], false);
+}
+
 #[test]
 fn diff_reports_error_of_quantized_tensors_only() {
     let (_t, q, _) = common::quantize(TINY, &["--exclude", "fc,lm_head"]);

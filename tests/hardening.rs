@@ -158,7 +158,7 @@ fn commands(quantized: &Path) -> Vec<Cmd> {
             args: s(&[
                 "trace",
                 "capture",
-                "--target",
+                "--target-checkpoint",
                 TARGET,
                 "--prompts",
                 PROMPTS,
@@ -409,9 +409,18 @@ fn an_output_is_never_a_source_nor_holds_one() {
         "--force",
     ]);
     assert_eq!(code(&o), Some(2), "{}", stderr(&o));
-    // convert --target: the target's files are sources too.
+    // convert --target-checkpoint: the target's files are sources too.
     let o = kquant(&[
-        "convert", "eagle3", TINY, "--to", "trtllm", "--target", s, "-o", s, "--force",
+        "convert",
+        "eagle3",
+        TINY,
+        "--to",
+        "trtllm",
+        "--target-checkpoint",
+        s,
+        "-o",
+        s,
+        "--force",
     ]);
     assert_eq!(code(&o), Some(2), "{}", stderr(&o));
     assert_eq!(tree_hash(&src), before, "the source is untouched");

@@ -36,7 +36,7 @@ fn capture(out: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
         "trace",
         "capture",
-        "--target",
+        "--target-checkpoint",
         TARGET,
         "--prompts",
         PROMPTS,
@@ -203,7 +203,7 @@ fn capture_refuses_post_norm_taps_and_an_existing_output() {
     let o = kquant(&[
         "trace",
         "capture",
-        "--target",
+        "--target-checkpoint",
         TARGET,
         "--prompts",
         PROMPTS,
@@ -219,7 +219,7 @@ fn capture_refuses_post_norm_taps_and_an_existing_output() {
     let o = kquant(&[
         "trace",
         "capture",
-        "--target",
+        "--target-checkpoint",
         TARGET,
         "--prompts",
         PROMPTS,
@@ -233,4 +233,101 @@ fn capture_refuses_post_norm_taps_and_an_existing_output() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(e.contains("--force"), "{e}");
+}
+
+/// `--target`, the spelling before `--target-checkpoint`, still captures, with a warning that
+/// names the new spelling; neither spelling is refused with clap's missing-argument error.
+#[test]
+fn the_deprecated_target_spelling_still_captures_and_warns() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("trace");
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target",
+        TARGET,
+        "--prompts",
+        PROMPTS,
+        "-o",
+        out.to_str().unwrap(),
+        "--limit",
+        "1",
+        "--gen-len",
+        "2",
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.contains("warning: `--target` is deprecated for trace capture: say --target-checkpoint (accepted until the next release)"),
+        "{e}"
+    );
+    assert_eq!(Trace::open(&out).unwrap().manifest.samples.len(), 1);
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--prompts",
+        PROMPTS,
+        "-o",
+        d.path().join("none").to_str().unwrap(),
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("--target-checkpoint <TARGET_CHECKPOINT>"), "{e}");
+}
+
+/// `--json` prints one `kquant.trace-capture/1` document on stdout (the human summary and the
+/// `next:` lines go to stderr): what was written, and the commands that use it.
+#[test]
+fn json_describes_the_capture_and_what_comes_next() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("trace");
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target-checkpoint",
+        TARGET,
+        "--prompts",
+        PROMPTS,
+        "-o",
+        out.to_str().unwrap(),
+        "--limit",
+        "1",
+        "--gen-len",
+        "3",
+        "--json",
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{e}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    assert_eq!(doc["schema"], "kquant.trace-capture/1");
+    assert_eq!(doc["output"], out.to_str().unwrap());
+    assert_eq!(doc["target"], TARGET);
+    assert_eq!(doc["dataset"], "heldout");
+    assert_eq!(doc["samples"], 1);
+    assert_eq!(doc["gen_len"], 3);
+    assert_eq!(doc["greedy_selfcheck"], 0);
+    assert_eq!(doc["warnings"], serde_json::json!([]));
+    let m = &Trace::open(&out).unwrap().manifest;
+    assert_eq!(doc["taps"], serde_json::json!(m.taps));
+    let tokens: usize = m.samples.iter().map(|s| s.prompt_len + s.gen_len).sum();
+    assert_eq!(doc["tokens"], tokens);
+    let next: Vec<&str> = doc["next"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let trace_flag = format!("--trace {} ", out.display());
+    assert!(
+        next[0].starts_with("kquant verify ")
+            && next[0].contains(&trace_flag)
+            && next[0].contains(&format!("--target-checkpoint {TARGET} ")),
+        "{next:?}"
+    );
+    assert!(next[1].starts_with("kquant calibrate "), "{next:?}");
+    for n in &next {
+        assert!(e.contains(&format!("next: {n}")), "{e}");
+    }
+    assert!(e.contains("1 samples"), "the summary moves to stderr: {e}");
 }

@@ -308,10 +308,22 @@ fn run_timed(
             rest.join(" ")
         ),
         ("convert", None) => {
-            return Err(Error::Usage(
-                "bench convert needs the kind and --to after `--`, e.g. `-- eagle3 --to vllm`"
-                    .into(),
-            ))
+            let names = |v: Vec<Option<clap::builder::PossibleValue>>| {
+                v.into_iter()
+                    .flatten()
+                    .map(|p| p.get_name().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            };
+            use clap::ValueEnum;
+            return Err(Error::Flags {
+                msg: "bench convert needs the kind and --to after `--`".into(),
+                hint: format!(
+                    "give the kind ({}) and --to ENGINE ({}) after `--`, e.g. `-- eagle3 --to vllm`",
+                    names(crate::cli::convert::Kind::value_variants().iter().map(|k| k.to_possible_value()).collect()),
+                    names(crate::convert::Engine::value_variants().iter().map(|e| e.to_possible_value()).collect()),
+                ),
+            });
         }
         _ => format!(
             "{} {verb} {} -o {} {} 2>/dev/null",

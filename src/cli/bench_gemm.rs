@@ -63,6 +63,18 @@ pub const KIMI: [(&str, usize, usize); 5] = [
     ("down", 12288, 7168),
 ];
 
+/// What `--shapes` takes, with the shapes `kimi` stands for.
+fn shapes_hint() -> String {
+    let kimi: Vec<String> = KIMI
+        .iter()
+        .map(|(n, k, nn)| format!("{n} {k}x{nn}"))
+        .collect();
+    format!(
+        "--shapes takes `kimi` ({}), or K×N pairs as `KxN,KxN,…` or `K,N,K,N,…`, each K a positive multiple of 8 (e.g. `7168x2048`)",
+        kimi.join(", ")
+    )
+}
+
 /// `kimi`, `KxN,KxN…` or `K,N,K,N…`.
 pub fn parse_shapes(s: &str) -> Result<Vec<(String, usize, usize)>> {
     if s == "kimi" {
@@ -71,10 +83,9 @@ pub fn parse_shapes(s: &str) -> Result<Vec<(String, usize, usize)>> {
             .map(|&(n, k, nn)| (n.to_string(), k, nn))
             .collect());
     }
-    let bad = || {
-        Error::Usage(format!(
-            "--shapes `{s}`: expected `kimi`, `KxN,…` or `K,N,…`"
-        ))
+    let bad = || Error::Flags {
+        msg: format!("--shapes `{s}`: expected `kimi`, `KxN,…` or `K,N,…`"),
+        hint: shapes_hint(),
     };
     let num = |t: &str| t.trim().parse::<usize>().map_err(|_| bad());
     let pairs: Vec<(usize, usize)> = if s.contains('x') {
@@ -92,9 +103,10 @@ pub fn parse_shapes(s: &str) -> Result<Vec<(String, usize, usize)>> {
         v.chunks(2).map(|p| (p[0], p[1])).collect()
     };
     if pairs.is_empty() || pairs.iter().any(|&(k, n)| k == 0 || n == 0 || k % 8 != 0) {
-        return Err(Error::Usage(format!(
-            "--shapes `{s}`: K and N must be positive and K a multiple of 8"
-        )));
+        return Err(Error::Flags {
+            msg: format!("--shapes `{s}`: K and N must be positive and K a multiple of 8"),
+            hint: shapes_hint(),
+        });
     }
     Ok(pairs
         .into_iter()

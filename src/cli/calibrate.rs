@@ -1,10 +1,11 @@
-//! `kquant calibrate --draft D --trace T [--target-checkpoint TGT] [--limit N] -o amax.json`:
-//! the activation range NVFP4 W4A4's static input scales need. Runs the draft's replay (pass A
-//! of docs/verify.md ("What it computes"), the f32 runtime: teacher-forced depths over the trace's
-//! target taps and tokens) with an observer on every linear's input, and writes each module's
-//! `max |x|` as the `kquant.input-amax/1` file `kquant quantize --scheme nvfp4 --input-amax`
-//! reads (`quant::input_amax`; module = the draft's own tensor name without `.weight`).
-//! Fused siblings (q/k/v, gate/up, …) are recorded one by one; `quantize` shares their largest.
+//! `kquant calibrate --draft D --trace T [--target-checkpoint TGT] [--limit N] -o amax.json
+//! [--json]`: the activation range NVFP4 W4A4's static input scales need. Runs the draft's replay
+//! (pass A of docs/verify.md "What it computes", the f32 runtime: teacher-forced depths over the
+//! trace's target taps and tokens) with an observer on every linear's input, and writes each
+//! module's `max |x|` as the `kquant.input-amax/1` file `kquant quantize --scheme nvfp4
+//! --input-amax` reads (`quant::input_amax`; module = the draft's own tensor name without
+//! `.weight`). Fused siblings (q/k/v, gate/up, …) are recorded one by one; `quantize` shares
+//! their largest. `--json` prints `kquant.calibrate/1` (what was observed, the next lines).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use std::process::ExitCode;
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
+use crate::escape::printable;
 use crate::quant::input_amax::SCHEMA;
 use crate::runtime::linears::Exec;
 use crate::verify::drafters::{load_drafter, replay_first};
@@ -40,6 +42,9 @@ pub struct Args {
     /// Where to write the input-amax JSON.
     #[arg(short, long)]
     pub output: PathBuf,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -61,13 +66,17 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Err(Error::Usage("--limit 0 replays nothing".into()));
     }
     let (_, quantized) = d.linears().placement();
+    let mut warnings = Vec::new();
     if !quantized.is_empty() {
-        eprintln!(
-            "warning: `{}` is already quantized ({} module(s)): the ranges observed are those of \
+        warnings.push(format!(
+            "`{}` is already quantized ({} module(s)): the ranges observed are those of \
              its dequantized weights; calibrate the original draft for a fresh quantization",
             a.draft,
             quantized.len()
-        );
+        ));
+    }
+    for w in &warnings {
+        eprintln!("warning: {}", printable(w));
     }
     d.linears().observe(true);
     let walks = replay_first(d.as_ref(), &trace, a.steps, limit)?;
@@ -108,15 +117,51 @@ pub fn run(a: Args) -> Result<ExitCode> {
     )?;
     let all: Vec<_> = walks.iter().collect();
     let (lo, hi) = min_max(&amax);
+    let al = micro_al(&all);
+    let next = next_steps(&a.draft, &a.output);
+    if a.json {
+        let doc = serde_json::json!({
+            "schema": "kquant.calibrate/1",
+            "output": a.output,
+            "draft": a.draft,
+            "trace": a.trace,
+            "target_checkpoint": a.target_checkpoint,
+            "samples": walks.len(),
+            "steps": a.steps,
+            "linears": amax.len(),
+            "accept_length": al,
+            "amax_min": lo,
+            "amax_max": hi,
+            "warnings": warnings,
+            "next": next,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    }
     eprintln!(
-        "calibrated {} linear(s) over {} sample(s) (accept length {:.3}): input amax {lo:.4} .. \
+        "calibrated {} linear(s) over {} sample(s) (accept length {al:.3}): input amax {lo:.4} .. \
          {hi:.4} -> {}",
         amax.len(),
         walks.len(),
-        micro_al(&all),
         a.output.display()
     );
+    for n in &next {
+        eprintln!("next: {}", printable(n));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a user does with the input-amax file next: quantize the draft to NVFP4 W4A4 in each
+/// format that carries it (docs/quantize.md).
+fn next_steps(draft: &str, amax: &std::path::Path) -> Vec<String> {
+    ["compressed-tensors", "modelopt"]
+        .iter()
+        .map(|f| {
+            format!(
+                "kquant quantize {draft} -o OUT --scheme nvfp4 --format {f} --input-amax {}",
+                amax.display()
+            )
+        })
+        .collect()
 }
 
 fn min_max(m: &BTreeMap<String, f32>) -> (f32, f32) {

@@ -1,4 +1,5 @@
-//! `kquant convert {eagle3|dflash} SRC -o OUT --to ENGINE`: move a draft between engine layouts.
+//! `kquant convert {eagle3|dflash} SRC -o OUT --to ENGINE [--target-checkpoint TGT]`: move a
+//! draft between engine layouts.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,10 +50,14 @@ pub struct Args {
     /// is checked against the tensor names).
     #[arg(long, value_enum)]
     pub from: Option<Engine>,
-    /// Target model (directory or hub id) to copy embed_tokens / lm_head from when the chosen
-    /// engine needs them and the draft lacks them.
+    /// Target checkpoint (directory, `.safetensors` file or hub id) to copy embed_tokens /
+    /// lm_head from when the chosen engine needs them and the draft lacks them.
     #[arg(long)]
-    pub target: Option<String>,
+    pub target_checkpoint: Option<String>,
+    /// Deprecated spelling of `--target-checkpoint` (accepted with a warning until the next
+    /// release; `--target` names a target profile in `verify` and `trace import`).
+    #[arg(long = "target", hide = true, conflicts_with = "target_checkpoint")]
+    pub target_deprecated: Option<String>,
     /// Aux-layer ids to write instead of the source's, comma-separated (needs --aux-convention).
     #[arg(long, value_delimiter = ',', value_parser = crate::cli::flags::aux_layer)]
     pub aux_layers: Option<Vec<i64>>,
@@ -95,6 +100,13 @@ fn convention_of(e: Engine) -> AuxConvention {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
+    let target_checkpoint = crate::cli::deprecated::resolve(
+        "convert",
+        "--target",
+        "--target-checkpoint",
+        a.target_checkpoint.clone(),
+        a.target_deprecated.clone(),
+    );
     let ck = Checkpoint::open(&a.src)?;
     let det = ck.detect()?;
     let dflash = a.kind == Kind::Dflash;
@@ -103,11 +115,26 @@ pub fn run(a: Args) -> Result<ExitCode> {
             && from.eagle3_prefix() != prefix
             && !matches!(from, Engine::Trtllm | Engine::Torchspec)
         {
-            return Err(Error::Usage(format!(
-                "--from {} writes `{}*`, but the source's layer is `{prefix}*`",
-                from.id(),
-                from.eagle3_prefix()
-            )));
+            let fits: Vec<&str> = <Engine as clap::ValueEnum>::value_variants()
+                .iter()
+                .filter(|e| {
+                    **e != Engine::Zlab
+                        && (e.eagle3_prefix() == prefix
+                            || matches!(e, Engine::Trtllm | Engine::Torchspec))
+                })
+                .map(|e| e.id())
+                .collect();
+            return Err(Error::Flags {
+                msg: format!(
+                    "--from {} writes `{}*`, but the source's layer is `{prefix}*`",
+                    from.id(),
+                    from.eagle3_prefix()
+                ),
+                hint: format!(
+                    "a `{prefix}*` source takes --from {}; or leave --from out (detection reads the layer names)",
+                    fits.join(" | ")
+                ),
+            });
         }
     }
     let aux_convention = a.aux_convention.map(|c| match c {
@@ -123,7 +150,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         model_type: a.model_type.clone(),
         steps: a.steps,
     };
-    let target = a.target.as_deref().map(Checkpoint::open).transpose()?;
+    let target = target_checkpoint
+        .as_deref()
+        .map(Checkpoint::open)
+        .transpose()?;
     let mut plan = convert::plan(&ck, &det, target.as_ref(), &o)?;
     // Launch lines and TensorRT-LLM's options file name the output by its absolute path, so
     // that they work from any directory.

@@ -1,14 +1,17 @@
-//! `kquant dequantize SRC -o OUT [--dtype bf16|f16|f32]`: a quantized checkpoint back to plain
-//! float weights (`w = q · s`), every other tensor copied, `quantization_config` removed.
+//! `kquant dequantize SRC -o OUT [--dtype bf16|f16|f32] [--dry-run] [--json]`: a quantized
+//! checkpoint back to plain float weights (`w = q · s`), every other tensor copied,
+//! `quantization_config` removed. `--dry-run` prints that plan and writes nothing; `--json`
+//! prints the plan (`kquant.dequantize-plan/1`) or the result (`kquant.dequantize/1`) on stdout.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::checkpoint::Checkpoint;
 use crate::cli::{command_line, human_bytes, progress};
 use crate::error::{Error, Result};
+use crate::escape::printable;
 use crate::io::writer::{parse_size, TensorSpec, WriteOptions, Writer};
 use crate::io::Dtype;
 use crate::quant::decode::Logical;
@@ -53,6 +56,13 @@ pub struct Args {
     /// (inputs over 64 MiB are otherwise recorded by path and size only).
     #[arg(long)]
     pub hash_inputs: bool,
+    /// Print the plan (each tensor dequantized or copied, its dtype, shape and bytes) and
+    /// write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the plan / result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn config_dtype(ck: &Checkpoint) -> Option<Dtype> {
@@ -95,6 +105,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         })
         .collect();
     let total: u64 = specs.iter().map(TensorSpec::nbytes).sum();
+    if a.dry_run {
+        print_plan(&a, &lg, &specs, out_dtype, total);
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut inputs: Vec<PathBuf> = ck.weights.files().iter().map(|p| p.to_path_buf()).collect();
     inputs.extend(ck.weights.config_path.clone());
     let opts = WriteOptions {
@@ -142,6 +156,20 @@ pub fn run(a: Args) -> Result<ExitCode> {
         &serde_json::to_vec_pretty(&config).expect("config JSON"),
     )?;
     let s = w.finish()?;
+    let next = next_steps(&s.dir);
+    if a.json {
+        let doc = json!({
+            "schema": "kquant.dequantize/1",
+            "output": s.dir,
+            "dtype": out_dtype.name(),
+            "dequantized": lg.modules.len(),
+            "bytes": s.tensor_bytes,
+            "files": s.files,
+            "warnings": Vec::<String>::new(),
+            "next": next,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    }
     eprintln!(
         "dequantized {} modules to {} ({}) in {}",
         lg.modules.len(),
@@ -149,7 +177,70 @@ pub fn run(a: Args) -> Result<ExitCode> {
         human_bytes(s.tensor_bytes),
         s.dir.display()
     );
+    for n in &next {
+        eprintln!("next: {}", printable(n));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--dry-run`: each tensor of the output (dequantized from which stored tensors, or copied),
+/// the totals and what happens to config.json; as `kquant.dequantize-plan/1` with `--json`.
+fn print_plan(a: &Args, lg: &Logical, specs: &[TensorSpec], out_dtype: Dtype, total: u64) {
+    let before: u64 = lg.ck.weights.infos().map(|t| t.nbytes()).sum();
+    if a.json {
+        let doc = json!({
+            "schema": "kquant.dequantize-plan/1",
+            "output": a.output,
+            "dtype": out_dtype.name(),
+            "tensors": specs.iter().map(|t| match lg.module(&t.name) {
+                Some(m) => json!({"name": t.name, "action": "dequantize", "from": m.parts,
+                    "dtype": t.dtype.name(), "shape": t.shape, "bytes": t.nbytes()}),
+                None => json!({"name": t.name, "action": "copy", "dtype": t.dtype.name(),
+                    "shape": t.shape, "bytes": t.nbytes()}),
+            }).collect::<Vec<_>>(),
+            "dequantized": lg.modules.len(),
+            "bytes_before": before,
+            "bytes_after": total,
+            "config_removed": ["quantization_config"],
+            "warnings": Vec::<String>::new(),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        return;
+    }
+    // Names come from the files: escaped for the terminal (crate::escape).
+    for t in specs {
+        let what = match lg.module(&t.name) {
+            Some(m) => format!("dequantize <- {}", m.parts.join(", ")),
+            None => "copy".into(),
+        };
+        println!(
+            "{:<52} {:<7} {:<14} {:>12}  {}",
+            printable(&t.name),
+            t.dtype.name(),
+            format!("{:?}", t.shape),
+            human_bytes(t.nbytes()),
+            printable(&what)
+        );
+    }
+    println!(
+        "{} modules dequantized to {}; total {} -> {}",
+        lg.modules.len(),
+        out_dtype,
+        human_bytes(before),
+        human_bytes(total)
+    );
+    println!("config.json: quantization_config removed");
+    println!("dry run: nothing written to {}", a.output.display());
+}
+
+/// What a user does with a dequantized checkpoint next: measure the quantization error against
+/// the unquantized original, and see what the float checkpoint is.
+fn next_steps(out: &std::path::Path) -> Vec<String> {
+    let out = out.display();
+    vec![
+        format!("kquant diff ORIGINAL {out} (per-tensor error against the unquantized original; docs/diff.md)"),
+        format!("kquant inspect {out}"),
+    ]
 }
 
 fn round(d: Dtype, v: f32) -> f32 {

@@ -12,6 +12,7 @@ pub mod bench_gemm;
 pub mod bench_replay;
 pub mod calibrate;
 pub mod convert;
+pub mod deprecated;
 pub mod dequantize;
 pub mod diff;
 pub mod flags;
@@ -116,11 +117,67 @@ pub fn render_clap_error(e: clap::Error) -> ExitCode {
     let hint = std::error::Error::source(&e)
         .and_then(|s| s.downcast_ref::<flags::FlagError>())
         .map(|f| f.hint.clone())
+        .or_else(|| choices_hint(e.kind(), &text))
         .unwrap_or_else(|| {
             "see `kquant --help`, or `kquant COMMAND --help` for a command's arguments".into()
         });
     eprintln!("\nhint: {}", printable(&hint));
     ExitCode::from(2)
+}
+
+/// For an unknown command or flag, the hint names what exists: the commands of the command
+/// the usage line names (`Usage: kquant trace <COMMAND>`), or its flags (hidden deprecated
+/// spellings left out).
+fn choices_hint(kind: clap::error::ErrorKind, text: &str) -> Option<String> {
+    use clap::error::ErrorKind;
+    if !matches!(
+        kind,
+        ErrorKind::InvalidSubcommand | ErrorKind::UnknownArgument
+    ) {
+        return None;
+    }
+    let usage = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Usage: kquant"))?;
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let mut path = Vec::new();
+    for word in usage.split_whitespace() {
+        if word.starts_with(['-', '<', '[']) {
+            break;
+        }
+        cmd = cmd.find_subcommand(word)?.clone();
+        path.push(word);
+    }
+    let name = std::iter::once("kquant")
+        .chain(path.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let subcommands: Vec<&str> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name())
+        .filter(|n| *n != "help")
+        .collect();
+    if !subcommands.is_empty() {
+        return Some(format!(
+            "the commands of `{name}` are {}; `{name} COMMAND --help` says what each takes",
+            subcommands.join(", ")
+        ));
+    }
+    let flags: Vec<String> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| {
+            let long = a.get_long()?;
+            Some(match a.get_short() {
+                Some(s) => format!("--{long} (-{s})"),
+                None => format!("--{long}"),
+            })
+        })
+        .collect();
+    Some(format!(
+        "`{name}` takes {}; `{name} --help` says what each means (docs/flags.md lists every flag)",
+        flags.join(", ")
+    ))
 }
 
 /// The command line as the user typed it, for manifests (an argument that is not UTF-8, such

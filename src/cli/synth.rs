@@ -45,11 +45,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let name = a.preset.expect("clap requires it");
-    let p = preset(&name).ok_or_else(|| {
-        Error::Usage(format!(
-            "unknown preset `{name}`; one of: {}",
+    let p = preset(&name).ok_or_else(|| Error::Flags {
+        msg: format!("unknown preset `{name}`"),
+        hint: format!(
+            "--preset takes one of {}; `kquant synth --list` shows each one's size and what it is",
             PRESETS.join(", ")
-        ))
+        ),
     })?;
     let out = a.output.expect("clap requires it");
     if a.dry_run {

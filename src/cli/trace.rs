@@ -6,8 +6,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use serde_json::json;
+
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
+use crate::escape::printable;
 use crate::runtime::deepseek::DeepseekV3;
 use crate::verify::capture::{self, Options};
 
@@ -60,8 +63,12 @@ pub struct PromptsArgs {
 pub struct CaptureArgs {
     /// The target checkpoint (directory, .safetensors file or hub id); any dtype or quantized
     /// layout kquant reads, run in f32.
-    #[arg(long)]
-    pub target: String,
+    #[arg(long, required_unless_present = "target_deprecated")]
+    pub target_checkpoint: Option<String>,
+    /// Deprecated spelling of `--target-checkpoint` (accepted with a warning until the next
+    /// release; `--target` names a target profile in `verify` and `trace import`).
+    #[arg(long = "target", hide = true, conflicts_with = "target_checkpoint")]
+    pub target_deprecated: Option<String>,
     /// Prompts: JSONL with token ids in `tokens` (or `prompt_ids`), optional `id`, `category`.
     #[arg(long)]
     pub prompts: PathBuf,
@@ -88,6 +95,9 @@ pub struct CaptureArgs {
     /// Replace an existing output directory.
     #[arg(long)]
     pub force: bool,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -155,13 +165,21 @@ fn run_prompts(a: PromptsArgs) -> Result<ExitCode> {
 }
 
 fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
+    let target = crate::cli::deprecated::resolve(
+        "trace capture",
+        "--target",
+        "--target-checkpoint",
+        a.target_checkpoint.clone(),
+        a.target_deprecated.clone(),
+    )
+    .expect("clap requires --target-checkpoint unless --target is given");
     // Claimed before hours of capture rather than at the end.
     let claim = crate::verify::trace::claim(
         &a.output,
         a.force,
-        &[a.prompts.clone(), PathBuf::from(&a.target)],
+        &[a.prompts.clone(), PathBuf::from(&target)],
     )?;
-    let ck = Checkpoint::open(&a.target)?;
+    let ck = Checkpoint::open(&target)?;
     let m = DeepseekV3::load(&ck)?;
     let mut prompts = capture::read_prompts(&a.prompts)?;
     prompts.truncate(a.limit.unwrap_or(usize::MAX));
@@ -180,8 +198,8 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
             .map(|s| s.to_string_lossy().to_string())
             .unwrap_or_default()
     });
-    let s = capture::write_trace(&ck, &m, &a.target, &prompts, &o, &dataset, claim)?;
-    println!(
+    let s = capture::write_trace(&ck, &m, &target, &prompts, &o, &dataset, claim)?;
+    let summary = format!(
         "{}: {} samples, {} tokens, taps {:?}, greedy_selfcheck {} ({} regenerated without the cache)",
         a.output.display(),
         s.samples,
@@ -190,5 +208,40 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
         s.selfcheck,
         s.regenerated
     );
+    let next = next_steps(&a.output, &target);
+    if a.json {
+        let doc = json!({
+            "schema": "kquant.trace-capture/1",
+            "output": a.output,
+            "target": target,
+            "prompts": a.prompts,
+            "dataset": dataset,
+            "samples": s.samples,
+            "tokens": s.tokens,
+            "taps": o.taps,
+            "gen_len": o.gen_len,
+            "greedy_selfcheck": s.selfcheck,
+            "regenerated": s.regenerated,
+            "warnings": Vec::<String>::new(),
+            "next": next,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        eprintln!("{}", printable(&summary));
+    } else {
+        println!("{}", printable(&summary));
+    }
+    for n in &next {
+        eprintln!("next: {}", printable(n));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a user does with a captured trace next: the accept-length gate, and the calibration
+/// NVFP4 W4A4 needs (both replay drafts over it, with the target's embedding where needed).
+fn next_steps(out: &std::path::Path, target: &str) -> Vec<String> {
+    let out = out.display();
+    vec![
+        format!("kquant verify --draft DRAFT --baseline BASELINE --trace {out} --target-checkpoint {target} (the accept-length gate; docs/verify.md)"),
+        format!("kquant calibrate --draft DRAFT --trace {out} --target-checkpoint {target} -o amax.json (the input amax of NVFP4 W4A4; docs/quantize.md)"),
+    ]
 }

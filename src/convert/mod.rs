@@ -114,8 +114,9 @@ fn derr(ck: &Checkpoint, msg: String, hint: Option<&str>) -> Error {
 /// Aux taps of the source as HF `hidden_states` indices, or why they cannot be known.
 fn source_taps(ck: &Checkpoint, det: &Detection, o: &Options) -> Result<Option<Vec<i64>>> {
     if let Some(ids) = &o.aux_layers {
-        let conv = o.aux_convention.ok_or_else(|| {
-            Error::Usage("--aux-layers needs --aux-convention output-of-layer|input-of-layer: kquant keeps taps as HF hidden_states indices".into())
+        let conv = o.aux_convention.ok_or_else(|| Error::Flags {
+            msg: "--aux-layers needs --aux-convention: kquant keeps taps as HF hidden_states indices".into(),
+            hint: "add --aux-convention output-of-layer (id k = output of layer k = hidden_states[k+1]: SpecForge, TorchSpec, ModelOpt, TensorRT-LLM) or --aux-convention input-of-layer (id k = hidden_states[k]: vLLM, EAGLE)".into(),
         })?;
         return Ok(Some(ids.iter().map(|&k| conv.to_hidden_state(k)).collect()));
     }

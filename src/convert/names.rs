@@ -331,7 +331,7 @@ pub fn plan_eagle3(
                     tensors.push(p);
                 }
                 None => warnings.push(format!(
-                    "{} expects the draft to carry embed_tokens and the source has none: pass --target <target checkpoint or hub id> to copy it",
+                    "{} expects the draft to carry embed_tokens and the source has none: pass --target-checkpoint <target checkpoint or hub id> to copy it",
                     e.id()
                 )),
             }
@@ -352,7 +352,7 @@ pub fn plan_eagle3(
                 tensors.push(p);
             }
             None => warnings.push(format!(
-                "the draft has no lm_head: {} needs one (vLLM before `has_own_lm_head` and SGLang with draft_vocab_size fail); pass --target to copy the target's",
+                "the draft has no lm_head: {} needs one (vLLM before `has_own_lm_head` and SGLang with draft_vocab_size fail); pass --target-checkpoint to copy the target's",
                 e.id()
             )),
         }
@@ -591,7 +591,7 @@ pub fn plan_dflash(
                 p.name = "embed_tokens.weight".into();
                 tensors.push(p);
             }
-            None => warnings.push("TorchSpec's DFlash carries its own frozen embed_tokens: pass --target to copy the target's".into()),
+            None => warnings.push("TorchSpec's DFlash carries its own frozen embed_tokens: pass --target-checkpoint to copy the target's".into()),
         }
     }
     let mut cfg = flatten_speculators(
@@ -648,7 +648,10 @@ pub fn plan_dflash(
         set(&mut cfg, "dflash_config", dc);
         if dflash_block_size(&cfg).is_none() {
             set(&mut cfg, "block_size", json!(16));
-            warnings.push("the source has no block_size: wrote 16 (z-lab's default); set it to the block size the drafter was trained with".into());
+            warnings.push(format!(
+                "the source's config.json has neither `dflash_config.block_size` nor `block_size`: wrote `block_size` 16 (z-lab's default), and the launch line follows it; if the drafter was trained with another block size, add `\"block_size\": B` at the top level of {} (kquant reads `dflash_config.block_size` first, then `block_size`) and convert again",
+                config_json(ck).display()
+            ));
         }
         if let Some(m) = cfg.as_object_mut() {
             m.shift_remove("_torchspec_version");
@@ -683,6 +686,30 @@ pub fn plan_dflash(
     })
 }
 
+/// The source's `config.json` (where a user edits the block size).
+fn config_json(ck: &Checkpoint) -> std::path::PathBuf {
+    ck.weights
+        .config_path
+        .clone()
+        .unwrap_or_else(|| ck.weights.dir.join("config.json"))
+}
+
+/// The key of the source's config.json the block size came from: `dflash_config.block_size`
+/// when it is set (read first, as [`dflash_block_size`] does), else the top-level `block_size`.
+fn block_size_key(ck: &Checkpoint) -> &'static str {
+    let nested = ck
+        .config
+        .as_ref()
+        .and_then(|c| c.root.get("dflash_config"))
+        .and_then(|d| d.get("block_size"))
+        .and_then(Value::as_u64);
+    if nested.is_some() {
+        "dflash_config.block_size"
+    } else {
+        "block_size"
+    }
+}
+
 /// Tokens a DFlash draft proposes per step: `block_size` − 1 (one block is the last accepted
 /// token and `block_size` − 1 masked positions), or fewer with `--steps`. vLLM's
 /// `num_speculative_tokens` and TensorRT-LLM's `max_draft_len` are this number; SGLang's
@@ -697,7 +724,11 @@ fn dflash_steps(ck: &Checkpoint, cfg: &Value, e: Engine, steps: Option<usize>) -
         return Err(Error::Source {
             path: ck.weights.dir.clone(),
             msg: format!("block_size {block}: a DFlash draft proposes block_size - 1 tokens per step, so none"),
-            hint: Some("set block_size in config.json to the block size the drafter was trained with (z-lab's default is 16)".into()),
+            hint: Some(format!(
+                "set `{}` in {} to the block size the drafter was trained with (z-lab's default is 16)",
+                block_size_key(ck),
+                config_json(ck).display()
+            )),
         });
     }
     match steps {
