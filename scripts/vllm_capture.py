@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Capture a target's hidden states with vLLM, for `kquant trace import --from vllm-hidden-states`.
+"""Capture a target's hidden states with vLLM, for `kquant trace import --format vllm-hidden-states`.
 
 Runs on the GPU cluster that serves the target, with vLLM installed (written against vLLM
 0.33.0). Not part of kquant: kquant only reads what this writes. docs/verify.md, "From a vLLM
@@ -569,7 +569,7 @@ def run(a):
         f"--num-layers {num_layers}" if num_layers is not None else "--target PROFILE")
     print()
     print("next (wherever kquant runs; copy the directory there first):")
-    print(f"  kquant trace import --from vllm-hidden-states {out_dir} -o {out_dir}.trace "
+    print(f"  kquant trace import --format vllm-hidden-states {out_dir} -o {out_dir}.trace "
           f"--layer-ids {','.join(map(str, ids))} {target} --prompts {os.path.join(out_dir, 'prompts.jsonl')}")
     return 0
 

@@ -166,12 +166,6 @@ fn help_says_each_thing_once() {
     }
 }
 
-/// Flags the `trace import` branch adds (`--from` becomes `--format`, plus `--json` and
-/// `--dry-run`). docs/flags.md already lists `trace import` as it will be, so until that branch
-/// merges its `--help` may lack exactly these and still show the deprecated spelling of one of
-/// them. Remove this constant and its uses when the trace import branch merges.
-const PENDING_TRACE_IMPORT: &[&str] = &["--format", "--json", "--dry-run"];
-
 /// Whether a flag takes a value: none (a switch), an optional one (`[<FILE>]`) or a required one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Takes {
@@ -277,8 +271,6 @@ fn docs_flags_md_lists_every_flag_once_with_the_commands_that_take_it() {
     let cmds = commands();
     let helps: Vec<(String, Vec<Flag>)> =
         cmds.iter().map(|c| (name(c), flags_of(&help(c)))).collect();
-    let pending =
-        |cmd: &str, flag: &str| cmd == "trace import" && PENDING_TRACE_IMPORT.contains(&flag);
     let deprecated: Vec<(String, String, Vec<String>)> = table(&doc, "Deprecated spellings")
         .iter()
         .map(|r| {
@@ -290,12 +282,6 @@ fn docs_flags_md_lists_every_flag_once_with_the_commands_that_take_it() {
             )
         })
         .collect();
-    // A deprecated spelling that `trace import` still shows until its branch merges.
-    let pending_old = |cmd: &str, flag: &str| {
-        deprecated
-            .iter()
-            .any(|(old, new, cs)| old == flag && pending(cmd, new) && cs.iter().any(|c| c == cmd))
-    };
 
     let mut problems = Vec::new();
     let mut rows: std::collections::BTreeMap<String, (Option<String>, Vec<String>, String)> =
@@ -332,7 +318,6 @@ fn docs_flags_md_lists_every_flag_once_with_the_commands_that_take_it() {
     for (cmd, flags) in &helps {
         for (long, short, takes) in flags {
             match rows.get(long) {
-                _ if pending_old(cmd, long) => {}
                 None => problems.push(format!("`{cmd} {long}` is missing from docs/flags.md")),
                 Some((s, on, value)) => {
                     if !on.contains(cmd) {
@@ -357,7 +342,7 @@ fn docs_flags_md_lists_every_flag_once_with_the_commands_that_take_it() {
             match helps.iter().find(|(c, _)| c == cmd) {
                 None => problems.push(format!("{long}: no command `{cmd}`")),
                 Some((_, flags)) => {
-                    if !flags.iter().any(|f| &f.0 == long) && !pending(cmd, long) {
+                    if !flags.iter().any(|f| &f.0 == long) {
                         problems.push(format!(
                             "docs/flags.md says `{cmd}` takes {long}; it does not"
                         ));
@@ -375,7 +360,7 @@ fn docs_flags_md_lists_every_flag_once_with_the_commands_that_take_it() {
                 .find(|(c, _)| c == cmd)
                 .unwrap_or_else(|| panic!("{cmd}"))
                 .1;
-            if flags.iter().any(|f| &f.0 == old) && !pending(cmd, new) {
+            if flags.iter().any(|f| &f.0 == old) {
                 problems.push(format!("deprecated `{cmd} {old}` shows in --help"));
             }
             match rows.get(new) {

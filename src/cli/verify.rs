@@ -134,7 +134,7 @@ fn open_trace(
             None => {
                 return Err(Error::Flags {
                     msg: format!("no --trace, and kquant cannot run target `{}` itself", p.name),
-                    hint: format!("capture the target's hidden states on the serving cluster (vLLM's hidden-states connector) and `kquant trace import --from vllm-hidden-states DIR --target {} -o TRACE`, then pass --trace TRACE (docs/verify.md)", p.name),
+                    hint: format!("capture the target's hidden states on the serving cluster (vLLM's hidden-states connector) and `kquant trace import --format vllm-hidden-states DIR --target {} -o TRACE` (scripts/vllm_capture.py writes DIR; docs/verify.md, \"From a vLLM cluster to a gate\"), then pass --trace TRACE", p.name),
                 })
             }
         },

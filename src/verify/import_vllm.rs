@@ -1,4 +1,4 @@
-//! `kquant trace import --from vllm-hidden-states`: turn what vLLM's `extract_hidden_states`
+//! `kquant trace import --format vllm-hidden-states`: turn what vLLM's `extract_hidden_states`
 //! speculator and `ExampleHiddenStatesConnector` write (one `{req_id}.safetensors` per request,
 //! holding `hidden_states` and `token_ids`) into a `kquant-trace/1`.
 //!
