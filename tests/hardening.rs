@@ -966,7 +966,9 @@ fn a_source_truncated_while_quantize_reads_it_is_an_error_not_a_crash() {
             o.status
         );
         if code(&o) == Some(0) {
-            continue; // it had read everything before the cut
+            // It had read everything before the cut: clear its output for the next round.
+            std::fs::remove_dir_all(&out).unwrap();
+            continue;
         }
         assert_eq!(code(&o), Some(2), "{e}");
         assert!(
@@ -1124,4 +1126,105 @@ fn refused_output_prints_no_engine_warning_first() {
     ]);
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("warning: no serving engine loads"));
+}
+
+/// Flag errors say what exists instead of "see kquant --help": the schemes, the formats a scheme
+/// is written as (and the schemes a format takes), the tap range of the target.
+#[test]
+fn flag_errors_name_what_exists() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("o");
+    let run = |args: &[&str]| {
+        let o = common::kquant(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    let src = "fixtures/kimi-k2.5-tiny/eagle3";
+    let e = run(&[
+        "quantize",
+        src,
+        "-o",
+        out.to_str().unwrap(),
+        "--scheme",
+        "int5",
+    ]);
+    assert!(e.contains("[possible values: int4-pc, "), "{e}");
+    assert!(
+        e.contains("hint: pick one of the possible values above; `kquant schemes`"),
+        "{e}"
+    );
+    assert!(!e.contains("kquant --help"), "{e}");
+    // The same from a --config preset (read from a file, not checked by clap).
+    let cfg = t.path().join("p.json");
+    std::fs::write(&cfg, r#"{"scheme": "int5"}"#).unwrap();
+    let e = run(&[
+        "quantize",
+        src,
+        "-o",
+        out.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    assert!(e.contains("not a kquant quantize preset"), "{e}");
+    assert!(
+        e.contains("hint: a preset is a JSON object with the fields of the built-in ones"),
+        "{e}"
+    );
+    assert!(
+        !e.contains("config.json"),
+        "a preset is not config.json: {e}"
+    );
+    let e = run(&[
+        "quantize",
+        src,
+        "-o",
+        out.to_str().unwrap(),
+        "--scheme",
+        "w4a8-fp8",
+        "--format",
+        "modelopt",
+    ]);
+    assert!(
+        e.contains("--scheme w4a8-fp8 cannot be written as --format modelopt"),
+        "{e}"
+    );
+    assert!(
+        e.contains("hint: --scheme w4a8-fp8 is written as --format quark; or keep --format modelopt with one of: int4-g128, fp8-pc"),
+        "{e}"
+    );
+    let e = run(&[
+        "quantize",
+        src,
+        "-o",
+        out.to_str().unwrap(),
+        "--format",
+        "compressed-tensors",
+        "--quark-layout",
+        "model",
+    ]);
+    assert!(
+        e.contains("not --format compressed-tensors")
+            && e.contains("hint: drop the --quark-* flags"),
+        "{e}"
+    );
+    let e = run(&[
+        "trace",
+        "capture",
+        "--target-checkpoint",
+        "fixtures/kimi-k2.5-tiny/target",
+        "--prompts",
+        "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl",
+        "--taps",
+        "1,9",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        e.contains("tap 9 is not a pre-norm hidden state of this 4-layer target"),
+        "{e}"
+    );
+    assert!(
+        e.contains("hint: taps are HF hidden_states indices in 0..=3"),
+        "{e}"
+    );
 }

@@ -118,11 +118,27 @@ pub fn render_clap_error(e: clap::Error) -> ExitCode {
         .and_then(|s| s.downcast_ref::<flags::FlagError>())
         .map(|f| f.hint.clone())
         .or_else(|| choices_hint(e.kind(), &text))
+        .or_else(|| value_hint(&text))
         .unwrap_or_else(|| {
             "see `kquant --help`, or `kquant COMMAND --help` for a command's arguments".into()
         });
     eprintln!("\nhint: {}", printable(&hint));
     ExitCode::from(2)
+}
+
+/// For a refused value clap already listed the values that exist: the hint points at them (and,
+/// for `--scheme`, at `kquant schemes`, which says what each is and where it loads).
+fn value_hint(text: &str) -> Option<String> {
+    if !text.contains("[possible values:") {
+        return None;
+    }
+    Some(if text.contains("'--scheme <SCHEME>'") {
+        "pick one of the possible values above; `kquant schemes` says what each scheme is and \
+         which engines load it"
+            .into()
+    } else {
+        "pick one of the possible values above".into()
+    })
 }
 
 /// For an unknown command or flag, the hint names what exists: the commands of the command

@@ -67,9 +67,14 @@ pub struct Preset {
 
 /// Parse preset JSON.
 pub fn parse(path: &Path, text: &str) -> Result<Preset> {
-    serde_json::from_str(text).map_err(|e| Error::Config {
+    serde_json::from_str(text).map_err(|e| Error::Source {
         path: path.into(),
         msg: format!("not a kquant quantize preset: {e}"),
+        hint: Some(format!(
+            "a preset is a JSON object with the fields of the built-in ones (quant-configs/*.json: \
+             {}); or pass --scheme and --format instead of --config",
+            BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+        )),
     })
 }
 

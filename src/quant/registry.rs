@@ -329,7 +329,14 @@ fn quark_013_model(scheme_id: &str, q: QuarkFlags, packs: bool) -> Result<quark:
         None
     };
     match why {
-        Some(w) => Err(Error::Usage(format!("--scheme {scheme_id} with {w}"))),
+        Some(w) => Err(Error::Flags {
+            msg: format!("--scheme {scheme_id} with {w}"),
+            hint: format!(
+                "Quark 0.13 model layout is what kquant writes for --scheme {scheme_id}: drop \
+                 --quark-layout / --quark-version, or pick a scheme the seed preset covers \
+                 (`kquant schemes`)"
+            ),
+        }),
         None => Ok(o),
     }
 }
@@ -343,17 +350,22 @@ pub fn build(
     q: QuarkFlags,
     input_amax: Option<InputAmax>,
 ) -> Result<Box<dyn Target>> {
-    let info = scheme(scheme_id).ok_or_else(|| {
-        Error::Usage(format!(
-            "unknown scheme `{scheme_id}`; one of: {}",
+    let info = scheme(scheme_id).ok_or_else(|| Error::Flags {
+        msg: format!("unknown scheme `{scheme_id}`"),
+        hint: format!(
+            "--scheme is one of: {} (`kquant schemes` says what each is and where it loads)",
             SCHEMES.iter().map(|s| s.id).collect::<Vec<_>>().join(", ")
-        ))
+        ),
     })?;
     if format != Format::Quark && q.any() {
-        return Err(Error::Usage(
-            "--quark-layout, --quark-version and --quark-sequential apply to --format quark only"
-                .into(),
-        ));
+        return Err(Error::Flags {
+            msg: format!(
+                "--quark-layout, --quark-version and --quark-sequential apply to --format quark \
+                 only, not --format {}",
+                format.name()
+            ),
+            hint: "drop the --quark-* flags, or say --format quark".into(),
+        });
     }
     let cannot = || {
         let can: Vec<&str> = info
@@ -362,11 +374,27 @@ pub fn build(
             .filter(|c| c.implemented)
             .map(|c| c.format.name())
             .collect();
-        Error::Usage(format!(
-            "--scheme {scheme_id} cannot be written as --format {} yet; it can as: {}",
-            format.name(),
-            can.join(", ")
-        ))
+        Error::Flags {
+            msg: format!(
+                "--scheme {scheme_id} cannot be written as --format {} yet",
+                format.name()
+            ),
+            hint: format!(
+                "--scheme {scheme_id} is written as --format {}; or keep --format {} with one \
+                 of: {}",
+                can.join(" or --format "),
+                format.name(),
+                SCHEMES
+                    .iter()
+                    .filter(|s| s
+                        .carriers
+                        .iter()
+                        .any(|c| c.format == format && c.implemented))
+                    .map(|s| s.id)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
     };
     if !info
         .carriers
@@ -403,9 +431,15 @@ pub fn build(
         ("int4-pc", Format::Quark) => Some(Box::new(quark::PerChannel(q.options()))),
         ("int4-g32" | "int4-g64" | "int4-g128", Format::Quark) => {
             if q.options().layout == quark::Layout::File2file {
-                return Err(Error::Usage(format!(
-                    "--scheme {scheme_id} with --quark-layout file2file: kquant has no reference output of Quark's file-to-file path for per-group INT4; use --quark-layout model"
-                )));
+                return Err(Error::Flags {
+                    msg: format!(
+                        "--scheme {scheme_id} with --quark-layout file2file: kquant has no \
+                         reference output of Quark's file-to-file path for per-group INT4"
+                    ),
+                    hint: "use --quark-layout model (Quark 0.13's model layout), or --scheme \
+                           int4-pc for the file-to-file layout"
+                        .into(),
+                });
             }
             Some(Box::new(quark_group::PerGroup {
                 opts: q.options(),

@@ -194,19 +194,44 @@ pub fn capture(m: &DeepseekV3, prompt: &[u32], o: &Options) -> Result<Captured> 
 /// reported after the final norm, and a trace stores pre-norm taps), sorted, no repeats.
 pub fn check_taps(taps: &[usize], layers: usize) -> Result<()> {
     if taps.is_empty() {
-        return Err(Error::Usage("--taps is empty".into()));
+        return Err(Error::Flags {
+            msg: "--taps is empty".into(),
+            hint: format!(
+                "give HF hidden_states indices in 0..={}, comma-separated (`kquant targets` \
+                 prints each draft family's)",
+                layers.saturating_sub(1)
+            ),
+        });
     }
     if let Some(t) = taps.iter().find(|&&t| t >= layers) {
-        return Err(Error::Usage(format!(
-            "tap {t} is not a pre-norm hidden state of this {layers}-layer target (0..={}); \
-             HF's hidden_states[{layers}] comes after the final norm",
-            layers - 1
-        )));
+        return Err(Error::Flags {
+            msg: format!(
+                "tap {t} is not a pre-norm hidden state of this {layers}-layer target; HF's \
+                 hidden_states[{layers}] comes after the final norm"
+            ),
+            hint: format!(
+                "taps are HF hidden_states indices in 0..={} (`kquant targets` prints each \
+                 draft family's)",
+                layers - 1
+            ),
+        });
     }
     if taps.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(Error::Usage(format!(
-            "--taps {taps:?} must be increasing, without repeats"
-        )));
+        return Err(Error::Flags {
+            msg: format!("--taps {taps:?} must be increasing, without repeats"),
+            hint: {
+                let mut t = taps.to_vec();
+                t.sort_unstable();
+                t.dedup();
+                format!(
+                    "--taps {}",
+                    t.iter()
+                        .map(|x| x.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            },
+        });
     }
     Ok(())
 }
