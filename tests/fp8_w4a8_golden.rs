@@ -379,7 +379,10 @@ fn quark_flags_without_a_reference_are_refused() {
     }
     // The pairs that have no reference at all name the formats that do.
     let (_t, _, err) = common::quantize_refused(tiny, &["--scheme", "w4a8-int8"]);
-    assert!(err.contains("it can as: compressed-tensors"));
+    assert!(
+        err.contains("hint: --scheme w4a8-int8 is written as --format compressed-tensors"),
+        "{err}"
+    );
 }
 
 /// `--quark-sequential` with `w4a8-fp8` packs the INT4 stage in sequential order and says

@@ -468,7 +468,7 @@ fn unsupported_combinations_are_refused() {
             &[&["--format", "modelopt"], &extra[..]].concat(),
         );
         assert!(
-            err.contains("it can as") || err.contains("--format quark only"),
+            err.contains("is written as --format") || err.contains("--format quark only"),
             "{extra:?}: {err}"
         );
     }

@@ -377,7 +377,9 @@ fn refusals() {
     let (_t, _, err) =
         common::quantize_refused(&src, &["--scheme", "nvfp4-a16", "--format", "quark"]);
     assert!(
-        err.contains("it can as: compressed-tensors, modelopt"),
+        err.contains(
+            "hint: --scheme nvfp4-a16 is written as --format compressed-tensors or --format modelopt"
+        ),
         "{err}"
     );
 }

@@ -504,7 +504,8 @@ mod tests {
                 let built = build(s.id, f, QuarkFlags::default(), input);
                 assert_eq!(built.is_ok(), implemented, "{} as {}", s.id, f.name());
                 if let Err(e) = built {
-                    assert!(e.to_string().contains("it can as"), "{e}");
+                    let hint = e.hint().unwrap_or_default();
+                    assert!(hint.contains("is written as --format"), "{e}: {hint}");
                 }
             }
         }
