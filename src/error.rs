@@ -99,7 +99,9 @@ pub enum IndexError {
     Empty,
 }
 
-/// Every error kquant reports. Each names the file it is about.
+/// Every error kquant reports. The ones about a file name it (`Io`, `Header`, `Index`,
+/// `Config`, `Source`, `Tensor`, `Output`, …); the ones about flags, the hub or a device name the
+/// flag, model id or device instead (`Usage`, `Flags`, `Hub`, `Device`).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot {action} `{}`", path.display())]

@@ -17,8 +17,8 @@
 //! (in the engine's view: a speculators config's `transformer_layer_config` merged in as vLLM does,
 //! transformers 5's `dtype` and `rope_parameters` read as `torch_dtype`, `rope_theta` and
 //! `rope_scaling`, `null` as absent); the aux-layer taps; side files. Every difference is listed
-//! per case with its value on both sides and why; anything else must be equal. Differences that
-//! are kquant bugs are left out of the main tests and asserted by `#[ignore]`d tests below.
+//! per case with its value on both sides and why; anything else must be equal. A difference is a
+//! documented choice, never a known kquant bug: a bug is fixed, not listed.
 //!
 //! The goldens are then read back as sources (`inspect` and `convert` to the original layout),
 //! which must give the source's tensors and taps again.
@@ -108,8 +108,7 @@ struct Case {
     /// Tensors kquant writes in another dtype, values equal: (name, ours, golden).
     dtypes: &'static [(&'static str, &'static str, &'static str)],
     /// Config keys (engine view, dotted) that differ: (key, ours, golden, why); values are JSON,
-    /// `-` is absent. A `why` starting with `bug:` is a kquant bug, asserted by an ignored test
-    /// and skipped here.
+    /// `-` is absent.
     config: Vec<Dev>,
     /// The golden's taps as HF `hidden_states` indices: (its key, offset to add).
     taps: (&'static str, i64),
@@ -585,21 +584,12 @@ fn check_tensors(c: &Case, ours: &Tensors) {
 fn check_config(c: &Case, ours_cfg: &Value) {
     let theirs_cfg = read_json(&golden(c.golden).join("config.json"));
     let (ours, theirs) = (engine_view(ours_cfg), engine_view(&theirs_cfg));
-    let bugs: Vec<&str> = c
-        .config
-        .iter()
-        .filter(|d| d.3.starts_with("bug:"))
-        .map(|d| d.0)
-        .collect();
     let mut keys: Vec<&str> = ENGINE_KEYS.to_vec();
     keys.extend(ours.keys().map(String::as_str));
     keys.sort();
     keys.dedup();
     let mut got = Vec::new();
     for k in keys {
-        if bugs.contains(&k) {
-            continue;
-        }
         let (o, t) = (ours.get(k), theirs.get(k));
         if o != t {
             got.push((k.to_string(), show(o), show(t)));
@@ -608,7 +598,6 @@ fn check_config(c: &Case, ours_cfg: &Value) {
     let want: Vec<(String, String, String)> = c
         .config
         .iter()
-        .filter(|d| !d.3.starts_with("bug:"))
         .map(|(k, o, t, _)| {
             (
                 k.to_string(),

@@ -135,3 +135,45 @@ fn dry_run_prints_the_exclusion_list_that_is_written() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/quantize.md")).unwrap();
     assert!(doc.contains("`--dry-run` prints the list\n  exactly as it will be written"));
 }
+
+/// docs/architecture.md's module map names every file under `src/`, by itself (`quant/fp8.rs`)
+/// or by its folder (`gpu/`); a module's own `mod.rs` and the crate roots need no row.
+#[test]
+fn every_source_file_is_on_the_map() {
+    let map = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/architecture.md"))
+        .unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut missing = Vec::new();
+    let mut stack = vec![src.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let rel = p.strip_prefix(&src).unwrap().to_string_lossy().to_string();
+            let name = p.file_name().unwrap().to_string_lossy();
+            if !rel.ends_with(".rs") || name == "mod.rs" || rel == "lib.rs" || rel == "main.rs" {
+                continue;
+            }
+            let dir = p
+                .parent()
+                .unwrap()
+                .strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            let named = map.contains(&format!("`{rel}`"))
+                || (!dir.is_empty() && map.contains(&format!("`{dir}/`")));
+            if !named {
+                missing.push(rel);
+            }
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md does not name: {missing:?}"
+    );
+}

@@ -1,7 +1,11 @@
 //! Every scheme kquant knows, the formats that can carry it, and the one function that builds
 //! the [`Target`] for a (scheme, format) pair. `kquant schemes` and `--scheme` validation come
 //! from this table; where each result loads is `crate::engines::quantized`. Adding a scheme or
-//! format is one file under `quant/` plus a row here, an arm in [`build`] and its engine claims.
+//! format today touches more than this file: its target under `quant/`, a row here and an arm in
+//! [`build`], its engine claims, the `Stored` variant that reads it back (`quant/decode.rs`), the
+//! tensor suffixes of `checkpoint/quant_state.rs`, the config keys `convert` renames
+//! (`convert/mod.rs`) and, for INT4, the kernel repack (`gpu/layout.rs`). Making that one place is
+//! issue #14's first item.
 
 use serde::Serialize;
 
