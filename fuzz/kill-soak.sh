@@ -8,9 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-100}"
 start=$(date +%s)
-KQUANT_KILL_ROUNDS="$n" cargo test --test hardening -- --exact \
-    kills_at_random_moments_of_every_writing_command
+KQUANT_KILL_ROUNDS="$n" cargo test --test kquant -- --exact \
+    hardening::kills_at_random_moments_of_every_writing_command
 for _ in $(seq 1 $(( (n + 9) / 10 ))); do
-    cargo test --test hardening -- --exact racing_writers_never_both_win -q
+    cargo test --test kquant -- --exact hardening::racing_writers_never_both_win -q
 done
 echo "kill soak: $n rounds in $(( $(date +%s) - start )) s"

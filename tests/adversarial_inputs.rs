@@ -2,7 +2,7 @@
 //! characters, odd source paths, trace manifests and numeric flags. Each case must end in a
 //! clear `error:` (exit 2) or a normal result, quickly, never a panic (exit 101) or a signal.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

@@ -2,7 +2,7 @@
 //! interleaved rounds of `cp`, `cp && sync` and the command, the medians and ratios in the
 //! JSON report, a `--baseline` command, and an output that is removed after each step.
 
-mod common;
+use crate::common;
 
 use common::{kquant, kquant_json, root};
 use serde_json::Value;

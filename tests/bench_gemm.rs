@@ -2,7 +2,7 @@
 //! it picks per M, or every regime `--regime` names, with the figures and goals, and a device
 //! this build lacks exits 2 with a hint.
 
-mod common;
+use crate::common;
 
 use common::kquant;
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! replays it and finds the same accept length), a slice of the committed trace, a DFlash draft's
 //! depths, and the refusals.
 
-mod common;
+use crate::common;
 
 use common::{kquant, kquant_json, read_json, root};
 use serde_json::Value;

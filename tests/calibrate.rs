@@ -4,7 +4,7 @@
 //! each linear (fc's is the largest |tap| it read, checked from the trace directly), fused
 //! siblings read one input, and the static input scales are the formats' functions of it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 //! fixtures/gen/goldens/make_ct_golden.py on CPU): every tensor byte for byte, and the
 //! quantization_config on every field.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! `kquant dequantize` and `kquant diff`, including on files AMD Quark itself wrote: the codes
 //! and scales read back must be the ones Quark recorded in golden_rows.json.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! make_ct_golden.py with compressed-tensors 0.20.0, on CPU): every tensor byte for byte, the
 //! quantization_config on every field, and `dequantize`/`diff` reading the results back.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

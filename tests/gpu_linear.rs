@@ -11,7 +11,7 @@
 //! The whole draft forward through the device (`runtime::linears`, `verify --device`) is
 //! tests/verify_device.rs.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! wrong. `KQUANT_KILL_ROUNDS` (default 2) sets the random kills per command and case;
 //! `fuzz/kill-soak.sh` runs many.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

@@ -225,7 +225,7 @@ fn source_path(tmp: &Path, s: &Source) -> PathBuf {
 fn reference_libraries_read_kquant_outputs() {
     let python = std::env::var_os("KQUANT_PYTHON").expect(
         "KQUANT_PYTHON is not set: KQUANT_PYTHON=$(bash fixtures/gen/venv.sh)/bin/python \
-         cargo test --test interop -- --include-ignored",
+         cargo test --test kquant interop:: -- --include-ignored",
     );
     let tmp = tempfile::tempdir().unwrap();
     let mut cases = Vec::new();

@@ -14,7 +14,7 @@
 //!   byte-exact test is tests/nvfp4_golden.rs, on the planted NVFP4 golden): read back by
 //!   `kquant dequantize` / `kquant diff`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

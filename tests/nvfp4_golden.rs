@@ -13,7 +13,7 @@
 //! (ModelOpt's `hf_quant_config.json` byte for byte); the fused-sibling scale sharing; the
 //! refusals; and the goldens read back by `kquant dequantize` / `diff` / `inspect`.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 //! Python's DFLASH_TAPS, and `kquant verify` over trace samples against
 //! reference/replay-dflash.json and reference/prompt-lookup.json (replay_ref.py, the same walk).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

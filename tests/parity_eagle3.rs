@@ -11,7 +11,7 @@
 //! The reference files are read at run time; regenerate them with make_parity.py /
 //! replay_ref.py whenever a draft or the trace changes.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! fixtures/gen/verify/make_parity.py: 32 tokens of trace sample 0; logits, every HF hidden
 //! state, the router's top-k per MoE layer, all from a float32 forward of the bf16 weights).
 
-mod common;
+use crate::common;
 
 use common::{load, root, Tensors};
 use kquant::checkpoint::Checkpoint;

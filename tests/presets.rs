@@ -1,7 +1,7 @@
 //! `quantize --config`: every shipped preset parses, builds, and gives the same bytes as the
 //! equivalent flags; flags override presets; a preset for another family is refused.
 
-mod common;
+use crate::common;
 
 use common::{kquant, root};
 

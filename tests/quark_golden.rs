@@ -2,7 +2,7 @@
 //! AMD Quark itself (fixtures/goldens/, made by fixtures/gen/goldens/*.py with pinned amd-quark
 //! 0.13 / 0.11.1): every tensor byte for byte, and the quantization_config on every field.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

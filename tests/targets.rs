@@ -3,7 +3,7 @@
 //! within what the draft length allows), the published numbers are quoted verbatim from their
 //! seed cards, and the tiny profile agrees with the fixture it describes.
 
-mod common;
+use crate::common;
 
 use common::{kquant, read_json, root};
 use serde_json::Value;

@@ -5,7 +5,7 @@
 //! A debug build captures a sample in ~10 CPU-seconds, so the test takes the first
 //! `KQ_CAPTURE_LIMIT` prompts (default 2); `KQ_CAPTURE_LIMIT=60` checks all of them.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 //! are refused with exit 2 naming the file; and the tiny fixture's trace, written out as vLLM
 //! connector files, imports back to the same tokens and taps.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 //! The output is read by `trace capture`'s and `trace import`'s prompt readers; bad inputs exit 2
 //! with `error:` + `hint:` and leave nothing under the output name.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

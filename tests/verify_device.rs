@@ -2,7 +2,7 @@
 //! the device's feature or an unknown device exits 2 with a hint (`--device cpu`, the default,
 //! is the f32 runtime that tests/verify.rs covers).
 
-mod common;
+use crate::common;
 
 use common::kquant;
 

@@ -3,7 +3,7 @@
 //! exactly the rounds the offline replay counts (and the PyTorch engine simulation counted);
 //! `verify --target kimi-k2.5-tiny` captures its own trace; profiles check traces.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

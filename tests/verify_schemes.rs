@@ -18,7 +18,7 @@
 //! passes. A copy whose decoder linears are rounded to 2 bits per row fails with exit 1, and the
 //! JSON gives the reason.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

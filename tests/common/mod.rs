@@ -1,8 +1,8 @@
-//! Helpers the golden and CLI tests share (`mod common;` in each): running the binary, reading
+//! Helpers the integration tests share (`tests/main.rs` declares `mod common;`): running the binary, reading
 //! safetensors files without kquant's own reader, copying a golden's files into a temporary
 //! directory, and comparing kquant's output with a reference tool's.
 
-// Each test crate uses a different subset.
+// Not every helper is used by every build (features).
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
