@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use crate::error::Result;
-use crate::verify::profile::{self, Family, Profile};
+use crate::verify::profile::{self, DraftFamily, Profile};
 
 /// Arguments of `kquant targets`.
 #[derive(Debug, clap::Args)]
@@ -43,7 +43,7 @@ fn show(p: &Profile) {
         p.hidden_size.show(),
         p.vocab_size.show()
     ));
-    for f in Family::ALL {
+    for f in DraftFamily::ALL {
         match p.taps.get(f) {
             Some(t) => {
                 let out = t

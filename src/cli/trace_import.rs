@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use crate::error::{Error, Result};
 use crate::verify::import_vllm::{self, Layout, Options};
-use crate::verify::profile::{self, Family};
+use crate::verify::profile::{self, DraftFamily};
 
 /// The file format the hidden states are in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -29,7 +29,7 @@ pub enum LayoutArg {
 }
 
 /// A draft family of the profile: its taps (`hs`), those the trace lacks, its vLLM ids.
-type Coverage = (Family, Vec<usize>, Vec<usize>, Vec<usize>);
+type Coverage = (DraftFamily, Vec<usize>, Vec<usize>, Vec<usize>);
 
 /// A kquant-trace/1 from the files vLLM's hidden-states connector wrote.
 #[derive(Debug, clap::Args)]
@@ -171,7 +171,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let families: Vec<Coverage> = prof
         .iter()
         .flat_map(|p| {
-            Family::ALL.iter().filter_map(|f| {
+            DraftFamily::ALL.iter().filter_map(|f| {
                 let t = p.taps.get(*f)?;
                 let missing: Vec<usize> =
                     t.hs.iter()

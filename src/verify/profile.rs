@@ -72,29 +72,33 @@ impl<T: std::fmt::Display> Fact<T> {
 
 /// Draft families a profile lists taps for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
+pub enum DraftFamily {
     Eagle3,
     Eagle3Mla,
     Dflash,
 }
 
-impl Family {
-    pub const ALL: [Family; 3] = [Family::Eagle3, Family::Eagle3Mla, Family::Dflash];
+impl DraftFamily {
+    pub const ALL: [DraftFamily; 3] = [
+        DraftFamily::Eagle3,
+        DraftFamily::Eagle3Mla,
+        DraftFamily::Dflash,
+    ];
 
     /// The name used in profiles and reports.
     pub fn name(self) -> &'static str {
         match self {
-            Family::Eagle3 => "eagle3",
-            Family::Eagle3Mla => "eagle3-mla",
-            Family::Dflash => "dflash",
+            DraftFamily::Eagle3 => "eagle3",
+            DraftFamily::Eagle3Mla => "eagle3-mla",
+            DraftFamily::Dflash => "dflash",
         }
     }
 
     /// Taps a draft of this family reads: EAGLE-3 always three, DFlash one per target layer id.
     fn tap_count_ok(self, n: usize) -> bool {
         match self {
-            Family::Eagle3 | Family::Eagle3Mla => n == 3,
-            Family::Dflash => n >= 1,
+            DraftFamily::Eagle3 | DraftFamily::Eagle3Mla => n == 3,
+            DraftFamily::Dflash => n >= 1,
         }
     }
 }
@@ -135,11 +139,11 @@ pub struct Taps {
 
 impl Taps {
     /// The taps of `f`, when known.
-    pub fn get(&self, f: Family) -> Option<&TapSet> {
+    pub fn get(&self, f: DraftFamily) -> Option<&TapSet> {
         match f {
-            Family::Eagle3 => self.eagle3.known(),
-            Family::Eagle3Mla => self.eagle3_mla.known(),
-            Family::Dflash => self.dflash.known(),
+            DraftFamily::Eagle3 => self.eagle3.known(),
+            DraftFamily::Eagle3Mla => self.eagle3_mla.known(),
+            DraftFamily::Dflash => self.dflash.known(),
         }
     }
 }
@@ -278,7 +282,7 @@ impl Profile {
                 return Err(bad(path, format!("{what} is 0")));
             }
         }
-        for f in Family::ALL {
+        for f in DraftFamily::ALL {
             let Some(t) = self.taps.get(f) else { continue };
             if !f.tap_count_ok(t.hs.len()) {
                 return Err(bad(path, format!("{} lists {} taps", f.name(), t.hs.len())));
@@ -302,7 +306,7 @@ impl Profile {
             }
         }
         for p in &self.published_accept_lengths {
-            if !Family::ALL.iter().any(|f| f.name() == p.family) {
+            if !DraftFamily::ALL.iter().any(|f| f.name() == p.family) {
                 return Err(bad(
                     path,
                     format!(
@@ -478,10 +482,10 @@ mod tests {
     #[test]
     fn tap_views_follow_the_conventions() {
         let k = load("kimi-k2.5").unwrap();
-        let e = k.taps.get(Family::Eagle3).unwrap();
+        let e = k.taps.get(DraftFamily::Eagle3).unwrap();
         assert_eq!(e.vllm_ids(), vec![2, 30, 58]);
         assert_eq!(e.output_of_layer_ids(), Some(vec![1, 29, 57]));
-        let d = k.taps.get(Family::Dflash).unwrap();
+        let d = k.taps.get(DraftFamily::Dflash).unwrap();
         assert_eq!(d.output_of_layer_ids(), Some(vec![1, 12, 24, 35, 47, 58]));
     }
 }
