@@ -32,6 +32,7 @@ mod parity_target;
 mod presets;
 mod quark_golden;
 mod readme;
+mod schemes_doc;
 mod targets;
 mod trace_capture;
 mod trace_import;

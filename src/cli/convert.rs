@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use crate::checkpoint::{AuxConvention, Checkpoint};
-use crate::cli::{command_line, human_bytes, progress};
+use crate::cli::output_args::OutputArgs;
+use crate::cli::{human_bytes, progress};
 use crate::convert::{self, Engine, Options};
 use crate::error::{Error, Result};
 use crate::escape::{json_printable, printable};
-use crate::io::writer::{parse_size, WriteOptions};
 
 /// Draft families `convert` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -40,9 +40,8 @@ pub struct Args {
     pub kind: Kind,
     /// Source draft: directory, `.safetensors` file or hub id.
     pub src: String,
-    /// Output directory (built beside it, renamed into place when complete).
-    #[arg(short, long)]
-    pub output: PathBuf,
+    #[command(flatten)]
+    pub out: OutputArgs,
     /// Engine (or trainer) layout to write.
     #[arg(long, value_enum)]
     pub to: Engine,
@@ -74,16 +73,6 @@ pub struct Args {
     /// the draft's block_size − 1, which is the default (SGLang runs a block of steps + 1).
     #[arg(long, value_parser = crate::cli::flags::steps)]
     pub steps: Option<usize>,
-    /// Split the output into shards of at most this size (e.g. `5GB`).
-    #[arg(long, value_parser = parse_size)]
-    pub max_shard_size: Option<u64>,
-    /// Replace an existing output (only one kquant wrote).
-    #[arg(long)]
-    pub force: bool,
-    /// Record the sha256 of every input file in the output's manifest, however large
-    /// (inputs over 64 MiB are otherwise recorded by path and size only).
-    #[arg(long)]
-    pub hash_inputs: bool,
     /// Print the plan (names, sources, dropped tensors, config, warnings) and write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -157,7 +146,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let mut plan = convert::plan(&ck, &det, target.as_ref(), &o)?;
     // Launch lines and TensorRT-LLM's options file name the output by its absolute path, so
     // that they work from any directory.
-    convert::place(&mut plan, a.to, dflash, &convert::final_dir(&a.output));
+    convert::place(&mut plan, a.to, dflash, &convert::final_dir(&a.out.output));
     let bytes: u64 = plan
         .tensors
         .iter()
@@ -212,16 +201,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         // Read for its embedding / lm_head: recorded, and protected from -o like the source.
         inputs.extend(t.weights.files().iter().map(|p| p.to_path_buf()));
     }
-    let opts = WriteOptions {
-        max_shard_size: a.max_shard_size,
-        force: a.force,
-        command: command_line(),
-        inputs,
-        hash_inputs: a.hash_inputs,
-        ..Default::default()
-    };
+    let opts = a.out.write_options(inputs);
     let pb = progress(bytes, "convert");
-    let s = convert::write(&ck, target.as_ref(), &plan, &a.output, opts, &pb)?;
+    let s = convert::write(&ck, target.as_ref(), &plan, &a.out.output, opts, &pb)?;
     pb.finish_and_clear();
     if a.json {
         let mut doc = convert::plan_json(&plan);

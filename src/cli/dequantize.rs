@@ -9,13 +9,14 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 
 use crate::checkpoint::Checkpoint;
-use crate::cli::{command_line, human_bytes, progress};
+use crate::cli::output_args::OutputArgs;
+use crate::cli::{human_bytes, progress};
 use crate::error::{Error, Result};
 use crate::escape::printable;
-use crate::io::writer::{parse_size, TensorSpec, WriteOptions, Writer};
+use crate::io::writer::{TensorSpec, Writer};
 use crate::io::Dtype;
 use crate::quant::decode::Logical;
-use crate::quant::quark::encode_floats;
+use crate::quant::rowwise::encode_floats;
 
 /// Float output types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -40,22 +41,11 @@ impl OutDtype {
 pub struct Args {
     /// A checkpoint kquant (or Quark / compressed-tensors) quantized.
     pub src: String,
-    /// Output directory (built beside it, renamed into place when complete).
-    #[arg(short, long)]
-    pub output: PathBuf,
+    #[command(flatten)]
+    pub out: OutputArgs,
     /// dtype of the dequantized weights (default: the config's `torch_dtype`/`dtype`, else bf16).
     #[arg(long, value_enum)]
     pub dtype: Option<OutDtype>,
-    /// Split the output into shards of at most this size (e.g. `5GB`).
-    #[arg(long, value_parser = parse_size)]
-    pub max_shard_size: Option<u64>,
-    /// Replace an existing output (only one kquant wrote).
-    #[arg(long)]
-    pub force: bool,
-    /// Record the sha256 of every input file in the output's manifest, however large
-    /// (inputs over 64 MiB are otherwise recorded by path and size only).
-    #[arg(long)]
-    pub hash_inputs: bool,
     /// Print the plan (each tensor dequantized or copied, its dtype, shape and bytes) and
     /// write nothing.
     #[arg(long)]
@@ -111,15 +101,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let mut inputs: Vec<PathBuf> = ck.weights.files().iter().map(|p| p.to_path_buf()).collect();
     inputs.extend(ck.weights.config_path.clone());
-    let opts = WriteOptions {
-        max_shard_size: a.max_shard_size,
-        force: a.force,
-        command: command_line(),
-        inputs,
-        hash_inputs: a.hash_inputs,
-        ..Default::default()
-    };
-    let mut w = Writer::create(&a.output, specs, opts)?;
+    let opts = a.out.write_options(inputs);
+    let mut w = Writer::create(&a.out.output, specs, opts)?;
     let pb = progress(total, "dequantize");
     for name in w.order().into_iter().map(String::from).collect::<Vec<_>>() {
         match lg.module(&name) {
@@ -190,7 +173,7 @@ fn print_plan(a: &Args, lg: &Logical, specs: &[TensorSpec], out_dtype: Dtype, to
     if a.json {
         let doc = json!({
             "schema": "kquant.dequantize-plan/1",
-            "output": a.output,
+            "output": a.out.output,
             "dtype": out_dtype.name(),
             "tensors": specs.iter().map(|t| match lg.module(&t.name) {
                 Some(m) => json!({"name": t.name, "action": "dequantize", "from": m.parts,
@@ -230,7 +213,7 @@ fn print_plan(a: &Args, lg: &Logical, specs: &[TensorSpec], out_dtype: Dtype, to
         human_bytes(total)
     );
     println!("config.json: quantization_config removed");
-    println!("dry run: nothing written to {}", a.output.display());
+    println!("dry run: nothing written to {}", a.out.output.display());
 }
 
 /// What a user does with a dequantized checkpoint next: measure the quantization error against

@@ -17,6 +17,7 @@ pub mod dequantize;
 pub mod diff;
 pub mod flags;
 pub mod inspect;
+pub mod output_args;
 pub mod quantize;
 pub mod schemes;
 pub mod synth;

@@ -17,9 +17,47 @@ pub struct Args {
     /// Print the registry as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Print the registry as the Markdown table of docs/schemes.md.
+    #[arg(long, conflicts_with = "json")]
+    pub markdown: bool,
+}
+
+/// The scheme table as Markdown: one row per (scheme, format), with the engines that load it
+/// (docs/schemes.md carries this output; `tests/schemes_doc.rs` keeps it current).
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "| scheme | bits/weight | group | activations | `--format` | reference tool | loads in |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for s in SCHEMES {
+        for c in s.carriers {
+            let loads: Vec<String> = quantized::claims(c.format, s.id)
+                .map(|e| format!("{} {}", e.engine.id(), e.loads.id()))
+                .collect();
+            let loads = if c.implemented {
+                loads.join(", ")
+            } else {
+                "not written by kquant".into()
+            };
+            let group = s.group.map_or("per channel".into(), |g| g.to_string());
+            out.push_str(&format!(
+                "| `{}` | {:.3} | {group} | {} | `{}` | {} | {loads} |\n",
+                s.id,
+                s.bits_per_weight,
+                s.activations,
+                c.format.name(),
+                c.reference,
+            ));
+        }
+    }
+    out
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
+    if a.markdown {
+        print!("{}", markdown());
+        return Ok(ExitCode::SUCCESS);
+    }
     if a.json {
         let schemes: Vec<_> = SCHEMES
             .iter()

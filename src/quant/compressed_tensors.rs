@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 
 use super::int4::{round_to, Int4, QMAX, QMIN};
 use super::pack::{self, Order};
+use super::codec::{Codec, ConfigFiles, Encoded, RawEncoded, StoredWeight};
 use super::rowwise::{self, amax, encode_floats, Path};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
@@ -138,7 +139,7 @@ pub fn encode_raw(
     cols: usize,
     group: usize,
     model: Dtype,
-) -> super::target::RawEncoded {
+) -> RawEncoded {
     assert_eq!(cols % group, 0, "group must divide the input dimension");
     let (scales, words) = rowwise::packed_from_raw(
         raw,
@@ -219,61 +220,28 @@ pub fn config(group: Option<usize>, ignore: &[String]) -> Value {
     })
 }
 
-/// compressed-tensors `pack-quantized` W4A16 as a [`Target`](super::target::Target);
-/// `group: None` is per channel.
+/// compressed-tensors `pack-quantized` W4A16 as a [`Codec`]; `group: None` is per channel.
 pub struct PackQuantized {
     pub group: Option<usize>,
 }
 
-impl super::target::Target for PackQuantized {
+impl Codec for PackQuantized {
     fn describe(&self) -> String {
         format!("compressed-tensors {VERSION} pack-quantized")
-    }
-    fn group(&self) -> Option<usize> {
-        self.group
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
         specs(module, rows, cols, self.group.unwrap_or(cols), dtype)
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
-        encode(
-            module,
-            &quantize(w, rows, cols, self.group.unwrap_or(cols), dtype),
-            dtype,
-        )
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
+        let group = self.group.unwrap_or(cols);
+        encode(module, &quantize(w, rows, cols, group, dtype), dtype)
     }
-    fn encode_raw(
-        &self,
-        module: &str,
-        raw: &[u8],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Option<super::target::RawEncoded> {
-        Some(encode_raw(
-            module,
-            raw,
-            rows,
-            cols,
-            self.group.unwrap_or(cols),
-            dtype,
-        ))
+    fn encode_stored(&self, module: &str, w: &StoredWeight<'_>, _: &mut Vec<f32>) -> RawEncoded {
+        let group = self.group.unwrap_or(w.cols);
+        encode_raw(module, w.raw, w.rows, w.cols, group, w.dtype)
     }
-    fn config(&self, exclude: &[String]) -> Value {
-        config(self.group, exclude)
-    }
-    fn exclude_key(&self) -> &'static str {
-        "ignore"
-    }
-    fn exclude_style(&self) -> super::target::ExcludeStyle {
-        super::target::ExcludeStyle::Candidates
+    fn config(&self, ignore: &[String]) -> ConfigFiles {
+        ConfigFiles::config(config(self.group, ignore))
     }
 }
 

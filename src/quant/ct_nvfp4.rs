@@ -39,11 +39,12 @@ use serde_json::{json, Value};
 use super::compressed_tensors::VERSION;
 use super::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
 use super::fp8::{e4m3_from_f32, e4m3_from_f32_clamped, E4M3_MAX};
-use super::fused::{Prepass, SharedAmax};
+use super::codec::{Codec, ConfigFiles, Encoded};
+use super::fused::SharedAmax;
 use super::input_amax::InputAmax;
 use super::int4::round_to;
 use super::rowwise::{amax, encode_floats, Path};
-use super::target::{ExcludeStyle, Target};
+use super::stats::Stats;
 use crate::error::Result;
 use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::writer::TensorSpec;
@@ -240,45 +241,32 @@ pub fn config(w4a4: bool, ignore: &[String]) -> Value {
     })
 }
 
-/// compressed-tensors NVFP4 as a [`Target`]: weight-only (`NVFP4A16`) without an input amax
-/// file, W4A4 (`NVFP4`) with one.
+/// compressed-tensors NVFP4 as a [`Codec`]: weight-only (`NVFP4A16`) without an input amax
+/// file, W4A4 (`NVFP4`) with one; the per-tensor amax shared by fused siblings.
 pub struct CtNvfp4 {
-    input: Option<InputAmax>,
+    w4a4: bool,
     shared: SharedAmax,
 }
 
 impl CtNvfp4 {
-    pub fn new(input: Option<InputAmax>) -> CtNvfp4 {
-        CtNvfp4 {
-            input,
-            shared: SharedAmax::default(),
-        }
+    /// From the pre-pass's statistics (and, W4A4, the calibrated input amax).
+    pub fn new(input: Option<&InputAmax>, stats: &Stats) -> Result<CtNvfp4> {
+        Ok(CtNvfp4 {
+            w4a4: input.is_some(),
+            shared: SharedAmax::compute(stats, input)?,
+        })
     }
 }
 
-impl Target for CtNvfp4 {
+impl Codec for CtNvfp4 {
     fn describe(&self) -> String {
-        let p = if self.input.is_some() {
-            "NVFP4"
-        } else {
-            "NVFP4A16"
-        };
+        let p = if self.w4a4 { "NVFP4" } else { "NVFP4A16" };
         format!("compressed-tensors {VERSION} nvfp4-pack-quantized ({p})")
     }
-    fn group(&self) -> Option<usize> {
-        Some(BLOCK)
-    }
     fn specs(&self, module: &str, rows: usize, cols: usize, _dtype: Dtype) -> Vec<TensorSpec> {
-        specs(module, rows, cols, self.input.is_some())
+        specs(module, rows, cols, self.w4a4)
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         let q = quantize(w, rows, cols, self.shared.weight(module), dtype);
         let input = self
             .shared
@@ -286,21 +274,8 @@ impl Target for CtNvfp4 {
             .map(|a| global_scale(round_to(dtype, a), dtype));
         encode(module, &q, input)
     }
-    fn config(&self, exclude: &[String]) -> Value {
-        config(self.input.is_some(), exclude)
-    }
-    fn exclude_key(&self) -> &'static str {
-        "ignore"
-    }
-    fn exclude_style(&self) -> ExcludeStyle {
-        ExcludeStyle::Candidates
-    }
-    fn shares_fused_scales(&self) -> bool {
-        true
-    }
-    fn prepare(&mut self, p: &Prepass) -> Result<()> {
-        self.shared = SharedAmax::compute(p, self.input.as_ref())?;
-        Ok(())
+    fn config(&self, ignore: &[String]) -> ConfigFiles {
+        ConfigFiles::config(config(self.w4a4, ignore))
     }
 }
 

@@ -32,7 +32,7 @@ use super::compressed_tensors::{self, VERSION};
 use super::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
 use super::int4::{round_to, Int4};
 use super::rowwise::{self, encode_floats, Path};
-use super::target::{ExcludeStyle, Target};
+use super::codec::{Codec, ConfigFiles};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 
@@ -165,10 +165,10 @@ pub fn w4a8_config(ignore: &[String]) -> Value {
     )
 }
 
-/// compressed-tensors `FP8_DYNAMIC` (`float-quantized`) as a [`Target`].
+/// compressed-tensors `FP8_DYNAMIC` (`float-quantized`) as a [`Codec`].
 pub struct FloatQuantized;
 
-impl Target for FloatQuantized {
+impl Codec for FloatQuantized {
     fn describe(&self) -> String {
         format!("compressed-tensors {VERSION} float-quantized (FP8_DYNAMIC)")
     }
@@ -185,26 +185,17 @@ impl Target for FloatQuantized {
     ) -> Vec<(String, Vec<u8>)> {
         fp8_encode(module, fp8_quantize(w, rows, cols, dtype), dtype)
     }
-    fn config(&self, exclude: &[String]) -> Value {
-        fp8_config(exclude)
-    }
-    fn exclude_key(&self) -> &'static str {
-        "ignore"
-    }
-    fn exclude_style(&self) -> ExcludeStyle {
-        ExcludeStyle::Candidates
+    fn config(&self, exclude: &[String]) -> ConfigFiles {
+        ConfigFiles::config(fp8_config(exclude))
     }
 }
 
-/// compressed-tensors `W4A8` (`int-quantized`, group 128) as a [`Target`].
+/// compressed-tensors `W4A8` (`int-quantized`, group 128) as a [`Codec`].
 pub struct IntQuantizedW4A8;
 
-impl Target for IntQuantizedW4A8 {
+impl Codec for IntQuantizedW4A8 {
     fn describe(&self) -> String {
         format!("compressed-tensors {VERSION} int-quantized (W4A8, group {W4A8_GROUP})")
-    }
-    fn group(&self) -> Option<usize> {
-        Some(W4A8_GROUP)
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
         int_specs(module, rows, cols, W4A8_GROUP, dtype)
@@ -223,14 +214,8 @@ impl Target for IntQuantizedW4A8 {
             dtype,
         )
     }
-    fn config(&self, exclude: &[String]) -> Value {
-        w4a8_config(exclude)
-    }
-    fn exclude_key(&self) -> &'static str {
-        "ignore"
-    }
-    fn exclude_style(&self) -> ExcludeStyle {
-        ExcludeStyle::Candidates
+    fn config(&self, exclude: &[String]) -> ConfigFiles {
+        ConfigFiles::config(w4a8_config(exclude))
     }
     fn advice(&self) -> Option<String> {
         Some(

@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::input_amax::InputAmax;
+use super::stats::Stats;
 use crate::error::Result;
 
 /// The fused families among `modules` (Linear module names): each a list of ≥ 2 members, in
@@ -107,19 +108,6 @@ pub fn share_max(
     out
 }
 
-/// What the driver hands a target that shares scales across fused siblings
-/// ([`Target::prepare`](super::target::Target::prepare)) before anything is encoded.
-#[derive(Debug, Clone, Default)]
-pub struct Prepass {
-    /// The modules that will be quantized, in file order.
-    pub quantized: Vec<String>,
-    /// Their fused families ([`families`] of the quantized modules).
-    pub families: Vec<Vec<String>>,
-    /// Each quantized module's own weight amax (`max |w|`, exact); `None` on `--dry-run`,
-    /// where nothing is read and the target only validates.
-    pub weight_amax: Option<BTreeMap<String, f32>>,
-}
-
 /// The per-tensor amax a fused-scale target encodes with, each already the largest over the
 /// module's family: the weight's, and (W4A4) the input's from `--input-amax`.
 #[derive(Debug, Clone, Default)]
@@ -132,7 +120,7 @@ pub struct SharedAmax {
 impl SharedAmax {
     /// Share `p`'s weight amax, and `input`'s amax of every quantized module (an error names the
     /// modules the file lacks), across the families.
-    pub fn compute(p: &Prepass, input: Option<&InputAmax>) -> Result<SharedAmax> {
+    pub fn compute(p: &Stats, input: Option<&InputAmax>) -> Result<SharedAmax> {
         let input = match input {
             Some(i) => Some(share_max(&i.for_modules(&p.quantized)?, &p.families)),
             None => None,
@@ -145,19 +133,20 @@ impl SharedAmax {
         Ok(SharedAmax { weight, input })
     }
 
-    /// The shared weight amax of `module` (the driver ran the pre-pass on every quantized one).
+    /// The shared weight amax of `module` (the pre-pass read every quantized one; nothing is
+    /// encoded on `--dry-run`, where it read none).
     pub fn weight(&self, module: &str) -> f32 {
         *self
             .weight
             .get(module)
-            .unwrap_or_else(|| panic!("{module}: no weight amax (prepare not run)"))
+            .unwrap_or_else(|| panic!("{module}: no weight amax (not a quantized module)"))
     }
 
     /// The shared input amax of `module`, for a W4A4 target.
     pub fn input(&self, module: &str) -> Option<f32> {
         self.input.as_ref().map(|m| {
             *m.get(module)
-                .unwrap_or_else(|| panic!("{module}: no input amax (prepare not run)"))
+                .unwrap_or_else(|| panic!("{module}: no input amax (not a quantized module)"))
         })
     }
 }

@@ -200,9 +200,10 @@ mod tests {
                 let input = if s.id == "nvfp4" { amax() } else { None };
                 let t = build(s.id, c.format, QuarkFlags::default(), input).unwrap();
                 let exclude = vec!["lm_head".to_string()];
-                let cfg = t.config(&exclude);
-                let side: Option<Value> = t
-                    .side_files(&exclude)
+                let files = t.config(&c.format.written_list(&exclude));
+                let cfg = files.quantization_config;
+                let side: Option<Value> = files
+                    .side_files
                     .into_iter()
                     .find(|(n, _)| n == "hf_quant_config.json")
                     .map(|(_, b)| serde_json::from_slice(&b).unwrap());

@@ -1,13 +1,18 @@
-//! Quantization: schemes (reference math + fast paths), packing, exclusion rules and the file
-//! formats they are written in. Each format keeps its own recipe; they are never unified: what
-//! they share is only the row-/group-wise loop and the layout helpers (`rowwise`, `pack`).
+//! Quantization: the scheme table (`registry`), per-module codecs (`codec`: reference math +
+//! fast paths per format), the per-checkpoint format facts (`format`), the statistics a scheme
+//! measures first (`stats`), packing, exclusion rules, and reading quantized tensors back
+//! (`decode`, `identify`). Each format keeps its own recipe; they are never unified: what they
+//! share is only the row-/group-wise loop and the layout helpers (`rowwise`, `pack`). The
+//! quantize pipeline that drives a codec over a checkpoint is `crate::quantize`.
 
+pub mod codec;
 pub mod compressed_tensors;
 pub mod ct_nvfp4;
 pub mod ct_quantized;
 pub mod decode;
 pub mod exclude;
 pub mod fp4;
+pub mod format;
 pub mod fp8;
 pub mod fused;
 pub mod identify;
@@ -26,4 +31,4 @@ pub mod registry;
 pub mod rne;
 pub mod rowwise;
 pub mod schedule;
-pub mod target;
+pub mod stats;

@@ -41,7 +41,7 @@ use serde_json::{json, Value};
 use super::fp8::{e4m3_from_f32, Fp8};
 use super::int4::Int4;
 use super::rowwise::{self, amax, encode_floats, Path};
-use super::target::{ExcludeStyle, Target};
+use super::codec::{Codec, ConfigFiles, Encoded};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 
@@ -405,31 +405,12 @@ pub fn python_json_indent4(v: &Value) -> Vec<u8> {
     out
 }
 
-/// ModelOpt as a [`Target`].
+/// ModelOpt INT4 AWQ-layout and FP8 per-channel as a [`Codec`].
 pub struct Modelopt(pub Algo);
 
-impl Target for Modelopt {
+impl Codec for Modelopt {
     fn describe(&self) -> String {
         format!("ModelOpt {VERSION} {}", self.0.quant_algo())
-    }
-    fn group(&self) -> Option<usize> {
-        match self.0 {
-            Algo::W4a16Awq { group } => Some(group),
-            Algo::Fp8PerChannelPerToken => None,
-        }
-    }
-    fn refuse_shape(&self, rows: usize, cols: usize) -> Option<String> {
-        match self.0 {
-            Algo::W4a16Awq { group } if cols % group != 0 => Some(format!(
-                "input dimension {cols} is not a multiple of the group size {group}"
-            )),
-            // Two output rows share a byte; ModelOpt refuses an odd count and TensorRT-LLM
-            // could not load a padded one.
-            Algo::W4a16Awq { .. } if rows % 2 != 0 => Some(format!(
-                "output dimension {rows} is odd; ModelOpt packs two output rows per byte"
-            )),
-            _ => None,
-        }
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
         match self.0 {
@@ -437,14 +418,7 @@ impl Target for Modelopt {
             Algo::Fp8PerChannelPerToken => fp8_specs(module, rows, cols),
         }
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         match self.0 {
             Algo::W4a16Awq { group } => {
                 int4_encode(module, &int4_quantize(w, rows, cols, group, dtype), dtype)
@@ -452,23 +426,17 @@ impl Target for Modelopt {
             Algo::Fp8PerChannelPerToken => fp8_encode(module, fp8_quantize(w, rows, cols, dtype)),
         }
     }
-    fn config(&self, exclude: &[String]) -> Value {
-        config(self.0, &exclude_modules(exclude))
-    }
-    fn exclude_key(&self) -> &'static str {
-        "ignore"
-    }
-    /// Every module a pattern matched (embeddings too: ModelOpt lists every module that has a
-    /// disabled quantizer, `Embedding` included) plus unquantized Linear candidates; sorted by
-    /// [`exclude_modules`].
-    fn exclude_style(&self) -> ExcludeStyle {
-        ExcludeStyle::MatchedModules
-    }
-    fn side_files(&self, exclude: &[String]) -> Vec<(String, Vec<u8>)> {
-        vec![(
-            "hf_quant_config.json".into(),
-            python_json_indent4(&hf_quant_config(self.0, &exclude_modules(exclude))),
-        )]
+    /// `exclude_modules`: every module a pattern matched (embeddings too: ModelOpt lists every
+    /// module that has a disabled quantizer, `Embedding` included) plus unquantized Linear
+    /// candidates, as [`exclude_modules`] writes them.
+    fn config(&self, exclude_modules: &[String]) -> ConfigFiles {
+        ConfigFiles {
+            quantization_config: config(self.0, exclude_modules),
+            side_files: vec![(
+                "hf_quant_config.json".into(),
+                python_json_indent4(&hf_quant_config(self.0, exclude_modules)),
+            )],
+        }
     }
 }
 

@@ -35,11 +35,12 @@ use serde_json::{json, Value};
 
 use super::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
 use super::fp8::{e4m3_from_f32, E4M3_MAX};
-use super::fused::{Prepass, SharedAmax};
+use super::codec::{Codec, ConfigFiles, Encoded};
+use super::fused::SharedAmax;
 use super::input_amax::InputAmax;
-use super::modelopt::{exclude_modules, python_json_indent4, VERSION};
+use super::modelopt::{python_json_indent4, VERSION};
 use super::rowwise::{amax, encode_floats, Path};
-use super::target::{ExcludeStyle, Target};
+use super::stats::Stats;
 use crate::error::{Error, Result};
 use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::writer::TensorSpec;
@@ -202,65 +203,18 @@ pub fn config(w4a4: bool, ignore: &[String]) -> Value {
     })
 }
 
-/// ModelOpt NVFP4 as a [`Target`]: `W4A16_NVFP4` without an input amax file, `NVFP4` with one.
+/// ModelOpt NVFP4 as a [`Codec`]: `W4A16_NVFP4` without an input amax file, `NVFP4` with one;
+/// the per-tensor amax shared by fused siblings.
 pub struct ModeloptNvfp4 {
-    input: Option<InputAmax>,
+    w4a4: bool,
     shared: SharedAmax,
 }
 
 impl ModeloptNvfp4 {
-    pub fn new(input: Option<InputAmax>) -> ModeloptNvfp4 {
-        ModeloptNvfp4 {
-            input,
-            shared: SharedAmax::default(),
-        }
-    }
-}
-
-impl Target for ModeloptNvfp4 {
-    fn describe(&self) -> String {
-        format!("ModelOpt {VERSION} {}", quant_algo(self.input.is_some()))
-    }
-    fn group(&self) -> Option<usize> {
-        Some(BLOCK)
-    }
-    fn specs(&self, module: &str, rows: usize, cols: usize, _dtype: Dtype) -> Vec<TensorSpec> {
-        specs(module, rows, cols, self.input.is_some())
-    }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        _dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
-        let q = quantize(w, rows, cols, self.shared.weight(module));
-        encode(module, &q, self.shared.input(module).map(input_scale))
-    }
-    fn config(&self, exclude: &[String]) -> Value {
-        config(self.input.is_some(), &exclude_modules(exclude))
-    }
-    fn exclude_key(&self) -> &'static str {
-        "ignore"
-    }
-    fn exclude_style(&self) -> ExcludeStyle {
-        ExcludeStyle::MatchedModules
-    }
-    fn side_files(&self, exclude: &[String]) -> Vec<(String, Vec<u8>)> {
-        vec![(
-            "hf_quant_config.json".into(),
-            python_json_indent4(&hf_quant_config(
-                self.input.is_some(),
-                &exclude_modules(exclude),
-            )),
-        )]
-    }
-    fn shares_fused_scales(&self) -> bool {
-        true
-    }
-    fn prepare(&mut self, p: &Prepass) -> Result<()> {
-        let shared = SharedAmax::compute(p, self.input.as_ref())?;
+    /// From the pre-pass's statistics (and, W4A4, the calibrated input amax); refuses a family
+    /// whose shared weight amax is zero.
+    pub fn new(input: Option<&InputAmax>, stats: &Stats) -> Result<ModeloptNvfp4> {
+        let shared = SharedAmax::compute(stats, input)?;
         if let Some((m, _)) = shared.weight.iter().find(|(_, &a)| a == 0.0) {
             return Err(Error::Flags {
                 msg: format!(
@@ -269,8 +223,32 @@ impl Target for ModeloptNvfp4 {
                 hint: format!("--exclude `{m}` (and its fused siblings), or use --format compressed-tensors"),
             });
         }
-        self.shared = shared;
-        Ok(())
+        Ok(ModeloptNvfp4 {
+            w4a4: input.is_some(),
+            shared,
+        })
+    }
+}
+
+impl Codec for ModeloptNvfp4 {
+    fn describe(&self) -> String {
+        format!("ModelOpt {VERSION} {}", quant_algo(self.w4a4))
+    }
+    fn specs(&self, module: &str, rows: usize, cols: usize, _dtype: Dtype) -> Vec<TensorSpec> {
+        specs(module, rows, cols, self.w4a4)
+    }
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, _dtype: Dtype) -> Encoded {
+        let q = quantize(w, rows, cols, self.shared.weight(module));
+        encode(module, &q, self.shared.input(module).map(input_scale))
+    }
+    fn config(&self, exclude_modules: &[String]) -> ConfigFiles {
+        ConfigFiles {
+            quantization_config: config(self.w4a4, exclude_modules),
+            side_files: vec![(
+                "hf_quant_config.json".into(),
+                python_json_indent4(&hf_quant_config(self.w4a4, exclude_modules)),
+            )],
+        }
     }
 }
 
@@ -373,9 +351,9 @@ mod tests {
 
     /// The pre-pass shares the weight amax over a family and refuses an all-zero one.
     #[test]
-    fn prepare_shares_and_refuses_zero_families() {
+    fn stats_are_shared_and_zero_families_refused() {
         let fam = vec![vec!["a.gate_proj".to_string(), "a.up_proj".to_string()]];
-        let p = |g: f32, u: f32| Prepass {
+        let p = |g: f32, u: f32| Stats {
             quantized: vec![
                 "a.gate_proj".into(),
                 "a.up_proj".into(),
@@ -389,14 +367,13 @@ mod tests {
                     .collect(),
             ),
         };
-        let mut t = ModeloptNvfp4::new(None);
-        t.prepare(&p(0.5, 2.0)).unwrap();
+        let t = ModeloptNvfp4::new(None, &p(0.5, 2.0)).unwrap();
         assert_eq!(t.shared.weight("a.gate_proj"), 2.0);
         assert_eq!(t.shared.weight("a.down_proj"), 1.0);
-        let e = t.prepare(&p(0.0, 0.0)).unwrap_err();
+        let e = ModeloptNvfp4::new(None, &p(0.0, 0.0)).err().unwrap();
         assert!(e.to_string().contains("all zeros"), "{e}");
         // One zero member of a non-zero family is fine (it takes the family's scale).
-        t.prepare(&p(0.0, 2.0)).unwrap();
+        ModeloptNvfp4::new(None, &p(0.0, 2.0)).unwrap();
     }
 
     /// `hf_quant_config.json` byte for byte as ModelOpt 0.47 wrote it for the NVFP4 golden.
@@ -408,7 +385,10 @@ mod tests {
         )
         .unwrap();
         let ex = vec!["lm_head".to_string(), "model.embed_tokens".to_string()];
-        let got = python_json_indent4(&hf_quant_config(true, &exclude_modules(&ex)));
+        let got = python_json_indent4(&hf_quant_config(
+            true,
+            &crate::quant::modelopt::exclude_modules(&ex),
+        ));
         assert_eq!(
             String::from_utf8(got).unwrap(),
             String::from_utf8(want).unwrap()

@@ -11,9 +11,8 @@ use serde_json::{json, Value};
 
 use super::int4::Int4;
 use super::pack::{self, Order};
-use super::rowwise;
-/// Shared by every format (it lives in `rowwise`); `cli::dequantize` imports it from here.
-pub use super::rowwise::encode_floats;
+use super::codec::{Codec, ConfigFiles, Encoded, RawEncoded, StoredWeight};
+use super::rowwise::{self, encode_floats};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 
@@ -112,7 +111,7 @@ pub fn encode_raw(
     cols: usize,
     model: Dtype,
     o: &Options,
-) -> super::target::RawEncoded {
+) -> RawEncoded {
     let (scales, words) = rowwise::packed_from_raw(
         raw,
         model,
@@ -220,24 +219,17 @@ pub fn engine_pattern(module: &str) -> String {
     format!("re:^(.*\\.)?{esc}$")
 }
 
-/// Quark INT4 per-channel as a [`Target`](super::target::Target).
+/// Quark INT4 per-channel as a [`Codec`].
 pub struct PerChannel(pub Options);
 
-impl super::target::Target for PerChannel {
+impl Codec for PerChannel {
     fn describe(&self) -> String {
         format!("Quark {:?} layout", self.0.layout)
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
         specs(module, rows, cols, dtype, &self.0)
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         encode(
             module,
             &super::int4::quantize(w, rows, cols, cols, dtype),
@@ -245,24 +237,11 @@ impl super::target::Target for PerChannel {
             &self.0,
         )
     }
-    fn encode_raw(
-        &self,
-        module: &str,
-        raw: &[u8],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Option<super::target::RawEncoded> {
-        Some(encode_raw(module, raw, rows, cols, dtype, &self.0))
+    fn encode_stored(&self, module: &str, w: &StoredWeight<'_>, _: &mut Vec<f32>) -> RawEncoded {
+        encode_raw(module, w.raw, w.rows, w.cols, w.dtype, &self.0)
     }
-    fn config(&self, exclude: &[String]) -> Value {
-        config(&self.0, exclude)
-    }
-    fn exclude_style(&self) -> super::target::ExcludeStyle {
-        match self.0.layout {
-            Layout::Model => super::target::ExcludeStyle::MatchedModules,
-            Layout::File2file => super::target::ExcludeStyle::SortedCandidates,
-        }
+    fn config(&self, exclude: &[String]) -> ConfigFiles {
+        ConfigFiles::config(config(&self.0, exclude))
     }
     fn advice(&self) -> Option<String> {
         Some(format!(

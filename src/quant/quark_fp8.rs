@@ -35,7 +35,7 @@ use super::int4::{quark_run, round_to, Int4, SCALE_EPS};
 use super::pack::{self, Order};
 use super::quark::{self, Options};
 use super::rowwise::{self, amax, encode_floats, Path};
-use super::target::{ExcludeStyle, Target};
+use super::codec::{Codec, ConfigFiles};
 use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
@@ -261,12 +261,12 @@ pub fn int4_fp8_config(o: &Options, exclude: &[String]) -> Value {
 }
 
 // ---------------------------------------------------------------------------------------------
-// targets
+// codecs
 
-/// Quark `ptpc_fp8` (model path) as a [`Target`].
+/// Quark `ptpc_fp8` (model path) as a [`Codec`].
 pub struct Ptpc(pub Options);
 
-impl Target for Ptpc {
+impl Codec for Ptpc {
     fn describe(&self) -> String {
         "Quark 0.13 ptpc_fp8".into()
     }
@@ -283,18 +283,15 @@ impl Target for Ptpc {
     ) -> Vec<(String, Vec<u8>)> {
         ptpc_encode(module, ptpc_quantize(w, rows, cols, dtype), dtype)
     }
-    fn config(&self, exclude: &[String]) -> Value {
-        ptpc_config(&self.0, exclude)
-    }
-    fn exclude_style(&self) -> ExcludeStyle {
-        ExcludeStyle::MatchedModules
+    fn config(&self, exclude: &[String]) -> ConfigFiles {
+        ConfigFiles::config(ptpc_config(&self.0, exclude))
     }
 }
 
-/// Quark `int4_fp8` (model path) as a [`Target`].
+/// Quark `int4_fp8` (model path) as a [`Codec`].
 pub struct Int4Fp8Target(pub Options);
 
-impl Target for Int4Fp8Target {
+impl Codec for Int4Fp8Target {
     fn describe(&self) -> String {
         "Quark 0.13 int4_fp8 (two-stage)".into()
     }
@@ -315,11 +312,8 @@ impl Target for Int4Fp8Target {
             self.0.order,
         )
     }
-    fn config(&self, exclude: &[String]) -> Value {
-        int4_fp8_config(&self.0, exclude)
-    }
-    fn exclude_style(&self) -> ExcludeStyle {
-        ExcludeStyle::MatchedModules
+    fn config(&self, exclude: &[String]) -> ConfigFiles {
+        ConfigFiles::config(int4_fp8_config(&self.0, exclude))
     }
     fn advice(&self) -> Option<String> {
         Some(

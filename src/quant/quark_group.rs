@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use super::int4::Int4;
 use super::pack::{self, Order};
 use super::quark::{self, Options};
+use super::codec::{Codec, ConfigFiles};
 use super::rowwise::{self, encode_floats};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
@@ -106,18 +107,15 @@ pub fn config(o: &Options, group: usize, exclude: &[String]) -> Value {
     c
 }
 
-/// Quark INT4 per-group (model path) as a [`Target`](super::target::Target).
+/// Quark INT4 per-group (model path) as a [`Codec`].
 pub struct PerGroup {
     pub opts: Options,
     pub group: usize,
 }
 
-impl super::target::Target for PerGroup {
+impl Codec for PerGroup {
     fn describe(&self) -> String {
         format!("Quark Model layout, group {}", self.group)
-    }
-    fn group(&self) -> Option<usize> {
-        Some(self.group)
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
         specs(module, rows, cols, self.group, dtype)
@@ -137,11 +135,8 @@ impl super::target::Target for PerGroup {
             &self.opts,
         )
     }
-    fn config(&self, exclude: &[String]) -> Value {
-        config(&self.opts, self.group, exclude)
-    }
-    fn exclude_style(&self) -> super::target::ExcludeStyle {
-        super::target::ExcludeStyle::MatchedModules
+    fn config(&self, exclude: &[String]) -> ConfigFiles {
+        ConfigFiles::config(config(&self.opts, self.group, exclude))
     }
 }
 

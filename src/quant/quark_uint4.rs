@@ -30,7 +30,7 @@ use super::pack;
 use super::quark::Options;
 use super::quark_group;
 use super::rowwise::{self, encode_floats, Path};
-use super::target::{ExcludeStyle, Target};
+use super::codec::{Codec, ConfigFiles};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 
@@ -194,18 +194,15 @@ pub fn config(o: &Options, group: usize, exclude: &[String]) -> Value {
     c
 }
 
-/// Quark UINT4 asymmetric per group (model path) as a [`Target`].
+/// Quark UINT4 asymmetric per group (model path) as a [`Codec`].
 pub struct PerGroupAsym {
     pub opts: Options,
     pub group: usize,
 }
 
-impl Target for PerGroupAsym {
+impl Codec for PerGroupAsym {
     fn describe(&self) -> String {
         format!("Quark 0.13 uint4, group {}", self.group)
-    }
-    fn group(&self) -> Option<usize> {
-        Some(self.group)
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
         specs(module, rows, cols, self.group, dtype)
@@ -225,11 +222,8 @@ impl Target for PerGroupAsym {
             &self.opts,
         )
     }
-    fn config(&self, exclude: &[String]) -> Value {
-        config(&self.opts, self.group, exclude)
-    }
-    fn exclude_style(&self) -> ExcludeStyle {
-        ExcludeStyle::MatchedModules
+    fn config(&self, exclude: &[String]) -> ConfigFiles {
+        ConfigFiles::config(config(&self.opts, self.group, exclude))
     }
 }
 

@@ -1,0 +1,142 @@
+//! `kquant quantize` as a library: resolve → plan → drive.
+//!
+//! - [`resolve`] (this file): the user's flags over a preset over the defaults (`int4-pc`,
+//!   `quark`, `lm_head`) into a [`Recipe`]: a validated (scheme, format, options) choice of the
+//!   scheme table (`quant::registry`) and the exclude patterns; it refuses an already quantized
+//!   source and a preset written for another draft family.
+//! - [`plan`]: what happens to every tensor (quantize, or copy and why), the shape checks, the
+//!   pre-pass for the statistics a scheme needs (`quant::stats`), the codec built from them, the
+//!   output tensors and sizes, the unquantized-module list as the format writes it; `--dry-run`
+//!   renders the plan.
+//! - [`drive`]: claim the output, encode the modules in the writer's order on a producer thread
+//!   while this one copies the rest, then the config files, a retargeted TensorRT-LLM YAML, and
+//!   what to do next.
+//!
+//! `cli::quantize` parses the arguments and renders; everything else is here.
+
+pub mod drive;
+pub mod plan;
+
+use std::path::PathBuf;
+
+use crate::checkpoint::{Checkpoint, Detection};
+use crate::error::{Error, Result};
+use crate::quant::exclude::parse_patterns;
+use crate::quant::format::Format;
+use crate::quant::input_amax::InputAmax;
+use crate::quant::quark;
+use crate::quant::registry::{self, Choice, QuarkFlags};
+use crate::quant::preset;
+
+/// What the user asked for; `None` takes the preset's value, then the default.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    pub scheme: Option<String>,
+    pub format: Option<Format>,
+    /// A preset: a name from quant-configs/ or a JSON file.
+    pub config: Option<String>,
+    /// Comma-separated exclude patterns.
+    pub exclude: Option<String>,
+    pub quark_layout: Option<quark::Layout>,
+    pub quark_version: Option<quark::Version>,
+    pub quark_sequential: bool,
+    pub input_amax: Option<PathBuf>,
+}
+
+/// A resolved, validated recipe.
+#[derive(Debug)]
+pub struct Recipe {
+    pub choice: Choice,
+    /// The exclude patterns (Python fnmatch on module names).
+    pub patterns: Vec<String>,
+}
+
+impl Recipe {
+    pub fn scheme(&self) -> &'static str {
+        self.choice.scheme.id
+    }
+    pub fn format(&self) -> Format {
+        self.choice.format()
+    }
+}
+
+/// The recipe for quantizing `ck` (opened from `src`, detected as `det`).
+pub fn resolve(ck: &Checkpoint, det: &Detection, src: &str, req: &Request) -> Result<Recipe> {
+    if det.quantization.quantized {
+        return Err(Error::Source {
+            path: ck
+                .weights
+                .config_path
+                .clone()
+                .unwrap_or_else(|| ck.weights.dir.clone()),
+            msg: format!(
+                "is already quantized ({})",
+                det.quantization
+                    .method
+                    .as_deref()
+                    .unwrap_or("quantization tensors present")
+            ),
+            hint: Some(
+                "quantize the original BF16/F16 checkpoint, or `kquant dequantize` it first".into(),
+            ),
+        });
+    }
+    let preset = req.config.as_deref().map(preset::load).transpose()?;
+    if let Some(p) = &preset {
+        if !p.family.is_empty() && !p.family.iter().any(|f| f == det.family.id()) {
+            return Err(wrong_family(req.config.as_deref().unwrap_or(""), p, det, src));
+        }
+    }
+    let scheme = req
+        .scheme
+        .clone()
+        .or_else(|| preset.as_ref().map(|p| p.scheme.clone()))
+        .unwrap_or_else(|| "int4-pc".into());
+    let format = req
+        .format
+        .or(preset.as_ref().map(|p| p.format))
+        .unwrap_or(Format::Quark);
+    let patterns = match (&req.exclude, &preset) {
+        (Some(e), _) => parse_patterns(e),
+        (None, Some(p)) => p.exclude.clone(),
+        (None, None) => vec!["lm_head".to_string()],
+    };
+    // A preset's Quark settings apply only when the output is Quark.
+    let quark_preset = preset.as_ref().filter(|_| format == Format::Quark);
+    let flags = QuarkFlags {
+        layout: req
+            .quark_layout
+            .or(quark_preset.and_then(|p| p.quark_layout)),
+        version: req
+            .quark_version
+            .or(quark_preset.and_then(|p| p.quark_version)),
+        sequential: req.quark_sequential || quark_preset.is_some_and(|p| p.quark_sequential),
+    };
+    let input_amax = req.input_amax.as_deref().map(InputAmax::load).transpose()?;
+    let choice = registry::resolve(&scheme, format, flags, input_amax)?;
+    Ok(Recipe { choice, patterns })
+}
+
+/// The refusal of a preset written for other draft families, naming the built-in presets that
+/// fit this one.
+fn wrong_family(name: &str, p: &preset::Preset, det: &Detection, src: &str) -> Error {
+    let family = det.family.id();
+    let fitting: Vec<&str> = preset::BUILTIN
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| preset::load(n).is_ok_and(|o| o.family.iter().any(|f| f == family)))
+        .collect();
+    Error::Flags {
+        msg: format!(
+            "preset `{name}` is for {} drafts, but `{src}` is {family}",
+            p.family.join("/"),
+        ),
+        hint: if fitting.is_empty() {
+            format!(
+                "no built-in preset is for {family} drafts: pass --scheme/--format/--exclude instead"
+            )
+        } else {
+            format!("presets for {family} drafts: {}", fitting.join(", "))
+        },
+    }
+}

@@ -1,0 +1,287 @@
+//! The quantize plan: what happens to every source tensor (quantized, or copied and why), the
+//! shape checks, the pre-pass for the statistics a scheme needs, the codec built from them, the
+//! output tensors and sizes, and the unquantized-module list as the format writes it. Nothing
+//! is written; `--dry-run` renders this ([`Plan::to_json`], or `cli::quantize`'s table).
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::Recipe;
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::io::writer::TensorSpec;
+use crate::io::TensorInfo;
+use crate::quant::codec::{first_non_finite_par, Codec};
+use crate::quant::exclude::{excluded_by, module_of, not_candidate};
+use crate::quant::fused;
+use crate::quant::rowwise;
+use crate::quant::stats::{Needs, Stats};
+
+/// What happens to one source tensor.
+#[derive(Debug, Clone)]
+pub enum Action {
+    Quantize {
+        module: String,
+        rows: usize,
+        cols: usize,
+    },
+    Copy {
+        reason: String,
+    },
+}
+
+/// One source tensor in the plan.
+#[derive(Debug)]
+pub struct Row<'a> {
+    pub tensor: &'a TensorInfo,
+    pub action: Action,
+    /// The output tensors it becomes, in the codec's order (itself, when copied).
+    pub outputs: Vec<TensorSpec>,
+}
+
+impl Row<'_> {
+    pub fn quantized(&self) -> bool {
+        matches!(self.action, Action::Quantize { .. })
+    }
+    /// Bytes of its output tensors.
+    pub fn bytes_after(&self) -> u64 {
+        self.outputs.iter().map(TensorSpec::nbytes).sum()
+    }
+}
+
+/// The whole plan.
+pub struct Plan<'a> {
+    pub ck: &'a Checkpoint,
+    pub recipe: &'a Recipe,
+    /// Every source tensor, in the source's order.
+    pub rows: Vec<Row<'a>>,
+    pub codec: Box<dyn Codec>,
+    /// The unquantized-module list exactly as the format writes it.
+    pub unquantized: Vec<String>,
+}
+
+impl<'a> Plan<'a> {
+    /// Plan `ck` under `recipe`. Refuses a tensor the choice cannot write before reading any
+    /// weight; then, for a scheme that needs statistics, runs the pre-pass (which reads every
+    /// quantized weight, except on `dry_run`) and builds the codec from them.
+    pub fn new(ck: &'a Checkpoint, recipe: &'a Recipe, dry_run: bool) -> Result<Plan<'a>> {
+        let mut actions: Vec<(&TensorInfo, Action)> = Vec::new();
+        for t in ck.weights.infos() {
+            let module = module_of(&t.name).to_string();
+            let action = match (not_candidate(t), excluded_by(&recipe.patterns, &module)) {
+                (Some(why), Some(p)) => Action::Copy {
+                    reason: format!("{why}; matches `{p}`"),
+                },
+                (Some(why), None) => Action::Copy { reason: why.into() },
+                (None, Some(p)) => Action::Copy {
+                    reason: format!("excluded by `{p}`"),
+                },
+                (None, None) if t.shape.contains(&0) => Action::Copy {
+                    reason: "empty".into(),
+                },
+                (None, None) => Action::Quantize {
+                    module,
+                    rows: t.shape[0],
+                    cols: t.shape[1],
+                },
+            };
+            actions.push((t, action));
+        }
+        check_shapes(ck, &actions, recipe)?;
+        let stats = match recipe.choice.scheme.needs {
+            Needs::Nothing => Stats::default(),
+            Needs::FusedWeightAmax => prepass(ck, &actions, recipe.scheme(), dry_run)?,
+        };
+        let codec = recipe.choice.build(&stats)?;
+
+        // The config lists the concrete module names the format lists, then (Quark and
+        // compressed-tensors) their engine patterns, or (ModelOpt) TensorRT-LLM's names.
+        let quantized: HashSet<&str> = actions
+            .iter()
+            .filter(|(_, a)| matches!(a, Action::Quantize { .. }))
+            .map(|(t, _)| t.name.as_str())
+            .collect();
+        let mut file_order: Vec<&TensorInfo> = ck.weights.infos().collect();
+        file_order.sort_by_key(|t| (t.start, t.name.clone()));
+        let modules = recipe.format().unquantized_modules(
+            recipe.choice.quark.layout,
+            &file_order,
+            &recipe.patterns,
+            &|t| quantized.contains(t.name.as_str()),
+        );
+        let unquantized = recipe.format().written_list(&modules);
+
+        let rows = actions
+            .into_iter()
+            .map(|(t, action)| {
+                let outputs = match &action {
+                    Action::Copy { .. } => {
+                        vec![TensorSpec::new(t.name.clone(), t.dtype, t.shape.clone())]
+                    }
+                    Action::Quantize { module, rows, cols } => {
+                        codec.specs(module, *rows, *cols, t.dtype)
+                    }
+                };
+                Row {
+                    tensor: t,
+                    action,
+                    outputs,
+                }
+            })
+            .collect();
+        Ok(Plan {
+            ck,
+            recipe,
+            rows,
+            codec,
+            unquantized,
+        })
+    }
+
+    /// Source tensor bytes.
+    pub fn bytes_before(&self) -> u64 {
+        self.rows.iter().map(|r| r.tensor.nbytes()).sum()
+    }
+    /// Output tensor bytes.
+    pub fn bytes_after(&self) -> u64 {
+        self.rows.iter().map(Row::bytes_after).sum()
+    }
+    /// How many tensors are quantized.
+    pub fn quantized(&self) -> usize {
+        self.rows.iter().filter(|r| r.quantized()).count()
+    }
+    /// Every output tensor, in plan order.
+    pub fn specs(&self) -> Vec<TensorSpec> {
+        self.rows.iter().flat_map(|r| r.outputs.clone()).collect()
+    }
+
+    /// The `--dry-run --json` document (`kquant.quantize-plan/1`).
+    pub fn to_json(&self) -> Value {
+        let scheme = self.recipe.scheme();
+        json!({
+            "schema": "kquant.quantize-plan/1",
+            "scheme": scheme, "format": self.recipe.format().name(),
+            "tensors": self.rows.iter().map(|r| {
+                let t = r.tensor;
+                match &r.action {
+                    Action::Quantize { .. } => json!({"name": t.name, "action": "quantize", "scheme": scheme, "bytes_before": t.nbytes(), "bytes_after": r.bytes_after()}),
+                    Action::Copy { reason } => json!({"name": t.name, "action": "excluded", "reason": reason, "bytes_before": t.nbytes(), "bytes_after": t.nbytes()}),
+                }
+            }).collect::<Vec<_>>(),
+            "exclude": self.unquantized, "bytes_before": self.bytes_before(), "bytes_after": self.bytes_after(),
+        })
+    }
+}
+
+/// Refuse any tensor the choice cannot write (group size, ModelOpt's odd output rows), naming
+/// the tensor and file, before anything is read or written.
+fn check_shapes(ck: &Checkpoint, actions: &[(&TensorInfo, Action)], recipe: &Recipe) -> Result<()> {
+    for (t, act) in actions {
+        if let Action::Quantize { module, rows, cols } = act {
+            if let Some(why) = recipe.choice.refuse_shape(*rows, *cols) {
+                let path = ck
+                    .weights
+                    .shard_of(&t.name)
+                    .map(|sh| sh.path().to_path_buf())
+                    .unwrap_or_else(|| ck.weights.dir.clone());
+                // The codec describes itself; the shape checks run before it exists (a codec
+                // that needs statistics is built after the pre-pass), so build one without.
+                let describe = recipe
+                    .choice
+                    .build(&Stats::default())
+                    .map(|c| c.describe())
+                    .unwrap_or_default();
+                return Err(Error::Tensor {
+                    path,
+                    tensor: t.name.clone(),
+                    msg: format!(
+                        "shape {:?} cannot be written as --scheme {} ({describe}): {why}; add `{module}` to --exclude, or pick a scheme without that constraint (int4-pc has no group)",
+                        t.shape,
+                        recipe.scheme(),
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The pre-pass of a scheme whose per-tensor scale fused siblings share: refuse a fused family
+/// (q/k/v, gate/up, …) that is only partly quantized (the engines load it as one Linear with
+/// one scale, and the reference tools refuse it too), then read each quantized weight once for
+/// its amax (not on `--dry-run`).
+fn prepass(
+    ck: &Checkpoint,
+    actions: &[(&TensorInfo, Action)],
+    scheme: &str,
+    dry_run: bool,
+) -> Result<Stats> {
+    let candidates: Vec<&str> = actions
+        .iter()
+        .filter(|(t, _)| not_candidate(t).is_none())
+        .map(|(t, _)| module_of(&t.name))
+        .collect();
+    let quantized: Vec<String> = actions
+        .iter()
+        .filter_map(|(_, act)| match act {
+            Action::Quantize { module, .. } => Some(module.clone()),
+            Action::Copy { .. } => None,
+        })
+        .collect();
+    let qset: HashSet<&str> = quantized.iter().map(String::as_str).collect();
+    let families = fused::families(candidates);
+    if let Some((q, rest)) = fused::partial(&families, &qset) {
+        return Err(Error::Flags {
+            msg: format!(
+                "--scheme {scheme} quantizes {} but not its fused sibling(s) {}: engines load them as one Linear with one per-tensor scale",
+                q.join(", "),
+                rest.join(", ")
+            ),
+            hint: format!(
+                "exclude all of {} or none of them",
+                q.iter().chain(&rest).copied().collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+    let families: Vec<Vec<String>> = families
+        .into_iter()
+        .filter(|f| qset.contains(f[0].as_str()))
+        .collect();
+    let weight_amax = if dry_run {
+        None
+    } else {
+        let mut m = BTreeMap::new();
+        for (t, act) in actions {
+            if let Action::Quantize { module, cols, .. } = act {
+                let shard = ck.weights.shard_of(&t.name).expect("routed");
+                let wf = shard.view(t).to_f32_par();
+                shard.release(t);
+                if let Some(i) = first_non_finite_par(&wf) {
+                    return Err(non_finite(shard.path(), &t.name, i, *cols, wf[i]));
+                }
+                m.insert(module.clone(), rowwise::amax(&wf));
+            }
+        }
+        Some(m)
+    };
+    Ok(Stats {
+        quantized,
+        families,
+        weight_amax,
+    })
+}
+
+/// The refusal of a non-finite weight: flat index `i` of a `[_, cols]` tensor, value `v`.
+pub(crate) fn non_finite(path: &Path, name: &str, i: usize, cols: usize, v: f32) -> Error {
+    Error::Tensor {
+        path: path.into(),
+        tensor: name.into(),
+        msg: format!(
+            "row {} column {} is {v} — refusing to quantize non-finite weights",
+            i / cols,
+            i % cols,
+        ),
+    }
+}
