@@ -13,8 +13,8 @@ pub mod gpu;
 pub mod io;
 mod layering;
 pub mod ops;
-pub mod quantize;
 pub mod quant;
+pub mod quantize;
 pub mod runtime;
 pub mod synth;
 #[cfg(test)]

@@ -10,8 +10,8 @@ use std::path::Path;
 
 use common::{kquant, load, read_json};
 use kquant::io::Dtype;
-use kquant::quant::ct_nvfp4::global_scale;
-use kquant::quant::int4::round_to;
+use kquant::quant::compressed_tensors::nvfp4::global_scale;
+use kquant::quant::math::int4::round_to;
 use kquant::verify::trace::Trace;
 use serde_json::Value;
 

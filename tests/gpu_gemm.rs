@@ -11,7 +11,8 @@ use kquant::gpu::reference::{
 };
 use kquant::gpu::{devices, Act, Backend, Regime, W4Layout};
 use kquant::io::Dtype;
-use kquant::quant::{compressed_tensors, int4};
+use kquant::quant::compressed_tensors;
+use kquant::quant::math::int4;
 
 /// Deterministic values in `[-a, a)` plus `b`, rounded to `dtype` (bf16 weights / f32 activations).
 fn matrix(rows: usize, cols: usize, dtype: Dtype, a: f32, b: f32) -> Vec<f32> {

@@ -81,8 +81,8 @@ fn model_path_per_group_g32_bf16() {
 /// dequantize within half a step of the source weights.
 #[test]
 fn per_group_golden_decodes_to_the_source() {
-    use kquant::quant::pack::Order;
-    use kquant::quant::quark_group;
+    use kquant::quant::math::pack::Order;
+    use kquant::quant::quark::int4_group;
     let g = golden("quark-0.13/int4_g32_bfloat16");
     let src = load(&g.join("orig.safetensors"));
     let out = load(&g.join("export_model.safetensors"));
@@ -91,7 +91,7 @@ fn per_group_golden_decodes_to_the_source() {
     let (rows, cols) = (shape[0] as usize, shape[1] as usize);
     let bf = |b: &[u8]| common::floats("BF16", b);
     let scale_t = bf(&out[&format!("{m}.weight_scale")].2);
-    let q = quark_group::decode(
+    let q = int4_group::decode(
         &out[&format!("{m}.weight")].2,
         &scale_t,
         rows,

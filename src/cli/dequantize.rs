@@ -16,7 +16,7 @@ use crate::escape::printable;
 use crate::io::writer::{TensorSpec, Writer};
 use crate::io::Dtype;
 use crate::quant::decode::Logical;
-use crate::quant::rowwise::encode_floats;
+use crate::quant::math::rowwise::encode_floats;
 
 /// Float output types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -227,5 +227,5 @@ fn next_steps(out: &std::path::Path) -> Vec<String> {
 }
 
 fn round(d: Dtype, v: f32) -> f32 {
-    crate::quant::int4::round_to(d, v)
+    crate::quant::math::int4::round_to(d, v)
 }

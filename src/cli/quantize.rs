@@ -82,7 +82,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let (before, after, n_q) = (plan.bytes_before(), plan.bytes_after(), plan.quantized());
     if a.dry_run {
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&plan.to_json()).expect("JSON"));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&plan.to_json()).expect("JSON")
+            );
         } else {
             print_plan(&plan);
         }

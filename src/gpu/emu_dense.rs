@@ -67,7 +67,8 @@ pub fn gemm(w: &W4Layout, x: &[u16], act: Act, m: usize) -> Vec<f32> {
 mod tests {
     use super::*;
     use crate::io::Dtype;
-    use crate::quant::{compressed_tensors, int4};
+    use crate::quant::compressed_tensors;
+    use crate::quant::math::int4;
 
     fn weights(rows: usize, cols: usize) -> Vec<f32> {
         (0..rows * cols)

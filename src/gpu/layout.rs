@@ -16,8 +16,8 @@
 
 use super::{GpuError, Result};
 use crate::quant::decode::{Logical, QModule, Stored};
-use crate::quant::int4::Int4;
-use crate::quant::pack::Order;
+use crate::quant::math::int4::Int4;
+use crate::quant::math::pack::Order;
 
 /// Nibble order inside a kernel word.
 pub const ORDER: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
@@ -364,7 +364,8 @@ pub fn dequant8_magic(q: u32) -> [f32; 8] {
 mod tests {
     use super::*;
     use crate::io::Dtype;
-    use crate::quant::{compressed_tensors, int4, modelopt, quark};
+    use crate::quant::math::int4;
+    use crate::quant::{compressed_tensors, modelopt, quark};
 
     /// Deterministic bf16-representable weights in about `[-0.05, 0.05)`.
     fn weights(rows: usize, cols: usize) -> Vec<f32> {

@@ -1,15 +1,15 @@
 //! The per-module codec: which tensors one quantized Linear becomes, how they are computed
 //! (each format with its own recipe, the reference beside the fast path) and the
 //! `quantization_config` the result carries. One codec per (scheme, format) pair, built by
-//! [`super::registry`] with everything it needs up front (options, and the [`super::stats`] a
+//! [`crate::quant::registry`] with everything it needs up front (options, and the [`crate::quant::stats`] a
 //! scheme measures before it encodes); the per-checkpoint facts (which modules the config lists,
-//! under which key) are the format's ([`super::format`]). `crate::quantize` drives any codec.
+//! under which key) are the format's ([`crate::quant::format`]). `crate::quantize` drives any codec.
 
 use serde_json::Value;
 
-use super::rowwise;
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
+use crate::quant::math::rowwise;
 
 /// The encoded tensors of one module, `(name, bytes)` in [`Codec::specs`] order.
 pub type Encoded = Vec<(String, Vec<u8>)>;
@@ -97,7 +97,7 @@ pub trait Codec: Send + Sync {
         Ok(self.encode(module, f, w.rows, w.cols, w.dtype))
     }
     /// The config files, with `unquantized` the module list exactly as the format writes it
-    /// ([`super::format::Format::written_list`]).
+    /// ([`crate::quant::format::Format::written_list`]).
     fn config(&self, unquantized: &[String]) -> ConfigFiles;
     /// What to use instead, printed after the warning `kquant quantize` gives when no engine
     /// loads the result (that fact comes from `crate::engines::quantized`).

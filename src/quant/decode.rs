@@ -9,17 +9,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::fp4::Nvfp4;
-use super::fp8::Fp8;
-use super::int4::Int4;
-use super::pack::Order;
-use super::{
-    compressed_tensors, ct_nvfp4, ct_quantized, modelopt, modelopt_nvfp4, quark, quark_fp8,
-    quark_group, quark_uint4,
-};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::io::{Dtype, TensorInfo};
+use crate::quant::math::fp4::Nvfp4;
+use crate::quant::math::fp8::Fp8;
+use crate::quant::math::int4::Int4;
+use crate::quant::math::pack::Order;
+use crate::quant::{compressed_tensors, modelopt, quark};
 
 /// How one quantized module is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -363,7 +360,7 @@ impl<'a> Logical<'a> {
                     version: quark::Version::V013,
                     order,
                 };
-                let u = quark_uint4::decode(
+                let u = quark::uint4::decode(
                     data("weight").data,
                     &scale,
                     data("weight_zero_point").data,
@@ -387,7 +384,7 @@ impl<'a> Logical<'a> {
                 }
             }
             Stored::QuarkGroup { group, order } => {
-                quark_group::decode(data("weight").data, &scale, m.rows, m.cols, group, order)
+                quark::int4_group::decode(data("weight").data, &scale, m.rows, m.cols, group, order)
             }
             Stored::CtPacked { group } => compressed_tensors::decode(
                 data("weight_packed").data,
@@ -400,9 +397,13 @@ impl<'a> Logical<'a> {
                 let s2 = data("weight_scale_2").to_f32();
                 quark::decode(data("weight").data, &s2, m.rows, m.cols, order)
             }
-            Stored::CtInt { group } => {
-                ct_quantized::int_decode(data("weight").data, &scale, m.rows, m.cols, group)
-            }
+            Stored::CtInt { group } => compressed_tensors::fp8_w4a8::int_decode(
+                data("weight").data,
+                &scale,
+                m.rows,
+                m.cols,
+                group,
+            ),
             Stored::ModeloptInt4 { group } => {
                 modelopt::int4_decode(data("weight").data, &scale, m.rows, m.cols, group)
             }
@@ -446,14 +447,14 @@ impl<'a> Logical<'a> {
                 .expect("checked")
         };
         match m.stored {
-            Stored::ModeloptNvfp4 => modelopt_nvfp4::decode(
+            Stored::ModeloptNvfp4 => modelopt::nvfp4::decode(
                 data("weight").data,
                 data("weight_scale").data,
                 data("weight_scale_2").to_f32()[0],
                 m.rows,
                 m.cols,
             ),
-            Stored::CtNvfp4 => ct_nvfp4::decode(
+            Stored::CtNvfp4 => compressed_tensors::nvfp4::decode(
                 data("weight_packed").data,
                 data("weight_scale").data,
                 data("weight_global_scale").to_f32()[0],
@@ -468,14 +469,14 @@ impl<'a> Logical<'a> {
     pub fn dequantize(&self, m: &QModule) -> Vec<f32> {
         match m.stored {
             Stored::Fp8 { .. } => self.fp8(m).dequantize_ref(),
-            Stored::CtNvfp4 => ct_nvfp4::dequantize(&self.nvfp4(m)),
+            Stored::CtNvfp4 => compressed_tensors::nvfp4::dequantize(&self.nvfp4(m)),
             Stored::QuarkInt4Fp8 { order } => {
                 let w = &self.ck.weights;
                 let data = |suffix: &str| {
                     w.tensor(&format!("{}.{suffix}", m.module))
                         .expect("checked")
                 };
-                quark_fp8::int4_fp8_decode(
+                quark::fp8::int4_fp8_decode(
                     data("weight").data,
                     data("weight_scale").to_f32()[0],
                     &data("weight_scale_2").to_f32(),
@@ -488,7 +489,7 @@ impl<'a> Logical<'a> {
             Stored::ModeloptInt4 { .. } | Stored::ModeloptNvfp4 => {
                 let w = &self.ck.weights;
                 let mut v = match m.stored {
-                    Stored::ModeloptNvfp4 => modelopt_nvfp4::dequantize(&self.nvfp4(m)),
+                    Stored::ModeloptNvfp4 => modelopt::nvfp4::dequantize(&self.nvfp4(m)),
                     _ => self.int4(m).dequantize_ref(),
                 };
                 // TensorRT-LLM multiplies the input by pre_quant_scale: the weight it computes

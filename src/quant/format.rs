@@ -1,14 +1,14 @@
 //! The per-checkpoint side of a quantized output: the file formats kquant writes, and what each
 //! knows about a whole checkpoint rather than one module: which modules its config lists as
 //! unquantized, in what order, under which key, with which engine patterns. The per-module
-//! recipes are the codecs ([`super::codec`]); `convert` renames these lists through
+//! recipes are the codecs ([`crate::quant::codec`]); `convert` renames these lists through
 //! [`MODULE_LIST_KEYS`].
 
 use serde::Serialize;
 
-use super::exclude::{excluded_by, module_of, not_candidate};
-use super::{modelopt, quark};
 use crate::io::TensorInfo;
+use crate::quant::exclude::{excluded_by, module_of, not_candidate};
+use crate::quant::{modelopt, quark};
 
 /// Output file formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -26,8 +26,12 @@ pub enum Format {
 /// The keys under which a `quantization_config` lists the modules left unquantized: Quark
 /// `exclude`, compressed-tensors and ModelOpt `ignore`, ModelOpt's `hf_quant_config.json`
 /// `exclude_modules`, and the Hugging Face (AWQ, bitsandbytes) `modules_to_not_convert`.
-pub const MODULE_LIST_KEYS: [&str; 4] =
-    ["exclude", "ignore", "exclude_modules", "modules_to_not_convert"];
+pub const MODULE_LIST_KEYS: [&str; 4] = [
+    "exclude",
+    "ignore",
+    "exclude_modules",
+    "modules_to_not_convert",
+];
 
 /// How a format composes its list of unquantized modules (each tool does it differently).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

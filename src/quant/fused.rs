@@ -22,9 +22,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use super::input_amax::InputAmax;
-use super::stats::Stats;
 use crate::error::Result;
+use crate::quant::input_amax::InputAmax;
+use crate::quant::stats::Stats;
 
 /// The fused families among `modules` (Linear module names): each a list of ≥ 2 members, in
 /// the order above; a module is in at most one family.

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::registry::Format;
+use crate::quant::registry::Format;
 
 /// What the config says.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,10 +4,10 @@
 
 use serde::Serialize;
 
-use super::decode::{Logical, Stored};
-use super::int4;
-use super::pack::{self, Order};
 use crate::checkpoint::Checkpoint;
+use crate::quant::decode::{Logical, Stored};
+use crate::quant::math::int4;
+use crate::quant::math::pack::{self, Order};
 
 /// Rows compared per module.
 const ROWS: usize = 4;

@@ -5,9 +5,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::quark;
-use super::registry::Format;
 use crate::error::{Error, Result};
+use crate::quant::quark;
+use crate::quant::registry::Format;
 
 /// The presets shipped in `quant-configs/` (name, file contents).
 pub const BUILTIN: &[(&str, &str)] = &[

@@ -13,16 +13,13 @@
 
 use serde::Serialize;
 
-use super::codec::Codec;
-pub use super::format::Format;
-use super::input_amax::InputAmax;
-use super::pack::Order;
-use super::stats::{Needs, Stats};
-use super::{
-    compressed_tensors, ct_nvfp4, ct_quantized, modelopt, modelopt_nvfp4, quark, quark_fp8,
-    quark_group, quark_uint4,
-};
 use crate::error::{Error, Result};
+use crate::quant::codec::Codec;
+pub use crate::quant::format::Format;
+use crate::quant::input_amax::InputAmax;
+use crate::quant::math::pack::Order;
+use crate::quant::stats::{Needs, Stats};
+use crate::quant::{compressed_tensors, modelopt, quark};
 
 /// One format that can carry a scheme.
 #[derive(Debug, Clone, Serialize)]
@@ -406,41 +403,48 @@ impl Choice {
         let o = self.quark;
         let input = self.input_amax.as_ref();
         Ok(match (id, self.format()) {
-            ("int4-pc", Format::Quark) => Box::new(quark::PerChannel(o)),
+            ("int4-pc", Format::Quark) => Box::new(quark::Int4PerChannel(o)),
             ("int4-g32" | "int4-g64" | "int4-g128", Format::Quark) => {
-                Box::new(quark_group::PerGroup {
+                Box::new(quark::int4_group::Int4PerGroup {
                     opts: o,
                     group: group.expect("a group scheme"),
                 })
             }
             ("uint4-g32" | "uint4-g64" | "uint4-g128", Format::Quark) => {
-                Box::new(quark_uint4::PerGroupAsym {
+                Box::new(quark::uint4::Uint4PerGroup {
                     opts: o,
                     group: group.expect("a group scheme"),
                 })
             }
-            ("fp8-pc", Format::Quark) => Box::new(quark_fp8::Ptpc(o)),
-            ("w4a8-fp8", Format::Quark) => Box::new(quark_fp8::Int4Fp8Target(o)),
+            ("fp8-pc", Format::Quark) => Box::new(quark::fp8::Ptpc(o)),
+            ("w4a8-fp8", Format::Quark) => Box::new(quark::fp8::Int4Fp8Codec(o)),
             ("int4-pc" | "int4-g32" | "int4-g64" | "int4-g128", Format::CompressedTensors) => {
                 Box::new(compressed_tensors::PackQuantized { group })
             }
-            ("fp8-pc", Format::CompressedTensors) => Box::new(ct_quantized::FloatQuantized),
-            ("w4a8-int8", Format::CompressedTensors) => Box::new(ct_quantized::IntQuantizedW4A8),
-            ("nvfp4-a16" | "nvfp4", Format::CompressedTensors) => {
-                Box::new(ct_nvfp4::CtNvfp4::new(input, stats)?)
+            ("fp8-pc", Format::CompressedTensors) => {
+                Box::new(compressed_tensors::fp8_w4a8::FloatQuantized)
             }
-            ("int4-g128", Format::Modelopt) => Box::new(modelopt::Modelopt(
-                modelopt::Algo::W4a16Awq {
+            ("w4a8-int8", Format::CompressedTensors) => {
+                Box::new(compressed_tensors::fp8_w4a8::IntQuantizedW4A8)
+            }
+            ("nvfp4-a16" | "nvfp4", Format::CompressedTensors) => Box::new(
+                compressed_tensors::nvfp4::Nvfp4PackQuantized::new(input, stats)?,
+            ),
+            ("int4-g128", Format::Modelopt) => {
+                Box::new(modelopt::Modelopt(modelopt::Algo::W4a16Awq {
                     group: group.expect("a group scheme"),
-                },
-            )),
-            ("fp8-pc", Format::Modelopt) => Box::new(modelopt::Modelopt(
-                modelopt::Algo::Fp8PerChannelPerToken,
-            )),
-            ("nvfp4-a16" | "nvfp4", Format::Modelopt) => {
-                Box::new(modelopt_nvfp4::ModeloptNvfp4::new(input, stats)?)
+                }))
             }
-            (id, f) => unreachable!("{id} as {} is marked implemented but has no codec", f.name()),
+            ("fp8-pc", Format::Modelopt) => {
+                Box::new(modelopt::Modelopt(modelopt::Algo::Fp8PerChannelPerToken))
+            }
+            ("nvfp4-a16" | "nvfp4", Format::Modelopt) => {
+                Box::new(modelopt::nvfp4::Nvfp4Codec::new(input, stats)?)
+            }
+            (id, f) => unreachable!(
+                "{id} as {} is marked implemented but has no codec",
+                f.name()
+            ),
         })
     }
 }
@@ -624,14 +628,15 @@ mod tests {
                             if choice.refuse_shape(rows, cols).is_some() {
                                 continue;
                             }
-                            let mut w: Vec<f32> =
-                                crate::quant::rowwise::test_matrix(rows, cols, dtype, 1.5, 0.02);
+                            let mut w: Vec<f32> = crate::quant::math::rowwise::test_matrix(
+                                rows, cols, dtype, 1.5, 0.02,
+                            );
                             for (i, x) in w.iter_mut().enumerate() {
                                 let r = i / cols;
                                 if r == 1 {
                                     *x = 0.0;
                                 } else {
-                                    *x = crate::quant::int4::round_to(
+                                    *x = crate::quant::math::int4::round_to(
                                         dtype,
                                         *x * (1 << (r % 4)) as f32 / 3.0,
                                     );
@@ -641,11 +646,12 @@ mod tests {
                                 quantized: vec!["m".into()],
                                 families: Vec::new(),
                                 weight_amax: Some(
-                                    [("m".to_string(), crate::quant::rowwise::amax(&w))].into(),
+                                    [("m".to_string(), crate::quant::math::rowwise::amax(&w))]
+                                        .into(),
                                 ),
                             };
                             let t = choice.build(&stats).unwrap();
-                            let raw = crate::quant::rowwise::encode_floats(&w, dtype);
+                            let raw = crate::quant::math::rowwise::encode_floats(&w, dtype);
                             let stored = |raw: &'_ [u8]| -> RawEncoded {
                                 let w = StoredWeight {
                                     raw,
@@ -669,7 +675,7 @@ mod tests {
                             let mut bad = w.clone();
                             bad[cols * 2 + 7] = f32::INFINITY;
                             bad[cols * (rows - 1)] = f32::NAN;
-                            let raw = crate::quant::rowwise::encode_floats(&bad, dtype);
+                            let raw = crate::quant::math::rowwise::encode_floats(&bad, dtype);
                             let e = stored(&raw);
                             let first = (cols * 2 + 7).min(cols * (rows - 1));
                             assert_eq!(

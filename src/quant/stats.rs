@@ -1,7 +1,7 @@
 //! Statistics a scheme measures over the checkpoint before it encodes anything, handed to its
-//! codec at construction ([`super::registry::Choice::build`]), so that no codec exists without
+//! codec at construction ([`crate::quant::registry::Choice::build`]), so that no codec exists without
 //! them. Today that is NVFP4's per-tensor weight amax, shared by fused siblings
-//! ([`super::fused`]); the scheme table says which schemes need what ([`Needs`]). A calibrated
+//! ([`crate::quant::fused`]); the scheme table says which schemes need what ([`Needs`]). A calibrated
 //! method (GPTQ's Hessians, AWQ's activation scales) adds its statistics here and a variant to
 //! [`Needs`]; the quantize driver (`crate::quantize::plan`) gathers them in its pre-pass.
 
@@ -23,7 +23,7 @@ pub enum Needs {
 pub struct Stats {
     /// The modules that will be quantized, in file order.
     pub quantized: Vec<String>,
-    /// Their fused families ([`super::fused::families`] of the quantized modules).
+    /// Their fused families ([`crate::quant::fused::families`] of the quantized modules).
     pub families: Vec<Vec<String>>,
     /// Each quantized module's own weight amax (`max |w|`, exact); `None` on `--dry-run`,
     /// where nothing is read and the codec only validates.

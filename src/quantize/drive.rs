@@ -15,7 +15,7 @@ use crate::io::manifest::FileEntry;
 use crate::io::writer::{WriteOptions, Writer};
 use crate::quant::codec::{Encoded, StoredWeight};
 use crate::quant::format::Format;
-use crate::quant::schedule;
+use crate::quantize::schedule;
 
 /// The memory `quantize` aims to stay within (the target for the 6 GB draft).
 const MEMORY_TARGET: u64 = 896 << 20;

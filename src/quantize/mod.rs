@@ -16,6 +16,7 @@
 
 pub mod drive;
 pub mod plan;
+pub mod schedule;
 
 use std::path::PathBuf;
 
@@ -24,9 +25,9 @@ use crate::error::{Error, Result};
 use crate::quant::exclude::parse_patterns;
 use crate::quant::format::Format;
 use crate::quant::input_amax::InputAmax;
+use crate::quant::preset;
 use crate::quant::quark;
 use crate::quant::registry::{self, Choice, QuarkFlags};
-use crate::quant::preset;
 
 /// What the user asked for; `None` takes the preset's value, then the default.
 #[derive(Debug, Clone, Default)]
@@ -84,7 +85,12 @@ pub fn resolve(ck: &Checkpoint, det: &Detection, src: &str, req: &Request) -> Re
     let preset = req.config.as_deref().map(preset::load).transpose()?;
     if let Some(p) = &preset {
         if !p.family.is_empty() && !p.family.iter().any(|f| f == det.family.id()) {
-            return Err(wrong_family(req.config.as_deref().unwrap_or(""), p, det, src));
+            return Err(wrong_family(
+                req.config.as_deref().unwrap_or(""),
+                p,
+                det,
+                src,
+            ));
         }
     }
     let scheme = req

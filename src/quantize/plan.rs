@@ -16,7 +16,7 @@ use crate::io::TensorInfo;
 use crate::quant::codec::{first_non_finite_par, Codec};
 use crate::quant::exclude::{excluded_by, module_of, not_candidate};
 use crate::quant::fused;
-use crate::quant::rowwise;
+use crate::quant::math::rowwise;
 use crate::quant::stats::{Needs, Stats};
 
 /// What happens to one source tensor.

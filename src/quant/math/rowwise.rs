@@ -128,7 +128,7 @@ pub fn first_non_finite(w: &[f32]) -> Option<usize> {
 /// [`quantize`] (`run` is the recipe), and its codes packed by `pack_row`. No matrix-sized f32
 /// or code buffer exists; the output is the per-run values and the packed words as
 /// little-endian bytes (`[rows, ⌈cols/8⌉]` I32), exactly what [`quantize`] followed by the
-/// row packer and [`le_bytes`](super::pack::le_bytes) give (each user tests that).
+/// row packer and [`le_bytes`](crate::quant::math::pack::le_bytes) give (each user tests that).
 ///
 /// `Err(i)`: `i` is the flat index of the first non-finite weight (row-major), found whatever
 /// the thread schedule.
@@ -236,7 +236,7 @@ pub fn groups(module: &str, cols: usize, group: usize) -> usize {
 #[cfg(test)]
 pub(crate) fn test_matrix(rows: usize, cols: usize, dtype: Dtype, a: f32, b: f32) -> Vec<f32> {
     (0..rows * cols)
-        .map(|i| super::int4::round_to(dtype, a * ((i as f32) * 0.37).cos() + b))
+        .map(|i| crate::quant::math::int4::round_to(dtype, a * ((i as f32) * 0.37).cos() + b))
         .collect()
 }
 

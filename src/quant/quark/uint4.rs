@@ -14,7 +14,7 @@
 //!   `nearbyint(x · inv_scale) + zero_point`); the export's own `round(x · inv + zp)` then only
 //!   reproduces those codes. Rounding after adding the zero point instead changes the x.5 ties
 //!   (37 of the golden's 36864 codes);
-//! - layout as `quark_group.rs`, with unsigned nibbles: `X.weight` I32 `[in, ⌈out/8⌉]` (codes
+//! - layout as `quark/int4_group.rs`, with unsigned nibbles: `X.weight` I32 `[in, ⌈out/8⌉]` (codes
 //!   transposed, packed along out), `X.weight_scale` model dtype `[in/G, out]`,
 //!   `X.weight_zero_point` I32 `[in/G, ⌈out/8⌉]` holding the zero points, packed the same way;
 //!   `w ≈ (q − zp) · s`.
@@ -25,14 +25,14 @@
 
 use serde_json::{json, Value};
 
-use super::int4::{round_to, Int4, SCALE_EPS};
-use super::pack;
-use super::quark::Options;
-use super::quark_group;
-use super::rowwise::{self, encode_floats, Path};
-use super::codec::{Codec, ConfigFiles};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
+use crate::quant::codec::{Codec, ConfigFiles};
+use crate::quant::math::int4::{round_to, Int4, SCALE_EPS};
+use crate::quant::math::pack;
+use crate::quant::math::rowwise::{self, encode_floats, Path};
+use crate::quant::quark::int4_group;
+use crate::quant::quark::Options;
 
 /// UINT4 range.
 pub const UMAX: i32 = 15;
@@ -73,13 +73,13 @@ pub fn qparams(w: &[f32], dtype: Dtype) -> (f32, u8) {
         });
     let (lo, hi) = (mn.min(0.0), mx.max(0.0));
     let s = round_to(dtype, round_to(dtype, hi - lo) / UMAX as f32).max(round_to(dtype, SCALE_EPS));
-    let z = super::rne::rne(round_to(dtype, lo / s)) as i32;
+    let z = crate::quant::math::rne::rne(round_to(dtype, lo / s)) as i32;
     (s, (-z).clamp(0, UMAX) as u8)
 }
 
 /// One code: `clamp(round_half_even(w · inv) + zp, 0, 15)`.
 pub fn code(w: f32, inv: f32, zp: u8) -> u8 {
-    (super::rne::rne(w * inv) + zp as f32).clamp(0.0, UMAX as f32) as u8
+    (crate::quant::math::rne::rne(w * inv) + zp as f32).clamp(0.0, UMAX as f32) as u8
 }
 
 fn quantize_on(
@@ -126,7 +126,7 @@ pub fn specs(
     group: usize,
     model: Dtype,
 ) -> Vec<TensorSpec> {
-    quark_group::specs(module, rows, cols, group, model)
+    int4_group::specs(module, rows, cols, group, model)
 }
 
 /// Codes (or zero points) `[rows, n]` as an [`Int4`] carrying nibbles `0..=15`, for the packer.
@@ -143,8 +143,8 @@ fn nibbles(rows: usize, n: usize, v: &[u8]) -> Int4 {
 /// Encode a module for each of its [`specs`].
 pub fn encode(module: &str, q: &Uint4, model: Dtype, o: &Options) -> Vec<(String, Vec<u8>)> {
     let g = q.cols / q.group;
-    let words = quark_group::pack_transposed(&nibbles(q.rows, q.cols, &q.codes), o.order);
-    let zp_words = quark_group::pack_transposed(&nibbles(q.rows, g, &q.zero_points), o.order);
+    let words = int4_group::pack_transposed(&nibbles(q.rows, q.cols, &q.codes), o.order);
+    let zp_words = int4_group::pack_transposed(&nibbles(q.rows, g, &q.zero_points), o.order);
     let scale_t = rowwise::transpose(&q.scales, q.rows, g);
     vec![
         (format!("{module}.weight"), pack::le_bytes(&words)),
@@ -172,8 +172,8 @@ pub fn decode(
 ) -> Uint4 {
     let unsigned = |v: Vec<i8>| v.into_iter().map(|c| (c as u8) & 0xf).collect::<Vec<u8>>();
     let g = cols / group;
-    let q = quark_group::decode(weight, scale_t, rows, cols, group, o.order);
-    let z = quark_group::decode(zp, &vec![0.0; rows * g], rows, g, 1, o.order);
+    let q = int4_group::decode(weight, scale_t, rows, cols, group, o.order);
+    let z = int4_group::decode(zp, &vec![0.0; rows * g], rows, g, 1, o.order);
     Uint4 {
         rows,
         cols,
@@ -187,7 +187,7 @@ pub fn decode(
 /// `quantization_config` for `uint4_wo_G` (Quark 0.13): the per-group config with `uint4`,
 /// `symmetric: false`.
 pub fn config(o: &Options, group: usize, exclude: &[String]) -> Value {
-    let mut c = quark_group::config(o, group, exclude);
+    let mut c = int4_group::config(o, group, exclude);
     let w = &mut c["global_quant_config"]["weight"];
     w["dtype"] = json!("uint4");
     w["symmetric"] = json!(false);
@@ -195,12 +195,12 @@ pub fn config(o: &Options, group: usize, exclude: &[String]) -> Value {
 }
 
 /// Quark UINT4 asymmetric per group (model path) as a [`Codec`].
-pub struct PerGroupAsym {
+pub struct Uint4PerGroup {
     pub opts: Options,
     pub group: usize,
 }
 
-impl Codec for PerGroupAsym {
+impl Codec for Uint4PerGroup {
     fn describe(&self) -> String {
         format!("Quark 0.13 uint4, group {}", self.group)
     }
@@ -230,7 +230,7 @@ impl Codec for PerGroupAsym {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::pack::Order;
+    use crate::quant::math::pack::Order;
     use crate::quant::quark::{Layout, Version};
 
     fn data(rows: usize, cols: usize) -> Vec<f32> {

@@ -1,11 +1,11 @@
 //! NVIDIA ModelOpt 0.47.0's NVFP4 export (`export_hf_checkpoint`), `quant_algo` `W4A16_NVFP4`
 //! (`W4A16_NVFP4_CFG`, kquant `nvfp4-a16`) and `NVFP4` (`NVFP4_DEFAULT_CFG`, kquant `nvfp4`:
 //! W4A4 with a static input scale). ModelOpt's own arithmetic (`qtensor/nvfp4_tensor.py`
-//! `NVFP4QTensor`, `export/quant_utils.py`), never compressed-tensors' (`ct_nvfp4.rs`):
+//! `NVFP4QTensor`, `export/quant_utils.py`), never compressed-tensors' (`compressed_tensors/nvfp4.rs`):
 //!
 //! - `weight_scale_2 = f32(amax) / (6·448)` in F32 (`get_weights_scaling_factor_2_from_quantizer`),
 //!   `amax` the largest `|w|` over the module and its fused siblings (`preprocess_linear_fusion`
-//!   sets every member's amax to the group's max; [`super::fused`]). An amax of 0 would give NaN
+//!   sets every member's amax to the group's max; [`crate::quant::fused`]). An amax of 0 would give NaN
 //!   scales; kquant refuses such a family.
 //! - Block scale per 16 inputs (`get_weights_scaling_factor`): `b = f32(amax16) / (6 · ws2)`
 //!   (the product in F32), `b == 0 → 1.0`, then `e4m3(clamp(b, 2^-9, 448))`: unlike
@@ -33,18 +33,18 @@
 
 use serde_json::{json, Value};
 
-use super::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
-use super::fp8::{e4m3_from_f32, E4M3_MAX};
-use super::codec::{Codec, ConfigFiles, Encoded};
-use super::fused::SharedAmax;
-use super::input_amax::InputAmax;
-use super::modelopt::{python_json_indent4, VERSION};
-use super::rowwise::{amax, encode_floats, Path};
-use super::stats::Stats;
 use crate::error::{Error, Result};
 use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
+use crate::quant::codec::{Codec, ConfigFiles, Encoded};
+use crate::quant::fused::SharedAmax;
+use crate::quant::input_amax::InputAmax;
+use crate::quant::math::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
+use crate::quant::math::fp8::{e4m3_from_f32, E4M3_MAX};
+use crate::quant::math::rowwise::{amax, encode_floats, Path};
+use crate::quant::modelopt::{python_json_indent4, VERSION};
+use crate::quant::stats::Stats;
 
 /// `e2m1_values` of `nvfp4_tensor.py`, by code: code 8 is +0, not −0.
 pub const VALUES: [f32; 16] = [
@@ -205,15 +205,15 @@ pub fn config(w4a4: bool, ignore: &[String]) -> Value {
 
 /// ModelOpt NVFP4 as a [`Codec`]: `W4A16_NVFP4` without an input amax file, `NVFP4` with one;
 /// the per-tensor amax shared by fused siblings.
-pub struct ModeloptNvfp4 {
+pub struct Nvfp4Codec {
     w4a4: bool,
     shared: SharedAmax,
 }
 
-impl ModeloptNvfp4 {
+impl Nvfp4Codec {
     /// From the pre-pass's statistics (and, W4A4, the calibrated input amax); refuses a family
     /// whose shared weight amax is zero.
-    pub fn new(input: Option<&InputAmax>, stats: &Stats) -> Result<ModeloptNvfp4> {
+    pub fn new(input: Option<&InputAmax>, stats: &Stats) -> Result<Nvfp4Codec> {
         let shared = SharedAmax::compute(stats, input)?;
         if let Some((m, _)) = shared.weight.iter().find(|(_, &a)| a == 0.0) {
             return Err(Error::Flags {
@@ -223,14 +223,14 @@ impl ModeloptNvfp4 {
                 hint: format!("--exclude `{m}` (and its fused siblings), or use --format compressed-tensors"),
             });
         }
-        Ok(ModeloptNvfp4 {
+        Ok(Nvfp4Codec {
             w4a4: input.is_some(),
             shared,
         })
     }
 }
 
-impl Codec for ModeloptNvfp4 {
+impl Codec for Nvfp4Codec {
     fn describe(&self) -> String {
         format!("ModelOpt {VERSION} {}", quant_algo(self.w4a4))
     }
@@ -255,7 +255,8 @@ impl Codec for ModeloptNvfp4 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::{ct_nvfp4, rowwise};
+    use crate::quant::compressed_tensors::nvfp4 as ct_nvfp4;
+    use crate::quant::math::rowwise;
 
     fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
         rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
@@ -345,7 +346,8 @@ mod tests {
         let q = quantize_ref(&w, rows, cols, amax(&w));
         let d = dequantize(&q);
         let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s * q.global).collect();
-        let rmse = crate::quant::fp4::assert_within_block_steps(&w, &d, &eff, cols, MAX_ERR_STEPS);
+        let rmse =
+            crate::quant::math::fp4::assert_within_block_steps(&w, &d, &eff, cols, MAX_ERR_STEPS);
         assert!(rmse < MAX_RMSE_MODELOPT_NVFP4, "rmse {rmse}");
     }
 
@@ -367,13 +369,13 @@ mod tests {
                     .collect(),
             ),
         };
-        let t = ModeloptNvfp4::new(None, &p(0.5, 2.0)).unwrap();
+        let t = Nvfp4Codec::new(None, &p(0.5, 2.0)).unwrap();
         assert_eq!(t.shared.weight("a.gate_proj"), 2.0);
         assert_eq!(t.shared.weight("a.down_proj"), 1.0);
-        let e = ModeloptNvfp4::new(None, &p(0.0, 0.0)).err().unwrap();
+        let e = Nvfp4Codec::new(None, &p(0.0, 0.0)).err().unwrap();
         assert!(e.to_string().contains("all zeros"), "{e}");
         // One zero member of a non-zero family is fine (it takes the family's scale).
-        ModeloptNvfp4::new(None, &p(0.0, 2.0)).unwrap();
+        Nvfp4Codec::new(None, &p(0.0, 2.0)).unwrap();
     }
 
     /// `hf_quant_config.json` byte for byte as ModelOpt 0.47 wrote it for the NVFP4 golden.

@@ -7,14 +7,18 @@
 //! Facts and verbatim configs: AMD Quark 0.13 and 0.11.1 (PyPI `amd-quark`), their outputs in
 //! fixtures/goldens/quark-*; docs/quantize.md (`--format quark`).
 
+pub mod fp8;
+pub mod int4_group;
+pub mod uint4;
+
 use serde_json::{json, Value};
 
-use super::int4::Int4;
-use super::pack::{self, Order};
-use super::codec::{Codec, ConfigFiles, Encoded, RawEncoded, StoredWeight};
-use super::rowwise::{self, encode_floats};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
+use crate::quant::codec::{Codec, ConfigFiles, Encoded, RawEncoded, StoredWeight};
+use crate::quant::math::int4::Int4;
+use crate::quant::math::pack::{self, Order};
+use crate::quant::math::rowwise::{self, encode_floats};
 
 /// Which Quark export path to reproduce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
@@ -101,7 +105,7 @@ pub fn encode(module: &str, q: &Int4, model: Dtype, o: &Options) -> Vec<(String,
     tensors(module, pack::le_bytes(&words), &q.scales, model, o)
 }
 
-/// [`encode`] of [`int4::quantize`](super::int4::quantize) of the stored weight, fused row by
+/// [`encode`] of [`int4::quantize`](crate::quant::math::int4::quantize) of the stored weight, fused row by
 /// row from its bytes (see [`rowwise::packed_from_raw`]); `Err(i)`: the first non-finite
 /// weight.
 pub fn encode_raw(
@@ -118,7 +122,7 @@ pub fn encode_raw(
         rows,
         cols,
         cols,
-        |run, out| super::int4::quark_run(run, out, model),
+        |run, out| crate::quant::math::int4::quark_run(run, out, model),
         |row, v| pack::pack(row, o.pack_order(), v),
     )?;
     Ok(tensors(module, words, &scales, model, o))
@@ -220,9 +224,9 @@ pub fn engine_pattern(module: &str) -> String {
 }
 
 /// Quark INT4 per-channel as a [`Codec`].
-pub struct PerChannel(pub Options);
+pub struct Int4PerChannel(pub Options);
 
-impl Codec for PerChannel {
+impl Codec for Int4PerChannel {
     fn describe(&self) -> String {
         format!("Quark {:?} layout", self.0.layout)
     }
@@ -232,7 +236,7 @@ impl Codec for PerChannel {
     fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         encode(
             module,
-            &super::int4::quantize(w, rows, cols, cols, dtype),
+            &crate::quant::math::int4::quantize(w, rows, cols, cols, dtype),
             dtype,
             &self.0,
         )

@@ -1,7 +1,7 @@
 //! FP8 E4M3 (the OCP `e4m3fn` variant: no infinities, NaN = S.1111.111, max ±448) encoding, and
 //! the matrix of FP8 codes with one scale per output row (or one per tensor) that the FP8 schemes
 //! of every format share. The per-format recipes that fill it live with their formats
-//! (`quark_fp8.rs`, `ct_quantized.rs`, `modelopt.rs`, each run by `rowwise::quantize`); they are
+//! (`quark/fp8.rs`, `compressed_tensors/fp8_w4a8.rs`, `modelopt/mod.rs`, each run by `rowwise::quantize`); they are
 //! never unified.
 //!
 //! [`e4m3_from_f32`] is torch's `c10::Float8_e4m3fn` conversion (`fp8e4m3fn_from_fp32_value`),
@@ -10,9 +10,9 @@
 //! tools clamp to ±448 before casting ([`e4m3_from_f32_clamped`]), so NaN never appears in
 //! their outputs.
 
-use super::rowwise::{self, Path};
 use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::Dtype;
+use crate::quant::math::rowwise::{self, Path};
 
 /// Largest finite E4M3 magnitude.
 pub const E4M3_MAX: f32 = 448.0;

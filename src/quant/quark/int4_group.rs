@@ -1,6 +1,6 @@
 //! AMD Quark's per-group symmetric INT4 weights (`int4_wo_32/64/128`, `Int4PerGroupSpec(ch_axis=-1)`),
 //! model path (`ModelQuantizer` + `export_safetensors`). The numbers are Quark's per-channel recipe
-//! with the amax taken over each run of `G` input columns ([`super::int4::quantize`] with
+//! with the amax taken over each run of `G` input columns ([`crate::quant::math::int4::quantize`] with
 //! `group = G`); the layout is transposed (`PER_GROUP_INT_TRANSPOSE_DTYPES`):
 //! - `X.weight`: I32 `[in, ⌈out/8⌉]`, the codes transposed to `[in, out]` and packed along `out`
 //!   in `pack_method` order (default reorder);
@@ -12,13 +12,13 @@
 
 use serde_json::{json, Value};
 
-use super::int4::Int4;
-use super::pack::{self, Order};
-use super::quark::{self, Options};
-use super::codec::{Codec, ConfigFiles};
-use super::rowwise::{self, encode_floats};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
+use crate::quant::codec::{Codec, ConfigFiles};
+use crate::quant::math::int4::Int4;
+use crate::quant::math::pack::{self, Order};
+use crate::quant::math::rowwise::{self, encode_floats};
+use crate::quant::quark::{self, Options};
 
 /// The tensors one quantized `[rows = out, cols = in]` module becomes.
 pub fn specs(
@@ -108,12 +108,12 @@ pub fn config(o: &Options, group: usize, exclude: &[String]) -> Value {
 }
 
 /// Quark INT4 per-group (model path) as a [`Codec`].
-pub struct PerGroup {
+pub struct Int4PerGroup {
     pub opts: Options,
     pub group: usize,
 }
 
-impl Codec for PerGroup {
+impl Codec for Int4PerGroup {
     fn describe(&self) -> String {
         format!("Quark Model layout, group {}", self.group)
     }
@@ -130,7 +130,7 @@ impl Codec for PerGroup {
     ) -> Vec<(String, Vec<u8>)> {
         encode(
             module,
-            &super::int4::quantize(w, rows, cols, self.group, dtype),
+            &crate::quant::math::int4::quantize(w, rows, cols, self.group, dtype),
             dtype,
             &self.opts,
         )
@@ -143,7 +143,7 @@ impl Codec for PerGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::int4;
+    use crate::quant::math::int4;
     use crate::quant::quark::{Layout, Version};
 
     fn opts(order: Order) -> Options {

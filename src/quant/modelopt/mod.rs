@@ -21,7 +21,7 @@
 //!   `X.weight` F8_E4M3 `[out, in]`, `X.weight_scale` F32 `[out]`; activations are quantized
 //!   dynamically per token by the engine, so there is no `input_scale`.
 //!
-//! - `NVFP4` / `W4A16_NVFP4`: `modelopt_nvfp4.rs` (its scales are shared across fused siblings).
+//! - `NVFP4` / `W4A16_NVFP4`: `modelopt/nvfp4.rs` (its scales are shared across fused siblings).
 //!
 //! Config: `hf_quant_config.json` (`producer` + `quantization`, `exclude_modules`) beside
 //! `config.json`, whose `quantization_config` is the flat form (`ignore`, `quant_algo`,
@@ -35,15 +35,17 @@
 //! `*_ref` are the plain references; the unsuffixed functions are the rayon fast paths, tested
 //! identical.
 
+pub mod nvfp4;
+
 use rayon::prelude::*;
 use serde_json::{json, Value};
 
-use super::fp8::{e4m3_from_f32, Fp8};
-use super::int4::Int4;
-use super::rowwise::{self, amax, encode_floats, Path};
-use super::codec::{Codec, ConfigFiles, Encoded};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
+use crate::quant::codec::{Codec, ConfigFiles, Encoded};
+use crate::quant::math::fp8::{e4m3_from_f32, Fp8};
+use crate::quant::math::int4::Int4;
+use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
 
 /// The ModelOpt release whose output this reproduces (written as `producer.version`).
 pub const VERSION: &str = "0.47.0";
@@ -96,7 +98,7 @@ pub fn scale_from_amax(amax: f32, maxbound: f32, dtype: Dtype) -> f32 {
 
 /// One INT4 code: `clamp(round_half_even(w / s), −8, 7)` (`pack_int4_in_uint8`).
 pub fn int4_code(w: f32, s: f32) -> i8 {
-    super::rne::rne(w / s).clamp(-8.0, 7.0) as i8
+    crate::quant::math::rne::rne(w / s).clamp(-8.0, 7.0) as i8
 }
 
 fn int4_quantize_on(
@@ -385,7 +387,7 @@ pub fn hf_quant_config(algo: Algo, exclude_modules: &[String]) -> Value {
 
 /// `quantization_config` in `config.json`, as `convert_hf_quant_config_format` writes it for
 /// these algorithms (no `config_groups`: ModelOpt adds them for FP8 per-tensor and NVFP4 only;
-/// NVFP4 is `modelopt_nvfp4.rs`).
+/// NVFP4 is `modelopt/nvfp4.rs`).
 pub fn config(algo: Algo, ignore: &[String]) -> Value {
     json!({
         "ignore": ignore,

@@ -1,7 +1,7 @@
 //! compressed-tensors 0.20.0 `nvfp4-pack-quantized`, presets `NVFP4A16` (kquant `nvfp4-a16`,
 //! weight-only) and `NVFP4` (kquant `nvfp4`, W4A4 with a static input global scale), as
 //! llm-compressor 0.14's observers compute the scales and `NVFP4PackedCompressor` writes them on
-//! CPU. compressed-tensors' own arithmetic, never ModelOpt's (`modelopt_nvfp4.rs`); here
+//! CPU. compressed-tensors' own arithmetic, never ModelOpt's (`modelopt/nvfp4.rs`); here
 //! `dtype(x)` rounds to the model dtype, `e4m3(x)` is torch's cast to FP8 E4M3:
 //!
 //! - Global scale (`quantization/utils/helpers.py::generate_gparam`, on the weight's dtype):
@@ -10,7 +10,7 @@
 //!   `amax.reciprocal() * 2688`, two roundings to the dtype (true division differs: BF16 amax
 //!   0.0825195 gives 32640, not 32512). A non-finite result (amax tiny, or an F16 model with
 //!   amax < 0.041) becomes 1.0. `amax` is the largest `|w|` of the module and its fused
-//!   siblings ([`super::fused`]).
+//!   siblings ([`crate::quant::fused`]).
 //! - Block scale per 16 inputs (`calculate_qparams` with the global scale, `scale_dtype`
 //!   float8_e4m3fn): `s = e4m3(clamp(g · dtype(amax16 / 6), ±448))` (the product in F32);
 //!   exactly 0 becomes the FP8 eps 0.125 (`_get_dtype_eps`).
@@ -36,19 +36,19 @@
 
 use serde_json::{json, Value};
 
-use super::compressed_tensors::VERSION;
-use super::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
-use super::fp8::{e4m3_from_f32, e4m3_from_f32_clamped, E4M3_MAX};
-use super::codec::{Codec, ConfigFiles, Encoded};
-use super::fused::SharedAmax;
-use super::input_amax::InputAmax;
-use super::int4::round_to;
-use super::rowwise::{amax, encode_floats, Path};
-use super::stats::Stats;
 use crate::error::Result;
 use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
+use crate::quant::codec::{Codec, ConfigFiles, Encoded};
+use crate::quant::compressed_tensors::VERSION;
+use crate::quant::fused::SharedAmax;
+use crate::quant::input_amax::InputAmax;
+use crate::quant::math::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
+use crate::quant::math::fp8::{e4m3_from_f32, e4m3_from_f32_clamped, E4M3_MAX};
+use crate::quant::math::int4::round_to;
+use crate::quant::math::rowwise::{amax, encode_floats, Path};
+use crate::quant::stats::Stats;
 
 /// The FP8 eps compressed-tensors puts in place of a zero block scale.
 pub const FP8_EPS: f32 = 0.125;
@@ -243,22 +243,22 @@ pub fn config(w4a4: bool, ignore: &[String]) -> Value {
 
 /// compressed-tensors NVFP4 as a [`Codec`]: weight-only (`NVFP4A16`) without an input amax
 /// file, W4A4 (`NVFP4`) with one; the per-tensor amax shared by fused siblings.
-pub struct CtNvfp4 {
+pub struct Nvfp4PackQuantized {
     w4a4: bool,
     shared: SharedAmax,
 }
 
-impl CtNvfp4 {
+impl Nvfp4PackQuantized {
     /// From the pre-pass's statistics (and, W4A4, the calibrated input amax).
-    pub fn new(input: Option<&InputAmax>, stats: &Stats) -> Result<CtNvfp4> {
-        Ok(CtNvfp4 {
+    pub fn new(input: Option<&InputAmax>, stats: &Stats) -> Result<Nvfp4PackQuantized> {
+        Ok(Nvfp4PackQuantized {
             w4a4: input.is_some(),
             shared: SharedAmax::compute(stats, input)?,
         })
     }
 }
 
-impl Codec for CtNvfp4 {
+impl Codec for Nvfp4PackQuantized {
     fn describe(&self) -> String {
         let p = if self.w4a4 { "NVFP4" } else { "NVFP4A16" };
         format!("compressed-tensors {VERSION} nvfp4-pack-quantized ({p})")
@@ -282,7 +282,7 @@ impl Codec for CtNvfp4 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::rowwise;
+    use crate::quant::math::rowwise;
 
     fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
         rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
@@ -360,7 +360,8 @@ mod tests {
         let q = quantize_ref(&w, rows, cols, amax(&w), Dtype::BF16);
         let d = dequantize(&q);
         let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s / q.global).collect();
-        let rmse = crate::quant::fp4::assert_within_block_steps(&w, &d, &eff, cols, MAX_ERR_STEPS);
+        let rmse =
+            crate::quant::math::fp4::assert_within_block_steps(&w, &d, &eff, cols, MAX_ERR_STEPS);
         assert!(rmse < MAX_RMSE_CT_NVFP4, "rmse {rmse}");
     }
 }

@@ -4,10 +4,10 @@
 //! changes 1–2 codes per layer). See docs/quantize.md, "`--format quark`".
 //!
 //! `quantize_ref` is the plain reference; `quantize` is the rayon fast path, tested to give
-//! identical codes and scales (both [`super::rowwise::quantize`] with this recipe).
+//! identical codes and scales (both [`crate::quant::math::rowwise::quantize`] with this recipe).
 
-use super::rowwise::{self, amax, Path};
 use crate::io::Dtype;
+use crate::quant::math::rowwise::{self, amax, Path};
 
 /// Quark's scale floor (`torch.finfo(torch.float32).eps`).
 pub const SCALE_EPS: f32 = f32::EPSILON;
@@ -88,7 +88,7 @@ pub fn quark_scale(w: &[f32], dtype: Dtype) -> f32 {
 pub fn quark_code(w: f32, inv: f32) -> i8 {
     // Clamped as a float, then converted: the same code as converting first and clamping the
     // integer (every value in range converts exactly), but it vectorises.
-    super::rne::rne(w * inv).clamp(QMIN as f32, QMAX as f32) as i8
+    crate::quant::math::rne::rne(w * inv).clamp(QMIN as f32, QMAX as f32) as i8
 }
 
 /// One run, Quark's recipe: its scale `s`, and its codes against `inv = 1/s` (computed once).

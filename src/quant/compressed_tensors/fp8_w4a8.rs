@@ -14,7 +14,7 @@
 //!   128 input columns, INT8 activations dynamic per token, symmetric. compressed-tensors 0.20.0
 //!   picks `int-quantized` for it (activations are quantized), so the codes are stored
 //!   **unpacked**, one I8 per weight:
-//!   - the W4A16 recipe of `compressed_tensors.rs`: `s = dtype(amax_group / 7.5)` (zero → dtype
+//!   - the W4A16 recipe of `compressed_tensors/mod.rs`: `s = dtype(amax_group / 7.5)` (zero → dtype
 //!     eps), `q = round_half_even(clamp(dtype(w / s), −8, 7))`;
 //!   - `X.weight` I8 `[out, in]`, `X.weight_scale` model dtype `[out, in/128]`; no
 //!     `weight_shape`, no zero point.
@@ -28,13 +28,13 @@
 
 use serde_json::{json, Value};
 
-use super::compressed_tensors::{self, VERSION};
-use super::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
-use super::int4::{round_to, Int4};
-use super::rowwise::{self, encode_floats, Path};
-use super::codec::{Codec, ConfigFiles};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
+use crate::quant::codec::{Codec, ConfigFiles};
+use crate::quant::compressed_tensors::{self, VERSION};
+use crate::quant::math::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
+use crate::quant::math::int4::{round_to, Int4};
+use crate::quant::math::rowwise::{self, encode_floats, Path};
 
 /// The group size of the `W4A8` preset.
 pub const W4A8_GROUP: usize = 128;
@@ -289,7 +289,7 @@ mod tests {
         let (rows, cols) = (32, 128);
         let w = data(rows, cols, Dtype::BF16);
         let q = fp8_quantize_ref(&w, rows, cols, Dtype::BF16);
-        let rmse = crate::quant::fp8::per_row_rmse_within_half_step(&w, &q);
+        let rmse = crate::quant::math::fp8::per_row_rmse_within_half_step(&w, &q);
         assert!(rmse < MAX_RMSE_CT_FP8_PC, "rmse {rmse}");
     }
 

@@ -19,14 +19,17 @@
 //!
 //! `quantize_ref` is the plain reference; `quantize` is the rayon fast path, tested identical.
 
+pub mod fp8_w4a8;
+pub mod nvfp4;
+
 use serde_json::{json, Value};
 
-use super::int4::{round_to, Int4, QMAX, QMIN};
-use super::pack::{self, Order};
-use super::codec::{Codec, ConfigFiles, Encoded, RawEncoded, StoredWeight};
-use super::rowwise::{self, amax, encode_floats, Path};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
+use crate::quant::codec::{Codec, ConfigFiles, Encoded, RawEncoded, StoredWeight};
+use crate::quant::math::int4::{round_to, Int4, QMAX, QMIN};
+use crate::quant::math::pack::{self, Order};
+use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
 
 /// The compressed-tensors release whose output this reproduces (written as `version`).
 pub const VERSION: &str = "0.20.0";
@@ -62,7 +65,7 @@ pub fn ct_scale(w: &[f32], dtype: Dtype) -> f32 {
 
 /// One code: `round_half_even(clamp(dtype(w / s), −8, 7))`.
 pub fn ct_code(w: f32, s: f32, dtype: Dtype) -> i8 {
-    super::rne::rne(round_to(dtype, w / s).clamp(QMIN as f32, QMAX as f32)) as i8
+    crate::quant::math::rne::rne(round_to(dtype, w / s).clamp(QMIN as f32, QMAX as f32)) as i8
 }
 
 fn quantize_on(

@@ -2,7 +2,7 @@
 //! and ModelOpt `NVFP4` / `W4A16_NVFP4`): FP4 E2M1 codes, two per byte along the input
 //! dimension, and one FP8 E4M3 scale per run of 16 inputs. Only the layout lives here: the
 //! recipes (how the per-tensor and per-block scales and the codes are computed, and how a
-//! format dequantizes) are each format's own, in `ct_nvfp4.rs` and `modelopt_nvfp4.rs`.
+//! format dequantizes) are each format's own, in `compressed_tensors/nvfp4.rs` and `modelopt/nvfp4.rs`.
 //!
 //! A code is a nibble: bit 3 the sign, bits 0..2 an index into [`E2M1`]. Byte `j` of a row
 //! holds element `2j` in its low nibble and `2j + 1` in its high nibble (compressed-tensors
@@ -10,8 +10,8 @@
 
 use rayon::prelude::*;
 
-use super::rowwise::{self, Path};
 use crate::io::dtype::f8_e4m3_to_f32;
+use crate::quant::math::rowwise::{self, Path};
 
 /// E2M1 magnitudes by index (`code & 7`).
 pub const E2M1: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];

@@ -30,15 +30,15 @@
 use rayon::prelude::*;
 use serde_json::{json, Value};
 
-use super::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
-use super::int4::{quark_run, round_to, Int4, SCALE_EPS};
-use super::pack::{self, Order};
-use super::quark::{self, Options};
-use super::rowwise::{self, amax, encode_floats, Path};
-use super::codec::{Codec, ConfigFiles};
 use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
+use crate::quant::codec::{Codec, ConfigFiles};
+use crate::quant::math::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
+use crate::quant::math::int4::{quark_run, round_to, Int4, SCALE_EPS};
+use crate::quant::math::pack::{self, Order};
+use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
+use crate::quant::quark::{self, Options};
 
 // ---------------------------------------------------------------------------------------------
 // ptpc_fp8
@@ -289,9 +289,9 @@ impl Codec for Ptpc {
 }
 
 /// Quark `int4_fp8` (model path) as a [`Codec`].
-pub struct Int4Fp8Target(pub Options);
+pub struct Int4Fp8Codec(pub Options);
 
-impl Codec for Int4Fp8Target {
+impl Codec for Int4Fp8Codec {
     fn describe(&self) -> String {
         "Quark 0.13 int4_fp8 (two-stage)".into()
     }
@@ -413,7 +413,7 @@ mod tests {
         let (rows, cols) = (32, 128);
         let w = data(rows, cols, Dtype::BF16);
         let p = ptpc_quantize_ref(&w, rows, cols, Dtype::BF16);
-        let rmse = crate::quant::fp8::per_row_rmse_within_half_step(&w, &p);
+        let rmse = crate::quant::math::fp8::per_row_rmse_within_half_step(&w, &p);
         assert!(rmse < MAX_RMSE_FP8_PC, "fp8 rmse {rmse}");
         let q = int4_fp8_quantize_ref(&w, rows, cols, Dtype::BF16);
         let d = q.dequantize_ref();
