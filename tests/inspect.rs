@@ -569,6 +569,25 @@ fn inspect_schemes_and_the_quantize_warning_tell_one_story() {
                     })
                     .collect();
                 let got = inspect_json(dst.to_str().unwrap());
+                // Read back (quant::decode): every tensor of the output dequantizes close to
+                // the source, and the quantized ones differ from it.
+                let d = run(&[
+                    "diff",
+                    src.to_str().unwrap(),
+                    dst.to_str().unwrap(),
+                    "--json",
+                ]);
+                assert!(d.status.success(), "{dir} {scheme} {format}: diff");
+                let d: Value = serde_json::from_slice(&d.stdout).unwrap();
+                let tensors = d["tensors"].as_array().unwrap();
+                for t in tensors {
+                    let cos = t["cosine"].as_f64().unwrap();
+                    assert!(cos > 0.98, "{dir} {scheme} {format}: read back {t}");
+                }
+                assert!(
+                    tensors.iter().any(|t| t["rmse"].as_f64().unwrap() > 0.0),
+                    "{dir} {scheme} {format}: nothing was quantized"
+                );
                 for w in &want {
                     // inspect composes the quantization claim with the layout claim for this
                     // checkpoint (every tiny draft's layout loads everywhere): same verdict and

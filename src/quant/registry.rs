@@ -8,8 +8,12 @@
 //! the read-back of its tensors (`quant/decode.rs`, for `dequantize`, `inspect`, `verify`; INT4
 //! also `gpu/layout.rs`). Adding a format: a variant of [`Format`] with its list facts
 //! (`quant/format.rs`), its codecs and carriers, and its detection (`quant/identify.rs`).
-//! `registry::tests::every_carrier_builds_and_every_other_pair_is_refused` and
-//! `tests/schemes_doc.rs` keep the table, the builders and the docs in step.
+//! Each of those places has a test that walks this table and fails on a row it lacks:
+//! `every_carrier_builds_and_every_other_pair_is_refused` and `encode_stored_equals_plain_encode`
+//! (here), `engines::quantized::tests::every_implemented_carrier_has_claims`,
+//! `identify::tests::every_written_config_is_identified`, the read-back of every carrier of every
+//! tiny draft in `tests/inspect.rs` (`inspect_schemes_and_the_quantize_warning_tell_one_story`),
+//! and `tests/schemes_doc.rs` for the docs.
 
 use serde::Serialize;
 
