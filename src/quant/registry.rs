@@ -667,6 +667,14 @@ mod tests {
                                 t.encode_stored("m", &w, &mut Vec::new())
                             };
                             let got = stored(&raw);
+                            // In the codec's `specs`, by name and size.
+                            let specs = t.specs("m", rows, cols, dtype);
+                            let enc = got.as_ref().unwrap();
+                            assert_eq!(enc.len(), specs.len(), "{} {}", s.id, f.name());
+                            for ((n, b), spec) in enc.iter().zip(&specs) {
+                                assert_eq!(n, &spec.name);
+                                assert_eq!(b.len() as u64, spec.nbytes(), "{n}");
+                            }
                             fused += 1;
                             let want = t.encode("m", &w, rows, cols, dtype);
                             assert_eq!(

@@ -269,16 +269,12 @@ mod tests {
     }
 
     #[test]
-    fn int_quantized_round_trip_and_specs() {
+    fn int_quantized_round_trips() {
         let (rows, cols) = (5, 256);
         let w = data(rows, cols, Dtype::BF16);
         let q = compressed_tensors::quantize(&w, rows, cols, W4A8_GROUP, Dtype::BF16);
         let enc = int_encode("m", &q, Dtype::BF16);
-        rowwise::assert_matches_specs(&enc, &int_specs("m", rows, cols, W4A8_GROUP, Dtype::BF16));
         assert_eq!(int_decode(&enc[0].1, &q.scales, rows, cols, W4A8_GROUP), q);
-        let p = fp8_quantize(&w, rows, cols, Dtype::BF16);
-        let enc = fp8_encode("m", p.clone(), Dtype::BF16);
-        rowwise::assert_matches_specs(&enc, &fp8_specs("m", rows, cols, Dtype::BF16));
     }
 
     /// Named bound: FP8's relative step is 2^-3, so each element is within 2^-4 relative (plus

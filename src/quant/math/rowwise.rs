@@ -240,18 +240,6 @@ pub(crate) fn test_matrix(rows: usize, cols: usize, dtype: Dtype, a: f32, b: f32
         .collect()
 }
 
-/// Test helper: each encoded tensor has its spec's name and byte size.
-#[cfg(test)]
-pub(crate) fn assert_matches_specs<'a>(
-    enc: &[(String, Vec<u8>)],
-    specs: impl IntoIterator<Item = &'a crate::io::writer::TensorSpec>,
-) {
-    for ((n, b), s) in enc.iter().zip(specs) {
-        assert_eq!(n, &s.name);
-        assert_eq!(b.len() as u64, s.nbytes(), "{n}");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -390,17 +390,13 @@ mod tests {
     }
 
     #[test]
-    fn encode_matches_specs_and_decodes() {
+    fn int4_fp8_round_trips() {
         let (rows, cols) = (13, 40);
         let w = data(rows, cols, Dtype::BF16);
         let q = int4_fp8_quantize(&w, rows, cols, Dtype::BF16);
         let enc = int4_fp8_encode("m", &q, Order::Reorder);
-        rowwise::assert_matches_specs(&enc, &int4_fp8_specs("m", rows, cols));
         let back = int4_fp8_decode(&enc[0].1, q.s1, &q.int4.scales, rows, cols, Order::Reorder);
         assert_eq!(back, q);
-        let p = ptpc_quantize(&w, rows, cols, Dtype::BF16);
-        let enc = ptpc_encode("m", p.clone(), Dtype::BF16);
-        rowwise::assert_matches_specs(&enc, &ptpc_specs("m", rows, cols, Dtype::BF16));
     }
 
     /// Named bounds. FP8 E4M3 has 3 mantissa bits: relative error ≤ 2^-4 per element (plus the
