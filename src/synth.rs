@@ -571,6 +571,6 @@ fn fill(t: &SynthTensor, start: usize, n: usize, buf: &mut Vec<u8>) {
         Fill::T2d { stride } => buf
             .iter_mut()
             .enumerate()
-            .for_each(|(i, b)| *b = ((start + i) as u64 % stride == 0) as u8),
+            .for_each(|(i, b)| *b = ((start + i) as u64).is_multiple_of(stride) as u8),
     }
 }

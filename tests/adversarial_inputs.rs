@@ -257,7 +257,7 @@ fn evil_file(dir: &Path) -> std::path::PathBuf {
         "plain.weight": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]},
     });
     let mut h = serde_json::to_vec(&header).unwrap();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let p = dir.join("evil.safetensors");

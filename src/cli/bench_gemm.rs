@@ -97,7 +97,7 @@ pub fn parse_shapes(s: &str) -> Result<Vec<(String, usize, usize)>> {
             .collect::<Result<_>>()?
     } else {
         let v: Vec<usize> = s.split(',').map(num).collect::<Result<_>>()?;
-        if v.len() % 2 != 0 {
+        if !v.len().is_multiple_of(2) {
             return Err(bad());
         }
         v.chunks(2).map(|p| (p[0], p[1])).collect()

@@ -115,7 +115,9 @@ impl W4Layout {
                 self.n, self.k
             )));
         }
-        if !(self.per_channel() || (self.group % CHUNK == 0 && self.k % self.group == 0)) {
+        if !(self.per_channel()
+            || (self.group.is_multiple_of(CHUNK) && self.k.is_multiple_of(self.group)))
+        {
             return Err(GpuError::Unsupported(
                 "group size",
                 format!(
@@ -208,7 +210,7 @@ impl W4Layout {
         for r in 0..rows {
             for j in 0..src_wpr {
                 let mut w = f(words[r * src_wpr + j] as u32);
-                if j == src_wpr - 1 && cols % 8 != 0 {
+                if j == src_wpr - 1 && !cols.is_multiple_of(8) {
                     w = pad_tail(w, cols % 8);
                 }
                 qweight[r * wpr + j] = w;

@@ -216,7 +216,7 @@ pub fn check_call(w: &DeviceW4, x_len: usize, m: usize, regime: Regime) -> Resul
             format!("the GEMV kernels take 1..={GEMV_MAX_M} rows, got {m}"),
         ));
     }
-    if w.k % 8 != 0 {
+    if !w.k.is_multiple_of(8) {
         return Err(GpuError::Unsupported(
             "K",
             format!(

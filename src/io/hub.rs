@@ -326,7 +326,7 @@ mod tests {
         for _ in 0..100_000 {
             let n = 1 + rng.next() % 10;
             let mut s: String = (0..n).map(|_| *rng.pick(&pieces)).collect();
-            if rng.next() % 2 == 0 {
+            if rng.next().is_multiple_of(2) {
                 s = format!("org/name@{s}");
             }
             if let Some(id) = HubId::parse(&s) {

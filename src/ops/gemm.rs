@@ -72,6 +72,14 @@ struct Out(*mut f32);
 unsafe impl Send for Out {}
 unsafe impl Sync for Out {}
 
+impl Out {
+    /// The pointer (a method, so that closures capture the whole `Out`, which is `Sync`).
+    fn at(self, j: usize) -> *mut f32 {
+        // SAFETY: the caller's offset stays inside the output buffer (see `matmul_nt`).
+        unsafe { self.0.add(j) }
+    }
+}
+
 /// `y [m, n] = x [m, k] · Wᵀ` with `w` the `[n, k]` rows in their stored precision.
 pub fn matmul_nt(x: &[f32], m: usize, k: usize, w: Rows<'_>, n: usize) -> Vec<f32> {
     assert_eq!(x.len(), m * k, "x is [m, k]");
@@ -98,7 +106,6 @@ pub fn matmul_nt(x: &[f32], m: usize, k: usize, w: Rows<'_>, n: usize) -> Vec<f3
                     &buf[..nb * k]
                 }
             };
-            let out = out;
             // SAFETY: `dst` is column `j0` of the `[m, n]` output (row stride n, column stride
             // 1) and this task writes only its `nb` columns; `lhs` is `x` `[m, k]` (row stride
             // k); `rhs` is the panel's `[nb, k]` rows read as the `[k, nb]` matrix Wᵀ (row
@@ -108,7 +115,7 @@ pub fn matmul_nt(x: &[f32], m: usize, k: usize, w: Rows<'_>, n: usize) -> Vec<f3
                     m,
                     nb,
                     k,
-                    out.0.add(j0),
+                    out.at(j0),
                     1,
                     n as isize,
                     false,

@@ -385,7 +385,7 @@ impl Choice {
     /// refuses it or no engine can load it), or `None`.
     pub fn refuse_shape(&self, rows: usize, cols: usize) -> Option<String> {
         match self.scheme.group {
-            Some(g) if cols % g != 0 => {
+            Some(g) if !cols.is_multiple_of(g) => {
                 return Some(format!(
                     "input dimension {cols} is not a multiple of the group size {g}"
                 ))
@@ -394,7 +394,7 @@ impl Choice {
         }
         // Two output rows share a byte; ModelOpt refuses an odd count and TensorRT-LLM could
         // not load a padded one.
-        (self.carrier.even_rows && rows % 2 != 0).then(|| {
+        (self.carrier.even_rows && !rows.is_multiple_of(2)).then(|| {
             format!("output dimension {rows} is odd; ModelOpt packs two output rows per byte")
         })
     }

@@ -248,7 +248,7 @@ impl DFlash {
         let n_layers = need(d.num_hidden_layers, "num_hidden_layers")?;
         let vocab = need(d.vocab_size, "vocab_size")?;
         let block_size = need(d.block_size, "block_size")?;
-        if kv_heads == 0 || heads % kv_heads != 0 || head_dim % 2 != 0 {
+        if kv_heads == 0 || heads % kv_heads != 0 || !head_dim.is_multiple_of(2) {
             return Err(src_err(
                 ck,
                 format!("{heads} attention heads over {kv_heads} KV heads of dim {head_dim}: heads must be a multiple of KV heads and head_dim even"),

@@ -340,7 +340,7 @@ fn b64decode(s: &str) -> Option<Vec<u8>> {
         } as u32)
     };
     let b = s.as_bytes();
-    if b.is_empty() || b.len() % 4 != 0 {
+    if b.is_empty() || !b.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(b.len() / 4 * 3);

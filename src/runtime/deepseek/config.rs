@@ -133,10 +133,10 @@ impl DsConfig {
 
     /// The combinations transformers' router and attention can run.
     fn check(&self) -> std::result::Result<(), String> {
-        if self.rope_dim % 2 != 0 {
+        if !self.rope_dim.is_multiple_of(2) {
             return Err(format!("`qk_rope_head_dim` {} must be even", self.rope_dim));
         }
-        if self.n_group == 0 || self.experts % self.n_group != 0 {
+        if self.n_group == 0 || !self.experts.is_multiple_of(self.n_group) {
             return Err(format!(
                 "`n_routed_experts` {} is not a multiple of `n_group` {}",
                 self.experts, self.n_group
