@@ -15,6 +15,7 @@ use serde_json::json;
 
 use crate::error::{Error, Result};
 use crate::gpu::layout::{encode_word, words_per_row, PAD_WORD};
+use crate::gpu::source::GEMV_MAX_M;
 use crate::gpu::{self, Act, Backend, DeviceW4, Regime, W4Layout};
 
 /// Arguments of `kquant bench gemm`.
@@ -168,12 +169,12 @@ fn check_size(name: &str, n: usize, k: usize, ms: &[usize]) -> Result<()> {
 }
 
 /// The regimes `--regime` names for `m` tokens, in order, without repeats: `auto` is the device's
-/// own choice; GEMV is left out above its largest M (`gpu::GEMV_MAX_M`).
+/// own choice; GEMV is left out above its largest M (`GEMV_MAX_M`).
 fn regimes(names: &[String], dev: &dyn Backend, m: usize) -> Vec<Regime> {
     let mut out = Vec::new();
     for name in names {
         let r = match name.as_str() {
-            "gemv" if m > gpu::GEMV_MAX_M => continue,
+            "gemv" if m > GEMV_MAX_M => continue,
             "gemv" => Regime::Gemv,
             "mma" => Regime::Mma,
             "dense" => Regime::Dense,

@@ -8,6 +8,7 @@
 //! libhipblas loaded at run time). Without those features nothing here needs a GPU toolkit.
 //! Design and the GPU checks still to run: docs/kernels.md.
 
+pub mod driver;
 pub mod emu_dense;
 pub mod emu_mma;
 pub mod fragment;
@@ -98,9 +99,6 @@ impl Act {
         }
     }
 }
-
-/// Largest M the GEMV kernels (regime A) take.
-pub const GEMV_MAX_M: usize = 8;
 
 /// Weights uploaded to one device once (kernel layout `kq-w4-gemv/1`), used by every regime.
 pub struct DeviceW4 {
@@ -210,10 +208,13 @@ pub fn check_call(w: &DeviceW4, x_len: usize, m: usize, regime: Regime) -> Resul
     if m == 0 {
         return Err(GpuError::Unsupported("M", "no rows".into()));
     }
-    if regime == Regime::Gemv && m > GEMV_MAX_M {
+    if regime == Regime::Gemv && m > source::GEMV_MAX_M {
         return Err(GpuError::Unsupported(
             "M",
-            format!("the GEMV kernels take 1..={GEMV_MAX_M} rows, got {m}"),
+            format!(
+                "the GEMV kernels take 1..={} rows, got {m}",
+                source::GEMV_MAX_M
+            ),
         ));
     }
     if w.k % 8 != 0 {

@@ -3,7 +3,12 @@
 //! includes and `#pragma once` dropped (run-time compilers get no include path; the crate may
 //! run far from its source tree). `kernels/check.sh` compiles the same files one by one and this
 //! assembled module too (built the same way in shell).
+//!
+//! Next to it, the host's side of each entry point, written once: its name (the `*_name`
+//! functions) and, in [`Kernel`], its argument list in the order of its C signature, which every
+//! [`super::driver::Driver`] launches and the CPU emulation reads by field.
 
+use super::driver::Arg;
 use super::Act;
 
 const VENDOR: &str = include_str!("../../kernels/kq_vendor.h");
@@ -31,11 +36,7 @@ pub fn module() -> String {
 
 /// Regime A entry points.
 pub fn w4a16_name(act: Act, per_channel: bool, m: usize) -> String {
-    format!(
-        "kq_w4a16_gemv_{}_{}_m{m}",
-        act.name(),
-        if per_channel { "pc" } else { "g" }
-    )
+    format!("kq_w4a16_gemv_{}_{}_m{m}", act.name(), pc_g(per_channel))
 }
 pub fn w4a8_name(m: usize) -> String {
     format!("kq_w4a8_gemv_m{m}")
@@ -47,11 +48,7 @@ pub const SPLITK_REDUCE: &str = "kq_splitk_reduce";
 
 /// Regime B entry points (`toks` tokens per block, [`super::tune::Mma::toks`]).
 pub fn w4a16_mma_name(act: Act, per_channel: bool, toks: usize) -> String {
-    format!(
-        "kq_w4a16_mma_{}_{}_m{toks}",
-        act.name(),
-        if per_channel { "pc" } else { "g" }
-    )
+    format!("kq_w4a16_mma_{}_{}_m{toks}", act.name(), pc_g(per_channel))
 }
 pub fn w4a8_mma_name(toks: usize) -> String {
     format!("kq_w4a8_mma_m{toks}")
@@ -60,13 +57,297 @@ pub const W4A8_REDUCE: &str = "kq_w4a8_reduce";
 
 /// Regime C entry points.
 pub fn dequant_name(act: Act, per_channel: bool) -> String {
-    format!(
-        "kq_w4_dequant_{}_{}",
-        act.name(),
-        if per_channel { "pc" } else { "g" }
-    )
+    format!("kq_w4_dequant_{}_{}", act.name(), pc_g(per_channel))
 }
 pub const SCALE_COLS: &str = "kq_scale_cols";
+
+/// Largest M a GEMV entry point exists for (`KQ_ALL_M` in `w4_gemv.cu`: `_m1` … `_m8`). Not a
+/// tuning choice: which M the regime choice sends to the GEMV is `Tune::gemv_max_m`, at most this.
+pub const GEMV_MAX_M: usize = 8;
+
+fn pc_g(per_channel: bool) -> &'static str {
+    if per_channel {
+        "pc"
+    } else {
+        "g"
+    }
+}
+
+/// One launch of an entry point of [`module`]: which instantiation, and its arguments (device
+/// buffers `B` and `int`s; sizes are the launcher's business, [`super::dispatch`]). Field order
+/// is the C signature's; [`Kernel::args`] is the one place that lists it positionally.
+pub enum Kernel<'a, B> {
+    /// `kq_w4a16_gemv_{act}_{pc,g}_m{m}(qw, scales, x, out, N, K, group, chunks_per_split)`:
+    /// split `blockIdx.y`'s partial sums into `part[split][m][n]`.
+    W4a16Gemv {
+        act: Act,
+        per_channel: bool,
+        m: usize,
+        qweight: &'a B,
+        scales: &'a B,
+        x: &'a B,
+        part: &'a B,
+        n: usize,
+        k: usize,
+        group: usize,
+        chunks_per_split: usize,
+    },
+    /// `kq_w4a8_gemv_m{m}(qw, wscale, xq, xscale, xsum, out, N, K, chunks_per_split)`.
+    W4a8Gemv {
+        m: usize,
+        qweight: &'a B,
+        scales: &'a B,
+        xq: &'a B,
+        xs: &'a B,
+        xsum: &'a B,
+        part: &'a B,
+        n: usize,
+        k: usize,
+        chunks_per_split: usize,
+    },
+    /// `kq_quant_act_i8_{act}(x, xq, xscale, xsum, K)`: one block per token (`gridDim.x` = M).
+    QuantActI8 {
+        act: Act,
+        x: &'a B,
+        xq: &'a B,
+        xs: &'a B,
+        xsum: &'a B,
+        k: usize,
+    },
+    /// `kq_splitk_reduce(part, out, mn, splits)`.
+    SplitkReduce {
+        part: &'a B,
+        out: &'a B,
+        mn: usize,
+        splits: usize,
+    },
+    /// `kq_w4a16_mma_{act}_{pc,g}_m{toks}(qw, scales, x, out, M, N, K, group, tiles_per_split)`.
+    W4a16Mma {
+        act: Act,
+        per_channel: bool,
+        toks: usize,
+        qweight: &'a B,
+        scales: &'a B,
+        x: &'a B,
+        part: &'a B,
+        m: usize,
+        n: usize,
+        k: usize,
+        group: usize,
+        tiles_per_split: usize,
+    },
+    /// `kq_w4a8_mma_m{toks}(qw, xq, part, M, N, K, tiles_per_split)`.
+    W4a8Mma {
+        toks: usize,
+        qweight: &'a B,
+        xq: &'a B,
+        part: &'a B,
+        m: usize,
+        n: usize,
+        k: usize,
+        tiles_per_split: usize,
+    },
+    /// `kq_w4a8_reduce(part, ws, xs, xsum, out, M, N, splits)`.
+    W4a8Reduce {
+        part: &'a B,
+        scales: &'a B,
+        xs: &'a B,
+        xsum: &'a B,
+        out: &'a B,
+        m: usize,
+        n: usize,
+        splits: usize,
+    },
+    /// `kq_w4_dequant_{act}_{pc,g}(qw, scales, w, N, K, group)`.
+    Dequant {
+        act: Act,
+        per_channel: bool,
+        qweight: &'a B,
+        scales: &'a B,
+        dense: &'a B,
+        n: usize,
+        k: usize,
+        group: usize,
+    },
+    /// `kq_scale_cols(y, s, M, N)`.
+    ScaleCols {
+        out: &'a B,
+        scales: &'a B,
+        m: usize,
+        n: usize,
+    },
+}
+
+impl<'a, B> Kernel<'a, B> {
+    /// The entry point's name.
+    pub fn name(&self) -> String {
+        match *self {
+            Kernel::W4a16Gemv {
+                act,
+                per_channel,
+                m,
+                ..
+            } => w4a16_name(act, per_channel, m),
+            Kernel::W4a8Gemv { m, .. } => w4a8_name(m),
+            Kernel::QuantActI8 { act, .. } => quant_act_name(act),
+            Kernel::SplitkReduce { .. } => SPLITK_REDUCE.into(),
+            Kernel::W4a16Mma {
+                act,
+                per_channel,
+                toks,
+                ..
+            } => w4a16_mma_name(act, per_channel, toks),
+            Kernel::W4a8Mma { toks, .. } => w4a8_mma_name(toks),
+            Kernel::W4a8Reduce { .. } => W4A8_REDUCE.into(),
+            Kernel::Dequant {
+                act, per_channel, ..
+            } => dequant_name(act, per_channel),
+            Kernel::ScaleCols { .. } => SCALE_COLS.into(),
+        }
+    }
+
+    /// The arguments in the C signature's order (`int`s as the kernels take them).
+    pub fn args(&self) -> Vec<Arg<'a, B>> {
+        let i = |v: usize| Arg::Int(v as i32);
+        match *self {
+            Kernel::W4a16Gemv {
+                qweight,
+                scales,
+                x,
+                part,
+                n,
+                k,
+                group,
+                chunks_per_split,
+                ..
+            } => vec![
+                Arg::Buf(qweight),
+                Arg::Buf(scales),
+                Arg::Buf(x),
+                Arg::Buf(part),
+                i(n),
+                i(k),
+                i(group),
+                i(chunks_per_split),
+            ],
+            Kernel::W4a8Gemv {
+                qweight,
+                scales,
+                xq,
+                xs,
+                xsum,
+                part,
+                n,
+                k,
+                chunks_per_split,
+                ..
+            } => vec![
+                Arg::Buf(qweight),
+                Arg::Buf(scales),
+                Arg::Buf(xq),
+                Arg::Buf(xs),
+                Arg::Buf(xsum),
+                Arg::Buf(part),
+                i(n),
+                i(k),
+                i(chunks_per_split),
+            ],
+            Kernel::QuantActI8 {
+                x, xq, xs, xsum, k, ..
+            } => vec![
+                Arg::Buf(x),
+                Arg::Buf(xq),
+                Arg::Buf(xs),
+                Arg::Buf(xsum),
+                i(k),
+            ],
+            Kernel::SplitkReduce {
+                part,
+                out,
+                mn,
+                splits,
+            } => vec![Arg::Buf(part), Arg::Buf(out), i(mn), i(splits)],
+            Kernel::W4a16Mma {
+                qweight,
+                scales,
+                x,
+                part,
+                m,
+                n,
+                k,
+                group,
+                tiles_per_split,
+                ..
+            } => vec![
+                Arg::Buf(qweight),
+                Arg::Buf(scales),
+                Arg::Buf(x),
+                Arg::Buf(part),
+                i(m),
+                i(n),
+                i(k),
+                i(group),
+                i(tiles_per_split),
+            ],
+            Kernel::W4a8Mma {
+                qweight,
+                xq,
+                part,
+                m,
+                n,
+                k,
+                tiles_per_split,
+                ..
+            } => vec![
+                Arg::Buf(qweight),
+                Arg::Buf(xq),
+                Arg::Buf(part),
+                i(m),
+                i(n),
+                i(k),
+                i(tiles_per_split),
+            ],
+            Kernel::W4a8Reduce {
+                part,
+                scales,
+                xs,
+                xsum,
+                out,
+                m,
+                n,
+                splits,
+            } => vec![
+                Arg::Buf(part),
+                Arg::Buf(scales),
+                Arg::Buf(xs),
+                Arg::Buf(xsum),
+                Arg::Buf(out),
+                i(m),
+                i(n),
+                i(splits),
+            ],
+            Kernel::Dequant {
+                qweight,
+                scales,
+                dense,
+                n,
+                k,
+                group,
+                ..
+            } => vec![
+                Arg::Buf(qweight),
+                Arg::Buf(scales),
+                Arg::Buf(dense),
+                i(n),
+                i(k),
+                i(group),
+            ],
+            Kernel::ScaleCols { out, scales, m, n } => {
+                vec![Arg::Buf(out), Arg::Buf(scales), i(m), i(n)]
+            }
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -124,6 +405,161 @@ mod tests {
         assert_eq!(w4a8_mma_name(128), "kq_w4a8_mma_m128");
         for f in [SPLITK_REDUCE, W4A8_REDUCE, SCALE_COLS] {
             assert!(s.contains(&format!("void {f}(")), "{f}");
+        }
+    }
+
+    /// The GEMV entry points exist for M = 1 ..= [`GEMV_MAX_M`].
+    #[test]
+    fn gemv_max_m_is_the_instantiated_range() {
+        let want: String = (1..=GEMV_MAX_M).map(|m| format!(" X({m})")).collect();
+        assert!(GEMV.contains(&format!("#define KQ_ALL_M(X){want}\n")));
+    }
+
+    /// [`Kernel::args`] lists, per entry point, as many arguments as its C signature, each a
+    /// pointer or an `int` where the signature has one.
+    #[test]
+    fn kernel_args_follow_the_c_signatures() {
+        let s = module();
+        let signature = |marker: &str| -> Vec<bool> {
+            let at = s.find(marker).unwrap_or_else(|| panic!("{marker}")) + marker.len();
+            let params = &s[at..at + s[at..].find(')').unwrap()];
+            params
+                .replace('\\', " ")
+                .split(',')
+                .map(|p| {
+                    let p = p.trim();
+                    assert!(p.starts_with("int ") || p.contains('*'), "{marker}: {p}");
+                    p.contains('*')
+                })
+                .collect()
+        };
+        let b = &();
+        let (act, per_channel) = (Act::Bf16, true);
+        let cases: [(&str, Kernel<'_, ()>); 9] = [
+            (
+                "kq_w4a16_gemv_##T##_##G##_m##M(",
+                Kernel::W4a16Gemv {
+                    act,
+                    per_channel,
+                    m: 1,
+                    qweight: b,
+                    scales: b,
+                    x: b,
+                    part: b,
+                    n: 1,
+                    k: 8,
+                    group: 8,
+                    chunks_per_split: 1,
+                },
+            ),
+            (
+                "kq_w4a8_gemv_m##M(",
+                Kernel::W4a8Gemv {
+                    m: 1,
+                    qweight: b,
+                    scales: b,
+                    xq: b,
+                    xs: b,
+                    xsum: b,
+                    part: b,
+                    n: 1,
+                    k: 8,
+                    chunks_per_split: 1,
+                },
+            ),
+            (
+                "void kq_quant_act_i8_bf16(",
+                Kernel::QuantActI8 {
+                    act,
+                    x: b,
+                    xq: b,
+                    xs: b,
+                    xsum: b,
+                    k: 8,
+                },
+            ),
+            (
+                "void kq_splitk_reduce(",
+                Kernel::SplitkReduce {
+                    part: b,
+                    out: b,
+                    mn: 1,
+                    splits: 1,
+                },
+            ),
+            (
+                "kq_w4a16_mma_##T##_##G##_m##TOKS(",
+                Kernel::W4a16Mma {
+                    act,
+                    per_channel,
+                    toks: 16,
+                    qweight: b,
+                    scales: b,
+                    x: b,
+                    part: b,
+                    m: 1,
+                    n: 1,
+                    k: 8,
+                    group: 8,
+                    tiles_per_split: 1,
+                },
+            ),
+            (
+                "kq_w4a8_mma_m##TOKS(",
+                Kernel::W4a8Mma {
+                    toks: 16,
+                    qweight: b,
+                    xq: b,
+                    part: b,
+                    m: 1,
+                    n: 1,
+                    k: 8,
+                    tiles_per_split: 1,
+                },
+            ),
+            (
+                "void kq_w4a8_reduce(",
+                Kernel::W4a8Reduce {
+                    part: b,
+                    scales: b,
+                    xs: b,
+                    xsum: b,
+                    out: b,
+                    m: 1,
+                    n: 1,
+                    splits: 1,
+                },
+            ),
+            (
+                "kq_w4_dequant_##T##_##G(",
+                Kernel::Dequant {
+                    act,
+                    per_channel,
+                    qweight: b,
+                    scales: b,
+                    dense: b,
+                    n: 1,
+                    k: 8,
+                    group: 8,
+                },
+            ),
+            (
+                "void kq_scale_cols(",
+                Kernel::ScaleCols {
+                    out: b,
+                    scales: b,
+                    m: 1,
+                    n: 1,
+                },
+            ),
+        ];
+        for (marker, kernel) in cases {
+            let kinds: Vec<bool> = kernel
+                .args()
+                .iter()
+                .map(|a| matches!(a, Arg::Buf(_)))
+                .collect();
+            assert_eq!(kinds, signature(marker), "{}", kernel.name());
         }
     }
 }
