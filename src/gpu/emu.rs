@@ -7,6 +7,7 @@
 //! launch whose grid leaves part of its output unwritten, or that reads or writes past a
 //! buffer, is an error here (on a GPU it would be garbage).
 
+use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -121,18 +122,7 @@ impl Emu {
         let v = self.vendor;
         let name = kernel.name();
         let name = name.as_str();
-        let (gx, gy) = (grid.0 as usize, grid.1 as usize);
-        let threads = gx * block.0 as usize;
-        let warp = |lanes: u32| -> Result<()> {
-            if lanes as usize == v.lanes() {
-                Ok(())
-            } else {
-                Err(err(format!(
-                    "{name}: block.x {lanes}, the warp is {}",
-                    v.lanes()
-                )))
-            }
-        };
+        let threads = grid.0 as usize * block.0 as usize;
         match *kernel {
             Kernel::W4a16Gemv {
                 act,
@@ -147,18 +137,11 @@ impl Emu {
                 group,
                 chunks_per_split,
             } => {
-                warp(block.0)?;
-                let kchunks = k.div_ceil(CHUNK);
-                covers(name, "rows", gx * block.1 as usize, n)?;
-                covers(name, "chunks", gy * chunks_per_split, kchunks)?;
+                let splits = self.gemv(name, grid, block, (n, k), chunks_per_split)?;
                 let w = weights(name, (qweight, Some(scales)), (n, k, group), per_channel)?;
                 let x = x.read::<u16>(m * k)?;
-                let out: Vec<f32> = (0..gy)
-                    .flat_map(|s| {
-                        let c0 = (s * chunks_per_split).min(kchunks);
-                        let c1 = (c0 + chunks_per_split).min(kchunks);
-                        reference::gemv_w4a16(&w, &x, act, m, c0..c1)
-                    })
+                let out: Vec<f32> = splits
+                    .flat_map(|c| reference::gemv_w4a16(&w, &x, act, m, c))
                     .collect();
                 part.write(&out)
             }
@@ -174,19 +157,12 @@ impl Emu {
                 k,
                 chunks_per_split,
             } => {
-                warp(block.0)?;
-                let kchunks = k.div_ceil(CHUNK);
-                covers(name, "rows", gx * block.1 as usize, n)?;
-                covers(name, "chunks", gy * chunks_per_split, kchunks)?;
+                let splits = self.gemv(name, grid, block, (n, k), chunks_per_split)?;
                 let w = weights(name, (qweight, Some(scales)), (n, k, k), true)?;
-                let ap = xq.read::<i8>(m * kchunks * CHUNK)?;
+                let ap = xq.read::<i8>(m * k.div_ceil(CHUNK) * CHUNK)?;
                 let (s, sums) = (xs.read::<f32>(m)?, xsum.read::<i32>(m)?);
-                let out: Vec<f32> = (0..gy)
-                    .flat_map(|sp| {
-                        let c0 = (sp * chunks_per_split).min(kchunks);
-                        let c1 = (c0 + chunks_per_split).min(kchunks);
-                        reference::gemv_w4a8(&w, &ap, &s, &sums, m, c0..c1)
-                    })
+                let out: Vec<f32> = splits
+                    .flat_map(|c| reference::gemv_w4a8(&w, &ap, &s, &sums, m, c))
                     .collect();
                 part.write(&out)
             }
@@ -202,7 +178,7 @@ impl Emu {
                 if block.0 == 0 || block.0 > 1024 || block.0 as usize % v.lanes() != 0 {
                     return Err(err(format!("{name}: block.x {}", block.0)));
                 }
-                let m = gx;
+                let m = grid.0 as usize;
                 let a = reference::quantize_act_ref(&x.read::<u16>(m * k)?, act, m, k);
                 xq.write(&reference::permute_act_i8(&a, m, k))?;
                 xs.write(&a.scales)?;
@@ -311,6 +287,39 @@ impl Emu {
         }
     }
 
+    /// One warp / wavefront along `threadIdx.x`, as the GEMV and MMA kernels are written.
+    fn warp(&self, name: &str, block: Dim3) -> Result<()> {
+        let lanes = self.vendor.lanes();
+        if block.0 as usize == lanes {
+            Ok(())
+        } else {
+            Err(err(format!(
+                "{name}: block.x {}, the warp is {lanes}",
+                block.0
+            )))
+        }
+    }
+
+    /// A GEMV launch's K split as the kernel sees it (the chunks each `blockIdx.y` sums),
+    /// checked to cover every row and chunk.
+    fn gemv(
+        &self,
+        name: &str,
+        grid: Dim3,
+        block: Dim3,
+        (n, k): (usize, usize),
+        chunks_per_split: usize,
+    ) -> Result<impl Iterator<Item = Range<usize>>> {
+        self.warp(name, block)?;
+        let kchunks = k.div_ceil(CHUNK);
+        covers(name, "rows", grid.0 as usize * block.1 as usize, n)?;
+        covers(name, "chunks", grid.1 as usize * chunks_per_split, kchunks)?;
+        Ok((0..grid.1 as usize).map(move |s| {
+            let c0 = (s * chunks_per_split).min(kchunks);
+            c0..(c0 + chunks_per_split).min(kchunks)
+        }))
+    }
+
     /// An MMA launch's geometry as the kernel sees it, checked to cover every row, k-tile and
     /// token.
     fn mma(
@@ -322,13 +331,7 @@ impl Emu {
         toks: usize,
         tiles_per_split: usize,
     ) -> Result<tune::Mma> {
-        let lanes = self.vendor.lanes();
-        if block.0 as usize != lanes {
-            return Err(err(format!(
-                "{name}: block.x {}, the warp is {lanes}",
-                block.0
-            )));
-        }
+        self.warp(name, block)?;
         let (gx, gy, gz) = (grid.0 as usize, grid.1 as usize, grid.2 as usize);
         covers(name, "rows", gx * MMA_ROWS * block.1 as usize, n)?;
         covers(name, "k-tiles", gy * tiles_per_split, k.div_ceil(MMA_KTILE))?;

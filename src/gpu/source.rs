@@ -73,112 +73,99 @@ fn pc_g(per_channel: bool) -> &'static str {
     }
 }
 
-/// One launch of an entry point of [`module`]: which instantiation, and its arguments (device
-/// buffers `B` and `int`s; sizes are the launcher's business, [`super::dispatch`]). Field order
-/// is the C signature's; [`Kernel::args`] is the one place that lists it positionally.
-pub enum Kernel<'a, B> {
+/// Declares [`Kernel`]: per entry point the fields its name is made of, then its arguments in
+/// the C signature's order — every signature takes its pointers first, then its `int`s — so that
+/// each argument list is written once, here, and [`Kernel::args`] is generated from it.
+macro_rules! kernels {
+    ($(
+        $(#[doc = $doc:literal])*
+        $v:ident { $($meta:ident: $mt:ty),*; ptr $($buf:ident),*; int $($int:ident),* }
+    )*) => {
+        /// One launch of an entry point of [`module`]: which instantiation, and its arguments
+        /// (device buffers `B` and `int`s; what sizes they need is the launcher's business,
+        /// [`super::dispatch`]).
+        pub enum Kernel<'a, B> {
+            $($(#[doc = $doc])* $v { $($meta: $mt,)* $($buf: &'a B,)* $($int: usize,)* },)*
+        }
+
+        impl<'a, B> Kernel<'a, B> {
+            /// The arguments in the C signature's order (`int`s as the kernels take them).
+            pub fn args(&self) -> Vec<Arg<'a, B>> {
+                match *self {
+                    $(Kernel::$v { $($buf,)* $($int,)* .. } => {
+                        vec![$(Arg::Buf($buf),)* $(Arg::Int($int as i32),)*]
+                    })*
+                }
+            }
+        }
+
+        /// Per entry point: its variant, and how many pointers and `int`s it takes.
+        #[cfg(test)]
+        const SIGNATURES: &[(&str, usize, usize)] = &[
+            $((stringify!($v), [$(stringify!($buf)),*].len(), [$(stringify!($int)),*].len()),)*
+        ];
+    };
+}
+
+kernels! {
     /// `kq_w4a16_gemv_{act}_{pc,g}_m{m}(qw, scales, x, out, N, K, group, chunks_per_split)`:
     /// split `blockIdx.y`'s partial sums into `part[split][m][n]`.
     W4a16Gemv {
-        act: Act,
-        per_channel: bool,
-        m: usize,
-        qweight: &'a B,
-        scales: &'a B,
-        x: &'a B,
-        part: &'a B,
-        n: usize,
-        k: usize,
-        group: usize,
-        chunks_per_split: usize,
-    },
+        act: Act, per_channel: bool, m: usize;
+        ptr qweight, scales, x, part;
+        int n, k, group, chunks_per_split
+    }
     /// `kq_w4a8_gemv_m{m}(qw, wscale, xq, xscale, xsum, out, N, K, chunks_per_split)`.
     W4a8Gemv {
-        m: usize,
-        qweight: &'a B,
-        scales: &'a B,
-        xq: &'a B,
-        xs: &'a B,
-        xsum: &'a B,
-        part: &'a B,
-        n: usize,
-        k: usize,
-        chunks_per_split: usize,
-    },
+        m: usize;
+        ptr qweight, scales, xq, xs, xsum, part;
+        int n, k, chunks_per_split
+    }
     /// `kq_quant_act_i8_{act}(x, xq, xscale, xsum, K)`: one block per token (`gridDim.x` = M).
     QuantActI8 {
-        act: Act,
-        x: &'a B,
-        xq: &'a B,
-        xs: &'a B,
-        xsum: &'a B,
-        k: usize,
-    },
+        act: Act;
+        ptr x, xq, xs, xsum;
+        int k
+    }
     /// `kq_splitk_reduce(part, out, mn, splits)`.
     SplitkReduce {
-        part: &'a B,
-        out: &'a B,
-        mn: usize,
-        splits: usize,
-    },
+        ;
+        ptr part, out;
+        int mn, splits
+    }
     /// `kq_w4a16_mma_{act}_{pc,g}_m{toks}(qw, scales, x, out, M, N, K, group, tiles_per_split)`.
     W4a16Mma {
-        act: Act,
-        per_channel: bool,
-        toks: usize,
-        qweight: &'a B,
-        scales: &'a B,
-        x: &'a B,
-        part: &'a B,
-        m: usize,
-        n: usize,
-        k: usize,
-        group: usize,
-        tiles_per_split: usize,
-    },
+        act: Act, per_channel: bool, toks: usize;
+        ptr qweight, scales, x, part;
+        int m, n, k, group, tiles_per_split
+    }
     /// `kq_w4a8_mma_m{toks}(qw, xq, part, M, N, K, tiles_per_split)`.
     W4a8Mma {
-        toks: usize,
-        qweight: &'a B,
-        xq: &'a B,
-        part: &'a B,
-        m: usize,
-        n: usize,
-        k: usize,
-        tiles_per_split: usize,
-    },
+        toks: usize;
+        ptr qweight, xq, part;
+        int m, n, k, tiles_per_split
+    }
     /// `kq_w4a8_reduce(part, ws, xs, xsum, out, M, N, splits)`.
     W4a8Reduce {
-        part: &'a B,
-        scales: &'a B,
-        xs: &'a B,
-        xsum: &'a B,
-        out: &'a B,
-        m: usize,
-        n: usize,
-        splits: usize,
-    },
+        ;
+        ptr part, scales, xs, xsum, out;
+        int m, n, splits
+    }
     /// `kq_w4_dequant_{act}_{pc,g}(qw, scales, w, N, K, group)`.
     Dequant {
-        act: Act,
-        per_channel: bool,
-        qweight: &'a B,
-        scales: &'a B,
-        dense: &'a B,
-        n: usize,
-        k: usize,
-        group: usize,
-    },
+        act: Act, per_channel: bool;
+        ptr qweight, scales, dense;
+        int n, k, group
+    }
     /// `kq_scale_cols(y, s, M, N)`.
     ScaleCols {
-        out: &'a B,
-        scales: &'a B,
-        m: usize,
-        n: usize,
-    },
+        ;
+        ptr out, scales;
+        int m, n
+    }
 }
 
-impl<'a, B> Kernel<'a, B> {
+impl<B> Kernel<'_, B> {
     /// The entry point's name.
     pub fn name(&self) -> String {
         match *self {
@@ -203,148 +190,6 @@ impl<'a, B> Kernel<'a, B> {
                 act, per_channel, ..
             } => dequant_name(act, per_channel),
             Kernel::ScaleCols { .. } => SCALE_COLS.into(),
-        }
-    }
-
-    /// The arguments in the C signature's order (`int`s as the kernels take them).
-    pub fn args(&self) -> Vec<Arg<'a, B>> {
-        let i = |v: usize| Arg::Int(v as i32);
-        match *self {
-            Kernel::W4a16Gemv {
-                qweight,
-                scales,
-                x,
-                part,
-                n,
-                k,
-                group,
-                chunks_per_split,
-                ..
-            } => vec![
-                Arg::Buf(qweight),
-                Arg::Buf(scales),
-                Arg::Buf(x),
-                Arg::Buf(part),
-                i(n),
-                i(k),
-                i(group),
-                i(chunks_per_split),
-            ],
-            Kernel::W4a8Gemv {
-                qweight,
-                scales,
-                xq,
-                xs,
-                xsum,
-                part,
-                n,
-                k,
-                chunks_per_split,
-                ..
-            } => vec![
-                Arg::Buf(qweight),
-                Arg::Buf(scales),
-                Arg::Buf(xq),
-                Arg::Buf(xs),
-                Arg::Buf(xsum),
-                Arg::Buf(part),
-                i(n),
-                i(k),
-                i(chunks_per_split),
-            ],
-            Kernel::QuantActI8 {
-                x, xq, xs, xsum, k, ..
-            } => vec![
-                Arg::Buf(x),
-                Arg::Buf(xq),
-                Arg::Buf(xs),
-                Arg::Buf(xsum),
-                i(k),
-            ],
-            Kernel::SplitkReduce {
-                part,
-                out,
-                mn,
-                splits,
-            } => vec![Arg::Buf(part), Arg::Buf(out), i(mn), i(splits)],
-            Kernel::W4a16Mma {
-                qweight,
-                scales,
-                x,
-                part,
-                m,
-                n,
-                k,
-                group,
-                tiles_per_split,
-                ..
-            } => vec![
-                Arg::Buf(qweight),
-                Arg::Buf(scales),
-                Arg::Buf(x),
-                Arg::Buf(part),
-                i(m),
-                i(n),
-                i(k),
-                i(group),
-                i(tiles_per_split),
-            ],
-            Kernel::W4a8Mma {
-                qweight,
-                xq,
-                part,
-                m,
-                n,
-                k,
-                tiles_per_split,
-                ..
-            } => vec![
-                Arg::Buf(qweight),
-                Arg::Buf(xq),
-                Arg::Buf(part),
-                i(m),
-                i(n),
-                i(k),
-                i(tiles_per_split),
-            ],
-            Kernel::W4a8Reduce {
-                part,
-                scales,
-                xs,
-                xsum,
-                out,
-                m,
-                n,
-                splits,
-            } => vec![
-                Arg::Buf(part),
-                Arg::Buf(scales),
-                Arg::Buf(xs),
-                Arg::Buf(xsum),
-                Arg::Buf(out),
-                i(m),
-                i(n),
-                i(splits),
-            ],
-            Kernel::Dequant {
-                qweight,
-                scales,
-                dense,
-                n,
-                k,
-                group,
-                ..
-            } => vec![
-                Arg::Buf(qweight),
-                Arg::Buf(scales),
-                Arg::Buf(dense),
-                i(n),
-                i(k),
-                i(group),
-            ],
-            Kernel::ScaleCols { out, scales, m, n } => {
-                vec![Arg::Buf(out), Arg::Buf(scales), i(m), i(n)]
-            }
         }
     }
 }
@@ -415,151 +260,38 @@ mod tests {
         assert!(GEMV.contains(&format!("#define KQ_ALL_M(X){want}\n")));
     }
 
-    /// [`Kernel::args`] lists, per entry point, as many arguments as its C signature, each a
-    /// pointer or an `int` where the signature has one.
+    /// Each [`Kernel`] takes as many pointers, then `int`s, as its C signature in the kernel
+    /// source.
     #[test]
     fn kernel_args_follow_the_c_signatures() {
         let s = module();
-        let signature = |marker: &str| -> Vec<bool> {
+        for &(variant, ptrs, ints) in SIGNATURES {
+            let marker = match variant {
+                "W4a16Gemv" => "kq_w4a16_gemv_##T##_##G##_m##M(",
+                "W4a8Gemv" => "kq_w4a8_gemv_m##M(",
+                "QuantActI8" => "void kq_quant_act_i8_bf16(",
+                "SplitkReduce" => "void kq_splitk_reduce(",
+                "W4a16Mma" => "kq_w4a16_mma_##T##_##G##_m##TOKS(",
+                "W4a8Mma" => "kq_w4a8_mma_m##TOKS(",
+                "W4a8Reduce" => "void kq_w4a8_reduce(",
+                "Dequant" => "kq_w4_dequant_##T##_##G(",
+                "ScaleCols" => "void kq_scale_cols(",
+                other => panic!("no signature to check {other} against"),
+            };
             let at = s.find(marker).unwrap_or_else(|| panic!("{marker}")) + marker.len();
-            let params = &s[at..at + s[at..].find(')').unwrap()];
-            params
+            let params: Vec<String> = s[at..at + s[at..].find(')').unwrap()]
                 .replace('\\', " ")
                 .split(',')
-                .map(|p| {
-                    let p = p.trim();
-                    assert!(p.starts_with("int ") || p.contains('*'), "{marker}: {p}");
-                    p.contains('*')
-                })
-                .collect()
-        };
-        let b = &();
-        let (act, per_channel) = (Act::Bf16, true);
-        let cases: [(&str, Kernel<'_, ()>); 9] = [
-            (
-                "kq_w4a16_gemv_##T##_##G##_m##M(",
-                Kernel::W4a16Gemv {
-                    act,
-                    per_channel,
-                    m: 1,
-                    qweight: b,
-                    scales: b,
-                    x: b,
-                    part: b,
-                    n: 1,
-                    k: 8,
-                    group: 8,
-                    chunks_per_split: 1,
-                },
-            ),
-            (
-                "kq_w4a8_gemv_m##M(",
-                Kernel::W4a8Gemv {
-                    m: 1,
-                    qweight: b,
-                    scales: b,
-                    xq: b,
-                    xs: b,
-                    xsum: b,
-                    part: b,
-                    n: 1,
-                    k: 8,
-                    chunks_per_split: 1,
-                },
-            ),
-            (
-                "void kq_quant_act_i8_bf16(",
-                Kernel::QuantActI8 {
-                    act,
-                    x: b,
-                    xq: b,
-                    xs: b,
-                    xsum: b,
-                    k: 8,
-                },
-            ),
-            (
-                "void kq_splitk_reduce(",
-                Kernel::SplitkReduce {
-                    part: b,
-                    out: b,
-                    mn: 1,
-                    splits: 1,
-                },
-            ),
-            (
-                "kq_w4a16_mma_##T##_##G##_m##TOKS(",
-                Kernel::W4a16Mma {
-                    act,
-                    per_channel,
-                    toks: 16,
-                    qweight: b,
-                    scales: b,
-                    x: b,
-                    part: b,
-                    m: 1,
-                    n: 1,
-                    k: 8,
-                    group: 8,
-                    tiles_per_split: 1,
-                },
-            ),
-            (
-                "kq_w4a8_mma_m##TOKS(",
-                Kernel::W4a8Mma {
-                    toks: 16,
-                    qweight: b,
-                    xq: b,
-                    part: b,
-                    m: 1,
-                    n: 1,
-                    k: 8,
-                    tiles_per_split: 1,
-                },
-            ),
-            (
-                "void kq_w4a8_reduce(",
-                Kernel::W4a8Reduce {
-                    part: b,
-                    scales: b,
-                    xs: b,
-                    xsum: b,
-                    out: b,
-                    m: 1,
-                    n: 1,
-                    splits: 1,
-                },
-            ),
-            (
-                "kq_w4_dequant_##T##_##G(",
-                Kernel::Dequant {
-                    act,
-                    per_channel,
-                    qweight: b,
-                    scales: b,
-                    dense: b,
-                    n: 1,
-                    k: 8,
-                    group: 8,
-                },
-            ),
-            (
-                "void kq_scale_cols(",
-                Kernel::ScaleCols {
-                    out: b,
-                    scales: b,
-                    m: 1,
-                    n: 1,
-                },
-            ),
-        ];
-        for (marker, kernel) in cases {
-            let kinds: Vec<bool> = kernel
-                .args()
-                .iter()
-                .map(|a| matches!(a, Arg::Buf(_)))
+                .map(|p| p.trim().to_string())
                 .collect();
-            assert_eq!(kinds, signature(marker), "{}", kernel.name());
+            let want: Vec<bool> = (0..ptrs + ints).map(|i| i < ptrs).collect();
+            let got: Vec<bool> = params.iter().map(|p| p.contains('*')).collect();
+            assert_eq!(got, want, "{variant}: {params:?}");
+            assert!(
+                params[ptrs..].iter().all(|p| p.starts_with("int ")),
+                "{variant}"
+            );
         }
+        assert_eq!(SIGNATURES.len(), 9);
     }
 }
