@@ -1,7 +1,7 @@
 //! The thin per-vendor layer under [`super::Device`]: a [`Driver`] allocates and copies device
 //! bytes, launches one kernel ([`super::source::Kernel`]: its name and its argument list, written
 //! once) on a grid, runs the vendor BLAS's `GemmEx` and times a loop with events. Three implement
-//! it: CUDA ([`super::cuda`], cudarc), HIP ([`super::hip`], libloading) and the CPU emulation
+//! it: CUDA (`gpu::cuda`, cudarc), HIP (`gpu::hip`, libloading) and the CPU emulation
 //! ([`super::emu`], which runs each kernel's CPU replay). Everything above it — the regime
 //! choice, scratch growth, which kernels a call launches and with what — is
 //! [`super::dispatch`], written once for all three.

@@ -9,7 +9,7 @@
 //! emulation ([`emu`]: each kernel's CPU replay, [`emu_mma`] lane by lane over the documented MMA
 //! operand maps in [`fragment`], [`emu_dense`]), and behind cargo features `cuda` ([`cuda`],
 //! cudarc with dynamic loading, cuBLAS) and `hip` ([`hip`], libamdhip64 + libhiprtc + libhipblas
-//! loaded at run time). Timing is apart from compute: [`Bench`] ([`bench`]), for `kquant bench
+//! loaded at run time). Timing is apart from compute: [`Bench`] ([`mod@bench`]), for `kquant bench
 //! gemm` only. Without the features nothing here needs a GPU toolkit.
 //! Design and the GPU checks still to run: docs/kernels.md.
 
