@@ -1,15 +1,18 @@
 //! The three kernel regimes against the CPU reference (dequantize + f32 GEMM; exact integer W4A8)
-//! on every device this build has: the CPU replay always (regime B lane by lane over the
-//! documented `mma.sync` operand maps; a separate test replays the AMD MFMA maps), CUDA under
-//! `--features cuda`, HIP under `--features hip` (a missing runtime is skipped with a note on
-//! stderr; `KQUANT_REQUIRE_GPU=1` makes it fail). Shapes: the Kimi draft's K values with a slice
-//! of N on the CPU (the full N under `KQUANT_GPU_FULL_SHAPES=1`, meant for a GPU); M ∈ {1,2,4,8}
-//! for regime A, {9,16,32,64,128} for B, {129,256} for C.
+//! on every device, each test in tiers (`common::device_tests!`): `::cpu_emu`, the kernels' CPU
+//! replay through the same launch sequence (regime B lane by lane over the documented `mma.sync`
+//! operand maps; separate tests replay the AMD MFMA maps), always; `::cuda` under
+//! `--features cuda` and `::hip` under `--features hip`, `#[ignore]`d (they need the GPU and fail
+//! without it; `-- --ignored` runs them). Shapes: the Kimi draft's K values with a slice of N
+//! (the full N on a GPU under `KQUANT_GPU_FULL_SHAPES=1`); M ∈ {1,2,4,8} for regime A,
+//! {9,16,32,64,128} for B, {129,256} for C.
+
+use crate::common::{self, device_tests};
 
 use kquant::gpu::reference::{
-    act_to_f32, first_violation, quantize_act_ref, w4a16_tol, CpuEmu, Prepared, W4A8_REL_L1_TOL,
+    act_to_f32, first_violation, quantize_act_ref, w4a16_tol, Prepared, W4A8_REL_L1_TOL,
 };
-use kquant::gpu::{devices, Act, Backend, Regime, W4Layout};
+use kquant::gpu::{Act, Backend, CpuEmu, Regime, W4Layout};
 use kquant::io::Dtype;
 use kquant::quant::compressed_tensors;
 use kquant::quant::math::int4;
@@ -38,8 +41,9 @@ const MS_A: [usize; 4] = [1, 2, 4, 8];
 const MS_B: [usize; 5] = [9, 16, 32, 64, 128];
 const MS_C: [usize; 2] = [129, 256];
 
-fn slice_n(n: usize) -> usize {
-    if std::env::var("KQUANT_GPU_FULL_SHAPES").as_deref() == Ok("1") {
+/// The rows of N a device takes: all on a GPU under `KQUANT_GPU_FULL_SHAPES=1`, else 16.
+fn slice_n(dev: &dyn Backend, n: usize) -> usize {
+    if !common::is_emulation(dev) && std::env::var("KQUANT_GPU_FULL_SHAPES").as_deref() == Ok("1") {
         n
     } else {
         16 // one MMA warp tile of every shape: K (the reduction) is what the kernels loop over
@@ -70,42 +74,21 @@ fn check_w4a16(
         let got = dev.w4a16_on(&d, &x, act, m, regime).expect("launch");
         let tol = w4a16_tol(regime, act, w.per_channel());
         let l1 = p.abs_l1(&xf, m);
-        measured(
-            dev,
-            &format!("W4A16 {} {what} {}", regime.name(), act.name()),
-            w,
-            m,
-            &got,
-            &want,
-            &l1,
-            tol,
+        let ctx = format!(
+            "W4A16 {} {what} {} m={m} n={} k={}",
+            regime.name(),
+            act.name(),
+            w.n,
+            w.k
         );
-        if let Some((i, g, r, b)) = first_violation(&got, &want, &l1, tol) {
-            panic!(
-                "{}: W4A16 {} {what} {} m={m} n={} k={}: y[{i}] = {g}, reference {r}, bound {b}",
-                dev.name(),
-                regime.name(),
-                act.name(),
-                w.n,
-                w.k
-            );
-        }
+        within(dev, &ctx, (&got, &want, &l1), tol);
     }
 }
 
-/// The largest `|y − y_ref| / Σ_k |w·x|` of one call, on stderr (`--nocapture`): what a hardware
-/// run records beside each bound (docs/kernels.md, "measured").
-#[allow(clippy::too_many_arguments)]
-fn measured(
-    dev: &dyn Backend,
-    what: &str,
-    w: &W4Layout,
-    m: usize,
-    got: &[f32],
-    want: &[f32],
-    l1: &[f32],
-    tol: f32,
-) {
+/// `got` within `rel · Σ_k |w·x| + ABS_FLOOR` of `want`, `l1` holding the `Σ_k |w·x|`; the largest
+/// `|y − y_ref| / Σ_k |w·x|` goes to stderr (`--nocapture`): what a hardware run records beside
+/// each bound (docs/kernels.md, "measured").
+fn within(dev: &dyn Backend, ctx: &str, (got, want, l1): (&[f32], &[f32], &[f32]), rel: f32) {
     let worst = got
         .iter()
         .zip(want)
@@ -113,11 +96,15 @@ fn measured(
         .map(|((g, r), s)| ((g - r).abs() / s.max(f32::MIN_POSITIVE)) as f64)
         .fold(0.0f64, f64::max);
     eprintln!(
-        "measured: {} {what} m={m} n={} k={}: max |Δ|/Σ|w·x| = {worst:.2e} (bound {tol:.1e})",
-        dev.name(),
-        w.n,
-        w.k
+        "measured: {} {ctx}: max |Δ|/Σ|w·x| = {worst:.2e} (bound {rel:.1e})",
+        dev.name()
     );
+    if let Some((i, g, r, b)) = first_violation(got, want, l1, rel) {
+        panic!(
+            "{}: {ctx}: y[{i}] = {g}, reference {r}, bound {b}",
+            dev.name()
+        );
+    }
 }
 
 /// W4A8: within the named bound for the GEMV (float split-K partials), bit-exact for the MMA
@@ -131,8 +118,7 @@ fn check_w4a8(dev: &dyn Backend, w: &W4Layout, act: Act, ms: &[usize], regime: R
         let want = p.w4a8(&a, m);
         let got = dev.w4a8_on(&d, &x, act, m, regime).expect("launch");
         let ctx = format!(
-            "{}: W4A8 {} {} m={m} n={} k={}",
-            dev.name(),
+            "W4A8 {} {} m={m} n={} k={}",
             regime.name(),
             act.name(),
             w.n,
@@ -140,29 +126,22 @@ fn check_w4a8(dev: &dyn Backend, w: &W4Layout, act: Act, ms: &[usize], regime: R
         );
         if regime == Regime::Gemv {
             let l1 = p.w4a8_abs_l1(&a, m);
-            measured(
-                dev,
-                &format!("W4A8 {} {}", regime.name(), act.name()),
-                w,
-                m,
-                &got,
-                &want,
-                &l1,
-                W4A8_REL_L1_TOL,
-            );
-            if let Some((i, g, r, b)) = first_violation(&got, &want, &l1, W4A8_REL_L1_TOL) {
-                panic!("{ctx}: y[{i}] = {g}, reference {r}, bound {b}");
-            }
+            within(dev, &ctx, (&got, &want, &l1), W4A8_REL_L1_TOL);
         } else {
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&got), bits(&want), "{ctx}: not bit-exact");
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "{}: {ctx}: not bit-exact",
+                dev.name()
+            );
         }
     }
 }
 
 /// Per channel (the Quark recipe) and per group 128 (the compressed-tensors recipe).
-fn kimi_layouts(k: usize, n: usize) -> (W4Layout, W4Layout) {
-    let n = slice_n(n);
+fn kimi_layouts(dev: &dyn Backend, k: usize, n: usize) -> (W4Layout, W4Layout) {
+    let n = slice_n(dev, n);
     let w = matrix(n, k, Dtype::BF16, 0.05, -0.002);
     let pc = W4Layout::from_int4(&int4::quantize(&w, n, k, k, Dtype::BF16)).unwrap();
     let g128 =
@@ -177,13 +156,13 @@ fn kimi_layouts(k: usize, n: usize) -> (W4Layout, W4Layout) {
 /// combination.
 fn run_kimi(dev: &dyn Backend, regime: Regime, ms: &[usize], shapes: &[(usize, usize)]) {
     let ends = [ms[0], ms[ms.len() - 1]];
-    let some: &[usize] = match (dev.name().starts_with("cpu"), regime) {
+    let some: &[usize] = match (common::is_emulation(dev), regime) {
         (false, _) => ms,
         (true, Regime::Dense) => &ms[..1],
         (true, _) => &ends,
     };
     for &(k, n) in shapes {
-        let (pc, g128) = kimi_layouts(k, n);
+        let (pc, g128) = kimi_layouts(dev, k, n);
         check_w4a16(dev, &pc, Act::Bf16, "per-channel", ms, regime);
         check_w4a16(dev, &g128, Act::F16, "group-128", ms, regime);
         check_w4a16(dev, &pc, Act::F16, "per-channel", some, regime);
@@ -192,19 +171,37 @@ fn run_kimi(dev: &dyn Backend, regime: Regime, ms: &[usize], shapes: &[(usize, u
     }
 }
 
-#[test]
-fn gemv_matches_reference_on_every_device() {
-    for d in devices() {
+device_tests! {
+    fn gemv_matches_reference_on_every_device(d) {
         eprintln!("gpu_gemm: regime A on {}", d.name());
         run_kimi(d.as_ref(), Regime::Gemv, &MS_A, &KIMI);
     }
-}
 
-#[test]
-fn mma_matches_reference_on_every_device() {
-    for d in devices() {
+    fn mma_matches_reference_on_every_device(d) {
         eprintln!("gpu_gemm: regime B on {}", d.name());
         run_kimi(d.as_ref(), Regime::Mma, &MS_B, &KIMI);
+    }
+
+    fn dense_matches_reference_on_every_device(d) {
+        eprintln!("gpu_gemm: regime C on {}", d.name());
+        run_kimi(d.as_ref(), Regime::Dense, &MS_C, &KIMI);
+    }
+
+    /// Small odd shapes exercise the tails in every regime: K not a multiple of 32 / 128, N not
+    /// a multiple of 16, M not a multiple of the token tile, groups of 32, 64, 96 and 128 that
+    /// split a 128-weight k-tile.
+    fn tails_on_every_device(d) {
+        tails(d.as_ref());
+    }
+
+    /// The plain calls pick the regime by M (A ≤ `gemv_max_m` < B ≤ `mma_max_m` < C, per arch)
+    /// and agree with the explicit ones.
+    fn dispatch_by_m(d) {
+        dispatch(d.as_ref());
+    }
+
+    fn preconditions_are_checked(d) {
+        preconditions(d.as_ref());
     }
 }
 
@@ -216,110 +213,89 @@ fn mma_amd_replay_matches_reference() {
     run_kimi(&amd, Regime::Mma, &MS_B, &[KIMI[0], KIMI[3]]);
 }
 
+/// The tails on the AMD replay (wavefront 64, gfx942 geometry).
 #[test]
-fn dense_matches_reference_on_every_device() {
-    for d in devices() {
-        eprintln!("gpu_gemm: regime C on {}", d.name());
-        run_kimi(d.as_ref(), Regime::Dense, &MS_C, &KIMI);
-    }
+fn tails_on_the_amd_replay() {
+    tails(&CpuEmu::amd());
 }
 
-/// Small odd shapes exercise the tails in every regime: K not a multiple of 32 / 128, N not a
-/// multiple of 16, M not a multiple of the token tile, groups of 32, 64, 96 and 128 that split a
-/// 128-weight k-tile.
-#[test]
-fn tails_on_every_device() {
-    let mut devs = devices();
-    devs.push(Box::new(CpuEmu::amd()));
-    for d in &devs {
-        let d = d.as_ref();
-        for (k, n) in [(40, 3), (72, 9), (1000, 5), (264, 17), (8, 1)] {
-            let w = matrix(n, k, Dtype::BF16, 0.05, 0.0);
-            let pc = W4Layout::from_int4(&int4::quantize(&w, n, k, k, Dtype::BF16)).unwrap();
-            check_w4a16(d, &pc, Act::Bf16, "tail", &[1, 3, 8], Regime::Gemv);
-            check_w4a16(d, &pc, Act::F16, "tail", &[1, 9, 17, 40], Regime::Mma);
-            check_w4a16(d, &pc, Act::Bf16, "tail", &[1, 9, 17, 40], Regime::Mma);
-            check_w4a16(d, &pc, Act::Bf16, "tail", &[3, 130], Regime::Dense);
-            check_w4a8(d, &pc, Act::F16, &[1, 5], Regime::Gemv);
-            check_w4a8(d, &pc, Act::F16, &[1, 9, 23], Regime::Mma);
-        }
-        for (k, n, group) in [(96, 5, 32), (448, 18, 64), (384, 7, 96), (640, 3, 128)] {
-            let w = matrix(n, k, Dtype::BF16, 0.05, 0.001);
-            let g =
-                W4Layout::from_int4(&compressed_tensors::quantize(&w, n, k, group, Dtype::BF16))
-                    .unwrap();
-            for act in [Act::Bf16, Act::F16] {
-                check_w4a16(d, &g, act, "group tail", &[2, 7], Regime::Gemv);
-                check_w4a16(d, &g, act, "group tail", &[1, 9, 33, 70], Regime::Mma);
-                check_w4a16(d, &g, act, "group tail", &[5, 131], Regime::Dense);
-            }
-        }
-    }
-}
-
-/// The plain calls pick the regime by M (A ≤ `gemv_max_m` < B ≤ `mma_max_m` < C, per arch) and
-/// agree with the explicit ones.
-#[test]
-fn dispatch_by_m() {
-    for d in devices() {
-        let d = d.as_ref();
-        let (k, n) = (264, 20);
+fn tails(d: &dyn Backend) {
+    for (k, n) in [(40, 3), (72, 9), (1000, 5), (264, 17), (8, 1)] {
         let w = matrix(n, k, Dtype::BF16, 0.05, 0.0);
         let pc = W4Layout::from_int4(&int4::quantize(&w, n, k, k, Dtype::BF16)).unwrap();
-        let dw = d.upload(&pc).unwrap();
-        // Each boundary of the device's own thresholds (Hopper's, as measured, has no GEMV).
-        let t = d.arch().tune();
-        let mut cases = vec![
-            (t.gemv_max_m + 1, Regime::Mma),
-            (t.mma_max_m, Regime::Mma),
-            (t.mma_max_m + 1, Regime::Dense),
-        ];
-        if t.gemv_max_m > 0 {
-            cases.push((t.gemv_max_m, Regime::Gemv));
-        }
-        for (m, regime) in cases {
-            assert_eq!(d.regime(m), regime, "{} m={m}", d.name());
-            let x = activations(m, k, Act::Bf16);
-            let auto = d.w4a16(&pc, &x, Act::Bf16, m).unwrap();
-            assert_eq!(auto, d.w4a16_on(&dw, &x, Act::Bf16, m, regime).unwrap());
-            let auto8 = d.w4a8(&pc, &x, Act::Bf16, m).unwrap();
-            assert_eq!(auto8, d.w4a8_on(&dw, &x, Act::Bf16, m, regime).unwrap());
+        check_w4a16(d, &pc, Act::Bf16, "tail", &[1, 3, 8], Regime::Gemv);
+        check_w4a16(d, &pc, Act::F16, "tail", &[1, 9, 17, 40], Regime::Mma);
+        check_w4a16(d, &pc, Act::Bf16, "tail", &[1, 9, 17, 40], Regime::Mma);
+        check_w4a16(d, &pc, Act::Bf16, "tail", &[3, 130], Regime::Dense);
+        check_w4a8(d, &pc, Act::F16, &[1, 5], Regime::Gemv);
+        check_w4a8(d, &pc, Act::F16, &[1, 9, 23], Regime::Mma);
+    }
+    for (k, n, group) in [(96, 5, 32), (448, 18, 64), (384, 7, 96), (640, 3, 128)] {
+        let w = matrix(n, k, Dtype::BF16, 0.05, 0.001);
+        let g = W4Layout::from_int4(&compressed_tensors::quantize(&w, n, k, group, Dtype::BF16))
+            .unwrap();
+        for act in [Act::Bf16, Act::F16] {
+            check_w4a16(d, &g, act, "group tail", &[2, 7], Regime::Gemv);
+            check_w4a16(d, &g, act, "group tail", &[1, 9, 33, 70], Regime::Mma);
+            check_w4a16(d, &g, act, "group tail", &[5, 131], Regime::Dense);
         }
     }
 }
 
-#[test]
-fn preconditions_are_checked() {
+fn dispatch(d: &dyn Backend) {
+    let (k, n) = (264, 20);
+    let w = matrix(n, k, Dtype::BF16, 0.05, 0.0);
+    let pc = W4Layout::from_int4(&int4::quantize(&w, n, k, k, Dtype::BF16)).unwrap();
+    let dw = d.upload(&pc).unwrap();
+    // Each boundary of the device's own thresholds (Hopper's, as measured, has no GEMV).
+    let t = d.arch().tune();
+    let mut cases = vec![
+        (t.gemv_max_m + 1, Regime::Mma),
+        (t.mma_max_m, Regime::Mma),
+        (t.mma_max_m + 1, Regime::Dense),
+    ];
+    if t.gemv_max_m > 0 {
+        cases.push((t.gemv_max_m, Regime::Gemv));
+    }
+    for (m, regime) in cases {
+        assert_eq!(d.regime(m), regime, "{} m={m}", d.name());
+        let x = activations(m, k, Act::Bf16);
+        let auto = d.w4a16(&pc, &x, Act::Bf16, m).unwrap();
+        assert_eq!(auto, d.w4a16_on(&dw, &x, Act::Bf16, m, regime).unwrap());
+        let auto8 = d.w4a8(&pc, &x, Act::Bf16, m).unwrap();
+        assert_eq!(auto8, d.w4a8_on(&dw, &x, Act::Bf16, m, regime).unwrap());
+    }
+}
+
+fn preconditions(d: &dyn Backend) {
     let w = matrix(4, 36, Dtype::BF16, 0.05, 0.0);
     let l = W4Layout::from_int4(&int4::quantize(&w, 4, 36, 36, Dtype::BF16)).unwrap();
     let w2 = matrix(4, 64, Dtype::BF16, 0.05, 0.0);
     let l2 = W4Layout::from_int4(&int4::quantize(&w2, 4, 64, 64, Dtype::BF16)).unwrap();
     let g =
         W4Layout::from_int4(&compressed_tensors::quantize(&w2, 4, 64, 32, Dtype::BF16)).unwrap();
-    for d in devices() {
-        let dl = d.upload(&l).unwrap();
-        let dl2 = d.upload(&l2).unwrap();
-        let dg = d.upload(&g).unwrap();
-        for r in [Regime::Gemv, Regime::Mma, Regime::Dense] {
-            assert!(
-                d.w4a16_on(&dl, &[0; 36], Act::Bf16, 1, r).is_err(),
-                "K % 8 != 0"
-            );
-            assert!(
-                d.w4a16_on(&dl2, &[0; 63], Act::Bf16, 1, r).is_err(),
-                "x length"
-            );
-            assert!(d.w4a16_on(&dl2, &[], Act::Bf16, 0, r).is_err(), "M = 0");
-            assert!(
-                d.w4a8_on(&dg, &[0; 64], Act::Bf16, 1, r).is_err(),
-                "W4A8 group"
-            );
-        }
-        let x9 = vec![0u16; 64 * 9];
+    let dl = d.upload(&l).unwrap();
+    let dl2 = d.upload(&l2).unwrap();
+    let dg = d.upload(&g).unwrap();
+    for r in [Regime::Gemv, Regime::Mma, Regime::Dense] {
         assert!(
-            d.w4a16_on(&dl2, &x9, Act::Bf16, 9, Regime::Gemv).is_err(),
-            "GEMV M > 8"
+            d.w4a16_on(&dl, &[0; 36], Act::Bf16, 1, r).is_err(),
+            "K % 8 != 0"
         );
-        assert!(d.w4a16_on(&dl2, &x9, Act::Bf16, 9, Regime::Mma).is_ok());
+        assert!(
+            d.w4a16_on(&dl2, &[0; 63], Act::Bf16, 1, r).is_err(),
+            "x length"
+        );
+        assert!(d.w4a16_on(&dl2, &[], Act::Bf16, 0, r).is_err(), "M = 0");
+        assert!(
+            d.w4a8_on(&dg, &[0; 64], Act::Bf16, 1, r).is_err(),
+            "W4A8 group"
+        );
     }
+    let x9 = vec![0u16; 64 * 9];
+    assert!(
+        d.w4a16_on(&dl2, &x9, Act::Bf16, 9, Regime::Gemv).is_err(),
+        "GEMV M > 8"
+    );
+    assert!(d.w4a16_on(&dl2, &x9, Act::Bf16, 9, Regime::Mma).is_ok());
 }

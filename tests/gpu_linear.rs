@@ -1,7 +1,7 @@
 //! `gpu::DeviceLinear` / `gpu::DeviceLinears` on the trained tiny Kimi EAGLE-3 draft
 //! (`fixtures/kimi-k2.5-tiny/eagle3`, read at run time), quantized int4-pc with lm_head
-//! included: every quantized module is uploaded once to every device `gpu::devices()` gives (the
-//! kernels' CPU replay, and the GPU where the feature is on and one is present) and
+//! included: every quantized module is uploaded once to each device (`common::device_tests!`:
+//! the kernels' CPU replay always, the GPU in the `#[ignore]`d tier under its feature) and
 //! (1) matches the f32 runtime's matmul (`ops::linear` over the dequantized weights,
 //! what `Eagle3` runs) within each regime's named bound (`w4a16_tol`) in all three regimes, and (2) on the trace's
 //! real target hidden states, fc → final norm → lm_head through the device gives the same greedy
@@ -11,14 +11,14 @@
 //! The whole draft forward through the device (`runtime::linears`, `verify --device`) is
 //! tests/verify_device.rs.
 
-use crate::common;
+use crate::common::{self, device_tests};
 
 use std::path::Path;
 use std::sync::Arc;
 
 use kquant::checkpoint::Checkpoint;
 use kquant::gpu::reference::{first_violation, w4a16_tol};
-use kquant::gpu::{devices, Act, Backend, DeviceLinear, DeviceLinears};
+use kquant::gpu::{Act, Backend, DeviceLinear, DeviceLinears};
 use kquant::ops;
 use kquant::quant::decode::Logical;
 use kquant::runtime::eagle3::Eagle3;
@@ -73,34 +73,39 @@ fn check_layer(dev: &dyn Backend, lin: &DeviceLinear, w: &[f32], name: &str, m: 
     }
 }
 
-#[test]
-fn every_quantized_linear_matches_the_f32_runtime() {
+device_tests! {
+    fn every_quantized_linear_matches_the_f32_runtime(dev) {
+        every_quantized_linear(dev);
+    }
+
+    fn greedy_tokens_match_the_f32_runtime_on_trace_hidden_states(dev) {
+        greedy_tokens(dev);
+    }
+}
+
+fn every_quantized_linear(dev: Arc<dyn Backend>) {
     let t = tempfile::tempdir().unwrap();
     let ck = Checkpoint::open(quantized(t.path()).to_str().unwrap()).unwrap();
     let lg = Logical::new(&ck).unwrap();
-    for dev in devices() {
-        let dev: Arc<dyn Backend> = Arc::from(dev);
-        eprintln!("gpu_linear: every quantized linear on {}", dev.name());
-        let (lins, skipped) = DeviceLinears::load(dev.clone(), &lg, Act::Bf16).unwrap();
-        assert!(skipped.is_empty(), "{skipped:?}");
-        let names: Vec<&str> = lins.names().collect();
-        assert_eq!(
-            names.len(),
-            9,
-            "fc, q/k/v/o, gate/up/down, lm_head: {names:?}"
-        );
-        for name in names {
-            let lin = lins.get(name).unwrap();
-            let w = lg.read_f32(name).unwrap();
-            for m in [1, 9, 130] {
-                check_layer(dev.as_ref(), lin, &w, name, m);
-            }
+    eprintln!("gpu_linear: every quantized linear on {}", dev.name());
+    let (lins, skipped) = DeviceLinears::load(dev.clone(), &lg, Act::Bf16).unwrap();
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let names: Vec<&str> = lins.names().collect();
+    assert_eq!(
+        names.len(),
+        9,
+        "fc, q/k/v/o, gate/up/down, lm_head: {names:?}"
+    );
+    for name in names {
+        let lin = lins.get(name).unwrap();
+        let w = lg.read_f32(name).unwrap();
+        for m in [1, 9, 130] {
+            check_layer(dev.as_ref(), lin, &w, name, m);
         }
     }
 }
 
-#[test]
-fn greedy_tokens_match_the_f32_runtime_on_trace_hidden_states() {
+fn greedy_tokens(dev: Arc<dyn Backend>) {
     let t = tempfile::tempdir().unwrap();
     let ck = Checkpoint::open(quantized(t.path()).to_str().unwrap()).unwrap();
     let det = ck.detect().unwrap();
@@ -127,75 +132,71 @@ fn greedy_tokens_match_the_f32_runtime_on_trace_hidden_states() {
         .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
         .collect();
     let dv = e3.draft_vocab;
-    for dev in devices() {
-        let dev: Arc<dyn Backend> = Arc::from(dev);
-        let fc = DeviceLinear::from_logical(dev.clone(), &lg, "fc.weight", Act::Bf16).unwrap();
-        let head =
-            DeviceLinear::from_logical(dev.clone(), &lg, "lm_head.weight", Act::Bf16).unwrap();
-        let (mut checked, mut rows, mut same) = (0usize, 0usize, 0usize);
-        for s in trace.manifest.samples.iter().take(4) {
-            let taps: Vec<Vec<f32>> = e3.taps.iter().map(|&i| trace.tap(s, i).unwrap()).collect();
-            let tl = trace.tokens(s).unwrap().len();
-            let feats: Vec<f32> = (0..tl)
-                .flat_map(|r| {
-                    taps.iter()
-                        .flat_map(move |tp| tp[r * e3.ht..(r + 1) * e3.ht].to_vec())
-                })
-                .collect();
-            // f32 runtime: fc, norm, lm_head on f32 activations.
-            let hid = ops::linear(&feats, tl, 3 * e3.ht, &w_fc, h);
-            let logits = ops::linear(&ops::rms_norm(&hid, h, &norm, e3.eps), tl, h, &w_head, dv);
-            // The device: the same chain through gpu::Linear (bf16 activations).
-            let hid_d = fc.forward(&feats, tl).unwrap();
-            let logits_d = head
-                .forward(&ops::rms_norm(&hid_d, h, &norm, e3.eps), tl)
-                .unwrap();
-            let l1 = ops::linear(
-                &bf16_round(&ops::rms_norm(&hid, h, &norm, e3.eps))
-                    .iter()
-                    .map(|v| v.abs())
-                    .collect::<Vec<_>>(),
-                tl,
-                h,
-                &w_head.iter().map(|v| v.abs()).collect::<Vec<_>>(),
-                dv,
+    let fc = DeviceLinear::from_logical(dev.clone(), &lg, "fc.weight", Act::Bf16).unwrap();
+    let head = DeviceLinear::from_logical(dev.clone(), &lg, "lm_head.weight", Act::Bf16).unwrap();
+    let (mut checked, mut rows, mut same) = (0usize, 0usize, 0usize);
+    for s in trace.manifest.samples.iter().take(4) {
+        let taps: Vec<Vec<f32>> = e3.taps.iter().map(|&i| trace.tap(s, i).unwrap()).collect();
+        let tl = trace.tokens(s).unwrap().len();
+        let feats: Vec<f32> = (0..tl)
+            .flat_map(|r| {
+                taps.iter()
+                    .flat_map(move |tp| tp[r * e3.ht..(r + 1) * e3.ht].to_vec())
+            })
+            .collect();
+        // f32 runtime: fc, norm, lm_head on f32 activations.
+        let hid = ops::linear(&feats, tl, 3 * e3.ht, &w_fc, h);
+        let logits = ops::linear(&ops::rms_norm(&hid, h, &norm, e3.eps), tl, h, &w_head, dv);
+        // The device: the same chain through gpu::Linear (bf16 activations).
+        let hid_d = fc.forward(&feats, tl).unwrap();
+        let logits_d = head
+            .forward(&ops::rms_norm(&hid_d, h, &norm, e3.eps), tl)
+            .unwrap();
+        let l1 = ops::linear(
+            &bf16_round(&ops::rms_norm(&hid, h, &norm, e3.eps))
+                .iter()
+                .map(|v| v.abs())
+                .collect::<Vec<_>>(),
+            tl,
+            h,
+            &w_head.iter().map(|v| v.abs()).collect::<Vec<_>>(),
+            dv,
+        );
+        for r in 0..tl {
+            rows += 1;
+            let (a, b) = (
+                &logits[r * dv..(r + 1) * dv],
+                &logits_d[r * dv..(r + 1) * dv],
             );
-            for r in 0..tl {
-                rows += 1;
-                let (a, b) = (
-                    &logits[r * dv..(r + 1) * dv],
-                    &logits_d[r * dv..(r + 1) * dv],
-                );
-                let top = ops::argmax(a);
-                if ops::argmax(a) == ops::argmax(b) {
-                    same += 1;
-                }
-                // Rounding the lm_head input to bf16 moves logit j by at most 2⁻⁸·Σ_k|w·x| (= l1[j]);
-                // the fc input is the trace's bf16 taps (rounding is exact) and fc's own f32
-                // reordering reaches the logits through the norm at a far smaller scale: 1.5·2⁻⁸.
-                let slack = |j: usize| 1.5 / 256.0 * l1[r * dv + j];
-                if (0..dv).any(|j| j != top && a[top] - a[j] <= slack(top) + slack(j)) {
-                    continue;
-                }
-                checked += 1;
-                let tok = |i: usize| i as i64 + d2t[i];
-                assert_eq!(
-                    tok(ops::argmax(b)),
-                    tok(top),
-                    "sample {} position {r}: device token differs from the f32 runtime",
-                    s.id
-                );
+            let top = ops::argmax(a);
+            if ops::argmax(a) == ops::argmax(b) {
+                same += 1;
             }
+            // Rounding the lm_head input to bf16 moves logit j by at most 2⁻⁸·Σ_k|w·x| (= l1[j]);
+            // the fc input is the trace's bf16 taps (rounding is exact) and fc's own f32
+            // reordering reaches the logits through the norm at a far smaller scale: 1.5·2⁻⁸.
+            let slack = |j: usize| 1.5 / 256.0 * l1[r * dv + j];
+            if (0..dv).any(|j| j != top && a[top] - a[j] <= slack(top) + slack(j)) {
+                continue;
+            }
+            checked += 1;
+            let tok = |i: usize| i as i64 + d2t[i];
+            assert_eq!(
+                tok(ops::argmax(b)),
+                tok(top),
+                "sample {} position {r}: device token differs from the f32 runtime",
+                s.id
+            );
         }
-        eprintln!(
-            "gpu_linear on {}: {checked} of {rows} positions had a decisive margin and matched; \
-         {same} of {rows} equal overall",
-            dev.name()
-        );
-        // Not vacuous: most positions must be decisive (79 % on the current fixture).
-        assert!(
-            rows > 0 && checked * 5 >= rows * 3,
-            "only {checked} of {rows} positions decisive"
-        );
     }
+    eprintln!(
+        "gpu_linear on {}: {checked} of {rows} positions had a decisive margin and matched; \
+     {same} of {rows} equal overall",
+        dev.name()
+    );
+    // Not vacuous: most positions must be decisive (79 % on the current fixture).
+    assert!(
+        rows > 0 && checked * 5 >= rows * 3,
+        "only {checked} of {rows} positions decisive"
+    );
 }

@@ -56,7 +56,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kquant::checkpoint::Checkpoint;
-use kquant::gpu::reference::CpuEmu;
+use kquant::gpu::CpuEmu;
 use kquant::runtime::linears::Exec;
 use kquant::runtime::Drafter;
 use kquant::verify::drafters::load_drafter;

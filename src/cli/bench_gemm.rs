@@ -9,13 +9,13 @@
 //! their CPU replay and the "BLAS" is the f32 reference GEMM: the figures are only reported.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use serde_json::json;
 
 use crate::error::{Error, Result};
 use crate::gpu::layout::{encode_word, words_per_row, PAD_WORD};
-use crate::gpu::{self, Act, Backend, DeviceW4, Regime, W4Layout};
+use crate::gpu::source::GEMV_MAX_M;
+use crate::gpu::{self, Act, Bench, DeviceW4, Regime, W4Layout};
 
 /// Arguments of `kquant bench gemm`.
 #[derive(Debug, clap::Args)]
@@ -168,12 +168,12 @@ fn check_size(name: &str, n: usize, k: usize, ms: &[usize]) -> Result<()> {
 }
 
 /// The regimes `--regime` names for `m` tokens, in order, without repeats: `auto` is the device's
-/// own choice; GEMV is left out above its largest M (`gpu::GEMV_MAX_M`).
-fn regimes(names: &[String], dev: &dyn Backend, m: usize) -> Vec<Regime> {
+/// own choice; GEMV is left out above its largest M (`GEMV_MAX_M`).
+fn regimes(names: &[String], dev: &dyn Bench, m: usize) -> Vec<Regime> {
     let mut out = Vec::new();
     for name in names {
         let r = match name.as_str() {
-            "gemv" if m > gpu::GEMV_MAX_M => continue,
+            "gemv" if m > GEMV_MAX_M => continue,
             "gemv" => Regime::Gemv,
             "mma" => Regime::Mma,
             "dense" => Regime::Dense,
@@ -202,7 +202,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Err(Error::Usage("--m: token counts must be ≥ 1".into()));
     }
     let act = if a.act == "f16" { Act::F16 } else { Act::Bf16 };
-    let dev: Arc<dyn Backend> = Arc::from(gpu::open(&a.device)?);
+    let dev: Box<dyn Bench> = gpu::open(&a.device)?;
     let cpu = a.device == "cpu";
     let iters = a.iters.unwrap_or(if cpu { 1 } else { 50 });
     let llc = dev.arch().tune().llc_bytes;
@@ -238,7 +238,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let copy_bw = dev.copy_bandwidth(bytes, iters)?;
         let bf16_copies = (2 * llc).div_ceil(n * k * 2) + 1;
         for &m in &a.m {
-            let blas = dev.time_dense_bf16(n, k, m, bf16_copies, iters)?;
+            let blas = Some(dev.time_dense_bf16(n, k, m, bf16_copies, iters)?);
             for regime in regimes(&a.regime, dev.as_ref(), m) {
                 let t = dev.time_w4a16(&ws, act, m, regime, iters)?;
                 let gbs = bytes as f64 / t / 1e9;

@@ -1,8 +1,9 @@
 //! CPU replay of regime C: the dequant-to-dense kernel (`kernels/w4_dense.cu`, bit for bit) and
 //! the vendor GEMM after it, modelled as an f32 GEMM of the dense matrix (cuBLAS / hipBLAS
-//! `GemmEx` with f32 output and f32 compute), then the per-channel scale epilogue
-//! (`kq_scale_cols`).
+//! `GemmEx` with f32 output and f32 compute). The per-channel scale epilogue (`kq_scale_cols`)
+//! is replayed with the other element-wise kernels in [`super::emu`].
 
+use super::driver::Gemm;
 use super::emu_mma::{dequant_bf16x4, dequant_f16x4};
 use super::layout::{W4Layout, CHUNK};
 use super::Act;
@@ -48,19 +49,12 @@ pub fn dequant(w: &W4Layout, act: Act) -> Vec<u16> {
     out
 }
 
-/// Regime C end to end: dequant, f32 GEMM `x · denseᵀ`, per-channel scale. `y [m, n]`.
-pub fn gemm(w: &W4Layout, x: &[u16], act: Act, m: usize) -> Vec<f32> {
-    let dense: Vec<f32> = dequant(w, act).iter().map(|&h| act.to_f32(h)).collect();
-    let xf: Vec<f32> = x.iter().map(|&h| act.to_f32(h)).collect();
-    let mut y = ops::linear(&xf, m, w.k, &dense, w.n);
-    if w.per_channel() {
-        for row in y.chunks_mut(w.n) {
-            for (v, s) in row.iter_mut().zip(&w.scales) {
-                *v *= s;
-            }
-        }
-    }
-    y
+/// The vendor `GemmEx` of `g` as an f32 GEMM: `y [m, n] = a [m, k] · w [n, k]ᵀ`, both in
+/// `g.act` (the dense matrix and the activations).
+pub fn blas(g: Gemm, w: &[u16], a: &[u16]) -> Vec<f32> {
+    let dense: Vec<f32> = w.iter().map(|&h| g.act.to_f32(h)).collect();
+    let af: Vec<f32> = a.iter().map(|&h| g.act.to_f32(h)).collect();
+    ops::linear(&af, g.m, g.k, &dense, g.n)
 }
 
 #[cfg(test)]

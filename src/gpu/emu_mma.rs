@@ -3,9 +3,10 @@
 //! kernel does (roles from `kq_vendor.h`: [`Vendor`]), dequantizes with the kernel's bit-level
 //! magic-number arithmetic, assembles the atom registers in the kernel's order, and the atom is
 //! executed only through the documented operand ownership ([`super::fragment`]): gather A and B
-//! from all lanes, `D = A·B + C`, scatter D back. The epilogue stores per lane, split-K partials
-//! are reduced as the device does. A wrong lane role, register order or k permutation therefore
-//! shows up as a wrong result against [`super::reference`].
+//! from all lanes, `D = A·B + C`, scatter D back. The epilogue stores each lane's split-K
+//! partials where the kernel stores them (the reduces are separate kernels, replayed by
+//! [`super::emu`]). A wrong lane role, register order or k permutation therefore shows up as a
+//! wrong result against [`super::reference`].
 //!
 //! Accumulation inside one atom is modelled as exact products summed in f32 in k order; the
 //! hardware's internal order/precision is unspecified, which the W4A16 bound absorbs. Int8 atoms
@@ -19,7 +20,6 @@ use rayon::prelude::*;
 
 use super::fragment::Atom;
 use super::layout::{W4Layout, CHUNK, PAD_WORD};
-use super::reference::{permute_act_i8, quantize_act_ref};
 use super::tune::{self, Arch, MMA_KTILE, MMA_ROWS};
 use super::Act;
 
@@ -338,7 +338,7 @@ struct Launch {
 }
 
 impl Launch {
-    fn new(v: Vendor, w: &W4Layout, m: usize, grouped: bool) -> Launch {
+    fn new(v: Vendor, w: &W4Layout, m: usize, g: &tune::Mma) -> Launch {
         let kchunks = w.k.div_ceil(CHUNK);
         Launch {
             v,
@@ -347,7 +347,7 @@ impl Launch {
             m,
             kchunks,
             ktiles: kchunks.div_ceil(4),
-            g: tune::mma(v.arch(), w.n, w.k, m, grouped),
+            g: *g,
         }
     }
     fn nt(&self) -> usize {
@@ -387,10 +387,11 @@ impl Launch {
     }
 }
 
-/// `kq_w4a16_mma_*` + `kq_splitk_reduce`, replayed for `v`; `y [m, n]` f32.
-pub fn w4a16(v: Vendor, w: &W4Layout, x: &[u16], act: Act, m: usize) -> Vec<f32> {
+/// `kq_w4a16_mma_*` replayed for `v` at the launch geometry `g`: the partials it stores,
+/// `part [splits, m, n]` f32.
+pub fn w4a16(v: Vendor, w: &W4Layout, x: &[u16], act: Act, m: usize, g: &tune::Mma) -> Vec<f32> {
     let grouped = !w.per_channel();
-    let l = Launch::new(v, w, m, grouped);
+    let l = Launch::new(v, w, m, g);
     let (lanes, nt) = (v.lanes(), l.nt());
     let maps = Maps::new(v.atom(false));
     let dec = decoder(act);
@@ -501,27 +502,32 @@ pub fn w4a16(v: Vendor, w: &W4Layout, x: &[u16], act: Act, m: usize) -> Vec<f32>
         }
         out
     });
-    reduce_f32(&parts, l.g.splits, m, w.n)
+    stored(&parts, l.g.splits, m, w.n, 0f32)
 }
 
-/// `kq_splitk_reduce`: `out[i] = Σ_split part[split][i]` in split order, from 0.
-fn reduce_f32(parts: &[(usize, usize, usize, f32)], splits: usize, m: usize, n: usize) -> Vec<f32> {
-    let mut part = vec![0f32; splits * m * n];
+/// The stored partials `(split, tok, row, value)` as the `part [splits, m, n]` buffer (every
+/// entry is stored by exactly one lane; `zero` is never left where the grid covers the output).
+fn stored<T: Copy>(
+    parts: &[(usize, usize, usize, T)],
+    splits: usize,
+    m: usize,
+    n: usize,
+    zero: T,
+) -> Vec<T> {
+    let mut part = vec![zero; splits * m * n];
     for &(s, tok, row, v) in parts {
         part[(s * m + tok) * n + row] = v;
     }
-    (0..m * n)
-        .map(|i| (0..splits).fold(0f32, |acc, s| acc + part[s * m * n + i]))
-        .collect()
+    part
 }
 
-/// `kq_quant_act_i8` + `kq_w4a8_mma_*` + `kq_w4a8_reduce`, replayed for `v` (per channel).
-pub fn w4a8(v: Vendor, w: &W4Layout, x: &[u16], act: Act, m: usize) -> Vec<f32> {
-    let l = Launch::new(v, w, m, false);
+/// `kq_w4a8_mma_*` replayed for `v` at the launch geometry `g` (per channel, no scales read) on
+/// the int8 activations `ap` as `kq_quant_act_i8` stores them (rows of `⌈k/32⌉·32` bytes): the
+/// int32 partials it stores, `part [splits, m, n]`.
+pub fn w4a8(v: Vendor, w: &W4Layout, ap: &[i8], m: usize, g: &tune::Mma) -> Vec<i32> {
+    let l = Launch::new(v, w, m, g);
     let (lanes, nt) = (v.lanes(), l.nt());
     let maps = Maps::new(v.atom(true));
-    let a = quantize_act_ref(x, act, m, w.k);
-    let ap = permute_act_i8(&a, m, w.k);
     let kp = l.kchunks * CHUNK;
     let xword = |tok: usize, byte: usize| -> u32 {
         let i = tok * kp + byte;
@@ -592,19 +598,7 @@ pub fn w4a8(v: Vendor, w: &W4Layout, x: &[u16], act: Act, m: usize) -> Vec<f32> 
         }
         out
     });
-    let mut part = vec![0i32; l.g.splits * m * w.n];
-    for &(s, tok, row, v) in &parts {
-        part[(s * m + tok) * w.n + row] = v;
-    }
-    (0..m * w.n)
-        .map(|i| {
-            let (mi, ni) = (i / w.n, i % w.n);
-            let mut t =
-                (0..l.g.splits).fold(0i32, |acc, s| acc.wrapping_add(part[s * m * w.n + i]));
-            t -= 8 * a.sums[mi];
-            t as f32 * w.scales[ni] * a.scales[mi]
-        })
-        .collect()
+    stored(&parts, l.g.splits, m, w.n, 0i32)
 }
 
 #[cfg(test)]

@@ -112,7 +112,7 @@ impl DeviceLinears {
 pub fn verify_device(spec: &str) -> Result<Option<Arc<dyn Backend>>> {
     match spec {
         "cpu" => Ok(None),
-        "cpu-emu" => Ok(Some(Arc::from(super::open("cpu")?))),
-        _ => Ok(Some(Arc::from(super::open(spec)?))),
+        "cpu-emu" => Ok(Some(Arc::from(super::open::<Box<dyn Backend>>("cpu")?))),
+        _ => Ok(Some(Arc::from(super::open::<Box<dyn Backend>>(spec)?))),
     }
 }

@@ -1,13 +1,22 @@
 //! GPU kernels for INT4 per-output-channel / per-group weights (W4A16, W4A8): the kernel weight
 //! layout and the CPU repack into it from every checkpoint format kquant writes ([`layout`]), the
-//! CPU reference and the CPU replays of the three kernel regimes ([`reference`], [`emu_mma`] over
-//! the documented MMA operand maps in [`fragment`], [`emu_dense`]), the launch geometry and
-//! regime choice ([`tune`]), the kernel source as NVRTC / hipRTC compile it ([`source`]), a
-//! device-resident linear layer ([`linear`]), and the launchers behind cargo features: `cuda`
-//! ([`cuda`], cudarc with dynamic loading, cuBLAS) and `hip` ([`hip`], libamdhip64 + libhiprtc +
-//! libhipblas loaded at run time). Without those features nothing here needs a GPU toolkit.
+//! CPU reference ([`reference`]), the launch geometry and regime choice ([`tune`]), the kernel
+//! source as NVRTC / hipRTC compile it with each entry point's name and argument list
+//! ([`source`]), and a device-resident linear layer ([`linear`]).
+//!
+//! The host code is written once: [`Device`] ([`dispatch`]) is the one [`Backend`], over a thin
+//! [`driver::Driver`] (memory, launch, vendor GEMM, event timing) that three implement — the CPU
+//! emulation ([`emu`]: each kernel's CPU replay, [`emu_mma`] lane by lane over the documented MMA
+//! operand maps in [`fragment`], [`emu_dense`]), and behind cargo features `cuda` ([`cuda`],
+//! cudarc with dynamic loading, cuBLAS) and `hip` ([`hip`], libamdhip64 + libhiprtc + libhipblas
+//! loaded at run time). Timing is apart from compute: [`Bench`] ([`mod@bench`]), for `kquant bench
+//! gemm` only. Without the features nothing here needs a GPU toolkit.
 //! Design and the GPU checks still to run: docs/kernels.md.
 
+pub mod bench;
+pub mod dispatch;
+pub mod driver;
+pub mod emu;
 pub mod emu_dense;
 pub mod emu_mma;
 pub mod fragment;
@@ -24,6 +33,9 @@ pub mod hip;
 
 use std::any::Any;
 
+pub use bench::Bench;
+pub use dispatch::Device;
+pub use emu::CpuEmu;
 pub use layout::W4Layout;
 pub use linear::{DeviceLinear, DeviceLinears};
 pub use tune::{Arch, Regime};
@@ -99,9 +111,6 @@ impl Act {
     }
 }
 
-/// Largest M the GEMV kernels (regime A) take.
-pub const GEMV_MAX_M: usize = 8;
-
 /// Weights uploaded to one device once (kernel layout `kq-w4-gemv/1`), used by every regime.
 pub struct DeviceW4 {
     pub n: usize,
@@ -164,31 +173,6 @@ pub trait Backend: Send + Sync {
         m: usize,
         regime: Regime,
     ) -> Result<Vec<f32>>;
-    /// Seconds per W4A16 call on device-resident activations and output, cycling over `ws`
-    /// (several copies of one matrix, so the weights stream from memory, not cache): mean of
-    /// `iters` calls after a warm-up, host transfers excluded.
-    fn time_w4a16(
-        &self,
-        ws: &[DeviceW4],
-        act: Act,
-        m: usize,
-        regime: Regime,
-        iters: usize,
-    ) -> Result<f64>;
-    /// Device-to-device copy bandwidth in bytes/s (read + write counted once each: 2·bytes per
-    /// copy), copying `bytes` at a time over buffers totalling more than twice the LLC.
-    fn copy_bandwidth(&self, bytes: usize, iters: usize) -> Result<f64>;
-    /// Seconds per dense bf16 GEMM `[m, k] · [n, k]ᵀ → f32` with the vendor BLAS, cycling over
-    /// `copies` weight matrices; `None` where the device has no vendor BLAS.
-    fn time_dense_bf16(
-        &self,
-        n: usize,
-        k: usize,
-        m: usize,
-        copies: usize,
-        iters: usize,
-    ) -> Result<Option<f64>>;
-
     /// The regime this device uses for `m` tokens.
     fn regime(&self, m: usize) -> Regime {
         tune::regime(self.arch(), m)
@@ -210,10 +194,13 @@ pub fn check_call(w: &DeviceW4, x_len: usize, m: usize, regime: Regime) -> Resul
     if m == 0 {
         return Err(GpuError::Unsupported("M", "no rows".into()));
     }
-    if regime == Regime::Gemv && m > GEMV_MAX_M {
+    if regime == Regime::Gemv && m > source::GEMV_MAX_M {
         return Err(GpuError::Unsupported(
             "M",
-            format!("the GEMV kernels take 1..={GEMV_MAX_M} rows, got {m}"),
+            format!(
+                "the GEMV kernels take 1..={} rows, got {m}",
+                source::GEMV_MAX_M
+            ),
         ));
     }
     if !w.k.is_multiple_of(8) {
@@ -246,32 +233,26 @@ pub fn check_w4a8(w: &DeviceW4) -> Result<()> {
     }
 }
 
-/// Every device this build can run on: the CPU emulation, then CUDA device 0 and HIP device 0
-/// when their feature is on and their runtime loads (a missing runtime is reported on stderr and
-/// skipped, unless `KQUANT_REQUIRE_GPU=1`, which makes it a panic). `KQUANT_GPU_ONLY=1` leaves
-/// the CPU emulation out: a hardware run at the full Kimi shapes, where replaying every shape on
-/// the CPU would take hours.
-pub fn devices() -> Vec<Box<dyn Backend>> {
-    #[allow(unused_mut)]
-    let mut v: Vec<Box<dyn Backend>> = Vec::new();
-    if std::env::var("KQUANT_GPU_ONLY").as_deref() != Ok("1") {
-        v.push(Box::new(reference::CpuEmu::nvidia()));
+/// A box [`open`] can put a device in: `Box<dyn Backend>` (compute) or `Box<dyn Bench>` (compute
+/// and timing, for `kquant bench gemm`).
+pub trait Opened: Sized {
+    fn new<D: driver::Driver>(d: Device<D>) -> Self;
+}
+
+impl Opened for Box<dyn Backend> {
+    fn new<D: driver::Driver>(d: Device<D>) -> Self {
+        Box::new(d)
     }
-    #[cfg(feature = "cuda")]
-    match cuda::Cuda::new(0) {
-        Ok(d) => v.push(Box::new(d)),
-        Err(e) => skip("cuda", &e),
+}
+
+impl Opened for Box<dyn Bench> {
+    fn new<D: driver::Driver>(d: Device<D>) -> Self {
+        Box::new(d)
     }
-    #[cfg(feature = "hip")]
-    match hip::Hip::new(0) {
-        Ok(d) => v.push(Box::new(d)),
-        Err(e) => skip("hip", &e),
-    }
-    v
 }
 
 /// The device a `--device` flag names: `cpu` (the kernel emulation), `cuda[:N]`, `hip[:N]`.
-pub fn open(spec: &str) -> Result<Box<dyn Backend>> {
+pub fn open<T: Opened>(spec: &str) -> Result<T> {
     let (kind, ordinal) = match spec.split_once(':') {
         Some((k, n)) => (
             k,
@@ -281,23 +262,15 @@ pub fn open(spec: &str) -> Result<Box<dyn Backend>> {
         None => (spec, 0),
     };
     match kind {
-        "cpu" if ordinal == 0 => Ok(Box::new(reference::CpuEmu::nvidia())),
+        "cpu" if ordinal == 0 => Ok(T::new(CpuEmu::nvidia())),
         #[cfg(feature = "cuda")]
-        "cuda" => Ok(Box::new(cuda::Cuda::new(ordinal)?)),
+        "cuda" => Ok(T::new(Device::new(cuda::Cuda::new(ordinal)?))),
         #[cfg(not(feature = "cuda"))]
         "cuda" => Err(GpuError::NotBuilt(spec.into(), "cuda")),
         #[cfg(feature = "hip")]
-        "hip" => Ok(Box::new(hip::Hip::new(ordinal)?)),
+        "hip" => Ok(T::new(Device::new(hip::Hip::new(ordinal)?))),
         #[cfg(not(feature = "hip"))]
         "hip" => Err(GpuError::NotBuilt(spec.into(), "hip")),
         _ => Err(GpuError::UnknownDevice(spec.into())),
     }
-}
-
-#[allow(dead_code)]
-fn skip(what: &str, e: &GpuError) {
-    if std::env::var("KQUANT_REQUIRE_GPU").as_deref() == Ok("1") {
-        panic!("KQUANT_REQUIRE_GPU=1 but {what} is unavailable: {e}");
-    }
-    eprintln!("gpu: {what} SKIPPED: {e}");
 }

@@ -1,19 +1,17 @@
 //! The CPU reference the kernels are checked against (dequantize + f32 GEMM, with
 //! [`crate::ops::linear`]), the W4A8 reference (per-token int8 activations, exact
-//! integer dot products), the named error bounds, and [`CpuEmu`]: the "cpu" device of the shared
-//! device test, which replays each regime's kernels on the packed layout — the GEMV's algorithm
-//! here (magic-number dequant in f16, the permuted int8 activations, the `−8·Σa` correction), the
-//! MMA kernels lane by lane ([`super::emu_mma`]), the dequant-to-dense kernel
-//! ([`super::emu_dense`]).
+//! integer dot products), the named error bounds, and the CPU replays of regime A's kernels
+//! that the "cpu" device ([`super::emu`]) runs split by split: the GEMV's algorithm (magic-number
+//! dequant in f16, the permuted int8 activations, the `−8·Σa` correction) and the int8
+//! activation quantizer.
 
-use std::time::Instant;
+use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::emu_mma::Vendor;
 use super::layout::{dequant8_magic, W4Layout, CHUNK};
-use super::tune::{Arch, Regime};
-use super::{check_call, check_w4a8, emu_dense, emu_mma, Act, Backend, DeviceW4, Result};
+use super::tune::Regime;
+use super::Act;
 use crate::ops;
 
 /// W4A16 bound: `|y − y_ref| ≤ W4A16_REL_L1_TOL · Σ_k |w[n,k]·x[m,k]| + ABS_FLOOR` (f32
@@ -204,16 +202,17 @@ fn dp4a(a: u32, b: u32, c: i32) -> i32 {
     })
 }
 
-/// `kq_w4a16_gemv_*` replayed: per chunk the magic-number dequant (f16) and f32 dot products,
-/// group scales per chunk, the channel scale at the end.
-pub fn gemv_w4a16(w: &W4Layout, x: &[u16], act: Act, m: usize) -> Vec<f32> {
+/// `kq_w4a16_gemv_*` replayed over the 32-weight chunks `chunks` of K (one split of the grid):
+/// per chunk the magic-number dequant (f16) and f32 dot products, group scales per chunk, the
+/// channel scale at the end. `[m, n]`.
+pub fn gemv_w4a16(w: &W4Layout, x: &[u16], act: Act, m: usize, chunks: Range<usize>) -> Vec<f32> {
     let (wpr, g) = (w.words_per_row(), w.groups());
     let xf = act_to_f32(x, act);
     let cols: Vec<Vec<f32>> = (0..w.n)
         .into_par_iter()
         .map(|n| {
             let mut acc = vec![0f32; m];
-            for c in 0..w.k.div_ceil(CHUNK) {
+            for c in chunks.clone() {
                 let mut part = vec![0f32; m];
                 for j in 0..4 {
                     let k0 = c * CHUNK + 8 * j;
@@ -242,10 +241,18 @@ pub fn gemv_w4a16(w: &W4Layout, x: &[u16], act: Act, m: usize) -> Vec<f32> {
     transpose(&cols, m, w.n)
 }
 
-/// `kq_quant_act_i8` + `kq_w4a8_gemv_*` replayed: dp4a over offset-binary bytes, `−8·Σa`.
-pub fn gemv_w4a8(w: &W4Layout, x: &[u16], act: Act, m: usize) -> Vec<f32> {
-    let a = quantize_act_ref(x, act, m, w.k);
-    let ap = permute_act_i8(&a, m, w.k);
+/// `kq_w4a8_gemv_*` replayed over the chunks `chunks` of K (one split of the grid) on the int8
+/// activations as `kq_quant_act_i8` stores them (`ap`: rows of `⌈k/32⌉·32` permuted bytes, with
+/// their scales `xs` and code sums `xsum`): dp4a over offset-binary bytes, the `−8·Σa` correction
+/// in the first split only, then `t · s_w · s_x` in f32. `[m, n]`.
+pub fn gemv_w4a8(
+    w: &W4Layout,
+    ap: &[i8],
+    xs: &[f32],
+    xsum: &[i32],
+    m: usize,
+    chunks: Range<usize>,
+) -> Vec<f32> {
     let kp = w.k.div_ceil(CHUNK) * CHUNK;
     let aw: Vec<u32> = ap
         .chunks_exact(4)
@@ -258,163 +265,21 @@ pub fn gemv_w4a8(w: &W4Layout, x: &[u16], act: Act, m: usize) -> Vec<f32> {
             (0..m)
                 .map(|i| {
                     let mut t = 0i32;
-                    for j in 0..wpr {
+                    for j in 4 * chunks.start..(4 * chunks.end).min(wpr) {
                         let q = w.qweight[n * wpr + j];
                         let base = (i * kp) / 4 + 2 * j;
                         t = dp4a(q & 0x0f0f_0f0f, aw[base], t);
                         t = dp4a((q >> 4) & 0x0f0f_0f0f, aw[base + 1], t);
                     }
-                    t -= 8 * a.sums[i];
-                    t as f32 * w.scales[n] * a.scales[i]
+                    if chunks.start == 0 {
+                        t -= 8 * xsum[i];
+                    }
+                    t as f32 * w.scales[n] * xs[i]
                 })
                 .collect()
         })
         .collect();
     transpose(&cols, m, w.n)
-}
-
-/// The kernels replayed on the CPU (the "cpu" device): regime A by [`gemv_w4a16`] /
-/// [`gemv_w4a8`], regime B lane by lane for `vendor`'s atoms, regime C by the dense replay.
-pub struct CpuEmu {
-    pub vendor: Vendor,
-}
-
-impl CpuEmu {
-    /// NVIDIA atoms and sm_90 geometry (the default "cpu" device).
-    pub fn nvidia() -> CpuEmu {
-        CpuEmu {
-            vendor: Vendor::Nvidia,
-        }
-    }
-    /// AMD MFMA atoms and gfx942 geometry.
-    pub fn amd() -> CpuEmu {
-        CpuEmu {
-            vendor: Vendor::Amd,
-        }
-    }
-}
-
-fn host(w: &DeviceW4) -> Result<&W4Layout> {
-    w.get::<W4Layout>("cpu")
-}
-
-fn time_host(iters: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let t = Instant::now();
-    for _ in 0..iters.max(1) {
-        f();
-    }
-    t.elapsed().as_secs_f64() / iters.max(1) as f64
-}
-
-impl Backend for CpuEmu {
-    fn name(&self) -> String {
-        match self.vendor {
-            Vendor::Nvidia => "cpu (kernel emulation, mma.sync atoms)".into(),
-            Vendor::Amd => "cpu (kernel emulation, MFMA atoms)".into(),
-        }
-    }
-
-    fn arch(&self) -> Arch {
-        self.vendor.arch()
-    }
-
-    fn upload(&self, w: &W4Layout) -> Result<DeviceW4> {
-        w.check()?;
-        Ok(DeviceW4::new(w, Box::new(w.clone())))
-    }
-
-    fn w4a16_on(
-        &self,
-        w: &DeviceW4,
-        x: &[u16],
-        act: Act,
-        m: usize,
-        regime: Regime,
-    ) -> Result<Vec<f32>> {
-        check_call(w, x.len(), m, regime)?;
-        let l = host(w)?;
-        Ok(match regime {
-            Regime::Gemv => gemv_w4a16(l, x, act, m),
-            Regime::Mma => emu_mma::w4a16(self.vendor, l, x, act, m),
-            Regime::Dense => emu_dense::gemm(l, x, act, m),
-        })
-    }
-
-    fn w4a8_on(
-        &self,
-        w: &DeviceW4,
-        x: &[u16],
-        act: Act,
-        m: usize,
-        regime: Regime,
-    ) -> Result<Vec<f32>> {
-        check_call(w, x.len(), m, regime)?;
-        check_w4a8(w)?;
-        let l = host(w)?;
-        Ok(match regime {
-            Regime::Gemv => gemv_w4a8(l, x, act, m),
-            Regime::Mma | Regime::Dense => emu_mma::w4a8(self.vendor, l, x, act, m),
-        })
-    }
-
-    fn time_w4a16(
-        &self,
-        ws: &[DeviceW4],
-        act: Act,
-        m: usize,
-        regime: Regime,
-        iters: usize,
-    ) -> Result<f64> {
-        let Some(first) = ws.first() else {
-            return Ok(0.0);
-        };
-        let x = vec![act.from_f32(0.5); m * first.k];
-        let mut i = 0;
-        let mut err = None;
-        let t = time_host(iters, || {
-            if let Err(e) = self.w4a16_on(&ws[i % ws.len()], &x, act, m, regime) {
-                err = Some(e);
-            }
-            i += 1;
-        });
-        err.map_or(Ok(t), Err)
-    }
-
-    fn copy_bandwidth(&self, bytes: usize, iters: usize) -> Result<f64> {
-        let llc = self.arch().tune().llc_bytes;
-        let count = (2 * llc).div_ceil(bytes.max(1)) + 1;
-        let src: Vec<Vec<u8>> = (0..count).map(|i| vec![i as u8; bytes]).collect();
-        let mut dst = vec![0u8; bytes];
-        let mut i = 0;
-        let t = time_host(iters, || {
-            dst.copy_from_slice(&src[i % count]);
-            i += 1;
-        });
-        std::hint::black_box(&dst);
-        Ok(2.0 * bytes as f64 / t)
-    }
-
-    fn time_dense_bf16(
-        &self,
-        n: usize,
-        k: usize,
-        m: usize,
-        copies: usize,
-        iters: usize,
-    ) -> Result<Option<f64>> {
-        // The f32 reference GEMM stands in for a vendor BLAS on the CPU.
-        let ws: Vec<Vec<f32>> = (0..copies.max(1))
-            .map(|c| (0..n * k).map(|i| ((i + c) % 7) as f32 * 0.01).collect())
-            .collect();
-        let x = vec![0.5f32; m * k];
-        let mut i = 0;
-        let t = time_host(iters, || {
-            std::hint::black_box(ops::linear(&x, m, k, &ws[i % ws.len()], n));
-            i += 1;
-        });
-        Ok(Some(t))
-    }
 }
 
 /// `[n][m]` columns to `[m, n]` row-major.

@@ -3,7 +3,12 @@
 //! includes and `#pragma once` dropped (run-time compilers get no include path; the crate may
 //! run far from its source tree). `kernels/check.sh` compiles the same files one by one and this
 //! assembled module too (built the same way in shell).
+//!
+//! Next to it, the host's side of each entry point, written once: its name (the `*_name`
+//! functions) and, in [`Kernel`], its argument list in the order of its C signature, which every
+//! [`super::driver::Driver`] launches and the CPU emulation reads by field.
 
+use super::driver::Arg;
 use super::Act;
 
 const VENDOR: &str = include_str!("../../kernels/kq_vendor.h");
@@ -31,11 +36,7 @@ pub fn module() -> String {
 
 /// Regime A entry points.
 pub fn w4a16_name(act: Act, per_channel: bool, m: usize) -> String {
-    format!(
-        "kq_w4a16_gemv_{}_{}_m{m}",
-        act.name(),
-        if per_channel { "pc" } else { "g" }
-    )
+    format!("kq_w4a16_gemv_{}_{}_m{m}", act.name(), pc_g(per_channel))
 }
 pub fn w4a8_name(m: usize) -> String {
     format!("kq_w4a8_gemv_m{m}")
@@ -47,11 +48,7 @@ pub const SPLITK_REDUCE: &str = "kq_splitk_reduce";
 
 /// Regime B entry points (`toks` tokens per block, [`super::tune::Mma::toks`]).
 pub fn w4a16_mma_name(act: Act, per_channel: bool, toks: usize) -> String {
-    format!(
-        "kq_w4a16_mma_{}_{}_m{toks}",
-        act.name(),
-        if per_channel { "pc" } else { "g" }
-    )
+    format!("kq_w4a16_mma_{}_{}_m{toks}", act.name(), pc_g(per_channel))
 }
 pub fn w4a8_mma_name(toks: usize) -> String {
     format!("kq_w4a8_mma_m{toks}")
@@ -60,13 +57,142 @@ pub const W4A8_REDUCE: &str = "kq_w4a8_reduce";
 
 /// Regime C entry points.
 pub fn dequant_name(act: Act, per_channel: bool) -> String {
-    format!(
-        "kq_w4_dequant_{}_{}",
-        act.name(),
-        if per_channel { "pc" } else { "g" }
-    )
+    format!("kq_w4_dequant_{}_{}", act.name(), pc_g(per_channel))
 }
 pub const SCALE_COLS: &str = "kq_scale_cols";
+
+/// Largest M a GEMV entry point exists for (`KQ_ALL_M` in `w4_gemv.cu`: `_m1` … `_m8`). Not a
+/// tuning choice: which M the regime choice sends to the GEMV is `Tune::gemv_max_m`, at most this.
+pub const GEMV_MAX_M: usize = 8;
+
+fn pc_g(per_channel: bool) -> &'static str {
+    if per_channel {
+        "pc"
+    } else {
+        "g"
+    }
+}
+
+/// Declares [`Kernel`]: per entry point the fields its name is made of, then its arguments in
+/// the C signature's order — every signature takes its pointers first, then its `int`s — so that
+/// each argument list is written once, here, and [`Kernel::args`] is generated from it.
+macro_rules! kernels {
+    ($(
+        $(#[doc = $doc:literal])*
+        $v:ident { $($meta:ident: $mt:ty),*; ptr $($buf:ident),*; int $($int:ident),* }
+    )*) => {
+        /// One launch of an entry point of [`module`]: which instantiation, and its arguments
+        /// (device buffers `B` and `int`s; what sizes they need is the launcher's business,
+        /// [`super::dispatch`]).
+        pub enum Kernel<'a, B> {
+            $($(#[doc = $doc])* $v { $($meta: $mt,)* $($buf: &'a B,)* $($int: usize,)* },)*
+        }
+
+        impl<'a, B> Kernel<'a, B> {
+            /// The arguments in the C signature's order (`int`s as the kernels take them).
+            pub fn args(&self) -> Vec<Arg<'a, B>> {
+                match *self {
+                    $(Kernel::$v { $($buf,)* $($int,)* .. } => {
+                        vec![$(Arg::Buf($buf),)* $(Arg::Int($int as i32),)*]
+                    })*
+                }
+            }
+        }
+
+        /// Per entry point: its variant, and how many pointers and `int`s it takes.
+        #[cfg(test)]
+        const SIGNATURES: &[(&str, usize, usize)] = &[
+            $((stringify!($v), [$(stringify!($buf)),*].len(), [$(stringify!($int)),*].len()),)*
+        ];
+    };
+}
+
+kernels! {
+    /// `kq_w4a16_gemv_{act}_{pc,g}_m{m}(qw, scales, x, out, N, K, group, chunks_per_split)`:
+    /// split `blockIdx.y`'s partial sums into `part[split][m][n]`.
+    W4a16Gemv {
+        act: Act, per_channel: bool, m: usize;
+        ptr qweight, scales, x, part;
+        int n, k, group, chunks_per_split
+    }
+    /// `kq_w4a8_gemv_m{m}(qw, wscale, xq, xscale, xsum, out, N, K, chunks_per_split)`.
+    W4a8Gemv {
+        m: usize;
+        ptr qweight, scales, xq, xs, xsum, part;
+        int n, k, chunks_per_split
+    }
+    /// `kq_quant_act_i8_{act}(x, xq, xscale, xsum, K)`: one block per token (`gridDim.x` = M).
+    QuantActI8 {
+        act: Act;
+        ptr x, xq, xs, xsum;
+        int k
+    }
+    /// `kq_splitk_reduce(part, out, mn, splits)`.
+    SplitkReduce {
+        ;
+        ptr part, out;
+        int mn, splits
+    }
+    /// `kq_w4a16_mma_{act}_{pc,g}_m{toks}(qw, scales, x, out, M, N, K, group, tiles_per_split)`.
+    W4a16Mma {
+        act: Act, per_channel: bool, toks: usize;
+        ptr qweight, scales, x, part;
+        int m, n, k, group, tiles_per_split
+    }
+    /// `kq_w4a8_mma_m{toks}(qw, xq, part, M, N, K, tiles_per_split)`.
+    W4a8Mma {
+        toks: usize;
+        ptr qweight, xq, part;
+        int m, n, k, tiles_per_split
+    }
+    /// `kq_w4a8_reduce(part, ws, xs, xsum, out, M, N, splits)`.
+    W4a8Reduce {
+        ;
+        ptr part, scales, xs, xsum, out;
+        int m, n, splits
+    }
+    /// `kq_w4_dequant_{act}_{pc,g}(qw, scales, w, N, K, group)`.
+    Dequant {
+        act: Act, per_channel: bool;
+        ptr qweight, scales, dense;
+        int n, k, group
+    }
+    /// `kq_scale_cols(y, s, M, N)`.
+    ScaleCols {
+        ;
+        ptr out, scales;
+        int m, n
+    }
+}
+
+impl<B> Kernel<'_, B> {
+    /// The entry point's name.
+    pub fn name(&self) -> String {
+        match *self {
+            Kernel::W4a16Gemv {
+                act,
+                per_channel,
+                m,
+                ..
+            } => w4a16_name(act, per_channel, m),
+            Kernel::W4a8Gemv { m, .. } => w4a8_name(m),
+            Kernel::QuantActI8 { act, .. } => quant_act_name(act),
+            Kernel::SplitkReduce { .. } => SPLITK_REDUCE.into(),
+            Kernel::W4a16Mma {
+                act,
+                per_channel,
+                toks,
+                ..
+            } => w4a16_mma_name(act, per_channel, toks),
+            Kernel::W4a8Mma { toks, .. } => w4a8_mma_name(toks),
+            Kernel::W4a8Reduce { .. } => W4A8_REDUCE.into(),
+            Kernel::Dequant {
+                act, per_channel, ..
+            } => dequant_name(act, per_channel),
+            Kernel::ScaleCols { .. } => SCALE_COLS.into(),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -125,5 +251,47 @@ mod tests {
         for f in [SPLITK_REDUCE, W4A8_REDUCE, SCALE_COLS] {
             assert!(s.contains(&format!("void {f}(")), "{f}");
         }
+    }
+
+    /// The GEMV entry points exist for M = 1 ..= [`GEMV_MAX_M`].
+    #[test]
+    fn gemv_max_m_is_the_instantiated_range() {
+        let want: String = (1..=GEMV_MAX_M).map(|m| format!(" X({m})")).collect();
+        assert!(GEMV.contains(&format!("#define KQ_ALL_M(X){want}\n")));
+    }
+
+    /// Each [`Kernel`] takes as many pointers, then `int`s, as its C signature in the kernel
+    /// source.
+    #[test]
+    fn kernel_args_follow_the_c_signatures() {
+        let s = module();
+        for &(variant, ptrs, ints) in SIGNATURES {
+            let marker = match variant {
+                "W4a16Gemv" => "kq_w4a16_gemv_##T##_##G##_m##M(",
+                "W4a8Gemv" => "kq_w4a8_gemv_m##M(",
+                "QuantActI8" => "void kq_quant_act_i8_bf16(",
+                "SplitkReduce" => "void kq_splitk_reduce(",
+                "W4a16Mma" => "kq_w4a16_mma_##T##_##G##_m##TOKS(",
+                "W4a8Mma" => "kq_w4a8_mma_m##TOKS(",
+                "W4a8Reduce" => "void kq_w4a8_reduce(",
+                "Dequant" => "kq_w4_dequant_##T##_##G(",
+                "ScaleCols" => "void kq_scale_cols(",
+                other => panic!("no signature to check {other} against"),
+            };
+            let at = s.find(marker).unwrap_or_else(|| panic!("{marker}")) + marker.len();
+            let params: Vec<String> = s[at..at + s[at..].find(')').unwrap()]
+                .replace('\\', " ")
+                .split(',')
+                .map(|p| p.trim().to_string())
+                .collect();
+            let want: Vec<bool> = (0..ptrs + ints).map(|i| i < ptrs).collect();
+            let got: Vec<bool> = params.iter().map(|p| p.contains('*')).collect();
+            assert_eq!(got, want, "{variant}: {params:?}");
+            assert!(
+                params[ptrs..].iter().all(|p| p.starts_with("int ")),
+                "{variant}"
+            );
+        }
+        assert_eq!(SIGNATURES.len(), 9);
     }
 }

@@ -37,7 +37,8 @@ pub struct Tune {
     pub mma_warps: u32,
     /// k-tiles whose weight loads the MMA kernel issues ahead (`KQ_MMA_UNROLL`).
     pub mma_unroll: u32,
-    /// Largest M the GEMV kernels take (regime A).
+    /// Largest M the regime choice sends to the GEMV kernels (regime A; 0: never). The kernels
+    /// themselves take up to `source::GEMV_MAX_M`, which an explicit `Regime::Gemv` may use.
     pub gemv_max_m: usize,
     /// Largest M that goes to the MMA kernels (regime B); above: dequant + BLAS (regime C).
     pub mma_max_m: usize,
@@ -48,7 +49,7 @@ pub struct Tune {
 /// Which kernel family runs a GEMM (docs/kernels.md, "Design").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Regime {
-    /// A: CUDA-core / VALU GEMV (`w4_gemv.cu`), M ≤ 8.
+    /// A: CUDA-core / VALU GEMV (`w4_gemv.cu`), M ≤ 8 (`source::GEMV_MAX_M`).
     Gemv,
     /// B: tensor-core / matrix-core tiles (`w4_mma.cu`), any M (chosen for 9..=128).
     Mma,
@@ -281,6 +282,15 @@ mod tests {
                     }
                 }
             }
+        }
+        // The thresholds stay inside what the kernels take.
+        for arch in [
+            Arch::Sm90,
+            Arch::Sm100,
+            Arch::Gfx942,
+            Arch::Generic { warp: 32 },
+        ] {
+            assert!(arch.tune().gemv_max_m <= super::super::source::GEMV_MAX_M);
         }
         // Hopper, as measured on an H200: the MMA kernel from M = 1, dense above 64.
         assert_eq!(regime(Arch::Sm90, 1), Regime::Mma);

@@ -273,3 +273,66 @@ impl Rng {
         v[self.below(v.len() as u64) as usize].clone()
     }
 }
+
+/// The kernels' CPU replay: the device the device tests' `cpu_emu` tier runs on. Under
+/// `KQUANT_GPU_ONLY=1` (a hardware run: the GPU tests alone) it refuses, because the GPU tier
+/// is `#[ignore]`d: a run that forgot `-- --ignored` fails here instead of passing without
+/// having touched a GPU.
+pub fn cpu_emu() -> std::sync::Arc<dyn kquant::gpu::Backend> {
+    assert!(
+        std::env::var("KQUANT_GPU_ONLY").as_deref() != Ok("1"),
+        "KQUANT_GPU_ONLY=1 asks for the GPU tests alone, and they are #[ignore]d: run with \
+         `-- --ignored` (docs/kernels.md)"
+    );
+    std::sync::Arc::new(kquant::gpu::CpuEmu::nvidia())
+}
+
+/// Device 0 of `kind` (`cuda`, `hip`) for the GPU tier: a missing driver, runtime or GPU fails
+/// the test (it was asked for with `-- --ignored`).
+pub fn gpu(kind: &str) -> std::sync::Arc<dyn kquant::gpu::Backend> {
+    match kquant::gpu::open::<Box<dyn kquant::gpu::Backend>>(kind) {
+        Ok(d) => std::sync::Arc::from(d),
+        Err(e) => panic!("{kind} device 0 does not open: {e} (this test needs the GPU)"),
+    }
+}
+
+/// Whether `dev` is the CPU replay (slow: the device tests trim what it runs).
+pub fn is_emulation(dev: &dyn kquant::gpu::Backend) -> bool {
+    dev.name().starts_with("cpu")
+}
+
+/// Device tests, each in tiers: `NAME::cpu_emu` (the kernels' CPU replay, [`cpu_emu`]; always
+/// runs), and under their feature `NAME::cuda` / `NAME::hip` (device 0, [`gpu`]), `#[ignore]`d
+/// because they need the GPU, and failing without it: `-- --ignored` runs them (docs/kernels.md).
+/// Each body is a function of the device, `Arc<dyn Backend>`.
+macro_rules! device_tests {
+    ($($(#[doc = $doc:literal])* fn $name:ident($d:ident) $body:block)*) => {$(
+        $(#[doc = $doc])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            fn body($d: std::sync::Arc<dyn kquant::gpu::Backend>) $body
+
+            #[test]
+            fn cpu_emu() {
+                body($crate::common::cpu_emu())
+            }
+
+            #[cfg(feature = "cuda")]
+            #[test]
+            #[ignore = "needs an NVIDIA GPU (run with -- --ignored; docs/kernels.md)"]
+            fn cuda() {
+                body($crate::common::gpu("cuda"))
+            }
+
+            #[cfg(feature = "hip")]
+            #[test]
+            #[ignore = "needs an AMD GPU (run with -- --ignored; docs/kernels.md)"]
+            fn hip() {
+                body($crate::common::gpu("hip"))
+            }
+        }
+    )*};
+}
+pub(crate) use device_tests;

@@ -1,0 +1,349 @@
+//! [`Device`]: the one [`Backend`], over any [`Driver`]. What a W4A16 / W4A8 call does is
+//! written here once for CUDA, HIP and the CPU emulation: the regime's kernels in order, their
+//! launch geometry ([`super::tune`]), the scratch buffers they need (grown on demand, so timed
+//! loops allocate nothing) and each launch's [`Kernel`] (argument lists: [`super::source`]), with
+//! the buffer sizes each launch relies on stated once, at the launch. The CPU tests therefore run
+//! the very launch sequence a GPU runs, with the CPU replay of each kernel ([`super::emu`]).
+
+use std::sync::{Mutex, MutexGuard};
+
+use super::driver::{Dim3, Driver, Gemm};
+use super::layout::{W4Layout, CHUNK};
+use super::source::Kernel;
+use super::tune::{self, Arch, Regime};
+use super::{check_call, check_w4a8, Act, Backend, DeviceW4, Result};
+
+/// Threads per block of the element-wise kernels (the reduces, `kq_scale_cols`) and of
+/// `kq_quant_act_i8` (a multiple of every warp width, at most 1024).
+const THREADS: u32 = 256;
+
+/// Grid and block of an element-wise kernel over `len` outputs.
+fn elementwise(len: usize) -> (Dim3, Dim3) {
+    (
+        (len.div_ceil(THREADS as usize) as u32, 1, 1),
+        (THREADS, 1, 1),
+    )
+}
+
+/// Weights on a device (what a [`DeviceW4`] uploaded by a [`Device`] holds).
+pub(super) struct W4Bufs<B> {
+    qweight: B,
+    scales: B,
+}
+
+/// Reusable device buffers: split-K partials (f32 and int32), the dense matrix of regime C, and
+/// the int8 activations with their scales and sums.
+pub(super) struct Scratch<B> {
+    part: Option<B>,
+    part_i: Option<B>,
+    dense: Option<B>,
+    xq: Option<B>,
+    xs: Option<B>,
+    xsum: Option<B>,
+}
+
+/// `slot`, reallocated (zeroed) when it holds fewer than `bytes`.
+fn grow<'s, D: Driver>(d: &D, slot: &'s mut Option<D::Buf>, bytes: usize) -> Result<&'s D::Buf> {
+    if slot.as_ref().is_none_or(|b| D::size(b) < bytes) {
+        *slot = Some(d.alloc(bytes)?);
+    }
+    Ok(slot.as_ref().expect("just set"))
+}
+
+/// One call's operands on the device: `x` holds `m·k` activations in `act`, `out` `m·n` f32.
+pub(super) struct Call<'a, B> {
+    pub w: &'a DeviceW4,
+    pub bufs: &'a W4Bufs<B>,
+    pub x: &'a B,
+    pub act: Act,
+    pub m: usize,
+    pub out: &'a B,
+}
+
+/// One device that runs the kernels through its [`Driver`].
+pub struct Device<D: Driver> {
+    driver: D,
+    scratch: Mutex<Scratch<D::Buf>>,
+}
+
+impl<D: Driver> Device<D> {
+    pub fn new(driver: D) -> Device<D> {
+        Device {
+            driver,
+            scratch: Mutex::new(Scratch {
+                part: None,
+                part_i: None,
+                dense: None,
+                xq: None,
+                xs: None,
+                xsum: None,
+            }),
+        }
+    }
+
+    pub fn driver(&self) -> &D {
+        &self.driver
+    }
+
+    /// The scratch buffers; held for a whole call (or timed loop), so calls from several threads
+    /// take turns.
+    pub(super) fn scratch(&self) -> MutexGuard<'_, Scratch<D::Buf>> {
+        self.scratch.lock().expect("scratch")
+    }
+
+    /// The device buffers of weights this device uploaded.
+    pub(super) fn bufs<'w>(&self, w: &'w DeviceW4) -> Result<&'w W4Bufs<D::Buf>> {
+        w.get::<W4Bufs<D::Buf>>(D::BACKEND)
+    }
+
+    /// `out[i] = Σ_split part[split][i]` (`kq_splitk_reduce`).
+    fn reduce(&self, part: &D::Buf, out: &D::Buf, mn: usize, splits: usize) -> Result<()> {
+        let (grid, block) = elementwise(mn);
+        let k = Kernel::SplitkReduce {
+            part,
+            out,
+            mn,
+            splits,
+        };
+        // SAFETY: part holds splits·mn f32 (grown by the caller), out mn f32.
+        unsafe { self.driver.launch(&k, grid, block) }
+    }
+
+    /// W4A16 in `regime` on device operands. Queued, not waited for.
+    pub(super) fn run_w4a16(
+        &self,
+        c: &Call<'_, D::Buf>,
+        regime: Regime,
+        sc: &mut Scratch<D::Buf>,
+    ) -> Result<()> {
+        let d = &self.driver;
+        let (n, k, m, group) = (c.w.n, c.w.k, c.m, c.w.group);
+        let (per_channel, act) = (c.w.per_channel(), c.act);
+        let (qweight, scales, x) = (&c.bufs.qweight, &c.bufs.scales, c.x);
+        // Throughout: the weights hold n rows of ⌈k/32⌉ 16-byte chunks and their scales (n, or
+        // n·⌈k/group⌉), x m·k activations with k % 8 == 0 (check_call: rows are read 16 bytes at
+        // a time), out m·n f32.
+        match regime {
+            Regime::Gemv => {
+                let g = tune::gemv(d.arch(), n, k);
+                let part = grow(d, &mut sc.part, g.splits * m * n * 4)?;
+                let kernel = Kernel::W4a16Gemv {
+                    act,
+                    per_channel,
+                    m,
+                    qweight,
+                    scales,
+                    x,
+                    part,
+                    n,
+                    k,
+                    group,
+                    chunks_per_split: g.chunks_per_split,
+                };
+                // SAFETY: part holds splits·m·n f32; m ≤ GEMV_MAX_M (check_call).
+                unsafe { d.launch(&kernel, g.grid, g.block) }?;
+                self.reduce(part, c.out, m * n, g.splits)
+            }
+            Regime::Mma => {
+                let g = tune::mma(d.arch(), n, k, m, !per_channel);
+                let part = grow(d, &mut sc.part, g.splits * m * n * 4)?;
+                let kernel = Kernel::W4a16Mma {
+                    act,
+                    per_channel,
+                    toks: g.toks,
+                    qweight,
+                    scales,
+                    x,
+                    part,
+                    m,
+                    n,
+                    k,
+                    group,
+                    tiles_per_split: g.tiles_per_split,
+                };
+                // SAFETY: part holds splits·m·n f32, and every (split, tok < m, row < n) of it
+                // is written.
+                unsafe { d.launch(&kernel, g.grid, g.block) }?;
+                self.reduce(part, c.out, m * n, g.splits)
+            }
+            Regime::Dense => {
+                let dense = grow(d, &mut sc.dense, n * k * 2)?;
+                let kernel = Kernel::Dequant {
+                    act,
+                    per_channel,
+                    qweight,
+                    scales,
+                    dense,
+                    n,
+                    k,
+                    group,
+                };
+                let block = (tune::DENSE_THREADS, 1, 1);
+                // SAFETY: dense holds n·k 16-bit values.
+                unsafe { d.launch(&kernel, tune::dense(n, k), block) }?;
+                let gemm = Gemm { n, k, m, act };
+                // SAFETY: dense n·k and x m·k values of act, out m·n f32.
+                unsafe { d.gemm(gemm, dense, x, c.out) }?;
+                if per_channel {
+                    let (grid, block) = elementwise(m * n);
+                    let kernel = Kernel::ScaleCols {
+                        out: c.out,
+                        scales,
+                        m,
+                        n,
+                    };
+                    // SAFETY: out holds m·n f32, scales n.
+                    unsafe { d.launch(&kernel, grid, block) }?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// W4A8 in `regime` on device operands (per channel): activations quantized per token to
+    /// int8 first. Queued, not waited for.
+    pub(super) fn run_w4a8(
+        &self,
+        c: &Call<'_, D::Buf>,
+        regime: Regime,
+        sc: &mut Scratch<D::Buf>,
+    ) -> Result<()> {
+        let d = &self.driver;
+        let (n, k, m) = (c.w.n, c.w.k, c.m);
+        let (qweight, scales) = (&c.bufs.qweight, &c.bufs.scales);
+        let kp = k.div_ceil(CHUNK) * CHUNK;
+        let xq = grow(d, &mut sc.xq, m * kp)?;
+        let xs = grow(d, &mut sc.xs, m * 4)?;
+        let xsum = grow(d, &mut sc.xsum, m * 4)?;
+        let kernel = Kernel::QuantActI8 {
+            act: c.act,
+            x: c.x,
+            xq,
+            xs,
+            xsum,
+            k,
+        };
+        // SAFETY: one block per token: x holds m·k values, xq m rows of kp bytes (16-byte
+        // aligned rows), xs and xsum m each.
+        unsafe { d.launch(&kernel, (m as u32, 1, 1), (THREADS, 1, 1)) }?;
+        match regime {
+            Regime::Gemv => {
+                let g = tune::gemv(d.arch(), n, k);
+                let part = grow(d, &mut sc.part, g.splits * m * n * 4)?;
+                let kernel = Kernel::W4a8Gemv {
+                    m,
+                    qweight,
+                    scales,
+                    xq,
+                    xs,
+                    xsum,
+                    part,
+                    n,
+                    k,
+                    chunks_per_split: g.chunks_per_split,
+                };
+                // SAFETY: part holds splits·m·n f32; m ≤ GEMV_MAX_M (check_call).
+                unsafe { d.launch(&kernel, g.grid, g.block) }?;
+                self.reduce(part, c.out, m * n, g.splits)
+            }
+            Regime::Mma | Regime::Dense => {
+                let g = tune::mma(d.arch(), n, k, m, false);
+                let part = grow(d, &mut sc.part_i, g.splits * m * n * 4)?;
+                let kernel = Kernel::W4a8Mma {
+                    toks: g.toks,
+                    qweight,
+                    xq,
+                    part,
+                    m,
+                    n,
+                    k,
+                    tiles_per_split: g.tiles_per_split,
+                };
+                // SAFETY: part holds splits·m·n int32, every (split, tok < m, row < n) written.
+                unsafe { d.launch(&kernel, g.grid, g.block) }?;
+                let (grid, block) = elementwise(m * n);
+                let kernel = Kernel::W4a8Reduce {
+                    part,
+                    scales,
+                    xs,
+                    xsum,
+                    out: c.out,
+                    m,
+                    n,
+                    splits: g.splits,
+                };
+                // SAFETY: part splits·m·n int32, scales n, xs and xsum m, out m·n f32.
+                unsafe { d.launch(&kernel, grid, block) }
+            }
+        }
+    }
+
+    /// Upload `x`, run `run`, and read the result back.
+    fn call(
+        &self,
+        w: &DeviceW4,
+        x: &[u16],
+        act: Act,
+        m: usize,
+        run: impl FnOnce(&Call<'_, D::Buf>, &mut Scratch<D::Buf>) -> Result<()>,
+    ) -> Result<Vec<f32>> {
+        let bufs = self.bufs(w)?;
+        let xd = self.driver.htod(x)?;
+        let out = self.driver.alloc(m * w.n * 4)?;
+        let mut sc = self.scratch();
+        let c = Call {
+            w,
+            bufs,
+            x: &xd,
+            act,
+            m,
+            out: &out,
+        };
+        run(&c, &mut sc)?;
+        self.driver.dtoh_f32(&out, m * w.n)
+    }
+}
+
+impl<D: Driver> Backend for Device<D> {
+    fn name(&self) -> String {
+        self.driver.name()
+    }
+
+    fn arch(&self) -> Arch {
+        self.driver.arch()
+    }
+
+    fn upload(&self, w: &W4Layout) -> Result<DeviceW4> {
+        w.check()?;
+        let bufs = W4Bufs {
+            qweight: self.driver.htod(&w.qweight)?,
+            scales: self.driver.htod(&w.scales)?,
+        };
+        Ok(DeviceW4::new(w, Box::new(bufs)))
+    }
+
+    fn w4a16_on(
+        &self,
+        w: &DeviceW4,
+        x: &[u16],
+        act: Act,
+        m: usize,
+        regime: Regime,
+    ) -> Result<Vec<f32>> {
+        check_call(w, x.len(), m, regime)?;
+        self.call(w, x, act, m, |c, sc| self.run_w4a16(c, regime, sc))
+    }
+
+    fn w4a8_on(
+        &self,
+        w: &DeviceW4,
+        x: &[u16],
+        act: Act,
+        m: usize,
+        regime: Regime,
+    ) -> Result<Vec<f32>> {
+        check_call(w, x.len(), m, regime)?;
+        check_w4a8(w)?;
+        self.call(w, x, act, m, |c, sc| self.run_w4a8(c, regime, sc))
+    }
+}

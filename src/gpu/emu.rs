@@ -1,0 +1,407 @@
+//! The CPU emulation as a [`Driver`]: [`CpuEmu`], the "cpu" device. Device memory is host
+//! memory, and a launch runs that kernel's CPU replay on the arguments and geometry it was given:
+//! the GEMVs split by split as the grid splits K ([`super::reference`]), the MMA kernels lane by
+//! lane for the vendor's atoms ([`super::emu_mma`]), the dequant-to-dense kernel and the vendor
+//! GEMM ([`super::emu_dense`]), and here the int8 activation quantizer, the reduces and the scale
+//! epilogue. So the CPU tests run exactly the launches [`super::dispatch`] makes on a GPU; a
+//! launch whose grid leaves part of its output unwritten, or that reads or writes past a
+//! buffer, is an error here (on a GPU it would be garbage).
+
+use std::ops::Range;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use super::dispatch::Device;
+use super::driver::{as_bytes, from_bytes, Dim3, Driver, Gemm, Pod};
+use super::emu_mma::Vendor;
+use super::layout::{words_per_row, W4Layout, CHUNK};
+use super::source::Kernel;
+use super::tune::{self, Arch, MMA_KTILE, MMA_ROWS};
+use super::{emu_dense, emu_mma, reference, GpuError, Result};
+
+/// The kernels replayed on the CPU with `vendor`'s atoms and launch geometry.
+pub struct Emu {
+    pub vendor: Vendor,
+}
+
+/// The "cpu" device: the kernels' CPU replay behind the one [`super::Backend`].
+pub type CpuEmu = Device<Emu>;
+
+impl Device<Emu> {
+    /// NVIDIA atoms and sm_90 geometry (the default "cpu" device).
+    pub fn nvidia() -> CpuEmu {
+        Device::new(Emu {
+            vendor: Vendor::Nvidia,
+        })
+    }
+    /// AMD MFMA atoms and gfx942 geometry.
+    pub fn amd() -> CpuEmu {
+        Device::new(Emu {
+            vendor: Vendor::Amd,
+        })
+    }
+}
+
+fn err(msg: String) -> GpuError {
+    GpuError::Backend {
+        backend: "cpu",
+        msg,
+    }
+}
+
+/// "Device" bytes in host memory.
+pub struct HostBuf(Mutex<Vec<u8>>);
+
+impl HostBuf {
+    /// The first `n` values, or an error if the buffer is smaller.
+    fn read<T: Pod>(&self, n: usize) -> Result<Vec<T>> {
+        let b = self.0.lock().expect("buffer");
+        let bytes = n * std::mem::size_of::<T>();
+        if b.len() < bytes {
+            return Err(err(format!(
+                "a kernel reads {bytes} bytes of a {}-byte buffer",
+                b.len()
+            )));
+        }
+        Ok(from_bytes(&b, n))
+    }
+    /// Store `v` at the start, or an error if the buffer is smaller.
+    fn write<T: Pod>(&self, v: &[T]) -> Result<()> {
+        let mut b = self.0.lock().expect("buffer");
+        let src = as_bytes(v);
+        let len = b.len();
+        b.get_mut(..src.len())
+            .ok_or_else(|| {
+                err(format!(
+                    "a kernel writes {} bytes to a {len}-byte buffer",
+                    src.len()
+                ))
+            })?
+            .copy_from_slice(src);
+        Ok(())
+    }
+}
+
+/// `have ≥ need`, or an error naming the kernel: its grid leaves outputs unwritten.
+fn covers(kernel: &str, what: &str, have: usize, need: usize) -> Result<()> {
+    if have >= need {
+        Ok(())
+    } else {
+        Err(err(format!(
+            "{kernel}: the launch covers {have} {what}, the output needs {need}"
+        )))
+    }
+}
+
+/// The weights a kernel reads, as a layout (`per_channel` is the kernel's `_pc` / `_g`).
+fn weights(
+    name: &str,
+    (qweight, scales): (&HostBuf, Option<&HostBuf>),
+    (n, k, group): (usize, usize, usize),
+    per_channel: bool,
+) -> Result<W4Layout> {
+    if per_channel != (group == k) {
+        return Err(err(format!("{name} launched with group {group} and K {k}")));
+    }
+    Ok(W4Layout {
+        n,
+        k,
+        group,
+        qweight: qweight.read(n * words_per_row(k))?,
+        // The int8 MMA kernel reads no scales (its reduce applies them).
+        scales: match scales {
+            Some(s) => s.read(n * k.div_ceil(group))?,
+            None => Vec::new(),
+        },
+    })
+}
+
+impl Emu {
+    /// One launch, replayed.
+    fn run(&self, kernel: &Kernel<'_, HostBuf>, grid: Dim3, block: Dim3) -> Result<()> {
+        let v = self.vendor;
+        let name = kernel.name();
+        let name = name.as_str();
+        let threads = grid.0 as usize * block.0 as usize;
+        match *kernel {
+            Kernel::W4a16Gemv {
+                act,
+                per_channel,
+                m,
+                qweight,
+                scales,
+                x,
+                part,
+                n,
+                k,
+                group,
+                chunks_per_split,
+            } => {
+                let splits = self.gemv(name, grid, block, (n, k), chunks_per_split)?;
+                let w = weights(name, (qweight, Some(scales)), (n, k, group), per_channel)?;
+                let x = x.read::<u16>(m * k)?;
+                let out: Vec<f32> = splits
+                    .flat_map(|c| reference::gemv_w4a16(&w, &x, act, m, c))
+                    .collect();
+                part.write(&out)
+            }
+            Kernel::W4a8Gemv {
+                m,
+                qweight,
+                scales,
+                xq,
+                xs,
+                xsum,
+                part,
+                n,
+                k,
+                chunks_per_split,
+            } => {
+                let splits = self.gemv(name, grid, block, (n, k), chunks_per_split)?;
+                let w = weights(name, (qweight, Some(scales)), (n, k, k), true)?;
+                let ap = xq.read::<i8>(m * k.div_ceil(CHUNK) * CHUNK)?;
+                let (s, sums) = (xs.read::<f32>(m)?, xsum.read::<i32>(m)?);
+                let out: Vec<f32> = splits
+                    .flat_map(|c| reference::gemv_w4a8(&w, &ap, &s, &sums, m, c))
+                    .collect();
+                part.write(&out)
+            }
+            Kernel::QuantActI8 {
+                act,
+                x,
+                xq,
+                xs,
+                xsum,
+                k,
+            } => {
+                // One block per token; the block reduces over its warps.
+                if block.0 == 0 || block.0 > 1024 || !(block.0 as usize).is_multiple_of(v.lanes()) {
+                    return Err(err(format!("{name}: block.x {}", block.0)));
+                }
+                let m = grid.0 as usize;
+                let a = reference::quantize_act_ref(&x.read::<u16>(m * k)?, act, m, k);
+                xq.write(&reference::permute_act_i8(&a, m, k))?;
+                xs.write(&a.scales)?;
+                xsum.write(&a.sums)
+            }
+            Kernel::SplitkReduce {
+                part,
+                out,
+                mn,
+                splits,
+            } => {
+                covers(name, "threads", threads, mn)?;
+                let p = part.read::<f32>(splits * mn)?;
+                let y: Vec<f32> = (0..mn)
+                    .map(|i| (0..splits).fold(0f32, |acc, s| acc + p[s * mn + i]))
+                    .collect();
+                out.write(&y)
+            }
+            Kernel::W4a16Mma {
+                act,
+                per_channel,
+                toks,
+                qweight,
+                scales,
+                x,
+                part,
+                m,
+                n,
+                k,
+                group,
+                tiles_per_split,
+            } => {
+                let g = self.mma(name, grid, block, (m, n, k), toks, tiles_per_split)?;
+                let w = weights(name, (qweight, Some(scales)), (n, k, group), per_channel)?;
+                let x = x.read::<u16>(m * k)?;
+                part.write(&emu_mma::w4a16(v, &w, &x, act, m, &g))
+            }
+            Kernel::W4a8Mma {
+                toks,
+                qweight,
+                xq,
+                part,
+                m,
+                n,
+                k,
+                tiles_per_split,
+            } => {
+                let g = self.mma(name, grid, block, (m, n, k), toks, tiles_per_split)?;
+                let w = weights(name, (qweight, None), (n, k, k), true)?;
+                let ap = xq.read::<i8>(m * k.div_ceil(CHUNK) * CHUNK)?;
+                part.write(&emu_mma::w4a8(v, &w, &ap, m, &g))
+            }
+            Kernel::W4a8Reduce {
+                part,
+                scales,
+                xs,
+                xsum,
+                out,
+                m,
+                n,
+                splits,
+            } => {
+                covers(name, "threads", threads, m * n)?;
+                let p = part.read::<i32>(splits * m * n)?;
+                let (ws, s, sums) = (
+                    scales.read::<f32>(n)?,
+                    xs.read::<f32>(m)?,
+                    xsum.read::<i32>(m)?,
+                );
+                let y: Vec<f32> = (0..m * n)
+                    .map(|i| {
+                        let (mi, ni) = (i / n, i % n);
+                        let mut t =
+                            (0..splits).fold(0i32, |acc, sp| acc.wrapping_add(p[sp * m * n + i]));
+                        t -= 8 * sums[mi];
+                        t as f32 * ws[ni] * s[mi]
+                    })
+                    .collect();
+                out.write(&y)
+            }
+            Kernel::Dequant {
+                act,
+                per_channel,
+                qweight,
+                scales,
+                dense,
+                n,
+                k,
+                group,
+            } => {
+                covers(name, "threads", threads, n * k.div_ceil(CHUNK))?;
+                let w = weights(name, (qweight, Some(scales)), (n, k, group), per_channel)?;
+                dense.write(&emu_dense::dequant(&w, act))
+            }
+            Kernel::ScaleCols { out, scales, m, n } => {
+                covers(name, "threads", threads, m * n)?;
+                let mut y = out.read::<f32>(m * n)?;
+                let s = scales.read::<f32>(n)?;
+                for row in y.chunks_mut(n) {
+                    for (v, s) in row.iter_mut().zip(&s) {
+                        *v *= s;
+                    }
+                }
+                out.write(&y)
+            }
+        }
+    }
+
+    /// One warp / wavefront along `threadIdx.x`, as the GEMV and MMA kernels are written.
+    fn warp(&self, name: &str, block: Dim3) -> Result<()> {
+        let lanes = self.vendor.lanes();
+        if block.0 as usize == lanes {
+            Ok(())
+        } else {
+            Err(err(format!(
+                "{name}: block.x {}, the warp is {lanes}",
+                block.0
+            )))
+        }
+    }
+
+    /// A GEMV launch's K split as the kernel sees it (the chunks each `blockIdx.y` sums),
+    /// checked to cover every row and chunk.
+    fn gemv(
+        &self,
+        name: &str,
+        grid: Dim3,
+        block: Dim3,
+        (n, k): (usize, usize),
+        chunks_per_split: usize,
+    ) -> Result<impl Iterator<Item = Range<usize>>> {
+        self.warp(name, block)?;
+        let kchunks = k.div_ceil(CHUNK);
+        covers(name, "rows", grid.0 as usize * block.1 as usize, n)?;
+        covers(name, "chunks", grid.1 as usize * chunks_per_split, kchunks)?;
+        Ok((0..grid.1 as usize).map(move |s| {
+            let c0 = (s * chunks_per_split).min(kchunks);
+            c0..(c0 + chunks_per_split).min(kchunks)
+        }))
+    }
+
+    /// An MMA launch's geometry as the kernel sees it, checked to cover every row, k-tile and
+    /// token.
+    fn mma(
+        &self,
+        name: &str,
+        grid: Dim3,
+        block: Dim3,
+        (m, n, k): (usize, usize, usize),
+        toks: usize,
+        tiles_per_split: usize,
+    ) -> Result<tune::Mma> {
+        self.warp(name, block)?;
+        let (gx, gy, gz) = (grid.0 as usize, grid.1 as usize, grid.2 as usize);
+        covers(name, "rows", gx * MMA_ROWS * block.1 as usize, n)?;
+        covers(name, "k-tiles", gy * tiles_per_split, k.div_ceil(MMA_KTILE))?;
+        covers(name, "tokens", gz * toks, m)?;
+        Ok(tune::Mma {
+            block,
+            grid,
+            splits: gy,
+            tiles_per_split,
+            toks,
+        })
+    }
+}
+
+impl Driver for Emu {
+    type Buf = HostBuf;
+    const BACKEND: &'static str = "cpu";
+
+    fn name(&self) -> String {
+        match self.vendor {
+            Vendor::Nvidia => "cpu (kernel emulation, mma.sync atoms)".into(),
+            Vendor::Amd => "cpu (kernel emulation, MFMA atoms)".into(),
+        }
+    }
+
+    fn arch(&self) -> Arch {
+        self.vendor.arch()
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<HostBuf> {
+        Ok(HostBuf(Mutex::new(vec![0; bytes.max(1)])))
+    }
+
+    fn size(buf: &HostBuf) -> usize {
+        buf.0.lock().expect("buffer").len()
+    }
+
+    fn htod<T: Pod>(&self, host: &[T]) -> Result<HostBuf> {
+        Ok(HostBuf(Mutex::new(as_bytes(host).to_vec())))
+    }
+
+    fn dtoh_f32(&self, buf: &HostBuf, n: usize) -> Result<Vec<f32>> {
+        buf.read(n)
+    }
+
+    unsafe fn launch(&self, kernel: &Kernel<'_, HostBuf>, grid: Dim3, block: Dim3) -> Result<()> {
+        self.run(kernel, grid, block)
+    }
+
+    unsafe fn gemm(&self, g: Gemm, w: &HostBuf, a: &HostBuf, out: &HostBuf) -> Result<()> {
+        let y = emu_dense::blas(g, &w.read(g.n * g.k)?, &a.read(g.m * g.k)?);
+        out.write(&y)
+    }
+
+    fn copy(&self, src: &HostBuf, dst: &mut HostBuf) -> Result<()> {
+        let s = src.0.lock().expect("buffer");
+        let d = dst.0.get_mut().expect("buffer");
+        let len = d.len();
+        d.get_mut(..s.len())
+            .ok_or_else(|| err(format!("copy of {} bytes into {len}", s.len())))?
+            .copy_from_slice(&s);
+        Ok(())
+    }
+
+    fn time(&self, iters: usize, f: &mut dyn FnMut(usize) -> Result<()>) -> Result<f64> {
+        f(0)?;
+        let t = Instant::now();
+        for i in 0..iters.max(1) {
+            f(i + 1)?;
+        }
+        Ok(t.elapsed().as_secs_f64() / iters.max(1) as f64)
+    }
+}
