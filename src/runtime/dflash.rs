@@ -23,10 +23,6 @@ use crate::ops::{argmax, linear, linear_ref, rms_norm, silu, softmax};
 use crate::quant::decode::Logical;
 use crate::runtime::matches::Matches;
 
-/// Bound on `max |fast − reference| / max |reference|` over the block logits: the fast path
-/// only reorders f32 sums (batched, vectorised matmuls), measured ≈1e-6 on the tiny fixture.
-pub const FAST_REL_TOL: f32 = 1e-4;
-
 /// Depth-match masks hold one bit per depth in a `u32` (`verify::walk::Matches`).
 const MAX_DEPTHS: usize = crate::runtime::matches::MAX_DEPTHS;
 
@@ -743,7 +739,7 @@ impl super::Drafter for DFlash {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Drafter;
+    use crate::runtime::{Drafter, FAST_REL_TOL};
     use serde_json::json;
     use std::path::{Path, PathBuf};
 
