@@ -8,6 +8,7 @@ pub mod eagle3;
 pub mod linears;
 pub mod matches;
 pub mod rope;
+pub mod weights;
 
 use matches::Matches;
 
