@@ -165,6 +165,31 @@ impl Error {
         }
     }
 
+    /// An input kquant cannot use ([`Error::Source`]): the file or directory and what is wrong
+    /// with it, without a hint ([`Error::with_hint`] adds one).
+    pub fn source(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
+        Error::Source {
+            path: path.into(),
+            msg: msg.into(),
+            hint: None,
+        }
+    }
+
+    /// The same error with a `hint:` line. Only the variants that carry a hint (`Source`,
+    /// `Hub`, `Output`, `Device`, `Flags`) take one; on the others it is a programming error
+    /// (a debug assertion) and the error is returned unchanged.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        match &mut self {
+            Error::Source { hint: h, .. }
+            | Error::Hub { hint: h, .. }
+            | Error::Output { hint: h, .. }
+            | Error::Device { hint: h, .. } => *h = Some(hint.into()),
+            Error::Flags { hint: h, .. } => *h = hint.into(),
+            other => debug_assert!(false, "with_hint on an error without a hint: {other}"),
+        }
+        self
+    }
+
     /// A `hint:` line for the user, where one helps.
     pub fn hint(&self) -> Option<String> {
         match self {

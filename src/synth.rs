@@ -42,10 +42,12 @@ pub struct Preset {
     pub metadata: Vec<(&'static str, &'static str)>,
 }
 
-struct B(Vec<SynthTensor>);
+/// The tensors of a preset, listed in order by a chain of `weight` / `norm` calls.
+struct Tensors(Vec<SynthTensor>);
 
-impl B {
-    fn w(&mut self, name: impl Into<String>, shape: &[usize]) -> &mut Self {
+impl Tensors {
+    /// A BF16 weight of `shape`, uniform in ±1/√fan_in.
+    fn weight(&mut self, name: impl Into<String>, shape: &[usize]) -> &mut Self {
         let fan_in = *shape.last().unwrap_or(&1) as f32;
         self.0.push(SynthTensor {
             name: name.into(),
@@ -55,7 +57,8 @@ impl B {
         });
         self
     }
-    fn n(&mut self, name: impl Into<String>, len: usize) -> &mut Self {
+    /// A BF16 norm weight of `len` values near 1.
+    fn norm(&mut self, name: impl Into<String>, len: usize) -> &mut Self {
         self.0.push(SynthTensor {
             name: name.into(),
             dtype: Dtype::BF16,
@@ -64,6 +67,7 @@ impl B {
         });
         self
     }
+    /// `d2t` and `t2d` for a draft vocabulary of every `vocab / draft`-th target id.
     fn vocab_map(&mut self, vocab: usize, draft: usize) -> &mut Self {
         let stride = (vocab / draft) as u64;
         self.0.push(SynthTensor {
@@ -84,7 +88,7 @@ impl B {
 
 /// Dimensions of an EAGLE-3 / DFlash draft preset.
 #[derive(Clone, Copy)]
-struct D {
+struct DraftDims {
     h: usize,
     heads: usize,
     kv: usize,
@@ -94,7 +98,7 @@ struct D {
     draft_vocab: usize,
 }
 
-const TINY: D = D {
+const TINY: DraftDims = DraftDims {
     h: 64,
     heads: 4,
     kv: 2,
@@ -103,7 +107,7 @@ const TINY: D = D {
     vocab: 256,
     draft_vocab: 128,
 };
-const KIMI: D = D {
+const KIMI: DraftDims = DraftDims {
     h: 7168,
     heads: 64,
     kv: 64,
@@ -115,7 +119,7 @@ const KIMI: D = D {
 
 /// MLA dims: q_lora, kv_lora, nope, rope, v.
 #[derive(Clone, Copy)]
-struct M {
+struct MlaDims {
     q_lora: usize,
     kv_lora: usize,
     nope: usize,
@@ -123,14 +127,14 @@ struct M {
     v: usize,
 }
 
-const TINY_MLA: M = M {
+const TINY_MLA: MlaDims = MlaDims {
     q_lora: 32,
     kv_lora: 16,
     nope: 16,
     rope: 8,
     v: 16,
 };
-const KIMI_MLA: M = M {
+const KIMI_MLA: MlaDims = MlaDims {
     q_lora: 1536,
     kv_lora: 512,
     nope: 128,
@@ -138,48 +142,54 @@ const KIMI_MLA: M = M {
     v: 128,
 };
 
-fn llama_layer(b: &mut B, p: &str, d: D, input: usize) {
-    b.w(
+fn llama_layer(b: &mut Tensors, p: &str, d: DraftDims, input: usize) {
+    b.weight(
         format!("{p}self_attn.q_proj.weight"),
         &[d.heads * d.hd, input],
     )
-    .w(format!("{p}self_attn.k_proj.weight"), &[d.kv * d.hd, input])
-    .w(format!("{p}self_attn.v_proj.weight"), &[d.kv * d.hd, input])
-    .w(
+    .weight(format!("{p}self_attn.k_proj.weight"), &[d.kv * d.hd, input])
+    .weight(format!("{p}self_attn.v_proj.weight"), &[d.kv * d.hd, input])
+    .weight(
         format!("{p}self_attn.o_proj.weight"),
         &[d.h, d.heads * d.hd],
     );
     mlp(b, p, d.h, d.inter);
 }
 
-fn mlp(b: &mut B, p: &str, h: usize, inter: usize) {
-    b.w(format!("{p}mlp.gate_proj.weight"), &[inter, h])
-        .w(format!("{p}mlp.up_proj.weight"), &[inter, h])
-        .w(format!("{p}mlp.down_proj.weight"), &[h, inter])
-        .n(format!("{p}post_attention_layernorm.weight"), h);
+fn mlp(b: &mut Tensors, p: &str, h: usize, inter: usize) {
+    b.weight(format!("{p}mlp.gate_proj.weight"), &[inter, h])
+        .weight(format!("{p}mlp.up_proj.weight"), &[inter, h])
+        .weight(format!("{p}mlp.down_proj.weight"), &[h, inter])
+        .norm(format!("{p}post_attention_layernorm.weight"), h);
 }
 
-fn mla_attn(b: &mut B, p: &str, h: usize, heads: usize, m: M, input: usize) {
-    b.w(format!("{p}self_attn.q_a_proj.weight"), &[m.q_lora, input])
-        .n(format!("{p}self_attn.q_a_layernorm.weight"), m.q_lora)
-        .w(
+fn mla_attn(b: &mut Tensors, p: &str, h: usize, heads: usize, m: MlaDims, input: usize) {
+    b.weight(format!("{p}self_attn.q_a_proj.weight"), &[m.q_lora, input])
+        .norm(format!("{p}self_attn.q_a_layernorm.weight"), m.q_lora)
+        .weight(
             format!("{p}self_attn.q_b_proj.weight"),
             &[heads * (m.nope + m.rope), m.q_lora],
         )
-        .w(
+        .weight(
             format!("{p}self_attn.kv_a_proj_with_mqa.weight"),
             &[m.kv_lora + m.rope, input],
         )
-        .n(format!("{p}self_attn.kv_a_layernorm.weight"), m.kv_lora)
-        .w(
+        .norm(format!("{p}self_attn.kv_a_layernorm.weight"), m.kv_lora)
+        .weight(
             format!("{p}self_attn.kv_b_proj.weight"),
             &[heads * (m.nope + m.v), m.kv_lora],
         )
-        .w(format!("{p}self_attn.o_proj.weight"), &[h, heads * m.v]);
+        .weight(format!("{p}self_attn.o_proj.weight"), &[h, heads * m.v]);
 }
 
-fn eagle3_tensors(p: &str, d: D, mla: Option<M>, embed: bool, vocab_map: bool) -> Vec<SynthTensor> {
-    let mut b = B(Vec::new());
+fn eagle3_tensors(
+    p: &str,
+    d: DraftDims,
+    mla: Option<MlaDims>,
+    embed: bool,
+    vocab_map: bool,
+) -> Vec<SynthTensor> {
+    let mut b = Tensors(Vec::new());
     match mla {
         Some(m) => {
             mla_attn(&mut b, p, d.h, d.heads, m, 2 * d.h);
@@ -187,13 +197,13 @@ fn eagle3_tensors(p: &str, d: D, mla: Option<M>, embed: bool, vocab_map: bool) -
         }
         None => llama_layer(&mut b, p, d, 2 * d.h),
     }
-    b.n(format!("{p}hidden_norm.weight"), d.h)
-        .n(format!("{p}input_layernorm.weight"), d.h)
-        .w("fc.weight", &[d.h, 3 * d.h])
-        .n("norm.weight", d.h)
-        .w("lm_head.weight", &[d.draft_vocab, d.h]);
+    b.norm(format!("{p}hidden_norm.weight"), d.h)
+        .norm(format!("{p}input_layernorm.weight"), d.h)
+        .weight("fc.weight", &[d.h, 3 * d.h])
+        .norm("norm.weight", d.h)
+        .weight("lm_head.weight", &[d.draft_vocab, d.h]);
     if embed {
-        b.w("embed_tokens.weight", &[d.vocab, d.h]);
+        b.weight("embed_tokens.weight", &[d.vocab, d.h]);
     }
     if vocab_map && d.draft_vocab != d.vocab {
         b.vocab_map(d.vocab, d.draft_vocab);
@@ -201,7 +211,7 @@ fn eagle3_tensors(p: &str, d: D, mla: Option<M>, embed: bool, vocab_map: bool) -
     b.0
 }
 
-fn llama_cfg(d: D, arch: &str) -> Value {
+fn llama_cfg(d: DraftDims, arch: &str) -> Value {
     json!({
         "architectures": [arch], "model_type": "llama", "hidden_size": d.h, "intermediate_size": d.inter,
         "num_attention_heads": d.heads, "num_key_value_heads": d.kv, "head_dim": d.hd, "num_hidden_layers": 1,
@@ -210,7 +220,7 @@ fn llama_cfg(d: D, arch: &str) -> Value {
     })
 }
 
-fn mla_cfg(d: D, m: M, arch: &str) -> Value {
+fn mla_cfg(d: DraftDims, m: MlaDims, arch: &str) -> Value {
     json!({
         "architectures": [arch], "model_type": "kimi_k2", "hidden_size": d.h, "intermediate_size": d.inter,
         "num_attention_heads": d.heads, "num_key_value_heads": d.heads, "num_hidden_layers": 1,
@@ -232,14 +242,14 @@ fn merge(mut a: Value, b: Value) -> Value {
     a
 }
 
-fn dflash(d: D, layers: usize, ids: &[i64], torchspec: bool) -> (Value, Vec<SynthTensor>) {
-    let mut b = B(Vec::new());
+fn dflash(d: DraftDims, layers: usize, ids: &[i64], torchspec: bool) -> (Value, Vec<SynthTensor>) {
+    let mut b = Tensors(Vec::new());
     for i in 0..layers {
         let p = format!("layers.{i}.");
         llama_layer(&mut b, &p, d, d.h);
-        b.n(format!("{p}self_attn.q_norm.weight"), d.hd)
-            .n(format!("{p}self_attn.k_norm.weight"), d.hd)
-            .n(format!("{p}input_layernorm.weight"), d.h);
+        b.norm(format!("{p}self_attn.q_norm.weight"), d.hd)
+            .norm(format!("{p}self_attn.k_norm.weight"), d.hd)
+            .norm(format!("{p}input_layernorm.weight"), d.h);
     }
     let k = ids.len();
     let base = json!({
@@ -249,10 +259,10 @@ fn dflash(d: D, layers: usize, ids: &[i64], torchspec: bool) -> (Value, Vec<Synt
         "torch_dtype": "bfloat16",
     });
     if torchspec {
-        b.w("context_proj.weight", &[d.h, k * d.h])
-            .n("context_norm.weight", d.h)
-            .n("final_norm.weight", d.h)
-            .w("embed_tokens.weight", &[d.vocab, d.h]);
+        b.weight("context_proj.weight", &[d.h, k * d.h])
+            .norm("context_norm.weight", d.h)
+            .norm("final_norm.weight", d.h)
+            .weight("embed_tokens.weight", &[d.vocab, d.h]);
         let cfg = merge(
             base,
             json!({"architectures": ["DFlashDraftModel"], "model_type": "dflash", "target_layer_ids": ids,
@@ -260,9 +270,9 @@ fn dflash(d: D, layers: usize, ids: &[i64], torchspec: bool) -> (Value, Vec<Synt
         );
         (cfg, b.0)
     } else {
-        b.w("fc.weight", &[d.h, k * d.h])
-            .n("hidden_norm.weight", d.h)
-            .n("norm.weight", d.h);
+        b.weight("fc.weight", &[d.h, k * d.h])
+            .norm("hidden_norm.weight", d.h)
+            .norm("norm.weight", d.h);
         let cfg = merge(
             base,
             json!({"architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
@@ -275,17 +285,17 @@ fn dflash(d: D, layers: usize, ids: &[i64], torchspec: bool) -> (Value, Vec<Synt
 
 fn kimi_target(prefix: &str, layers: usize, experts: usize) -> Vec<SynthTensor> {
     let (h, heads, m, inter, moe_inter, vocab) = (64, 4, TINY_MLA, 128, 32, 256);
-    let mut b = B(Vec::new());
-    b.w(format!("{prefix}model.embed_tokens.weight"), &[vocab, h]);
+    let mut b = Tensors(Vec::new());
+    b.weight(format!("{prefix}model.embed_tokens.weight"), &[vocab, h]);
     for l in 0..layers {
         let p = format!("{prefix}model.layers.{l}.");
         mla_attn(&mut b, &p, h, heads, m, h);
-        b.n(format!("{p}input_layernorm.weight"), h);
+        b.norm(format!("{p}input_layernorm.weight"), h);
         if l == 0 {
             mlp(&mut b, &p, h, inter);
         } else {
-            b.n(format!("{p}post_attention_layernorm.weight"), h)
-                .w(format!("{p}mlp.gate.weight"), &[experts, h]);
+            b.norm(format!("{p}post_attention_layernorm.weight"), h)
+                .weight(format!("{p}mlp.gate.weight"), &[experts, h]);
             b.0.push(SynthTensor {
                 name: format!("{p}mlp.gate.e_score_correction_bias"),
                 dtype: Dtype::F32,
@@ -294,18 +304,18 @@ fn kimi_target(prefix: &str, layers: usize, experts: usize) -> Vec<SynthTensor> 
             });
             for e in 0..experts {
                 let q = format!("{p}mlp.experts.{e}.");
-                b.w(format!("{q}gate_proj.weight"), &[moe_inter, h])
-                    .w(format!("{q}up_proj.weight"), &[moe_inter, h])
-                    .w(format!("{q}down_proj.weight"), &[h, moe_inter]);
+                b.weight(format!("{q}gate_proj.weight"), &[moe_inter, h])
+                    .weight(format!("{q}up_proj.weight"), &[moe_inter, h])
+                    .weight(format!("{q}down_proj.weight"), &[h, moe_inter]);
             }
             let s = format!("{p}mlp.shared_experts.");
-            b.w(format!("{s}gate_proj.weight"), &[moe_inter, h])
-                .w(format!("{s}up_proj.weight"), &[moe_inter, h])
-                .w(format!("{s}down_proj.weight"), &[h, moe_inter]);
+            b.weight(format!("{s}gate_proj.weight"), &[moe_inter, h])
+                .weight(format!("{s}up_proj.weight"), &[moe_inter, h])
+                .weight(format!("{s}down_proj.weight"), &[h, moe_inter]);
         }
     }
-    b.n(format!("{prefix}model.norm.weight"), h)
-        .w(format!("{prefix}lm_head.weight"), &[vocab, h]);
+    b.norm(format!("{prefix}model.norm.weight"), h)
+        .weight(format!("{prefix}lm_head.weight"), &[vocab, h]);
     b.0
 }
 
@@ -400,7 +410,7 @@ pub fn preset(name: &str) -> Option<Preset> {
                 "tiny-eagle3-torchspec",
                 "EAGLE-3 (Llama) as TorchSpec's convert_to_hf.py writes it: midlayer.*, own embed_tokens",
                 merge(llama_cfg(TINY, "LlamaForCausalLMEagle3"), json!({"draft_vocab_size": TINY.vocab, "eagle_config": eagle_cfg(&ids_out), "_torchspec_version": "0.3.0"})),
-                eagle3_tensors("midlayer.", D { draft_vocab: TINY.vocab, ..TINY }, None, true, true),
+                eagle3_tensors("midlayer.", DraftDims { draft_vocab: TINY.vocab, ..TINY }, None, true, true),
             )
         },
         "tiny-eagle3-mla-torchspec" => p(
@@ -444,13 +454,13 @@ pub fn preset(name: &str) -> Option<Preset> {
             json!({"architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "hidden_size": 64, "num_hidden_layers": 2,
                    "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256, "num_experts": 4, "torch_dtype": "bfloat16"}),
             {
-                let mut b = B(Vec::new());
-                b.w("model.embed_tokens.weight", &[256, 64]);
+                let mut b = Tensors(Vec::new());
+                b.weight("model.embed_tokens.weight", &[256, 64]);
                 for l in 0..2 {
-                    llama_layer(&mut b, &format!("model.layers.{l}."), D { kv: 4, ..TINY }, 64);
-                    b.n(format!("model.layers.{l}.input_layernorm.weight"), 64);
+                    llama_layer(&mut b, &format!("model.layers.{l}."), DraftDims { kv: 4, ..TINY }, 64);
+                    b.norm(format!("model.layers.{l}.input_layernorm.weight"), 64);
                 }
-                b.n("model.norm.weight", 64).w("lm_head.weight", &[256, 64]);
+                b.norm("model.norm.weight", 64).weight("lm_head.weight", &[256, 64]);
                 b.0
             },
         ),
@@ -461,7 +471,7 @@ pub fn preset(name: &str) -> Option<Preset> {
             eagle3_tensors("midlayer.", KIMI, None, true, false),
         ),
         "kimi-k2.5-eagle3-mla" => {
-            let d = D { inter: 18432, ..KIMI };
+            let d = DraftDims { inter: 18432, ..KIMI };
             p(
                 "kimi-k2.5-eagle3-mla",
                 "real-shape Kimi-K2.5 EAGLE-3 with MLA attention (q_lora 1536, kv_lora 512)",
@@ -470,7 +480,7 @@ pub fn preset(name: &str) -> Option<Preset> {
             )
         }
         "kimi-k2.5-dflash" => {
-            let d = D { kv: 8, inter: 18432, ..KIMI };
+            let d = DraftDims { kv: 8, inter: 18432, ..KIMI };
             let (c, t) = dflash(d, 6, &[1, 12, 23, 34, 45, 56], false);
             p("kimi-k2.5-dflash", "real-shape Kimi-K2.5 DFlash drafter (6 layers, 64 Q / 8 KV heads)", c, t)
         }

@@ -8,13 +8,9 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::{kquant, Rng};
+use common::{kquant, kquant_cmd, stderr, Rng};
 
 /// The standard error of a run, as text.
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 /// A refusal: exit 2 with an `error:` line and a `hint:` line.
 fn assert_refused(o: &Output, what: &str) -> String {
     let e = stderr(o);
@@ -152,8 +148,7 @@ fn huge_index_is_checked_quickly() {
 
 /// `kquant ARGS…` with the hub cache at `cache` and the hub switched off.
 fn kquant_offline_hub(cache: &Path, args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .current_dir(common::root())
+    kquant_cmd()
         .env("HF_HUB_CACHE", cache)
         .env("HF_HUB_OFFLINE", "1")
         .args(args)

@@ -5,6 +5,8 @@
 
 use crate::common;
 
+use std::path::Path;
+
 use common::{kquant, kquant_json, read_json, root};
 use serde_json::Value;
 
@@ -22,11 +24,9 @@ fn positive(j: &Value, k: &str) -> f64 {
     v
 }
 
-#[test]
-fn synthetic_trace_report_and_the_trace_verify_accepts() {
-    let t = tempfile::tempdir().unwrap();
-    let tr = t.path().join("trace");
-    let j = kquant_json(&[
+/// `kquant bench replay MLA --synthetic-trace 64 --samples 2 --write-trace TRACE --json`.
+fn replay_synthetic(trace: &Path) -> Value {
+    kquant_json(&[
         "bench",
         "replay",
         MLA,
@@ -35,9 +35,16 @@ fn synthetic_trace_report_and_the_trace_verify_accepts() {
         "--samples",
         "2",
         "--write-trace",
-        tr.to_str().unwrap(),
+        trace.to_str().unwrap(),
         "--json",
-    ]);
+    ])
+}
+
+#[test]
+fn synthetic_trace_report_and_the_trace_verify_accepts() {
+    let t = tempfile::tempdir().unwrap();
+    let tr = t.path().join("trace");
+    let j = replay_synthetic(&tr);
     assert_eq!(j["schema"], "kquant.bench.replay/1");
     assert_eq!(j["family"], "eagle3-mla");
     assert_eq!(j["trace"], "synthetic");
@@ -88,18 +95,7 @@ fn synthetic_trace_report_and_the_trace_verify_accepts() {
 
     // Deterministic: a second synthetic trace has the same bytes.
     let tr2 = t.path().join("trace2");
-    kquant_json(&[
-        "bench",
-        "replay",
-        MLA,
-        "--synthetic-trace",
-        "64",
-        "--samples",
-        "2",
-        "--write-trace",
-        tr2.to_str().unwrap(),
-        "--json",
-    ]);
+    replay_synthetic(&tr2);
     assert_eq!(read_json(&tr2.join("manifest.json"))["shards"], m["shards"]);
 }
 

@@ -7,6 +7,7 @@
 use crate::common;
 
 use std::path::Path;
+use std::process::Output;
 
 use common::{kquant, load, read_json};
 use kquant::io::Dtype;
@@ -20,8 +21,11 @@ const TARGET: &str = "fixtures/kimi-k2.5-tiny/target";
 const TRACE: &str = "fixtures/kimi-k2.5-tiny/trace";
 const LIMIT: usize = 6;
 
-fn calibrate(out: &Path) -> Value {
-    let o = kquant(&[
+/// `kquant calibrate --draft DRAFT --trace TRACE --target-checkpoint TARGET --limit LIMIT -o OUT
+/// EXTRA…`.
+fn calibrate_run(limit: usize, out: &Path, extra: &[&str]) -> Output {
+    let limit = limit.to_string();
+    let mut args = vec![
         "calibrate",
         "--draft",
         DRAFT,
@@ -30,10 +34,17 @@ fn calibrate(out: &Path) -> Value {
         "--target-checkpoint",
         TARGET,
         "--limit",
-        &LIMIT.to_string(),
+        &limit,
         "-o",
         out.to_str().unwrap(),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    kquant(&args)
+}
+
+/// A calibration over the first [`LIMIT`] samples, which must succeed: the file it wrote.
+fn calibrate(out: &Path) -> Value {
+    let o = calibrate_run(LIMIT, out, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("calibrated 9 linear(s) over 6 sample(s)"));
     read_json(out)
@@ -187,20 +198,7 @@ fn calibrate_refuses_a_dflash_draft_without_its_target() {
 fn json_describes_the_calibration_and_what_comes_next() {
     let t = tempfile::tempdir().unwrap();
     let out = t.path().join("amax.json");
-    let o = kquant(&[
-        "calibrate",
-        "--draft",
-        DRAFT,
-        "--trace",
-        TRACE,
-        "--target-checkpoint",
-        TARGET,
-        "--limit",
-        "1",
-        "-o",
-        out.to_str().unwrap(),
-        "--json",
-    ]);
+    let o = calibrate_run(1, &out, &["--json"]);
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{e}");
     let doc: Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");

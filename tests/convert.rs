@@ -2,23 +2,14 @@
 //! `kquant inspect` on the output; round trips that must give byte-identical tensors; quantized
 //! drafts; aux-id conventions; refusals.
 
+use crate::common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
+use common::{kquant, kquant_cmd, kquant_json, root};
 use serde_json::Value;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn kq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn ok(o: Output) -> Output {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -26,7 +17,7 @@ fn ok(o: Output) -> Output {
 }
 
 fn inspect(dir: &Path) -> Value {
-    serde_json::from_slice(&ok(kq(&["inspect", dir.to_str().unwrap(), "--json"])).stdout).unwrap()
+    kquant_json(&["inspect", dir.to_str().unwrap(), "--json"])
 }
 
 /// name → raw bytes of every tensor.
@@ -48,7 +39,7 @@ fn convert(kind: &str, src: &str, out: &Path, to: &str, extra: &[&str]) -> Outpu
         to,
     ];
     a.extend_from_slice(extra);
-    kq(&a)
+    kquant(&a)
 }
 
 const TARGET: &str = "fixtures/tiny/target-kimi-k2";
@@ -442,7 +433,7 @@ fn unknown_convention_is_required_not_guessed() {
 fn quantized_drafts_stay_quantized() {
     let t = tempfile::tempdir().unwrap();
     let q = t.path().join("q");
-    ok(kq(&[
+    ok(kquant(&[
         "quantize",
         "fixtures/tiny/eagle3-specforge",
         "-o",
@@ -460,7 +451,7 @@ fn quantized_drafts_stay_quantized() {
     assert_eq!(j["quantization"]["quantized_modules"], 7);
     // Dequantizing either gives the same weights under the engine's names.
     let (dq1, dq2) = (t.path().join("dq1"), t.path().join("dq2"));
-    ok(kq(&[
+    ok(kquant(&[
         "dequantize",
         q.to_str().unwrap(),
         "-o",
@@ -468,7 +459,7 @@ fn quantized_drafts_stay_quantized() {
         "--dtype",
         "f32",
     ]));
-    ok(kq(&[
+    ok(kquant(&[
         "dequantize",
         v.to_str().unwrap(),
         "-o",
@@ -491,7 +482,7 @@ fn quantized_drafts_stay_quantized() {
         "vllm",
         &[],
     ));
-    ok(kq(&[
+    ok(kquant(&[
         "quantize",
         v2.to_str().unwrap(),
         "-o",
@@ -560,7 +551,7 @@ fn modelopt_quantize_and_convert_commute_byte_for_byte() {
     let t = tempfile::tempdir().unwrap();
     let p = |n: &str| t.path().join(n);
     let quantize = |src: &str, out: &Path, exclude: &str| {
-        ok(kq(&[
+        ok(kquant(&[
             "quantize",
             src,
             "--format",
@@ -636,7 +627,7 @@ fn quantizing_a_trtllm_draft_keeps_its_launch_config_pointing_at_itself() {
     ));
     let src_yaml = std::fs::read_to_string(c.join("extra-llm-api-config.yml")).unwrap();
     let q = t.path().join("q");
-    let o = kq(&[
+    let o = kquant(&[
         "quantize",
         c.to_str().unwrap(),
         "--format",
@@ -664,7 +655,7 @@ fn quantizing_a_trtllm_draft_keeps_its_launch_config_pointing_at_itself() {
     );
     // Quark int4-pc: no engine loads it, TensorRT-LLM included: no YAML, a warning.
     let n = t.path().join("n");
-    let o = kq(&[
+    let o = kquant(&[
         "quantize",
         c.to_str().unwrap(),
         "--scheme",
@@ -785,11 +776,7 @@ fn eagle31_post_norm_feedback_is_carried_as_behaviour_not_as_a_key() {
 
 /// `kquant ARGS…` run from `dir`.
 fn kq_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap()
+    kquant_cmd().current_dir(dir).args(args).output().unwrap()
 }
 
 /// The launch line `convert` printed on stderr.

@@ -23,67 +23,23 @@
 //! The goldens are then read back as sources (`inspect` and `convert` to the original layout),
 //! which must give the source's tensors and taps again.
 
+use crate::common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use common::{kquant, load, read_json, root, Tensors};
 use serde_json::{Map, Value};
 
 const TARGET: &str = "fixtures/goldens/convert/target-llama";
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
+/// A directory under `fixtures/goldens/convert/`.
 fn golden(rel: &str) -> PathBuf {
-    root().join("fixtures/goldens/convert").join(rel)
-}
-
-/// Run `kquant ARGS…` from the repository root.
-fn kquant(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
+    common::golden("convert").join(rel)
 }
 
 fn inspect_json(dir: &Path) -> Value {
-    let o = kquant(&["inspect", dir.to_str().unwrap(), "--json"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
-}
-
-/// A safetensors file's tensors: name → (dtype, shape, data bytes).
-type Tensors = BTreeMap<String, (String, Vec<u64>, Vec<u8>)>;
-
-/// Read a safetensors file by its format alone (not with kquant's reader).
-fn load(p: &Path) -> Tensors {
-    let b = std::fs::read(p).unwrap();
-    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
-    let h: Map<String, Value> = serde_json::from_slice(&b[8..8 + n]).unwrap();
-    h.into_iter()
-        .filter(|(k, _)| k != "__metadata__")
-        .map(|(k, v)| {
-            let o = &v["data_offsets"];
-            let (s, e) = (
-                o[0].as_u64().unwrap() as usize,
-                o[1].as_u64().unwrap() as usize,
-            );
-            let shape = v["shape"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|d| d.as_u64().unwrap())
-                .collect();
-            let dtype = v["dtype"].as_str().unwrap().to_string();
-            (k, (dtype, shape, b[8 + n + s..8 + n + e].to_vec()))
-        })
-        .collect()
+    common::kquant_json(&["inspect", dir.to_str().unwrap(), "--json"])
 }
 
 /// Where a tensor only the golden has comes from.

@@ -7,8 +7,7 @@ use crate::common;
 
 use std::path::PathBuf;
 
-use common::{kquant, load};
-use serde_json::Value;
+use common::load;
 
 fn golden(name: &str) -> PathBuf {
     common::golden("compressed-tensors-0.20").join(name)
@@ -116,28 +115,14 @@ fn quark_flags_are_refused_with_compressed_tensors() {
 
 #[test]
 fn dry_run_names_scheme_and_format() {
-    let t = tempfile::tempdir().unwrap();
     let (_s, src) = source("W4A16");
-    let o = kquant(&[
-        "quantize",
+    let j = common::quantize_dry_run(
         &src,
-        "-o",
-        t.path().join("o").to_str().unwrap(),
-        "--format",
-        "compressed-tensors",
-        "--scheme",
-        "int4-g128",
-        "--dry-run",
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        &["--format", "compressed-tensors", "--scheme", "int4-g128"],
+    );
     assert_eq!(j["scheme"], "int4-g128");
     assert_eq!(j["format"], "compressed-tensors");
-    let want: u64 = load(&golden("W4A16").join("model.safetensors"))
-        .values()
-        .map(|(_, _, d)| d.len() as u64)
-        .sum();
+    let want = common::data_bytes(&golden("W4A16").join("model.safetensors"));
     assert_eq!(
         j["bytes_after"], want,
         "planned sizes = the golden's tensor bytes"

@@ -1,12 +1,9 @@
 //! The committed tiny fixtures are exactly what `kquant synth` generates (so the generator is
 //! the source of truth), and `synth` refuses unknown presets with exit 2.
 
-use std::path::PathBuf;
-use std::process::Command;
+use crate::common;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use common::{kquant_cmd, root};
 
 #[test]
 fn committed_fixtures_match_the_generator() {
@@ -26,10 +23,7 @@ fn committed_fixtures_match_the_generator() {
         if name == "target-kimi-k2" {
             args.extend(["--max-shard-size".into(), "300KB".into()]);
         }
-        let st = Command::new(env!("CARGO_BIN_EXE_kquant"))
-            .args(&args)
-            .output()
-            .unwrap();
+        let st = kquant_cmd().args(&args).output().unwrap();
         assert!(
             st.status.success(),
             "{name}: {}",
@@ -49,7 +43,7 @@ fn committed_fixtures_match_the_generator() {
             checked += 1;
         }
         // verify-files accepts a fresh output.
-        let v = Command::new(env!("CARGO_BIN_EXE_kquant"))
+        let v = kquant_cmd()
             .args(["verify-files", out.to_str().unwrap()])
             .output()
             .unwrap();
@@ -61,7 +55,7 @@ fn committed_fixtures_match_the_generator() {
 #[test]
 fn unknown_preset_is_a_usage_error() {
     let t = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_kquant"))
+    let out = kquant_cmd()
         .args([
             "synth",
             "--preset",
@@ -147,10 +141,7 @@ fn real_shape_presets_have_the_documented_shapes() {
 /// list states each size once (in its size column, not again in a description).
 #[test]
 fn documented_preset_sizes_match_synth() {
-    let o = Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .args(["synth", "--list"])
-        .output()
-        .unwrap();
+    let o = kquant_cmd().args(["synth", "--list"]).output().unwrap();
     let list = String::from_utf8_lossy(&o.stdout).to_string();
     let doc = std::fs::read_to_string(root().join("docs/fixtures.md")).unwrap();
     let mut checked = 0;

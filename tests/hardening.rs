@@ -12,10 +12,10 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{kquant, read_json, root, Rng};
+use common::{kquant, kquant_cmd, read_json, root, stderr, Rng};
 use sha2::{Digest, Sha256};
 
 const TINY: &str = "fixtures/tiny/eagle3-specforge";
@@ -24,23 +24,13 @@ const TARGET: &str = "fixtures/kimi-k2.5-tiny/target";
 const PROMPTS: &str = "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl";
 const TRACE: &str = "fixtures/kimi-k2.5-tiny/trace";
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kquant"));
-    c.current_dir(root());
-    c
-}
-
 fn run_env(args: &[&OsStr], env: &[(&str, &str)]) -> Output {
-    let mut c = bin();
+    let mut c = kquant_cmd();
     c.args(args);
     for (k, v) in env {
         c.env(k, v);
     }
     c.output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn code(o: &Output) -> Option<i32> {
@@ -292,7 +282,7 @@ fn whole(p: &Path, kind: Out) -> Option<String> {
     let m = std::fs::symlink_metadata(p).ok()?;
     let id = match kind {
         Out::Checkpoint => {
-            let o = bin().arg("verify-files").arg(p).output().unwrap();
+            let o = kquant_cmd().arg("verify-files").arg(p).output().unwrap();
             assert_eq!(code(&o), Some(0), "{}: {}", p.display(), stderr(&o));
             sha(&p.join("kquant-manifest.json"))
         }
@@ -488,7 +478,12 @@ fn force_replaces_only_what_kquant_wrote() {
         .into_iter()
         .find(|c| c.name == "verify --junit")
         .unwrap();
-    let v = |p: &Path| bin().args(junit_cmd.argv(p, false)).output().unwrap();
+    let v = |p: &Path| {
+        kquant_cmd()
+            .args(junit_cmd.argv(p, false))
+            .output()
+            .unwrap()
+    };
     let o = v(&junit);
     assert_eq!(code(&o), Some(2), "{}", stderr(&o));
     assert_eq!(std::fs::read(&junit).unwrap(), b"<xml>someone else's</xml>");
@@ -593,7 +588,7 @@ fn racing_writers_never_both_win() {
             let argv = c.argv(&out, false);
             let kids: Vec<Child> = (0..3)
                 .map(|_| {
-                    bin()
+                    kquant_cmd()
                         .args(&argv)
                         .stdout(Stdio::null())
                         .stderr(Stdio::piped())
@@ -635,7 +630,7 @@ fn two_captures_to_different_names_do_not_share_anything() {
     let kids: Vec<Child> = [&a, &b]
         .iter()
         .map(|o| {
-            bin()
+            kquant_cmd()
                 .args(c.argv(o, false))
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -758,7 +753,7 @@ fn kills_at_random_moments_of_every_writing_command() {
                     std::fs::create_dir(&dir).unwrap();
                 }
                 let wait = Duration::from_micros(rng.below(full + full / 4));
-                let mut k = bin()
+                let mut k = kquant_cmd()
                     .args(c.argv(&out, replace))
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
@@ -936,7 +931,7 @@ fn a_source_truncated_while_quantize_reads_it_is_an_error_not_a_crash() {
     };
     // A whole run first, for its time.
     let t0 = Instant::now();
-    let o = bin().args(args(&out)).output().unwrap();
+    let o = kquant_cmd().args(args(&out)).output().unwrap();
     assert_eq!(code(&o), Some(0), "{}", stderr(&o));
     let took = t0.elapsed();
     std::fs::remove_dir_all(&out).unwrap();
@@ -944,7 +939,7 @@ fn a_source_truncated_while_quantize_reads_it_is_an_error_not_a_crash() {
     let mut saw_sigbus = false;
     for k in 0..8u32 {
         std::fs::write(&shard, &bytes).unwrap();
-        let child = bin()
+        let child = kquant_cmd()
             .args(args(&out))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -1002,7 +997,7 @@ fn output_paths_that_are_odd_but_valid_work_in_every_writing_command() {
         // A regular file as the parent: named as such.
         std::fs::write(dir.join("plain"), b"x").unwrap();
         let argv = c.argv(&dir.join("plain").join("out"), false);
-        let o = bin().args(&argv).output().unwrap();
+        let o = kquant_cmd().args(&argv).output().unwrap();
         let e = stderr(&o);
         assert_eq!(code(&o), Some(2), "{}: {e}", c.name);
         assert!(
@@ -1011,11 +1006,11 @@ fn output_paths_that_are_odd_but_valid_work_in_every_writing_command() {
             c.name
         );
         let argv = c.argv(&dir.join("missing").join("out"), false);
-        let o = bin().args(&argv).output().unwrap();
+        let o = kquant_cmd().args(&argv).output().unwrap();
         assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
         // 256 bytes: too long for any filesystem, said so.
         let argv = c.argv(&dir.join("n".repeat(256)), false);
-        let o = bin().args(&argv).output().unwrap();
+        let o = kquant_cmd().args(&argv).output().unwrap();
         assert_eq!(code(&o), Some(2));
         assert!(stderr(&o).contains("bytes long"), "{}", stderr(&o));
         let mut want = vec![

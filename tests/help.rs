@@ -2,14 +2,12 @@
 //! description, and none says the same sentence twice. Commands are found from the help itself (`kquant help`, then each command's
 //! own `Commands:` list), so a new command or option is covered without editing this file.
 
-use std::process::Command;
+use crate::common;
+
+use common::kquant_cmd;
 
 fn help(path: &[String]) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .args(path)
-        .arg("--help")
-        .output()
-        .unwrap();
+    let o = kquant_cmd().args(path).arg("--help").output().unwrap();
     assert!(
         o.status.success(),
         "kquant {} --help: {}",
@@ -371,10 +369,7 @@ fn docs_flags_md_lists_every_flag_once_with_the_commands_that_take_it() {
                         args.push("x".into());
                     }
                     args.push("--help".into());
-                    let o = Command::new(env!("CARGO_BIN_EXE_kquant"))
-                        .args(&args)
-                        .output()
-                        .unwrap();
+                    let o = kquant_cmd().args(&args).output().unwrap();
                     // Known: help printed, or the value refused (`x` is no `--from` engine).
                     if String::from_utf8_lossy(&o.stderr).contains("unexpected argument") {
                         problems.push(format!(
@@ -421,10 +416,7 @@ fn the_flag_table_parser_reads_aliases_values_and_escaped_pipes() {
 #[test]
 fn unknown_commands_and_flags_get_a_hint_naming_what_exists() {
     let hint_of = |args: &[&str]| -> String {
-        let o = Command::new(env!("CARGO_BIN_EXE_kquant"))
-            .args(args)
-            .output()
-            .unwrap();
+        let o = kquant_cmd().args(args).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         let e = String::from_utf8_lossy(&o.stderr).into_owned();
         e.lines()
@@ -458,10 +450,7 @@ fn unknown_commands_and_flags_get_a_hint_naming_what_exists() {
         }
         let mut args: Vec<&str> = c.iter().map(String::as_str).collect();
         args.push("--no-such-flag");
-        let o = Command::new(env!("CARGO_BIN_EXE_kquant"))
-            .args(&args)
-            .output()
-            .unwrap();
+        let o = kquant_cmd().args(&args).output().unwrap();
         let e = String::from_utf8_lossy(&o.stderr);
         if !e.contains("unexpected argument") {
             continue; // takes trailing arguments (bench quantize / convert pass them on)

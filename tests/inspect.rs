@@ -1,28 +1,24 @@
 //! `kquant inspect` on every tiny fixture, run through the real binary: family, dialect,
 //! aux-layer convention, engines, JSON schema; hub ids through a fixture HF cache; ambiguity.
 
-use std::path::{Path, PathBuf};
+use crate::common;
+
+use std::path::Path;
 use std::process::{Command, Output};
 
+use common::{kquant_cmd, root};
 use serde_json::Value;
 
+/// The binary with the hub offline and its cache at `fixtures/hub-cache`.
 fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kquant"));
+    let mut c = kquant_cmd();
     c.env("HF_HUB_OFFLINE", "1")
         .env("HF_HUB_CACHE", root().join("fixtures/hub-cache"));
     c
 }
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn run(args: &[&str]) -> Output {
-    bin()
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("run kquant")
+    bin().args(args).output().expect("run kquant")
 }
 
 /// `engine`'s entry in an inspect document's `engines`.

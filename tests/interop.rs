@@ -6,15 +6,14 @@
 //! (`-- --include-ignored`, as .ci/run does), and then a missing venv is a failure.
 //! `every_carrier_has_a_case` always runs, so a new carrier cannot skip interop.
 
+use crate::common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::root;
 use kquant::quant::registry::SCHEMES;
 use serde_json::json;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// A source checkpoint: a directory used in place, or a lone `.safetensors` copied into a fresh
 /// directory (the golden directories hold the reference tool's quantized config beside it).
@@ -191,11 +190,7 @@ fn every_carrier_has_a_case() {
 }
 
 fn kquant(args: &[&str]) {
-    let o = Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap();
+    let o = common::kquant(args);
     assert!(
         o.status.success(),
         "kquant {}: {}",

@@ -2,9 +2,11 @@
 //! 2 with an `error:` line on stderr that names the offending file (and tensor, where there is
 //! one), never a panic, and nothing on stdout.
 
+use crate::common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use tempfile::TempDir;
 
@@ -18,7 +20,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kquant"));
+    let mut cmd = common::kquant_cmd();
     cmd.args(args)
         .env("HF_HUB_OFFLINE", "1")
         .env_remove("HF_HOME")
@@ -688,7 +690,7 @@ fn hub_id_offline_with_empty_cache() {
     let cache = TempDir::new().unwrap();
     let cwd = TempDir::new().unwrap();
     let repo = "kquant-test-org/no-such-draft";
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kquant"));
+    let mut cmd = common::kquant_cmd();
     let out = cmd
         .args(["inspect", repo, "--json"])
         .current_dir(cwd.path())

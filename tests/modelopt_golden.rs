@@ -424,32 +424,21 @@ fn dry_run_sizes_equal_the_goldens() {
         ("FP8_PER_CHANNEL_PER_TOKEN_CFG", "fp8-pc"),
         ("INT4_AWQ_CFG", "int4-g128"),
     ] {
-        let t = tempfile::tempdir().unwrap();
         let (_s, src) = source(cfg);
-        let out = t.path().join("o");
-        let o = kquant(&[
-            "quantize",
+        let j = common::quantize_dry_run(
             &src,
-            "-o",
-            out.to_str().unwrap(),
-            "--format",
-            "modelopt",
-            "--scheme",
-            scheme,
-            "--exclude",
-            "lm_head,*embed_tokens",
-            "--dry-run",
-            "--json",
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        assert!(!out.exists());
-        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+            &[
+                "--format",
+                "modelopt",
+                "--scheme",
+                scheme,
+                "--exclude",
+                "lm_head,*embed_tokens",
+            ],
+        );
         assert_eq!(j["format"], "modelopt");
         assert_eq!(j["scheme"], scheme);
-        let want: u64 = load(&golden(cfg).join("export_model.safetensors"))
-            .values()
-            .map(|(_, _, d)| d.len() as u64)
-            .sum();
+        let want = common::data_bytes(&golden(cfg).join("export_model.safetensors"));
         assert_eq!(j["bytes_after"], want, "{cfg}");
     }
 }

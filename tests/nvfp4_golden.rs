@@ -532,25 +532,8 @@ fn dry_run_sizes_equal_the_goldens() {
             mo_args("nvfp4-a16", None),
         ),
     ] {
-        let t = tempfile::tempdir().unwrap();
-        let out = t.path().join("o");
-        let mut all = vec![
-            "quantize",
-            &src,
-            "-o",
-            out.to_str().unwrap(),
-            "--dry-run",
-            "--json",
-        ];
-        all.extend(&args);
-        let o = kquant(&all);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        assert!(!out.exists());
-        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
-        let want: u64 = load(&golden(tool, name).join(model))
-            .values()
-            .map(|(_, _, d)| d.len() as u64)
-            .sum();
+        let j = common::quantize_dry_run(&src, &args);
+        let want = common::data_bytes(&golden(tool, name).join(model));
         assert_eq!(j["bytes_after"], want, "{name}");
     }
 }

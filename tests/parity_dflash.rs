@@ -11,8 +11,9 @@ use std::path::PathBuf;
 
 use common::{floats, kquant, kquant_json, load, read_json, root, Tensors};
 use kquant::checkpoint::{AuxConvention, Checkpoint};
-use kquant::runtime::dflash::{DFlash, TargetHead, FAST_REL_TOL};
+use kquant::runtime::dflash::{DFlash, TargetHead};
 use kquant::runtime::Drafter;
+use kquant::runtime::FAST_REL_TOL;
 use kquant::verify::trace::Trace;
 use serde_json::Value;
 

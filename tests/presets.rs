@@ -3,27 +3,11 @@
 
 use crate::common;
 
-use common::{kquant, root};
+use common::kquant;
 
 #[test]
 fn every_file_in_quant_configs_is_a_builtin_that_builds() {
-    let mut files: Vec<String> = std::fs::read_dir(root().join("quant-configs"))
-        .unwrap()
-        .filter_map(|e| {
-            let n = e.unwrap().file_name().to_string_lossy().into_owned();
-            n.strip_suffix(".json").map(String::from)
-        })
-        .collect();
-    files.sort();
-    let mut builtin: Vec<String> = kquant::quant::preset::BUILTIN
-        .iter()
-        .map(|(n, _)| n.to_string())
-        .collect();
-    builtin.sort();
-    assert_eq!(
-        files, builtin,
-        "quant-configs/*.json and preset::BUILTIN must list the same presets"
-    );
+    common::assert_files_are_builtin("quant-configs", kquant::quant::preset::BUILTIN);
     for (name, _) in kquant::quant::preset::BUILTIN {
         let p = kquant::quant::preset::load(name).unwrap();
         let flags = kquant::quant::registry::QuarkFlags {

@@ -1,16 +1,12 @@
 //! The README's and docs' own commands say what the text says they do: the quick start's output
 //! format, the CI gate's threshold against the default, the ModelOpt dry-run's exclusion list.
 
-use std::process::Command;
+use crate::common;
+
+use common::kquant_cmd;
 
 fn readme() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
-}
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kquant"));
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
 }
 
 /// The arguments of the README line that starts with `kquant <sub>` (in a code block or after
@@ -34,7 +30,7 @@ fn quick_start_writes_the_layout_the_readme_names() {
     let out = t.path().join("q");
     let o = args.iter().position(|a| a == "-o").unwrap();
     args[o + 1] = out.to_str().unwrap().to_string();
-    let run = bin().args(&args).output().unwrap();
+    let run = kquant_cmd().args(&args).output().unwrap();
     assert!(
         run.status.success(),
         "{}",
@@ -66,7 +62,7 @@ fn ci_gate_threshold_is_stated_against_the_default() {
     let args = command(&r, "verify --target kimi-k2.5-tiny");
     let m = args.iter().position(|a| a == "--max-regression").unwrap();
     let used = &args[m + 1];
-    let help = bin().args(["verify", "--help"]).output().unwrap();
+    let help = kquant_cmd().args(["verify", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     let default = help
         .split("--max-regression <MAX_REGRESSION>")
@@ -110,7 +106,7 @@ fn dry_run_prints_the_exclusion_list_that_is_written() {
         }
         a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
     };
-    let dry = bin().args(args(true)).output().unwrap();
+    let dry = kquant_cmd().args(args(true)).output().unwrap();
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&dry.stdout),
@@ -121,7 +117,7 @@ fn dry_run_prints_the_exclusion_list_that_is_written() {
         .find_map(|l| l.strip_prefix("quantization_config.ignore: "))
         .unwrap_or_else(|| panic!("{said}"));
     let printed: serde_json::Value = serde_json::from_str(printed).unwrap();
-    let run = bin().args(args(false)).output().unwrap();
+    let run = kquant_cmd().args(args(false)).output().unwrap();
     assert!(
         run.status.success(),
         "{}",

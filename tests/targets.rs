@@ -28,23 +28,8 @@ fn hs(v: &Value) -> Option<Vec<u64>> {
 
 #[test]
 fn every_profile_file_is_built_in_and_consistent() {
-    let mut files: Vec<String> = std::fs::read_dir(root().join("quant-configs/targets"))
-        .unwrap()
-        .filter_map(|e| {
-            let n = e.unwrap().file_name().to_string_lossy().into_owned();
-            n.strip_suffix(".json").map(String::from)
-        })
-        .collect();
-    files.sort();
-    let mut builtin: Vec<String> = kquant::verify::profile::BUILTIN
-        .iter()
-        .map(|(n, _)| n.to_string())
-        .collect();
-    builtin.sort();
-    assert_eq!(
-        files, builtin,
-        "quant-configs/targets/*.json and profile::BUILTIN"
-    );
+    let builtin =
+        common::assert_files_are_builtin("quant-configs/targets", kquant::verify::profile::BUILTIN);
 
     let doc = targets_json(&[]);
     assert_eq!(doc["schema"], "kquant.targets/1");

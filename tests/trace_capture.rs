@@ -8,6 +8,7 @@
 use crate::common;
 
 use std::path::Path;
+use std::process::Output;
 
 use common::{kquant, read_json, root};
 use kquant::checkpoint::Checkpoint;
@@ -31,24 +32,26 @@ fn limit() -> usize {
         .unwrap_or(2)
 }
 
-fn capture(out: &Path, extra: &[&str]) -> std::process::Output {
-    let lim = limit().to_string();
-    let mut args = vec![
-        "trace",
-        "capture",
-        "--target-checkpoint",
-        TARGET,
-        "--prompts",
-        PROMPTS,
-        "-o",
-        out.to_str().unwrap(),
-        "--dataset",
-        "kquant-heldout",
-        "--limit",
-        &lim,
-    ];
+/// `kquant trace capture TARGET_FLAG TARGET --prompts PROMPTS -o OUT EXTRA…` (`target_flag`
+/// `--target-checkpoint`, or the old spelling `--target`, or none).
+fn capture_with(target_flag: Option<&str>, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["trace", "capture"];
+    args.extend(target_flag.map(|f| [f, TARGET]).into_iter().flatten());
+    args.extend(["--prompts", PROMPTS, "-o", out.to_str().unwrap()]);
     args.extend_from_slice(extra);
     kquant(&args)
+}
+
+/// `kquant trace capture --target-checkpoint TARGET --prompts PROMPTS -o OUT EXTRA…`.
+fn capture_to(out: &Path, extra: &[&str]) -> Output {
+    capture_with(Some("--target-checkpoint"), out, extra)
+}
+
+/// The committed trace's capture: its dataset name, the first [`limit`] prompts.
+fn capture(out: &Path, extra: &[&str]) -> Output {
+    let lim = limit().to_string();
+    let base = ["--dataset", "kquant-heldout", "--limit", &lim];
+    capture_to(out, &[&base[..], extra].concat())
 }
 
 /// Where two token sequences first differ, and the target's logit margin there (our argmax's
@@ -200,36 +203,12 @@ fn capture_reproduces_the_committed_trace() {
 fn capture_refuses_post_norm_taps_and_an_existing_output() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("trace");
-    let o = kquant(&[
-        "trace",
-        "capture",
-        "--target-checkpoint",
-        TARGET,
-        "--prompts",
-        PROMPTS,
-        "-o",
-        out.to_str().unwrap(),
-        "--taps",
-        "1,4",
-    ]);
+    let o = capture_to(&out, &["--taps", "1,4"]);
     let e = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(e.contains("final norm") && e.contains("hint:"), "{e}");
     std::fs::create_dir(&out).unwrap();
-    let o = kquant(&[
-        "trace",
-        "capture",
-        "--target-checkpoint",
-        TARGET,
-        "--prompts",
-        PROMPTS,
-        "-o",
-        out.to_str().unwrap(),
-        "--limit",
-        "1",
-        "--gen-len",
-        "2",
-    ]);
+    let o = capture_to(&out, &["--limit", "1", "--gen-len", "2"]);
     let e = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(e.contains("--force"), "{e}");
@@ -241,20 +220,7 @@ fn capture_refuses_post_norm_taps_and_an_existing_output() {
 fn the_deprecated_target_spelling_still_captures_and_warns() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("trace");
-    let o = kquant(&[
-        "trace",
-        "capture",
-        "--target",
-        TARGET,
-        "--prompts",
-        PROMPTS,
-        "-o",
-        out.to_str().unwrap(),
-        "--limit",
-        "1",
-        "--gen-len",
-        "2",
-    ]);
+    let o = capture_with(Some("--target"), &out, &["--limit", "1", "--gen-len", "2"]);
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{e}");
     assert!(
@@ -262,14 +228,7 @@ fn the_deprecated_target_spelling_still_captures_and_warns() {
         "{e}"
     );
     assert_eq!(Trace::open(&out).unwrap().manifest.samples.len(), 1);
-    let o = kquant(&[
-        "trace",
-        "capture",
-        "--prompts",
-        PROMPTS,
-        "-o",
-        d.path().join("none").to_str().unwrap(),
-    ]);
+    let o = capture_with(None, &d.path().join("none"), &[]);
     let e = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(e.contains("--target-checkpoint <TARGET_CHECKPOINT>"), "{e}");
@@ -281,21 +240,7 @@ fn the_deprecated_target_spelling_still_captures_and_warns() {
 fn json_describes_the_capture_and_what_comes_next() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("trace");
-    let o = kquant(&[
-        "trace",
-        "capture",
-        "--target-checkpoint",
-        TARGET,
-        "--prompts",
-        PROMPTS,
-        "-o",
-        out.to_str().unwrap(),
-        "--limit",
-        "1",
-        "--gen-len",
-        "3",
-        "--json",
-    ]);
+    let o = capture_to(&out, &["--limit", "1", "--gen-len", "3", "--json"]);
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{e}");
     let doc: serde_json::Value =

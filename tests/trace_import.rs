@@ -135,18 +135,31 @@ fn write_conn(
     p
 }
 
-fn import(src: &Path, out: &Path, extra: &[&str]) -> Output {
+/// `kquant trace import FORMAT_FLAG vllm-hidden-states SRC OUT_FLAG OUT EXTRA…`, the flags
+/// spelled as given (`--format` / the old `--from`; `-o` / `--output` / the old `--out`).
+fn import_spelled(
+    format_flag: &str,
+    out_flag: &str,
+    src: &Path,
+    out: &Path,
+    extra: &[&str],
+) -> Output {
     let mut args = vec![
         "trace",
         "import",
-        "--format",
+        format_flag,
         "vllm-hidden-states",
         src.to_str().unwrap(),
-        "-o",
+        out_flag,
         out.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
     kquant(&args)
+}
+
+/// `kquant trace import --format vllm-hidden-states SRC -o OUT EXTRA…`.
+fn import(src: &Path, out: &Path, extra: &[&str]) -> Output {
+    import_spelled("--format", "-o", src, out, extra)
 }
 
 fn ok(o: &Output) -> String {
@@ -284,19 +297,13 @@ fn deprecated_out_spelling_still_imports_with_a_warning() {
         StDtype::BF16,
     );
     let base = |flag: &str, out: &Path| {
-        kquant(&[
-            "trace",
-            "import",
+        import_spelled(
             "--format",
-            "vllm-hidden-states",
-            src.to_str().unwrap(),
             flag,
-            out.to_str().unwrap(),
-            "--layer-ids",
-            "1,2",
-            "--num-layers",
-            "4",
-        ])
+            &src,
+            out,
+            &["--layer-ids", "1,2", "--num-layers", "4"],
+        )
     };
     let (a, b) = (d.path().join("a"), d.path().join("b"));
     let new = ok(&base("--output", &a));
@@ -926,7 +933,7 @@ mod vllm_capture {
     use std::path::{Path, PathBuf};
     use std::process::{Command, Output};
 
-    use super::common::root;
+    use super::common::{kquant_cmd, root};
     use kquant::verify::trace::Trace;
     use sha2::{Digest, Sha256};
 
@@ -987,14 +994,6 @@ mod vllm_capture {
         )
     }
 
-    fn kquant_at(args: &[String]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_kquant"))
-            .current_dir(root())
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
     /// `kquant verify --json -` of the tiny EAGLE-3 draft on a trace, without the trace's path.
     fn verify(trace: &str) -> serde_json::Value {
         let args: Vec<String> = [
@@ -1010,7 +1009,7 @@ mod vllm_capture {
         ]
         .map(String::from)
         .to_vec();
-        let o = kquant_at(&args);
+        let o = kquant_cmd().args(&args).output().unwrap();
         let (out, err) = text(&o);
         assert_eq!(o.status.code(), Some(0), "verify {trace}: {err}");
         let mut v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -1129,7 +1128,7 @@ mod vllm_capture {
             .find(|l| l.trim_start().starts_with("kquant trace import"))
             .unwrap_or_else(|| panic!("no import command printed:\n{stdout}"));
         let words: Vec<String> = cmd.split_whitespace().skip(1).map(String::from).collect();
-        let imp = kquant_at(&words);
+        let imp = kquant_cmd().args(&words).output().unwrap();
         let (iout, ierr) = text(&imp);
         assert_eq!(imp.status.code(), Some(0), "{cmd}\n{iout}\n{ierr}");
         assert!(!ierr.contains("warning"), "{ierr}");
@@ -1436,19 +1435,13 @@ fn deprecated_from_spelling_still_imports_with_a_warning() {
     let d = tempfile::tempdir().unwrap();
     let src = conn_dir(d.path(), 2, 5, H);
     let run = |flag: &str, out: &Path| {
-        kquant(&[
-            "trace",
-            "import",
+        import_spelled(
             flag,
-            "vllm-hidden-states",
-            src.to_str().unwrap(),
             "-o",
-            out.to_str().unwrap(),
-            "--layer-ids",
-            "1,2,3",
-            "--num-layers",
-            "4",
-        ])
+            &src,
+            out,
+            &["--layer-ids", "1,2,3", "--num-layers", "4"],
+        )
     };
     let (a, b) = (d.path().join("a"), d.path().join("b"));
     let new = ok(&run("--format", &a));

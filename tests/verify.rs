@@ -2,28 +2,19 @@
 //! own depth-0 predictions (so the draft has something to accept), random target taps.
 //! A draft against itself gives Δ = 0 exactly; a damaged draft fails with exit 1.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use crate::common;
 
+use std::path::Path;
+
+use common::{kquant, root};
 use kquant::checkpoint::Checkpoint;
 use kquant::io::writer::{TensorSpec, WriteOptions, Writer};
 use kquant::runtime::eagle3::Eagle3;
 use kquant::verify::trace::{self, Manifest, NewSample, SampleMeta};
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 const DRAFT: &str = "fixtures/tiny/eagle3-specforge";
 const TARGET: &str = "fixtures/tiny/target-kimi-k2";
-
-fn kq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn embed() -> Vec<f32> {
     let t = Checkpoint::open(root().join(TARGET).to_str().unwrap()).unwrap();
@@ -159,7 +150,7 @@ fn a_draft_against_itself_is_exactly_zero_and_passes() {
     let tr = t.path().join("trace");
     make_trace(&tr, 6, &[2, 4, 5]);
     let junit = t.path().join("j.xml");
-    let o = kq(&[
+    let o = kquant(&[
         "verify",
         "--draft",
         DRAFT,
@@ -212,7 +203,7 @@ fn a_damaged_draft_fails_the_gate_with_exit_1() {
     make_trace(&tr, 6, &[2, 4, 5]);
     let bad = t.path().join("bad");
     damaged(&bad);
-    let o = kq(&[
+    let o = kquant(&[
         "verify",
         "--draft",
         bad.to_str().unwrap(),
@@ -245,7 +236,7 @@ fn a_damaged_draft_fails_the_gate_with_exit_1() {
     }
     // Exit 1 always comes with a red JUnit report carrying the figures.
     let junit = t.path().join("gate.xml");
-    let o = kq(&[
+    let o = kquant(&[
         "verify",
         "--draft",
         bad.to_str().unwrap(),
@@ -276,7 +267,7 @@ fn a_damaged_draft_fails_the_gate_with_exit_1() {
         "{out}"
     );
     // min-accept alone also gates.
-    let o = kq(&[
+    let o = kquant(&[
         "verify",
         "--draft",
         DRAFT,
@@ -299,7 +290,7 @@ fn a_damaged_draft_fails_the_gate_with_exit_1() {
         "{x}"
     );
     // Against the prompt-lookup drafter.
-    let o = kq(&[
+    let o = kquant(&[
         "verify",
         "--draft",
         DRAFT,
@@ -330,7 +321,7 @@ fn a_trace_without_the_drafts_taps_is_refused() {
     let tr = t.path().join("trace");
     make_trace(&tr, 2, &[2, 4, 5]);
     // Rewrite the manifest to claim other taps: the tensors no longer match → refused.
-    let o = kq(&[
+    let o = kquant(&[
         "verify",
         "--draft",
         "fixtures/tiny/eagle3-vllm",
@@ -347,7 +338,7 @@ fn a_trace_without_the_drafts_taps_is_refused() {
     );
     let tr2 = t.path().join("trace2");
     make_trace(&tr2, 2, &[2, 4, 6]);
-    let o = kq(&[
+    let o = kquant(&[
         "verify",
         "--draft",
         DRAFT,

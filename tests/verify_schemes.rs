@@ -4,24 +4,30 @@
 //! `fixtures/kimi-k2.5-tiny/reference/scheme-delta.json` is written by
 //! `fixtures/gen/verify/measure_schemes.sh` with kquant itself (`quantize`, then `verify
 //! --baseline <unquantized draft>`). Each measured row is re-run here through the binary. The
-//! test asserts the draft's and the baseline's accept length and ΔAL within [`AL_TOL`] of the
-//! recorded values, and the default gate's verdict and exit code exactly. Each recorded refusal
-//! must still be refused with the same `error:` line. `kquant schemes --json` lists every
-//! scheme × format pair, and each one must have a row for every draft.
+//! unquantized baseline is the same for every row of a draft, so it is replayed once per draft
+//! (`kquant verify --draft <unquantized>`, [`baseline`]) and each row replays only its quantized
+//! draft, gated with `--min-accept` at the baseline's accept length − 0.03: with both drafts on
+//! the same positions ΔAL is draft AL − baseline AL (the recorded rows hold this to 1e-12), so
+//! that gate gives the default ΔAL gate's verdict (no recorded ΔAL lies within rounding of
+//! −0.03). The test asserts the draft's and the baseline's accept length and ΔAL within
+//! [`AL_TOL`] of the recorded values, and the gate's verdict and exit code exactly. Each recorded
+//! refusal must still be refused with the same `error:` line. `kquant schemes --json` lists
+//! every scheme × format pair, and each one must have a row for every draft.
 //!
 //! On 2 cores with the dev build (opt-level 1) one quantize + verify takes about 20 s. So by
 //! default this file runs one format per scheme on EAGLE-3, and int4-pc (Quark) + nvfp4-a16
 //! (compressed-tensors) + fp8-pc (Quark) on the MLA and DFlash drafts. `KQUANT_ALL_SCHEMES=1`
 //! runs every measured row.
 //!
-//! On the real fixture, the EAGLE-3 draft against itself gives Δ = 0 and CI [0, 0] exactly, and
-//! passes. A copy whose decoder linears are rounded to 2 bits per row fails with exit 1, and the
-//! JSON gives the reason.
+//! On the real fixture, the EAGLE-3 draft against itself (`--baseline`, the default ΔAL gate)
+//! gives Δ = 0 and CI [0, 0] exactly, and passes. A copy whose decoder linears are rounded to 2
+//! bits per row fails with exit 1, and the JSON gives the reason.
 
 use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::OnceLock;
 
 use common::{kquant, read_json, root};
 use serde_json::Value;
@@ -31,13 +37,19 @@ use serde_json::Value;
 /// runtimes are deterministic, so any drift beyond that is a change in quantization or replay.
 const AL_TOL: f64 = 0.005;
 
+/// The default gate's `--max-regression` the rows were recorded with.
+const MAX_REGRESSION: f64 = 0.03;
+
 const FIX: &str = "fixtures/kimi-k2.5-tiny";
 const TABLE: &str = "fixtures/kimi-k2.5-tiny/reference/scheme-delta.json";
+
+/// The drafts the table measures.
+const DRAFTS: [&str; 3] = ["eagle3", "eagle3-mla", "dflash"];
 
 fn rows() -> Vec<Value> {
     let t = read_json(&root().join(TABLE));
     assert_eq!(t["schema"], "kquant.scheme-delta/1");
-    assert_eq!(t["max_regression"], 0.03);
+    assert_eq!(t["max_regression"], MAX_REGRESSION);
     t["results"].as_array().unwrap().clone()
 }
 
@@ -102,21 +114,20 @@ fn quantize(draft: &str, args: &Value, out: &Path) -> (Option<i32>, String) {
     (o.status.code(), String::from_utf8_lossy(&o.stderr).into())
 }
 
-/// `kquant verify --draft D --baseline B --trace trace [--target-checkpoint] --json -`: the exit
-/// code and the report.
-fn verify(draft: &Path, baseline: &str, family: &str) -> (Option<i32>, Value) {
+/// `kquant verify --draft D --trace trace [--target-checkpoint] --json - EXTRA…`: the exit code
+/// and the report.
+fn verify_with(draft: &Path, family: &str, extra: &[String]) -> (Option<i32>, Value) {
     let mut a: Vec<String> = vec![
         "verify".into(),
         "--draft".into(),
         draft.to_str().unwrap().into(),
-        "--baseline".into(),
-        format!("{FIX}/{baseline}"),
         "--trace".into(),
         format!("{FIX}/trace"),
         "--json".into(),
         "-".into(),
     ];
     a.extend(target_args(family));
+    a.extend_from_slice(extra);
     let o = kquant(&a.iter().map(String::as_str).collect::<Vec<_>>());
     let j = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
         panic!(
@@ -129,8 +140,29 @@ fn verify(draft: &Path, baseline: &str, family: &str) -> (Option<i32>, Value) {
     (o.status.code(), j)
 }
 
-fn close(what: &str, got: &Value, want: &Value, bad: &mut Vec<String>) {
-    let (g, w) = (got.as_f64().unwrap(), want.as_f64().unwrap());
+/// `kquant verify --draft D --baseline B …` with the default gate: the exit code and the report.
+fn verify(draft: &Path, baseline: &str, family: &str) -> (Option<i32>, Value) {
+    verify_with(
+        draft,
+        family,
+        &["--baseline".into(), format!("{FIX}/{baseline}")],
+    )
+}
+
+/// The report of the unquantized `draft` replayed alone (its accept length is every row's
+/// baseline), replayed once per test process whichever test asks first.
+fn baseline(draft: &str) -> &'static Value {
+    static REPORTS: [OnceLock<Value>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let i = DRAFTS.iter().position(|d| *d == draft).unwrap();
+    REPORTS[i].get_or_init(|| {
+        let (rc, j) = verify_with(&root().join(FIX).join(draft), draft, &[]);
+        assert_eq!(rc, Some(0), "{draft} alone: {j}");
+        j
+    })
+}
+
+fn close(what: &str, g: f64, want: &Value, bad: &mut Vec<String>) {
+    let w = want.as_f64().unwrap();
     if (g - w).abs() > AL_TOL {
         bad.push(format!(
             "{what}: {g:.4}, recorded {w:.4} (tolerance {AL_TOL})"
@@ -162,33 +194,27 @@ fn check_draft(draft: &str, pick: fn(&str) -> bool) {
         let q = t.path().join(format!("q{i}"));
         let (rc, err) = quantize(draft, &r["quantize_args"], &q);
         assert_eq!(rc, Some(0), "{name}: quantize failed: {err}");
-        let (rc, j) = verify(&q, draft, draft);
+        let base_al = baseline(draft)["draft"]["accept_length"].as_f64().unwrap();
+        // ΔAL < −MAX_REGRESSION exactly when draft AL < baseline AL − MAX_REGRESSION.
+        let gate = format!("{}", base_al - MAX_REGRESSION);
+        let (rc, j) = verify_with(&q, draft, &["--min-accept".into(), gate]);
         ran += 1;
+        let draft_al = j["draft"]["accept_length"].as_f64().unwrap();
         let mut b = Vec::new();
-        close(
-            "draft AL",
-            &j["draft"]["accept_length"],
-            &r["draft_al"],
-            &mut b,
-        );
-        close(
-            "baseline AL",
-            &j["baseline"]["accept_length"],
-            &r["baseline_al"],
-            &mut b,
-        );
-        close("ΔAL", &j["delta"], &r["delta"], &mut b);
+        close("draft AL", draft_al, &r["draft_al"], &mut b);
+        close("baseline AL", base_al, &r["baseline_al"], &mut b);
+        close("ΔAL", draft_al - base_al, &r["delta"], &mut b);
         for (c, v) in r["per_category"].as_object().unwrap() {
             close(
                 &format!("{c} draft AL"),
-                &j["per_category"][c]["draft"],
+                j["per_category"][c]["draft"].as_f64().unwrap(),
                 &v["draft"],
                 &mut b,
             );
         }
         if j["passed"] != r["passed"] {
             b.push(format!(
-                "gate at 0.03: passed {}, recorded {}",
+                "gate at {MAX_REGRESSION}: passed {}, recorded {}",
                 j["passed"], r["passed"]
             ));
         }
@@ -281,7 +307,7 @@ fn every_listed_scheme_and_format_is_recorded_for_every_draft() {
             assert_eq!(r["status"], "refused", "{r}");
         }
     }
-    for d in ["eagle3", "eagle3-mla", "dflash"] {
+    for d in DRAFTS {
         let missing: Vec<_> = pairs.difference(&have[d]).collect();
         assert!(
             missing.is_empty(),

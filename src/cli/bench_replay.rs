@@ -1,11 +1,12 @@
 //! `kquant bench replay DRAFT`: measured (never asserted) speed of the verify replay on the CPU.
 //! It loads the draft the way `kquant verify` does (`verify::drafters::load_drafter`), runs pass
 //! A (the teacher-forced depth matches) and pass B (the walk) over a trace — a captured one, or
-//! a deterministic synthetic `kquant-trace/1` built for the draft's taps, hidden size and vocab —
+//! a deterministic synthetic `kquant-trace/1` built for the draft's taps, hidden size and vocab
+//! (`verify::synthetic`) —
 //! and reports the load time, the pass-A time, token·depths per second (generated positions ×
 //! depths / pass-A seconds) and the process's peak RSS, after the load and at the end.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -15,7 +16,8 @@ use crate::checkpoint::Checkpoint;
 use crate::cli::human_bytes;
 use crate::error::{Error, Result};
 use crate::verify::drafters::load_drafter;
-use crate::verify::trace::{self, Manifest, NewSample, SampleMeta, Trace};
+use crate::verify::synthetic::{self, TraceShape};
+use crate::verify::trace::Trace;
 use crate::verify::walk::{walk, Walk};
 
 /// Arguments of `kquant bench replay`.
@@ -54,139 +56,6 @@ pub struct Args {
 
 /// Default length of a synthetic sample.
 pub const SYNTHETIC_LEN: usize = 512;
-/// Seed of the synthetic trace's LCG.
-pub const SEED: u64 = 0x6b71_7561_6e74;
-
-/// A 64-bit LCG (Knuth's MMIX constants); the high bits are used.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0
-    }
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
-
-/// What a synthetic trace must match.
-pub struct TraceShape {
-    pub taps: Vec<usize>,
-    pub hidden: usize,
-    pub vocab: usize,
-}
-
-/// Most tap values (samples × tokens × taps × hidden) a synthetic trace may hold: 4 GiB as f32.
-pub const MAX_SYNTHETIC_VALUES: usize = 1 << 30;
-
-/// Write a deterministic synthetic `kquant-trace/1` at `dir`: `samples` samples of `len` tokens
-/// (`prompt_len` of them prompt), tokens uniform over `0..vocab` and every tap uniform in
-/// ±0.5 (stored as bf16). The same arguments always give the same bytes.
-pub fn write_synthetic(
-    dir: &Path,
-    shape: &TraceShape,
-    len: usize,
-    prompt_len: usize,
-    samples: usize,
-) -> Result<()> {
-    if len < 2 || prompt_len == 0 || prompt_len >= len {
-        return Err(Error::Usage(format!(
-            "a synthetic trace needs 0 < prompt length ({prompt_len}) < length ({len})"
-        )));
-    }
-    if shape.vocab == 0 || shape.hidden == 0 || shape.taps.is_empty() {
-        return Err(Error::Usage(
-            "the draft reports no vocab, hidden size or taps".into(),
-        ));
-    }
-    // Every tap value is held in memory as f32 while the trace is built: bounded up front.
-    let values = [shape.taps.len(), len, shape.hidden]
-        .iter()
-        .try_fold(samples, |a, &b| a.checked_mul(b))
-        .filter(|&v| v <= MAX_SYNTHETIC_VALUES);
-    if values.is_none() {
-        return Err(Error::Flags {
-            msg: format!(
-                "a synthetic trace of {samples} sample(s) × {len} tokens × {} tap(s) × hidden {} is more than {MAX_SYNTHETIC_VALUES} values",
-                shape.taps.len(),
-                shape.hidden
-            ),
-            hint: "lower --synthetic-trace or --samples".into(),
-        });
-    }
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
-    }
-    // A bench trace is replaced without --force, but only when kquant wrote it.
-    let claim = trace::claim(dir, true, &[])?;
-    let mut taps = shape.taps.clone();
-    taps.sort_unstable();
-    taps.dedup();
-    let mut rng = Lcg(SEED);
-    let data: Vec<(Vec<u32>, Vec<Vec<f32>>)> = (0..samples)
-        .map(|_| {
-            let toks = (0..len)
-                .map(|_| ((rng.next() >> 33) % shape.vocab as u64) as u32)
-                .collect();
-            let vals = taps
-                .iter()
-                .map(|_| (0..len * shape.hidden).map(|_| 0.5 * rng.unit()).collect())
-                .collect();
-            (toks, vals)
-        })
-        .collect();
-    let meta = |i: usize| SampleMeta {
-        id: i as u64,
-        category: "synthetic".into(),
-        dataset: "kquant-bench-lcg".into(),
-        shard: String::new(),
-        prompt_len,
-        gen_len: len - prompt_len,
-        finish_reason: "length".into(),
-        turn: 0,
-    };
-    let new: Vec<NewSample<'_>> = data
-        .iter()
-        .enumerate()
-        .map(|(i, (toks, vals))| NewSample {
-            meta: meta(i),
-            tokens: toks,
-            taps: taps
-                .iter()
-                .copied()
-                .zip(vals.iter().map(|v| &v[..]))
-                .collect(),
-            target_top1: None,
-        })
-        .collect();
-    let mut extra = serde_json::Map::new();
-    extra.insert(
-        "synthetic".into(),
-        json!({"generator": "kquant bench replay", "seed": SEED, "taps": "uniform ±0.5"}),
-    );
-    let manifest = Manifest {
-        format: trace::FORMAT.into(),
-        target: json!({"name": "synthetic"}),
-        hidden_size: shape.hidden,
-        num_layers: taps.last().copied().unwrap_or(0).max(1),
-        vocab_size: Some(shape.vocab),
-        taps,
-        tap_convention: trace::TAP_CONVENTION.into(),
-        taps_pre_norm: true,
-        dtype: "bf16".into(),
-        greedy_selfcheck: None,
-        samples: (0..samples).map(meta).collect(),
-        shards: vec![],
-        extra,
-    };
-    trace::write(claim, manifest, &new)
-}
-
 /// A `/proc/self/status` field in bytes (`VmRSS`, `VmHWM`).
 fn status_bytes(key: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -248,11 +117,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 hidden: d.target_hidden(),
                 vocab: d.vocab(),
             };
-            write_synthetic(&dir, &shape, len, prompt_len, a.samples.unwrap_or(1))?;
+            synthetic::write(&dir, &shape, len, prompt_len, a.samples.unwrap_or(1))?;
             (
                 tmp,
                 dir,
-                Some(json!({"len": len, "prompt_len": prompt_len, "seed": SEED})),
+                Some(json!({"len": len, "prompt_len": prompt_len, "seed": synthetic::SEED})),
             )
         }
     };
@@ -362,44 +231,4 @@ pub fn run(a: Args) -> Result<ExitCode> {
         println!("peak RSS        {}", mib(peak));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The synthetic trace opens, is deterministic, and holds what it was asked for.
-    #[test]
-    fn synthetic_trace_is_valid_and_deterministic() {
-        let base = std::env::temp_dir().join(format!("kq-synth-trace-{}", std::process::id()));
-        let shape = TraceShape {
-            taps: vec![5, 2, 9],
-            hidden: 16,
-            vocab: 37,
-        };
-        let (a, b) = (base.join("a"), base.join("b"));
-        write_synthetic(&a, &shape, 40, 5, 2).unwrap();
-        write_synthetic(&b, &shape, 40, 5, 2).unwrap();
-        let ta = Trace::open(&a).unwrap();
-        let tb = Trace::open(&b).unwrap();
-        assert_eq!(
-            ta.manifest.shards, tb.manifest.shards,
-            "same bytes, same sha256"
-        );
-        assert_eq!(ta.manifest.taps, vec![2, 5, 9]);
-        ta.require(&[2, 5, 9], 16, Some(37), "d").unwrap();
-        assert!(
-            ta.require(&[2], 16, Some(30), "d").is_err(),
-            "tokens span the vocab"
-        );
-        let s = &ta.manifest.samples[1];
-        assert_eq!((s.prompt_len, s.gen_len), (5, 35));
-        let x = ta.tokens(s).unwrap();
-        assert_ne!(x, ta.tokens(&ta.manifest.samples[0]).unwrap());
-        let tap = ta.tap(s, 9).unwrap();
-        assert_eq!(tap.len(), 40 * 16);
-        assert!(tap.iter().all(|v| v.abs() <= 0.5) && tap.iter().any(|v| v.abs() > 0.1));
-        assert!(write_synthetic(&a, &shape, 40, 40, 1).is_err());
-        let _ = std::fs::remove_dir_all(&base);
-    }
 }

@@ -24,14 +24,6 @@ fn find<'a>(ck: &'a Checkpoint, names: &[&str]) -> Option<&'a TensorInfo> {
     names.iter().find_map(|n| ck.weights.info(n))
 }
 
-fn source_err(ck: &Checkpoint, msg: String) -> Error {
-    Error::Source {
-        path: ck.weights.dir.clone(),
-        msg,
-        hint: None,
-    }
-}
-
 /// Rename a layer tensor to `prefix`; top-level names are unchanged.
 fn relayer(name: &str, prefix: &str) -> String {
     for p in LAYER_PREFIXES {
@@ -64,14 +56,14 @@ fn from_target(
 ) -> Result<Option<Planned>> {
     let Some(t) = target else { return Ok(None) };
     let Some(info) = find(t, names) else {
-        return Err(source_err(
-            t,
+        return Err(Error::source(
+            &t.weights.dir,
             format!("target has no {what} (looked for {})", names.join(", ")),
         ));
     };
     if info.shape != want {
-        return Err(source_err(
-            t,
+        return Err(Error::source(
+            &t.weights.dir,
             format!(
                 "target {what} `{}` has shape {:?}, the draft needs {:?}",
                 info.name, info.shape, want
@@ -232,10 +224,9 @@ pub fn plan_eagle3(
     if w.names().any(|n| {
         (n.starts_with("layers.") && !n.starts_with("layers.0.")) || n.starts_with("midlayer.1")
     }) {
-        return Err(source_err(
-            ck,
-            "has more than one decoder layer; multi-layer EAGLE-3 conversion is not supported yet"
-                .into(),
+        return Err(Error::source(
+            &ck.weights.dir,
+            "has more than one decoder layer; multi-layer EAGLE-3 conversion is not supported yet",
         ));
     }
     let cfg_in = ck
@@ -248,7 +239,7 @@ pub fn plan_eagle3(
     let d = &det.dims;
     let h = d
         .hidden_size
-        .ok_or_else(|| source_err(ck, "hidden_size unknown".into()))? as usize;
+        .ok_or_else(|| Error::source(&ck.weights.dir, "hidden_size unknown"))? as usize;
     let ht = d.target_hidden_size.unwrap_or(h as u64) as usize;
     let vocab = d.vocab_size.map(|v| v as usize);
     let dv = d.draft_vocab_size.map(|v| v as usize).or(vocab);
@@ -311,8 +302,8 @@ pub fn plan_eagle3(
         }
     }
     if pruned && !w.names().any(|n| n == "d2t") {
-        return Err(source_err(
-            ck,
+        return Err(Error::source(
+            &ck.weights.dir,
             format!(
                 "draft vocab {} differs from vocab {} but there is no d2t",
                 dv.unwrap_or(0),
@@ -324,7 +315,7 @@ pub fn plan_eagle3(
     if (matches!(e, Engine::Torchspec) || (matches!(e, Engine::Trtllm) && ht != h))
         && !has(&tensors, "embed_tokens.weight")
     {
-        let v = vocab.ok_or_else(|| source_err(ck, "vocab_size unknown".into()))?;
+        let v = vocab.ok_or_else(|| Error::source(&ck.weights.dir, "vocab_size unknown"))?;
         match from_target(target, &TARGET_EMBED, &[v, h], "embedding")? {
                 Some(mut p) => {
                     p.name = "embed_tokens.weight".into();
@@ -340,7 +331,7 @@ pub fn plan_eagle3(
     // has none, but ModelOpt's export always writes one (the base model's): do the same when
     // the target is at hand.
     if !has(&tensors, "lm_head.weight") && (e != Engine::Trtllm || target.is_some()) {
-        let v = vocab.ok_or_else(|| source_err(ck, "vocab_size unknown".into()))?;
+        let v = vocab.ok_or_else(|| Error::source(&ck.weights.dir, "vocab_size unknown"))?;
         match from_target(target, &TARGET_HEAD, &[v, h], "lm_head")? {
             Some(mut p) => {
                 p.name = "lm_head.weight".into();
@@ -580,12 +571,13 @@ pub fn plan_dflash(
     let h = det
         .dims
         .hidden_size
-        .ok_or_else(|| source_err(ck, "hidden_size unknown".into()))? as usize;
+        .ok_or_else(|| Error::source(&ck.weights.dir, "hidden_size unknown"))? as usize;
     if torchspec && !tensors.iter().any(|p| p.name == "embed_tokens.weight") {
         let v = det
             .dims
             .vocab_size
-            .ok_or_else(|| source_err(ck, "vocab_size unknown".into()))? as usize;
+            .ok_or_else(|| Error::source(&ck.weights.dir, "vocab_size unknown"))?
+            as usize;
         match from_target(target, &TARGET_EMBED, &[v, h], "embedding")? {
             Some(mut p) => {
                 p.name = "embed_tokens.weight".into();

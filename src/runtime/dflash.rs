@@ -17,15 +17,12 @@ use serde_json::Value;
 
 use super::linears::{Exec, Linear, LinearSet};
 use super::rope::Rope;
+use super::weights::Loader;
 use crate::checkpoint::{Checkpoint, Detection, Dialect, Family};
 use crate::error::{Error, Result};
 use crate::ops::{argmax, linear, linear_ref, rms_norm, silu, softmax};
 use crate::quant::decode::Logical;
 use crate::runtime::matches::Matches;
-
-/// Bound on `max |fast − reference| / max |reference|` over the block logits: the fast path
-/// only reorders f32 sums (batched, vectorised matmuls), measured ≈1e-6 on the tiny fixture.
-pub const FAST_REL_TOL: f32 = 1e-4;
 
 /// Depth-match masks hold one bit per depth in a `u32` (`verify::walk::Matches`).
 const MAX_DEPTHS: usize = crate::runtime::matches::MAX_DEPTHS;
@@ -159,41 +156,6 @@ pub struct Context {
     pub v: Vec<Vec<f32>>,
 }
 
-fn src_err(ck: &Checkpoint, msg: String, hint: Option<&str>) -> Error {
-    Error::Source {
-        path: ck.weights.dir.clone(),
-        msg,
-        hint: hint.map(Into::into),
-    }
-}
-
-/// Linear `name` `[n, k]` through the set's hook, its shape checked first.
-fn get_linear(set: &LinearSet, lg: &Logical, name: &str, n: usize, k: usize) -> Result<Linear> {
-    check(lg, name, &[n, k])?;
-    set.load(lg, name, n, k)
-}
-
-fn get(lg: &Logical, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-    check(lg, name, shape)?;
-    Ok(lg.read_f32(name).expect("present"))
-}
-
-fn check(lg: &Logical, name: &str, shape: &[usize]) -> Result<()> {
-    let s = lg.shape(name).ok_or_else(|| Error::Source {
-        path: lg.ck.weights.dir.clone(),
-        msg: format!("DFlash draft has no tensor `{name}`"),
-        hint: None,
-    })?;
-    if s != shape {
-        return Err(Error::Tensor {
-            path: lg.ck.weights.dir.clone(),
-            tensor: name.into(),
-            msg: format!("shape {s:?}, expected {shape:?}"),
-        });
-    }
-    Ok(())
-}
-
 /// RMSNorm of every `d`-wide head of every row, in place (Qwen3 `q_norm` / `k_norm`).
 fn head_norm(x: &mut [f32], d: usize, w: &[f32], eps: f32) {
     let y = rms_norm(x, d, w, eps);
@@ -220,24 +182,21 @@ impl DFlash {
         target: TargetHead,
         exec: Exec,
     ) -> Result<DFlash> {
+        let dir = ck.weights.dir.as_path();
         if det.family != Family::Dflash {
-            return Err(src_err(
-                ck,
+            return Err(Error::source(
+                dir,
                 format!("is `{}`, not a DFlash drafter", det.family.id()),
-                None,
             ));
         }
         let c = ck.config.as_ref().ok_or_else(|| {
-            src_err(
-                ck,
-                "DFlash draft has no config.json".into(),
-                Some("the draft directory must hold the config.json it was exported with"),
-            )
+            Error::source(dir, "DFlash draft has no config.json")
+                .with_hint("the draft directory must hold the config.json it was exported with")
         })?;
         let d = &det.dims;
         let need = |v: Option<u64>, k: &str| {
             v.map(|x| x as usize)
-                .ok_or_else(|| src_err(ck, format!("config has no `{k}`"), None))
+                .ok_or_else(|| Error::source(dir, format!("config has no `{k}`")))
         };
         let h = need(d.hidden_size, "hidden_size")?;
         let ht = d.target_hidden_size.map(|x| x as usize).unwrap_or(h);
@@ -249,72 +208,54 @@ impl DFlash {
         let vocab = need(d.vocab_size, "vocab_size")?;
         let block_size = need(d.block_size, "block_size")?;
         if kv_heads == 0 || heads % kv_heads != 0 || !head_dim.is_multiple_of(2) {
-            return Err(src_err(
-                ck,
-                format!("{heads} attention heads over {kv_heads} KV heads of dim {head_dim}: heads must be a multiple of KV heads and head_dim even"),
-                None,
-            ));
+            let msg = format!("{heads} attention heads over {kv_heads} KV heads of dim {head_dim}: heads must be a multiple of KV heads and head_dim even");
+            return Err(Error::source(dir, msg));
         }
         if !(2..=MAX_DEPTHS + 1).contains(&block_size) {
-            return Err(src_err(
-                ck,
-                format!(
-                    "block_size {block_size}: the replay handles 2..={} (up to {MAX_DEPTHS} proposals per round)",
-                    MAX_DEPTHS + 1
-                ),
-                None,
-            ));
+            let msg = format!(
+                "block_size {block_size}: the replay handles 2..={} (up to {MAX_DEPTHS} proposals per round)",
+                MAX_DEPTHS + 1
+            );
+            return Err(Error::source(dir, msg));
         }
         let mask_id = c
             .nested("dflash_config", "mask_token_id")
             .or_else(|| c.get("mask_token_id"))
             .and_then(Value::as_u64)
-            .ok_or_else(|| {
-                src_err(
-                    ck,
-                    "config has no `dflash_config.mask_token_id`".into(),
-                    None,
-                )
-            })?;
+            .ok_or_else(|| Error::source(dir, "config has no `dflash_config.mask_token_id`"))?;
         if mask_id as usize >= vocab {
-            return Err(src_err(
-                ck,
+            return Err(Error::source(
+                dir,
                 format!("mask_token_id {mask_id} is outside the vocab of {vocab}"),
-                None,
             ));
         }
         if let Some(Value::Array(types)) = c.get("layer_types") {
             if let Some(t) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
-                return Err(src_err(
-                    ck,
+                return Err(Error::source(
+                    dir,
                     format!("layer type {t}: the replay runs full-attention DFlash layers only"),
-                    None,
                 ));
             }
         }
         if c.get("attention_bias").and_then(Value::as_bool) == Some(true) {
-            return Err(src_err(
-                ck,
-                "attention_bias = true: the replay runs bias-free DFlash layers only".into(),
-                None,
+            return Err(Error::source(
+                dir,
+                "attention_bias = true: the replay runs bias-free DFlash layers only",
             ));
         }
         let aux = det.aux_layers.as_ref().ok_or_else(|| {
-            src_err(
-                ck,
-                "config has no `dflash_config.target_layer_ids`".into(),
-                Some("`kquant inspect` shows what the config holds"),
-            )
+            Error::source(dir, "config has no `dflash_config.target_layer_ids`")
+                .with_hint("`kquant inspect` shows what the config holds")
         })?;
         let taps: Vec<usize> = aux
             .hidden_states
             .as_ref()
             .ok_or_else(|| {
-                src_err(
-                    ck,
+                Error::source(
+                    dir,
                     format!("the convention of `{}` {:?} is unknown", aux.key, aux.ids),
-                    Some("`kquant inspect` shows the draft's aux layers"),
                 )
+                .with_hint("`kquant inspect` shows the draft's aux layers")
             })?
             .iter()
             .map(|&i| i as usize)
@@ -325,7 +266,7 @@ impl DFlash {
             .get("rope_theta")
             .or_else(|| c.get("rope_parameters").and_then(|r| r.get("rope_theta")))
             .and_then(Value::as_f64)
-            .ok_or_else(|| src_err(ck, "config has no `rope_theta`".into(), None))?;
+            .ok_or_else(|| Error::source(dir, "config has no `rope_theta`"))?;
         let scaling = c
             .get("rope_scaling")
             .filter(|v| !v.is_null())
@@ -335,10 +276,9 @@ impl DFlash {
             .and_then(Value::as_str)
             .filter(|t| !matches!(*t, "default" | "yarn"))
         {
-            return Err(src_err(
-                ck,
+            return Err(Error::source(
+                dir,
                 format!("rope type `{t}`: the replay handles default and yarn RoPE"),
-                None,
             ));
         }
         let (rope, _deepseek_softmax_mult) = Rope::from_config(head_dim, theta, scaling);
@@ -375,36 +315,37 @@ impl DFlash {
             .shape(&format!("layers.{n_layers}.input_layernorm.weight"))
             .is_some()
         {
-            return Err(src_err(
-                ck,
+            return Err(Error::source(
+                dir,
                 format!("holds more decoder layers than num_hidden_layers = {n_layers}"),
-                None,
             ));
         }
         let (qd, kvd) = (heads * head_dim, kv_heads * head_dim);
         let lin = LinearSet::new(exec);
+        let vb = Loader::new(&lg, "DFlash draft").with_linears(&lin);
         let layers = (0..n_layers)
             .map(|i| {
-                let w = |n: &str, s: &[usize]| get(&lg, &format!("layers.{i}.{n}"), s);
-                let l = |n: &str, rows: usize, cols: usize| {
-                    get_linear(&lin, &lg, &format!("layers.{i}.{n}"), rows, cols)
-                };
+                let (attn, l) = (
+                    vb.pp(format!("layers.{i}.self_attn")),
+                    vb.pp(format!("layers.{i}")),
+                );
                 Ok(Layer {
-                    q: l("self_attn.q_proj.weight", qd, h)?,
-                    k: l("self_attn.k_proj.weight", kvd, h)?,
-                    v: l("self_attn.v_proj.weight", kvd, h)?,
-                    o: l("self_attn.o_proj.weight", h, qd)?,
-                    q_norm: w("self_attn.q_norm.weight", &[head_dim])?,
-                    k_norm: w("self_attn.k_norm.weight", &[head_dim])?,
-                    input_norm: w("input_layernorm.weight", &[h])?,
-                    post_norm: w("post_attention_layernorm.weight", &[h])?,
-                    gate: l("mlp.gate_proj.weight", inter, h)?,
-                    up: l("mlp.up_proj.weight", inter, h)?,
-                    down: l("mlp.down_proj.weight", h, inter)?,
+                    q: attn.linear("q_proj.weight", qd, h)?,
+                    k: attn.linear("k_proj.weight", kvd, h)?,
+                    v: attn.linear("v_proj.weight", kvd, h)?,
+                    o: attn.linear("o_proj.weight", h, qd)?,
+                    q_norm: attn.get("q_norm.weight", &[head_dim])?,
+                    k_norm: attn.get("k_norm.weight", &[head_dim])?,
+                    input_norm: l.get("input_layernorm.weight", &[h])?,
+                    post_norm: l.get("post_attention_layernorm.weight", &[h])?,
+                    gate: l.linear("mlp.gate_proj.weight", inter, h)?,
+                    up: l.linear("mlp.up_proj.weight", inter, h)?,
+                    down: l.linear("mlp.down_proj.weight", h, inter)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let fc = get_linear(&lin, &lg, fc_n, h, taps.len() * ht)?;
+        let fc = vb.linear(fc_n, h, taps.len() * ht)?;
+        let (hidden_norm, norm) = (vb.get(hn_n, &[h])?, vb.get(norm_n, &[h])?);
         Ok(DFlash {
             h,
             ht,
@@ -421,8 +362,8 @@ impl DFlash {
             rope,
             layers,
             fc,
-            hidden_norm: get(&lg, hn_n, &[h])?,
-            norm: get(&lg, norm_n, &[h])?,
+            hidden_norm,
+            norm,
             embed: target.embed,
             lm_head: target.lm_head,
             lin,
@@ -743,7 +684,7 @@ impl super::Drafter for DFlash {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Drafter;
+    use crate::runtime::{Drafter, FAST_REL_TOL};
     use serde_json::json;
     use std::path::{Path, PathBuf};
 

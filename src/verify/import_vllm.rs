@@ -203,14 +203,6 @@ struct ConnFile {
     num: Option<u64>,
 }
 
-fn src_err(path: &Path, msg: String, hint: Option<&str>) -> Error {
-    Error::Source {
-        path: path.into(),
-        msg,
-        hint: hint.map(String::from),
-    }
-}
-
 /// The connector files of `dir`, in request order: by the request ids' leading numbers when
 /// every id has one, else by name.
 fn list(dir: &Path) -> Result<Vec<ConnFile>> {
@@ -221,11 +213,11 @@ fn list(dir: &Path) -> Result<Vec<ConnFile>> {
         let name = e.file_name().to_string_lossy().into_owned();
         let path = e.path();
         if name.ends_with(".safetensors.zst") {
-            return Err(src_err(
+            return Err(Error::source(
                 &path,
-                "is zstd-compressed (OnlineHiddenStatesConnector with use_compression)".into(),
-                Some("decompress the files first (`zstd -d --rm DIR/*.zst`)"),
-            ));
+                "is zstd-compressed (OnlineHiddenStatesConnector with use_compression)",
+            )
+            .with_hint("decompress the files first (`zstd -d --rm DIR/*.zst`)"));
         }
         let Some(stem) = name.strip_suffix(".safetensors") else {
             continue; // `.lock` companions and anything else
@@ -244,11 +236,7 @@ fn list(dir: &Path) -> Result<Vec<ConnFile>> {
         });
     }
     if files.is_empty() {
-        return Err(src_err(
-            dir,
-            "holds no `*.safetensors` files".into(),
-            Some("give the directory the connector wrote to (kv_connector_extra_config.shared_storage_path)"),
-        ));
+        return Err(Error::source(dir, "holds no `*.safetensors` files").with_hint("give the directory the connector wrote to (kv_connector_extra_config.shared_storage_path)"));
     }
     if files.iter().all(|f| f.num.is_some()) {
         files.sort_by(|a, b| (a.num, &a.req_id).cmp(&(b.num, &b.req_id)));
@@ -281,18 +269,18 @@ fn check_file(f: &ConnFile, n: usize, vocab: Option<usize>) -> Result<Checked> {
     };
     let hint = "is this a file vLLM's ExampleHiddenStatesConnector wrote?";
     let tok = shard.tensor(TOKENS).ok_or_else(|| {
-        src_err(
+        Error::source(
             p,
             format!("has no `{TOKENS}` tensor (it holds {})", names()),
-            Some(hint),
         )
+        .with_hint(hint)
     })?;
     let hs = shard.tensor(HIDDEN).ok_or_else(|| {
-        src_err(
+        Error::source(
             p,
             format!("has no `{HIDDEN}` tensor (it holds {})", names()),
-            Some(hint),
         )
+        .with_hint(hint)
     })?;
     let terr = |tensor: &str, msg: String| Error::Tensor {
         path: p.clone(),
@@ -406,7 +394,7 @@ fn resolve_layout(
     if let Some(l) = forced {
         for (f, c) in files.iter().zip(checked) {
             if !c.fits.contains(&l) {
-                return Err(src_err(
+                return Err(Error::source(
                     &f.path,
                     format!(
                         "`{HIDDEN}` is {:?}, not the --layout {} shape {:?}",
@@ -414,8 +402,8 @@ fn resolve_layout(
                         l.name(),
                         l.shape(n, c.tokens.len(), c.shape[2])
                     ),
-                    Some("leave --layout at auto to tell it from the shapes"),
-                ));
+                )
+                .with_hint("leave --layout at auto to tell it from the shapes"));
             }
         }
         return Ok((l, vec![]));
@@ -426,7 +414,7 @@ fn resolve_layout(
             match shown {
                 None => shown = Some((l, &f.path)),
                 Some((s, other)) if s != l => {
-                    return Err(src_err(
+                    return Err(Error::source(
                         &f.path,
                         format!(
                         "`{HIDDEN}` {:?} is {}, but `{}` is {}: the directory mixes vLLM versions",
@@ -435,8 +423,8 @@ fn resolve_layout(
                         other.display(),
                         s.name()
                     ),
-                        Some("import the files of each vLLM version separately"),
-                    ))
+                    )
+                    .with_hint("import the files of each vLLM version separately"))
                 }
                 _ => {}
             }
@@ -444,14 +432,10 @@ fn resolve_layout(
     }
     let Some((layout, _)) = shown else {
         let (f, c) = (&files[0], &checked[0]);
-        return Err(src_err(
-            &f.path,
-            format!(
+        return Err(Error::source(&f.path, format!(
                 "`{HIDDEN}` is {:?}: with T = n_taps = {n} the layout cannot be told from the shape, and no other file shows it",
                 c.shape
-            ),
-            Some("pass --layout taps-first ([n_taps, T, H], vLLM's first connector) or --layout tokens-first ([T, n_taps, H], current vLLM); see docs/verify.md"),
-        ));
+            )).with_hint("pass --layout taps-first ([n_taps, T, H], vLLM's first connector) or --layout tokens-first ([T, n_taps, H], current vLLM); see docs/verify.md"));
     };
     let square: Vec<String> = files
         .iter()
@@ -479,7 +463,7 @@ fn pair_prompts<'a>(
 ) -> Result<Vec<&'a PromptRecord>> {
     let keyed = recs.iter().filter(|r| r.key().is_some()).count();
     let perr = |msg: String| {
-        src_err(path, msg, Some("records are matched by req_id (or id) when every record has one, else line by line in file order"))
+        Error::source(path, msg).with_hint("records are matched by req_id (or id) when every record has one, else line by line in file order")
     };
     if keyed == 0 {
         if recs.len() != files.len() {
@@ -515,14 +499,13 @@ fn pair_prompts<'a>(
                 by_key.get(&k).map(|r| (k, *r))
             });
         let Some((k, r)) = hit else {
-            return Err(src_err(
+            return Err(Error::source(
                 &f.path,
                 format!(
                     "has no record in `{}` (no req_id/id `{}`)",
                     path.display(),
                     f.req_id
                 ),
-                None,
             ));
         };
         if !used.insert(k.clone()) {
@@ -624,35 +607,33 @@ pub fn import(o: &Options) -> Result<Imported> {
                 let pfile = &recs.as_ref().unwrap().0;
                 let p = match (r.prompt_len, &r.tokens) {
                     (Some(p), Some(tk)) if p != tk.len() => {
-                        return Err(src_err(
+                        return Err(Error::source(
                             pfile,
                             format!(
                                 "the record for `{}` has prompt_len {p} but {} tokens",
                                 f.req_id,
                                 tk.len()
                             ),
-                            None,
                         ))
                     }
                     (Some(p), _) => p,
                     (None, Some(tk)) => tk.len(),
                     (None, None) => {
-                        return Err(src_err(
+                        return Err(Error::source(
                             pfile,
                             format!(
                                 "the record for `{}` has neither prompt_len nor tokens",
                                 f.req_id
                             ),
-                            None,
                         ))
                     }
                 };
                 if p == 0 || p > t {
-                    return Err(src_err(
+                    return Err(Error::source(
                         &f.path,
                         format!("has {t} tokens but its --prompts record gives prompt_len {p}"),
-                        Some("prompt_len must be between 1 and the request's token count"),
-                    ));
+                    )
+                    .with_hint("prompt_len must be between 1 and the request's token count"));
                 }
                 if let Some(tk) = &r.tokens {
                     if let Some(k) = (0..p).find(|&k| tk[k] != c.tokens[k]) {
@@ -853,11 +834,10 @@ fn reopen(f: &ConnFile, c: &Checked) -> Result<Shard> {
     match shard.tensor(HIDDEN) {
         Some(v) if v.dtype() == c.dtype && v.shape() == c.shape => {}
         _ => {
-            return Err(src_err(
-                &f.path,
-                "changed while it was being imported".into(),
-                Some("import a directory no process is still writing to"),
-            ))
+            return Err(
+                Error::source(&f.path, "changed while it was being imported")
+                    .with_hint("import a directory no process is still writing to"),
+            )
         }
     }
     shard.advise_sequential();

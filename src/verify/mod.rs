@@ -15,5 +15,6 @@ pub mod profile;
 pub mod prompts;
 pub mod report;
 pub mod sim;
+pub mod synthetic;
 pub mod trace;
 pub mod walk;

@@ -246,12 +246,9 @@ pub struct Profile {
     pub live: Option<Live>,
 }
 
+/// What is wrong with profile file `path`, with the hint where its fields are described.
 fn bad(path: &Path, msg: String) -> Error {
-    Error::Source {
-        path: path.into(),
-        msg,
-        hint: Some("see quant-configs/targets/README.md for the profile fields".into()),
-    }
+    Error::source(path, msg).with_hint("see quant-configs/targets/README.md for the profile fields")
 }
 
 impl Profile {

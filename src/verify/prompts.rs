@@ -115,14 +115,6 @@ pub struct TargetTokenizer {
     specials: Vec<String>,
 }
 
-fn src_err(path: &Path, msg: String, hint: Option<&str>) -> Error {
-    Error::Source {
-        path: path.into(),
-        msg,
-        hint: hint.map(String::from),
-    }
-}
-
 fn sha256_hex(bytes: &[u8]) -> String {
     crate::io::writer::hex(&Sha256::digest(bytes))
 }
@@ -147,11 +139,11 @@ impl TargetTokenizer {
             } else if t.is_file() {
                 (t, TokenizerKind::Tiktoken)
             } else {
-                return Err(src_err(
+                return Err(Error::source(
                     path,
-                    "holds neither `tokenizer.json` nor `tiktoken.model`".into(),
-                    Some(TOKENIZER_HINT),
-                ));
+                    "holds neither `tokenizer.json` nor `tiktoken.model`",
+                )
+                .with_hint(TOKENIZER_HINT));
             }
         } else if path.extension().is_some_and(|e| e == "json") {
             (path.to_path_buf(), TokenizerKind::TokenizerJson)
@@ -164,11 +156,7 @@ impl TargetTokenizer {
         let (tok, specials) = match kind {
             TokenizerKind::TokenizerJson => (
                 Tokenizer::from_bytes(&bytes).map_err(|e| {
-                    src_err(
-                        &file,
-                        format!("is not a tokenizer.json the `tokenizers` library reads: {e}"),
-                        Some("save it with transformers' `save_pretrained` or tokenizers' `Tokenizer.save`"),
-                    )
+                    Error::source(&file, format!("is not a tokenizer.json the `tokenizers` library reads: {e}")).with_hint("save it with transformers' `save_pretrained` or tokenizers' `Tokenizer.save`")
                 })?,
                 vec![],
             ),
@@ -227,11 +215,7 @@ impl TargetTokenizer {
             return Ok(ChatTemplate::new(jinja, text, special));
         }
         let no = |msg: String| {
-            src_err(
-                dir,
-                msg,
-                Some("--chat-template needs the target's chat template (chat_template.jinja, or `chat_template` in tokenizer_config.json); without it, give plain `text` records and leave --chat-template off"),
-            )
+            Error::source(dir, msg).with_hint("--chat-template needs the target's chat template (chat_template.jinja, or `chat_template` in tokenizer_config.json); without it, give plain `text` records and leave --chat-template off")
         };
         let Some((cpath, c)) = &self.config else {
             return Err(no(
@@ -246,11 +230,11 @@ impl TargetTokenizer {
                 .and_then(|t| t["template"].as_str())
                 .map(String::from)
                 .ok_or_else(|| {
-                    src_err(
+                    Error::source(
                         cpath,
-                        "`chat_template` is a list of named templates without a `default`".into(),
-                        Some(CONFIG_HINT),
+                        "`chat_template` is a list of named templates without a `default`",
                     )
+                    .with_hint(CONFIG_HINT)
                 })?,
             _ => {
                 return Err(no(format!(
@@ -274,12 +258,8 @@ fn read_config(dir: &Path) -> Result<Option<(PathBuf, Map<String, Value>)>> {
     let bytes = std::fs::read(&p).map_err(|e| Error::io("read", &p, e))?;
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => Ok(Some((p, m))),
-        Ok(_) => Err(src_err(
-            &p,
-            "is not a JSON object".into(),
-            Some(CONFIG_HINT),
-        )),
-        Err(e) => Err(src_err(&p, format!("is not JSON: {e}"), Some(CONFIG_HINT))),
+        Ok(_) => Err(Error::source(&p, "is not a JSON object").with_hint(CONFIG_HINT)),
+        Err(e) => Err(Error::source(&p, format!("is not JSON: {e}")).with_hint(CONFIG_HINT)),
     }
 }
 
@@ -367,11 +347,8 @@ const RANKS_HINT: &str = "give the target's own tiktoken.model (a tiktoken ranks
 /// every single byte must have one (otherwise some text has no encoding).
 pub fn read_ranks(path: &Path, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
     let text = std::str::from_utf8(bytes).map_err(|_| {
-        src_err(
-            path,
-            "is not a tiktoken ranks file (not text)".into(),
-            Some("a tiktoken ranks file has one `base64(token bytes) rank` pair per line"),
-        )
+        Error::source(path, "is not a tiktoken ranks file (not text)")
+            .with_hint("a tiktoken ranks file has one `base64(token bytes) rank` pair per line")
     })?;
     let mut by_rank: Vec<Option<Vec<u8>>> = Vec::new();
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
@@ -380,11 +357,8 @@ pub fn read_ranks(path: &Path, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
             continue;
         }
         let bad = |msg: String| {
-            src_err(
-                &PathBuf::from(format!("{}:{}", path.display(), i + 1)),
-                msg,
-                Some("a tiktoken ranks file has one `base64(token bytes) rank` pair per line"),
-            )
+            Error::source(PathBuf::from(format!("{}:{}", path.display(), i + 1)), msg)
+                .with_hint("a tiktoken ranks file has one `base64(token bytes) rank` pair per line")
         };
         let mut it = line.split_whitespace();
         let (Some(tok), Some(rank), None) = (it.next(), it.next(), it.next()) else {
@@ -412,20 +386,16 @@ pub fn read_ranks(path: &Path, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
         .enumerate()
         .map(|(r, t)| {
             t.ok_or_else(|| {
-                src_err(
-                    path,
-                    format!("has no token of rank {r} (ranks must run 0..{n} without gaps: the special tokens follow the last)"),
-                    Some(RANKS_HINT),
-                )
+                Error::source(path, format!("has no token of rank {r} (ranks must run 0..{n} without gaps: the special tokens follow the last)")).with_hint(RANKS_HINT)
             })
         })
         .collect::<Result<_>>()?;
     if let Some(b) = (0..=255u8).find(|b| !seen.contains(&vec![*b])) {
-        return Err(src_err(
+        return Err(Error::source(
             path,
             format!("has no token for the single byte 0x{b:02x}, so some text cannot be encoded"),
-            Some(RANKS_HINT),
-        ));
+        )
+        .with_hint(RANKS_HINT));
     }
     Ok(ranks)
 }
@@ -499,11 +469,8 @@ fn tiktoken_tokenizer(
         },
     });
     let tok: Tokenizer = spec.to_string().parse().map_err(|e| {
-        src_err(
-            path,
-            format!("cannot be turned into a byte-level BPE: {e}"),
-            Some(RANKS_HINT),
-        )
+        Error::source(path, format!("cannot be turned into a byte-level BPE: {e}"))
+            .with_hint(RANKS_HINT)
     })?;
     Ok((tok, specials))
 }
@@ -940,11 +907,7 @@ pub fn run(o: &Options) -> Result<Summary> {
     let env = ChatTemplate::environment();
     let compiled = match &template {
         Some(t) => Some(env.template_from_str(&t.text).map_err(|e| {
-            src_err(
-                &t.source,
-                format!("the chat template does not compile: {e}"),
-                Some("kquant renders chat templates with minijinja (Jinja2 syntax, as transformers configures it)"),
-            )
+            Error::source(&t.source, format!("the chat template does not compile: {e}")).with_hint("kquant renders chat templates with minijinja (Jinja2 syntax, as transformers configures it)")
         })?),
         None => None,
     };
@@ -962,7 +925,7 @@ pub fn run(o: &Options) -> Result<Summary> {
     let mut warnings = Vec::new();
     for (i, line) in std::io::BufReader::new(input).lines().enumerate() {
         let at = PathBuf::from(format!("{}:{}", o.input.display(), i + 1));
-        let bad = |msg: String| src_err(&at, msg, Some(RECORD_HINT));
+        let bad = |msg: String| Error::source(&at, msg).with_hint(RECORD_HINT);
         let line = line.map_err(|e| match e.kind() {
             std::io::ErrorKind::InvalidData => bad("is not UTF-8".into()),
             _ => Error::io("read", &o.input, e),
@@ -1079,11 +1042,7 @@ pub fn run(o: &Options) -> Result<Summary> {
         tokens += ids.len();
     }
     if records == 0 {
-        return Err(src_err(
-            &o.input,
-            "holds no records".into(),
-            Some(RECORD_HINT),
-        ));
+        return Err(Error::source(&o.input, "holds no records").with_hint(RECORD_HINT));
     }
     let f = w
         .into_inner()

@@ -21,13 +21,22 @@ pub fn golden(rel: &str) -> PathBuf {
     root().join("fixtures/goldens").join(rel)
 }
 
+/// The `kquant` binary as a command run from the repository root, for a test to add arguments,
+/// environment or another working directory to.
+pub fn kquant_cmd() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kquant"));
+    c.current_dir(root());
+    c
+}
+
 /// Run `kquant ARGS…` from the repository root.
 pub fn kquant(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kquant"))
-        .current_dir(root())
-        .args(args)
-        .output()
-        .unwrap()
+    kquant_cmd().args(args).output().unwrap()
+}
+
+/// A command's standard error, as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Run `kquant ARGS…`, require exit 0 (stderr shown otherwise), and parse stdout as JSON.
@@ -45,6 +54,27 @@ pub fn kquant_json(args: &[&str]) -> Value {
 /// `kquant inspect DIR --json`, parsed.
 pub fn inspect_json(dir: &Path) -> Value {
     serde_json::from_slice(&kquant(&["inspect", dir.to_str().unwrap(), "--json"]).stdout).unwrap()
+}
+
+/// The `*.json` files of repository directory `rel` are exactly the entries of `builtin`, a
+/// built-in `(name, JSON text)` table (presets, target profiles): named `NAME.json` each. Returns
+/// the names, sorted.
+pub fn assert_files_are_builtin(rel: &str, builtin: &[(&str, &str)]) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(root().join(rel))
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().to_string_lossy().into_owned();
+            n.strip_suffix(".json").map(String::from)
+        })
+        .collect();
+    files.sort();
+    let mut names: Vec<String> = builtin.iter().map(|(n, _)| n.to_string()).collect();
+    names.sort();
+    assert_eq!(
+        files, names,
+        "{rel}/*.json and the built-in table must list the same names"
+    );
+    names
 }
 
 /// A JSON file, parsed.
@@ -159,6 +189,30 @@ pub fn quantize_refused(src: &str, args: &[&str]) -> (tempfile::TempDir, PathBuf
     assert_eq!(o.status.code(), Some(2), "{args:?}");
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     (t, out, err)
+}
+
+/// `kquant quantize SRC -o <temporary>/o --dry-run --json ARGS…`, which must succeed and write
+/// nothing: the plan it prints.
+pub fn quantize_dry_run(src: &str, args: &[&str]) -> Value {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("o");
+    let mut all = vec![
+        "quantize",
+        src,
+        "-o",
+        out.to_str().unwrap(),
+        "--dry-run",
+        "--json",
+    ];
+    all.extend_from_slice(args);
+    let plan = kquant_json(&all);
+    assert!(!out.exists(), "a dry run wrote {}", out.display());
+    plan
+}
+
+/// The bytes of a safetensors file's tensor data (what a plan's `bytes_after` counts).
+pub fn data_bytes(p: &Path) -> u64 {
+    load(p).values().map(|(_, _, d)| d.len() as u64).sum()
 }
 
 /// `kquant dequantize DIR -o OUT ARGS…`, which must succeed.

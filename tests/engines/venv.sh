@@ -8,19 +8,12 @@
 # 3–5 minutes on the first install (PyPI only).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/../../fixtures/gen/pinned_venv.sh"
 case "${1:-}" in
   vllm) spec="vllm==0.33.0"; cons="$here/constraints-vllm-0.33.0.txt" ;;
   sglang) spec="sglang==0.5.23"; cons="$here/constraints-sglang-0.5.23.txt" ;;
   *) echo "usage: venv.sh vllm|sglang" >&2; exit 2 ;;
 esac
 hash=$(sha256sum "$cons" | cut -c1-12)
-venv="${KQUANT_ENGINE_CACHE:-$HOME/.cache/kquant/engines}/${spec/==/-}-$hash"
-if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
-  rm -rf "$venv"
-  mkdir -p "$(dirname "$venv")"
-  python3 -m venv "$venv" >&2
-  nice -n 10 "$venv/bin/pip" install --quiet --upgrade pip >&2
-  nice -n 10 "$venv/bin/pip" install --quiet "$spec" -c "$cons" >&2
-  touch "$venv/.complete"
-fi
-echo "$venv"
+install_pinned() { nice -n 10 "$1/bin/pip" install --quiet "$spec" -c "$cons"; }
+pinned_venv "${KQUANT_ENGINE_CACHE:-$HOME/.cache/kquant/engines}/${spec/==/-}-$hash" nice -n 10

@@ -1,11 +1,13 @@
-//! Loading the DeepSeek-V3 weights as f32 through `quant::decode::Logical` (so bf16 and every
-//! quantized layout kquant reads load alike), every tensor's shape checked against the config
-//! with the tensor named in the error.
+//! The DeepSeek-V3 weights and their loading as f32 with the runtimes' one loader
+//! (`runtime::weights`, through `quant::decode::Logical`, so bf16 and every quantized layout
+//! kquant reads load alike), every tensor's shape checked against the config with the tensor
+//! named in the error.
 
 use super::config::DsConfig;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::quant::decode::Logical;
+use crate::runtime::weights::Loader;
 
 /// A SwiGLU MLP (`down(silu(gate x) · up x)`); `inter` its intermediate width.
 pub struct Mlp {
@@ -67,179 +69,135 @@ pub struct Weights {
     pub lm_head: Vec<f32>,
 }
 
-/// Reads tensors under a prefix with shape checks.
-struct Reader<'a> {
-    lg: Logical<'a>,
-    prefix: String,
+/// A SwiGLU MLP under `vb`.
+fn mlp(vb: &Loader, h: usize, inter: usize) -> Result<Mlp> {
+    Ok(Mlp {
+        gate: vb.get("gate_proj.weight", &[inter, h])?,
+        up: vb.get("up_proj.weight", &[inter, h])?,
+        down: vb.get("down_proj.weight", &[h, inter])?,
+        inter,
+    })
 }
 
-impl Reader<'_> {
-    fn err(&self, name: &str, msg: String) -> Error {
-        Error::Tensor {
-            path: self.lg.ck.weights.dir.clone(),
-            tensor: name.into(),
-            msg,
-        }
-    }
-
-    fn has(&self, name: &str) -> bool {
-        self.lg.shape(&format!("{}{name}", self.prefix)).is_some()
-    }
-
-    /// `prefix + name`, which must have `shape`.
-    fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        self.get_abs(&format!("{}{name}", self.prefix), shape)
-    }
-
-    /// Tensor `full` (no prefix), which must have `shape`.
-    fn get_abs(&self, full: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        let s = self
-            .lg
-            .shape(full)
-            .ok_or_else(|| self.err(full, "missing from the checkpoint".into()))?;
-        if s != shape {
-            return Err(self.err(
-                full,
-                format!("shape {s:?}, expected {shape:?} from config.json"),
+/// The MLA attention weights under `vb` (a layer's `self_attn.`).
+fn attn(vb: &Loader, c: &DsConfig) -> Result<Attn> {
+    let (h, nh) = (c.hidden, c.heads);
+    let q = match c.q_lora {
+        None => QProj::Full(vb.get("q_proj.weight", &[nh * c.qk_head(), h])?),
+        Some(r) => QProj::Lora {
+            a: vb.get("q_a_proj.weight", &[r, h])?,
+            norm: vb.get("q_a_layernorm.weight", &[r])?,
+            b: vb.get("q_b_proj.weight", &[nh * c.qk_head(), r])?,
+        },
+    };
+    for b in ["q_a_proj.bias", "kv_a_proj_with_mqa.bias", "o_proj.bias"] {
+        if vb.has(b) {
+            return Err(vb.error(
+                b,
+                "attention biases (`attention_bias: true`) are not supported",
             ));
         }
-        Ok(self.lg.read_f32(full).expect("present"))
     }
-
-    fn mlp(&self, p: &str, h: usize, inter: usize) -> Result<Mlp> {
-        Ok(Mlp {
-            gate: self.get(&format!("{p}gate_proj.weight"), &[inter, h])?,
-            up: self.get(&format!("{p}up_proj.weight"), &[inter, h])?,
-            down: self.get(&format!("{p}down_proj.weight"), &[h, inter])?,
-            inter,
-        })
-    }
-
-    fn attn(&self, p: &str, c: &DsConfig) -> Result<Attn> {
-        let (h, nh) = (c.hidden, c.heads);
-        let q = match c.q_lora {
-            None => QProj::Full(self.get(&format!("{p}q_proj.weight"), &[nh * c.qk_head(), h])?),
-            Some(r) => QProj::Lora {
-                a: self.get(&format!("{p}q_a_proj.weight"), &[r, h])?,
-                norm: self.get(&format!("{p}q_a_layernorm.weight"), &[r])?,
-                b: self.get(&format!("{p}q_b_proj.weight"), &[nh * c.qk_head(), r])?,
-            },
-        };
-        for b in ["q_a_proj.bias", "kv_a_proj_with_mqa.bias", "o_proj.bias"] {
-            if self.has(&format!("{p}{b}")) {
-                return Err(self.err(
-                    &format!("{}{p}{b}", self.prefix),
-                    "attention biases (`attention_bias: true`) are not supported".into(),
-                ));
-            }
-        }
-        Ok(Attn {
-            q,
-            kv_a: self.get(
-                &format!("{p}kv_a_proj_with_mqa.weight"),
-                &[c.kv_lora + c.rope_dim, h],
-            )?,
-            kv_norm: self.get(&format!("{p}kv_a_layernorm.weight"), &[c.kv_lora])?,
-            kv_b: self.get(
-                &format!("{p}kv_b_proj.weight"),
-                &[nh * (c.nope + c.v_dim), c.kv_lora],
-            )?,
-            o: self.get(&format!("{p}o_proj.weight"), &[h, nh * c.v_dim])?,
-        })
-    }
-
-    /// Routed experts: one module per expert (checkpoint layout), or transformers 5's fused
-    /// `experts.gate_up_proj` `[E, 2I, H]` + `experts.down_proj` `[E, H, I]`.
-    fn experts(&self, p: &str, c: &DsConfig) -> Result<Vec<Mlp>> {
-        let (e, h, i) = (c.experts, c.hidden, c.moe_inter);
-        if self.has(&format!("{p}experts.gate_up_proj")) {
-            let gu = self.get(&format!("{p}experts.gate_up_proj"), &[e, 2 * i, h])?;
-            let dn = self.get(&format!("{p}experts.down_proj"), &[e, h, i])?;
-            return Ok((0..e)
-                .map(|x| {
-                    let g = &gu[x * 2 * i * h..(x + 1) * 2 * i * h];
-                    Mlp {
-                        gate: g[..i * h].to_vec(),
-                        up: g[i * h..].to_vec(),
-                        down: dn[x * h * i..(x + 1) * h * i].to_vec(),
-                        inter: i,
-                    }
-                })
-                .collect());
-        }
-        (0..e)
-            .map(|x| self.mlp(&format!("{p}experts.{x}."), h, i))
-            .collect()
-    }
-
-    fn layer(&self, l: usize, c: &DsConfig) -> Result<Layer> {
-        let p = format!("layers.{l}.");
-        let h = c.hidden;
-        let ffn = if l < c.first_dense {
-            Ffn::Dense(self.mlp(&format!("{p}mlp."), h, c.inter)?)
-        } else {
-            let m = format!("{p}mlp.");
-            let bias_name = format!("{m}gate.e_score_correction_bias");
-            Ffn::Moe(Moe {
-                router: self.get(&format!("{m}gate.weight"), &[c.experts, h])?,
-                bias: if self.has(&bias_name) {
-                    self.get(&bias_name, &[c.experts])?
-                } else {
-                    vec![0.0; c.experts]
-                },
-                experts: self.experts(&m, c)?,
-                shared: match c.shared {
-                    0 => None,
-                    n => Some(self.mlp(&format!("{m}shared_experts."), h, c.moe_inter * n)?),
-                },
-            })
-        };
-        Ok(Layer {
-            input_norm: self.get(&format!("{p}input_layernorm.weight"), &[h])?,
-            post_norm: self.get(&format!("{p}post_attention_layernorm.weight"), &[h])?,
-            attn: self.attn(&format!("{p}self_attn."), c)?,
-            ffn,
-        })
-    }
+    Ok(Attn {
+        q,
+        kv_a: vb.get("kv_a_proj_with_mqa.weight", &[c.kv_lora + c.rope_dim, h])?,
+        kv_norm: vb.get("kv_a_layernorm.weight", &[c.kv_lora])?,
+        kv_b: vb.get("kv_b_proj.weight", &[nh * (c.nope + c.v_dim), c.kv_lora])?,
+        o: vb.get("o_proj.weight", &[h, nh * c.v_dim])?,
+    })
 }
 
-/// Where the decoder lives: `model.` (DeepseekV3ForCausalLM), `language_model.model.` (Kimi-K2.5
+/// Routed experts: one module per expert (checkpoint layout), or transformers 5's fused
+/// `experts.gate_up_proj` `[E, 2I, H]` + `experts.down_proj` `[E, H, I]`.
+fn experts(vb: &Loader, c: &DsConfig) -> Result<Vec<Mlp>> {
+    let (e, h, i) = (c.experts, c.hidden, c.moe_inter);
+    if vb.has("experts.gate_up_proj") {
+        let gu = vb.get("experts.gate_up_proj", &[e, 2 * i, h])?;
+        let dn = vb.get("experts.down_proj", &[e, h, i])?;
+        return Ok((0..e)
+            .map(|x| {
+                let g = &gu[x * 2 * i * h..(x + 1) * 2 * i * h];
+                Mlp {
+                    gate: g[..i * h].to_vec(),
+                    up: g[i * h..].to_vec(),
+                    down: dn[x * h * i..(x + 1) * h * i].to_vec(),
+                    inter: i,
+                }
+            })
+            .collect());
+    }
+    (0..e)
+        .map(|x| mlp(&vb.pp(format!("experts.{x}")), h, i))
+        .collect()
+}
+
+/// Decoder layer `l` (under `decoder`, the `model.` prefix).
+fn layer(decoder: &Loader, l: usize, c: &DsConfig) -> Result<Layer> {
+    let vb = decoder.pp(format!("layers.{l}"));
+    let h = c.hidden;
+    let m = vb.pp("mlp");
+    let ffn = if l < c.first_dense {
+        Ffn::Dense(mlp(&m, h, c.inter)?)
+    } else {
+        let bias_name = "gate.e_score_correction_bias";
+        Ffn::Moe(Moe {
+            router: m.get("gate.weight", &[c.experts, h])?,
+            bias: if m.has(bias_name) {
+                m.get(bias_name, &[c.experts])?
+            } else {
+                vec![0.0; c.experts]
+            },
+            experts: experts(&m, c)?,
+            shared: match c.shared {
+                0 => None,
+                n => Some(mlp(&m.pp("shared_experts"), h, c.moe_inter * n)?),
+            },
+        })
+    };
+    Ok(Layer {
+        input_norm: vb.get("input_layernorm.weight", &[h])?,
+        post_norm: vb.get("post_attention_layernorm.weight", &[h])?,
+        attn: attn(&vb.pp("self_attn"), c)?,
+        ffn,
+    })
+}
+
+/// Where the decoder lives: `model` (DeepseekV3ForCausalLM), `language_model.model` (Kimi-K2.5
 /// multimodal wrapper), and where its `lm_head` is.
 fn prefixes(lg: &Logical) -> Option<(&'static str, &'static str)> {
     [
-        ("model.", "lm_head.weight"),
-        ("language_model.model.", "language_model.lm_head.weight"),
-        ("model.language_model.", "lm_head.weight"),
+        ("model", "lm_head.weight"),
+        ("language_model.model", "language_model.lm_head.weight"),
+        ("model.language_model", "lm_head.weight"),
     ]
     .into_iter()
-    .find(|(p, _)| lg.shape(&format!("{p}embed_tokens.weight")).is_some())
+    .find(|(p, _)| lg.shape(&format!("{p}.embed_tokens.weight")).is_some())
 }
 
 /// Load every weight, checked against `c`.
 pub fn load(ck: &Checkpoint, c: &DsConfig) -> Result<Weights> {
     let lg = Logical::new(ck)?;
-    let (prefix, head) = prefixes(&lg).ok_or_else(|| Error::Source {
-        path: ck.weights.dir.clone(),
-        msg: "has no `model.embed_tokens.weight` (nor `language_model.model.embed_tokens.weight`)"
-            .into(),
-        hint: Some("pass the directory of a DeepseekV3ForCausalLM (Kimi-K2) checkpoint".into()),
+    let (prefix, head) = prefixes(&lg).ok_or_else(|| {
+        Error::source(
+            &ck.weights.dir,
+            "has no `model.embed_tokens.weight` (nor `language_model.model.embed_tokens.weight`)",
+        )
+        .with_hint("pass the directory of a DeepseekV3ForCausalLM (Kimi-K2) checkpoint")
     })?;
-    let r = Reader {
-        lg,
-        prefix: prefix.into(),
-    };
+    let top = Loader::new(&lg, "target");
+    let decoder = top.pp(prefix);
     let (v, h) = (c.vocab, c.hidden);
-    let embed = r.get("embed_tokens.weight", &[v, h])?;
+    let embed = decoder.get("embed_tokens.weight", &[v, h])?;
     let layers = (0..c.layers)
-        .map(|l| r.layer(l, c))
+        .map(|l| layer(&decoder, l, c))
         .collect::<Result<Vec<_>>>()?;
-    let norm = r.get("norm.weight", &[h])?;
+    let norm = decoder.get("norm.weight", &[h])?;
     // transformers ties `lm_head` to the embedding when `tie_word_embeddings` is set, whatever
     // the checkpoint holds.
     let lm_head = if c.tie {
         embed.clone()
     } else {
-        r.get_abs(head, &[v, h])?
+        top.get(head, &[v, h])?
     };
     Ok(Weights {
         embed,

@@ -3,7 +3,8 @@
 //! over the whole head, softmax scale 1/√head_dim. Mirrors `Eagle3Llama.attn_qkv` in
 //! fixtures/gen/verify/common.py.
 
-use super::{Attention, Qkv, Source};
+use super::load::Source;
+use super::{Attention, Qkv};
 use crate::error::Result;
 use crate::runtime::linears::Linear;
 use crate::runtime::rope::Rope;
@@ -35,15 +36,16 @@ impl LlamaAttention {
         let (qd, kvd) = (heads * head_dim, kv_heads * head_dim);
         // Llama-style YaRN scales cos/sin only; the softmax scale stays 1/√head_dim.
         let (rope, _) = src.rope(head_dim);
+        let vb = src.layer.pp("self_attn");
         Ok(LlamaAttention {
             heads,
             kv_heads,
             head_dim,
             rope,
-            q: src.layer_linear("self_attn.q_proj.weight", qd, 2 * h)?,
-            k: src.layer_linear("self_attn.k_proj.weight", kvd, 2 * h)?,
-            v: src.layer_linear("self_attn.v_proj.weight", kvd, 2 * h)?,
-            o: src.layer_linear("self_attn.o_proj.weight", h, qd)?,
+            q: vb.linear("q_proj.weight", qd, 2 * h)?,
+            k: vb.linear("k_proj.weight", kvd, 2 * h)?,
+            v: vb.linear("v_proj.weight", kvd, 2 * h)?,
+            o: vb.linear("o_proj.weight", h, qd)?,
         })
     }
 }

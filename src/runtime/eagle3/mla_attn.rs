@@ -7,7 +7,8 @@
 //! mscale(factor, mscale_all_dim)² / √(nope + rope). Mirrors `Eagle3MLA.attn_qkv` in
 //! fixtures/gen/verify/common.py.
 
-use super::{Attention, Qkv, Source};
+use super::load::Source;
+use super::{Attention, Qkv};
 use crate::error::Result;
 use crate::ops::rms_norm;
 use crate::runtime::linears::Linear;
@@ -54,19 +55,21 @@ impl MlaAttention {
         let rope_dim = src.need(d.qk_rope_head_dim, "qk_rope_head_dim")?;
         let v_dim = src.need(d.v_head_dim, "v_head_dim")?;
         let qd = heads * (nope + rope_dim);
-        let q = if src.has("self_attn.q_a_proj.weight") {
-            let rank = match d.q_lora_rank {
-                Some(r) => r as usize,
-                None => src.shape("self_attn.q_a_proj.weight")[0],
-            };
-            QProj::Lora {
-                rank,
-                a: src.layer_linear("self_attn.q_a_proj.weight", rank, 2 * h)?,
-                norm: src.layer("self_attn.q_a_layernorm.weight", &[rank])?,
-                b: src.layer_linear("self_attn.q_b_proj.weight", qd, rank)?,
+        let vb = src.layer.pp("self_attn");
+        let q = match vb.shape("q_a_proj.weight") {
+            Some(a_shape) => {
+                let rank = match d.q_lora_rank {
+                    Some(r) => r as usize,
+                    None => a_shape[0],
+                };
+                QProj::Lora {
+                    rank,
+                    a: vb.linear("q_a_proj.weight", rank, 2 * h)?,
+                    norm: vb.get("q_a_layernorm.weight", &[rank])?,
+                    b: vb.linear("q_b_proj.weight", qd, rank)?,
+                }
             }
-        } else {
-            QProj::Full(src.layer_linear("self_attn.q_proj.weight", qd, 2 * h)?)
+            None => QProj::Full(vb.linear("q_proj.weight", qd, 2 * h)?),
         };
         let (rope, mult) = src.rope(rope_dim);
         Ok(MlaAttention {
@@ -83,14 +86,10 @@ impl MlaAttention {
             softmax_scale: mult / ((nope + rope_dim) as f32).sqrt(),
             eps,
             q,
-            kv_a: src.layer_linear(
-                "self_attn.kv_a_proj_with_mqa.weight",
-                kvlr + rope_dim,
-                2 * h,
-            )?,
-            kv_a_norm: src.layer("self_attn.kv_a_layernorm.weight", &[kvlr])?,
-            kv_b: src.layer_linear("self_attn.kv_b_proj.weight", heads * (nope + v_dim), kvlr)?,
-            o: src.layer_linear("self_attn.o_proj.weight", h, heads * v_dim)?,
+            kv_a: vb.linear("kv_a_proj_with_mqa.weight", kvlr + rope_dim, 2 * h)?,
+            kv_a_norm: vb.get("kv_a_layernorm.weight", &[kvlr])?,
+            kv_b: vb.linear("kv_b_proj.weight", heads * (nope + v_dim), kvlr)?,
+            o: vb.linear("o_proj.weight", h, heads * v_dim)?,
         })
     }
 }

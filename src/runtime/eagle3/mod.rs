@@ -17,20 +17,16 @@
 
 mod embed;
 mod llama_attn;
+mod load;
 mod mla_attn;
-
-use std::path::Path;
 
 pub use embed::Embedding;
 pub use llama_attn::LlamaAttention;
 pub use mla_attn::MlaAttention;
 
-use super::linears::{Exec, Linear, LinearSet};
-use super::rope::Rope;
-use crate::checkpoint::{Checkpoint, Config, Detection, Dims, Family};
-use crate::error::{Error, Result};
+use super::linears::{Linear, LinearSet};
+use crate::checkpoint::Family;
 use crate::ops::{argmax, rms_norm, silu, softmax};
-use crate::quant::decode::Logical;
 use crate::runtime::matches::Matches;
 
 /// Projected attention inputs of `n` rows, RoPE applied: `q` `[n, heads · qk_dim]`,
@@ -62,11 +58,18 @@ pub trait Attention: Send + Sync {
 /// A loaded EAGLE-3 draft (Llama-style or MLA).
 pub struct Eagle3 {
     pub family: Family,
+    /// The draft's hidden size H (`hidden_size`).
     pub h: usize,
+    /// The target's hidden size, the width of one tap (`target_hidden_size`, else H): fc reads
+    /// `3 · ht` values per position.
     pub ht: usize,
+    /// The MLP's intermediate width (`intermediate_size`).
     pub inter: usize,
+    /// The target vocabulary (the embedding's rows).
     pub vocab: usize,
+    /// The draft's own vocabulary (lm_head's rows), mapped to target ids through d2t.
     pub draft_vocab: usize,
+    /// RMSNorm epsilon (`rms_norm_eps`).
     pub eps: f32,
     /// EAGLE-3.1: the post-norm hidden state is fed back to the next depth.
     pub norm_output: bool,
@@ -113,276 +116,7 @@ enum Feed {
     Own,
 }
 
-/// What an attention variant's loader reads: the draft layer's tensors (by name under the
-/// layer prefix), the dimensions detection found, and config.json.
-struct Source<'s, 'c> {
-    lg: &'s Logical<'c>,
-    prefix: String,
-    dir: &'s Path,
-    cfg: Option<&'s Config>,
-    dims: &'s Dims,
-    set: &'s LinearSet,
-}
-
-impl Source<'_, '_> {
-    fn err(&self, msg: String) -> Error {
-        Error::Source {
-            path: self.dir.to_path_buf(),
-            msg,
-            hint: None,
-        }
-    }
-
-    fn need(&self, v: Option<u64>, key: &str) -> Result<usize> {
-        v.map(|x| x as usize)
-            .ok_or_else(|| self.err(format!("`{key}` unknown")))
-    }
-
-    /// Whether the layer has tensor `name` (relative to the layer prefix).
-    fn has(&self, name: &str) -> bool {
-        self.lg.shape(&format!("{}{name}", self.prefix)).is_some()
-    }
-
-    /// Shape of a layer tensor known to exist.
-    fn shape(&self, name: &str) -> Vec<usize> {
-        self.lg
-            .shape(&format!("{}{name}", self.prefix))
-            .expect("checked with has()")
-    }
-
-    /// A layer tensor as f32, checked against `shape`.
-    fn layer(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        self.tensor(&format!("{}{name}", self.prefix), shape)
-    }
-
-    /// A layer linear `[n, k]` through the set's hook.
-    fn layer_linear(&self, name: &str, n: usize, k: usize) -> Result<Linear> {
-        self.linear(&format!("{}{name}", self.prefix), n, k)
-    }
-
-    /// A top-level linear `[n, k]` through the set's hook.
-    fn linear(&self, name: &str, n: usize, k: usize) -> Result<Linear> {
-        self.check(name, &[n, k])?;
-        let l = self.set.load(self.lg, name, n, k)?;
-        self.release(name);
-        Ok(l)
-    }
-
-    /// A top-level tensor as f32, checked against `shape`.
-    fn tensor(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        self.check(name, shape)?;
-        let v = self.lg.read_f32(name).expect("present");
-        self.release(name);
-        Ok(v)
-    }
-
-    /// Drop the mapped pages of `name` (or of its quantized parts) once converted, so that
-    /// loading a multi-gigabyte draft peaks near its f32 weights rather than those plus the
-    /// whole mapped file.
-    fn release(&self, name: &str) {
-        let w = &self.lg.ck.weights;
-        let parts = self.lg.module(name).map(|m| m.parts.clone());
-        for p in parts.unwrap_or_else(|| vec![name.to_string()]) {
-            if let (Some(shard), Some(info)) = (w.shard_of(&p), w.info(&p)) {
-                shard.release(info);
-            }
-        }
-    }
-
-    /// That top-level tensor `name` exists with `shape`.
-    fn check(&self, name: &str, shape: &[usize]) -> Result<()> {
-        let s = self
-            .lg
-            .shape(name)
-            .ok_or_else(|| self.err(format!("draft has no tensor `{name}`")))?;
-        if s != shape {
-            return Err(Error::Tensor {
-                path: self.dir.to_path_buf(),
-                tensor: name.into(),
-                msg: format!("shape {s:?}, expected {shape:?}"),
-            });
-        }
-        Ok(())
-    }
-
-    fn num(&self, key: &str) -> Option<f64> {
-        self.cfg.and_then(|c| c.get(key)).and_then(|v| v.as_f64())
-    }
-
-    /// The RoPE table over `dim` dims and the softmax multiplier ([`Rope::from_config`]) from
-    /// `rope_theta` and `rope_scaling` (or transformers 5's `rope_parameters`).
-    fn rope(&self, dim: usize) -> (Rope, f32) {
-        let params = self.cfg.and_then(|c| c.get("rope_parameters"));
-        let theta = self
-            .num("rope_theta")
-            .or_else(|| {
-                params
-                    .and_then(|r| r.get("rope_theta"))
-                    .and_then(|v| v.as_f64())
-            })
-            .unwrap_or(10000.0);
-        let scaling = self
-            .cfg
-            .and_then(|c| c.get("rope_scaling"))
-            .filter(|v| !v.is_null())
-            .or(params);
-        Rope::from_config(dim, theta, scaling)
-    }
-}
-
 impl Eagle3 {
-    /// Load from a checkpoint detected as an EAGLE-3 draft (Llama-style or MLA). `target_embed`
-    /// supplies the target's embedding `[vocab, H]` when the draft does not carry one. Every
-    /// linear runs in f32 ([`Exec::F32`]).
-    pub fn load(
-        ck: &Checkpoint,
-        det: &Detection,
-        target_embed: Option<Vec<f32>>,
-    ) -> Result<Eagle3> {
-        Eagle3::load_on(ck, det, target_embed, Exec::F32)
-    }
-
-    /// [`Eagle3::load`] with the quantized linears placed by `exec`.
-    pub fn load_on(
-        ck: &Checkpoint,
-        det: &Detection,
-        target_embed: Option<Vec<f32>>,
-        exec: Exec,
-    ) -> Result<Eagle3> {
-        if !matches!(det.family, Family::Eagle3 | Family::Eagle3Mla) {
-            return Err(Error::Source {
-                path: ck.weights.dir.clone(),
-                msg: format!(
-                    "is `{}`; this runtime runs EAGLE-3 drafts (Llama-style or MLA)",
-                    det.family.id()
-                ),
-                hint: None,
-            });
-        }
-        let lg = Logical::new(ck)?;
-        let lin = LinearSet::new(exec);
-        let src = Source {
-            lg: &lg,
-            prefix: det
-                .layer_prefix
-                .clone()
-                .unwrap_or_else(|| "midlayer.".into()),
-            dir: &ck.weights.dir,
-            cfg: ck.config.as_ref(),
-            dims: &det.dims,
-            set: &lin,
-        };
-        let d = &det.dims;
-        let h = src.need(d.hidden_size, "hidden_size")?;
-        let ht = d.target_hidden_size.map_or(h, |x| x as usize);
-        let inter = src.need(d.intermediate_size, "intermediate_size")?;
-        let vocab = src.need(d.vocab_size, "vocab_size")?;
-        let draft_vocab = d.draft_vocab_size.map_or(vocab, |x| x as usize);
-        let eps = src.num("rms_norm_eps").unwrap_or(1e-6) as f32;
-        let cfg_value = ck
-            .config
-            .as_ref()
-            .map(|c| serde_json::Value::Object(c.root.clone()))
-            .unwrap_or_default();
-        let norm_output = crate::checkpoint::detect::eagle3_feeds_post_norm(det, &cfg_value);
-        let taps = det
-            .aux_layers
-            .as_ref()
-            .and_then(|a| a.hidden_states.clone())
-            .map(|v| v.into_iter().map(|x| x as usize).collect())
-            .unwrap_or_default();
-        let attn: Box<dyn Attention> = match det.family {
-            Family::Eagle3Mla => Box::new(MlaAttention::load(&src, h, eps)?),
-            _ => Box::new(LlamaAttention::load(&src, h)?),
-        };
-        let fc_norm = if lg.shape("fc_norm.0.weight").is_some() {
-            Some([
-                src.tensor("fc_norm.0.weight", &[ht])?,
-                src.tensor("fc_norm.1.weight", &[ht])?,
-                src.tensor("fc_norm.2.weight", &[ht])?,
-            ])
-        } else {
-            None
-        };
-        // The draft's own unquantized embedding stays in its mapped file (rows read on demand).
-        let mapped = match lg.module("embed_tokens.weight") {
-            None => Embedding::map(ck, "embed_tokens.weight", vocab, h)?,
-            Some(_) => None,
-        };
-        let embed = match (mapped, lg.shape("embed_tokens.weight")) {
-            (Some(m), _) => m,
-            (None, Some(_)) => Embedding::Dense {
-                h,
-                v: src.tensor("embed_tokens.weight", &[vocab, h])?,
-            },
-            (None, None) => Embedding::Dense {
-                h,
-                v: target_embed.ok_or_else(|| {
-                    Error::Source {
-                path: ck.weights.dir.clone(),
-                msg: "the draft has no embed_tokens and no target embedding was given".into(),
-                hint: Some(
-                    "pass --target-checkpoint (the target checkpoint) so its embedding can be used"
-                        .into(),
-                ),
-                }
-                })?,
-            },
-        };
-        if embed.numel() != vocab * h {
-            return Err(Error::Usage(format!(
-                "target embedding has {} values, the draft needs [{vocab}, {h}]",
-                embed.numel()
-            )));
-        }
-        let d2t = match ck.weights.tensor("d2t") {
-            Some(v) if v.shape() == [draft_vocab] => Some(match v.dtype() {
-                crate::io::Dtype::I64 => v
-                    .data
-                    .chunks_exact(8)
-                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-                    .collect(),
-                _ => v.to_f32().iter().map(|&x| x as i64).collect(),
-            }),
-            Some(v) => {
-                return Err(Error::Tensor {
-                    path: ck.weights.dir.clone(),
-                    tensor: "d2t".into(),
-                    msg: format!("shape {:?}, expected [{draft_vocab}]", v.shape()),
-                })
-            }
-            None => None,
-        };
-        let w = Weights {
-            gate: src.layer_linear("mlp.gate_proj.weight", inter, h)?,
-            up: src.layer_linear("mlp.up_proj.weight", inter, h)?,
-            down: src.layer_linear("mlp.down_proj.weight", h, inter)?,
-            hidden_norm: src.layer("hidden_norm.weight", &[h])?,
-            input_norm: src.layer("input_layernorm.weight", &[h])?,
-            post_norm: src.layer("post_attention_layernorm.weight", &[h])?,
-            fc: src.linear("fc.weight", h, 3 * ht)?,
-            fc_norm,
-            norm: src.tensor("norm.weight", &[h])?,
-            lm_head: src.linear("lm_head.weight", draft_vocab, h)?,
-            embed,
-            d2t,
-        };
-        Ok(Eagle3 {
-            family: det.family.clone(),
-            h,
-            ht,
-            inter,
-            vocab,
-            draft_vocab,
-            eps,
-            norm_output,
-            taps,
-            attn,
-            w,
-            lin,
-        })
-    }
-
     /// The attention variant (its dimensions and projections).
     pub fn attention(&self) -> &dyn Attention {
         self.attn.as_ref()
@@ -663,11 +397,13 @@ impl super::Drafter for Eagle3 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::Checkpoint;
     use crate::io::writer::{TensorSpec, WriteOptions, Writer};
     use crate::io::Dtype;
     use crate::ops::linear;
+    use crate::runtime::rope::Rope;
     use crate::runtime::Drafter;
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
 
     fn fixture(rel: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)

@@ -8,7 +8,7 @@
 //! one chunk over an empty cache, greedy decoding ([`Session`]) a prompt chunk then one token at
 //! a time. Every op is row-independent, so both give the same numbers. A plain reference path
 //! (`ops::linear_ref`, serial) sits beside the fast one (`ops::linear`, rayon over heads and
-//! experts), compared in the tests under [`FAST_REL_TOL`].
+//! experts), compared in the tests under [`super::FAST_REL_TOL`].
 
 mod attention;
 pub mod config;
@@ -23,10 +23,6 @@ use crate::error::{Error, Result};
 use crate::ops::{argmax, linear, linear_ref, rms_norm};
 use attention::KvCache;
 use weights::{Ffn, Weights};
-
-/// Fast path vs reference: max |fast − ref| / max(1, max |ref|) over logits and hidden states
-/// (the fast matmul sums in another order; measured ≈ 1e-6 on the tiny Kimi target).
-pub const FAST_REL_TOL: f32 = 1e-4;
 
 /// Incremental decode vs the full forward, same measure (every op is row-independent, so the
 /// two are expected to agree exactly; measured 0).
@@ -271,6 +267,7 @@ impl Session<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::FAST_REL_TOL;
 
     fn tiny() -> DeepseekV3 {
         let root = env!("CARGO_MANIFEST_DIR");

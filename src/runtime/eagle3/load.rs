@@ -1,0 +1,210 @@
+//! Loading an EAGLE-3 draft (Llama-style or MLA): the dimensions detection found, the shared
+//! weights (fc, norms, MLP, lm_head, the embedding or the target's, d2t) and, through
+//! [`Source`], each attention variant's own projections. Tensors are read with the runtimes' one
+//! loader ([`crate::runtime::weights::Loader`]); linears go through the draft's
+//! [`LinearSet`] hook.
+
+use std::path::Path;
+
+use super::{Attention, Eagle3, Embedding, LlamaAttention, MlaAttention, Weights};
+use crate::checkpoint::{Checkpoint, Config, Detection, Dims, Family};
+use crate::error::{Error, Result};
+use crate::quant::decode::Logical;
+use crate::runtime::linears::{Exec, LinearSet};
+use crate::runtime::rope::Rope;
+use crate::runtime::weights::Loader;
+
+/// What an attention variant's loader reads: the draft layer's tensors (`layer`, under the
+/// layer prefix), the dimensions detection found, and config.json.
+pub(super) struct Source<'s, 'a, 'c> {
+    pub layer: Loader<'a, 'c>,
+    pub dims: &'s Dims,
+    dir: &'s Path,
+    cfg: Option<&'s Config>,
+}
+
+impl Source<'_, '_, '_> {
+    pub fn err(&self, msg: String) -> Error {
+        Error::source(self.dir, msg)
+    }
+
+    /// Dimension `key` of the draft, which it must have.
+    pub fn need(&self, v: Option<u64>, key: &str) -> Result<usize> {
+        v.map(|x| x as usize)
+            .ok_or_else(|| self.err(format!("`{key}` unknown")))
+    }
+
+    fn num(&self, key: &str) -> Option<f64> {
+        self.cfg.and_then(|c| c.get(key)).and_then(|v| v.as_f64())
+    }
+
+    /// The RoPE table over `dim` dims and the softmax multiplier ([`Rope::from_config`]) from
+    /// `rope_theta` and `rope_scaling` (or transformers 5's `rope_parameters`).
+    pub fn rope(&self, dim: usize) -> (Rope, f32) {
+        let params = self.cfg.and_then(|c| c.get("rope_parameters"));
+        let theta = self
+            .num("rope_theta")
+            .or_else(|| {
+                params
+                    .and_then(|r| r.get("rope_theta"))
+                    .and_then(|v| v.as_f64())
+            })
+            .unwrap_or(10000.0);
+        let scaling = self
+            .cfg
+            .and_then(|c| c.get("rope_scaling"))
+            .filter(|v| !v.is_null())
+            .or(params);
+        Rope::from_config(dim, theta, scaling)
+    }
+}
+
+impl Eagle3 {
+    /// Load from a checkpoint detected as an EAGLE-3 draft (Llama-style or MLA). `target_embed`
+    /// supplies the target's embedding `[vocab, H]` when the draft does not carry one. Every
+    /// linear runs in f32 ([`Exec::F32`]).
+    pub fn load(
+        ck: &Checkpoint,
+        det: &Detection,
+        target_embed: Option<Vec<f32>>,
+    ) -> Result<Eagle3> {
+        Eagle3::load_on(ck, det, target_embed, Exec::F32)
+    }
+
+    /// [`Eagle3::load`] with the quantized linears placed by `exec`.
+    pub fn load_on(
+        ck: &Checkpoint,
+        det: &Detection,
+        target_embed: Option<Vec<f32>>,
+        exec: Exec,
+    ) -> Result<Eagle3> {
+        if !matches!(det.family, Family::Eagle3 | Family::Eagle3Mla) {
+            return Err(Error::source(
+                &ck.weights.dir,
+                format!(
+                    "is `{}`; this runtime runs EAGLE-3 drafts (Llama-style or MLA)",
+                    det.family.id()
+                ),
+            ));
+        }
+        let lg = Logical::new(ck)?;
+        let lin = LinearSet::new(exec);
+        let vb = Loader::new(&lg, "draft").with_linears(&lin);
+        let layer_prefix = det.layer_prefix.as_deref().unwrap_or("midlayer.");
+        let src = Source {
+            layer: vb.pp(layer_prefix.trim_end_matches('.')),
+            dims: &det.dims,
+            dir: &ck.weights.dir,
+            cfg: ck.config.as_ref(),
+        };
+        let d = &det.dims;
+        let h = src.need(d.hidden_size, "hidden_size")?;
+        let ht = d.target_hidden_size.map_or(h, |x| x as usize);
+        let inter = src.need(d.intermediate_size, "intermediate_size")?;
+        let vocab = src.need(d.vocab_size, "vocab_size")?;
+        let draft_vocab = d.draft_vocab_size.map_or(vocab, |x| x as usize);
+        let eps = src.num("rms_norm_eps").unwrap_or(1e-6) as f32;
+        let cfg_value = ck
+            .config
+            .as_ref()
+            .map(|c| serde_json::Value::Object(c.root.clone()))
+            .unwrap_or_default();
+        let norm_output = crate::checkpoint::detect::eagle3_feeds_post_norm(det, &cfg_value);
+        let taps = det
+            .aux_layers
+            .as_ref()
+            .and_then(|a| a.hidden_states.clone())
+            .map(|v| v.into_iter().map(|x| x as usize).collect())
+            .unwrap_or_default();
+        let attn: Box<dyn Attention> = match det.family {
+            Family::Eagle3Mla => Box::new(MlaAttention::load(&src, h, eps)?),
+            _ => Box::new(LlamaAttention::load(&src, h)?),
+        };
+        let fc_norm = if vb.has("fc_norm.0.weight") {
+            Some([
+                vb.get("fc_norm.0.weight", &[ht])?,
+                vb.get("fc_norm.1.weight", &[ht])?,
+                vb.get("fc_norm.2.weight", &[ht])?,
+            ])
+        } else {
+            None
+        };
+        // The draft's own unquantized embedding stays in its mapped file (rows read on demand).
+        let mapped = match lg.module("embed_tokens.weight") {
+            None => Embedding::map(ck, "embed_tokens.weight", vocab, h)?,
+            Some(_) => None,
+        };
+        let embed = match (mapped, vb.has("embed_tokens.weight")) {
+            (Some(m), _) => m,
+            (None, true) => Embedding::Dense {
+                h,
+                v: vb.get("embed_tokens.weight", &[vocab, h])?,
+            },
+            (None, false) => Embedding::Dense {
+                h,
+                v: target_embed.ok_or_else(|| {
+                    Error::source(
+                        &ck.weights.dir,
+                        "the draft has no embed_tokens and no target embedding was given",
+                    )
+                    .with_hint(
+                        "pass --target-checkpoint (the target checkpoint) so its embedding can be used",
+                    )
+                })?,
+            },
+        };
+        if embed.numel() != vocab * h {
+            return Err(Error::Usage(format!(
+                "target embedding has {} values, the draft needs [{vocab}, {h}]",
+                embed.numel()
+            )));
+        }
+        let d2t = match ck.weights.tensor("d2t") {
+            Some(v) if v.shape() == [draft_vocab] => Some(match v.dtype() {
+                crate::io::Dtype::I64 => v
+                    .data
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+                _ => v.to_f32().iter().map(|&x| x as i64).collect(),
+            }),
+            Some(v) => {
+                return Err(Error::Tensor {
+                    path: ck.weights.dir.clone(),
+                    tensor: "d2t".into(),
+                    msg: format!("shape {:?}, expected [{draft_vocab}]", v.shape()),
+                })
+            }
+            None => None,
+        };
+        let layer = &src.layer;
+        let w = Weights {
+            gate: layer.linear("mlp.gate_proj.weight", inter, h)?,
+            up: layer.linear("mlp.up_proj.weight", inter, h)?,
+            down: layer.linear("mlp.down_proj.weight", h, inter)?,
+            hidden_norm: layer.get("hidden_norm.weight", &[h])?,
+            input_norm: layer.get("input_layernorm.weight", &[h])?,
+            post_norm: layer.get("post_attention_layernorm.weight", &[h])?,
+            fc: vb.linear("fc.weight", h, 3 * ht)?,
+            fc_norm,
+            norm: vb.get("norm.weight", &[h])?,
+            lm_head: vb.linear("lm_head.weight", draft_vocab, h)?,
+            embed,
+            d2t,
+        };
+        Ok(Eagle3 {
+            family: det.family.clone(),
+            h,
+            ht,
+            inter,
+            vocab,
+            draft_vocab,
+            eps,
+            norm_output,
+            taps,
+            attn,
+            w,
+            lin,
+        })
+    }
+}
