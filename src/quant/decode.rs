@@ -5,12 +5,16 @@
 //! gives every tensor the original model would have had, dequantized (`w = q · s`, `f8 · s`,
 //! `q · s2 · s1`, or NVFP4's `e2m1 · f8(s) / g` / `e2m1 · f8(s) · s2`) where needed, each
 //! format by its own tool's arithmetic.
-//! `dequantize` and `diff` are built on this.
+//! Which layout a module is in is each format's to say (`quark::read`, `compressed_tensors::read`,
+//! `modelopt::read`, and the FP8 layout they share, here); the decoding is each format's own
+//! arithmetic, dispatched from [`Stored`]. `dequantize`, `diff`, `inspect` and the runtimes are
+//! built on this.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
+use crate::io::source::Weights;
 use crate::io::{Dtype, TensorInfo};
 use crate::quant::math::fp4::Nvfp4;
 use crate::quant::math::fp8::Fp8;
@@ -60,6 +64,33 @@ pub struct QModule {
     pub parts: Vec<String>,
 }
 
+/// One tensor as a format's reader (`quark::read`, `compressed_tensors::read`,
+/// `modelopt::read`) sees it: its module, last name component, the module's `weight_scale`, the
+/// checkpoint's `quantization_config`, and the weights to look siblings up in.
+pub struct Probe<'a> {
+    pub w: &'a Weights,
+    pub module: &'a str,
+    pub last: &'a str,
+    pub t: &'a TensorInfo,
+    pub scale: Option<&'a TensorInfo>,
+    pub config: Option<&'a serde_json::Value>,
+}
+
+impl Probe<'_> {
+    /// The refusal of tensor `t` (named with its shard's path).
+    pub fn err(&self, t: &TensorInfo, msg: String) -> Error {
+        Error::Tensor {
+            path: self
+                .w
+                .shard_of(&t.name)
+                .map(|s| s.path().to_path_buf())
+                .unwrap_or_default(),
+            tensor: t.name.clone(),
+            msg,
+        }
+    }
+}
+
 /// A checkpoint seen as its unquantized tensors.
 pub struct Logical<'a> {
     pub ck: &'a Checkpoint,
@@ -84,226 +115,27 @@ impl<'a> Logical<'a> {
             } else {
                 ""
             });
-        let quark_order = match cfg
-            .and_then(|q| q.pointer("/export/pack_method"))
-            .and_then(|m| m.as_str())
-        {
-            Some("order") => Order::Sequential,
-            _ => Order::Reorder,
-        };
-        let quark_uint4 = cfg
-            .and_then(|q| q.pointer("/global_quant_config/weight/dtype"))
-            .and_then(|d| d.as_str())
-            == Some("uint4");
         let mut modules = BTreeMap::new();
         let w = &ck.weights;
-        let info = |n: &str| w.info(n);
-        let err = |t: &TensorInfo, msg: String| Error::Tensor {
-            path: w
-                .shard_of(&t.name)
-                .map(|s| s.path().to_path_buf())
-                .unwrap_or_default(),
-            tensor: t.name.clone(),
-            msg,
-        };
         for t in w.infos() {
             let (module, last) = t.name.rsplit_once('.').unwrap_or(("", &t.name));
-            let scale = info(&format!("{module}.weight_scale"));
-            let q = match (method, last, t.dtype, scale) {
-                ("compressed-tensors", "weight_packed", Dtype::U8, Some(s)) => {
-                    let g = info(&format!("{module}.weight_global_scale"));
-                    let (rows, cols) = match (t.shape.as_slice(), s.dtype, s.shape.as_slice()) {
-                        ([r, half], Dtype::F8_E4M3, [so, b])
-                            if so == r
-                                && half * 2 == b * 16
-                                && g.is_some_and(|g| g.shape.iter().product::<usize>() == 1) =>
-                        {
-                            (*r, half * 2)
-                        }
-                        _ => return Err(err(t, format!("U8 weight_packed {:?} with {} scale {:?} is no nvfp4-pack-quantized layout kquant knows (F8_E4M3 scale per 16 inputs and a weight_global_scale)", t.shape, s.dtype, s.shape))),
-                    };
-                    let mut parts = vec![t.name.clone(), s.name.clone()];
-                    for extra in ["weight_global_scale", "input_global_scale"] {
-                        parts.extend(info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
-                    }
-                    Some(QModule {
-                        module: module.into(),
-                        stored: Stored::CtNvfp4,
-                        rows,
-                        cols,
-                        parts,
-                    })
-                }
-                ("compressed-tensors", "weight_packed", Dtype::I32, Some(s)) => {
-                    let shape_t = info(&format!("{module}.weight_shape"))
-                        .ok_or_else(|| err(t, "`weight_packed` without `weight_shape`".into()))?;
-                    let shape = w.tensor(&shape_t.name).expect("routed").to_f32();
-                    let (rows, cols) = match shape.as_slice() {
-                        [r, c] if *r >= 0.0 && *c >= 0.0 => (*r as usize, *c as usize),
-                        _ => {
-                            return Err(err(
-                                shape_t,
-                                "must hold two non-negative dimensions".into(),
-                            ))
-                        }
-                    };
-                    let groups = s.shape.get(1).copied().unwrap_or(1).max(1);
-                    if t.shape != [rows, cols.div_ceil(8)]
-                        || s.shape.first() != Some(&rows)
-                        || cols % groups != 0
-                    {
-                        return Err(err(
-                            t,
-                            format!(
-                                "shape {:?} / scale {:?} do not fit weight_shape [{rows}, {cols}]",
-                                t.shape, s.shape
-                            ),
-                        ));
-                    }
-                    let mut parts = vec![t.name.clone(), s.name.clone(), shape_t.name.clone()];
-                    parts.extend(
-                        info(&format!("{module}.weight_zero_point")).map(|z| z.name.clone()),
-                    );
-                    Some(QModule {
-                        module: module.into(),
-                        stored: Stored::CtPacked {
-                            group: cols / groups,
-                        },
-                        rows,
-                        cols,
-                        parts,
-                    })
-                }
-                ("quark", "weight", Dtype::I32, Some(s))
-                    if info(&format!("{module}.weight_scale_2")).is_some() =>
-                {
-                    let s2 = info(&format!("{module}.weight_scale_2")).expect("guard");
-                    let (rows, words) = match t.shape.as_slice() {
-                        [r, w] => (*r, *w),
-                        _ => (0, 0),
-                    };
-                    if t.shape.len() != 2
-                        || s.shape.iter().product::<usize>() != 1
-                        || s2.shape != [rows]
-                    {
-                        return Err(err(t, format!("two-stage Quark weight {:?} with weight_scale {:?} and weight_scale_2 {:?} is no int4_fp8 layout kquant knows", t.shape, s.shape, s2.shape)));
-                    }
-                    let mut parts = vec![t.name.clone(), s.name.clone(), s2.name.clone()];
-                    parts.extend(
-                        info(&format!("{module}.weight_zero_point_2")).map(|z| z.name.clone()),
-                    );
-                    Some(QModule {
-                        module: module.into(),
-                        stored: Stored::QuarkInt4Fp8 { order: quark_order },
-                        rows,
-                        cols: words * 8,
-                        parts,
-                    })
-                }
-                (
-                    "quark" | "compressed-tensors" | "modelopt",
-                    "weight",
-                    Dtype::F8_E4M3,
-                    Some(s),
-                ) => {
-                    let (rows, cols) = match t.shape.as_slice() {
-                        [r, c] => (*r, *c),
-                        _ => {
-                            return Err(err(
-                                t,
-                                format!("FP8 weight of shape {:?} is not 2-D", t.shape),
-                            ))
-                        }
-                    };
-                    let per_row = match s.shape.as_slice() {
-                        [] | [1] | [1, 1] => false,
-                        [o] | [o, 1] if *o == rows => true,
-                        _ => return Err(err(t, format!("FP8 weight {:?} with scale {:?} is no FP8 layout kquant knows (one scale per row or per tensor)", t.shape, s.shape))),
-                    };
-                    let mut parts = vec![t.name.clone(), s.name.clone()];
-                    for extra in ["weight_zero_point", "input_scale", "input_zero_point"] {
-                        parts.extend(info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
-                    }
-                    Some(QModule {
-                        module: module.into(),
-                        stored: Stored::Fp8 { per_row },
-                        rows,
-                        cols,
-                        parts,
-                    })
-                }
-                ("compressed-tensors", "weight", Dtype::I8, Some(s)) => {
-                    let (rows, cols, groups) = match (t.shape.as_slice(), s.shape.as_slice()) {
-                        ([r, c], [so, g]) if so == r && *g > 0 && c % g == 0 => (*r, *c, *g),
-                        _ => return Err(err(t, format!("I8 weight {:?} with scale {:?} is no int-quantized layout kquant knows", t.shape, s.shape))),
-                    };
-                    if let Some(z) = info(&format!("{module}.weight_zero_point")) {
-                        return Err(err(z, "asymmetric int-quantized weights (with a zero point) cannot be dequantized yet".into()));
-                    }
-                    Some(QModule {
-                        module: module.into(),
-                        stored: Stored::CtInt {
-                            group: cols / groups,
-                        },
-                        rows,
-                        cols,
-                        parts: vec![t.name.clone(), s.name.clone()],
-                    })
-                }
-                ("quark", "weight", Dtype::I32, Some(s)) => {
-                    let zp = info(&format!("{module}.weight_zero_point"));
-                    let mut parts = vec![t.name.clone(), s.name.clone()];
-                    parts.extend(zp.map(|z| z.name.clone()));
-                    let (stored, rows, cols) = match (t.shape.as_slice(), s.shape.as_slice()) {
-                        // Per channel. Without a zero-point tensor this is Quark's file-to-file
-                        // path, which packs sequentially whatever its config says.
-                        ([out, words], [so]) if so == out => {
-                            let order = if zp.is_some() { quark_order } else { Order::Sequential };
-                            (Stored::QuarkChannel { order }, *out, words * 8)
-                        }
-                        ([inp, _], [ng, out]) if *ng > 0 && inp % ng == 0 && quark_uint4 && zp.is_some_and(|z| z.shape == [*ng, out.div_ceil(8)]) => (Stored::QuarkGroupAsym { group: inp / ng, order: quark_order }, *out, *inp),
-                        ([inp, _], [ng, out]) if *ng > 0 && inp % ng == 0 && !quark_uint4 => (Stored::QuarkGroup { group: inp / ng, order: quark_order }, *out, *inp),
-                        _ => return Err(err(t, format!("I32 weight {:?} with scale {:?} is no Quark INT4 layout kquant knows", t.shape, s.shape))),
-                    };
-                    Some(QModule {
-                        module: module.into(),
-                        stored,
-                        rows,
-                        cols,
-                        parts,
-                    })
-                }
-                ("modelopt", "weight", Dtype::U8, Some(s)) => {
-                    let ws2 = info(&format!("{module}.weight_scale_2"));
-                    let (stored, rows, cols) = match (t.shape.as_slice(), s.dtype, s.shape.as_slice()) {
-                        ([half, c], Dtype::F32, [r, g]) if *g > 0 && c % g == 0 && r.div_ceil(2) == *half => (Stored::ModeloptInt4 { group: c / g }, *r, *c),
-                        ([r, half], Dtype::F8_E4M3, [so, b]) if so == r && half * 2 == b * 16 && ws2.is_some_and(|x| x.shape.iter().product::<usize>() == 1) => (Stored::ModeloptNvfp4, *r, half * 2),
-                        _ => return Err(err(t, format!("U8 weight {:?} with {} scale {:?} is no ModelOpt layout kquant knows (W4A16_AWQ/W4A8_AWQ or NVFP4)", t.shape, s.dtype, s.shape))),
-                    };
-                    let mut parts = vec![t.name.clone(), s.name.clone()];
-                    for extra in ["weight_scale_2", "input_scale", "pre_quant_scale"] {
-                        parts.extend(info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
-                    }
-                    if let Some(p) = info(&format!("{module}.pre_quant_scale")) {
-                        if p.shape != [cols] {
-                            return Err(err(
-                                p,
-                                format!(
-                                    "pre_quant_scale {:?} does not fit the input dimension {cols}",
-                                    p.shape
-                                ),
-                            ));
-                        }
-                    }
-                    Some(QModule {
-                        module: module.into(),
-                        stored,
-                        rows,
-                        cols,
-                        parts,
-                    })
-                }
+            let p = Probe {
+                w,
+                module,
+                last,
+                t,
+                scale: w.info(&format!("{module}.weight_scale")),
+                config: cfg,
+            };
+            let q = match method {
+                "quark" => quark::read::read(&p)?,
+                "compressed-tensors" => compressed_tensors::read::read(&p)?,
+                "modelopt" => modelopt::read::read(&p)?,
                 _ => None,
+            };
+            let q = match (q, method) {
+                (None, "quark" | "compressed-tensors" | "modelopt") => read_fp8(&p)?,
+                (q, _) => q,
             };
             if let Some(q) = q {
                 modules.insert(q.module.clone(), q);
@@ -515,4 +347,43 @@ impl<'a> Logical<'a> {
             None => self.ck.weights.tensor(name).map(|v| v.to_f32()),
         }
     }
+}
+
+/// The FP8 layout every format writes alike (Quark `ptpc_fp8`, compressed-tensors
+/// `float-quantized`, ModelOpt FP8): an F8_E4M3 `weight` with one scale per row or per tensor.
+fn read_fp8(p: &Probe) -> Result<Option<QModule>> {
+    let (module, t, w) = (p.module, p.t, p.w);
+    let info = |n: &str| w.info(n);
+    let err = |t: &TensorInfo, msg: String| p.err(t, msg);
+    let Some(s) = p.scale else {
+        return Ok(None);
+    };
+    if (p.last, t.dtype) != ("weight", Dtype::F8_E4M3) {
+        return Ok(None);
+    }
+    let (rows, cols) = match t.shape.as_slice() {
+        [r, c] => (*r, *c),
+        _ => {
+            return Err(err(
+                t,
+                format!("FP8 weight of shape {:?} is not 2-D", t.shape),
+            ))
+        }
+    };
+    let per_row = match s.shape.as_slice() {
+                    [] | [1] | [1, 1] => false,
+                    [o] | [o, 1] if *o == rows => true,
+                    _ => return Err(err(t, format!("FP8 weight {:?} with scale {:?} is no FP8 layout kquant knows (one scale per row or per tensor)", t.shape, s.shape))),
+                };
+    let mut parts = vec![t.name.clone(), s.name.clone()];
+    for extra in ["weight_zero_point", "input_scale", "input_zero_point"] {
+        parts.extend(info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
+    }
+    Ok(Some(QModule {
+        module: module.into(),
+        stored: Stored::Fp8 { per_row },
+        rows,
+        cols,
+        parts,
+    }))
 }

@@ -4,10 +4,12 @@
 //! this table; where each result loads is `crate::engines::quantized`.
 //!
 //! Adding a scheme: a row here (its facts are fields, derived nowhere else), its codec under
-//! `quant/` and an arm in [`Choice::build`], its engine claims (`crate::engines::quantized`), and
-//! the read-back of its tensors (`quant/decode.rs`, for `dequantize`, `inspect`, `verify`; INT4
-//! also `gpu/layout.rs`). Adding a format: a variant of [`Format`] with its list facts
-//! (`quant/format.rs`), its codecs and carriers, and its detection (`quant/identify.rs`).
+//! its format's folder and an arm in [`Choice::build`], its engine claims
+//! (`crate::engines::quantized`), and the read-back of its tensors (the format's `read.rs`, a
+//! `Stored` variant and its decode arm in `quant/decode.rs`, for `dequantize`, `inspect`,
+//! `verify`; INT4 also `gpu/layout.rs`). Adding a format: a variant of [`Format`] with its list
+//! facts (`quant/format.rs`), a folder with its codecs and `read.rs`, its carriers here, and its
+//! config identification (`quant/identify.rs`).
 //! Each of those places has a test that walks this table and fails on a row it lacks:
 //! `every_carrier_builds_and_every_other_pair_is_refused` and `encode_stored_equals_plain_encode`
 //! (here), `engines::quantized::tests::every_implemented_carrier_has_claims`,

@@ -21,6 +21,7 @@
 
 pub mod fp8_w4a8;
 pub mod nvfp4;
+pub mod read;
 
 use serde_json::{json, Value};
 

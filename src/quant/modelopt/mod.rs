@@ -36,6 +36,7 @@
 //! identical.
 
 pub mod nvfp4;
+pub mod read;
 
 use rayon::prelude::*;
 use serde_json::{json, Value};

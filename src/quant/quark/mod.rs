@@ -9,6 +9,7 @@
 
 pub mod fp8;
 pub mod int4_group;
+pub mod read;
 pub mod uint4;
 
 use serde_json::{json, Value};
