@@ -353,8 +353,6 @@ impl<'a> Logical<'a> {
 /// `float-quantized`, ModelOpt FP8): an F8_E4M3 `weight` with one scale per row or per tensor.
 fn read_fp8(p: &Probe) -> Result<Option<QModule>> {
     let (module, t, w) = (p.module, p.t, p.w);
-    let info = |n: &str| w.info(n);
-    let err = |t: &TensorInfo, msg: String| p.err(t, msg);
     let Some(s) = p.scale else {
         return Ok(None);
     };
@@ -363,21 +361,16 @@ fn read_fp8(p: &Probe) -> Result<Option<QModule>> {
     }
     let (rows, cols) = match t.shape.as_slice() {
         [r, c] => (*r, *c),
-        _ => {
-            return Err(err(
-                t,
-                format!("FP8 weight of shape {:?} is not 2-D", t.shape),
-            ))
-        }
+        _ => return Err(p.err(t, format!("FP8 weight of shape {:?} is not 2-D", t.shape))),
     };
     let per_row = match s.shape.as_slice() {
                     [] | [1] | [1, 1] => false,
                     [o] | [o, 1] if *o == rows => true,
-                    _ => return Err(err(t, format!("FP8 weight {:?} with scale {:?} is no FP8 layout kquant knows (one scale per row or per tensor)", t.shape, s.shape))),
+                    _ => return Err(p.err(t, format!("FP8 weight {:?} with scale {:?} is no FP8 layout kquant knows (one scale per row or per tensor)", t.shape, s.shape))),
                 };
     let mut parts = vec![t.name.clone(), s.name.clone()];
     for extra in ["weight_zero_point", "input_scale", "input_zero_point"] {
-        parts.extend(info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
+        parts.extend(w.info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
     }
     Ok(Some(QModule {
         module: module.into(),

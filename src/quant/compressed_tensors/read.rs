@@ -4,20 +4,18 @@
 //! their shapes checked; `quant::decode` dispatches here and decodes them.
 
 use crate::error::Result;
-use crate::io::{Dtype, TensorInfo};
+use crate::io::Dtype;
 use crate::quant::decode::{Probe, QModule, Stored};
 
 /// The module `p` holds in this format's layouts, if any (`None`: not one of them).
 pub fn read(p: &Probe) -> Result<Option<QModule>> {
     let (module, t, w) = (p.module, p.t, p.w);
-    let info = |n: &str| w.info(n);
-    let err = |t: &TensorInfo, msg: String| p.err(t, msg);
     let Some(s) = p.scale else {
         return Ok(None);
     };
     Ok(match (p.last, t.dtype) {
         ("weight_packed", Dtype::U8) => {
-            let g = info(&format!("{module}.weight_global_scale"));
+            let g = w.info(&format!("{module}.weight_global_scale"));
             let (rows, cols) = match (t.shape.as_slice(), s.dtype, s.shape.as_slice()) {
                     ([r, half], Dtype::F8_E4M3, [so, b])
                         if so == r
@@ -26,11 +24,11 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
                     {
                         (*r, half * 2)
                     }
-                    _ => return Err(err(t, format!("U8 weight_packed {:?} with {} scale {:?} is no nvfp4-pack-quantized layout kquant knows (F8_E4M3 scale per 16 inputs and a weight_global_scale)", t.shape, s.dtype, s.shape))),
+                    _ => return Err(p.err(t, format!("U8 weight_packed {:?} with {} scale {:?} is no nvfp4-pack-quantized layout kquant knows (F8_E4M3 scale per 16 inputs and a weight_global_scale)", t.shape, s.dtype, s.shape))),
                 };
             let mut parts = vec![t.name.clone(), s.name.clone()];
             for extra in ["weight_global_scale", "input_global_scale"] {
-                parts.extend(info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
+                parts.extend(w.info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
             }
             Some(QModule {
                 module: module.into(),
@@ -41,19 +39,20 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
             })
         }
         ("weight_packed", Dtype::I32) => {
-            let shape_t = info(&format!("{module}.weight_shape"))
-                .ok_or_else(|| err(t, "`weight_packed` without `weight_shape`".into()))?;
+            let shape_t = w
+                .info(&format!("{module}.weight_shape"))
+                .ok_or_else(|| p.err(t, "`weight_packed` without `weight_shape`".into()))?;
             let shape = w.tensor(&shape_t.name).expect("routed").to_f32();
             let (rows, cols) = match shape.as_slice() {
                 [r, c] if *r >= 0.0 && *c >= 0.0 => (*r as usize, *c as usize),
-                _ => return Err(err(shape_t, "must hold two non-negative dimensions".into())),
+                _ => return Err(p.err(shape_t, "must hold two non-negative dimensions".into())),
             };
             let groups = s.shape.get(1).copied().unwrap_or(1).max(1);
             if t.shape != [rows, cols.div_ceil(8)]
                 || s.shape.first() != Some(&rows)
                 || cols % groups != 0
             {
-                return Err(err(
+                return Err(p.err(
                     t,
                     format!(
                         "shape {:?} / scale {:?} do not fit weight_shape [{rows}, {cols}]",
@@ -62,7 +61,10 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
                 ));
             }
             let mut parts = vec![t.name.clone(), s.name.clone(), shape_t.name.clone()];
-            parts.extend(info(&format!("{module}.weight_zero_point")).map(|z| z.name.clone()));
+            parts.extend(
+                w.info(&format!("{module}.weight_zero_point"))
+                    .map(|z| z.name.clone()),
+            );
             Some(QModule {
                 module: module.into(),
                 stored: Stored::CtPacked {
@@ -77,7 +79,7 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
             let (rows, cols, groups) = match (t.shape.as_slice(), s.shape.as_slice()) {
                 ([r, c], [so, g]) if so == r && *g > 0 && c % g == 0 => (*r, *c, *g),
                 _ => {
-                    return Err(err(
+                    return Err(p.err(
                         t,
                         format!(
                         "I8 weight {:?} with scale {:?} is no int-quantized layout kquant knows",
@@ -86,8 +88,8 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
                     ))
                 }
             };
-            if let Some(z) = info(&format!("{module}.weight_zero_point")) {
-                return Err(err(z, "asymmetric int-quantized weights (with a zero point) cannot be dequantized yet".into()));
+            if let Some(z) = w.info(&format!("{module}.weight_zero_point")) {
+                return Err(p.err(z, "asymmetric int-quantized weights (with a zero point) cannot be dequantized yet".into()));
             }
             Some(QModule {
                 module: module.into(),

@@ -5,15 +5,13 @@
 //! `quant::decode` dispatches here and decodes them.
 
 use crate::error::Result;
-use crate::io::{Dtype, TensorInfo};
+use crate::io::Dtype;
 use crate::quant::decode::{Probe, QModule, Stored};
 use crate::quant::math::pack::Order;
 
 /// The module `p` holds in this format's layouts, if any (`None`: not one of them).
 pub fn read(p: &Probe) -> Result<Option<QModule>> {
     let (module, t, w) = (p.module, p.t, p.w);
-    let info = |n: &str| w.info(n);
-    let err = |t: &TensorInfo, msg: String| p.err(t, msg);
     let Some(s) = p.scale else {
         return Ok(None);
     };
@@ -31,17 +29,20 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
         .and_then(|d| d.as_str())
         == Some("uint4");
     Ok(match (p.last, t.dtype) {
-        ("weight", Dtype::I32) if info(&format!("{module}.weight_scale_2")).is_some() => {
-            let s2 = info(&format!("{module}.weight_scale_2")).expect("guard");
+        ("weight", Dtype::I32) if w.info(&format!("{module}.weight_scale_2")).is_some() => {
+            let s2 = w.info(&format!("{module}.weight_scale_2")).expect("guard");
             let (rows, words) = match t.shape.as_slice() {
                 [r, w] => (*r, *w),
                 _ => (0, 0),
             };
             if t.shape.len() != 2 || s.shape.iter().product::<usize>() != 1 || s2.shape != [rows] {
-                return Err(err(t, format!("two-stage Quark weight {:?} with weight_scale {:?} and weight_scale_2 {:?} is no int4_fp8 layout kquant knows", t.shape, s.shape, s2.shape)));
+                return Err(p.err(t, format!("two-stage Quark weight {:?} with weight_scale {:?} and weight_scale_2 {:?} is no int4_fp8 layout kquant knows", t.shape, s.shape, s2.shape)));
             }
             let mut parts = vec![t.name.clone(), s.name.clone(), s2.name.clone()];
-            parts.extend(info(&format!("{module}.weight_zero_point_2")).map(|z| z.name.clone()));
+            parts.extend(
+                w.info(&format!("{module}.weight_zero_point_2"))
+                    .map(|z| z.name.clone()),
+            );
             Some(QModule {
                 module: module.into(),
                 stored: Stored::QuarkInt4Fp8 { order: quark_order },
@@ -51,7 +52,7 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
             })
         }
         ("weight", Dtype::I32) => {
-            let zp = info(&format!("{module}.weight_zero_point"));
+            let zp = w.info(&format!("{module}.weight_zero_point"));
             let mut parts = vec![t.name.clone(), s.name.clone()];
             parts.extend(zp.map(|z| z.name.clone()));
             let (stored, rows, cols) = match (t.shape.as_slice(), s.shape.as_slice()) {
@@ -89,7 +90,7 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
                     *inp,
                 ),
                 _ => {
-                    return Err(err(
+                    return Err(p.err(
                         t,
                         format!(
                             "I32 weight {:?} with scale {:?} is no Quark INT4 layout kquant knows",
