@@ -148,6 +148,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let (mut taps_s, mut pass_a_s, mut pass_b_s) = (0f64, 0f64, 0f64);
     let mut total = Walk::default();
     let mut positions = 0u64;
+    let flops_before = crate::ops::gemm::flops_done();
     for s in &tr.manifest.samples {
         let t = Instant::now();
         let x = tr.tokens(s)?;
@@ -166,6 +167,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         positions += s.gen_len as u64;
     }
     let td_per_s = (positions * depths as u64) as f64 / pass_a_s;
+    let gemm_flops = crate::ops::gemm::flops_done() - flops_before;
+    // The machine's own f32 FMA peak, measured now, on the replay's threads.
+    let fma = crate::ops::peak::measure(rayon::current_num_threads(), 0.6);
+    let gemm_per_s = gemm_flops as f64 / pass_a_s;
     let peak = status_bytes("VmHWM:");
     let doc = json!({
         "schema": "kquant.bench.replay/1",
@@ -184,6 +189,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "pass_a_s": pass_a_s,
         "pass_b_s": pass_b_s,
         "token_depths_per_s": td_per_s,
+        "gemm_flops": gemm_flops,
+        "gemm_flops_per_s": gemm_per_s,
+        "fma_peak": fma,
+        "share_of_fma_peak": gemm_per_s / fma.flops,
         "positions_per_s": positions as f64 / pass_a_s,
         "accept_length": total.al_walk(),
         "rss_after_load_bytes": rss_after_load,
@@ -222,6 +231,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
         println!(
             "pass A          {pass_a_s:.2} s, {depths} depths: {td_per_s:.1} token·depths/s ({:.2} positions/s)",
             positions as f64 / pass_a_s
+        );
+        println!(
+            "GEMM            {:.1} GFLOP in pass A (CPU linears): {:.1} GFLOP/s = {:.0} % of the f32 FMA peak ({:.1} GFLOP/s, {}, {} threads, measured in this run)",
+            gemm_flops as f64 / 1e9,
+            gemm_per_s / 1e9,
+            100.0 * gemm_per_s / fma.flops,
+            fma.flops / 1e9,
+            fma.isa,
+            fma.threads
         );
         println!(
             "pass B          {:.1} ms (AL {:.3})",

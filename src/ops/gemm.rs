@@ -105,10 +105,20 @@ impl Out {
     }
 }
 
+/// Floating-point operations done by [`matmul_nt`] in this process (`2·m·n·k` a call), for
+/// `kquant bench replay`'s share of the FMA peak.
+static FLOPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// [`FLOPS`] so far.
+pub fn flops_done() -> u64 {
+    FLOPS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// `y [m, n] = x [m, k] · Wᵀ` with `w` the `[n, k]` rows in their stored precision.
 pub fn matmul_nt(x: &[f32], m: usize, k: usize, w: Rows<'_>, n: usize) -> Vec<f32> {
     assert_eq!(x.len(), m * k, "x is [m, k]");
     assert_eq!(w.len(), n * k, "w is [n, k]");
+    FLOPS.fetch_add(2 * (m * n * k) as u64, std::sync::atomic::Ordering::Relaxed);
     let mut y = vec![0f32; m * n];
     if m == 0 || n == 0 || k == 0 {
         return y;

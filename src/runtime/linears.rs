@@ -1,7 +1,8 @@
 //! The draft runtimes' decoder linears, behind one hook: every `y = x · Wᵀ` of the EAGLE-3
 //! (Llama and MLA attention) and DFlash forwards goes through [`Linear::apply`], which runs
-//! either the f32 path (`ops::linear` over the weights dequantized at load: the exact arithmetic
-//! the runtimes always had, so `--device cpu` results are bit-identical) or a device-resident
+//! either the CPU path (the blocked product `ops::gemm::matmul_nt`, with unquantized BF16 / F16
+//! weights kept as stored and quantized ones dequantized at load; [`Linear::apply_ref`] is the
+//! plain `ops::linear_ref` reference it is tested against) or a device-resident
 //! quantized layer ([`gpu::DeviceLinear`], `kquant verify --device cuda|hip|cpu-emu`). A shared
 //! observer can record the abs-max of every linear's input (`kquant calibrate`: NVFP4 W4A4's
 //! static input scales), and the first device failure is kept for the replay to report as an
@@ -19,7 +20,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::gpu::{self, Act, Backend, GpuError, W4Layout};
-use crate::ops;
+use crate::io::Dtype;
+use crate::ops::{self, gemm, gemm::Rows};
 use crate::quant::decode::Logical;
 
 /// Where a draft's quantized linears run.
@@ -62,7 +64,15 @@ struct Shared {
 
 /// How one layer computes.
 enum Kind {
+    /// f32 rows: a quantized module dequantized at load (each format's own arithmetic), or an
+    /// F32 tensor.
     F32(Vec<f32>),
+    /// An unquantized BF16 / F16 tensor kept as stored (two bytes a weight, half of f32), widened
+    /// a panel of rows at a time inside the product (`ops::gemm`).
+    Half {
+        dtype: Dtype,
+        bytes: Vec<u8>,
+    },
     Device(gpu::DeviceLinear),
 }
 
@@ -79,13 +89,18 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// `y [m, n] = x [m, k] · Wᵀ`: `ops::linear` on the f32 weights, or the device layer. A
-    /// device failure is recorded ([`LinearSet::take_error`]) and gives zeros.
+    /// `y [m, n] = x [m, k] · Wᵀ`: the blocked product `ops::gemm::matmul_nt` over the weights
+    /// in their stored precision (within `GEMM_REL_TOL` of [`Linear::apply_ref`], each row
+    /// independent of the rows beside it), or the device layer. A device failure is recorded
+    /// ([`LinearSet::take_error`]) and gives zeros.
     pub fn apply(&self, x: &[f32], m: usize) -> Vec<f32> {
         self.observe(x);
-        match &self.kind {
-            Kind::F32(w) => ops::linear(x, m, self.k, w, self.n),
-            Kind::Device(l) => self.on_device(l, x, m),
+        match self.rows() {
+            Some(rows) => gemm::matmul_nt(x, m, self.k, rows, self.n),
+            None => match &self.kind {
+                Kind::Device(l) => self.on_device(l, x, m),
+                _ => unreachable!("every CPU kind has rows"),
+            },
         }
     }
 
@@ -95,6 +110,11 @@ impl Linear {
         self.observe(x);
         match &self.kind {
             Kind::F32(w) => ops::linear_ref(x, m, self.k, w, self.n),
+            Kind::Half { dtype, bytes } => {
+                let mut w = Vec::new();
+                crate::io::dtype::to_f32(*dtype, bytes, &mut w);
+                ops::linear_ref(x, m, self.k, &w, self.n)
+            }
             Kind::Device(l) => self.on_device(l, x, m),
         }
     }
@@ -104,10 +124,11 @@ impl Linear {
         matches!(self.kind, Kind::Device(_))
     }
 
-    /// The f32 weights `[n, k]` of a layer on the f32 path.
-    pub fn weights(&self) -> Option<&[f32]> {
+    /// The weights `[n, k]` of a layer on the CPU, as they are kept in memory.
+    pub fn rows(&self) -> Option<Rows<'_>> {
         match &self.kind {
-            Kind::F32(w) => Some(w),
+            Kind::F32(w) => Some(Rows::F32(w)),
+            Kind::Half { dtype, bytes } => Rows::from_bytes(*dtype, bytes),
             Kind::Device(_) => None,
         }
     }
@@ -197,13 +218,28 @@ impl LinearSet {
                 .expect("placement")
                 .insert(module.clone(), kind.is_some());
         }
-        let kind = match kind {
-            Some(k) => k,
-            None => Kind::F32(lg.read_f32(name).ok_or_else(|| Error::Source {
-                path: lg.ck.weights.dir.clone(),
-                msg: format!("has no tensor `{name}`"),
-                hint: None,
-            })?),
+        let missing = || Error::Source {
+            path: lg.ck.weights.dir.clone(),
+            msg: format!("has no tensor `{name}`"),
+            hint: None,
+        };
+        let stored_half = match (qm, lg.ck.weights.info(name)) {
+            (None, Some(t)) if matches!(t.dtype, Dtype::BF16 | Dtype::F16) => Some(t),
+            _ => None,
+        };
+        let kind = match (kind, stored_half) {
+            (Some(k), _) => k,
+            (None, Some(t)) => {
+                // Kept as stored; the mapped pages are dropped once copied.
+                let shard = lg.ck.weights.shard_of(name).ok_or_else(missing)?;
+                let bytes = shard.view(t).data.to_vec();
+                shard.release(t);
+                Kind::Half {
+                    dtype: t.dtype,
+                    bytes,
+                }
+            }
+            (None, None) => Kind::F32(lg.read_f32(name).ok_or_else(missing)?),
         };
         Ok(Linear {
             module,
@@ -260,10 +296,11 @@ mod tests {
         Checkpoint::open(p.to_str().unwrap()).unwrap()
     }
 
-    /// The f32 path is `ops::linear` / `ops::linear_ref` bit for bit, and the observer records
-    /// `max |x|` per module over every call while on, nothing while off.
+    /// The CPU path is `ops::gemm::matmul_nt` over the stored rows and `ops::linear_ref` over
+    /// their f32 values bit for bit, the stored precision is kept (the fixture is BF16), and the
+    /// observer records `max |x|` per module over every call while on, nothing while off.
     #[test]
-    fn f32_path_is_ops_linear_and_the_observer_takes_the_max() {
+    fn cpu_path_is_the_blocked_product_over_stored_rows_and_the_observer_takes_the_max() {
         let ck = draft();
         let lg = Logical::new(&ck).unwrap();
         let set = LinearSet::new(Exec::F32);
@@ -273,7 +310,9 @@ mod tests {
         assert_eq!(l.module, "midlayer.mlp.down_proj");
         let w = lg.read_f32(name).unwrap();
         let x: Vec<f32> = (0..3 * s[1]).map(|i| (i as f32 * 0.37).sin()).collect();
-        assert_eq!(l.apply(&x, 3), ops::linear(&x, 3, s[1], &w, s[0]));
+        assert!(matches!(l.rows(), Some(Rows::Bf16(_))), "kept as stored");
+        let rows = l.rows().unwrap();
+        assert_eq!(l.apply(&x, 3), gemm::matmul_nt(&x, 3, s[1], rows, s[0]));
         assert_eq!(l.apply_ref(&x, 3), ops::linear_ref(&x, 3, s[1], &w, s[0]));
         assert!(set.input_amax().is_empty(), "not observing");
         set.observe(true);

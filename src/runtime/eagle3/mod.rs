@@ -400,7 +400,7 @@ mod tests {
     use crate::checkpoint::Checkpoint;
     use crate::io::writer::{TensorSpec, WriteOptions, Writer};
     use crate::io::Dtype;
-    use crate::ops::linear;
+    use crate::ops::gemm::{matmul_nt, Rows};
     use crate::runtime::rope::Rope;
     use crate::runtime::Drafter;
     use std::path::{Path, PathBuf};
@@ -596,7 +596,7 @@ mod tests {
         let pos = [0, 3, 7, 100, 4095];
         let (p, q) = (f.qkv(&x, n, &pos), a.qkv(&x, n, &pos));
         assert_eq!((&p.k, &p.v), (&q.k, &q.v));
-        let mut want = linear(&x, n, h2, &q_proj, qd);
+        let mut want = matmul_nt(&x, n, h2, Rows::F32(&q_proj), qd);
         // The reference rotation: the config's YaRN table on the last 8 (rope) dims of each
         // 16 + 8 query head.
         let (nope, rope_dim) = (16, 8);
