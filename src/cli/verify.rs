@@ -85,7 +85,17 @@ fn run_draft(
         Some(d.vocab()),
         &format!("draft `{spec}`"),
     )?;
-    let samples = replay(d.as_ref(), trace, steps)?;
+    // A bar with an ETA over the generated positions (stderr; hidden when it is not a terminal).
+    let total: u64 = trace
+        .manifest
+        .samples
+        .iter()
+        .map(|s| s.gen_len as u64)
+        .sum();
+    let pb = crate::cli::progress(total, &format!("replay {}", crate::escape::printable(spec)));
+    let samples = replay(d.as_ref(), trace, steps, &|n| pb.inc(n));
+    pb.finish_and_clear();
+    let samples = samples?;
     Ok((
         Run {
             name: spec.to_string(),
@@ -300,6 +310,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         (Some(t), _) => t.display().to_string(),
         (None, _) => "live capture".into(),
     });
+    // The work cap, stated: what a figure over a capped trace stands for.
+    rep["limit_per_category"] = serde_json::json!(a.limit);
+    rep["samples_replayed"] = serde_json::json!(trace.manifest.samples.len());
     let json_to_stdout = a.json.as_deref() == Some(std::path::Path::new("-"));
     if json_to_stdout {
         println!("{}", serde_json::to_string_pretty(&rep).expect("JSON"));

@@ -93,9 +93,15 @@ pub fn load_drafter(
     Ok(d)
 }
 
-/// Pass A + pass B over every trace sample for one drafter.
-pub fn replay(d: &dyn Drafter, trace: &Trace, steps: usize) -> Result<Vec<Walk>> {
-    replay_first(d, trace, steps, usize::MAX)
+/// Pass A + pass B over every trace sample for one drafter; `progress` gets each sample's
+/// generated positions once it is replayed.
+pub fn replay(
+    d: &dyn Drafter,
+    trace: &Trace,
+    steps: usize,
+    progress: &dyn Fn(u64),
+) -> Result<Vec<Walk>> {
+    replay_first(d, trace, steps, usize::MAX, progress)
 }
 
 /// [`replay`] over the first `limit` samples of the trace.
@@ -104,6 +110,7 @@ pub fn replay_first(
     trace: &Trace,
     steps: usize,
     limit: usize,
+    progress: &dyn Fn(u64),
 ) -> Result<Vec<Walk>> {
     let mut samples = Vec::new();
     for s in trace.manifest.samples.iter().take(limit) {
@@ -117,6 +124,7 @@ pub fn replay_first(
         if let Some(e) = d.linears().take_error() {
             return Err(e);
         }
+        progress(s.gen_len as u64);
     }
     Ok(samples)
 }

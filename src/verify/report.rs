@@ -107,6 +107,12 @@ pub fn build(
 pub fn table(r: &Value) -> String {
     let mut s = String::new();
     let has_base = !r["baseline"].is_null();
+    if let Some(l) = r["limit_per_category"].as_u64() {
+        s.push_str(&format!(
+            "work capped by --limit: the first {l} samples of each category ({} replayed)\n",
+            r["samples_replayed"]
+        ));
+    }
     s.push_str(&format!(
         "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
         "category", "N", "AL baseline", "AL draft", "Δ"
