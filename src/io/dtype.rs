@@ -141,6 +141,20 @@ pub fn to_f32(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) {
     to_f32_into(dtype, bytes, &mut out[at..]);
 }
 
+/// [`to_f32`] into `out` (replacing its contents), split over threads in chunks: identical
+/// output. A caller converting tensor after tensor reuses one buffer instead of faulting in
+/// fresh pages for each.
+pub fn to_f32_par_into(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 16;
+    let size = dtype.size();
+    out.clear();
+    out.resize(bytes.len() / size, 0.0);
+    out.par_chunks_mut(CHUNK)
+        .zip(bytes.par_chunks(CHUNK * size))
+        .for_each(|(o, c)| to_f32_into(dtype, &c[..o.len() * size], o));
+}
+
 /// [`to_f32`] into a slice of exactly `bytes.len() / dtype.size()` elements.
 pub fn to_f32_into(dtype: Dtype, bytes: &[u8], out: &mut [f32]) {
     assert_eq!(out.len(), bytes.len() / dtype.size(), "one f32 per element");

@@ -57,14 +57,7 @@ impl TensorView<'_> {
     /// converting tensor after tensor reuses one buffer instead of faulting in fresh pages for
     /// each.
     pub fn to_f32_par_into(&self, out: &mut Vec<f32>) {
-        use rayon::prelude::*;
-        const CHUNK: usize = 1 << 16;
-        let size = self.info.dtype.size();
-        out.clear();
-        out.resize(self.data.len() / size, 0.0);
-        out.par_chunks_mut(CHUNK)
-            .zip(self.data.par_chunks(CHUNK * size))
-            .for_each(|(o, c)| dtype::to_f32_into(self.info.dtype, &c[..o.len() * size], o));
+        dtype::to_f32_par_into(self.info.dtype, self.data, out);
     }
 }
 

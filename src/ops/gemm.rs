@@ -32,7 +32,8 @@ pub enum Rows<'a> {
 }
 
 impl<'a> Rows<'a> {
-    /// Stored bytes of `dtype` (BF16, F16 or F32), or `None` for another dtype.
+    /// Stored bytes of `dtype` (BF16 or F16), or `None` for another dtype (F32 rows are
+    /// [`Rows::F32`] over the converted values).
     pub fn from_bytes(dtype: Dtype, bytes: &'a [u8]) -> Option<Rows<'a>> {
         match dtype {
             Dtype::BF16 => Some(Rows::Bf16(bytes)),

@@ -33,15 +33,7 @@ impl StoredWeight<'_> {
     /// parallel), the mapped pages released as soon as they are converted; `Err(i)`: the flat
     /// index of the first non-finite weight.
     pub fn to_f32<'s>(&self, scratch: &'s mut Vec<f32>) -> std::result::Result<&'s [f32], usize> {
-        use rayon::prelude::*;
-        const CHUNK: usize = 1 << 16;
-        let size = self.dtype.size();
-        scratch.clear();
-        scratch.resize(self.raw.len() / size, 0.0);
-        scratch
-            .par_chunks_mut(CHUNK)
-            .zip(self.raw.par_chunks(CHUNK * size))
-            .for_each(|(o, c)| crate::io::dtype::to_f32_into(self.dtype, &c[..o.len() * size], o));
+        crate::io::dtype::to_f32_par_into(self.dtype, self.raw, scratch);
         (self.release)();
         first_non_finite_par(scratch).map_or(Ok(&scratch[..]), Err)
     }
