@@ -119,6 +119,31 @@ impl Linear {
         }
     }
 
+    /// The index of the largest output of each of the `m` rows of `x · Wᵀ` (`ops::argmax`: the
+    /// first on ties, as `torch.argmax`): what a replay needs of an lm_head, without keeping
+    /// the `[m, n]` logits. The rows are computed a bounded block at a time (a row's outputs
+    /// do not depend on the rows beside it, so the indices are those of [`Linear::apply`]).
+    pub fn argmax_rows(&self, x: &[f32], m: usize) -> Vec<usize> {
+        // About 256 MiB of logits at a time, at least one row.
+        self.argmax_blocks(x, m, ((1usize << 26) / self.n.max(1)).max(1))
+    }
+
+    fn argmax_blocks(&self, x: &[f32], m: usize, block: usize) -> Vec<usize> {
+        assert_eq!(x.len(), m * self.k, "x is [m, k]");
+        let mut out = Vec::with_capacity(m);
+        let mut i = 0;
+        while i < m {
+            let rows = block.min(m - i);
+            let y = self.apply(&x[i * self.k..(i + rows) * self.k], rows);
+            match self.n {
+                0 => out.extend(std::iter::repeat_n(0, rows)),
+                n => out.extend(y.chunks(n).map(ops::argmax)),
+            }
+            i += rows;
+        }
+        out
+    }
+
     /// Whether this layer runs on a device.
     pub fn is_on_device(&self) -> bool {
         matches!(self.kind, Kind::Device(_))
@@ -325,5 +350,12 @@ mod tests {
         assert_eq!(set.input_amax()["midlayer.mlp.down_proj"], 7.5);
         assert_eq!(set.placement(), (vec![], vec![]), "nothing quantized");
         assert!(set.take_error().is_none());
+        // The argmax of each row, a block of rows at a time or all at once, is the argmax of
+        // the rows of `apply`.
+        let y = l.apply(&x, 3);
+        let want: Vec<usize> = y.chunks(s[0]).map(ops::argmax).collect();
+        assert_eq!(l.argmax_rows(&x, 3), want);
+        assert_eq!(l.argmax_blocks(&x, 3, 2), want);
+        assert_eq!(l.argmax_blocks(&x, 3, 1), want);
     }
 }

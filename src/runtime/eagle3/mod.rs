@@ -99,7 +99,8 @@ struct Weights {
 /// One depth of a forward over rows (pairs) `start..T-1`.
 #[derive(Debug, Clone)]
 pub struct DepthOut {
-    /// Draft-vocabulary logits `[rows, draft_vocab]` (before d2t).
+    /// Draft-vocabulary logits `[rows, draft_vocab]` (before d2t); empty where only the
+    /// proposals were asked for (pass A, the chain).
     pub logits: Vec<f32>,
     /// The pre-norm layer output g^k `[rows, H]`.
     pub hidden: Vec<f32>,
@@ -156,7 +157,7 @@ impl Eagle3 {
     /// Depth 0 at t depends only on x[..=t+1] and the taps at ..=t, so a sequence can be grown
     /// from it (tests build traces the draft agrees with this way).
     pub fn depth0_tokens(&self, x: &[u32], feats: &[f32]) -> Vec<u32> {
-        self.forward(x, feats, 0, 1, Feed::Truth)
+        self.forward(x, feats, 0, 1, Feed::Truth, false)
             .pop()
             .map(|d| d.pred)
             .unwrap_or_default()
@@ -168,7 +169,7 @@ impl Eagle3 {
     /// t of depth k is fed x[t+1+k] (token 0 past the end, as the reference pads), so rows
     /// t > T-2-k are padding.
     pub fn teacher_forced(&self, x: &[u32], feats: &[f32], depths: usize) -> Vec<DepthOut> {
-        self.forward(x, feats, 0, depths, Feed::Truth)
+        self.forward(x, feats, 0, depths, Feed::Truth, true)
     }
 
     /// Pass A over one sequence: depth matches for `depths` depths. `feats` is `[≥ T-1, 3·Ht]`
@@ -182,7 +183,7 @@ impl Eagle3 {
     ) -> Matches {
         let pairs = x.len().saturating_sub(1);
         let start = prompt_len.saturating_sub(1).min(pairs);
-        let outs = self.forward(x, feats, start, depths, Feed::Truth);
+        let outs = self.forward(x, feats, start, depths, Feed::Truth, false);
         let mut c = vec![0u32; pairs];
         for (d, out) in outs.iter().enumerate() {
             for (i, &p) in out.pred.iter().enumerate() {
@@ -219,6 +220,7 @@ impl Eagle3 {
         start: usize,
         depths: usize,
         feed: Feed,
+        keep_logits: bool,
     ) -> Vec<DepthOut> {
         let pairs = x.len().saturating_sub(1);
         let start = start.min(pairs);
@@ -278,11 +280,16 @@ impl Eagle3 {
             });
             let g = self.finish(&attn, &res, n);
             let normed = rms_norm(&g, h, &self.w.norm, self.eps);
-            let logits = self.w.lm_head.apply(&normed, n);
-            let pred = logits
-                .chunks(self.draft_vocab)
-                .map(|row| self.to_target(argmax(row)))
-                .collect();
+            // Pass A and the chain need only each row's argmax; the logits are kept for the
+            // teacher-forced pass the tests compare with the reference.
+            let (logits, best) = if keep_logits {
+                let l = self.w.lm_head.apply(&normed, n);
+                let best = l.chunks(self.draft_vocab).map(argmax).collect::<Vec<_>>();
+                (l, best)
+            } else {
+                (Vec::new(), self.w.lm_head.argmax_rows(&normed, n))
+            };
+            let pred = best.into_iter().map(|i| self.to_target(i)).collect();
             res = if self.norm_output { normed } else { g.clone() };
             outs.push(DepthOut {
                 logits,
@@ -384,7 +391,7 @@ impl super::Drafter for Eagle3 {
             return Vec::new();
         }
         let feats = self.feats(taps, pairs);
-        self.forward(x, &feats, pairs - 1, self.depths(steps), Feed::Own)
+        self.forward(x, &feats, pairs - 1, self.depths(steps), Feed::Own, false)
             .into_iter()
             .map(|d| d.pred[0])
             .collect()
@@ -515,7 +522,7 @@ mod tests {
         for d in [&a, &load("fixtures/tiny/eagle3-specforge")] {
             let full = d.teacher_forced(&x, &feats, 3);
             for start in [1, 9, t_len - 2] {
-                let part = d.forward(&x, &feats, start, 3, Feed::Truth);
+                let part = d.forward(&x, &feats, start, 3, Feed::Truth, true);
                 for (p, q) in part.iter().zip(&full) {
                     assert_eq!(p.pred, q.pred[start..]);
                     assert_eq!(p.logits, q.logits[start * d.draft_vocab..]);
