@@ -1,34 +1,62 @@
 //! The blocked matrix product of the CPU runtimes: `y [m, n] = x [m, k] · Wᵀ` (PyTorch
-//! `Linear`, `W` is `[out, in]`), with `W` kept in its stored precision (f32, BF16, F16 rows) and
-//! converted to f32 one panel of rows at a time inside the product, never as a whole-matrix
-//! copy. [`super::linear_ref`] is the spec; [`matmul_nt`] is tested against it under
-//! [`GEMM_REL_TOL`].
+//! `Linear`, `W` is `[out, in]`), with `W` kept in its stored precision (f32, BF16, F16 rows, or
+//! a packed quantized layout behind [`Decode`]) and converted to f32 one block at a time inside
+//! the product (the packing step), never as a whole-matrix copy. [`super::linear_ref`] is the
+//! spec; [`matmul_nt`] is tested against it under [`GEMM_REL_TOL`].
 //!
-//! Every output element is a dot product computed the same way whatever `m` is and wherever its
-//! row sits in the batch: 16 lane partial sums (lane `l` takes the inputs `p ≡ l (mod 16)`, in
-//! order, fused multiply-adds; a partial last chunk is masked to zeros), then one fixed
-//! reduction of the lanes. So a row's outputs do not depend on the rows beside it: the draft
-//! replay's incremental passes equal its teacher-forced one bit for bit, which the runtimes'
-//! tests require. (The `gemm` crate was measured first: its small-`m` kernels sum in another
-//! order than its large-`m` ones, so a row changed with the batch it was in.)
+//! Every output element is one chain of fused multiply-adds over `p = 0..k`, in order, starting
+//! from zero — computed the same way whatever `m` is and wherever its row sits in the batch.
+//! So a row's outputs do not depend on the rows beside it: the draft replay's incremental passes
+//! equal its teacher-forced one bit for bit, which the runtimes' tests require. (The `gemm`
+//! crate was measured first: its small-`m` kernels sum in another order than its large-`m`
+//! ones, so a row changed with the batch it was in.) The portable loop (no AVX-512F) runs the
+//! same chain with a separate multiply and add, which is `linear_ref`'s arithmetic exactly.
 //!
-//! The blocking: panels of [`PANEL`] weight rows in parallel (rayon); inside a panel, blocks of
-//! [`MC`] input rows × [`KC`] inputs whose lane partials live in a scratch buffer between
-//! k-blocks; inside a block, register tiles of 4 input rows × 4 weight rows (16 accumulator
-//! vectors). AVX-512F when the CPU has it (detected at run time), else a portable loop with the
-//! same lane structure (plain multiply-add: results are reproducible per path, not across
-//! paths).
+//! The blocking is the classical one (BLIS / GotoBLAS): `x` is packed once per call into
+//! micro-panels of [`MR`] rows (`[k][MR]`, zero rows past `m`); tasks of [`NC`] weight rows run
+//! in parallel (rayon); inside a task, for each k-block of [`KC`] inputs the weight rows are
+//! converted to f32 and packed transposed into strips of [`NR`] columns (`[KC][NR]`, zero
+//! columns past `n`), and a register micro-kernel of `MR × NR` accumulators (24 AVX-512 vectors)
+//! runs over every micro-panel × strip, each step three vector loads of weights and one
+//! broadcast per input row. The accumulators of a task live in a `[m, NC]` buffer between
+//! k-blocks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
 use crate::io::Dtype;
 
-/// Weight rows `[n, k]`, row-major, as stored: f32, or little-endian BF16 / F16 bytes.
-#[derive(Clone, Copy, Debug)]
+/// A packed weight layout that can expand any range of its row-major `[n, k]` elements to f32
+/// (a quantized module kept in memory as stored, its scales beside it).
+pub trait Decode: Sync {
+    /// Number of logical elements (`n · k`).
+    fn len(&self) -> usize;
+    /// Elements `from..from + out.len()` (row-major) as f32, exactly the values the format's
+    /// own dequantization gives.
+    fn decode(&self, from: usize, out: &mut [f32]);
+}
+
+/// Weight rows `[n, k]`, row-major, as stored: f32, little-endian BF16 / F16 bytes, or a packed
+/// layout.
+#[derive(Clone, Copy)]
 pub enum Rows<'a> {
     F32(&'a [f32]),
     Bf16(&'a [u8]),
     F16(&'a [u8]),
+    Packed(&'a dyn Decode),
+}
+
+impl std::fmt::Debug for Rows<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self {
+            Rows::F32(_) => "F32",
+            Rows::Bf16(_) => "Bf16",
+            Rows::F16(_) => "F16",
+            Rows::Packed(_) => "Packed",
+        };
+        write!(f, "Rows::{kind}({} elements)", self.len())
+    }
 }
 
 impl<'a> Rows<'a> {
@@ -47,6 +75,7 @@ impl<'a> Rows<'a> {
         match self {
             Rows::F32(w) => w.len(),
             Rows::Bf16(b) | Rows::F16(b) => b.len() / 2,
+            Rows::Packed(d) => d.len(),
         }
     }
 
@@ -55,38 +84,54 @@ impl<'a> Rows<'a> {
         self.len() == 0
     }
 
-    /// Elements `from..from + out.len()` as f32 (exact: BF16 and F16 widen without rounding).
+    /// Elements `from..from + out.len()` as f32 (exact: BF16 and F16 widen without rounding; a
+    /// packed layout gives its format's dequantized values).
     pub fn to_f32(&self, from: usize, out: &mut [f32]) {
         let to = from + out.len();
         match self {
             Rows::F32(w) => out.copy_from_slice(&w[from..to]),
             Rows::Bf16(b) => crate::io::dtype::to_f32_into(Dtype::BF16, &b[2 * from..2 * to], out),
             Rows::F16(b) => crate::io::dtype::to_f32_into(Dtype::F16, &b[2 * from..2 * to], out),
+            Rows::Packed(d) => d.decode(from, out),
         }
     }
 }
 
 /// The bound of [`matmul_nt`] against the sequential sum of [`super::linear_ref`], per output
-/// element, relative to `Σ_p |x_p · w_p|`: both sums carry at most `γ_k = k·u/(1 − k·u)` of that
-/// (u = 2⁻²⁴); the blocked product's partial sums run over register lanes and k-blocks, so in
-/// practice its error grows like √k·u. 2⁻¹⁴ (6.1e-5) holds every K the drafts have (≤ 21 504)
-/// by a wide margin on random and on the fixtures' weights (tested), and is far below the
-/// bf16 rounding (2⁻⁹) every weight already carries.
+/// element, relative to `Σ_p |x_p · w_p|`. Both run the same sequential order; the AVX-512 path
+/// fuses each multiply-add (one rounding instead of two), so the two differ by at most
+/// `γ_k = k·u/(1 − k·u)` of that magnitude (u = 2⁻²⁴) and in practice like √k·u. 2⁻¹⁴ (6.1e-5)
+/// holds every K the drafts have (≤ 21 504) by a wide margin on random and on the fixtures'
+/// weights (tested), and is far below the bf16 rounding (2⁻⁹) every weight already carries.
+/// The portable path equals `linear_ref` bit for bit.
 pub const GEMM_REL_TOL: f32 = 1.0 / 16384.0;
 
-/// Weight rows per panel (one task; converted to f32 in one buffer of `PANEL · k`).
-pub const PANEL: usize = 64;
-/// Input rows per block inside a panel.
-pub const MC: usize = 64;
-/// Inputs per k-block (a multiple of [`LANES`]).
+/// Input rows per micro-panel (register tile rows).
+pub const MR: usize = 8;
+/// Weight columns per strip (register tile columns: three 16-float vectors).
+pub const NR: usize = 48;
+/// Weight rows per task (four strips).
+pub const NC: usize = 4 * NR;
+/// Inputs per k-block.
 pub const KC: usize = 256;
-/// Lanes of the partial sums.
-pub const LANES: usize = 16;
-/// Register tile: input rows × weight rows.
-const TM: usize = 4;
-const TN: usize = 4;
 
-/// A raw output pointer shared by the panel tasks, each of which writes its own columns.
+/// Floating-point operations done by [`matmul_nt`] in this process (`2·m·n·k` a call) and the
+/// wall time spent inside it, for `kquant bench replay`'s share of the FMA peak.
+static FLOPS: AtomicU64 = AtomicU64::new(0);
+static NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// [`FLOPS`] so far.
+pub fn flops_done() -> u64 {
+    FLOPS.load(Ordering::Relaxed)
+}
+
+/// Wall seconds spent inside [`matmul_nt`] so far (the runtimes call it from one thread at a
+/// time; concurrent calls would count their overlap twice).
+pub fn seconds_in() -> f64 {
+    NANOS.load(Ordering::Relaxed) as f64 * 1e-9
+}
+
+/// A raw output pointer shared by the tasks, each of which writes its own columns.
 #[derive(Clone, Copy)]
 struct Out(*mut f32);
 // SAFETY: the tasks write disjoint column ranges of one `[m, n]` buffer that outlives them
@@ -95,85 +140,107 @@ unsafe impl Send for Out {}
 unsafe impl Sync for Out {}
 
 impl Out {
-    /// Store `v` at flat index `at` (a method, so that closures capture the whole `Out`, which
-    /// is `Sync`).
+    /// Copy `v` to flat indices `at..at + v.len()` (a method, so that closures capture the
+    /// whole `Out`, which is `Sync`).
     ///
     /// # Safety
-    /// `at` is inside the output buffer and no other task writes it.
-    unsafe fn put(self, at: usize, v: f32) {
+    /// The range is inside the output buffer and no other task writes it.
+    unsafe fn put(self, at: usize, v: &[f32]) {
         // SAFETY: the caller's contract.
-        unsafe { *self.0.add(at) = v }
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.0.add(at), v.len()) }
     }
 }
 
-/// Floating-point operations done by [`matmul_nt`] in this process (`2·m·n·k` a call), for
-/// `kquant bench replay`'s share of the FMA peak.
-static FLOPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// `x [m, k]` as micro-panels: panel `i` holds rows `i·MR..` as `[k][MR]`, zeros past `m`.
+fn pack_x(x: &[f32], m: usize, k: usize) -> Vec<f32> {
+    let mut xp = vec![0f32; m.div_ceil(MR) * k * MR];
+    xp.par_chunks_mut(k * MR).enumerate().for_each(|(i, dst)| {
+        for r in 0..MR.min(m - i * MR) {
+            let row = &x[(i * MR + r) * k..][..k];
+            for (d, &v) in dst[r..].iter_mut().step_by(MR).zip(row) {
+                *d = v;
+            }
+        }
+    });
+    xp
+}
 
-/// [`FLOPS`] so far.
-pub fn flops_done() -> u64 {
-    FLOPS.load(std::sync::atomic::Ordering::Relaxed)
+/// Weight rows `j0..j0 + nb`, inputs `pc..pc + kb`, as f32 strips `[KC][NR]` (strip `s` at
+/// `s·KC·NR`; zero columns past `nb`). `rows` is scratch for [`NR`] rows of `kb`.
+#[allow(clippy::too_many_arguments)]
+fn pack_w(
+    w: Rows<'_>,
+    k: usize,
+    j0: usize,
+    nb: usize,
+    pc: usize,
+    kb: usize,
+    bp: &mut [f32],
+    rows: &mut [f32],
+) {
+    for s in 0..nb.div_ceil(NR) {
+        let strip = &mut bp[s * KC * NR..][..kb * NR];
+        let cols = NR.min(nb - s * NR);
+        for c in 0..cols {
+            w.to_f32((j0 + s * NR + c) * k + pc, &mut rows[c * kb..][..kb]);
+        }
+        // Transpose: contiguous writes of NR columns per input.
+        for (p, dst) in strip.chunks_exact_mut(NR).enumerate() {
+            for (c, d) in dst[..cols].iter_mut().enumerate() {
+                *d = rows[c * kb + p];
+            }
+            dst[cols..].fill(0.0);
+        }
+    }
 }
 
 /// `y [m, n] = x [m, k] · Wᵀ` with `w` the `[n, k]` rows in their stored precision.
 pub fn matmul_nt(x: &[f32], m: usize, k: usize, w: Rows<'_>, n: usize) -> Vec<f32> {
+    matmul(x, m, k, w, n, has_avx512())
+}
+
+/// [`matmul_nt`] on the AVX-512 micro-kernel (`avx512`, which the caller has checked the CPU
+/// has) or the portable one.
+fn matmul(x: &[f32], m: usize, k: usize, w: Rows<'_>, n: usize, avx512: bool) -> Vec<f32> {
     assert_eq!(x.len(), m * k, "x is [m, k]");
     assert_eq!(w.len(), n * k, "w is [n, k]");
-    FLOPS.fetch_add(2 * (m * n * k) as u64, std::sync::atomic::Ordering::Relaxed);
+    let t0 = std::time::Instant::now();
+    FLOPS.fetch_add(2 * (m * n * k) as u64, Ordering::Relaxed);
     let mut y = vec![0f32; m * n];
     if m == 0 || n == 0 || k == 0 {
         return y;
     }
+    let xp = pack_x(x, m, k);
+    let panels = m.div_ceil(MR);
     let out = Out(y.as_mut_ptr());
-    let avx512 = has_avx512();
-    (0..n.div_ceil(PANEL)).into_par_iter().for_each_init(
-        || (Vec::new(), Vec::new()),
-        |(buf, acc): &mut (Vec<f32>, Vec<f32>), p| {
-            let j0 = p * PANEL;
-            let nb = PANEL.min(n - j0);
-            let panel: &[f32] = match w {
-                Rows::F32(w) => &w[j0 * k..(j0 + nb) * k],
-                _ => {
-                    buf.resize(nb * k, 0.0);
-                    w.to_f32(j0 * k, &mut buf[..nb * k]);
-                    &buf[..nb * k]
-                }
-            };
-            acc.resize(MC * PANEL * LANES, 0.0);
-            for i0 in (0..m).step_by(MC) {
-                let mb = MC.min(m - i0);
-                let acc = &mut acc[..mb * nb * LANES];
-                acc.fill(0.0);
-                for k0 in (0..k).step_by(KC) {
-                    let kb = KC.min(k - k0);
-                    block(x, k, i0, mb, panel, nb, k0, kb, acc, avx512);
-                }
-                for i in 0..mb {
-                    for j in 0..nb {
-                        let lanes = &acc[(i * nb + j) * LANES..][..LANES];
-                        // SAFETY: row i0 + i < m, column j0 + j < n, and columns j0..j0 + nb
-                        // are this task's alone.
-                        unsafe { out.put((i0 + i) * n + j0 + j, reduce(lanes)) };
+    (0..n.div_ceil(NC)).into_par_iter().for_each_init(
+        || (vec![0f32; KC * NC], vec![0f32; KC * NR], Vec::new()),
+        |(bp, rows, c): &mut (Vec<f32>, Vec<f32>, Vec<f32>), task| {
+            let j0 = task * NC;
+            let nb = NC.min(n - j0);
+            // The task's accumulators `[panels · MR, NC]`, zero before the first k-block.
+            c.clear();
+            c.resize(panels * MR * NC, 0.0);
+            for pc in (0..k).step_by(KC) {
+                let kb = KC.min(k - pc);
+                pack_w(w, k, j0, nb, pc, kb, bp, rows);
+                for i in 0..panels {
+                    let a = &xp[i * k * MR + pc * MR..][..kb * MR];
+                    let live = MR.min(m - i * MR);
+                    for s in 0..nb.div_ceil(NR) {
+                        let b = &bp[s * KC * NR..][..kb * NR];
+                        micro(a, b, kb, &mut c[i * MR * NC + s * NR..], live, avx512);
                     }
                 }
             }
+            for i in 0..m {
+                // SAFETY: row i < m, columns j0..j0 + nb ≤ n are this task's alone.
+                unsafe { out.put(i * n + j0, &c[i * NC..][..nb]) };
+            }
         },
     );
+    NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
     y
-}
-
-/// The lanes' sum, in one fixed order (pairwise: 8 + 8, 4 + 4, 2 + 2, 1 + 1).
-fn reduce(l: &[f32]) -> f32 {
-    let mut v = [0f32; LANES];
-    v.copy_from_slice(l);
-    let mut w = LANES / 2;
-    while w > 0 {
-        for i in 0..w {
-            v[i] += v[i + w];
-        }
-        w /= 2;
-    }
-    v[0]
 }
 
 fn has_avx512() -> bool {
@@ -187,125 +254,81 @@ fn has_avx512() -> bool {
     }
 }
 
-/// One block: input rows `i0..i0 + mb` × the panel's `nb` rows × inputs `k0..k0 + kb`, adding
-/// into `acc` (`[mb, nb, LANES]`). Tiles of 4 × 4; an edge tile repeats its last row (its
-/// extra results are not stored), so every element is computed by the same arithmetic.
-#[allow(clippy::too_many_arguments)]
-fn block(
-    x: &[f32],
-    k: usize,
-    i0: usize,
-    mb: usize,
-    panel: &[f32],
-    nb: usize,
-    k0: usize,
-    kb: usize,
-    acc: &mut [f32],
-    avx512: bool,
-) {
-    for ti in (0..mb).step_by(TM) {
-        for tj in (0..nb).step_by(TN) {
-            let rows: [usize; TM] = std::array::from_fn(|r| (ti + r).min(mb - 1));
-            let cols: [usize; TN] = std::array::from_fn(|c| (tj + c).min(nb - 1));
-            let xs: [&[f32]; TM] = std::array::from_fn(|r| &x[(i0 + rows[r]) * k + k0..][..kb]);
-            let ws: [&[f32]; TN] = std::array::from_fn(|c| &panel[cols[c] * k + k0..][..kb]);
-            let mut tile = [[0f32; LANES]; TM * TN];
-            for r in 0..TM {
-                for c in 0..TN {
-                    tile[r * TN + c]
-                        .copy_from_slice(&acc[(rows[r] * nb + cols[c]) * LANES..][..LANES]);
-                }
+/// One micro-tile: `c [rows, NR]` (row stride [`NC`]) += `a [kb][MR]` · `b [kb][NR]`, over the
+/// first `rows` rows of the micro-panel (the others are padding and not computed).
+fn micro(a: &[f32], b: &[f32], kb: usize, c: &mut [f32], rows: usize, avx512: bool) {
+    assert!(
+        a.len() >= kb * MR && b.len() >= kb * NR && (1..=MR).contains(&rows),
+        "micro-tile operands"
+    );
+    assert!(c.len() >= (rows - 1) * NC + NR, "micro-tile accumulators");
+    #[cfg(target_arch = "x86_64")]
+    if avx512 {
+        // SAFETY: the CPU has AVX-512F (the caller checked); the operand lengths are asserted
+        // above.
+        unsafe {
+            match rows {
+                8 => micro_avx512::<8>(a, b, kb, c),
+                7 => micro_avx512::<7>(a, b, kb, c),
+                6 => micro_avx512::<6>(a, b, kb, c),
+                5 => micro_avx512::<5>(a, b, kb, c),
+                4 => micro_avx512::<4>(a, b, kb, c),
+                3 => micro_avx512::<3>(a, b, kb, c),
+                2 => micro_avx512::<2>(a, b, kb, c),
+                _ => micro_avx512::<1>(a, b, kb, c),
             }
-            #[cfg(target_arch = "x86_64")]
-            if avx512 {
-                // SAFETY: the CPU has AVX-512F (`has_avx512`); every slice is `kb` long.
-                unsafe { tile_avx512(&xs, &ws, kb, &mut tile) };
-            } else {
-                tile_portable(&xs, &ws, kb, &mut tile);
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            {
-                let _ = avx512;
-                tile_portable(&xs, &ws, kb, &mut tile);
-            }
-            for r in 0..TM {
-                if ti + r >= mb {
-                    break;
-                }
-                for c in 0..TN {
-                    if tj + c >= nb {
-                        break;
-                    }
-                    acc[(rows[r] * nb + cols[c]) * LANES..][..LANES]
-                        .copy_from_slice(&tile[r * TN + c]);
-                }
+        }
+        return;
+    }
+    let _ = avx512;
+    micro_portable(a, b, kb, c, rows);
+}
+
+/// The portable micro-tile: the same chain per element, multiply then add.
+fn micro_portable(a: &[f32], b: &[f32], kb: usize, c: &mut [f32], rows: usize) {
+    for r in 0..rows {
+        let cr = &mut c[r * NC..][..NR];
+        for p in 0..kb {
+            let av = a[p * MR + r];
+            for (acc, &bv) in cr.iter_mut().zip(&b[p * NR..][..NR]) {
+                *acc += av * bv;
             }
         }
     }
 }
 
-/// The portable tile: the lane structure of the AVX-512 one, multiply then add.
-fn tile_portable(
-    xs: &[&[f32]; TM],
-    ws: &[&[f32]; TN],
-    kb: usize,
-    tile: &mut [[f32; LANES]; TM * TN],
-) {
-    for p0 in (0..kb).step_by(LANES) {
-        let len = LANES.min(kb - p0);
-        for r in 0..TM {
-            for c in 0..TN {
-                let t = &mut tile[r * TN + c];
-                for l in 0..len {
-                    t[l] += xs[r][p0 + l] * ws[c][p0 + l];
-                }
-            }
-        }
-    }
-}
-
-/// The AVX-512 tile: 16 accumulator vectors, fused multiply-adds, a masked last chunk.
+/// The AVX-512 micro-tile: `R × 3` accumulator vectors, one fused multiply-add per input.
 ///
 /// # Safety
-/// The CPU has AVX-512F, and every slice of `xs` and `ws` is `kb` long.
+/// The CPU has AVX-512F; `a.len() ≥ kb·MR`, `b.len() ≥ kb·NR`, and `c` holds `R` rows of
+/// stride [`NC`] of at least [`NR`] floats each.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_avx512(
-    xs: &[&[f32]; TM],
-    ws: &[&[f32]; TN],
-    kb: usize,
-    tile: &mut [[f32; LANES]; TM * TN],
-) {
+unsafe fn micro_avx512<const R: usize>(a: &[f32], b: &[f32], kb: usize, c: &mut [f32]) {
     use std::arch::x86_64::*;
-    // SAFETY (every load and store below): loads read `LANES` floats at `p0 < kb - LANES + 1`
-    // (full chunks) or masked to the `kb - p0` valid ones; the tile arrays are `LANES` long.
+    // SAFETY (every load and store): rows r < R of `c` at r·NC + {0, 16, 32} (16 floats each,
+    // inside NR); `b` at p·NR + {0, 16, 32} for p < kb; `a` at p·MR + r, r < R ≤ MR.
     unsafe {
-        let mut a: [__m512; TM * TN] = std::array::from_fn(|i| _mm512_loadu_ps(tile[i].as_ptr()));
-        let full = kb / LANES * LANES;
-        let mut p0 = 0;
-        while p0 < full {
-            let xv: [__m512; TM] = std::array::from_fn(|r| _mm512_loadu_ps(xs[r].as_ptr().add(p0)));
-            for c in 0..TN {
-                let wv = _mm512_loadu_ps(ws[c].as_ptr().add(p0));
-                for r in 0..TM {
-                    a[r * TN + c] = _mm512_fmadd_ps(xv[r], wv, a[r * TN + c]);
-                }
-            }
-            p0 += LANES;
-        }
-        if full < kb {
-            let mask: __mmask16 = (1u32 << (kb - full)).wrapping_sub(1) as __mmask16;
-            let xv: [__m512; TM] =
-                std::array::from_fn(|r| _mm512_maskz_loadu_ps(mask, xs[r].as_ptr().add(full)));
-            for c in 0..TN {
-                let wv = _mm512_maskz_loadu_ps(mask, ws[c].as_ptr().add(full));
-                for r in 0..TM {
-                    a[r * TN + c] = _mm512_fmadd_ps(xv[r], wv, a[r * TN + c]);
-                }
+        let cp = c.as_mut_ptr();
+        let mut acc: [[__m512; 3]; R] = std::array::from_fn(|r| {
+            std::array::from_fn(|v| _mm512_loadu_ps(cp.add(r * NC + 16 * v)))
+        });
+        let (ap, bp) = (a.as_ptr(), b.as_ptr());
+        for p in 0..kb {
+            let b0 = _mm512_loadu_ps(bp.add(p * NR));
+            let b1 = _mm512_loadu_ps(bp.add(p * NR + 16));
+            let b2 = _mm512_loadu_ps(bp.add(p * NR + 32));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*ap.add(p * MR + r));
+                acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+                acc[2] = _mm512_fmadd_ps(av, b2, acc[2]);
             }
         }
-        for (t, v) in tile.iter_mut().zip(a) {
-            _mm512_storeu_ps(t.as_mut_ptr(), v);
+        for (r, acc) in acc.iter().enumerate() {
+            for (v, &x) in acc.iter().enumerate() {
+                _mm512_storeu_ps(cp.add(r * NC + 16 * v), x);
+            }
         }
     }
 }
@@ -338,6 +361,7 @@ mod tests {
             (17, 333, 65),
             (64, 1024, 256),
             (3, 4096, 70),
+            (9, 700, 2 * NC + 7),
         ] {
             let x = data(m * k, 1);
             let w = data(n * k, 2);
@@ -379,11 +403,11 @@ mod tests {
 
     /// A row's outputs do not depend on the rows beside it or how many there are (what the
     /// runtimes' incremental and teacher-forced passes need), for every stored precision and
-    /// across the block edges (MC, TM) and a k that is not a multiple of the lanes.
+    /// across the micro-panel edges (MR) and a k that is not a multiple of a vector.
     #[test]
     fn rows_do_not_depend_on_the_batch() {
         let (k, n) = (300, 70);
-        let m = MC + 9;
+        let m = 2 * MR + 5;
         let x = data(m * k, 3);
         let w = data(n * k, 4);
         let bytes: Vec<u8> = w
@@ -392,16 +416,70 @@ mod tests {
             .collect();
         for rows in [Rows::F32(&w), Rows::Bf16(&bytes)] {
             let full = matmul_nt(&x, m, k, rows, n);
-            for start in [1, 3, 4, 9, MC - 1, MC, m - 2, m - 1] {
+            for start in [1, 3, 4, MR - 1, MR, MR + 1, m - 2, m - 1] {
                 let part = matmul_nt(&x[start * k..], m - start, k, rows, n);
                 assert!(part == full[start * n..], "start {start}");
             }
         }
     }
 
+    /// The portable micro-kernel is `linear_ref`'s arithmetic (the same sequential chain,
+    /// multiply then add) bit for bit, across task, strip, micro-panel and k-block edges.
+    #[test]
+    fn portable_path_is_the_reference_bit_for_bit() {
+        let (m, k, n) = (MR + 3, KC + 37, NC + NR + 5);
+        let x = data(m * k, 5);
+        let w = data(n * k, 6);
+        assert!(matmul(&x, m, k, Rows::F32(&w), n, false) == linear_ref(&x, m, k, &w, n));
+    }
+
     #[test]
     fn empty_shapes() {
         assert!(matmul_nt(&[], 0, 4, Rows::F32(&[0.0; 8]), 2).is_empty());
         assert_eq!(matmul_nt(&[], 2, 0, Rows::F32(&[]), 3), vec![0.0; 6]);
+    }
+}
+
+/// `cargo test --release --lib gemm_speed -- --ignored --nocapture`: the product's FLOP/s at
+/// the Kimi draft's shapes on one thread, against the one-thread FMA peak measured beside it
+/// (a tuning aid; `kquant bench replay` reports the figure that counts).
+#[cfg(test)]
+mod speed {
+    use super::*;
+
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn gemm_speed() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let peak = crate::ops::peak::measure(1, 0.5);
+            for (m, k, n) in [
+                (448, 7168, 4096),
+                (448, 18432, 1024),
+                (64, 7168, 4096),
+                (1, 7168, 4096),
+            ] {
+                let x: Vec<f32> = (0..m * k).map(|i| (i % 97) as f32 * 0.01).collect();
+                let w: Vec<u8> = (0..n * k)
+                    .flat_map(|i| half::bf16::from_f32((i % 89) as f32 * 0.01).to_le_bytes())
+                    .collect();
+                let t = std::time::Instant::now();
+                let mut reps = 0;
+                while t.elapsed().as_secs_f64() < 1.0 {
+                    std::hint::black_box(matmul_nt(&x, m, k, Rows::Bf16(&w), n));
+                    reps += 1;
+                }
+                let f = 2.0 * (m * n * k * reps) as f64 / t.elapsed().as_secs_f64();
+                eprintln!(
+                    "m {m:4} k {k:5} n {n:5}: {:6.1} GFLOP/s = {:3.0} % of {:.1}",
+                    f / 1e9,
+                    100.0 * f / peak.flops,
+                    peak.flops / 1e9
+                );
+            }
+        });
     }
 }
