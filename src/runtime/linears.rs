@@ -1,33 +1,37 @@
 //! The draft runtimes' decoder linears, behind one hook: every `y = x · Wᵀ` of the EAGLE-3
 //! (Llama and MLA attention) and DFlash forwards goes through [`Linear::apply`], which runs
-//! either the CPU path (the blocked product `ops::gemm::matmul_nt`, with unquantized BF16 / F16
-//! weights kept as stored and quantized ones dequantized at load; [`Linear::apply_ref`] is the
-//! plain `ops::linear_ref` reference it is tested against) or a device-resident
-//! quantized layer ([`gpu::DeviceLinear`], `kquant verify --device cuda|hip|cpu-emu`). A shared
-//! observer can record the abs-max of every linear's input (`kquant calibrate`: NVFP4 W4A4's
-//! static input scales), and the first device failure is kept for the replay to report as an
-//! error instead of a panic inside a forward pass.
+//! either the CPU path — the blocked product `ops::gemm::matmul_nt` over the weights as they
+//! are stored: unquantized BF16 / F16 tensors as their bytes, quantized INT4 / INT8 / FP8
+//! modules as their codes and scales (`runtime::packed`), expanded a block at a time inside the
+//! product; only NVFP4 and Quark's `int4_fp8` are dequantized to f32 at load.
+//! [`Linear::apply_ref`] is the plain `ops::linear_ref` reference it is tested against — or a
+//! device-resident quantized layer ([`gpu::DeviceLinear`], `kquant verify --device
+//! cuda|hip|cpu-emu`). A shared observer can record the abs-max of every linear's input
+//! (`kquant calibrate`: NVFP4 W4A4's static input scales), and the first device failure is kept
+//! for the replay to report as an error instead of a panic inside a forward pass.
 //!
 //! Which modules go to a device ([`LinearSet::load`]): the quantized ones whose stored layout the
 //! INT4 kernels take (`gpu::W4Layout::from_module`: INT4 per channel / per group, symmetric) with
 //! K a multiple of 8; everything else — unquantized tensors (the drafts' lm_head and fc unless
-//! quantized), FP8, NVFP4, asymmetric UINT4 — stays on the f32 path and is listed by
+//! quantized), FP8, NVFP4, asymmetric UINT4 — stays on the CPU path and is listed by
 //! [`LinearSet::placement`].
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::packed::Packed;
 use crate::error::{Error, Result};
 use crate::gpu::{self, Act, Backend, GpuError, W4Layout};
 use crate::io::Dtype;
-use crate::ops::{self, gemm, gemm::Rows};
+use crate::ops::gemm::{Decode, Rows};
+use crate::ops::{self, gemm};
 use crate::quant::decode::Logical;
 
 /// Where a draft's quantized linears run.
 #[derive(Clone)]
 pub enum Exec {
-    /// Every linear on the CPU in f32 over weights dequantized at load (the reference runtime).
+    /// Every linear on the CPU, over the weights as stored (the reference runtime).
     F32,
     /// Quantized INT4 linears on `dev` with activations rounded to `act`; the rest in f32.
     Device { dev: Arc<dyn Backend>, act: Act },
@@ -67,6 +71,9 @@ enum Kind {
     /// f32 rows: a quantized module dequantized at load (each format's own arithmetic), or an
     /// F32 tensor.
     F32(Vec<f32>),
+    /// A quantized module kept as its codes and scales (INT4 two to a byte, FP8 one), expanded
+    /// a block at a time inside the product to exactly the format's dequantized values.
+    Packed(Packed),
     /// An unquantized BF16 / F16 tensor kept as stored (two bytes a weight, half of f32), widened
     /// a panel of rows at a time inside the product (`ops::gemm`).
     Half {
@@ -115,6 +122,11 @@ impl Linear {
                 crate::io::dtype::to_f32(*dtype, bytes, &mut w);
                 ops::linear_ref(x, m, self.k, &w, self.n)
             }
+            Kind::Packed(p) => {
+                let mut w = vec![0f32; p.elements()];
+                p.decode(0, &mut w);
+                ops::linear_ref(x, m, self.k, &w, self.n)
+            }
             Kind::Device(l) => self.on_device(l, x, m),
         }
     }
@@ -154,6 +166,7 @@ impl Linear {
         match &self.kind {
             Kind::F32(w) => Some(Rows::F32(w)),
             Kind::Half { dtype, bytes } => Rows::from_bytes(*dtype, bytes),
+            Kind::Packed(p) => Some(Rows::Packed(p)),
             Kind::Device(_) => None,
         }
     }
@@ -264,7 +277,10 @@ impl LinearSet {
                     bytes,
                 }
             }
-            (None, None) => Kind::F32(lg.read_f32(name).ok_or_else(missing)?),
+            (None, None) => match qm.and_then(|m| Packed::load(lg, m)) {
+                Some(p) => Kind::Packed(p),
+                None => Kind::F32(lg.read_f32(name).ok_or_else(missing)?),
+            },
         };
         Ok(Linear {
             module,

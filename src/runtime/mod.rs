@@ -7,6 +7,7 @@ pub mod dflash;
 pub mod eagle3;
 pub mod linears;
 pub mod matches;
+pub mod packed;
 pub mod rope;
 pub mod weights;
 
