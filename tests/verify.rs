@@ -351,3 +351,78 @@ fn a_trace_without_the_drafts_taps_is_refused() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("missing [5]"), "{e}");
 }
+
+/// `--after-miss skip` stops each EAGLE-3 chain at its first miss: on the trained tiny draft
+/// and its captured trace (AL ≈ 3, so most roots reach the later depths), the gate's accept
+/// length, the all-positions mean, the SGLang convention, the rounds and the conditional
+/// per-depth rates equal the full pass's exactly; the unconditional rates and the simulated AL
+/// are null (not measured), and the report says so. A block drafter (DFlash) has nothing to
+/// skip: its report keeps every figure.
+#[test]
+fn after_miss_skip_keeps_every_walk_figure_and_drops_only_the_unconditional_ones() {
+    let fix = root().join("fixtures/kimi-k2.5-tiny");
+    let run = |draft: &str, mode: &str| -> (Value, String) {
+        let o = kquant(&[
+            "verify",
+            "--draft",
+            fix.join(draft).to_str().unwrap(),
+            "--trace",
+            fix.join("trace").to_str().unwrap(),
+            "--target-checkpoint",
+            fix.join("target").to_str().unwrap(),
+            "--after-miss",
+            mode,
+            "--json",
+            "-",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+        let table = kquant(&[
+            "verify",
+            "--draft",
+            fix.join(draft).to_str().unwrap(),
+            "--trace",
+            fix.join("trace").to_str().unwrap(),
+            "--target-checkpoint",
+            fix.join("target").to_str().unwrap(),
+            "--after-miss",
+            mode,
+            "--limit",
+            "1",
+        ]);
+        (
+            serde_json::from_slice(&o.stdout).unwrap(),
+            String::from_utf8_lossy(&table.stdout).to_string(),
+        )
+    };
+    let (full, full_table) = run("eagle3", "run");
+    let (skip, skip_table) = run("eagle3", "skip");
+    assert_eq!(
+        (&full["after_miss"], &skip["after_miss"]),
+        (&"run".into(), &"skip".into())
+    );
+    let al = full["draft"]["accept_length"].as_f64().unwrap();
+    assert!(al > 2.0, "most roots reach depth 1: AL {al}");
+    for k in [
+        "accept_length",
+        "accept_length_sglang_request",
+        "accept_length_all_positions",
+        "conditional_acceptance",
+        "rounds",
+    ] {
+        assert_eq!(full["draft"][k], skip["draft"][k], "{k}");
+    }
+    for (c, v) in full["per_category"].as_object().unwrap() {
+        assert_eq!(v["draft"], skip["per_category"][c]["draft"], "{c}");
+    }
+    for k in ["unconditional_acceptance", "simulated_accept_length"] {
+        assert!(
+            full["draft"][k].is_array() || full["draft"][k].is_f64(),
+            "{k}"
+        );
+        assert!(skip["draft"][k].is_null(), "{k}: {}", skip["draft"][k]);
+    }
+    assert!(skip_table.contains("--after-miss skip"), "{skip_table}");
+    assert!(!full_table.contains("--after-miss"), "{full_table}");
+    let (dflash, _) = run("dflash", "skip");
+    assert!(dflash["draft"]["unconditional_acceptance"].is_array());
+}

@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::checkpoint::Checkpoint;
 use crate::cli::human_bytes;
 use crate::error::{Error, Result};
-use crate::verify::drafters::load_drafter;
+use crate::verify::drafters::{load_drafter, sample_matches, AfterMiss};
 use crate::verify::synthetic::{self, TraceShape};
 use crate::verify::trace::Trace;
 use crate::verify::walk::{walk, Walk};
@@ -49,6 +49,11 @@ pub struct Args {
     /// Target checkpoint, for drafts that run with its embedding (and lm_head).
     #[arg(long)]
     pub target_checkpoint: Option<String>,
+    /// What pass A computes after a root's first miss (`run`: every depth, as `verify`'s
+    /// default; `skip`: an EAGLE-3 chain stops at the first miss). A synthetic trace's random
+    /// tokens match almost nothing, so `skip` there times depth 0 alone.
+    #[arg(long, value_enum, default_value_t = AfterMiss::Run)]
+    pub after_miss: AfterMiss,
     /// Print the figures as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -160,10 +165,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .collect::<Result<_>>()?;
         taps_s += t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let m = d.matches(&x, &taps, s.prompt_len, a.steps);
+        let (m, skipped) =
+            sample_matches(d.as_ref(), &x, &taps, s.prompt_len, a.steps, a.after_miss);
         pass_a_s += t.elapsed().as_secs_f64();
         let t = Instant::now();
-        total.add(&walk(&m));
+        let mut w = walk(&m);
+        w.after_miss_skipped = skipped;
+        total.add(&w);
         pass_b_s += t.elapsed().as_secs_f64();
         positions += s.gen_len as u64;
     }
@@ -187,6 +195,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "samples": tr.manifest.samples.len(),
         "positions": positions,
         "steps": a.steps,
+        "after_miss": a.after_miss,
+        "after_miss_skipped": total.after_miss_skipped,
         "depths": depths,
         "load_s": load_s,
         "trace_s": trace_s,
@@ -237,7 +247,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         println!("taps → f32      {taps_s:.2} s");
         println!(
-            "pass A          {pass_a_s:.2} s, {depths} depths: {td_per_s:.1} token·depths/s ({:.2} positions/s)",
+            "pass A          {pass_a_s:.2} s, {depths} depths{}: {td_per_s:.1} token·depths/s ({:.2} positions/s)",
+            if total.after_miss_skipped { ", after a miss skipped" } else { "" },
             positions as f64 / pass_a_s
         );
         println!(

@@ -79,7 +79,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
         eprintln!("warning: {}", printable(w));
     }
     d.linears().observe(true);
-    let walks = replay_first(d.as_ref(), &trace, a.steps, limit, &|_| {})?;
+    let walks = replay_first(
+        d.as_ref(),
+        &trace,
+        a.steps,
+        crate::verify::drafters::AfterMiss::Run,
+        limit,
+        &|_| {},
+    )?;
     d.linears().observe(false);
     let amax = d.linears().input_amax();
     if let Some((m, _)) = amax.iter().find(|(_, v)| !v.is_finite()) {

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::io::output;
 use crate::runtime::deepseek::DeepseekV3;
 use crate::verify::capture;
-use crate::verify::drafters::{load_drafter, replay};
+use crate::verify::drafters::{load_drafter, replay, AfterMiss};
 use crate::verify::gate::{decide, Thresholds};
 use crate::verify::profile::{self, Profile};
 use crate::verify::report::{self, Run};
@@ -50,6 +50,13 @@ pub struct Args {
     /// those prompts). At least 1.
     #[arg(long, value_parser = flags::limit)]
     pub limit: Option<usize>,
+    /// What pass A computes after a root's first miss: `run` (every depth of every root, so
+    /// every figure, the unconditional per-depth rates and the simulated AL included) or `skip`
+    /// (an EAGLE-3 chain stops at the first miss: the gate's accept length, the all-positions AL
+    /// and the conditional rates exactly, for the accepted rows' work only; `kquant bench
+    /// replay --after-miss` measures both). The report states which.
+    #[arg(long, value_enum, default_value_t = AfterMiss::Run)]
+    pub after_miss: AfterMiss,
     /// Fail when ΔAL (draft − baseline) < −this (a finite number in -1000..=1000; negative
     /// asks for an improvement).
     #[arg(long, default_value_t = 0.03, value_parser = flags::max_regression)]
@@ -76,6 +83,7 @@ fn run_draft(
     trace: &Trace,
     target: Option<&Checkpoint>,
     steps: usize,
+    after_miss: AfterMiss,
     exec: &crate::runtime::linears::Exec,
 ) -> Result<(Run, usize)> {
     let d = load_drafter(spec, target, exec)?;
@@ -93,7 +101,7 @@ fn run_draft(
         .map(|s| s.gen_len as u64)
         .sum();
     let pb = crate::cli::progress(total, &format!("replay {}", crate::escape::printable(spec)));
-    let samples = replay(d.as_ref(), trace, steps, &|n| pb.inc(n));
+    let samples = replay(d.as_ref(), trace, steps, after_miss, &|n| pb.inc(n));
     pb.finish_and_clear();
     let samples = samples?;
     Ok((
@@ -257,7 +265,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let target = target_spec.as_deref().map(Checkpoint::open).transpose()?;
     let steps = a.steps;
-    let (draft, depths) = run_draft(&a.draft, &trace, target.as_ref(), steps, &exec)?;
+    let (draft, depths) = run_draft(
+        &a.draft,
+        &trace,
+        target.as_ref(),
+        steps,
+        a.after_miss,
+        &exec,
+    )?;
     let positions: u64 = draft.samples.iter().map(|w| w.positions).sum();
     if positions == 0 {
         return Err(Error::Source {
@@ -285,7 +300,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 samples,
             })
         }
-        Some(b) => Some(run_draft(b, &trace, target.as_ref(), steps, &exec)?.0),
+        Some(b) => Some(run_draft(b, &trace, target.as_ref(), steps, a.after_miss, &exec)?.0),
     };
     let all: Vec<&Walk> = draft.samples.iter().collect();
     let delta = baseline
@@ -313,6 +328,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // The work cap, stated: what a figure over a capped trace stands for.
     rep["limit_per_category"] = serde_json::json!(a.limit);
     rep["samples_replayed"] = serde_json::json!(trace.manifest.samples.len());
+    rep["after_miss"] = serde_json::json!(a.after_miss);
     let json_to_stdout = a.json.as_deref() == Some(std::path::Path::new("-"));
     if json_to_stdout {
         println!("{}", serde_json::to_string_pretty(&rep).expect("JSON"));

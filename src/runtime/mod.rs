@@ -35,6 +35,18 @@ pub trait Drafter: Send + Sync {
     /// Depth matches over one sequence: `x` the T tokens, `taps[j]` the `[T, target_hidden]`
     /// rows of tap `taps()[j]`, `prompt_len` P.
     fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, steps: usize) -> Matches;
+    /// [`Drafter::matches`] computing a root's depth k only where its depths < k all matched:
+    /// the leading-match counts exactly, the bits after a root's first miss 0. `None` where that
+    /// saves nothing (a block drafter computes every depth of a block at once).
+    fn matches_accepted(
+        &self,
+        _x: &[u32],
+        _taps: &[Vec<f32>],
+        _prompt_len: usize,
+        _steps: usize,
+    ) -> Option<Matches> {
+        None
+    }
     /// The draft's own proposals after the last token of `x` (the root), as the engine's draft
     /// step makes them: `depths(steps)` target ids. `taps[j]` holds at least the rows of
     /// positions `0..x.len() - 1` (rows from `x.len() - 1` on are ignored).

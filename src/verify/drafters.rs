@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::runtime::dflash::{DFlash, TargetHead};
 use crate::runtime::eagle3::Eagle3;
 use crate::runtime::linears::Exec;
+use crate::runtime::matches::Matches;
 use crate::runtime::Drafter;
 use crate::verify::trace::Trace;
 use crate::verify::walk::{walk, Walk};
@@ -93,15 +94,46 @@ pub fn load_drafter(
     Ok(d)
 }
 
+/// What pass A computes after a root's first miss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AfterMiss {
+    /// Every depth of every root, teacher-forced: every figure, the unconditional per-depth
+    /// rates and the simulated accept length included.
+    Run,
+    /// Depth k of a root only where its depths < k all matched (EAGLE-3 chains; a block
+    /// drafter computes a block at once): the walk's accept length, the all-positions mean and
+    /// the conditional rates exactly, not the unconditional rates.
+    Skip,
+}
+
 /// Pass A + pass B over every trace sample for one drafter; `progress` gets each sample's
 /// generated positions once it is replayed.
 pub fn replay(
     d: &dyn Drafter,
     trace: &Trace,
     steps: usize,
+    after_miss: AfterMiss,
     progress: &dyn Fn(u64),
 ) -> Result<Vec<Walk>> {
-    replay_first(d, trace, steps, usize::MAX, progress)
+    replay_first(d, trace, steps, after_miss, usize::MAX, progress)
+}
+
+/// Pass A of one sample: its depth matches, and whether the depths after a miss were skipped.
+pub fn sample_matches(
+    d: &dyn Drafter,
+    x: &[u32],
+    taps: &[Vec<f32>],
+    prompt_len: usize,
+    steps: usize,
+    after_miss: AfterMiss,
+) -> (Matches, bool) {
+    if after_miss == AfterMiss::Skip {
+        if let Some(m) = d.matches_accepted(x, taps, prompt_len, steps) {
+            return (m, true);
+        }
+    }
+    (d.matches(x, taps, prompt_len, steps), false)
 }
 
 /// [`replay`] over the first `limit` samples of the trace.
@@ -109,6 +141,7 @@ pub fn replay_first(
     d: &dyn Drafter,
     trace: &Trace,
     steps: usize,
+    after_miss: AfterMiss,
     limit: usize,
     progress: &dyn Fn(u64),
 ) -> Result<Vec<Walk>> {
@@ -120,7 +153,10 @@ pub fn replay_first(
             .iter()
             .map(|&t| trace.tap(s, t))
             .collect::<Result<_>>()?;
-        samples.push(walk(&d.matches(&x, &taps, s.prompt_len, steps)));
+        let (m, skipped) = sample_matches(d, &x, &taps, s.prompt_len, steps, after_miss);
+        let mut w = walk(&m);
+        w.after_miss_skipped = skipped;
+        samples.push(w);
         if let Some(e) = d.linears().take_error() {
             return Err(e);
         }

@@ -30,8 +30,9 @@ fn stats(w: &Walk) -> Value {
         "accept_length_sglang_request": w.al_sglang_request(),
         "accept_length_all_positions": w.al_allpos(),
         "conditional_acceptance": w.conditional(),
-        "unconditional_acceptance": w.unconditional(),
-        "simulated_accept_length": w.simulated(),
+        // Not measured when pass A skipped the depths after a miss (`--after-miss skip`).
+        "unconditional_acceptance": (!w.after_miss_skipped).then(|| w.unconditional()),
+        "simulated_accept_length": (!w.after_miss_skipped).then(|| w.simulated()),
         "rounds": w.rounds,
     })
 }
@@ -112,6 +113,9 @@ pub fn table(r: &Value) -> String {
             "work capped by --limit: the first {l} samples of each category ({} replayed)\n",
             r["samples_replayed"]
         ));
+    }
+    if r["after_miss"] == "skip" {
+        s.push_str("pass A skipped the depths after a miss (--after-miss skip): no unconditional per-depth rates, no simulated AL\n");
     }
     s.push_str(&format!(
         "{:<14} {:>4} {:>12} {:>10} {:>9}\n",

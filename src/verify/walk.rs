@@ -23,6 +23,10 @@ pub struct Walk {
     pub cond_num: Vec<u64>,
     /// Per depth k: positions where depth k matched (unconditional, teacher-forced).
     pub uncond: Vec<u64>,
+    /// The depths after a root's first miss were not computed (`--after-miss skip`): `uncond`
+    /// undercounts, and neither the unconditional rates nor the simulated accept length are
+    /// measured.
+    pub after_miss_skipped: bool,
 }
 
 impl Walk {
@@ -80,6 +84,7 @@ impl Walk {
         s
     }
     pub fn add(&mut self, o: &Walk) {
+        self.after_miss_skipped |= o.after_miss_skipped;
         self.rounds += o.rounds;
         self.committed += o.committed;
         self.positions += o.positions;

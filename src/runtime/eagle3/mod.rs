@@ -100,11 +100,13 @@ struct Weights {
 #[derive(Debug, Clone)]
 pub struct DepthOut {
     /// Draft-vocabulary logits `[rows, draft_vocab]` (before d2t); empty where only the
-    /// proposals were asked for (pass A, the chain).
+    /// proposals were asked for (pass A, the chain). With `Feed::Accepted` the logits and the
+    /// hidden states cover the computed rows only, in order.
     pub logits: Vec<f32>,
     /// The pre-norm layer output g^k `[rows, H]`.
     pub hidden: Vec<f32>,
-    /// The proposal per row: the logits' argmax mapped to a target id (d2t).
+    /// The proposal per row: the logits' argmax mapped to a target id (d2t); [`NOT_COMPUTED`]
+    /// for a row the depth skipped.
     pub pred: Vec<u32>,
 }
 
@@ -115,7 +117,14 @@ enum Feed {
     Truth,
     /// The draft's own depth k−1 proposal: the engine's chain.
     Own,
+    /// The ground truth, to the rows whose depths < k all matched only (a row stops at its
+    /// first miss): what the walk's accept length needs, not the unconditional rates.
+    Accepted,
 }
+
+/// The proposal of a row a depth did not compute ([`Eagle3::depth_matches_accepted`]): no
+/// token id, so it matches nothing.
+pub const NOT_COMPUTED: u32 = u32::MAX;
 
 impl Eagle3 {
     /// The attention variant (its dimensions and projections).
@@ -181,9 +190,34 @@ impl Eagle3 {
         prompt_len: usize,
         depths: usize,
     ) -> Matches {
+        self.matches_fed(x, feats, prompt_len, depths, Feed::Truth)
+    }
+
+    /// [`Eagle3::depth_matches`] computing depth k of a root only where its depths < k all
+    /// matched: the leading-match counts (so the walk's accept length, the all-positions mean and
+    /// the conditional rates) are the full pass's exactly, at the cost of the accepted rows only;
+    /// the bits after a root's first miss are 0, so the unconditional rates cannot be read.
+    pub fn depth_matches_accepted(
+        &self,
+        x: &[u32],
+        feats: &[f32],
+        prompt_len: usize,
+        depths: usize,
+    ) -> Matches {
+        self.matches_fed(x, feats, prompt_len, depths, Feed::Accepted)
+    }
+
+    fn matches_fed(
+        &self,
+        x: &[u32],
+        feats: &[f32],
+        prompt_len: usize,
+        depths: usize,
+        feed: Feed,
+    ) -> Matches {
         let pairs = x.len().saturating_sub(1);
         let start = prompt_len.saturating_sub(1).min(pairs);
-        let outs = self.forward(x, feats, start, depths, Feed::Truth, false);
+        let outs = self.forward(x, feats, start, depths, feed, false);
         let mut c = vec![0u32; pairs];
         for (d, out) in outs.iter().enumerate() {
             for (i, &p) in out.pred.iter().enumerate() {
@@ -251,45 +285,79 @@ impl Eagle3 {
         let kv0 = a.qkv(&self.attn_input(&hid0, &emb0, pairs), pairs, &pos0);
         let mut q = rows(&kv0.q, qd);
         let mut res = rows(&hid0, h);
-        let mut diag: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
+        // The rows (indices into start..pairs) a depth computes: every row, or with
+        // `Feed::Accepted` those whose depths so far all matched (a row's outputs do not depend
+        // on the rows beside it, so they are the full pass's rows exactly).
+        let mut live: Vec<usize> = (0..n).collect();
+        // Each later depth's keys and values, over its live rows, and the slot of row i in them.
+        let mut diag: Vec<(Vec<f32>, Vec<f32>, Vec<usize>)> = Vec::new();
         let mut outs: Vec<DepthOut> = Vec::new();
         for d in 0..depths {
+            let truth = |i: usize| x.get(start + i + 1 + d).copied().unwrap_or(0);
             if d > 0 {
+                if let Feed::Accepted = feed {
+                    // Row i goes on while depth d − 1 proposed the token depth d is fed.
+                    let prev = &outs[d - 1].pred;
+                    let keep: Vec<usize> = (0..live.len())
+                        .filter(|&s| prev[live[s]] == truth(live[s]))
+                        .collect();
+                    res = keep
+                        .iter()
+                        .flat_map(|&s| res[s * h..(s + 1) * h].iter().copied())
+                        .collect();
+                    live = keep.iter().map(|&s| live[s]).collect();
+                }
+                let m = live.len();
                 let toks: Vec<u32> = match feed {
-                    Feed::Truth => (start..pairs)
-                        .map(|t| x.get(t + 1 + d).copied().unwrap_or(0))
-                        .collect(),
-                    Feed::Own => outs[d - 1].pred.clone(),
+                    Feed::Truth | Feed::Accepted => live.iter().map(|&i| truth(i)).collect(),
+                    Feed::Own => live.iter().map(|&i| outs[d - 1].pred[i]).collect(),
                 };
                 let emb = self.embed(toks.iter().copied());
-                let pos: Vec<usize> = (start..pairs).map(|t| t + d).collect();
-                let e = a.qkv(&self.attn_input(&res, &emb, n), n, &pos);
+                let pos: Vec<usize> = live.iter().map(|&i| start + i + d).collect();
+                let e = a.qkv(&self.attn_input(&res, &emb, m), m, &pos);
                 q = e.q;
-                diag.push((e.k, e.v));
+                let mut slot = vec![usize::MAX; n];
+                for (s, &i) in live.iter().enumerate() {
+                    slot[i] = s;
+                }
+                diag.push((e.k, e.v, slot));
             }
-            let attn = self.attend(&q, n, |i| {
+            let m = live.len();
+            if m == 0 {
+                outs.push(DepthOut {
+                    logits: vec![],
+                    hidden: vec![],
+                    pred: vec![NOT_COMPUTED; n],
+                });
+                continue;
+            }
+            let attn = self.attend(&q, m, |r| {
+                let i = live[r];
                 let t = start + i;
                 let mut kv: Vec<(&[f32], &[f32])> = (0..=t)
                     .map(|s| (&kv0.k[s * kd..(s + 1) * kd], &kv0.v[s * vd..(s + 1) * vd]))
                     .collect();
-                kv.extend(
-                    diag.iter()
-                        .map(|(k, v)| (&k[i * kd..(i + 1) * kd], &v[i * vd..(i + 1) * vd])),
-                );
+                kv.extend(diag.iter().map(|(k, v, slot)| {
+                    let s = slot[i];
+                    (&k[s * kd..(s + 1) * kd], &v[s * vd..(s + 1) * vd])
+                }));
                 kv
             });
-            let g = self.finish(&attn, &res, n);
+            let g = self.finish(&attn, &res, m);
             let normed = rms_norm(&g, h, &self.w.norm, self.eps);
             // Pass A and the chain need only each row's argmax; the logits are kept for the
             // teacher-forced pass the tests compare with the reference.
             let (logits, best) = if keep_logits {
-                let l = self.w.lm_head.apply(&normed, n);
+                let l = self.w.lm_head.apply(&normed, m);
                 let best = l.chunks(self.draft_vocab).map(argmax).collect::<Vec<_>>();
                 (l, best)
             } else {
-                (Vec::new(), self.w.lm_head.argmax_rows(&normed, n))
+                (Vec::new(), self.w.lm_head.argmax_rows(&normed, m))
             };
-            let pred = best.into_iter().map(|i| self.to_target(i)).collect();
+            let mut pred = vec![NOT_COMPUTED; n];
+            for (&i, b) in live.iter().zip(best) {
+                pred[i] = self.to_target(b);
+            }
             res = if self.norm_output { normed } else { g.clone() };
             outs.push(DepthOut {
                 logits,
@@ -384,6 +452,16 @@ impl super::Drafter for Eagle3 {
     fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, steps: usize) -> Matches {
         let feats = self.feats(taps, x.len().saturating_sub(1));
         self.depth_matches(x, &feats, prompt_len, steps)
+    }
+    fn matches_accepted(
+        &self,
+        x: &[u32],
+        taps: &[Vec<f32>],
+        prompt_len: usize,
+        steps: usize,
+    ) -> Option<Matches> {
+        let feats = self.feats(taps, x.len().saturating_sub(1));
+        Some(self.depth_matches_accepted(x, &feats, prompt_len, steps))
     }
     fn propose(&self, x: &[u32], taps: &[Vec<f32>], steps: usize) -> Vec<u32> {
         let pairs = x.len().saturating_sub(1);
