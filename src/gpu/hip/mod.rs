@@ -129,7 +129,12 @@ impl Driver for Hip {
 
     fn dtoh_f32(&self, buf: &DevBuf, n: usize) -> Result<Vec<f32>> {
         self.sync()?;
-        ffi::read_f32(&self.api, buf, n)
+        ffi::read(&self.api, buf, n)
+    }
+
+    fn dtoh_i32(&self, buf: &DevBuf, n: usize) -> Result<Vec<i32>> {
+        self.sync()?;
+        ffi::read(&self.api, buf, n)
     }
 
     unsafe fn launch(&self, kernel: &Kernel<'_, DevBuf>, grid: Dim3, block: Dim3) -> Result<()> {
