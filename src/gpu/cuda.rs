@@ -285,6 +285,7 @@ mod tests {
                 source::w4a8_mma_name(128),
                 source::dequant_name(Act::Bf16, false),
                 source::W4A8_REDUCE.to_string(),
+                source::ARGMAX_ROWS.to_string(),
             ] {
                 assert!(ptx.contains(&format!(".entry {f}(")), "{arch}: {f}");
             }

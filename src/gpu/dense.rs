@@ -188,11 +188,15 @@ mod tests {
     #[test]
     fn uploads_are_lossless_or_refused() {
         let exact = [1.0f32, -0.5, 3.0, 0.0];
-        let l = DenseLinear::from_f32_exact(emu(), &exact, 2, 2).unwrap().unwrap();
+        let l = DenseLinear::from_f32_exact(emu(), &exact, 2, 2)
+            .unwrap()
+            .unwrap();
         assert_eq!((l.n(), l.k(), l.dtype()), (2, 2, Act::Bf16));
         assert_eq!(l.forward(&[1.0, 1.0], 1).unwrap(), vec![0.5, 3.0]);
         let inexact = [1.0f32, 1.0 + f32::EPSILON, 3.0, 0.0];
-        assert!(DenseLinear::from_f32_exact(emu(), &inexact, 2, 2).unwrap().is_none());
+        assert!(DenseLinear::from_f32_exact(emu(), &inexact, 2, 2)
+            .unwrap()
+            .is_none());
         let bytes: Vec<u8> = [1.5f32, -2.0]
             .iter()
             .flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes())
@@ -200,7 +204,10 @@ mod tests {
         let l = DenseLinear::from_stored(emu(), Dtype::F16, &bytes, 1, 2).unwrap();
         assert_eq!(l.dtype(), Act::F16);
         assert_eq!(l.forward(&[2.0, 1.0], 1).unwrap(), vec![1.0]);
-        assert_eq!(l.argmax_rows(&[2.0, 1.0, -1.0, 0.0], 2).unwrap(), vec![0, 0]);
+        assert_eq!(
+            l.argmax_rows(&[2.0, 1.0, -1.0, 0.0], 2).unwrap(),
+            vec![0, 0]
+        );
         assert!(matches!(
             DenseLinear::from_stored(emu(), Dtype::F32, &[0; 8], 1, 2),
             Err(GpuError::Unsupported(..))
@@ -214,7 +221,13 @@ mod tests {
             Err(GpuError::Unsupported("N", _))
         ));
         assert!(matches!(l.forward(&[1.0], 1), Err(GpuError::Layout(_))));
-        assert!(matches!(l.forward(&[], 0), Err(GpuError::Unsupported("M", _))));
-        assert!(matches!(l.argmax_rows(&[], 0), Err(GpuError::Unsupported("M", _))));
+        assert!(matches!(
+            l.forward(&[], 0),
+            Err(GpuError::Unsupported("M", _))
+        ));
+        assert!(matches!(
+            l.argmax_rows(&[], 0),
+            Err(GpuError::Unsupported("M", _))
+        ));
     }
 }

@@ -9,9 +9,9 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use super::dense::{check_dense, check_dense_call};
 use super::driver::{Dim3, Driver, Gemm};
 use super::layout::{W4Layout, CHUNK};
-use super::dense::{check_dense, check_dense_call};
 use super::source::{Kernel, ARGMAX_THREADS};
 use super::tune::{self, Arch, Regime};
 use super::{check_call, check_w4a8, Act, Backend, DeviceDense, DeviceW4, GpuError, Result};
@@ -358,10 +358,13 @@ impl<D: Driver> Device<D> {
             .dtoh_i32(&idx, m)?
             .into_iter()
             .map(|i| {
-                usize::try_from(i).ok().filter(|&i| i < n).ok_or_else(|| GpuError::Backend {
-                    backend: D::BACKEND,
-                    msg: format!("kq_argmax_rows returned {i} for a row of {n}"),
-                })
+                usize::try_from(i)
+                    .ok()
+                    .filter(|&i| i < n)
+                    .ok_or_else(|| GpuError::Backend {
+                        backend: D::BACKEND,
+                        msg: format!("kq_argmax_rows returned {i} for a row of {n}"),
+                    })
             })
             .collect()
     }

@@ -15,9 +15,9 @@ use super::dispatch::Device;
 use super::driver::{as_bytes, from_bytes, Dim3, Driver, Gemm, Pod};
 use super::emu_mma::Vendor;
 use super::layout::{words_per_row, W4Layout, CHUNK};
+use super::reference::argmax_before;
 use super::source::{Kernel, ARGMAX_THREADS};
 use super::tune::{self, Arch, MMA_KTILE, MMA_ROWS};
-use super::reference::argmax_before;
 use super::{emu_dense, emu_mma, reference, GpuError, Result};
 
 /// The kernels replayed on the CPU with `vendor`'s atoms and launch geometry.
@@ -370,9 +370,13 @@ fn argmax_block(row: &[f32], threads: usize) -> i32 {
     };
     let mut s: Vec<(f32, usize)> = (0..threads)
         .map(|t| {
-            (t..row.len())
-                .step_by(threads)
-                .fold(none, |a, j| if before(a, (row[j], j)) { (row[j], j) } else { a })
+            (t..row.len()).step_by(threads).fold(none, |a, j| {
+                if before(a, (row[j], j)) {
+                    (row[j], j)
+                } else {
+                    a
+                }
+            })
         })
         .collect();
     let mut half = threads / 2;
@@ -474,7 +478,9 @@ mod tests {
             vec![1.0, f32::NAN, 2.0, f32::NAN],
             vec![f32::INFINITY, 1.0, f32::INFINITY],
             (0..1000).map(|i| ((i * 37) % 101) as f32).collect(),
-            (0..1000).map(|i| if i == 999 { 5.0 } else { -1.0 }).collect(),
+            (0..1000)
+                .map(|i| if i == 999 { 5.0 } else { -1.0 })
+                .collect(),
             (0..700)
                 .map(|i| if i % 300 == 299 { f32::NAN } else { i as f32 })
                 .collect(),
@@ -482,7 +488,11 @@ mod tests {
         for row in &rows {
             let want = reference::argmax_ref(row) as i32;
             for threads in [1, 2, 32, 256] {
-                assert_eq!(argmax_block(row, threads), want, "{threads} threads: {row:?}");
+                assert_eq!(
+                    argmax_block(row, threads),
+                    want,
+                    "{threads} threads: {row:?}"
+                );
             }
         }
         assert_eq!(argmax_block(&[], 256), -1);

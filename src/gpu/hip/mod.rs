@@ -272,6 +272,7 @@ mod tests {
                 source::w4a16_mma_name(Act::F16, false, 64),
                 source::w4a8_mma_name(128),
                 source::dequant_name(Act::Bf16, false),
+                source::ARGMAX_ROWS.to_string(),
             ] {
                 let found = code.windows(f.len()).any(|w| w == f.as_bytes());
                 assert!(found, "{arch}: {f}");
