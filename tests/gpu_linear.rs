@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kquant::checkpoint::Checkpoint;
-use kquant::gpu::reference::{first_violation, w4a16_tol};
+use kquant::gpu::reference::{argmax_ref, first_violation, w4a16_tol};
 use kquant::gpu::{Act, Backend, DeviceLinear, DeviceLinears};
 use kquant::ops;
 use kquant::quant::decode::Logical;
@@ -63,6 +63,9 @@ fn check_layer(dev: &dyn Backend, lin: &DeviceLinear, w: &[f32], name: &str, m: 
         .collect();
     let xr = bf16_round(&x);
     let got = lin.forward(&x, m).unwrap();
+    // The argmax reduced on the device is that of these very outputs.
+    let best: Vec<usize> = got.chunks(lin.n()).map(argmax_ref).collect();
+    assert_eq!(lin.argmax_rows(&x, m).unwrap(), best, "{name} m={m}");
     let want = ops::linear(&xr, m, k, w, lin.n());
     let wa: Vec<f32> = w.iter().map(|v| v.abs()).collect();
     let xa: Vec<f32> = xr.iter().map(|v| v.abs()).collect();

@@ -108,7 +108,8 @@ fn replay(d: &dyn Drafter, trace: &Trace, samples: usize) -> Vec<Matches> {
 
 /// The fixture EAGLE-3 draft quantized int4-pc (compressed-tensors and Quark): on the CPU
 /// emulation device every quantized linear (fc, q/k/v/o, gate/up/down) runs through
-/// `gpu::DeviceLinear`, none falls back, and the replay's depth-match bitmasks and walk AL equal the
+/// `gpu::DeviceLinear` and the unquantized lm_head through `gpu::DenseLinear`, none falls back,
+/// and the replay's depth-match bitmasks and walk AL equal the
 /// f32 runtime's on the same checkpoint up to the bf16-activation near-ties bounded above.
 /// `KQUANT_DEVICE_SAMPLES` replays more samples (default 12; the emulation is slow in debug).
 #[test]
@@ -130,6 +131,8 @@ fn cpu_emu_replay_matches_the_f32_runtime() {
         assert_eq!(on.len(), 8, "{format}: on the device {on:?}, off {off:?}");
         assert!(off.is_empty(), "{format}: {off:?}");
         assert!(on.contains(&"fc".to_string()) && on.contains(&"midlayer.mlp.down_proj".into()));
+        let dense = d.linears().dense_placement();
+        assert_eq!(dense, (vec!["lm_head".to_string()], vec![]), "{format}");
         assert_eq!(
             f.linears().placement().0.len(),
             0,
@@ -171,19 +174,14 @@ fn cpu_emu_replay_matches_the_f32_runtime() {
     }
 }
 
-/// `kquant verify --device cpu-emu` end to end on a quantized draft over the first samples of
-/// the trace: the routing line on stderr, and the same report as `--device cpu` where the
-/// replays agree (walk AL within the bound above).
-#[test]
-fn verify_cli_routes_a_quantized_draft_through_the_device() {
-    let t = tempfile::tempdir().unwrap();
-    let q = quantized(t.path(), "compressed-tensors");
-    // A trace of the first 4 samples: the manifest trimmed, the shard shared.
-    let tr = t.path().join("trace");
+/// A trace of the fixture trace's first `n` samples in `dir`: the manifest trimmed, the shard
+/// copied.
+fn first_samples(dir: &Path, n: usize) -> PathBuf {
+    let tr = dir.join("trace");
     std::fs::create_dir(&tr).unwrap();
     let src = common::root().join(TRACE);
     let mut m: serde_json::Value = common::read_json(&src.join("manifest.json"));
-    m["samples"].as_array_mut().unwrap().truncate(4);
+    m["samples"].as_array_mut().unwrap().truncate(n);
     std::fs::write(tr.join("manifest.json"), m.to_string()).unwrap();
     for e in std::fs::read_dir(&src).unwrap() {
         let p = e.unwrap().path();
@@ -191,34 +189,91 @@ fn verify_cli_routes_a_quantized_draft_through_the_device() {
             std::fs::copy(&p, tr.join(p.file_name().unwrap())).unwrap();
         }
     }
-    let run = |device: &str| {
-        let o = kquant(&[
-            "verify",
-            "--draft",
-            q.to_str().unwrap(),
-            "--trace",
-            tr.to_str().unwrap(),
-            "--target-checkpoint",
-            TARGET,
-            "--device",
-            device,
-            "--json",
-            "-",
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        (v, String::from_utf8_lossy(&o.stderr).to_string())
-    };
-    let (emu, err) = run("cpu-emu");
+    tr
+}
+
+/// `kquant verify --draft DRAFT --trace TRACE --target-checkpoint TARGET --device DEVICE --json -`:
+/// the report and stderr.
+fn verify_json(draft: &str, trace: &Path, device: &str) -> (serde_json::Value, String) {
+    let o = kquant(&[
+        "verify",
+        "--draft",
+        draft,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--target-checkpoint",
+        TARGET,
+        "--device",
+        device,
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    (v, String::from_utf8_lossy(&o.stderr).to_string())
+}
+
+fn accept_length(v: &serde_json::Value) -> f64 {
+    v["draft"]["accept_length"].as_f64().unwrap()
+}
+
+/// `kquant verify --device cpu-emu` end to end on a quantized draft over the first samples of
+/// the trace: the routing line on stderr (the 8 quantized linears on the INT4 kernels, the
+/// unquantized lm_head through the BLAS, nothing left on the CPU), and the same report as
+/// `--device cpu` where the replays agree (walk AL within the bound above).
+#[test]
+fn verify_cli_routes_a_quantized_draft_through_the_device() {
+    let t = tempfile::tempdir().unwrap();
+    let q = quantized(t.path(), "compressed-tensors");
+    let tr = first_samples(t.path(), 4);
+    let (emu, err) = verify_json(q.to_str().unwrap(), &tr, "cpu-emu");
     assert!(
-        err.contains("8 quantized linear(s) on cpu (kernel emulation") && !err.contains("f32"),
+        err.contains("8 quantized linear(s) on cpu (kernel emulation")
+            && err.contains("; 1 unquantized linear(s) on cpu (kernel emulation")
+            && err.contains("(vendor BLAS in the stored bf16/f16): lm_head")
+            && !err.contains("on the CPU"),
         "{err}"
     );
-    let (cpu, err_cpu) = run("cpu");
+    let (cpu, err_cpu) = verify_json(q.to_str().unwrap(), &tr, "cpu");
     assert!(!err_cpu.contains("device:"), "{err_cpu}");
-    let al = |v: &serde_json::Value| v["draft"]["accept_length"].as_f64().unwrap();
     assert!(
-        (al(&emu) - al(&cpu)).abs() <= DEVICE_WALK_AL_TOL,
+        (accept_length(&emu) - accept_length(&cpu)).abs() <= DEVICE_WALK_AL_TOL,
         "{emu} vs {cpu}"
     );
+}
+
+/// The whole draft on the device: `kquant verify --device cpu-emu` on the unquantized (BF16)
+/// fixture drafts puts every linear — lm_head and fc included — on the device through the
+/// dense path (EAGLE-3: all 9; DFlash: its own linears and the target's lm_head), nothing on
+/// the CPU, and the accept length is within `DEVICE_WALK_AL_TOL` of `--device cpu` (the f32
+/// runtime; the device reads bf16 activations).
+#[test]
+fn verify_cli_runs_an_unquantized_draft_wholly_on_the_device() {
+    let t = tempfile::tempdir().unwrap();
+    let tr = first_samples(t.path(), 4);
+    for (draft, linears, names) in [
+        (DRAFT, 9, "fc, lm_head, midlayer.mlp.down_proj"),
+        ("fixtures/kimi-k2.5-tiny/dflash", 0, "lm_head (target)"),
+    ] {
+        let (emu, err) = verify_json(draft, &tr, "cpu-emu");
+        assert!(
+            err.contains("0 quantized linear(s) on cpu (kernel emulation")
+                && err.contains(names)
+                && !err.contains("on the CPU"),
+            "{draft}: {err}"
+        );
+        if linears > 0 {
+            assert!(
+                err.contains(&format!("; {linears} unquantized linear(s) on cpu")),
+                "{err}"
+            );
+        }
+        let (cpu, _) = verify_json(draft, &tr, "cpu");
+        let (a, b) = (accept_length(&emu), accept_length(&cpu));
+        eprintln!("{draft}: accept length cpu-emu {b:.4} vs cpu {a:.4}");
+        assert!(
+            (a - b).abs() <= DEVICE_WALK_AL_TOL,
+            "{draft}: {emu} vs {cpu}"
+        );
+    }
 }

@@ -71,8 +71,10 @@ pub struct Args {
     /// Write JUnit XML here.
     #[arg(long)]
     pub junit: Option<PathBuf>,
-    /// Where the draft's quantized linears run: `cpu` (the f32 runtime), `cuda[:N]`, `hip[:N]`
-    /// (builds with `--features cuda` / `hip`; see docs/kernels.md).
+    /// Where the draft's linears run: `cpu` (the f32 runtime), `cuda[:N]`, `hip[:N]` (builds
+    /// with `--features cuda` / `hip`): quantized INT4 ones on the kernels, unquantized BF16/F16
+    /// ones (lm_head, fc) through the vendor BLAS, the lm_head's argmax on the device;
+    /// `cpu-emu` replays that on the CPU (see docs/kernels.md).
     #[arg(long, default_value = "cpu")]
     pub device: String,
 }

@@ -161,6 +161,13 @@ impl Driver for Cuda {
         self.stream.clone_dtoh(&view).map_err(err)
     }
 
+    fn dtoh_i32(&self, buf: &CudaSlice<u8>, n: usize) -> Result<Vec<i32>> {
+        // SAFETY: every bit pattern is an i32; `transmute` checks that n of them fit.
+        let view = unsafe { buf.transmute::<i32>(n) }
+            .ok_or_else(|| err(format!("{n} int32 read from a {}-byte buffer", buf.len())))?;
+        self.stream.clone_dtoh(&view).map_err(err)
+    }
+
     unsafe fn launch(&self, kernel: &Kernel<'_, Self::Buf>, grid: Dim3, block: Dim3) -> Result<()> {
         let f = self.module.load_function(&kernel.name()).map_err(err)?;
         let args = kernel.args();
@@ -278,6 +285,7 @@ mod tests {
                 source::w4a8_mma_name(128),
                 source::dequant_name(Act::Bf16, false),
                 source::W4A8_REDUCE.to_string(),
+                source::ARGMAX_ROWS.to_string(),
             ] {
                 assert!(ptx.contains(&format!(".entry {f}(")), "{arch}: {f}");
             }

@@ -2,16 +2,19 @@
 //! written here once for CUDA, HIP and the CPU emulation: the regime's kernels in order, their
 //! launch geometry ([`super::tune`]), the scratch buffers they need (grown on demand, so timed
 //! loops allocate nothing) and each launch's [`Kernel`] (argument lists: [`super::source`]), with
-//! the buffer sizes each launch relies on stated once, at the launch. The CPU tests therefore run
+//! the buffer sizes each launch relies on stated once, at the launch. The same for the dense
+//! (unquantized) path: the vendor GEMM on the uploaded weight, and `kq_argmax_rows` after it (or
+//! after a W4A16 call) when only each row's argmax comes back. The CPU tests therefore run
 //! the very launch sequence a GPU runs, with the CPU replay of each kernel ([`super::emu`]).
 
 use std::sync::{Mutex, MutexGuard};
 
+use super::dense::{check_dense, check_dense_call};
 use super::driver::{Dim3, Driver, Gemm};
 use super::layout::{W4Layout, CHUNK};
-use super::source::Kernel;
+use super::source::{Kernel, ARGMAX_THREADS};
 use super::tune::{self, Arch, Regime};
-use super::{check_call, check_w4a8, Act, Backend, DeviceW4, Result};
+use super::{check_call, check_w4a8, Act, Backend, DeviceDense, DeviceW4, GpuError, Result};
 
 /// Threads per block of the element-wise kernels (the reduces, `kq_scale_cols`) and of
 /// `kq_quant_act_i8` (a multiple of every warp width, at most 1024).
@@ -30,6 +33,9 @@ pub(super) struct W4Bufs<B> {
     qweight: B,
     scales: B,
 }
+
+/// An unquantized weight on a device (what a [`DeviceDense`] uploaded by a [`Device`] holds).
+pub(super) struct DenseBuf<B>(B);
 
 /// Reusable device buffers: split-K partials (f32 and int32), the dense matrix of regime C, and
 /// the int8 activations with their scales and sums.
@@ -287,6 +293,19 @@ impl<D: Driver> Device<D> {
         m: usize,
         run: impl FnOnce(&Call<'_, D::Buf>, &mut Scratch<D::Buf>) -> Result<()>,
     ) -> Result<Vec<f32>> {
+        let out = self.call_into(w, x, act, m, run)?;
+        self.driver.dtoh_f32(&out, m * w.n)
+    }
+
+    /// Upload `x` and queue `run`: the `m·n` f32 output stays on the device.
+    fn call_into(
+        &self,
+        w: &DeviceW4,
+        x: &[u16],
+        act: Act,
+        m: usize,
+        run: impl FnOnce(&Call<'_, D::Buf>, &mut Scratch<D::Buf>) -> Result<()>,
+    ) -> Result<D::Buf> {
         let bufs = self.bufs(w)?;
         let xd = self.driver.htod(x)?;
         let out = self.driver.alloc(m * w.n * 4)?;
@@ -300,7 +319,54 @@ impl<D: Driver> Device<D> {
             out: &out,
         };
         run(&c, &mut sc)?;
-        self.driver.dtoh_f32(&out, m * w.n)
+        Ok(out)
+    }
+
+    /// Upload `x` and queue the vendor GEMM of the dense path: the `m·n` f32 output stays on
+    /// the device.
+    fn dense_into(&self, w: &DeviceDense, x: &[u16], m: usize) -> Result<D::Buf> {
+        check_dense_call(w, x.len(), m)?;
+        let DenseBuf(wd) = w.get::<DenseBuf<D::Buf>>(D::BACKEND)?;
+        let xd = self.driver.htod(x)?;
+        let out = self.driver.alloc(m * w.n * 4)?;
+        let g = Gemm {
+            n: w.n,
+            k: w.k,
+            m,
+            act: w.dtype,
+        };
+        // SAFETY: wd holds n·k and xd m·k values of w.dtype (check_dense_call), out m·n f32.
+        unsafe { self.driver.gemm(g, wd, &xd, &out) }?;
+        Ok(out)
+    }
+
+    /// `kq_argmax_rows` over the `m·n` f32 of `y` on the device, and the `m` indices back.
+    fn argmax_of(&self, y: &D::Buf, m: usize, n: usize) -> Result<Vec<usize>> {
+        let grid = u32::try_from(m)
+            .ok()
+            .filter(|_| m > 0 && n > 0 && i32::try_from(n).is_ok())
+            .ok_or_else(|| GpuError::Unsupported("argmax", format!("{m} rows of {n}")))?;
+        let idx = self.driver.alloc(m * 4)?;
+        let kernel = Kernel::ArgmaxRows { y, idx: &idx, m, n };
+        // SAFETY: y holds m·n f32 (the caller's), idx m int32; one block of ARGMAX_THREADS
+        // threads per row, the block size the kernel is written for.
+        unsafe {
+            self.driver
+                .launch(&kernel, (grid, 1, 1), (ARGMAX_THREADS, 1, 1))
+        }?;
+        self.driver
+            .dtoh_i32(&idx, m)?
+            .into_iter()
+            .map(|i| {
+                usize::try_from(i)
+                    .ok()
+                    .filter(|&i| i < n)
+                    .ok_or_else(|| GpuError::Backend {
+                        backend: D::BACKEND,
+                        msg: format!("kq_argmax_rows returned {i} for a row of {n}"),
+                    })
+            })
+            .collect()
     }
 }
 
@@ -345,5 +411,46 @@ impl<D: Driver> Backend for Device<D> {
         check_call(w, x.len(), m, regime)?;
         check_w4a8(w)?;
         self.call(w, x, act, m, |c, sc| self.run_w4a8(c, regime, sc))
+    }
+
+    fn w4a16_argmax_on(
+        &self,
+        w: &DeviceW4,
+        x: &[u16],
+        act: Act,
+        m: usize,
+        regime: Regime,
+    ) -> Result<Vec<usize>> {
+        check_call(w, x.len(), m, regime)?;
+        let out = self.call_into(w, x, act, m, |c, sc| self.run_w4a16(c, regime, sc))?;
+        self.argmax_of(&out, m, w.n)
+    }
+
+    fn upload_dense(&self, w: &[u16], n: usize, k: usize, dtype: Act) -> Result<DeviceDense> {
+        check_dense(w.len(), n, k)?;
+        let buf = DenseBuf(self.driver.htod(w)?);
+        Ok(DeviceDense::new(n, k, dtype, Box::new(buf)))
+    }
+
+    fn dense_on(&self, w: &DeviceDense, x: &[u16], m: usize) -> Result<Vec<f32>> {
+        let out = self.dense_into(w, x, m)?;
+        self.driver.dtoh_f32(&out, m * w.n)
+    }
+
+    fn dense_argmax_on(&self, w: &DeviceDense, x: &[u16], m: usize) -> Result<Vec<usize>> {
+        let out = self.dense_into(w, x, m)?;
+        self.argmax_of(&out, m, w.n)
+    }
+
+    fn argmax_rows(&self, y: &[f32], m: usize, n: usize) -> Result<Vec<usize>> {
+        if y.len() != m * n {
+            return Err(GpuError::Layout(format!(
+                "y has {} values, expected m·n = {}",
+                y.len(),
+                m * n
+            )));
+        }
+        let yd = self.driver.htod(y)?;
+        self.argmax_of(&yd, m, n)
     }
 }

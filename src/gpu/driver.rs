@@ -87,6 +87,8 @@ pub trait Driver: Send + Sync + 'static {
     fn htod<T: Pod>(&self, host: &[T]) -> Result<Self::Buf>;
     /// The first `n` f32 of `buf`, after the queued work.
     fn dtoh_f32(&self, buf: &Self::Buf, n: usize) -> Result<Vec<f32>>;
+    /// The first `n` int32 of `buf`, after the queued work (`kq_argmax_rows`' indices).
+    fn dtoh_i32(&self, buf: &Self::Buf, n: usize) -> Result<Vec<i32>>;
     /// Queue `kernel` on `grid` × `block`, its arguments in [`Kernel::args`]'s order.
     ///
     /// # Safety

@@ -2,8 +2,8 @@
 //! memory, and a launch runs that kernel's CPU replay on the arguments and geometry it was given:
 //! the GEMVs split by split as the grid splits K ([`super::reference`]), the MMA kernels lane by
 //! lane for the vendor's atoms ([`super::emu_mma`]), the dequant-to-dense kernel and the vendor
-//! GEMM ([`super::emu_dense`]), and here the int8 activation quantizer, the reduces and the scale
-//! epilogue. So the CPU tests run exactly the launches [`super::dispatch`] makes on a GPU; a
+//! GEMM ([`super::emu_dense`]), and here the int8 activation quantizer, the reduces, the scale
+//! epilogue and the row argmax (`kq_argmax_rows`: its per-thread scan and tree reduction). So the CPU tests run exactly the launches [`super::dispatch`] makes on a GPU; a
 //! launch whose grid leaves part of its output unwritten, or that reads or writes past a
 //! buffer, is an error here (on a GPU it would be garbage).
 
@@ -15,7 +15,8 @@ use super::dispatch::Device;
 use super::driver::{as_bytes, from_bytes, Dim3, Driver, Gemm, Pod};
 use super::emu_mma::Vendor;
 use super::layout::{words_per_row, W4Layout, CHUNK};
-use super::source::Kernel;
+use super::reference::argmax_before;
+use super::source::{Kernel, ARGMAX_THREADS};
 use super::tune::{self, Arch, MMA_KTILE, MMA_ROWS};
 use super::{emu_dense, emu_mma, reference, GpuError, Result};
 
@@ -284,6 +285,19 @@ impl Emu {
                 }
                 out.write(&y)
             }
+            Kernel::ArgmaxRows { y, idx, m, n } => {
+                if block != (ARGMAX_THREADS, 1, 1) {
+                    return Err(err(format!("{name}: block {block:?}")));
+                }
+                covers(name, "rows", grid.0 as usize, m)?;
+                let y = y.read::<f32>(m * n)?;
+                let out: Vec<i32> = y
+                    .chunks(n.max(1))
+                    .take(m)
+                    .map(|row| argmax_block(row, ARGMAX_THREADS as usize))
+                    .collect();
+                idx.write(&out)
+            }
         }
     }
 
@@ -346,6 +360,40 @@ impl Emu {
     }
 }
 
+/// One block of `kq_argmax_rows` over `row`: thread `t` scans columns `t, t + threads, …`, then
+/// the tree reduction over shared memory, in the kernel's order ([`argmax_before`]); `-1` for an
+/// empty row.
+fn argmax_block(row: &[f32], threads: usize) -> i32 {
+    let none = (0f32, usize::MAX);
+    let before = |a: (f32, usize), b: (f32, usize)| {
+        b.1 != usize::MAX && (a.1 == usize::MAX || argmax_before(a, b))
+    };
+    let mut s: Vec<(f32, usize)> = (0..threads)
+        .map(|t| {
+            (t..row.len()).step_by(threads).fold(none, |a, j| {
+                if before(a, (row[j], j)) {
+                    (row[j], j)
+                } else {
+                    a
+                }
+            })
+        })
+        .collect();
+    let mut half = threads / 2;
+    while half > 0 {
+        for t in 0..half {
+            if before(s[t], s[t + half]) {
+                s[t] = s[t + half];
+            }
+        }
+        half /= 2;
+    }
+    match s[0].1 {
+        usize::MAX => -1,
+        i => i as i32,
+    }
+}
+
 impl Driver for Emu {
     type Buf = HostBuf;
     const BACKEND: &'static str = "cpu";
@@ -377,6 +425,10 @@ impl Driver for Emu {
         buf.read(n)
     }
 
+    fn dtoh_i32(&self, buf: &HostBuf, n: usize) -> Result<Vec<i32>> {
+        buf.read(n)
+    }
+
     unsafe fn launch(&self, kernel: &Kernel<'_, HostBuf>, grid: Dim3, block: Dim3) -> Result<()> {
         self.run(kernel, grid, block)
     }
@@ -403,5 +455,52 @@ impl Driver for Emu {
             f(i + 1)?;
         }
         Ok(t.elapsed().as_secs_f64() / iters.max(1) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The replayed block (strided per-thread scans, then the tree) returns exactly the plain
+    /// scan of `reference::argmax_ref` at every block size, on rows with ties, signed zeros,
+    /// infinities, subnormals and NaNs, shorter and longer than the block.
+    #[test]
+    fn argmax_block_is_the_reference_order() {
+        let sub = f32::from_bits(1);
+        let rows: Vec<Vec<f32>> = vec![
+            vec![1.0],
+            vec![f32::NAN],
+            vec![-0.0, 0.0],
+            vec![0.0, -0.0],
+            vec![f32::NEG_INFINITY; 3],
+            vec![0.0, sub, sub, 0.0],
+            vec![1.0, f32::NAN, 2.0, f32::NAN],
+            vec![f32::INFINITY, 1.0, f32::INFINITY],
+            (0..1000).map(|i| ((i * 37) % 101) as f32).collect(),
+            (0..1000)
+                .map(|i| if i == 999 { 5.0 } else { -1.0 })
+                .collect(),
+            (0..700)
+                .map(|i| if i % 300 == 299 { f32::NAN } else { i as f32 })
+                .collect(),
+        ];
+        for row in &rows {
+            let want = reference::argmax_ref(row) as i32;
+            for threads in [1, 2, 32, 256] {
+                assert_eq!(
+                    argmax_block(row, threads),
+                    want,
+                    "{threads} threads: {row:?}"
+                );
+            }
+        }
+        assert_eq!(argmax_block(&[], 256), -1);
+        // The documented order: the first NaN; else the first of the largest.
+        assert_eq!(reference::argmax_ref(&rows[6]), 1);
+        assert_eq!(reference::argmax_ref(&rows[2]), 0);
+        assert_eq!(reference::argmax_ref(&rows[5]), 1);
+        assert_eq!(reference::argmax_ref(&rows[7]), 0);
+        assert_eq!(reference::argmax_ref(&rows[8]), 30); // 30·37 = 11·101 − 1
     }
 }

@@ -55,6 +55,14 @@ impl DeviceLinear {
         self.dev
             .w4a16_on(&self.w, &xb, self.act, m, self.dev.regime(m))
     }
+
+    /// The index of the largest output of each of the `m` rows of [`DeviceLinear::forward`],
+    /// reduced on the device (`kq_argmax_rows`: first on ties, a NaN counts as the largest).
+    pub fn argmax_rows(&self, x: &[f32], m: usize) -> Result<Vec<usize>> {
+        let xb: Vec<u16> = x.iter().map(|&v| self.act.from_f32(v)).collect();
+        self.dev
+            .w4a16_argmax_on(&self.w, &xb, self.act, m, self.dev.regime(m))
+    }
 }
 
 /// Every quantized linear of a checkpoint, uploaded once.

@@ -2,7 +2,9 @@
 //! layout and the CPU repack into it from every checkpoint format kquant writes ([`layout`]), the
 //! CPU reference ([`reference`]), the launch geometry and regime choice ([`tune`]), the kernel
 //! source as NVRTC / hipRTC compile it with each entry point's name and argument list
-//! ([`source`]), and a device-resident linear layer ([`linear`]).
+//! ([`source`]), and a device-resident linear layer ([`linear`]). Beside them, unquantized
+//! BF16 / F16 layers on the device through the vendor BLAS, with each row's argmax reduced there
+//! (`kernels/argmax.cu`) for an lm_head ([`dense`]).
 //!
 //! The host code is written once: [`Device`] ([`dispatch`]) is the one [`Backend`], over a thin
 //! [`driver::Driver`] (memory, launch, vendor GEMM, event timing) that three implement — the CPU
@@ -14,6 +16,7 @@
 //! Design and the GPU checks still to run: docs/kernels.md.
 
 pub mod bench;
+pub mod dense;
 pub mod dispatch;
 pub mod driver;
 pub mod emu;
@@ -34,6 +37,7 @@ pub mod hip;
 use std::any::Any;
 
 pub use bench::Bench;
+pub use dense::{DenseLinear, DeviceDense};
 pub use dispatch::Device;
 pub use emu::CpuEmu;
 pub use layout::W4Layout;
@@ -173,6 +177,26 @@ pub trait Backend: Send + Sync {
         m: usize,
         regime: Regime,
     ) -> Result<Vec<f32>>;
+    /// W4A16 through `regime`, then each row's argmax on the device (`kq_argmax_rows`): `m`
+    /// indices come back instead of `m·n` outputs.
+    fn w4a16_argmax_on(
+        &self,
+        w: &DeviceW4,
+        x: &[u16],
+        act: Act,
+        m: usize,
+        regime: Regime,
+    ) -> Result<Vec<usize>>;
+    /// Copy an unquantized weight `[n, k]` (bit patterns of `dtype`) to the device once.
+    fn upload_dense(&self, w: &[u16], n: usize, k: usize, dtype: Act) -> Result<DeviceDense>;
+    /// `y [m, n] (f32) = x [m, k] · Wᵀ` through the vendor BLAS's `GemmEx` (f32 compute), `x`
+    /// in the weight's dtype.
+    fn dense_on(&self, w: &DeviceDense, x: &[u16], m: usize) -> Result<Vec<f32>>;
+    /// [`Backend::dense_on`], then each row's argmax on the device: `m` indices come back.
+    fn dense_argmax_on(&self, w: &DeviceDense, x: &[u16], m: usize) -> Result<Vec<usize>>;
+    /// `kq_argmax_rows` over `y [m, n]` (uploaded first): each row's index of its largest value,
+    /// a NaN counting as the largest, the first on ties (`reference::argmax_ref`).
+    fn argmax_rows(&self, y: &[f32], m: usize, n: usize) -> Result<Vec<usize>>;
     /// The regime this device uses for `m` tokens.
     fn regime(&self, m: usize) -> Regime {
         tune::regime(self.arch(), m)

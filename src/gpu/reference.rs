@@ -3,7 +3,8 @@
 //! integer dot products), the named error bounds, and the CPU replays of regime A's kernels
 //! that the "cpu" device ([`super::emu`]) runs split by split: the GEMV's algorithm (magic-number
 //! dequant in f16, the permuted int8 activations, the `−8·Σa` correction) and the int8
-//! activation quantizer.
+//! activation quantizer; for the dense (unquantized) path, the plain f32 product and the row
+//! argmax's order ([`argmax_ref`]).
 
 use std::ops::Range;
 
@@ -47,6 +48,47 @@ pub fn w4a16_tol(regime: Regime, act: Act, per_channel: bool) -> f32 {
         (Regime::Dense, false, Act::F16) => W4A16_DENSE_GROUP_REL_TOL_F16,
         _ => W4A16_REL_L1_TOL,
     }
+}
+
+/// Dense path (an unquantized bf16 / f16 weight through the vendor BLAS's `GemmEx`, f32 compute)
+/// against [`dense_ref`] on the same rounded operands: the whole K runs through the tensor-core
+/// accumulator as in regime C, so the bound is regime C's per-channel one,
+/// `|y − y_ref| ≤ DENSE_REL_L1_TOL · Σ_k |w·x| + ABS_FLOOR`.
+pub const DENSE_REL_L1_TOL: f32 = W4A16_TENSOR_CORE_REL_L1_TOL;
+
+/// The plain reference of the dense path: `y [m, n] = x [m, k] · w [n, k]ᵀ` in f32
+/// (`ops::linear_ref`, one sequential sum per output) over the operands' values in `dtype`.
+pub fn dense_ref(w: &[u16], x: &[u16], dtype: Act, m: usize, n: usize, k: usize) -> Vec<f32> {
+    ops::linear_ref(&act_to_f32(x, dtype), m, k, &act_to_f32(w, dtype), n)
+}
+
+/// `Σ_k |w[n,k]·x[m,k]|` per output of the dense path: the scale of [`DENSE_REL_L1_TOL`].
+pub fn dense_abs_l1(w: &[u16], x: &[u16], dtype: Act, m: usize, n: usize, k: usize) -> Vec<f32> {
+    let abs = |v: &[u16]| -> Vec<f32> { v.iter().map(|&h| dtype.to_f32(h).abs()).collect() };
+    ops::linear(&abs(x), m, k, &abs(w), n)
+}
+
+/// Whether `(vb, ib)` comes before `(va, ia)` in the order of `kq_argmax_rows`: NaN above every
+/// number, then the larger value, then the smaller index (`-0.0 == +0.0` ties).
+pub fn argmax_before((va, ia): (f32, usize), (vb, ib): (f32, usize)) -> bool {
+    match (va.is_nan(), vb.is_nan()) {
+        (false, false) => vb > va || (vb == va && ib < ia),
+        (na, nb) => nb && (!na || ib < ia),
+    }
+}
+
+/// The index `kq_argmax_rows` returns for `row` (non-empty): the first NaN if there is one
+/// (`torch.argmax`), else the first of the largest values. Differs from `ops::argmax` (the CPU
+/// runtimes' argmax, which compares with `>` and so passes over a NaN unless it is first) only
+/// on rows holding a NaN.
+pub fn argmax_ref(row: &[f32]) -> usize {
+    (1..row.len()).fold(0, |best, j| {
+        if argmax_before((row[best], best), (row[j], j)) {
+            j
+        } else {
+            best
+        }
+    })
 }
 
 /// Activations to f32.

@@ -1,6 +1,6 @@
 //! The kernel source as one string for NVRTC / hipRTC: `kq_vendor.h` and `kq_tune.h` once, then
-//! `w4_gemv.cu` (regime A), `w4_mma.cu` (regime B) and `w4_dense.cu` (regime C) with their local
-//! includes and `#pragma once` dropped (run-time compilers get no include path; the crate may
+//! `w4_gemv.cu` (regime A), `w4_mma.cu` (regime B), `w4_dense.cu` (regime C) and `argmax.cu` (each
+//! row's argmax, for a device lm_head) with their local includes and `#pragma once` dropped (run-time compilers get no include path; the crate may
 //! run far from its source tree). `kernels/check.sh` compiles the same files one by one and this
 //! assembled module too (built the same way in shell).
 //!
@@ -16,11 +16,12 @@ const TUNE: &str = include_str!("../../kernels/kq_tune.h");
 const GEMV: &str = include_str!("../../kernels/w4_gemv.cu");
 const MMA: &str = include_str!("../../kernels/w4_mma.cu");
 const DENSE: &str = include_str!("../../kernels/w4_dense.cu");
+const ARGMAX: &str = include_str!("../../kernels/argmax.cu");
 
-/// The whole module: headers once, then the three kernel files.
+/// The whole module: headers once, then the four kernel files.
 pub fn module() -> String {
     let mut out = String::new();
-    for file in [VENDOR, TUNE, GEMV, MMA, DENSE] {
+    for file in [VENDOR, TUNE, GEMV, MMA, DENSE, ARGMAX] {
         for line in file.lines() {
             match line.trim() {
                 "#include \"kq_vendor.h\"" | "#include \"kq_tune.h\"" | "#pragma once" => {}
@@ -60,6 +61,11 @@ pub fn dequant_name(act: Act, per_channel: bool) -> String {
     format!("kq_w4_dequant_{}_{}", act.name(), pc_g(per_channel))
 }
 pub const SCALE_COLS: &str = "kq_scale_cols";
+
+/// Each row's argmax (`argmax.cu`), one block of [`ARGMAX_THREADS`] threads per row.
+pub const ARGMAX_ROWS: &str = "kq_argmax_rows";
+/// `KQ_ARGMAX_THREADS` in `argmax.cu`: the block size `kq_argmax_rows` is written for.
+pub const ARGMAX_THREADS: u32 = 256;
 
 /// Largest M a GEMV entry point exists for (`KQ_ALL_M` in `w4_gemv.cu`: `_m1` … `_m8`). Not a
 /// tuning choice: which M the regime choice sends to the GEMV is `Tune::gemv_max_m`, at most this.
@@ -163,6 +169,13 @@ kernels! {
         ptr out, scales;
         int m, n
     }
+    /// `kq_argmax_rows(y, idx, M, N)`: `idx[row]` (int32) = the argmax of row `row` of the
+    /// `[M, N]` f32 `y`; one block per row (`gridDim.x` = M).
+    ArgmaxRows {
+        ;
+        ptr y, idx;
+        int m, n
+    }
 }
 
 impl<B> Kernel<'_, B> {
@@ -190,6 +203,7 @@ impl<B> Kernel<'_, B> {
                 act, per_channel, ..
             } => dequant_name(act, per_channel),
             Kernel::ScaleCols { .. } => SCALE_COLS.into(),
+            Kernel::ArgmaxRows { .. } => ARGMAX_ROWS.into(),
         }
     }
 }
@@ -205,7 +219,7 @@ mod tests {
         let s = module();
         assert!(!s.contains("#include \"kq_"), "local includes dropped");
         assert!(!s.contains("#pragma once"), "one translation unit");
-        for file in [VENDOR, TUNE, GEMV, MMA, DENSE] {
+        for file in [VENDOR, TUNE, GEMV, MMA, DENSE, ARGMAX] {
             let body = file
                 .lines()
                 .filter(|l| !l.starts_with("#include \"kq_") && l.trim() != "#pragma once");
@@ -251,6 +265,17 @@ mod tests {
         for f in [SPLITK_REDUCE, W4A8_REDUCE, SCALE_COLS] {
             assert!(s.contains(&format!("void {f}(")), "{f}");
         }
+        assert!(s.contains(&format!(
+            "__launch_bounds__(KQ_ARGMAX_THREADS)\n    {ARGMAX_ROWS}("
+        )));
+    }
+
+    /// The block size the launcher uses is the one `kq_argmax_rows` is written for (its shared
+    /// arrays and launch bounds), and a power of two (the tree reduction halves it).
+    #[test]
+    fn argmax_threads_is_the_kernels() {
+        assert!(ARGMAX.contains(&format!("#define KQ_ARGMAX_THREADS {ARGMAX_THREADS}\n")));
+        assert!(ARGMAX_THREADS.is_power_of_two() && ARGMAX_THREADS <= 1024);
     }
 
     /// The GEMV entry points exist for M = 1 ..= [`GEMV_MAX_M`].
@@ -276,6 +301,7 @@ mod tests {
                 "W4a8Reduce" => "void kq_w4a8_reduce(",
                 "Dequant" => "kq_w4_dequant_##T##_##G(",
                 "ScaleCols" => "void kq_scale_cols(",
+                "ArgmaxRows" => "kq_argmax_rows(",
                 other => panic!("no signature to check {other} against"),
             };
             let at = s.find(marker).unwrap_or_else(|| panic!("{marker}")) + marker.len();
@@ -292,6 +318,6 @@ mod tests {
                 "{variant}"
             );
         }
-        assert_eq!(SIGNATURES.len(), 9);
+        assert_eq!(SIGNATURES.len(), 10);
     }
 }

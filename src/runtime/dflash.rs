@@ -9,8 +9,9 @@
 //! Weights are read in any dtype and any quantized layout kquant writes (dequantized at load,
 //! `quant::decode`), so a quantized draft runs exactly as its dequantized weights; the draft's
 //! linears (fc, q/k/v/o, gate/up/down) go through the hook in [`super::linears`], which can
-//! instead run the quantized ones on a device ([`DFlash::load_on`]). The target's lm_head stays
-//! an f32 matmul.
+//! instead run them on a device ([`DFlash::load_on`]). The target's lm_head is an f32 matmul on
+//! the CPU, or, with a device and weights bf16 holds exactly (a BF16 target read as f32), a
+//! device layer (`LinearSet::load_values`) whose argmax is reduced there.
 
 use rayon::prelude::*;
 use serde_json::Value;
@@ -144,7 +145,10 @@ pub struct DFlash {
     hidden_norm: Vec<f32>,
     norm: Vec<f32>,
     embed: Vec<f32>,
+    /// The target's lm_head on the CPU (empty when `head` holds it).
     lm_head: Vec<f32>,
+    /// The target's lm_head on the device (`Exec::Device`, bf16-exact weights).
+    head: Option<Linear>,
     lin: LinearSet,
 }
 
@@ -346,6 +350,11 @@ impl DFlash {
             .collect::<Result<Vec<_>>>()?;
         let fc = vb.linear(fc_n, h, taps.len() * ht)?;
         let (hidden_norm, norm) = (vb.get(hn_n, &[h])?, vb.get(norm_n, &[h])?);
+        let head = lin.load_values("lm_head (target)", &target.lm_head, vocab, h)?;
+        let lm_head = match head {
+            Some(_) => Vec::new(),
+            None => target.lm_head,
+        };
         Ok(DFlash {
             h,
             ht,
@@ -365,7 +374,8 @@ impl DFlash {
             hidden_norm,
             norm,
             embed: target.embed,
-            lm_head: target.lm_head,
+            lm_head,
+            head,
             lin,
         })
     }
@@ -445,6 +455,17 @@ impl DFlash {
     /// Returns `[roots.len(), B−1, vocab]`; slot i predicts `x[r+i]`. All roots' rows go through
     /// each matmul together; attention runs in parallel over roots.
     pub fn blocks(&self, ctx: &Context, x: &[u32], roots: &[usize]) -> Vec<f32> {
+        let rows = roots.len() * (self.block_size - 1);
+        let normed = self.slots(ctx, x, roots);
+        match &self.head {
+            Some(l) => l.apply(&normed, rows),
+            None => linear(&normed, rows, self.h, &self.lm_head, self.vocab),
+        }
+    }
+
+    /// [`DFlash::blocks`] up to the lm_head: the final-normed slots 1..B−1 of every root,
+    /// `[roots.len() · (B−1), h]`.
+    fn slots(&self, ctx: &Context, x: &[u32], roots: &[usize]) -> Vec<f32> {
         self.check_roots(ctx, x, roots);
         let (h, b, d) = (self.h, self.block_size, self.head_dim);
         let (qd, kvd) = (self.heads * d, self.kv_heads * d);
@@ -489,8 +510,7 @@ impl DFlash {
             .chunks(b * h)
             .flat_map(|blk| blk[h..].iter().copied())
             .collect();
-        let normed = rms_norm(&slots, h, &self.norm, self.eps);
-        linear(&normed, roots.len() * (b - 1), h, &self.lm_head, self.vocab)
+        rms_norm(&slots, h, &self.norm, self.eps)
     }
 
     /// One block's attention: queries `q` `[B, heads·d]` over the context keys/values
@@ -599,7 +619,10 @@ impl DFlash {
                 }
             }
             let normed = rms_norm(&hid[h..], h, &self.norm, self.eps);
-            out.extend(linear_ref(&normed, b - 1, h, &self.lm_head, self.vocab));
+            out.extend(match &self.head {
+                Some(l) => l.apply_ref(&normed, b - 1),
+                None => linear_ref(&normed, b - 1, h, &self.lm_head, self.vocab),
+            });
         }
         out
     }
@@ -611,6 +634,15 @@ impl DFlash {
         let chunk = ((1usize << 26) / per_root).clamp(1, 64);
         let mut out = Vec::with_capacity(roots.len());
         for rs in roots.chunks(chunk) {
+            if let Some(l) = &self.head {
+                // On the device: the indices come back, not the logits.
+                let best = l.argmax_rows(&self.slots(ctx, x, rs), rs.len() * (self.block_size - 1));
+                out.extend(
+                    best.chunks(self.block_size - 1)
+                        .map(|blk| blk.iter().map(|&i| i as u32).collect()),
+                );
+                continue;
+            }
             let lg = self.blocks(ctx, x, rs);
             out.extend(lg.chunks(per_root).map(|blk| {
                 blk.chunks(self.vocab)

@@ -3,18 +3,23 @@
 //! either the CPU path — the blocked product `ops::gemm::matmul_nt` over the weights as they
 //! are stored: unquantized BF16 / F16 tensors as their bytes, quantized INT4 / INT8 / FP8
 //! modules as their codes and scales (`runtime::packed`), expanded a block at a time inside the
-//! product; only NVFP4 and Quark's `int4_fp8` are dequantized to f32 at load.
+//! product; only NVFP4 and Quark's `int4_fp8` are dequantized to f32 at load;
 //! [`Linear::apply_ref`] is the plain `ops::linear_ref` reference it is tested against — or a
-//! device-resident quantized layer ([`gpu::DeviceLinear`], `kquant verify --device
-//! cuda|hip|cpu-emu`). A shared observer can record the abs-max of every linear's input
-//! (`kquant calibrate`: NVFP4 W4A4's static input scales), and the first device failure is kept
-//! for the replay to report as an error instead of a panic inside a forward pass.
+//! device-resident layer (`kquant verify --device cuda|hip|cpu-emu`): a quantized one
+//! ([`gpu::DeviceLinear`], the INT4 kernels) or an unquantized one ([`gpu::DenseLinear`], the
+//! vendor BLAS). [`Linear::argmax_rows`] of a device layer reduces on the device and copies back
+//! one index per row. A shared observer can record the abs-max of every linear's input (`kquant
+//! calibrate`: NVFP4 W4A4's static input scales), and the first device failure is kept for the
+//! replay to report as an error instead of a panic inside a forward pass.
 //!
 //! Which modules go to a device ([`LinearSet::load`]): the quantized ones whose stored layout the
 //! INT4 kernels take (`gpu::W4Layout::from_module`: INT4 per channel / per group, symmetric) with
-//! K a multiple of 8; everything else — unquantized tensors (the drafts' lm_head and fc unless
-//! quantized), FP8, NVFP4, asymmetric UINT4 — stays on the CPU path and is listed by
-//! [`LinearSet::placement`].
+//! K a multiple of 8, and the unquantized ones (the drafts' lm_head and fc unless quantized, or
+//! a whole unquantized draft) stored as BF16 / F16 — the GEMM in that dtype, activations rounded
+//! to it — or as F32 holding only bf16 values (uploaded as bf16: exact). An F32 tensor that bf16
+//! would round, and quantized modules the kernels do not take (FP8, NVFP4, asymmetric UINT4),
+//! stay on the CPU path. [`LinearSet::placement`] (quantized) and
+//! [`LinearSet::dense_placement`] (unquantized) list what went where.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +38,8 @@ use crate::quant::decode::Logical;
 pub enum Exec {
     /// Every linear on the CPU, over the weights as stored (the reference runtime).
     F32,
-    /// Quantized INT4 linears on `dev` with activations rounded to `act`; the rest in f32.
+    /// Quantized INT4 linears on `dev` with activations rounded to `act`, unquantized BF16 / F16
+    /// ones on `dev` through its BLAS (in their own dtype); the rest in f32 on the CPU.
     Device { dev: Arc<dyn Backend>, act: Act },
 }
 
@@ -81,6 +87,8 @@ enum Kind {
         bytes: Vec<u8>,
     },
     Device(gpu::DeviceLinear),
+    /// An unquantized weight on the device (`Exec::Device`), through the vendor BLAS.
+    Dense(gpu::DenseLinear),
 }
 
 /// One linear layer of a draft: `y [m, n] = x [m, k] · Wᵀ`, `W` = checkpoint module `module`.
@@ -105,7 +113,8 @@ impl Linear {
         match self.rows() {
             Some(rows) => gemm::matmul_nt(x, m, self.k, rows, self.n),
             None => match &self.kind {
-                Kind::Device(l) => self.on_device(l, x, m),
+                Kind::Device(l) => self.on_device(|| l.forward(x, m), 0.0, m * self.n),
+                Kind::Dense(l) => self.on_device(|| l.forward(x, m), 0.0, m * self.n),
                 _ => unreachable!("every CPU kind has rows"),
             },
         }
@@ -127,14 +136,18 @@ impl Linear {
                 p.decode(0, &mut w);
                 ops::linear_ref(x, m, self.k, &w, self.n)
             }
-            Kind::Device(l) => self.on_device(l, x, m),
+            Kind::Device(l) => self.on_device(|| l.forward(x, m), 0.0, m * self.n),
+            Kind::Dense(l) => self.on_device(|| l.forward(x, m), 0.0, m * self.n),
         }
     }
 
     /// The index of the largest output of each of the `m` rows of `x · Wᵀ` (`ops::argmax`: the
     /// first on ties, as `torch.argmax`): what a replay needs of an lm_head, without keeping
     /// the `[m, n]` logits. The rows are computed a bounded block at a time (a row's outputs
-    /// do not depend on the rows beside it, so the indices are those of [`Linear::apply`]).
+    /// do not depend on the rows beside it, so the indices are those of [`Linear::apply`]). A
+    /// device layer reduces each row on the device (`kq_argmax_rows`) and copies back the
+    /// indices only; its order differs from `ops::argmax` on rows holding a NaN alone (the first
+    /// NaN wins, as `torch.argmax`: `gpu::reference::argmax_ref`).
     pub fn argmax_rows(&self, x: &[f32], m: usize) -> Vec<usize> {
         // About 256 MiB of logits at a time, at least one row.
         self.argmax_blocks(x, m, ((1usize << 26) / self.n.max(1)).max(1))
@@ -146,10 +159,24 @@ impl Linear {
         let mut i = 0;
         while i < m {
             let rows = block.min(m - i);
-            let y = self.apply(&x[i * self.k..(i + rows) * self.k], rows);
-            match self.n {
-                0 => out.extend(std::iter::repeat_n(0, rows)),
-                n => out.extend(y.chunks(n).map(ops::argmax)),
+            let xb = &x[i * self.k..(i + rows) * self.k];
+            let device = match &self.kind {
+                Kind::Device(l) if self.n > 0 => Some(l.argmax_rows(xb, rows)),
+                Kind::Dense(l) if self.n > 0 => Some(l.argmax_rows(xb, rows)),
+                _ => None,
+            };
+            match device {
+                Some(r) => {
+                    self.observe(xb);
+                    out.extend(self.on_device(|| r, 0, rows));
+                }
+                None => {
+                    let y = self.apply(xb, rows);
+                    match self.n {
+                        0 => out.extend(std::iter::repeat_n(0, rows)),
+                        n => out.extend(y.chunks(n).map(ops::argmax)),
+                    }
+                }
             }
             i += rows;
         }
@@ -158,7 +185,7 @@ impl Linear {
 
     /// Whether this layer runs on a device.
     pub fn is_on_device(&self) -> bool {
-        matches!(self.kind, Kind::Device(_))
+        matches!(self.kind, Kind::Device(_) | Kind::Dense(_))
     }
 
     /// The weights `[n, k]` of a layer on the CPU, as they are kept in memory.
@@ -167,20 +194,27 @@ impl Linear {
             Kind::F32(w) => Some(Rows::F32(w)),
             Kind::Half { dtype, bytes } => Rows::from_bytes(*dtype, bytes),
             Kind::Packed(p) => Some(Rows::Packed(p)),
-            Kind::Device(_) => None,
+            Kind::Device(_) | Kind::Dense(_) => None,
         }
     }
 
-    fn on_device(&self, l: &gpu::DeviceLinear, x: &[f32], m: usize) -> Vec<f32> {
-        if m == 0 {
+    /// A device call's result (`len` values; none for no rows), or, on failure, `fill`s with the
+    /// error kept for [`LinearSet::take_error`].
+    fn on_device<T: Clone>(
+        &self,
+        r: impl FnOnce() -> gpu::Result<Vec<T>>,
+        fill: T,
+        len: usize,
+    ) -> Vec<T> {
+        if len == 0 {
             return Vec::new();
         }
-        match l.forward(x, m) {
+        match r() {
             Ok(y) => y,
             Err(e) => {
                 let mut slot = self.shared.error.lock().expect("error slot");
                 slot.get_or_insert((self.module.clone(), e));
-                vec![0.0; m * self.n]
+                vec![fill; len]
             }
         }
     }
@@ -215,6 +249,8 @@ pub struct LinearSet {
     /// Module → on the device (`true`) or the f32 path, for modules the checkpoint stores
     /// quantized.
     quantized: Mutex<BTreeMap<String, bool>>,
+    /// Module → on the device (`true`) or the f32 path, for unquantized modules.
+    dense: Mutex<BTreeMap<String, bool>>,
 }
 
 impl LinearSet {
@@ -223,6 +259,7 @@ impl LinearSet {
             exec,
             shared: Arc::default(),
             quantized: Mutex::default(),
+            dense: Mutex::default(),
         }
     }
 
@@ -232,7 +269,8 @@ impl LinearSet {
     }
 
     /// Load logical tensor `name` (`….weight`, shape `[n, k]` already checked by the caller):
-    /// to the device when it is a quantized module the kernels take, else as f32.
+    /// with a device, to the device when it is a quantized module the kernels take or an
+    /// unquantized one the dense path takes (module docs), else on the CPU.
     pub fn load(&self, lg: &Logical, name: &str, n: usize, k: usize) -> Result<Linear> {
         let module = name.strip_suffix(".weight").unwrap_or(name).to_string();
         let qm = lg.module(name);
@@ -265,23 +303,59 @@ impl LinearSet {
             (None, Some(t)) if matches!(t.dtype, Dtype::BF16 | Dtype::F16) => Some(t),
             _ => None,
         };
+        // On a device, an unquantized tensor goes there too (`gpu::DenseLinear`).
+        let dev = match &self.exec {
+            Exec::Device { dev, .. } if qm.is_none() => Some(dev),
+            _ => None,
+        };
         let kind = match (kind, stored_half) {
             (Some(k), _) => k,
             (None, Some(t)) => {
-                // Kept as stored; the mapped pages are dropped once copied.
+                // Kept as stored (on the device in its own dtype); the mapped pages are dropped
+                // once copied.
                 let shard = lg.ck.weights.shard_of(name).ok_or_else(missing)?;
-                let bytes = shard.view(t).data.to_vec();
+                let data = shard.view(t).data;
+                let dense = match dev {
+                    Some(dev) => dense_or_cpu(
+                        gpu::DenseLinear::from_stored(dev.clone(), t.dtype, data, n, k).map(Some),
+                    )?,
+                    None => None,
+                };
+                let kind = match dense {
+                    Some(l) => Kind::Dense(l),
+                    None => Kind::Half {
+                        dtype: t.dtype,
+                        bytes: data.to_vec(),
+                    },
+                };
                 shard.release(t);
-                Kind::Half {
-                    dtype: t.dtype,
-                    bytes,
-                }
+                kind
             }
-            (None, None) => match qm.and_then(|m| Packed::load(lg, m)) {
+            (None, None) if qm.is_some() => match qm.and_then(|m| Packed::load(lg, m)) {
                 Some(p) => Kind::Packed(p),
                 None => Kind::F32(lg.read_f32(name).ok_or_else(missing)?),
             },
+            (None, None) => {
+                let w = lg.read_f32(name).ok_or_else(missing)?;
+                // An F32 tensor goes to the device only when bf16 holds it exactly.
+                let dense = match dev {
+                    Some(dev) => {
+                        dense_or_cpu(gpu::DenseLinear::from_f32_exact(dev.clone(), &w, n, k))?
+                    }
+                    None => None,
+                };
+                match dense {
+                    Some(l) => Kind::Dense(l),
+                    None => Kind::F32(w),
+                }
+            }
         };
+        if qm.is_none() {
+            self.dense
+                .lock()
+                .expect("placement")
+                .insert(module.clone(), matches!(kind, Kind::Dense(_)));
+        }
         Ok(Linear {
             module,
             n,
@@ -294,12 +368,41 @@ impl LinearSet {
     /// The quantized modules loaded so far: (on the device, on the f32 path). With
     /// [`Exec::F32`] every one is on the f32 path.
     pub fn placement(&self) -> (Vec<String>, Vec<String>) {
-        let q = self.quantized.lock().expect("placement");
-        let (dev, cpu): (Vec<_>, Vec<_>) = q.iter().partition(|(_, &d)| d);
-        (
-            dev.into_iter().map(|(m, _)| m.clone()).collect(),
-            cpu.into_iter().map(|(m, _)| m.clone()).collect(),
-        )
+        split(&self.quantized.lock().expect("placement"))
+    }
+
+    /// Weights that are not a tensor of the draft (the DFlash target's lm_head, `[n, k]` f32,
+    /// named `module` in the placement): with a device, uploaded when bf16 holds every value
+    /// exactly (recorded in [`LinearSet::dense_placement`] either way); `None` — the caller keeps
+    /// its f32 path — otherwise and with [`Exec::F32`].
+    pub fn load_values(
+        &self,
+        module: &str,
+        w: &[f32],
+        n: usize,
+        k: usize,
+    ) -> Result<Option<Linear>> {
+        let Exec::Device { dev, .. } = &self.exec else {
+            return Ok(None);
+        };
+        let dense = dense_or_cpu(gpu::DenseLinear::from_f32_exact(dev.clone(), w, n, k))?;
+        self.dense
+            .lock()
+            .expect("placement")
+            .insert(module.to_string(), dense.is_some());
+        Ok(dense.map(|l| Linear {
+            module: module.to_string(),
+            n,
+            k,
+            kind: Kind::Dense(l),
+            shared: self.shared.clone(),
+        }))
+    }
+
+    /// The unquantized modules loaded so far: (on the device, on the f32 path — with a device,
+    /// F32 tensors that bf16 would round). With [`Exec::F32`] every one is on the f32 path.
+    pub fn dense_placement(&self) -> (Vec<String>, Vec<String>) {
+        split(&self.dense.lock().expect("placement"))
     }
 
     /// Start (`true`) or stop recording the abs-max of every linear's input.
@@ -323,6 +426,24 @@ impl LinearSet {
             ),
             hint: e.hint(),
         })
+    }
+}
+
+/// Module → on the device: (on the device, on the f32 path).
+fn split(placed: &BTreeMap<String, bool>) -> (Vec<String>, Vec<String>) {
+    let (dev, cpu): (Vec<_>, Vec<_>) = placed.iter().partition(|(_, &d)| d);
+    (
+        dev.into_iter().map(|(m, _)| m.clone()).collect(),
+        cpu.into_iter().map(|(m, _)| m.clone()).collect(),
+    )
+}
+
+/// A dense upload, or `None` (the CPU path) for a layer the dense path does not take.
+fn dense_or_cpu(r: gpu::Result<Option<gpu::DenseLinear>>) -> Result<Option<gpu::DenseLinear>> {
+    match r {
+        Ok(l) => Ok(l),
+        Err(GpuError::Unsupported(..)) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -373,5 +494,74 @@ mod tests {
         assert_eq!(l.argmax_rows(&x, 3), want);
         assert_eq!(l.argmax_blocks(&x, 3, 2), want);
         assert_eq!(l.argmax_blocks(&x, 3, 1), want);
+    }
+
+    /// With a device, every unquantized linear of the (BF16) fixture draft loads on it through
+    /// the dense path: `apply` is the plain f32 product of the bf16-rounded input within
+    /// `gpu::reference::DENSE_REL_L1_TOL`, `argmax_rows` is the device's argmax of those very
+    /// outputs, and the placement says so; f32 values bf16 would round stay on the CPU.
+    #[test]
+    fn device_exec_puts_unquantized_linears_on_the_device() {
+        use crate::gpu::reference::{argmax_ref, first_violation, DENSE_REL_L1_TOL};
+        let ck = draft();
+        let lg = Logical::new(&ck).unwrap();
+        let set = LinearSet::new(Exec::device(Some(Arc::new(gpu::CpuEmu::nvidia()))));
+        for name in ["lm_head.weight", "fc.weight"] {
+            let s = lg.shape(name).unwrap();
+            let (n, k) = (s[0], s[1]);
+            let l = set.load(&lg, name, n, k).unwrap();
+            assert!(l.is_on_device() && l.rows().is_none(), "{name}");
+            let w = lg.read_f32(name).unwrap();
+            let m = 5;
+            let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+            let xr: Vec<f32> = x
+                .iter()
+                .map(|&v| Act::Bf16.to_f32(Act::Bf16.from_f32(v)))
+                .collect();
+            let y = l.apply(&x, m);
+            assert_eq!(l.apply_ref(&x, m), y, "one arithmetic on a device");
+            let want = ops::linear_ref(&xr, m, k, &w, n);
+            let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
+            let l1 = ops::linear_ref(&abs(&xr), m, k, &abs(&w), n);
+            assert_eq!(
+                first_violation(&y, &want, &l1, DENSE_REL_L1_TOL),
+                None,
+                "{name}"
+            );
+            let best: Vec<usize> = y.chunks(n).map(argmax_ref).collect();
+            assert_eq!(l.argmax_rows(&x, m), best);
+            assert_eq!(l.argmax_blocks(&x, m, 2), best);
+        }
+        assert!(set.take_error().is_none());
+        let head = ["fc".to_string(), "lm_head".to_string()];
+        assert_eq!(set.dense_placement(), (head.to_vec(), vec![]));
+        assert_eq!(set.placement(), (vec![], vec![]), "nothing quantized");
+        // Values bf16 holds exactly go up; one that would round keeps the caller's f32 path.
+        let exact = set.load_values("t", &[1.0, 2.0], 1, 2).unwrap().unwrap();
+        assert_eq!(exact.apply(&[1.0, 1.0], 1), [3.0]);
+        assert!(set.load_values("r", &[1.0, 0.1], 1, 2).unwrap().is_none());
+        let (on, off) = set.dense_placement();
+        assert!(
+            on.contains(&"t".to_string()) && off == ["r"],
+            "{on:?} {off:?}"
+        );
+        assert!(LinearSet::new(Exec::F32)
+            .load_values("t", &[1.0], 1, 1)
+            .unwrap()
+            .is_none());
+    }
+
+    /// A device failure inside `apply` / `argmax_rows` is kept for `take_error`, not a panic.
+    #[test]
+    fn device_errors_are_kept_not_panics() {
+        let set = LinearSet::new(Exec::device(Some(Arc::new(gpu::CpuEmu::nvidia()))));
+        let l = set.load_values("t", &[1.0, 2.0], 1, 2).unwrap().unwrap();
+        // A wrong input length is the device's typed error (the runtimes never pass one).
+        assert_eq!(l.apply(&[1.0, 1.0, 1.0], 1), [0.0]);
+        let e = set.take_error().expect("kept").to_string();
+        assert!(
+            e.contains("linear `t`") && e.contains("x has 3 values"),
+            "{e}"
+        );
     }
 }

@@ -6,7 +6,7 @@ use crate::checkpoint::{Checkpoint, Family};
 use crate::error::{Error, Result};
 use crate::runtime::dflash::{DFlash, TargetHead};
 use crate::runtime::eagle3::Eagle3;
-use crate::runtime::linears::Exec;
+use crate::runtime::linears::{Exec, LinearSet};
 use crate::runtime::matches::Matches;
 use crate::runtime::Drafter;
 use crate::verify::trace::Trace;
@@ -31,9 +31,9 @@ fn target_embed(ck: &Checkpoint) -> Result<Vec<f32>> {
 
 /// Load the draft at `spec` with the runtime of its detected family, taking from the target
 /// checkpoint what that family needs (EAGLE-3: the embedding when the draft has none; DFlash:
-/// the embedding and lm_head). `exec` places the quantized linears ([`Exec::F32`]: the f32
-/// runtime); with a device, a line on stderr says how many went there and which stayed on the
-/// CPU.
+/// the embedding and lm_head). `exec` places the linears ([`Exec::F32`]: the f32 runtime); with
+/// a device, a line on stderr ([`placement_line`]) says which went there — quantized and
+/// unquantized — and which stayed on the CPU.
 pub fn load_drafter(
     spec: &str,
     target: Option<&Checkpoint>,
@@ -76,22 +76,44 @@ pub fn load_drafter(
         }
     };
     if let Some(dev) = exec.name() {
-        let (on, off) = d.linears().placement();
-        eprintln!(
-            "device: `{spec}`: {} quantized linear(s) on {dev}{}",
-            on.len(),
-            if off.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    ", {} on the CPU in f32 (a layout the INT4 kernels do not take): {}",
-                    off.len(),
-                    crate::escape::printable(&off.join(", "))
-                )
-            }
-        );
+        eprintln!("{}", placement_line(spec, &dev, d.linears()));
     }
     Ok(d)
+}
+
+/// What went where on a device, for stderr: the quantized linears on the INT4 kernels (and those
+/// left on the CPU), the unquantized ones through the vendor BLAS (and F32 ones left on the CPU).
+pub fn placement_line(spec: &str, dev: &str, set: &LinearSet) -> String {
+    let list = |v: &[String]| crate::escape::printable(&v.join(", ")).into_owned();
+    let (on, off) = set.placement();
+    let (don, doff) = set.dense_placement();
+    let mut line = format!(
+        "device: `{}`: {} quantized linear(s) on {dev} (INT4 kernels)",
+        crate::escape::printable(spec),
+        on.len()
+    );
+    if !off.is_empty() {
+        line += &format!(
+            ", {} on the CPU (a layout the INT4 kernels do not take): {}",
+            off.len(),
+            list(&off)
+        );
+    }
+    line += &format!(
+        "; {} unquantized linear(s) on {dev} (vendor BLAS in the stored bf16/f16)",
+        don.len()
+    );
+    if !don.is_empty() {
+        line += &format!(": {}", list(&don));
+    }
+    if !doff.is_empty() {
+        line += &format!(
+            ", {} on the CPU in f32 (F32 weights that bf16 would round): {}",
+            doff.len(),
+            list(&doff)
+        );
+    }
+    line
 }
 
 /// What pass A computes after a root's first miss.

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use libloading::Library;
 
-use super::super::driver::Gemm;
+use super::super::driver::{from_bytes, Gemm, Pod};
 use super::super::{Act, GpuError, Result};
 
 pub(super) type HipError = c_int;
@@ -336,23 +336,27 @@ pub(super) fn upload(api: &Arc<Api>, host: &[u8]) -> Result<DevBuf> {
     Ok(b)
 }
 
-/// The first `n` f32 of `b`.
-pub(super) fn read_f32(api: &Api, b: &DevBuf, n: usize) -> Result<Vec<f32>> {
-    if b.bytes < n * 4 {
-        return Err(err(format!("{n} f32 read from a {}-byte buffer", b.bytes)));
+/// The first `n` values of `b`.
+pub(super) fn read<T: Pod>(api: &Api, b: &DevBuf, n: usize) -> Result<Vec<T>> {
+    let bytes = n * std::mem::size_of::<T>();
+    if b.bytes < bytes {
+        return Err(err(format!(
+            "{bytes} bytes read from a {}-byte buffer",
+            b.bytes
+        )));
     }
-    let mut v = vec![0f32; n];
-    // SAFETY: the device buffer holds at least n f32 (checked); hipMemcpy waits for the
+    let mut v = vec![0u8; bytes];
+    // SAFETY: the device buffer holds at least `bytes` (checked); hipMemcpy waits for the
     // preceding kernels on the null stream.
     api.check("hipMemcpy", unsafe {
         (api.memcpy)(
             v.as_mut_ptr() as *mut c_void,
             b.ptr,
-            n * 4,
+            bytes,
             HIP_MEMCPY_DEVICE_TO_HOST,
         )
     })?;
-    Ok(v)
+    Ok(from_bytes(&v, n))
 }
 
 /// The kernel module compiled by hipRTC for `arch` (`gfx942`, …), as a code object.

@@ -129,7 +129,12 @@ impl Driver for Hip {
 
     fn dtoh_f32(&self, buf: &DevBuf, n: usize) -> Result<Vec<f32>> {
         self.sync()?;
-        ffi::read_f32(&self.api, buf, n)
+        ffi::read(&self.api, buf, n)
+    }
+
+    fn dtoh_i32(&self, buf: &DevBuf, n: usize) -> Result<Vec<i32>> {
+        self.sync()?;
+        ffi::read(&self.api, buf, n)
     }
 
     unsafe fn launch(&self, kernel: &Kernel<'_, DevBuf>, grid: Dim3, block: Dim3) -> Result<()> {
@@ -267,6 +272,7 @@ mod tests {
                 source::w4a16_mma_name(Act::F16, false, 64),
                 source::w4a8_mma_name(128),
                 source::dequant_name(Act::Bf16, false),
+                source::ARGMAX_ROWS.to_string(),
             ] {
                 let found = code.windows(f.len()).any(|w| w == f.as_bytes());
                 assert!(found, "{arch}: {f}");
