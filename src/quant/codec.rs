@@ -117,7 +117,10 @@ pub trait IntGrid: Sync {
     fn range(&self) -> (i8, i8);
     /// The dtype the format stores scales in for a `model`-dtype weight.
     fn scale_dtype(&self, model: Dtype) -> Dtype;
-    /// Round to nearest: the format's scales and codes for `w` `[rows, cols]`.
+    /// The format's code for weight `w` under scale `s` (its rounding and clamp).
+    fn code(&self, w: f32, s: f32, model: Dtype) -> i8;
+    /// Round to nearest: the format's scales and codes for `w` `[rows, cols]` (each code is
+    /// [`IntGrid::code`] of its weight under its scale).
     fn rtn(&self, w: &[f32], rows: usize, cols: usize, model: Dtype) -> Int4;
     /// The format's tensors (those of [`Codec::specs`]) for codes and scales `q`.
     fn write(&self, module: &str, q: &Int4, model: Dtype) -> Encoded;

@@ -685,6 +685,11 @@ mod tests {
                             if let Some(g) = t.int_grid() {
                                 let q = g.rtn(&w, rows, cols, dtype);
                                 assert_eq!(q.group, g.group(cols));
+                                let gpr = cols.div_ceil(q.group);
+                                for (i, (&x, &c)) in w.iter().zip(&q.codes).enumerate() {
+                                    let sc = q.scales[i / cols * gpr + i % cols / q.group];
+                                    assert_eq!(g.code(x, sc, dtype), c, "{} {i}", s.id);
+                                }
                                 assert!(q
                                     .codes
                                     .iter()

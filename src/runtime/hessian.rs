@@ -25,12 +25,26 @@ use crate::ops::gemm::{matmul_nt, Rows};
 pub struct Hessian {
     /// Input width.
     pub k: usize,
-    /// `[k, k]`, row-major, symmetric: `Σ x xᵀ` over every row `x` the modules saw.
+    /// `[k, k]`, row-major, symmetric: `Σ x xᵀ` over every row `x` the modules saw; or only
+    /// its diagonal `[k]` (`Σ x_j²`) when collected with [`HessianSet::diagonal`].
     pub sum: Vec<f32>,
+    /// Whether `sum` is the whole matrix (else its diagonal).
+    pub full: bool,
     /// Rows (tokens) accumulated.
     pub tokens: u64,
     /// The modules that read this input, the first one first.
     pub modules: Vec<String>,
+}
+
+impl Hessian {
+    /// The diagonal `Σ x_j²`, `[k]`.
+    pub fn diag(&self) -> Vec<f32> {
+        if self.full {
+            (0..self.k).map(|j| self.sum[j * self.k + j]).collect()
+        } else {
+            self.sum.clone()
+        }
+    }
 }
 
 /// `Σ_i x_i x_iᵀ` over the `m` rows of `x [m, k]`, sequentially in f64 then rounded: the
@@ -51,6 +65,8 @@ pub fn outer_sum_ref(x: &[f32], m: usize, k: usize) -> Vec<f32> {
 #[derive(Debug, Default)]
 pub struct HessianSet {
     wanted: BTreeSet<String>,
+    /// Only the diagonals.
+    diagonal: bool,
     groups: Vec<Hessian>,
     of: BTreeMap<String, usize>,
     /// The previous call's group and input, while calls of wanted modules follow each other.
@@ -64,6 +80,15 @@ impl HessianSet {
         HessianSet {
             wanted: wanted.into_iter().collect(),
             ..HessianSet::default()
+        }
+    }
+
+    /// Collect only the diagonals `Σ x_j²` (`k` floats a group, `k` flops a row): what the
+    /// activation-weighted scale search needs.
+    pub fn diagonal(wanted: impl IntoIterator<Item = String>) -> HessianSet {
+        HessianSet {
+            diagonal: true,
+            ..HessianSet::new(wanted)
         }
     }
 
@@ -115,7 +140,8 @@ impl HessianSet {
                         let g = self.groups.len();
                         self.groups.push(Hessian {
                             k,
-                            sum: vec![0.0; k * k],
+                            sum: vec![0.0; if self.diagonal { k } else { k * k }],
+                            full: !self.diagonal,
                             tokens: 0,
                             modules: vec![module.to_string()],
                         });
@@ -130,6 +156,16 @@ impl HessianSet {
 
     fn accumulate(&mut self, g: usize, x: &[f32], m: usize) {
         let k = self.groups[g].k;
+        if self.diagonal {
+            let h = &mut self.groups[g];
+            for row in x.chunks(k).take(m) {
+                for (a, &v) in h.sum.iter_mut().zip(row) {
+                    *a += v * v;
+                }
+            }
+            h.tokens += m as u64;
+            return;
+        }
         // Xᵀ [k, m]; Xᵀ · (Xᵀ)ᵀ = Σ x xᵀ.
         let mut xt = vec![0f32; k * m];
         for (r, row) in x.chunks(k).take(m).enumerate() {
@@ -214,6 +250,18 @@ mod tests {
                 );
             }
         }
+
+        // The diagonal alone is the full matrix's diagonal.
+        let mut dset = HessianSet::diagonal(["q", "k"].map(String::from));
+        for x in [&x1, &x2] {
+            dset.add("q", x, x.len() / k, k);
+            dset.add("k", x, x.len() / k, k);
+        }
+        let dh = dset.finish().unwrap();
+        for (a, b) in dh["k"].diag().iter().zip(h["q"].diag()) {
+            assert!((a - b).abs() <= HESSIAN_REL_TOL * b.abs(), "{a} vs {b}");
+        }
+        assert_eq!(dh["q"].sum.len(), k);
 
         let mut set = HessianSet::new(["q", "k"].map(String::from));
         set.add("q", &x1, 5, k);

@@ -419,10 +419,10 @@ impl LinearSet {
         self.shared.observing.store(on, Ordering::Relaxed);
     }
 
-    /// Start collecting `Σ x xᵀ` of the inputs of the modules `wanted` (`runtime::hessian`),
-    /// replacing any collection under way.
-    pub fn collect_hessians(&self, wanted: impl IntoIterator<Item = String>) {
-        *self.shared.hessians.lock().expect("hessians") = Some(HessianSet::new(wanted));
+    /// Start collecting into `set` (`runtime::hessian`: `Σ x xᵀ` or its diagonal, of the
+    /// inputs of the modules it wants), replacing any collection under way.
+    pub fn collect_hessians(&self, set: HessianSet) {
+        *self.shared.hessians.lock().expect("hessians") = Some(set);
         self.shared.collecting.store(true, Ordering::Relaxed);
     }
 

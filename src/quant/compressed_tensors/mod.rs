@@ -262,6 +262,9 @@ impl IntGrid for PackQuantized {
     fn scale_dtype(&self, model: Dtype) -> Dtype {
         model
     }
+    fn code(&self, w: f32, s: f32, model: Dtype) -> i8 {
+        ct_code(w, s, model)
+    }
     fn rtn(&self, w: &[f32], rows: usize, cols: usize, model: Dtype) -> Int4 {
         quantize(w, rows, cols, self.group.unwrap_or(cols), model)
     }

@@ -460,6 +460,9 @@ impl IntGrid for Modelopt {
     fn scale_dtype(&self, _model: Dtype) -> Dtype {
         Dtype::F32
     }
+    fn code(&self, w: f32, s: f32, _model: Dtype) -> i8 {
+        int4_code(w, s)
+    }
     fn rtn(&self, w: &[f32], rows: usize, cols: usize, model: Dtype) -> Int4 {
         int4_quantize(w, rows, cols, self.group(cols), model)
     }

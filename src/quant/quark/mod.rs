@@ -269,6 +269,9 @@ impl IntGrid for Int4PerChannel {
     fn scale_dtype(&self, model: Dtype) -> Dtype {
         self.0.scale_dtype(model)
     }
+    fn code(&self, w: f32, s: f32, _model: Dtype) -> i8 {
+        crate::quant::math::int4::quark_code(w, 1.0f32 / s)
+    }
     fn rtn(&self, w: &[f32], rows: usize, cols: usize, model: Dtype) -> Int4 {
         crate::quant::math::int4::quantize(w, rows, cols, cols, model)
     }
