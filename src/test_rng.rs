@@ -21,6 +21,18 @@ impl Rng {
         &v[self.below(v.len())]
     }
 
+    /// Uniform in `[0, 1)` (53 bits).
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u = 1.0 - self.unit();
+        let v = self.unit();
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
     /// Up to `max_len` characters of `alphabet`.
     pub fn string(&mut self, alphabet: &[char], max_len: usize) -> String {
         let len = self.below(max_len + 1);

@@ -17,6 +17,7 @@ mod fixtures;
 mod formats_doc;
 mod fp8_w4a8_golden;
 mod fuzz_regressions;
+mod gptq_golden;
 mod gpu_dense;
 mod gpu_gemm;
 mod gpu_linear;

@@ -1,7 +1,7 @@
 //! Quantization: the scheme table (`registry`), per-module codecs (`codec`: reference math +
 //! fast paths per format), the per-checkpoint format facts (`format`), the statistics a scheme
-//! measures first (`stats`), packing, exclusion rules, and reading quantized tensors back
-//! (`decode`, `identify`). Each format keeps its own recipe; they are never unified: what they
+//! measures first (`stats`), GPTQ with scales fixed by a format's recipe (`gptq`), packing,
+//! exclusion rules, and reading quantized tensors back (`decode`, `identify`). Each format keeps its own recipe; they are never unified: what they
 //! share is only the row-/group-wise loop and the layout helpers (`rowwise`, `pack`). The
 //! quantize pipeline that drives a codec over a checkpoint is `crate::quantize`.
 
@@ -11,6 +11,7 @@ pub mod decode;
 pub mod exclude;
 pub mod format;
 pub mod fused;
+pub mod gptq;
 pub mod identify;
 pub mod input_amax;
 pub mod math;
