@@ -58,9 +58,10 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub input_amax: Option<PathBuf>,
     /// How the codes are chosen: `rtn` (round to nearest, the reference tools' recipe, byte for
-    /// byte) or `search` (per run of weights sharing a scale, the scale — RTN's × 1, 8/7.5,
+    /// byte), `search` (per run of weights sharing a scale, the scale — RTN's × 1, 8/7.5,
     /// 0.99 … 0.60, in the stored dtype — with the least error weighted by the inputs' second
-    /// moments over `--calibrate`; symmetric INT4 schemes).
+    /// moments over `--calibrate`) or `gptq` (GPTQ under RTN's scales on each module's Σ x xᵀ
+    /// over `--calibrate`: block 128, damping 0.01, act-order). Symmetric INT4 schemes.
     #[arg(long, value_enum, default_value_t = Method::Rtn)]
     pub method: Method,
     /// A `kquant-trace/1` directory to calibrate on (`kquant trace capture` / `trace import`):
@@ -72,6 +73,10 @@ pub struct Args {
     /// without one, embedding and lm_head for DFlash.
     #[arg(long, requires = "calibrate")]
     pub target_checkpoint: Option<String>,
+    /// Memory the accumulated Σ x xᵀ of one calibration replay may take (`--method gptq`; more
+    /// modules than fit are collected in further replays), e.g. `4GiB`.
+    #[arg(long, value_parser = crate::io::writer::parse_size, default_value = "4GiB", requires = "calibrate")]
+    pub calibration_memory: u64,
     /// Draft depths per round in the calibration replay (a DFlash draft uses its block).
     #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::steps, requires = "calibrate")]
     pub steps: usize,
@@ -119,6 +124,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 target: a.target_checkpoint.clone(),
                 steps: a.steps,
                 limit: None,
+                memory: a.calibration_memory,
             },
         )),
     };
@@ -131,18 +137,21 @@ pub fn run(a: Args) -> Result<ExitCode> {
         })?;
         pb.finish_and_clear();
         eprintln!(
-            "calibrated on {} ({} samples, {} input rows): {} modules, {} of {} scales moved from RTN's",
+            "calibrated on {} ({} samples, {} input rows, {} replay(s)): {} modules, {} of {} scale runs differ from RTN's{}",
             printable(&cal.trace.display().to_string()),
             r.samples,
             r.tokens,
+            r.replays,
             r.modules,
-            r.scales_moved,
-            r.runs
+            r.runs_changed,
+            r.runs,
+            r.gptq_loss.map_or(String::new(), |l| format!(", GPTQ loss {l:.4e}"))
         );
         plan.chosen = chosen;
         plan.record = Some(json!({
             "method": method_name(*m),
             "calibration": {"trace_sha256": r.trace_sha256, "samples": r.samples, "input_rows": r.tokens, "steps": cal.steps},
+            "gptq": (*m == Method::Gptq).then(|| json!({"block_size": 128, "damp_frac": 0.01, "act_order": true, "retries": 5})),
             "producer": format!("kquant {}", env!("CARGO_PKG_VERSION")),
         }));
         report = Some(r);
@@ -238,6 +247,7 @@ fn method_name(m: Method) -> &'static str {
     match m {
         Method::Rtn => "rtn",
         Method::Search => "search",
+        Method::Gptq => "gptq",
     }
 }
 

@@ -33,6 +33,9 @@ pub enum Method {
     /// Per run of weights sharing a scale, the scale (RTN's × 1, 8/7.5, 0.99 … 0.60, rounded to
     /// the stored dtype) with the least error weighted by the inputs' second moments.
     Search,
+    /// GPTQ (`quant::gptq`, llm-compressor's and Quark's defaults) under the format's RTN
+    /// scales, on each module's `Σ x xᵀ` over the trace.
+    Gptq,
 }
 
 /// Where the calibration inputs come from.
@@ -46,6 +49,8 @@ pub struct Calibration {
     pub steps: usize,
     /// The first N samples of the trace (all without).
     pub limit: Option<usize>,
+    /// Bytes the accumulated `Σ x xᵀ` of one replay may take (GPTQ).
+    pub memory: u64,
 }
 
 /// What the stage did, for the report, the manifest and the config.
@@ -61,9 +66,13 @@ pub struct Report {
     pub tokens: u64,
     /// Modules whose codes and scales the method chose.
     pub modules: usize,
-    /// Of those, the runs (rows or (row, group)s) whose scale left RTN's.
-    pub scales_moved: u64,
+    /// Of those, the runs (rows or (row, group)s) whose scale or codes differ from RTN's.
+    pub runs_changed: u64,
     pub runs: u64,
+    /// Replays of the trace (GPTQ: as many as the Hessians' memory budget needs).
+    pub replays: usize,
+    /// GPTQ's loss summed over every module (llm-compressor's `Σ ((w − q) / U_jj)² / 2`).
+    pub gptq_loss: Option<f64>,
 }
 
 /// The files of a trace directory, `manifest.json` first, then the others in name order.
@@ -134,90 +143,84 @@ pub fn choose(
             hint: Some("capture a trace with samples (`kquant trace capture`)".into()),
         });
     }
-    let target = cal.target.as_deref().map(Checkpoint::open).transpose()?;
-    let d = load_drafter(src, target.as_ref(), &Exec::F32)?;
-    drop(target);
-    trace.require(
-        d.taps(),
-        d.target_hidden(),
-        Some(d.vocab()),
-        &format!("draft `{src}`"),
-    )?;
+    // GPTQ needs each module's whole Σ x xᵀ (k² f32): replays whose accumulators fit the
+    // budget, each collecting a share of the modules; the search needs only the diagonals.
+    let full = method == Method::Gptq;
+    let passes = passes(&modules, full, cal.memory);
     let total: u64 = trace
         .manifest
         .samples
         .iter()
         .map(|s| s.gen_len as u64)
-        .sum();
-    d.linears()
-        .collect_hessians(HessianSet::diagonal(modules.iter().map(|m| m.0.clone())));
+        .sum::<u64>()
+        * passes.len() as u64;
     let done = std::sync::atomic::AtomicU64::new(0);
-    let walks = replay_first(
-        d.as_ref(),
-        &trace,
-        cal.steps,
-        AfterMiss::Run,
-        usize::MAX,
-        &|n| {
+    let mut chosen = BTreeMap::new();
+    let (mut moved, mut runs, mut tokens) = (0u64, 0u64, 0u64);
+    let mut gptq_loss = 0f64;
+    let ck = plan.ck;
+    for pass in &passes {
+        let wanted: Vec<String> = pass.iter().map(|&i| modules[i].0.clone()).collect();
+        let moments = collect(src, &trace, cal, wanted, full, &|n| {
             let k = done.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
             progress(k, total);
-        },
-    )?;
-    let moments: BTreeMap<String, Arc<Hessian>> =
-        d.linears().take_hessians().map_err(|msg| Error::Source {
-            path: cal.trace.clone(),
-            msg: format!("calibration of `{src}`: {msg}"),
-            hint: None,
         })?;
-    drop(d);
-    let mut chosen = BTreeMap::new();
-    let (mut moved, mut runs) = (0u64, 0u64);
-    let ck = plan.ck;
-    for (module, t, rows, cols) in &modules {
-        let h = moments.get(module).ok_or_else(|| Error::Source {
-            path: cal.trace.clone(),
-            msg: format!(
-                "the replay of `{src}` never ran `{module}`: its inputs cannot be measured"
-            ),
-            hint: Some(
-                "exclude it (--exclude), or use --method rtn; the replay runs the draft's decoder linears, fc and lm_head"
-                    .into(),
-            ),
-        })?;
-        if h.k != *cols {
-            return Err(Error::Source {
-                path: ck.weights.dir.clone(),
+        for &i in pass {
+            let (module, t, rows, cols) = &modules[i];
+            let h = moments.get(module).ok_or_else(|| Error::Source {
+                path: cal.trace.clone(),
                 msg: format!(
-                    "`{module}` reads {} inputs in the replay, its weight has {cols}",
-                    h.k
+                    "the replay of `{src}` never ran `{module}`: its inputs cannot be measured"
                 ),
-                hint: None,
-            });
-        }
-        let shard = ck.weights.shard_of(&t.name).expect("routed");
-        let w = shard.view(t).to_f32_par();
-        shard.release(t);
-        if let Some(i) = w.iter().position(|v| !v.is_finite()) {
-            return Err(non_finite(shard.path(), &t.name, i, *cols, w[i]));
-        }
-        let rtn = grid.rtn(&w, *rows, *cols, t.dtype);
-        let q = match method {
-            Method::Rtn => rtn.clone(),
-            Method::Search => {
-                crate::quant::search::search(grid, &w, *rows, *cols, &h.diag(), t.dtype)
+                hint: Some(
+                    "exclude it (--exclude), or use --method rtn; the replay runs the draft's decoder linears, fc and lm_head"
+                        .into(),
+                ),
+            })?;
+            if h.k != *cols {
+                return Err(Error::Source {
+                    path: ck.weights.dir.clone(),
+                    msg: format!(
+                        "`{module}` reads {} inputs in the replay, its weight has {cols}",
+                        h.k
+                    ),
+                    hint: None,
+                });
             }
-        };
-        runs += q.scales.len() as u64;
-        moved += q
-            .scales
-            .iter()
-            .zip(&rtn.scales)
-            .filter(|(a, b)| a != b)
-            .count() as u64;
-        chosen.insert(module.clone(), q);
+            tokens = tokens.max(h.tokens);
+            let shard = ck.weights.shard_of(&t.name).expect("routed");
+            let w = shard.view(t).to_f32_par();
+            shard.release(t);
+            if let Some(i) = w.iter().position(|v| !v.is_finite()) {
+                return Err(non_finite(shard.path(), &t.name, i, *cols, w[i]));
+            }
+            let rtn = grid.rtn(&w, *rows, *cols, t.dtype);
+            let q = match method {
+                Method::Rtn => rtn.clone(),
+                Method::Search => {
+                    crate::quant::search::search(grid, &w, *rows, *cols, &h.diag(), t.dtype)
+                }
+                Method::Gptq => {
+                    let (q, loss) = gptq(grid, module, &w, &rtn, h, t.dtype, ck)?;
+                    gptq_loss += loss;
+                    q
+                }
+            };
+            runs += q.scales.len() as u64;
+            moved += q
+                .scales
+                .iter()
+                .zip(&rtn.scales)
+                .zip(
+                    q.codes
+                        .chunks(q.group.max(1))
+                        .zip(rtn.codes.chunks(q.group.max(1))),
+                )
+                .filter(|((a, b), (c, d))| a != b || c != d)
+                .count() as u64;
+            chosen.insert(module.clone(), q);
+        }
     }
-    let tokens = moments.values().map(|h| h.tokens).max().unwrap_or(0);
-    let _ = walks;
     Ok((
         chosen,
         Report {
@@ -227,8 +230,114 @@ pub fn choose(
             samples: trace.manifest.samples.len(),
             tokens,
             modules: modules.len(),
-            scales_moved: moved,
+            runs_changed: moved,
             runs,
+            replays: passes.len(),
+            gptq_loss: full.then_some(gptq_loss),
         },
+    ))
+}
+
+/// The modules (indices into `modules`) each replay collects: all at once for the diagonals;
+/// for whole matrices, in order, as many as fit `budget` (`k² · 4` bytes each, counted without
+/// the sharing of q/k/v or gate/up; a module larger than the budget alone).
+fn passes(
+    modules: &[(String, &crate::io::TensorInfo, usize, usize)],
+    full: bool,
+    budget: u64,
+) -> Vec<Vec<usize>> {
+    if !full {
+        return vec![(0..modules.len()).collect()];
+    }
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut used = 0u64;
+    for (i, m) in modules.iter().enumerate() {
+        let b = (m.3 as u64).pow(2) * 4;
+        match out.last_mut() {
+            Some(p) if used + b <= budget => {
+                p.push(i);
+                used += b;
+            }
+            _ => {
+                out.push(vec![i]);
+                used = b;
+            }
+        }
+    }
+    out
+}
+
+/// One replay of the trace by the draft `src` (loaded for it and dropped after, so that GPTQ
+/// runs without it in memory), collecting the input moments of `wanted`.
+fn collect(
+    src: &str,
+    trace: &Trace,
+    cal: &Calibration,
+    wanted: Vec<String>,
+    full: bool,
+    progress: &dyn Fn(u64),
+) -> Result<BTreeMap<String, Arc<Hessian>>> {
+    let target = cal.target.as_deref().map(Checkpoint::open).transpose()?;
+    let d = load_drafter(src, target.as_ref(), &Exec::F32)?;
+    drop(target);
+    trace.require(
+        d.taps(),
+        d.target_hidden(),
+        Some(d.vocab()),
+        &format!("draft `{src}`"),
+    )?;
+    d.linears().collect_hessians(if full {
+        HessianSet::new(wanted)
+    } else {
+        HessianSet::diagonal(wanted)
+    });
+    replay_first(
+        d.as_ref(),
+        trace,
+        cal.steps,
+        AfterMiss::Run,
+        usize::MAX,
+        progress,
+    )?;
+    Ok(d.linears().take_hessians())
+}
+
+/// GPTQ of one module under its RTN scales: the codes and the loss.
+fn gptq(
+    grid: &dyn IntGrid,
+    module: &str,
+    w: &[f32],
+    rtn: &Int4,
+    h: &Hessian,
+    model: crate::io::Dtype,
+    ck: &Checkpoint,
+) -> Result<(Int4, f64)> {
+    use crate::quant::gptq::{self, Config, Grid, Layer};
+    let (qmin, qmax) = grid.range();
+    let layer = Layer {
+        weight: w,
+        rows: rtn.rows,
+        cols: rtn.cols,
+        scales: &rtn.scales,
+        group: rtn.group,
+        grid: Grid {
+            qmin: qmin as i32,
+            qmax: qmax as i32,
+            scale_dtype: grid.scale_dtype(model),
+        },
+    };
+    // The sweep uses the matrix as its workspace.
+    let mut work = h.sum.clone();
+    let out = gptq::quantize(&layer, &mut work, &Config::default()).map_err(|e| Error::Source {
+        path: ck.weights.dir.clone(),
+        msg: format!("GPTQ of `{module}`: {e}"),
+        hint: Some("a calibration trace with more tokens gives a better-conditioned Σ x xᵀ; or --method search".into()),
+    })?;
+    Ok((
+        Int4 {
+            codes: out.codes,
+            ..rtn.clone()
+        },
+        out.loss.iter().sum(),
     ))
 }

@@ -1,13 +1,14 @@
 //! Second moments of the inputs each linear of a draft sees — `Σ x xᵀ` over every token (row)
-//! of every call, the GPTQ Hessian up to a factor — collected through the linear hook
-//! (`runtime::linears`) while the draft replays a trace, for `kquant quantize --calibrate`.
+//! of every call, the GPTQ Hessian up to a factor, or only its diagonal — collected through the
+//! linear hook (`runtime::linears`) while the draft replays a trace, for `kquant quantize
+//! --calibrate`.
 //!
-//! Modules that read the same input (q/k/v of an attention, gate/up of an MLP) share one
-//! accumulator: a module whose first call comes right after another's with a bit-identical
-//! input joins that module's group, and every later call of the group is checked to see that
-//! same input again (else the collection reports an error rather than a wrong matrix). Only
-//! the modules asked for are collected, so a caller bounds the memory (`k² · 4` bytes a group)
-//! by asking for a subset per replay.
+//! Each module has its own accumulator; only the modules asked for are collected, so a caller
+//! bounds the memory (`k² · 4` bytes a module) by asking for a subset per replay. Modules that
+//! read the same input one after the other (q/k/v of an attention, gate/up of an MLP, DFlash's
+//! per-layer k/v of one context) share the product: the last call's `Xᵀ · X` is kept while the
+//! next call reads a bit-identical input, and dropped before any other is computed, so at most
+//! one product exists at a time.
 //!
 //! `Σ x xᵀ` is computed as the product `Xᵀ · X` by `ops::gemm::matmul_nt` (f32, as
 //! llm-compressor's `GPTQ_PRECISION` and Quark accumulate) and added to an f32 sum; the plain
@@ -20,20 +21,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ops::gemm::{matmul_nt, Rows};
 
-/// One accumulated `Σ x xᵀ` and what it was built from.
+/// One module's accumulated `Σ x xᵀ` and what it was built from.
 #[derive(Debug, Clone)]
 pub struct Hessian {
     /// Input width.
     pub k: usize,
-    /// `[k, k]`, row-major, symmetric: `Σ x xᵀ` over every row `x` the modules saw; or only
+    /// `[k, k]`, row-major, symmetric: `Σ x xᵀ` over every row `x` the module saw; or only
     /// its diagonal `[k]` (`Σ x_j²`) when collected with [`HessianSet::diagonal`].
     pub sum: Vec<f32>,
     /// Whether `sum` is the whole matrix (else its diagonal).
     pub full: bool,
     /// Rows (tokens) accumulated.
     pub tokens: u64,
-    /// The modules that read this input, the first one first.
-    pub modules: Vec<String>,
 }
 
 impl Hessian {
@@ -67,15 +66,13 @@ pub struct HessianSet {
     wanted: BTreeSet<String>,
     /// Only the diagonals.
     diagonal: bool,
-    groups: Vec<Hessian>,
-    of: BTreeMap<String, usize>,
-    /// The previous call's group and input, while calls of wanted modules follow each other.
-    last: Option<(usize, Vec<f32>)>,
-    error: Option<String>,
+    acc: BTreeMap<String, Hessian>,
+    /// The last call's input and its product (`Xᵀ · X`, or the column sums of squares).
+    last: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 impl HessianSet {
-    /// Collect for the modules `wanted` (checkpoint module names, without `.weight`).
+    /// Collect `Σ x xᵀ` for the modules `wanted` (checkpoint module names, without `.weight`).
     pub fn new(wanted: impl IntoIterator<Item = String>) -> HessianSet {
         HessianSet {
             wanted: wanted.into_iter().collect(),
@@ -83,7 +80,7 @@ impl HessianSet {
         }
     }
 
-    /// Collect only the diagonals `Σ x_j²` (`k` floats a group, `k` flops a row): what the
+    /// Collect only the diagonals `Σ x_j²` (`k` floats a module, `k` flops a row): what the
     /// activation-weighted scale search needs.
     pub fn diagonal(wanted: impl IntoIterator<Item = String>) -> HessianSet {
         HessianSet {
@@ -94,106 +91,62 @@ impl HessianSet {
 
     /// Bytes the accumulators hold now.
     pub fn bytes(&self) -> usize {
-        self.groups.iter().map(|g| g.sum.len() * 4).sum()
+        self.acc.values().map(|h| h.sum.len() * 4).sum()
     }
 
     /// One call of `module` on `x [m, k]`.
     pub fn add(&mut self, module: &str, x: &[f32], m: usize, k: usize) {
-        if !self.wanted.contains(module) {
+        if !self.wanted.contains(module) || m == 0 {
+            return;
+        }
+        let same = matches!(&self.last, Some((lx, _)) if lx.len() == x.len()
+            && lx.iter().zip(x).all(|(a, b)| a.to_bits() == b.to_bits()));
+        if !same {
+            // Dropped before the next product exists.
             self.last = None;
-            return;
-        }
-        if self.error.is_some() || m == 0 {
-            return;
-        }
-        let same_as_last = |g: usize, last: &Option<(usize, Vec<f32>)>| {
-            matches!(last, Some((lg, lx)) if *lg == g && lx.len() == x.len()
-                && lx.iter().zip(x).all(|(a, b)| a.to_bits() == b.to_bits()))
-        };
-        match self.of.get(module).copied() {
-            Some(g) if self.groups[g].modules[0] == module => {
-                self.accumulate(g, x, m);
-                self.last = Some((g, x.to_vec()));
-            }
-            Some(g) => {
-                // A member follows its group's first module with the same input, or the
-                // sharing assumed at its first call does not hold.
-                if !same_as_last(g, &self.last) {
-                    self.error = Some(format!(
-                        "`{module}` read an input that `{}` did not (they were first seen sharing one)",
-                        self.groups[g].modules[0]
-                    ));
-                }
-            }
-            None => {
-                let joins = self
-                    .last
-                    .as_ref()
-                    .map(|(g, _)| *g)
-                    .filter(|&g| self.groups[g].k == k && same_as_last(g, &self.last));
-                match joins {
-                    Some(g) => {
-                        self.groups[g].modules.push(module.to_string());
-                        self.of.insert(module.to_string(), g);
-                    }
-                    None => {
-                        let g = self.groups.len();
-                        self.groups.push(Hessian {
-                            k,
-                            sum: vec![0.0; if self.diagonal { k } else { k * k }],
-                            full: !self.diagonal,
-                            tokens: 0,
-                            modules: vec![module.to_string()],
-                        });
-                        self.of.insert(module.to_string(), g);
-                        self.accumulate(g, x, m);
-                        self.last = Some((g, x.to_vec()));
+            let p = if self.diagonal {
+                let mut d = vec![0f32; k];
+                for row in x.chunks(k).take(m) {
+                    for (a, &v) in d.iter_mut().zip(row) {
+                        *a += v * v;
                     }
                 }
-            }
-        }
-    }
-
-    fn accumulate(&mut self, g: usize, x: &[f32], m: usize) {
-        let k = self.groups[g].k;
-        if self.diagonal {
-            let h = &mut self.groups[g];
-            for row in x.chunks(k).take(m) {
-                for (a, &v) in h.sum.iter_mut().zip(row) {
-                    *a += v * v;
+                d
+            } else {
+                // Xᵀ [k, m]; Xᵀ · (Xᵀ)ᵀ = Σ x xᵀ.
+                let mut xt = vec![0f32; k * m];
+                for (r, row) in x.chunks(k).take(m).enumerate() {
+                    for (i, &v) in row.iter().enumerate() {
+                        xt[i * m + r] = v;
+                    }
                 }
-            }
-            h.tokens += m as u64;
-            return;
+                matmul_nt(&xt, k, m, Rows::F32(&xt), k)
+            };
+            self.last = Some((x.to_vec(), p));
         }
-        // Xᵀ [k, m]; Xᵀ · (Xᵀ)ᵀ = Σ x xᵀ.
-        let mut xt = vec![0f32; k * m];
-        for (r, row) in x.chunks(k).take(m).enumerate() {
-            for (i, &v) in row.iter().enumerate() {
-                xt[i * m + r] = v;
-            }
-        }
-        let p = matmul_nt(&xt, k, m, Rows::F32(&xt), k);
-        let h = &mut self.groups[g];
-        for (a, b) in h.sum.iter_mut().zip(&p) {
+        let p = &self.last.as_ref().expect("just computed").1;
+        let full = !self.diagonal;
+        let h = self
+            .acc
+            .entry(module.to_string())
+            .or_insert_with(|| Hessian {
+                k,
+                sum: vec![0.0; p.len()],
+                full,
+                tokens: 0,
+            });
+        for (a, b) in h.sum.iter_mut().zip(p) {
             *a += b;
         }
         h.tokens += m as u64;
     }
 
-    /// Module → its accumulated input moments (shared ones appear under each module), or the
-    /// error that makes them wrong. A wanted module never called is absent.
-    pub fn finish(self) -> Result<BTreeMap<String, std::sync::Arc<Hessian>>, String> {
-        if let Some(e) = self.error {
-            return Err(e);
-        }
-        let groups: Vec<std::sync::Arc<Hessian>> =
-            self.groups.into_iter().map(std::sync::Arc::new).collect();
-        Ok(self
-            .of
+    /// Module → its accumulated input moments. A wanted module never called is absent.
+    pub fn finish(self) -> BTreeMap<String, std::sync::Arc<Hessian>> {
+        self.acc
             .into_iter()
-            .map(|(m, g)| (m, groups[g].clone()))
-            .collect())
+            .map(|(m, h)| (m, std::sync::Arc::new(h)))
+            .collect()
     }
 }
 
@@ -216,58 +169,58 @@ mod tests {
     /// Bound of the f32 accumulation against the f64 reference, relative to `Σ |x_i x_j|`.
     const HESSIAN_REL_TOL: f32 = 1e-5;
 
-    /// Shared inputs share one accumulator; the sum over calls is the reference's within the
-    /// bound; a module outside the wanted set breaks a chain; a member whose input later
-    /// differs from its group's is an error.
+    /// Each module's sum over its calls is the reference's within the bound, whether its
+    /// product was computed or reused from the call before; a module outside the wanted set
+    /// is not collected; the diagonal alone is the full matrix's diagonal.
     #[test]
-    fn accumulates_and_shares_inputs() {
+    fn accumulates_each_module_over_its_own_inputs() {
         let k = 37;
-        let mut set = HessianSet::new(["q", "k", "v", "o"].map(String::from));
         let (x1, x2, x3) = (data(5 * k, 1), data(3 * k, 2), data(4 * k, 3));
-        for x in [&x1, &x2] {
-            let m = x.len() / k;
-            set.add("q", x, m, k);
-            set.add("k", x, m, k);
-            set.add("v", x, m, k);
-            set.add("unwanted", &x3, 4, k);
-            set.add("o", &x3, 4, k);
-        }
-        let h = set.finish().unwrap();
-        assert!(std::sync::Arc::ptr_eq(&h["q"], &h["v"]));
-        assert_eq!(h["q"].modules, ["q", "k", "v"]);
-        assert_eq!((h["q"].tokens, h["o"].tokens), (8, 8));
+        // q, k, v read one input; "o" its own; v reads x3 once where q and k do not.
+        let calls: [(&str, &Vec<f32>); 9] = [
+            ("q", &x1),
+            ("k", &x1),
+            ("v", &x1),
+            ("unwanted", &x3),
+            ("o", &x3),
+            ("q", &x2),
+            ("k", &x2),
+            ("v", &x3),
+            ("o", &x2),
+        ];
+        let run = |mut set: HessianSet| {
+            for (m, x) in calls {
+                set.add(m, x, x.len() / k, k);
+            }
+            set.finish()
+        };
+        let h = run(HessianSet::new(["q", "k", "v", "o"].map(String::from)));
+        let d = run(HessianSet::diagonal(["q", "k", "v", "o"].map(String::from)));
         assert!(!h.contains_key("unwanted"));
-        let mut both = x1.clone();
-        both.extend(&x2);
-        let want = outer_sum_ref(&both, 8, k);
-        for i in 0..k {
-            for j in 0..k {
-                let mag: f32 = both.chunks(k).map(|r| (r[i] * r[j]).abs()).sum();
-                let (g, w) = (h["q"].sum[i * k + j], want[i * k + j]);
-                assert!(
-                    (g - w).abs() <= HESSIAN_REL_TOL * mag,
-                    "[{i},{j}] {g} vs {w}"
-                );
+        for (module, seen) in [
+            ("q", vec![&x1, &x2]),
+            ("k", vec![&x1, &x2]),
+            ("v", vec![&x1, &x3]),
+            ("o", vec![&x3, &x2]),
+        ] {
+            let all: Vec<f32> = seen.iter().flat_map(|x| x.iter().copied()).collect();
+            let m = all.len() / k;
+            assert_eq!(h[module].tokens, m as u64);
+            let want = outer_sum_ref(&all, m, k);
+            for i in 0..k {
+                for j in 0..k {
+                    let mag: f32 = all.chunks(k).map(|r| (r[i] * r[j]).abs()).sum();
+                    let (g, w) = (h[module].sum[i * k + j], want[i * k + j]);
+                    assert!(
+                        (g - w).abs() <= HESSIAN_REL_TOL * mag,
+                        "{module} [{i},{j}] {g} vs {w}"
+                    );
+                }
+            }
+            assert_eq!(d[module].sum.len(), k);
+            for (a, b) in d[module].diag().iter().zip(h[module].diag()) {
+                assert!((a - b).abs() <= HESSIAN_REL_TOL * b.abs(), "{a} vs {b}");
             }
         }
-
-        // The diagonal alone is the full matrix's diagonal.
-        let mut dset = HessianSet::diagonal(["q", "k"].map(String::from));
-        for x in [&x1, &x2] {
-            dset.add("q", x, x.len() / k, k);
-            dset.add("k", x, x.len() / k, k);
-        }
-        let dh = dset.finish().unwrap();
-        for (a, b) in dh["k"].diag().iter().zip(h["q"].diag()) {
-            assert!((a - b).abs() <= HESSIAN_REL_TOL * b.abs(), "{a} vs {b}");
-        }
-        assert_eq!(dh["q"].sum.len(), k);
-
-        let mut set = HessianSet::new(["q", "k"].map(String::from));
-        set.add("q", &x1, 5, k);
-        set.add("k", &x1, 5, k);
-        set.add("q", &x1, 5, k);
-        set.add("k", &x2, 3, k);
-        assert!(set.finish().unwrap_err().contains("`k` read an input"));
     }
 }

@@ -426,13 +426,13 @@ impl LinearSet {
         self.shared.collecting.store(true, Ordering::Relaxed);
     }
 
-    /// Stop collecting and hand the moments over: module → its input's `Σ x xᵀ` (modules that
-    /// read one input share it), or why they would be wrong. Empty when nothing was collected.
-    pub fn take_hessians(&self) -> std::result::Result<BTreeMap<String, Arc<Hessian>>, String> {
+    /// Stop collecting and hand the moments over: module → its input's `Σ x xᵀ` (or its
+    /// diagonal). Empty when nothing was collected.
+    pub fn take_hessians(&self) -> BTreeMap<String, Arc<Hessian>> {
         self.shared.collecting.store(false, Ordering::Relaxed);
         match self.shared.hessians.lock().expect("hessians").take() {
             Some(h) => h.finish(),
-            None => Ok(BTreeMap::new()),
+            None => BTreeMap::new(),
         }
     }
 
