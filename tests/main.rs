@@ -32,6 +32,7 @@ mod parity_dflash;
 mod parity_eagle3;
 mod parity_target;
 mod presets;
+mod quantize_methods;
 mod quark_golden;
 mod readme;
 mod schemes_doc;

@@ -175,6 +175,14 @@ fn a_draft_against_itself_is_exactly_zero_and_passes() {
     assert_eq!(j["delta"], 0.0);
     assert_eq!(j["ci95"], serde_json::json!([0.0, 0.0]));
     assert_eq!(j["passed"], true);
+    // Against itself every proposal agrees, at every depth and in every category.
+    assert_eq!(j["agreement"]["overall"], 1.0);
+    assert_eq!(
+        j["agreement"]["per_depth"],
+        serde_json::json!([1.0, 1.0, 1.0])
+    );
+    assert!(j["agreement"]["compared"][0].as_u64().unwrap() > 0);
+    assert_eq!(j["per_category"]["code"]["agreement"]["overall"], 1.0);
     let al = j["draft"]["accept_length"].as_f64().unwrap();
     assert!(
         al > 1.9,

@@ -10,11 +10,12 @@ use serde_json::json;
 use crate::checkpoint::Checkpoint;
 use crate::cli::output_args::OutputArgs;
 use crate::cli::{human_bytes, progress};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::escape::printable;
 use crate::quant::format::Format;
 use crate::quant::quark;
 use crate::quant::registry::SCHEMES;
+use crate::quantize::calibrate::{self, Calibration, Method};
 use crate::quantize::drive::Job;
 use crate::quantize::plan::{Action, Plan};
 use crate::quantize::{self, Request};
@@ -56,6 +57,24 @@ pub struct Args {
     /// {MODULE: AMAX}}`), required by `--scheme nvfp4` (W4A4) for its static input scales.
     #[arg(long, value_name = "FILE")]
     pub input_amax: Option<PathBuf>,
+    /// How the codes are chosen: `rtn` (round to nearest, the reference tools' recipe, byte for
+    /// byte) or `search` (per run of weights sharing a scale, the scale — RTN's × 1, 8/7.5,
+    /// 0.99 … 0.60, in the stored dtype — with the least error weighted by the inputs' second
+    /// moments over `--calibrate`; symmetric INT4 schemes).
+    #[arg(long, value_enum, default_value_t = Method::Rtn)]
+    pub method: Method,
+    /// A `kquant-trace/1` directory to calibrate on (`kquant trace capture` / `trace import`):
+    /// the draft replays it, every depth, and each module's inputs are measured. Required by
+    /// `--method search`.
+    #[arg(long, value_name = "TRACE")]
+    pub calibrate: Option<PathBuf>,
+    /// Target checkpoint for the calibration replay: its embedding for an EAGLE-3 draft
+    /// without one, embedding and lm_head for DFlash.
+    #[arg(long, requires = "calibrate")]
+    pub target_checkpoint: Option<String>,
+    /// Draft depths per round in the calibration replay (a DFlash draft uses its block).
+    #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::steps, requires = "calibrate")]
+    pub steps: usize,
     /// Print the per-tensor plan and sizes; write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -78,7 +97,56 @@ pub fn run(a: Args) -> Result<ExitCode> {
         input_amax: a.input_amax.clone(),
     };
     let recipe = quantize::resolve(&ck, &det, &a.src, &request)?;
-    let plan = Plan::new(&ck, &recipe, a.dry_run)?;
+    let mut plan = Plan::new(&ck, &recipe, a.dry_run)?;
+    let calibration = match (a.method, &a.calibrate) {
+        (Method::Rtn, None) => None,
+        (Method::Rtn, Some(_)) => {
+            return Err(Error::Flags {
+                msg: "--calibrate with --method rtn: round to nearest uses no calibration".into(),
+                hint: "add --method search, or drop --calibrate".into(),
+            })
+        }
+        (m, None) => {
+            return Err(Error::Flags {
+                msg: format!("--method {} needs calibration inputs", method_name(m)),
+                hint: "give --calibrate TRACE (a trace captured from the draft's target: `kquant trace capture`)".into(),
+            })
+        }
+        (m, Some(t)) => Some((
+            m,
+            Calibration {
+                trace: t.clone(),
+                target: a.target_checkpoint.clone(),
+                steps: a.steps,
+                limit: None,
+            },
+        )),
+    };
+    let mut report = None;
+    if let (Some((m, cal)), false) = (&calibration, a.dry_run) {
+        let pb = progress(0, "calibrate");
+        let (chosen, r) = calibrate::choose(&plan, &a.src, *m, cal, &|done, total| {
+            pb.set_length(total);
+            pb.set_position(done);
+        })?;
+        pb.finish_and_clear();
+        eprintln!(
+            "calibrated on {} ({} samples, {} input rows): {} modules, {} of {} scales moved from RTN's",
+            printable(&cal.trace.display().to_string()),
+            r.samples,
+            r.tokens,
+            r.modules,
+            r.scales_moved,
+            r.runs
+        );
+        plan.chosen = chosen;
+        plan.record = Some(json!({
+            "method": method_name(*m),
+            "calibration": {"trace_sha256": r.trace_sha256, "samples": r.samples, "input_rows": r.tokens, "steps": cal.steps},
+            "producer": format!("kquant {}", env!("CARGO_PKG_VERSION")),
+        }));
+        report = Some(r);
+    }
     let (before, after, n_q) = (plan.bytes_before(), plan.bytes_after(), plan.quantized());
     if a.dry_run {
         if a.json {
@@ -92,7 +160,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let wopts = a.out.write_options(Job::inputs(&plan));
+    let mut inputs = Job::inputs(&plan);
+    if let Some((_, cal)) = &calibration {
+        // The calibration trace is an input of the output: the manifest records (and hashes)
+        // its files.
+        inputs.extend(calibrate::trace_files(&cal.trace)?);
+    }
+    let wopts = a.out.write_options(inputs);
     let (mut job, mut warnings) = Job::start(&plan, &a.out.output, wopts, &det.family, &a.src)?;
     // Warned once the output is claimed: a refused output is one `error:`, not a page of
     // engine notes before it. One line per engine: each escaped on its own (crate::escape).
@@ -112,7 +186,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     warnings.extend(done.warnings);
     let scheme = recipe.scheme();
     if a.json {
-        let doc = json!({"schema": "kquant.quantize/1", "output": done.dir, "scheme": scheme, "format": recipe.format().name(), "quantized": n_q, "bytes_before": before, "bytes_after": after, "files": done.files, "exclude": plan.unquantized, "warnings": warnings, "next": done.next});
+        let doc = json!({"schema": "kquant.quantize/1", "output": done.dir, "scheme": scheme, "format": recipe.format().name(), "method": method_name(a.method), "calibration": report, "quantized": n_q, "bytes_before": before, "bytes_after": after, "files": done.files, "exclude": plan.unquantized, "warnings": warnings, "next": done.next});
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     }
     eprintln!(
@@ -158,6 +232,13 @@ fn print_plan(plan: &Plan) {
         plan.recipe.format().list_key(),
         printable(&json!(plan.unquantized).to_string())
     );
+}
+
+fn method_name(m: Method) -> &'static str {
+    match m {
+        Method::Rtn => "rtn",
+        Method::Search => "search",
+    }
 }
 
 fn scheme_parser() -> clap::builder::PossibleValuesParser {

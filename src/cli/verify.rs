@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::io::output;
 use crate::runtime::deepseek::DeepseekV3;
 use crate::verify::capture;
-use crate::verify::drafters::{load_drafter, replay, AfterMiss};
+use crate::verify::drafters::{load_drafter, replay_matches, AfterMiss};
 use crate::verify::gate::{decide, Thresholds};
 use crate::verify::profile::{self, Profile};
 use crate::verify::report::{self, Run};
@@ -103,13 +103,16 @@ fn run_draft(
         .map(|s| s.gen_len as u64)
         .sum();
     let pb = crate::cli::progress(total, &format!("replay {}", crate::escape::printable(spec)));
-    let samples = replay(d.as_ref(), trace, steps, after_miss, &|n| pb.inc(n));
+    let samples = replay_matches(d.as_ref(), trace, steps, after_miss, usize::MAX, &|n| {
+        pb.inc(n)
+    });
     pb.finish_and_clear();
-    let samples = samples?;
+    let (samples, matches) = samples?.into_iter().unzip();
     Ok((
         Run {
             name: spec.to_string(),
             samples,
+            matches,
         },
         d.depths(steps),
     ))
@@ -290,16 +293,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
         None => None,
         Some("prompt-lookup") => {
             let mut samples: Vec<Walk> = Vec::new();
+            let mut matches = Vec::new();
             for s in &trace.manifest.samples {
-                samples.push(walk(&ngram::matches(
-                    &trace.tokens(s)?,
-                    s.prompt_len,
-                    depths,
-                )));
+                let m = ngram::matches(&trace.tokens(s)?, s.prompt_len, depths);
+                samples.push(walk(&m));
+                matches.push(m);
             }
             Some(Run {
                 name: "prompt-lookup".into(),
                 samples,
+                matches,
             })
         }
         Some(b) => Some(run_draft(b, &trace, target.as_ref(), steps, a.after_miss, &exec)?.0),

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
+use crate::quant::math::int4::Int4;
 use crate::quant::math::rowwise;
 
 /// The encoded tensors of one module, `(name, bytes)` in [`Codec::specs`] order.
@@ -96,4 +97,31 @@ pub trait Codec: Send + Sync {
     fn advice(&self) -> Option<String> {
         None
     }
+    /// The integer grid of a codec that writes symmetric integer codes under per-(row, group)
+    /// scales, for a calibrated method (GPTQ) to choose other codes under the format's own
+    /// scales; `None` for the others (FP8, NVFP4, asymmetric UINT4, two-stage `int4_fp8`).
+    fn int_grid(&self) -> Option<&dyn IntGrid> {
+        None
+    }
+}
+
+/// What a calibrated method needs of a format that writes symmetric integer codes under
+/// per-(row, group) scales: the format's own round-to-nearest (its scales are kept: only the
+/// codes change), its code range and scale dtype, and how it writes codes and scales. For every
+/// implementation `write(rtn(w))` is byte for byte what [`Codec::encode`] writes (tested in the
+/// registry over every scheme × format that has one).
+pub trait IntGrid: Sync {
+    /// Group size along the input for a `cols`-wide weight (`cols`: per channel).
+    fn group(&self, cols: usize) -> usize;
+    /// The codes the format writes: `qmin..=qmax`.
+    fn range(&self) -> (i8, i8);
+    /// The dtype the format stores scales in for a `model`-dtype weight.
+    fn scale_dtype(&self, model: Dtype) -> Dtype;
+    /// The format's code for weight `w` under scale `s` (its rounding and clamp).
+    fn code(&self, w: f32, s: f32, model: Dtype) -> i8;
+    /// Round to nearest: the format's scales and codes for `w` `[rows, cols]` (each code is
+    /// [`IntGrid::code`] of its weight under its scale).
+    fn rtn(&self, w: &[f32], rows: usize, cols: usize, model: Dtype) -> Int4;
+    /// The format's tensors (those of [`Codec::specs`]) for codes and scales `q`.
+    fn write(&self, module: &str, q: &Int4, model: Dtype) -> Encoded;
 }

@@ -20,4 +20,5 @@ pub mod order_check;
 pub mod preset;
 pub mod quark;
 pub mod registry;
+pub mod search;
 pub mod stats;

@@ -623,6 +623,7 @@ mod tests {
             },
         ];
         let mut fused = 0;
+        let mut grids = std::collections::BTreeSet::new();
         for s in SCHEMES.iter().filter(|s| s.id != "nvfp4") {
             for f in [Format::Quark, Format::CompressedTensors, Format::Modelopt] {
                 for q in layouts.iter().filter(|q| f == Format::Quark || !q.any()) {
@@ -679,6 +680,29 @@ mod tests {
                             }
                             fused += 1;
                             let want = t.encode("m", &w, rows, cols, dtype);
+                            // The integer grid a calibrated method writes through: its RTN,
+                            // written, is the plain path's bytes.
+                            if let Some(g) = t.int_grid() {
+                                let q = g.rtn(&w, rows, cols, dtype);
+                                assert_eq!(q.group, g.group(cols));
+                                let gpr = cols.div_ceil(q.group);
+                                for (i, (&x, &c)) in w.iter().zip(&q.codes).enumerate() {
+                                    let sc = q.scales[i / cols * gpr + i % cols / q.group];
+                                    assert_eq!(g.code(x, sc, dtype), c, "{} {i}", s.id);
+                                }
+                                assert!(q
+                                    .codes
+                                    .iter()
+                                    .all(|c| (g.range().0..=g.range().1).contains(c)));
+                                assert_eq!(
+                                    g.write("m", &q, dtype),
+                                    want,
+                                    "int_grid {} {}",
+                                    s.id,
+                                    f.name()
+                                );
+                                grids.insert((s.id, f.name()));
+                            }
                             assert_eq!(
                                 got.unwrap(),
                                 want,
@@ -705,6 +729,20 @@ mod tests {
             }
         }
         assert!(fused >= 40, "every codec was run ({fused})");
+        // Exactly the symmetric INT4 codecs have a grid.
+        let want: std::collections::BTreeSet<(&str, &str)> = [
+            ("int4-pc", "quark"),
+            ("int4-g32", "quark"),
+            ("int4-g64", "quark"),
+            ("int4-g128", "quark"),
+            ("int4-pc", "compressed-tensors"),
+            ("int4-g32", "compressed-tensors"),
+            ("int4-g64", "compressed-tensors"),
+            ("int4-g128", "compressed-tensors"),
+            ("int4-g128", "modelopt"),
+        ]
+        .into();
+        assert_eq!(grids, want);
     }
 
     /// W4A4 NVFP4 needs an input amax file (exit 2 with a hint at the weight-only scheme);

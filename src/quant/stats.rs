@@ -1,9 +1,10 @@
 //! Statistics a scheme measures over the checkpoint before it encodes anything, handed to its
 //! codec at construction ([`crate::quant::registry::Choice::build`]), so that no codec exists without
 //! them. Today that is NVFP4's per-tensor weight amax, shared by fused siblings
-//! ([`crate::quant::fused`]); the scheme table says which schemes need what ([`Needs`]). A calibrated
-//! method (GPTQ's Hessians, AWQ's activation scales) adds its statistics here and a variant to
-//! [`Needs`]; the quantize driver (`crate::quantize::plan`) gathers them in its pre-pass.
+//! ([`crate::quant::fused`]); the scheme table says which schemes need what ([`Needs`]).
+//! Calibrated methods (`--method search`, GPTQ) are not a scheme's statistics: they measure the
+//! draft's inputs over a trace and choose codes and scales on the format's grid before the
+//! writer runs (`crate::quantize::calibrate`).
 
 use std::collections::BTreeMap;
 

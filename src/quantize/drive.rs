@@ -118,6 +118,9 @@ impl<'p> Job<'p> {
             let Action::Quantize { module, rows, cols } = &r.action else {
                 unreachable!("only quantized modules are encoded")
             };
+            if let (Some(q), Some(g)) = (plan.chosen.get(module), plan.codec.int_grid()) {
+                return Ok(g.write(module, q, t.dtype));
+            }
             let shard = ck.weights.shard_of(&t.name).expect("routed");
             let raw = shard.view(t).data;
             // Peak memory per tensor: the codec's f32 copy (one buffer reused for every
@@ -199,6 +202,11 @@ impl<'p> Job<'p> {
             None => json!({}),
         };
         config["quantization_config"] = files.quantization_config;
+        if let Some(r) = &plan.record {
+            // Beside quantization_config, which the engines parse: the method and the
+            // calibration trace that chose the codes (a top-level key they ignore).
+            config["kquant_quantization"] = r.clone();
+        }
         self.writer.add_file(
             "config.json",
             &serde_json::to_vec_pretty(&config).expect("config JSON"),

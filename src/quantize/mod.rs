@@ -14,6 +14,7 @@
 //!
 //! `cli::quantize` parses the arguments and renders; everything else is here.
 
+pub mod calibrate;
 pub mod drive;
 pub mod plan;
 pub mod schedule;

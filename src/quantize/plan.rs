@@ -60,6 +60,12 @@ pub struct Plan<'a> {
     pub codec: Box<dyn Codec>,
     /// The unquantized-module list exactly as the format writes it.
     pub unquantized: Vec<String>,
+    /// Codes and scales a calibrated method chose (`quantize::calibrate`), by module; the
+    /// writer writes these through the codec's integer grid instead of encoding the weight.
+    pub chosen: BTreeMap<String, crate::quant::math::int4::Int4>,
+    /// What chose them (`config.json` key `kquant_quantization`: the method and the
+    /// calibration trace's digest); `None` for round to nearest.
+    pub record: Option<Value>,
 }
 
 impl<'a> Plan<'a> {
@@ -137,6 +143,8 @@ impl<'a> Plan<'a> {
             rows,
             codec,
             unquantized,
+            chosen: BTreeMap::new(),
+            record: None,
         })
     }
 

@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::ops::{argmax, linear, linear_ref, rms_norm, silu, softmax};
 use crate::quant::decode::Logical;
 use crate::runtime::matches::Matches;
+use crate::runtime::matches::NOT_PROPOSED;
 
 /// Depth-match masks hold one bit per depth in a `u32` (`verify::walk::Matches`).
 const MAX_DEPTHS: usize = crate::runtime::matches::MAX_DEPTHS;
@@ -679,13 +680,15 @@ impl super::Drafter for DFlash {
         let t_len = x.len();
         let depths = self.block_size - 1;
         let mut c = vec![0u32; t_len.saturating_sub(1)];
+        let mut proposals = vec![NOT_PROPOSED; c.len() * depths];
         let roots: Vec<usize> = (prompt_len.max(1)..t_len.saturating_sub(1)).collect();
         if let Some(&last) = roots.last() {
             // Root r reads context rows < r.
             let feats = self.features(taps, last);
             let ctx = self.context(&feats, last);
             for (&r, toks) in roots.iter().zip(self.block_tokens(&ctx, x, &roots)) {
-                for (k, &tok) in toks.iter().enumerate() {
+                for (k, &tok) in toks.iter().enumerate().take(depths) {
+                    proposals[(r - 1) * depths + k] = tok;
                     if x.get(r + 1 + k) == Some(&tok) {
                         c[r - 1] |= 1 << k;
                     }
@@ -697,6 +700,7 @@ impl super::Drafter for DFlash {
             prompt_len,
             total_len: t_len,
             c,
+            proposals,
         }
     }
     fn propose(&self, x: &[u32], taps: &[Vec<f32>], _steps: usize) -> Vec<u32> {

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::hessian::{Hessian, HessianSet};
 use super::packed::Packed;
 use crate::error::{Error, Result};
 use crate::gpu::{self, Act, Backend, GpuError, W4Layout};
@@ -69,6 +70,9 @@ impl Exec {
 struct Shared {
     observing: AtomicBool,
     amax: Mutex<BTreeMap<String, f32>>,
+    /// Input second moments being collected (`kquant quantize --calibrate`).
+    hessians: Mutex<Option<HessianSet>>,
+    collecting: AtomicBool,
     error: Mutex<Option<(String, GpuError)>>,
 }
 
@@ -220,6 +224,11 @@ impl Linear {
     }
 
     fn observe(&self, x: &[f32]) {
+        if self.shared.collecting.load(Ordering::Relaxed) {
+            if let Some(h) = self.shared.hessians.lock().expect("hessians").as_mut() {
+                h.add(&self.module, x, x.len() / self.k.max(1), self.k);
+            }
+        }
         if !self.shared.observing.load(Ordering::Relaxed) {
             return;
         }
@@ -408,6 +417,23 @@ impl LinearSet {
     /// Start (`true`) or stop recording the abs-max of every linear's input.
     pub fn observe(&self, on: bool) {
         self.shared.observing.store(on, Ordering::Relaxed);
+    }
+
+    /// Start collecting into `set` (`runtime::hessian`: `Σ x xᵀ` or its diagonal, of the
+    /// inputs of the modules it wants), replacing any collection under way.
+    pub fn collect_hessians(&self, set: HessianSet) {
+        *self.shared.hessians.lock().expect("hessians") = Some(set);
+        self.shared.collecting.store(true, Ordering::Relaxed);
+    }
+
+    /// Stop collecting and hand the moments over: module → its input's `Σ x xᵀ` (modules that
+    /// read one input share it), or why they would be wrong. Empty when nothing was collected.
+    pub fn take_hessians(&self) -> std::result::Result<BTreeMap<String, Arc<Hessian>>, String> {
+        self.shared.collecting.store(false, Ordering::Relaxed);
+        match self.shared.hessians.lock().expect("hessians").take() {
+            Some(h) => h.finish(),
+            None => Ok(BTreeMap::new()),
+        }
     }
 
     /// Module → `max |x|` over every input it saw while observing (modules never called are

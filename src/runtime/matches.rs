@@ -5,6 +5,10 @@
 /// Most depths a `Matches` mask holds (one bit each in a `u32`).
 pub const MAX_DEPTHS: usize = 32;
 
+/// A proposal not computed (a prompt row, a depth skipped after a miss): no token id, so it
+/// matches nothing.
+pub const NOT_PROPOSED: u32 = u32::MAX;
+
 /// Depth matches of one sample: for pair index `t` (root token `x[t+1]`), bit `k` of `c[t]` is
 /// set when the draft's depth-`k` token equals `x[t+2+k]`. Only `t ≥ prompt_len − 1` is used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,9 +19,21 @@ pub struct Matches {
     pub total_len: usize,
     /// One entry per pair index `0..total_len-1`.
     pub c: Vec<u32>,
+    /// The proposals themselves, `[pair][depth]` flat (`(total_len − 1) · depths`, target ids,
+    /// [`NOT_PROPOSED`] where not computed), for comparing two drafters position by position;
+    /// empty where the producer did not keep them.
+    pub proposals: Vec<u32>,
 }
 
 impl Matches {
+    /// The depth-`k` proposal of pair `t`, if it was computed and kept.
+    pub fn proposal(&self, t: usize, k: usize) -> Option<u32> {
+        self.proposals
+            .get(t * self.depths + k)
+            .copied()
+            .filter(|&p| p != NOT_PROPOSED)
+    }
+
     /// Leading matches n(t), truncated to the tokens left after root `x[t+1]`.
     pub fn leading(&self, t: usize) -> usize {
         let mut n = 0;

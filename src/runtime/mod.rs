@@ -5,6 +5,7 @@
 pub mod deepseek;
 pub mod dflash;
 pub mod eagle3;
+pub mod hessian;
 pub mod linears;
 pub mod matches;
 pub mod packed;

@@ -167,6 +167,23 @@ pub fn replay_first(
     limit: usize,
     progress: &dyn Fn(u64),
 ) -> Result<Vec<Walk>> {
+    Ok(
+        replay_matches(d, trace, steps, after_miss, limit, progress)?
+            .into_iter()
+            .map(|(w, _)| w)
+            .collect(),
+    )
+}
+
+/// [`replay_first`], keeping each sample's depth matches (and proposals) beside its walk.
+pub fn replay_matches(
+    d: &dyn Drafter,
+    trace: &Trace,
+    steps: usize,
+    after_miss: AfterMiss,
+    limit: usize,
+    progress: &dyn Fn(u64),
+) -> Result<Vec<(Walk, Matches)>> {
     let mut samples = Vec::new();
     for s in trace.manifest.samples.iter().take(limit) {
         let x = trace.tokens(s)?;
@@ -178,7 +195,7 @@ pub fn replay_first(
         let (m, skipped) = sample_matches(d, &x, &taps, s.prompt_len, steps, after_miss);
         let mut w = walk(&m);
         w.after_miss_skipped = skipped;
-        samples.push(w);
+        samples.push((w, m));
         if let Some(e) = d.linears().take_error() {
             return Err(e);
         }

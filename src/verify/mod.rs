@@ -2,10 +2,11 @@
 //! run), with the regression gate. `trace` is the capture format, `capture` writes one with the
 //! CPU target runtime, `import_vllm` turns vLLM hidden-states connector files into one, `prompts` tokenizes text
 //! prompts for both with the target's tokenizer, `walk`
-//! turns per-root leading matches into accept lengths the way the engines count them, `gate`
-//! decides; `profile` holds what kquant knows about each target (shape, default taps,
+//! turns per-root leading matches into accept lengths the way the engines count them,
+//! `agreement` compares two drafters' proposals position by position, `gate` decides; `profile` holds what kquant knows about each target (shape, default taps,
 //! published accept lengths).
 
+pub mod agreement;
 pub mod capture;
 pub mod drafters;
 pub mod gate;

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use super::agreement::Agreement;
 use super::gate::{paired_delta, Decision, Thresholds};
 use super::walk::Walk;
 
@@ -14,6 +15,31 @@ use super::walk::Walk;
 pub struct Run {
     pub name: String,
     pub samples: Vec<Walk>,
+    /// Each sample's depth matches with the proposals (for the agreement between draft and
+    /// baseline); empty where not kept.
+    pub matches: Vec<crate::runtime::matches::Matches>,
+}
+
+/// The draft's and the baseline's proposal agreement over the samples `idx`, or `None` where
+/// either run did not keep its proposals.
+fn agreement_of(draft: &Run, baseline: &Run, idx: &[usize]) -> Option<Agreement> {
+    let mut g = Agreement::default();
+    for &i in idx {
+        g.add(&Agreement::of(
+            draft.matches.get(i)?,
+            baseline.matches.get(i)?,
+        )?);
+    }
+    Some(g)
+}
+
+fn agreement_json(g: &Agreement) -> Value {
+    json!({
+        "per_depth": g.rates(),
+        "overall": g.overall(),
+        "compared": g.compared,
+        "agree": g.agree,
+    })
 }
 
 fn total(ws: &[&Walk]) -> Walk {
@@ -84,6 +110,9 @@ pub fn build(
                     "baseline": b.as_ref().map(Walk::al_walk),
                     "delta": dl.map(|x| x.0),
                     "ci95": dl.map(|x| x.1),
+                    "agreement": baseline
+                        .and_then(|b| agreement_of(draft, b, idx))
+                        .map(|g| agreement_json(&g)),
                 }),
             )
         })
@@ -96,6 +125,11 @@ pub fn build(
         "baseline": baseline.map(|b| named(&b.name, &part(b, &all))),
         "delta": delta,
         "ci95": ci,
+        // The draft's and the baseline's proposals compared position by position,
+        // teacher-forced (null without a baseline that keeps them).
+        "agreement": baseline
+            .and_then(|b| agreement_of(draft, b, &all))
+            .map(|g| agreement_json(&g)),
         "max_regression": th.max_regression,
         "min_accept": th.min_accept,
         "passed": decision.passed,
@@ -152,6 +186,19 @@ pub fn table(r: &Value) -> String {
             "ΔAL 95% CI (paired bootstrap over prompts): [{}, {}]\n",
             f(&ci[0]),
             f(&ci[1])
+        ));
+    }
+    if let Some(a) = r["agreement"].as_object() {
+        let per: Vec<String> = a["per_depth"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(&f)
+            .collect();
+        s.push_str(&format!(
+            "proposal agreement with the baseline (teacher-forced, every position): {} overall, per depth [{}]\n",
+            f(&a["overall"]),
+            per.join(", ")
         ));
     }
     let per_depth: Vec<String> = r["draft"]["conditional_acceptance"]

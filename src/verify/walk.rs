@@ -158,8 +158,10 @@ pub fn matches_from_proposals(
 ) -> Matches {
     let total_len = x.len();
     let mut c = vec![0u32; total_len.saturating_sub(1)];
+    let mut kept = vec![crate::runtime::matches::NOT_PROPOSED; c.len() * depths];
     for (t, bits) in c.iter_mut().enumerate().skip(prompt_len.saturating_sub(1)) {
         for (k, &d) in proposals(t).iter().take(depths).enumerate() {
+            kept[t * depths + k] = d;
             if x.get(t + 2 + k) == Some(&d) {
                 *bits |= 1 << k;
             }
@@ -170,6 +172,7 @@ pub fn matches_from_proposals(
         prompt_len,
         total_len,
         c,
+        proposals: kept,
     }
 }
 
@@ -247,6 +250,7 @@ mod tests {
             prompt_len: 2,
             total_len: 7,
             c: vec![0, 0b011, 0, 0b101, 0b111, 0b111],
+            proposals: Vec::new(),
         };
         assert_eq!(
             (1..6).map(|t| m.leading(t)).collect::<Vec<_>>(),

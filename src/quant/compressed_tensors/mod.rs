@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
-use crate::quant::codec::{Codec, ConfigFiles, Encoded, RawEncoded, StoredWeight};
+use crate::quant::codec::{Codec, ConfigFiles, Encoded, IntGrid, RawEncoded, StoredWeight};
 use crate::quant::math::int4::{round_to, Int4, QMAX, QMIN};
 use crate::quant::math::pack::{self, Order};
 use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
@@ -246,6 +246,30 @@ impl Codec for PackQuantized {
     }
     fn config(&self, ignore: &[String]) -> ConfigFiles {
         ConfigFiles::config(config(self.group, ignore))
+    }
+    fn int_grid(&self) -> Option<&dyn IntGrid> {
+        Some(self)
+    }
+}
+
+impl IntGrid for PackQuantized {
+    fn group(&self, cols: usize) -> usize {
+        self.group.unwrap_or(cols)
+    }
+    fn range(&self) -> (i8, i8) {
+        (QMIN as i8, QMAX as i8)
+    }
+    fn scale_dtype(&self, model: Dtype) -> Dtype {
+        model
+    }
+    fn code(&self, w: f32, s: f32, model: Dtype) -> i8 {
+        ct_code(w, s, model)
+    }
+    fn rtn(&self, w: &[f32], rows: usize, cols: usize, model: Dtype) -> Int4 {
+        quantize(w, rows, cols, self.group.unwrap_or(cols), model)
+    }
+    fn write(&self, module: &str, q: &Int4, model: Dtype) -> Encoded {
+        encode(module, q, model)
     }
 }
 

@@ -43,7 +43,7 @@ use serde_json::{json, Value};
 
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
-use crate::quant::codec::{Codec, ConfigFiles, Encoded};
+use crate::quant::codec::{Codec, ConfigFiles, Encoded, IntGrid};
 use crate::quant::math::fp8::{e4m3_from_f32, Fp8};
 use crate::quant::math::int4::Int4;
 use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
@@ -440,6 +440,34 @@ impl Codec for Modelopt {
                 python_json_indent4(&hf_quant_config(self.0, exclude_modules)),
             )],
         }
+    }
+    fn int_grid(&self) -> Option<&dyn IntGrid> {
+        matches!(self.0, Algo::W4a16Awq { .. }).then_some(self as &dyn IntGrid)
+    }
+}
+
+/// `W4A16_AWQ`'s grid (the codec answers [`Codec::int_grid`] only for that algorithm).
+impl IntGrid for Modelopt {
+    fn group(&self, cols: usize) -> usize {
+        match self.0 {
+            Algo::W4a16Awq { group } => group,
+            Algo::Fp8PerChannelPerToken => cols,
+        }
+    }
+    fn range(&self) -> (i8, i8) {
+        (-8, 7)
+    }
+    fn scale_dtype(&self, _model: Dtype) -> Dtype {
+        Dtype::F32
+    }
+    fn code(&self, w: f32, s: f32, _model: Dtype) -> i8 {
+        int4_code(w, s)
+    }
+    fn rtn(&self, w: &[f32], rows: usize, cols: usize, model: Dtype) -> Int4 {
+        int4_quantize(w, rows, cols, self.group(cols), model)
+    }
+    fn write(&self, module: &str, q: &Int4, model: Dtype) -> Encoded {
+        int4_encode(module, q, model)
     }
 }
 

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
-use crate::quant::codec::{Codec, ConfigFiles};
-use crate::quant::math::int4::Int4;
+use crate::quant::codec::{Codec, ConfigFiles, Encoded, IntGrid};
+use crate::quant::math::int4::{Int4, QMAX, QMIN};
 use crate::quant::math::pack::{self, Order};
 use crate::quant::math::rowwise::{self, encode_floats};
 use crate::quant::quark::{self, Options};
@@ -137,6 +137,30 @@ impl Codec for Int4PerGroup {
     }
     fn config(&self, exclude: &[String]) -> ConfigFiles {
         ConfigFiles::config(config(&self.opts, self.group, exclude))
+    }
+    fn int_grid(&self) -> Option<&dyn IntGrid> {
+        Some(self)
+    }
+}
+
+impl IntGrid for Int4PerGroup {
+    fn group(&self, _cols: usize) -> usize {
+        self.group
+    }
+    fn range(&self) -> (i8, i8) {
+        (QMIN as i8, QMAX as i8)
+    }
+    fn scale_dtype(&self, model: Dtype) -> Dtype {
+        self.opts.scale_dtype(model)
+    }
+    fn code(&self, w: f32, s: f32, _model: Dtype) -> i8 {
+        crate::quant::math::int4::quark_code(w, 1.0f32 / s)
+    }
+    fn rtn(&self, w: &[f32], rows: usize, cols: usize, model: Dtype) -> Int4 {
+        crate::quant::math::int4::quantize(w, rows, cols, self.group, model)
+    }
+    fn write(&self, module: &str, q: &Int4, model: Dtype) -> Encoded {
+        encode(module, q, model, &self.opts)
     }
 }
 

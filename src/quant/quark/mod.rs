@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
-use crate::quant::codec::{Codec, ConfigFiles, Encoded, RawEncoded, StoredWeight};
-use crate::quant::math::int4::Int4;
+use crate::quant::codec::{Codec, ConfigFiles, Encoded, IntGrid, RawEncoded, StoredWeight};
+use crate::quant::math::int4::{Int4, QMAX, QMIN};
 use crate::quant::math::pack::{self, Order};
 use crate::quant::math::rowwise::{self, encode_floats};
 
@@ -253,6 +253,30 @@ impl Codec for Int4PerChannel {
             "This {:?}-layout output is for kquant's own kernels, `kquant verify`, and Quark-compatible pipelines. For vLLM or SGLang use `--format compressed-tensors` (W4A16); for vLLM, a per-group Quark scheme such as `--scheme int4-g128` (QuarkW4A16Int4) also works.",
             self.0.layout
         ))
+    }
+    fn int_grid(&self) -> Option<&dyn IntGrid> {
+        Some(self)
+    }
+}
+
+impl IntGrid for Int4PerChannel {
+    fn group(&self, cols: usize) -> usize {
+        cols
+    }
+    fn range(&self) -> (i8, i8) {
+        (QMIN as i8, QMAX as i8)
+    }
+    fn scale_dtype(&self, model: Dtype) -> Dtype {
+        self.0.scale_dtype(model)
+    }
+    fn code(&self, w: f32, s: f32, _model: Dtype) -> i8 {
+        crate::quant::math::int4::quark_code(w, 1.0f32 / s)
+    }
+    fn rtn(&self, w: &[f32], rows: usize, cols: usize, model: Dtype) -> Int4 {
+        crate::quant::math::int4::quantize(w, rows, cols, cols, model)
+    }
+    fn write(&self, module: &str, q: &Int4, model: Dtype) -> Encoded {
+        encode(module, q, model, &self.0)
     }
 }
 

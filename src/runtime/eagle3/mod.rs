@@ -219,9 +219,11 @@ impl Eagle3 {
         let start = prompt_len.saturating_sub(1).min(pairs);
         let outs = self.forward(x, feats, start, depths, feed, false);
         let mut c = vec![0u32; pairs];
+        let mut proposals = vec![NOT_COMPUTED; pairs * depths];
         for (d, out) in outs.iter().enumerate() {
             for (i, &p) in out.pred.iter().enumerate() {
                 let t = start + i;
+                proposals[t * depths + d] = p;
                 if x.get(t + 2 + d) == Some(&p) {
                     c[t] |= 1 << d;
                 }
@@ -232,6 +234,7 @@ impl Eagle3 {
             prompt_len,
             total_len: x.len(),
             c,
+            proposals,
         }
     }
 
