@@ -18,7 +18,7 @@ pub fn cholesky_lower(a: &[f64], n: usize) -> Option<Vec<f64>> {
                 sum -= l[i * n + k] * l[j * n + k];
             }
             if i == j {
-                if !(sum > 0.0) {
+                if sum.is_nan() || sum <= 0.0 {
                     return None;
                 }
                 l[i * n + i] = sum.sqrt();

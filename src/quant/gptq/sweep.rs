@@ -54,7 +54,7 @@ pub fn run(
                 {
                     let srow = &layer.scales[(r0 + rr) * groups..(r0 + rr + 1) * groups];
                     let mut acc = 0f64;
-                    for i in 0..count {
+                    for (i, e_out) in er.iter_mut().enumerate() {
                         let col = i1 + i;
                         let urow = &u[col * n + col..col * n + i2];
                         let s = srow[gidx[col]];
@@ -67,7 +67,7 @@ pub fn run(
                         for (x, &uv) in wr[col + 1..i2].iter_mut().zip(&urow[1..]) {
                             *x -= e * uv;
                         }
-                        er[i] = e;
+                        *e_out = e;
                     }
                     *l += acc / 2.0;
                 }
