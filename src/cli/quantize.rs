@@ -74,8 +74,9 @@ pub struct Args {
     #[arg(long, requires = "calibrate")]
     pub target_checkpoint: Option<String>,
     /// Memory the accumulated Σ x xᵀ of one calibration replay may take (`--method gptq`; more
-    /// modules than fit are collected in further replays), e.g. `4GiB`.
-    #[arg(long, value_parser = crate::io::writer::parse_size, default_value = "4GiB", requires = "calibrate")]
+    /// modules than fit are collected in further replays), e.g. `4GiB`. The default keeps the
+    /// Kimi-shape draft's calibration within 8 GB.
+    #[arg(long, value_parser = crate::io::writer::parse_size, default_value = "2.5GiB", requires = "calibrate")]
     pub calibration_memory: u64,
     /// Draft depths per round in the calibration replay (a DFlash draft uses its block).
     #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::steps, requires = "calibrate")]

@@ -89,6 +89,11 @@ impl HessianSet {
         }
     }
 
+    /// Whether `module` is collected.
+    pub fn wants(&self, module: &str) -> bool {
+        self.wanted.contains(module)
+    }
+
     /// Bytes the accumulators hold now.
     pub fn bytes(&self) -> usize {
         self.acc.values().map(|h| h.sum.len() * 4).sum()

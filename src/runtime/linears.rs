@@ -426,6 +426,21 @@ impl LinearSet {
         self.shared.collecting.store(true, Ordering::Relaxed);
     }
 
+    /// While a collection runs, whether it wants `module`'s inputs (`None`: no collection). A
+    /// runtime may skip a linear whose output only a figure the collection does not need reads
+    /// (the EAGLE-3 lm_head during a calibration that does not quantize it).
+    pub fn collects(&self, module: &str) -> Option<bool> {
+        if !self.shared.collecting.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.shared
+            .hessians
+            .lock()
+            .expect("hessians")
+            .as_ref()
+            .map(|h| h.wants(module))
+    }
+
     /// Stop collecting and hand the moments over: module → its input's `Σ x xᵀ` (or its
     /// diagonal). Empty when nothing was collected.
     pub fn take_hessians(&self) -> BTreeMap<String, Arc<Hessian>> {

@@ -348,6 +348,20 @@ impl Eagle3 {
             });
             let g = self.finish(&attn, &res, m);
             let normed = rms_norm(&g, h, &self.w.norm, self.eps);
+            // A calibration that does not quantize the lm_head reads none of its outputs: the
+            // teacher-forced depths are fed the trace's tokens, not the proposals.
+            if matches!(feed, Feed::Truth)
+                && !keep_logits
+                && self.lin.collects(&self.w.lm_head.module) == Some(false)
+            {
+                res = if self.norm_output { normed } else { g.clone() };
+                outs.push(DepthOut {
+                    logits: vec![],
+                    hidden: g,
+                    pred: vec![NOT_COMPUTED; n],
+                });
+                continue;
+            }
             // Pass A and the chain need only each row's argmax; the logits are kept for the
             // teacher-forced pass the tests compare with the reference.
             let (logits, best) = if keep_logits {
