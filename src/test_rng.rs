@@ -40,4 +40,9 @@ impl Rng {
             .map(|_| alphabet[self.below(alphabet.len())])
             .collect()
     }
+
+    /// `len` values uniform in `[-1, 1)`, as f32.
+    pub fn signed_units(&mut self, len: usize) -> Vec<f32> {
+        (0..len).map(|_| (self.unit() * 2.0 - 1.0) as f32).collect()
+    }
 }

@@ -370,33 +370,25 @@ fn a_trace_without_the_drafts_taps_is_refused() {
 fn after_miss_skip_keeps_every_walk_figure_and_drops_only_the_unconditional_ones() {
     let fix = root().join("fixtures/kimi-k2.5-tiny");
     let run = |draft: &str, mode: &str| -> (Value, String) {
-        let o = kquant(&[
-            "verify",
-            "--draft",
-            fix.join(draft).to_str().unwrap(),
-            "--trace",
-            fix.join("trace").to_str().unwrap(),
-            "--target-checkpoint",
-            fix.join("target").to_str().unwrap(),
-            "--after-miss",
-            mode,
-            "--json",
-            "-",
-        ]);
+        let verify = |extra: &[&str]| {
+            let (d, t, c) = (fix.join(draft), fix.join("trace"), fix.join("target"));
+            let mut args = vec![
+                "verify",
+                "--draft",
+                d.to_str().unwrap(),
+                "--trace",
+                t.to_str().unwrap(),
+                "--target-checkpoint",
+                c.to_str().unwrap(),
+                "--after-miss",
+                mode,
+            ];
+            args.extend_from_slice(extra);
+            kquant(&args)
+        };
+        let o = verify(&["--json", "-"]);
         assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
-        let table = kquant(&[
-            "verify",
-            "--draft",
-            fix.join(draft).to_str().unwrap(),
-            "--trace",
-            fix.join("trace").to_str().unwrap(),
-            "--target-checkpoint",
-            fix.join("target").to_str().unwrap(),
-            "--after-miss",
-            mode,
-            "--limit",
-            "1",
-        ]);
+        let table = verify(&["--limit", "1"]);
         (
             serde_json::from_slice(&o.stdout).unwrap(),
             String::from_utf8_lossy(&table.stdout).to_string(),

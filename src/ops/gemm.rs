@@ -432,16 +432,8 @@ mod tests {
     use crate::ops::linear_ref;
     use half::{bf16, f16};
 
-    fn data(len: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2654435761).max(1);
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-            })
-            .collect()
+    fn data(len: usize, seed: u64) -> Vec<f32> {
+        crate::test_rng::Rng(seed.wrapping_mul(2654435761).max(1)).signed_units(len)
     }
 
     /// Within the bound of the reference, per element, for every stored precision, odd
@@ -535,7 +527,7 @@ mod tests {
         }
         for cols in [1, 15, 16, 17, 33, NR] {
             let kb = 16 * 3 + 5;
-            let rows = data(cols * kb, cols as u32);
+            let rows = data(cols * kb, cols as u64);
             let (mut a, mut b) = (vec![f32::NAN; kb * NR], vec![f32::NAN; kb * NR]);
             transpose(&rows, cols, kb, &mut a, true);
             transpose(&rows, cols, kb, &mut b, false);

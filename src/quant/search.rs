@@ -156,6 +156,14 @@ mod tests {
     use crate::quant::math::pack::Order;
     use crate::quant::quark::{Int4PerChannel, Layout, Options, Version};
 
+    fn quark() -> Int4PerChannel {
+        Int4PerChannel(Options {
+            layout: Layout::Model,
+            version: Version::V013,
+            order: Order::Sequential,
+        })
+    }
+
     fn data(rows: usize, cols: usize) -> (Vec<f32>, Vec<f32>) {
         let w = crate::quant::math::rowwise::test_matrix(rows, cols, Dtype::BF16, 0.05, 0.003);
         // Input weights spanning three orders of magnitude, a dead input.
@@ -176,11 +184,7 @@ mod tests {
     /// is the reference's, and somewhere a ratio other than 1 wins.
     #[test]
     fn search_is_never_worse_than_rtn_and_keeps_the_format() {
-        let quark = Int4PerChannel(Options {
-            layout: Layout::Model,
-            version: Version::V013,
-            order: Order::Sequential,
-        });
+        let quark = quark();
         let ct_group = PackQuantized { group: Some(32) };
         let grids: [&dyn IntGrid; 2] = [&quark, &ct_group];
         let (rows, cols) = (12, 96);
@@ -229,11 +233,7 @@ mod tests {
     /// weights zero nothing is preferred and RTN is kept byte for byte.
     #[test]
     fn zero_weights_keep_rtn() {
-        let quark = Int4PerChannel(Options {
-            layout: Layout::Model,
-            version: Version::V013,
-            order: Order::Sequential,
-        });
+        let quark = quark();
         let (w, _) = data(4, 64);
         let q = search(&quark, &w, 4, 64, &[0.0; 64], Dtype::BF16);
         assert_eq!(q, quark.rtn(&w, 4, 64, Dtype::BF16));

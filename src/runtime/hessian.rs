@@ -159,16 +159,8 @@ impl HessianSet {
 mod tests {
     use super::*;
 
-    fn data(len: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2654435761).max(1);
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-            })
-            .collect()
+    fn data(len: usize, seed: u64) -> Vec<f32> {
+        crate::test_rng::Rng(seed.wrapping_mul(2654435761).max(1)).signed_units(len)
     }
 
     /// Bound of the f32 accumulation against the f64 reference, relative to `Σ |x_i x_j|`.

@@ -188,30 +188,23 @@ pub fn table(r: &Value) -> String {
             f(&ci[1])
         ));
     }
+    // A JSON list of rates, as `a, b, c`.
+    let list = |v: &Value| -> String {
+        let items: Vec<String> = v.as_array().into_iter().flatten().map(&f).collect();
+        items.join(", ")
+    };
     if let Some(a) = r["agreement"].as_object() {
-        let per: Vec<String> = a["per_depth"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(&f)
-            .collect();
         s.push_str(&format!(
             "proposal agreement with the baseline (teacher-forced, every position): {} overall, per depth [{}]\n",
             f(&a["overall"]),
-            per.join(", ")
+            list(&a["per_depth"])
         ));
     }
-    let per_depth: Vec<String> = r["draft"]["conditional_acceptance"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(&f)
-        .collect();
     s.push_str(&format!(
         "draft: all-positions AL {}, SGLang per-request AL {}, per-depth conditional acceptance [{}]\n",
         f(&r["draft"]["accept_length_all_positions"]),
         f(&r["draft"]["accept_length_sglang_request"]),
-        per_depth.join(", ")
+        list(&r["draft"]["conditional_acceptance"])
     ));
     s.push_str(if r["passed"].as_bool() == Some(true) {
         "PASSED\n"
