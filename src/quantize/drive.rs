@@ -203,8 +203,9 @@ impl<'p> Job<'p> {
         };
         config["quantization_config"] = files.quantization_config;
         if let Some(r) = &plan.record {
-            // Beside quantization_config, which the engines parse: the method and the
-            // calibration trace that chose the codes (a top-level key they ignore).
+            // Beside quantization_config (left as the format writes it): the method and the
+            // calibration trace that chose the codes. No engine loader has been run on a
+            // calibrated output yet (docs/quantize.md).
             config["kquant_quantization"] = r.clone();
         }
         self.writer.add_file(
