@@ -36,6 +36,7 @@ mod quantize_methods;
 mod quark_golden;
 mod readme;
 mod schemes_doc;
+mod sensitivity;
 mod targets;
 mod trace_capture;
 mod trace_import;

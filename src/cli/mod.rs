@@ -20,6 +20,7 @@ pub mod inspect;
 pub mod output_args;
 pub mod quantize;
 pub mod schemes;
+pub mod sensitivity;
 pub mod synth;
 pub mod targets;
 pub mod trace;
@@ -52,6 +53,9 @@ pub enum Command {
     /// Accept length of a draft on a captured trace (exact replay of the engine's greedy loop),
     /// and the regression gate against a baseline: exit 1 when it fails.
     Verify(verify::Args),
+    /// Where a quantization recipe costs accept length: each module group quantized alone and
+    /// replayed against the original draft; `--pick` finds the cheapest exclusions that pass.
+    Sensitivity(sensitivity::Args),
     /// Record each linear's input abs-max over a trace replay: the `--input-amax` file NVFP4
     /// W4A4 (`quantize --scheme nvfp4`) needs.
     Calibrate(calibrate::Args),
@@ -78,6 +82,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Diff(a) => diff::run(a),
         Command::Schemes(a) => schemes::run(a),
         Command::Verify(a) => verify::run(a),
+        Command::Sensitivity(a) => sensitivity::run(a),
         Command::Calibrate(a) => calibrate::run(a),
         Command::Trace(a) => trace::run(a),
         Command::VerifyFiles(a) => verify_files::run(a),

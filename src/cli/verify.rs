@@ -46,6 +46,10 @@ pub struct Args {
     /// this says).
     #[arg(long, default_value_t = 3, value_parser = flags::steps)]
     pub steps: usize,
+    /// With a live `--target` and no `--trace`: capture these prompts (jsonl, as `kquant trace
+    /// capture --prompts` reads them) instead of the profile's bundled set.
+    #[arg(long, value_name = "FILE", conflicts_with = "trace")]
+    pub prompts: Option<PathBuf>,
     /// Replay at most N samples of each category, the first ones (a live capture then runs only
     /// those prompts). At least 1.
     #[arg(long, value_parser = flags::limit)]
@@ -80,7 +84,7 @@ pub struct Args {
 }
 
 /// Replay one draft over the trace. Returns its run and its depths per round.
-fn run_draft(
+pub(crate) fn run_draft(
     spec: &str,
     trace: &Trace,
     target: Option<&Checkpoint>,
@@ -118,20 +122,32 @@ fn run_draft(
     ))
 }
 
+/// Where the samples to replay come from: `--trace`, or a live capture of `--prompts` (the
+/// profile's bundled set without), the first `limit` of each category.
+pub(crate) struct TraceSource<'a> {
+    pub trace: Option<&'a Path>,
+    pub prompts: Option<&'a Path>,
+    pub limit: Option<usize>,
+}
+
 /// The trace to replay: `--trace`, or a capture with a live profile's target into `tmp`.
-fn open_trace(
-    a: &Args,
+pub(crate) fn open_trace(
+    a: &TraceSource,
     profile: Option<&Profile>,
     tmp: &mut Option<tempfile::TempDir>,
 ) -> Result<Trace> {
-    let mut trace = match (&a.trace, profile) {
+    let mut trace = match (a.trace, profile) {
         (Some(t), _) => Trace::open(t)?,
         (None, Some(p)) => match &p.live {
             Some(live) => {
                 let tgt = live.resolve(&live.target)?;
                 let ck = Checkpoint::open(&tgt.to_string_lossy())?;
                 let m = DeepseekV3::load(&ck)?;
-                let mut prompts = capture::read_prompts(&live.resolve(&live.prompts)?)?;
+                let file = match a.prompts {
+                    Some(p) => p.to_path_buf(),
+                    None => live.resolve(&live.prompts)?,
+                };
+                let mut prompts = capture::read_prompts(&file)?;
                 let keep = per_category(prompts.iter().map(|p| p.category.as_str()), a.limit);
                 prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
                 let o = capture::Options {
@@ -180,6 +196,18 @@ fn open_trace(
         .map(|i| trace.manifest.samples[i].clone())
         .collect();
     Ok(trace)
+}
+
+/// The target checkpoint the drafts run with: `--target-checkpoint`, else a live profile's.
+pub(crate) fn target_spec(
+    given: Option<&str>,
+    profile: Option<&Profile>,
+) -> Result<Option<String>> {
+    Ok(match (given, profile.and_then(|p| p.live.as_ref())) {
+        (Some(t), _) => Some(t.to_string()),
+        (None, Some(live)) => Some(live.resolve(&live.target)?.to_string_lossy().to_string()),
+        (None, None) => None,
+    })
 }
 
 /// Indices of the first `limit` items of each category, in order (all without a limit).
@@ -246,7 +274,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         hint: "give finite thresholds: a comparison with `nan` is always false, so the gate would pass anything".into(),
     })?;
     let mut tmp = None;
-    let trace = open_trace(&a, profile.as_ref(), &mut tmp)?;
+    let src = TraceSource {
+        trace: a.trace.as_deref(),
+        prompts: a.prompts.as_deref(),
+        limit: a.limit,
+    };
+    let trace = open_trace(&src, profile.as_ref(), &mut tmp)?;
     // A verify that replays nothing is never a pass.
     if trace.manifest.samples.is_empty() {
         return Err(Error::Source {
@@ -260,15 +293,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
             ),
         });
     }
-    let target_spec = match (
-        &a.target_checkpoint,
-        profile.as_ref().and_then(|p| p.live.as_ref()),
-    ) {
-        (Some(t), _) => Some(t.clone()),
-        (None, Some(live)) => Some(live.resolve(&live.target)?.to_string_lossy().to_string()),
-        (None, None) => None,
-    };
-    let target = target_spec.as_deref().map(Checkpoint::open).transpose()?;
+    let target = target_spec(a.target_checkpoint.as_deref(), profile.as_ref())?
+        .as_deref()
+        .map(Checkpoint::open)
+        .transpose()?;
     let steps = a.steps;
     let (draft, depths) = run_draft(
         &a.draft,

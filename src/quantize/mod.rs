@@ -12,12 +12,16 @@
 //!   while this one copies the rest, then the config files, a retargeted TensorRT-LLM YAML, and
 //!   what to do next.
 //!
+//! - [`sensitivity`]: the module groups `kquant sensitivity` quantizes one at a time, and the
+//!   exclusion sets its `--pick` tries, cheapest first.
+//!
 //! `cli::quantize` parses the arguments and renders; everything else is here.
 
 pub mod calibrate;
 pub mod drive;
 pub mod plan;
 pub mod schedule;
+pub mod sensitivity;
 
 use std::path::PathBuf;
 

@@ -22,7 +22,7 @@ pub struct Run {
 
 /// The draft's and the baseline's proposal agreement over the samples `idx`, or `None` where
 /// either run did not keep its proposals.
-fn agreement_of(draft: &Run, baseline: &Run, idx: &[usize]) -> Option<Agreement> {
+pub fn agreement_of(draft: &Run, baseline: &Run, idx: &[usize]) -> Option<Agreement> {
     let mut g = Agreement::default();
     for &i in idx {
         g.add(&Agreement::of(

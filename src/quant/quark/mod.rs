@@ -22,7 +22,9 @@ use crate::quant::math::pack::{self, Order};
 use crate::quant::math::rowwise::{self, encode_floats};
 
 /// Which Quark export path to reproduce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Layout {
     Model,
@@ -30,7 +32,9 @@ pub enum Layout {
 }
 
 /// Which Quark release's output to reproduce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize,
+)]
 pub enum Version {
     #[value(name = "0.13")]
     #[serde(rename = "0.13")]
