@@ -61,7 +61,8 @@ pub struct Args {
     /// byte), `search` (per run of weights sharing a scale, the scale — RTN's × 1, 8/7.5,
     /// 0.99 … 0.60, in the stored dtype — with the least error weighted by the inputs' second
     /// moments over `--calibrate`) or `gptq` (GPTQ under RTN's scales on each module's Σ x xᵀ
-    /// over `--calibrate`: block 128, damping 0.01, act-order). Symmetric INT4 schemes.
+    /// over `--calibrate`: block 128, damping 0.01, act-order), or `search-gptq` (GPTQ under
+    /// the search's scales). Symmetric INT4 schemes.
     #[arg(long, value_enum, default_value_t = Method::Rtn)]
     pub method: Method,
     /// A `kquant-trace/1` directory to calibrate on (`kquant trace capture` / `trace import`):
@@ -152,7 +153,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         plan.record = Some(json!({
             "method": method_name(*m),
             "calibration": {"trace_sha256": r.trace_sha256, "samples": r.samples, "input_rows": r.tokens, "steps": cal.steps},
-            "gptq": (*m == Method::Gptq).then(|| json!({"block_size": 128, "damp_frac": 0.01, "act_order": true, "retries": 5})),
+            "gptq": m.gptq().then(|| json!({"block_size": 128, "damp_frac": 0.01, "act_order": true, "retries": 5})),
             "producer": format!("kquant {}", env!("CARGO_PKG_VERSION")),
         }));
         report = Some(r);
@@ -249,6 +250,7 @@ fn method_name(m: Method) -> &'static str {
         Method::Rtn => "rtn",
         Method::Search => "search",
         Method::Gptq => "gptq",
+        Method::SearchGptq => "search-gptq",
     }
 }
 

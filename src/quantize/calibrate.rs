@@ -36,6 +36,17 @@ pub enum Method {
     /// GPTQ (`quant::gptq`, llm-compressor's and Quark's defaults) under the format's RTN
     /// scales, on each module's `Σ x xᵀ` over the trace.
     Gptq,
+    /// The scale search's scales (on the diagonal of the same `Σ x xᵀ`), then GPTQ's codes
+    /// under them (as llm-compressor runs GPTQ after an MSE observer chose the scales).
+    #[serde(rename = "search-gptq")]
+    SearchGptq,
+}
+
+impl Method {
+    /// Whether the method needs each module's whole `Σ x xᵀ` (GPTQ), not only its diagonal.
+    pub fn gptq(self) -> bool {
+        matches!(self, Method::Gptq | Method::SearchGptq)
+    }
 }
 
 /// Where the calibration inputs come from.
@@ -145,7 +156,7 @@ pub fn choose(
     }
     // GPTQ needs each module's whole Σ x xᵀ (k² f32): replays whose accumulators fit the
     // budget, each collecting a share of the modules; the search needs only the diagonals.
-    let full = method == Method::Gptq;
+    let full = method.gptq();
     let passes = passes(&modules, full, cal.memory);
     let total: u64 = trace
         .manifest
@@ -200,8 +211,19 @@ pub fn choose(
                 Method::Search => {
                     crate::quant::search::search(grid, &w, *rows, *cols, &h.diag(), t.dtype)
                 }
-                Method::Gptq => {
-                    let (q, loss) = gptq(grid, module, &w, &rtn, h, t.dtype, ck)?;
+                Method::Gptq | Method::SearchGptq => {
+                    let scales = match method {
+                        Method::SearchGptq => &crate::quant::search::search(
+                            grid,
+                            &w,
+                            *rows,
+                            *cols,
+                            &h.diag(),
+                            t.dtype,
+                        ),
+                        _ => &rtn,
+                    };
+                    let (q, loss) = gptq(grid, module, &w, scales, h, t.dtype, ck)?;
                     gptq_loss += loss;
                     q
                 }
@@ -302,7 +324,8 @@ fn collect(
     Ok(d.linears().take_hessians())
 }
 
-/// GPTQ of one module under its RTN scales: the codes and the loss.
+/// GPTQ of one module under the scales of `rtn` (round to nearest's, or the search's): the
+/// codes and the loss.
 fn gptq(
     grid: &dyn IntGrid,
     module: &str,
