@@ -200,46 +200,51 @@ pub fn choose(
             }
             tokens = tokens.max(h.tokens);
             let shard = ck.weights.shard_of(&t.name).expect("routed");
-            let w = shard.view(t).to_f32_par();
-            shard.release(t);
-            if let Some(i) = w.iter().position(|v| !v.is_finite()) {
-                return Err(non_finite(shard.path(), &t.name, i, *cols, w[i]));
-            }
-            let rtn = grid.rtn(&w, *rows, *cols, t.dtype);
-            let q = match method {
-                Method::Rtn => rtn.clone(),
-                Method::Search => {
-                    crate::quant::search::search(grid, &w, *rows, *cols, &h.diag(), t.dtype)
+            let view = shard.view(t);
+            let row_bytes = *cols * t.dtype.size();
+            let read = |r: std::ops::Range<usize>| -> Result<Vec<f32>> {
+                let mut w = Vec::new();
+                crate::io::dtype::to_f32_par_into(
+                    t.dtype,
+                    &view.data[r.start * row_bytes..r.end * row_bytes],
+                    &mut w,
+                );
+                if let Some(i) = w.iter().position(|v| !v.is_finite()) {
+                    return Err(non_finite(
+                        shard.path(),
+                        &t.name,
+                        r.start * cols + i,
+                        *cols,
+                        w[i],
+                    ));
                 }
-                Method::Gptq | Method::SearchGptq => {
-                    let scales = match method {
-                        Method::SearchGptq => &crate::quant::search::search(
-                            grid,
-                            &w,
-                            *rows,
-                            *cols,
-                            &h.diag(),
-                            t.dtype,
-                        ),
-                        _ => &rtn,
-                    };
-                    let (q, loss) = gptq(grid, module, &w, scales, h, t.dtype, ck)?;
-                    gptq_loss += loss;
-                    q
-                }
+                Ok(w)
             };
-            runs += q.scales.len() as u64;
-            moved += q
-                .scales
-                .iter()
-                .zip(&rtn.scales)
-                .zip(
-                    q.codes
-                        .chunks(q.group.max(1))
-                        .zip(rtn.codes.chunks(q.group.max(1))),
-                )
-                .filter(|((a, b), (c, d))| a != b || c != d)
-                .count() as u64;
+            let gptq_error = |e: crate::quant::gptq::GptqError| {
+                Error::Source {
+                path: ck.weights.dir.clone(),
+                msg: format!("GPTQ of `{module}`: {e}"),
+                hint: Some("a calibration trace with more tokens gives a better-conditioned Σ x xᵀ; or --method search".into()),
+            }
+            };
+            let chunk = chunk_rows(*rows, *cols, CHUNK_BYTES);
+            let c = choose_module(
+                grid,
+                method,
+                &read,
+                *rows,
+                *cols,
+                h,
+                t.dtype,
+                chunk,
+                &gptq_error,
+            );
+            shard.release(t);
+            let c = c?;
+            runs += c.q.scales.len() as u64;
+            moved += c.moved;
+            gptq_loss += c.loss;
+            let q = c.q;
             chosen.insert(module.clone(), q);
         }
     }
@@ -324,43 +329,189 @@ fn collect(
     Ok(d.linears().take_hessians())
 }
 
-/// GPTQ of one module under the scales of `rtn` (round to nearest's, or the search's): the
-/// codes and the loss.
-fn gptq(
+/// Rows of a `cols`-wide module chosen at a time: as many as keep their f32 copy within
+/// `budget` (at least one). GPTQ's f32 copy of the Kimi-shape lm_head alone (163 840 × 7168)
+/// is 4.7 GB.
+pub(crate) fn chunk_rows(rows: usize, cols: usize, budget: u64) -> usize {
+    ((budget / (cols.max(1) as u64 * 4)) as usize).clamp(1, rows.max(1))
+}
+
+/// The f32 copy of one chunk of a module's rows [`choose`] holds at a time.
+const CHUNK_BYTES: u64 = 1 << 30;
+
+/// One module's choice and how much of it differs from round to nearest.
+pub(crate) struct Chosen {
+    pub q: Int4,
+    /// Runs (rows, or (row, group)s) whose scale or codes differ from RTN's.
+    pub moved: u64,
+    /// GPTQ's loss over the rows (0 for the other methods).
+    pub loss: f64,
+}
+
+/// The codes and scales `method` chooses for a `[rows, cols]` module read `chunk` rows at a
+/// time by `read(row range)`. Every method's choice for a row depends only on that row (its
+/// RTN scales are the row's own: [`IntGrid::rtn`] is per row or per (row, group)) and on the
+/// shared `h`, so the chunks give the whole module's result exactly (GPTQ factors `h` again
+/// for each chunk: a few seconds at 7168 columns).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn choose_module(
     grid: &dyn IntGrid,
-    module: &str,
-    w: &[f32],
-    rtn: &Int4,
+    method: Method,
+    read: &dyn Fn(std::ops::Range<usize>) -> Result<Vec<f32>>,
+    rows: usize,
+    cols: usize,
     h: &Hessian,
     model: crate::io::Dtype,
-    ck: &Checkpoint,
-) -> Result<(Int4, f64)> {
+    chunk: usize,
+    gptq_error: &dyn Fn(crate::quant::gptq::GptqError) -> Error,
+) -> Result<Chosen> {
     use crate::quant::gptq::{self, Config, Grid, Layer};
-    let (qmin, qmax) = grid.range();
-    let layer = Layer {
-        weight: w,
-        rows: rtn.rows,
-        cols: rtn.cols,
-        scales: &rtn.scales,
-        group: rtn.group,
-        grid: Grid {
-            qmin: qmin as i32,
-            qmax: qmax as i32,
-            scale_dtype: grid.scale_dtype(model),
-        },
-    };
-    // The sweep uses the matrix as its workspace.
-    let mut work = h.sum.clone();
-    let out = gptq::quantize(&layer, &mut work, &Config::default()).map_err(|e| Error::Source {
-        path: ck.weights.dir.clone(),
-        msg: format!("GPTQ of `{module}`: {e}"),
-        hint: Some("a calibration trace with more tokens gives a better-conditioned Σ x xᵀ; or --method search".into()),
-    })?;
-    Ok((
-        Int4 {
-            codes: out.codes,
-            ..rtn.clone()
-        },
-        out.loss.iter().sum(),
-    ))
+    let mut out: Option<Int4> = None;
+    let (mut moved, mut loss) = (0u64, 0f64);
+    let diag = (method != Method::Rtn && method != Method::Gptq).then(|| h.diag());
+    let mut r0 = 0;
+    while r0 < rows {
+        let r1 = (r0 + chunk.max(1)).min(rows);
+        let n = r1 - r0;
+        let w = read(r0..r1)?;
+        let rtn = grid.rtn(&w, n, cols, model);
+        let scaled = match (method, &diag) {
+            (Method::Search | Method::SearchGptq, Some(d)) => {
+                crate::quant::search::search(grid, &w, n, cols, d, model)
+            }
+            _ => rtn.clone(),
+        };
+        let q = if method.gptq() {
+            let (qmin, qmax) = grid.range();
+            let layer = Layer {
+                weight: &w,
+                rows: n,
+                cols,
+                scales: &scaled.scales,
+                group: scaled.group,
+                grid: Grid {
+                    qmin: qmin as i32,
+                    qmax: qmax as i32,
+                    scale_dtype: grid.scale_dtype(model),
+                },
+            };
+            // The sweep uses the matrix as its workspace.
+            let mut work = h.sum.clone();
+            let o = gptq::quantize(&layer, &mut work, &Config::default()).map_err(gptq_error)?;
+            loss += o.loss.iter().sum::<f64>();
+            Int4 {
+                codes: o.codes,
+                ..scaled
+            }
+        } else {
+            scaled
+        };
+        let g = q.group.max(1);
+        moved += q
+            .scales
+            .iter()
+            .zip(&rtn.scales)
+            .zip(q.codes.chunks(g).zip(rtn.codes.chunks(g)))
+            .filter(|((a, b), (c, d))| a != b || c != d)
+            .count() as u64;
+        match &mut out {
+            None => out = Some(q),
+            Some(o) => {
+                o.rows += q.rows;
+                o.scales.extend_from_slice(&q.scales);
+                o.codes.extend_from_slice(&q.codes);
+            }
+        }
+        r0 = r1;
+    }
+    Ok(Chosen {
+        q: out.expect("rows > 0"),
+        moved,
+        loss,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::Dtype;
+    use crate::quant::math::pack::Order;
+    use crate::quant::quark::{int4_group::Int4PerGroup, Layout, Options, Version};
+    use crate::test_rng::Rng;
+
+    /// Every method's choice read a few rows at a time is the whole module's, byte for byte
+    /// (the lm_head of the Kimi-shape draft is chosen in chunks).
+    #[test]
+    fn chunks_give_the_whole_modules_choice() {
+        let (rows, cols, tokens) = (37, 64, 200);
+        let mut rng = Rng(0x5eed_c4a1);
+        let w: Vec<f32> = rng
+            .signed_units(rows * cols)
+            .iter()
+            .map(|v| crate::quant::math::int4::round_to(Dtype::BF16, v * 0.1))
+            .collect();
+        let x: Vec<f32> = rng.signed_units(tokens * cols);
+        let h = Hessian {
+            k: cols,
+            sum: crate::runtime::hessian::outer_sum_ref(&x, tokens, cols),
+            full: true,
+            tokens: tokens as u64,
+        };
+        let grid = Int4PerGroup {
+            opts: Options {
+                layout: Layout::Model,
+                version: Version::V013,
+                order: Order::Reorder,
+            },
+            group: 32,
+        };
+        let read = |r: std::ops::Range<usize>| Ok(w[r.start * cols..r.end * cols].to_vec());
+        let err = |e: crate::quant::gptq::GptqError| Error::Flags {
+            msg: e.to_string(),
+            hint: String::new(),
+        };
+        for method in [
+            Method::Rtn,
+            Method::Search,
+            Method::Gptq,
+            Method::SearchGptq,
+        ] {
+            let whole = choose_module(
+                &grid,
+                method,
+                &read,
+                rows,
+                cols,
+                &h,
+                Dtype::BF16,
+                rows,
+                &err,
+            )
+            .unwrap();
+            assert_eq!(whole.q.rows, rows);
+            if method != Method::Rtn {
+                assert!(whole.moved > 0, "{method:?} moves something");
+            }
+            for chunk in [1, 5, 16, 36] {
+                let c = choose_module(
+                    &grid,
+                    method,
+                    &read,
+                    rows,
+                    cols,
+                    &h,
+                    Dtype::BF16,
+                    chunk,
+                    &err,
+                )
+                .unwrap();
+                assert_eq!(c.q, whole.q, "{method:?}, {chunk} rows at a time");
+                assert_eq!(c.moved, whole.moved);
+                assert!((c.loss - whole.loss).abs() <= 1e-9 * whole.loss.abs().max(1.0));
+            }
+        }
+        assert_eq!(chunk_rows(163_840, 7168, CHUNK_BYTES), 37_449);
+        assert_eq!(chunk_rows(10, 7168, CHUNK_BYTES), 10);
+        assert_eq!(chunk_rows(10, 1 << 40, 1), 1);
+    }
 }
