@@ -172,13 +172,14 @@ pub fn choose(
     let ck = plan.ck;
     for pass in &passes {
         let wanted: Vec<String> = pass.iter().map(|&i| modules[i].0.clone()).collect();
-        let moments = collect(src, &trace, cal, wanted, full, &|n| {
+        let mut moments = collect(src, &trace, cal, wanted, full, &|n| {
             let k = done.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
             progress(k, total);
         })?;
         for &i in pass {
             let (module, t, rows, cols) = &modules[i];
-            let h = moments.get(module).ok_or_else(|| Error::Source {
+            // Each module's matrix is dropped once its codes are chosen.
+            let h = moments.remove(module).ok_or_else(|| Error::Source {
                 path: cal.trace.clone(),
                 msg: format!(
                     "the replay of `{src}` never ran `{module}`: its inputs cannot be measured"
@@ -209,6 +210,12 @@ pub fn choose(
                     &view.data[r.start * row_bytes..r.end * row_bytes],
                     &mut w,
                 );
+                // The chunk's source pages are not read again.
+                shard.release_range(
+                    t,
+                    (r.start * row_bytes) as u64,
+                    (r.end * row_bytes) as u64,
+                );
                 if let Some(i) = w.iter().position(|v| !v.is_finite()) {
                     return Err(non_finite(
                         shard.path(),
@@ -234,7 +241,7 @@ pub fn choose(
                 &read,
                 *rows,
                 *cols,
-                h,
+                &h,
                 t.dtype,
                 chunk,
                 &gptq_error,

@@ -223,6 +223,12 @@ impl Linear {
         }
     }
 
+    /// The hooks of [`Linear::apply`] on `x` (`[m, k]`) without the product: for a calibration
+    /// that collects this linear's inputs but reads none of its outputs.
+    pub fn observe_only(&self, x: &[f32]) {
+        self.observe(x);
+    }
+
     fn observe(&self, x: &[f32]) {
         if self.shared.collecting.load(Ordering::Relaxed) {
             if let Some(h) = self.shared.hessians.lock().expect("hessians").as_mut() {

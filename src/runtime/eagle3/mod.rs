@@ -348,12 +348,14 @@ impl Eagle3 {
             });
             let g = self.finish(&attn, &res, m);
             let normed = rms_norm(&g, h, &self.w.norm, self.eps);
-            // A calibration that does not quantize the lm_head reads none of its outputs: the
-            // teacher-forced depths are fed the trace's tokens, not the proposals.
-            if matches!(feed, Feed::Truth)
-                && !keep_logits
-                && self.lin.collects(&self.w.lm_head.module) == Some(false)
-            {
+            // A calibration reads none of the lm_head's outputs (the teacher-forced depths are
+            // fed the trace's tokens, not the proposals): it records the lm_head's input when it
+            // quantizes the lm_head, and skips the product.
+            let collects = self.lin.collects(&self.w.lm_head.module);
+            if matches!(feed, Feed::Truth) && !keep_logits && collects.is_some() {
+                if collects == Some(true) {
+                    self.w.lm_head.observe_only(&normed);
+                }
                 res = if self.norm_output { normed } else { g.clone() };
                 outs.push(DepthOut {
                     logits: vec![],
