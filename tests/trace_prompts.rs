@@ -333,3 +333,60 @@ fn force_replaces_only_a_prompts_file_kquant_wrote() {
         "{\"id\": 1, \"text\": \"mine\"}\n"
     );
 }
+
+/// The held-out split of #16: `calibration.jsonl` (120 prompts) and `eval.jsonl` (240, its first
+/// 60 the held-out set) share no document and no text, and the tiny target's tokenizer gives
+/// every prompt its committed ids (fixtures/gen/verify/make_splits.py).
+#[test]
+fn calibration_and_evaluation_prompts_never_share_a_document() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let dir = "fixtures/kimi-k2.5-tiny/prompts";
+    let cal = jsonl(&root().join(dir).join("calibration.jsonl"));
+    let eval = jsonl(&root().join(dir).join("eval.jsonl"));
+    let held = jsonl(&root().join(dir).join("heldout.jsonl"));
+    let per_cat = |v: &[Value]| {
+        let mut m: BTreeMap<String, usize> = BTreeMap::new();
+        for p in v {
+            *m.entry(p["category"].as_str().unwrap().into()).or_default() += 1;
+        }
+        m
+    };
+    let want = |n| -> BTreeMap<String, usize> {
+        ["arith", "code", "prose"].iter().map(|c| (c.to_string(), n)).collect()
+    };
+    assert_eq!(per_cat(&cal), want(40));
+    assert_eq!(per_cat(&eval), want(80));
+    assert_eq!(&eval[..60], &held[..], "eval.jsonl starts with heldout.jsonl");
+    let docs = |v: &[Value]| -> BTreeSet<String> {
+        v.iter().map(|p| p["source"].as_str().unwrap().to_string()).collect()
+    };
+    let shared: Vec<_> = docs(&cal).intersection(&docs(&eval)).cloned().collect();
+    assert!(shared.is_empty(), "documents in both: {shared:?}");
+    let texts = |v: &[Value]| -> BTreeSet<String> {
+        v.iter().map(|p| p["text"].as_str().unwrap().to_string()).collect()
+    };
+    assert!(texts(&cal).is_disjoint(&texts(&eval)));
+    let ids: BTreeSet<u64> = cal.iter().chain(&eval).map(|p| p["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids.len(), 360, "ids unique across both files");
+    for name in ["calibration.jsonl", "eval.jsonl"] {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join(name);
+        let input = format!("{dir}/{name}");
+        ok(&[
+            "trace",
+            "prompts",
+            "--tokenizer",
+            "fixtures/kimi-k2.5-tiny/target",
+            "--input",
+            &input,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        let committed = jsonl(&root().join(&input));
+        for (g, w) in jsonl(&out).iter().zip(&committed) {
+            assert_eq!(g["tokens"], w["tokens"], "{name}: prompt {}", w["id"]);
+            assert_eq!(w["prompt_len"].as_u64().unwrap() as usize, w["tokens"].as_array().unwrap().len());
+        }
+        assert_eq!(kquant::verify::capture::read_prompts(&out).unwrap().len(), committed.len());
+    }
+}
