@@ -44,5 +44,6 @@ mod trace_prompts;
 mod verify;
 mod verify_device;
 mod verify_live;
+mod verify_methods;
 mod verify_schemes;
 mod writer;

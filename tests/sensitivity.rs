@@ -8,13 +8,37 @@ use crate::common;
 
 use std::path::Path;
 
-use common::{kquant, kquant_json, root, stderr};
+use common::{kquant, root, stderr};
 use serde_json::Value;
 
 const FIX: &str = "fixtures/kimi-k2.5-tiny";
 
 fn fix(p: &str) -> String {
     root().join(FIX).join(p).display().to_string()
+}
+
+/// `kquant sensitivity` of the EAGLE-3 draft on the fixture trace, then `extra`.
+fn sensitivity(extra: &[&str]) -> std::process::Output {
+    let (e, tr, tc) = (fix("eagle3"), fix("trace"), fix("target"));
+    let mut a = vec![
+        "sensitivity",
+        &e,
+        "--trace",
+        &tr,
+        "--target-checkpoint",
+        &tc,
+    ];
+    a.extend(extra);
+    kquant(&a)
+}
+
+/// [`sensitivity`], exit 0, its JSON.
+fn sensitivity_json(extra: &[&str]) -> Value {
+    let mut a = extra.to_vec();
+    a.push("--json");
+    let o = sensitivity(&a);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 /// `quantize eagle3 -o OUT ARGS…` then `verify` OUT against eagle3 over the first `limit`
@@ -68,15 +92,8 @@ fn same(m: &Value, v: &Value, what: &str) {
 fn every_figure_is_what_quantize_and_verify_measure_and_the_pick_passes() {
     let t = tempfile::tempdir().unwrap();
     let preset = t.path().join("picked.json");
-    let (e, tr, tc) = (fix("eagle3"), fix("trace"), fix("target"));
     let p = preset.display().to_string();
-    let doc = kquant_json(&[
-        "sensitivity",
-        &e,
-        "--trace",
-        &tr,
-        "--target-checkpoint",
-        &tc,
+    let doc = sensitivity_json(&[
         "--limit",
         "6",
         "--pick",
@@ -84,7 +101,6 @@ fn every_figure_is_what_quantize_and_verify_measure_and_the_pick_passes() {
         "0.05",
         "--write-preset",
         &p,
-        "--json",
     ]);
     assert_eq!(doc["schema"], "kquant.sensitivity/1");
     assert_eq!(doc["samples"], 18);
@@ -147,13 +163,7 @@ fn every_figure_is_what_quantize_and_verify_measure_and_the_pick_passes() {
         assert!(before.iter().all(|x| x["measured"]["passed"] == false));
     }
     // A second run replaces the preset it wrote.
-    let o = kquant(&[
-        "sensitivity",
-        &e,
-        "--trace",
-        &tr,
-        "--target-checkpoint",
-        &tc,
+    let o = sensitivity(&[
         "--limit",
         "1",
         "--pick",
@@ -173,14 +183,8 @@ fn every_figure_is_what_quantize_and_verify_measure_and_the_pick_passes() {
 #[test]
 fn calibrated_variants_reuse_the_codes_quantize_writes() {
     let t = tempfile::tempdir().unwrap();
-    let (e, tr, tc) = (fix("eagle3"), fix("trace"), fix("target"));
-    let o = kquant(&[
-        "sensitivity",
-        &e,
-        "--trace",
-        &tr,
-        "--target-checkpoint",
-        &tc,
+    let (tr, tc) = (fix("trace"), fix("target"));
+    let o = sensitivity(&[
         "--limit",
         "3",
         "--exclude",
@@ -230,21 +234,11 @@ fn calibrated_variants_reuse_the_codes_quantize_writes() {
 
 #[test]
 fn refusals_and_a_pick_that_finds_nothing() {
-    let (e, tr, tc) = (fix("eagle3"), fix("trace"), fix("target"));
-    let base = [
-        "sensitivity",
-        &e,
-        "--trace",
-        &tr,
-        "--target-checkpoint",
-        &tc,
-        "--limit",
-        "1",
-    ];
+    let tr = fix("trace");
     let run = |extra: &[&str]| {
-        let mut a: Vec<&str> = base.to_vec();
+        let mut a = vec!["--limit", "1"];
         a.extend(extra);
-        kquant(&a)
+        sensitivity(&a)
     };
     for (extra, want) in [
         (&["--method", "gptq"][..], "need calibration inputs"),

@@ -271,6 +271,11 @@ fn json_describes_the_capture_and_what_comes_next() {
         "{next:?}"
     );
     assert!(next[1].starts_with("kquant calibrate "), "{next:?}");
+    assert!(
+        next[2].starts_with("kquant quantize DRAFT -o OUT --method gptq ")
+            && next[2].contains(&format!("--calibrate {} ", out.display())),
+        "{next:?}"
+    );
     for n in &next {
         assert!(e.contains(&format!("next: {n}")), "{e}");
     }

@@ -352,21 +352,36 @@ fn calibration_and_evaluation_prompts_never_share_a_document() {
         m
     };
     let want = |n| -> BTreeMap<String, usize> {
-        ["arith", "code", "prose"].iter().map(|c| (c.to_string(), n)).collect()
+        ["arith", "code", "prose"]
+            .iter()
+            .map(|c| (c.to_string(), n))
+            .collect()
     };
     assert_eq!(per_cat(&cal), want(40));
     assert_eq!(per_cat(&eval), want(80));
-    assert_eq!(&eval[..60], &held[..], "eval.jsonl starts with heldout.jsonl");
+    assert_eq!(
+        &eval[..60],
+        &held[..],
+        "eval.jsonl starts with heldout.jsonl"
+    );
     let docs = |v: &[Value]| -> BTreeSet<String> {
-        v.iter().map(|p| p["source"].as_str().unwrap().to_string()).collect()
+        v.iter()
+            .map(|p| p["source"].as_str().unwrap().to_string())
+            .collect()
     };
     let shared: Vec<_> = docs(&cal).intersection(&docs(&eval)).cloned().collect();
     assert!(shared.is_empty(), "documents in both: {shared:?}");
     let texts = |v: &[Value]| -> BTreeSet<String> {
-        v.iter().map(|p| p["text"].as_str().unwrap().to_string()).collect()
+        v.iter()
+            .map(|p| p["text"].as_str().unwrap().to_string())
+            .collect()
     };
     assert!(texts(&cal).is_disjoint(&texts(&eval)));
-    let ids: BTreeSet<u64> = cal.iter().chain(&eval).map(|p| p["id"].as_u64().unwrap()).collect();
+    let ids: BTreeSet<u64> = cal
+        .iter()
+        .chain(&eval)
+        .map(|p| p["id"].as_u64().unwrap())
+        .collect();
     assert_eq!(ids.len(), 360, "ids unique across both files");
     for name in ["calibration.jsonl", "eval.jsonl"] {
         let d = tempfile::tempdir().unwrap();
@@ -385,8 +400,14 @@ fn calibration_and_evaluation_prompts_never_share_a_document() {
         let committed = jsonl(&root().join(&input));
         for (g, w) in jsonl(&out).iter().zip(&committed) {
             assert_eq!(g["tokens"], w["tokens"], "{name}: prompt {}", w["id"]);
-            assert_eq!(w["prompt_len"].as_u64().unwrap() as usize, w["tokens"].as_array().unwrap().len());
+            assert_eq!(
+                w["prompt_len"].as_u64().unwrap() as usize,
+                w["tokens"].as_array().unwrap().len()
+            );
         }
-        assert_eq!(kquant::verify::capture::read_prompts(&out).unwrap().len(), committed.len());
+        assert_eq!(
+            kquant::verify::capture::read_prompts(&out).unwrap().len(),
+            committed.len()
+        );
     }
 }

@@ -236,12 +236,14 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What a user does with a captured trace next: the accept-length gate, and the calibration
-/// NVFP4 W4A4 needs (both replay drafts over it, with the target's embedding where needed).
+/// What a user does with a captured trace next: the accept-length gate, the calibration NVFP4
+/// W4A4 needs, and a calibrated quantization (each replays drafts over it, with the target's
+/// embedding where needed).
 fn next_steps(out: &std::path::Path, target: &str) -> Vec<String> {
     let out = out.display();
     vec![
         format!("kquant verify --draft DRAFT --baseline BASELINE --trace {out} --target-checkpoint {target} (the accept-length gate; docs/verify.md)"),
         format!("kquant calibrate --draft DRAFT --trace {out} --target-checkpoint {target} -o amax.json (the input amax of NVFP4 W4A4; docs/quantize.md)"),
+        format!("kquant quantize DRAFT -o OUT --method gptq --calibrate {out} --target-checkpoint {target} (GPTQ calibrated on this trace; evaluate on other prompts; docs/quantize.md)"),
     ]
 }

@@ -211,11 +211,7 @@ pub fn choose(
                     &mut w,
                 );
                 // The chunk's source pages are not read again.
-                shard.release_range(
-                    t,
-                    (r.start * row_bytes) as u64,
-                    (r.end * row_bytes) as u64,
-                );
+                shard.release_range(t, (r.start * row_bytes) as u64, (r.end * row_bytes) as u64);
                 if let Some(i) = w.iter().position(|v| !v.is_finite()) {
                     return Err(non_finite(
                         shard.path(),
@@ -477,13 +473,8 @@ mod tests {
             msg: e.to_string(),
             hint: String::new(),
         };
-        for method in [
-            Method::Rtn,
-            Method::Search,
-            Method::Gptq,
-            Method::SearchGptq,
-        ] {
-            let whole = choose_module(
+        let choose = |method, chunk| {
+            choose_module(
                 &grid,
                 method,
                 &read,
@@ -491,27 +482,24 @@ mod tests {
                 cols,
                 &h,
                 Dtype::BF16,
-                rows,
+                chunk,
                 &err,
             )
-            .unwrap();
+            .unwrap()
+        };
+        for method in [
+            Method::Rtn,
+            Method::Search,
+            Method::Gptq,
+            Method::SearchGptq,
+        ] {
+            let whole = choose(method, rows);
             assert_eq!(whole.q.rows, rows);
             if method != Method::Rtn {
                 assert!(whole.moved > 0, "{method:?} moves something");
             }
             for chunk in [1, 5, 16, 36] {
-                let c = choose_module(
-                    &grid,
-                    method,
-                    &read,
-                    rows,
-                    cols,
-                    &h,
-                    Dtype::BF16,
-                    chunk,
-                    &err,
-                )
-                .unwrap();
+                let c = choose(method, chunk);
                 assert_eq!(c.q, whole.q, "{method:?}, {chunk} rows at a time");
                 assert_eq!(c.moved, whole.moved);
                 assert!((c.loss - whole.loss).abs() <= 1e-9 * whole.loss.abs().max(1.0));
