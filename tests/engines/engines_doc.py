@@ -108,16 +108,43 @@ def clean(m, n=160):
     return m[:n] + ("…" if len(m) > n else "")
 
 
-def claim_cell(c):
+def claim_cell(c, own=None):
+    """kquant's claim; for a calibrated row its round-to-nearest twin's, and what `kquant
+    inspect` says of the calibrated output itself when that differs (a failure)."""
     if not c:
         return "—"
     s = c.get("loads", "none")
     if c.get("unproven_on_cpu"):
         s += f" ({c['unproven_on_cpu']})"
+    if own is not None:
+        s += f"; **inspect says {own.get('loads', 'none')} of this output**"
     return s
 
 
-def render(rows, passed, failed, work, root):
+CALIBRATED = """Each row ending `--method {method}` is the scheme × format of the row above it,
+quantized again with `--method {method} --calibrate TRACE`:
+{what}.
+There is one for every scheme × format that `--method {method}` accepts (the symmetric INT4
+schemes; kquant refuses the others).
+TRACE is kquant's own synthetic `kquant-trace/1` for the widened draft WIDE; the replay
+takes the embedding (and, DFlash, the lm_head) the draft does not have from WIDE_TARGET,
+the tiny target's embedding and lm_head widened alike (`widen.py --head`):
+
+```sh
+kquant bench replay WIDE --synthetic-trace {len} --prompt-len {prompt_len} --samples {samples} \\
+  --target-checkpoint WIDE_TARGET --write-trace TRACE
+```
+
+Such an output differs from its round-to-nearest twin only in its codes and in one more
+top-level key in `config.json`, `kquant_quantization` (the method, the trace's sha256, the GPTQ
+settings); its `quantization_config` and `hf_quant_config.json` are the twin's (the tier checks
+both). kquant's claim is per scheme × format, so "kquant says" on these rows is the twin's
+claim, and `kquant inspect` must make the same claim of the calibrated output.
+"""
+METHOD_WHAT = {"gptq": "GPTQ's codes under the format's round-to-nearest scales"}
+
+
+def render(rows, passed, failed, work, root, calibrated=None):
     def sanitize(text):
         return text.replace(work, "<work>").replace(root + "/", "")
 
@@ -147,6 +174,9 @@ def render(rows, passed, failed, work, root):
         by_id[r["id"]][r.get("engine", "-")] = r
     for title, prefix in groups:
         out.append(f"## {title}\n")
+        if prefix == "quantize " and calibrated:
+            out.append(CALIBRATED.format(
+                what=METHOD_WHAT.get(calibrated["method"], calibrated["method"]), **calibrated))
         out.append("| checkpoint | vLLM | kquant says | SGLang | kquant says | |")
         out.append("|---|---|---|---|---|---|")
         for ident in order:
@@ -161,8 +191,9 @@ def render(rows, passed, failed, work, root):
             mark = "ok" if all(x and x["agree"] for x in (vl, sg) if x) else "**DISAGREE**"
             out.append(
                 f"| {ident[len(prefix):]} | {sanitize(cell(vl and vl['verdict']))} | "
-                f"{claim_cell(vl and vl['claim'])} | {sanitize(cell(sg and sg['verdict']))} | "
-                f"{claim_cell(sg and sg['claim'])} | {mark} |"
+                f"{claim_cell(vl and vl['claim'], vl and vl.get('own_claim'))} | "
+                f"{sanitize(cell(sg and sg['verdict']))} | "
+                f"{claim_cell(sg and sg['claim'], sg and sg.get('own_claim'))} | {mark} |"
             )
         out.append("")
     out.append("## Planted defects: each check catches its own\n")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The engine-loader tier: every tiny draft, every `kquant convert --to` output made from them and
-every `kquant quantize` scheme × format output, through vLLM's and SGLang's own draft loaders
+every `kquant quantize` scheme × format output (and, for each one `--method gptq` can calibrate,
+its calibrated twin), through vLLM's and SGLang's own draft loaders
 (vllm_load.py, sglang_load.py, run in the engines' venvs), each verdict compared with
 `kquant inspect --json`'s claim for that engine; then the planted defects, each of which the
 checks must catch. Plain Python 3, no packages (the harnesses run in the engines' venvs):
@@ -15,7 +16,10 @@ failure. A claim agrees when it says "yes" and the engine loads it (every tensor
 parameter written, every parameter holding what kquant reads for it), or "no" and the engine
 refuses it or a check fails; a verdict that stopped at a step CPU cannot run (SGLang's kernel
 set-up after loading) agrees only with a "yes" that names that step (`unproven_on_cpu`).
-"depends" never agrees. `--doc` writes docs/engines.md from the results.
+"depends" never agrees. A calibrated output (`--method gptq --calibrate TRACE`) is compared
+with its round-to-nearest twin's claim — kquant's claim is per scheme × format, the method does
+not change it — and `kquant inspect` must make that same claim for it. `--doc` writes
+docs/engines.md from the results.
 """
 
 import argparse
@@ -42,6 +46,13 @@ CONVERT_TO = {
 # Sources of the quantized outputs: one per family the engines serve, widened ×8 (widen.py:
 # group-128 schemes need input widths in multiples of 128).
 QUANT_SOURCES = ["eagle3-specforge", "eagle3-mla-vllm", "dflash-zlab"]
+# The calibrated rows: the method, and the synthetic trace each widened draft replays for it
+# (`kquant bench replay --synthetic-trace LEN --prompt-len P --samples N --write-trace DIR`).
+CALIBRATED_METHOD = "gptq"
+CAL_TRACE = {"len": 64, "prompt_len": 16, "samples": 2}
+# What kquant says when a scheme × format has no integer grid for a calibrated method (fp8,
+# uint4, nvfp4, …): no row for those.
+NOT_CALIBRATABLE = "chooses integer codes under the format's scales"
 # What kquant cannot read from the files and asks to be told (its hint names the flag).
 CONVERT_FLAGS = {"eagle3-vllm": ["--aux-convention", "input-of-layer"]}
 PLANTED = {
@@ -102,9 +113,45 @@ def quantize(kquant, src, out, scheme, fmt, exclude, extra):
     return exclude, last_error(r.stderr)
 
 
+def calibration_trace(kquant, wide, src, target, out):
+    """A `kquant-trace/1` directory that fits the widened draft: kquant's own synthetic trace,
+    replayed with the widened target's embedding (and lm_head, DFlash) where the draft has none."""
+    t = CAL_TRACE
+    r = sh([kquant, "bench", "replay", os.path.join(wide, src), "--synthetic-trace", str(t["len"]),
+            "--prompt-len", str(t["prompt_len"]), "--samples", str(t["samples"]),
+            "--target-checkpoint", target, "--write-trace", out])
+    if r.returncode != 0:
+        raise SystemExit(f"kquant bench replay {src} --write-trace failed:\n{r.stderr}")
+
+
+def check_calibrated(out, twin):
+    """What a calibrated row puts to the engines, and only that: config.json's extra
+    `kquant_quantization` key (naming the method) and other codes; every other JSON file the
+    engines read (config.json without that key, `hf_quant_config.json`) as the round-to-nearest
+    twin wrote it, and the same tensor files (not the same bytes)."""
+    def read(d, ext):
+        return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))
+                if n.endswith(ext) and n != "kquant-manifest.json"}
+
+    cj, tj = read(out, ".json"), read(twin, ".json")
+    cj = {n: json.loads(b) for n, b in cj.items()}
+    tj = {n: json.loads(b) for n, b in tj.items()}
+    method = (cj["config.json"].pop("kquant_quantization", None) or {}).get("method")
+    if method != CALIBRATED_METHOD:
+        raise SystemExit(f"{out}: config.json's kquant_quantization.method is {method!r}, "
+                         f"expected {CALIBRATED_METHOD!r}")
+    if cj != tj:
+        raise SystemExit(f"{out}: its JSON files differ from round-to-nearest's ({twin}) by "
+                         "more than config.json's kquant_quantization")
+    cs, ts = read(out, ".safetensors"), read(twin, ".safetensors")
+    if sorted(cs) != sorted(ts) or cs == ts:
+        raise SystemExit(f"{out}: not round-to-nearest's tensor files with other codes ({twin})")
+
+
 def build(kquant, work, python):
-    """Every checkpoint of the matrix: [(id, path, how it was made, None | refusal)]."""
-    items = []
+    """Every checkpoint of the matrix: [(id, path, how it was made, None | refusal)], and for
+    each calibrated output its round-to-nearest twin's path."""
+    items, twins = [], {}
     for sub in ("convert", "quantize"):
         os.makedirs(os.path.join(work, sub), exist_ok=True)
     fixtures = sorted(
@@ -129,7 +176,15 @@ def build(kquant, work, python):
                 os.path.join(wide, src)])
         if r.returncode != 0:
             raise SystemExit(f"widen.py {src} failed:\n{r.stderr}")
+    # The target's embedding and lm_head, widened alike, for the calibration replays.
+    wide_target = os.path.join(wide, "target-head")
+    r = sh([python, os.path.join(HERE, "widen.py"), "--head",
+            os.path.dirname(TARGET_CONFIG), wide_target])
+    if r.returncode != 0:
+        raise SystemExit(f"widen.py --head failed:\n{r.stderr}")
     for src in QUANT_SOURCES:
+        trace = os.path.join(work, "trace", src)
+        calibration_trace(kquant, wide, src, wide_target, trace)
         for s in schemes:
             for c in s["carriers"]:
                 if not c["implemented"]:
@@ -151,7 +206,26 @@ def build(kquant, work, python):
                     f"--exclude {','.join(exclude)}"
                 )
                 items.append((f"quantize {src} {s['id']} {fmt}", out, how, refused))
-    return items
+                if refused:
+                    continue
+                # Its calibrated twin: the same flags and exclusions, codes chosen by GPTQ.
+                cal = out + f"--{CALIBRATED_METHOD}"
+                flags = ["--method", CALIBRATED_METHOD, "--calibrate", trace,
+                         "--target-checkpoint", wide_target]
+                _, crefused = quantize(kquant, os.path.join(wide, src), cal, s["id"], fmt,
+                                       exclude, extra + flags)
+                if crefused and NOT_CALIBRATABLE in crefused:
+                    continue
+                if not crefused:
+                    check_calibrated(cal, out)
+                    twins[cal] = out
+                items.append((
+                    f"quantize {src} {s['id']} {fmt} --method {CALIBRATED_METHOD}", cal,
+                    f"{how} --method {CALIBRATED_METHOD} --calibrate TRACE/{src} "
+                    "--target-checkpoint WIDE/target-head",
+                    crefused,
+                ))
+    return items, twins
 
 
 def last_error(stderr):
@@ -260,7 +334,7 @@ def main():
 
     # widen.py and plant.py run with an engine venv's torch and safetensors.
     py = os.path.join(a.vllm or a.sglang, "bin", "python")
-    items = build(kquant, work, py)
+    items, twins = build(kquant, work, py)
     claims, jobs = engine_jobs(kquant, items, target)
 
     # The planted defects.
@@ -294,15 +368,29 @@ def main():
                 continue
             v = by_key.get((path, engine, None))
             claim = claims[path].get(engine, {"loads": "none"})
-            ok = v is not None and agrees(claim, v)
+            own = None
+            if path in twins:
+                # The RTN twin's claim; inspect must say the same of the calibrated output.
+                own = claim
+                claim = claims[twins[path]].get(engine, {"loads": "none"})
+            ok = v is not None and agrees(claim, v) and (own is None or own == claim)
             passed += ok
             failed += not ok
             word = verdict_word(v) if v else "no verdict"
-            rows.append({"id": ident, "how": how, "engine": engine, "claim": claim,
-                         "verdict": v, "agree": ok})
+            row = {"id": ident, "how": how, "engine": engine, "claim": claim,
+                   "verdict": v, "agree": ok}
+            if own is not None:
+                row["claim_of"] = "round-to-nearest twin"
+                if own != claim:
+                    row["own_claim"] = own
+            rows.append(row)
             claim_word = claim.get("loads", "none")
             if claim.get("unproven_on_cpu"):
                 claim_word += f" ({claim['unproven_on_cpu']})"
+            if own is not None:
+                claim_word += " (RTN twin's claim)"
+                if own != claim:
+                    claim_word += f"; but inspect says {own.get('loads', 'none')} of this output"
             print(f"{'AGREE   ' if ok else 'DISAGREE'} {engine:6} {ident}: engine {word}; "
                   f"kquant says {claim_word}")
     for name, (what, _, must) in PLANTED.items():
@@ -335,7 +423,8 @@ def main():
             json.dump({"rows": rows, "passed": passed, "failed": failed}, f, indent=1)
     if a.doc:
         with open(a.doc, "w") as f:
-            f.write(engines_doc.render(rows, passed, failed, work, ROOT))
+            f.write(engines_doc.render(rows, passed, failed, work, ROOT,
+                                       {"method": CALIBRATED_METHOD, **CAL_TRACE}))
     return 0 if failed == 0 else 1
 
 

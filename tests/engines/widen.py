@@ -9,9 +9,16 @@ from a fixed seed (norms 1). The tiny drafts are 64 wide: the engines' group-128
 need every quantized input width to be a multiple of 128 (vLLM and SGLang check it while
 building the layer), and vLLM's CPU INT4 kernel wants output widths in multiples of 32 (the
 MLA draft's fused q_a/kv_a is 56). Eight times the width meets both, at about 10 MB.
+
+    python widen.py --head SRC OUT [--factor 8]
+
+The target's embedding and lm_head alone (every shard of SRC read), widened alike: what the
+calibration replay of a widened draft without them takes from `--target-checkpoint` (EAGLE-3
+without `embed_tokens`, DFlash), for the `--method gptq` rows.
 """
 
 import argparse
+import glob
 import json
 import os
 
@@ -51,13 +58,19 @@ def main():
     ap.add_argument("src")
     ap.add_argument("out")
     ap.add_argument("--factor", type=int, default=8)
+    ap.add_argument("--head", action="store_true", help="the embedding and lm_head only")
     a = ap.parse_args()
     k = a.factor
     gen = torch.Generator().manual_seed(20261125)
     with open(os.path.join(a.src, "config.json")) as f:
         cfg = widen_config(json.load(f), k)
+    tensors = {}
+    for shard in sorted(glob.glob(os.path.join(a.src, "*.safetensors"))):
+        tensors.update(load_file(shard))
+    if a.head:
+        tensors = {n: t for n, t in tensors.items() if n.endswith(VOCAB_ROWS)}
     out = {}
-    for name, t in sorted(load_file(os.path.join(a.src, "model.safetensors")).items()):
+    for name, t in sorted(tensors.items()):
         if name.endswith(VOCAB_ONLY):
             out[name] = t.clone()
             continue
