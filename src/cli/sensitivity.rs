@@ -3,7 +3,8 @@
 //! quantized alone, written in the recipe's format, and replayed against the original draft
 //! over the trace: ΔAL, its paired 95 % interval and the proposal agreement per group, and the
 //! same with every group quantized. `--pick` then measures exclusion sets, cheapest first
-//! among those the single-group losses predict to pass, until one meets `--max-regression`,
+//! among those the single-group losses predict to pass (the prediction corrected by each miss),
+//! until one meets `--max-regression`,
 //! and prints (`--write-preset`: writes) the preset.
 //! Exit 0; with `--pick`, 1 when no set tried meets the gate; 2 on error.
 
@@ -26,7 +27,7 @@ use crate::quant::registry::SCHEMES;
 use crate::quantize::calibrate::{self, Calibration, Method};
 use crate::quantize::drive::Job;
 use crate::quantize::plan::{Action, Plan};
-use crate::quantize::sensitivity::{candidates, groups, Group, MAX_GROUPS};
+use crate::quantize::sensitivity::{bias, candidates, groups, next_trial, Group, MAX_GROUPS};
 use crate::quantize::{self, Request};
 use crate::runtime::linears::Exec;
 use crate::verify::drafters::AfterMiss;
@@ -94,7 +95,7 @@ pub struct Args {
     #[arg(long)]
     pub pick: bool,
     /// Most exclusion sets `--pick` measures (at least 1).
-    #[arg(long, default_value_t = 8, value_parser = flags::limit, requires = "pick")]
+    #[arg(long, default_value_t = 12, value_parser = flags::limit, requires = "pick")]
     pub max_trials: usize,
     /// Write the picked preset here (a `quantize --config` file).
     #[arg(long, value_name = "FILE", requires = "pick")]
@@ -379,18 +380,27 @@ pub fn run(a: Args) -> Result<ExitCode> {
             picked = Some(every.clone());
         } else {
             let deltas: Vec<f64> = single.iter().map(|m| m.delta).collect();
-            let cands = candidates(&groups, every.delta, &deltas, a.max_regression);
-            for (k, c) in cands.iter().take(a.max_trials).enumerate() {
+            let cands = candidates(&groups, every.delta, &deltas);
+            let mut tried = vec![false; cands.len()];
+            let mut misses: Vec<(f64, f64)> = Vec::new();
+            while trials.len() < a.max_trials {
+                let Some(i) = next_trial(&cands, &tried, bias(&misses), a.max_regression) else {
+                    break;
+                };
+                tried[i] = true;
+                let c = &cands[i];
                 let names: Vec<&str> = c.exclude.iter().map(|&i| groups[i].name.as_str()).collect();
                 eprintln!(
-                    "sensitivity: pick [{}/{}] leave {} unquantized (predicted ΔAL {:+.3})",
-                    k + 1,
-                    cands.len().min(a.max_trials),
+                    "sensitivity: pick [{}/{}] leave {} unquantized (predicted ΔAL {:+.3}, {:+.3} after the misses so far)",
+                    trials.len() + 1,
+                    a.max_trials,
                     names.join(", "),
-                    c.predicted
+                    c.predicted,
+                    c.predicted + bias(&misses)
                 );
                 let m = bench.measure(&c.exclude)?;
                 let pass = m.passed;
+                misses.push((c.predicted, m.delta));
                 trials.push((c.clone(), m.clone()));
                 if pass {
                     picked = Some(m);

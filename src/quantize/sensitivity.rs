@@ -1,7 +1,8 @@
 //! Per-module-group sensitivity (`kquant sensitivity`, #16): which groups of a draft's linears
 //! a quantization recipe may touch, the exclude patterns that leave one group alone, and the
 //! order in which the exclusion sets are tried when looking for the cheapest one that meets
-//! the gate. Measuring (quantize a variant, replay it, compare with the original) is the
+//! the gate (cheapest first among those predicted to pass, the prediction corrected by the
+//! misses so far). Measuring (quantize a variant, replay it, compare with the original) is the
 //! command's part (`cli::sensitivity`); this is the arithmetic around it.
 //!
 //! Groups follow the projections engines fuse or treat alike, across every layer: `q/k/v`
@@ -122,17 +123,11 @@ pub struct Candidate {
 /// Most groups [`candidates`] enumerates every subset of (2^16 subsets).
 pub const MAX_GROUPS: usize = 16;
 
-/// The exclusion sets worth measuring, cheapest first: every non-empty proper subset of the
-/// groups whose predicted ΔAL meets `−max_regression`, by cost, then fewer groups, then
-/// predicted ΔAL (higher first). `all` is ΔAL with every group quantized, `single[i]` with
-/// group i alone. The empty set is the all-quantized variant itself, measured already; the
-/// full set quantizes nothing. At most [`MAX_GROUPS`] groups.
-pub fn candidates(
-    groups: &[Group],
-    all: f64,
-    single: &[f64],
-    max_regression: f64,
-) -> Vec<Candidate> {
+/// Every exclusion set, cheapest first: each non-empty proper subset of the groups, by cost,
+/// then fewer groups, then predicted ΔAL (higher first). `all` is ΔAL with every group
+/// quantized, `single[i]` with group i alone. The empty set is the all-quantized variant itself,
+/// measured already; the full set quantizes nothing. At most [`MAX_GROUPS`] groups.
+pub fn candidates(groups: &[Group], all: f64, single: &[f64]) -> Vec<Candidate> {
     assert_eq!(groups.len(), single.len(), "one measurement per group");
     let n = groups.len().min(MAX_GROUPS);
     let mut out: Vec<Candidate> = (1u32..(1 << n) - 1)
@@ -144,7 +139,6 @@ pub fn candidates(
                 exclude,
             }
         })
-        .filter(|c| c.predicted >= -max_regression)
         .collect();
     out.sort_by(|a, b| {
         (a.cost, a.exclude.len())
@@ -152,6 +146,28 @@ pub fn candidates(
             .then(b.predicted.total_cmp(&a.predicted))
     });
     out
+}
+
+/// The next exclusion set to measure: the cheapest untried candidate whose prediction, corrected
+/// by how far the measured trials fell from theirs (`bias`: the mean of measured − predicted,
+/// 0 before any), meets `−max_regression`. Accept-length losses are not additive (excluding a
+/// group often saves less than its own loss), so the correction moves the search towards larger
+/// exclusions after each miss.
+pub fn next_trial(
+    cands: &[Candidate],
+    tried: &[bool],
+    bias: f64,
+    max_regression: f64,
+) -> Option<usize> {
+    (0..cands.len()).find(|&i| !tried[i] && cands[i].predicted + bias >= -max_regression)
+}
+
+/// The mean of measured − predicted ΔAL over the trials so far (0 with none).
+pub fn bias(trials: &[(f64, f64)]) -> f64 {
+    if trials.is_empty() {
+        return 0.0;
+    }
+    trials.iter().map(|(p, m)| m - p).sum::<f64>() / trials.len() as f64
 }
 
 #[cfg(test)]
@@ -201,19 +217,31 @@ mod tests {
     }
 
     #[test]
-    fn candidates_cheapest_first_among_predicted_passes() {
+    fn trials_go_cheapest_first_and_the_misses_move_the_search() {
         let g = groups(&eagle3());
         // costs: q/k/v 225, o 75, gate/up 150, down 75, fc 75, lm_head 75
         let single = [-0.01, -0.002, -0.02, -0.03, -0.001, -0.004];
-        let c = candidates(&g, -0.07, &single, 0.03);
-        // Excluding down alone: −0.07 + 0.03 = −0.04 (fails); down + gate/up (cost 225,
-        // predicted −0.02) ties with q/k/v + down (225, −0.03) and beats q/k/v + gate/up.
-        assert!(c.iter().all(|c| c.predicted >= -0.03));
-        assert_eq!(c[0].exclude, vec![2, 3]);
-        assert_eq!(c[0].cost, 225);
-        assert!((c[0].predicted + 0.02).abs() < 1e-12);
+        let c = candidates(&g, -0.07, &single);
+        assert_eq!(c.len(), 62);
         assert!(c.windows(2).all(|w| w[0].cost <= w[1].cost));
-        // Nothing but "quantize nothing" would pass: no candidate.
-        assert!(candidates(&g, -1.0, &single, 0.03).is_empty());
+        let mut tried = vec![false; c.len()];
+        // Excluding down alone predicts −0.04 (fails); down + gate/up (cost 225, −0.02) ties
+        // on cost with q/k/v + down (−0.03) and wins on the prediction.
+        let i = next_trial(&c, &tried, 0.0, 0.03).unwrap();
+        assert_eq!(c[i].exclude, vec![2, 3]);
+        assert!((c[i].predicted + 0.02).abs() < 1e-12);
+        // It measured −0.035 where −0.02 was predicted: the next one must predict ≥ −0.015.
+        tried[i] = true;
+        let b = bias(&[(c[i].predicted, -0.035)]);
+        assert!((b + 0.015).abs() < 1e-12);
+        let j = next_trial(&c, &tried, b, 0.03).unwrap();
+        assert!(c[j].predicted >= -0.015 && c[j].cost >= c[i].cost, "{:?}", c[j]);
+        assert!(c[..j]
+            .iter()
+            .zip(&tried)
+            .all(|(x, &t)| t || x.predicted + b < -0.03));
+        // Nothing short of quantizing nothing is predicted to pass.
+        assert_eq!(next_trial(&c, &vec![false; c.len()], -1.0, 0.03), None);
+        assert_eq!(bias(&[]), 0.0);
     }
 }
