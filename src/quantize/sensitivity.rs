@@ -235,7 +235,11 @@ mod tests {
         let b = bias(&[(c[i].predicted, -0.035)]);
         assert!((b + 0.015).abs() < 1e-12);
         let j = next_trial(&c, &tried, b, 0.03).unwrap();
-        assert!(c[j].predicted >= -0.015 && c[j].cost >= c[i].cost, "{:?}", c[j]);
+        assert!(
+            c[j].predicted >= -0.015 && c[j].cost >= c[i].cost,
+            "{:?}",
+            c[j]
+        );
         assert!(c[..j]
             .iter()
             .zip(&tried)
