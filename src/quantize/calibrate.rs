@@ -308,7 +308,8 @@ fn collect(
     progress: &dyn Fn(u64),
 ) -> Result<BTreeMap<String, Arc<Hessian>>> {
     let target = cal.target.as_deref().map(Checkpoint::open).transpose()?;
-    let d = load_drafter(src, target.as_ref(), &Exec::F32)?;
+    // The replay never multiplies an unquantized lm_head: read only what it multiplies.
+    let d = load_drafter(src, target.as_ref(), &Exec::F32Lazy)?;
     drop(target);
     trace.require(
         d.taps(),

@@ -42,6 +42,10 @@ pub enum Exec {
     /// Quantized INT4 linears on `dev` with activations rounded to `act`, unquantized BF16 / F16
     /// ones on `dev` through its BLAS (in their own dtype); the rest in f32 on the CPU.
     Device { dev: Arc<dyn Backend>, act: Act },
+    /// As [`Exec::F32`], but an unquantized BF16 / F16 tensor is read from its file at its first
+    /// product instead of at load: for a calibration replay, which never multiplies the EAGLE-3
+    /// lm_head (2.35 GB at Kimi shape) and so never reads it.
+    F32Lazy,
 }
 
 impl Exec {
@@ -59,7 +63,7 @@ impl Exec {
     /// The device's name, `None` for the f32 runtime.
     pub fn name(&self) -> Option<String> {
         match self {
-            Exec::F32 => None,
+            Exec::F32 | Exec::F32Lazy => None,
             Exec::Device { dev, .. } => Some(dev.name()),
         }
     }
@@ -73,7 +77,47 @@ struct Shared {
     /// Input second moments being collected (`kquant quantize --calibrate`).
     hessians: Mutex<Option<HessianSet>>,
     collecting: AtomicBool,
-    error: Mutex<Option<(String, GpuError)>>,
+    error: Mutex<Option<Fault>>,
+}
+
+/// The first failure inside a product, kept for [`LinearSet::take_error`].
+enum Fault {
+    /// A device call failed on `module`.
+    Device(String, GpuError),
+    /// A deferred tensor ([`Exec::F32Lazy`]) could not be read.
+    Read(Error),
+}
+
+/// An unquantized BF16 / F16 tensor read from its file at the first product.
+struct Deferred {
+    dtype: Dtype,
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    offset: u64,
+    len: usize,
+    bytes: std::sync::OnceLock<std::result::Result<Vec<u8>, String>>,
+}
+
+impl Deferred {
+    /// The stored bytes, read on the first call.
+    fn get(&self) -> std::result::Result<&[u8], Error> {
+        let r = self.bytes.get_or_init(|| {
+            use std::os::unix::fs::FileExt;
+            let mut b = vec![0u8; self.len];
+            self.file
+                .read_exact_at(&mut b, self.offset)
+                .map(|()| b)
+                .map_err(|e| e.to_string())
+        });
+        r.as_deref().map_err(|e| Error::Source {
+            path: self.path.clone(),
+            msg: format!(
+                "reading {} bytes at offset {} failed: {e}",
+                self.len, self.offset
+            ),
+            hint: Some("the file changed or became unreadable while kquant ran".into()),
+        })
+    }
 }
 
 /// How one layer computes.
@@ -90,6 +134,8 @@ enum Kind {
         dtype: Dtype,
         bytes: Vec<u8>,
     },
+    /// [`Kind::Half`] not yet read ([`Exec::F32Lazy`]).
+    Lazy(Deferred),
     Device(gpu::DeviceLinear),
     /// An unquantized weight on the device (`Exec::Device`), through the vendor BLAS.
     Dense(gpu::DenseLinear),
@@ -119,6 +165,8 @@ impl Linear {
             None => match &self.kind {
                 Kind::Device(l) => self.on_device(|| l.forward(x, m), 0.0, m * self.n),
                 Kind::Dense(l) => self.on_device(|| l.forward(x, m), 0.0, m * self.n),
+                // Its read failed (kept for `take_error`).
+                Kind::Lazy(_) => vec![0.0; m * self.n],
                 _ => unreachable!("every CPU kind has rows"),
             },
         }
@@ -140,6 +188,14 @@ impl Linear {
                 p.decode(0, &mut w);
                 ops::linear_ref(x, m, self.k, &w, self.n)
             }
+            Kind::Lazy(d) => match self.lazy_bytes(d) {
+                Some(bytes) => {
+                    let mut w = Vec::new();
+                    crate::io::dtype::to_f32(d.dtype, bytes, &mut w);
+                    ops::linear_ref(x, m, self.k, &w, self.n)
+                }
+                None => vec![0.0; m * self.n],
+            },
             Kind::Device(l) => self.on_device(|| l.forward(x, m), 0.0, m * self.n),
             Kind::Dense(l) => self.on_device(|| l.forward(x, m), 0.0, m * self.n),
         }
@@ -197,8 +253,21 @@ impl Linear {
         match &self.kind {
             Kind::F32(w) => Some(Rows::F32(w)),
             Kind::Half { dtype, bytes } => Rows::from_bytes(*dtype, bytes),
+            Kind::Lazy(d) => Rows::from_bytes(d.dtype, self.lazy_bytes(d)?),
             Kind::Packed(p) => Some(Rows::Packed(p)),
             Kind::Device(_) | Kind::Dense(_) => None,
+        }
+    }
+
+    /// A deferred tensor's bytes; `None` when the read failed (kept for `take_error`).
+    fn lazy_bytes<'a>(&self, d: &'a Deferred) -> Option<&'a [u8]> {
+        match d.get() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                let mut slot = self.shared.error.lock().expect("error slot");
+                slot.get_or_insert(Fault::Read(e));
+                None
+            }
         }
     }
 
@@ -217,7 +286,7 @@ impl Linear {
             Ok(y) => y,
             Err(e) => {
                 let mut slot = self.shared.error.lock().expect("error slot");
-                slot.get_or_insert((self.module.clone(), e));
+                slot.get_or_insert(Fault::Device(self.module.clone(), e));
                 vec![fill; len]
             }
         }
@@ -326,8 +395,8 @@ impl LinearSet {
         let kind = match (kind, stored_half) {
             (Some(k), _) => k,
             (None, Some(t)) => {
-                // Kept as stored (on the device in its own dtype); the mapped pages are dropped
-                // once copied.
+                // Kept as stored (on the device in its own dtype), or read at its first product
+                // (`Exec::F32Lazy`); the mapped pages are dropped once copied.
                 let shard = lg.ck.weights.shard_of(name).ok_or_else(missing)?;
                 let data = shard.view(t).data;
                 let dense = match dev {
@@ -336,9 +405,21 @@ impl LinearSet {
                     )?,
                     None => None,
                 };
-                let kind = match dense {
-                    Some(l) => Kind::Dense(l),
-                    None => Kind::Half {
+                let kind = match (dense, &self.exec) {
+                    (Some(l), _) => Kind::Dense(l),
+                    (None, Exec::F32Lazy) => Kind::Lazy(Deferred {
+                        dtype: t.dtype,
+                        file: shard.file().try_clone().map_err(|e| Error::Source {
+                            path: shard.path().to_path_buf(),
+                            msg: format!("cannot reopen: {e}"),
+                            hint: None,
+                        })?,
+                        path: shard.path().to_path_buf(),
+                        offset: shard.file_offset(t),
+                        len: data.len(),
+                        bytes: std::sync::OnceLock::new(),
+                    }),
+                    (None, _) => Kind::Half {
                         dtype: t.dtype,
                         bytes: data.to_vec(),
                     },
@@ -465,7 +546,10 @@ impl LinearSet {
 
     /// The first device failure since the last call, as an error naming the module.
     pub fn take_error(&self) -> Option<Error> {
-        let (module, e) = self.shared.error.lock().expect("error slot").take()?;
+        let (module, e) = match self.shared.error.lock().expect("error slot").take()? {
+            Fault::Device(module, e) => (module, e),
+            Fault::Read(e) => return Some(e),
+        };
         Some(Error::Device {
             msg: format!(
                 "linear `{module}` on {}: {e}",
@@ -503,6 +587,42 @@ mod tests {
     fn draft() -> Checkpoint {
         let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/kimi-k2.5-tiny/eagle3");
         Checkpoint::open(p.to_str().unwrap()).unwrap()
+    }
+
+    /// `Exec::F32Lazy` reads an unquantized tensor at its first product, not at load, and gives
+    /// the same products as `Exec::F32` bit for bit; a read that fails is an error naming the
+    /// file (`take_error`), zeros in the meantime, not a panic.
+    #[test]
+    fn lazy_tensors_are_read_at_the_first_product_and_equal_the_loaded_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/kimi-k2.5-tiny/eagle3");
+        for e in std::fs::read_dir(&src).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+        }
+        let ck = Checkpoint::open(dir.path().to_str().unwrap()).unwrap();
+        let lg = Logical::new(&ck).unwrap();
+        let name = "midlayer.mlp.down_proj.weight";
+        let s = lg.shape(name).unwrap();
+        let x: Vec<f32> = (0..3 * s[1]).map(|i| (i as f32 * 0.37).sin()).collect();
+        let eager = LinearSet::new(Exec::F32).load(&lg, name, s[0], s[1]).unwrap();
+        let set = LinearSet::new(Exec::F32Lazy);
+        let lazy = set.load(&lg, name, s[0], s[1]).unwrap();
+        let Kind::Lazy(d) = &lazy.kind else {
+            panic!("deferred")
+        };
+        assert!(d.bytes.get().is_none(), "not read at load");
+        assert_eq!(lazy.apply(&x, 3), eager.apply(&x, 3));
+        assert_eq!(lazy.apply_ref(&x, 3), eager.apply_ref(&x, 3));
+        assert!(set.take_error().is_none());
+        // A second layer whose file is cut short before its first product.
+        let broken = set.load(&lg, name, s[0], s[1]).unwrap();
+        let shard = ck.weights.shard_of(name).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(shard.path()).unwrap();
+        f.set_len(shard.file_offset(ck.weights.info(name).unwrap())).unwrap();
+        assert_eq!(broken.apply(&x, 3), vec![0.0; 3 * s[0]]);
+        let e = set.take_error().expect("kept").to_string();
+        assert!(e.contains(&shard.path().display().to_string()), "{e}");
     }
 
     /// The CPU path is `ops::gemm::matmul_nt` over the stored rows and `ops::linear_ref` over
