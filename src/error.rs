@@ -153,6 +153,14 @@ pub enum Error {
     /// A GPU device or kernel failed (or this build has no such device).
     #[error("{msg}")]
     Device { msg: String, hint: Option<String> },
+    /// A serving engine's endpoint (`verify --endpoint`) could not be used: unreachable, an
+    /// HTTP error, a response without the fields kquant reads.
+    #[error("`{url}`: {msg}")]
+    Endpoint {
+        url: String,
+        msg: String,
+        hint: Option<String>,
+    },
 }
 
 impl Error {
@@ -183,7 +191,8 @@ impl Error {
             Error::Source { hint: h, .. }
             | Error::Hub { hint: h, .. }
             | Error::Output { hint: h, .. }
-            | Error::Device { hint: h, .. } => *h = Some(hint.into()),
+            | Error::Device { hint: h, .. }
+            | Error::Endpoint { hint: h, .. } => *h = Some(hint.into()),
             Error::Flags { hint: h, .. } => *h = hint.into(),
             other => debug_assert!(false, "with_hint on an error without a hint: {other}"),
         }
@@ -210,7 +219,7 @@ impl Error {
                 _ => "regenerate `model.safetensors.index.json` so that every tensor is listed once, in the shard that holds it".into(),
             }),
             Error::Config { .. } => Some("`config.json` must be a JSON object as written by transformers".into()),
-            Error::Source { hint, .. } | Error::Hub { hint, .. } | Error::Output { hint, .. } | Error::Device { hint, .. } => hint.clone(),
+            Error::Source { hint, .. } | Error::Hub { hint, .. } | Error::Output { hint, .. } | Error::Device { hint, .. } | Error::Endpoint { hint, .. } => hint.clone(),
             Error::Tensor { .. } => None,
             Error::Detect { .. } => Some("fix the config or tensor names so that they agree; see docs/inspect.md".into()),
             Error::Manifest { .. } => Some("the output was changed after kquant wrote it; re-run the command that made it".into()),

@@ -25,6 +25,7 @@ mod hardening;
 mod help;
 mod inspect;
 mod interop;
+mod live_endpoint;
 mod malformed;
 mod modelopt_golden;
 mod nvfp4_golden;

@@ -307,3 +307,60 @@ mod tests {
         assert!(gen_len("18446744073709551615").is_err());
     }
 }
+
+/// `verify --concurrency`: requests in flight at once.
+pub fn concurrency(s: &str) -> Result<usize, FlagError> {
+    int(s, 1, 1024, "--concurrency N sends up to N requests at once (1 to 1024); 1 gives the reproducible draft-quality figure").map(|v| v as usize)
+}
+
+/// `verify --max-tokens`: tokens generated per request.
+pub fn max_tokens(s: &str) -> Result<usize, FlagError> {
+    int(
+        s,
+        1,
+        1 << 20,
+        "--max-tokens N caps each request's generated tokens (1 to 1048576)",
+    )
+    .map(|v| v as usize)
+}
+
+/// `verify --request-timeout`: seconds one request may take.
+pub fn timeout_secs(s: &str) -> Result<u64, FlagError> {
+    int(
+        s,
+        1,
+        86_400,
+        "--request-timeout SECS is how long one request may take (1 to 86400 seconds)",
+    )
+}
+
+/// `verify --retries`: tries after the first.
+pub fn retries(s: &str) -> Result<usize, FlagError> {
+    int(s, 0, 20, "--retries N retries a request up to N more times after a connection failure, a 5xx or a 429 (0 to 20)").map(|v| v as usize)
+}
+
+/// `verify --max-failed`: failed requests tolerated, a count (`3`) or a share of the prompts
+/// (`5%`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MaxFailed {
+    Count(usize),
+    Percent(f64),
+}
+
+impl MaxFailed {
+    /// Failed requests tolerated out of `n`.
+    pub fn of(self, n: usize) -> usize {
+        match self {
+            MaxFailed::Count(c) => c,
+            MaxFailed::Percent(p) => (p / 100.0 * n as f64).floor() as usize,
+        }
+    }
+}
+
+pub fn max_failed(s: &str) -> Result<MaxFailed, FlagError> {
+    let hint = "--max-failed takes a count (`3`) or a share of the prompts (`5%`); a failed request is never measured, more than this many is an error";
+    match s.trim().strip_suffix('%') {
+        Some(p) => float(p, 0.0, 100.0, hint).map(MaxFailed::Percent),
+        None => int(s, 0, MAX_LIMIT, hint).map(|v| MaxFailed::Count(v as usize)),
+    }
+}

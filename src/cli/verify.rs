@@ -24,11 +24,58 @@ use crate::verify::{gate, ngram};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The draft to check (usually the quantized one).
-    #[arg(long)]
-    pub draft: String,
+    #[arg(long, required_unless_present = "endpoint")]
+    pub draft: Option<String>,
     /// What to compare against: another draft (usually the original) or `prompt-lookup`.
     #[arg(long)]
     pub baseline: Option<String>,
+    /// Live: the base URL of a running vLLM, SGLang or TensorRT-LLM server that serves the
+    /// target with the draft (e.g. `http://127.0.0.1:8000`). The prompts (`--prompts`) are sent
+    /// to it, greedy, and the accept length read back per request (docs/verify.md, "Live").
+    #[arg(long, value_name = "URL", conflicts_with_all = ["draft", "baseline", "trace", "device"])]
+    pub endpoint: Option<String>,
+    /// Live: a second server to compare with, e.g. the BF16 draft's deployment (paired ΔAL over
+    /// the same prompts).
+    #[arg(long, value_name = "URL", requires = "endpoint")]
+    pub baseline_endpoint: Option<String>,
+    /// Live: the serving engine (`auto`: told by `/v1/models`).
+    #[arg(long, value_enum, default_value_t = crate::verify::live::engine::Engine::Auto, requires = "endpoint")]
+    pub engine: crate::verify::live::engine::Engine,
+    /// Live: the served model name [default: the first of `/v1/models`].
+    #[arg(long, requires = "endpoint")]
+    pub model: Option<String>,
+    /// Live: how `--prompts` is laid out (`auto`: told by its first record).
+    #[arg(long, value_enum, default_value_t = crate::verify::prompt_sets::Format::Auto, requires = "endpoint")]
+    pub prompt_format: crate::verify::prompt_sets::Format,
+    /// Live: tokens generated per request.
+    #[arg(long, default_value_t = 256, value_parser = flags::max_tokens, requires = "endpoint")]
+    pub max_tokens: usize,
+    /// Live: requests in flight at once (batch composition can change greedy numerics; 1 gives
+    /// the reproducible figure).
+    #[arg(long, default_value_t = 1, value_parser = flags::concurrency, requires = "endpoint")]
+    pub concurrency: usize,
+    /// Live: seconds one request may take.
+    #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = flags::timeout_secs, requires = "endpoint")]
+    pub request_timeout: u64,
+    /// Live: tries after the first for a request that met a connection failure, a 5xx or a 429.
+    #[arg(long, default_value_t = 2, value_parser = flags::retries, requires = "endpoint")]
+    pub retries: usize,
+    /// Live: failed requests tolerated (never measured), a count or a share (`5%`); more is an
+    /// error (exit 2).
+    #[arg(long, default_value = "5%", value_parser = flags::max_failed, requires = "endpoint")]
+    pub max_failed: flags::MaxFailed,
+    /// Live: where a response has no per-request figure, measure each request from the
+    /// engine's server-wide counters read around it, one request at a time. Only valid on a
+    /// server this run has to itself (kquant refuses counters that another client moved,
+    /// where the engine counts finished requests).
+    #[arg(long, requires = "endpoint")]
+    pub server_counters: bool,
+    /// Live: hold the measurement against the accept lengths `--target`'s profile quotes for
+    /// this draft (a Hugging Face id as `kquant targets` lists it) on the prompt set's benchmark,
+    /// overall and per category where the card splits it: below one by more than
+    /// `--max-regression` fails the gate.
+    #[arg(long, value_name = "DRAFT", requires_all = ["endpoint", "target"])]
+    pub published: Option<String>,
     /// Target profile (built-in name or JSON file; `kquant targets` lists them): the trace must
     /// fit its shape, and a live profile (`kimi-k2.5-tiny`) runs its target when no `--trace`
     /// is given.
@@ -47,7 +94,9 @@ pub struct Args {
     #[arg(long, default_value_t = 3, value_parser = flags::steps)]
     pub steps: usize,
     /// With a live `--target` and no `--trace`: capture these prompts (jsonl, as `kquant trace
-    /// capture --prompts` reads them) instead of the profile's bundled set.
+    /// capture --prompts` reads them) instead of the profile's bundled set. With `--endpoint`:
+    /// the prompt set to send (MT-Bench, Spec-Bench, SPEED-Bench, GSM8K, MATH-500, HumanEval,
+    /// plain jsonl of prompts or messages, or token ids; `--prompt-format`).
     #[arg(long, value_name = "FILE", conflicts_with = "trace")]
     pub prompts: Option<PathBuf>,
     /// Replay at most N samples of each category, the first ones (a live capture then runs only
@@ -262,7 +311,50 @@ fn check_fits(t: &Trace, p: &Profile) -> Result<()> {
 /// Greedy tokens per prompt of a live capture (what the fixture trace was made with).
 const LIVE_GEN_LEN: usize = 96;
 
+/// Print the report (the table, or the JSON with `--json` / `--json -`) and write `--json FILE`
+/// and `--junit FILE`. Reports are regenerated on every run: an existing one is replaced when
+/// kquant wrote it, anything else is refused (`io::output`), and none may be one of `sources`.
+pub(crate) fn emit(
+    rep: &serde_json::Value,
+    json: Option<&Path>,
+    junit: Option<&Path>,
+    sources: &[PathBuf],
+) -> Result<()> {
+    let json_to_stdout = json == Some(Path::new("-"));
+    if json_to_stdout {
+        println!("{}", serde_json::to_string_pretty(rep).expect("JSON"));
+    } else {
+        print!("{}", report::table(rep));
+    }
+    if let Some(p) = json.filter(|_| !json_to_stdout) {
+        output::write_file(
+            p,
+            report::JSON_REPORT,
+            true,
+            sources,
+            &serde_json::to_vec_pretty(rep).expect("JSON"),
+        )?;
+    }
+    if let Some(p) = junit {
+        output::write_file(
+            p,
+            report::JUNIT_REPORT,
+            true,
+            sources,
+            report::junit(rep).as_bytes(),
+        )?;
+    }
+    Ok(())
+}
+
 pub fn run(a: Args) -> Result<ExitCode> {
+    if a.endpoint.is_some() {
+        return super::verify_live::run(a);
+    }
+    let draft_spec = a.draft.clone().ok_or_else(|| Error::Flags {
+        msg: "no draft to verify".into(),
+        hint: "give --draft DIR (offline replay) or --endpoint URL (a live server)".into(),
+    })?;
     let exec = crate::runtime::linears::Exec::device(crate::gpu::linear::verify_device(&a.device)?);
     let profile = a.target.as_deref().map(profile::load).transpose()?;
     let th = Thresholds {
@@ -299,7 +391,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .transpose()?;
     let steps = a.steps;
     let (draft, depths) = run_draft(
-        &a.draft,
+        &draft_spec,
         &trace,
         target.as_ref(),
         steps,
@@ -362,38 +454,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     rep["limit_per_category"] = serde_json::json!(a.limit);
     rep["samples_replayed"] = serde_json::json!(trace.manifest.samples.len());
     rep["after_miss"] = serde_json::json!(a.after_miss);
-    let json_to_stdout = a.json.as_deref() == Some(std::path::Path::new("-"));
-    if json_to_stdout {
-        println!("{}", serde_json::to_string_pretty(&rep).expect("JSON"));
-    } else {
-        print!("{}", report::table(&rep));
-    }
-    // Reports are regenerated on every run: an existing one is replaced when kquant wrote it,
-    // anything else is refused (io::output).
-    let sources: Vec<PathBuf> = [Some(&a.draft), a.baseline.as_ref()]
+    let sources: Vec<PathBuf> = [Some(&draft_spec), a.baseline.as_ref()]
         .into_iter()
         .flatten()
         .map(PathBuf::from)
         .chain(a.trace.clone())
         .collect();
-    if let Some(p) = a.json.as_ref().filter(|_| !json_to_stdout) {
-        output::write_file(
-            p,
-            report::JSON_REPORT,
-            true,
-            &sources,
-            &serde_json::to_vec_pretty(&rep).expect("JSON"),
-        )?;
-    }
-    if let Some(p) = &a.junit {
-        output::write_file(
-            p,
-            report::JUNIT_REPORT,
-            true,
-            &sources,
-            report::junit(&rep).as_bytes(),
-        )?;
-    }
+    emit(&rep, a.json.as_deref(), a.junit.as_deref(), &sources)?;
     Ok(if decision.passed {
         ExitCode::SUCCESS
     } else {

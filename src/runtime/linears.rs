@@ -605,7 +605,9 @@ mod tests {
         let name = "midlayer.mlp.down_proj.weight";
         let s = lg.shape(name).unwrap();
         let x: Vec<f32> = (0..3 * s[1]).map(|i| (i as f32 * 0.37).sin()).collect();
-        let eager = LinearSet::new(Exec::F32).load(&lg, name, s[0], s[1]).unwrap();
+        let eager = LinearSet::new(Exec::F32)
+            .load(&lg, name, s[0], s[1])
+            .unwrap();
         let set = LinearSet::new(Exec::F32Lazy);
         let lazy = set.load(&lg, name, s[0], s[1]).unwrap();
         let Kind::Lazy(d) = &lazy.kind else {
@@ -618,8 +620,12 @@ mod tests {
         // A second layer whose file is cut short before its first product.
         let broken = set.load(&lg, name, s[0], s[1]).unwrap();
         let shard = ck.weights.shard_of(name).unwrap();
-        let f = std::fs::OpenOptions::new().write(true).open(shard.path()).unwrap();
-        f.set_len(shard.file_offset(ck.weights.info(name).unwrap())).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(shard.path())
+            .unwrap();
+        f.set_len(shard.file_offset(ck.weights.info(name).unwrap()))
+            .unwrap();
         assert_eq!(broken.apply(&x, 3), vec![0.0; 3 * s[0]]);
         let e = set.take_error().expect("kept").to_string();
         assert!(e.contains(&shard.path().display().to_string()), "{e}");

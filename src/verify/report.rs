@@ -51,14 +51,17 @@ fn total(ws: &[&Walk]) -> Walk {
 }
 
 fn stats(w: &Walk) -> Value {
+    // A live measurement has the engine's steps and committed tokens only: no teacher-forced
+    // positions, so none of the figures that come from them.
+    let tf = w.positions > 0 || w.rounds == 0;
     json!({
         "accept_length": w.al_walk(),
         "accept_length_sglang_request": w.al_sglang_request(),
-        "accept_length_all_positions": w.al_allpos(),
-        "conditional_acceptance": w.conditional(),
+        "accept_length_all_positions": tf.then(|| w.al_allpos()),
+        "conditional_acceptance": tf.then(|| w.conditional()),
         // Not measured when pass A skipped the depths after a miss (`--after-miss skip`).
-        "unconditional_acceptance": (!w.after_miss_skipped).then(|| w.unconditional()),
-        "simulated_accept_length": (!w.after_miss_skipped).then(|| w.simulated()),
+        "unconditional_acceptance": (tf && !w.after_miss_skipped).then(|| w.unconditional()),
+        "simulated_accept_length": (tf && !w.after_miss_skipped).then(|| w.simulated()),
         "rounds": w.rounds,
     })
 }
@@ -200,12 +203,38 @@ pub fn table(r: &Value) -> String {
             list(&a["per_depth"])
         ));
     }
-    s.push_str(&format!(
-        "draft: all-positions AL {}, SGLang per-request AL {}, per-depth conditional acceptance [{}]\n",
-        f(&r["draft"]["accept_length_all_positions"]),
-        f(&r["draft"]["accept_length_sglang_request"]),
-        list(&r["draft"]["conditional_acceptance"])
-    ));
+    if !r["draft"]["accept_length_all_positions"].is_null() {
+        s.push_str(&format!(
+            "draft: all-positions AL {}, SGLang per-request AL {}, per-depth conditional acceptance [{}]\n",
+            f(&r["draft"]["accept_length_all_positions"]),
+            f(&r["draft"]["accept_length_sglang_request"]),
+            list(&r["draft"]["conditional_acceptance"])
+        ));
+    }
+    if let Some(l) = r["live"].as_object() {
+        for side in ["draft", "baseline"] {
+            let Some(e) = l.get(side).and_then(Value::as_object) else {
+                continue;
+            };
+            s.push_str(&format!(
+                "live {side}: {} {} at {}: {} requests measured ({}), {} failed\n",
+                e["engine"].as_str().unwrap_or(""),
+                e["version"].as_str().unwrap_or("(version unknown)"),
+                crate::escape::printable(e["endpoint"].as_str().unwrap_or("")),
+                e["measured"],
+                crate::escape::printable(
+                    &e["sources"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                e["failed"].as_array().map_or(0, Vec::len),
+            ));
+        }
+    }
     s.push_str(if r["passed"].as_bool() == Some(true) {
         "PASSED\n"
     } else {
@@ -322,6 +351,33 @@ pub fn junit(r: &Value) -> String {
                     -d,
                     num(&v["draft"]),
                     num(&v["baseline"])
+                )
+            }),
+            out,
+        ));
+    }
+    // `verify --published`: each figure the target's profile quotes for the draft.
+    for c in r["published"].as_array().into_iter().flatten() {
+        let cat = c["category"].as_str().unwrap_or("overall");
+        let out = format!(
+            "{cat}: measured {} over {} prompts, published {} on {} ({})",
+            num(&c["measured"]),
+            c["n"],
+            num(&c["published"]),
+            c["benchmark"].as_str().unwrap_or(""),
+            c["source"].as_str().unwrap_or("")
+        );
+        cases.push((
+            format!(
+                "published {} {cat}: at least {} - {maxr}",
+                c["benchmark"].as_str().unwrap_or(""),
+                num(&c["published"])
+            ),
+            (c["passed"].as_bool() != Some(true)).then(|| {
+                format!(
+                    "accept length {} is below the published {} by more than {maxr}",
+                    num(&c["measured"]),
+                    num(&c["published"])
                 )
             }),
             out,

@@ -5,6 +5,8 @@
 // Not every helper is used by every build (features).
 #![allow(dead_code)]
 
+pub mod engines_http;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,358 @@
+//! `kquant verify --endpoint URL [--baseline-endpoint URL] --prompts FILE`: the live mode of
+//! verify. The prompt set goes to the user's running engine (and to the baseline deployment),
+//! greedy; each request's accept length comes back from the engine's own fields
+//! (`verify::live`); the gate, the table, the JSON and the JUnit are offline verify's, over the
+//! prompts both deployments answered. Exit 0 pass, 1 gate failed, 2 error (a preflight that
+//! makes the figure meaningless, too many failed requests, nothing measured).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::verify::{emit, Args};
+use crate::error::{Error, Result};
+use crate::verify::gate::{self, decide, Thresholds};
+use crate::verify::live::client::Client;
+use crate::verify::live::engine::{Engine, Preflight, RequestOptions};
+use crate::verify::live::run::{self, Measured, Outcome};
+use crate::verify::live::{protocol, resolve};
+use crate::verify::prompt_sets::{self, LivePrompt};
+use crate::verify::report::{self, Run};
+use crate::verify::walk::Walk;
+use crate::verify::{profile, published};
+
+/// One deployment's run: where, what the preflight found, each prompt's outcome.
+struct Side {
+    url: String,
+    engine: Engine,
+    model: String,
+    preflight: Preflight,
+    outcomes: Vec<Outcome>,
+}
+
+fn walk_of(m: &Measured) -> Walk {
+    Walk {
+        rounds: m.spec.steps,
+        committed: m.spec.steps + m.spec.accepted,
+        ..Walk::default()
+    }
+}
+
+/// Resolve the engine, run the preflight (errors refuse the run, warnings go to stderr) and
+/// send every prompt.
+fn measure(url: &str, a: &Args, prompts: &[LivePrompt], what: &str) -> Result<Side> {
+    let c = Client::new(url, Duration::from_secs(a.request_timeout))?;
+    let (engine, served) = resolve(&c, a.engine)?;
+    let proto = protocol(engine);
+    let preflight = proto.preflight(&c)?;
+    for w in &preflight.warnings {
+        eprintln!(
+            "warning: {what} ({}): {}\nhint: {}",
+            engine.name(),
+            w.msg,
+            w.hint
+        );
+    }
+    if let Some(e) = preflight.errors.first() {
+        let more = preflight.errors[1..]
+            .iter()
+            .map(|e| format!("; {}", e.msg))
+            .collect::<String>();
+        return Err(Error::Endpoint {
+            url: c.base().to_string(),
+            msg: format!("preflight: {}{more}", e.msg),
+            hint: Some(e.hint.clone()),
+        });
+    }
+    let model = match (&a.model, served) {
+        (Some(m), _) => m.clone(),
+        (None, Some(m)) => m,
+        (None, None) if engine == Engine::Sglang => "default".into(),
+        (None, None) => {
+            return Err(Error::Endpoint {
+                url: c.url("/v1/models"),
+                msg: "lists no served model to name in the requests".into(),
+                hint: Some("pass --model NAME (the server's --served-model-name)".into()),
+            })
+        }
+    };
+    let o = run::Options {
+        request: RequestOptions {
+            model: model.clone(),
+            max_tokens: a.max_tokens,
+        },
+        concurrency: a.concurrency,
+        retries: a.retries,
+        server_counters: a.server_counters,
+    };
+    let pb = indicatif::ProgressBar::with_draw_target(
+        Some(prompts.len() as u64),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:>12} [{bar:40}] {pos}/{len} requests ({eta})",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    let outcomes = run::send(proto.as_ref(), &c, prompts, &o, &|| pb.inc(1))?;
+    pb.finish_and_clear();
+    Ok(Side {
+        url: c.base().to_string(),
+        engine,
+        model,
+        preflight,
+        outcomes,
+    })
+}
+
+fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
+    let mut sources: Vec<String> = s
+        .outcomes
+        .iter()
+        .filter_map(|o| o.result.as_ref().ok().map(|m| m.source.clone()))
+        .collect();
+    sources.sort();
+    sources.dedup();
+    let failed: Vec<Value> = s
+        .outcomes
+        .iter()
+        .zip(prompts)
+        .filter_map(|(o, p)| {
+            o.result.as_ref().err().map(
+                |e| json!({"id": p.id, "category": p.category, "error": e, "attempts": o.attempts}),
+            )
+        })
+        .collect();
+    // Each measured request: what the engine reported for it.
+    let requests: Vec<Value> = s
+        .outcomes
+        .iter()
+        .zip(prompts)
+        .filter_map(|(o, p)| {
+            o.result.as_ref().ok().map(|m| {
+                json!({"id": p.id, "category": p.category, "steps": m.spec.steps,
+                    "accepted": m.spec.accepted, "accept_length": m.spec.accept_length(),
+                    "completion_tokens": m.completion_tokens, "finish_reason": m.finish_reason,
+                    "source": m.source, "attempts": o.attempts})
+            })
+        })
+        .collect();
+    json!({
+        "endpoint": s.url,
+        "engine": s.engine,
+        "version": s.preflight.version,
+        "model": s.model,
+        "measured": s.outcomes.iter().filter(|o| o.result.is_ok()).count(),
+        "sources": sources,
+        "failed": failed,
+        "warnings": s.preflight.warnings,
+        "retried": s.outcomes.iter().filter(|o| o.attempts > 1).count(),
+        "requests": requests,
+    })
+}
+
+/// Refuse a side with more failed requests than `--max-failed` allows.
+fn check_failed(s: &Side, prompts: &[LivePrompt], a: &Args) -> Result<()> {
+    let failed: Vec<(usize, &String)> = s
+        .outcomes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| o.result.as_ref().err().map(|e| (i, e)))
+        .collect();
+    let allowed = a.max_failed.of(prompts.len());
+    if failed.len() > allowed {
+        let (i, e) = failed[0];
+        return Err(Error::Endpoint {
+            url: s.url.clone(),
+            msg: format!(
+                "{} of {} requests failed (more than --max-failed allows, {allowed}); the first, prompt `{}`: {e}",
+                failed.len(),
+                prompts.len(),
+                crate::escape::printable(&prompts[i].id)
+            ),
+            hint: Some("check the server's log; a failed request is never measured (--request-timeout, --retries and --max-failed tune the tolerance)".into()),
+        });
+    }
+    Ok(())
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let th = Thresholds {
+        max_regression: a.max_regression,
+        min_accept: a.min_accept,
+    };
+    th.check().map_err(|msg| Error::Flags {
+        msg,
+        hint: "give finite thresholds: a comparison with `nan` is always false, so the gate would pass anything".into(),
+    })?;
+    let url = a.endpoint.clone().expect("live mode has --endpoint");
+    let profile = a.target.as_deref().map(profile::load).transpose()?;
+    let file: PathBuf = match (&a.prompts, profile.as_ref().and_then(|p| p.live.as_ref())) {
+        (Some(p), _) => p.clone(),
+        (None, Some(live)) => live.resolve(&live.prompts)?,
+        (None, None) => {
+            return Err(Error::Flags {
+                msg: "--endpoint needs prompts to send".into(),
+                hint: "give --prompts FILE (MT-Bench question.jsonl, GSM8K, HumanEval, plain jsonl…; docs/verify.md, \"Live\")".into(),
+            })
+        }
+    };
+    let (format, mut prompts) = prompt_sets::read(&file, a.prompt_format)?;
+    let keep = prompt_sets::per_category(&prompts, a.limit);
+    prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
+    // `--published` needs a benchmark's prompts: refused before any request is sent.
+    let bench = match &a.published {
+        None => None,
+        Some(_) => Some(published::benchmark_of(format).ok_or_else(|| Error::Flags {
+            msg: format!("--published compares with a benchmark's figures; `{}` prompts are no benchmark", format.name()),
+            hint: "send the benchmark's own prompt file (MT-Bench question.jsonl, GSM8K test.jsonl, …) or name its format with --prompt-format".into(),
+        })?),
+    };
+    let draft = measure(&url, &a, &prompts, "draft")?;
+    check_failed(&draft, &prompts, &a)?;
+    let baseline = match &a.baseline_endpoint {
+        Some(b) => {
+            let s = measure(b, &a, &prompts, "baseline")?;
+            check_failed(&s, &prompts, &a)?;
+            Some(s)
+        }
+        None => None,
+    };
+    // The prompts every deployment measured: the paired figures are over these alone.
+    let both: Vec<usize> = (0..prompts.len())
+        .filter(|&i| {
+            draft.outcomes[i].result.is_ok()
+                && baseline
+                    .as_ref()
+                    .is_none_or(|b| b.outcomes[i].result.is_ok())
+        })
+        .collect();
+    let measured = |s: &Side, i: usize| s.outcomes[i].result.as_ref().expect("measured").clone();
+    let run_of = |s: &Side, name: &str| Run {
+        name: name.to_string(),
+        samples: both.iter().map(|&i| walk_of(&measured(s, i))).collect(),
+        matches: Vec::new(),
+    };
+    let d = run_of(&draft, &url);
+    let b = baseline
+        .as_ref()
+        .map(|s| run_of(s, a.baseline_endpoint.as_deref().unwrap_or("")));
+    let steps: u64 = d.samples.iter().map(|w| w.rounds).sum();
+    if both.is_empty() || steps == 0 {
+        return Err(Error::Endpoint {
+            url: url.clone(),
+            msg: if both.is_empty() {
+                "no request was measured: a gate over nothing cannot pass".into()
+            } else {
+                format!(
+                    "none of the {} measured requests ran a verify step: speculative decoding is off, or the engine switched it off",
+                    both.len()
+                )
+            },
+            hint: Some("serve the target with the draft (docs/verify.md, \"Launch lines\"), and check the engine's log for speculation being disabled".into()),
+        });
+    }
+    let unspeculated = d
+        .samples
+        .iter()
+        .zip(&both)
+        .filter(|(w, &i)| w.rounds == 0 && measured(&draft, i).completion_tokens > 1)
+        .count();
+    let mut warnings: Vec<String> = Vec::new();
+    if unspeculated > 0 {
+        warnings.push(format!("{unspeculated} requests generated tokens without a verify step: the engine switched speculation off for them (adaptive speculation, a batch-size limit); they count as accept length 1"));
+    }
+    let all: Vec<&Walk> = d.samples.iter().collect();
+    let delta = b
+        .as_ref()
+        .map(|b| gate::paired_delta(&d.samples, &b.samples).0);
+    let mut decision = decide(gate::micro_al(&all), delta, th);
+    let cats: Vec<String> = both
+        .iter()
+        .map(|&i| match prompts[i].category.as_str() {
+            "" => "all".to_string(),
+            c => c.to_string(),
+        })
+        .collect();
+    // The profile's published figures for this draft, as a floor.
+    let published = match &a.published {
+        None => None,
+        Some(name) => {
+            let p = profile
+                .as_ref()
+                .expect("clap requires --target with --published");
+            let bench = bench.expect("checked before the requests");
+            let mut by_cat: std::collections::BTreeMap<&str, (Walk, usize)> = Default::default();
+            for (w, c) in d.samples.iter().zip(&cats) {
+                let e = by_cat.entry(c.as_str()).or_default();
+                e.0.add(w);
+                e.1 += 1;
+            }
+            let per_cat: Vec<(String, f64, usize)> = by_cat
+                .iter()
+                .map(|(c, (w, n))| (c.to_string(), w.al_walk(), *n))
+                .collect();
+            let cs = published::checks(
+                p,
+                name,
+                bench,
+                (gate::micro_al(&all), d.samples.len()),
+                &per_cat,
+                a.max_regression,
+            )?;
+            for c in cs.iter().filter(|c| !c.passed) {
+                decision.passed = false;
+                decision
+                    .reasons
+                    .push(published::reason(c, name, a.max_regression));
+            }
+            Some(cs)
+        }
+    };
+    let k = draft.preflight.num_spec_tokens.unwrap_or(0) as usize;
+    let mut rep = report::build(&d, b.as_ref(), &cats, th, &decision, k);
+    let same_output = baseline.as_ref().map(|s| {
+        let (mut compared, mut equal) = (0usize, 0usize);
+        for &i in &both {
+            if let (Some(x), Some(y)) = (&measured(&draft, i).output, &measured(s, i).output) {
+                compared += 1;
+                equal += usize::from(x == y);
+            }
+        }
+        if equal < compared {
+            warnings.push(format!("the two deployments' greedy outputs differ on {} of {compared} prompts: their targets differ, or their numerics do (batch composition; vLLM VLLM_BATCH_INVARIANT=1, SGLang --enable-deterministic-inference); the paired ΔAL then compares different continuations", compared - equal));
+        }
+        json!({"compared": compared, "equal": equal})
+    });
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    rep["target"] = json!(profile.as_ref().map(|p| p.name.clone()));
+    rep["published"] = json!(published);
+    rep["trace"] = Value::Null;
+    rep["limit_per_category"] = json!(a.limit);
+    rep["samples_replayed"] = json!(both.len());
+    rep["live"] = json!({
+        "prompts": file.display().to_string(),
+        "prompt_format": format,
+        "max_tokens": a.max_tokens,
+        "concurrency": if a.server_counters { 1 } else { a.concurrency },
+        "convention": "accept length = tokens committed per verify step, bonus token counted (1 + accepted drafts / verify steps), per request from the engine's own fields; prompts failed on either side are left out of both",
+        "draft": side_json(&draft, &prompts),
+        "baseline": baseline.as_ref().map(|s| side_json(s, &prompts)),
+        "same_output": same_output,
+        "warnings": warnings,
+    });
+    let sources: Vec<PathBuf> = vec![file];
+    emit(&rep, a.json.as_deref(), a.junit.as_deref(), &sources)?;
+    Ok(if decision.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

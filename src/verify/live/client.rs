@@ -1,0 +1,152 @@
+//! The HTTP side of a live verify: one [`Client`] per endpoint (a base URL such as
+//! `http://host:8000`), JSON GETs and POSTs with a per-request timeout, plain-text GETs for
+//! Prometheus pages, and the retry rule: a transport failure or a 5xx / 429 is retried, anything
+//! else is an answer. Loopback and plain HTTP or HTTPS (rustls) alike, through `ureq`.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// A failed call: whether another try could help, and what happened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub retryable: bool,
+    pub msg: String,
+}
+
+/// One serving engine's endpoint.
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Client {
+    /// A client of `url` (scheme `http` or `https`, a host, an optional port and path prefix)
+    /// whose every call gives up after `timeout`.
+    pub fn new(url: &str, timeout: Duration) -> Result<Client> {
+        let bad = |msg: &str| Error::Endpoint {
+            url: url.to_string(),
+            msg: msg.to_string(),
+            hint: Some("give the server's base URL, e.g. --endpoint http://127.0.0.1:8000".into()),
+        };
+        let rest = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"))
+            .ok_or_else(|| bad("is not an http:// or https:// URL"))?;
+        let host = rest.split('/').next().unwrap_or("");
+        if host.is_empty() || host.contains(char::is_whitespace) {
+            return Err(bad("has no host"));
+        }
+        if let Some((_, port)) = host.rsplit_once(':').filter(|_| !host.ends_with(']')) {
+            if port.parse::<u16>().map_or(true, |p| p == 0) {
+                return Err(bad(&format!(
+                    "has port `{port}`, not a number in 1..=65535"
+                )));
+            }
+        }
+        let base = url.trim_end_matches('/');
+        // The engines' OpenAI routes live under `/v1`: a base given with it is the same server.
+        let base = base.strip_suffix("/v1").unwrap_or(base).to_string();
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(timeout.min(Duration::from_secs(10)))
+            .timeout(timeout)
+            .build();
+        Ok(Client { base, agent })
+    }
+
+    /// The base URL (without a trailing `/` or `/v1`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// `base + path` as a string, for messages.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// POST `body` as JSON to `path`; the response parsed as JSON.
+    pub fn post_json(&self, path: &str, body: &Value) -> std::result::Result<Value, Failure> {
+        let r = self.agent.post(&self.url(path)).send_json(body.clone());
+        json_of(r)
+    }
+
+    /// GET `path` as JSON.
+    pub fn get_json(&self, path: &str) -> std::result::Result<Value, Failure> {
+        json_of(self.agent.get(&self.url(path)).call())
+    }
+
+    /// GET `path` as text (a Prometheus page).
+    pub fn get_text(&self, path: &str) -> std::result::Result<String, Failure> {
+        let r = self.agent.get(&self.url(path)).call().map_err(failure)?;
+        r.into_string().map_err(|e| Failure {
+            retryable: true,
+            msg: format!("reading the response failed: {e}"),
+        })
+    }
+}
+
+fn failure(e: ureq::Error) -> Failure {
+    match e {
+        ureq::Error::Status(code, r) => {
+            let body = r.into_string().unwrap_or_default();
+            let body: String = body.chars().take(300).collect();
+            Failure {
+                retryable: code >= 500 || code == 429,
+                msg: format!("HTTP {code}: {}", body.trim()),
+            }
+        }
+        ureq::Error::Transport(t) => Failure {
+            retryable: true,
+            msg: t.to_string(),
+        },
+    }
+}
+
+fn json_of(
+    r: std::result::Result<ureq::Response, ureq::Error>,
+) -> std::result::Result<Value, Failure> {
+    let text = r.map_err(failure)?.into_string().map_err(|e| Failure {
+        retryable: true,
+        msg: format!("reading the response failed: {e}"),
+    })?;
+    serde_json::from_str(&text).map_err(|e| Failure {
+        retryable: false,
+        msg: format!(
+            "the response is not JSON ({e}): {}",
+            text.chars().take(200).collect::<String>()
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_are_checked_and_normalised() {
+        let t = Duration::from_secs(1);
+        assert_eq!(
+            Client::new("http://h:8000/", t).unwrap().base(),
+            "http://h:8000"
+        );
+        assert_eq!(
+            Client::new("http://h:8000/v1", t).unwrap().base(),
+            "http://h:8000"
+        );
+        assert_eq!(Client::new("https://h/x", t).unwrap().base(), "https://h/x");
+        for bad in [
+            "h:8000",
+            "ftp://h",
+            "http://",
+            "http://h:0",
+            "http://h:99999",
+            "http://h:x",
+        ] {
+            let e = Client::new(bad, t).err().expect(bad);
+            assert!(e.hint().is_some(), "{bad}");
+        }
+    }
+}

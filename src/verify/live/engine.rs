@@ -1,0 +1,248 @@
+//! What a live verify needs from a serving engine, behind one trait: [`Protocol`] builds the
+//! greedy request for a prompt, reads the per-request acceptance out of the response, reads the
+//! server-wide counters (the fallback), and inspects the server before the run (the preflight).
+//! `vllm`, `sglang` and `trtllm` implement it from the fields each engine's source defines.
+//!
+//! One convention throughout: accept length = tokens committed per verify step, the bonus token
+//! counted = `1 + accepted / steps`, with `steps` the verify steps of the request and `accepted`
+//! the draft tokens they accepted; the prefill-sampled first token is not a step.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::client::{Client, Failure};
+use crate::error::Result;
+use crate::verify::prompt_sets::LivePrompt;
+
+/// The serving engines kquant speaks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// Tell from the server's `/v1/models` (`owned_by`).
+    Auto,
+    Vllm,
+    Sglang,
+    Trtllm,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Auto => "auto",
+            Engine::Vllm => "vllm",
+            Engine::Sglang => "sglang",
+            Engine::Trtllm => "trtllm",
+        }
+    }
+}
+
+/// What every request asks for besides the prompt.
+#[derive(Debug, Clone)]
+pub struct RequestOptions {
+    /// The served model name (`model` of the OpenAI routes).
+    pub model: String,
+    pub max_tokens: usize,
+}
+
+/// Acceptance of one request: verify steps and the draft tokens they accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Spec {
+    pub steps: u64,
+    pub accepted: u64,
+}
+
+impl Spec {
+    /// `1 + accepted / steps` (1 for no step).
+    pub fn accept_length(&self) -> f64 {
+        if self.steps == 0 {
+            return 1.0;
+        }
+        1.0 + self.accepted as f64 / self.steps as f64
+    }
+}
+
+/// What kquant reads from one response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub completion_tokens: u64,
+    pub finish_reason: Option<String>,
+    /// The per-request acceptance and the field it came from; `None` when the response has
+    /// none (the engine's per-request metrics are off, or too old).
+    pub spec: Option<(Spec, &'static str)>,
+    /// The generated text or token ids, to compare two deployments' greedy outputs.
+    pub output: Option<String>,
+}
+
+/// Server-wide cumulative counters at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub steps: u64,
+    pub accepted: u64,
+    /// Finished requests, where the engine counts them (a second client shows up here).
+    pub requests: Option<u64>,
+}
+
+/// One preflight finding.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    pub msg: String,
+    pub hint: String,
+}
+
+/// What the preflight read from the server.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Preflight {
+    pub version: Option<String>,
+    /// Drafts proposed per step, where the server says.
+    pub num_spec_tokens: Option<u64>,
+    /// Make the run meaningless: refused.
+    pub errors: Vec<Finding>,
+    /// Worth knowing; the run goes on.
+    pub warnings: Vec<Finding>,
+}
+
+/// One engine's protocol.
+pub trait Protocol: Send + Sync {
+    fn engine(&self) -> Engine;
+    /// The route and JSON body of the greedy request for `p`.
+    fn request(&self, p: &LivePrompt, o: &RequestOptions) -> (String, Value);
+    /// Read a response. `Err` for a response that breaks the engine's schema (a missing or
+    /// mistyped field, figures that contradict each other).
+    fn reply(&self, v: &Value) -> std::result::Result<Reply, String>;
+    /// The server-wide counters now; `Ok(None)` where the engine exposes none kquant can
+    /// difference.
+    fn counters(&self, c: &Client) -> std::result::Result<Option<Counters>, Failure>;
+    /// Whether reading the counters drains them (each read is the change since the last one,
+    /// TensorRT-LLM's iteration stats) instead of a cumulative total.
+    fn counters_drain(&self) -> bool {
+        false
+    }
+    /// Inspect the server before the run.
+    fn preflight(&self, c: &Client) -> Result<Preflight>;
+    /// How to turn the per-request figure on, for the error when a response lacks it.
+    fn per_request_hint(&self) -> &'static str;
+}
+
+/// A non-negative integer field (`u64`), or why not.
+pub(crate) fn count(v: &Value, key: &str) -> std::result::Result<Option<u64>, String> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => x
+            .as_u64()
+            .or_else(|| {
+                x.as_f64()
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 9.0e15)
+                    .map(|f| f as u64)
+            })
+            .map(Some)
+            .ok_or_else(|| format!("`{key}` is {x}, not a non-negative integer")),
+    }
+}
+
+/// What every OpenAI-style response carries: `usage.completion_tokens`, `choices[0]`'s finish
+/// reason and text (or message content), and `choices[0]` itself for the engine's own fields.
+pub(crate) struct OpenAi<'a> {
+    pub completion: u64,
+    pub finish: Option<String>,
+    pub output: Option<String>,
+    pub choice: &'a Value,
+}
+
+/// Read the [`OpenAi`] fields of a response.
+pub(crate) fn openai_reply(v: &Value) -> std::result::Result<OpenAi<'_>, String> {
+    let choice = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first())
+        .ok_or("has no `choices[0]`")?;
+    let usage = v.get("usage").ok_or("has no `usage`")?;
+    let completion =
+        count(usage, "completion_tokens")?.ok_or("has no `usage.completion_tokens`")?;
+    let finish = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .map(String::from);
+    let output = choice
+        .get("text")
+        .and_then(Value::as_str)
+        .or_else(|| choice.pointer("/message/content").and_then(Value::as_str))
+        .map(String::from);
+    Ok(OpenAi {
+        completion,
+        finish,
+        output,
+        choice,
+    })
+}
+
+/// The body fields of an OpenAI-style greedy request for `p`: the route (`/v1/completions` for
+/// token ids and text, `/v1/chat/completions` for messages) and the body.
+pub(crate) fn openai_request(p: &LivePrompt, o: &RequestOptions) -> (String, Value) {
+    use crate::verify::prompt_sets::Body;
+    let mut body = serde_json::json!({
+        "model": o.model,
+        "max_tokens": o.max_tokens,
+        // Always sent: the servers otherwise take the model's generation_config.json sampling.
+        "temperature": 0.0,
+        "n": 1,
+        "stream": false,
+        "ignore_eos": false,
+    });
+    let route = match &p.body {
+        Body::Tokens(t) => {
+            body["prompt"] = serde_json::json!(t);
+            "/v1/completions"
+        }
+        Body::Text(t) => {
+            body["prompt"] = serde_json::json!(t);
+            "/v1/completions"
+        }
+        Body::Messages(m) => {
+            body["messages"] = serde_json::json!(m);
+            "/v1/chat/completions"
+        }
+    };
+    (route.to_string(), body)
+}
+
+/// `major.minor.patch` of a version string (`0.5.12`, `v0.33.0rc1`, `0.29.0+cu128`), for the
+/// version rules; `None` when it does not start with three numbers.
+pub fn version_triple(v: &str) -> Option<(u64, u64, u64)> {
+    let v = v.trim().trim_start_matches('v');
+    let mut it = v.split(['.', '+', '-']);
+    let num = |s: Option<&str>| -> Option<u64> {
+        let s = s?;
+        let d: String = s.chars().take_while(|c| c.is_ascii_digit()).collect();
+        d.parse().ok()
+    };
+    Some((
+        num(it.next())?,
+        num(it.next())?,
+        num(it.next()).unwrap_or(0),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_the_way_the_engines_print_them() {
+        assert_eq!(version_triple("0.5.12"), Some((0, 5, 12)));
+        assert_eq!(version_triple("v0.33.0rc1"), Some((0, 33, 0)));
+        assert_eq!(version_triple("0.29.0+cu128"), Some((0, 29, 0)));
+        assert_eq!(version_triple("1.2"), Some((1, 2, 0)));
+        assert_eq!(version_triple("dev"), None);
+    }
+
+    #[test]
+    fn counts_refuse_what_is_not_a_count() {
+        let v = serde_json::json!({"a": 3, "b": 3.0, "c": -1, "d": 2.5, "e": "3"});
+        assert_eq!(count(&v, "a"), Ok(Some(3)));
+        assert_eq!(count(&v, "b"), Ok(Some(3)));
+        assert_eq!(count(&v, "z"), Ok(None));
+        for k in ["c", "d", "e"] {
+            assert!(count(&v, k).is_err(), "{k}");
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Sending a prompt set to an engine: `concurrency` requests in flight, each with the client's
+//! timeout and up to `retries` more tries after a transport failure, a 5xx or a 429. A request
+//! that still fails is reported as failed and never counted as a measurement. Where a response
+//! carries no per-request acceptance, `server_counters` measures each request from the
+//! engine's server-wide counters read just before and just after it, one request at a time,
+//! and refuses the run when the counters show another client's requests.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::client::Client;
+use super::engine::{Counters, Protocol, RequestOptions, Spec};
+use crate::error::{Error, Result};
+use crate::verify::prompt_sets::LivePrompt;
+
+/// How to send.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub request: RequestOptions,
+    pub concurrency: usize,
+    pub retries: usize,
+    /// Measure from the server-wide counters when a response has no per-request figure.
+    pub server_counters: bool,
+}
+
+/// One measured request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Measured {
+    pub spec: Spec,
+    pub completion_tokens: u64,
+    pub finish_reason: Option<String>,
+    /// The generated text or ids (to compare two deployments' greedy outputs).
+    #[serde(skip)]
+    pub output: Option<String>,
+    /// Where the figure came from: the response field, or `server counters`.
+    pub source: String,
+}
+
+/// One prompt's outcome.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub result: std::result::Result<Measured, String>,
+    pub attempts: usize,
+}
+
+/// Send every prompt; outcomes in prompt order. `progress` is told each finished prompt. An
+/// error (exit 2) where the run cannot mean anything: a response without a per-request figure
+/// and no `server_counters`, counters that other traffic moved.
+pub fn send(
+    proto: &dyn Protocol,
+    c: &Client,
+    prompts: &[LivePrompt],
+    o: &Options,
+    progress: &(dyn Fn() + Sync),
+) -> Result<Vec<Outcome>> {
+    let slots: Vec<Mutex<Option<Outcome>>> = prompts.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    let fatal: Mutex<Option<Error>> = Mutex::new(None);
+    // With the counters as the fallback, one request at a time: the counters move only for it.
+    let workers = if o.server_counters {
+        1
+    } else {
+        o.concurrency.max(1)
+    };
+    std::thread::scope(|s| {
+        for _ in 0..workers.min(prompts.len().max(1)) {
+            s.spawn(|| loop {
+                if fatal.lock().expect("fatal").is_some() {
+                    return;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(p) = prompts.get(i) else {
+                    return;
+                };
+                match one(proto, c, p, o) {
+                    Ok(out) => *slots[i].lock().expect("slot") = Some(out),
+                    Err(e) => {
+                        fatal.lock().expect("fatal").get_or_insert(e);
+                        return;
+                    }
+                }
+                progress();
+            });
+        }
+    });
+    if let Some(e) = fatal.into_inner().expect("fatal") {
+        return Err(e);
+    }
+    Ok(slots
+        .into_iter()
+        .map(|s| s.into_inner().expect("slot").expect("every prompt sent"))
+        .collect())
+}
+
+fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<Outcome> {
+    let (route, body) = proto.request(p, &o.request);
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let before = if o.server_counters {
+            match proto.counters(c) {
+                Ok(x) => x,
+                Err(f) if f.retryable && attempts <= o.retries => {
+                    backoff(attempts);
+                    continue;
+                }
+                Err(f) => return Ok(failed(format!("/metrics: {}", f.msg), attempts)),
+            }
+        } else {
+            None
+        };
+        let r = match c.post_json(&route, &body) {
+            Ok(v) => v,
+            Err(f) if f.retryable && attempts <= o.retries => {
+                backoff(attempts);
+                continue;
+            }
+            Err(f) => return Ok(failed(format!("{route}: {}", f.msg), attempts)),
+        };
+        let reply = match proto.reply(&r) {
+            Ok(x) => x,
+            Err(msg) => {
+                return Ok(failed(
+                    format!(
+                        "{route}: the response breaks {}'s schema: {msg}",
+                        proto.engine().name()
+                    ),
+                    attempts,
+                ))
+            }
+        };
+        let measured = |spec: Spec, source: String| Measured {
+            spec,
+            completion_tokens: reply.completion_tokens,
+            finish_reason: reply.finish_reason.clone(),
+            output: reply.output.clone(),
+            source,
+        };
+        if let Some((spec, field)) = reply.spec {
+            return Ok(Outcome {
+                result: Ok(measured(spec, field.to_string())),
+                attempts,
+            });
+        }
+        if !o.server_counters {
+            return Err(Error::Endpoint {
+                url: c.url(&route),
+                msg: format!(
+                    "{} returned no per-request acceptance: the figure kquant reads is not in the response",
+                    proto.engine().name()
+                ),
+                hint: Some(proto.per_request_hint().into()),
+            });
+        }
+        let after = match proto.counters(c) {
+            Ok(x) => x,
+            Err(f) => return Ok(failed(format!("/metrics: {}", f.msg), attempts)),
+        };
+        let none = || Error::Endpoint {
+            url: c.url("/metrics"),
+            msg: format!(
+                "{} exposes no server-wide speculative-decoding counters either",
+                proto.engine().name()
+            ),
+            hint: Some(proto.per_request_hint().into()),
+        };
+        let delta = if proto.counters_drain() {
+            // Each read is what happened since the last: the one before the request drained.
+            after.ok_or_else(none)?
+        } else {
+            let (Some(b), Some(a)) = (before, after) else {
+                return Err(none());
+            };
+            if a.steps < b.steps || a.accepted < b.accepted {
+                return Ok(failed(
+                    "the server-wide counters went backwards during the request (the server restarted?)".into(),
+                    attempts,
+                ));
+            }
+            if let (Some(rb), Some(ra)) = (b.requests, a.requests) {
+                if ra.checked_sub(rb) != Some(1) {
+                    return Err(Error::Endpoint {
+                        url: c.url("/metrics"),
+                        msg: format!(
+                            "{} requests finished on the server during one of kquant's: the server-wide counters include another client's traffic",
+                            ra as i128 - rb as i128
+                        ),
+                        hint: Some("--server-counters needs the server to itself; or enable the engine's per-request figure".into()),
+                    });
+                }
+            }
+            Counters {
+                steps: a.steps - b.steps,
+                accepted: a.accepted - b.accepted,
+                requests: None,
+            }
+        };
+        return Ok(Outcome {
+            result: Ok(measured(
+                Spec {
+                    steps: delta.steps,
+                    accepted: delta.accepted,
+                },
+                "server counters".into(),
+            )),
+            attempts,
+        });
+    }
+}
+
+fn failed(msg: String, attempts: usize) -> Outcome {
+    Outcome {
+        result: Err(msg),
+        attempts,
+    }
+}
+
+fn backoff(attempt: usize) {
+    std::thread::sleep(Duration::from_millis(200 * attempt.min(10) as u64));
+}

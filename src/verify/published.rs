@@ -1,0 +1,167 @@
+//! The target profile's published accept lengths as a floor (`verify --endpoint … --published
+//! DRAFT`): the figures the profile quotes for DRAFT on the benchmark the prompt set is (MT-Bench,
+//! GSM8K, HumanEval, MATH-500, Spec-Bench, SPEED-Bench), overall and per category where the card
+//! splits it (`MT-Bench coding`), each compared with what was measured. A measured accept length
+//! below a published one by more than `--max-regression` fails the gate.
+
+use serde::Serialize;
+
+use super::profile::Profile;
+use super::prompt_sets::Format;
+use crate::error::{Error, Result};
+
+/// One published figure and the measurement it is held against.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Check {
+    /// The benchmark as the card names it.
+    pub benchmark: String,
+    /// The category it covers (`None`: the whole set).
+    pub category: Option<String>,
+    pub published: f64,
+    pub measured: f64,
+    /// Prompts behind the measurement.
+    pub n: usize,
+    pub source: String,
+    pub passed: bool,
+}
+
+/// Lower-case letters and digits only: `MT-Bench` and `MTBench` are one benchmark.
+fn key(s: &str) -> String {
+    s.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// The benchmark a prompt format stands for; `None` for a user's own prompts.
+pub fn benchmark_of(f: Format) -> Option<&'static str> {
+    match f {
+        Format::MtBench => Some("mtbench"),
+        Format::SpecBench => Some("specbench"),
+        Format::SpeedBench => Some("speedbench"),
+        Format::Gsm8k => Some("gsm8k"),
+        Format::Math500 => Some("math500"),
+        Format::Humaneval => Some("humaneval"),
+        Format::Auto | Format::Plain | Format::Tokens => None,
+    }
+}
+
+/// The checks of `draft`'s figures in `profile` for benchmark `bench` (a [`benchmark_of`] key):
+/// `overall` (accept length, prompts) and each category's. An error when the profile quotes no
+/// such figure (the hint lists what it quotes).
+pub fn checks(
+    profile: &Profile,
+    draft: &str,
+    bench: &str,
+    overall: (f64, usize),
+    per_category: &[(String, f64, usize)],
+    max_regression: f64,
+) -> Result<Vec<Check>> {
+    let mut out = Vec::new();
+    for p in profile
+        .published_accept_lengths
+        .iter()
+        .filter(|p| p.draft == draft)
+    {
+        let Some(v) = p.value() else { continue };
+        let b = key(&p.benchmark);
+        let (category, (measured, n)) = if b == bench {
+            (None, overall)
+        } else if let Some((c, m, n)) = per_category
+            .iter()
+            .find(|(c, _, _)| b == format!("{bench}{}", key(c)))
+        {
+            (Some(c.clone()), (*m, *n))
+        } else {
+            continue;
+        };
+        out.push(Check {
+            benchmark: p.benchmark.clone(),
+            category,
+            published: v,
+            measured,
+            n,
+            source: p.source.clone(),
+            passed: measured >= v - max_regression,
+        });
+    }
+    if out.is_empty() {
+        let quoted: Vec<String> = profile
+            .published_accept_lengths
+            .iter()
+            .map(|p| format!("{} on {}", p.draft, p.benchmark))
+            .collect();
+        return Err(Error::Flags {
+            msg: format!(
+                "target `{}` quotes no accept length for `{draft}` on this prompt set ({bench})",
+                profile.name
+            ),
+            hint: if quoted.is_empty() {
+                "this profile quotes no published accept length (`kquant targets`)".into()
+            } else {
+                format!("it quotes: {}; send that benchmark's prompts (--prompt-format) or leave --published out", quoted.join(", "))
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// The gate's reason for a failed check.
+pub fn reason(c: &Check, draft: &str, max_regression: f64) -> String {
+    format!(
+        "{}: accept length {:.4} is below {draft}'s published {} on {} by more than {max_regression} ({})",
+        c.category.as_deref().unwrap_or("overall"),
+        c.measured,
+        c.published,
+        c.benchmark,
+        c.source
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cards_match_by_benchmark_and_category_whatever_their_spelling() {
+        let p = super::super::profile::load("kimi-k2.6").unwrap();
+        let cats = vec![
+            ("coding".to_string(), 2.80, 10),
+            ("writing".to_string(), 2.50, 10),
+        ];
+        let c = checks(
+            &p,
+            "nvidia/Kimi-K2.6-Eagle3",
+            "mtbench",
+            (2.60, 80),
+            &cats,
+            0.03,
+        )
+        .unwrap();
+        let by = |cat: Option<&str>| c.iter().find(|x| x.category.as_deref() == cat).unwrap();
+        assert_eq!(
+            (by(None).published, by(None).passed),
+            (2.62, true),
+            "2.60 ≥ 2.62 − 0.03"
+        );
+        assert_eq!(
+            (by(Some("coding")).published, by(Some("coding")).passed),
+            (2.84, false)
+        );
+        assert!(by(Some("writing")).passed);
+        assert_eq!(c.len(), 3, "no card figure for the other categories");
+        let e = checks(&p, "nvidia/Kimi-K2.6-Eagle3", "gsm8k", (3.0, 5), &[], 0.03).unwrap_err();
+        assert!(e.hint().unwrap().contains("MT-Bench"), "{e}");
+        let k25 = super::super::profile::load("kimi-k2.5").unwrap();
+        let c = checks(
+            &k25,
+            "lightseekorg/kimi-k2.5-eagle3-mla",
+            "math500",
+            (3.0, 5),
+            &[],
+            0.03,
+        )
+        .unwrap();
+        assert_eq!((c[0].published, c[0].passed), (3.051, false));
+    }
+}

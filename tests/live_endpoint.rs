@@ -1,0 +1,1086 @@
+//! `verify --endpoint`: kquant against loopback servers that answer as vLLM 0.33.0, SGLang
+//! 0.5.23 and TensorRT-LLM's `trtllm-serve` do (their response and metrics schemas, field for
+//! field from the sources docs/verify.md names), the figures checked against what each server
+//! was scripted to report; the paired gate between two endpoints; the error paths (a server that
+//! dies mid-run, malformed JSON, missing fields, counters that reset or that another client
+//! moved) and the preflight. Last, the end-to-end check: a server whose answers come from
+//! kquant's own tiny-fixture target and draft running the engine's greedy speculative loop
+//! (`verify::sim`) gives exactly the offline replay's figures on the same prompts.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use common::engines_http::{serve, Request, Response, Server};
+use common::{kquant, root};
+use serde_json::{json, Value};
+
+/// Drafts proposed per step by every scripted server.
+const K: usize = 3;
+
+/// What one request generated: the tokens, and the drafts accepted at each verify step.
+#[derive(Clone, Debug)]
+struct Gen {
+    tokens: Vec<u32>,
+    accepted: Vec<usize>,
+}
+
+impl Gen {
+    fn steps(&self) -> u64 {
+        self.accepted.len() as u64
+    }
+    fn acc(&self) -> u64 {
+        self.accepted.iter().sum::<usize>() as u64
+    }
+    fn hist(&self) -> Vec<u64> {
+        let mut h = vec![0u64; K + 1];
+        for &a in &self.accepted {
+            h[a] += 1;
+        }
+        h
+    }
+}
+
+type Generator = Arc<dyn Fn(&[u32], usize) -> Gen + Send + Sync>;
+
+/// A deterministic acceptance pattern from the prompt (`bias` more per step, capped at K), the
+/// engine's schedule: a prefill token, then steps of n + 1 tokens, the last trimmed to
+/// `max_tokens`.
+fn scripted(bias: usize) -> Generator {
+    Arc::new(move |prompt: &[u32], max_tokens: usize| {
+        let mut h = prompt
+            .iter()
+            .fold(7u64, |a, &t| a.wrapping_mul(31).wrapping_add(t as u64));
+        let (mut n_gen, mut accepted) = (1usize, Vec::new());
+        while n_gen < max_tokens {
+            h = h
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let n = (((h >> 33) % (K as u64 + 1)) as usize + bias).min(K);
+            let n = n.min(max_tokens - n_gen - 1);
+            accepted.push(n);
+            n_gen += n + 1;
+        }
+        Gen {
+            tokens: (0..n_gen as u32)
+                .map(|i| (i * 7 + prompt.len() as u32) % 300)
+                .collect(),
+            accepted,
+        }
+    })
+}
+
+/// The prompt's token ids of a request, as each engine takes them.
+fn prompt_ids(v: &Value) -> Vec<u32> {
+    let ids = v
+        .get("prompt")
+        .or_else(|| v.get("input_ids"))
+        .expect("token prompt");
+    ids.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn max_tokens(v: &Value) -> usize {
+    v.get("max_tokens")
+        .or_else(|| v.pointer("/sampling_params/max_new_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap() as usize
+}
+
+fn text_of(g: &Gen) -> String {
+    g.tokens
+        .iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `/v1/models` as each engine's `ModelCard` serialises it.
+fn models(owned_by: &str) -> Option<Response> {
+    Response::json(
+        &json!({"object": "list", "data": [{"id": "kimi-k2.5-tiny", "object": "model",
+        "created": 1764000000, "owned_by": owned_by, "root": "kimi-k2.5-tiny", "parent": null,
+        "max_model_len": 4096, "permission": []}]}),
+    )
+}
+
+/// vLLM 0.33.0 `/v1/completions` with `--per-request-spec-decode-metrics summary`
+/// (`CompletionResponse` + `metrics.speculative_decoding` from `RequestSpecDecodeMetrics.to_dict`).
+fn vllm_completion(g: &Gen, prompt_len: usize, per_request: bool) -> Value {
+    let (r, a) = (g.steps(), g.acc());
+    let mut v = json!({"id": "cmpl-7f3e", "object": "text_completion", "created": 1764000000,
+        "model": "kimi-k2.5-tiny",
+        "choices": [{"index": 0, "text": text_of(g), "logprobs": null, "finish_reason": "length",
+                     "stop_reason": null, "prompt_logprobs": null}],
+        "service_tier": null, "system_fingerprint": null,
+        "usage": {"prompt_tokens": prompt_len, "total_tokens": prompt_len + g.tokens.len(),
+                  "completion_tokens": g.tokens.len(), "prompt_tokens_details": null},
+        "kv_transfer_params": null});
+    if per_request {
+        v["metrics"] = json!({"speculative_decoding": {
+            "mean_acceptance_length": if r == 0 { 1.0 } else { 1.0 + a as f64 / r as f64 },
+            "draft_acceptance_rate": if r == 0 { 0.0 } else { a as f64 / (r as f64 * K as f64) },
+            "acceptance_histogram": g.hist(), "num_spec_steps": r,
+            "num_accepted_draft_tokens": a, "num_draft_tokens": r * K as u64,
+            "num_spec_tokens": K}});
+    }
+    v
+}
+
+/// vLLM's `/metrics` page (prometheus_client text: `_total` counters, `_created` gauges).
+fn vllm_metrics(drafts: u64, accepted: u64, finished: u64) -> String {
+    format!(
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
+# TYPE vllm:num_requests_running gauge\n\
+vllm:num_requests_running{{engine=\"0\",model_name=\"kimi-k2.5-tiny\"}} 0.0\n\
+# HELP vllm:request_success_total Count of successfully processed requests.\n\
+# TYPE vllm:request_success_total counter\n\
+vllm:request_success_total{{engine=\"0\",finished_reason=\"length\",model_name=\"kimi-k2.5-tiny\"}} {finished}.0\n\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.\n\
+# TYPE vllm:spec_decode_num_drafts_total counter\n\
+vllm:spec_decode_num_drafts_total{{engine=\"0\",model_name=\"kimi-k2.5-tiny\"}} {drafts}.0\n\
+# HELP vllm:spec_decode_num_drafts_created Number of spec decoding drafts.\n\
+# TYPE vllm:spec_decode_num_drafts_created gauge\n\
+vllm:spec_decode_num_drafts_created{{engine=\"0\",model_name=\"kimi-k2.5-tiny\"}} 1.764e+09\n\
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.\n\
+# TYPE vllm:spec_decode_num_draft_tokens_total counter\n\
+vllm:spec_decode_num_draft_tokens_total{{engine=\"0\",model_name=\"kimi-k2.5-tiny\"}} {}.0\n\
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.\n\
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n\
+vllm:spec_decode_num_accepted_tokens_total{{engine=\"0\",model_name=\"kimi-k2.5-tiny\"}} {accepted}.0\n",
+        drafts * K as u64
+    )
+}
+
+/// What a scripted server does besides answering.
+#[derive(Clone)]
+struct Vllm {
+    version: &'static str,
+    per_request: bool,
+    gen: Generator,
+}
+
+/// Counters and requests seen, shared with the test.
+#[derive(Default)]
+struct Seen {
+    bodies: Vec<Value>,
+    drafts: u64,
+    accepted: u64,
+    finished: u64,
+}
+
+fn vllm(cfg: Vllm) -> (Server, Arc<Mutex<Seen>>) {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let s = seen.clone();
+    let server = serve(move |r: &Request| vllm_answer(&cfg, &s, r));
+    (server, seen)
+}
+
+fn vllm_answer(cfg: &Vllm, s: &Mutex<Seen>, r: &Request) -> Option<Response> {
+    match (r.method.as_str(), r.path.as_str()) {
+        ("GET", "/v1/models") => models("vllm"),
+        ("GET", "/version") => Response::json(&json!({"version": cfg.version})),
+        ("GET", "/metrics") => {
+            let s = s.lock().unwrap();
+            Response::text(&vllm_metrics(s.drafts, s.accepted, s.finished))
+        }
+        ("POST", "/v1/completions") => {
+            let v = r.json();
+            let ids = prompt_ids(&v);
+            let g = (cfg.gen)(&ids, max_tokens(&v));
+            let mut s = s.lock().unwrap();
+            s.bodies.push(v);
+            s.drafts += g.steps();
+            s.accepted += g.acc();
+            s.finished += 1;
+            Response::json(&vllm_completion(&g, ids.len(), cfg.per_request))
+        }
+        _ => Response::status(404, r#"{"detail":"Not Found"}"#),
+    }
+}
+
+/// SGLang 0.5.23 native `/generate` (`meta_info` from `_calculate_spec_decoding_metrics`).
+fn sglang_generate(g: &Gen, prompt_len: usize) -> Value {
+    let (r, a, n) = (g.steps(), g.acc(), g.tokens.len() as u64);
+    json!({"text": text_of(g), "output_ids": g.tokens,
+        "meta_info": {"id": "9c1f", "finish_reason": {"type": "length", "length": n},
+            "prompt_tokens": prompt_len, "completion_tokens": n, "cached_tokens": 0,
+            "reasoning_tokens": 0, "e2e_latency": 0.25,
+            "spec_accept_rate": if r == 0 { 0.0 } else { a as f64 / (r as f64 * K as f64) },
+            "spec_accept_length": if r == 0 { 1.0 } else { n as f64 / r as f64 },
+            "spec_num_correct_drafts": a, "spec_num_proposed_drafts": r * K as u64,
+            "spec_verify_ct": r, "spec_correct_drafts_histogram": g.hist()}})
+}
+
+fn sglang_info(version: &str, algorithm: Value) -> Value {
+    json!({"version": version, "model_path": "kimi-k2.5-tiny", "tp_size": 1, "dp_size": 1,
+        "speculative_algorithm": algorithm, "speculative_draft_model_path": "eagle3",
+        "speculative_num_steps": K, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": K + 1,
+        "speculative_adaptive": false, "enable_deterministic_inference": true,
+        "decode_log_interval": 40, "internal_states": [{"avg_spec_accept_length": 2.1}]})
+}
+
+fn sglang(version: &'static str, algorithm: Value, gen: Generator) -> Server {
+    serve(
+        move |r: &Request| match (r.method.as_str(), r.path.as_str()) {
+            ("GET", "/v1/models") => models("sglang"),
+            ("GET", "/server_info") => Response::json(&sglang_info(version, algorithm.clone())),
+            ("POST", "/generate") => {
+                let v = r.json();
+                assert_eq!(v["sampling_params"]["temperature"], json!(0.0));
+                assert_eq!(v["sampling_params"]["ignore_eos"], json!(false));
+                let ids = prompt_ids(&v);
+                Response::json(&sglang_generate(&gen(&ids, max_tokens(&v)), ids.len()))
+            }
+            _ => Response::status(404, r#"{"detail":"Not Found"}"#),
+        },
+    )
+}
+
+/// `trtllm-serve` `/v1/completions` (`CompletionResponseChoice.avg_decoded_tokens_per_iter`:
+/// generated tokens over decoding iterations, the context iteration among them).
+fn trtllm_completion(g: &Gen, prompt_len: usize) -> Value {
+    let n = g.tokens.len();
+    json!({"id": "cmpl-3", "object": "text_completion", "created": 1764000000, "model": "kimi-k2.5-tiny",
+        "choices": [{"index": 0, "text": text_of(g), "token_ids": null, "logprobs": null,
+            "context_logits": null, "finish_reason": "length", "stop_reason": null,
+            "disaggregated_params": null,
+            "avg_decoded_tokens_per_iter": n as f64 / (g.steps() + 1) as f64}],
+        "usage": {"prompt_tokens": prompt_len, "total_tokens": prompt_len + n, "completion_tokens": n}})
+}
+
+fn trtllm(gen: Generator) -> Server {
+    serve(
+        move |r: &Request| match (r.method.as_str(), r.path.as_str()) {
+            ("GET", "/v1/models") => models("tensorrt_llm"),
+            ("POST", "/v1/completions") => {
+                let v = r.json();
+                let ids = prompt_ids(&v);
+                Response::json(&trtllm_completion(&gen(&ids, max_tokens(&v)), ids.len()))
+            }
+            _ => Response::status(404, r#"{"detail":"Not Found"}"#),
+        },
+    )
+}
+
+/// The first `n` held-out prompts of each category (token ids).
+fn prompts(dir: &Path, n: usize) -> PathBuf {
+    let src = root().join("fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl");
+    let mut seen = std::collections::HashMap::new();
+    let lines: Vec<String> = std::fs::read_to_string(src)
+        .unwrap()
+        .lines()
+        .filter(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let c = seen
+                .entry(v["category"].as_str().unwrap().to_string())
+                .or_insert(0);
+            *c += 1;
+            *c <= n
+        })
+        .map(String::from)
+        .collect();
+    let p = dir.join("prompts.jsonl");
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    p
+}
+
+fn token_prompts(p: &Path) -> Vec<(String, Vec<u32>)> {
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let ids = v["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect();
+            (v["category"].as_str().unwrap().to_string(), ids)
+        })
+        .collect()
+}
+
+/// `verify --endpoint URL --prompts P --json - EXTRA…`: (exit code, report or Null, stderr).
+fn live(url: &str, p: &Path, extra: &[&str]) -> (i32, Value, String) {
+    let mut args = vec![
+        "verify",
+        "--endpoint",
+        url,
+        "--prompts",
+        p.to_str().unwrap(),
+        "--json",
+        "-",
+        "--max-tokens",
+        "40",
+    ];
+    args.extend_from_slice(extra);
+    let o = kquant(&args);
+    let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o.status.code().unwrap_or(-1), v, common::stderr(&o))
+}
+
+/// The micro-averaged accept length of the scripted generations for the prompts.
+fn expected_al(gen: &Generator, p: &Path, max: usize) -> (f64, u64) {
+    let (mut steps, mut committed) = (0u64, 0u64);
+    for (_, ids) in token_prompts(p) {
+        let g = gen(&ids, max);
+        steps += g.steps();
+        committed += g.steps() + g.acc();
+    }
+    (committed as f64 / steps as f64, steps)
+}
+
+#[test]
+fn each_engine_reports_its_per_request_figures() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 3);
+    let gen = scripted(0);
+    let (al, steps) = expected_al(&gen, &p, 40);
+    let (v, seen) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: gen.clone(),
+    });
+    let s = sglang("0.5.23", json!("EAGLE3"), gen.clone());
+    let tr = trtllm(gen.clone());
+    for (server, engine, field) in [
+        (&v, "vllm", "metrics.speculative_decoding"),
+        (&s, "sglang", "meta_info.spec_num_correct_drafts"),
+        (&tr, "trtllm", "choices[0].avg_decoded_tokens_per_iter"),
+    ] {
+        let (code, r, err) = live(&server.url, &p, &[]);
+        assert_eq!(code, 0, "{engine}: {err}");
+        assert_eq!(
+            r["draft"]["accept_length"].as_f64().unwrap(),
+            al,
+            "{engine}"
+        );
+        assert_eq!(r["draft"]["rounds"], json!(steps), "{engine}");
+        assert_eq!(r["samples"], json!(9), "{engine}");
+        assert_eq!(
+            r["live"]["draft"]["engine"],
+            json!(engine),
+            "told by owned_by"
+        );
+        assert_eq!(r["live"]["draft"]["sources"], json!([field]), "{engine}");
+        assert!(
+            r["draft"]["accept_length_all_positions"].is_null(),
+            "no teacher-forced figure live"
+        );
+        assert_eq!(r["per_category"].as_object().unwrap().len(), 3);
+        assert!(r["passed"].as_bool().unwrap());
+    }
+    // Every request greedy, EOS honoured, one sequence, the cap as asked.
+    assert_eq!(seen.lock().unwrap().bodies.len(), 9);
+    for b in &seen.lock().unwrap().bodies {
+        assert_eq!(
+            (
+                b["temperature"].as_f64(),
+                b["ignore_eos"].as_bool(),
+                b["n"].as_u64()
+            ),
+            (Some(0.0), Some(false), Some(1))
+        );
+        assert_eq!(
+            (b["max_tokens"].as_u64(), b["model"].as_str()),
+            (Some(40), Some("kimi-k2.5-tiny"))
+        );
+    }
+    // Four requests in flight: the same per-request figures, in prompt order.
+    let (code, r4, err) = live(&v.url, &p, &["--concurrency", "4"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r4["draft"], live(&v.url, &p, &[]).1["draft"]);
+    assert_eq!(r4["live"]["draft"]["requests"].as_array().unwrap().len(), 9);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.bodies.len(), 27);
+}
+
+#[test]
+fn the_paired_gate_compares_two_deployments_on_the_same_prompts() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 3);
+    let (quant, _) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: scripted(0),
+    });
+    let (bf16, _) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: scripted(1),
+    });
+    let junit = t.path().join("junit.xml");
+    let (code, r, err) = live(
+        &quant.url,
+        &p,
+        &[
+            "--baseline-endpoint",
+            &bf16.url,
+            "--junit",
+            junit.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 1, "the quantized deployment accepts less: {err}");
+    let (al_q, _) = expected_al(&scripted(0), &p, 40);
+    let (al_b, _) = expected_al(&scripted(1), &p, 40);
+    assert!((r["delta"].as_f64().unwrap() - (al_q - al_b)).abs() < 1e-12);
+    let ci = r["ci95"].as_array().unwrap();
+    assert!(ci[0].as_f64().unwrap() <= ci[1].as_f64().unwrap());
+    assert_eq!(r["live"]["same_output"]["compared"], json!(9));
+    let x = std::fs::read_to_string(&junit).unwrap();
+    assert!(x.contains("<failure"), "{x}");
+    // The same deployment on both sides: ΔAL 0, the gate passes.
+    let (code, r, err) = live(&quant.url, &p, &["--baseline-endpoint", &quant.url]);
+    assert_eq!((code, r["delta"].as_f64()), (0, Some(0.0)), "{err}");
+}
+
+#[test]
+fn failed_requests_are_reported_never_measured_and_too_many_are_an_error() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 2);
+    let gen = scripted(0);
+    let cfg = Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: gen.clone(),
+    };
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let calls = Arc::new(Mutex::new(0usize));
+    let (s2, c2, cfg2) = (seen.clone(), calls.clone(), cfg.clone());
+    // Every third completion dies unanswered (the server gone mid-request); the first one
+    // answers 503 once and then succeeds on the retry.
+    let server = serve(move |r: &Request| {
+        if r.path == "/v1/completions" {
+            let mut c = c2.lock().unwrap();
+            *c += 1;
+            if *c == 1 {
+                return Response::status(503, r#"{"error":"busy"}"#);
+            }
+            if *c % 3 == 0 {
+                return None;
+            }
+        }
+        vllm_answer(&cfg2, &s2, r)
+    });
+    let (code, r, err) = live(&server.url, &p, &["--retries", "0", "--max-failed", "100%"]);
+    assert_eq!(code, 0, "{err}");
+    let failed = r["live"]["draft"]["failed"].as_array().unwrap();
+    let measured = r["live"]["draft"]["measured"].as_u64().unwrap() as usize;
+    assert_eq!(measured + failed.len(), 6);
+    assert!(!failed.is_empty() && failed.iter().all(|f| f["attempts"] == json!(1)));
+    // The measured requests alone make the figure.
+    assert_eq!(r["samples"], json!(measured));
+    // Too many failures: exit 2, naming the first.
+    *calls.lock().unwrap() = 0;
+    let (code, _, err) = live(&server.url, &p, &["--retries", "0", "--max-failed", "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("requests failed") && err.contains("hint:"),
+        "{err}"
+    );
+    // With retries the 503 and the dropped connections are tried again and every prompt counts.
+    *calls.lock().unwrap() = 0;
+    let (code, r, err) = live(&server.url, &p, &["--retries", "2", "--max-failed", "0"]);
+    assert_eq!(
+        (code, r["live"]["draft"]["measured"].as_u64()),
+        (0, Some(6)),
+        "{err}"
+    );
+    assert!(r["live"]["draft"]["retried"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn malformed_or_incomplete_responses_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 1);
+    // Not JSON: every request fails, no retry helps (exit 2, nothing measured).
+    let server = serve(|r: &Request| match r.path.as_str() {
+        "/v1/models" => models("vllm"),
+        "/v1/completions" => Some(Response {
+            status: 200,
+            content_type: "application/json",
+            body: "{\"choices\": [".into(),
+        }),
+        _ => Response::status(404, "{}"),
+    });
+    let (code, _, err) = live(&server.url, &p, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not JSON"), "{err}");
+    // A histogram that contradicts the counts breaks vLLM's schema.
+    let gen = scripted(0);
+    let server = serve(move |r: &Request| match r.path.as_str() {
+        "/v1/models" => models("vllm"),
+        "/v1/completions" => {
+            let v = r.json();
+            let ids = prompt_ids(&v);
+            let mut resp = vllm_completion(&gen(&ids, max_tokens(&v)), ids.len(), true);
+            resp["metrics"]["speculative_decoding"]["num_spec_steps"] = json!(1_000_000);
+            Response::json(&resp)
+        }
+        _ => Response::status(404, "{}"),
+    });
+    let (code, _, err) = live(&server.url, &p, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("histogram"), "{err}");
+    // Per-request metrics off (the server's default): an error that says how to turn them on.
+    let (v, _) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: false,
+        gen: scripted(0),
+    });
+    let (code, _, err) = live(&v.url, &p, &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--per-request-spec-decode-metrics summary"),
+        "{err}"
+    );
+    // Speculation off: every request reports zero steps.
+    let server = serve(|r: &Request| match r.path.as_str() {
+        "/v1/models" => models("vllm"),
+        "/v1/completions" => {
+            let v = r.json();
+            let g = Gen {
+                tokens: vec![1; max_tokens(&v)],
+                accepted: vec![],
+            };
+            Response::json(&vllm_completion(&g, 3, true))
+        }
+        _ => Response::status(404, "{}"),
+    });
+    let (code, _, err) = live(&server.url, &p, &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("ran a verify step"), "{err}");
+}
+
+#[test]
+fn server_counters_measure_each_request_alone_and_refuse_other_traffic() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 2);
+    let gen = scripted(0);
+    let (al, steps) = expected_al(&gen, &p, 40);
+    // vLLM 0.28: no per-request block; the Prometheus counters around each request.
+    let (v, _) = vllm(Vllm {
+        version: "0.28.0",
+        per_request: false,
+        gen: gen.clone(),
+    });
+    let (code, r, err) = live(&v.url, &p, &["--server-counters"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("0.29.0"), "the version warning: {err}");
+    assert_eq!(
+        (
+            r["draft"]["accept_length"].as_f64().unwrap(),
+            r["draft"]["rounds"].as_u64().unwrap()
+        ),
+        (al, steps)
+    );
+    assert_eq!(r["live"]["draft"]["sources"], json!(["server counters"]));
+    // Another client's request finishes during each of kquant's: refused.
+    let cfg = Vllm {
+        version: "0.28.0",
+        per_request: false,
+        gen: gen.clone(),
+    };
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let s2 = seen.clone();
+    let busy = serve(move |r: &Request| {
+        if r.path == "/v1/completions" {
+            let mut s = s2.lock().unwrap();
+            s.finished += 1;
+            s.drafts += 5;
+        }
+        vllm_answer(&cfg, &s2, r)
+    });
+    let (code, _, err) = live(&busy.url, &p, &["--server-counters"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("another client"), "{err}");
+    // Counters that go backwards (the server restarted during the first request): that request
+    // fails, is never measured, and the others count.
+    let cfg = Vllm {
+        version: "0.28.0",
+        per_request: false,
+        gen,
+    };
+    let seen = Arc::new(Mutex::new(Seen {
+        drafts: 1000,
+        accepted: 1000,
+        ..Seen::default()
+    }));
+    let s3 = seen.clone();
+    let restarted = Arc::new(Mutex::new(false));
+    let reset = serve(move |r: &Request| {
+        if r.path == "/v1/completions" {
+            let mut done = restarted.lock().unwrap();
+            if !*done {
+                let mut s = s3.lock().unwrap();
+                (s.drafts, s.accepted) = (0, 0);
+                *done = true;
+            }
+        }
+        vllm_answer(&cfg, &s3, r)
+    });
+    let (code, r, err) = live(&reset.url, &p, &["--server-counters", "--max-failed", "1"]);
+    assert_eq!(code, 0, "{err}");
+    let failed = r["live"]["draft"]["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 1);
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("went backwards"),
+        "{failed:?}"
+    );
+    assert_eq!(r["samples"], json!(5));
+}
+
+#[test]
+fn the_preflight_refuses_meaningless_runs_and_warns_about_known_pitfalls() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 1);
+    // No speculative algorithm: nothing to measure.
+    let s = sglang("0.5.23", Value::Null, scripted(0));
+    let (code, _, err) = live(&s.url, &p, &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("no speculative decoding") && err.contains("--speculative-algorithm"),
+        "{err}"
+    );
+    // SGLang 0.5.12: the aux-layer off-by-one (sgl-project/sglang#25454), a warning.
+    let s = sglang("0.5.12", json!("EAGLE3"), scripted(0));
+    let (code, _, err) = live(&s.url, &p, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning:") && err.contains("25454") && err.contains("0.5.13"),
+        "{err}"
+    );
+    // An engine kquant cannot tell, and a named engine that the server contradicts.
+    let other = serve(|r: &Request| match r.path.as_str() {
+        "/v1/models" => models("llama.cpp"),
+        _ => Response::status(404, "{}"),
+    });
+    let (code, _, err) = live(&other.url, &p, &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--engine vllm|sglang|trtllm"), "{err}");
+    let (v, _) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: scripted(0),
+    });
+    let (code, _, err) = live(&v.url, &p, &["--engine", "sglang"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--engine vllm"), "{err}");
+    // Nothing listening: an error naming the URL, not a panic.
+    let gone = v.url.clone();
+    drop(v);
+    let (code, _, err) = live(&gone, &p, &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains(&gone) && err.contains("hint:"), "{err}");
+}
+
+/// The engine's greedy speculative loop with kquant's tiny-fixture target and `draft`
+/// (`verify::sim::simulate`), memoised per (prompt, max_tokens).
+fn tiny_engine(draft: &Path) -> Generator {
+    use kquant::checkpoint::Checkpoint;
+    use kquant::runtime::deepseek::DeepseekV3;
+    let tck = Checkpoint::open(
+        &root()
+            .join("fixtures/kimi-k2.5-tiny/target")
+            .to_string_lossy(),
+    )
+    .unwrap();
+    let target = DeepseekV3::load(&tck).unwrap();
+    let d = kquant::verify::drafters::load_drafter(
+        &draft.to_string_lossy(),
+        Some(&tck),
+        &kquant::runtime::linears::Exec::F32,
+    )
+    .unwrap();
+    let eos = target.cfg.eos.clone();
+    let cache: Mutex<std::collections::HashMap<(Vec<u32>, usize), Gen>> = Mutex::default();
+    Arc::new(move |ids: &[u32], max: usize| {
+        let key = (ids.to_vec(), max);
+        if let Some(g) = cache.lock().unwrap().get(&key) {
+            return g.clone();
+        }
+        let s = kquant::verify::sim::simulate(&target, d.as_ref(), ids, max, K).unwrap();
+        let mut tokens = s.tokens[ids.len()..].to_vec();
+        let mut accepted = s.accepted;
+        // The engine stops at EOS (kquant asks `ignore_eos: false`): the continuation ends with
+        // it, and the step that committed it counts the drafts up to it. The loop's proposals
+        // at a root never depend on what comes after, so this is the loop run with a stop.
+        if let Some(e) = tokens.iter().position(|t| eos.contains(t)) {
+            tokens.truncate(e + 1);
+            let (mut n_gen, mut kept) = (1usize, Vec::new());
+            for a in accepted {
+                if n_gen >= tokens.len() {
+                    break;
+                }
+                let a = a.min(tokens.len() - n_gen - 1);
+                kept.push(a);
+                n_gen += a + 1;
+            }
+            accepted = kept;
+        }
+        let g = Gen { tokens, accepted };
+        cache.lock().unwrap().insert(key, g.clone());
+        g
+    })
+}
+
+/// Live against the tiny engine behind each protocol equals the offline replay of a trace
+/// captured from the same target on the same prompts: the same continuations, the same
+/// steps and accepted drafts, so the same accept lengths, ΔAL and interval, to the bit.
+#[test]
+fn live_and_offline_agree_exactly_on_the_tiny_fixture() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 2);
+    let fix = root().join("fixtures/kimi-k2.5-tiny");
+    let bf16 = fix.join("eagle3");
+    let q = t.path().join("eagle3-int4");
+    let o = kquant(&[
+        "quantize",
+        bf16.to_str().unwrap(),
+        "-o",
+        q.to_str().unwrap(),
+        "--scheme",
+        "int4-pc",
+        "--exclude",
+        "fc,lm_head",
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let trace = t.path().join("trace");
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target-checkpoint",
+        fix.join("target").to_str().unwrap(),
+        "--prompts",
+        p.to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+        "--taps",
+        "1,2,3",
+        "--gen-len",
+        "40",
+        "--stop-at-eos",
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let offline = kquant(&[
+        "verify",
+        "--target",
+        "kimi-k2.5-tiny",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--draft",
+        q.to_str().unwrap(),
+        "--baseline",
+        bf16.to_str().unwrap(),
+        "--max-regression",
+        "1",
+        "--json",
+        "-",
+    ]);
+    assert!(offline.status.success(), "{}", common::stderr(&offline));
+    let off: Value = serde_json::from_slice(&offline.stdout).unwrap();
+    let (gq, gb) = (tiny_engine(&q), tiny_engine(&bf16));
+    // The same greedy continuations as the capture.
+    let tr = kquant::verify::trace::Trace::open(&trace).unwrap();
+    for (s, (_, ids)) in tr.manifest.samples.iter().zip(token_prompts(&p)) {
+        let x = tr.tokens(s).unwrap();
+        assert_eq!(&x[..s.prompt_len], &ids[..]);
+        assert_eq!(gq(&ids, 40).tokens, x[s.prompt_len..], "sample {}", s.id);
+        assert_eq!(gb(&ids, 40).tokens, x[s.prompt_len..], "sample {}", s.id);
+    }
+    let (vq, _) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: gq.clone(),
+    });
+    let (vb, _) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: gb.clone(),
+    });
+    let sq = sglang("0.5.23", json!("EAGLE3"), gq.clone());
+    let sb = sglang("0.5.23", json!("EAGLE3"), gb.clone());
+    let (tq, tb) = (trtllm(gq), trtllm(gb));
+    for (engine, a, b) in [
+        ("vllm", &vq, &vb),
+        ("sglang", &sq, &sb),
+        ("trtllm", &tq, &tb),
+    ] {
+        let (code, live, err) = live(
+            &a.url,
+            &p,
+            &["--baseline-endpoint", &b.url, "--max-regression", "1"],
+        );
+        assert_eq!(code, 0, "{engine}: {err}");
+        for k in ["delta", "ci95", "samples"] {
+            assert_eq!(live[k], off[k], "{engine}: {k}");
+        }
+        for side in ["draft", "baseline"] {
+            for k in ["accept_length", "rounds", "accept_length_sglang_request"] {
+                assert_eq!(live[side][k], off[side][k], "{engine}: {side}.{k}");
+            }
+        }
+        for (c, v) in off["per_category"].as_object().unwrap() {
+            for k in ["n", "draft", "baseline", "delta", "ci95"] {
+                assert_eq!(live["per_category"][c][k], v[k], "{engine}: {c}.{k}");
+            }
+        }
+        assert_eq!(
+            live["live"]["same_output"],
+            json!({"compared": 6, "equal": 6}),
+            "{engine}"
+        );
+    }
+}
+
+/// An MT-Bench `question.jsonl` goes out as chat messages (`turns[0]`) to the chat routes:
+/// vLLM `/v1/chat/completions`, SGLang `/v1/chat/completions` with
+/// `return_spec_tokens_details` (its figures under `sglext.spec_tokens_details`).
+#[test]
+fn chat_prompt_sets_go_to_the_chat_routes() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("question.jsonl");
+    std::fs::write(
+        &p,
+        concat!(
+            r#"{"question_id": 81, "category": "writing", "turns": ["Compose an engaging travel blog post about a recent trip to Hawaii.", "Rewrite your previous response."]}"#, "\n",
+            r#"{"question_id": 101, "category": "reasoning", "turns": ["Imagine you are participating in a race with a group of people.", "What if?"]}"#, "\n",
+        ),
+    )
+    .unwrap();
+    let gen = scripted(0);
+    let ids = |v: &Value| -> Vec<u32> {
+        v["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .bytes()
+            .map(u32::from)
+            .collect()
+    };
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let (g1, s1) = (gen.clone(), seen.clone());
+    let v = serve(move |r: &Request| match r.path.as_str() {
+        "/v1/models" => models("vllm"),
+        "/v1/chat/completions" => {
+            let b = r.json();
+            s1.lock().unwrap().push(b.clone());
+            let g = g1(&ids(&b), max_tokens(&b));
+            let mut c = vllm_completion(&g, 9, true);
+            c["object"] = json!("chat.completion");
+            c["choices"][0] = json!({"index": 0, "message": {"role": "assistant", "content": text_of(&g)}, "logprobs": null, "finish_reason": "length"});
+            Response::json(&c)
+        }
+        _ => Response::status(404, "{}"),
+    });
+    let (code, r, err) = live(&v.url, &p, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["live"]["prompt_format"], json!("mt-bench"));
+    let bodies = seen.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(
+        bodies[0]["messages"],
+        json!([{"role": "user", "content": "Compose an engaging travel blog post about a recent trip to Hawaii."}])
+    );
+    assert_eq!(
+        r["per_category"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["reasoning", "writing"]
+    );
+    let (mut steps, mut committed) = (0, 0);
+    for b in &bodies {
+        let g = gen(&ids(b), 40);
+        steps += g.steps();
+        committed += g.steps() + g.acc();
+    }
+    assert_eq!(
+        r["draft"]["accept_length"].as_f64().unwrap(),
+        committed as f64 / steps as f64
+    );
+    // SGLang's OpenAI route with the details asked for.
+    let g2 = gen.clone();
+    let s = serve(move |r: &Request| match r.path.as_str() {
+        "/v1/models" => models("sglang"),
+        "/server_info" => Response::json(&sglang_info("0.5.23", json!("EAGLE3"))),
+        "/v1/chat/completions" => {
+            let b = r.json();
+            assert_eq!(b["return_spec_tokens_details"], json!(true));
+            let g = g2(&ids(&b), max_tokens(&b));
+            let meta = sglang_generate(&g, 9)["meta_info"].clone();
+            Response::json(
+                &json!({"id": "x", "object": "chat.completion", "created": 1, "model": "kimi-k2.5-tiny",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text_of(&g)}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 9, "completion_tokens": g.tokens.len(), "total_tokens": 9 + g.tokens.len()},
+                "sglext": {"spec_tokens_details": meta}}),
+            )
+        }
+        _ => Response::status(404, "{}"),
+    });
+    let (code, r2, err) = live(&s.url, &p, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r2["draft"]["accept_length"], r["draft"]["accept_length"]);
+    assert_eq!(
+        r2["live"]["draft"]["sources"],
+        json!(["sglext.spec_tokens_details"])
+    );
+}
+
+/// TensorRT-LLM without the per-request field: its iteration stats (`/metrics`, JSON, drained
+/// on read) around each request.
+#[test]
+fn trtllm_iteration_stats_are_drained_around_each_request() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 2);
+    let gen = scripted(1);
+    let (al, steps) = expected_al(&gen, &p, 40);
+    let pending: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let (g, q) = (gen.clone(), pending.clone());
+    let server = serve(move |r: &Request| match r.path.as_str() {
+        "/v1/models" => models("tensorrt_llm"),
+        "/metrics" => {
+            // Drained on read (`get_stats_async`): each GET returns and removes the queue.
+            let its: Vec<Value> = std::mem::take(&mut *q.lock().unwrap());
+            Response::json(&json!(its))
+        }
+        "/v1/completions" => {
+            let v = r.json();
+            let ids = prompt_ids(&v);
+            let gn = g(&ids, max_tokens(&v));
+            let mut its = q.lock().unwrap();
+            // The context iteration (no drafts), then one iteration per verify step.
+            let n = its.len();
+            its.push(json!({"iter": n, "iterLatencyMS": 20.0, "numActiveRequests": 1,
+                "specDecodingStats": {"numDraftTokens": 0, "numAcceptedTokens": 0, "numRequestsWithDraftTokens": 0,
+                    "acceptanceLength": 1.0, "iterLatencyMS": 0.0, "draftOverhead": 0.0}}));
+            for &a in &gn.accepted {
+                let n = its.len();
+                its.push(json!({"iter": n, "iterLatencyMS": 21.3, "numActiveRequests": 1,
+                    "specDecodingStats": {"numDraftTokens": K, "numAcceptedTokens": a, "numRequestsWithDraftTokens": 1,
+                        "acceptanceLength": 1.0 + a as f64, "iterLatencyMS": 0.0, "draftOverhead": 0.0}}));
+            }
+            let mut c = trtllm_completion(&gn, ids.len());
+            c["choices"][0]
+                .as_object_mut()
+                .unwrap()
+                .remove("avg_decoded_tokens_per_iter");
+            Response::json(&c)
+        }
+        _ => Response::status(404, "{}"),
+    });
+    let (code, _, err) = live(&server.url, &p, &[]);
+    assert_eq!(code, 2, "no per-request figure and no --server-counters");
+    assert!(err.contains("--server-counters"), "{err}");
+    let (code, r, err) = live(&server.url, &p, &["--server-counters"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (
+            r["draft"]["accept_length"].as_f64().unwrap(),
+            r["draft"]["rounds"].as_u64().unwrap()
+        ),
+        (al, steps)
+    );
+}
+
+/// `--published DRAFT`: the figures `--target`'s profile quotes for the draft on the prompt
+/// set's benchmark (kimi-k2.6: nvidia/Kimi-K2.6-Eagle3 on MT-Bench, overall and per category)
+/// are floors, each a JUnit testcase.
+#[test]
+fn published_figures_are_floors() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("question.jsonl");
+    let mut lines = String::new();
+    for (i, c) in ["coding", "writing", "coding", "writing", "stem"]
+        .iter()
+        .enumerate()
+    {
+        lines.push_str(&json!({"question_id": 81 + i, "category": c, "turns": [format!("Question {i} about {c}, answered at length."), "And then?"]}).to_string());
+        lines.push('\n');
+    }
+    std::fs::write(&p, lines).unwrap();
+    let gen = scripted(1);
+    let server = serve(move |r: &Request| match r.path.as_str() {
+        "/v1/models" => models("vllm"),
+        "/v1/chat/completions" => {
+            let b = r.json();
+            let ids: Vec<u32> = b["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .bytes()
+                .map(u32::from)
+                .collect();
+            let g = gen(&ids, max_tokens(&b));
+            let mut c = vllm_completion(&g, 9, true);
+            c["choices"][0] = json!({"index": 0, "message": {"role": "assistant", "content": text_of(&g)}, "finish_reason": "length"});
+            Response::json(&c)
+        }
+        _ => Response::status(404, "{}"),
+    });
+    let junit = t.path().join("j.xml");
+    let (code, r, err) = live(
+        &server.url,
+        &p,
+        &[
+            "--target",
+            "kimi-k2.6",
+            "--published",
+            "nvidia/Kimi-K2.6-Eagle3",
+            "--junit",
+            junit.to_str().unwrap(),
+        ],
+    );
+    let checks = r["published"].as_array().unwrap_or_else(|| panic!("{err}"));
+    let mut names: Vec<&str> = checks
+        .iter()
+        .map(|c| c["benchmark"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["MT-Bench", "MT-Bench coding", "MT-Bench writing"],
+        "no card figure for stem"
+    );
+    let mut any_failed = false;
+    for c in checks {
+        let (m, pb) = (
+            c["measured"].as_f64().unwrap(),
+            c["published"].as_f64().unwrap(),
+        );
+        assert_eq!(c["passed"].as_bool().unwrap(), m >= pb - 0.03);
+        any_failed |= !c["passed"].as_bool().unwrap();
+        let cat = c["category"].as_str().unwrap_or("overall");
+        let measured = if cat == "overall" {
+            &r["draft"]["accept_length"]
+        } else {
+            &r["per_category"][cat]["draft"]
+        };
+        assert_eq!(c["measured"], *measured);
+    }
+    assert_eq!(code, if any_failed { 1 } else { 0 }, "{err}");
+    let x = std::fs::read_to_string(&junit).unwrap();
+    assert!(x.contains("published MT-Bench coding coding"), "{x}");
+    // Token-id prompts are no benchmark: nothing to compare with.
+    let tp = prompts(t.path(), 1);
+    let (code, _, err) = live(
+        &server.url,
+        &tp,
+        &[
+            "--target",
+            "kimi-k2.6",
+            "--published",
+            "nvidia/Kimi-K2.6-Eagle3",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("no benchmark"), "{err}");
+}
