@@ -1084,3 +1084,81 @@ fn published_figures_are_floors() {
     assert_eq!(code, 2);
     assert!(err.contains("no benchmark"), "{err}");
 }
+
+/// SGLang's OpenAI route before 0.5.19 has no acceptance fields; with `--enable-metrics` its
+/// Prometheus counters (counted when a request finishes) measure each request alone.
+#[test]
+fn sglang_prometheus_counters_measure_chat_requests() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("gsm8k.jsonl");
+    std::fs::write(
+        &p,
+        concat!(
+            r#"{"question": "Janet's ducks lay 16 eggs per day. How much does she make?", "answer": "She makes 9 * 2 = $18.\n#### 18"}"#, "\n",
+            r#"{"question": "A robe takes 2 bolts of blue fiber and half that much white fiber. How many bolts?", "answer": "2 + 1 = 3\n#### 3"}"#, "\n",
+        ),
+    )
+    .unwrap();
+    let gen = scripted(0);
+    let ids = |v: &Value| -> Vec<u32> {
+        v["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .bytes()
+            .map(u32::from)
+            .collect()
+    };
+    let counters: Arc<Mutex<(u64, u64, u64)>> = Arc::default();
+    let (g, c) = (gen.clone(), counters.clone());
+    let s = serve(move |r: &Request| match r.path.as_str() {
+        "/v1/models" => models("sglang"),
+        "/server_info" => Response::json(&sglang_info("0.5.18", json!("EAGLE3"))),
+        "/metrics" => {
+            let (verify, tokens, reqs) = *c.lock().unwrap();
+            Response::text(&format!(
+                "# HELP sglang:spec_verify_calls_total The number of verification forward calls in the speculative decoding.\n\
+# TYPE sglang:spec_verify_calls_total counter\n\
+sglang:spec_verify_calls_total{{model_name=\"kimi-k2.5-tiny\",engine_type=\"unified\"}} {verify}.0\n\
+# HELP sglang:generation_tokens_total Number of generation tokens processed.\n\
+# TYPE sglang:generation_tokens_total counter\n\
+sglang:generation_tokens_total{{model_name=\"kimi-k2.5-tiny\",engine_type=\"unified\",is_streaming=\"false\"}} {tokens}.0\n\
+sglang:generation_tokens_total{{model_name=\"kimi-k2.5-tiny\",engine_type=\"unified\",is_streaming=\"true\"}} 0.0\n\
+# HELP sglang:num_requests_total Number of requests processed.\n\
+# TYPE sglang:num_requests_total counter\n\
+sglang:num_requests_total{{model_name=\"kimi-k2.5-tiny\",engine_type=\"unified\"}} {reqs}.0\n"
+            ))
+        }
+        "/v1/chat/completions" => {
+            let b = r.json();
+            let gn = g(&ids(&b), max_tokens(&b));
+            let mut k = c.lock().unwrap();
+            *k = (k.0 + gn.steps(), k.1 + gn.tokens.len() as u64, k.2 + 1);
+            Response::json(
+                &json!({"id": "x", "object": "chat.completion", "created": 1, "model": "kimi-k2.5-tiny",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text_of(&gn)}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 9, "completion_tokens": gn.tokens.len(), "total_tokens": 9 + gn.tokens.len()}}),
+            )
+        }
+        _ => Response::status(404, "{}"),
+    });
+    let (code, _, err) = live(&s.url, &p, &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("0.5.19"), "{err}");
+    let (code, r, err) = live(&s.url, &p, &["--server-counters"]);
+    assert_eq!(code, 0, "{err}");
+    let (mut steps, mut committed) = (0, 0);
+    for q in [
+        "Janet's ducks lay 16 eggs per day. How much does she make?",
+        "A robe takes 2 bolts of blue fiber and half that much white fiber. How many bolts?",
+    ] {
+        let g = gen(&q.bytes().map(u32::from).collect::<Vec<_>>(), 40);
+        steps += g.steps();
+        committed += g.steps() + g.acc();
+    }
+    assert_eq!(
+        r["draft"]["accept_length"].as_f64().unwrap(),
+        committed as f64 / steps as f64
+    );
+    assert_eq!(r["per_category"]["gsm8k"]["n"], json!(2));
+    assert_eq!(r["live"]["draft"]["sources"], json!(["server counters"]));
+}

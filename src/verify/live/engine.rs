@@ -117,6 +117,11 @@ pub trait Protocol: Send + Sync {
     fn counters_drain(&self) -> bool {
         false
     }
+    /// Whether the counters' accepted figure still holds each request's prefill-sampled token
+    /// (SGLang's generated-token counter): the run takes 1 off per request.
+    fn counters_count_prefill(&self) -> bool {
+        false
+    }
     /// Inspect the server before the run.
     fn preflight(&self, c: &Client) -> Result<Preflight>;
     /// How to turn the per-request figure on, for the error when a response lacks it.

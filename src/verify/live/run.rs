@@ -192,9 +192,16 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
                     });
                 }
             }
+            let prefill = u64::from(proto.counters_count_prefill());
+            let Some(accepted) = (a.accepted - b.accepted).checked_sub(prefill) else {
+                return Ok(failed(
+                    "the server-wide counters did not move for the request".into(),
+                    attempts,
+                ));
+            };
             Counters {
                 steps: a.steps - b.steps,
-                accepted: a.accepted - b.accepted,
+                accepted,
                 requests: None,
             }
         };

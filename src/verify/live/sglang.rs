@@ -14,7 +14,11 @@
 //! - **Server**: `GET /server_info` (`/get_server_info` before 0.5.9): the server arguments
 //!   (`version`, `speculative_algorithm`, `speculative_num_steps`, `speculative_adaptive`, …)
 //!   and `internal_states[i].avg_spec_accept_length`, which lags by up to
-//!   `--decode-log-interval` decode iterations: no server-wide counter kquant differences.
+//!   `--decode-log-interval` decode iterations and is not used. With `--enable-metrics` the
+//!   Prometheus page has `sglang:spec_verify_calls_total` (0.5.13+) and
+//!   `sglang:generation_tokens_total`, both counted when a request finishes
+//!   (`sglang/srt/observability/metrics_collector.py`): the server-wide fallback differences
+//!   them around one request (steps = Δverify calls, accepted = Δtokens − 1 − Δverify calls).
 //! - The EAGLE-3 aux-layer off-by-one (sgl-project/sglang#25454): 0.5.12 and earlier add 1 to
 //!   every explicit `eagle_aux_hidden_state_layer_ids`; fixed in 0.5.13.
 
@@ -113,8 +117,32 @@ impl Protocol for Sglang {
         })
     }
 
-    fn counters(&self, _c: &Client) -> std::result::Result<Option<Counters>, Failure> {
-        Ok(None)
+    fn counters(&self, c: &Client) -> std::result::Result<Option<Counters>, Failure> {
+        // Prometheus (`--enable-metrics`), counted when a request finishes: verify passes from
+        // 0.5.13 (`sglang:spec_verify_calls_total`) and generated tokens, the prefill token among
+        // them (`sglang:generation_tokens_total`, summed over its `is_streaming` label).
+        let page = c.get_text("/metrics")?;
+        let m = super::prometheus::parse(&page).map_err(|msg| Failure {
+            retryable: false,
+            msg: format!("/metrics is not a Prometheus page: {msg}"),
+        })?;
+        let (Some(steps), Some(tokens)) = (
+            m.counter("sglang:spec_verify_calls"),
+            m.counter("sglang:generation_tokens"),
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(Counters {
+            steps,
+            // Each request's tokens are its prefill token plus each step's accepted drafts and
+            // bonus token: the run subtracts the prefill token per request.
+            accepted: tokens.saturating_sub(steps),
+            requests: m.counter("sglang:num_requests"),
+        }))
+    }
+
+    fn counters_count_prefill(&self) -> bool {
+        true
     }
 
     fn preflight(&self, c: &Client) -> Result<Preflight> {
@@ -174,7 +202,7 @@ impl Protocol for Sglang {
     }
 
     fn per_request_hint(&self) -> &'static str {
-        "send token ids or text (native /generate always reports spec_verify_ct), or use SGLang >= 0.5.19 for chat messages (return_spec_tokens_details)"
+        "send token ids or text (native /generate always reports spec_verify_ct), use SGLang >= 0.5.19 for chat messages (return_spec_tokens_details), or measure from the Prometheus counters with --server-counters (--enable-metrics, SGLang >= 0.5.13) on a server this run has alone"
     }
 }
 
