@@ -581,6 +581,10 @@ fn server_counters_measure_each_request_alone_and_refuse_other_traffic() {
         (al, steps)
     );
     assert_eq!(r["live"]["draft"]["sources"], json!(["server counters"]));
+    assert!(
+        err.contains("server-wide counters, one at a time"),
+        "saying so: {err}"
+    );
     // Another client's request finishes during each of kquant's: refused.
     let cfg = Vllm {
         version: "0.28.0",
@@ -675,6 +679,32 @@ fn the_preflight_refuses_meaningless_runs_and_warns_about_known_pitfalls() {
     let (code, _, err) = live(&v.url, &p, &["--engine", "sglang"]);
     assert_eq!(code, 2);
     assert!(err.contains("--engine vllm"), "{err}");
+    // A server that does not answer in --request-timeout: the request fails, never measured.
+    let slow = serve(|r: &Request| match r.path.as_str() {
+        "/v1/models" => models("vllm"),
+        "/v1/completions" => {
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            Response::status(500, "{}")
+        }
+        _ => Response::status(404, "{}"),
+    });
+    let (code, _, err) = live(
+        &slow.url,
+        &p,
+        &[
+            "--request-timeout",
+            "1",
+            "--retries",
+            "0",
+            "--max-failed",
+            "0",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("requests failed") && err.to_lowercase().contains("timed out"),
+        "{err}"
+    );
     // Nothing listening: an error naming the URL, not a panic.
     let gone = v.url.clone();
     drop(v);
@@ -1161,4 +1191,42 @@ sglang:num_requests_total{{model_name=\"kimi-k2.5-tiny\",engine_type=\"unified\"
     );
     assert_eq!(r["per_category"]["gsm8k"]["n"], json!(2));
     assert_eq!(r["live"]["draft"]["sources"], json!(["server counters"]));
+}
+
+/// A live `--target` without `--prompts` sends the profile's bundled held-out set; `--limit`
+/// keeps the first N of each category.
+#[test]
+fn the_tiny_profile_bundles_its_prompts_and_limit_caps_each_category() {
+    let (v, seen) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: scripted(0),
+    });
+    let o = kquant(&[
+        "verify",
+        "--endpoint",
+        &v.url,
+        "--target",
+        "kimi-k2.5-tiny",
+        "--limit",
+        "2",
+        "--max-tokens",
+        "16",
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["samples"], json!(6), "3 categories x 2");
+    assert_eq!(r["limit_per_category"], json!(2));
+    assert!(
+        r["live"]["prompts"]
+            .as_str()
+            .unwrap()
+            .ends_with("heldout.jsonl"),
+        "{}",
+        r["live"]["prompts"]
+    );
+    assert_eq!(r["live"]["prompt_format"], json!("tokens"));
+    assert_eq!(seen.lock().unwrap().bodies.len(), 6);
 }

@@ -329,6 +329,21 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         json!({"compared": compared, "equal": equal})
     });
+    for (side, s) in [("draft", Some(&draft)), ("baseline", baseline.as_ref())] {
+        let Some(s) = s else { continue };
+        let n = s
+            .outcomes
+            .iter()
+            .filter(|o| {
+                o.result
+                    .as_ref()
+                    .is_ok_and(|m| m.source == run::SERVER_COUNTERS)
+            })
+            .count();
+        if n > 0 {
+            warnings.push(format!("{side}: {n} requests were measured from the server-wide counters, one at a time: the figures hold only if no other client used {} meanwhile", s.url));
+        }
+    }
     for w in &warnings {
         eprintln!("warning: {w}");
     }

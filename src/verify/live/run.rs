@@ -16,6 +16,9 @@ use super::engine::{Counters, Protocol, RequestOptions, Spec};
 use crate::error::{Error, Result};
 use crate::verify::prompt_sets::LivePrompt;
 
+/// The source of a figure measured from the server-wide counters.
+pub const SERVER_COUNTERS: &str = "server counters";
+
 /// How to send.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -211,7 +214,7 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
                     steps: delta.steps,
                     accepted: delta.accepted,
                 },
-                "server counters".into(),
+                SERVER_COUNTERS.into(),
             )),
             attempts,
         });
