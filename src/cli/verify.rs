@@ -347,6 +347,19 @@ pub(crate) fn emit(
     Ok(())
 }
 
+/// The gate's thresholds from the flags, refused when they cannot gate.
+pub(crate) fn thresholds(a: &Args) -> Result<Thresholds> {
+    let th = Thresholds {
+        max_regression: a.max_regression,
+        min_accept: a.min_accept,
+    };
+    th.check().map_err(|msg| Error::Flags {
+        msg,
+        hint: "give finite thresholds: a comparison with `nan` is always false, so the gate would pass anything".into(),
+    })?;
+    Ok(th)
+}
+
 pub fn run(a: Args) -> Result<ExitCode> {
     if a.endpoint.is_some() {
         return super::verify_live::run(a);
@@ -357,14 +370,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     })?;
     let exec = crate::runtime::linears::Exec::device(crate::gpu::linear::verify_device(&a.device)?);
     let profile = a.target.as_deref().map(profile::load).transpose()?;
-    let th = Thresholds {
-        max_regression: a.max_regression,
-        min_accept: a.min_accept,
-    };
-    th.check().map_err(|msg| Error::Flags {
-        msg,
-        hint: "give finite thresholds: a comparison with `nan` is always false, so the gate would pass anything".into(),
-    })?;
+    let th = thresholds(&a)?;
     let mut tmp = None;
     let src = TraceSource {
         trace: a.trace.as_deref(),

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::verify::{emit, Args};
 use crate::error::{Error, Result};
-use crate::verify::gate::{self, decide, Thresholds};
+use crate::verify::gate::{self, decide};
 use crate::verify::live::client::Client;
 use crate::verify::live::engine::{Engine, Preflight, RequestOptions};
 use crate::verify::live::run::{self, Measured, Outcome};
@@ -182,14 +182,7 @@ fn check_failed(s: &Side, prompts: &[LivePrompt], a: &Args) -> Result<()> {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    let th = Thresholds {
-        max_regression: a.max_regression,
-        min_accept: a.min_accept,
-    };
-    th.check().map_err(|msg| Error::Flags {
-        msg,
-        hint: "give finite thresholds: a comparison with `nan` is always false, so the gate would pass anything".into(),
-    })?;
+    let th = super::verify::thresholds(&a)?;
     let url = a.endpoint.clone().expect("live mode has --endpoint");
     let profile = a.target.as_deref().map(profile::load).transpose()?;
     let file: PathBuf = match (&a.prompts, profile.as_ref().and_then(|p| p.live.as_ref())) {

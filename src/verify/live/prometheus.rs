@@ -20,6 +20,15 @@ pub fn parse(text: &str) -> Result<Page, String> {
     Ok(Page { scrape })
 }
 
+/// GET `/metrics` from `c` and parse it.
+pub fn scrape(c: &super::client::Client) -> Result<Page, super::client::Failure> {
+    let text = c.get_text("/metrics")?;
+    parse(&text).map_err(|msg| super::client::Failure {
+        retryable: false,
+        msg: format!("/metrics is not a Prometheus page: {msg}"),
+    })
+}
+
 impl Page {
     /// The sum over every label set of counter `name` (exposed as `name_total`, as
     /// prometheus_client writes it, or `name`); `None` when the page has no such counter, or a

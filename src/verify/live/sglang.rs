@@ -121,11 +121,7 @@ impl Protocol for Sglang {
         // Prometheus (`--enable-metrics`), counted when a request finishes: verify passes from
         // 0.5.13 (`sglang:spec_verify_calls_total`) and generated tokens, the prefill token among
         // them (`sglang:generation_tokens_total`, summed over its `is_streaming` label).
-        let page = c.get_text("/metrics")?;
-        let m = super::prometheus::parse(&page).map_err(|msg| Failure {
-            retryable: false,
-            msg: format!("/metrics is not a Prometheus page: {msg}"),
-        })?;
+        let m = super::prometheus::scrape(c)?;
         let (Some(steps), Some(tokens)) = (
             m.counter("sglang:spec_verify_calls"),
             m.counter("sglang:generation_tokens"),

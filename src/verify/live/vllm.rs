@@ -21,7 +21,6 @@ use super::engine::{
     count, openai_reply, openai_request, version_triple, Counters, Engine, Finding, Preflight,
     Protocol, Reply, RequestOptions, Spec,
 };
-use super::prometheus;
 use crate::error::Result;
 use crate::verify::prompt_sets::LivePrompt;
 
@@ -55,11 +54,7 @@ impl Protocol for Vllm {
     }
 
     fn counters(&self, c: &Client) -> std::result::Result<Option<Counters>, Failure> {
-        let page = c.get_text("/metrics")?;
-        let m = prometheus::parse(&page).map_err(|msg| Failure {
-            retryable: false,
-            msg: format!("/metrics is not a Prometheus page: {msg}"),
-        })?;
+        let m = super::prometheus::scrape(c)?;
         let (Some(steps), Some(accepted)) = (
             m.counter("vllm:spec_decode_num_drafts"),
             m.counter("vllm:spec_decode_num_accepted_tokens"),
