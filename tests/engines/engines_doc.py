@@ -121,11 +121,11 @@ def claim_cell(c, own=None):
     return s
 
 
-CALIBRATED = """Each row ending `--method {method}` is the scheme × format of the row above it,
-quantized again with `--method {method} --calibrate TRACE`:
+CALIBRATED = """Each row ending `--method M` is the scheme × format of the round-to-nearest row
+above it, quantized again with `--method M --calibrate TRACE`:
 {what}.
-There is one for every scheme × format that `--method {method}` accepts (the symmetric INT4
-schemes; kquant refuses the others).
+There is one per method for every scheme × format the calibrated methods accept (the symmetric
+INT4 schemes; kquant refuses the others).
 TRACE is kquant's own synthetic `kquant-trace/1` for the widened draft WIDE; the replay
 takes the embedding (and, DFlash, the lm_head) the draft does not have from WIDE_TARGET,
 the tiny target's embedding and lm_head widened alike (`widen.py --head`):
@@ -135,13 +135,17 @@ kquant bench replay WIDE --synthetic-trace {len} --prompt-len {prompt_len} --sam
   --target-checkpoint WIDE_TARGET --write-trace TRACE
 ```
 
-Such an output differs from its round-to-nearest twin only in its codes and in one more
-top-level key in `config.json`, `kquant_quantization` (the method, the trace's sha256, the GPTQ
-settings); its `quantization_config` and `hf_quant_config.json` are the twin's (the tier checks
+Such an output differs from its round-to-nearest twin only in its codes (and, for `search` and
+`search-gptq`, its scales) and in one more top-level key in `config.json`, `kquant_quantization`
+(the method, the trace's sha256, the method's settings); its `quantization_config` and `hf_quant_config.json` are the twin's (the tier checks
 both). kquant's claim is per scheme × format, so "kquant says" on these rows is the twin's
 claim, and `kquant inspect` must make the same claim of the calibrated output.
 """
-METHOD_WHAT = {"gptq": "GPTQ's codes under the format's round-to-nearest scales"}
+METHOD_WHAT = {
+    "gptq": "GPTQ's codes under the format's round-to-nearest scales",
+    "search": "per row, the scale the activation-weighted search picks, with its rounded codes",
+    "search-gptq": "the search's scales, then GPTQ's codes under them",
+}
 
 
 def render(rows, passed, failed, work, root, calibrated=None):
@@ -175,8 +179,8 @@ def render(rows, passed, failed, work, root, calibrated=None):
     for title, prefix in groups:
         out.append(f"## {title}\n")
         if prefix == "quantize " and calibrated:
-            out.append(CALIBRATED.format(
-                what=METHOD_WHAT.get(calibrated["method"], calibrated["method"]), **calibrated))
+            what = "; ".join(f"`{m}`, {METHOD_WHAT.get(m, m)}" for m in calibrated["methods"])
+            out.append(CALIBRATED.format(what=what, **calibrated))
         out.append("| checkpoint | vLLM | kquant says | SGLang | kquant says | |")
         out.append("|---|---|---|---|---|---|")
         for ident in order:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The engine-loader tier: every tiny draft, every `kquant convert --to` output made from them and
-every `kquant quantize` scheme × format output (and, for each one `--method gptq` can calibrate,
-its calibrated twin), through vLLM's and SGLang's own draft loaders
+every `kquant quantize` scheme × format output (and, for each one the calibrated methods take,
+its `--method gptq`, `search` and `search-gptq` twins), through vLLM's and SGLang's own draft loaders
 (vllm_load.py, sglang_load.py, run in the engines' venvs), each verdict compared with
 `kquant inspect --json`'s claim for that engine; then the planted defects, each of which the
 checks must catch. Plain Python 3, no packages (the harnesses run in the engines' venvs):
@@ -16,7 +16,7 @@ failure. A claim agrees when it says "yes" and the engine loads it (every tensor
 parameter written, every parameter holding what kquant reads for it), or "no" and the engine
 refuses it or a check fails; a verdict that stopped at a step CPU cannot run (SGLang's kernel
 set-up after loading) agrees only with a "yes" that names that step (`unproven_on_cpu`).
-"depends" never agrees. A calibrated output (`--method gptq --calibrate TRACE`) is compared
+"depends" never agrees. A calibrated output (`--method M --calibrate TRACE`) is compared
 with its round-to-nearest twin's claim — kquant's claim is per scheme × format, the method does
 not change it — and `kquant inspect` must make that same claim for it. `--doc` writes
 docs/engines.md from the results.
@@ -46,9 +46,9 @@ CONVERT_TO = {
 # Sources of the quantized outputs: one per family the engines serve, widened ×8 (widen.py:
 # group-128 schemes need input widths in multiples of 128).
 QUANT_SOURCES = ["eagle3-specforge", "eagle3-mla-vllm", "dflash-zlab"]
-# The calibrated rows: the method, and the synthetic trace each widened draft replays for it
+# The calibrated rows: the methods, and the synthetic trace each widened draft replays for them
 # (`kquant bench replay --synthetic-trace LEN --prompt-len P --samples N --write-trace DIR`).
-CALIBRATED_METHOD = "gptq"
+CALIBRATED_METHODS = ["gptq", "search", "search-gptq"]
 CAL_TRACE = {"len": 64, "prompt_len": 16, "samples": 2}
 # What kquant says when a scheme × format has no integer grid for a calibrated method (fp8,
 # uint4, nvfp4, …): no row for those.
@@ -124,7 +124,7 @@ def calibration_trace(kquant, wide, src, target, out):
         raise SystemExit(f"kquant bench replay {src} --write-trace failed:\n{r.stderr}")
 
 
-def check_calibrated(out, twin):
+def check_calibrated(out, twin, expected):
     """What a calibrated row puts to the engines, and only that: config.json's extra
     `kquant_quantization` key (naming the method) and other codes; every other JSON file the
     engines read (config.json without that key, `hf_quant_config.json`) as the round-to-nearest
@@ -137,9 +137,9 @@ def check_calibrated(out, twin):
     cj = {n: json.loads(b) for n, b in cj.items()}
     tj = {n: json.loads(b) for n, b in tj.items()}
     method = (cj["config.json"].pop("kquant_quantization", None) or {}).get("method")
-    if method != CALIBRATED_METHOD:
+    if method != expected:
         raise SystemExit(f"{out}: config.json's kquant_quantization.method is {method!r}, "
-                         f"expected {CALIBRATED_METHOD!r}")
+                         f"expected {expected!r}")
     if cj != tj:
         raise SystemExit(f"{out}: its JSON files differ from round-to-nearest's ({twin}) by "
                          "more than config.json's kquant_quantization")
@@ -208,23 +208,25 @@ def build(kquant, work, python):
                 items.append((f"quantize {src} {s['id']} {fmt}", out, how, refused))
                 if refused:
                     continue
-                # Its calibrated twin: the same flags and exclusions, codes chosen by GPTQ.
-                cal = out + f"--{CALIBRATED_METHOD}"
-                flags = ["--method", CALIBRATED_METHOD, "--calibrate", trace,
-                         "--target-checkpoint", wide_target]
-                _, crefused = quantize(kquant, os.path.join(wide, src), cal, s["id"], fmt,
-                                       exclude, extra + flags)
-                if crefused and NOT_CALIBRATABLE in crefused:
-                    continue
-                if not crefused:
-                    check_calibrated(cal, out)
-                    twins[cal] = out
-                items.append((
-                    f"quantize {src} {s['id']} {fmt} --method {CALIBRATED_METHOD}", cal,
-                    f"{how} --method {CALIBRATED_METHOD} --calibrate TRACE/{src} "
-                    "--target-checkpoint WIDE/target-head",
-                    crefused,
-                ))
+                # Its calibrated twins: the same flags and exclusions, codes (and, for the
+                # search, scales) chosen by each method.
+                for method in CALIBRATED_METHODS:
+                    cal = out + f"--{method}"
+                    flags = ["--method", method, "--calibrate", trace,
+                             "--target-checkpoint", wide_target]
+                    _, crefused = quantize(kquant, os.path.join(wide, src), cal, s["id"], fmt,
+                                           exclude, extra + flags)
+                    if crefused and NOT_CALIBRATABLE in crefused:
+                        break
+                    if not crefused:
+                        check_calibrated(cal, out, method)
+                        twins[cal] = out
+                    items.append((
+                        f"quantize {src} {s['id']} {fmt} --method {method}", cal,
+                        f"{how} --method {method} --calibrate TRACE/{src} "
+                        "--target-checkpoint WIDE/target-head",
+                        crefused,
+                    ))
     return items, twins
 
 
@@ -424,7 +426,7 @@ def main():
     if a.doc:
         with open(a.doc, "w") as f:
             f.write(engines_doc.render(rows, passed, failed, work, ROOT,
-                                       {"method": CALIBRATED_METHOD, **CAL_TRACE}))
+                                       {"methods": CALIBRATED_METHODS, **CAL_TRACE}))
     return 0 if failed == 0 else 1
 
 
