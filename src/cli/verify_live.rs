@@ -87,18 +87,7 @@ fn measure(url: &str, a: &Args, prompts: &[LivePrompt], what: &str) -> Result<Si
         retries: a.retries,
         server_counters: a.server_counters,
     };
-    let pb = indicatif::ProgressBar::with_draw_target(
-        Some(prompts.len() as u64),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    pb.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{msg:>12} [{bar:40}] {pos}/{len} requests ({eta})",
-        )
-        .expect("template")
-        .progress_chars("=> "),
-    );
-    pb.set_message(what.to_string());
+    let pb = super::progress_items(prompts.len() as u64, what, "requests");
     let outcomes = run::send(proto.as_ref(), &c, prompts, &o, &|| pb.inc(1))?;
     pb.finish_and_clear();
     Ok(Side {

@@ -210,6 +210,39 @@ pub(crate) fn openai_request(p: &LivePrompt, o: &RequestOptions) -> (String, Val
     (route.to_string(), body)
 }
 
+/// Check a per-step histogram (`key`: index j = verify steps that accepted j drafts, bonus
+/// excluded, as vLLM's `acceptance_histogram` and SGLang's `spec_correct_drafts_histogram`)
+/// against the step and accepted-draft counts beside it.
+pub(crate) fn check_histogram(
+    h: &Value,
+    key: &str,
+    steps: u64,
+    accepted: u64,
+) -> std::result::Result<(), String> {
+    let h = h
+        .as_array()
+        .ok_or_else(|| format!("`{key}` is not a list"))?;
+    let (mut n, mut a) = (0u64, 0u64);
+    for (j, x) in h.iter().enumerate() {
+        let c = x.as_u64().ok_or_else(|| format!("{key}[{j}] is {x}"))?;
+        n += c;
+        a += j as u64 * c;
+    }
+    if n != steps || a != accepted {
+        return Err(format!(
+            "the histogram counts {n} steps and {a} accepted drafts, the fields {steps} and {accepted}"
+        ));
+    }
+    Ok(())
+}
+
+/// The `version` of a server's `GET /version` (vLLM, trtllm-serve); `None` when it has none.
+pub(crate) fn served_version(c: &Client) -> Option<String> {
+    c.get_json("/version")
+        .ok()
+        .and_then(|v| v.get("version").and_then(Value::as_str).map(String::from))
+}
+
 /// `major.minor.patch` of a version string (`0.5.12`, `v0.33.0rc1`, `0.29.0+cu128`), for the
 /// version rules; `None` when it does not start with three numbers.
 pub fn version_triple(v: &str) -> Option<(u64, u64, u64)> {

@@ -26,8 +26,8 @@ use serde_json::Value;
 
 use super::client::{Client, Failure};
 use super::engine::{
-    count, version_triple, Counters, Engine, Finding, Preflight, Protocol, Reply, RequestOptions,
-    Spec,
+    check_histogram, count, version_triple, Counters, Engine, Finding, Preflight, Protocol, Reply,
+    RequestOptions, Spec,
 };
 use crate::error::{Error, Result};
 use crate::verify::prompt_sets::{Body, LivePrompt};
@@ -246,20 +246,7 @@ fn spec_of(
         .get("spec_correct_drafts_histogram")
         .filter(|h| !h.is_null())
     {
-        let h = h
-            .as_array()
-            .ok_or("`spec_correct_drafts_histogram` is not a list")?;
-        let (mut n, mut a) = (0u64, 0u64);
-        for (j, x) in h.iter().enumerate() {
-            let c = x
-                .as_u64()
-                .ok_or_else(|| format!("spec_correct_drafts_histogram[{j}] is {x}"))?;
-            n += c;
-            a += j as u64 * c;
-        }
-        if n != steps || a != accepted {
-            return Err(format!("the histogram counts {n} steps and {a} accepted drafts, the fields {steps} and {accepted}"));
-        }
+        check_histogram(h, "spec_correct_drafts_histogram", steps, accepted)?;
     }
     Ok(Some((Spec { steps, accepted }, field)))
 }

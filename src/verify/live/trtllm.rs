@@ -22,8 +22,8 @@ use serde_json::Value;
 
 use super::client::{Client, Failure};
 use super::engine::{
-    count, openai_reply, openai_request, Counters, Engine, Finding, Preflight, Protocol, Reply,
-    RequestOptions, Spec,
+    count, openai_reply, openai_request, served_version, Counters, Engine, Finding, Preflight,
+    Protocol, Reply, RequestOptions, Spec,
 };
 use crate::error::Result;
 use crate::verify::prompt_sets::LivePrompt;
@@ -119,10 +119,7 @@ impl Protocol for Trtllm {
 
     fn preflight(&self, c: &Client) -> Result<Preflight> {
         let mut p = Preflight {
-            version: c
-                .get_json("/version")
-                .ok()
-                .and_then(|v| v.get("version").and_then(Value::as_str).map(String::from)),
+            version: served_version(c),
             ..Preflight::default()
         };
         p.warnings.push(Finding {

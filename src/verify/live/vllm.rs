@@ -18,8 +18,8 @@ use serde_json::Value;
 
 use super::client::{Client, Failure};
 use super::engine::{
-    count, openai_reply, openai_request, version_triple, Counters, Engine, Finding, Preflight,
-    Protocol, Reply, RequestOptions, Spec,
+    check_histogram, count, openai_reply, openai_request, served_version, version_triple, Counters,
+    Engine, Finding, Preflight, Protocol, Reply, RequestOptions, Spec,
 };
 use crate::error::Result;
 use crate::verify::prompt_sets::LivePrompt;
@@ -70,10 +70,7 @@ impl Protocol for Vllm {
 
     fn preflight(&self, c: &Client) -> Result<Preflight> {
         let mut p = Preflight {
-            version: c
-                .get_json("/version")
-                .ok()
-                .and_then(|v| v.get("version").and_then(Value::as_str).map(String::from)),
+            version: served_version(c),
             ..Preflight::default()
         };
         if let Some(t) = p.version.as_deref().and_then(version_triple) {
@@ -126,22 +123,7 @@ fn spec_of(m: &Value) -> std::result::Result<Spec, String> {
         }
     }
     if let Some(h) = m.get("acceptance_histogram").filter(|h| !h.is_null()) {
-        let h = h
-            .as_array()
-            .ok_or_else(|| at("`acceptance_histogram` is not a list".into()))?;
-        let (mut n, mut a) = (0u64, 0u64);
-        for (j, x) in h.iter().enumerate() {
-            let c = x
-                .as_u64()
-                .ok_or_else(|| at(format!("acceptance_histogram[{j}] is {x}")))?;
-            n += c;
-            a += j as u64 * c;
-        }
-        if n != steps || a != accepted {
-            return Err(at(format!(
-                "the histogram counts {n} steps and {a} accepted drafts, the fields {steps} and {accepted}"
-            )));
-        }
+        check_histogram(h, "acceptance_histogram", steps, accepted).map_err(at)?;
     }
     Ok(Spec { steps, accepted })
 }
