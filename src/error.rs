@@ -205,6 +205,7 @@ impl Error {
             Error::Io { source, .. } => match source.kind() {
                 std::io::ErrorKind::NotFound => Some("check the path; a hub id looks like `org/name[@revision]`".into()),
                 std::io::ErrorKind::PermissionDenied => Some("check the file permissions".into()),
+                std::io::ErrorKind::UnexpectedEof => Some("the file ended early: it is truncated, or it shrank while kquant read it; copy or download it again and re-run".into()),
                 _ if source.raw_os_error() == Some(28) => Some("the disk is full: free space or write elsewhere with -o".into()),
                 _ if source.raw_os_error() == Some(30) => Some("the filesystem is read-only: write elsewhere with -o".into()),
                 _ => None,

@@ -24,6 +24,10 @@ const K: usize = 3;
 struct Gen {
     tokens: Vec<u32>,
     accepted: Vec<usize>,
+    /// Drafts the final step accepted beyond its cut at `max_tokens` or EOS: vLLM counts them
+    /// (its scheduler counts a step before `check_stop` trims it); SGLang and TensorRT-LLM
+    /// report the committed tokens.
+    extra: usize,
 }
 
 impl Gen {
@@ -40,6 +44,18 @@ impl Gen {
         }
         h
     }
+    /// vLLM's count: the final step before its cut.
+    fn acc_vllm(&self) -> u64 {
+        self.acc() + self.extra as u64
+    }
+    fn hist_vllm(&self) -> Vec<u64> {
+        let mut h = vec![0u64; K + 1];
+        let last = self.accepted.len().saturating_sub(1);
+        for (i, &a) in self.accepted.iter().enumerate() {
+            h[a + if i == last { self.extra } else { 0 }] += 1;
+        }
+        h
+    }
 }
 
 type Generator = Arc<dyn Fn(&[u32], usize) -> Gen + Send + Sync>;
@@ -52,13 +68,14 @@ fn scripted(bias: usize) -> Generator {
         let mut h = prompt
             .iter()
             .fold(7u64, |a, &t| a.wrapping_mul(31).wrapping_add(t as u64));
-        let (mut n_gen, mut accepted) = (1usize, Vec::new());
+        let (mut n_gen, mut accepted, mut extra) = (1usize, Vec::new(), 0);
         while n_gen < max_tokens {
             h = h
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            let n = (((h >> 33) % (K as u64 + 1)) as usize + bias).min(K);
-            let n = n.min(max_tokens - n_gen - 1);
+            let full = (((h >> 33) % (K as u64 + 1)) as usize + bias).min(K);
+            let n = full.min(max_tokens - n_gen - 1);
+            extra = full - n;
             accepted.push(n);
             n_gen += n + 1;
         }
@@ -67,6 +84,7 @@ fn scripted(bias: usize) -> Generator {
                 .map(|i| (i * 7 + prompt.len() as u32) % 300)
                 .collect(),
             accepted,
+            extra,
         }
     })
 }
@@ -111,7 +129,8 @@ fn models(owned_by: &str) -> Option<Response> {
 /// vLLM 0.33.0 `/v1/completions` with `--per-request-spec-decode-metrics summary`
 /// (`CompletionResponse` + `metrics.speculative_decoding` from `RequestSpecDecodeMetrics.to_dict`).
 fn vllm_completion(g: &Gen, prompt_len: usize, per_request: bool) -> Value {
-    let (r, a) = (g.steps(), g.acc());
+    // vLLM counts the final step before its cut at max_tokens / EOS.
+    let (r, a) = (g.steps(), g.acc_vllm());
     let mut v = json!({"id": "cmpl-7f3e", "object": "text_completion", "created": 1764000000,
         "model": "kimi-k2.5-tiny",
         "choices": [{"index": 0, "text": text_of(g), "logprobs": null, "finish_reason": "length",
@@ -124,7 +143,7 @@ fn vllm_completion(g: &Gen, prompt_len: usize, per_request: bool) -> Value {
         v["metrics"] = json!({"speculative_decoding": {
             "mean_acceptance_length": if r == 0 { 1.0 } else { 1.0 + a as f64 / r as f64 },
             "draft_acceptance_rate": if r == 0 { 0.0 } else { a as f64 / (r as f64 * K as f64) },
-            "acceptance_histogram": g.hist(), "num_spec_steps": r,
+            "acceptance_histogram": g.hist_vllm(), "num_spec_steps": r,
             "num_accepted_draft_tokens": a, "num_draft_tokens": r * K as u64,
             "num_spec_tokens": K}});
     }
@@ -195,7 +214,7 @@ fn vllm_answer(cfg: &Vllm, s: &Mutex<Seen>, r: &Request) -> Option<Response> {
             let mut s = s.lock().unwrap();
             s.bodies.push(v);
             s.drafts += g.steps();
-            s.accepted += g.acc();
+            s.accepted += g.acc_vllm();
             s.finished += 1;
             Response::json(&vllm_completion(&g, ids.len(), cfg.per_request))
         }
@@ -548,6 +567,7 @@ fn malformed_or_incomplete_responses_are_refused() {
             let g = Gen {
                 tokens: vec![1; max_tokens(&v)],
                 accepted: vec![],
+                extra: 0,
             };
             Response::json(&vllm_completion(&g, 3, true))
         }
@@ -741,23 +761,32 @@ fn tiny_engine(draft: &Path) -> Generator {
         let s = kquant::verify::sim::simulate(&target, d.as_ref(), ids, max, K).unwrap();
         let mut tokens = s.tokens[ids.len()..].to_vec();
         let mut accepted = s.accepted;
+        let mut extra = s.overshoot;
         // The engine stops at EOS (kquant asks `ignore_eos: false`): the continuation ends with
-        // it, and the step that committed it counts the drafts up to it. The loop's proposals
-        // at a root never depend on what comes after, so this is the loop run with a stop.
+        // it, and the step that committed it commits the drafts up to it (vLLM still counts
+        // all it accepted). The loop's proposals at a root never depend on what comes after,
+        // so this is the loop run with a stop.
         if let Some(e) = tokens.iter().position(|t| eos.contains(t)) {
             tokens.truncate(e + 1);
             let (mut n_gen, mut kept) = (1usize, Vec::new());
-            for a in accepted {
+            let last = accepted.len().saturating_sub(1);
+            for (i, full) in accepted.into_iter().enumerate() {
                 if n_gen >= tokens.len() {
                     break;
                 }
-                let a = a.min(tokens.len() - n_gen - 1);
+                let full = full + if i == last { s.overshoot } else { 0 };
+                let a = full.min(tokens.len() - n_gen - 1);
+                extra = full - a;
                 kept.push(a);
                 n_gen += a + 1;
             }
             accepted = kept;
         }
-        let g = Gen { tokens, accepted };
+        let g = Gen {
+            tokens,
+            accepted,
+            extra,
+        };
         cache.lock().unwrap().insert(key, g.clone());
         g
     })
@@ -799,6 +828,8 @@ fn live_and_offline_agree_exactly_on_the_tiny_fixture() {
         "--gen-len",
         "40",
         "--stop-at-eos",
+        "--lookahead",
+        "3",
     ]);
     assert!(o.status.success(), "{}", common::stderr(&o));
     let offline = kquant(&[
@@ -824,8 +855,21 @@ fn live_and_offline_agree_exactly_on_the_tiny_fixture() {
     for (s, (_, ids)) in tr.manifest.samples.iter().zip(token_prompts(&p)) {
         let x = tr.tokens(s).unwrap();
         assert_eq!(&x[..s.prompt_len], &ids[..]);
-        assert_eq!(gq(&ids, 40).tokens, x[s.prompt_len..], "sample {}", s.id);
-        assert_eq!(gb(&ids, 40).tokens, x[s.prompt_len..], "sample {}", s.id);
+        // Up to the stop; the lookahead past it is the target's greedy continuation.
+        let stop = s.stop();
+        assert_eq!(x.len(), stop + 3, "sample {}: 3 tokens of lookahead", s.id);
+        assert_eq!(
+            gq(&ids, 40).tokens,
+            x[s.prompt_len..stop],
+            "sample {}",
+            s.id
+        );
+        assert_eq!(
+            gb(&ids, 40).tokens,
+            x[s.prompt_len..stop],
+            "sample {}",
+            s.id
+        );
     }
     let (vq, _) = vllm(Vllm {
         version: "0.33.0",
@@ -858,6 +902,40 @@ fn live_and_offline_agree_exactly_on_the_tiny_fixture() {
             for k in ["accept_length", "rounds", "accept_length_sglang_request"] {
                 assert_eq!(live[side][k], off[side][k], "{engine}: {side}.{k}");
             }
+            // The engine's own count: vLLM's holds the final step before its cut, as the
+            // replay over the lookahead predicts; SGLang's and TensorRT-LLM's are the
+            // committed tokens.
+            let want = if engine == "vllm" {
+                &off[side]["accept_length_engine"]
+            } else {
+                &off[side]["accept_length"]
+            };
+            assert_eq!(
+                &live[side]["accept_length_engine"], want,
+                "{engine}: {side}"
+            );
+            // Request by request.
+            let (lr, or) = (&live["live"][side]["requests"], &off[side]["requests"]);
+            assert_eq!(lr.as_array().unwrap().len(), 6);
+            for (l, o) in lr.as_array().unwrap().iter().zip(or.as_array().unwrap()) {
+                assert_eq!(l["id"].as_str().unwrap(), o["id"].to_string());
+                for k in ["steps", "committed"] {
+                    assert_eq!(l[k], o[k], "{engine}: {side} request {}: {k}", o["id"]);
+                }
+                let acc = if engine == "vllm" {
+                    &o["accepted"]
+                } else {
+                    &o["committed"]
+                };
+                assert_eq!(&l["accepted"], acc, "{engine}: {side} request {}", o["id"]);
+            }
+        }
+        if engine == "vllm" {
+            // The overshoot is there to be modelled: some request's final step was cut.
+            assert_ne!(
+                off["draft"]["accept_length_engine"], off["draft"]["accept_length"],
+                "no final step was cut: the test cannot tell the two counts apart"
+            );
         }
         for (c, v) in off["per_category"].as_object().unwrap() {
             for k in ["n", "draft", "baseline", "delta", "ci95"] {
@@ -1229,4 +1307,89 @@ fn the_tiny_profile_bundles_its_prompts_and_limit_caps_each_category() {
     );
     assert_eq!(r["live"]["prompt_format"], json!("tokens"));
     assert_eq!(seen.lock().unwrap().bodies.len(), 6);
+}
+
+/// A response whose figures its own token counts contradict (10^12 steps for 40 tokens; no step
+/// but 10^6 accepted drafts; more tokens than `max_tokens`; more accepted than one final step
+/// can add to the committed ones) is failed and never measured: one such response in ten no
+/// longer lifts an AL-1.2 draft over `--min-accept` (issue: "one impossible response passes a
+/// failing gate"). Each engine's figures go through the same check.
+#[test]
+fn figures_the_response_contradicts_are_failed_not_measured() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 4);
+    // A weak draft: mostly nothing accepted.
+    let weak: Generator = Arc::new(|prompt: &[u32], max: usize| {
+        let (mut n_gen, mut accepted) = (1usize, Vec::new());
+        while n_gen < max {
+            let n = usize::from(n_gen % 5 == 0).min(max - n_gen - 1);
+            accepted.push(n);
+            n_gen += n + 1;
+        }
+        Gen {
+            tokens: (0..n_gen as u32).map(|i| i + prompt.len() as u32).collect(),
+            accepted,
+            extra: 0,
+        }
+    });
+    let lies: [fn(&mut Value); 4] = [
+        |v: &mut Value| {
+            v["metrics"]["speculative_decoding"]["num_spec_steps"] = json!(1_000_000_000_000u64)
+        },
+        |v: &mut Value| {
+            let m = &mut v["metrics"]["speculative_decoding"];
+            m["num_spec_steps"] = json!(0);
+            m["num_accepted_draft_tokens"] = json!(1_000_000);
+        },
+        |v: &mut Value| v["usage"]["completion_tokens"] = json!(41),
+        |v: &mut Value| {
+            let m = &mut v["metrics"]["speculative_decoding"];
+            let steps = m["num_spec_steps"].as_u64().unwrap();
+            m["num_accepted_draft_tokens"] = json!(steps * 3);
+        },
+    ];
+    for (which, &lie) in lies.iter().enumerate() {
+        let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (g, n2) = (weak.clone(), n.clone());
+        let server = serve(
+            move |r: &Request| match (r.method.as_str(), r.path.as_str()) {
+                ("GET", "/v1/models") => models("vllm"),
+                ("GET", "/version") => Response::json(&json!({"version": "0.33.0"})),
+                ("POST", "/v1/completions") => {
+                    let v = r.json();
+                    let ids = prompt_ids(&v);
+                    let mut out = vllm_completion(&g(&ids, max_tokens(&v)), ids.len(), true);
+                    // The histogram goes where the lie does, so only the counts can tell.
+                    out["metrics"]["speculative_decoding"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("acceptance_histogram");
+                    if n2.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 6 == 0 {
+                        lie(&mut out);
+                    }
+                    Response::json(&out)
+                }
+                _ => Response::status(404, "{}"),
+            },
+        );
+        let (code, r, err) = live(
+            &server.url,
+            &p,
+            &["--min-accept", "1.5", "--max-failed", "50%"],
+        );
+        assert_eq!(code, 1, "lie {which}: the weak draft still fails: {err}");
+        let failed = r["live"]["draft"]["failed"].as_array().unwrap();
+        assert_eq!(failed.len(), 2, "lie {which}: {failed:?}");
+        assert!(
+            failed.iter().all(|f| {
+                let e = f["error"].as_str().unwrap();
+                e.contains("contradicts the response") || e.contains("breaks vllm's schema")
+            }),
+            "lie {which}: {failed:?}"
+        );
+        assert!(r["draft"]["accept_length"].as_f64().unwrap() < 1.5);
+        // Beyond --max-failed: exit 2, never a verdict.
+        let (code, _, err) = live(&server.url, &p, &["--min-accept", "1.5"]);
+        assert_eq!(code, 2, "lie {which}: {err}");
+    }
 }

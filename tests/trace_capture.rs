@@ -281,3 +281,111 @@ fn json_describes_the_capture_and_what_comes_next() {
     }
     assert!(e.contains("1 samples"), "the summary moves to stderr: {e}");
 }
+
+/// `--lookahead K`: each sample keeps K greedy tokens past its stop (EOS or `--gen-len`) and
+/// records the stop as `stop_len`; the tokens up to it are exactly the capture without
+/// lookahead, so `verify`'s committed figures are too, and `accept_length_engine` (vLLM's
+/// count of the final step before its cut) is given where without lookahead it is `null`.
+/// `--tap-dtype f32` stores the taps as the runtime computed them: the bf16 capture's taps are
+/// those values rounded.
+#[test]
+fn lookahead_keeps_tokens_past_the_stop_and_f32_taps_are_exact() {
+    let d = tempfile::tempdir().unwrap();
+    let (plain, ahead, wide) = (
+        d.path().join("plain"),
+        d.path().join("ahead"),
+        d.path().join("wide"),
+    );
+    let base = ["--limit", "3", "--gen-len", "24", "--stop-at-eos"];
+    for (out, extra) in [
+        (&plain, &[][..]),
+        (&ahead, &["--lookahead", "3"][..]),
+        (&wide, &["--lookahead", "3", "--tap-dtype", "f32"][..]),
+    ] {
+        let o = capture_to(out, &[&base[..], extra].concat());
+        assert!(o.status.success(), "{}", common::stderr(&o));
+    }
+    let (p, a, w) = (
+        Trace::open(&plain).unwrap(),
+        Trace::open(&ahead).unwrap(),
+        Trace::open(&wide).unwrap(),
+    );
+    assert_eq!(a.manifest.extra["sampling"]["lookahead"], 3);
+    assert!(p.manifest.extra["sampling"].get("lookahead").is_none());
+    assert_eq!(
+        (p.manifest.dtype.as_str(), w.manifest.dtype.as_str()),
+        ("bf16", "f32")
+    );
+    for ((sp, sa), sw) in p
+        .manifest
+        .samples
+        .iter()
+        .zip(&a.manifest.samples)
+        .zip(&w.manifest.samples)
+    {
+        let (xp, xa) = (p.tokens(sp).unwrap(), a.tokens(sa).unwrap());
+        assert_eq!(sp.stop_len, None);
+        assert_eq!(sa.stop_len, Some(xp.len()), "sample {}", sa.id);
+        assert_eq!(xa.len(), xp.len() + 3);
+        assert_eq!(&xa[..xp.len()], &xp[..], "sample {}", sa.id);
+        assert_eq!(sa.finish_reason, sp.finish_reason);
+        assert_eq!(w.tokens(sw).unwrap(), xa);
+        for &tap in &a.manifest.taps {
+            let (tb, tf) = (a.tap(sa, tap).unwrap(), w.tap(sw, tap).unwrap());
+            let rounded: Vec<f32> = tf
+                .iter()
+                .map(|&x| half::bf16::from_f32(x).to_f32())
+                .collect();
+            assert_eq!(tb, rounded, "sample {} tap {tap}", sa.id);
+            assert!(
+                tf.iter().zip(&rounded).any(|(x, r)| x != r),
+                "f32 taps are not bf16"
+            );
+        }
+    }
+    let verify = |t: &Path| -> serde_json::Value {
+        let o = kquant(&[
+            "verify",
+            "--target",
+            "kimi-k2.5-tiny",
+            "--trace",
+            t.to_str().unwrap(),
+            "--draft",
+            "fixtures/kimi-k2.5-tiny/eagle3",
+            "--json",
+            "-",
+        ]);
+        assert!(o.status.success(), "{}", common::stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let (vp, va) = (verify(&plain), verify(&ahead));
+    for k in [
+        "accept_length",
+        "rounds",
+        "accept_length_all_positions",
+        "conditional_acceptance",
+    ] {
+        assert_eq!(vp["draft"][k], va["draft"][k], "{k}");
+    }
+    let (eng, al) = (
+        va["draft"]["accept_length_engine"].as_f64().unwrap(),
+        va["draft"]["accept_length"].as_f64().unwrap(),
+    );
+    assert!(eng >= al, "{eng} < {al}");
+    let reqs = va["draft"]["requests"].as_array().unwrap();
+    assert_eq!(reqs.len(), 3);
+    for r in reqs {
+        let (c, acc) = (
+            r["committed"].as_u64().unwrap(),
+            r["accepted"].as_u64().unwrap(),
+        );
+        assert!(acc >= c && acc - c <= 3, "{r}");
+        assert_eq!(
+            r["steps"].as_u64().unwrap() + c + 1,
+            r["tokens"].as_u64().unwrap(),
+            "{r}"
+        );
+    }
+    assert_eq!(va["gated_on"], "accept_length");
+    assert!(va["conventions"]["accept_length_engine"].is_string());
+}

@@ -80,6 +80,7 @@ fn make_trace(dir: &Path, samples: usize, taps: &[usize]) {
             gen_len: t_len - p,
             finish_reason: "length".into(),
             turn: 0,
+            stop_len: None,
         })
         .collect();
     let news: Vec<NewSample> = owned

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::verify::drafters::{load_drafter, sample_matches, AfterMiss};
 use crate::verify::synthetic::{self, TraceShape};
 use crate::verify::trace::Trace;
-use crate::verify::walk::{walk, Walk};
+use crate::verify::walk::{walk_to, Walk};
 
 /// Arguments of `kquant bench replay`.
 #[derive(Debug, clap::Args)]
@@ -169,7 +169,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             sample_matches(d.as_ref(), &x, &taps, s.prompt_len, a.steps, a.after_miss);
         pass_a_s += t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let mut w = walk(&m);
+        let mut w = walk_to(&m, s.stop());
         w.after_miss_skipped = skipped;
         total.add(&w);
         pass_b_s += t.elapsed().as_secs_f64();

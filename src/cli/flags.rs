@@ -135,6 +135,17 @@ pub fn gen_len(s: &str) -> Result<usize, FlagError> {
     .map(|v| v as usize)
 }
 
+/// `trace capture --lookahead`: tokens past the stop, at most a draft's depth limit.
+pub fn lookahead(s: &str) -> Result<usize, FlagError> {
+    int(
+        s,
+        0,
+        crate::runtime::matches::MAX_DEPTHS as u64,
+        "--lookahead is the engine's draft tokens per step (num_speculative_tokens): 0 to 32",
+    )
+    .map(|v| v as usize)
+}
+
 /// `bench replay --synthetic-trace`.
 pub fn seq_len(s: &str) -> Result<usize, FlagError> {
     int(

@@ -86,6 +86,17 @@ pub struct CaptureArgs {
     /// SGLang/vLLM benchmarks run with ignore_eos).
     #[arg(long)]
     pub stop_at_eos: bool,
+    /// Also keep N greedy tokens past each continuation's stop (EOS ignored) as lookahead, so
+    /// that `verify` can give the engine's own count beside the committed one: vLLM counts the
+    /// drafts its final step accepted before cutting them at `max_tokens` or EOS. Use the
+    /// engine's `num_speculative_tokens` (docs/verify.md, "Which accept length").
+    #[arg(long, default_value_t = 0, value_parser = crate::cli::flags::lookahead)]
+    pub lookahead: usize,
+    /// How the taps are stored: `bf16` (half the size; what an engine serving in bf16 feeds
+    /// the draft) or `f32` (what an engine serving in float32 feeds it: docs/verify.md, "Tap
+    /// precision").
+    #[arg(long, value_enum, default_value_t = TapDtype::Bf16)]
+    pub tap_dtype: TapDtype,
     /// Capture only the first N prompts.
     #[arg(long, value_parser = crate::cli::flags::limit)]
     pub limit: Option<usize>,
@@ -191,6 +202,8 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
         gen_len: a.gen_len,
         taps,
         stop_at_eos: a.stop_at_eos,
+        lookahead: a.lookahead,
+        f32_taps: a.tap_dtype == TapDtype::F32,
     };
     let dataset = a.dataset.clone().unwrap_or_else(|| {
         a.prompts
@@ -246,4 +259,11 @@ fn next_steps(out: &std::path::Path, target: &str) -> Vec<String> {
         format!("kquant calibrate --draft DRAFT --trace {out} --target-checkpoint {target} -o amax.json (the input amax of NVFP4 W4A4; docs/quantize.md)"),
         format!("kquant quantize DRAFT -o OUT --method gptq --calibrate {out} --target-checkpoint {target} (GPTQ calibrated on this trace; evaluate on other prompts; docs/quantize.md)"),
     ]
+}
+
+/// `trace capture --tap-dtype`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TapDtype {
+    Bf16,
+    F32,
 }

@@ -17,7 +17,7 @@ use crate::verify::gate::{decide, Thresholds};
 use crate::verify::profile::{self, Profile};
 use crate::verify::report::{self, Run};
 use crate::verify::trace::Trace;
-use crate::verify::walk::{walk, Walk};
+use crate::verify::walk::{walk_to, Walk};
 use crate::verify::{gate, ngram};
 
 /// Arguments of `kquant verify`.
@@ -203,6 +203,8 @@ pub(crate) fn open_trace(
                     gen_len: LIVE_GEN_LEN,
                     taps: (1..m.num_layers).collect(),
                     stop_at_eos: false,
+                    lookahead: 0,
+                    f32_taps: false,
                 };
                 let dir = tempfile::tempdir()
                     .map_err(|e| Error::io("create", Path::new("$TMPDIR"), e))?;
@@ -422,7 +424,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             let mut matches = Vec::new();
             for s in &trace.manifest.samples {
                 let m = ngram::matches(&trace.tokens(s)?, s.prompt_len, depths);
-                samples.push(walk(&m));
+                samples.push(walk_to(&m, s.stop()));
                 matches.push(m);
             }
             Some(Run {
@@ -460,6 +462,27 @@ pub fn run(a: Args) -> Result<ExitCode> {
     rep["limit_per_category"] = serde_json::json!(a.limit);
     rep["samples_replayed"] = serde_json::json!(trace.manifest.samples.len());
     rep["after_miss"] = serde_json::json!(a.after_miss);
+    // Each sample as an engine would report its request, to hold against the engine's own
+    // per-request figures (`verify --endpoint`'s `live.*.requests`).
+    let per_sample = |r: &Run| -> Vec<serde_json::Value> {
+        trace
+            .manifest
+            .samples
+            .iter()
+            .zip(&r.samples)
+            .map(|(s, w)| {
+                serde_json::json!({"id": s.id, "category": s.category, "steps": w.rounds,
+                    "committed": w.committed - w.rounds,
+                    "accepted": (w.engine_unknown == 0).then(|| w.committed - w.rounds + w.engine_extra),
+                    "accept_length": w.al_walk(), "accept_length_engine": w.al_engine(),
+                    "tokens": s.stop() - s.prompt_len})
+            })
+            .collect()
+    };
+    rep["draft"]["requests"] = serde_json::json!(per_sample(&draft));
+    if let Some(b) = &baseline {
+        rep["baseline"]["requests"] = serde_json::json!(per_sample(b));
+    }
     let sources: Vec<PathBuf> = [Some(&draft_spec), a.baseline.as_ref()]
         .into_iter()
         .flatten()

@@ -32,10 +32,14 @@ struct Side {
     outcomes: Vec<Outcome>,
 }
 
+/// A request as the gate counts it: the committed tokens per verify step; what the engine
+/// counted beyond them (its final step before the cut) kept beside.
 fn walk_of(m: &Measured) -> Walk {
     Walk {
         rounds: m.spec.steps,
-        committed: m.spec.steps + m.spec.accepted,
+        committed: m.spec.steps + m.committed,
+        requests: 1,
+        engine_extra: m.spec.accepted - m.committed,
         ..Walk::default()
     }
 }
@@ -86,6 +90,7 @@ fn measure(url: &str, a: &Args, prompts: &[LivePrompt], what: &str) -> Result<Si
         concurrency: a.concurrency,
         retries: a.retries,
         server_counters: a.server_counters,
+        spec_tokens: preflight.num_spec_tokens,
     };
     let pb = super::progress_items(prompts.len() as u64, what, "requests");
     let outcomes = run::send(proto.as_ref(), &c, prompts, &o, &|| pb.inc(1))?;
@@ -124,8 +129,13 @@ fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
         .zip(prompts)
         .filter_map(|(o, p)| {
             o.result.as_ref().ok().map(|m| {
+                let committed = crate::verify::live::engine::Spec {
+                    steps: m.spec.steps,
+                    accepted: m.committed,
+                };
                 json!({"id": p.id, "category": p.category, "steps": m.spec.steps,
-                    "accepted": m.spec.accepted, "accept_length": m.spec.accept_length(),
+                    "accepted": m.spec.accepted, "accept_length_engine": m.spec.accept_length(),
+                    "committed": m.committed, "accept_length": committed.accept_length(),
                     "completion_tokens": m.completion_tokens, "finish_reason": m.finish_reason,
                     "source": m.source, "attempts": o.attempts})
             })
@@ -296,7 +306,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
             Some(cs)
         }
     };
-    let k = draft.preflight.num_spec_tokens.unwrap_or(0) as usize;
+    // Drafts per step: the preflight's, else what the responses say.
+    let k = draft
+        .preflight
+        .num_spec_tokens
+        .or_else(|| {
+            both.iter()
+                .filter_map(|&i| measured(&draft, i).num_spec_tokens)
+                .max()
+        })
+        .unwrap_or(0) as usize;
     let mut rep = report::build(&d, b.as_ref(), &cats, th, &decision, k);
     let same_output = baseline.as_ref().map(|s| {
         let (mut compared, mut equal) = (0usize, 0usize);
@@ -339,7 +358,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "prompt_format": format,
         "max_tokens": a.max_tokens,
         "concurrency": if a.server_counters { 1 } else { a.concurrency },
-        "convention": "accept length = tokens committed per verify step, bonus token counted (1 + accepted drafts / verify steps), per request from the engine's own fields; prompts failed on either side are left out of both",
+        "convention": "accept_length (gated) = tokens committed per verify step, bonus token counted: 1 + committed drafts / verify steps, committed drafts = completion_tokens − 1 − verify steps, per request; accept_length_engine = 1 + the engine's own accepted drafts / verify steps (vLLM counts a request's final step before cutting it at max_tokens or EOS); prompts failed on either side are left out of both",
         "draft": side_json(&draft, &prompts),
         "baseline": baseline.as_ref().map(|s| side_json(s, &prompts)),
         "same_output": same_output,

@@ -283,6 +283,61 @@ mod tests {
         assert!(m.0.is_some());
     }
 
+    /// Set in the child process of `a_read_past_a_shrunk_map_names_the_file_and_exits_2`.
+    const SIGBUS_CHILD: &str = "KQUANT_TEST_SIGBUS_CHILD";
+
+    /// The child's half of the SIGBUS test (does nothing unless the parent started it): map the
+    /// file, cut it to nothing, read the map. The handler must end the process.
+    #[test]
+    #[ignore = "the child process of a_read_past_a_shrunk_map_names_the_file_and_exits_2"]
+    fn sigbus_child() {
+        let Some(path) = std::env::var_os(SIGBUS_CHILD) else {
+            return;
+        };
+        install();
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: the test cuts the file under its own map on purpose.
+        let map = unsafe { memmap2::Mmap::map(&f).unwrap() };
+        let _reg = register_map(map.as_ptr(), map.len(), Path::new(&path));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let x = unsafe { std::ptr::read_volatile(map.as_ptr().add(8192)) };
+        panic!("read {x} past the end of a shrunk map without a SIGBUS");
+    }
+
+    /// A mapped input cut under a read: named in an `error:` line with a hint, exit 2, no
+    /// timing involved (the child cuts the file itself before it reads).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_read_past_a_shrunk_map_names_the_file_and_exits_2() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("model.safetensors");
+        std::fs::write(&f, vec![7u8; 64 << 10]).unwrap();
+        let o = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "io::interrupt::tests::sigbus_child",
+                "--include-ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(SIGBUS_CHILD, &f)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert!(
+            e.contains(&format!("error: `{}`", f.display()))
+                && e.contains("shrank or was replaced")
+                && e.contains("hint:"),
+            "{e}"
+        );
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn flat_directory_is_removed_with_raw_calls() {

@@ -178,11 +178,11 @@ impl Sink {
                         return Err(Error::Source {
                             path: src_path.into(),
                             msg: format!(
-                                "ended at byte {} while {} more were expected (was it truncated while kquant read it?)",
+                                "ended at byte {} while {} more were expected: it shrank while kquant read it",
                                 off + got as u64,
                                 n - got
                             ),
-                            hint: None,
+                            hint: Some("do not change a checkpoint while kquant reads it; copy or download it again and re-run".into()),
                         })
                     }
                     Ok(k) => got += k,
@@ -417,6 +417,6 @@ mod tests {
             .copy_from(&File::open(&src).unwrap(), &src, 50, 51)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("truncated"), "{e}");
+        assert!(e.contains("shrank while kquant read it"), "{e}");
     }
 }

@@ -99,6 +99,12 @@ pub struct Options {
     pub taps: Vec<usize>,
     /// Stop a continuation after an EOS token (default: EOS is committed like any token).
     pub stop_at_eos: bool,
+    /// Greedy tokens past the stop (EOS ignored), kept as lookahead so that a replay can count
+    /// the engine's final step as vLLM does, before its cut (`SampleMeta::stop_len`); 0: none.
+    pub lookahead: usize,
+    /// Store the taps as float32 (what an engine serving in float32 feeds the draft) instead
+    /// of bf16.
+    pub f32_taps: bool,
 }
 
 /// One captured sample.
@@ -118,6 +124,8 @@ pub struct Captured {
     pub regenerated: bool,
     /// `length` or `stop` (ended at EOS with `stop_at_eos`).
     pub finish_reason: &'static str,
+    /// Where the engine stops (tokens, prompt included) when lookahead follows it.
+    pub stop_len: Option<usize>,
 }
 
 /// Positions `t` in `p-1 .. T-1` whose argmax is not `x[t+1]`.
@@ -154,15 +162,33 @@ pub fn capture(m: &DeepseekV3, prompt: &[u32], o: &Options) -> Result<Captured> 
     } else {
         vec![]
     };
-    let mut gen = m.greedy(prompt, o.gen_len, &stop)?;
     let join = |g: &[u32]| -> Vec<u32> { prompt.iter().chain(g).copied().collect() };
+    // The continuation up to the engine's stop, then `lookahead` more tokens past it (EOS
+    // ignored), each from the cached loop or from fresh full forwards; and the stop.
+    let generate = |nocache: bool| -> Result<(Vec<u32>, usize)> {
+        let greedy = |x: &[u32], n: usize, stop: &[u32]| {
+            if nocache {
+                greedy_nocache(m, x, n, stop)
+            } else {
+                m.greedy(x, n, stop)
+            }
+        };
+        let mut g = greedy(prompt, o.gen_len, &stop)?;
+        let stop_len = p + g.len();
+        if o.lookahead > 0 {
+            let more = greedy(&join(&g), o.lookahead, &[])?;
+            g.extend(more);
+        }
+        Ok((g, stop_len))
+    };
+    let (mut gen, mut stop_len) = generate(false)?;
     let mut x = join(&gen);
     let mut f = m.forward(&x)?;
     let mut t1 = top1(&f, m.vocab);
     let mut bad = mismatches(&t1, &x, p);
     let regenerated = !bad.is_empty();
     if regenerated {
-        gen = greedy_nocache(m, prompt, o.gen_len, &stop)?;
+        (gen, stop_len) = generate(true)?;
         x = join(&gen);
         f = m.forward(&x)?;
         t1 = top1(&f, m.vocab);
@@ -174,7 +200,8 @@ pub fn capture(m: &DeepseekV3, prompt: &[u32], o: &Options) -> Result<Captured> 
         f = m.forward(&x)?;
         t1 = top1(&f, m.vocab);
     }
-    let stopped = gen.last().is_some_and(|t| stop.contains(t));
+    let stop_len = stop_len.min(x.len());
+    let stopped = stop.contains(&x[stop_len - 1]);
     Ok(Captured {
         taps: o
             .taps
@@ -187,6 +214,7 @@ pub fn capture(m: &DeepseekV3, prompt: &[u32], o: &Options) -> Result<Captured> 
         mismatches: bad.len(),
         regenerated,
         finish_reason: if stopped { "stop" } else { "length" },
+        stop_len: (o.lookahead > 0).then_some(stop_len),
     })
 }
 
@@ -340,7 +368,7 @@ pub fn manifest(
     } else {
         vec![]
     };
-    let extra = json!({
+    let mut extra = json!({
         "tokenizer_sha256": tokenizer,
         "chat_template_sha256": null,
         "thinking": false,
@@ -348,6 +376,10 @@ pub fn manifest(
         "sampling": {"temperature": 0, "max_new_tokens": o.gen_len,
                      "ignore_eos": !o.stop_at_eos, "stop_ids": stop_ids},
     });
+    if o.lookahead > 0 {
+        // Tokens past each stop (`SampleMeta::stop_len`), EOS ignored there.
+        extra["sampling"]["lookahead"] = json!(o.lookahead);
+    }
     Ok(Manifest {
         format: FORMAT.into(),
         target,
@@ -357,7 +389,7 @@ pub fn manifest(
         taps: o.taps.clone(),
         tap_convention: TAP_CONVENTION.into(),
         taps_pre_norm: true,
-        dtype: "bf16".into(),
+        dtype: if o.f32_taps { "f32" } else { "bf16" }.into(),
         greedy_selfcheck: Some(greedy_selfcheck),
         samples,
         shards: vec![],
@@ -406,7 +438,11 @@ pub fn write_trace(
     out: crate::io::output::Claim,
 ) -> Result<Written> {
     check_taps(&o.taps, m.num_layers)?;
-    check_lengths(prompts, o.gen_len, m.cfg.max_pos)?;
+    check_lengths(
+        prompts,
+        o.gen_len.saturating_add(o.lookahead),
+        m.cfg.max_pos,
+    )?;
     let pb = progress(prompts.len() as u64);
     let mut caps = Vec::with_capacity(prompts.len());
     for p in prompts {
@@ -426,6 +462,7 @@ pub fn write_trace(
             gen_len: c.tokens.len() - c.prompt_len,
             finish_reason: c.finish_reason.into(),
             turn: p.turn,
+            stop_len: c.stop_len,
         })
         .collect();
     let selfcheck: u64 = caps.iter().map(|c| c.mismatches as u64).sum();
@@ -505,6 +542,8 @@ mod tests {
             gen_len: 6,
             taps: vec![1, 2],
             stop_at_eos: false,
+            lookahead: 0,
+            f32_taps: false,
         };
         let c = capture(&m, &[5, 6, 7], &o).unwrap();
         assert_eq!((c.tokens.len(), c.prompt_len, c.mismatches), (9, 3, 0));

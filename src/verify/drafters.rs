@@ -10,7 +10,7 @@ use crate::runtime::linears::{Exec, LinearSet};
 use crate::runtime::matches::Matches;
 use crate::runtime::Drafter;
 use crate::verify::trace::Trace;
-use crate::verify::walk::{walk, Walk};
+use crate::verify::walk::{walk_to, Walk};
 
 fn target_embed(ck: &Checkpoint) -> Result<Vec<f32>> {
     for n in [
@@ -193,7 +193,7 @@ pub fn replay_matches(
             .map(|&t| trace.tap(s, t))
             .collect::<Result<_>>()?;
         let (m, skipped) = sample_matches(d, &x, &taps, s.prompt_len, steps, after_miss);
-        let mut w = walk(&m);
+        let mut w = walk_to(&m, s.stop());
         w.after_miss_skipped = skipped;
         samples.push((w, m));
         if let Some(e) = d.linears().take_error() {

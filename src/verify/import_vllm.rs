@@ -602,6 +602,7 @@ pub fn import(o: &Options) -> Result<Imported> {
                 gen_len: t - 1,
                 finish_reason: "unknown".into(),
                 turn: 0,
+                stop_len: None,
             },
             Some(r) => {
                 let pfile = &recs.as_ref().unwrap().0;
@@ -653,6 +654,7 @@ pub fn import(o: &Options) -> Result<Imported> {
                     gen_len: t - p,
                     finish_reason: r.finish_reason.clone().unwrap_or_else(|| "unknown".into()),
                     turn: 0,
+                    stop_len: None,
                 }
             }
         };

@@ -56,6 +56,7 @@ fn stats(w: &Walk) -> Value {
     let tf = w.positions > 0 || w.rounds == 0;
     json!({
         "accept_length": w.al_walk(),
+        "accept_length_engine": w.al_engine(),
         "accept_length_sglang_request": w.al_sglang_request(),
         "accept_length_all_positions": tf.then(|| w.al_allpos()),
         "conditional_acceptance": tf.then(|| w.conditional()),
@@ -111,6 +112,8 @@ pub fn build(
                     "n": idx.len(),
                     "draft": d.al_walk(),
                     "baseline": b.as_ref().map(Walk::al_walk),
+                    "draft_engine": d.al_engine(),
+                    "baseline_engine": b.as_ref().and_then(Walk::al_engine),
                     "delta": dl.map(|x| x.0),
                     "ci95": dl.map(|x| x.1),
                     "agreement": baseline
@@ -122,6 +125,13 @@ pub fn build(
         .collect();
     json!({
         "schema": "kquant.verify/1",
+        // Which count each accept length is (docs/verify.md, "Which accept length").
+        "conventions": {
+            "accept_length": "gated: tokens committed per verify step, the bonus token counted, per token over the set (Σ committed / Σ verify steps)",
+            "accept_length_engine": "the engine's own count: also the drafts a request's final step accepted before the cut at max_tokens or EOS (vLLM's per-request metrics and Prometheus counters); null where a sample has no lookahead past its stop",
+            "accept_length_sglang_request": "SGLang's meta_info convention: completion tokens / verify steps, the prefill-sampled token counted once per request",
+        },
+        "gated_on": "accept_length",
         "steps": steps,
         "samples": draft.samples.len(),
         "draft": named(&draft.name, &part(draft, &all)),
@@ -154,6 +164,7 @@ pub fn table(r: &Value) -> String {
     if r["after_miss"] == "skip" {
         s.push_str("pass A skipped the depths after a miss (--after-miss skip): no unconditional per-depth rates, no simulated AL\n");
     }
+    s.push_str("AL: tokens committed per verify step, bonus token counted (Σ over the set)\n");
     s.push_str(&format!(
         "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
         "category", "N", "AL baseline", "AL draft", "Δ"
@@ -202,6 +213,19 @@ pub fn table(r: &Value) -> String {
             f(&a["overall"]),
             list(&a["per_depth"])
         ));
+    }
+    if !r["draft"]["accept_length_engine"].is_null() {
+        let (d, b) = (
+            &r["draft"]["accept_length_engine"],
+            &r["baseline"]["accept_length_engine"],
+        );
+        if d != &r["draft"]["accept_length"] || (has_base && b != &r["baseline"]["accept_length"]) {
+            s.push_str(&format!(
+                "engine's own count (final step before the cut at max_tokens/EOS, as vLLM reports): draft {}{}; the gate uses committed tokens\n",
+                f(d),
+                if has_base { format!(", baseline {}", f(b)) } else { String::new() }
+            ));
+        }
     }
     if !r["draft"]["accept_length_all_positions"].is_null() {
         s.push_str(&format!(
@@ -393,8 +417,20 @@ pub fn junit(r: &Value) -> String {
     };
     prop("passed", (!gate_failed).to_string());
     prop("draft_accept_length", num(draft_al));
+    prop(
+        "draft_accept_length_engine",
+        num(&r["draft"]["accept_length_engine"]),
+    );
+    prop(
+        "gated_on",
+        "accept_length (committed tokens per verify step)".into(),
+    );
     if has_base {
         prop("baseline_accept_length", num(base_al));
+        prop(
+            "baseline_accept_length_engine",
+            num(&r["baseline"]["accept_length_engine"]),
+        );
         prop("delta", num(&r["delta"]));
     }
     if let Some(c) = ci {

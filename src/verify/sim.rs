@@ -21,8 +21,11 @@ pub struct Simulated {
     pub rounds: u64,
     /// Tokens committed by those rounds, bonus included.
     pub committed: u64,
-    /// Accepted draft tokens per round.
+    /// Accepted draft tokens per round (the last cut at `gen_len`).
     pub accepted: Vec<usize>,
+    /// Drafts the final round accepted beyond its cut at `gen_len`: what vLLM counts as
+    /// accepted there too (it counts a step before trimming it).
+    pub overshoot: usize,
 }
 
 /// The target's greedy token after each position, and the draft's taps rounded to bf16 (what a
@@ -62,6 +65,7 @@ pub fn simulate(
     let mut seq = prompt.to_vec();
     seq.push(top1[p - 1]);
     let (mut rounds, mut committed, mut accepted) = (0u64, 0u64, Vec::new());
+    let mut overshoot = 0;
     while seq.len() - p < gen_len {
         let root = seq.len() - 1;
         let d = draft.propose(&seq, &taps, steps);
@@ -72,7 +76,9 @@ pub fn simulate(
         while n < d.len() && d[n] == top1[root + n] {
             n += 1;
         }
+        let full = n;
         n = n.min(gen_len - (seq.len() - p) - 1);
+        overshoot = full - n;
         seq.extend_from_slice(&d[..n]);
         seq.push(top1[root + n]);
         rounds += 1;
@@ -91,5 +97,6 @@ pub fn simulate(
         rounds,
         committed,
         accepted,
+        overshoot,
     })
 }

@@ -104,6 +104,7 @@ pub fn write(
         gen_len: len - prompt_len,
         finish_reason: "length".into(),
         turn: 0,
+        stop_len: None,
     };
     let new: Vec<NewSample<'_>> = data
         .iter()

@@ -32,6 +32,13 @@ pub struct SampleMeta {
     /// Turn of a multi-turn conversation (0 for single-turn prompts).
     #[serde(default)]
     pub turn: u32,
+    /// Where the engine stops this request (tokens, prompt included: `max_tokens` reached, or
+    /// just after an EOS), when the sample runs past it: the tokens after `stop_len` are
+    /// lookahead (the target's greedy continuation past the stop, EOS ignored), what the
+    /// engine's final verify step compared its drafts with before cutting them
+    /// (`trace capture --lookahead`). Absent: the engine stops at the end of the sample.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_len: Option<usize>,
 }
 
 /// A shard file and its hash.
@@ -88,6 +95,11 @@ fn terr(dir: &Path, msg: String) -> Error {
 }
 
 impl SampleMeta {
+    /// Where the engine stops (tokens, prompt included): `stop_len`, else the whole sample.
+    pub fn stop(&self) -> usize {
+        self.stop_len
+            .unwrap_or(self.prompt_len.saturating_add(self.gen_len))
+    }
     /// Tokens of the sample, `prompt_len + gen_len`; `Err` with both true values when the sum
     /// overflows.
     pub fn total_len(&self) -> std::result::Result<usize, String> {
@@ -145,6 +157,15 @@ pub fn parse_manifest(bytes: &[u8]) -> std::result::Result<Manifest, String> {
             return Err(format!("sample {} names unknown shard `{}`", s.id, s.shard));
         }
         let len = s.total_len()?;
+        if let Some(stop) = s.stop_len {
+            if stop <= s.prompt_len || stop > len {
+                return Err(format!(
+                    "sample {}: stop_len {stop} is outside its generated region ({}..={len})",
+                    s.id,
+                    s.prompt_len + 1
+                ));
+            }
+        }
         if len.checked_mul(manifest.hidden_size).is_none() {
             return Err(format!(
                 "sample {}: {len} tokens × hidden_size {} overflows",
@@ -379,7 +400,21 @@ fn entry_name(samples: &[SampleSpec], e: Entry) -> String {
     }
 }
 
-fn specs_of(samples: &[SampleSpec], h: usize) -> (Vec<TensorSpec>, HashMap<String, Entry>) {
+/// The dtype a trace's taps are written in: `f32` where the manifest says so (`trace capture
+/// --tap-dtype f32`, what an engine serving in float32 feeds the draft), else BF16.
+pub fn tap_dtype(manifest: &Manifest) -> Dtype {
+    if manifest.dtype == "f32" {
+        Dtype::F32
+    } else {
+        Dtype::BF16
+    }
+}
+
+fn specs_of(
+    samples: &[SampleSpec],
+    h: usize,
+    tap: Dtype,
+) -> (Vec<TensorSpec>, HashMap<String, Entry>) {
     let mut specs = Vec::new();
     let mut by_name = HashMap::new();
     for (i, s) in samples.iter().enumerate() {
@@ -390,8 +425,8 @@ fn specs_of(samples: &[SampleSpec], h: usize) -> (Vec<TensorSpec>, HashMap<Strin
             by_name.insert(name, e);
         };
         add(Entry::Tokens(i), Dtype::I32, vec![t]);
-        for &tap in &s.taps {
-            add(Entry::Tap(i, tap), Dtype::BF16, vec![t, h]);
+        for &tap_id in &s.taps {
+            add(Entry::Tap(i, tap_id), tap, vec![t, h]);
         }
         if s.top1 {
             add(Entry::Top1(i), Dtype::I32, vec![t]);
@@ -404,7 +439,12 @@ fn specs_of(samples: &[SampleSpec], h: usize) -> (Vec<TensorSpec>, HashMap<Strin
 /// tensor, then the BF16 taps by name, so one sample's taps are consecutive). A streaming
 /// caller produces the values in this order.
 pub fn write_order(samples: &[SampleSpec], hidden_size: usize) -> Vec<Entry> {
-    let (mut specs, by_name) = specs_of(samples, hidden_size);
+    write_order_in(samples, hidden_size, Dtype::BF16)
+}
+
+/// [`write_order`] with the taps in `tap`.
+fn write_order_in(samples: &[SampleSpec], hidden_size: usize, tap: Dtype) -> Vec<Entry> {
+    let (mut specs, by_name) = specs_of(samples, hidden_size, tap);
     crate::io::writer::canonical_order(&mut specs);
     specs.iter().map(|s| by_name[&s.name]).collect()
 }
@@ -425,8 +465,9 @@ impl TraceWriter {
     /// Declare every sample (the manifest's `samples` are replaced by theirs).
     pub fn new(claim: Claim, manifest: Manifest, samples: Vec<SampleSpec>) -> Result<TraceWriter> {
         let h = manifest.hidden_size;
-        let (specs, _) = specs_of(&samples, h);
-        let order = write_order(&samples, h);
+        let tap = tap_dtype(&manifest);
+        let (specs, _) = specs_of(&samples, h, tap);
+        let order = write_order_in(&samples, h, tap);
         let tmp = claim.staging().to_path_buf();
         let w = Writer::in_dir(&tmp, specs, WriteOptions::default())?;
         debug_assert_eq!(
@@ -456,7 +497,8 @@ impl TraceWriter {
         &self.order
     }
 
-    /// The next bytes of the expected tensor `e` (I32 little-endian ids, or BF16 rows).
+    /// The next bytes of the expected tensor `e` (I32 little-endian ids, or tap rows in the
+    /// manifest's [`tap_dtype`]).
     pub fn write_part(&mut self, e: Entry, bytes: &[u8]) -> Result<()> {
         let name = entry_name(&self.samples, e);
         self.w.write_part(&name, bytes)
@@ -505,7 +547,12 @@ impl TraceWriter {
             })?;
         manifest.format = FORMAT.into();
         manifest.tap_convention = TAP_CONVENTION.into();
-        manifest.dtype = "bf16".into();
+        manifest.dtype = if tap_dtype(&manifest) == Dtype::F32 {
+            "f32"
+        } else {
+            "bf16"
+        }
+        .into();
         manifest.shards = vec![ShardMeta {
             file: SHARD.into(),
             sha256,
@@ -538,6 +585,7 @@ pub fn write(claim: Claim, manifest: Manifest, samples: &[NewSample<'_>]) -> Res
             top1: s.target_top1.is_some(),
         })
         .collect();
+    let f32_taps = tap_dtype(&manifest) == Dtype::F32;
     let mut tw = TraceWriter::new(claim, manifest, specs)?;
     for e in tw.order().to_vec() {
         match e {
@@ -550,10 +598,13 @@ pub fn write(claim: Claim, manifest: Manifest, samples: &[NewSample<'_>]) -> Res
                     .find(|(t, _)| *t == tap)
                     .expect("declared")
                     .1;
-                let bytes: Vec<u8> = vals
-                    .iter()
-                    .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
-                    .collect();
+                let bytes: Vec<u8> = if f32_taps {
+                    vals.iter().flat_map(|&x| x.to_le_bytes()).collect()
+                } else {
+                    vals.iter()
+                        .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+                        .collect()
+                };
                 tw.write_part(e, &bytes)?;
                 tw.end(e)?;
             }
@@ -588,6 +639,7 @@ mod tests {
                     gen_len: 2,
                     finish_reason: "length".into(),
                     turn: 0,
+                    stop_len: None,
                 })
                 .collect(),
             shards: vec![],

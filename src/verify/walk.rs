@@ -27,6 +27,18 @@ pub struct Walk {
     /// undercounts, and neither the unconditional rates nor the simulated accept length are
     /// measured.
     pub after_miss_skipped: bool,
+    /// Requests (samples) summed into this walk: SGLang's per-request convention counts one
+    /// prefill-sampled token per request.
+    pub requests: u64,
+    /// Draft tokens the engine counts as accepted beyond the committed ones: vLLM counts a
+    /// request's final step before cutting it at `max_tokens` or EOS
+    /// (`vllm/v1/core/sched/scheduler.py`: `num_accepted = len(generated_token_ids) − 1`, then
+    /// `check_stop` trims), so its figures hold drafts that were never committed.
+    pub engine_extra: u64,
+    /// Requests whose `engine_extra` is not known (a trace without tokens past the stop, so the
+    /// final step's untrimmed acceptance cannot be replayed): the engine's figure is then not
+    /// modelled.
+    pub engine_unknown: u64,
 }
 
 impl Walk {
@@ -38,12 +50,26 @@ impl Walk {
         }
         self.committed as f64 / self.rounds as f64
     }
-    /// SGLang per-request `meta_info` convention (counts the prefill token): `(committed+1)/rounds`.
+    /// SGLang's per-request `meta_info` convention, `completion_tokens / spec_verify_ct`, which
+    /// counts each request's prefill-sampled token: `(committed + requests) / rounds` (over a
+    /// set, Σ completion tokens / Σ verify steps).
     pub fn al_sglang_request(&self) -> f64 {
         if self.rounds == 0 {
             return 1.0;
         }
-        (self.committed + 1) as f64 / self.rounds as f64
+        (self.committed + self.requests.max(1)) as f64 / self.rounds as f64
+    }
+    /// The engine's own count, where it differs from the committed tokens (vLLM: the final
+    /// step's drafts before the cut at `max_tokens` / EOS): `(committed + engine_extra) /
+    /// rounds`; `None` where a request's final step could not be modelled.
+    pub fn al_engine(&self) -> Option<f64> {
+        if self.engine_unknown > 0 {
+            return None;
+        }
+        if self.rounds == 0 {
+            return Some(1.0);
+        }
+        Some((self.committed + self.engine_extra) as f64 / self.rounds as f64)
     }
     /// 1 + mean n(t) over every root position of the generated region.
     pub fn al_allpos(&self) -> f64 {
@@ -85,6 +111,9 @@ impl Walk {
     }
     pub fn add(&mut self, o: &Walk) {
         self.after_miss_skipped |= o.after_miss_skipped;
+        self.requests += o.requests;
+        self.engine_extra += o.engine_extra;
+        self.engine_unknown += o.engine_unknown;
         self.rounds += o.rounds;
         self.committed += o.committed;
         self.positions += o.positions;
@@ -104,16 +133,26 @@ impl Walk {
     }
 }
 
-/// Pass B: walk the engine's schedule (root ← root + accepted + 1) and gather the statistics.
+/// Pass B: walk the engine's schedule (root ← root + accepted + 1) and gather the statistics,
+/// over the whole sample.
 pub fn walk(m: &Matches) -> Walk {
+    walk_to(m, m.total_len)
+}
+
+/// [`walk`] with the engine stopping the request after `stop` tokens (prompt included): the
+/// tokens past it are lookahead, the target's greedy continuation beyond the stop, which is
+/// what the engine's final verify step compared its drafts with before cutting them
+/// ([`Walk::engine_extra`]). `stop` is clamped to the sample.
+pub fn walk_to(m: &Matches, stop: usize) -> Walk {
     let k = m.depths;
     let mut w = Walk {
         cond_den: vec![0; k],
         cond_num: vec![0; k],
         uncond: vec![0; k],
+        requests: 1,
         ..Walk::default()
     };
-    let (p, t_end) = (m.prompt_len, m.total_len);
+    let (p, t_end) = (m.prompt_len, stop.min(m.total_len));
     if p == 0 || p >= t_end {
         return w;
     }
@@ -121,15 +160,26 @@ pub fn walk(m: &Matches) -> Walk {
     let mut t = p - 1;
     let mut committed = 1usize; // x_P, from prefill
     while p + committed < t_end {
-        let n = m.leading(t).min(t_end - (p + committed) - 1);
+        let full = m.leading(t);
+        let n = full.min(t_end - (p + committed) - 1);
+        if p + committed + n + 1 >= t_end {
+            // The final step. Its untrimmed acceptance is known where the first miss (or the
+            // last depth) was compared with a real token of the sample.
+            let known = full >= k || t + 2 + full < m.total_len;
+            if known {
+                w.engine_extra += (full - n) as u64;
+            } else {
+                w.engine_unknown += 1;
+            }
+        }
         committed += n + 1;
         w.rounds += 1;
         w.committed += (n + 1) as u64;
         t += n + 1;
     }
-    // Every root position of the generated region.
+    // Every root position of the generated region (up to the stop).
     for t in p - 1..t_end.saturating_sub(1) {
-        let n = m.leading(t);
+        let n = m.leading(t).min(t_end.saturating_sub(t + 2));
         w.positions += 1;
         w.leading_sum += n as u64;
         let avail = t_end.saturating_sub(t + 2);
@@ -220,6 +270,99 @@ mod tests {
                 assert_eq!((w.rounds, w.committed), (rounds, committed), "p {p} k {k}");
             }
         }
+    }
+
+    /// The engine loop stopping after `stop` tokens, counting its final step as vLLM does:
+    /// the drafts it accepted against the target's tokens past the stop (`x` runs on), then
+    /// cut. Returns (rounds, committed, drafts counted beyond the committed).
+    fn simulate_stop(
+        x: &[u32],
+        p: usize,
+        k: usize,
+        stop: usize,
+        prop: &dyn Fn(usize) -> Vec<u32>,
+    ) -> (u64, u64, u64) {
+        let (mut root, mut rounds, mut committed, mut extra) = (p, 0u64, 0u64, 0u64);
+        while root + 1 < stop {
+            let d = prop(root - 1);
+            let mut full = 0;
+            while full < k && root + 1 + full < x.len() && d.get(full) == Some(&x[root + 1 + full])
+            {
+                full += 1;
+            }
+            let n = full.min(stop - root - 2);
+            extra = (full - n) as u64;
+            rounds += 1;
+            committed += n as u64 + 1;
+            root += n + 1;
+        }
+        (rounds, committed, extra)
+    }
+
+    #[test]
+    fn a_stop_with_lookahead_counts_the_final_step_as_the_engine_does() {
+        let x: Vec<u32> = (0..200).map(|i| (i * 7 % 13) as u32).collect();
+        let mut cut_steps = 0;
+        for p in [1, 5, 17] {
+            for k in [1, 3, 5] {
+                let prop = |t: usize| -> Vec<u32> {
+                    (0..k)
+                        .map(|j| {
+                            if (t + j) % 5 == 4 {
+                                99
+                            } else {
+                                x.get(t + 2 + j).copied().unwrap_or(0)
+                            }
+                        })
+                        .collect()
+                };
+                let m = matches_from_proposals(&x, p, k, prop);
+                for stop in [p + 1, p + 2, p + 3, p + 10, p + 57, x.len() - k] {
+                    let w = walk_to(&m, stop);
+                    let (rounds, committed, extra) = simulate_stop(&x, p, k, stop, &prop);
+                    assert_eq!(
+                        (w.rounds, w.committed, w.engine_extra, w.engine_unknown),
+                        (rounds, committed, extra, 0),
+                        "p {p} k {k} stop {stop}"
+                    );
+                    cut_steps += usize::from(extra > 0);
+                    // The committed figures are the walk of the sample cut at the stop.
+                    let c = walk(&matches_from_proposals(&x[..stop], p, k, prop));
+                    assert_eq!(
+                        (c.rounds, c.committed, c.positions, c.leading_sum),
+                        (w.rounds, w.committed, w.positions, w.leading_sum)
+                    );
+                    assert_eq!(
+                        (&c.cond_den, &c.cond_num, &c.uncond),
+                        (&w.cond_den, &w.cond_num, &w.uncond)
+                    );
+                    if rounds > 0 {
+                        let al = (committed + extra) as f64 / rounds as f64;
+                        assert_eq!(w.al_engine(), Some(al));
+                    }
+                    // Without the lookahead the final step cannot be replayed as the engine ran
+                    // it, unless its first miss (or its last depth) lies before the stop.
+                    if c.engine_unknown == 0 && rounds > 0 {
+                        assert_eq!((c.engine_extra, w.engine_extra), (0, 0));
+                    }
+                }
+            }
+        }
+        assert!(cut_steps > 5, "the cases cut few final steps: {cut_steps}");
+    }
+
+    #[test]
+    fn the_sglang_convention_counts_one_prefill_token_per_request() {
+        let x: Vec<u32> = (0..42).collect();
+        let one = walk(&matches_from_proposals(&x, 1, 3, |_| vec![999; 3]));
+        let mut two = one.clone();
+        two.add(&one);
+        assert_eq!(two.requests, 2);
+        assert_eq!(
+            two.al_sglang_request(),
+            (two.committed + 2) as f64 / two.rounds as f64
+        );
+        assert_eq!(two.al_sglang_request(), one.al_sglang_request());
     }
 
     #[test]

@@ -71,6 +71,63 @@ pub struct Reply {
     pub spec: Option<(Spec, &'static str)>,
     /// The generated text or token ids, to compare two deployments' greedy outputs.
     pub output: Option<String>,
+    /// Drafts per verify step, where the response says (vLLM's `num_spec_tokens`).
+    pub num_spec_tokens: Option<u64>,
+}
+
+/// The draft tokens a request committed: `min(accepted, completion_tokens − 1 − steps)` (the
+/// prefill-sampled token and each step's bonus token are not drafts; fewer where some of the
+/// request's tokens came from steps that drafted nothing), after checking that the engine's
+/// own figure can come from this response: no more tokens than asked for, no more verify
+/// steps than tokens after the prefill's, no accepted draft without a step, and no more
+/// accepted beyond the committed tokens than one final step drafts (vLLM counts its final step
+/// before the cut at `max_tokens` or EOS). `k` is the drafts per step where known. `Err` names
+/// the contradiction; such a request is failed, never measured.
+pub fn committed_drafts(
+    spec: Spec,
+    completion: u64,
+    max_tokens: usize,
+    k: Option<u64>,
+) -> std::result::Result<u64, String> {
+    if completion > max_tokens as u64 {
+        return Err(format!(
+            "{completion} completion tokens, more than the {max_tokens} asked for (max_tokens)"
+        ));
+    }
+    let Some(room) = completion
+        .checked_sub(1)
+        .and_then(|c| c.checked_sub(spec.steps))
+    else {
+        if completion == 0 && spec.steps == 0 && spec.accepted == 0 {
+            return Ok(0);
+        }
+        return Err(format!(
+            "{} verify steps cannot have made {completion} completion tokens (each step commits at least one, after the prefill's)",
+            spec.steps
+        ));
+    };
+    if spec.steps == 0 && spec.accepted > 0 {
+        return Err(format!(
+            "{} accepted drafts without a verify step",
+            spec.accepted
+        ));
+    }
+    if let Some(k) = k {
+        if spec.accepted > spec.steps.saturating_mul(k) {
+            return Err(format!(
+                "{} accepted drafts in {} steps of {k} drafts",
+                spec.accepted, spec.steps
+            ));
+        }
+    }
+    let bound = k.unwrap_or(crate::runtime::matches::MAX_DEPTHS as u64);
+    if spec.accepted > room.saturating_add(bound) {
+        return Err(format!(
+            "{} accepted drafts, but {completion} completion tokens over {} verify steps hold at most {room}: only the final step may count drafts it did not commit, at most {bound}",
+            spec.accepted, spec.steps
+        ));
+    }
+    Ok(spec.accepted.min(room))
 }
 
 /// Server-wide cumulative counters at one moment.

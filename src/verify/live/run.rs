@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::client::Client;
-use super::engine::{Counters, Protocol, RequestOptions, Spec};
+use super::engine::{committed_drafts, Counters, Protocol, RequestOptions, Spec};
 use crate::error::{Error, Result};
 use crate::verify::prompt_sets::LivePrompt;
 
@@ -27,12 +27,20 @@ pub struct Options {
     pub retries: usize,
     /// Measure from the server-wide counters when a response has no per-request figure.
     pub server_counters: bool,
+    /// Drafts per verify step, where the preflight found it (each response's own figure wins).
+    pub spec_tokens: Option<u64>,
 }
 
 /// One measured request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Measured {
+    /// Verify steps and accepted drafts as the engine reports them.
     pub spec: Spec,
+    /// The draft tokens the request committed: `completion_tokens − 1 − steps`. Below
+    /// `spec.accepted` where the engine counts its final step before the cut (vLLM).
+    pub committed: u64,
+    /// Drafts per verify step, where the response says.
+    pub num_spec_tokens: Option<u64>,
     pub completion_tokens: u64,
     pub finish_reason: Option<String>,
     /// The generated text or ids (to compare two deployments' greedy outputs).
@@ -135,16 +143,25 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
                 ))
             }
         };
-        let measured = |spec: Spec, source: String| Measured {
-            spec,
-            completion_tokens: reply.completion_tokens,
-            finish_reason: reply.finish_reason.clone(),
-            output: reply.output.clone(),
-            source,
+        // Every figure is checked against the response it came with before it is measured.
+        let measured = |spec: Spec, source: String| -> std::result::Result<Measured, String> {
+            let k = reply.num_spec_tokens.or(o.spec_tokens);
+            let committed =
+                committed_drafts(spec, reply.completion_tokens, o.request.max_tokens, k)
+                    .map_err(|e| format!("{route}: {source} contradicts the response: {e}"))?;
+            Ok(Measured {
+                spec,
+                committed,
+                num_spec_tokens: reply.num_spec_tokens,
+                completion_tokens: reply.completion_tokens,
+                finish_reason: reply.finish_reason.clone(),
+                output: reply.output.clone(),
+                source,
+            })
         };
         if let Some((spec, field)) = reply.spec {
             return Ok(Outcome {
-                result: Ok(measured(spec, field.to_string())),
+                result: measured(spec, field.to_string()),
                 attempts,
             });
         }
@@ -209,13 +226,13 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
             }
         };
         return Ok(Outcome {
-            result: Ok(measured(
+            result: measured(
                 Spec {
                     steps: delta.steps,
                     accepted: delta.accepted,
                 },
                 SERVER_COUNTERS.into(),
-            )),
+            ),
             attempts,
         });
     }

@@ -94,6 +94,7 @@ impl Protocol for Sglang {
                 finish_reason: finish,
                 spec: spec_of(m, completion).map_err(|e| format!("meta_info: {e}"))?,
                 output,
+                num_spec_tokens: None,
             });
         }
         let o = super::engine::openai_reply(v)?;
@@ -114,6 +115,7 @@ impl Protocol for Sglang {
             finish_reason: finish,
             spec,
             output,
+            num_spec_tokens: None,
         })
     }
 

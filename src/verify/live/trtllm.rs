@@ -75,6 +75,7 @@ impl Protocol for Trtllm {
             finish_reason: finish,
             spec,
             output,
+            num_spec_tokens: None,
         })
     }
 

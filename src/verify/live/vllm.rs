@@ -45,11 +45,16 @@ impl Protocol for Vllm {
             None | Some(Value::Null) => None,
             Some(m) => Some((spec_of(m)?, "metrics.speculative_decoding")),
         };
+        let num_spec_tokens = v
+            .pointer("/metrics/speculative_decoding")
+            .and_then(|m| m.get("num_spec_tokens"))
+            .and_then(Value::as_u64);
         Ok(Reply {
             completion_tokens,
             finish_reason,
             spec,
             output,
+            num_spec_tokens,
         })
     }
 
