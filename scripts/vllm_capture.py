@@ -151,6 +151,12 @@ def build_parser():
                     help="extra keyword arguments for apply_chat_template, e.g. '{\"thinking\": false}'")
     ap.add_argument("--engine-arg", action="append", metavar="KEY=VALUE",
                     help="any other vLLM engine argument (VALUE is JSON if it parses), repeatable")
+    ap.add_argument("--continuations", metavar="LIVE_JSON",
+                    help="the continuations a serving deployment generated, from `kquant verify --endpoint "
+                         "--json` (each request's `token_ids`, matched to the prompts by id): pass 1 is "
+                         "skipped and pass 2 captures the hidden states of exactly those tokens")
+    ap.add_argument("--continuations-side", choices=("draft", "baseline"), default="baseline",
+                    help="which deployment's continuations (default baseline, else draft when the run had none)")
     ap.add_argument("--kquant-target", metavar="PROFILE",
                     help="kquant target profile for the printed import command (e.g. kimi-k2.5)")
     ap.add_argument("--dry-run", action="store_true",
@@ -400,6 +406,40 @@ def write_atomic(path, text):
     os.replace(tmp, path)
 
 
+def read_continuations(path, side, records):
+    """Give each record the continuation its serving deployment generated: `live.SIDE.requests`
+    of a `kquant verify --endpoint --json` report, matched by prompt id. Every record must
+    have one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            rep = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise CaptureError(f"--continuations {path}: cannot read it as JSON: {e}")
+    live = rep.get("live") if isinstance(rep, dict) else None
+    if not isinstance(live, dict):
+        raise CaptureError(f"--continuations {path}: not a `kquant verify --endpoint --json` report (no `live`)",
+                           "give the JSON a live verify wrote")
+    s = live.get(side) if isinstance(live.get(side), dict) else None
+    if s is None and side == "baseline":
+        side, s = "draft", live.get("draft")
+    if not isinstance(s, dict) or not isinstance(s.get("requests"), list):
+        raise CaptureError(f"--continuations {path}: has no `live.{side}.requests`")
+    by_id = {}
+    for q in s["requests"]:
+        ids = q.get("token_ids") if isinstance(q, dict) else None
+        if not (isinstance(ids, list) and ids and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
+            raise CaptureError(f"--continuations {path}: request {q.get('id') if isinstance(q, dict) else q!r} of `live.{side}` has no `token_ids`",
+                               "the engine must return the generated ids (vLLM >= 0.10.2 with kquant's `return_token_ids`)")
+        by_id[str(q.get("id"))] = (ids, q.get("finish_reason") or "given")
+    missing = [r["where"] for r in records if r["id"] not in by_id]
+    if missing:
+        raise CaptureError(f"--continuations {path}: {len(missing)} prompts have no continuation in `live.{side}` (e.g. {missing[0]})",
+                           "give the same prompt file (and --limit) the live run used")
+    for r in records:
+        r["continuation"], r["finish_reason"] = by_id[r["id"]]
+    return side
+
+
 def prepare_out(out):
     if os.path.exists(out):
         if not os.path.isdir(out):
@@ -439,6 +479,9 @@ def run(a):
         )
 
     records = read_prompt_files(a.prompts, a.limit)
+    if a.continuations:
+        side = read_continuations(a.continuations, a.continuations_side, records)
+        print(f"continuations from {a.continuations} (live.{side}): pass 1 skipped")
     tokenize(records, a.tokenizer or a.model, a.trust_remote_code, a.text_mode, template_kwargs)
     if vocab:
         for r in records:
@@ -446,9 +489,10 @@ def run(a):
             if bad:
                 raise CaptureError(f"{r['where']}: token {bad[0]} is outside the target's vocabulary of {vocab}")
     longest = max(len(r["tokens"]) for r in records)
-    need_len = longest + a.max_tokens + 1  # pass 2: prompt + continuation, then 1 token
+    gen = max(len(r["continuation"]) for r in records) if a.continuations else a.max_tokens
+    need_len = longest + gen + 1  # pass 2: prompt + continuation, then 1 token
     max_model_len = a.max_model_len or need_len
-    too_long = [r for r in records if len(r["tokens"]) + a.max_tokens + 1 > max_model_len]
+    too_long = [r for r in records if len(r["tokens"]) + gen + 1 > max_model_len]
     if too_long:
         r = too_long[0]
         raise CaptureError(
@@ -490,13 +534,14 @@ def run(a):
     llm = make_llm(a.model, **engine_kwargs)
     print(f"engine up   {time.time() - t0:.0f} s")
 
-    # Pass 1: greedy continuations.
+    # Pass 1: greedy continuations (none with --continuations: they are given).
     t0 = time.time()
     sp1 = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=a.ignore_eos, detokenize=False)
-    outs = llm.generate([TokensPrompt(prompt_token_ids=r["tokens"]) for r in records], sp1)
-    if len(outs) != len(records):
-        raise CaptureError(f"pass 1: vLLM returned {len(outs)} outputs for {len(records)} prompts")
-    for r, o in zip(records, outs):
+    todo = [r for r in records if "continuation" not in r]
+    outs = llm.generate([TokensPrompt(prompt_token_ids=r["tokens"]) for r in todo], sp1) if todo else []
+    if len(outs) != len(todo):
+        raise CaptureError(f"pass 1: vLLM returned {len(outs)} outputs for {len(todo)} prompts")
+    for r, o in zip(todo, outs):
         if list(o.prompt_token_ids) != r["tokens"]:
             raise CaptureError(f"pass 1: the output for {r['where']} is not its prompt's (outputs out of order?)")
         c = o.outputs[0]
@@ -561,6 +606,7 @@ def run(a):
         "text_mode": a.text_mode,
         "chat_template_kwargs": template_kwargs,
         "prompt_files": a.prompts,
+        "continuations": a.continuations,
         "engine_kwargs": engine_kwargs,
         "requests": len(records),
     }, indent=1) + "\n")

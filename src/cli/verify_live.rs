@@ -137,7 +137,7 @@ fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
                     "accepted": m.spec.accepted, "accept_length_engine": m.spec.accept_length(),
                     "committed": m.committed, "accept_length": committed.accept_length(),
                     "completion_tokens": m.completion_tokens, "finish_reason": m.finish_reason,
-                    "source": m.source, "attempts": o.attempts})
+                    "source": m.source, "attempts": o.attempts, "token_ids": m.token_ids})
             })
         })
         .collect();

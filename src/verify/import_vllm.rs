@@ -456,6 +456,17 @@ fn resolve_layout(
 
 /// Pair files with `--prompts` records: by key (`req_id`, else `id`) when every record has one,
 /// else in file order.
+/// A record's `id` as a sample id: a whole number, or a string of digits.
+fn whole_id(v: Option<&serde_json::Value>) -> Option<u64> {
+    match v? {
+        serde_json::Value::Number(n) => n.as_u64(),
+        serde_json::Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            s.parse().ok()
+        }
+        _ => None,
+    }
+}
+
 fn pair_prompts<'a>(
     path: &Path,
     recs: &'a [PromptRecord],
@@ -587,6 +598,20 @@ pub fn import(o: &Options) -> Result<Imported> {
             );
             None
         }
+    };
+
+    // With --prompts whose records all carry distinct whole-number ids (the capture script
+    // writes the prompt file's own), those are the sample ids: the trace then lines up, id
+    // for id, with a live run of the same prompt file.
+    let ids: Vec<u64> = match &paired {
+        Some(v) => {
+            let own: Option<Vec<u64>> = v.iter().map(|r| whole_id(r.id.as_ref())).collect();
+            match own {
+                Some(o) if o.iter().collect::<HashSet<_>>().len() == o.len() => o,
+                _ => ids,
+            }
+        }
+        None => ids,
     };
 
     let mut metas = Vec::with_capacity(files.len());

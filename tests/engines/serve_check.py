@@ -9,16 +9,25 @@
         Exit 1 with every difference listed.
 
     serve_check.py gate LIVE.json OFFLINE.json --bound B
-        The paired gate: the engine's dAL (live, committed convention) and the offline replay's,
-        overall and per category, within B, and the same decision; every request whose
-        committed accept length differs between the two is listed with its figures.
-        Exit 1 when a bound or the decision differs.
+        The paired gate: the engine's dAL (live, committed convention) and the offline replay's
+        (on a trace of the engine's own continuations) within B overall (per category printed),
+        the same decision overall and per category, every request's tokens the engine's; every
+        request whose steps differ is listed with its figures. Exit 1 when any check fails.
+
+    serve_check.py traces A.json B.json
+        Two offline replays of one draft (`verify --json`) on two traces of the same prompts:
+        per sample the same tokens, verify steps and committed drafts.
+
+    serve_check.py taps TRACE_A TRACE_B --bound B      (with the engine venv's python)
+        Two traces of the same prompts: equal tokens up to each stop, every tap within B of
+        the other relative to the tensor's largest magnitude.
 
 Prints one line per check and a closing `N passed, N failed` line.
 """
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -77,14 +86,31 @@ def gate(a):
         passed, failed = passed + ok, failed + (not ok)
 
     check("overall dAL", live["delta"], off["delta"])
+    maxr = off["max_regression"]
     for c, v in off["per_category"].items():
         lv = live["per_category"].get(c, {}).get("delta")
-        check(f"category {c} dAL", lv, v["delta"])
+        # Per category (20 requests here) a flipped step weighs 3x: the figures are printed,
+        # the decision is checked.
+        print(f"     category {c} dAL: engine {lv:+.4f} kquant {v['delta']:+.4f}")
+        lp, op = lv is not None and lv >= -maxr, v["delta"] >= -maxr
+        ok = lp == op
+        print(f"{'ok  ' if ok else 'FAIL'} category {c} decision at {maxr}: engine {'pass' if lp else 'fail'}, kquant {'pass' if op else 'fail'}")
+        passed, failed = passed + ok, failed + (not ok)
     same = live["passed"] == off["passed"]
     print(f"{'ok  ' if same else 'FAIL'} decision: engine {'PASSED' if live['passed'] else 'FAILED'}, "
-          f"kquant {'PASSED' if off['passed'] else 'FAILED'} at {off['max_regression']}")
+          f"kquant {'PASSED' if off['passed'] else 'FAILED'} at {maxr}")
     passed, failed = passed + same, failed + (not same)
-    # Every request where the engine and the replay disagree, in the report's terms.
+    # The replay ran on the engine's own continuations: the tokens must be the engine's.
+    for side in ("draft", "baseline"):
+        orq = {str(r["id"]): r for r in off[side]["requests"]}
+        diff = [r["id"] for r in live["live"][side]["requests"]
+                if str(r["id"]) not in orq or orq[str(r["id"])]["tokens"] != r["completion_tokens"]]
+        ok = not diff
+        print(f"{'ok  ' if ok else 'FAIL'} {side}: every request's tokens are the engine's"
+              + ("" if ok else f" (not: {diff[:8]})"))
+        passed, failed = passed + ok, failed + (not ok)
+    # Every request where the engine and the replay disagree, in the report's terms: same
+    # tokens, a different split into verify steps (a draft proposal that flipped).
     for side in ("draft", "baseline"):
         orq = {str(r["id"]): r for r in off[side]["requests"]}
         for r in live["live"][side]["requests"]:
@@ -95,6 +121,73 @@ def gate(a):
                       f"kquant {o['tokens']} tokens, {o['steps']} steps, {o['committed']} committed "
                       f"(AL {o['accept_length']:.3f})")
     print(f"gate: {passed} passed, {failed} failed")
+    return failed
+
+
+def traces(a):
+    """Two offline replays of one draft on two traces of the same prompts: per sample (by id)
+    the same tokens, verify steps and committed drafts."""
+    x, y = load(a.a), load(a.b)
+    ya = {str(r["id"]): r for r in y["draft"]["requests"]}
+    passed = failed = 0
+    for r in x["draft"]["requests"]:
+        o = ya.get(str(r["id"]))
+        keys = ("tokens", "steps", "committed")
+        if o is None or any(r[k] != o[k] for k in keys):
+            print(f"FAIL sample {r['id']}: " + ", ".join(f"{k} {r[k]} vs {o and o[k]}" for k in keys))
+            failed += 1
+        else:
+            passed += 1
+    ok = len(x["draft"]["requests"]) == len(ya) and x["draft"]["accept_length"] == y["draft"]["accept_length"]
+    print(f"{'ok  ' if ok else 'FAIL'} accept_length {x['draft']['accept_length']} vs {y['draft']['accept_length']}")
+    passed, failed = passed + ok, failed + (not ok)
+    print(f"traces: {passed} passed, {failed} failed")
+    return failed
+
+
+def taps(a):
+    """Two traces' tokens (up to each sample's stop) and taps: tokens equal, every tap tensor
+    within `bound` of the other relative to its largest magnitude. Needs torch + safetensors
+    (the engine's venv)."""
+    import torch
+    from safetensors.torch import load_file
+
+    def side(d):
+        m = load(os.path.join(d, "manifest.json"))
+        t = {}
+        for sh in m["shards"]:
+            t.update(load_file(os.path.join(d, sh["file"])))
+        return m, t
+
+    (ma, ta), (mb, tb) = side(a.a), side(a.b)
+    bs = {s["id"]: s for s in mb["samples"]}
+    passed = failed = 0
+    worst, ndiff, n = 0.0, 0, 0
+    for s in ma["samples"]:
+        o = bs.get(s["id"])
+        if o is None:
+            print(f"FAIL sample {s['id']}: not in {a.b}")
+            failed += 1
+            continue
+        la = s.get("stop_len") or s["prompt_len"] + s["gen_len"]
+        lb = o.get("stop_len") or o["prompt_len"] + o["gen_len"]
+        xa, xb = ta[f"s{s['id']}.tokens"][:la], tb[f"s{o['id']}.tokens"][:lb]
+        if not torch.equal(xa, xb):
+            print(f"FAIL sample {s['id']}: tokens differ")
+            failed += 1
+            continue
+        for tap in ma["taps"]:
+            u = ta[f"s{s['id']}.tap.{tap}"][:la].float()
+            v = tb[f"s{o['id']}.tap.{tap}"][:la].float()
+            worst = max(worst, ((u - v).abs().max() / v.abs().max()).item())
+            ndiff += (u != v).sum().item()
+            n += u.numel()
+        passed += 1
+    ok = worst <= a.bound
+    print(f"{'ok  ' if ok else 'FAIL'} taps: max |a - b| / max |b| per tensor {worst:.2e} (bound {a.bound:.2e}); "
+          f"{ndiff} of {n} values differ ({100 * ndiff / max(n, 1):.3f} %)")
+    passed, failed = passed + ok, failed + (not ok)
+    print(f"taps: {passed} passed, {failed} failed")
     return failed
 
 
@@ -109,8 +202,14 @@ def main():
     g.add_argument("live")
     g.add_argument("offline")
     g.add_argument("--bound", type=float, required=True)
+    for name in ("traces", "taps"):
+        t = sub.add_parser(name)
+        t.add_argument("a")
+        t.add_argument("b")
+        if name == "taps":
+            t.add_argument("--bound", type=float, required=True)
     a = ap.parse_args()
-    return 1 if (requests(a) if a.cmd == "requests" else gate(a)) else 0
+    return 1 if {"requests": requests, "gate": gate, "traces": traces, "taps": taps}[a.cmd](a) else 0
 
 
 if __name__ == "__main__":

@@ -73,6 +73,10 @@ pub struct Reply {
     pub output: Option<String>,
     /// Drafts per verify step, where the response says (vLLM's `num_spec_tokens`).
     pub num_spec_tokens: Option<u64>,
+    /// The generated token ids, where the response has them (vLLM's `return_token_ids`):
+    /// kept in the JSON so that the hidden states of exactly these continuations can be
+    /// captured (`scripts/vllm_capture.py --continuations`).
+    pub token_ids: Option<Vec<u32>>,
 }
 
 /// The draft tokens a request committed: `min(accepted, completion_tokens − 1 − steps)` (the
@@ -235,6 +239,31 @@ pub(crate) fn openai_reply(v: &Value) -> std::result::Result<OpenAi<'_>, String>
         output,
         choice,
     })
+}
+
+/// `choices[0].token_ids` (vLLM with `return_token_ids`), checked against
+/// `usage.completion_tokens`; `Ok(None)` when absent.
+pub(crate) fn token_ids(
+    choice: &Value,
+    completion: u64,
+) -> std::result::Result<Option<Vec<u32>>, String> {
+    let Some(ids) = choice.get("token_ids").filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let ids: Vec<u32> = ids
+        .as_array()
+        .ok_or("`choices[0].token_ids` is not a list")?
+        .iter()
+        .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
+        .collect::<Option<_>>()
+        .ok_or("`choices[0].token_ids` holds something that is not a token id")?;
+    if ids.len() as u64 != completion {
+        return Err(format!(
+            "`choices[0].token_ids` has {} ids, `usage.completion_tokens` says {completion}",
+            ids.len()
+        ));
+    }
+    Ok(Some(ids))
 }
 
 /// The body fields of an OpenAI-style greedy request for `p`: the route (`/v1/completions` for

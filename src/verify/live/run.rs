@@ -41,6 +41,8 @@ pub struct Measured {
     pub committed: u64,
     /// Drafts per verify step, where the response says.
     pub num_spec_tokens: Option<u64>,
+    /// The generated token ids, where the response has them.
+    pub token_ids: Option<Vec<u32>>,
     pub completion_tokens: u64,
     pub finish_reason: Option<String>,
     /// The generated text or ids (to compare two deployments' greedy outputs).
@@ -153,6 +155,7 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
                 spec,
                 committed,
                 num_spec_tokens: reply.num_spec_tokens,
+                token_ids: reply.token_ids.clone(),
                 completion_tokens: reply.completion_tokens,
                 finish_reason: reply.finish_reason.clone(),
                 output: reply.output.clone(),

@@ -95,6 +95,7 @@ impl Protocol for Sglang {
                 spec: spec_of(m, completion).map_err(|e| format!("meta_info: {e}"))?,
                 output,
                 num_spec_tokens: None,
+                token_ids: None,
             });
         }
         let o = super::engine::openai_reply(v)?;
@@ -116,6 +117,7 @@ impl Protocol for Sglang {
             spec,
             output,
             num_spec_tokens: None,
+            token_ids: None,
         })
     }
 

@@ -76,6 +76,7 @@ impl Protocol for Trtllm {
             spec,
             output,
             num_spec_tokens: None,
+            token_ids: None,
         })
     }
 

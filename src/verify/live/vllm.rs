@@ -35,11 +35,16 @@ impl Protocol for Vllm {
     }
 
     fn request(&self, p: &LivePrompt, o: &RequestOptions) -> (String, Value) {
-        openai_request(p, o)
+        let (route, mut body) = openai_request(p, o);
+        // The generated ids in `choices[0].token_ids` (vLLM >= 0.10.2; older releases ignore
+        // the field: its request models allow extra keys).
+        body["return_token_ids"] = Value::Bool(true);
+        (route, body)
     }
 
     fn reply(&self, v: &Value) -> std::result::Result<Reply, String> {
         let o = openai_reply(v)?;
+        let token_ids = super::engine::token_ids(o.choice, o.completion)?;
         let (completion_tokens, finish_reason, output) = (o.completion, o.finish, o.output);
         let spec = match v.pointer("/metrics/speculative_decoding") {
             None | Some(Value::Null) => None,
@@ -55,6 +60,7 @@ impl Protocol for Vllm {
             spec,
             output,
             num_spec_tokens,
+            token_ids,
         })
     }
 
