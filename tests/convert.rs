@@ -888,6 +888,12 @@ fn dflash_launch_lines_follow_the_block_size() {
                     }
                     "vllm" => {
                         let c = vllm_config(&line);
+                        // What `verify --endpoint` reads, and Kimi's own model code.
+                        assert!(
+                            line.ends_with("--per-request-spec-decode-metrics summary")
+                                && line.contains(" --trust-remote-code "),
+                            "{what}: {line}"
+                        );
                         assert_eq!(c["method"], "dflash", "{what}");
                         assert_eq!(c["num_speculative_tokens"], proposed, "{what}: {line}");
                         assert_eq!(c["model"], dir, "{what}");

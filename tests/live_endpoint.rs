@@ -454,9 +454,10 @@ fn the_paired_gate_compares_two_deployments_on_the_same_prompts() {
     assert_eq!(r["live"]["same_output"]["compared"], json!(9));
     let x = std::fs::read_to_string(&junit).unwrap();
     assert!(x.contains("<failure"), "{x}");
-    // The same deployment on both sides: ΔAL 0, the gate passes.
-    let (code, r, err) = live(&quant.url, &p, &["--baseline-endpoint", &quant.url]);
-    assert_eq!((code, r["delta"].as_f64()), (0, Some(0.0)), "{err}");
+    // The same deployment on both sides would give ΔAL 0 whatever the draft: refused
+    // (a_baseline_that_is_the_same_server_is_refused).
+    let (code, _, err) = live(&quant.url, &p, &["--baseline-endpoint", &quant.url]);
+    assert_eq!(code, 2, "{err}");
 }
 
 #[test]
@@ -525,6 +526,7 @@ fn malformed_or_incomplete_responses_are_refused() {
             status: 200,
             content_type: "application/json",
             body: "{\"choices\": [".into(),
+            location: None,
         }),
         _ => Response::status(404, "{}"),
     });
@@ -1392,4 +1394,208 @@ fn figures_the_response_contradicts_are_failed_not_measured() {
         let (code, _, err) = live(&server.url, &p, &["--min-accept", "1.5"]);
         assert_eq!(code, 2, "lie {which}: {err}");
     }
+}
+
+/// A redirect is never followed (a 301/302/303 turns the POST into a GET without the prompt,
+/// and another server would be measured under this one's name): the request fails naming
+/// where it pointed; a 307 as well.
+#[test]
+fn redirects_are_refused_not_followed() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 1);
+    let (other, other_seen) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: scripted(3),
+    });
+    for code in [301u16, 302, 303, 307] {
+        let to = format!("{}/v1/completions", other.url);
+        let server = serve(
+            move |r: &Request| match (r.method.as_str(), r.path.as_str()) {
+                ("GET", "/v1/models") => models("vllm"),
+                ("GET", "/version") => Response::json(&json!({"version": "0.33.0"})),
+                ("POST", "/v1/completions") => Some(Response {
+                    status: code,
+                    content_type: "application/json",
+                    body: "{}".into(),
+                    location: Some(to.clone()),
+                }),
+                _ => Response::status(404, "{}"),
+            },
+        );
+        let (c, _, err) = live(&server.url, &p, &[]);
+        assert_eq!(c, 2, "{code}: {err}");
+        assert!(
+            err.contains(&format!("HTTP {code} redirects to")) && err.contains(&other.url),
+            "{code}: {err}"
+        );
+    }
+    assert!(
+        other_seen.lock().unwrap().bodies.is_empty(),
+        "the redirect target was reached"
+    );
+}
+
+/// `--baseline-endpoint` naming the same server as `--endpoint` (`localhost` for `127.0.0.1`,
+/// a trailing `/v1/`) is refused before any request: the paired ΔAL would be 0 whatever the
+/// draft.
+#[test]
+fn a_baseline_that_is_the_same_server_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 1);
+    let (v, seen) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: scripted(0),
+    });
+    let same = format!("{}/v1/", v.url.replace("127.0.0.1", "localhost"));
+    for b in [v.url.as_str(), same.as_str()] {
+        let (c, _, err) = live(&v.url, &p, &["--baseline-endpoint", b]);
+        assert_eq!(c, 2, "{b}: {err}");
+        assert!(
+            err.contains("is the same server") && err.contains("hint:"),
+            "{err}"
+        );
+    }
+    assert!(seen.lock().unwrap().bodies.is_empty());
+}
+
+/// A histogram whose counts overflow u64 is a broken response, not AL 0.
+#[test]
+fn a_histogram_that_overflows_is_a_failed_request() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 2);
+    let gen = scripted(0);
+    let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let server = serve(
+        move |r: &Request| match (r.method.as_str(), r.path.as_str()) {
+            ("GET", "/v1/models") => models("vllm"),
+            ("GET", "/version") => Response::json(&json!({"version": "0.33.0"})),
+            ("POST", "/v1/completions") => {
+                let v = r.json();
+                let ids = prompt_ids(&v);
+                let mut out = vllm_completion(&gen(&ids, max_tokens(&v)), ids.len(), true);
+                if n.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                    // 2^63 steps that accepted 2 drafts: 2^64 accepted, 0 once wrapped.
+                    let m = &mut out["metrics"]["speculative_decoding"];
+                    m["acceptance_histogram"] = json!([0, 0, 1u64 << 63, 0]);
+                    m["num_spec_steps"] = json!(1u64 << 63);
+                    m["num_accepted_draft_tokens"] = json!(0);
+                }
+                Response::json(&out)
+            }
+            _ => Response::status(404, "{}"),
+        },
+    );
+    let (c, r, err) = live(&server.url, &p, &["--max-failed", "1"]);
+    assert_eq!(c, 0, "{err}");
+    let failed = r["live"]["draft"]["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("more than 2^64"),
+        "{failed:?}"
+    );
+    assert_eq!(r["samples"], json!(5));
+}
+
+/// Once more requests have failed than `--max-failed` allows, the exit 2 is certain: no
+/// further prompt is sent (a server that answers nothing useful no longer holds the run for
+/// every prompt's timeout).
+#[test]
+fn the_run_stops_sending_once_max_failed_is_exceeded() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 10);
+    let posts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n = posts.clone();
+    let server = serve(
+        move |r: &Request| match (r.method.as_str(), r.path.as_str()) {
+            ("GET", "/v1/models") => models("vllm"),
+            ("GET", "/version") => Response::json(&json!({"version": "0.33.0"})),
+            ("POST", "/v1/completions") => {
+                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Response::text("not json")
+            }
+            _ => Response::status(404, "{}"),
+        },
+    );
+    let (c, _, err) = live(&server.url, &p, &["--max-failed", "2"]);
+    assert_eq!(c, 2, "{err}");
+    assert_eq!(
+        posts.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "30 prompts, 2 failures allowed: the third ends it"
+    );
+    assert!(
+        err.contains("3 of 30 requests failed") && err.contains("the other 27 were not sent"),
+        "{err}"
+    );
+}
+
+/// Control characters in a prompt's category, or in the server's `/version`, never reach the
+/// terminal raw (no fake "PASSED" line) and never make the JUnit file invalid XML.
+#[test]
+fn hostile_strings_are_escaped_in_the_table_and_the_junit() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("p.jsonl");
+    std::fs::write(
+        &p,
+        "{\"id\": \"a\", \"category\": \"co\\u0001de\\u001b[2J\", \"tokens\": [1, 2, 3]}\n{\"id\": \"b\", \"category\": \"x\", \"tokens\": [4, 5, 6]}\n",
+    )
+    .unwrap();
+    let gen = scripted(1);
+    let server = serve(
+        move |r: &Request| match (r.method.as_str(), r.path.as_str()) {
+            ("GET", "/v1/models") => models("vllm"),
+            ("GET", "/version") => Response::json(&json!({"version": "0.20.0\nPASSED\u{1b}[0m"})),
+            ("POST", "/v1/completions") => {
+                let v = r.json();
+                let ids = prompt_ids(&v);
+                Response::json(&vllm_completion(
+                    &gen(&ids, max_tokens(&v)),
+                    ids.len(),
+                    true,
+                ))
+            }
+            _ => Response::status(404, "{}"),
+        },
+    );
+    let junit = t.path().join("v.xml");
+    let o = kquant(&[
+        "verify",
+        "--endpoint",
+        &server.url,
+        "--prompts",
+        p.to_str().unwrap(),
+        "--max-tokens",
+        "20",
+        "--min-accept",
+        "30",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", common::stderr(&o));
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        common::stderr(&o),
+    );
+    for text in [&out, &err] {
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{1}'),
+            "{text:?}"
+        );
+        assert!(
+            !text.lines().any(|l| l.trim() == "PASSED"),
+            "a forged verdict line: {text}"
+        );
+    }
+    let x = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        !x.chars()
+            .any(|c| (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r')),
+        "{x:?}"
+    );
+    assert!(x.contains("co\\x01de\\x1b[2J"), "{x}");
 }

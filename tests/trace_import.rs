@@ -916,6 +916,30 @@ fn kquant_verify_replays_an_imported_trace() {
     assert!(r["per_category"][&s.category].is_object(), "{r}");
 }
 
+/// A connector file whose hidden size is 0 is refused naming it (it used to divide by zero),
+/// with `--dry-run` too.
+#[test]
+fn a_hidden_size_of_zero_is_refused_not_a_panic() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("hs");
+    std::fs::create_dir(&src).unwrap();
+    write_raw(
+        &src.join("0-aaaaaaaa.safetensors"),
+        vec![
+            ("hidden_states", StDtype::BF16, vec![4, 3, 0], Vec::new()),
+            ("token_ids", StDtype::I64, vec![4], i64_bytes(&[1, 2, 3, 4])),
+        ],
+    );
+    for extra in [
+        &["--layer-ids", "1,2,3", "--num-layers", "4"][..],
+        &["--layer-ids", "1,2,3", "--num-layers", "4", "--dry-run"][..],
+    ] {
+        let e = refused(&import(&src, &t.path().join("out"), extra));
+        assert!(e.contains("hidden size 0") && e.contains("hint:"), "{e}");
+        assert!(!t.path().join("out").exists());
+    }
+}
+
 /// `scripts/vllm_capture.py` (the capture script users run on their vLLM cluster) end to end on
 /// CPU: the script runs under vLLM 0.33.0's own Python (the engine tier's venv) with its engine
 /// replaced by `tests/vllm_capture/harness.py`, which validates every argument against vLLM's
@@ -1193,6 +1217,17 @@ mod vllm_capture {
             "{\"id\": 1, \"tokens\": [1, 2]}\n{\"id\": 1, \"tokens\": [3]}\n",
         );
         let big = p("big.jsonl", "{\"tokens\": [1, 2, 4000]}\n");
+        // `--continuations`: a live report without `live`, one without token ids, one that
+        // misses a prompt.
+        let not_live = p("not-live.json", "{\"schema\": \"kquant.verify/1\"}");
+        let no_ids = p(
+            "no-ids.json",
+            "{\"live\": {\"draft\": {\"requests\": [{\"id\": \"0\", \"steps\": 3}]}}}",
+        );
+        let short = p(
+            "short.json",
+            "{\"live\": {\"draft\": {\"requests\": [{\"id\": \"0\", \"token_ids\": [5, 6]}]}}}",
+        );
         let busy = d.path().join("busy");
         std::fs::create_dir(&busy).unwrap();
         std::fs::write(busy.join("old.safetensors"), b"x").unwrap();
@@ -1291,6 +1326,26 @@ mod vllm_capture {
                 "set by this script for the capture recipe",
             ),
         ];
+        let mut cases = cases;
+        for (file, want) in [
+            (&not_live, "not a `kquant verify --endpoint --json` report"),
+            (&no_ids, "has no `token_ids`"),
+            (&short, "59 prompts have no continuation in `live.draft`"),
+        ] {
+            cases.push((
+                vec![
+                    "--prompts",
+                    HELDOUT,
+                    "--layer-ids",
+                    "1,2,3",
+                    "--out",
+                    &fresh_s,
+                    "--continuations",
+                    file,
+                ],
+                want,
+            ));
+        }
         for (args, want) in cases {
             let mut all = vec!["--model", TARGET];
             all.extend(&args);

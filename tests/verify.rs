@@ -427,3 +427,82 @@ fn after_miss_skip_keeps_every_walk_figure_and_drops_only_the_unconditional_ones
     let (dflash, _) = run("dflash", "skip");
     assert!(dflash["draft"]["unconditional_acceptance"].is_array());
 }
+
+/// `--max-regression -0.1` (an improvement asked for) is a value in `verify` as in
+/// `sensitivity`: one flag, defined once. Against itself the draft does not improve: exit 1,
+/// never "unexpected argument".
+#[test]
+fn a_negative_max_regression_is_a_value_everywhere() {
+    let fix = "fixtures/kimi-k2.5-tiny";
+    let o = kquant(&[
+        "verify",
+        "--target",
+        "kimi-k2.5-tiny",
+        "--trace",
+        &format!("{fix}/trace"),
+        "--limit",
+        "1",
+        "--draft",
+        &format!("{fix}/eagle3"),
+        "--baseline",
+        &format!("{fix}/eagle3"),
+        "--max-regression",
+        "-0.1",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", common::stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["max_regression"], -0.1);
+    let h = kquant(&["sensitivity", "--help"]);
+    let v = kquant(&["verify", "--help"]);
+    let line = |o: &std::process::Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("--max-regression"))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(line(&h), line(&v), "one definition, one help text");
+}
+
+/// `quantize`'s `next:` gate names the profile of the draft's own target (by its hidden size):
+/// the tiny draft gets `--target kimi-k2.5-tiny` (live, no trace needed), not `kimi-k2.5`.
+#[test]
+fn quantize_suggests_the_profile_of_the_drafts_target() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("q");
+    let o = kquant(&[
+        "quantize",
+        "fixtures/kimi-k2.5-tiny/eagle3",
+        "-o",
+        out.to_str().unwrap(),
+        "--scheme",
+        "int4-pc",
+        "--exclude",
+        "fc,lm_head",
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let e = common::stderr(&o);
+    let next = e
+        .lines()
+        .find(|l| l.starts_with("next: kquant verify"))
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(
+        next.contains("--target kimi-k2.5-tiny ") && !next.contains("--trace"),
+        "{next}"
+    );
+    // And the suggested gate runs as printed.
+    let args: Vec<&str> = next
+        .trim_start_matches("next: kquant ")
+        .split(" (")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let mut args = args;
+    args.extend(["--limit", "1", "--max-regression", "1"]);
+    let o = kquant(&args);
+    assert!(o.status.success(), "{args:?}: {}", common::stderr(&o));
+}

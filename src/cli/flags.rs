@@ -375,3 +375,14 @@ pub fn max_failed(s: &str) -> Result<MaxFailed, FlagError> {
         None => int(s, 0, MAX_LIMIT, hint).map(|v| MaxFailed::Count(v as usize)),
     }
 }
+
+/// `--max-regression`, defined once for `verify` and `sensitivity` (flattened into both) so that
+/// it parses the same everywhere: a negative value (an improvement asked for) is a value, not a
+/// flag.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct Gate {
+    /// Fail when ΔAL (draft − baseline) < −this (a finite number in -1000..=1000; negative
+    /// asks for an improvement).
+    #[arg(long, default_value_t = 0.03, value_parser = max_regression, allow_hyphen_values = true)]
+    pub max_regression: f64,
+}

@@ -86,10 +86,9 @@ pub struct Args {
     /// As `quantize --calibration-memory`.
     #[arg(long, value_parser = crate::io::writer::parse_size, default_value = "2.5GiB", requires = "calibrate")]
     pub calibration_memory: u64,
-    /// The gate the picked exclusion set must meet: ΔAL ≥ −this (finite, -1000..=1000;
-    /// negative asks for an improvement).
-    #[arg(long, default_value_t = 0.03, value_parser = flags::max_regression, allow_hyphen_values = true)]
-    pub max_regression: f64,
+    /// The gate every measurement and the picked exclusion set must meet.
+    #[command(flatten)]
+    pub gate: flags::Gate,
     /// Look for the cheapest exclusion set (fewest bytes left unquantized) whose measured ΔAL
     /// meets `--max-regression`, and print it as a preset and a `quantize` command line.
     #[arg(long)]
@@ -221,14 +220,14 @@ impl Bench<'_> {
             ci95,
             agreement: g.as_ref().and_then(|g| g.overall()),
             agreement_per_depth: g.map(|g| g.rates()).unwrap_or_default(),
-            passed: delta >= -self.a.max_regression,
+            passed: delta >= -self.a.gate.max_regression,
         })
     }
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
     let th = Thresholds {
-        max_regression: a.max_regression,
+        max_regression: a.gate.max_regression,
         min_accept: None,
     };
     th.check().map_err(|msg| Error::Flags {
@@ -384,7 +383,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
             let mut tried = vec![false; cands.len()];
             let mut misses: Vec<(f64, f64)> = Vec::new();
             while trials.len() < a.max_trials {
-                let Some(i) = next_trial(&cands, &tried, bias(&misses), a.max_regression) else {
+                let Some(i) = next_trial(&cands, &tried, bias(&misses), a.gate.max_regression)
+                else {
                     break;
                 };
                 tried[i] = true;
@@ -421,7 +421,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let method = serde_json::to_value(a.method).expect("method");
     let preset = picked.as_ref().map(|m| {
         let mut p = json!({
-            "description": format!("{PRESET_MARK} on `{}` ({} samples): ΔAL {:+.4} [{:+.4}, {:+.4}] with --method {}, gate {}", a.src, trace.manifest.samples.len(), m.delta, m.ci95[0], m.ci95[1], method.as_str().unwrap_or(""), a.max_regression),
+            "description": format!("{PRESET_MARK} on `{}` ({} samples): ΔAL {:+.4} [{:+.4}, {:+.4}] with --method {}, gate {}", a.src, trace.manifest.samples.len(), m.delta, m.ci95[0], m.ci95[1], method.as_str().unwrap_or(""), a.gate.max_regression),
             "family": [det.family.id()],
             "scheme": recipe.scheme(),
             "format": recipe.format(),
@@ -474,7 +474,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "steps": a.steps,
         "exclude": base,
         "baseline_accept_length": baseline_al,
-        "max_regression": a.max_regression,
+        "max_regression": a.gate.max_regression,
         "every_group": every,
         "groups": group_json,
         "pick": a.pick.then(|| json!({
@@ -505,12 +505,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 }
                 _ if trials.is_empty() => println!(
                     "\npicked: none: no exclusion set short of quantizing nothing is predicted (every group's ΔAL minus the excluded groups' own) to meet --max-regression {}",
-                    a.max_regression
+                    a.gate.max_regression
                 ),
                 _ => println!(
                     "\npicked: none of the {} exclusion set(s) tried meets --max-regression {} (--max-trials tries more)",
                     trials.len(),
-                    a.max_regression
+                    a.gate.max_regression
                 ),
             }
         }

@@ -110,10 +110,8 @@ pub struct Args {
     /// replay --after-miss` measures both). The report states which.
     #[arg(long, value_enum, default_value_t = AfterMiss::Run)]
     pub after_miss: AfterMiss,
-    /// Fail when ΔAL (draft − baseline) < −this (a finite number in -1000..=1000; negative
-    /// asks for an improvement).
-    #[arg(long, default_value_t = 0.03, value_parser = flags::max_regression)]
-    pub max_regression: f64,
+    #[command(flatten)]
+    pub gate: flags::Gate,
     /// Fail when the draft's accept length is below this (a finite number in 0..=33).
     #[arg(long, value_parser = flags::min_accept)]
     pub min_accept: Option<f64>,
@@ -352,7 +350,7 @@ pub(crate) fn emit(
 /// The gate's thresholds from the flags, refused when they cannot gate.
 pub(crate) fn thresholds(a: &Args) -> Result<Thresholds> {
     let th = Thresholds {
-        max_regression: a.max_regression,
+        max_regression: a.gate.max_regression,
         min_accept: a.min_accept,
     };
     th.check().map_err(|msg| Error::Flags {

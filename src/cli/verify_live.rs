@@ -52,11 +52,12 @@ fn measure(url: &str, a: &Args, prompts: &[LivePrompt], what: &str) -> Result<Si
     let proto = protocol(engine);
     let preflight = proto.preflight(&c)?;
     for w in &preflight.warnings {
+        // Findings quote the server's own strings (its version): escaped for the terminal.
         eprintln!(
             "warning: {what} ({}): {}\nhint: {}",
             engine.name(),
-            w.msg,
-            w.hint
+            crate::escape::printable(&w.msg),
+            crate::escape::printable(&w.hint)
         );
     }
     if let Some(e) = preflight.errors.first() {
@@ -91,6 +92,7 @@ fn measure(url: &str, a: &Args, prompts: &[LivePrompt], what: &str) -> Result<Si
         retries: a.retries,
         server_counters: a.server_counters,
         spec_tokens: preflight.num_spec_tokens,
+        max_failures: a.max_failed.of(prompts.len()),
     };
     let pb = super::progress_items(prompts.len() as u64, what, "requests");
     let outcomes = run::send(proto.as_ref(), &c, prompts, &o, &|| pb.inc(1))?;
@@ -164,14 +166,24 @@ fn check_failed(s: &Side, prompts: &[LivePrompt], a: &Args) -> Result<()> {
         .filter_map(|(i, o)| o.result.as_ref().err().map(|e| (i, e)))
         .collect();
     let allowed = a.max_failed.of(prompts.len());
+    let unsent = failed.iter().filter(|(_, e)| *e == run::NOT_SENT).count();
     if failed.len() > allowed {
-        let (i, e) = failed[0];
+        let (i, e) = failed
+            .iter()
+            .find(|(_, e)| *e != run::NOT_SENT)
+            .copied()
+            .unwrap_or(failed[0]);
         return Err(Error::Endpoint {
             url: s.url.clone(),
             msg: format!(
-                "{} of {} requests failed (more than --max-failed allows, {allowed}); the first, prompt `{}`: {e}",
-                failed.len(),
+                "{} of {} requests failed (more than --max-failed allows, {allowed}){}; the first, prompt `{}`: {e}",
+                failed.len() - unsent,
                 prompts.len(),
+                if unsent > 0 {
+                    format!(", and the other {unsent} were not sent once that was certain")
+                } else {
+                    String::new()
+                },
                 crate::escape::printable(&prompts[i].id)
             ),
             hint: Some("check the server's log; a failed request is never measured (--request-timeout, --retries and --max-failed tune the tolerance)".into()),
@@ -205,6 +217,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
             hint: "send the benchmark's own prompt file (MT-Bench question.jsonl, GSM8K test.jsonl, …) or name its format with --prompt-format".into(),
         })?),
     };
+    // A paired gate of a deployment against itself measures nothing: refused before any request.
+    if let Some(b) = &a.baseline_endpoint {
+        let t = Duration::from_secs(a.request_timeout);
+        if Client::new(&url, t)?.server_key() == Client::new(b, t)?.server_key() {
+            return Err(Error::Flags {
+                msg: format!("--baseline-endpoint {b} is the same server as --endpoint {url}: the paired ΔAL would be 0 whatever the draft"),
+                hint: "serve the baseline draft (e.g. the BF16 one) on another server and give its URL".into(),
+            });
+        }
+    }
     let draft = measure(&url, &a, &prompts, "draft")?;
     check_failed(&draft, &prompts, &a)?;
     let baseline = match &a.baseline_endpoint {
@@ -295,13 +317,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 bench,
                 (gate::micro_al(&all), d.samples.len()),
                 &per_cat,
-                a.max_regression,
+                a.gate.max_regression,
             )?;
             for c in cs.iter().filter(|c| !c.passed) {
                 decision.passed = false;
                 decision
                     .reasons
-                    .push(published::reason(c, name, a.max_regression));
+                    .push(published::reason(c, name, a.gate.max_regression));
             }
             Some(cs)
         }

@@ -113,8 +113,10 @@ pub fn launch_line(engine: Engine, dflash: bool, draft: &str, steps: usize) -> O
     let vllm = |method: &str| {
         let cfg =
             serde_json::json!({"method": method, "model": draft, "num_speculative_tokens": steps});
+        // `--trust-remote-code`: Kimi-K2.x ships its own model code. The per-request
+        // acceptance (vLLM >= 0.29) is what `kquant verify --endpoint` reads.
         format!(
-            "vllm serve {target} --speculative-config {}",
+            "vllm serve {target} --trust-remote-code --speculative-config {} --per-request-spec-decode-metrics summary",
             sh_quote_always(&cfg.to_string())
         )
     };

@@ -220,12 +220,21 @@ impl<'p> Job<'p> {
             warnings.push(note);
         }
         let s = self.writer.finish()?;
+        // The hidden size of the target the draft reads (an EAGLE-3 draft's
+        // `target_hidden_size`, else its own), to name the right target profile.
+        let target_hidden = plan.ck.config.as_ref().and_then(|c| {
+            c.uint("target_hidden_size")
+                .ok()
+                .flatten()
+                .or_else(|| c.uint("hidden_size").ok().flatten())
+        });
         let next = next_steps(
             &self.family,
             plan.recipe.format(),
             plan.recipe.scheme(),
             &s.dir,
             src,
+            target_hidden,
         );
         Ok(Done {
             dir: s.dir,
@@ -282,7 +291,14 @@ impl<'p> Job<'p> {
 
 /// What a user does with a quantized draft next: the layout (and launch line) of each engine
 /// that loads it (`convert --to`), and the accept-length gate (`verify`). None for a target.
-fn next_steps(family: &Family, format: Format, scheme: &str, out: &Path, src: &str) -> Vec<String> {
+fn next_steps(
+    family: &Family,
+    format: Format,
+    scheme: &str,
+    out: &Path,
+    src: &str,
+    target_hidden: Option<u64>,
+) -> Vec<String> {
     use crate::engines::{quantized, Engine, Loads};
     let kind = match family {
         Family::Eagle3 | Family::Eagle3Mla => "eagle3",
@@ -305,10 +321,35 @@ fn next_steps(family: &Family, format: Format, scheme: &str, out: &Path, src: &s
             ));
         }
     }
-    v.push(format!(
-        "kquant verify --target kimi-k2.5 --draft {out} --baseline {src} --trace TRACE (the accept-length gate; docs/verify.md)"
-    ));
+    v.push(verify_step(&out.to_string(), src, target_hidden));
     v
+}
+
+/// The accept-length gate for a draft of a target of hidden size `target_hidden`: the built-in
+/// profile of that size (without `--trace` where kquant runs that target itself), else a target
+/// checkpoint to name.
+fn verify_step(out: &str, src: &str, target_hidden: Option<u64>) -> String {
+    let profiles = crate::verify::profile::builtin().unwrap_or_default();
+    let matching: Vec<&crate::verify::profile::Profile> = profiles
+        .iter()
+        .filter(|p| {
+            target_hidden.is_some_and(|h| p.hidden_size.known().is_some_and(|&s| s as u64 == h))
+        })
+        .collect();
+    let gate = "(the accept-length gate; docs/verify.md)";
+    match matching.as_slice() {
+        [p] if p.live.is_some() => format!(
+            "kquant verify --target {} --draft {out} --baseline {src} {gate}",
+            p.name
+        ),
+        [p, ..] => format!(
+            "kquant verify --target {} --draft {out} --baseline {src} --trace TRACE {gate}",
+            p.name
+        ),
+        [] => format!(
+            "kquant verify --target-checkpoint TARGET --draft {out} --baseline {src} --trace TRACE {gate}"
+        ),
+    }
 }
 
 /// Most bytes of encoded tensors held for the writer at once (see [`schedule`]): what is left

@@ -359,6 +359,13 @@ fn check_file(f: &ConnFile, n: usize, vocab: Option<usize>) -> Result<Checked> {
             hs.shape()
         ))
     })?;
+    if shape[2] == 0 {
+        return Err(Error::Source {
+            path: p.clone(),
+            msg: format!("`{HIDDEN}` is {shape:?}: hidden size 0 holds no hidden state"),
+            hint: Some("the file is not a hidden-states capture; import the directory vLLM's connector wrote (kv_connector_extra_config.shared_storage_path)".into()),
+        });
+    }
     let fits: Vec<Layout> = [Layout::TapsFirst, Layout::TokensFirst]
         .into_iter()
         .filter(|l| l.shape(n, t, shape[2])[..2] == shape[..2])

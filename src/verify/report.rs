@@ -243,7 +243,8 @@ pub fn table(r: &Value) -> String {
             s.push_str(&format!(
                 "live {side}: {} {} at {}: {} requests measured ({}), {} failed\n",
                 e["engine"].as_str().unwrap_or(""),
-                e["version"].as_str().unwrap_or("(version unknown)"),
+                // The server's own string: escaped for the terminal.
+                crate::escape::printable(e["version"].as_str().unwrap_or("(version unknown)")),
                 crate::escape::printable(e["endpoint"].as_str().unwrap_or("")),
                 e["measured"],
                 crate::escape::printable(
@@ -273,11 +274,26 @@ pub fn table(r: &Value) -> String {
     s
 }
 
+/// `s` as XML attribute or text content: markup characters as entities, and every character
+/// XML 1.0 does not allow at all (C0 controls other than tab, newline and carriage return;
+/// U+FFFE, U+FFFF) written out as `\xNN` text, so a category or server string can never make
+/// the report invalid.
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// How an existing `--json` report is recognised as kquant's (and so may be replaced).

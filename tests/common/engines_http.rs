@@ -26,6 +26,8 @@ pub struct Response {
     pub status: u16,
     pub content_type: &'static str,
     pub body: String,
+    /// A `Location` header (redirects).
+    pub location: Option<String>,
 }
 
 impl Response {
@@ -34,6 +36,7 @@ impl Response {
             status: 200,
             content_type: "application/json",
             body: v.to_string(),
+            location: None,
         })
     }
     pub fn text(s: &str) -> Option<Response> {
@@ -41,6 +44,7 @@ impl Response {
             status: 200,
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             body: s.to_string(),
+            location: None,
         })
     }
     pub fn status(code: u16, body: &str) -> Option<Response> {
@@ -48,6 +52,7 @@ impl Response {
             status: code,
             content_type: "application/json",
             body: body.to_string(),
+            location: None,
         })
     }
 }
@@ -129,9 +134,14 @@ fn answer(conn: TcpStream, h: &Handler) {
         _ => "Status",
     };
     let mut w = conn;
+    let location = resp
+        .location
+        .as_ref()
+        .map(|l| format!("location: {l}\r\n"))
+        .unwrap_or_default();
     let _ = write!(
         w,
-        "HTTP/1.1 {} {reason}\r\ncontent-type: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{}",
+        "HTTP/1.1 {} {reason}\r\ncontent-type: {}\r\ncontent-length: {}\r\n{location}connection: close\r\n\r\n{}",
         resp.status,
         resp.content_type,
         resp.body.len(),

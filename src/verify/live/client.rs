@@ -50,9 +50,12 @@ impl Client {
         let base = url.trim_end_matches('/');
         // The engines' OpenAI routes live under `/v1`: a base given with it is the same server.
         let base = base.strip_suffix("/v1").unwrap_or(base).to_string();
+        // Redirects are never followed: a 301/302/303 turns a POST into a GET without the
+        // prompt or `temperature: 0`, and the server measured would not be the one named.
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(timeout.min(Duration::from_secs(10)))
             .timeout(timeout)
+            .redirects(0)
             .build();
         Ok(Client { base, agent })
     }
@@ -60,6 +63,30 @@ impl Client {
     /// The base URL (without a trailing `/` or `/v1`).
     pub fn base(&self) -> &str {
         &self.base
+    }
+
+    /// The server this base URL reaches, for telling two endpoints apart: scheme, host (the
+    /// loopback names `localhost`, `127.0.0.1` and `[::1]` as one), port (the scheme's default
+    /// when absent), path.
+    pub fn server_key(&self) -> String {
+        let (scheme, rest) = self.base.split_once("://").unwrap_or(("http", &self.base));
+        let (host_port, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (host, port) = match host_port
+            .rsplit_once(':')
+            .filter(|_| !host_port.ends_with(']'))
+        {
+            Some((h, p)) => (h, p.to_string()),
+            None => (
+                host_port,
+                if scheme == "https" { "443" } else { "80" }.into(),
+            ),
+        };
+        let host = host.to_ascii_lowercase();
+        let host = match host.as_str() {
+            "localhost" | "127.0.0.1" | "[::1]" => "loopback",
+            h => h,
+        };
+        format!("{scheme}://{host}:{port}/{}", path.trim_end_matches('/'))
     }
 
     /// `base + path` as a string, for messages.
@@ -80,7 +107,7 @@ impl Client {
 
     /// GET `path` as text (a Prometheus page).
     pub fn get_text(&self, path: &str) -> std::result::Result<String, Failure> {
-        let r = self.agent.get(&self.url(path)).call().map_err(failure)?;
+        let r = not_redirected(self.agent.get(&self.url(path)).call().map_err(failure)?)?;
         r.into_string().map_err(|e| Failure {
             retryable: true,
             msg: format!("reading the response failed: {e}"),
@@ -105,13 +132,33 @@ fn failure(e: ureq::Error) -> Failure {
     }
 }
 
+/// A 3xx answer is a failure that names where it points: kquant measures the server named.
+fn not_redirected(r: ureq::Response) -> std::result::Result<ureq::Response, Failure> {
+    if (300..400).contains(&r.status()) {
+        let to = r
+            .header("location")
+            .map(crate::escape::printable)
+            .unwrap_or_else(|| "nowhere (no Location header)".into());
+        return Err(Failure {
+            retryable: false,
+            msg: format!(
+                "HTTP {} redirects to {to}: kquant does not follow redirects (a POST would reach another server, or lose its body); give the final URL",
+                r.status()
+            ),
+        });
+    }
+    Ok(r)
+}
+
 fn json_of(
     r: std::result::Result<ureq::Response, ureq::Error>,
 ) -> std::result::Result<Value, Failure> {
-    let text = r.map_err(failure)?.into_string().map_err(|e| Failure {
-        retryable: true,
-        msg: format!("reading the response failed: {e}"),
-    })?;
+    let text = not_redirected(r.map_err(failure)?)?
+        .into_string()
+        .map_err(|e| Failure {
+            retryable: true,
+            msg: format!("reading the response failed: {e}"),
+        })?;
     serde_json::from_str(&text).map_err(|e| Failure {
         retryable: false,
         msg: format!(
@@ -137,6 +184,15 @@ mod tests {
             "http://h:8000"
         );
         assert_eq!(Client::new("https://h/x", t).unwrap().base(), "https://h/x");
+        let key = |u: &str| Client::new(u, t).unwrap().server_key();
+        assert_eq!(
+            key("http://localhost:8000/v1/"),
+            key("http://127.0.0.1:8000")
+        );
+        assert_eq!(key("http://[::1]:8000"), key("http://127.0.0.1:8000/"));
+        assert_eq!(key("http://h"), key("http://h:80"));
+        assert_ne!(key("http://h:8000"), key("http://h:8001"));
+        assert_ne!(key("http://h:8000/a"), key("http://h:8000/b"));
         for bad in [
             "h:8000",
             "ftp://h",

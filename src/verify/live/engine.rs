@@ -309,10 +309,14 @@ pub(crate) fn check_histogram(
         .as_array()
         .ok_or_else(|| format!("`{key}` is not a list"))?;
     let (mut n, mut a) = (0u64, 0u64);
+    let overflow = || format!("`{key}` counts more than 2^64 steps or drafts");
     for (j, x) in h.iter().enumerate() {
         let c = x.as_u64().ok_or_else(|| format!("{key}[{j}] is {x}"))?;
-        n += c;
-        a += j as u64 * c;
+        n = n.checked_add(c).ok_or_else(overflow)?;
+        a = (j as u64)
+            .checked_mul(c)
+            .and_then(|jc| a.checked_add(jc))
+            .ok_or_else(overflow)?;
     }
     if n != steps || a != accepted {
         return Err(format!(

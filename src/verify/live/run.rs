@@ -29,7 +29,13 @@ pub struct Options {
     pub server_counters: bool,
     /// Drafts per verify step, where the preflight found it (each response's own figure wins).
     pub spec_tokens: Option<u64>,
+    /// Failed requests tolerated (`--max-failed`): once more have failed, the run's exit 2 is
+    /// certain and no further prompt is sent.
+    pub max_failures: usize,
 }
+
+/// The outcome of a prompt never sent because more than `--max-failed` had already failed.
+pub const NOT_SENT: &str = "not sent: more requests than --max-failed allows had already failed";
 
 /// One measured request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -71,6 +77,7 @@ pub fn send(
 ) -> Result<Vec<Outcome>> {
     let slots: Vec<Mutex<Option<Outcome>>> = prompts.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
+    let failures = AtomicUsize::new(0);
     let fatal: Mutex<Option<Error>> = Mutex::new(None);
     // With the counters as the fallback, one request at a time: the counters move only for it.
     let workers = if o.server_counters {
@@ -88,8 +95,21 @@ pub fn send(
                 let Some(p) = prompts.get(i) else {
                     return;
                 };
+                if failures.load(Ordering::Relaxed) > o.max_failures {
+                    *slots[i].lock().expect("slot") = Some(Outcome {
+                        result: Err(NOT_SENT.into()),
+                        attempts: 0,
+                    });
+                    progress();
+                    continue;
+                }
                 match one(proto, c, p, o) {
-                    Ok(out) => *slots[i].lock().expect("slot") = Some(out),
+                    Ok(out) => {
+                        if out.result.is_err() {
+                            failures.fetch_add(1, Ordering::Relaxed);
+                        }
+                        *slots[i].lock().expect("slot") = Some(out)
+                    }
                     Err(e) => {
                         fatal.lock().expect("fatal").get_or_insert(e);
                         return;
