@@ -896,3 +896,82 @@ fn absurd_aux_layer_ids_in_a_config_are_refused() {
         "{e}"
     );
 }
+
+/// Every prompt file kquant reads (`verify --endpoint --prompts`, `trace capture --prompts`,
+/// `trace prompts --input`, `trace import --prompts`), and the tokenizer it reads with, is
+/// refused at once when it is `/dev/zero` (an endless line) or a FIFO no one writes (a read that
+/// would block forever): the regular-file and size checks checkpoints get. A run past a minute
+/// is killed and fails the test.
+#[test]
+fn prompt_files_that_never_end_are_refused_at_once() {
+    let t = tempfile::tempdir().unwrap();
+    let fifo = t.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let out = t.path().join("out");
+    let (o, tgt) = (out.to_str().unwrap(), "fixtures/kimi-k2.5-tiny/target");
+    let hs = t.path().join("hs");
+    std::fs::create_dir(&hs).unwrap();
+    for bad in ["/dev/zero", fifo.to_str().unwrap()] {
+        let cases: Vec<Vec<&str>> = vec![
+            vec![
+                "verify",
+                "--endpoint",
+                "http://127.0.0.1:9",
+                "--prompts",
+                bad,
+            ],
+            vec![
+                "trace",
+                "capture",
+                "--target-checkpoint",
+                tgt,
+                "--prompts",
+                bad,
+                "-o",
+                o,
+            ],
+            vec![
+                "trace",
+                "prompts",
+                "--tokenizer",
+                tgt,
+                "--input",
+                bad,
+                "-o",
+                o,
+            ],
+            vec![
+                "trace",
+                "prompts",
+                "--tokenizer",
+                bad,
+                "--input",
+                "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl",
+                "-o",
+                o,
+            ],
+        ];
+        for args in cases {
+            let mut child = kquant_cmd()
+                .args(&args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let t0 = Instant::now();
+            while child.try_wait().unwrap().is_none() {
+                if t0.elapsed() > Duration::from_secs(60) {
+                    let _ = child.kill();
+                    panic!("{args:?} was still reading after a minute");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let o = child.wait_with_output().unwrap();
+            let e = assert_refused(&o, &format!("{args:?}"));
+            assert!(e.contains("not a regular file"), "{args:?}: {e}");
+            assert!(!out.exists());
+        }
+    }
+}

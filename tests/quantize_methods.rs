@@ -103,7 +103,8 @@ fn search_writes_the_format_records_the_trace_and_never_loses_to_rtn_on_its_erro
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(doc["method"], "search");
     assert_eq!(doc["calibration"]["samples"], 60);
-    assert!(common::stderr(&o).contains("scale runs differ from RTN's"));
+    let e = common::stderr(&o);
+    assert!(e.contains("have another scale than RTN's"), "{e}");
 
     // The config: the format's quantization_config as RTN writes it, plus the record.
     let (cr, cs) = (
@@ -205,6 +206,12 @@ fn search_writes_the_format_records_the_trace_and_never_loses_to_rtn_on_its_erro
     );
     assert!(o.status.success(), "{}", common::stderr(&o));
     assert!(common::stderr(&o).contains("GPTQ loss"));
+    // The summary says what moved: codes, never a scale.
+    assert!(
+        common::stderr(&o).contains(", 0 have another scale than RTN's and "),
+        "{}",
+        common::stderr(&o)
+    );
     let cg = read_json(&gptq.join("config.json"));
     assert_eq!(cg["quantization_config"], cr["quantization_config"]);
     assert_eq!(cg["kquant_quantization"]["method"], "gptq");

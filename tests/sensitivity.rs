@@ -261,3 +261,57 @@ fn refusals_and_a_pick_that_finds_nothing() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("picked: none"), "{out}");
 }
+
+/// A preset picked on GPTQ's codes records the method: `quantize --config` without
+/// calibration refuses (its measurement holds only for those codes), and with `--calibrate` it
+/// makes them, measuring what the pick reported.
+#[test]
+fn a_preset_picked_on_calibrated_codes_keeps_its_method() {
+    let t = tempfile::tempdir().unwrap();
+    let preset = t.path().join("picked.json");
+    let p = preset.display().to_string();
+    let (tr, tc) = (fix("trace"), fix("target"));
+    let doc = sensitivity_json(&[
+        "--limit",
+        "2",
+        "--method",
+        "gptq",
+        "--calibrate",
+        &tr,
+        "--pick",
+        "--max-regression",
+        "1000",
+        "--write-preset",
+        &p,
+    ]);
+    let written: Value = serde_json::from_slice(&std::fs::read(&preset).unwrap()).unwrap();
+    assert_eq!(written["method"], "gptq", "{written}");
+    let e = fix("eagle3");
+    let out = t.path().join("rtn").display().to_string();
+    let r = kquant(&["quantize", &e, "-o", &out, "--config", &p]);
+    assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+    assert!(
+        stderr(&r).contains("measured with --method gptq") && stderr(&r).contains("hint:"),
+        "{}",
+        stderr(&r)
+    );
+    assert!(!Path::new(&out).exists());
+    let v = quantize_and_verify(
+        &t.path().join("picked"),
+        &[
+            "--config",
+            &p,
+            "--calibrate",
+            &tr,
+            "--target-checkpoint",
+            &tc,
+        ],
+        "2",
+    );
+    same(&doc["pick"]["picked"], &v, "the picked GPTQ preset");
+    // An explicit --method wins over the preset's.
+    let r = kquant(&[
+        "quantize", &e, "-o", &out, "--config", &p, "--method", "rtn",
+    ]);
+    assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
+}

@@ -63,8 +63,9 @@ pub struct Args {
     /// moments over `--calibrate`) or `gptq` (GPTQ under RTN's scales on each module's Σ x xᵀ
     /// over `--calibrate`: block 128, damping 0.01, act-order), or `search-gptq` (GPTQ under
     /// the search's scales). Symmetric INT4 schemes.
-    #[arg(long, value_enum, default_value_t = Method::Rtn)]
-    pub method: Method,
+    /// [default: `rtn`, or the `--config` preset's method]
+    #[arg(long, value_enum)]
+    pub method: Option<Method>,
     /// A `kquant-trace/1` directory to calibrate on (`kquant trace capture` / `trace import`):
     /// the draft replays it, every depth, and each module's inputs are measured. Required by
     /// `--method search`.
@@ -105,7 +106,34 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let recipe = quantize::resolve(&ck, &det, &a.src, &request)?;
     let mut plan = Plan::new(&ck, &recipe, a.dry_run)?;
-    let calibration = match (a.method, &a.calibrate) {
+    // The method: the flag's, else the preset's (a preset picked on calibrated codes holds
+    // only for them), else round to nearest.
+    let preset_method = match &a.config {
+        Some(spec) => crate::quant::preset::load(spec)?
+            .method
+            .map(|m| {
+                <Method as clap::ValueEnum>::from_str(&m, false).map_err(|_| Error::Flags {
+                    msg: format!("--config {spec}: `method` is `{m}`, not a quantize method"),
+                    hint: "use rtn, search, gptq or search-gptq".into(),
+                })
+            })
+            .transpose()?,
+        None => None,
+    };
+    let method = a.method.or(preset_method).unwrap_or(Method::Rtn);
+    if let (None, Some(m), None) = (a.method, preset_method, &a.calibrate) {
+        if m != Method::Rtn {
+            return Err(Error::Flags {
+                msg: format!(
+                    "--config {} was measured with --method {}: its accept length holds for those codes, which need calibration inputs",
+                    a.config.as_deref().unwrap_or(""),
+                    method_name(m)
+                ),
+                hint: "give --calibrate TRACE (the preset's description names the trace it was picked on), or --method rtn to quantize to nearest knowingly".into(),
+            });
+        }
+    }
+    let calibration = match (method, &a.calibrate) {
         (Method::Rtn, None) => None,
         (Method::Rtn, Some(_)) => {
             return Err(Error::Flags {
@@ -139,14 +167,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
         })?;
         pb.finish_and_clear();
         eprintln!(
-            "calibrated on {} ({} samples, {} input rows, {} replay(s)): {} modules, {} of {} scale runs differ from RTN's{}",
+            "calibrated on {} ({} samples, {} input rows, {} replay(s)): {} modules; of their {} scale runs, {} have another scale than RTN's and {} other codes{}",
             printable(&cal.trace.display().to_string()),
             r.samples,
             r.tokens,
             r.replays,
             r.modules,
-            r.runs_changed,
             r.runs,
+            r.scales_changed,
+            r.codes_changed,
             r.gptq_loss.map_or(String::new(), |l| format!(", GPTQ loss {l:.4e}"))
         );
         plan.chosen = chosen;
@@ -197,7 +226,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     warnings.extend(done.warnings);
     let scheme = recipe.scheme();
     if a.json {
-        let doc = json!({"schema": "kquant.quantize/1", "output": done.dir, "scheme": scheme, "format": recipe.format().name(), "method": method_name(a.method), "calibration": report, "quantized": n_q, "bytes_before": before, "bytes_after": after, "files": done.files, "exclude": plan.unquantized, "warnings": warnings, "next": done.next});
+        let doc = json!({"schema": "kquant.quantize/1", "output": done.dir, "scheme": scheme, "format": recipe.format().name(), "method": method_name(method), "calibration": report, "quantized": n_q, "bytes_before": before, "bytes_after": after, "files": done.files, "exclude": plan.unquantized, "warnings": warnings, "next": done.next});
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     }
     eprintln!(

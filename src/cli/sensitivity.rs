@@ -428,6 +428,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "exclude": exclude_of(m),
             "loads": "see `kquant schemes`",
         });
+        // The measurement holds for these codes: `quantize --config` uses the method (and
+        // asks for --calibrate).
+        if method.as_str() != Some("rtn") {
+            p["method"] = method.clone();
+        }
         if recipe.format() == Format::Quark {
             p["quark_layout"] = json!(recipe.choice.quark.layout);
             p["quark_version"] = json!(recipe.choice.quark.version);

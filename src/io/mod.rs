@@ -11,6 +11,7 @@ pub mod output;
 pub mod shard;
 pub mod sink;
 pub mod source;
+pub mod text;
 pub mod writer;
 
 pub use dtype::Dtype;

@@ -63,6 +63,11 @@ pub struct Preset {
     pub quark_sequential: bool,
     /// Where the result loads, in words.
     pub loads: String,
+    /// How the codes were chosen when the preset was measured (`sensitivity --pick` on a
+    /// calibrated method: `search`, `gptq`, `search-gptq`); `quantize --config` then uses it
+    /// and needs `--calibrate`. Absent: round to nearest.
+    #[serde(default)]
+    pub method: Option<String>,
 }
 
 /// Parse preset JSON.

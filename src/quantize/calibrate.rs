@@ -77,8 +77,10 @@ pub struct Report {
     pub tokens: u64,
     /// Modules whose codes and scales the method chose.
     pub modules: usize,
-    /// Of those, the runs (rows or (row, group)s) whose scale or codes differ from RTN's.
-    pub runs_changed: u64,
+    /// Of those, the runs (rows or (row, group)s) whose scale differs from RTN's, and those
+    /// whose codes do (GPTQ keeps RTN's scales and moves codes; the search moves scales).
+    pub scales_changed: u64,
+    pub codes_changed: u64,
     pub runs: u64,
     /// Replays of the trace (GPTQ: as many as the Hessians' memory budget needs).
     pub replays: usize,
@@ -167,7 +169,7 @@ pub fn choose(
         * passes.len() as u64;
     let done = std::sync::atomic::AtomicU64::new(0);
     let mut chosen = BTreeMap::new();
-    let (mut moved, mut runs, mut tokens) = (0u64, 0u64, 0u64);
+    let (mut moved, mut runs, mut tokens) = ((0u64, 0u64), 0u64, 0u64);
     let mut gptq_loss = 0f64;
     let ck = plan.ck;
     for pass in &passes {
@@ -245,7 +247,8 @@ pub fn choose(
             shard.release(t);
             let c = c?;
             runs += c.q.scales.len() as u64;
-            moved += c.moved;
+            moved.0 += c.moved.0;
+            moved.1 += c.moved.1;
             gptq_loss += c.loss;
             let q = c.q;
             chosen.insert(module.clone(), q);
@@ -260,7 +263,8 @@ pub fn choose(
             samples: trace.manifest.samples.len(),
             tokens,
             modules: modules.len(),
-            runs_changed: moved,
+            scales_changed: moved.0,
+            codes_changed: moved.1,
             runs,
             replays: passes.len(),
             gptq_loss: full.then_some(gptq_loss),
@@ -346,8 +350,8 @@ const CHUNK_BYTES: u64 = 1 << 30;
 /// One module's choice and how much of it differs from round to nearest.
 pub(crate) struct Chosen {
     pub q: Int4,
-    /// Runs (rows, or (row, group)s) whose scale or codes differ from RTN's.
-    pub moved: u64,
+    /// Runs (rows, or (row, group)s) whose scale differs from RTN's, and whose codes do.
+    pub moved: (u64, u64),
     /// GPTQ's loss over the rows (0 for the other methods).
     pub loss: f64,
 }
@@ -371,7 +375,7 @@ pub(crate) fn choose_module(
 ) -> Result<Chosen> {
     use crate::quant::gptq::{self, Config, Grid, Layer};
     let mut out: Option<Int4> = None;
-    let (mut moved, mut loss) = (0u64, 0f64);
+    let (mut moved, mut loss) = ((0u64, 0u64), 0f64);
     let diag = (method != Method::Rtn && method != Method::Gptq).then(|| h.diag());
     let mut r0 = 0;
     while r0 < rows {
@@ -411,13 +415,15 @@ pub(crate) fn choose_module(
             scaled
         };
         let g = q.group.max(1);
-        moved += q
+        for ((a, b), (c, d)) in q
             .scales
             .iter()
             .zip(&rtn.scales)
             .zip(q.codes.chunks(g).zip(rtn.codes.chunks(g)))
-            .filter(|((a, b), (c, d))| a != b || c != d)
-            .count() as u64;
+        {
+            moved.0 += u64::from(a != b);
+            moved.1 += u64::from(c != d);
+        }
         match &mut out {
             None => out = Some(q),
             Some(o) => {
@@ -497,7 +503,13 @@ mod tests {
             let whole = choose(method, rows);
             assert_eq!(whole.q.rows, rows);
             if method != Method::Rtn {
-                assert!(whole.moved > 0, "{method:?} moves something");
+                assert!(
+                    whole.moved.0 + whole.moved.1 > 0,
+                    "{method:?} moves something"
+                );
+                if method == Method::Gptq {
+                    assert_eq!(whole.moved.0, 0, "GPTQ keeps RTN's scales");
+                }
             }
             for chunk in [1, 5, 16, 36] {
                 let c = choose(method, chunk);

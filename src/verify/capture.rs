@@ -31,7 +31,8 @@ pub struct Prompt {
 /// `prompt_ids` or `input_ids`; `id` (default: the line's index among prompts), `category`,
 /// `dataset`, `turn` optional. Text-only lines are refused: kquant does not tokenize.
 pub fn read_prompts(path: &Path) -> Result<Vec<Prompt>> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+    let text =
+        crate::io::text::read_regular_text(path, crate::io::text::MAX_PROMPTS, "prompt file")?;
     let err = |line: usize, msg: String| Error::Source {
         path: path.into(),
         msg: format!("line {line}: {msg}"),

@@ -130,7 +130,8 @@ impl PromptRecord {
 
 /// Read `--prompts` (JSON lines; blank lines skipped).
 pub fn read_prompts(path: &Path) -> Result<Vec<PromptRecord>> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+    let text =
+        crate::io::text::read_regular_text(path, crate::io::text::MAX_PROMPTS, "prompt file")?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {

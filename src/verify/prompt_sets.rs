@@ -172,7 +172,7 @@ const JSONL_HINT: &str = "a prompt file is JSON Lines: one JSON object per line,
 
 /// Read `path` as `format` (Auto: detected). Returns the format used and the prompts in file order.
 pub fn read(path: &Path, format: Format) -> Result<(Format, Vec<LivePrompt>)> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io("read", path, e))?;
+    let file = crate::io::text::open_regular(path, crate::io::text::MAX_PROMPTS, "prompt file")?;
     let mut reader = std::io::BufReader::new(file);
     let mut used = format;
     let mut detected_at = 0usize;

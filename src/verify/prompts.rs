@@ -150,7 +150,8 @@ impl TargetTokenizer {
         } else {
             (path.to_path_buf(), TokenizerKind::Tiktoken)
         };
-        let bytes = std::fs::read(&file).map_err(|e| Error::io("read", &file, e))?;
+        let bytes =
+            crate::io::text::read_regular(&file, crate::io::text::MAX_TOKENIZER, "tokenizer")?;
         let sha256 = sha256_hex(&bytes);
         let config = read_config(file.parent().unwrap_or(Path::new(".")))?;
         let (tok, specials) = match kind {
@@ -211,7 +212,11 @@ impl TargetTokenizer {
         let jinja = dir.join("chat_template.jinja");
         let special = special_tokens_map(self.config.as_ref().map(|(_, c)| c));
         if jinja.is_file() {
-            let text = std::fs::read_to_string(&jinja).map_err(|e| Error::io("read", &jinja, e))?;
+            let text = crate::io::text::read_regular_text(
+                &jinja,
+                crate::io::text::MAX_CONFIG,
+                "chat template",
+            )?;
             return Ok(ChatTemplate::new(jinja, text, special));
         }
         let no = |msg: String| {
@@ -255,7 +260,7 @@ fn read_config(dir: &Path) -> Result<Option<(PathBuf, Map<String, Value>)>> {
     if !p.is_file() {
         return Ok(None);
     }
-    let bytes = std::fs::read(&p).map_err(|e| Error::io("read", &p, e))?;
+    let bytes = crate::io::text::read_regular(&p, crate::io::text::MAX_CONFIG, "tokenizer config")?;
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => Ok(Some((p, m))),
         Ok(_) => Err(Error::source(&p, "is not a JSON object").with_hint(CONFIG_HINT)),
@@ -912,7 +917,8 @@ pub fn run(o: &Options) -> Result<Summary> {
         None => None,
     };
     let add_special_tokens = template.is_none();
-    let input = std::fs::File::open(&o.input).map_err(|e| Error::io("read", &o.input, e))?;
+    let input =
+        crate::io::text::open_regular(&o.input, crate::io::text::MAX_PROMPTS, "prompt file")?;
     let staging = claim.staging().to_path_buf();
     let f = std::fs::OpenOptions::new()
         .write(true)
