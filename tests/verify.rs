@@ -506,3 +506,82 @@ fn quantize_suggests_the_profile_of_the_drafts_target() {
     let o = kquant(&args);
     assert!(o.status.success(), "{args:?}: {}", common::stderr(&o));
 }
+
+/// A report says when its interval cannot carry the verdict: too few prompts for a bootstrap,
+/// or an interval that straddles the threshold (the verdict then rests on the point estimate);
+/// in the table, the JSON and the JUnit.
+#[test]
+fn the_report_says_when_the_interval_cannot_carry_the_verdict() {
+    let t = tempfile::tempdir().unwrap();
+    let fix = "fixtures/kimi-k2.5-tiny";
+    let q = t.path().join("q");
+    let o = kquant(&[
+        "quantize",
+        &format!("{fix}/eagle3"),
+        "-o",
+        q.to_str().unwrap(),
+        "--scheme",
+        "int4-pc",
+        "--exclude",
+        "fc,lm_head",
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let junit = t.path().join("v.xml");
+    let run = |limit: &str, maxr: &str| {
+        let o = kquant(&[
+            "verify",
+            "--target",
+            "kimi-k2.5-tiny",
+            "--trace",
+            &format!("{fix}/trace"),
+            "--limit",
+            limit,
+            "--draft",
+            q.to_str().unwrap(),
+            "--baseline",
+            &format!("{fix}/eagle3"),
+            "--max-regression",
+            maxr,
+            "--junit",
+            junit.to_str().unwrap(),
+            "--json",
+            "-",
+        ]);
+        assert!(o.status.code().unwrap() <= 1, "{}", common::stderr(&o));
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        (r, std::fs::read_to_string(&junit).unwrap())
+    };
+    // 3 prompts: too few.
+    let (r, x) = run("1", "1");
+    let notes = r["interval_notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("too few prompts for the interval: 3")),
+        "{notes:?}"
+    );
+    assert!(x.contains("name=\"interval_notes\""), "{x}");
+    // 60 prompts, the threshold inside the interval: straddles.
+    let (r, _) = run("20", "1");
+    assert_eq!(
+        r["interval_notes"],
+        serde_json::json!([]),
+        "60 prompts, far threshold"
+    );
+    let (lo, hi) = (
+        r["ci95"][0].as_f64().unwrap(),
+        r["ci95"][1].as_f64().unwrap(),
+    );
+    let mid = format!("{}", -(lo + hi) / 2.0);
+    let (r, _) = run("20", &mid);
+    let notes = r["interval_notes"].as_array().unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0]
+            .as_str()
+            .unwrap()
+            .contains("straddles the threshold"),
+        "{notes:?}"
+    );
+}

@@ -73,6 +73,9 @@ fn named(name: &str, w: &Walk) -> Value {
     v
 }
 
+/// Below this many paired samples the bootstrap interval is said not to mean a 95 % interval.
+pub const MIN_CI_SAMPLES: usize = 20;
+
 /// Build the report. `categories[i]` is sample i's category.
 pub fn build(
     draft: &Run,
@@ -123,8 +126,26 @@ pub fn build(
             )
         })
         .collect();
+    // What the interval can and cannot say about this verdict.
+    let mut interval_notes: Vec<String> = Vec::new();
+    if let (Some(d), Some([lo, hi])) = (delta, ci) {
+        let n = draft.samples.len();
+        if n < MIN_CI_SAMPLES {
+            interval_notes.push(format!(
+                "too few prompts for the interval: {n} (a paired bootstrap needs about {MIN_CI_SAMPLES} to mean a 95 % interval)"
+            ));
+        }
+        let t = -th.max_regression;
+        if lo < t && t < hi {
+            interval_notes.push(format!(
+                "the interval [{lo:+.3}, {hi:+.3}] straddles the threshold {t:+.3}: the verdict ({}) rests on the point estimate {d:+.3}; more prompts would settle it",
+                if d >= t { "pass" } else { "fail" }
+            ));
+        }
+    }
     json!({
         "schema": "kquant.verify/1",
+        "interval_notes": interval_notes,
         // Which count each accept length is (docs/verify.md, "Which accept length").
         "conventions": {
             "accept_length": "gated: tokens committed per verify step, the bonus token counted, per token over the set (Σ committed / Σ verify steps)",
@@ -201,6 +222,9 @@ pub fn table(r: &Value) -> String {
             f(&ci[0]),
             f(&ci[1])
         ));
+    }
+    for n in r["interval_notes"].as_array().into_iter().flatten() {
+        s.push_str(&format!("note: {}\n", n.as_str().unwrap_or("")));
     }
     // A JSON list of rates, as `a, b, c`.
     let list = |v: &Value| -> String {
@@ -458,6 +482,15 @@ pub fn junit(r: &Value) -> String {
         prop("min_accept", m.to_string());
     }
     prop("samples", r["samples"].to_string());
+    let notes: Vec<&str> = r["interval_notes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if !notes.is_empty() {
+        prop("interval_notes", notes.join("; "));
+    }
     prop("steps", r["steps"].to_string());
     let mut body = String::new();
     for (name, failure, out) in &cases {
