@@ -933,6 +933,8 @@ fn live_and_offline_agree_exactly_on_the_tiny_fixture() {
             }
         }
         if engine == "vllm" {
+            // The drafts per step the server reports, not 0.
+            assert_eq!(live["steps"], json!(K), "{engine}");
             // The overshoot is there to be modelled: some request's final step was cut.
             assert_ne!(
                 off["draft"]["accept_length_engine"], off["draft"]["accept_length"],

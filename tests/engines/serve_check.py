@@ -66,6 +66,9 @@ def requests(a):
     if len(lr) != len(orq):
         print(f"FAIL {len(lr)} requests measured live, {len(orq)} samples replayed")
         failed += 1
+    ok = live["steps"] == off["steps"]
+    print(f"{'ok  ' if ok else 'FAIL'} drafts per step: engine {live['steps']} kquant {off['steps']}")
+    passed, failed = passed + ok, failed + (not ok)
     for k in ("accept_length", "accept_length_engine"):
         lv, ov = live[a.side][k], off[a.side][k]
         ok = lv == ov
