@@ -585,3 +585,25 @@ fn the_report_says_when_the_interval_cannot_carry_the_verdict() {
         "{notes:?}"
     );
 }
+
+/// On a terminal, the replay's progress counts positions, not bytes (`script` gives the
+/// binary a pseudo-terminal, where indicatif draws).
+#[test]
+fn replay_progress_counts_positions_on_a_terminal() {
+    let bin = env!("CARGO_BIN_EXE_kquant");
+    let o = std::process::Command::new("script")
+        .current_dir(root())
+        .args([
+            "-qec",
+            &format!(
+                "{bin} verify --target kimi-k2.5-tiny --trace fixtures/kimi-k2.5-tiny/trace --limit 2 --draft fixtures/kimi-k2.5-tiny/eagle3"
+            ),
+            "/dev/null",
+        ])
+        .output()
+        .expect("script (util-linux) runs the binary on a pseudo-terminal");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("/576 positions"), "{out}");
+    assert!(!out.contains("KiB") && !out.contains(" B/"), "{out}");
+}

@@ -160,7 +160,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let mut report = None;
     if let (Some((m, cal)), false) = (&calibration, a.dry_run) {
-        let pb = progress(0, "calibrate");
+        let pb = super::progress_items(0, "calibrate", "positions");
         let (chosen, r) = calibrate::choose(&plan, &a.src, *m, cal, &|done, total| {
             pb.set_length(total);
             pb.set_position(done);

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::checkpoint::Checkpoint;
 use crate::cli::verify::{open_trace, run_draft, target_spec, TraceSource};
-use crate::cli::{flags, human_bytes, progress};
+use crate::cli::{flags, human_bytes};
 use crate::error::{Error, Result};
 use crate::escape::printable;
 use crate::io::output::{self, Kind};
@@ -331,7 +331,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 limit: None,
                 memory: a.calibration_memory,
             };
-            let pb = progress(0, "calibrate");
+            let pb = super::progress_items(0, "calibrate", "positions");
             let (chosen, _) = calibrate::choose(&plan, &a.src, m, &cal, &|done, total| {
                 pb.set_length(total);
                 pb.set_position(done);

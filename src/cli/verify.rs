@@ -153,7 +153,11 @@ pub(crate) fn run_draft(
         .iter()
         .map(|s| s.gen_len as u64)
         .sum();
-    let pb = crate::cli::progress(total, &format!("replay {}", crate::escape::printable(spec)));
+    let pb = crate::cli::progress_items(
+        total,
+        &format!("replay {}", crate::escape::printable(spec)),
+        "positions",
+    );
     let samples = replay_matches(d.as_ref(), trace, steps, after_miss, usize::MAX, &|n| {
         pb.inc(n)
     });
