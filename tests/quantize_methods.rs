@@ -321,3 +321,69 @@ fn method_flags_are_checked() {
         assert!(!out.exists(), "nothing written for {extra:?}");
     }
 }
+
+/// `verify --trace` on the very trace a draft was calibrated on says so (its config.json
+/// records the trace's digest): the figure is in-sample. On another trace: no such warning.
+#[test]
+fn verify_on_the_calibration_trace_warns() {
+    let t = tempfile::tempdir().unwrap();
+    let fix = root().join(FIX);
+    let cal = t.path().join("cal");
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target-checkpoint",
+        fix.join("target").to_str().unwrap(),
+        "--prompts",
+        fix.join("prompts/calibration.jsonl").to_str().unwrap(),
+        "--limit",
+        "3",
+        "--gen-len",
+        "24",
+        "-o",
+        cal.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let q = t.path().join("q");
+    let o = quantize(
+        &q,
+        "int4-pc",
+        &[
+            "--method",
+            "search",
+            "--calibrate",
+            cal.to_str().unwrap(),
+            "--target-checkpoint",
+            fix.join("target").to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let verify = |trace: &std::path::Path| {
+        let o = kquant(&[
+            "verify",
+            "--target",
+            "kimi-k2.5-tiny",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--limit",
+            "1",
+            "--draft",
+            q.to_str().unwrap(),
+            "--baseline",
+            fix.join("eagle3").to_str().unwrap(),
+            "--max-regression",
+            "1",
+            "--json",
+            "-",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (common::stderr(&o), r)
+    };
+    let (e, r) = verify(&cal);
+    assert!(e.contains("was calibrated on this trace"), "{e}");
+    assert_eq!(r["warnings"].as_array().unwrap().len(), 1, "{r}");
+    let (e, r) = verify(&fix.join("trace"));
+    assert!(!e.contains("calibrated on this trace"), "{e}");
+    assert_eq!(r["warnings"], serde_json::json!([]));
+}

@@ -399,6 +399,35 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .as_deref()
         .map(Checkpoint::open)
         .transpose()?;
+    // A draft calibrated on this very trace is measured on the prompts it was fitted to.
+    let mut warnings: Vec<String> = Vec::new();
+    if a.trace.is_some() {
+        for spec in [Some(&draft_spec), a.baseline.as_ref()].into_iter().flatten() {
+            if spec == "prompt-lookup" {
+                continue;
+            }
+            let recorded = Checkpoint::open(spec)
+                .ok()
+                .and_then(|ck| ck.config)
+                .and_then(|c| {
+                    c.get("kquant_quantization")
+                        .and_then(|k| k.pointer("/calibration/trace_sha256"))
+                        .and_then(serde_json::Value::as_str)
+                        .map(String::from)
+                });
+            if let Some(r) = recorded {
+                if crate::quantize::calibrate::trace_digest(&trace.dir).is_ok_and(|d| d == r) {
+                    warnings.push(format!(
+                        "`{}` was calibrated on this trace (its config.json records the trace's digest): its accept length here is measured on the prompts its codes were fitted to, which flatters it; verify on other prompts (fixtures/kimi-k2.5-tiny/prompts/eval.jsonl is held out from calibration.jsonl)",
+                        crate::escape::printable(spec)
+                    ));
+                }
+            }
+        }
+    }
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
     let steps = a.steps;
     let (draft, depths) = run_draft(
         &draft_spec,
@@ -464,6 +493,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     rep["limit_per_category"] = serde_json::json!(a.limit);
     rep["samples_replayed"] = serde_json::json!(trace.manifest.samples.len());
     rep["after_miss"] = serde_json::json!(a.after_miss);
+    rep["warnings"] = serde_json::json!(warnings);
     // Each sample as an engine would report its request, to hold against the engine's own
     // per-request figures (`verify --endpoint`'s `live.*.requests`).
     let per_sample = |r: &Run| -> Vec<serde_json::Value> {
