@@ -387,3 +387,157 @@ fn verify_on_the_calibration_trace_warns() {
     assert!(!e.contains("calibrated on this trace"), "{e}");
     assert_eq!(r["warnings"], serde_json::json!([]));
 }
+
+/// A small trace of the calibration prompts with every tap rewritten by `edit` (BF16 bytes),
+/// its manifest's digest updated.
+fn edited_trace(dir: &std::path::Path, edit: &dyn Fn(&mut [u8])) -> std::path::PathBuf {
+    use safetensors::tensor::{serialize_to_file, TensorView};
+    use sha2::Digest;
+    let fix = root().join(FIX);
+    let out = dir.join("edited");
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target-checkpoint",
+        fix.join("target").to_str().unwrap(),
+        "--prompts",
+        fix.join("prompts/calibration.jsonl").to_str().unwrap(),
+        "--limit",
+        "2",
+        "--gen-len",
+        "16",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let shard = out.join("shard-00000.safetensors");
+    let bytes = std::fs::read(&shard).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    for (n, _, _, d) in &mut tensors {
+        if n.contains(".tap.") {
+            edit(d);
+        }
+    }
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, t, s, d)| (n.clone(), TensorView::new(*t, s.clone(), d).unwrap()))
+        .collect();
+    serialize_to_file(views, None, &shard).unwrap();
+    let sha = sha2::Sha256::digest(std::fs::read(&shard).unwrap());
+    let mp = out.join("manifest.json");
+    let mut m = read_json(&mp);
+    m["shards"][0]["sha256"] =
+        serde_json::json!(sha.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    std::fs::write(&mp, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    out
+}
+
+/// Calibration inputs that are not numbers are refused, naming the trace with a hint, by every
+/// calibrated method (`search` used to exit 0 with RTN's codes labelled as searched); inputs
+/// that are all zero carry no signal: the modules are kept at round to nearest and the run says
+/// so (GPTQ used to zero `fc.weight`).
+#[test]
+fn calibration_inputs_without_signal_are_refused_or_kept_at_rtn() {
+    let t = tempfile::tempdir().unwrap();
+    let fix = root().join(FIX);
+    let tc = fix.join("target").display().to_string();
+    let nan = edited_trace(t.path(), &|d: &mut [u8]| {
+        // One NaN (BF16 0x7fc0) in each tap.
+        d[2..4].copy_from_slice(&0x7fc0u16.to_le_bytes());
+    });
+    for method in ["search", "gptq", "search-gptq"] {
+        let out = t.path().join(format!("nan-{method}"));
+        let o = quantize(
+            &out,
+            "int4-pc",
+            &[
+                "--method",
+                method,
+                "--calibrate",
+                nan.to_str().unwrap(),
+                "--target-checkpoint",
+                &tc,
+            ],
+        );
+        let e = common::stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{method}: {e}");
+        assert!(
+            e.contains("non-finite inputs")
+                && e.contains(nan.to_str().unwrap())
+                && e.contains("hint:"),
+            "{method}: {e}"
+        );
+        assert!(!out.exists());
+    }
+    let zero = t.path().join("z");
+    std::fs::create_dir(&zero).unwrap();
+    let zero = edited_trace(&zero, &|d: &mut [u8]| d.fill(0));
+    // `fc` reads the taps alone: with them all zero it has no signal (the decoder's modules
+    // still see the token embeddings).
+    let eagle = fix.join("eagle3").display().to_string();
+    let q = |out: &std::path::Path, extra: &[&str]| {
+        let o = out.display().to_string();
+        let mut a = vec![
+            "quantize",
+            &eagle,
+            "-o",
+            &o,
+            "--scheme",
+            "int4-pc",
+            "--exclude",
+            "lm_head",
+        ];
+        a.extend_from_slice(extra);
+        kquant(&a)
+    };
+    let out = t.path().join("zero-gptq");
+    let o = q(
+        &out,
+        &[
+            "--method",
+            "gptq",
+            "--calibrate",
+            zero.to_str().unwrap(),
+            "--target-checkpoint",
+            &tc,
+        ],
+    );
+    let e = common::stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.contains("are all zero") && e.contains("kept at round to nearest (fc)"),
+        "{e}"
+    );
+    // What was kept is exactly round to nearest: the same bytes as --method rtn.
+    let rtn = t.path().join("rtn");
+    assert!(q(&rtn, &[]).status.success());
+    let d = kquant(&[
+        "diff",
+        rtn.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&d.stdout).unwrap();
+    let kept: Vec<&str> = e
+        .lines()
+        .find(|l| l.contains("kept at round to nearest"))
+        .unwrap()
+        .rsplit('(')
+        .next()
+        .unwrap()
+        .trim_end_matches(')')
+        .split(", ")
+        .collect();
+    assert!(!kept.is_empty());
+    for row in v["tensors"].as_array().unwrap() {
+        let name = row["name"].as_str().unwrap();
+        if kept.iter().any(|m| name.starts_with(m)) {
+            assert_eq!(row["max_abs"], 0.0, "{name} kept at RTN: {row}");
+        }
+    }
+}

@@ -178,6 +178,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
             r.codes_changed,
             r.gptq_loss.map_or(String::new(), |l| format!(", GPTQ loss {l:.4e}"))
         );
+        if !r.kept_rtn.is_empty() {
+            eprintln!(
+                "warning: the calibration inputs of {} module(s) are all zero, so there is nothing to fit: {} kept at round to nearest ({})",
+                r.kept_rtn.len(),
+                if r.kept_rtn.len() == 1 { "it is" } else { "they are" },
+                r.kept_rtn.iter().map(|m| crate::escape::printable(m).into_owned()).collect::<Vec<_>>().join(", ")
+            );
+        }
         plan.chosen = chosen;
         plan.record = Some(json!({
             "method": method_name(*m),

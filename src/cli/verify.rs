@@ -402,7 +402,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // A draft calibrated on this very trace is measured on the prompts it was fitted to.
     let mut warnings: Vec<String> = Vec::new();
     if a.trace.is_some() {
-        for spec in [Some(&draft_spec), a.baseline.as_ref()].into_iter().flatten() {
+        for spec in [Some(&draft_spec), a.baseline.as_ref()]
+            .into_iter()
+            .flatten()
+        {
             if spec == "prompt-lookup" {
                 continue;
             }

@@ -86,6 +86,8 @@ pub struct Report {
     pub replays: usize,
     /// GPTQ's loss summed over every module (llm-compressor's `Σ ((w − q) / U_jj)² / 2`).
     pub gptq_loss: Option<f64>,
+    /// Modules whose calibration inputs were all zero (no signal to fit): rounded to nearest.
+    pub kept_rtn: Vec<String>,
 }
 
 /// The files of a trace directory, `manifest.json` first, then the others in name order.
@@ -171,6 +173,7 @@ pub fn choose(
     let mut chosen = BTreeMap::new();
     let (mut moved, mut runs, mut tokens) = ((0u64, 0u64), 0u64, 0u64);
     let mut gptq_loss = 0f64;
+    let mut kept_rtn = Vec::new();
     let ck = plan.ck;
     for pass in &passes {
         let wanted: Vec<String> = pass.iter().map(|&i| modules[i].0.clone()).collect();
@@ -201,6 +204,26 @@ pub fn choose(
                     hint: None,
                 });
             }
+            // Inputs that are not numbers: the trace (or the draft on it) is broken, and no
+            // method may choose codes from them.
+            if let Some(j) = h.sum.iter().position(|v| !v.is_finite()) {
+                return Err(Error::Source {
+                    path: cal.trace.clone(),
+                    msg: format!(
+                        "the calibration replay gives `{module}` non-finite inputs (Σ x xᵀ entry {j} is {}): the trace holds NaN or infinite hidden states, or the draft overflows on them",
+                        h.sum[j]
+                    ),
+                    hint: Some("capture the trace again (`kquant trace capture`, or `trace import` of a clean capture); a calibrated method never runs on non-finite inputs".into()),
+                });
+            }
+            // Inputs that are all zero carry no signal: GPTQ would zero every column (as
+            // llm-compressor does a dead one) and the search has nothing to weigh.
+            let method = if h.diag().iter().all(|&v| v == 0.0) {
+                kept_rtn.push(module.clone());
+                Method::Rtn
+            } else {
+                method
+            };
             tokens = tokens.max(h.tokens);
             let shard = ck.weights.shard_of(&t.name).expect("routed");
             let view = shard.view(t);
@@ -268,6 +291,7 @@ pub fn choose(
             runs,
             replays: passes.len(),
             gptq_loss: full.then_some(gptq_loss),
+            kept_rtn,
         },
     ))
 }
