@@ -525,3 +525,83 @@ fn packed_modules_expand_to_the_formats_dequantization() {
     }
     assert!(packed > 0 && kept > 0, "packed {packed}, kept {kept}");
 }
+
+/// A group size the shapes cannot take is refused for every offending tensor at once, with a
+/// hint that can be followed as given: the whole `--exclude` list to pass, and only schemes the
+/// chosen format writes (`--format modelopt` does not write `int4-pc`).
+#[test]
+fn group_refusals_name_every_tensor_and_a_hint_that_works() {
+    let t = tempfile::tempdir().unwrap();
+    let q = t.path().join("q");
+    for format in ["modelopt", "compressed-tensors", "quark"] {
+        let (rc, err) = {
+            // The tiny EAGLE-3 fixture of 64-wide modules (fixtures/tiny): three of them.
+            let a = [
+                "quantize",
+                "fixtures/tiny/eagle3-specforge",
+                "-o",
+                q.to_str().unwrap(),
+                "--scheme",
+                "int4-g128",
+                "--format",
+                format,
+                "--exclude",
+                "fc,lm_head",
+            ];
+            let o = kquant(&a);
+            (
+                o.status.code(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        };
+        assert_eq!(rc, Some(2), "{format}: {err}");
+        assert!(
+            err.contains("3 tensor(s) cannot be written"),
+            "{format}: {err}"
+        );
+        for m in ["gate_proj", "up_proj", "o_proj"] {
+            assert!(
+                err.contains(&format!("midlayer.mlp.{m}"))
+                    || err.contains(&format!("midlayer.self_attn.{m}")),
+                "{format}: {err}"
+            );
+        }
+        let hint = err.lines().find_map(|l| l.strip_prefix("hint: ")).unwrap();
+        let list = hint
+            .split("--exclude ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(list.starts_with("fc,lm_head,"), "{hint}");
+        if format == "modelopt" {
+            assert!(
+                !hint.contains("int4-pc"),
+                "modelopt writes no int4-pc: {hint}"
+            );
+        } else {
+            assert!(hint.contains("int4-pc"), "{hint}");
+        }
+        // The hint, followed as given, quantizes.
+        let o = kquant(&[
+            "quantize",
+            "fixtures/tiny/eagle3-specforge",
+            "-o",
+            q.to_str().unwrap(),
+            "--force",
+            "--scheme",
+            "int4-g128",
+            "--format",
+            format,
+            "--exclude",
+            &list,
+        ]);
+        assert!(
+            o.status.success(),
+            "{format} --exclude {list}: {}",
+            common::stderr(&o)
+        );
+    }
+}

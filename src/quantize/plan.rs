@@ -183,37 +183,101 @@ impl<'a> Plan<'a> {
     }
 }
 
-/// Refuse any tensor the choice cannot write (group size, ModelOpt's odd output rows), naming
-/// the tensor and file, before anything is read or written.
+/// Refuse the tensors the choice cannot write (group size, ModelOpt's odd output rows) before
+/// anything is read or written: every one at once, named with its shape and why, and a hint
+/// that can be followed (the modules to exclude, and the schemes this format writes that have
+/// no such constraint).
 fn check_shapes(ck: &Checkpoint, actions: &[(&TensorInfo, Action)], recipe: &Recipe) -> Result<()> {
-    for (t, act) in actions {
-        if let Action::Quantize { module, rows, cols } = act {
-            if let Some(why) = recipe.choice.refuse_shape(*rows, *cols) {
-                let path = ck
-                    .weights
-                    .shard_of(&t.name)
-                    .map(|sh| sh.path().to_path_buf())
-                    .unwrap_or_else(|| ck.weights.dir.clone());
-                // The codec describes itself; the shape checks run before it exists (a codec
-                // that needs statistics is built after the pre-pass), so build one without.
-                let describe = recipe
-                    .choice
-                    .build(&Stats::default())
-                    .map(|c| c.describe())
-                    .unwrap_or_default();
-                return Err(Error::Tensor {
-                    path,
-                    tensor: t.name.clone(),
-                    msg: format!(
-                        "shape {:?} cannot be written as --scheme {} ({describe}): {why}; add `{module}` to --exclude, or pick a scheme without that constraint (int4-pc has no group)",
-                        t.shape,
-                        recipe.scheme(),
-                    ),
-                });
-            }
-        }
-    }
-    Ok(())
+    let bad: Vec<(&TensorInfo, &String, String)> = actions
+        .iter()
+        .filter_map(|(t, act)| match act {
+            Action::Quantize { module, rows, cols } => recipe
+                .choice
+                .refuse_shape(*rows, *cols)
+                .map(|why| (*t, module, why)),
+            Action::Copy { .. } => None,
+        })
+        .collect();
+    let Some((first, _, _)) = bad.first() else {
+        return Ok(());
+    };
+    let path = ck
+        .weights
+        .shard_of(&first.name)
+        .map(|sh| sh.path().to_path_buf())
+        .unwrap_or_else(|| ck.weights.dir.clone());
+    // The codec describes itself; the shape checks run before it exists (a codec that needs
+    // statistics is built after the pre-pass), so build one without.
+    let describe = recipe
+        .choice
+        .build(&Stats::default())
+        .map(|c| c.describe())
+        .unwrap_or_default();
+    let list = bad
+        .iter()
+        .map(|(t, _, why)| {
+            format!(
+                "`{}` {:?}: {why}",
+                crate::escape::printable(&t.name),
+                t.shape
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut modules: Vec<&str> = bad.iter().map(|(_, m, _)| m.as_str()).collect();
+    modules.dedup();
+    // Schemes this format writes whose constraints every offending shape meets.
+    let format = recipe.format();
+    let fits: Vec<&str> = crate::quant::registry::SCHEMES
+        .iter()
+        .filter(|s| s.id != recipe.scheme())
+        .filter(|s| {
+            s.carriers
+                .iter()
+                .any(|c| c.format == format && c.implemented)
+        })
+        .filter(|s| {
+            bad.iter().all(|(t, _, _)| {
+                let (rows, cols) = (t.shape[0], t.shape[t.shape.len() - 1]);
+                s.group.is_none_or(|g| cols.is_multiple_of(g))
+                    && s.carriers
+                        .iter()
+                        .filter(|c| c.format == format)
+                        .all(|c| !c.even_rows || rows.is_multiple_of(2))
+            })
+        })
+        .map(|s| s.id)
+        .collect();
+    let other = if fits.is_empty() {
+        format!(
+            "no other scheme --format {} writes takes these shapes",
+            format.name()
+        )
+    } else {
+        format!(
+            "or a scheme --format {} writes that takes these shapes: {}",
+            format.name(),
+            fits.join(", ")
+        )
+    };
+    Err(Error::Source {
+        path,
+        msg: format!(
+            "{} tensor(s) cannot be written as --scheme {} ({describe}): {list}",
+            bad.len(),
+            recipe.scheme()
+        ),
+        hint: Some(format!(
+            "keep them unquantized with --exclude {} (the patterns already excluded, and these modules); {other}",
+            recipe
+                .patterns
+                .iter()
+                .map(String::as_str)
+                .chain(modules.iter().copied())
+                .collect::<Vec<_>>()
+                .join(",")
+        )),
+    })
 }
 
 /// The pre-pass of a scheme whose per-tensor scale fused siblings share: refuse a fused family

@@ -106,10 +106,13 @@ def quantize(kquant, src, out, scheme, fmt, exclude, extra):
         r = sh(cmd)
         if r.returncode == 0:
             return exclude, None
-        m = re.search(r"add `([^`]+)` to --exclude", r.stderr)
-        if not m or m.group(1) in exclude:
+        # kquant names every module the scheme cannot take at once, after the patterns already
+        # excluded: `with --exclude fc,lm_head,a,b (the patterns …`.
+        m = re.search(r"with --exclude (\S+) \(the patterns", r.stderr)
+        new = [x for x in m.group(1).split(",") if x and x not in exclude] if m else []
+        if not new:
             return exclude, last_error(r.stderr)
-        exclude.append(m.group(1))
+        exclude.extend(new)
     return exclude, last_error(r.stderr)
 
 
