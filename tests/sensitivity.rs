@@ -315,3 +315,32 @@ fn a_preset_picked_on_calibrated_codes_keeps_its_method() {
     ]);
     assert_eq!(r.status.code(), Some(0), "{}", stderr(&r));
 }
+
+/// `--write-preset` naming the `--config` preset the run reads is refused before any
+/// measurement (it used to replace it at the end), and the file is left as it was.
+#[test]
+fn the_written_preset_is_never_the_preset_read() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("p.json");
+    let text = std::fs::read_to_string(root().join("quant-configs/kimi-k2.5-eagle3-int4-pc.json"))
+        .unwrap();
+    std::fs::write(&p, &text).unwrap();
+    let ps = p.display().to_string();
+    let o = sensitivity(&[
+        "--config",
+        &ps,
+        "--pick",
+        "--write-preset",
+        &ps,
+        "--limit",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is the --config preset this run reads")
+            && stderr(&o).contains("hint:"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&p).unwrap(), text);
+}

@@ -607,3 +607,34 @@ fn replay_progress_counts_positions_on_a_terminal() {
     assert!(out.contains("/576 positions"), "{out}");
     assert!(!out.contains("KiB") && !out.contains(" B/"), "{out}");
 }
+
+/// A report path that holds someone else's file is refused with a hint naming the flag that
+/// chose it (`--junit`, `--json`), not `-o`.
+#[test]
+fn report_refusals_name_their_own_flag() {
+    let t = tempfile::tempdir().unwrap();
+    let mine = t.path().join("notes.txt");
+    std::fs::write(&mine, "mine").unwrap();
+    for flag in ["--junit", "--json"] {
+        let o = kquant(&[
+            "verify",
+            "--target",
+            "kimi-k2.5-tiny",
+            "--trace",
+            "fixtures/kimi-k2.5-tiny/trace",
+            "--limit",
+            "1",
+            "--draft",
+            "fixtures/kimi-k2.5-tiny/eagle3",
+            flag,
+            mine.to_str().unwrap(),
+        ]);
+        let e = common::stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {e}");
+        assert!(
+            e.contains(&format!("choose another {flag}")) && !e.contains("another -o"),
+            "{flag}: {e}"
+        );
+        assert_eq!(std::fs::read_to_string(&mine).unwrap(), "mine");
+    }
+}

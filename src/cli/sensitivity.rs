@@ -123,6 +123,7 @@ struct Measured {
 /// How an existing `--write-preset` file is recognised as one kquant wrote.
 const PRESET: Kind = Kind::File {
     what: "kquant sensitivity preset",
+    flag: "--write-preset",
     is_ours: |b| {
         serde_json::from_slice::<Value>(b).is_ok_and(|v| {
             v["description"]
@@ -226,6 +227,22 @@ impl Bench<'_> {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
+    // The preset written may not be the preset read: refused before any measurement.
+    if let (Some(w), Some(c)) = (&a.write_preset, &a.config) {
+        let same = match (std::fs::canonicalize(w), std::fs::canonicalize(c)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        };
+        if same {
+            return Err(Error::Flags {
+                msg: format!(
+                    "--write-preset {} is the --config preset this run reads",
+                    w.display()
+                ),
+                hint: "write the picked preset to another file".into(),
+            });
+        }
+    }
     let th = Thresholds {
         max_regression: a.gate.max_regression,
         min_accept: None,
@@ -521,7 +538,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
     }
     if let (Some(path), Some(p)) = (&a.write_preset, &preset) {
-        let sources = [PathBuf::from(&a.src)];
+        // Never over a source: the draft, and the preset read.
+        let sources: Vec<PathBuf> = std::iter::once(PathBuf::from(&a.src))
+            .chain(a.config.as_ref().map(PathBuf::from).filter(|c| c.is_file()))
+            .collect();
         output::write_file(
             path,
             PRESET,

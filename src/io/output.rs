@@ -55,12 +55,21 @@ pub enum Kind {
     File {
         what: &'static str,
         is_ours: fn(&[u8]) -> bool,
+        /// The flag that names it (`-o`, `--junit`, `--json`, `--write-preset`), for hints.
+        flag: &'static str,
     },
 }
 
 impl Kind {
     fn is_dir(self) -> bool {
         !matches!(self, Kind::File { .. })
+    }
+    /// The flag that names an output of this kind.
+    fn flag(self) -> &'static str {
+        match self {
+            Kind::File { flag, .. } => flag,
+            _ => "-o",
+        }
     }
 }
 
@@ -85,11 +94,11 @@ pub struct Committed {
     pub replaced: bool,
 }
 
-fn out_err(out: &Path, msg: impl Into<String>, hint: Option<&str>) -> Error {
+fn out_err(out: &Path, msg: impl Into<String>, hint: Option<String>) -> Error {
     Error::Output {
         path: out.into(),
         msg: msg.into(),
-        hint: hint.map(Into::into),
+        hint,
     }
 }
 
@@ -131,7 +140,10 @@ impl Claim {
                 return Err(out_err(
                     out,
                     "is not a usable output name",
-                    Some("name the output itself, e.g. `-o out/draft-int4`"),
+                    Some(format!(
+                        "name the output itself, e.g. `{} out/draft-int4`",
+                        kind.flag()
+                    )),
                 ))
             }
         };
@@ -142,7 +154,7 @@ impl Claim {
                     "the name is {} bytes long; at most {NAME_MAX} fit in a directory",
                     name.len()
                 ),
-                Some("choose a shorter -o"),
+                Some(format!("choose a shorter {}", kind.flag())),
             ));
         }
         let parent = out
@@ -156,14 +168,20 @@ impl Claim {
                 return Err(out_err(
                     out,
                     format!("`{}` is not a directory", parent.display()),
-                    Some("the part of -o before the last `/` must be a directory"),
+                    Some(format!(
+                        "the part of {} before the last `/` must be a directory",
+                        kind.flag()
+                    )),
                 ))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(out_err(
                     out,
                     format!("the parent directory `{}` does not exist", parent.display()),
-                    Some("create it first (`mkdir -p`), or choose another -o"),
+                    Some(format!(
+                        "create it first (`mkdir -p`), or choose another {}",
+                        kind.flag()
+                    )),
                 ))
             }
             Err(e) => return Err(Error::io("open the parent directory of", out, e)),
@@ -235,7 +253,10 @@ impl Claim {
                 return Err(out_err(
                     &self.out,
                     format!("another kquant run (pid {pid}) is writing this output"),
-                    Some("wait for it to finish, or choose another -o"),
+                    Some(format!(
+                        "wait for it to finish, or choose another {}",
+                        self.kind.flag()
+                    )),
                 ));
             }
             // The holder before us may have removed the file after we opened it: only a lock on
@@ -261,7 +282,10 @@ impl Claim {
         Err(out_err(
             &self.out,
             "could not take the output's lock file: it keeps being replaced",
-            Some("another program is racing on this directory; choose another -o"),
+            Some(format!(
+                "another program is racing on this directory; choose another {}",
+                self.kind.flag()
+            )),
         ))
     }
 
@@ -308,14 +332,17 @@ impl Claim {
             return Err(out_err(
                 &self.out,
                 "already exists",
-                Some("pass --force to replace it (kquant replaces only outputs it wrote), or choose another -o"),
+                Some(format!("pass --force to replace it (kquant replaces only outputs it wrote), or choose another {}", self.kind.flag())),
             ));
         }
         if let Err(why) = is_kquants(&self.out, self.kind) {
             return Err(out_err(
                 &self.out,
                 format!("exists and is not an output kquant wrote ({why}); refusing to replace it"),
-                Some("move it away yourself, or choose another -o"),
+                Some(format!(
+                    "move it away yourself, or choose another {}",
+                    self.kind.flag()
+                )),
             ));
         }
         Ok(())
@@ -356,7 +383,10 @@ impl Claim {
             &self.out,
             "appeared while kquant was writing it (not by kquant: kquant runs take a lock); \
              it was left as it is",
-            Some("pass --force to replace it, or choose another -o"),
+            Some(format!(
+                "pass --force to replace it, or choose another {}",
+                self.kind.flag()
+            )),
         )
     }
 
@@ -471,7 +501,10 @@ fn check_overlap(out: &Path, parent: &Path, name: &OsStr, sources: &[PathBuf]) -
                         },
                         s.display()
                     ),
-                    Some("write the output somewhere else: kquant never writes over its inputs"),
+                    Some(
+                        "write the output somewhere else: kquant never writes over its inputs"
+                            .into(),
+                    ),
                 ));
             }
         }
@@ -486,7 +519,7 @@ pub fn is_kquants(p: &Path, kind: Kind) -> std::result::Result<(), String> {
         return Err("it is a symbolic link".into());
     }
     match kind {
-        Kind::File { what, is_ours } => {
+        Kind::File { what, is_ours, .. } => {
             if !m.is_file() {
                 return Err("it is not a regular file".into());
             }
@@ -799,6 +832,7 @@ mod tests {
     const REPORT: Kind = Kind::File {
         what: "report",
         is_ours: report,
+        flag: "--json",
     };
 
     #[test]

@@ -22,6 +22,7 @@ pub const SCHEMA: &str = "kquant.input-amax/1";
 /// How an existing `calibrate -o` file is recognised as kquant's (and so may be replaced).
 pub const FILE_KIND: crate::io::output::Kind = crate::io::output::Kind::File {
     what: "input-amax file",
+    flag: "-o",
     is_ours: |b| crate::io::output::is_json_with_schema(b, SCHEMA),
 };
 

@@ -71,6 +71,7 @@ const KIMI_MAX_RUN_CHARS: usize = 25_000;
 /// [`SCHEMA`]).
 pub const FILE_KIND: Kind = Kind::File {
     what: "tokenized prompts file",
+    flag: "-o",
     is_ours,
 };
 

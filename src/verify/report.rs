@@ -323,12 +323,14 @@ fn xml_escape(s: &str) -> String {
 /// How an existing `--json` report is recognised as kquant's (and so may be replaced).
 pub const JSON_REPORT: Kind = Kind::File {
     what: "verify JSON report",
+    flag: "--json",
     is_ours: |b| output::is_json_with_schema(b, "kquant.verify/"),
 };
 
 /// How an existing `--junit` report is recognised as kquant's.
 pub const JUNIT_REPORT: Kind = Kind::File {
     what: "JUnit report",
+    flag: "--junit",
     is_ours: |b| {
         const MARK: &[u8] = b"<testsuite name=\"kquant verify\"";
         b.starts_with(b"<?xml") && b.windows(MARK.len()).any(|w| w == MARK)
