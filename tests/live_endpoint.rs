@@ -724,7 +724,8 @@ fn the_preflight_refuses_meaningless_runs_and_warns_about_known_pitfalls() {
     );
     assert_eq!(code, 2);
     assert!(
-        err.contains("requests failed") && err.to_lowercase().contains("timed out"),
+        err.contains("requests failed")
+            && err.contains("timed out: no answer within --request-timeout"),
         "{err}"
     );
     // Nothing listening: an error naming the URL, not a panic.

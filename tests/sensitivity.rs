@@ -344,3 +344,38 @@ fn the_written_preset_is_never_the_preset_read() {
     );
     assert_eq!(std::fs::read_to_string(&p).unwrap(), text);
 }
+
+/// `--pick` says when the format it picked in (the default, Quark's) is one no serving engine
+/// loads as written, and not when it is one they load.
+#[test]
+fn a_pick_no_engine_loads_is_said() {
+    let args = |fmt: Option<&'static str>| {
+        let mut a = vec![
+            "--limit",
+            "1",
+            "--pick",
+            "--max-regression",
+            "1000",
+            "--exclude",
+            "fc,lm_head",
+        ];
+        if let Some(f) = fmt {
+            a.extend(["--format", f]);
+        }
+        a
+    };
+    let o = sensitivity(&args(None));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no serving engine loads --scheme int4-pc --format quark"),
+        "{}",
+        stderr(&o)
+    );
+    let o = sensitivity(&args(Some("compressed-tensors")));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("no serving engine loads"),
+        "{}",
+        stderr(&o)
+    );
+}

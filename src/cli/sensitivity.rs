@@ -524,6 +524,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     );
                     println!("preset: {}", printable(&p.to_string()));
                     println!("command: {}", printable(command.as_deref().unwrap_or("")));
+                    if !loads_anywhere(recipe.format(), recipe.scheme(), &det.family) {
+                        eprintln!(
+                            "warning: no serving engine loads --scheme {} --format {} as written (`kquant schemes`): the preset gates what kquant and Quark-compatible pipelines run; to gate what vLLM or SGLang serve, pass --format compressed-tensors",
+                            recipe.scheme(),
+                            recipe.format().name()
+                        );
+                    }
                 }
                 _ if trials.is_empty() => println!(
                     "\npicked: none: no exclusion set short of quantizing nothing is predicted (every group's ΔAL minus the excluded groups' own) to meet --max-regression {}",
@@ -598,4 +605,16 @@ fn table(
         .fold((0, 0), |(b, q), g| (b + g.bytes_before, q + g.bytes_after));
     s += &row("every group", every, b, q);
     s
+}
+
+/// Whether any serving engine loads `scheme` written as `format` for a draft of `family`.
+fn loads_anywhere(
+    format: crate::quant::format::Format,
+    scheme: &str,
+    family: &crate::checkpoint::detect::Family,
+) -> bool {
+    use crate::engines::{quantized, Engine, Loads};
+    Engine::ALL.iter().any(|&e| {
+        quantized::claim_for(format, scheme, e, family).is_some_and(|c| c.loads == Loads::Yes)
+    })
 }

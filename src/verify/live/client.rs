@@ -125,10 +125,26 @@ fn failure(e: ureq::Error) -> Failure {
                 msg: format!("HTTP {code}: {}", body.trim()),
             }
         }
-        ureq::Error::Transport(t) => Failure {
-            retryable: true,
-            msg: t.to_string(),
-        },
+        ureq::Error::Transport(t) => {
+            // A read that timed out surfaces as the socket's EAGAIN ("Resource temporarily
+            // unavailable"), through TLS too: say what it is.
+            let timed_out = std::error::Error::source(&t)
+                .and_then(|e| e.downcast_ref::<std::io::Error>())
+                .is_some_and(|e| {
+                    matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    )
+                });
+            Failure {
+                retryable: true,
+                msg: if timed_out {
+                    format!("timed out: no answer within --request-timeout ({t})")
+                } else {
+                    t.to_string()
+                },
+            }
+        }
     }
 }
 
