@@ -411,3 +411,58 @@ fn calibration_and_evaluation_prompts_never_share_a_document() {
         );
     }
 }
+
+/// A chat template is code from the target's repository: one that loops 10^10 times, or asks
+/// `tojson` for an indent of 2^64 − 1, is an error naming it with a hint, in bounded time, not
+/// hours of rendering or a panic.
+#[test]
+fn hostile_chat_templates_are_bounded() {
+    let d = tempfile::tempdir().unwrap();
+    let tgt = root().join("fixtures/kimi-k2.5-tiny/target");
+    let input = d.path().join("p.jsonl");
+    std::fs::write(&input, "{\"id\": 1, \"text\": \"hi\"}\n").unwrap();
+    for (name, template, needle) in [
+        (
+            "loops",
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x",
+            "did not finish within",
+        ),
+        (
+            "indent",
+            "{{ messages | tojson(indent=18446744073709551615) }}",
+            "tojson: indent",
+        ),
+    ] {
+        let tok = d.path().join(name);
+        std::fs::create_dir(&tok).unwrap();
+        std::fs::copy(tgt.join("tokenizer.json"), tok.join("tokenizer.json")).unwrap();
+        let mut cfg: Value =
+            serde_json::from_slice(&std::fs::read(tgt.join("tokenizer_config.json")).unwrap())
+                .unwrap();
+        cfg["chat_template"] = template.into();
+        std::fs::write(tok.join("tokenizer_config.json"), cfg.to_string()).unwrap();
+        let out = d.path().join(format!("{name}.jsonl"));
+        let t0 = std::time::Instant::now();
+        let e = fails(
+            &[
+                "trace",
+                "prompts",
+                "--tokenizer",
+                tok.to_str().unwrap(),
+                "--input",
+                input.to_str().unwrap(),
+                "--chat-template",
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            needle,
+        );
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(120),
+            "{name}: {:?}",
+            t0.elapsed()
+        );
+        assert!(!out.exists(), "{name}");
+        let _ = e;
+    }
+}

@@ -597,6 +597,12 @@ impl ChatTemplate {
         }
     }
 
+    /// Instructions one rendering may take: real chat templates take about 10⁴ per message.
+    pub const TEMPLATE_FUEL: u64 = 50_000_000;
+
+    /// The widest `tojson(indent=…)` a template may ask for.
+    pub const MAX_TOJSON_INDENT: usize = 64;
+
     /// A minijinja environment set up as transformers sets up Jinja2 for chat templates.
     pub fn environment() -> minijinja::Environment<'static> {
         let mut env = minijinja::Environment::new();
@@ -608,6 +614,9 @@ impl ChatTemplate {
                 .expect("default delimiters"),
         );
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        // A template is code from the target's repository: bounded in work, so a hostile or
+        // careless one (two nested `range(100000)` loops) is an error, not hours of rendering.
+        env.set_fuel(Some(Self::TEMPLATE_FUEL));
         env.add_filter("tojson", tojson);
         env.add_function(
             "raise_exception",
@@ -698,13 +707,34 @@ fn tojson(
         None => None,
         Some(i) if i.is_none() => None,
         Some(i) => Some(match i.as_str() {
-            Some(s) => s.to_string(),
-            None => " ".repeat(usize::try_from(i.clone()).map_err(|_| {
-                minijinja::Error::new(
+            Some(s) if s.len() <= ChatTemplate::MAX_TOJSON_INDENT => s.to_string(),
+            Some(_) => {
+                return Err(minijinja::Error::new(
                     minijinja::ErrorKind::InvalidOperation,
-                    "tojson: indent must be an integer or a string",
-                )
-            })?),
+                    format!(
+                        "tojson: an indent longer than {} characters",
+                        ChatTemplate::MAX_TOJSON_INDENT
+                    ),
+                ))
+            }
+            None => {
+                let n = usize::try_from(i.clone()).map_err(|_| {
+                    minijinja::Error::new(
+                        minijinja::ErrorKind::InvalidOperation,
+                        "tojson: indent must be an integer or a string",
+                    )
+                })?;
+                if n > ChatTemplate::MAX_TOJSON_INDENT {
+                    return Err(minijinja::Error::new(
+                        minijinja::ErrorKind::InvalidOperation,
+                        format!(
+                            "tojson: indent {n} is wider than {}",
+                            ChatTemplate::MAX_TOJSON_INDENT
+                        ),
+                    ));
+                }
+                " ".repeat(n)
+            }
         }),
     };
     let (item, key) = match separators {
@@ -997,10 +1027,18 @@ pub fn run(o: &Options) -> Result<Summary> {
                         Error::Source {
                             path: at.clone(),
                             msg: format!("the chat template fails on this record: {e}"),
-                            hint: Some(format!(
-                                "the template is `{}`; check the record's messages (role, content) against what it expects",
-                                tpl.source.display()
-                            )),
+                            hint: Some(if e.contains("ran out of fuel") {
+                                format!(
+                                    "the template `{}` did not finish within {} instructions (real chat templates take about 10^4 a message): it loops far more than a template should",
+                                    tpl.source.display(),
+                                    ChatTemplate::TEMPLATE_FUEL
+                                )
+                            } else {
+                                format!(
+                                    "the template is `{}`; check the record's messages (role, content) against what it expects",
+                                    tpl.source.display()
+                                )
+                            }),
                         }
                     })?;
                 (rendered.as_str(), true)
