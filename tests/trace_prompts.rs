@@ -466,3 +466,36 @@ fn hostile_chat_templates_are_bounded() {
         let _ = e;
     }
 }
+
+/// A `tokenizer.json` whose normalizers multiply a text's length without bound (12 chained
+/// `Replace` "a" → ten "a"s: one character becomes 10^12) is refused before it runs.
+#[test]
+fn a_tokenizer_whose_normalizers_explode_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let tgt = root().join("fixtures/kimi-k2.5-tiny/target");
+    let mut tj: Value =
+        serde_json::from_slice(&std::fs::read(tgt.join("tokenizer.json")).unwrap()).unwrap();
+    let replace =
+        serde_json::json!({"type": "Replace", "pattern": {"String": "a"}, "content": "aaaaaaaaaa"});
+    tj["normalizer"] = serde_json::json!({"type": "Sequence", "normalizers": vec![replace; 12]});
+    let tok = d.path().join("tok");
+    std::fs::create_dir(&tok).unwrap();
+    std::fs::write(tok.join("tokenizer.json"), tj.to_string()).unwrap();
+    let input = d.path().join("p.jsonl");
+    std::fs::write(&input, "{\"id\": 1, \"text\": \"a\"}\n").unwrap();
+    let out = d.path().join("out.jsonl");
+    fails(
+        &[
+            "trace",
+            "prompts",
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        "can multiply a text's length by up to 1.000e12",
+    );
+    assert!(!out.exists());
+}

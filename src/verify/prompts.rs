@@ -157,7 +157,11 @@ impl TargetTokenizer {
         let config = read_config(file.parent().unwrap_or(Path::new(".")))?;
         let (tok, specials) = match kind {
             TokenizerKind::TokenizerJson => (
-                Tokenizer::from_bytes(&bytes).map_err(|e| {
+                {
+                    normalizer_growth_check(&file, &bytes)?;
+                    Tokenizer::from_bytes(&bytes)
+                }
+                .map_err(|e| {
                     Error::source(&file, format!("is not a tokenizer.json the `tokenizers` library reads: {e}")).with_hint("save it with transformers' `save_pretrained` or tokenizers' `Tokenizer.save`")
                 })?,
                 vec![],
@@ -585,6 +589,50 @@ pub struct ChatTemplate {
     pub sha256: String,
     /// `bos_token`, `eos_token`, … as transformers passes them.
     special: Vec<(String, String)>,
+}
+
+/// The most a tokenizer's normalizers may multiply a text's length by.
+pub const MAX_NORMALIZER_GROWTH: f64 = 64.0;
+
+/// Refuse a `tokenizer.json` whose normalizers can multiply a text's length beyond
+/// [`MAX_NORMALIZER_GROWTH`] (chained `Replace` normalizers each lengthening what they replace
+/// turn one character into 10^12): bounded before the `tokenizers` library ever runs them.
+/// Growth of a `Replace` is its content's length over its string pattern's (a regex pattern
+/// counts as matching one character); a `Sequence` multiplies its members'.
+fn normalizer_growth_check(file: &Path, bytes: &[u8]) -> Result<()> {
+    fn growth(n: &Value) -> f64 {
+        match n.get("type").and_then(Value::as_str) {
+            Some("Sequence") => n
+                .get("normalizers")
+                .and_then(Value::as_array)
+                .map_or(1.0, |v| v.iter().map(growth).product()),
+            Some("Replace") => {
+                let content = n
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .map_or(0, |c| c.chars().count());
+                let pattern = n
+                    .pointer("/pattern/String")
+                    .and_then(Value::as_str)
+                    .map_or(1, |p| p.chars().count().max(1));
+                (content as f64 / pattern as f64).max(1.0)
+            }
+            Some("Prepend") => 2.0,
+            _ => 1.0,
+        }
+    }
+    let Ok(v) = serde_json::from_slice::<Value>(bytes) else {
+        return Ok(()); // the library's own error says what is wrong
+    };
+    let g = v.get("normalizer").map_or(1.0, growth);
+    if g > MAX_NORMALIZER_GROWTH {
+        return Err(Error::source(
+            file,
+            format!("has normalizers that can multiply a text's length by up to {g:.3e} (chained Replace normalizers): tokenizing with it could exhaust memory"),
+        )
+        .with_hint("use the target's own tokenizer.json; a real one lengthens text by a few times at most"));
+    }
+    Ok(())
 }
 
 impl ChatTemplate {
