@@ -358,6 +358,12 @@ fn verify_on_the_calibration_trace_warns() {
         ],
     );
     assert!(o.status.success(), "{}", common::stderr(&o));
+    assert!(
+        common::stderr(&o)
+            .contains("calibration prompts by category (share of generated positions): code 100 %"),
+        "{}",
+        common::stderr(&o)
+    );
     let verify = |trace: &std::path::Path| {
         let o = kquant(&[
             "verify",
@@ -385,7 +391,21 @@ fn verify_on_the_calibration_trace_warns() {
     assert_eq!(r["warnings"].as_array().unwrap().len(), 1, "{r}");
     let (e, r) = verify(&fix.join("trace"));
     assert!(!e.contains("calibrated on this trace"), "{e}");
-    assert_eq!(r["warnings"], serde_json::json!([]));
+    // The calibration (its first 3 prompts) was code only: the prose and arithmetic prompts
+    // here are text its codes were not fitted to, and the run says so.
+    let w = r["warnings"].as_array().unwrap();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].as_str()
+            .unwrap()
+            .contains("without the categories `arith`, `prose`"),
+        "{w:?}"
+    );
+    let cfg = read_json(&q.join("config.json"));
+    assert_eq!(
+        cfg["kquant_quantization"]["calibration"]["categories"],
+        serde_json::json!({"code": 1.0})
+    );
 }
 
 /// A small trace of the calibration prompts with every tap rewritten by `edit` (BF16 bytes),

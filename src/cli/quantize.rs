@@ -178,6 +178,22 @@ pub fn run(a: Args) -> Result<ExitCode> {
             r.codes_changed,
             r.gptq_loss.map_or(String::new(), |l| format!(", GPTQ loss {l:.4e}"))
         );
+        eprintln!(
+            "calibration prompts by category (share of generated positions): {}",
+            r.categories
+                .iter()
+                .map(|(c, f)| format!(
+                    "{} {:.0} %",
+                    if c.is_empty() {
+                        "(none)".into()
+                    } else {
+                        crate::escape::printable(c).into_owned()
+                    },
+                    f * 100.0
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         if !r.kept_rtn.is_empty() {
             eprintln!(
                 "warning: the calibration inputs of {} module(s) are all zero, so there is nothing to fit: {} kept at round to nearest ({})",
@@ -189,7 +205,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         plan.chosen = chosen;
         plan.record = Some(json!({
             "method": method_name(*m),
-            "calibration": {"trace_sha256": r.trace_sha256, "samples": r.samples, "input_rows": r.tokens, "steps": cal.steps},
+            "calibration": {"trace_sha256": r.trace_sha256, "samples": r.samples, "input_rows": r.tokens, "steps": cal.steps, "categories": r.categories},
             "gptq": m.gptq().then(|| json!({"block_size": 128, "damp_frac": 0.01, "act_order": true, "retries": 5})),
             "producer": format!("kquant {}", env!("CARGO_PKG_VERSION")),
         }));

@@ -409,15 +409,46 @@ pub fn run(a: Args) -> Result<ExitCode> {
             if spec == "prompt-lookup" {
                 continue;
             }
-            let recorded = Checkpoint::open(spec)
+            let calibration = Checkpoint::open(spec)
                 .ok()
                 .and_then(|ck| ck.config)
                 .and_then(|c| {
                     c.get("kquant_quantization")
-                        .and_then(|k| k.pointer("/calibration/trace_sha256"))
-                        .and_then(serde_json::Value::as_str)
-                        .map(String::from)
+                        .and_then(|k| k.get("calibration"))
+                        .cloned()
                 });
+            // Categories the evaluation has and the calibration had none of.
+            if let Some(cats) = calibration
+                .as_ref()
+                .and_then(|c| c.get("categories"))
+                .and_then(serde_json::Value::as_object)
+            {
+                let mut missing: Vec<String> = trace
+                    .manifest
+                    .samples
+                    .iter()
+                    .map(|s| s.category.clone())
+                    .filter(|c| !cats.contains_key(c))
+                    .collect();
+                missing.sort();
+                missing.dedup();
+                if !missing.is_empty() {
+                    warnings.push(format!(
+                        "`{}` was calibrated on prompts without the categories {}: its codes were fitted to other text than these prompts (`quantize` prints the calibration's categories; calibrate on a set that covers them)",
+                        crate::escape::printable(spec),
+                        missing
+                            .iter()
+                            .map(|c| format!("`{}`", crate::escape::printable(c)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+            }
+            let recorded = calibration.as_ref().and_then(|c| {
+                c.get("trace_sha256")
+                    .and_then(serde_json::Value::as_str)
+                    .map(String::from)
+            });
             if let Some(r) = recorded {
                 if crate::quantize::calibrate::trace_digest(&trace.dir).is_ok_and(|d| d == r) {
                     warnings.push(format!(

@@ -73,6 +73,9 @@ pub struct Report {
     pub trace: PathBuf,
     pub trace_sha256: String,
     pub samples: usize,
+    /// Each prompt category's share of the trace's generated positions (`""` for samples
+    /// without one): what kind of text the codes were fitted to.
+    pub categories: BTreeMap<String, f64>,
     /// Input rows (tokens × depths) the modules saw, per shared input.
     pub tokens: u64,
     /// Modules whose codes and scales the method chose.
@@ -88,6 +91,16 @@ pub struct Report {
     pub gptq_loss: Option<f64>,
     /// Modules whose calibration inputs were all zero (no signal to fit): rounded to nearest.
     pub kept_rtn: Vec<String>,
+}
+
+/// Each category's share of a trace's generated positions.
+pub fn category_shares(trace: &Trace) -> BTreeMap<String, f64> {
+    let mut n: BTreeMap<String, u64> = BTreeMap::new();
+    for s in &trace.manifest.samples {
+        *n.entry(s.category.clone()).or_default() += s.gen_len as u64;
+    }
+    let total = n.values().sum::<u64>().max(1) as f64;
+    n.into_iter().map(|(c, k)| (c, k as f64 / total)).collect()
 }
 
 /// The files of a trace directory, `manifest.json` first, then the others in name order.
@@ -284,6 +297,7 @@ pub fn choose(
             trace: cal.trace.clone(),
             trace_sha256: trace_digest(&cal.trace)?,
             samples: trace.manifest.samples.len(),
+            categories: category_shares(&trace),
             tokens,
             modules: modules.len(),
             scales_changed: moved.0,
