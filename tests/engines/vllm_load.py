@@ -111,6 +111,20 @@ def pretend_gpu_kernels():
             mod.init_nvfp4_linear_kernel = init_nvfp4_linear_kernel
 
 
+def same_cpu_everywhere():
+    """Report the CPU as one without AMX tiles. The vLLM wheel is a CUDA build: its `_C` has
+    none of vLLM's CPU kernels, and its CPU post-load processing calls one of them
+    (`torch.ops._C.convert_weight_packed`) only where the CPU has AMX (`model_executor/layers/
+    utils.py`, `kernels/linear/scaled_mm/cpu.py`). Without this, every verdict on an Intel
+    machine with AMX would be that AttributeError; with it, every machine takes the path every
+    x86 CPU without AMX takes, and the verdicts do not depend on which CPU CI gets."""
+    import torch
+
+    torch.cpu._is_amx_tile_supported = lambda: False
+    if hasattr(torch.cpu, "_is_amx_fp16_supported"):
+        torch.cpu._is_amx_fp16_supported = lambda: False
+
+
 def load_one(job, pretend_gpu=False):
     """One checkpoint through vLLM's draft loading (in a forked child); returns the verdict."""
     import torch
@@ -265,6 +279,7 @@ def main():
     a, jobs = harness_args(ap, "--method", "eagle3")
     # The engine's imports, once, before forking a child per checkpoint.
     preload(PRELOAD)
+    same_cpu_everywhere()
     if a.pretend_gpu:
         pretend_gpu_kernels()
     run_jobs(jobs, lambda job: load_one(job, a.pretend_gpu))
