@@ -653,13 +653,15 @@ fn server_counters_measure_each_request_alone_and_refuse_other_traffic() {
     });
     let (code, r, err) = live(&reset.url, &p, &["--server-counters", "--max-failed", "1"]);
     assert_eq!(code, 0, "{err}");
+    one_failed(&r, "went backwards");
+}
+
+/// The report failed exactly one of its 6 requests, for `why`, and measured the other 5.
+fn one_failed(r: &Value, why: &str) {
     let failed = r["live"]["draft"]["failed"].as_array().unwrap();
-    assert_eq!(failed.len(), 1);
+    assert_eq!(failed.len(), 1, "{failed:?}");
     assert!(
-        failed[0]["error"]
-            .as_str()
-            .unwrap()
-            .contains("went backwards"),
+        failed[0]["error"].as_str().unwrap().contains(why),
         "{failed:?}"
     );
     assert_eq!(r["samples"], json!(5));
@@ -1492,16 +1494,7 @@ fn a_histogram_that_overflows_is_a_failed_request() {
     );
     let (c, r, err) = live(&server.url, &p, &["--max-failed", "1"]);
     assert_eq!(c, 0, "{err}");
-    let failed = r["live"]["draft"]["failed"].as_array().unwrap();
-    assert_eq!(failed.len(), 1, "{failed:?}");
-    assert!(
-        failed[0]["error"]
-            .as_str()
-            .unwrap()
-            .contains("more than 2^64"),
-        "{failed:?}"
-    );
-    assert_eq!(r["samples"], json!(5));
+    one_failed(&r, "more than 2^64");
 }
 
 /// Once more requests have failed than `--max-failed` allows, the exit 2 is certain: no

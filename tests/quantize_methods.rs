@@ -322,13 +322,10 @@ fn method_flags_are_checked() {
     }
 }
 
-/// `verify --trace` on the very trace a draft was calibrated on says so (its config.json
-/// records the trace's digest): the figure is in-sample. On another trace: no such warning.
-#[test]
-fn verify_on_the_calibration_trace_warns() {
-    let t = tempfile::tempdir().unwrap();
+/// A trace of the first `limit` calibration prompts, `gen_len` tokens each, at `out`.
+fn calibration_trace(out: &std::path::Path, limit: usize, gen_len: usize) -> std::path::PathBuf {
     let fix = root().join(FIX);
-    let cal = t.path().join("cal");
+    let (limit, gen_len) = (limit.to_string(), gen_len.to_string());
     let o = kquant(&[
         "trace",
         "capture",
@@ -337,13 +334,23 @@ fn verify_on_the_calibration_trace_warns() {
         "--prompts",
         fix.join("prompts/calibration.jsonl").to_str().unwrap(),
         "--limit",
-        "3",
+        &limit,
         "--gen-len",
-        "24",
+        &gen_len,
         "-o",
-        cal.to_str().unwrap(),
+        out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", common::stderr(&o));
+    out.to_path_buf()
+}
+
+/// `verify --trace` on the very trace a draft was calibrated on says so (its config.json
+/// records the trace's digest): the figure is in-sample. On another trace: no such warning.
+#[test]
+fn verify_on_the_calibration_trace_warns() {
+    let t = tempfile::tempdir().unwrap();
+    let fix = root().join(FIX);
+    let cal = calibration_trace(&t.path().join("cal"), 3, 24);
     let q = t.path().join("q");
     let o = quantize(
         &q,
@@ -413,23 +420,7 @@ fn verify_on_the_calibration_trace_warns() {
 fn edited_trace(dir: &std::path::Path, edit: &dyn Fn(&mut [u8])) -> std::path::PathBuf {
     use safetensors::tensor::{serialize_to_file, TensorView};
     use sha2::Digest;
-    let fix = root().join(FIX);
-    let out = dir.join("edited");
-    let o = kquant(&[
-        "trace",
-        "capture",
-        "--target-checkpoint",
-        fix.join("target").to_str().unwrap(),
-        "--prompts",
-        fix.join("prompts/calibration.jsonl").to_str().unwrap(),
-        "--limit",
-        "2",
-        "--gen-len",
-        "16",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", common::stderr(&o));
+    let out = calibration_trace(&dir.join("edited"), 2, 16);
     let shard = out.join("shard-00000.safetensors");
     let bytes = std::fs::read(&shard).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
