@@ -1184,6 +1184,31 @@ fn published_figures_are_floors() {
     assert_eq!(code, if any_failed { 1 } else { 0 }, "{err}");
     let x = std::fs::read_to_string(&junit).unwrap();
     assert!(x.contains("published MT-Bench coding coding"), "{x}");
+    // And in the table.
+    let o = kquant(&[
+        "verify",
+        "--endpoint",
+        &server.url,
+        "--prompts",
+        p.to_str().unwrap(),
+        "--max-tokens",
+        "40",
+        "--target",
+        "kimi-k2.6",
+        "--published",
+        "nvidia/Kimi-K2.6-Eagle3",
+    ]);
+    let table = String::from_utf8_lossy(&o.stdout);
+    for b in [
+        "MT-Bench (overall)",
+        "MT-Bench coding (coding)",
+        "MT-Bench writing (writing)",
+    ] {
+        assert!(
+            table.contains(&format!("published {b}: measured ")),
+            "{table}"
+        );
+    }
     // Token-id prompts are no benchmark: nothing to compare with.
     let tp = prompts(t.path(), 1);
     let (code, _, err) = live(

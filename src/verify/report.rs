@@ -226,6 +226,22 @@ pub fn table(r: &Value) -> String {
     for n in r["interval_notes"].as_array().into_iter().flatten() {
         s.push_str(&format!("note: {}\n", n.as_str().unwrap_or("")));
     }
+    // `--published`: each model-card figure the measurement is held against.
+    for c in r["published"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "published {} ({}): measured {} vs {} on the card ({}): {}\n",
+            crate::escape::printable(c["benchmark"].as_str().unwrap_or("")),
+            crate::escape::printable(c["category"].as_str().unwrap_or("overall")),
+            f(&c["measured"]),
+            f(&c["published"]),
+            crate::escape::printable(c["source"].as_str().unwrap_or("")),
+            if c["passed"].as_bool() == Some(true) {
+                "at least the card less --max-regression"
+            } else {
+                "below the card by more than --max-regression"
+            }
+        ));
+    }
     // A JSON list of rates, as `a, b, c`.
     let list = |v: &Value| -> String {
         let items: Vec<String> = v.as_array().into_iter().flatten().map(&f).collect();
