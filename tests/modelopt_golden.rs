@@ -474,7 +474,7 @@ fn odd_output_rows_are_refused_before_writing() {
         &["--format", "modelopt", "--scheme", "int4-g128"],
     );
     assert!(
-        err.contains("tensor `l.weight`")
+        err.contains("`l.weight` [")
             && err.contains("output dimension 3 is odd")
             && err.contains("--exclude"),
         "{err}"

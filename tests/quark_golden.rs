@@ -123,7 +123,7 @@ fn per_group_input_not_divisible_is_refused_with_the_tensor() {
         let (_o, out, err) =
             common::quantize_refused(f, &["--scheme", "int4-g32", "--format", format]);
         assert!(
-            err.contains("tensor `b.weight`")
+            err.contains("`b.weight` [")
                 && err.contains("not a multiple of the group size 32")
                 && err.contains("m.safetensors"),
             "{err}"
