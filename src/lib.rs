@@ -22,3 +22,7 @@ mod test_rng;
 pub mod verify;
 
 pub use error::{Error, Result};
+
+/// Every allocation goes to the system allocator; a thread's open `io::budget` is charged.
+#[global_allocator]
+static ALLOC: io::budget::Counting = io::budget::Counting;

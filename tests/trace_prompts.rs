@@ -412,9 +412,11 @@ fn calibration_and_evaluation_prompts_never_share_a_document() {
     }
 }
 
-/// A chat template is code from the target's repository: one that loops 10^10 times, or asks
-/// `tojson` for an indent of 2^64 − 1, is an error naming it with a hint, in bounded time, not
-/// hours of rendering or a panic.
+/// A chat template is code from the target's repository: one that loops 10^10 times, asks
+/// `tojson` for an indent of 2^64 − 1, or doubles a string or list 40 times (by `~`, `+`,
+/// `replace`, `join`, `*`, `tojson`, `indent`, `format`) is an error naming it with a hint, in
+/// bounded time and memory, not hours of rendering, an abort or a panic; no partial output is
+/// left.
 #[test]
 fn hostile_chat_templates_are_bounded() {
     let d = tempfile::tempdir().unwrap();
@@ -431,6 +433,54 @@ fn hostile_chat_templates_are_bounded() {
             "indent",
             "{{ messages | tojson(indent=18446744073709551615) }}",
             "tojson: indent",
+        ),
+        // Strings and lists doubled 40 times (10^12 bytes), each way a template can build them:
+        // the widths minijinja charges run out of fuel, what grows step by step is over the memory
+        // budget (`io::budget`).
+        (
+            "concat",
+            "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+            "needs more than 256 MiB",
+        ),
+        (
+            "replace",
+            "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s|replace('a','aa') %}{% endfor %}{{ ns.s|length }}",
+            "needs more than 256 MiB",
+        ),
+        (
+            "string-repeat",
+            "{{ 'a' * 1000000000000 }}",
+            "did not finish within",
+        ),
+        (
+            "indent-filter",
+            "{{ 'a\nb'|indent(1000000000000000) }}",
+            "did not finish within",
+        ),
+        (
+            "format-width",
+            "{{ '%1000000000000d'|format(1) }}",
+            "did not finish within",
+        ),
+        (
+            "join",
+            "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = [ns.s, ns.s]|join('') %}{% endfor %}{{ ns.s|length }}",
+            "needs more than 256 MiB",
+        ),
+        (
+            "list-add",
+            "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}",
+            "needs more than 256 MiB",
+        ),
+        (
+            "list-repeat",
+            "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l * 2 %}{% endfor %}{{ ns.l|length }}",
+            "repeated sequence is too large",
+        ),
+        (
+            "tojson",
+            "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = [ns.s, ns.s]|tojson %}{% endfor %}{{ ns.s|length }}",
+            "needs more than 256 MiB",
         ),
     ] {
         let tok = d.path().join(name);
@@ -463,6 +513,12 @@ fn hostile_chat_templates_are_bounded() {
             t0.elapsed()
         );
         assert!(!out.exists(), "{name}");
+        let left: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("kquant-"))
+            .collect();
+        assert!(left.is_empty(), "{name} left {left:?}");
         let _ = e;
     }
 }

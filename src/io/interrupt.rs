@@ -195,6 +195,16 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut l
     }
 }
 
+/// Remove every registered partial output and lock file, then `_exit(code)`: for a fatal
+/// condition found where nothing may be allocated (`io::budget`).
+///
+/// # Safety
+/// Async-signal-safe; must not race a handler already running (it would remove the same files).
+pub unsafe fn exit_removing_outputs(code: i32) -> ! {
+    remove_outputs();
+    libc::_exit(code)
+}
+
 /// Remove every registered staging path and lock file. True when there was one.
 unsafe fn remove_outputs() -> bool {
     let mut any = false;

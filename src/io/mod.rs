@@ -1,6 +1,7 @@
 //! Checkpoint bytes: safetensors reading (mmap, validation), index files, hub resolution,
 //! the streaming writer and the manifest. No quantization math and no GPU here.
 
+pub mod budget;
 pub mod dtype;
 pub mod header;
 pub mod hub;

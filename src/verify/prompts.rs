@@ -648,6 +648,9 @@ impl ChatTemplate {
     /// Instructions one rendering may take: real chat templates take about 10⁴ per message.
     pub const TEMPLATE_FUEL: u64 = 50_000_000;
 
+    /// Bytes one rendering may hold at once (`io::budget`): real ones hold a few hundred KiB.
+    pub const TEMPLATE_BYTES: usize = 256 << 20;
+
     /// The widest `tojson(indent=…)` a template may ask for.
     pub const MAX_TOJSON_INDENT: usize = 64;
 
@@ -700,7 +703,19 @@ impl ChatTemplate {
         ctx.insert("add_generation_prompt".into(), Value::Bool(true));
         let ctx: minijinja::Value =
             serde_json::from_value(Value::Object(ctx)).map_err(|e| e.to_string())?;
-        tmpl.render(ctx).map_err(|e| {
+        let rendered = crate::io::budget::within(
+            Self::TEMPLATE_BYTES,
+            &format!(
+                "`{}`: the chat template needs more than {} MiB of memory to render one prompt",
+                self.source.display(),
+                Self::TEMPLATE_BYTES >> 20
+            ),
+            "real chat templates build a few kilobytes a message; this one grows strings or \
+             lists without bound (doubling them in a loop): fix the template, or leave out \
+             --chat-template to encode the prompts' text as it is",
+            || tmpl.render(ctx),
+        );
+        rendered.map_err(|e| {
             let mut s = e.to_string();
             let mut src = std::error::Error::source(&e);
             while let Some(c) = src {
