@@ -9,13 +9,17 @@
 #    request's verify steps, committed drafts and the engine's own accepted drafts (vLLM counts
 #    a request's final step before cutting it at max_tokens or EOS) equal what `kquant verify`
 #    replays on a trace of the same prompts captured by kquant's own target runtime with the
-#    same stop rule (`trace capture --stop-at-eos --lookahead 3`); per request from
+#    same stop rule and f32 taps (`trace capture --stop-at-eos --lookahead 7 --tap-dtype
+#    f32`); per request from
 #    `metrics.speculative_decoding`, and again from the Prometheus counters
 #    (`--server-counters`). tests/engines/serve_check.py compares; any difference fails.
 #    Then the cluster path for real: scripts/vllm_capture.py (vLLM's own hidden-states
 #    extraction) on this engine at float32 -> `kquant trace import` -> `verify`: per sample the
 #    same tokens, steps and committed drafts as on kquant's own capture, taps within one bf16
 #    ulp.
+#    Then the DFlash draft (7 tokens a step), served with its context K-norm applied per layer
+#    (tests/engines/cpu_dflash/sitecustomize.py: vLLM's CPU kernel uses layer 0's for all):
+#    every request equal, as for EAGLE-3.
 # 2. bfloat16 serving (vLLM's CPU W4A16 kernel runs only in bf16): the BF16 draft and the
 #    `int4-pc` compressed-tensors draft on two servers at once, `kquant verify --endpoint
 #    --baseline-endpoint`, the live paired gate on a real engine. Then the hidden states of the
@@ -66,15 +70,16 @@ trap cleanup EXIT
 
 free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# serve NAME PORT DTYPE DRAFT CPU: a vLLM server in a new process group (its PID is the group's).
+# serve NAME PORT DTYPE DRAFT CPU [METHOD TOKENS PYTHONPATH]: a vLLM server in a new process
+# group (its PID is the group's); EAGLE-3 with 3 tokens unless told.
 serve() {
-  local name=$1 port=$2 dtype=$3 draft=$4 cpu=$5
-  (cd "$work" && exec setsid env VLLM_MLA_DISABLE=1 VLLM_CPU_KVCACHE_SPACE=1 \
+  local name=$1 port=$2 dtype=$3 draft=$4 cpu=$5 method=${6:-eagle3} k=${7:-3} pypath=${8:-}
+  (cd "$work" && exec setsid env PYTHONPATH="$pypath" VLLM_MLA_DISABLE=1 VLLM_CPU_KVCACHE_SPACE=1 \
     VLLM_HOST_IP=127.0.0.1 VLLM_CPU_OMP_THREADS_BIND="$cpu" \
     "$py" -m vllm.entrypoints.openai.api_server --model "$fix/target" \
     --served-model-name kimi-k2.5-tiny --host 127.0.0.1 --port "$port" --dtype "$dtype" \
     --max-model-len 1024 --max-num-seqs 4 --enforce-eager \
-    --speculative-config "{\"method\": \"eagle3\", \"model\": \"$draft\", \"num_speculative_tokens\": 3}" \
+    --speculative-config "{\"method\": \"$method\", \"model\": \"$draft\", \"num_speculative_tokens\": $k}" \
     --per-request-spec-decode-metrics summary) >"$work/$name.log" 2>&1 &
   groups+=("$!")
   echo "$!" >"$work/$name.pid"
@@ -102,9 +107,10 @@ echo "== drafts: the BF16 EAGLE-3 draft in vLLM's layout, and its int4-pc compre
 "$kq" quantize "$work/eagle3-vllm" -o "$work/eagle3-int4" --scheme int4-pc \
   --exclude fc,lm_head --format compressed-tensors --force >/dev/null
 
-echo "== the trace: kquant's target runtime, the engine's stop rule, 3 tokens of lookahead"
+echo "== the trace: kquant's target runtime, the engine's stop rule, 7 tokens of lookahead (DFlash drafts 7), f32 taps (what a float32 engine feeds its drafts)"
 "$kq" trace capture --target-checkpoint "$fix/target" --prompts "$prompts" \
-  -o "$work/trace" --taps 1,2,3 --gen-len 96 --stop-at-eos --lookahead 3 --force >/dev/null
+  -o "$work/trace" --taps 1,2,3 --gen-len 96 --stop-at-eos --lookahead 7 --tap-dtype f32 \
+  --force >/dev/null
 "$kq" verify --target kimi-k2.5-tiny --trace "$work/trace" --draft "$work/eagle3-vllm" \
   --json "$work/offline-bf16.json" >/dev/null
 
@@ -145,6 +151,21 @@ python3 "$here/serve_check.py" traces "$work/offline-vllm-f32.json" "$work/offli
 # One bf16 ulp at each tensor's largest magnitude: both sides round nearly equal f32 values.
 "$py" "$here/serve_check.py" taps "$work/vllm-f32.trace" "$work/trace" --bound 0.0078125
 
+
+echo "== 1c. float32 serving, the DFlash draft (7 tokens a step): kquant's replay equals the engine"
+# vLLM 0.32's CPU rms_norm kernel normalizes every DFlash layer's context keys with layer 0's
+# k_norm (the CUDA kernel takes one row per layer); tests/engines/cpu_dflash/sitecustomize.py
+# calls it once per layer, as the method's own comment says it runs. docs/verify.md, "A real
+# engine", has the unpatched engine's figures.
+"$kq" verify --target kimi-k2.5-tiny --trace "$work/trace" --draft "$fix/dflash" \
+  --json "$work/offline-dflash.json" >/dev/null
+port=$(free_port)
+serve dflash "$port" float32 "$fix/dflash" 0-1 dflash 7 "$here/cpu_dflash"
+up dflash "$port"
+"$kq" verify --endpoint "http://127.0.0.1:$port" --prompts "$prompts" --max-tokens 96 \
+  --max-failed 0 --json "$work/live-dflash.json"
+python3 "$here/serve_check.py" requests "$work/live-dflash.json" "$work/offline-dflash.json"
+stop_all
 
 echo "== 2. bfloat16 serving: the live paired gate, int4-pc draft vs BF16 draft"
 pb=$(free_port)
