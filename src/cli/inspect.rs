@@ -213,13 +213,7 @@ fn print_human(
         row("dialect", format!("{}{p}", d.id()));
     }
     for (i, e) in engines.iter().enumerate() {
-        let mut basis = e.checked_with.clone();
-        if let Some(u) = &e.unproven_on_cpu {
-            basis.push_str(&format!("; unproven: {u}"));
-        }
-        if let Some(n) = &e.version_note {
-            basis.push_str(&format!("; {n}"));
-        }
+        let basis = e.basis();
         row(
             if i == 0 { "engines" } else { "" },
             format!("{:<7}{:<8}{} [{basis}]", e.engine.id(), e.loads.id(), e.why),

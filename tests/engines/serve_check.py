@@ -22,6 +22,13 @@
         Two traces of the same prompts: equal tokens up to each stop, every tap within B of
         the other relative to the tensor's largest magnitude.
 
+    serve_check.py claims SERVED.tsv --kquant BIN
+        What kquant claims a real server does (`served` in `kquant inspect --json` and
+        `kquant schemes --json`) against what this tier's servers did. SERVED.tsv has one line
+        per draft the tier served: DIR, `serves` or `refused`, and for a refusal a phrase of the
+        engine's error. Each draft's vLLM claim must say the same (a refusal quoting that
+        phrase), and every scheme x format claim of a CPU server must be one the tier ran.
+
 Prints one line per check and a closing `N passed, N failed` line.
 """
 
@@ -194,6 +201,45 @@ def taps(a):
     return failed
 
 
+def claims(a):
+    import subprocess
+
+    def kq(*args):
+        return json.loads(subprocess.run([a.kquant, *args], check=True, capture_output=True, text=True).stdout)
+
+    passed = failed = 0
+    proven = set()
+    with open(a.served) as f:
+        rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    for row in rows:
+        d, verdict = row[0], row[1]
+        needle = row[2] if len(row) > 2 else ""
+        doc = kq("inspect", "--json", d)
+        e = next((e for e in doc["engines"] if e["engine"] == "vllm"), None)
+        s = e and e.get("served")
+        name = os.path.basename(d.rstrip("/"))
+        if not s:
+            ok, msg = False, "kquant claims nothing about serving it"
+        else:
+            ok = s["serves"] == (verdict == "serves") and needle in s["detail"]
+            msg = f"kquant: {'serves' if s['serves'] else 'refused'} ({s['detail'][:90]}…)"
+            proven.add(s["detail"])
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: the engine {verdict}{f' ({needle})' if needle else ''}; {msg}")
+        passed, failed = passed + ok, failed + (not ok)
+    for sc in kq("schemes", "--json")["schemes"]:
+        for c in sc["carriers"]:
+            for e in c["engines"]:
+                s = e.get("served")
+                if e["engine"] != "vllm" or not s:
+                    continue
+                ok = s["detail"] in proven
+                if not ok:
+                    print(f"FAIL {sc['id']} {c['format']}: kquant claims a CPU server's verdict the tier did not run")
+                passed, failed = passed + ok, failed + (not ok)
+    print(f"claims: {passed} passed, {failed} failed")
+    return failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -205,6 +251,9 @@ def main():
     g.add_argument("live")
     g.add_argument("offline")
     g.add_argument("--bound", type=float, required=True)
+    c = sub.add_parser("claims")
+    c.add_argument("served")
+    c.add_argument("--kquant", required=True)
     for name in ("traces", "taps"):
         t = sub.add_parser(name)
         t.add_argument("a")
@@ -212,7 +261,7 @@ def main():
         if name == "taps":
             t.add_argument("--bound", type=float, required=True)
     a = ap.parse_args()
-    return 1 if {"requests": requests, "gate": gate, "traces": traces, "taps": taps}[a.cmd](a) else 0
+    return 1 if {"requests": requests, "gate": gate, "traces": traces, "taps": taps, "claims": claims}[a.cmd](a) else 0
 
 
 if __name__ == "__main__":
