@@ -5,23 +5,22 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    // Behave like other Unix tools when the reader of stdout goes away (`kquant inspect | head`):
-    // die quietly from SIGPIPE instead of panicking on a failed print.
-    // SAFETY: called once at start-up, before any thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    // When the reader of stdout or stderr goes away (`kquant quantize … 2>&1 | head -1`) the run
+    // goes on and ends with its own status: its output is relayed and dropped, never a SIGPIPE
+    // death that leaves a partial output (io::stdio). First, before any thread exists.
+    let relay = kquant::io::stdio::install();
     // Remove partial outputs on SIGINT/SIGTERM/SIGHUP; name the input that shrank on SIGBUS.
     kquant::io::interrupt::install();
-    let cli = match kquant::cli::Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => return kquant::cli::render_clap_error(e),
+    let code = match kquant::cli::Cli::try_parse() {
+        Ok(cli) => match kquant::cli::run(cli) {
+            Ok(code) => code,
+            Err(e) => {
+                kquant::cli::render_error(&e);
+                ExitCode::from(2)
+            }
+        },
+        Err(e) => kquant::cli::render_clap_error(e),
     };
-    match kquant::cli::run(cli) {
-        Ok(code) => code,
-        Err(e) => {
-            kquant::cli::render_error(&e);
-            ExitCode::from(2)
-        }
-    }
+    relay.finish();
+    code
 }

@@ -1220,3 +1220,61 @@ fn flag_errors_name_what_exists() {
         "{e}"
     );
 }
+
+/// #27.17: a reader that goes away (`… 2>&1 | head -1`) does not end a run. A calibrated
+/// quantize whose stdout and stderr are closed after the first line finishes with exit 0 and
+/// the same bytes as a quiet run, leaving no lock or partial file; `inspect` piped into
+/// `head -1` exits 0 (not 141). Whatever the timing: head may close the pipe before or after
+/// any of the writes, and every outcome but one is a failure.
+#[test]
+fn a_closed_stdout_and_stderr_do_not_cost_the_output() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_kquant");
+    let r = root();
+    let quantize = |out: &Path| {
+        format!(
+            "'{bin}' quantize '{e}' -o '{o}' --scheme int4-pc --exclude fc,lm_head --method gptq \
+             --calibrate '{t}' --target-checkpoint '{g}'",
+            e = r.join(EAGLE3).display(),
+            o = out.display(),
+            t = r.join(TRACE).display(),
+            g = r.join(TARGET).display(),
+        )
+    };
+    let piped = d.path().join("piped");
+    let sh = |cmd: String| {
+        let o = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "{cmd} 2>&1 | head -1 >/dev/null; echo \"${{PIPESTATUS[0]}}\""
+            ))
+            .current_dir(d.path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!(sh(quantize(&piped)), "0", "quantize with its reader gone");
+    let quiet = d.path().join("quiet");
+    let o = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("{} >/dev/null 2>&1", quantize(&quiet)))
+        .status()
+        .unwrap();
+    assert_eq!(o.code(), Some(0));
+    // The manifest names its output path and time; the weights and config are the result.
+    let result = |p: &Path| {
+        tree_hash(p)
+            .into_iter()
+            .filter(|(n, _)| n != "kquant-manifest.json")
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(result(&piped), result(&quiet));
+    assert!(piped.join("kquant-manifest.json").is_file());
+    let left: Vec<String> = names(d.path())
+        .into_iter()
+        .filter(|n| n.contains("kquant-"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let inspect = format!("'{bin}' inspect '{}' --tensors", r.join(TARGET).display());
+    assert_eq!(sh(inspect), "0", "inspect | head -1");
+}

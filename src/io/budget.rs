@@ -12,7 +12,7 @@
 //! allocation made on that thread while the budget is open. Going over it cannot be reported as
 //! an ordinary error (an allocator must not unwind), so it ends the process the way a fatal
 //! signal does in `io::interrupt`: the `error:` and `hint:` lines prepared before the closure
-//! ran are written with `write(2)`, the registered partial outputs and lock files are removed,
+//! ran are written to the user's stderr (`io::stdio::write_error`), the registered partial outputs and lock files are removed,
 //! and the exit status is 2. Nothing is allocated on that path.
 //!
 //! Outside a budget the allocator adds one thread-local read to each allocation.
@@ -55,9 +55,9 @@ fn charge(add: usize, sub: usize) {
 #[cold]
 fn over(o: Open) -> ! {
     // SAFETY: `msg` points into the String that `within` keeps alive for the whole budget;
-    // write(2) and `interrupt::exit_removing_outputs` allocate nothing.
+    // `stdio::write_error` and `interrupt::exit_removing_outputs` allocate nothing.
     unsafe {
-        libc::write(2, o.msg.cast(), o.msg_len);
+        super::stdio::write_error(std::slice::from_raw_parts(o.msg, o.msg_len));
         super::interrupt::exit_removing_outputs(2)
     }
 }

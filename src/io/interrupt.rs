@@ -145,10 +145,8 @@ pub fn install() {
 }
 
 fn write_err(bytes: &[u8]) {
-    // SAFETY: write(2) on stderr with a valid buffer.
-    unsafe {
-        libc::write(2, bytes.as_ptr().cast(), bytes.len());
-    }
+    // The user's stderr itself, not the relay (io::stdio): the process ends right after.
+    super::stdio::write_error(bytes);
 }
 
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {

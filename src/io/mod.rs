@@ -12,6 +12,7 @@ pub mod output;
 pub mod shard;
 pub mod sink;
 pub mod source;
+pub mod stdio;
 pub mod text;
 pub mod writer;
 

