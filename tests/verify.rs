@@ -638,3 +638,60 @@ fn report_refusals_name_their_own_flag() {
         assert_eq!(std::fs::read_to_string(&mine).unwrap(), "mine");
     }
 }
+
+/// #27.27: one meaning, one spelling. `verify --per-category N` replays the first N samples of
+/// each category; the old `--limit N` still means that here and says so with a `warning:` (in
+/// `trace capture` and `calibrate` it is the first N of the whole set); both at once are
+/// refused. `trace prompts` takes `--prompts` like every other command (`--input` kept).
+#[test]
+fn per_category_is_spelled_per_category_and_prompts_is_spelled_prompts() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "verify",
+            "--target",
+            "kimi-k2.5-tiny",
+            "--trace",
+            "fixtures/kimi-k2.5-tiny/trace",
+            "--draft",
+            "fixtures/kimi-k2.5-tiny/eagle3",
+            "--json",
+            "-",
+        ];
+        args.extend_from_slice(extra);
+        kquant(&args)
+    };
+    let new = run(&["--per-category", "2"]);
+    assert_eq!(new.status.code(), Some(0), "{}", common::stderr(&new));
+    let err = common::stderr(&new);
+    assert!(!err.contains("warning: `--limit"), "{err}");
+    let j: Value = serde_json::from_slice(&new.stdout).unwrap();
+    assert_eq!(j["limit_per_category"], 2);
+    assert_eq!(j["samples_replayed"], 6, "2 of each of the 3 categories");
+    let old = run(&["--limit", "2"]);
+    assert_eq!(old.status.code(), Some(0));
+    let err = common::stderr(&old);
+    assert!(
+        err.contains("warning: `--limit 2` here means 2 prompts of each category")
+            && err.contains("--per-category 2"),
+        "{err}"
+    );
+    let o: Value = serde_json::from_slice(&old.stdout).unwrap();
+    assert_eq!(o["draft"]["accept_length"], j["draft"]["accept_length"]);
+    let both = run(&["--limit", "2", "--per-category", "2"]);
+    assert_eq!(both.status.code(), Some(2));
+
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("t.jsonl");
+    let o = kquant(&[
+        "trace",
+        "prompts",
+        "--tokenizer",
+        "fixtures/kimi-k2.5-tiny/target",
+        "--prompts",
+        "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 60);
+}

@@ -386,3 +386,34 @@ pub struct Gate {
     #[arg(long, default_value_t = 0.03, value_parser = max_regression, allow_hyphen_values = true)]
     pub max_regression: f64,
 }
+
+/// How many prompts of each category to evaluate, defined once for `verify` and `sensitivity`
+/// (flattened into both). `--limit` elsewhere (`trace capture`, `calibrate`,
+/// `scripts/vllm_capture.py`) is the first N of the whole set; here it is accepted for
+/// compatibility, means the same as `--per-category`, and says so.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct PerCategory {
+    /// Evaluate at most N prompts of each category, the first ones (a live capture then runs
+    /// only those). At least 1.
+    #[arg(long = "per-category", value_name = "N", value_parser = limit)]
+    pub per_category: Option<usize>,
+    /// The old spelling of --per-category (N of each category, not the first N).
+    #[arg(long, value_name = "N", value_parser = limit, conflicts_with = "per_category", hide = true)]
+    pub limit: Option<usize>,
+}
+
+impl PerCategory {
+    /// The limit per category, however it was spelled.
+    pub fn value(&self) -> Option<usize> {
+        self.per_category.or(self.limit)
+    }
+
+    /// A `warning:` when it was given as `--limit` (once, at the start of the command).
+    pub fn warn_spelling(&self) {
+        if let Some(n) = self.limit {
+            eprintln!(
+                "warning: `--limit {n}` here means {n} prompts of each category (in `trace capture` and `calibrate`, --limit is the first {n} of the whole set); spell it `--per-category {n}`"
+            );
+        }
+    }
+}

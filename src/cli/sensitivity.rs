@@ -57,9 +57,8 @@ pub struct Args {
     /// profile's target]. Also used by the calibration replay.
     #[arg(long)]
     pub target_checkpoint: Option<String>,
-    /// Evaluate at most N samples of each category, the first ones. At least 1.
-    #[arg(long, value_parser = flags::limit)]
-    pub limit: Option<usize>,
+    #[command(flatten)]
+    pub per_category: flags::PerCategory,
     /// Draft depths per round (evaluation and calibration replays).
     #[arg(long, default_value_t = 3, value_parser = flags::steps)]
     pub steps: usize,
@@ -227,6 +226,7 @@ impl Bench<'_> {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
+    a.per_category.warn_spelling();
     // The preset written may not be the preset read: refused before any measurement.
     if let (Some(w), Some(c)) = (&a.write_preset, &a.config) {
         let same = match (std::fs::canonicalize(w), std::fs::canonicalize(c)) {
@@ -256,7 +256,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let src = TraceSource {
         trace: a.trace.as_deref(),
         prompts: a.prompts.as_deref(),
-        limit: a.limit,
+        limit: a.per_category.value(),
     };
     let trace = open_trace(&src, prof.as_ref(), &mut tmp)?;
     if trace.manifest.samples.iter().all(|s| s.gen_len == 0) {

@@ -40,8 +40,9 @@ pub struct PromptsArgs {
     /// Kimi-K2.x), or the tokenizer.json / tiktoken ranks file itself.
     #[arg(long)]
     pub tokenizer: PathBuf,
-    /// Prompts: JSONL, one {"id", "dataset", "category", "text"} (or chat "messages") per line.
-    #[arg(long)]
+    /// Prompts: JSONL, one {"id", "dataset", "category", "text"} (or chat "messages") per line
+    /// (`--prompts`, as in `trace capture` and `verify`; `--input` is its old name).
+    #[arg(long = "prompts", visible_alias = "input", value_name = "PROMPTS")]
     pub input: PathBuf,
     /// The tokenized prompts (JSONL with `tokens`) to write.
     #[arg(short, long)]

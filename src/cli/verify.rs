@@ -99,10 +99,8 @@ pub struct Args {
     /// plain jsonl of prompts or messages, or token ids; `--prompt-format`).
     #[arg(long, value_name = "FILE", conflicts_with = "trace")]
     pub prompts: Option<PathBuf>,
-    /// Replay at most N samples of each category, the first ones (a live capture then runs only
-    /// those prompts). At least 1.
-    #[arg(long, value_parser = flags::limit)]
-    pub limit: Option<usize>,
+    #[command(flatten)]
+    pub per_category: flags::PerCategory,
     /// What pass A computes after a root's first miss: `run` (every depth of every root, so
     /// every figure, the unconditional per-depth rates and the simulated AL included) or `skip`
     /// (an EAGLE-3 chain stops at the first miss: the gate's accept length, the all-positions AL
@@ -365,6 +363,7 @@ pub(crate) fn thresholds(a: &Args) -> Result<Thresholds> {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
+    a.per_category.warn_spelling();
     if a.endpoint.is_some() {
         return super::verify_live::run(a);
     }
@@ -379,7 +378,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let src = TraceSource {
         trace: a.trace.as_deref(),
         prompts: a.prompts.as_deref(),
-        limit: a.limit,
+        limit: a.per_category.value(),
     };
     let trace = open_trace(&src, profile.as_ref(), &mut tmp)?;
     // A verify that replays nothing is never a pass.
@@ -524,7 +523,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         (None, _) => "live capture".into(),
     });
     // The work cap, stated: what a figure over a capped trace stands for.
-    rep["limit_per_category"] = serde_json::json!(a.limit);
+    rep["limit_per_category"] = serde_json::json!(a.per_category.value());
     rep["samples_replayed"] = serde_json::json!(trace.manifest.samples.len());
     rep["after_miss"] = serde_json::json!(a.after_miss);
     rep["warnings"] = serde_json::json!(warnings);

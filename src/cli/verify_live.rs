@@ -207,7 +207,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
     };
     let (format, mut prompts) = prompt_sets::read(&file, a.prompt_format)?;
-    let keep = prompt_sets::per_category(&prompts, a.limit);
+    let keep = prompt_sets::per_category(&prompts, a.per_category.value());
     prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
     // `--published` needs a benchmark's prompts: refused before any request is sent.
     let bench = match &a.published {
@@ -373,7 +373,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     rep["target"] = json!(profile.as_ref().map(|p| p.name.clone()));
     rep["published"] = json!(published);
     rep["trace"] = Value::Null;
-    rep["limit_per_category"] = json!(a.limit);
+    rep["limit_per_category"] = json!(a.per_category.value());
     rep["samples_replayed"] = json!(both.len());
     rep["live"] = json!({
         "prompts": file.display().to_string(),

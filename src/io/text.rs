@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
-/// Prompt files (`--prompts`, `trace prompts --input`, `trace import --prompts`).
+/// Prompt files (`--prompts`, `trace prompts --prompts`, `trace import --prompts`).
 pub const MAX_PROMPTS: u64 = 4 << 30;
 /// `tokenizer.json` / `tiktoken.model`.
 pub const MAX_TOKENIZER: u64 = 1 << 30;

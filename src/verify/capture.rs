@@ -54,7 +54,7 @@ pub fn read_prompts(path: &Path) -> Result<Vec<Prompt>> {
             return Err(err(
                 i + 1,
                 if text_only {
-                    "has text but no token ids; tokenize the prompts first: `kquant trace prompts --tokenizer TARGET --input FILE -o TOKENIZED`".into()
+                    "has text but no token ids; tokenize the prompts first: `kquant trace prompts --tokenizer TARGET --prompts FILE -o TOKENIZED`".into()
                 } else {
                     "has no `tokens` / `prompt_ids` array".into()
                 },

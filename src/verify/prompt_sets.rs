@@ -586,7 +586,7 @@ fn parse(format: Format, r: &Record, line: usize) -> Fit<LivePrompt> {
                 if ["prompt", "text", "messages"].iter().any(|k| r.has(k)) {
                     return Err(Bad {
                         msg: "has text but no token ids".into(),
-                        hint: Some("tokenize the prompts first: `kquant trace prompts --tokenizer TARGET --input FILE -o TOKENIZED`; or send the text as it is with --prompt-format plain".into()),
+                        hint: Some("tokenize the prompts first: `kquant trace prompts --tokenizer TARGET --prompts FILE -o TOKENIZED`; or send the text as it is with --prompt-format plain".into()),
                     });
                 }
                 return Err("has no `tokens` / `prompt_ids` / `input_ids` array"

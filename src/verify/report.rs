@@ -178,7 +178,7 @@ pub fn table(r: &Value) -> String {
     let has_base = !r["baseline"].is_null();
     if let Some(l) = r["limit_per_category"].as_u64() {
         s.push_str(&format!(
-            "work capped by --limit: the first {l} samples of each category ({} replayed)\n",
+            "work capped by --per-category: the first {l} samples of each category ({} replayed)\n",
             r["samples_replayed"]
         ));
     }

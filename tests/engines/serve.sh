@@ -248,7 +248,7 @@ for c in "${cases[@]}"; do
     if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then
       # Served and measured: 3 prompts of 32 tokens (the CPU FP8 path decodes a few tokens a
       # second on 2 loaded cores).
-      if "$kq" verify --endpoint "http://127.0.0.1:$port" --prompts "$prompts" --limit 1 \
+      if "$kq" verify --endpoint "http://127.0.0.1:$port" --prompts "$prompts" --per-category 1 \
         --max-tokens 32 --max-failed 0 --json "$d.live.json" >/dev/null 2>"$d.live.err"; then
         got="serves"
       else
