@@ -555,3 +555,61 @@ fn a_tokenizer_whose_normalizers_explode_is_refused() {
     );
     assert!(!out.exists());
 }
+
+/// #27.8: a pre-tokenizer regex that exceeds fancy-regex's backtrack limit on a text makes the
+/// `tokenizers` library stop splitting silently (other token ids); kquant runs the tokenizer's
+/// split regexes first and fails on that record, naming the pattern; the same tokenizer on
+/// ordinary text works.
+#[test]
+fn a_pre_tokenizer_regex_that_gives_up_is_an_error_not_other_ids() {
+    let d = tempfile::tempdir().unwrap();
+    let mut tok: Value = serde_json::from_slice(
+        &std::fs::read(root().join("fixtures/kimi-k2.5-tiny/target/tokenizer.json")).unwrap(),
+    )
+    .unwrap();
+    tok["pre_tokenizer"] = serde_json::json!({"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "(?:x+x+)+(?=y)|\\s+|[^\\sx]+|x"},
+         "behavior": "Isolated", "invert": false},
+        {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}
+    ]});
+    let dir = d.path().join("tok");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("tokenizer.json"), tok.to_string()).unwrap();
+    let ok = d.path().join("ok.jsonl");
+    std::fs::write(&ok, "{\"id\": 1, \"text\": \"hello xx world\"}\n").unwrap();
+    let bad = d.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        format!("{{\"id\": 1, \"text\": \"hello {}\"}}\n", "x".repeat(40)),
+    )
+    .unwrap();
+    let out = d.path().join("out.jsonl");
+    let args = |p: &Path| {
+        vec![
+            "trace".to_string(),
+            "prompts".into(),
+            "--tokenizer".into(),
+            dir.to_str().unwrap().into(),
+            "--prompts".into(),
+            p.to_str().unwrap().into(),
+            "-o".into(),
+            out.to_str().unwrap().into(),
+        ]
+    };
+    let a = args(&ok);
+    let o = kquant(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::remove_file(&out).unwrap();
+    let a = args(&bad);
+    let e = fails(
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        "pre-tokenizer pattern `(?:x+x+)+(?=y)",
+    );
+    assert!(e.contains("backtrack"), "{e}");
+    assert!(!out.exists());
+}

@@ -114,6 +114,89 @@ pub struct TargetTokenizer {
     pub config: Option<(PathBuf, Map<String, Value>)>,
     /// Special tokens (tiktoken only: where Kimi's long-text cutting must not cut).
     specials: Vec<String>,
+    /// The pre-tokenizer's regexes, in the order they split ([`split_regexes`]).
+    splits: Vec<(String, fancy_regex::Regex)>,
+}
+
+/// GPT-2's pattern, which a `ByteLevel` pre-tokenizer with `use_regex` splits by (tokenizers'
+/// `pre_tokenizers/byte_level.rs`).
+const BYTE_LEVEL_PATTERN: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+
+/// The regexes a `tokenizer.json`'s pre-tokenizer splits by (`Split` with a `Regex` pattern,
+/// `ByteLevel` with `use_regex`), in order, through `Sequence`s.
+///
+/// The `tokenizers` library runs them with fancy-regex and, when one exceeds fancy-regex's
+/// backtrack limit on a text, stops splitting there without an error (its `SysRegex` matches
+/// iterator ends on the first `Err`): the rest of the text becomes one piece and the token ids
+/// change silently. [`TargetTokenizer::encode`] runs the same regexes first and fails instead.
+fn split_regexes(pre: Option<&Value>) -> Vec<(String, fancy_regex::Regex)> {
+    fn walk(v: &Value, out: &mut Vec<(String, fancy_regex::Regex)>) {
+        match v.get("type").and_then(Value::as_str) {
+            Some("Sequence") => {
+                for p in v
+                    .get("pretokenizers")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    walk(p, out);
+                }
+            }
+            Some("Split") => {
+                if let Some(p) = v.pointer("/pattern/Regex").and_then(Value::as_str) {
+                    if let Ok(r) = fancy_regex::Regex::new(p) {
+                        out.push((p.to_string(), r));
+                    }
+                }
+            }
+            Some("ByteLevel") if v.get("use_regex").and_then(Value::as_bool).unwrap_or(true) => {
+                if let Ok(r) = fancy_regex::Regex::new(BYTE_LEVEL_PATTERN) {
+                    out.push((BYTE_LEVEL_PATTERN.to_string(), r));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(v) = pre {
+        walk(v, &mut out);
+    }
+    out
+}
+
+/// Split `text` by each regex in turn, as the pre-tokenizer does, and fail where one of them
+/// gives up (fancy-regex's backtrack limit) instead of splitting.
+fn check_splits(
+    splits: &[(String, fancy_regex::Regex)],
+    text: &str,
+) -> std::result::Result<(), String> {
+    let mut pieces: Vec<&str> = vec![text];
+    for (pat, re) in splits {
+        let mut next = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            let mut prev = 0;
+            for m in re.find_iter(piece) {
+                let m = m.map_err(|e| {
+                    format!(
+                        "the tokenizer's pre-tokenizer pattern `{}` fails on this text ({e}) at byte {prev} of a {}-byte piece: the `tokenizers` library would silently stop splitting there and give other token ids than the target's own tokenizer",
+                        crate::escape::printable(pat),
+                        piece.len()
+                    )
+                })?;
+                if m.start() > prev {
+                    next.push(&piece[prev..m.start()]);
+                }
+                next.push(m.as_str());
+                prev = m.end();
+            }
+            if prev < piece.len() {
+                next.push(&piece[prev..]);
+            }
+        }
+        pieces = next;
+    }
+    Ok(())
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -170,6 +253,12 @@ impl TargetTokenizer {
                 tiktoken_tokenizer(&file, &bytes, config.as_ref().map(|(_, c)| c))?
             }
         };
+        let splits = split_regexes(
+            serde_json::to_value(tok.get_pre_tokenizer())
+                .ok()
+                .as_ref()
+                .filter(|v| !v.is_null()),
+        );
         Ok(TargetTokenizer {
             tok,
             kind,
@@ -177,6 +266,7 @@ impl TargetTokenizer {
             sha256,
             config,
             specials,
+            splits,
         })
     }
 
@@ -188,15 +278,27 @@ impl TargetTokenizer {
         add_special_tokens: bool,
     ) -> std::result::Result<Vec<u32>, String> {
         match self.kind {
-            TokenizerKind::TokenizerJson => Ok(self
-                .tok
-                .encode(text, add_special_tokens)
-                .map_err(|e| e.to_string())?
-                .get_ids()
-                .to_vec()),
+            TokenizerKind::TokenizerJson => {
+                let normalized = match self.tok.get_normalizer() {
+                    None => None,
+                    Some(n) => {
+                        let mut ns = tokenizers::NormalizedString::from(text);
+                        tokenizers::Normalizer::normalize(n, &mut ns).map_err(|e| e.to_string())?;
+                        Some(ns.get().to_string())
+                    }
+                };
+                check_splits(&self.splits, normalized.as_deref().unwrap_or(text))?;
+                Ok(self
+                    .tok
+                    .encode(text, add_special_tokens)
+                    .map_err(|e| e.to_string())?
+                    .get_ids()
+                    .to_vec())
+            }
             TokenizerKind::Tiktoken => {
                 let mut ids = Vec::new();
                 for piece in kimi_pieces(text, &self.specials) {
+                    check_splits(&self.splits, piece)?;
                     ids.extend_from_slice(
                         self.tok
                             .encode(piece, false)
@@ -1109,7 +1211,15 @@ pub fn run(o: &Options) -> Result<Summary> {
         };
         let ids = tk
             .encode(to_encode, add_special_tokens && !chat)
-            .map_err(|e| bad(format!("cannot be tokenized: {e}")))?;
+            .map_err(|e| {
+                let backtrack = e.contains("pre-tokenizer pattern");
+                let err = bad(format!("cannot be tokenized: {e}"));
+                if backtrack {
+                    err.with_hint("the regex backtracks without bound on this text (fancy-regex stops after 1 000 000 steps): tokenize it with the target's own tokenizer in Python and give `tokens`, or fix the pattern in tokenizer.json")
+                } else {
+                    err
+                }
+            })?;
         if ids.is_empty() {
             return Err(bad("tokenizes to no tokens".into()));
         }
