@@ -1225,6 +1225,106 @@ fn published_figures_are_floors() {
     assert!(err.contains("no benchmark"), "{err}");
 }
 
+/// #27.19: `--published` takes every benchmark file a user has. SPEED-Bench prompts are held
+/// against the card's "SPEED-Bench qualitative subset" figure; the bundled
+/// `quant-configs/prompts/mt_bench.jsonl` (plain records naming `"dataset": "mt_bench"`)
+/// against MT-Bench's. A profile that quotes no figure for the draft on the prompts' benchmark
+/// is refused before one request is sent. A server whose model does not name the target gets a
+/// `warning:`; one that does, none.
+#[test]
+fn published_takes_speed_bench_and_the_bundled_mt_bench_and_checks_before_sending() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let t = tempfile::tempdir().unwrap();
+    let gen = scripted(1);
+    let sent = Arc::new(AtomicUsize::new(0));
+    let seen = sent.clone();
+    let server = serve(move |r: &Request| match r.path.as_str() {
+        "/v1/models" => models("vllm"),
+        "/v1/chat/completions" | "/v1/completions" => {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let b = r.json();
+            let text = b["messages"][0]["content"]
+                .as_str()
+                .or(b["prompt"].as_str())
+                .unwrap_or("")
+                .to_string();
+            let ids: Vec<u32> = text.bytes().map(u32::from).collect();
+            let g = gen(&ids, max_tokens(&b));
+            let mut c = vllm_completion(&g, 9, true);
+            if r.path == "/v1/chat/completions" {
+                c["choices"][0] = json!({"index": 0, "message": {"role": "assistant", "content": text_of(&g)}, "finish_reason": "length"});
+            }
+            Response::json(&c)
+        }
+        _ => Response::status(404, "{}"),
+    });
+    let speed = t.path().join("speed.jsonl");
+    let mut lines = String::new();
+    for (i, c) in ["coding", "writing", "math"].iter().enumerate() {
+        lines.push_str(&json!({"category": c, "messages": [{"role": "user", "content": format!("Task {i} in {c}, at length please.")}]}).to_string());
+        lines.push('\n');
+    }
+    std::fs::write(&speed, lines).unwrap();
+    let pub_args = [
+        "--target",
+        "kimi-k2.6",
+        "--published",
+        "nvidia/Kimi-K2.6-Eagle3",
+    ];
+    let (code, r, err) = live(&server.url, &speed, &pub_args);
+    assert!(code == 0 || code == 1, "{err}");
+    let checks = r["published"].as_array().unwrap_or_else(|| panic!("{err}"));
+    assert_eq!(checks.len(), 1, "{checks:?}");
+    assert_eq!(checks[0]["benchmark"], "SPEED-Bench qualitative subset");
+    assert_eq!(checks[0]["measured"], r["draft"]["accept_length"]);
+    // The stand-in serves `kimi-k2.5-tiny`, which is not Kimi-K2.6.
+    assert!(
+        err.contains(
+            "warning: the endpoint serves `kimi-k2.5-tiny`, which does not name target `kimi-k2.6`"
+        ),
+        "{err}"
+    );
+    // Named by --model as the target's own: no warning.
+    let mut named = pub_args.to_vec();
+    named.extend(["--model", "moonshotai/Kimi-K2.6"]);
+    let (_, _, err) = live(&server.url, &speed, &named);
+    assert!(!err.contains("does not name target"), "{err}");
+
+    let bundled = common::root().join("quant-configs/prompts/mt_bench.jsonl");
+    let mut args = pub_args.to_vec();
+    args.extend(["--per-category", "1"]);
+    let (code, r, err) = live(&server.url, &bundled, &args);
+    assert!(code == 0 || code == 1, "{err}");
+    let names: Vec<&str> = r["published"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{err}"))
+        .iter()
+        .map(|c| c["benchmark"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"MT-Bench"), "{names:?}");
+
+    // kimi-k2.5 quotes nothing for this draft: refused before any request.
+    let before = sent.load(Ordering::SeqCst);
+    let (code, _, err) = live(
+        &server.url,
+        &speed,
+        &[
+            "--target",
+            "kimi-k2.5",
+            "--published",
+            "nvidia/Kimi-K2.6-Eagle3",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("quotes no accept length"), "{err}");
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        before,
+        "requests were sent: {err}"
+    );
+}
+
 /// SGLang's OpenAI route before 0.5.19 has no acceptance fields; with `--enable-metrics` its
 /// Prometheus counters (counted when a request finishes) measure each request alone.
 #[test]

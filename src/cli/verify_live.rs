@@ -212,10 +212,47 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // `--published` needs a benchmark's prompts: refused before any request is sent.
     let bench = match &a.published {
         None => None,
-        Some(_) => Some(published::benchmark_of(format).ok_or_else(|| Error::Flags {
-            msg: format!("--published compares with a benchmark's figures; `{}` prompts are no benchmark", format.name()),
-            hint: "send the benchmark's own prompt file (MT-Bench question.jsonl, GSM8K test.jsonl, …) or name its format with --prompt-format".into(),
-        })?),
+        Some(name) => {
+            let bench = published::benchmark_of_file(format, prompts.iter().map(|p| p.dataset.as_str()))
+                .ok_or_else(|| Error::Flags {
+                    msg: format!("--published compares with a benchmark's figures; `{}` prompts are no benchmark", format.name()),
+                    hint: "send the benchmark's own prompt file (MT-Bench question.jsonl, GSM8K test.jsonl, …; or a plain file whose records all name it in `dataset`, as quant-configs/prompts/mt_bench.jsonl does) or name its format with --prompt-format".into(),
+                })?;
+            // The profile must quote a figure for this draft on this benchmark (overall or a
+            // category the prompts have): refused now, not after every request was sent.
+            if let Some(p) = profile.as_ref() {
+                let cats: Vec<(String, f64, usize)> = prompts
+                    .iter()
+                    .map(|p| match p.category.as_str() {
+                        "" => "all".to_string(),
+                        c => c.to_string(),
+                    })
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .map(|c| (c, 0.0, 0))
+                    .collect();
+                published::checks(p, name, bench, (0.0, 0), &cats, 0.0)?;
+                // The figures are the target's: say so when the server names another model.
+                let t = Duration::from_secs(a.request_timeout);
+                let served = a.model.clone().or_else(|| {
+                    Client::new(&url, t)
+                        .ok()
+                        .and_then(|c| crate::verify::live::identify(&c).ok())
+                        .and_then(|(_, m)| m)
+                });
+                if let Some(m) = served {
+                    if !published::names_target(&m, p) {
+                        eprintln!(
+                            "warning: the endpoint serves `{}`, which does not name target `{}`{}: --published holds it against that target's published figures; check --endpoint and --target",
+                            crate::escape::printable(&m),
+                            p.name,
+                            p.hf_id.as_deref().map(|h| format!(" ({h})")).unwrap_or_default()
+                        );
+                    }
+                }
+            }
+            Some(bench)
+        }
     };
     // A paired gate of a deployment against itself measures nothing: refused before any request.
     if let Some(b) = &a.baseline_endpoint {

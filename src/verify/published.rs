@@ -46,6 +46,62 @@ pub fn benchmark_of(f: Format) -> Option<&'static str> {
     }
 }
 
+/// The benchmark a prompt file stands for: its format's ([`benchmark_of`]), else, for a plain
+/// or tokens file, the one every record names in `dataset` (the bundled
+/// `quant-configs/prompts/mt_bench.jsonl` says `"dataset": "mt_bench"`); `None` for a user's
+/// own prompts.
+pub fn benchmark_of_file<'a>(
+    f: Format,
+    datasets: impl IntoIterator<Item = &'a str>,
+) -> Option<&'static str> {
+    if let Some(b) = benchmark_of(f) {
+        return Some(b);
+    }
+    const KNOWN: [&str; 6] = [
+        "mtbench",
+        "specbench",
+        "speedbench",
+        "gsm8k",
+        "math500",
+        "humaneval",
+    ];
+    let mut named = None;
+    for d in datasets {
+        let k = key(d);
+        let b = KNOWN.iter().find(|b| **b == k)?;
+        match named {
+            None => named = Some(*b),
+            Some(n) if n == *b => {}
+            Some(_) => return None,
+        }
+    }
+    named
+}
+
+/// Whether a served model name (`/v1/models` id, or `--model`) names `profile`'s target: its
+/// profile name or its Hugging Face repository's name, compared without case or punctuation
+/// (`moonshotai/Kimi-K2.6`, `kimi-k2.6`, `Kimi_K2.6-FP8` all name `kimi-k2.6`).
+pub fn names_target(served: &str, profile: &super::profile::Profile) -> bool {
+    let s = key(served);
+    let mut names = vec![key(&profile.name)];
+    if let Some(h) = &profile.hf_id {
+        names.push(key(h.rsplit('/').next().unwrap_or(h)));
+    }
+    names
+        .iter()
+        .any(|n| !n.is_empty() && s.contains(n.as_str()))
+}
+
+/// Whether a card's benchmark name is `bench` as a whole: the benchmark itself, or a named
+/// subset of it that its prompt files are (SPEED-Bench's "qualitative subset" is the 880-prompt
+/// split its `qualitative` files hold).
+fn is_whole(card: &str, bench: &str) -> bool {
+    card == bench
+        || card
+            .strip_prefix(bench)
+            .is_some_and(|rest| rest.ends_with("subset") || rest.ends_with("split"))
+}
+
 /// The checks of `draft`'s figures in `profile` for benchmark `bench` (a [`benchmark_of`] key):
 /// `overall` (accept length, prompts) and each category's. An error when the profile quotes no
 /// such figure (the hint lists what it quotes).
@@ -65,7 +121,7 @@ pub fn checks(
     {
         let Some(v) = p.value() else { continue };
         let b = key(&p.benchmark);
-        let (category, (measured, n)) = if b == bench {
+        let (category, (measured, n)) = if is_whole(&b, bench) {
             (None, overall)
         } else if let Some((c, m, n)) = per_category
             .iter()
