@@ -552,3 +552,140 @@ fn calibration_inputs_without_signal_are_refused_or_kept_at_rtn() {
         }
     }
 }
+
+/// #27.10: a user's calibration trace mixed with the bundled one. `trace merge` makes one trace
+/// of several captures of the same target (samples numbered again, bytes as stored): replayed,
+/// the mix of a trace with itself gives the same accept length over twice the samples; GPTQ
+/// calibrates on a mix and records every category of it; traces of different captures (another
+/// tap dtype) and an output that is one of the inputs are refused, nothing written.
+#[test]
+fn trace_merge_mixes_calibration_traces() {
+    let t = tempfile::tempdir().unwrap();
+    let fix = root().join(FIX);
+    let trace = fix.join("trace");
+    let mine = calibration_trace(&t.path().join("mine"), 3, 16);
+    let mixed = t.path().join("mixed");
+    let o = kquant(&[
+        "trace",
+        "merge",
+        mine.to_str().unwrap(),
+        trace.to_str().unwrap(),
+        "-o",
+        mixed.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["samples"], 63);
+    let m = read_json(&mixed.join("manifest.json"));
+    let ids: Vec<u64> = m["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, (0..63).collect::<Vec<_>>());
+    assert_eq!(m["merged_from"].as_array().unwrap().len(), 2);
+
+    // The fixture trace twice: the same accept length, twice the samples.
+    let twice = t.path().join("twice");
+    let o = kquant(&[
+        "trace",
+        "merge",
+        trace.to_str().unwrap(),
+        trace.to_str().unwrap(),
+        "-o",
+        twice.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let al = |tr: &std::path::Path| {
+        let o = kquant(&[
+            "verify",
+            "--target",
+            "kimi-k2.5-tiny",
+            "--trace",
+            tr.to_str().unwrap(),
+            "--draft",
+            fix.join("eagle3").to_str().unwrap(),
+            "--json",
+            "-",
+        ]);
+        assert!(o.status.success(), "{}", common::stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (
+            v["draft"]["accept_length"].clone(),
+            v["samples_replayed"].clone(),
+        )
+    };
+    let (a1, n1) = al(&trace);
+    let (a2, n2) = al(&twice);
+    assert_eq!(a1, a2);
+    assert_eq!(n2.as_u64().unwrap(), 2 * n1.as_u64().unwrap());
+
+    // GPTQ on the mix: every category of both traces recorded.
+    let q = t.path().join("q");
+    let o = kquant(&[
+        "quantize",
+        fix.join("eagle3").to_str().unwrap(),
+        "-o",
+        q.to_str().unwrap(),
+        "--scheme",
+        "int4-pc",
+        "--exclude",
+        "fc,lm_head",
+        "--method",
+        "gptq",
+        "--calibrate",
+        mixed.to_str().unwrap(),
+        "--target-checkpoint",
+        fix.join("target").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+
+    // Another capture (f32 taps) is refused, naming the field; so is an input as the output.
+    let f32 = t.path().join("f32");
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target-checkpoint",
+        fix.join("target").to_str().unwrap(),
+        "--prompts",
+        fix.join("prompts/calibration.jsonl").to_str().unwrap(),
+        "--limit",
+        "1",
+        "--gen-len",
+        "8",
+        "--tap-dtype",
+        "f32",
+        "-o",
+        f32.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let bad = t.path().join("bad");
+    let o = kquant(&[
+        "trace",
+        "merge",
+        mine.to_str().unwrap(),
+        f32.to_str().unwrap(),
+        "-o",
+        bad.to_str().unwrap(),
+    ]);
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("has dtype F32") && err.contains("hint:"),
+        "{err}"
+    );
+    assert!(!bad.exists());
+    let o = kquant(&[
+        "trace",
+        "merge",
+        mine.to_str().unwrap(),
+        trace.to_str().unwrap(),
+        "-o",
+        mine.to_str().unwrap(),
+        "--force",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    assert!(mine.join("manifest.json").is_file());
+}

@@ -31,6 +31,27 @@ pub enum TraceCommand {
     /// Tokenize text prompts (JSONL `text`, or chat `messages` with --chat-template) with the
     /// target's tokenizer into the token-id prompts `trace capture` and `trace import` read.
     Prompts(PromptsArgs),
+    /// Merge traces of one target into one (your prompts and the bundled ones, to calibrate or
+    /// evaluate on both): samples numbered again, bytes copied as stored.
+    Merge(MergeArgs),
+}
+
+/// Arguments of `kquant trace merge`.
+#[derive(Debug, clap::Args)]
+pub struct MergeArgs {
+    /// The traces (`kquant-trace/1` directories), two or more, captured from the same target
+    /// with the same taps and tap dtype.
+    #[arg(required = true, num_args = 2..)]
+    pub inputs: Vec<PathBuf>,
+    /// The merged trace to write.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Replace an existing output (only a trace kquant wrote).
+    #[arg(long)]
+    pub force: bool,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `kquant trace prompts`.
@@ -117,7 +138,33 @@ pub fn run(a: Args) -> Result<ExitCode> {
         TraceCommand::Capture(c) => run_capture(c),
         TraceCommand::Import(i) => super::trace_import::run(i),
         TraceCommand::Prompts(p) => run_prompts(p),
+        TraceCommand::Merge(m) => run_merge(m),
     }
+}
+
+fn run_merge(a: MergeArgs) -> Result<ExitCode> {
+    let m = crate::verify::merge::merge(&a.inputs, &a.output, a.force)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&m).expect("JSON"));
+    } else {
+        let parts: Vec<String> = m
+            .inputs
+            .iter()
+            .map(|(p, n)| {
+                format!(
+                    "{} ({n})",
+                    crate::escape::printable(&p.display().to_string())
+                )
+            })
+            .collect();
+        println!(
+            "{}: {} samples from {}",
+            crate::escape::printable(&m.out.display().to_string()),
+            m.samples,
+            parts.join(" + ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_prompts(a: PromptsArgs) -> Result<ExitCode> {

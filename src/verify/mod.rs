@@ -14,6 +14,7 @@ pub mod drafters;
 pub mod gate;
 pub mod import_vllm;
 pub mod live;
+pub mod merge;
 pub mod ngram;
 pub mod profile;
 pub mod prompt_sets;

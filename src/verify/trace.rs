@@ -300,6 +300,12 @@ impl Trace {
         ))
     }
 
+    /// The stored bytes of one of a sample's tensors (`tokens`, `target_top1`, `tap.{i}`), as
+    /// the shard holds them (for a copy that keeps the dtype: `trace merge`).
+    pub fn tensor_bytes(&self, s: &SampleMeta, what: &str) -> Result<&[u8]> {
+        Ok(self.tensor(s, what)?.data)
+    }
+
     /// Hidden states `[T, H]` of tap `hs[i]` as f32.
     pub fn tap(&self, s: &SampleMeta, i: usize) -> Result<Vec<f32>> {
         Ok(self.tensor(s, &format!("tap.{i}"))?.to_f32())
