@@ -346,6 +346,18 @@ fn vllm_gets_both_id_keys_and_trtllm_gets_its_yaml_and_int32_d2t() {
         )),
         "{yaml}"
     );
+    // #27.23: the file names the releases its spelling is for (the model card's `Eagle` /
+    // `speculative_model_dir`, and the newer `Eagle3` / `speculative_model`).
+    assert!(
+        yaml.contains("decoding_type: Eagle\n")
+            && yaml.contains("NVIDIA/TensorRT-LLM#10124")
+            && yaml.contains("`decoding_type: Eagle3` and `speculative_model`"),
+        "{yaml}"
+    );
+    // A file edited to the newer spelling is still recognised when quantize retargets it.
+    let newer = yaml.replace("decoding_type: Eagle\n", "decoding_type: Eagle3\n");
+    let re = kquant::convert::retarget_trtllm_yaml(&newer, "/elsewhere").expect("retargeted");
+    assert!(re.contains("speculative_model_dir: /elsewhere"), "{re}");
     let w = kquant::io::source::open(o.to_str().unwrap()).unwrap();
     assert_eq!(w.info("d2t").unwrap().dtype, kquant::io::Dtype::I32);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -300,9 +300,18 @@ pub fn trtllm_yaml(draft_dir: &str, steps: usize, spec: &TrtllmYaml) -> String {
         .expect("a TensorRT-LLM launch line")
         .replace('\n', "\\n")
         .replace('\r', "\\r");
-    let mut y = format!(
-        "# Written by kquant convert --to trtllm. Serve with:\n#   {launch}\nspeculative_config:\n"
-    );
+    let mut y = format!("# Written by kquant convert --to trtllm. Serve with:\n#   {launch}\n");
+    // The release the fields are for, named in the file a user deploys.
+    y.push_str(if spec.dflash {
+        "# For TensorRT-LLM's PyTorch backend with its DFlash drafter (NVIDIA/TensorRT-LLM#12794,\n\
+         # April 2026; tensorrt_llm/_torch/models/modeling_dflash.py).\n"
+    } else {
+        "# For TensorRT-LLM's PyTorch backend: `decoding_type: Eagle` and `speculative_model_dir`,\n\
+         # as nvidia/Kimi-K2.6-Eagle3's model card deploys it. Releases with NVIDIA/TensorRT-LLM#10124\n\
+         # (December 2025) also read `decoding_type: Eagle3` and `speculative_model` for the same\n\
+         # draft (tensorrt_llm/llmapi/llm_args.py@fcd3f31 reads both spellings).\n"
+    });
+    y.push_str("speculative_config:\n");
     if spec.dflash {
         // z-lab DFlash (NVIDIA/TensorRT-LLM#12794): taps and mask token from the draft's
         // dflash_config; max_draft_len = tokens proposed per step (block_size - 1).
@@ -357,7 +366,7 @@ pub fn retarget_trtllm_yaml(yaml: &str, draft_dir: &str) -> Option<String> {
     let steps: usize = field("max_draft_len:")?.parse().ok()?;
     let dflash = match field("decoding_type:")? {
         "DFlash" => true,
-        "Eagle" => false,
+        "Eagle" | "Eagle3" => false,
         _ => return None,
     };
     let capture_output_of = match field("eagle3_layers_to_capture:") {
