@@ -32,6 +32,25 @@ fn engine_entry(j: &Value, engine: &str) -> Value {
         .clone()
 }
 
+/// `src` quantized to `scheme` in `format` (`fc` and `lm_head` excluded) under `dir`.
+fn quantized(dir: &Path, src: &str, format: &str, scheme: &str) -> std::path::PathBuf {
+    let out = dir.join(format!("{format}-{scheme}"));
+    let o = run(&[
+        "quantize",
+        src,
+        "-o",
+        out.to_str().unwrap(),
+        "--scheme",
+        scheme,
+        "--format",
+        format,
+        "--exclude",
+        "fc,lm_head",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
 fn inspect_json(src: &str) -> Value {
     let out = run(&["inspect", src, "--json"]);
     assert!(
@@ -269,20 +288,7 @@ fn quantized_engines_come_from_the_scheme() {
         ("compressed-tensors", "fp8-pc", "yes", "yes", Some("SM 9.0")),
     ];
     for (format, scheme, vllm, sglang, unproven) in cases {
-        let out = t.path().join(format!("{format}-{scheme}"));
-        let o = run(&[
-            "quantize",
-            "fixtures/tiny/eagle3-specforge",
-            "-o",
-            out.to_str().unwrap(),
-            "--scheme",
-            scheme,
-            "--format",
-            format,
-            "--exclude",
-            "fc,lm_head",
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = quantized(t.path(), "fixtures/tiny/eagle3-specforge", format, scheme);
         let j = inspect_json(out.to_str().unwrap());
         assert_eq!(j["quantization"]["scheme"]["format"], format);
         assert_eq!(j["quantization"]["scheme"]["scheme"], scheme);
@@ -336,20 +342,7 @@ fn serving_claims_say_what_a_real_server_did() {
         ),
         ("quark", "int4-g32", None),
     ] {
-        let out = t.path().join(format!("{format}-{scheme}"));
-        let o = run(&[
-            "quantize",
-            "fixtures/kimi-k2.5-tiny/eagle3",
-            "-o",
-            out.to_str().unwrap(),
-            "--scheme",
-            scheme,
-            "--format",
-            format,
-            "--exclude",
-            "fc,lm_head",
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = quantized(t.path(), "fixtures/kimi-k2.5-tiny/eagle3", format, scheme);
         let j = inspect_json(out.to_str().unwrap());
         let s = served(&j);
         match want {

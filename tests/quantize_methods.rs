@@ -564,16 +564,21 @@ fn trace_merge_mixes_calibration_traces() {
     let fix = root().join(FIX);
     let trace = fix.join("trace");
     let mine = calibration_trace(&t.path().join("mine"), 3, 16);
+    let merge =
+        |a: &std::path::Path, b: &std::path::Path, out: &std::path::Path, extra: &[&str]| {
+            let mut args = vec![
+                "trace",
+                "merge",
+                a.to_str().unwrap(),
+                b.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ];
+            args.extend_from_slice(extra);
+            kquant(&args)
+        };
     let mixed = t.path().join("mixed");
-    let o = kquant(&[
-        "trace",
-        "merge",
-        mine.to_str().unwrap(),
-        trace.to_str().unwrap(),
-        "-o",
-        mixed.to_str().unwrap(),
-        "--json",
-    ]);
+    let o = merge(&mine, &trace, &mixed, &["--json"]);
     assert!(o.status.success(), "{}", common::stderr(&o));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["samples"], 63);
@@ -589,14 +594,7 @@ fn trace_merge_mixes_calibration_traces() {
 
     // The fixture trace twice: the same accept length, twice the samples.
     let twice = t.path().join("twice");
-    let o = kquant(&[
-        "trace",
-        "merge",
-        trace.to_str().unwrap(),
-        trace.to_str().unwrap(),
-        "-o",
-        twice.to_str().unwrap(),
-    ]);
+    let o = merge(&trace, &trace, &twice, &[]);
     assert!(o.status.success(), "{}", common::stderr(&o));
     let al = |tr: &std::path::Path| {
         let o = kquant(&[
@@ -662,14 +660,7 @@ fn trace_merge_mixes_calibration_traces() {
     ]);
     assert!(o.status.success(), "{}", common::stderr(&o));
     let bad = t.path().join("bad");
-    let o = kquant(&[
-        "trace",
-        "merge",
-        mine.to_str().unwrap(),
-        f32.to_str().unwrap(),
-        "-o",
-        bad.to_str().unwrap(),
-    ]);
+    let o = merge(&mine, &f32, &bad, &[]);
     let err = common::stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
@@ -677,15 +668,7 @@ fn trace_merge_mixes_calibration_traces() {
         "{err}"
     );
     assert!(!bad.exists());
-    let o = kquant(&[
-        "trace",
-        "merge",
-        mine.to_str().unwrap(),
-        trace.to_str().unwrap(),
-        "-o",
-        mine.to_str().unwrap(),
-        "--force",
-    ]);
+    let o = merge(&mine, &trace, &mine, &["--force"]);
     assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
     assert!(mine.join("manifest.json").is_file());
 }

@@ -22,9 +22,11 @@ tests/engines/serve.sh; never part of kquant.
 """
 
 import contextlib
-import importlib.abc
-import importlib.util
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from patch_on_import import after_import  # noqa: E402
 
 
 def _install():
@@ -74,32 +76,12 @@ def _install():
         return empty_like(*a, **k)
 
     torch.empty_like = empty_like_unpinned
-    sys.meta_path.insert(0, _EventQuery())
+    # vLLM's CPU event placeholder gets the `query()` the connector calls.
+    after_import("vllm.v1.worker.cpu.shm", _event_query)
 
 
-class _EventQuery(importlib.abc.MetaPathFinder):
-    """Give `vllm.v1.worker.cpu.shm._EventPlaceholder` a `query()` once that module runs."""
-
-    NAME = "vllm.v1.worker.cpu.shm"
-
-    def find_spec(self, name, path, target=None):
-        if name != self.NAME:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            module._EventPlaceholder.query = lambda self: True
-
-        spec.loader.exec_module = exec_module
-        return spec
+def _event_query(module):
+    module._EventPlaceholder.query = lambda self: True
 
 
 _install()

@@ -16,46 +16,29 @@ what the method's own comment says it does. Nothing else changes. Used only by
 tests/engines/serve.sh; never part of kquant.
 """
 
-import importlib.abc
-import importlib.util
+import os
 import sys
 
-
-class _PerLayerKNorm(importlib.abc.MetaPathFinder):
-    NAME = "vllm.model_executor.models.qwen3_dflash"
-
-    def find_spec(self, name, path, target=None):
-        if name != self.NAME:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            ops = module.ops
-            torch = module.torch
-
-            def _normalize_context_k(self, all_k):
-                out = torch.empty_like(all_k)
-                for i in range(all_k.shape[0]):
-                    ops.rms_norm(
-                        out[i],
-                        all_k[i].contiguous(),
-                        self._k_norm_weights[i].contiguous(),
-                        self._rms_norm_eps,
-                    )
-                return out
-
-            module.DFlashQwen3Model._normalize_context_k = _normalize_context_k
-
-        spec.loader.exec_module = exec_module
-        return spec
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from patch_on_import import after_import  # noqa: E402
 
 
-sys.meta_path.insert(0, _PerLayerKNorm())
+def _per_layer_k_norm(module):
+    ops = module.ops
+    torch = module.torch
+
+    def _normalize_context_k(self, all_k):
+        out = torch.empty_like(all_k)
+        for i in range(all_k.shape[0]):
+            ops.rms_norm(
+                out[i],
+                all_k[i].contiguous(),
+                self._k_norm_weights[i].contiguous(),
+                self._rms_norm_eps,
+            )
+        return out
+
+    module.DFlashQwen3Model._normalize_context_k = _normalize_context_k
+
+
+after_import("vllm.model_executor.models.qwen3_dflash", _per_layer_k_norm)
