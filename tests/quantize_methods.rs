@@ -324,9 +324,19 @@ fn method_flags_are_checked() {
 
 /// A trace of the first `limit` calibration prompts, `gen_len` tokens each, at `out`.
 fn calibration_trace(out: &std::path::Path, limit: usize, gen_len: usize) -> std::path::PathBuf {
+    calibration_trace_with(out, limit, gen_len, &[])
+}
+
+/// [`calibration_trace`] with more `trace capture` arguments.
+fn calibration_trace_with(
+    out: &std::path::Path,
+    limit: usize,
+    gen_len: usize,
+    extra: &[&str],
+) -> std::path::PathBuf {
     let fix = root().join(FIX);
     let (limit, gen_len) = (limit.to_string(), gen_len.to_string());
-    let o = kquant(&[
+    let mut args = vec![
         "trace",
         "capture",
         "--target-checkpoint",
@@ -339,7 +349,12 @@ fn calibration_trace(out: &std::path::Path, limit: usize, gen_len: usize) -> std
         &gen_len,
         "-o",
         out.to_str().unwrap(),
-    ]);
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect::<Vec<_>>();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let o = kquant(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{}", common::stderr(&o));
     out.to_path_buf()
 }
@@ -639,26 +654,16 @@ fn trace_merge_mixes_calibration_traces() {
         fix.join("target").to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", common::stderr(&o));
+    let cfg = read_json(&q.join("config.json"));
+    let cats = cfg["kquant_quantization"]["calibration"]["categories"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{cfg}"));
+    for c in ["code", "prose", "arith"] {
+        assert!(cats.contains_key(c), "{cats:?}");
+    }
 
     // Another capture (f32 taps) is refused, naming the field; so is an input as the output.
-    let f32 = t.path().join("f32");
-    let o = kquant(&[
-        "trace",
-        "capture",
-        "--target-checkpoint",
-        fix.join("target").to_str().unwrap(),
-        "--prompts",
-        fix.join("prompts/calibration.jsonl").to_str().unwrap(),
-        "--limit",
-        "1",
-        "--gen-len",
-        "8",
-        "--tap-dtype",
-        "f32",
-        "-o",
-        f32.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", common::stderr(&o));
+    let f32 = calibration_trace_with(&t.path().join("f32"), 1, 8, &["--tap-dtype", "f32"]);
     let bad = t.path().join("bad");
     let o = merge(&mine, &f32, &bad, &[]);
     let err = common::stderr(&o);
