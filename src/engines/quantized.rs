@@ -12,7 +12,7 @@ use crate::checkpoint::Family;
 use crate::quant::registry::Format;
 
 /// What vLLM's CPU build did serving the `int4-pc` compressed-tensors EAGLE-3 draft.
-const SERVED_INT4_PC: &str = "bf16, CPUWNA16LinearKernel; the EAGLE-3 Llama draft against its BF16 original on 60 prompts, vLLM's paired gate and kquant's offline one reach the same decision (docs/verify.md, \"A real engine\")";
+const SERVED_INT4_PC: &str = "bf16, CPUWNA16LinearKernel as W4A16 (`VLLM_CPU_INT4_W4A8=0`; vLLM's default runs INT4 as W4A8 on CPUs with AMX); the EAGLE-3 Llama draft against its BF16 original on 60 prompts, vLLM's paired gate and kquant's offline one reach the same decision (docs/verify.md, \"A real engine\")";
 
 /// Which drafts a row is for: every family, or an exception for one family (EAGLE-3 MLA,
 /// DFlash) that takes precedence over the row for all.
@@ -136,11 +136,11 @@ pub static QUANTIZED: &[Row] = &[
     q(Ct, "int4-g64", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
     mla(Ct, "int4-g64", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
     q(Ct, "int4-g64", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, "int4-g128", yes(Vllm, VLLM, QUARK_W4A16_VLLM).serving_refused_on_cpu("bf16: `AssertionError` at `assert self.w_zp_name` in CPUWNA16LinearKernel `_process_gptq_weights_w4a8` (vllm/model_executor/kernels/linear/mixed_precision/cpu.py): its Quark path wants a zero point")),
+    q(Quark, "int4-g128", yes(Vllm, VLLM, QUARK_W4A16_VLLM).serves_on_cpu("bf16, CPUWNA16LinearKernel as W4A16 (`VLLM_CPU_INT4_W4A8=0`); the EAGLE-3 Llama draft, measured live on 3 prompts. With vLLM's default on a CPU with AMX (W4A8) it stops at start-up: `AssertionError` at `assert self.w_zp_name` in `_process_gptq_weights_w4a8` (vllm/model_executor/kernels/linear/mixed_precision/cpu.py)")),
     mla(Quark, "int4-g128", yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
     q(Quark, "int4-g128", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
     q(Quark, "int4-g128", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, "int4-g128", yes(Vllm, VLLM, CT_WNA16_VLLM).serves_on_cpu("bf16, CPUWNA16LinearKernel; the EAGLE-3 Llama draft, measured live on 3 prompts")),
+    q(Ct, "int4-g128", yes(Vllm, VLLM, CT_WNA16_VLLM).serves_on_cpu("bf16, CPUWNA16LinearKernel as W4A16 (`VLLM_CPU_INT4_W4A8=0`); the EAGLE-3 Llama draft, measured live on 3 prompts")),
     mla(Ct, "int4-g128", yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
     q(Ct, "int4-g128", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
     mla(Ct, "int4-g128", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),

@@ -27,8 +27,8 @@
 #    kquant's offline paired gate: the same decision overall and per category, ΔAL within
 #    0.02 overall, every request whose steps differ listed.
 # 3. The other schemes x formats vLLM claims to load, each served in bf16: int4-g128, fp8-pc and
-#    w4a8-int8 in compressed-tensors serve and are measured live (3 prompts each); Quark
-#    int4-g128, compressed-tensors nvfp4-a16 and ModelOpt int4-g128 are refused, each with the
+#    w4a8-int8 in compressed-tensors and Quark int4-g128 serve and are measured live (3 prompts
+#    each); compressed-tensors nvfp4-a16 and ModelOpt int4-g128 are refused, each with the
 #    engine's own error, which the tier requires (docs/verify.md, "A real engine").
 # 4. What `kquant inspect` and `kquant schemes` say a CPU server does with each of these drafts
 #    (`served`) is what it did here, and every such claim was run here.
@@ -77,7 +77,11 @@ free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0
 # group (its PID is the group's); EAGLE-3 with 3 tokens unless told.
 serve() {
   local name=$1 port=$2 dtype=$3 draft=$4 cpu=$5 method=${6:-eagle3} k=${7:-3} pypath=${8:-}
+  # VLLM_CPU_INT4_W4A8=0: INT4 weights run W4A16 (`cpu_gemm_wna16`) on every CPU. vLLM's
+  # default (1) quantizes the activations to int8 on CPUs with AMX (`int4_scaled_mm_cpu`), so the
+  # same files would run W4A8 on one CI machine and W4A16 on another.
   (cd "$work" && exec setsid env PYTHONPATH="$pypath" VLLM_MLA_DISABLE=1 VLLM_CPU_KVCACHE_SPACE=1 \
+    VLLM_CPU_INT4_W4A8=0 \
     VLLM_HOST_IP=127.0.0.1 VLLM_CPU_OMP_THREADS_BIND="$cpu" \
     "$py" -m vllm.entrypoints.openai.api_server --model "$fix/target" \
     --served-model-name kimi-k2.5-tiny --host 127.0.0.1 --port "$port" --dtype "$dtype" \
@@ -229,7 +233,7 @@ cases=(
   "int4-g128:compressed-tensors:serves"
   "fp8-pc:compressed-tensors:serves"
   "w4a8-int8:compressed-tensors:serves"
-  "int4-g128:quark:_process_gptq_weights_w4a8"
+  "int4-g128:quark:serves"
   "nvfp4-a16:compressed-tensors:Marlin FP4 not available"
   "int4-g128:modelopt:ModelOpt currently only supports"
 )
