@@ -481,7 +481,7 @@ fn mutated_trace_manifests_exit_0_or_2() {
                                 *at = value.clone();
                             }
                         });
-                        let o = verify_on(&dir, &["--limit", "1"]);
+                        let o = verify_on(&dir, &["--per-category", "1"]);
                         let what: Vec<String> =
                             case.iter().map(|(p, v)| format!("{p:?} = {v}")).collect();
                         out.push((what.join(", "), o.status.code(), stderr(&o)));
@@ -937,7 +937,7 @@ fn prompt_files_that_never_end_are_refused_at_once() {
                 "prompts",
                 "--tokenizer",
                 tgt,
-                "--input",
+                "--prompts",
                 bad,
                 "-o",
                 o,
@@ -947,7 +947,7 @@ fn prompt_files_that_never_end_are_refused_at_once() {
                 "prompts",
                 "--tokenizer",
                 bad,
-                "--input",
+                "--prompts",
                 "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl",
                 "-o",
                 o,

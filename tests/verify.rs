@@ -671,7 +671,8 @@ fn per_category_is_spelled_per_category_and_prompts_is_spelled_prompts() {
     assert_eq!(old.status.code(), Some(0));
     let err = common::stderr(&old);
     assert!(
-        err.contains("warning: `--limit 2` here means 2 prompts of each category")
+        err.contains("warning: `--limit` is deprecated for verify: say --per-category")
+            && err.contains("`--limit 2` here means 2 prompts of each category")
             && err.contains("--per-category 2"),
         "{err}"
     );
@@ -694,4 +695,19 @@ fn per_category_is_spelled_per_category_and_prompts_is_spelled_prompts() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 60);
+    // The old spelling still works, with the deprecation warning.
+    let o = kquant(&[
+        "trace",
+        "prompts",
+        "--tokenizer",
+        "fixtures/kimi-k2.5-tiny/target",
+        "--input",
+        "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl",
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert!(common::stderr(&o)
+        .contains("warning: `--input` is deprecated for trace prompts: say --prompts"));
 }

@@ -408,11 +408,11 @@ impl PerCategory {
         self.per_category.or(self.limit)
     }
 
-    /// A `warning:` when it was given as `--limit` (once, at the start of the command).
-    pub fn warn_spelling(&self) {
+    /// A `warning:` when it was given as `--limit` (once, at the start of `command`).
+    pub fn warn_spelling(&self, command: &str) {
         if let Some(n) = self.limit {
             eprintln!(
-                "warning: `--limit {n}` here means {n} prompts of each category (in `trace capture` and `calibrate`, --limit is the first {n} of the whole set); spell it `--per-category {n}`"
+                "warning: `--limit` is deprecated for {command}: say --per-category (accepted until the next release); `--limit {n}` here means {n} prompts of each category, where `trace capture` and `calibrate` take the first {n} of the whole set: `--per-category {n}`"
             );
         }
     }

@@ -226,7 +226,7 @@ impl Bench<'_> {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    a.per_category.warn_spelling();
+    a.per_category.warn_spelling("sensitivity");
     // The preset written may not be the preset read: refused before any measurement.
     if let (Some(w), Some(c)) = (&a.write_preset, &a.config) {
         let same = match (std::fs::canonicalize(w), std::fs::canonicalize(c)) {

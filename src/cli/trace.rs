@@ -61,10 +61,16 @@ pub struct PromptsArgs {
     /// Kimi-K2.x), or the tokenizer.json / tiktoken ranks file itself.
     #[arg(long)]
     pub tokenizer: PathBuf,
-    /// Prompts: JSONL, one {"id", "dataset", "category", "text"} (or chat "messages") per line
-    /// (`--prompts`, as in `trace capture` and `verify`; `--input` is its old name).
-    #[arg(long = "prompts", visible_alias = "input", value_name = "PROMPTS")]
-    pub input: PathBuf,
+    /// Prompts: JSONL, one {"id", "dataset", "category", "text"} (or chat "messages") per line.
+    #[arg(
+        long = "prompts",
+        value_name = "PROMPTS",
+        required_unless_present = "input"
+    )]
+    pub prompts: Option<PathBuf>,
+    /// The old spelling of --prompts (accepted with a warning until the next release).
+    #[arg(long, value_name = "PROMPTS", hide = true, conflicts_with = "prompts")]
+    pub input: Option<PathBuf>,
     /// The tokenized prompts (JSONL with `tokens`) to write.
     #[arg(short, long)]
     pub output: PathBuf,
@@ -145,7 +151,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
 fn run_merge(a: MergeArgs) -> Result<ExitCode> {
     let m = crate::verify::merge::merge(&a.inputs, &a.output, a.force)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&m).expect("JSON"));
+        let mut doc = serde_json::to_value(&m).expect("JSON");
+        doc["schema"] = "kquant.trace-merge/1".into();
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
         let parts: Vec<String> = m
             .inputs
@@ -167,11 +175,19 @@ fn run_merge(a: MergeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_prompts(a: PromptsArgs) -> Result<ExitCode> {
+fn run_prompts(mut a: PromptsArgs) -> Result<ExitCode> {
+    if let Some(i) = a.input.take() {
+        eprintln!("warning: `--input` is deprecated for trace prompts: say --prompts, as every other command does (accepted until the next release)");
+        a.prompts = Some(i);
+    }
+    let input = a
+        .prompts
+        .clone()
+        .expect("clap requires --prompts or --input");
     use crate::verify::prompts;
     let s = prompts::run(&prompts::Options {
         tokenizer: a.tokenizer.clone(),
-        input: a.input.clone(),
+        input: input.clone(),
         output: a.output.clone(),
         chat_template: a.chat_template,
         force: a.force,
@@ -187,7 +203,7 @@ fn run_prompts(a: PromptsArgs) -> Result<ExitCode> {
         let doc = serde_json::json!({
             "schema": prompts::REPORT_SCHEMA,
             "output": a.output.display().to_string(),
-            "input": a.input.display().to_string(),
+            "input": input.display().to_string(),
             "records": s.records,
             "tokens": s.tokens,
             "tokenizer": {

@@ -363,7 +363,7 @@ pub(crate) fn thresholds(a: &Args) -> Result<Thresholds> {
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
-    a.per_category.warn_spelling();
+    a.per_category.warn_spelling("verify");
     if a.endpoint.is_some() {
         return super::verify_live::run(a);
     }
