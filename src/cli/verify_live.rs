@@ -192,6 +192,14 @@ fn check_failed(s: &Side, prompts: &[LivePrompt], a: &Args) -> Result<()> {
     Ok(())
 }
 
+/// A prompt's category as the report names it (`all` for a prompt without one).
+fn category_of(p: &LivePrompt) -> String {
+    match p.category.as_str() {
+        "" => "all".to_string(),
+        c => c.to_string(),
+    }
+}
+
 pub fn run(a: Args) -> Result<ExitCode> {
     let th = super::verify::thresholds(&a)?;
     let url = a.endpoint.clone().expect("live mode has --endpoint");
@@ -223,10 +231,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             if let Some(p) = profile.as_ref() {
                 let cats: Vec<(String, f64, usize)> = prompts
                     .iter()
-                    .map(|p| match p.category.as_str() {
-                        "" => "all".to_string(),
-                        c => c.to_string(),
-                    })
+                    .map(category_of)
                     .collect::<std::collections::BTreeSet<_>>()
                     .into_iter()
                     .map(|c| (c, 0.0, 0))
@@ -323,13 +328,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .as_ref()
         .map(|b| gate::paired_delta(&d.samples, &b.samples).0);
     let mut decision = decide(gate::micro_al(&all), delta, th);
-    let cats: Vec<String> = both
-        .iter()
-        .map(|&i| match prompts[i].category.as_str() {
-            "" => "all".to_string(),
-            c => c.to_string(),
-        })
-        .collect();
+    let cats: Vec<String> = both.iter().map(|&i| category_of(&prompts[i])).collect();
     // The profile's published figures for this draft, as a floor.
     let published = match &a.published {
         None => None,
