@@ -1189,3 +1189,63 @@ fn launch_lines_and_yaml_hold_the_absolute_output_path() {
         assert!(Path::new(&named).is_absolute() && Path::new(&named).is_dir());
     }
 }
+
+/// SGLang gives a draft the target's context and refuses one whose own is shorter
+/// (`ModelConfig._derive_context_length`; the engine tier's `sglang_context.py` runs SGLang's
+/// code on these lines). With the target known, `--to sglang` caps the server at the draft's
+/// context and says why; without it, a warning names the check; other engines are untouched.
+#[test]
+fn sglang_launch_lines_cap_the_context_at_the_drafts() {
+    let t = tempfile::tempdir().unwrap();
+    let fx = root().join("fixtures/kimi-k2.5-tiny");
+    let target = fx.join("target");
+    for kind in ["eagle3", "dflash"] {
+        let src = fx.join(kind);
+        let src = src.to_str().unwrap();
+        let with = ok(convert(
+            kind,
+            src,
+            &t.path().join(format!("{kind}-sg")),
+            "sglang",
+            &["--target-checkpoint", target.to_str().unwrap(), "--json"],
+        ));
+        let line = printed_launch(&with);
+        assert_eq!(
+            flag_value(&line, "--context-length"),
+            "4096",
+            "{kind}: {line}"
+        );
+        let j: Value = serde_json::from_slice(&with.stdout).unwrap();
+        assert_eq!(j["context_length"], 4096, "{kind}");
+        let e = String::from_utf8_lossy(&with.stderr);
+        assert!(
+            e.contains("warning: SGLang refuses a draft whose context (4096) is below the target's (262144)")
+                && e.contains("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"),
+            "{kind}: {e}"
+        );
+        let without = ok(convert(
+            kind,
+            src,
+            &t.path().join(format!("{kind}-sg-nt")),
+            "sglang",
+            &[],
+        ));
+        let line = printed_launch(&without);
+        assert!(!line.contains("--context-length"), "{kind}: {line}");
+        let e = String::from_utf8_lossy(&without.stderr);
+        assert!(
+            e.contains("pass --target-checkpoint") && e.contains("--context-length 4096"),
+            "{kind}: {e}"
+        );
+        let vllm = ok(convert(
+            kind,
+            src,
+            &t.path().join(format!("{kind}-vllm")),
+            "vllm",
+            &["--target-checkpoint", target.to_str().unwrap()],
+        ));
+        let e = String::from_utf8_lossy(&vllm.stderr);
+        assert!(!e.contains("SGLang"), "{kind}: {e}");
+        assert!(!printed_launch(&vllm).contains("--context-length"));
+    }
+}

@@ -107,9 +107,17 @@ pub fn sh_quote(s: &str) -> String {
 /// The command that serves the draft in directory `draft` with a target on `engine`. `steps`
 /// is, for EAGLE-3, the draft depths per round; for DFlash, the tokens proposed per step
 /// (at most the draft's `block_size` − 1; SGLang counts the block: `steps` + 1).
-pub fn launch_line(engine: Engine, dflash: bool, draft: &str, steps: usize) -> Option<String> {
+/// `context_length` caps an SGLang server at the draft's context (`crate::convert::Plan`).
+pub fn launch_line(
+    engine: Engine,
+    dflash: bool,
+    draft: &str,
+    steps: usize,
+    context_length: Option<u64>,
+) -> Option<String> {
     let target = "<path-to-target>";
     let d = sh_quote(draft);
+    let ctx = context_length.map_or(String::new(), |n| format!(" --context-length {n}"));
     let vllm = |method: &str| {
         let cfg =
             serde_json::json!({"method": method, "model": draft, "num_speculative_tokens": steps});
@@ -123,12 +131,12 @@ pub fn launch_line(engine: Engine, dflash: bool, draft: &str, steps: usize) -> O
     Some(match (engine, dflash) {
         (Engine::Sglang, false) => format!(
             "python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 --speculative-draft-model-path {d} \
-             --speculative-num-steps {steps} --speculative-eagle-topk 1 --speculative-num-draft-tokens {} --trust-remote-code",
+             --speculative-num-steps {steps} --speculative-eagle-topk 1 --speculative-num-draft-tokens {} --trust-remote-code{ctx}",
             steps + 1
         ),
         (Engine::Sglang, true) => format!(
             "python -m sglang.launch_server --model-path {target} --speculative-algorithm DFLASH --speculative-draft-model-path {d} \
-             --speculative-num-draft-tokens {} --trust-remote-code",
+             --speculative-num-draft-tokens {} --trust-remote-code{ctx}",
             steps + 1
         ),
         (Engine::Vllm, false) => vllm("eagle3"),

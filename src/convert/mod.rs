@@ -89,6 +89,9 @@ pub struct Plan {
     pub trtllm: Option<TrtllmYaml>,
     /// Set by [`place`].
     pub launch: Option<String>,
+    /// SGLang's `--context-length` for the launch line: the draft's context, when it is below
+    /// the target's (SGLang refuses the pair otherwise; [`sglang_context_length`]).
+    pub context_length: Option<u64>,
 }
 
 /// What goes into `extra-llm-api-config.yml` besides the draft's path and `max_draft_len`.
@@ -184,10 +187,69 @@ pub fn plan(
         });
     }
     let taps = source_taps(ck, det, o)?;
-    if o.dflash {
-        names::plan_dflash(ck, det, target, o, taps)
+    let mut p = if o.dflash {
+        names::plan_dflash(ck, det, target, o, taps)?
     } else {
-        names::plan_eagle3(ck, det, target, o, taps)
+        names::plan_eagle3(ck, det, target, o, taps)?
+    };
+    if o.engine == Engine::Sglang {
+        sglang_context(&mut p, target);
+    }
+    Ok(p)
+}
+
+/// The context length SGLang derives from a config (`get_context_length` in
+/// `sglang/srt/utils/hf_transformers/common.py`, 0.5.23): the first of `max_sequence_length`,
+/// `seq_length`, `max_seq_len`, `model_max_length`, `max_position_embeddings` in the text
+/// config, times `rope_scaling.factor` unless the scaling names `original_max_position_embeddings`
+/// or is `llama3`; 2048 when none is set.
+pub fn sglang_context_length(cfg: &Value) -> u64 {
+    let text = cfg
+        .get("text_config")
+        .filter(|t| t.is_object())
+        .unwrap_or(cfg);
+    let factor = match text.get("rope_scaling").filter(|r| r.is_object()) {
+        Some(r)
+            if r.get("original_max_position_embeddings").is_none()
+                && r.get("rope_type").and_then(Value::as_str) != Some("llama3") =>
+        {
+            r.get("factor").and_then(Value::as_f64).unwrap_or(1.0)
+        }
+        _ => 1.0,
+    };
+    [
+        "max_sequence_length",
+        "seq_length",
+        "max_seq_len",
+        "model_max_length",
+        "max_position_embeddings",
+    ]
+    .iter()
+    .find_map(|k| text.get(*k).and_then(Value::as_f64))
+    .map_or(2048, |v| (factor * v).max(0.0) as u64)
+}
+
+/// SGLang serves a draft only up to the target's context: given a shorter one it raises
+/// "Target model's context_length (T) is greater than the derived context_length (D)" unless
+/// `--context-length` caps the server at D or `SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`
+/// stretches the draft (`ModelConfig._derive_context_length`). With the target known, the
+/// launch line carries the cap; without it, a warning says what to check.
+fn sglang_context(p: &mut Plan, target: Option<&Checkpoint>) {
+    let draft = sglang_context_length(&p.config);
+    let target_cfg = target
+        .and_then(|t| t.config.as_ref())
+        .map(|c| Value::Object(c.root.clone()));
+    match target_cfg.map(|c| sglang_context_length(&c)) {
+        Some(t) if draft < t => {
+            p.context_length = Some(draft);
+            p.warnings.push(format!(
+                "SGLang refuses a draft whose context ({draft}) is below the target's ({t}): the launch line caps the server with --context-length {draft}; to serve the target's whole context instead, set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (the draft then runs at positions past its own max_position_embeddings)"
+            ));
+        }
+        Some(_) => {}
+        None => p.warnings.push(format!(
+            "SGLang refuses a draft whose context ({draft}) is below the target's: pass --target-checkpoint to have the launch line checked, or launch with --context-length {draft} when the target's is longer"
+        )),
     }
 }
 
@@ -296,7 +358,7 @@ fn yaml_str(s: &str) -> String {
 /// The TensorRT-LLM `extra_llm_api_options` YAML for the draft in `draft_dir` (absolute).
 pub fn trtllm_yaml(draft_dir: &str, steps: usize, spec: &TrtllmYaml) -> String {
     // One comment line, whatever the path holds.
-    let launch = engine::launch_line(Engine::Trtllm, spec.dflash, draft_dir, steps)
+    let launch = engine::launch_line(Engine::Trtllm, spec.dflash, draft_dir, steps, None)
         .expect("a TensorRT-LLM launch line")
         .replace('\n', "\\n")
         .replace('\r', "\\r");
@@ -347,7 +409,7 @@ pub fn place(p: &mut Plan, engine: Engine, dflash: bool, dir: &std::path::Path) 
             trtllm_yaml(&d, p.steps, spec).into_bytes(),
         ));
     }
-    p.launch = engine::launch_line(engine, dflash, &d, p.steps);
+    p.launch = engine::launch_line(engine, dflash, &d, p.steps, p.context_length);
 }
 
 /// The `extra-llm-api-config.yml` that `convert --to trtllm` would write for the same draft at
@@ -420,6 +482,7 @@ pub fn plan_json(p: &Plan) -> Value {
         "aux_layers": p.aux,
         "warnings": p.warnings,
         "launch": p.launch,
+        "context_length": p.context_length,
         "side_files": p.side_files.iter().map(|(n, _)| n).collect::<Vec<_>>(),
     })
 }
@@ -535,4 +598,48 @@ fn src_of<'a>(c: &'a Checkpoint, n: &str) -> Result<crate::io::TensorView<'a>> {
     c.weights
         .tensor(n)
         .ok_or_else(|| Error::Usage(format!("tensor `{n}` vanished")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sglang_context_length as ctx;
+    use serde_json::json;
+
+    /// SGLang 0.5.23's `get_context_length`, case by case.
+    #[test]
+    fn sglang_context_length_follows_sglang() {
+        assert_eq!(ctx(&json!({})), 2048);
+        assert_eq!(ctx(&json!({"max_position_embeddings": 4096})), 4096);
+        // The first key of SGLang's list wins.
+        assert_eq!(
+            ctx(&json!({"max_position_embeddings": 4096, "seq_length": 8192})),
+            8192
+        );
+        // A plain factor multiplies; yarn with its original length (Kimi-K2.x) and llama3 do not.
+        assert_eq!(
+            ctx(
+                &json!({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "linear", "factor": 4.0}})
+            ),
+            16384
+        );
+        assert_eq!(
+            ctx(
+                &json!({"max_position_embeddings": 262144, "rope_scaling": {"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096}})
+            ),
+            262144
+        );
+        assert_eq!(
+            ctx(
+                &json!({"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
+            ),
+            131072
+        );
+        // A multimodal config: the text config's.
+        assert_eq!(
+            ctx(
+                &json!({"max_position_embeddings": 1, "text_config": {"max_position_embeddings": 262144}})
+            ),
+            262144
+        );
+    }
 }

@@ -497,6 +497,7 @@ pub fn plan_eagle3(
         steps: o.steps.unwrap_or(3),
         trtllm,
         launch: None,
+        context_length: None,
     })
 }
 
@@ -675,6 +676,7 @@ pub fn plan_dflash(
             capture_output_of: None,
         }),
         launch: None,
+        context_length: None,
     })
 }
 

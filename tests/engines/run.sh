@@ -27,3 +27,5 @@ if [ -z "$work" ]; then
 fi
 python3 tests/engines/matrix.py --kquant "$kquant" --vllm "$(cat "$log/vllm")" \
   --sglang "$(cat "$log/sglang")" --work "$work" "$@"
+# SGLang's context rule against the launch line `convert --to sglang` prints.
+"$(cat "$log/sglang")/bin/python" tests/engines/sglang_context.py --kquant "$kquant" --work "$work"
