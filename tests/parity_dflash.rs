@@ -126,7 +126,7 @@ fn context_and_block_logits_match_pytorch() {
     let ctx = d.context(&feats, n);
     let roots: Vec<usize> = i32s(&p, "roots").iter().map(|&r| r as usize).collect();
     let want = f32s(&p, "logits");
-    let got = d.blocks(&ctx, &x, &roots);
+    let got = d.blocks(&ctx, &x, &roots, d.block_size);
     let e_logits = rel_err(&got, &want);
     eprintln!("dflash parity: ctx rel err {e_ctx:.3e}, logits rel err {e_logits:.3e} (bound {PARITY_REL_TOL:e})");
     assert!(e_ctx <= PARITY_REL_TOL, "ctx rel err {e_ctx}");
@@ -171,8 +171,8 @@ fn fast_path_matches_the_reference_path() {
     // Root 0 sees no context; the others some, up to the last row.
     let roots = [0, 1, 17, n / 2, n - 1];
     let e = rel_err(
-        &d.blocks(&fast, &x, &roots),
-        &d.blocks_ref(&slow, &x, &roots),
+        &d.blocks(&fast, &x, &roots, d.block_size),
+        &d.blocks_ref(&slow, &x, &roots, d.block_size),
     );
     eprintln!(
         "dflash fast vs reference: context {worst:.3e}, logits {e:.3e} (bound {FAST_REL_TOL:e})"
@@ -183,11 +183,12 @@ fn fast_path_matches_the_reference_path() {
 #[test]
 fn propose_is_the_block_pass_matches_scores() {
     let d = draft();
-    assert_eq!(d.depths(3), d.block_size - 1);
+    let k = d.default_steps();
+    assert_eq!(k, d.block_size - 1);
     let (x, p, taps) = sample(&d, 2);
     // The first 24 generated tokens (roots are independent; this keeps the debug build quick).
     let x = &x[..p + 24];
-    let m = d.matches(x, &taps, p, 3);
+    let m = d.matches(x, &taps, p, k);
     assert_eq!(
         (m.depths, m.total_len, m.c.len()),
         (d.block_size - 1, x.len(), x.len() - 1)
@@ -203,7 +204,7 @@ fn propose_is_the_block_pass_matches_scores() {
                 t
             })
             .collect();
-        let prop = d.propose(&x[..=r], &cut, 3);
+        let prop = d.propose(&x[..=r], &cut, k);
         assert_eq!(prop.len(), d.block_size - 1);
         for (k, &tok) in prop.iter().enumerate() {
             let hit = x.get(r + 1 + k) == Some(&tok);
@@ -255,7 +256,7 @@ fn a_quantized_draft_runs_as_its_dequantized_weights() {
     let n = 40;
     let feats = orig.features(&taps, n);
     let roots = [5, 20, 40];
-    let run = |d: &DFlash| d.blocks(&d.context(&feats, n), &x, &roots);
+    let run = |d: &DFlash| d.blocks(&d.context(&feats, n), &x, &roots, d.block_size);
     let got = run(&q_draft);
     assert_eq!(got, run(&dq_draft));
     assert_ne!(got, run(&orig), "int4 changed the weights");
@@ -418,5 +419,63 @@ fn verify_refuses_a_dflash_draft_without_the_target() {
     assert!(
         err.contains("hint:") && err.contains("--target-checkpoint"),
         "{err}"
+    );
+}
+
+/// `--steps K` replays a DFlash draft as the engines run it for K tokens a step: a block of
+/// K + 1 rows (vLLM's `1 + num_speculative_tokens`), so fewer depths and other logits, not the
+/// whole block cut short; the report says K. More than block_size − 1 is refused by name.
+#[test]
+fn steps_set_the_block_a_dflash_replay_runs() {
+    let d = draft();
+    let (x, p, taps) = sample(&d, 2);
+    let x = &x[..p + 24];
+    let k = 3;
+    let m = d.matches(x, &taps, p, k);
+    assert_eq!(m.depths, k);
+    // Each root's proposals are the K-slot block's argmax, not the whole block's first K.
+    let ctx = d.context(&d.features(&taps, x.len() - 2), x.len() - 2);
+    let roots: Vec<usize> = (p..x.len() - 2).collect();
+    let short = d.block_tokens(&ctx, x, &roots, k + 1);
+    let whole = d.block_tokens(&ctx, x, &roots, d.block_size);
+    for (i, &r) in roots.iter().enumerate() {
+        assert_eq!(m.proposals[(r - 1) * k..r * k], short[i][..], "root {r}");
+    }
+    assert!(
+        short.iter().zip(&whole).any(|(s, w)| s[..] != w[..k]),
+        "a shorter block changes some proposal on this sample"
+    );
+    let trace = format!("{FIX}/trace");
+    let run = |steps: &str| {
+        kquant(&[
+            "verify",
+            "--draft",
+            &format!("{FIX}/dflash"),
+            "--trace",
+            &trace,
+            "--target-checkpoint",
+            &format!("{FIX}/target"),
+            "--per-category",
+            "1",
+            "--steps",
+            steps,
+            "--json",
+            "-",
+        ])
+    };
+    let o = run("3");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rep: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rep["steps"], 3);
+    let o = run(&d.block_size.to_string());
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains(&format!(
+            "error: --steps {}: draft `{FIX}/dflash` proposes at most {} tokens a step",
+            d.block_size,
+            d.block_size - 1
+        )) && e.contains("hint: pass --steps 1..="),
+        "{e}"
     );
 }

@@ -43,9 +43,8 @@ pub struct Args {
     /// (default 1).
     #[arg(long, value_parser = crate::cli::flags::samples)]
     pub samples: Option<usize>,
-    /// Draft depths per round (a DFlash draft uses its block size − 1).
-    #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::steps)]
-    pub steps: usize,
+    #[command(flatten)]
+    pub steps: crate::cli::flags::Steps,
     /// Target checkpoint, for drafts that run with its embedding (and lm_head).
     #[arg(long)]
     pub target_checkpoint: Option<String>,
@@ -149,7 +148,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let trace_s = t.elapsed().as_secs_f64();
 
     // The replay of `verify::drafters::replay`, timed by part.
-    let depths = d.depths(a.steps);
+    let steps = crate::verify::drafters::steps_for(d.as_ref(), a.steps.steps, &a.draft)?;
+    let depths = d.depths(steps);
     let (mut taps_s, mut pass_a_s, mut pass_b_s) = (0f64, 0f64, 0f64);
     let mut total = Walk::default();
     let mut positions = 0u64;
@@ -165,8 +165,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .collect::<Result<_>>()?;
         taps_s += t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let (m, skipped) =
-            sample_matches(d.as_ref(), &x, &taps, s.prompt_len, a.steps, a.after_miss);
+        let (m, skipped) = sample_matches(d.as_ref(), &x, &taps, s.prompt_len, steps, a.after_miss);
         pass_a_s += t.elapsed().as_secs_f64();
         let t = Instant::now();
         let mut w = walk_to(&m, s.stop());
@@ -194,7 +193,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "synthetic": synthetic,
         "samples": tr.manifest.samples.len(),
         "positions": positions,
-        "steps": a.steps,
+        "steps": steps,
         "after_miss": a.after_miss,
         "after_miss_skipped": total.after_miss_skipped,
         "depths": depths,

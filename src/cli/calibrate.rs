@@ -36,9 +36,8 @@ pub struct Args {
     /// Replay only the first N samples of the trace.
     #[arg(long, value_parser = crate::cli::flags::limit)]
     pub limit: Option<usize>,
-    /// Draft depths per round replayed (every depth's inputs are observed).
-    #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::steps)]
-    pub steps: usize,
+    #[command(flatten)]
+    pub steps: crate::cli::flags::Steps,
     /// Where to write the input-amax JSON.
     #[arg(short, long)]
     pub output: PathBuf,
@@ -78,11 +77,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for w in &warnings {
         eprintln!("warning: {}", printable(w));
     }
+    let steps = crate::verify::drafters::steps_for(d.as_ref(), a.steps.steps, &a.draft)?;
     d.linears().observe(true);
     let walks = replay_first(
         d.as_ref(),
         &trace,
-        a.steps,
+        steps,
         crate::verify::drafters::AfterMiss::Run,
         limit,
         &|_| {},
@@ -109,7 +109,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "draft": a.draft,
         "trace": a.trace,
         "samples": walks.len(),
-        "steps": a.steps,
+        "steps": steps,
         "observed": "max |x| over every input row of each linear in the f32 replay (pass A)",
     });
     let mut bytes = serde_json::to_vec_pretty(&doc).expect("JSON");
@@ -134,7 +134,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "trace": a.trace,
             "target_checkpoint": a.target_checkpoint,
             "samples": walks.len(),
-            "steps": a.steps,
+            "steps": steps,
             "linears": amax.len(),
             "accept_length": al,
             "amax_min": lo,

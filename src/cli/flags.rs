@@ -387,6 +387,17 @@ pub struct Gate {
     pub max_regression: f64,
 }
 
+/// `--steps`, defined once for the replays (`verify`, `sensitivity`, `calibrate`, `bench
+/// replay`; flattened into each).
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct Steps {
+    /// Draft tokens per step [default: 3 for an EAGLE-3 chain; a DFlash draft's block_size − 1].
+    /// A DFlash draft then runs a block of this + 1 rows, as vLLM (`num_speculative_tokens`) and
+    /// SGLang (`--speculative-num-draft-tokens` − 1) do; at most block_size − 1.
+    #[arg(long, value_name = "N", value_parser = steps)]
+    pub steps: Option<usize>,
+}
+
 /// How many prompts of each category to evaluate, defined once for `verify` and `sensitivity`
 /// (flattened into both). `--limit` elsewhere (`trace capture`, `calibrate`,
 /// `scripts/vllm_capture.py`) is the first N of the whole set; here it is accepted for

@@ -80,9 +80,10 @@ pub struct Args {
     /// Kimi-shape draft's calibration within 8 GB.
     #[arg(long, value_parser = crate::io::writer::parse_size, default_value = "2.5GiB", requires = "calibrate")]
     pub calibration_memory: u64,
-    /// Draft depths per round in the calibration replay (a DFlash draft uses its block).
-    #[arg(long, default_value_t = 3, value_parser = crate::cli::flags::steps, requires = "calibrate")]
-    pub steps: usize,
+    /// Draft tokens per step in the calibration replay [default: 3 for an EAGLE-3 chain; a
+    /// DFlash draft's block_size − 1, and at most that].
+    #[arg(long, value_name = "N", value_parser = crate::cli::flags::steps, requires = "calibrate")]
+    pub steps: Option<usize>,
     /// Print the per-tensor plan and sizes; write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -205,7 +206,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         plan.chosen = chosen;
         plan.record = Some(json!({
             "method": method_name(*m),
-            "calibration": {"trace_sha256": r.trace_sha256, "samples": r.samples, "input_rows": r.tokens, "steps": cal.steps, "categories": r.categories},
+            "calibration": {"trace_sha256": r.trace_sha256, "samples": r.samples, "input_rows": r.tokens, "steps": r.steps, "categories": r.categories},
             "gptq": m.gptq().then(|| json!({"block_size": 128, "damp_frac": 0.01, "act_order": true, "retries": 5})),
             "producer": format!("kquant {}", env!("CARGO_PKG_VERSION")),
         }));

@@ -59,9 +59,8 @@ pub struct Args {
     pub target_checkpoint: Option<String>,
     #[command(flatten)]
     pub per_category: flags::PerCategory,
-    /// Draft depths per round (evaluation and calibration replays).
-    #[arg(long, default_value_t = 3, value_parser = flags::steps)]
-    pub steps: usize,
+    #[command(flatten)]
+    pub steps: flags::Steps,
     /// Quantization scheme, as `quantize --scheme` [default: int4-pc, or the preset's].
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(SCHEMES.iter().map(|s| s.id)))]
     pub scheme: Option<String>,
@@ -200,7 +199,7 @@ impl Bench<'_> {
             &out.to_string_lossy(),
             self.trace,
             self.target,
-            self.a.steps,
+            self.a.steps.steps,
             AfterMiss::Run,
             &Exec::F32,
         )?;
@@ -344,7 +343,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             let cal = Calibration {
                 trace: t.clone(),
                 target: target_at.clone(),
-                steps: a.steps,
+                steps: a.steps.steps,
                 limit: None,
                 memory: a.calibration_memory,
             };
@@ -357,11 +356,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
             chosen
         }
     };
-    let (baseline, _) = run_draft(
+    let (baseline, steps) = run_draft(
         &a.src,
         &trace,
         target.as_ref(),
-        a.steps,
+        a.steps.steps,
         AfterMiss::Run,
         &Exec::F32,
     )?;
@@ -493,7 +492,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "calibration": a.calibrate,
         "trace": a.trace.as_ref().map_or("live capture".to_string(), |t| t.display().to_string()),
         "samples": trace.manifest.samples.len(),
-        "steps": a.steps,
+        "steps": steps,
         "exclude": base,
         "baseline_accept_length": baseline_al,
         "max_regression": a.gate.max_regression,

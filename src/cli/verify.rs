@@ -89,10 +89,8 @@ pub struct Args {
     /// and lm_head for a DFlash draft [default: a live profile's target].
     #[arg(long)]
     pub target_checkpoint: Option<String>,
-    /// Draft depths per round (chain length; a DFlash draft proposes block_size − 1 whatever
-    /// this says).
-    #[arg(long, default_value_t = 3, value_parser = flags::steps)]
-    pub steps: usize,
+    #[command(flatten)]
+    pub steps: flags::Steps,
     /// With a live `--target` and no `--trace`: capture these prompts (jsonl, as `kquant trace
     /// capture --prompts` reads them) instead of the profile's bundled set. With `--endpoint`:
     /// the prompt set to send (MT-Bench, Spec-Bench, SPEED-Bench, GSM8K, MATH-500, HumanEval,
@@ -128,16 +126,18 @@ pub struct Args {
     pub device: String,
 }
 
-/// Replay one draft over the trace. Returns its run and its depths per round.
+/// Replay one draft over the trace with `steps` (the draft's own default without). Returns
+/// its run and its depths per round.
 pub(crate) fn run_draft(
     spec: &str,
     trace: &Trace,
     target: Option<&Checkpoint>,
-    steps: usize,
+    steps: Option<usize>,
     after_miss: AfterMiss,
     exec: &crate::runtime::linears::Exec,
 ) -> Result<(Run, usize)> {
     let d = load_drafter(spec, target, exec)?;
+    let steps = crate::verify::drafters::steps_for(d.as_ref(), steps, spec)?;
     trace.require(
         d.taps(),
         d.target_hidden(),
@@ -461,7 +461,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for w in &warnings {
         eprintln!("warning: {w}");
     }
-    let steps = a.steps;
+    let steps = a.steps.steps;
     let (draft, depths) = run_draft(
         &draft_spec,
         &trace,

@@ -56,8 +56,8 @@ pub struct Calibration {
     pub trace: PathBuf,
     /// The target checkpoint, for drafts that run with its embedding (and lm_head).
     pub target: Option<String>,
-    /// Draft depths per round replayed.
-    pub steps: usize,
+    /// Draft tokens per step replayed (the draft's own default without).
+    pub steps: Option<usize>,
     /// The first N samples of the trace (all without).
     pub limit: Option<usize>,
     /// Bytes the accumulated `Σ x xᵀ` of one replay may take (GPTQ).
@@ -87,6 +87,8 @@ pub struct Report {
     pub runs: u64,
     /// Replays of the trace (GPTQ: as many as the Hessians' memory budget needs).
     pub replays: usize,
+    /// Draft tokens per step replayed.
+    pub steps: usize,
     /// GPTQ's loss summed over every module (llm-compressor's `Σ ((w − q) / U_jj)² / 2`).
     pub gptq_loss: Option<f64>,
     /// Modules whose calibration inputs were all zero (no signal to fit): rounded to nearest.
@@ -188,12 +190,15 @@ pub fn choose(
     let mut gptq_loss = 0f64;
     let mut kept_rtn = Vec::new();
     let ck = plan.ck;
+    // The steps each replay resolved (the same every pass).
+    let mut steps = cal.steps.unwrap_or_default();
     for pass in &passes {
         let wanted: Vec<String> = pass.iter().map(|&i| modules[i].0.clone()).collect();
-        let mut moments = collect(src, &trace, cal, wanted, full, &|n| {
+        let (mut moments, s) = collect(src, &trace, cal, wanted, full, &|n| {
             let k = done.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
             progress(k, total);
         })?;
+        steps = s;
         for &i in pass {
             let (module, t, rows, cols) = &modules[i];
             // Each module's matrix is dropped once its codes are chosen.
@@ -304,6 +309,7 @@ pub fn choose(
             codes_changed: moved.1,
             runs,
             replays: passes.len(),
+            steps,
             gptq_loss: full.then_some(gptq_loss),
             kept_rtn,
         },
@@ -348,7 +354,7 @@ fn collect(
     wanted: Vec<String>,
     full: bool,
     progress: &dyn Fn(u64),
-) -> Result<BTreeMap<String, Arc<Hessian>>> {
+) -> Result<(BTreeMap<String, Arc<Hessian>>, usize)> {
     let target = cal.target.as_deref().map(Checkpoint::open).transpose()?;
     // The replay never multiplies an unquantized lm_head: read only what it multiplies.
     let d = load_drafter(src, target.as_ref(), &Exec::F32Lazy)?;
@@ -359,6 +365,7 @@ fn collect(
         Some(d.vocab()),
         &format!("draft `{src}`"),
     )?;
+    let steps = crate::verify::drafters::steps_for(d.as_ref(), cal.steps, src)?;
     d.linears().collect_hessians(if full {
         HessianSet::new(wanted)
     } else {
@@ -367,12 +374,12 @@ fn collect(
     replay_first(
         d.as_ref(),
         trace,
-        cal.steps,
+        steps,
         AfterMiss::Run,
         usize::MAX,
         progress,
     )?;
-    Ok(d.linears().take_hessians())
+    Ok((d.linears().take_hessians(), steps))
 }
 
 /// Rows of a `cols`-wide module chosen at a time: as many as keep their f32 copy within

@@ -453,11 +453,14 @@ impl DFlash {
 
     /// Block logits, fast path: for each root r, slots 1..B−1 of the block `[x_r, MASK × (B−1)]`
     /// at positions r..r+B−1 that sees context rows < r and every block row (non-causal).
+    /// `b` is the block the engine runs: the draft's `block_size`, or 1 + the tokens it is
+    /// asked to propose (vLLM's `1 + num_speculative_tokens`, SGLang's
+    /// `--speculative-num-draft-tokens`).
     /// Returns `[roots.len(), B−1, vocab]`; slot i predicts `x[r+i]`. All roots' rows go through
     /// each matmul together; attention runs in parallel over roots.
-    pub fn blocks(&self, ctx: &Context, x: &[u32], roots: &[usize]) -> Vec<f32> {
-        let rows = roots.len() * (self.block_size - 1);
-        let normed = self.slots(ctx, x, roots);
+    pub fn blocks(&self, ctx: &Context, x: &[u32], roots: &[usize], b: usize) -> Vec<f32> {
+        let rows = roots.len() * (b - 1);
+        let normed = self.slots(ctx, x, roots, b);
         match &self.head {
             Some(l) => l.apply(&normed, rows),
             None => linear(&normed, rows, self.h, &self.lm_head, self.vocab),
@@ -466,9 +469,10 @@ impl DFlash {
 
     /// [`DFlash::blocks`] up to the lm_head: the final-normed slots 1..B−1 of every root,
     /// `[roots.len() · (B−1), h]`.
-    fn slots(&self, ctx: &Context, x: &[u32], roots: &[usize]) -> Vec<f32> {
+    fn slots(&self, ctx: &Context, x: &[u32], roots: &[usize], b: usize) -> Vec<f32> {
         self.check_roots(ctx, x, roots);
-        let (h, b, d) = (self.h, self.block_size, self.head_dim);
+        self.check_block(b);
+        let (h, d) = (self.h, self.head_dim);
         let (qd, kvd) = (self.heads * d, self.kv_heads * d);
         let n = roots.len() * b;
         let mut hid = Vec::with_capacity(n * h);
@@ -496,7 +500,7 @@ impl DFlash {
                         self.rope.apply_neox(&mut q[i * qd..(i + 1) * qd], r + i);
                         self.rope.apply_neox(&mut k[i * kvd..(i + 1) * kvd], r + i);
                     }
-                    self.attend_block(&ctx.k[li][..r * kvd], &ctx.v[li][..r * kvd], q, k, v, o);
+                    self.attend_block(&ctx.k[li][..r * kvd], &ctx.v[li][..r * kvd], q, k, v, o, b);
                 });
             let o = l.o.apply(&attn, n);
             hid.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
@@ -516,8 +520,18 @@ impl DFlash {
 
     /// One block's attention: queries `q` `[B, heads·d]` over the context keys/values
     /// `[r, kv·d]` then the block's own `[B, kv·d]`, into `o` `[B, heads·d]`.
-    fn attend_block(&self, ck: &[f32], cv: &[f32], q: &[f32], k: &[f32], v: &[f32], o: &mut [f32]) {
-        let (b, d) = (self.block_size, self.head_dim);
+    #[allow(clippy::too_many_arguments)]
+    fn attend_block(
+        &self,
+        ck: &[f32],
+        cv: &[f32],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        o: &mut [f32],
+        b: usize,
+    ) {
+        let d = self.head_dim;
         let (qd, kvd) = (self.heads * d, self.kv_heads * d);
         let group = self.heads / self.kv_heads;
         let scale = 1.0 / (d as f32).sqrt();
@@ -543,9 +557,10 @@ impl DFlash {
 
     /// [`DFlash::blocks`], plain reference: one root at a time, reference matmuls, the softmax
     /// written out over context rows < r and the block rows.
-    pub fn blocks_ref(&self, ctx: &Context, x: &[u32], roots: &[usize]) -> Vec<f32> {
+    pub fn blocks_ref(&self, ctx: &Context, x: &[u32], roots: &[usize], b: usize) -> Vec<f32> {
         self.check_roots(ctx, x, roots);
-        let (h, b, d) = (self.h, self.block_size, self.head_dim);
+        self.check_block(b);
+        let (h, d) = (self.h, self.head_dim);
         let (qd, kvd) = (self.heads * d, self.kv_heads * d);
         let group = self.heads / self.kv_heads;
         let scale = 1.0 / (d as f32).sqrt();
@@ -628,23 +643,38 @@ impl DFlash {
         out
     }
 
-    /// Argmax of each slot of [`DFlash::blocks`]' logits: `[roots.len(), B−1]` target ids.
-    pub fn block_tokens(&self, ctx: &Context, x: &[u32], roots: &[usize]) -> Vec<Vec<u32>> {
+    /// A block of `b` rows: the root and 1..=block_size−1 masks.
+    fn check_block(&self, b: usize) {
+        assert!(
+            (2..=self.block_size).contains(&b),
+            "a block of {b} rows (the draft's is {})",
+            self.block_size
+        );
+    }
+
+    /// Argmax of each slot of [`DFlash::blocks`]' logits: `[roots.len(), b−1]` target ids.
+    pub fn block_tokens(
+        &self,
+        ctx: &Context,
+        x: &[u32],
+        roots: &[usize],
+        b: usize,
+    ) -> Vec<Vec<u32>> {
         // Bound the logits held at once (≈64 M values) for large vocabularies.
-        let per_root = (self.block_size - 1) * self.vocab;
+        let per_root = (b - 1) * self.vocab;
         let chunk = ((1usize << 26) / per_root).clamp(1, 64);
         let mut out = Vec::with_capacity(roots.len());
         for rs in roots.chunks(chunk) {
             if let Some(l) = &self.head {
                 // On the device: the indices come back, not the logits.
-                let best = l.argmax_rows(&self.slots(ctx, x, rs), rs.len() * (self.block_size - 1));
+                let best = l.argmax_rows(&self.slots(ctx, x, rs, b), rs.len() * (b - 1));
                 out.extend(
-                    best.chunks(self.block_size - 1)
+                    best.chunks(b - 1)
                         .map(|blk| blk.iter().map(|&i| i as u32).collect()),
                 );
                 continue;
             }
-            let lg = self.blocks(ctx, x, rs);
+            let lg = self.blocks(ctx, x, rs, b);
             out.extend(lg.chunks(per_root).map(|blk| {
                 blk.chunks(self.vocab)
                     .map(|row| argmax(row) as u32)
@@ -670,15 +700,24 @@ impl super::Drafter for DFlash {
     fn vocab(&self) -> usize {
         self.vocab
     }
-    fn depths(&self, _steps: usize) -> usize {
+    /// The engine's query block is 1 + the tokens proposed (vLLM `dflash.py`:
+    /// `num_query_per_req = 1 + self.num_speculative_tokens`; SGLang's block is
+    /// `--speculative-num-draft-tokens`), at most the draft's `block_size`.
+    fn default_steps(&self) -> usize {
         self.block_size - 1
+    }
+    fn max_steps(&self) -> Option<usize> {
+        Some(self.block_size - 1)
+    }
+    fn depths(&self, steps: usize) -> usize {
+        steps
     }
     /// One block pass per root r = max(P, 1)..T−2 (context < r); pair index t = r − 1, bit k
     /// set when slot k+1's token equals `x[r+1+k]` (fixtures/gen/verify/common.py
     /// `dflash_matches`).
-    fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, _steps: usize) -> Matches {
+    fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, steps: usize) -> Matches {
         let t_len = x.len();
-        let depths = self.block_size - 1;
+        let depths = steps;
         let mut c = vec![0u32; t_len.saturating_sub(1)];
         let mut proposals = vec![NOT_PROPOSED; c.len() * depths];
         let roots: Vec<usize> = (prompt_len.max(1)..t_len.saturating_sub(1)).collect();
@@ -686,7 +725,10 @@ impl super::Drafter for DFlash {
             // Root r reads context rows < r.
             let feats = self.features(taps, last);
             let ctx = self.context(&feats, last);
-            for (&r, toks) in roots.iter().zip(self.block_tokens(&ctx, x, &roots)) {
+            for (&r, toks) in roots
+                .iter()
+                .zip(self.block_tokens(&ctx, x, &roots, depths + 1))
+            {
                 for (k, &tok) in toks.iter().enumerate().take(depths) {
                     proposals[(r - 1) * depths + k] = tok;
                     if x.get(r + 1 + k) == Some(&tok) {
@@ -703,14 +745,14 @@ impl super::Drafter for DFlash {
             proposals,
         }
     }
-    fn propose(&self, x: &[u32], taps: &[Vec<f32>], _steps: usize) -> Vec<u32> {
+    fn propose(&self, x: &[u32], taps: &[Vec<f32>], steps: usize) -> Vec<u32> {
         let r = x
             .len()
             .checked_sub(1)
             .expect("propose needs the root token");
         let feats = self.features(taps, r);
         let ctx = self.context(&feats, r);
-        self.block_tokens(&ctx, x, &[r]).remove(0)
+        self.block_tokens(&ctx, x, &[r], steps + 1).remove(0)
     }
     fn linears(&self) -> &LinearSet {
         &self.lin
@@ -788,7 +830,10 @@ mod tests {
                 [2, 5],
                 "target_layer_ids [1, 4], outputs of layer k"
             );
-            assert_eq!(d.depths(3), d.block_size - 1);
+            assert_eq!(
+                (d.default_steps(), d.max_steps()),
+                (d.block_size - 1, Some(d.block_size - 1))
+            );
             if name == "dflash-zlab" {
                 assert!(d.rope.attn_factor > 1.0, "YaRN attention factor applied");
             }
@@ -802,12 +847,26 @@ mod tests {
                 assert!(rel_err(&fast.v[l], &slow.v[l]) <= FAST_REL_TOL);
             }
             let roots = [0, 3, 11, len - 1];
-            let (a, b) = (d.blocks(&fast, &x, &roots), d.blocks_ref(&slow, &x, &roots));
-            assert_eq!(a.len(), roots.len() * (d.block_size - 1) * d.vocab);
-            let e = rel_err(&a, &b);
-            assert!(e <= FAST_REL_TOL, "{name}: {e}");
-            let toks = d.block_tokens(&fast, &x, &roots);
-            assert_eq!(d.propose(&x[..12], &taps, 3), toks[2]);
+            // The draft's whole block, and the shorter ones an engine runs for fewer tokens.
+            for b in [d.block_size, 4, 2] {
+                let (l, r) = (
+                    d.blocks(&fast, &x, &roots, b),
+                    d.blocks_ref(&slow, &x, &roots, b),
+                );
+                assert_eq!(l.len(), roots.len() * (b - 1) * d.vocab);
+                let e = rel_err(&l, &r);
+                assert!(e <= FAST_REL_TOL, "{name} block {b}: {e}");
+                let toks = d.block_tokens(&fast, &x, &roots, b);
+                assert_eq!(
+                    d.propose(&x[..12], &taps, b - 1),
+                    toks[2],
+                    "{name} block {b}"
+                );
+            }
+            // A shorter block is another computation (the slots attend to each other).
+            let whole = d.blocks(&fast, &x, &roots, d.block_size);
+            let four = d.blocks(&fast, &x, &roots, 4);
+            assert_ne!(whole[..3 * d.vocab], four[..3 * d.vocab]);
         }
     }
 

@@ -30,8 +30,17 @@ pub trait Drafter: Send + Sync {
     fn target_hidden(&self) -> usize;
     /// Target vocabulary the proposals are ids of.
     fn vocab(&self) -> usize;
-    /// Depths per round this draft proposes when asked for `steps` (a chain draft: `steps`;
-    /// a block draft: its block size − 1, whatever `steps` says).
+    /// The `steps` a replay uses when none is asked for: an EAGLE-3 chain's 3 (the Kimi-K2.5
+    /// setting, sgl-project/sglang#19689); a block drafter's block size − 1.
+    fn default_steps(&self) -> usize {
+        3
+    }
+    /// The most `steps` this draft can propose (a block drafter: its block size − 1).
+    fn max_steps(&self) -> Option<usize> {
+        None
+    }
+    /// Depths per round this draft proposes when asked for `steps` (`steps`, for a chain and
+    /// for a block drafter, whose engine block is then `steps` + 1 rows).
     fn depths(&self, steps: usize) -> usize;
     /// Depth matches over one sequence: `x` the T tokens, `taps[j]` the `[T, target_hidden]`
     /// rows of tap `taps()[j]`, `prompt_len` P.

@@ -141,6 +141,25 @@ pub fn replay(
     replay_first(d, trace, steps, after_miss, usize::MAX, progress)
 }
 
+/// The draft tokens per step a replay of `d` uses: `asked`, or the draft's own default
+/// ([`Drafter::default_steps`]); more than a block drafter proposes is refused.
+pub fn steps_for(d: &dyn Drafter, asked: Option<usize>, spec: &str) -> Result<usize> {
+    let steps = asked.unwrap_or_else(|| d.default_steps());
+    match d.max_steps() {
+        Some(max) if steps > max => Err(Error::Flags {
+            msg: format!(
+                "--steps {steps}: draft `{}` proposes at most {max} tokens a step (its block_size {} less the root)",
+                crate::escape::printable(spec),
+                max + 1
+            ),
+            hint: format!(
+                "pass --steps 1..={max} (vLLM's num_speculative_tokens; SGLang's --speculative-num-draft-tokens − 1), or leave it out for {max}"
+            ),
+        }),
+        _ => Ok(steps),
+    }
+}
+
 /// Pass A of one sample: its depth matches, and whether the depths after a miss were skipped.
 pub fn sample_matches(
     d: &dyn Drafter,

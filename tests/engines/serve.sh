@@ -17,7 +17,8 @@
 #    extraction) on this engine at float32 -> `kquant trace import` -> `verify`: per sample the
 #    same tokens, steps and committed drafts as on kquant's own capture, taps within one bf16
 #    ulp.
-#    Then the DFlash draft (7 tokens a step), served with its context K-norm applied per layer
+#    Then the DFlash draft at 7 tokens a step (its block) and at 3 (`verify --steps 3`: a block
+#    of 4 rows, as vLLM runs it), served with its context K-norm applied per layer
 #    (tests/engines/cpu_dflash/sitecustomize.py: vLLM's CPU kernel uses layer 0's for all):
 #    every request equal, as for EAGLE-3.
 # 2. bfloat16 serving (vLLM's CPU W4A16 kernel runs only in bf16): the BF16 draft and the
@@ -159,19 +160,34 @@ python3 "$here/serve_check.py" traces "$work/offline-vllm-f32.json" "$work/offli
 "$py" "$here/serve_check.py" taps "$work/vllm-f32.trace" "$work/trace" --bound 0.0078125
 
 
-echo "== 1c. float32 serving, the DFlash draft (7 tokens a step): kquant's replay equals the engine"
+echo "== 1c. float32 serving, the DFlash draft (7 and 3 tokens a step): kquant's replay equals the engine"
 # vLLM 0.32's CPU rms_norm kernel normalizes every DFlash layer's context keys with layer 0's
 # k_norm (the CUDA kernel takes one row per layer); tests/engines/cpu_dflash/sitecustomize.py
 # calls it once per layer, as the method's own comment says it runs. docs/verify.md, "A real
 # engine", has the unpatched engine's figures.
+# And 3 tokens a step: vLLM runs a query block of 1 + num_speculative_tokens rows, kquant's
+# `verify --steps 3` the same.
 "$kq" verify --target kimi-k2.5-tiny --trace "$work/trace" --draft "$fix/dflash" \
   --json "$work/offline-dflash.json" >/dev/null
-port=$(free_port)
-serve dflash "$port" float32 "$fix/dflash" 0-1 dflash 7 "$here/cpu_dflash"
-up dflash "$port"
-"$kq" verify --endpoint "http://127.0.0.1:$port" --prompts "$prompts" --max-tokens 96 \
-  --max-failed 0 --json "$work/live-dflash.json"
+"$kq" verify --target kimi-k2.5-tiny --trace "$work/trace" --draft "$fix/dflash" --steps 3 \
+  --json "$work/offline-dflash3.json" >/dev/null
+p7=$(free_port)
+p3=$(free_port)
+serve dflash "$p7" float32 "$fix/dflash" 0 dflash 7 "$here/cpu_dflash"
+serve dflash3 "$p3" float32 "$fix/dflash" 1 dflash 3 "$here/cpu_dflash"
+up dflash "$p7"
+up dflash3 "$p3"
+"$kq" verify --endpoint "http://127.0.0.1:$p7" --prompts "$prompts" --max-tokens 96 \
+  --max-failed 0 --json "$work/live-dflash.json" >"$work/live-dflash.out" 2>&1 &
+v7=$!
+"$kq" verify --endpoint "http://127.0.0.1:$p3" --prompts "$prompts" --max-tokens 96 \
+  --max-failed 0 --json "$work/live-dflash3.json" >"$work/live-dflash3.out" 2>&1 &
+v3=$!
+wait "$v7" || { cat "$work/live-dflash.out" >&2; exit 1; }
+wait "$v3" || { cat "$work/live-dflash3.out" >&2; exit 1; }
+cat "$work/live-dflash.out" "$work/live-dflash3.out"
 python3 "$here/serve_check.py" requests "$work/live-dflash.json" "$work/offline-dflash.json"
+python3 "$here/serve_check.py" requests "$work/live-dflash3.json" "$work/offline-dflash3.json"
 stop_all
 printf '%s\tserves\n' "$work/eagle3-vllm" "$fix/dflash" >>"$work/served.tsv"
 
