@@ -101,7 +101,7 @@ fn replay(d: &dyn Drafter, trace: &Trace, samples: usize) -> Vec<Matches> {
         .map(|s| {
             let x = trace.tokens(s).unwrap();
             let taps: Vec<Vec<f32>> = d.taps().iter().map(|&t| trace.tap(s, t).unwrap()).collect();
-            d.matches(&x, &taps, s.prompt_len, 3)
+            d.matches(&x, &taps, s.prompt_len, d.default_steps())
         })
         .collect()
 }

@@ -45,10 +45,12 @@ fn engine_loop_with_the_rust_target_equals_the_replay() {
         {
             let x = trace.tokens(s).unwrap();
             let p = s.prompt_len;
-            let sim = simulate(&target, d.as_ref(), &x[..p], s.gen_len, 3).unwrap();
+            // engine_sim.py's steps: 3 for EAGLE-3, the whole block for DFlash.
+            let k = d.default_steps();
+            let sim = simulate(&target, d.as_ref(), &x[..p], s.gen_len, k).unwrap();
             assert_eq!(sim.tokens, x, "{name} sample {}: tokens", s.id);
             let taps: Vec<Vec<f32>> = d.taps().iter().map(|&t| trace.tap(s, t).unwrap()).collect();
-            let w = walk(&d.matches(&x, &taps, p, 3));
+            let w = walk(&d.matches(&x, &taps, p, k));
             assert_eq!(
                 (sim.rounds, sim.committed),
                 (w.rounds, w.committed),

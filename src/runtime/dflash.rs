@@ -242,6 +242,23 @@ impl DFlash {
                 ));
             }
         }
+        // What vLLM reads for a block's attention (`qwen3_dflash.py`,
+        // `_resolve_layer_attention` / `_dflash_layer_causal`): `is_causal`, then
+        // `dflash_config.causal`, make the block causal; `dflash_config.use_swa` a sliding window.
+        // The replay runs the non-causal full-attention block of z-lab's drafts only.
+        let dc = c.get("dflash_config");
+        for (key, v) in [
+            ("is_causal", c.get("is_causal")),
+            ("dflash_config.causal", dc.and_then(|d| d.get("causal"))),
+            ("dflash_config.use_swa", dc.and_then(|d| d.get("use_swa"))),
+        ] {
+            if v.and_then(Value::as_bool) == Some(true) {
+                return Err(Error::source(
+                    dir,
+                    format!("`{key}` is true: the replay runs non-causal full-attention DFlash blocks only (what vLLM runs when it is false or absent)"),
+                ));
+            }
+        }
         if c.get("attention_bias").and_then(Value::as_bool) == Some(true) {
             return Err(Error::source(
                 dir,
@@ -893,6 +910,14 @@ mod tests {
             json!({"block_size": 8, "layer_types": ["full_attention", "sliding_attention"]})
         )
         .contains("sliding_attention"));
+        assert!(msg(json!({"block_size": 8, "is_causal": true})).contains("`is_causal` is true"));
+        assert!(msg(json!({"block_size": 8, "dflash_config": {"mask_token_id": 255, "target_layer_ids": [1, 4], "causal": true}}))
+            .contains("`dflash_config.causal` is true"));
+        assert!(msg(json!({"block_size": 8, "dflash_config": {"mask_token_id": 255, "target_layer_ids": [1, 4], "use_swa": true}}))
+            .contains("`dflash_config.use_swa` is true"));
+        // Said false, they are what the replay runs.
+        let (_t, p) = tiny("dflash-zlab", json!({"block_size": 8, "is_causal": false}));
+        assert!(load(&p).is_ok());
         assert!(msg(json!({"block_size": 8, "vocab_size": 300})).contains("[300, 64]"));
     }
 }

@@ -68,6 +68,10 @@ stop_all() {
 }
 cleanup() {
   stop_all
+  # Part 3's servers are started in subshells: their groups are in their PID files.
+  for f in "$work"/q-*.pid; do
+    [ -f "$f" ] && kill -KILL -- "-$(cat "$f")" 2>/dev/null || true
+  done
   [ -n "$keep" ] || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -253,48 +257,76 @@ cases=(
   "nvfp4-a16:compressed-tensors:Marlin FP4 not available"
   "int4-g128:modelopt:ModelOpt currently only supports"
 )
-bad=0
-for c in "${cases[@]}"; do
-  IFS=: read -r scheme format want <<<"$c"
-  d="$work/q-$scheme-$format"
+# case SCHEME FORMAT CPU: quantize, serve on core CPU, and write what happened to
+# $work/q-SCHEME-FORMAT.got (`serves`, or `refused: <the engine's error>`). Two run at once,
+# one per core; each stops its own server's process group.
+case_run() {
+  local scheme=$1 format=$2 cpu=$3
+  local name="q-$scheme-$format" d="$work/q-$scheme-$format" port pid t0 got=""
   "$kq" quantize "$work/eagle3-vllm" -o "$d" --scheme "$scheme" --format "$format" \
     --exclude fc,lm_head --force 2>/dev/null >/dev/null
   port=$(free_port)
-  serve "q-$scheme-$format" "$port" bfloat16 "$d" 0-1
-  pid="$(cat "$work/q-$scheme-$format.pid")"
+  serve "$name" "$port" bfloat16 "$d" "$cpu"
+  pid="$(cat "$work/$name.pid")"
   t0=$(date +%s)
-  got=""
   while [ -z "$got" ]; do
     if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then
       # Served and measured: 3 prompts of 32 tokens (the CPU FP8 path decodes a few tokens a
-      # second on 2 loaded cores).
+      # second on one loaded core).
       if "$kq" verify --endpoint "http://127.0.0.1:$port" --prompts "$prompts" --per-category 1 \
         --max-tokens 32 --max-failed 0 --json "$d.live.json" >/dev/null 2>"$d.live.err"; then
         got="serves"
       else
         got="served, but the live verify failed: $(grep -m1 error: "$d.live.err")"
       fi
-    elif ! kill -0 "$pid" 2>/dev/null || [ $(($(date +%s) - t0)) -gt 300 ]; then
+    elif ! kill -0 "$pid" 2>/dev/null || [ $(($(date +%s) - t0)) -gt 400 ]; then
       sleep 1
-      got="refused: $(grep -m1 -oE "(ValueError|AssertionError|RuntimeError|NotImplementedError|TypeError): .*" "$work/q-$scheme-$format.log" | cut -c1-200)"
-      # The error's own words, or where it was raised.
-      grep -q "$want" "$work/q-$scheme-$format.log" && [ "$want" != serves ] && got="refused ($want)"
+      got="refused: $(grep -m1 -oE "(ValueError|AssertionError|RuntimeError|NotImplementedError|TypeError): .*" "$work/$name.log" | cut -c1-200)"
     else
       sleep 2
     fi
   done
-  stop_all
-  if { [ "$want" = serves ] && [ "$got" = serves ]; } || [ "$got" = "refused ($want)" ]; then
-    echo "ok   $scheme $format: $got"
-    if [ "$want" = serves ]; then
-      printf '%s\tserves\n' "$d" >>"$work/served.tsv"
-    else
-      printf '%s\trefused\t%s\n' "$d" "$want" >>"$work/served.tsv"
+  kill -TERM -- "-$pid" 2>/dev/null || true
+  for _ in $(seq 1 30); do
+    kill -0 -- "-$pid" 2>/dev/null || break
+    sleep 1
+  done
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  echo "$got" >"$d.got"
+}
+bad=0
+for ((i = 0; i < ${#cases[@]}; i += 2)); do
+  jobs_=()
+  for j in 0 1; do
+    c="${cases[$((i + j))]:-}"
+    [ -n "$c" ] || continue
+    IFS=: read -r scheme format want <<<"$c"
+    case_run "$scheme" "$format" "$j" &
+    jobs_+=("$!")
+  done
+  for p in "${jobs_[@]}"; do wait "$p" || true; done
+  for j in 0 1; do
+    c="${cases[$((i + j))]:-}"
+    [ -n "$c" ] || continue
+    IFS=: read -r scheme format want <<<"$c"
+    d="$work/q-$scheme-$format"
+    got="$(cat "$d.got" 2>/dev/null || echo "no result")"
+    # The error's own words, or where it was raised.
+    if [ "$want" != serves ] && [ "${got#refused}" != "$got" ] && grep -q "$want" "$work/q-$scheme-$format.log"; then
+      got="refused ($want)"
     fi
-  else
-    echo "FAIL $scheme $format: $got (expected: $want; log $work/q-$scheme-$format.log)"
-    bad=$((bad + 1))
-  fi
+    if { [ "$want" = serves ] && [ "$got" = serves ]; } || [ "$got" = "refused ($want)" ]; then
+      echo "ok   $scheme $format: $got"
+      if [ "$want" = serves ]; then
+        printf '%s\tserves\n' "$d" >>"$work/served.tsv"
+      else
+        printf '%s\trefused\t%s\n' "$d" "$want" >>"$work/served.tsv"
+      fi
+    else
+      echo "FAIL $scheme $format: $got (expected: $want; log $work/q-$scheme-$format.log)"
+      bad=$((bad + 1))
+    fi
+  done
 done
 echo "schemes: $((${#cases[@]} - bad)) passed, $bad failed"
 [ "$bad" -eq 0 ] || exit 1
