@@ -324,7 +324,7 @@ fn replay_matches_python(name: &str, embed_from_target: bool) {
             prompt_len: s.prompt_len,
             total_len: total,
             c,
-            proposals: Vec::new(),
+            ..Matches::default()
         }
     };
     let mut theirs = Walk::default();

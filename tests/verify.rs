@@ -711,3 +711,115 @@ fn per_category_is_spelled_per_category_and_prompts_is_spelled_prompts() {
     assert!(common::stderr(&o)
         .contains("warning: `--input` is deprecated for trace prompts: say --prompts"));
 }
+
+/// `--near-ties MARGIN`: each accept length as the range near-ties span, per request the steps a
+/// near-tie decides with the steps range holding the replay's own; a margin past every gap turns
+/// every accepted proposal into a miss (AL exactly 1). Bad margins, a prompt-lookup baseline and
+/// a device argmax (no margins) are refused.
+#[test]
+fn near_ties_bound_the_replay_and_are_refused_where_unknown() {
+    let fx = "fixtures/kimi-k2.5-tiny";
+    let run = |draft: &str, extra: &[&str]| {
+        let mut a = vec![
+            "verify",
+            "--draft",
+            draft,
+            "--trace",
+            "fixtures/kimi-k2.5-tiny/trace",
+            "--target-checkpoint",
+            "fixtures/kimi-k2.5-tiny/target",
+            "--per-category",
+            "2",
+            "--json",
+            "-",
+        ];
+        a.extend_from_slice(extra);
+        kquant(&a)
+    };
+    for draft in [format!("{fx}/eagle3"), format!("{fx}/dflash")] {
+        let o = run(&draft, &["--baseline", &draft, "--near-ties", "0.03"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let n = &j["near_ties"];
+        assert_eq!(n["margin"], 0.03);
+        let (lo, hi) = (
+            n["draft"]["accept_length"][0].as_f64().unwrap(),
+            n["draft"]["accept_length"][1].as_f64().unwrap(),
+        );
+        let al = j["draft"]["accept_length"].as_f64().unwrap();
+        assert!(lo <= al && al <= hi, "{draft}: {lo} <= {al} <= {hi}");
+        assert_eq!(
+            n["draft"], n["baseline"],
+            "{draft}: the same draft both sides"
+        );
+        let d = n["delta"].as_array().unwrap();
+        assert!(d[0].as_f64().unwrap() <= 0.0 && d[1].as_f64().unwrap() >= 0.0);
+        let reqs = j["draft"]["requests"].as_array().unwrap();
+        let mut with = 0;
+        for r in reqs {
+            let (s, range) = (r["steps"].as_u64().unwrap(), &r["steps_range"]);
+            assert!(
+                range[0].as_u64().unwrap() <= s && s <= range[1].as_u64().unwrap(),
+                "{r}"
+            );
+            with += (r["near_tie_steps"].as_u64().unwrap() > 0) as usize;
+        }
+        assert_eq!(n["draft"]["requests_with_ties"], with);
+        // The table says it too.
+        let t = kquant(&[
+            "verify",
+            "--draft",
+            &draft,
+            "--baseline",
+            &draft,
+            "--trace",
+            "fixtures/kimi-k2.5-tiny/trace",
+            "--target-checkpoint",
+            "fixtures/kimi-k2.5-tiny/target",
+            "--per-category",
+            "2",
+            "--near-ties",
+            "0.03",
+        ]);
+        let out = String::from_utf8_lossy(&t.stdout);
+        assert!(
+            out.contains("near-ties (logits within 0.03 of the runner-up) can move: draft AL [")
+                && out.contains("; Δ ["),
+            "{out}"
+        );
+        // Every gap is below 1e9: down, every accepted proposal misses.
+        let o = run(&draft, &["--near-ties", "1e9"]);
+        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["near_ties"]["draft"]["accept_length"][0], 1.0, "{draft}");
+        // Without the flag, nothing about near-ties.
+        let o = run(&draft, &[]);
+        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(
+            j.get("near_ties").is_none() && j["draft"]["requests"][0].get("steps_range").is_none()
+        );
+    }
+    let eagle = format!("{fx}/eagle3");
+    for (extra, says) in [
+        (
+            vec!["--near-ties", "0"],
+            "`0` is not a positive logit margin",
+        ),
+        (
+            vec!["--near-ties", "nan"],
+            "`nan` is not a positive logit margin",
+        ),
+        (
+            vec!["--near-ties", "0.03", "--baseline", "prompt-lookup"],
+            "--near-ties: the replay kept no logit margins",
+        ),
+        (
+            vec!["--near-ties", "0.03", "--device", "cpu-emu"],
+            "--near-ties: the replay kept no logit margins",
+        ),
+    ] {
+        let o = run(&eagle, &extra);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {e}");
+        assert!(e.contains(says) && e.contains("hint:"), "{extra:?}: {e}");
+    }
+}

@@ -102,6 +102,17 @@ pub fn float(s: &str, lo: f64, hi: f64, hint: &str) -> Result<f64, FlagError> {
     }
 }
 
+/// `--near-ties`: a logit margin, positive and finite.
+pub fn near_ties(s: &str) -> Result<f64, FlagError> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(refuse(
+            format!("`{}` is not a positive logit margin", s.trim()),
+            "--near-ties takes a gap between two logits, e.g. 0.0625 (one bf16 step of a logit between 8 and 16)",
+        )),
+    }
+}
+
 /// `--steps`: draft depths per round.
 pub fn steps(s: &str) -> Result<usize, FlagError> {
     int(

@@ -17,6 +17,7 @@ use crate::verify::gate::{decide, Thresholds};
 use crate::verify::profile::{self, Profile};
 use crate::verify::report::{self, Run};
 use crate::verify::trace::Trace;
+use crate::verify::walk::Ties;
 use crate::verify::walk::{walk_to, Walk};
 use crate::verify::{gate, ngram};
 
@@ -91,6 +92,12 @@ pub struct Args {
     pub target_checkpoint: Option<String>,
     #[command(flatten)]
     pub steps: flags::Steps,
+    /// Say what near-ties could do: proposals whose logit is within LOGITS of the runner-up's
+    /// are taken both ways (an engine serving in bf16 may pick either), and the report gives
+    /// each accept length and ΔAL as a range, and per request the steps a near-tie decides
+    /// (docs/verify.md, "Near-ties"). The replay on --device cpu only.
+    #[arg(long, value_name = "LOGITS", value_parser = flags::near_ties)]
+    pub near_ties: Option<f64>,
     /// With a live `--target` and no `--trace`: capture these prompts (jsonl, as `kquant trace
     /// capture --prompts` reads them) instead of the profile's bundled set. With `--endpoint`:
     /// the prompt set to send (MT-Bench, Spec-Bench, SPEED-Bench, GSM8K, MATH-500, HumanEval,
@@ -527,26 +534,42 @@ pub fn run(a: Args) -> Result<ExitCode> {
     rep["samples_replayed"] = serde_json::json!(trace.manifest.samples.len());
     rep["after_miss"] = serde_json::json!(a.after_miss);
     rep["warnings"] = serde_json::json!(warnings);
+    let mut ties = (None, None);
+    if let Some(tie) = a.near_ties {
+        let stops: Vec<usize> = trace.manifest.samples.iter().map(|s| s.stop()).collect();
+        let (doc, d, b) = report::near_ties(&draft, baseline.as_ref(), &stops, tie).ok_or_else(|| Error::Flags {
+            msg: "--near-ties: the replay kept no logit margins (an argmax reduced on the device, or a prompt-lookup baseline)".into(),
+            hint: "run the replay on --device cpu (the default), with a draft as --baseline".into(),
+        })?;
+        rep["near_ties"] = doc;
+        ties = (Some(d), b);
+    }
     // Each sample as an engine would report its request, to hold against the engine's own
     // per-request figures (`verify --endpoint`'s `live.*.requests`).
-    let per_sample = |r: &Run| -> Vec<serde_json::Value> {
+    let per_sample = |r: &Run, ties: Option<&Vec<Ties>>| -> Vec<serde_json::Value> {
         trace
             .manifest
             .samples
             .iter()
             .zip(&r.samples)
-            .map(|(s, w)| {
-                serde_json::json!({"id": s.id, "category": s.category, "steps": w.rounds,
+            .enumerate()
+            .map(|(i, (s, w))| {
+                let mut j = serde_json::json!({"id": s.id, "category": s.category, "steps": w.rounds,
                     "committed": w.committed - w.rounds,
                     "accepted": (w.engine_unknown == 0).then(|| w.committed - w.rounds + w.engine_extra),
                     "accept_length": w.al_walk(), "accept_length_engine": w.al_engine(),
-                    "tokens": s.stop() - s.prompt_len})
+                    "tokens": s.stop() - s.prompt_len});
+                if let Some(t) = ties.map(|t| &t[i]) {
+                    j["near_tie_steps"] = serde_json::json!(t.steps);
+                    j["steps_range"] = serde_json::json!([t.up.rounds, t.down.rounds]);
+                }
+                j
             })
             .collect()
     };
-    rep["draft"]["requests"] = serde_json::json!(per_sample(&draft));
+    rep["draft"]["requests"] = serde_json::json!(per_sample(&draft, ties.0.as_ref()));
     if let Some(b) = &baseline {
-        rep["baseline"]["requests"] = serde_json::json!(per_sample(b));
+        rep["baseline"]["requests"] = serde_json::json!(per_sample(b, ties.1.as_ref()));
     }
     let sources: Vec<PathBuf> = [Some(&draft_spec), a.baseline.as_ref()]
         .into_iter()

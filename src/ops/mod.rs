@@ -120,9 +120,59 @@ pub fn argmax(x: &[f32]) -> usize {
     best
 }
 
+/// A row's best index ([`argmax`]'s, the first on ties) with its runner-up (the first best of
+/// the others) and the gap between their values (`≥ 0`; NaN where either is NaN, and the
+/// runner-up `usize::MAX` in a row of one).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Top2 {
+    pub best: usize,
+    pub second: usize,
+    pub margin: f32,
+}
+
+/// [`Top2`] of `x`, in one pass: `best` is exactly [`argmax`]'s.
+pub fn top2(x: &[f32]) -> Top2 {
+    let best = argmax(x);
+    let mut second = usize::MAX;
+    for (i, &v) in x.iter().enumerate() {
+        if i != best && (second == usize::MAX || v > x[second]) {
+            second = i;
+        }
+    }
+    let margin = if second == usize::MAX {
+        f32::NAN
+    } else {
+        x[best] - x[second]
+    };
+    Top2 {
+        best,
+        second,
+        margin,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top2_keeps_argmax_and_finds_the_runner_up() {
+        let t = top2(&[1.0, 3.0, 2.5, 3.0]);
+        assert_eq!((t.best, t.second, t.margin), (1, 3, 0.0));
+        let t = top2(&[4.0, 1.0, 2.0]);
+        assert_eq!((t.best, t.second, t.margin), (0, 2, 2.0));
+        let t = top2(&[7.0]);
+        assert_eq!((t.best, t.second), (0, usize::MAX));
+        assert!(t.margin.is_nan());
+        for n in [2usize, 5, 64] {
+            let x = data(n, 3);
+            let t = top2(&x);
+            assert_eq!(t.best, argmax(&x));
+            let mut s = x.clone();
+            s.sort_by(|a, b| b.partial_cmp(a).unwrap());
+            assert_eq!(t.margin, s[0] - s[1]);
+        }
+    }
 
     fn data(n: usize, seed: u32) -> Vec<f32> {
         (0..n)

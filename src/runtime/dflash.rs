@@ -21,7 +21,7 @@ use super::rope::Rope;
 use super::weights::Loader;
 use crate::checkpoint::{Checkpoint, Detection, Dialect, Family};
 use crate::error::{Error, Result};
-use crate::ops::{argmax, linear, linear_ref, rms_norm, silu, softmax};
+use crate::ops::{linear, linear_ref, rms_norm, silu, softmax, top2, Top2};
 use crate::quant::decode::Logical;
 use crate::runtime::matches::Matches;
 use crate::runtime::matches::NOT_PROPOSED;
@@ -677,26 +677,36 @@ impl DFlash {
         roots: &[usize],
         b: usize,
     ) -> Vec<Vec<u32>> {
+        self.block_top2(ctx, x, roots, b)
+            .into_iter()
+            .map(|blk| blk.iter().map(|t| t.best as u32).collect())
+            .collect()
+    }
+
+    /// [`DFlash::block_tokens`] with each slot's runner-up and margin ([`Top2`]; on a device,
+    /// the argmax only).
+    pub fn block_top2(
+        &self,
+        ctx: &Context,
+        x: &[u32],
+        roots: &[usize],
+        b: usize,
+    ) -> Vec<Vec<Top2>> {
         // Bound the logits held at once (≈64 M values) for large vocabularies.
         let per_root = (b - 1) * self.vocab;
         let chunk = ((1usize << 26) / per_root).clamp(1, 64);
         let mut out = Vec::with_capacity(roots.len());
         for rs in roots.chunks(chunk) {
             if let Some(l) = &self.head {
-                // On the device: the indices come back, not the logits.
-                let best = l.argmax_rows(&self.slots(ctx, x, rs, b), rs.len() * (b - 1));
-                out.extend(
-                    best.chunks(b - 1)
-                        .map(|blk| blk.iter().map(|&i| i as u32).collect()),
-                );
+                let best = l.top2_rows(&self.slots(ctx, x, rs, b), rs.len() * (b - 1));
+                out.extend(best.chunks(b - 1).map(<[Top2]>::to_vec));
                 continue;
             }
             let lg = self.blocks(ctx, x, rs, b);
-            out.extend(lg.chunks(per_root).map(|blk| {
-                blk.chunks(self.vocab)
-                    .map(|row| argmax(row) as u32)
-                    .collect()
-            }));
+            out.extend(
+                lg.chunks(per_root)
+                    .map(|blk| blk.chunks(self.vocab).map(top2).collect()),
+            );
         }
         out
     }
@@ -736,7 +746,9 @@ impl super::Drafter for DFlash {
         let t_len = x.len();
         let depths = steps;
         let mut c = vec![0u32; t_len.saturating_sub(1)];
+        let mut alt = vec![0u32; c.len()];
         let mut proposals = vec![NOT_PROPOSED; c.len() * depths];
+        let mut margin = vec![f32::NAN; c.len() * depths];
         let roots: Vec<usize> = (prompt_len.max(1)..t_len.saturating_sub(1)).collect();
         if let Some(&last) = roots.last() {
             // Root r reads context rows < r.
@@ -744,12 +756,19 @@ impl super::Drafter for DFlash {
             let ctx = self.context(&feats, last);
             for (&r, toks) in roots
                 .iter()
-                .zip(self.block_tokens(&ctx, x, &roots, depths + 1))
+                .zip(self.block_top2(&ctx, x, &roots, depths + 1))
             {
-                for (k, &tok) in toks.iter().enumerate().take(depths) {
+                for (k, t) in toks.iter().enumerate().take(depths) {
+                    let tok = t.best as u32;
                     proposals[(r - 1) * depths + k] = tok;
                     if x.get(r + 1 + k) == Some(&tok) {
                         c[r - 1] |= 1 << k;
+                    }
+                    if t.second != usize::MAX {
+                        margin[(r - 1) * depths + k] = t.margin;
+                        if x.get(r + 1 + k) == Some(&(t.second as u32)) {
+                            alt[r - 1] |= 1 << k;
+                        }
                     }
                 }
             }
@@ -760,6 +779,8 @@ impl super::Drafter for DFlash {
             total_len: t_len,
             c,
             proposals,
+            margin,
+            alt,
         }
     }
     fn propose(&self, x: &[u32], taps: &[Vec<f32>], steps: usize) -> Vec<u32> {

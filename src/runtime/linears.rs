@@ -213,6 +213,39 @@ impl Linear {
         self.argmax_blocks(x, m, ((1usize << 26) / self.n.max(1)).max(1))
     }
 
+    /// [`Linear::argmax_rows`] with each row's runner-up and margin ([`ops::Top2`]): what a
+    /// replay needs to say where a proposal was a near-tie. `best` is `argmax_rows`'s on the
+    /// host; a device layer gives its argmax only (runner-up `usize::MAX`, margin NaN: a
+    /// near-tie cannot be told there).
+    pub fn top2_rows(&self, x: &[f32], m: usize) -> Vec<ops::Top2> {
+        let on_device = matches!(&self.kind, Kind::Device(_) | Kind::Dense(_)) && self.n > 0;
+        if on_device {
+            return self
+                .argmax_rows(x, m)
+                .into_iter()
+                .map(|best| ops::Top2 {
+                    best,
+                    second: usize::MAX,
+                    margin: f32::NAN,
+                })
+                .collect();
+        }
+        assert_eq!(x.len(), m * self.k, "x is [m, k]");
+        let block = ((1usize << 26) / self.n.max(1)).max(1);
+        let mut out = Vec::with_capacity(m);
+        let mut i = 0;
+        while i < m {
+            let rows = block.min(m - i);
+            let y = self.apply(&x[i * self.k..(i + rows) * self.k], rows);
+            match self.n {
+                0 => out.extend(std::iter::repeat_n(ops::top2(&[]), rows)),
+                n => out.extend(y.chunks(n).map(ops::top2)),
+            }
+            i += rows;
+        }
+        out
+    }
+
     fn argmax_blocks(&self, x: &[f32], m: usize, block: usize) -> Vec<usize> {
         assert_eq!(x.len(), m * self.k, "x is [m, k]");
         let mut out = Vec::with_capacity(m);
@@ -667,6 +700,10 @@ mod tests {
         assert_eq!(l.argmax_rows(&x, 3), want);
         assert_eq!(l.argmax_blocks(&x, 3, 2), want);
         assert_eq!(l.argmax_blocks(&x, 3, 1), want);
+        // top2_rows: the same best, and each row's runner-up and margin from its outputs.
+        let t = l.top2_rows(&x, 3);
+        assert_eq!(t.iter().map(|t| t.best).collect::<Vec<_>>(), want);
+        assert_eq!(t, y.chunks(s[0]).map(ops::top2).collect::<Vec<_>>());
     }
 
     /// With a device, every unquantized linear of the (BF16) fixture draft loads on it through

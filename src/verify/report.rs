@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::agreement::Agreement;
 use super::gate::{paired_delta, Decision, Thresholds};
-use super::walk::Walk;
+use super::walk::{near_ties as near_ties_of, Ties, Walk};
 
 /// Per-sample results of one drafter.
 pub struct Run {
@@ -18,6 +18,55 @@ pub struct Run {
     /// Each sample's depth matches with the proposals (for the agreement between draft and
     /// baseline); empty where not kept.
     pub matches: Vec<crate::runtime::matches::Matches>,
+}
+
+/// `verify --near-ties MARGIN` (docs/verify.md, "Near-ties"): per run, the accept length with
+/// every near-tie turned to a miss and with every helpful one turned to a match, how many
+/// requests and verify steps a near-tie decides, and the ΔAL range; per sample (in `samples`
+/// order) its [`Ties`]. `None` where a run's matches kept no margins (an argmax reduced on a
+/// device).
+pub fn near_ties(
+    draft: &Run,
+    baseline: Option<&Run>,
+    stops: &[usize],
+    tie: f64,
+) -> Option<(Value, Vec<Ties>, Option<Vec<Ties>>)> {
+    let of = |r: &Run| -> Option<Vec<Ties>> {
+        r.matches
+            .iter()
+            .zip(stops)
+            .map(|(m, &stop)| near_ties_of(m, stop, tie))
+            .collect()
+    };
+    let d = of(draft)?;
+    let b = match baseline {
+        Some(b) => Some(of(b)?),
+        None => None,
+    };
+    let side = |ts: &[Ties]| {
+        let down = total(&ts.iter().map(|t| &t.down).collect::<Vec<_>>());
+        let up = total(&ts.iter().map(|t| &t.up).collect::<Vec<_>>());
+        json!({
+            "accept_length": [down.al_walk(), up.al_walk()],
+            "requests_with_ties": ts.iter().filter(|t| t.steps > 0).count(),
+            "steps": ts.iter().map(|t| t.steps).sum::<u64>(),
+        })
+    };
+    let mut doc = json!({
+        "margin": tie,
+        "convention": "a near-tie: a proposal whose logit is within `margin` of its runner-up's. accept_length is [every near-tie a miss, every near-tie whose runner-up is the true token a match], committed tokens per verify step; steps: verify steps of the replay's walk a near-tie decides (an accepted proposal within the margin, or the first miss within it with the true token as runner-up)",
+        "draft": side(&d),
+    });
+    if let Some(b) = &b {
+        let lo = doc["draft"]["accept_length"][0].as_f64().unwrap_or(0.0);
+        let hi = doc["draft"]["accept_length"][1].as_f64().unwrap_or(0.0);
+        let bs = side(b);
+        let blo = bs["accept_length"][0].as_f64().unwrap_or(0.0);
+        let bhi = bs["accept_length"][1].as_f64().unwrap_or(0.0);
+        doc["baseline"] = bs;
+        doc["delta"] = json!([lo - bhi, hi - blo]);
+    }
+    Some((doc, d, b))
 }
 
 /// The draft's and the baseline's proposal agreement over the samples `idx`, or `None` where
@@ -266,6 +315,31 @@ pub fn table(r: &Value) -> String {
                 if has_base { format!(", baseline {}", f(b)) } else { String::new() }
             ));
         }
+    }
+    if let Some(n) = r["near_ties"].as_object() {
+        let range = |v: &Value| format!("[{}, {}]", f(&v[0]), f(&v[1]));
+        let side = |name: &str| {
+            n.get(name).map_or(String::new(), |x| {
+                format!(
+                    "{name} AL {} ({} requests, {} steps)",
+                    range(&x["accept_length"]),
+                    x["requests_with_ties"],
+                    x["steps"]
+                )
+            })
+        };
+        s.push_str(&format!(
+            "near-ties (logits within {} of the runner-up) can move: {}{}{}\n",
+            n["margin"],
+            side("draft"),
+            if n.contains_key("baseline") {
+                format!("; {}", side("baseline"))
+            } else {
+                String::new()
+            },
+            n.get("delta")
+                .map_or(String::new(), |d| format!("; Δ {}", range(d)))
+        ));
     }
     if !r["draft"]["accept_length_all_positions"].is_null() {
         s.push_str(&format!(

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-pub use crate::runtime::matches::{Matches, MAX_DEPTHS};
+pub use crate::runtime::matches::{Flip, Matches, MAX_DEPTHS};
 
 /// Accept-length statistics of one sample (or an aggregate).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -156,26 +156,19 @@ pub fn walk_to(m: &Matches, stop: usize) -> Walk {
     if p == 0 || p >= t_end {
         return w;
     }
-    // The engine's schedule.
-    let mut t = p - 1;
-    let mut committed = 1usize; // x_P, from prefill
-    while p + committed < t_end {
-        let full = m.leading(t);
-        let n = full.min(t_end - (p + committed) - 1);
-        if p + committed + n + 1 >= t_end {
+    for st in schedule(m, stop) {
+        if st.last {
             // The final step. Its untrimmed acceptance is known where the first miss (or the
             // last depth) was compared with a real token of the sample.
-            let known = full >= k || t + 2 + full < m.total_len;
+            let known = st.full >= k || st.t + 2 + st.full < m.total_len;
             if known {
-                w.engine_extra += (full - n) as u64;
+                w.engine_extra += (st.full - st.n) as u64;
             } else {
                 w.engine_unknown += 1;
             }
         }
-        committed += n + 1;
         w.rounds += 1;
-        w.committed += (n + 1) as u64;
-        t += n + 1;
+        w.committed += (st.n + 1) as u64;
     }
     // Every root position of the generated region (up to the stop).
     for t in p - 1..t_end.saturating_sub(1) {
@@ -196,6 +189,79 @@ pub fn walk_to(m: &Matches, stop: usize) -> Walk {
         }
     }
     w
+}
+
+/// One verify step of the engine's schedule: root pair `t`, its leading matches `full`, the
+/// `n` of them committed (cut at the stop), and whether it is the request's last.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    t: usize,
+    full: usize,
+    n: usize,
+    last: bool,
+}
+
+/// The engine's schedule over `m` up to `stop`: each step commits its leading matches and the
+/// bonus token, and the next root is the last committed token.
+fn schedule(m: &Matches, stop: usize) -> impl Iterator<Item = Step> + '_ {
+    let (p, t_end) = (m.prompt_len, stop.min(m.total_len));
+    let mut t = p.saturating_sub(1);
+    let mut committed = 1usize; // x_P, from prefill
+    std::iter::from_fn(move || {
+        if p == 0 || p + committed >= t_end {
+            return None;
+        }
+        let full = m.leading(t);
+        let n = full.min(t_end - (p + committed) - 1);
+        let st = Step {
+            t,
+            full,
+            n,
+            last: p + committed + n + 1 >= t_end,
+        };
+        committed += n + 1;
+        t += n + 1;
+        Some(st)
+    })
+}
+
+/// What the near-ties of one sample can do to its walk (docs/verify.md, "Near-ties"): an
+/// engine that runs the draft in a coarser dtype than the replay may pick either candidate
+/// of a proposal whose margin is below `tie`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Ties {
+    /// Verify steps of the replay's walk decided by a near-tie: an accepted proposal within
+    /// the margin, or the first miss within it with the true token as runner-up. An engine
+    /// whose walk differs from the replay's first differs at such a step.
+    pub steps: u64,
+    /// The walk with every near-tie turned to a miss, and the one with every near-tie whose
+    /// runner-up is the true token turned to a match: the replay's extremes.
+    pub down: Walk,
+    pub up: Walk,
+}
+
+/// [`Ties`] of one sample; `None` where its matches kept no margins (a device argmax).
+pub fn near_ties(m: &Matches, stop: usize, tie: f64) -> Option<Ties> {
+    if !m.has_ties() {
+        return None;
+    }
+    let t_end = stop.min(m.total_len);
+    let steps = schedule(m, stop)
+        .filter(|st| {
+            let accepted = (0..st.n).any(|d| m.near_tie(st.t, d, tie));
+            let miss = st.n == st.full
+                && st.n < m.depths
+                && st.t + 2 + st.n < t_end
+                && m.alt[st.t] >> st.n & 1 == 1
+                && m.near_tie(st.t, st.n, tie);
+            accepted || miss
+        })
+        .count() as u64;
+    Some(Ties {
+        steps,
+        down: walk_to(&m.flipped(tie, Flip::Down), stop),
+        up: walk_to(&m.flipped(tie, Flip::Up), stop),
+    })
 }
 
 /// Depth matches of a drafter that proposes `proposals[t][k]` for root pair `t` (the token at
@@ -223,6 +289,7 @@ pub fn matches_from_proposals(
         total_len,
         c,
         proposals: kept,
+        ..Matches::default()
     }
 }
 
@@ -385,6 +452,50 @@ mod tests {
         );
     }
 
+    /// Near-ties on a hand example: P = 2, T = 8, 2 depths; roots t = 1, 3, 5 on the walk.
+    #[test]
+    fn near_ties_flip_the_decisive_proposals_both_ways() {
+        let nan = f32::NAN;
+        // margin[t][k]; alt[t]: bit k when the runner-up is the true token.
+        let m = Matches {
+            depths: 2,
+            prompt_len: 2,
+            total_len: 8,
+            c: vec![0, 0b01, 0, 0b00, 0, 0b11, 0],
+            // Pair 0 is in the prompt: nothing proposed, no margin.
+            proposals: [vec![crate::runtime::matches::NOT_PROPOSED; 2], vec![0; 12]].concat(),
+            margin: vec![
+                nan, nan, // t0 (prompt)
+                0.01, 0.5, // t1: accepted depth 0 a near-tie
+                0.01, 0.01, // t2: off the walk
+                0.01, 0.5, // t3: first miss a near-tie, runner-up true
+                0.5, 0.5, // t4
+                0.5, 0.5, // t5: no near-tie
+                0.5, 0.5, // t6
+            ],
+            alt: vec![0, 0, 0, 0b01, 0, 0, 0],
+        };
+        let base = walk_to(&m, 8);
+        assert_eq!((base.rounds, base.committed), (4, 5), "roots 1, 3, 4, 5");
+        let t = near_ties(&m, 8, 0.02).unwrap();
+        assert_eq!(t.steps, 2, "roots 1 and 3");
+        // Down: root 1 accepts nothing, so the walk takes roots 1, 2, 3, 4, 5.
+        assert_eq!(t.down, walk_to(&m.flipped(0.02, Flip::Down), 8));
+        assert!(t.down.rounds > base.rounds);
+        // Up: root 3 accepts depth 0 too.
+        assert!(t.up.al_walk() >= base.al_walk());
+        assert_eq!(m.flipped(0.02, Flip::Up).c[3], 0b01);
+        // A margin below every gap: nothing moves.
+        let none = near_ties(&m, 8, 0.001).unwrap();
+        assert_eq!((none.steps, &none.down, &none.up), (0, &base, &base));
+        // Without margins (a device argmax) there is nothing to say.
+        let dev = Matches {
+            margin: vec![nan; 14],
+            ..m.clone()
+        };
+        assert!(near_ties(&dev, 8, 0.02).is_none());
+    }
+
     #[test]
     fn statistics_on_a_hand_example() {
         // P = 2, T = 7: roots at pair t = 1..5. n = [2, 0, 1, 0, 0] (truncated at the end).
@@ -393,7 +504,7 @@ mod tests {
             prompt_len: 2,
             total_len: 7,
             c: vec![0, 0b011, 0, 0b101, 0b111, 0b111],
-            proposals: Vec::new(),
+            ..Matches::default()
         };
         assert_eq!(
             (1..6).map(|t| m.leading(t)).collect::<Vec<_>>(),

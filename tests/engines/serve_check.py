@@ -120,16 +120,33 @@ def gate(a):
               + ("" if ok else f" (not: {diff[:8]})"))
         passed, failed = passed + ok, failed + (not ok)
     # Every request where the engine and the replay disagree, in the report's terms: same
-    # tokens, a different split into verify steps (a draft proposal that flipped).
+    # tokens, a different split into verify steps. With `verify --near-ties`, each must have a
+    # verify step on the replay's walk that a near-tie decides (where an engine's walk first
+    # leaves the replay's): the disagreement is a flipped near-tie, not a different model.
+    ties = "near_ties" in off
     for side in ("draft", "baseline"):
         orq = {str(r["id"]): r for r in off[side]["requests"]}
+        differ = unexplained = 0
         for r in live["live"][side]["requests"]:
             o = orq.get(str(r["id"]))
             if o and (r["steps"], r["committed"], r["completion_tokens"]) != (o["steps"], o["committed"], o["tokens"]):
+                differ += 1
+                why = ""
+                if ties:
+                    n = o.get("near_tie_steps", 0)
+                    unexplained += n == 0
+                    why = f"; {n} step(s) decided by a near-tie" if n else "; NO near-tie on the replay's walk"
                 print(f"  {side} request {r['id']} ({r['category']}): engine {r['completion_tokens']} tokens, "
                       f"{r['steps']} steps, {r['committed']} committed (AL {r['accept_length']:.3f}); "
                       f"kquant {o['tokens']} tokens, {o['steps']} steps, {o['committed']} committed "
-                      f"(AL {o['accept_length']:.3f})")
+                      f"(AL {o['accept_length']:.3f}){why}")
+        if ties:
+            with_ties = sum(1 for o in orq.values() if o.get("near_tie_steps", 0) > 0)
+            ok = unexplained == 0
+            print(f"{'ok  ' if ok else 'FAIL'} {side}: {differ} requests differ from the engine, "
+                  f"{differ - unexplained} at a near-tie (within {off['near_ties']['margin']} logits; "
+                  f"{with_ties} of {len(orq)} requests have one)")
+            passed, failed = passed + ok, failed + (not ok)
     print(f"gate: {passed} passed, {failed} failed")
     return failed
 

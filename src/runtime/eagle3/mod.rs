@@ -26,7 +26,7 @@ pub use mla_attn::MlaAttention;
 
 use super::linears::{Linear, LinearSet};
 use crate::checkpoint::Family;
-use crate::ops::{argmax, rms_norm, silu, softmax};
+use crate::ops::{rms_norm, silu, softmax, top2};
 use crate::runtime::matches::Matches;
 
 /// Projected attention inputs of `n` rows, RoPE applied: `q` `[n, heads · qk_dim]`,
@@ -108,6 +108,10 @@ pub struct DepthOut {
     /// The proposal per row: the logits' argmax mapped to a target id (d2t); [`NOT_COMPUTED`]
     /// for a row the depth skipped.
     pub pred: Vec<u32>,
+    /// Per row, the runner-up (a target id, [`NOT_COMPUTED`] where unknown) and its gap to the
+    /// proposal's logit (NaN where unknown): `Matches::runner_up` / `margin`.
+    pub second: Vec<u32>,
+    pub margin: Vec<f32>,
 }
 
 /// Which token depth k ≥ 1 of row t is fed.
@@ -220,12 +224,18 @@ impl Eagle3 {
         let outs = self.forward(x, feats, start, depths, feed, false);
         let mut c = vec![0u32; pairs];
         let mut proposals = vec![NOT_COMPUTED; pairs * depths];
+        let mut alt = vec![0u32; pairs];
+        let mut margin = vec![f32::NAN; pairs * depths];
         for (d, out) in outs.iter().enumerate() {
             for (i, &p) in out.pred.iter().enumerate() {
                 let t = start + i;
                 proposals[t * depths + d] = p;
+                margin[t * depths + d] = out.margin[i];
                 if x.get(t + 2 + d) == Some(&p) {
                     c[t] |= 1 << d;
+                }
+                if out.second[i] != NOT_COMPUTED && x.get(t + 2 + d) == Some(&out.second[i]) {
+                    alt[t] |= 1 << d;
                 }
             }
         }
@@ -235,6 +245,8 @@ impl Eagle3 {
             total_len: x.len(),
             c,
             proposals,
+            margin,
+            alt,
         }
     }
 
@@ -268,6 +280,8 @@ impl Eagle3 {
                     logits: vec![],
                     hidden: vec![],
                     pred: vec![],
+                    second: vec![],
+                    margin: vec![],
                 })
                 .collect();
         }
@@ -331,6 +345,8 @@ impl Eagle3 {
                     logits: vec![],
                     hidden: vec![],
                     pred: vec![NOT_COMPUTED; n],
+                    second: vec![NOT_COMPUTED; n],
+                    margin: vec![f32::NAN; n],
                 });
                 continue;
             }
@@ -361,27 +377,37 @@ impl Eagle3 {
                     logits: vec![],
                     hidden: g,
                     pred: vec![NOT_COMPUTED; n],
+                    second: vec![NOT_COMPUTED; n],
+                    margin: vec![f32::NAN; n],
                 });
                 continue;
             }
-            // Pass A and the chain need only each row's argmax; the logits are kept for the
-            // teacher-forced pass the tests compare with the reference.
+            // Pass A and the chain need only each row's argmax and runner-up; the logits are
+            // kept for the teacher-forced pass the tests compare with the reference.
             let (logits, best) = if keep_logits {
                 let l = self.w.lm_head.apply(&normed, m);
-                let best = l.chunks(self.draft_vocab).map(argmax).collect::<Vec<_>>();
+                let best = l.chunks(self.draft_vocab).map(top2).collect::<Vec<_>>();
                 (l, best)
             } else {
-                (Vec::new(), self.w.lm_head.argmax_rows(&normed, m))
+                (Vec::new(), self.w.lm_head.top2_rows(&normed, m))
             };
             let mut pred = vec![NOT_COMPUTED; n];
+            let mut second = vec![NOT_COMPUTED; n];
+            let mut margin = vec![f32::NAN; n];
             for (&i, b) in live.iter().zip(best) {
-                pred[i] = self.to_target(b);
+                pred[i] = self.to_target(b.best);
+                if b.second != usize::MAX {
+                    second[i] = self.to_target(b.second);
+                    margin[i] = b.margin;
+                }
             }
             res = if self.norm_output { normed } else { g.clone() };
             outs.push(DepthOut {
                 logits,
                 hidden: g,
                 pred,
+                second,
+                margin,
             });
         }
         outs
