@@ -173,3 +173,32 @@ fn every_source_file_is_on_the_map() {
         "docs/architecture.md does not name: {missing:?}"
     );
 }
+
+/// The README's layout names every top-level module of `src/` (a folder as `name/`, a file as
+/// `name.rs`; the crate roots need none), so a new module cannot leave it stale.
+#[test]
+fn the_readme_layout_names_every_top_level_module() {
+    let text = readme();
+    let layout = &text[text.find("## Layout").expect("a Layout section")..];
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut missing = Vec::new();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let want = if p.is_dir() {
+            format!("`{name}/`")
+        } else if name.ends_with(".rs") && name != "lib.rs" && name != "main.rs" {
+            format!("`{name}`")
+        } else {
+            continue;
+        };
+        if !layout.contains(&want) {
+            missing.push(want);
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "README.md's layout does not name: {missing:?}"
+    );
+}
