@@ -1,12 +1,21 @@
 //! `verify`: accept length of a draft against a target, from a trace (or a target kquant can
-//! run), with the regression gate. `trace` is the capture format, `capture` writes one with the
-//! CPU target runtime, `import_vllm` turns vLLM hidden-states connector files into one, `prompts` tokenizes text
-//! prompts for both with the target's tokenizer, `prompt_sets` reads the prompt sets users already
-//! have (MT-Bench, Spec-Bench, SPEED-Bench, GSM8K, MATH-500, HumanEval, plain text or token ids)
-//! for a live verify against a serving engine, `walk`
-//! turns per-root leading matches into accept lengths the way the engines count them,
-//! `agreement` compares two drafters' proposals position by position, `gate` decides; `profile` holds what kquant knows about each target (shape, default taps,
-//! published accept lengths).
+//! run) or live from a serving engine, with the regression gate.
+//!
+//! The trace and its producers: `trace` (the `kquant-trace/1` format), `capture` (written by
+//! the CPU target runtime), `import_vllm` (from vLLM hidden-states connector files), `merge`
+//! (traces of one capture joined), `synthetic` (real-shape traces for benchmarks), `prompts`
+//! (text prompts tokenized with the target's tokenizer and chat template), `prompt_sets` (the
+//! sets users already have: MT-Bench, Spec-Bench, SPEED-Bench, GSM8K, MATH-500, HumanEval,
+//! plain text or token ids).
+//!
+//! The replay and the gate: `drafters` (a draft loaded for its family and replayed over a
+//! trace), `walk` (leading matches to accept lengths, as the engines count them, and what
+//! near-ties can do), `ngram` (the prompt-lookup baseline), `sim` (the engine's greedy loop on
+//! a target kquant runs), `agreement` (two drafters' proposals position by position), `gate`
+//! (the paired ΔAL and its decision), `report` (table, JSON, JUnit), `profile` (what kquant
+//! knows of each target), `published` (the accept lengths the model cards quote).
+//!
+//! Live measurement: `live` (a serving engine's own per-request counts).
 
 pub mod agreement;
 pub mod capture;
