@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
@@ -57,6 +57,33 @@ pub fn read_regular_text(path: &Path, max: u64, what: &str) -> Result<String> {
     })
 }
 
+/// A JSON document named by a built-in name (`builtin`: name and text, compiled in; shown as
+/// `builtin_path(name)`) or by the path of a file (a regular file of at most [`MAX_CONFIG`]):
+/// quantize presets and target profiles. Neither: `not_found(the built-in names, joined)`.
+pub fn builtin_or_file(
+    spec: &str,
+    builtin: &[(&str, &'static str)],
+    builtin_path: impl Fn(&str) -> PathBuf,
+    what: &str,
+    not_found: impl FnOnce(String) -> Error,
+) -> Result<(PathBuf, std::borrow::Cow<'static, str>)> {
+    if let Some((name, text)) = builtin.iter().find(|(n, _)| *n == spec) {
+        return Ok((builtin_path(name), std::borrow::Cow::Borrowed(text)));
+    }
+    let p = Path::new(spec);
+    if p.exists() {
+        let text = read_regular_text(p, MAX_CONFIG, what)?;
+        return Ok((p.to_path_buf(), std::borrow::Cow::Owned(text)));
+    }
+    Err(not_found(
+        builtin
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", "),
+    ))
+}
+
 fn too_big(path: &Path, max: u64, what: &str) -> Error {
     Error::Source {
         path: path.into(),
@@ -70,6 +97,25 @@ fn too_big(path: &Path, max: u64, what: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A built-in by name, else a file by path, else the caller's error with the names.
+    #[test]
+    fn builtin_or_file_takes_a_name_then_a_path() {
+        let builtin: &[(&str, &str)] = &[("a", "{\"x\": 1}"), ("b", "{}")];
+        let path = |n: &str| PathBuf::from(format!("dir/{n}.json"));
+        let nf = |names: String| Error::Usage(format!("none; have {names}"));
+        let (p, t) = builtin_or_file("a", builtin, path, "preset", nf).unwrap();
+        assert_eq!((p, t.as_ref()), (PathBuf::from("dir/a.json"), "{\"x\": 1}"));
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("mine.json");
+        std::fs::write(&f, "{\"y\": 2}").unwrap();
+        let (p, t) = builtin_or_file(f.to_str().unwrap(), builtin, path, "preset", nf).unwrap();
+        assert_eq!((p, t.as_ref()), (f.clone(), "{\"y\": 2}"));
+        let e = builtin_or_file("c", builtin, path, "preset", nf).unwrap_err();
+        assert!(e.to_string().contains("none; have a, b"), "{e}");
+        let e = builtin_or_file("/dev/zero", builtin, path, "preset", nf).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
 
     #[test]
     fn devices_fifos_directories_and_big_files_are_refused() {

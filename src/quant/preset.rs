@@ -85,23 +85,19 @@ pub fn parse(path: &Path, text: &str) -> Result<Preset> {
 
 /// Load a preset by built-in name or file path.
 pub fn load(spec: &str) -> Result<Preset> {
-    if let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == spec) {
-        return parse(Path::new(&format!("quant-configs/{name}.json")), text);
-    }
-    let p = Path::new(spec);
-    if p.is_file() {
-        let text = std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?;
-        return parse(p, &text);
-    }
-    let names = BUILTIN
-        .iter()
-        .map(|(n, _)| *n)
-        .collect::<Vec<_>>()
-        .join(", ");
-    Err(Error::Flags {
-        msg: format!("--config: no preset `{spec}` (not a built-in name, not a file)"),
-        hint: format!(
-            "the built-in presets are {names} (their files are in quant-configs/); or give the path of a preset JSON file"
-        ),
-    })
+    let (path, text) = crate::io::text::builtin_or_file(
+        spec,
+        BUILTIN,
+        |name| format!("quant-configs/{name}.json").into(),
+        "preset",
+        |names| {
+            Error::Flags {
+            msg: format!("--config: no preset `{spec}` (not a built-in name, not a file)"),
+            hint: format!(
+                "the built-in presets are {names} (their files are in quant-configs/); or give the path of a preset JSON file"
+            ),
+        }
+        },
+    )?;
+    parse(&path, &text)
 }

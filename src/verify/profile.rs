@@ -387,25 +387,21 @@ fn builtin_path(name: &str) -> std::path::PathBuf {
 
 /// Load a profile by built-in name or file path.
 pub fn load(spec: &str) -> Result<Profile> {
-    if let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == spec) {
-        return parse(&builtin_path(name), text);
-    }
-    let p = Path::new(spec);
-    if p.is_file() {
-        let text = std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?;
-        return parse(p, &text);
-    }
-    let names = BUILTIN
-        .iter()
-        .map(|(n, _)| *n)
-        .collect::<Vec<_>>()
-        .join(", ");
-    Err(Error::Flags {
-        msg: format!("no target profile `{spec}` (not a built-in name, not a file)"),
-        hint: format!(
-            "the built-in profiles are {names} (`kquant targets` shows them); or give the path of a profile JSON file"
-        ),
-    })
+    let (path, text) = crate::io::text::builtin_or_file(
+        spec,
+        BUILTIN,
+        builtin_path,
+        "target profile",
+        |names| {
+            Error::Flags {
+            msg: format!("no target profile `{spec}` (not a built-in name, not a file)"),
+            hint: format!(
+                "the built-in profiles are {names} (`kquant targets` shows them); or give the path of a profile JSON file"
+            ),
+        }
+        },
+    )?;
+    parse(&path, &text)
 }
 
 #[cfg(test)]
