@@ -198,6 +198,17 @@ impl DFlash {
             Error::source(dir, "DFlash draft has no config.json")
                 .with_hint("the draft directory must hold the config.json it was exported with")
         })?;
+        // vLLM substitutes a separately trained mask embedding for embed_tokens[mask_token_id]
+        // when the draft ships one (`qwen3_dflash.py` `_read_mask_embedding`); it is a PyTorch
+        // pickle, which kquant does not read, and the replay embeds the mask from the table.
+        let mask_pt = ck.weights.dir.join("mask_embedding.pt");
+        if mask_pt.exists() {
+            return Err(Error::source(
+                &mask_pt,
+                "a separately trained mask embedding (vLLM uses it in place of embed_tokens[mask_token_id]); the replay embeds the mask token from the embedding table and cannot read a PyTorch pickle",
+            )
+            .with_hint("verify this draft live on its engine (`kquant verify --endpoint`); the offline replay would measure another model"));
+        }
         let d = &det.dims;
         let need = |v: Option<u64>, k: &str| {
             v.map(|x| x as usize)
@@ -936,6 +947,14 @@ mod tests {
             .contains("`dflash_config.causal` is true"));
         assert!(msg(json!({"block_size": 8, "dflash_config": {"mask_token_id": 255, "target_layer_ids": [1, 4], "use_swa": true}}))
             .contains("`dflash_config.use_swa` is true"));
+        // A separately trained mask embedding (vLLM's mask_embedding.pt) is refused by name.
+        let (t, p) = tiny("dflash-zlab", json!({"block_size": 8}));
+        std::fs::write(t.path().join("mask_embedding.pt"), b"pickle").unwrap();
+        let e = load(&p).err().expect("refused").to_string();
+        assert!(
+            e.contains("mask_embedding.pt") && e.contains("PyTorch pickle"),
+            "{e}"
+        );
         // Said false, they are what the replay runs.
         let (_t, p) = tiny("dflash-zlab", json!({"block_size": 8, "is_causal": false}));
         assert!(load(&p).is_ok());
