@@ -398,6 +398,22 @@ pub struct Gate {
     pub max_regression: f64,
 }
 
+/// The calibration inputs of `quantize` and `sensitivity`, defined once (flattened into both).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Calibrate {
+    /// A `kquant-trace/1` directory to calibrate on (`kquant trace capture` / `trace import`):
+    /// the draft replays it, every depth, and each module's inputs are measured. Required by
+    /// `--method search|gptq|search-gptq`; not the evaluation `--trace` (a method measured on
+    /// its own calibration prompts flatters itself).
+    #[arg(long, value_name = "TRACE")]
+    pub calibrate: Option<std::path::PathBuf>,
+    /// Memory the accumulated Σ x xᵀ of one calibration replay may take (`--method gptq`; more
+    /// modules than fit are collected in further replays), e.g. `4GiB`. The default keeps the
+    /// Kimi-shape draft's calibration within 8 GB.
+    #[arg(long, value_parser = crate::io::writer::parse_size, default_value = "2.5GiB", requires = "calibrate")]
+    pub calibration_memory: u64,
+}
+
 /// `--steps`, defined once for the replays (`verify`, `sensitivity`, `calibrate`, `bench
 /// replay`; flattened into each).
 #[derive(Debug, Clone, Copy, Default, clap::Args)]

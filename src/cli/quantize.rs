@@ -66,20 +66,12 @@ pub struct Args {
     /// [default: `rtn`, or the `--config` preset's method]
     #[arg(long, value_enum)]
     pub method: Option<Method>,
-    /// A `kquant-trace/1` directory to calibrate on (`kquant trace capture` / `trace import`):
-    /// the draft replays it, every depth, and each module's inputs are measured. Required by
-    /// `--method search`.
-    #[arg(long, value_name = "TRACE")]
-    pub calibrate: Option<PathBuf>,
+    #[command(flatten)]
+    pub cal: crate::cli::flags::Calibrate,
     /// Target checkpoint for the calibration replay: its embedding for an EAGLE-3 draft
     /// without one, embedding and lm_head for DFlash.
     #[arg(long, requires = "calibrate")]
     pub target_checkpoint: Option<String>,
-    /// Memory the accumulated Σ x xᵀ of one calibration replay may take (`--method gptq`; more
-    /// modules than fit are collected in further replays), e.g. `4GiB`. The default keeps the
-    /// Kimi-shape draft's calibration within 8 GB.
-    #[arg(long, value_parser = crate::io::writer::parse_size, default_value = "2.5GiB", requires = "calibrate")]
-    pub calibration_memory: u64,
     /// Draft tokens per step in the calibration replay [default: 3 for an EAGLE-3 chain; a
     /// DFlash draft's block_size − 1, and at most that].
     #[arg(long, value_name = "N", value_parser = crate::cli::flags::steps, requires = "calibrate")]
@@ -122,7 +114,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         None => None,
     };
     let method = a.method.or(preset_method).unwrap_or(Method::Rtn);
-    if let (None, Some(m), None) = (a.method, preset_method, &a.calibrate) {
+    if let (None, Some(m), None) = (a.method, preset_method, &a.cal.calibrate) {
         if m != Method::Rtn {
             return Err(Error::Flags {
                 msg: format!(
@@ -134,7 +126,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             });
         }
     }
-    let calibration = match (method, &a.calibrate) {
+    let calibration = match (method, &a.cal.calibrate) {
         (Method::Rtn, None) => None,
         (Method::Rtn, Some(_)) => {
             return Err(Error::Flags {
@@ -155,7 +147,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 target: a.target_checkpoint.clone(),
                 steps: a.steps,
                 limit: None,
-                memory: a.calibration_memory,
+                memory: a.cal.calibration_memory,
             },
         )),
     };

@@ -78,12 +78,8 @@ pub struct Args {
     /// How the codes are chosen, as `quantize --method`.
     #[arg(long, value_enum, default_value_t = Method::Rtn)]
     pub method: Method,
-    /// The calibration trace for `--method search|gptq` (not the evaluation `--trace`).
-    #[arg(long, value_name = "TRACE")]
-    pub calibrate: Option<PathBuf>,
-    /// As `quantize --calibration-memory`.
-    #[arg(long, value_parser = crate::io::writer::parse_size, default_value = "2.5GiB", requires = "calibrate")]
-    pub calibration_memory: u64,
+    #[command(flatten)]
+    pub cal: flags::Calibrate,
     /// The gate every measurement and the picked exclusion set must meet.
     #[command(flatten)]
     pub gate: flags::Gate,
@@ -322,7 +318,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 .into(),
         });
     }
-    let chosen = match (a.method, &a.calibrate) {
+    let chosen = match (a.method, &a.cal.calibrate) {
         (Method::Rtn, None) => Default::default(),
         (Method::Rtn, Some(_)) => {
             return Err(Error::Flags {
@@ -345,7 +341,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 target: target_at.clone(),
                 steps: a.steps.steps,
                 limit: None,
-                memory: a.calibration_memory,
+                memory: a.cal.calibration_memory,
             };
             let pb = super::progress_items(0, "calibrate", "positions");
             let (chosen, _) = calibrate::choose(&plan, &a.src, m, &cal, &|done, total| {
@@ -467,7 +463,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             recipe.format().name(),
             exclude_of(m).join(",")
         );
-        if let Some(t) = &a.calibrate {
+        if let Some(t) = &a.cal.calibrate {
             c += &format!(
                 " --method {} --calibrate {}",
                 method.as_str().unwrap_or(""),
@@ -489,7 +485,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "scheme": recipe.scheme(),
         "format": recipe.format().name(),
         "method": method,
-        "calibration": a.calibrate,
+        "calibration": a.cal.calibrate,
         "trace": a.trace.as_ref().map_or("live capture".to_string(), |t| t.display().to_string()),
         "samples": trace.manifest.samples.len(),
         "steps": steps,
