@@ -21,6 +21,7 @@ mod gptq_golden;
 mod gpu_dense;
 mod gpu_gemm;
 mod gpu_linear;
+mod guides;
 mod hardening;
 mod help;
 mod inspect;
