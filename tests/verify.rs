@@ -719,7 +719,8 @@ fn per_category_is_spelled_per_category_and_prompts_is_spelled_prompts() {
 #[test]
 fn near_ties_bound_the_replay_and_are_refused_where_unknown() {
     let fx = "fixtures/kimi-k2.5-tiny";
-    let run = |draft: &str, extra: &[&str]| {
+    // `verify` on two prompts of each category, `extra` added; `json`: the report on stdout.
+    let verify = |draft: &str, extra: &[&str], json: bool| {
         let mut a = vec![
             "verify",
             "--draft",
@@ -730,12 +731,14 @@ fn near_ties_bound_the_replay_and_are_refused_where_unknown() {
             "fixtures/kimi-k2.5-tiny/target",
             "--per-category",
             "2",
-            "--json",
-            "-",
         ];
         a.extend_from_slice(extra);
+        if json {
+            a.extend(["--json", "-"]);
+        }
         kquant(&a)
     };
+    let run = |draft: &str, extra: &[&str]| verify(draft, extra, true);
     for draft in [format!("{fx}/eagle3"), format!("{fx}/dflash")] {
         let o = run(&draft, &["--baseline", &draft, "--near-ties", "0.03"]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -766,21 +769,11 @@ fn near_ties_bound_the_replay_and_are_refused_where_unknown() {
         }
         assert_eq!(n["draft"]["requests_with_ties"], with);
         // The table says it too.
-        let t = kquant(&[
-            "verify",
-            "--draft",
+        let t = verify(
             &draft,
-            "--baseline",
-            &draft,
-            "--trace",
-            "fixtures/kimi-k2.5-tiny/trace",
-            "--target-checkpoint",
-            "fixtures/kimi-k2.5-tiny/target",
-            "--per-category",
-            "2",
-            "--near-ties",
-            "0.03",
-        ]);
+            &["--baseline", &draft, "--near-ties", "0.03"],
+            false,
+        );
         let out = String::from_utf8_lossy(&t.stdout);
         assert!(
             out.contains("near-ties (logits within 0.03 of the runner-up) can move: draft AL [")
