@@ -149,7 +149,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
 
     // The replay of `verify::drafters::replay`, timed by part.
     let steps = crate::verify::drafters::steps_for(d.as_ref(), a.steps.steps, &a.draft)?;
-    let depths = d.depths(steps);
+    let depths = steps;
     let (mut taps_s, mut pass_a_s, mut pass_b_s) = (0f64, 0f64, 0f64);
     let mut total = Walk::default();
     let mut positions = 0u64;

@@ -174,7 +174,7 @@ pub(crate) fn run_draft(
             samples,
             matches,
         },
-        d.depths(steps),
+        steps,
     ))
 }
 

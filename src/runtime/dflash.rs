@@ -24,7 +24,6 @@ use crate::error::{Error, Result};
 use crate::ops::{linear, linear_ref, rms_norm, silu, softmax, top2, Top2};
 use crate::quant::decode::Logical;
 use crate::runtime::matches::Matches;
-use crate::runtime::matches::NOT_PROPOSED;
 
 /// Depth-match masks hold one bit per depth in a `u32` (`verify::walk::Matches`).
 const MAX_DEPTHS: usize = crate::runtime::matches::MAX_DEPTHS;
@@ -747,19 +746,13 @@ impl super::Drafter for DFlash {
     fn max_steps(&self) -> Option<usize> {
         Some(self.block_size - 1)
     }
-    fn depths(&self, steps: usize) -> usize {
-        steps
-    }
     /// One block pass per root r = max(P, 1)..T−2 (context < r); pair index t = r − 1, bit k
     /// set when slot k+1's token equals `x[r+1+k]` (fixtures/gen/verify/common.py
     /// `dflash_matches`).
     fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, steps: usize) -> Matches {
         let t_len = x.len();
         let depths = steps;
-        let mut c = vec![0u32; t_len.saturating_sub(1)];
-        let mut alt = vec![0u32; c.len()];
-        let mut proposals = vec![NOT_PROPOSED; c.len() * depths];
-        let mut margin = vec![f32::NAN; c.len() * depths];
+        let mut m = Matches::empty(depths, prompt_len, t_len);
         let roots: Vec<usize> = (prompt_len.max(1)..t_len.saturating_sub(1)).collect();
         if let Some(&last) = roots.last() {
             // Root r reads context rows < r.
@@ -770,29 +763,12 @@ impl super::Drafter for DFlash {
                 .zip(self.block_top2(&ctx, x, &roots, depths + 1))
             {
                 for (k, t) in toks.iter().enumerate().take(depths) {
-                    let tok = t.best as u32;
-                    proposals[(r - 1) * depths + k] = tok;
-                    if x.get(r + 1 + k) == Some(&tok) {
-                        c[r - 1] |= 1 << k;
-                    }
-                    if t.second != usize::MAX {
-                        margin[(r - 1) * depths + k] = t.margin;
-                        if x.get(r + 1 + k) == Some(&(t.second as u32)) {
-                            alt[r - 1] |= 1 << k;
-                        }
-                    }
+                    let runner_up = (t.second != usize::MAX).then_some((t.second as u32, t.margin));
+                    m.record(x, r - 1, k, t.best as u32, runner_up);
                 }
             }
         }
-        Matches {
-            depths,
-            prompt_len,
-            total_len: t_len,
-            c,
-            proposals,
-            margin,
-            alt,
-        }
+        m
     }
     fn propose(&self, x: &[u32], taps: &[Vec<f32>], steps: usize) -> Vec<u32> {
         let r = x

@@ -42,6 +42,44 @@ pub enum Flip {
 }
 
 impl Matches {
+    /// No proposal yet: `total_len − 1` pairs of `depths` depths, nothing matched or known.
+    pub fn empty(depths: usize, prompt_len: usize, total_len: usize) -> Matches {
+        let pairs = total_len.saturating_sub(1);
+        Matches {
+            depths,
+            prompt_len,
+            total_len,
+            c: vec![0; pairs],
+            proposals: vec![NOT_PROPOSED; pairs * depths],
+            margin: vec![f32::NAN; pairs * depths],
+            alt: vec![0; pairs],
+        }
+    }
+
+    /// Record the depth-`k` proposal of pair `t` against the sequence `x` (its true token is
+    /// `x[t+2+k]`): the proposal and its match bit, and where the runner-up is known (`(id,
+    /// margin)`) the margin and whether the runner-up is the true token.
+    pub fn record(
+        &mut self,
+        x: &[u32],
+        t: usize,
+        k: usize,
+        proposal: u32,
+        runner_up: Option<(u32, f32)>,
+    ) {
+        let truth = x.get(t + 2 + k);
+        self.proposals[t * self.depths + k] = proposal;
+        if truth == Some(&proposal) {
+            self.c[t] |= 1 << k;
+        }
+        if let Some((second, margin)) = runner_up {
+            self.margin[t * self.depths + k] = margin;
+            if truth == Some(&second) {
+                self.alt[t] |= 1 << k;
+            }
+        }
+    }
+
     /// The depth-`k` proposal of pair `t`, if it was computed and kept.
     pub fn proposal(&self, t: usize, k: usize) -> Option<u32> {
         self.proposals

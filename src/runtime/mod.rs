@@ -39,9 +39,6 @@ pub trait Drafter: Send + Sync {
     fn max_steps(&self) -> Option<usize> {
         None
     }
-    /// Depths per round this draft proposes when asked for `steps` (`steps`, for a chain and
-    /// for a block drafter, whose engine block is then `steps` + 1 rows).
-    fn depths(&self, steps: usize) -> usize;
     /// Depth matches over one sequence: `x` the T tokens, `taps[j]` the `[T, target_hidden]`
     /// rows of tap `taps()[j]`, `prompt_len` P.
     fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, steps: usize) -> Matches;

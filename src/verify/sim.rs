@@ -51,7 +51,7 @@ fn verify_pass(
 }
 
 /// Generate `gen_len` tokens after `prompt` the way the engine does with `draft` proposing
-/// `draft.depths(steps)` tokens per round (stopping at `gen_len` like `max_new_tokens`: tokens
+/// `steps` tokens per round (stopping at `gen_len` like `max_new_tokens`: tokens
 /// a round would add beyond it are dropped).
 pub fn simulate(
     target: &DeepseekV3,

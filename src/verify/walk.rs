@@ -272,25 +272,13 @@ pub fn matches_from_proposals(
     depths: usize,
     proposals: impl Fn(usize) -> Vec<u32>,
 ) -> Matches {
-    let total_len = x.len();
-    let mut c = vec![0u32; total_len.saturating_sub(1)];
-    let mut kept = vec![crate::runtime::matches::NOT_PROPOSED; c.len() * depths];
-    for (t, bits) in c.iter_mut().enumerate().skip(prompt_len.saturating_sub(1)) {
+    let mut m = Matches::empty(depths, prompt_len, x.len());
+    for t in prompt_len.saturating_sub(1)..m.c.len() {
         for (k, &d) in proposals(t).iter().take(depths).enumerate() {
-            kept[t * depths + k] = d;
-            if x.get(t + 2 + k) == Some(&d) {
-                *bits |= 1 << k;
-            }
+            m.record(x, t, k, d, None);
         }
     }
-    Matches {
-        depths,
-        prompt_len,
-        total_len,
-        c,
-        proposals: kept,
-        ..Matches::default()
-    }
+    m
 }
 
 #[cfg(test)]

@@ -222,32 +222,15 @@ impl Eagle3 {
         let pairs = x.len().saturating_sub(1);
         let start = prompt_len.saturating_sub(1).min(pairs);
         let outs = self.forward(x, feats, start, depths, feed, false);
-        let mut c = vec![0u32; pairs];
-        let mut proposals = vec![NOT_COMPUTED; pairs * depths];
-        let mut alt = vec![0u32; pairs];
-        let mut margin = vec![f32::NAN; pairs * depths];
+        let mut m = Matches::empty(depths, prompt_len, x.len());
         for (d, out) in outs.iter().enumerate() {
             for (i, &p) in out.pred.iter().enumerate() {
-                let t = start + i;
-                proposals[t * depths + d] = p;
-                margin[t * depths + d] = out.margin[i];
-                if x.get(t + 2 + d) == Some(&p) {
-                    c[t] |= 1 << d;
-                }
-                if out.second[i] != NOT_COMPUTED && x.get(t + 2 + d) == Some(&out.second[i]) {
-                    alt[t] |= 1 << d;
-                }
+                let second = out.second[i];
+                let runner_up = (second != NOT_COMPUTED).then_some((second, out.margin[i]));
+                m.record(x, start + i, d, p, runner_up);
             }
         }
-        Matches {
-            depths,
-            prompt_len,
-            total_len: x.len(),
-            c,
-            proposals,
-            margin,
-            alt,
-        }
+        m
     }
 
     /// `[rows, 3·Ht]`: the taps of each of the first `rows` positions, concatenated.
@@ -491,9 +474,6 @@ impl super::Drafter for Eagle3 {
     fn vocab(&self) -> usize {
         self.vocab
     }
-    fn depths(&self, steps: usize) -> usize {
-        steps
-    }
     fn matches(&self, x: &[u32], taps: &[Vec<f32>], prompt_len: usize, steps: usize) -> Matches {
         let feats = self.feats(taps, x.len().saturating_sub(1));
         self.depth_matches(x, &feats, prompt_len, steps)
@@ -514,7 +494,7 @@ impl super::Drafter for Eagle3 {
             return Vec::new();
         }
         let feats = self.feats(taps, pairs);
-        self.forward(x, &feats, pairs - 1, self.depths(steps), Feed::Own, false)
+        self.forward(x, &feats, pairs - 1, steps, Feed::Own, false)
             .into_iter()
             .map(|d| d.pred[0])
             .collect()
