@@ -15,8 +15,8 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 
-use super::driver::{as_bytes, Arg, Dim3, Driver, Gemm, Pod};
-use super::source::{self, Kernel};
+use super::driver::{as_bytes, Dim3, Driver, Gemm, Pod};
+use super::source::{self, Arg, Kernel};
 use super::tune::Arch;
 use super::{Act, GpuError, Result};
 

@@ -13,13 +13,6 @@ use super::{Act, Result};
 /// A launch's grid or block dimensions.
 pub type Dim3 = (u32, u32, u32);
 
-/// One kernel argument as the C signature takes it: a device pointer or an `int`.
-#[derive(Debug, Clone, Copy)]
-pub enum Arg<'a, B> {
-    Buf(&'a B),
-    Int(i32),
-}
-
 /// `out [m, n] f32 = a [m, k] · w [n, k]ᵀ`, `a` and `w` in `act` (row major; the BLAS call sees
 /// it column major: `outᵀ = w · aᵀ`, so `op(A) = wᵀ-as-stored`, `op(B) = a`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

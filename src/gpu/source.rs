@@ -8,8 +8,14 @@
 //! functions) and, in [`Kernel`], its argument list in the order of its C signature, which every
 //! [`super::driver::Driver`] launches and the CPU emulation reads by field.
 
-use super::driver::Arg;
 use super::Act;
+
+/// One kernel argument as the C signature takes it: a device pointer or an `int`.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a, B> {
+    Buf(&'a B),
+    Int(i32),
+}
 
 const VENDOR: &str = include_str!("../../kernels/kq_vendor.h");
 const TUNE: &str = include_str!("../../kernels/kq_tune.h");

@@ -5,11 +5,21 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::writer::hash_file;
+use super::hash::file_sha256;
 use crate::error::{Error, Result};
 
 /// File name of the manifest inside every output directory.
 pub const MANIFEST_FILE: &str = "kquant-manifest.json";
+
+/// A file's manifest entry: its path as given, length and sha256, streamed.
+pub fn hash_file(path: &Path) -> Result<FileEntry> {
+    let (bytes, sha256) = file_sha256(path)?;
+    Ok(FileEntry {
+        file: path.display().to_string(),
+        bytes,
+        sha256,
+    })
+}
 
 /// One hashed file. Outputs use the bare file name; inputs the path as given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

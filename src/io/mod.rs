@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub mod dtype;
+pub mod hash;
 pub mod header;
 pub mod hub;
 pub mod index;

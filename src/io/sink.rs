@@ -108,7 +108,7 @@ impl Sink {
                 h.update(&job.block.bytes()[..job.len]);
                 recycle(job, &hpool);
             }
-            super::writer::hex(&h.finalize())
+            super::hash::hex(&h.finalize())
         });
         let failed = Arc::new(Mutex::new(None));
         let wfile = Arc::clone(&file);
@@ -393,7 +393,7 @@ mod tests {
             let (len, sha) = s.finish().unwrap();
             assert_eq!(len, want.len() as u64);
             assert_eq!(std::fs::read(&out).unwrap(), want);
-            assert_eq!(sha, crate::io::writer::hex(&Sha256::digest(&want)));
+            assert_eq!(sha, crate::io::hash::hex(&Sha256::digest(&want)));
         }
     }
 
@@ -404,7 +404,7 @@ mod tests {
         let (len, sha) = Sink::create(&out).unwrap().finish().unwrap();
         assert_eq!(len, 0);
         assert_eq!(std::fs::metadata(&out).unwrap().len(), 0);
-        assert_eq!(sha, crate::io::writer::hex(&Sha256::digest(b"")));
+        assert_eq!(sha, crate::io::hash::hex(&Sha256::digest(b"")));
     }
 
     #[test]

@@ -16,9 +16,12 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::dtype::Dtype;
+use super::hash::hex;
 use super::header::{self, TensorInfo};
 use super::index::INDEX_FILE;
-use super::manifest::{FileEntry, InputEntry, Manifest, HASH_INPUTS_UP_TO, MANIFEST_FILE};
+use super::manifest::{
+    hash_file, FileEntry, InputEntry, Manifest, HASH_INPUTS_UP_TO, MANIFEST_FILE,
+};
 use super::output::{Claim, Kind};
 use super::shard::Shard;
 use super::sink::Sink;
@@ -443,11 +446,6 @@ pub fn shard_name(i: usize, n: usize) -> String {
     format!("model-{i:05}-of-{n:05}.safetensors")
 }
 
-/// Lower-case hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// An input's manifest entry: hashed when `all` or when it is small.
 fn input_entry(path: &Path, all: bool) -> Result<InputEntry> {
     let bytes = std::fs::metadata(path)
@@ -462,18 +460,6 @@ fn input_entry(path: &Path, all: bool) -> Result<InputEntry> {
         file: path.display().to_string(),
         bytes,
         sha256,
-    })
-}
-
-/// sha256 of a file, streamed.
-pub fn hash_file(path: &Path) -> Result<FileEntry> {
-    let mut f = File::open(path).map_err(|e| Error::io("open", path, e))?;
-    let mut h = Sha256::new();
-    let bytes = std::io::copy(&mut f, &mut h).map_err(|e| Error::io("read", path, e))?;
-    Ok(FileEntry {
-        file: path.display().to_string(),
-        bytes,
-        sha256: hex(&h.finalize()),
     })
 }
 

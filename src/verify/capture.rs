@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::io::writer::hash_file;
+use crate::io::manifest::hash_file;
 use crate::ops::argmax;
 use crate::runtime::deepseek::{DeepseekV3, Forward};
 use crate::verify::trace::{Manifest, NewSample, SampleMeta, FORMAT, TAP_CONVENTION};
@@ -316,7 +316,7 @@ fn revision(ck: &Checkpoint) -> Result<String> {
     lines.sort();
     use sha2::Digest;
     let h = sha2::Sha256::digest(lines.concat().as_bytes());
-    Ok(format!("sha256:{}", crate::io::writer::hex(&h)))
+    Ok(format!("sha256:{}", crate::io::hash::hex(&h)))
 }
 
 /// What the weights are stored as: the quantization method, else the embedding's dtype.

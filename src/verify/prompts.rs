@@ -200,7 +200,7 @@ fn check_splits(
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    crate::io::writer::hex(&Sha256::digest(bytes))
+    crate::io::hash::hex(&Sha256::digest(bytes))
 }
 
 const TOKENIZER_HINT: &str = "give the target checkpoint directory (holding tokenizer.json, or tiktoken.model for Kimi-K2.x), or the tokenizer file itself";

@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::io::manifest::hash_file;
 use crate::io::output::{Claim, Kind};
-use crate::io::writer::{hash_file, TensorSpec, WriteOptions, Writer};
+use crate::io::writer::{TensorSpec, WriteOptions, Writer};
 use crate::io::{Dtype, Shard, TensorView};
 
 pub const FORMAT: &str = "kquant-trace/1";

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use ffi::{err, sym, Api, Blas, DevBuf, Function, HipError, Module};
 
-use super::driver::{as_bytes, Arg, Dim3, Driver, Gemm, Pod};
-use super::source::Kernel;
+use super::driver::{as_bytes, Dim3, Driver, Gemm, Pod};
+use super::source::{Arg, Kernel};
 use super::tune::Arch;
 use super::Result;
 
