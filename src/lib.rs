@@ -19,6 +19,7 @@ pub mod runtime;
 pub mod synth;
 #[cfg(test)]
 mod test_rng;
+pub mod trace;
 pub mod verify;
 
 pub use error::{Error, Result};

@@ -515,7 +515,7 @@ fn mutated_trace_manifests_exit_0_or_2() {
 #[test]
 fn new_fuzz_targets_seeds() {
     use kquant::io::hub::HubId;
-    use kquant::verify::trace::parse_manifest;
+    use kquant::trace::file::parse_manifest;
     let seeds = |kind: &str| {
         let mut v: Vec<_> = std::fs::read_dir(common::root().join("fuzz/seeds").join(kind))
             .unwrap()

@@ -13,7 +13,7 @@ use common::{kquant, load, read_json};
 use kquant::io::Dtype;
 use kquant::quant::compressed_tensors::nvfp4::global_scale;
 use kquant::quant::math::int4::round_to;
-use kquant::verify::trace::Trace;
+use kquant::trace::file::Trace;
 use serde_json::Value;
 
 const DRAFT: &str = "fixtures/kimi-k2.5-tiny/eagle3";

@@ -22,7 +22,7 @@ use kquant::gpu::{Act, Backend, DeviceLinear, DeviceLinears};
 use kquant::ops;
 use kquant::quant::decode::Logical;
 use kquant::runtime::eagle3::Eagle3;
-use kquant::verify::trace::Trace;
+use kquant::trace::file::Trace;
 
 const DRAFT: &str = "fixtures/kimi-k2.5-tiny/eagle3";
 const TRACE: &str = "fixtures/kimi-k2.5-tiny/trace";

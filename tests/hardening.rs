@@ -224,7 +224,7 @@ fn commands(quantized: &Path) -> Vec<Cmd> {
 /// vLLM hidden-states connector files (one request, `[T, 3 taps, H]` BF16 + `token_ids`) of
 /// the tiny fixture trace's first sample, in `t/hs`, for `trace import`.
 fn connector_files(t: &Path) {
-    use kquant::verify::trace::Trace;
+    use kquant::trace::file::Trace;
     let tr = Trace::open(&root().join(TRACE)).unwrap();
     let m = &tr.manifest;
     let s = &m.samples[0];

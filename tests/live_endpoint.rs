@@ -856,7 +856,7 @@ fn live_and_offline_agree_exactly_on_the_tiny_fixture() {
     let off: Value = serde_json::from_slice(&offline.stdout).unwrap();
     let (gq, gb) = (tiny_engine(&q), tiny_engine(&bf16));
     // The same greedy continuations as the capture.
-    let tr = kquant::verify::trace::Trace::open(&trace).unwrap();
+    let tr = kquant::trace::file::Trace::open(&trace).unwrap();
     for (s, (_, ids)) in tr.manifest.samples.iter().zip(token_prompts(&p)) {
         let x = tr.tokens(s).unwrap();
         assert_eq!(&x[..s.prompt_len], &ids[..]);

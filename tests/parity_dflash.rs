@@ -14,7 +14,7 @@ use kquant::checkpoint::{AuxConvention, Checkpoint};
 use kquant::runtime::dflash::{DFlash, TargetHead};
 use kquant::runtime::Drafter;
 use kquant::runtime::FAST_REL_TOL;
-use kquant::verify::trace::Trace;
+use kquant::trace::file::Trace;
 use serde_json::Value;
 
 const FIX: &str = "fixtures/kimi-k2.5-tiny";

@@ -19,7 +19,7 @@ use common::{floats, kquant, load, read_json, root};
 use kquant::checkpoint::{Checkpoint, Family};
 use kquant::runtime::eagle3::Eagle3;
 use kquant::runtime::Drafter;
-use kquant::verify::trace::Trace;
+use kquant::trace::file::Trace;
 use kquant::verify::walk::{walk, Matches, Walk};
 use serde_json::Value;
 
@@ -303,7 +303,7 @@ fn replay_matches_python(name: &str, embed_from_target: bool) {
     let samples = reference["samples"].as_array().unwrap();
     let trace = Trace::open(&fix("trace")).unwrap();
     assert_eq!(samples.len(), trace.manifest.samples.len());
-    let ref_c = |s: &kquant::verify::trace::SampleMeta, rs: &Value| -> Matches {
+    let ref_c = |s: &kquant::trace::file::SampleMeta, rs: &Value| -> Matches {
         assert_eq!(rs["id"].as_u64(), Some(s.id));
         assert_eq!(
             rs["first_root_pair"].as_u64(),

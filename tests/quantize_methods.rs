@@ -44,7 +44,7 @@ fn input_moments() -> BTreeMap<String, Vec<f32>> {
         &Exec::F32,
     )
     .unwrap();
-    let trace = kquant::verify::trace::Trace::open(&fix.join("trace")).unwrap();
+    let trace = kquant::trace::file::Trace::open(&fix.join("trace")).unwrap();
     let modules = [
         "q_proj",
         "k_proj",

@@ -13,7 +13,7 @@ use std::process::Output;
 use common::{kquant, read_json, root};
 use kquant::checkpoint::Checkpoint;
 use kquant::runtime::deepseek::DeepseekV3;
-use kquant::verify::trace::Trace;
+use kquant::trace::file::Trace;
 
 const TARGET: &str = "fixtures/kimi-k2.5-tiny/target";
 const PROMPTS: &str = "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl";

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use common::{kquant, root};
-use kquant::verify::trace::Trace;
+use kquant::trace::file::Trace;
 use safetensors::tensor::{serialize_to_file, TensorView};
 use safetensors::Dtype as StDtype;
 
@@ -958,7 +958,7 @@ mod vllm_capture {
     use std::process::{Command, Output};
 
     use super::common::{kquant_cmd, root};
-    use kquant::verify::trace::Trace;
+    use kquant::trace::file::Trace;
     use sha2::{Digest, Sha256};
 
     const FIXTURE_TRACE: &str = "fixtures/kimi-k2.5-tiny/trace";

@@ -111,7 +111,7 @@ fn tiktoken_ranks_ids_equal_tiktoken_with_kimis_pattern() {
 /// only as ids).
 #[test]
 fn rendered_chat_equals_transformers() {
-    use kquant::verify::prompts::{ChatTemplate, TargetTokenizer};
+    use kquant::trace::prompts::{ChatTemplate, TargetTokenizer};
     for (dir, exp) in [("hf", "hf-chat"), ("tiktoken", "tiktoken-chat")] {
         let tk = TargetTokenizer::open(&root().join(fx(dir))).unwrap();
         let t = tk.chat_template().unwrap();
@@ -168,13 +168,13 @@ fn heldout_prompts_tokenize_to_their_committed_ids() {
         total += w["tokens"].as_array().unwrap().len();
     }
     assert_eq!(doc["tokens"], total);
-    let caps = kquant::verify::capture::read_prompts(&out).unwrap();
+    let caps = kquant::trace::capture::read_prompts(&out).unwrap();
     assert_eq!(caps.len(), 60);
     assert_eq!(
         caps[3].tokens.len(),
         want[3]["tokens"].as_array().unwrap().len()
     );
-    let recs = kquant::verify::import_vllm::read_prompts(&out).unwrap();
+    let recs = kquant::trace::import::read_prompts(&out).unwrap();
     assert_eq!(
         recs[5].tokens.as_ref().unwrap().len(),
         recs[5].prompt_len.unwrap()
@@ -406,7 +406,7 @@ fn calibration_and_evaluation_prompts_never_share_a_document() {
             );
         }
         assert_eq!(
-            kquant::verify::capture::read_prompts(&out).unwrap().len(),
+            kquant::trace::capture::read_prompts(&out).unwrap().len(),
             committed.len()
         );
     }

@@ -10,7 +10,7 @@ use common::{kquant, root};
 use kquant::checkpoint::Checkpoint;
 use kquant::io::writer::{TensorSpec, WriteOptions, Writer};
 use kquant::runtime::eagle3::Eagle3;
-use kquant::verify::trace::{self, Manifest, NewSample, SampleMeta};
+use kquant::trace::file::{self, Manifest, NewSample, SampleMeta};
 use serde_json::Value;
 
 const DRAFT: &str = "fixtures/tiny/eagle3-specforge";
@@ -98,13 +98,13 @@ fn make_trace(dir: &Path, samples: usize, taps: &[usize]) {
         })
         .collect();
     let manifest = Manifest {
-        format: trace::FORMAT.into(),
+        format: file::FORMAT.into(),
         target: serde_json::json!({"name": "tiny-kimi-k2 (synthetic taps)"}),
         hidden_size: h,
         num_layers: 8,
         vocab_size: Some(256),
         taps: taps.to_vec(),
-        tap_convention: trace::TAP_CONVENTION.into(),
+        tap_convention: file::TAP_CONVENTION.into(),
         taps_pre_norm: true,
         dtype: "bf16".into(),
         greedy_selfcheck: None,
@@ -112,7 +112,7 @@ fn make_trace(dir: &Path, samples: usize, taps: &[usize]) {
         shards: vec![],
         extra: Default::default(),
     };
-    trace::write(trace::claim(dir, false, &[]).unwrap(), manifest, &news).unwrap();
+    file::write(file::claim(dir, false, &[]).unwrap(), manifest, &news).unwrap();
 }
 
 /// The draft with every decoder-layer linear replaced by sign(w)·mean|w| (a 1-bit rounding).

@@ -59,8 +59,8 @@ use kquant::checkpoint::Checkpoint;
 use kquant::gpu::CpuEmu;
 use kquant::runtime::linears::Exec;
 use kquant::runtime::Drafter;
+use kquant::trace::file::Trace;
 use kquant::verify::drafters::load_drafter;
-use kquant::verify::trace::Trace;
 use kquant::verify::walk::{walk, Matches, Walk};
 
 const DRAFT: &str = "fixtures/kimi-k2.5-tiny/eagle3";

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use common::{kquant, read_json, root};
 use kquant::checkpoint::Checkpoint;
 use kquant::runtime::deepseek::DeepseekV3;
+use kquant::trace::file::Trace;
 use kquant::verify::drafters::load_drafter;
 use kquant::verify::sim::simulate;
-use kquant::verify::trace::Trace;
 use kquant::verify::walk::walk;
 
 fn fix(p: &str) -> PathBuf {

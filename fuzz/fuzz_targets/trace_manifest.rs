@@ -1,4 +1,4 @@
-//! Arbitrary bytes into `kquant::verify::trace::parse_manifest` (a `kquant-trace/1`
+//! Arbitrary bytes into `kquant::trace::file::parse_manifest` (a `kquant-trace/1`
 //! `manifest.json`): it must never panic, and a manifest it accepts has plain shard names,
 //! each listed once, sample ids listed once, every sample's shard listed, a positive hidden
 //! size, and lengths whose sums and products with the hidden size do not overflow.
@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 
 use kquant::io::index::is_plain_file_name;
-use kquant::verify::trace::{parse_manifest, FORMAT, TAP_CONVENTION};
+use kquant::trace::file::{parse_manifest, FORMAT, TAP_CONVENTION};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

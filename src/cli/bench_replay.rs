@@ -2,7 +2,7 @@
 //! It loads the draft the way `kquant verify` does (`verify::drafters::load_drafter`), runs pass
 //! A (the teacher-forced depth matches) and pass B (the walk) over a trace — a captured one, or
 //! a deterministic synthetic `kquant-trace/1` built for the draft's taps, hidden size and vocab
-//! (`verify::synthetic`) —
+//! (`trace::synthetic`) —
 //! and reports the load time, the pass-A time, token·depths per second (generated positions ×
 //! depths / pass-A seconds) and the process's peak RSS, after the load and at the end.
 
@@ -15,9 +15,9 @@ use serde_json::json;
 use crate::checkpoint::Checkpoint;
 use crate::cli::human_bytes;
 use crate::error::{Error, Result};
+use crate::trace::file::Trace;
+use crate::trace::synthetic::{self, TraceShape};
 use crate::verify::drafters::{load_drafter, sample_matches, AfterMiss};
-use crate::verify::synthetic::{self, TraceShape};
-use crate::verify::trace::Trace;
 use crate::verify::walk::{walk_to, Walk};
 
 /// Arguments of `kquant bench replay`.

@@ -16,9 +16,9 @@ use crate::error::{Error, Result};
 use crate::escape::printable;
 use crate::quant::input_amax::SCHEMA;
 use crate::runtime::linears::Exec;
+use crate::trace::file::Trace;
 use crate::verify::drafters::{load_drafter, replay_first};
 use crate::verify::gate::micro_al;
-use crate::verify::trace::Trace;
 
 /// Arguments of `kquant calibrate`.
 #[derive(Debug, clap::Args)]

@@ -30,11 +30,11 @@ use crate::quantize::plan::{Action, Plan};
 use crate::quantize::sensitivity::{bias, candidates, groups, next_trial, Group, MAX_GROUPS};
 use crate::quantize::{self, Request};
 use crate::runtime::linears::Exec;
+use crate::trace::file::Trace;
 use crate::verify::drafters::AfterMiss;
 use crate::verify::gate::{self, Thresholds};
 use crate::verify::profile;
 use crate::verify::report::{agreement_of, Run};
-use crate::verify::trace::Trace;
 
 /// Arguments of `kquant sensitivity`.
 #[derive(Debug, clap::Args)]

@@ -1,7 +1,7 @@
 //! `kquant trace …`: making and bringing in `kquant-trace/1` traces. `capture` runs the target
-//! on CPU (`verify::capture`): greedy continuations of the prompts, then the capture pass;
+//! on CPU (`trace::capture`): greedy continuations of the prompts, then the capture pass;
 //! `import` (`cli::trace_import`) converts vLLM hidden-states connector files; `prompts`
-//! (`verify::prompts`) tokenizes text prompts for both.
+//! (`trace::prompts`) tokenizes text prompts for both.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +12,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::escape::printable;
 use crate::runtime::deepseek::DeepseekV3;
-use crate::verify::capture::{self, Options};
+use crate::trace::capture::{self, Options};
 
 /// Arguments of `kquant trace`.
 #[derive(Debug, clap::Args)]
@@ -149,7 +149,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
 }
 
 fn run_merge(a: MergeArgs) -> Result<ExitCode> {
-    let m = crate::verify::merge::merge(&a.inputs, &a.output, a.force)?;
+    let m = crate::trace::merge::merge(&a.inputs, &a.output, a.force)?;
     if a.json {
         let mut doc = serde_json::to_value(&m).expect("JSON");
         doc["schema"] = "kquant.trace-merge/1".into();
@@ -184,7 +184,7 @@ fn run_prompts(mut a: PromptsArgs) -> Result<ExitCode> {
         .prompts
         .clone()
         .expect("clap requires --prompts or --input");
-    use crate::verify::prompts;
+    use crate::trace::prompts;
     let s = prompts::run(&prompts::Options {
         tokenizer: a.tokenizer.clone(),
         input: input.clone(),
@@ -249,7 +249,7 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
     )
     .expect("clap requires --target-checkpoint unless --target is given");
     // Claimed before hours of capture rather than at the end.
-    let claim = crate::verify::trace::claim(
+    let claim = crate::trace::file::claim(
         &a.output,
         a.force,
         &[a.prompts.clone(), PathBuf::from(&target)],

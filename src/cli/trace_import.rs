@@ -1,12 +1,12 @@
 //! `kquant trace import --format vllm-hidden-states DIR -o OUT --layer-ids IDS`: a
 //! `kquant-trace/1` from the files vLLM's hidden-states connector wrote
-//! (`src/verify/import_vllm.rs` does the work; docs/verify.md explains the conventions).
+//! (`src/trace/import.rs` does the work; docs/verify.md explains the conventions).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::error::{Error, Result};
-use crate::verify::import_vllm::{self, Layout, Options};
+use crate::trace::import::{self, Layout, Options};
 use crate::verify::profile::{self, DraftFamily};
 
 /// The file format the hidden states are in.
@@ -164,7 +164,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for w in &notes {
         eprintln!("warning: {w}");
     }
-    let r = import_vllm::import(&o)?;
+    let r = import::import(&o)?;
     for w in &r.warnings {
         eprintln!("warning: {}", crate::escape::printable(w));
     }

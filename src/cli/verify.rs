@@ -11,12 +11,12 @@ use crate::cli::flags;
 use crate::error::{Error, Result};
 use crate::io::output;
 use crate::runtime::deepseek::DeepseekV3;
-use crate::verify::capture;
+use crate::trace::capture;
+use crate::trace::file::Trace;
 use crate::verify::drafters::{load_drafter, replay_matches, AfterMiss};
 use crate::verify::gate::{decide, Thresholds};
 use crate::verify::profile::{self, Profile};
 use crate::verify::report::{self, Run};
-use crate::verify::trace::Trace;
 use crate::verify::walk::Ties;
 use crate::verify::walk::{walk_to, Walk};
 use crate::verify::{gate, ngram};
@@ -46,8 +46,8 @@ pub struct Args {
     #[arg(long, requires = "endpoint")]
     pub model: Option<String>,
     /// Live: how `--prompts` is laid out (`auto`: told by its first record).
-    #[arg(long, value_enum, default_value_t = crate::verify::prompt_sets::Format::Auto, requires = "endpoint")]
-    pub prompt_format: crate::verify::prompt_sets::Format,
+    #[arg(long, value_enum, default_value_t = crate::trace::prompt_sets::Format::Auto, requires = "endpoint")]
+    pub prompt_format: crate::trace::prompt_sets::Format,
     /// Live: tokens generated per request.
     #[arg(long, default_value_t = 256, value_parser = flags::max_tokens, requires = "endpoint")]
     pub max_tokens: usize,
@@ -222,7 +222,7 @@ pub(crate) fn open_trace(
                     crate::escape::printable(&p.name),
                     crate::escape::printable(&tgt.display().to_string())
                 );
-                let claim = crate::verify::trace::claim(&out, false, &[])?;
+                let claim = crate::trace::file::claim(&out, false, &[])?;
                 capture::write_trace(&ck, &m, &p.name, &prompts, &o, "live", claim)?;
                 let t = Trace::open(&out)?;
                 *tmp = Some(dir);

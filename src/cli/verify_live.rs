@@ -13,12 +13,12 @@ use serde_json::{json, Value};
 
 use super::verify::{emit, Args};
 use crate::error::{Error, Result};
+use crate::trace::prompt_sets::{self, LivePrompt};
 use crate::verify::gate::{self, decide};
 use crate::verify::live::client::Client;
 use crate::verify::live::engine::{Engine, Preflight, RequestOptions};
 use crate::verify::live::run::{self, Measured, Outcome};
 use crate::verify::live::{protocol, resolve};
-use crate::verify::prompt_sets::{self, LivePrompt};
 use crate::verify::report::{self, Run};
 use crate::verify::walk::Walk;
 use crate::verify::{profile, published};

@@ -19,8 +19,8 @@ use crate::quant::codec::IntGrid;
 use crate::quant::math::int4::Int4;
 use crate::runtime::hessian::{Hessian, HessianSet};
 use crate::runtime::linears::Exec;
+use crate::trace::file::Trace;
 use crate::verify::drafters::{load_drafter, replay_first, AfterMiss};
-use crate::verify::trace::Trace;
 
 use super::plan::{non_finite, Action, Plan};
 

@@ -9,7 +9,7 @@ use crate::runtime::eagle3::Eagle3;
 use crate::runtime::linears::{Exec, LinearSet};
 use crate::runtime::matches::Matches;
 use crate::runtime::Drafter;
-use crate::verify::trace::Trace;
+use crate::trace::file::Trace;
 use crate::verify::walk::{walk_to, Walk};
 
 fn target_embed(ck: &Checkpoint) -> Result<Vec<f32>> {

@@ -34,7 +34,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
 /// The tap convention of every profile (and of `kquant-trace/1`): `hs[0]` is the embedding
 /// output, `hs[i]` the output of block `i−1`, and `hs[L]` the last block's output *before* the
 /// final norm (transformers' own `hidden_states[L]` is after it).
-pub const TAP_CONVENTION: &str = crate::verify::trace::TAP_CONVENTION;
+pub const TAP_CONVENTION: &str = crate::trace::file::TAP_CONVENTION;
 
 /// The marker of an unknown fact: the JSON string `"unknown"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,8 +7,8 @@
 use serde::Serialize;
 
 use super::profile::Profile;
-use super::prompt_sets::Format;
 use crate::error::{Error, Result};
+use crate::trace::prompt_sets::Format;
 
 /// One published figure and the measurement it is held against.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::client::{Client, Failure};
 use crate::error::Result;
-use crate::verify::prompt_sets::LivePrompt;
+use crate::trace::prompt_sets::LivePrompt;
 
 /// The serving engines kquant speaks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -269,7 +269,7 @@ pub(crate) fn token_ids(
 /// The body fields of an OpenAI-style greedy request for `p`: the route (`/v1/completions` for
 /// token ids and text, `/v1/chat/completions` for messages) and the body.
 pub(crate) fn openai_request(p: &LivePrompt, o: &RequestOptions) -> (String, Value) {
-    use crate::verify::prompt_sets::Body;
+    use crate::trace::prompt_sets::Body;
     let mut body = serde_json::json!({
         "model": o.model,
         "max_tokens": o.max_tokens,

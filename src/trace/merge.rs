@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::trace::{self, Entry, Manifest, SampleSpec, Trace, TraceWriter};
+use super::file::{self, Entry, Manifest, SampleSpec, Trace, TraceWriter};
 use crate::{Error, Result};
 
 /// What a merge wrote.
@@ -60,8 +60,8 @@ fn differs(a: &Manifest, b: &Manifest) -> Option<(&'static str, String, String)>
         ),
         (
             "dtype",
-            trace::tap_dtype(a).name().to_string(),
-            trace::tap_dtype(b).name().to_string(),
+            file::tap_dtype(a).name().to_string(),
+            file::tap_dtype(b).name().to_string(),
         ),
     ];
     fields.into_iter().find(|(_, x, y)| x != y)
@@ -92,7 +92,7 @@ pub fn merge(inputs: &[PathBuf], out: &Path, force: bool) -> Result<Merged> {
         }
     }
     // Claim before the copy; never over an input.
-    let claim = trace::claim(out, force, inputs)?;
+    let claim = file::claim(out, force, inputs)?;
     let mut specs = Vec::new();
     let mut from = Vec::new(); // (input, sample meta) per output sample
     for (k, t) in traces.iter().enumerate() {

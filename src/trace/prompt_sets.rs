@@ -28,7 +28,7 @@
 //!   (chat), with optional `id`, `category`, `dataset`.
 //! - **`tokens`**: token ids, as `kquant trace prompts` writes them (`tokens`, or `prompt_ids` /
 //!   `input_ids`; optional `id`, `category`, `dataset`), sent as they are. The same rules as the
-//!   capture reader (`verify::capture::read_prompts`).
+//!   capture reader (`trace::capture::read_prompts`).
 //!
 //! Chat messages are sent as `{"role", "content"}` objects with string values (other keys of a
 //! record's messages are dropped); the server applies the target's chat template.
@@ -899,7 +899,7 @@ mod tests {
             .iter()
             .all(|p| matches!(&p.body, Body::Tokens(t) if !t.is_empty())));
         // The same rules as the capture reader: the same token ids, in the same order.
-        let captured = crate::verify::capture::read_prompts(&path).unwrap();
+        let captured = crate::trace::capture::read_prompts(&path).unwrap();
         assert_eq!(captured.len(), p.len());
         for (c, l) in captured.iter().zip(&p) {
             assert_eq!(Body::Tokens(c.tokens.clone()), l.body);

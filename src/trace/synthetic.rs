@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::trace::{self, Manifest, NewSample, SampleMeta};
+use super::file::{self, Manifest, NewSample, SampleMeta};
 use crate::error::{Error, Result};
 
 /// Seed of the synthetic trace's LCG.
@@ -78,7 +78,7 @@ pub fn write(
         std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
     }
     // A bench trace is replaced without --force, but only when kquant wrote it.
-    let claim = trace::claim(dir, true, &[])?;
+    let claim = file::claim(dir, true, &[])?;
     let mut taps = shape.taps.clone();
     taps.sort_unstable();
     taps.dedup();
@@ -126,13 +126,13 @@ pub fn write(
         json!({"generator": "kquant bench replay", "seed": SEED, "taps": "uniform ±0.5"}),
     );
     let manifest = Manifest {
-        format: trace::FORMAT.into(),
+        format: file::FORMAT.into(),
         target: json!({"name": "synthetic"}),
         hidden_size: shape.hidden,
         num_layers: taps.last().copied().unwrap_or(0).max(1),
         vocab_size: Some(shape.vocab),
         taps,
-        tap_convention: trace::TAP_CONVENTION.into(),
+        tap_convention: file::TAP_CONVENTION.into(),
         taps_pre_norm: true,
         dtype: "bf16".into(),
         greedy_selfcheck: None,
@@ -140,13 +140,13 @@ pub fn write(
         shards: vec![],
         extra,
     };
-    trace::write(claim, manifest, &new)
+    file::write(claim, manifest, &new)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::trace::Trace;
+    use crate::trace::file::Trace;
 
     /// The synthetic trace opens, is deterministic, and holds what it was asked for.
     #[test]

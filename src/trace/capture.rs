@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::io::manifest::hash_file;
 use crate::ops::argmax;
 use crate::runtime::deepseek::{DeepseekV3, Forward};
-use crate::verify::trace::{Manifest, NewSample, SampleMeta, FORMAT, TAP_CONVENTION};
+use crate::trace::file::{Manifest, NewSample, SampleMeta, FORMAT, TAP_CONVENTION};
 
 /// One prompt of the input JSONL.
 #[derive(Debug, Clone, PartialEq)]
@@ -478,7 +478,7 @@ pub fn write_trace(
         })
         .collect();
     let man = manifest(ck, m, name, o, metas.clone(), selfcheck)?;
-    crate::verify::trace::write(out, man, &samples)?;
+    crate::trace::file::write(out, man, &samples)?;
     Ok(Written {
         samples: caps.len(),
         tokens: caps.iter().map(|c| c.tokens.len()).sum(),

@@ -24,7 +24,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::io::{Dtype, Shard};
-use crate::verify::trace::{self, Entry, Manifest, SampleMeta, SampleSpec, TraceWriter};
+use crate::trace::file::{self, Entry, Manifest, SampleMeta, SampleSpec, TraceWriter};
 
 /// The tensor holding the stacked taps.
 pub const HIDDEN: &str = "hidden_states";
@@ -552,7 +552,7 @@ pub fn import(o: &Options) -> Result<Imported> {
         preflight(&o.out, o.force, &o.dir)?;
         None
     } else {
-        Some(trace::claim(&o.out, o.force, std::slice::from_ref(&o.dir))?)
+        Some(file::claim(&o.out, o.force, std::slice::from_ref(&o.dir))?)
     };
     let files = list(&o.dir)?;
     let mut warnings = Vec::new();
@@ -726,13 +726,13 @@ pub fn import(o: &Options) -> Result<Imported> {
         }),
     );
     let manifest = Manifest {
-        format: trace::FORMAT.into(),
+        format: file::FORMAT.into(),
         target: serde_json::Value::Object(target),
         hidden_size: hidden,
         num_layers: o.num_layers,
         vocab_size: o.vocab_size,
         taps: slots.clone(),
-        tap_convention: trace::TAP_CONVENTION.into(),
+        tap_convention: file::TAP_CONVENTION.into(),
         taps_pre_norm: true,
         dtype: "bf16".into(),
         greedy_selfcheck: None,
@@ -750,7 +750,7 @@ pub fn import(o: &Options) -> Result<Imported> {
             top1: false,
         })
         .collect();
-    let order = trace::write_order(&specs, hidden);
+    let order = file::write_order(&specs, hidden);
     let bytes: u64 = checked
         .iter()
         .map(|c| c.tokens.len() as u64 * (4 + 2 * (n * hidden) as u64))

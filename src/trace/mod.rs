@@ -1,0 +1,18 @@
+//! `trace`: the `kquant-trace/1` file a replay reads, and everything that makes one.
+//!
+//! `file` (the format: header, manifest, samples, their checks and the writer), `capture`
+//! (written by the CPU target runtime), `import` (from vLLM hidden-states connector files),
+//! `merge` (traces of one capture joined), `synthetic` (real-shape traces for benchmarks),
+//! `prompts` (text prompts tokenized with the target's tokenizer and chat template),
+//! `prompt_sets` (the sets users already have: MT-Bench, Spec-Bench, SPEED-Bench, GSM8K,
+//! MATH-500, HumanEval, plain text or token ids).
+//!
+//! It knows nothing of drafts or gates: `crate::verify` replays what it holds.
+
+pub mod capture;
+pub mod file;
+pub mod import;
+pub mod merge;
+pub mod prompt_sets;
+pub mod prompts;
+pub mod synthetic;
