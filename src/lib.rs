@@ -13,6 +13,7 @@ pub mod gpu;
 pub mod io;
 mod layering;
 pub mod ops;
+pub mod progress;
 pub mod quant;
 pub mod quantize;
 pub mod runtime;

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use serde_json::json;
 
 use crate::checkpoint::Checkpoint;
-use crate::cli::{human_bytes, progress};
+use crate::cli::human_bytes;
 use crate::error::{Error, Result};
 use crate::io::dtype;
 
@@ -150,7 +150,7 @@ fn read(src: &str, as_json: bool) -> Result<ExitCode> {
     let bytes: u64 = ck.weights.shards.iter().map(|s| s.file_len()).sum();
 
     let cat1 = cat(&files)?;
-    let pb = progress(bytes, "read");
+    let pb = crate::progress::bytes(bytes, "read");
     let t = Instant::now();
     let mut checksum = 0f64;
     for shard in &ck.weights.shards {

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use crate::checkpoint::{AuxConvention, Checkpoint};
+use crate::cli::human_bytes;
 use crate::cli::output_args::OutputArgs;
-use crate::cli::{human_bytes, progress};
 use crate::convert::{self, Engine, Options};
 use crate::error::{Error, Result};
 use crate::escape::{json_printable, printable};
@@ -202,7 +202,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         inputs.extend(t.weights.files().iter().map(|p| p.to_path_buf()));
     }
     let opts = a.out.write_options(inputs);
-    let pb = progress(bytes, "convert");
+    let pb = crate::progress::bytes(bytes, "convert");
     let s = convert::write(&ck, target.as_ref(), &plan, &a.out.output, opts, &pb)?;
     pb.finish_and_clear();
     if a.json {

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 
 use crate::checkpoint::Checkpoint;
+use crate::cli::human_bytes;
 use crate::cli::output_args::OutputArgs;
-use crate::cli::{human_bytes, progress};
 use crate::error::{Error, Result};
 use crate::escape::printable;
 use crate::io::writer::{TensorSpec, Writer};
@@ -103,7 +103,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     inputs.extend(ck.weights.config_path.clone());
     let opts = a.out.write_options(inputs);
     let mut w = Writer::create(&a.out.output, specs, opts)?;
-    let pb = progress(total, "dequantize");
+    let pb = crate::progress::bytes(total, "dequantize");
     for name in w.order().into_iter().map(String::from).collect::<Vec<_>>() {
         match lg.module(&name) {
             Some(m) => {

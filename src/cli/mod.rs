@@ -211,40 +211,6 @@ pub fn command_line() -> Vec<String> {
         .collect()
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal).
-pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::with_draw_target(
-        Some(len),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    pb.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{msg:>12} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
-        )
-        .expect("template")
-        .progress_chars("=> "),
-    );
-    pb.set_message(what.to_string());
-    pb
-}
-
-/// A progress bar over `len` items named `unit` (`requests`), on stderr like [`progress`].
-pub fn progress_items(len: u64, what: &str, unit: &str) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::with_draw_target(
-        Some(len),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    pb.set_style(
-        indicatif::ProgressStyle::with_template(&format!(
-            "{{msg:>12}} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{eta}})"
-        ))
-        .expect("template")
-        .progress_chars("=> "),
-    );
-    pb.set_message(what.to_string());
-    pb
-}
-
 /// Human-readable byte count.
 pub fn human_bytes(n: u64) -> String {
     const U: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use crate::checkpoint::Checkpoint;
+use crate::cli::human_bytes;
 use crate::cli::output_args::OutputArgs;
-use crate::cli::{human_bytes, progress};
 use crate::error::{Error, Result};
 use crate::escape::printable;
 use crate::quant::format::Format;
@@ -153,7 +153,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let mut report = None;
     if let (Some((m, cal)), false) = (&calibration, a.dry_run) {
-        let pb = super::progress_items(0, "calibrate", "positions");
+        let pb = crate::progress::items(0, "calibrate", "positions");
         let (chosen, r) = calibrate::choose(&plan, &a.src, *m, cal, &|done, total| {
             pb.set_length(total);
             pb.set_position(done);
@@ -233,7 +233,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             eprintln!("{head}{}", printable(line));
         }
     }
-    let pb = progress(before, "quantize");
+    let pb = crate::progress::bytes(before, "quantize");
     job.write(&|k| pb.inc(k))?;
     pb.finish_and_clear();
     let done = job.finish(&a.src)?;

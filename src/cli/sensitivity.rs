@@ -343,7 +343,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 limit: None,
                 memory: a.cal.calibration_memory,
             };
-            let pb = super::progress_items(0, "calibrate", "positions");
+            let pb = crate::progress::items(0, "calibrate", "positions");
             let (chosen, _) = calibrate::choose(&plan, &a.src, m, &cal, &|done, total| {
                 pb.set_length(total);
                 pb.set_position(done);

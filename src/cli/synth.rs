@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::cli::{command_line, human_bytes, progress};
+use crate::cli::{command_line, human_bytes};
 use crate::error::{Error, Result};
 use crate::io::writer::{parse_size, WriteOptions};
 use crate::synth::{preset, PRESETS};
@@ -63,7 +63,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let pb = progress(p.total_bytes(), "synth");
+    let pb = crate::progress::bytes(p.total_bytes(), "synth");
     let opts = WriteOptions {
         max_shard_size: a.max_shard_size,
         force: a.force,

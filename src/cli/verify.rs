@@ -158,7 +158,7 @@ pub(crate) fn run_draft(
         .iter()
         .map(|s| s.gen_len as u64)
         .sum();
-    let pb = crate::cli::progress_items(
+    let pb = crate::progress::items(
         total,
         &format!("replay {}", crate::escape::printable(spec)),
         "positions",

@@ -94,7 +94,7 @@ fn measure(url: &str, a: &Args, prompts: &[LivePrompt], what: &str) -> Result<Si
         spec_tokens: preflight.num_spec_tokens,
         max_failures: a.max_failed.of(prompts.len()),
     };
-    let pb = super::progress_items(prompts.len() as u64, what, "requests");
+    let pb = crate::progress::items(prompts.len() as u64, what, "requests");
     let outcomes = run::send(proto.as_ref(), &c, prompts, &o, &|| pb.inc(1))?;
     pb.finish_and_clear();
     Ok(Side {

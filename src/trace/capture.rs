@@ -409,22 +409,6 @@ pub struct Written {
     pub regenerated: usize,
 }
 
-fn progress(len: u64) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::with_draw_target(
-        Some(len),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    pb.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{msg:>12} [{bar:40}] {pos}/{len} samples ({elapsed}, {eta} left)",
-        )
-        .expect("template")
-        .progress_chars("=> "),
-    );
-    pb.set_message("capture");
-    pb
-}
-
 /// Capture every prompt with the target `m` (loaded from `ck`, named `name` in the manifest)
 /// and write the `kquant-trace/1` to the claimed `out` (`trace::write`), with a
 /// progress bar on stderr. `dataset` names samples whose prompt line names none.
@@ -444,7 +428,7 @@ pub fn write_trace(
         o.gen_len.saturating_add(o.lookahead),
         m.cfg.max_pos,
     )?;
-    let pb = progress(prompts.len() as u64);
+    let pb = crate::progress::items(prompts.len() as u64, "capture", "samples");
     let mut caps = Vec::with_capacity(prompts.len());
     for p in prompts {
         caps.push(capture(m, &p.tokens, o)?);
