@@ -115,7 +115,7 @@ fn search_writes_the_format_records_the_trace_and_never_loses_to_rtn_on_its_erro
     assert!(cr.get("kquant_quantization").is_none());
     let rec = &cs["kquant_quantization"];
     assert_eq!(rec["method"], "search");
-    let digest = kquant::quantize::calibrate::trace_digest(&trace).unwrap();
+    let digest = kquant::trace::file::digest(&trace).unwrap();
     assert_eq!(rec["calibration"]["trace_sha256"], digest.as_str());
     // The manifest lists the trace's files as inputs.
     let man = std::fs::read_to_string(search.join("kquant-manifest.json")).unwrap();

@@ -361,29 +361,12 @@ pub fn retries(s: &str) -> Result<usize, FlagError> {
     int(s, 0, 20, "--retries N retries a request up to N more times after a connection failure, a 5xx or a 429 (0 to 20)").map(|v| v as usize)
 }
 
-/// `verify --max-failed`: failed requests tolerated, a count (`3`) or a share of the prompts
-/// (`5%`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum MaxFailed {
-    Count(usize),
-    Percent(f64),
-}
-
-impl MaxFailed {
-    /// Failed requests tolerated out of `n`.
-    pub fn of(self, n: usize) -> usize {
-        match self {
-            MaxFailed::Count(c) => c,
-            MaxFailed::Percent(p) => (p / 100.0 * n as f64).floor() as usize,
-        }
-    }
-}
-
-pub fn max_failed(s: &str) -> Result<MaxFailed, FlagError> {
+pub fn max_failed(s: &str) -> Result<crate::verify::live::run::MaxFailed, FlagError> {
     let hint = "--max-failed takes a count (`3`) or a share of the prompts (`5%`); a failed request is never measured, more than this many is an error";
     match s.trim().strip_suffix('%') {
-        Some(p) => float(p, 0.0, 100.0, hint).map(MaxFailed::Percent),
-        None => int(s, 0, MAX_LIMIT, hint).map(|v| MaxFailed::Count(v as usize)),
+        Some(p) => float(p, 0.0, 100.0, hint).map(crate::verify::live::run::MaxFailed::Percent),
+        None => int(s, 0, MAX_LIMIT, hint)
+            .map(|v| crate::verify::live::run::MaxFailed::Count(v as usize)),
     }
 }
 
@@ -396,6 +379,17 @@ pub struct Gate {
     /// asks for an improvement).
     #[arg(long, default_value_t = 0.03, value_parser = max_regression, allow_hyphen_values = true)]
     pub max_regression: f64,
+}
+
+impl Gate {
+    /// The gate's thresholds with `min_accept` (`verify --min-accept`), built once for every
+    /// command that gates.
+    pub fn thresholds(
+        &self,
+        min_accept: Option<f64>,
+    ) -> crate::error::Result<crate::verify::gate::Thresholds> {
+        crate::verify::gate::Thresholds::new(self.max_regression, min_accept)
+    }
 }
 
 /// The calibration inputs of `quantize` and `sensitivity`, defined once (flattened into both).

@@ -27,7 +27,6 @@ pub mod trace;
 pub mod trace_import;
 pub mod verify;
 pub mod verify_files;
-pub mod verify_live;
 
 /// Quantize, convert and verify speculative-decoding draft models for Kimi targets.
 #[derive(Debug, Parser)]

@@ -221,7 +221,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Some((_, cal)) = &calibration {
         // The calibration trace is an input of the output: the manifest records (and hashes)
         // its files.
-        inputs.extend(calibrate::trace_files(&cal.trace)?);
+        inputs.extend(crate::trace::file::files(&cal.trace)?);
     }
     let wopts = a.out.write_options(inputs);
     let (mut job, mut warnings) = Job::start(&plan, &a.out.output, wopts, &det.family, &a.src)?;

@@ -8,10 +8,8 @@
 //! (`quant::codec::IntGrid`) and handed to the writer, which writes them as the format does.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-
-use sha2::{Digest, Sha256};
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
@@ -103,32 +101,6 @@ pub fn category_shares(trace: &Trace) -> BTreeMap<String, f64> {
     }
     let total = n.values().sum::<u64>().max(1) as f64;
     n.into_iter().map(|(c, k)| (c, k as f64 / total)).collect()
-}
-
-/// The files of a trace directory, `manifest.json` first, then the others in name order.
-pub fn trace_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Error::io("read", dir, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
-    names.sort_by_key(|p| (p.file_name() != Some("manifest.json".as_ref()), p.clone()));
-    Ok(names)
-}
-
-/// The sha256 of a trace directory: of each file's sha256 (`manifest.json` first, then the
-/// others in name order), so a changed sample or tap changes it.
-pub fn trace_digest(dir: &Path) -> Result<String> {
-    let names = trace_files(dir)?;
-    let mut outer = Sha256::new();
-    for p in names {
-        let mut f = std::fs::File::open(&p).map_err(|e| Error::io("open", &p, e))?;
-        let mut h = Sha256::new();
-        std::io::copy(&mut f, &mut h).map_err(|e| Error::io("read", &p, e))?;
-        outer.update(p.file_name().unwrap_or_default().as_encoded_bytes());
-        outer.update(h.finalize());
-    }
-    Ok(format!("{:x}", outer.finalize()))
 }
 
 /// Run the stage for `plan` (the source `src`): module → the codes and scales `method` chose.
@@ -300,7 +272,7 @@ pub fn choose(
         Report {
             method,
             trace: cal.trace.clone(),
-            trace_sha256: trace_digest(&cal.trace)?,
+            trace_sha256: crate::trace::file::digest(&cal.trace)?,
             samples: trace.manifest.samples.len(),
             categories: category_shares(&trace),
             tokens,

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::io::manifest::hash_file;
@@ -618,6 +619,32 @@ pub fn write(claim: Claim, manifest: Manifest, samples: &[NewSample<'_>]) -> Res
         }
     }
     tw.finish()
+}
+
+/// The files of a trace directory, `manifest.json` first, then the others in name order.
+pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| Error::io("read", dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    names.sort_by_key(|p| (p.file_name() != Some("manifest.json".as_ref()), p.clone()));
+    Ok(names)
+}
+
+/// The sha256 of a trace directory: of each file's sha256 (`manifest.json` first, then the
+/// others in name order), so a changed sample or tap changes it.
+pub fn digest(dir: &Path) -> Result<String> {
+    let names = files(dir)?;
+    let mut outer = Sha256::new();
+    for p in names {
+        let mut f = std::fs::File::open(&p).map_err(|e| Error::io("open", &p, e))?;
+        let mut h = Sha256::new();
+        std::io::copy(&mut f, &mut h).map_err(|e| Error::io("read", &p, e))?;
+        outer.update(p.file_name().unwrap_or_default().as_encoded_bytes());
+        outer.update(h.finalize());
+    }
+    Ok(format!("{:x}", outer.finalize()))
 }
 
 #[cfg(test)]

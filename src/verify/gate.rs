@@ -67,6 +67,19 @@ pub struct Thresholds {
 }
 
 impl Thresholds {
+    /// The gate's thresholds, refused (an error naming the flag) when they cannot gate.
+    pub fn new(max_regression: f64, min_accept: Option<f64>) -> crate::error::Result<Thresholds> {
+        let th = Thresholds {
+            max_regression,
+            min_accept,
+        };
+        th.check().map_err(|msg| crate::error::Error::Flags {
+            msg,
+            hint: "give finite thresholds: a comparison with `nan` is always false, so the gate would pass anything".into(),
+        })?;
+        Ok(th)
+    }
+
     /// Why these thresholds cannot gate anything: a non-finite one (a comparison with `nan` is
     /// always false, and `inf` allows anything), which would pass every draft.
     pub fn check(&self) -> Result<(), String> {

@@ -1,7 +1,7 @@
 //! `verify`: accept length of a draft against a target, from a trace (`crate::trace`) or a
 //! target kquant can run, or live from a serving engine, with the regression gate.
 //!
-//! The replay and the gate: `drafters` (a draft loaded for its family and replayed over a
+//! The replay and the gate: `offline` (an offline verify: request → plan → run), `drafters` (a draft loaded for its family and replayed over a
 //! trace), `walk` (leading matches to accept lengths, as the engines count them, and what
 //! near-ties can do), `ngram` (the prompt-lookup baseline), `sim` (the engine's greedy loop on
 //! a target kquant runs), `agreement` (two drafters' proposals position by position), `gate`
@@ -15,6 +15,7 @@ pub mod drafters;
 pub mod gate;
 pub mod live;
 pub mod ngram;
+pub mod offline;
 pub mod profile;
 pub mod published;
 pub mod report;

@@ -4,6 +4,7 @@
 
 use crate::io::output::{self, Kind};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
@@ -606,4 +607,41 @@ pub fn junit(r: &Value) -> String {
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"kquant verify\" tests=\"{}\" failures=\"{failures}\">\n  <properties>\n{props}  </properties>\n{body}</testsuite>\n",
         cases.len()
     )
+}
+/// What a verify found: the report (table, JSON and JUnit are rendered from it), the gate's
+/// decision, and the inputs an output may not overwrite.
+pub struct Verdict {
+    pub report: Value,
+    pub passed: bool,
+    pub sources: Vec<PathBuf>,
+}
+
+/// Print the report (the table, or the JSON with `--json` / `--json -`) and write `--json FILE`
+/// and `--junit FILE`. Reports are regenerated on every run: an existing one is replaced when
+/// kquant wrote it, anything else is refused (`io::output`), and none may be one of `sources`.
+pub fn emit(
+    rep: &Value,
+    json_to: Option<&Path>,
+    junit_to: Option<&Path>,
+    sources: &[PathBuf],
+) -> crate::error::Result<()> {
+    let json_to_stdout = json_to == Some(Path::new("-"));
+    if json_to_stdout {
+        println!("{}", serde_json::to_string_pretty(rep).expect("JSON"));
+    } else {
+        print!("{}", table(rep));
+    }
+    if let Some(p) = json_to.filter(|_| !json_to_stdout) {
+        output::write_file(
+            p,
+            JSON_REPORT,
+            true,
+            sources,
+            &serde_json::to_vec_pretty(rep).expect("JSON"),
+        )?;
+    }
+    if let Some(p) = junit_to {
+        output::write_file(p, JUNIT_REPORT, true, sources, junit(rep).as_bytes())?;
+    }
+    Ok(())
 }

@@ -3,11 +3,13 @@
 //! the engine's own fields — or, when the engine gives none and the run has the server alone,
 //! from its server-wide counters sampled around each request. `client` is the HTTP side,
 //! `engine` the [`engine::Protocol`] every engine implements (`vllm`, `sglang`, `trtllm`),
-//! `prometheus` the `/metrics` pages, `run` the requests (concurrency, timeouts, retries).
+//! `prometheus` the `/metrics` pages, `run` the requests (concurrency, timeouts, retries),
+//! `measure` a whole live verify (both deployments measured, gated, reported).
 //! docs/verify.md, "Live: measure on your serving engine".
 
 pub mod client;
 pub mod engine;
+pub mod measure;
 pub mod prometheus;
 pub mod run;
 pub mod sglang;

@@ -271,3 +271,20 @@ fn failed(msg: String, attempts: usize) -> Outcome {
 fn backoff(attempt: usize) {
     std::thread::sleep(Duration::from_millis(200 * attempt.min(10) as u64));
 }
+/// `verify --max-failed`: failed requests tolerated, a count (`3`) or a share of the prompts
+/// (`5%`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MaxFailed {
+    Count(usize),
+    Percent(f64),
+}
+
+impl MaxFailed {
+    /// Failed requests tolerated out of `n`.
+    pub fn of(self, n: usize) -> usize {
+        match self {
+            MaxFailed::Count(c) => c,
+            MaxFailed::Percent(p) => (p / 100.0 * n as f64).floor() as usize,
+        }
+    }
+}

@@ -1,27 +1,55 @@
-//! `kquant verify --endpoint URL [--baseline-endpoint URL] --prompts FILE`: the live mode of
-//! verify. The prompt set goes to the user's running engine (and to the baseline deployment),
-//! greedy; each request's accept length comes back from the engine's own fields
-//! (`verify::live`); the gate, the table, the JSON and the JUnit are offline verify's, over the
-//! prompts both deployments answered. Exit 0 pass, 1 gate failed, 2 error (a preflight that
-//! makes the figure meaningless, too many failed requests, nothing measured).
+//! A live verify (`verify --endpoint URL [--baseline-endpoint URL] --prompts FILE`): the
+//! prompt set sent, greedy, to the user's running engine (and to the baseline deployment);
+//! each request's accept length read back from the engine's own fields; the gate, the table,
+//! the JSON and the JUnit are offline verify's, over the prompts both deployments answered.
+//! Errors: a preflight that makes the figure meaningless, too many failed requests, nothing
+//! measured.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::verify::{emit, Args};
+use super::client::Client;
+use super::engine::{Engine, Preflight, RequestOptions};
+use super::run::{self, MaxFailed, Measured, Outcome};
+use super::{protocol, resolve};
 use crate::error::{Error, Result};
 use crate::trace::prompt_sets::{self, LivePrompt};
-use crate::verify::gate::{self, decide};
-use crate::verify::live::client::Client;
-use crate::verify::live::engine::{Engine, Preflight, RequestOptions};
-use crate::verify::live::run::{self, Measured, Outcome};
-use crate::verify::live::{protocol, resolve};
-use crate::verify::report::{self, Run};
+use crate::verify::gate::{self, decide, Thresholds};
+use crate::verify::report::{self, Run, Verdict};
 use crate::verify::walk::Walk;
 use crate::verify::{profile, published};
+
+/// What a live verify is asked: the flags, typed.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The server that serves the target with the draft.
+    pub endpoint: String,
+    /// A second server to compare with (paired ΔAL over the same prompts).
+    pub baseline_endpoint: Option<String>,
+    /// The serving engine (`Auto`: told by `/v1/models`).
+    pub engine: Engine,
+    /// The served model name (the first of `/v1/models` without).
+    pub model: Option<String>,
+    /// A target profile: a built-in name or a JSON file.
+    pub target: Option<String>,
+    /// The prompt set (the live profile's bundled set without).
+    pub prompts: Option<PathBuf>,
+    pub prompt_format: prompt_sets::Format,
+    /// The first N prompts of each category.
+    pub limit_per_category: Option<usize>,
+    pub max_tokens: usize,
+    pub concurrency: usize,
+    /// Seconds one request may take.
+    pub request_timeout: u64,
+    pub retries: usize,
+    pub max_failed: MaxFailed,
+    pub server_counters: bool,
+    /// A draft whose published accept lengths the profile quotes, as a floor.
+    pub published: Option<String>,
+    pub thresholds: Thresholds,
+}
 
 /// One deployment's run: where, what the preflight found, each prompt's outcome.
 struct Side {
@@ -46,7 +74,7 @@ fn walk_of(m: &Measured) -> Walk {
 
 /// Resolve the engine, run the preflight (errors refuse the run, warnings go to stderr) and
 /// send every prompt.
-fn measure(url: &str, a: &Args, prompts: &[LivePrompt], what: &str) -> Result<Side> {
+fn measure(url: &str, a: &Request, prompts: &[LivePrompt], what: &str) -> Result<Side> {
     let c = Client::new(url, Duration::from_secs(a.request_timeout))?;
     let (engine, served) = resolve(&c, a.engine)?;
     let proto = protocol(engine);
@@ -131,7 +159,7 @@ fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
         .zip(prompts)
         .filter_map(|(o, p)| {
             o.result.as_ref().ok().map(|m| {
-                let committed = crate::verify::live::engine::Spec {
+                let committed = super::engine::Spec {
                     steps: m.spec.steps,
                     accepted: m.committed,
                 };
@@ -158,7 +186,7 @@ fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
 }
 
 /// Refuse a side with more failed requests than `--max-failed` allows.
-fn check_failed(s: &Side, prompts: &[LivePrompt], a: &Args) -> Result<()> {
+fn check_failed(s: &Side, prompts: &[LivePrompt], a: &Request) -> Result<()> {
     let failed: Vec<(usize, &String)> = s
         .outcomes
         .iter()
@@ -200,9 +228,9 @@ fn category_of(p: &LivePrompt) -> String {
     }
 }
 
-pub fn run(a: Args) -> Result<ExitCode> {
-    let th = super::verify::thresholds(&a)?;
-    let url = a.endpoint.clone().expect("live mode has --endpoint");
+pub fn run(a: &Request) -> Result<Verdict> {
+    let th = a.thresholds;
+    let url = a.endpoint.clone();
     let profile = a.target.as_deref().map(profile::load).transpose()?;
     let file: PathBuf = match (&a.prompts, profile.as_ref().and_then(|p| p.live.as_ref())) {
         (Some(p), _) => p.clone(),
@@ -215,7 +243,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
     };
     let (format, mut prompts) = prompt_sets::read(&file, a.prompt_format)?;
-    let keep = prompt_sets::per_category(&prompts, a.per_category.value());
+    let keep = prompt_sets::per_category(&prompts, a.limit_per_category);
     prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
     // `--published` needs a benchmark's prompts: refused before any request is sent.
     let bench = match &a.published {
@@ -242,7 +270,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 let served = a.model.clone().or_else(|| {
                     Client::new(&url, t)
                         .ok()
-                        .and_then(|c| crate::verify::live::identify(&c).ok())
+                        .and_then(|c| super::identify(&c).ok())
                         .and_then(|(_, m)| m)
                 });
                 if let Some(m) = served {
@@ -269,12 +297,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
             });
         }
     }
-    let draft = measure(&url, &a, &prompts, "draft")?;
-    check_failed(&draft, &prompts, &a)?;
+    let draft = measure(&url, a, &prompts, "draft")?;
+    check_failed(&draft, &prompts, a)?;
     let baseline = match &a.baseline_endpoint {
         Some(b) => {
-            let s = measure(b, &a, &prompts, "baseline")?;
-            check_failed(&s, &prompts, &a)?;
+            let s = measure(b, a, &prompts, "baseline")?;
+            check_failed(&s, &prompts, a)?;
             Some(s)
         }
         None => None,
@@ -353,13 +381,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 bench,
                 (gate::micro_al(&all), d.samples.len()),
                 &per_cat,
-                a.gate.max_regression,
+                th.max_regression,
             )?;
             for c in cs.iter().filter(|c| !c.passed) {
                 decision.passed = false;
                 decision
                     .reasons
-                    .push(published::reason(c, name, a.gate.max_regression));
+                    .push(published::reason(c, name, th.max_regression));
             }
             Some(cs)
         }
@@ -409,7 +437,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     rep["target"] = json!(profile.as_ref().map(|p| p.name.clone()));
     rep["published"] = json!(published);
     rep["trace"] = Value::Null;
-    rep["limit_per_category"] = json!(a.per_category.value());
+    rep["limit_per_category"] = json!(a.limit_per_category);
     rep["samples_replayed"] = json!(both.len());
     rep["live"] = json!({
         "prompts": file.display().to_string(),
@@ -422,11 +450,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "same_output": same_output,
         "warnings": warnings,
     });
-    let sources: Vec<PathBuf> = vec![file];
-    emit(&rep, a.json.as_deref(), a.junit.as_deref(), &sources)?;
-    Ok(if decision.passed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+    Ok(Verdict {
+        report: rep,
+        passed: decision.passed,
+        sources: vec![file],
     })
 }

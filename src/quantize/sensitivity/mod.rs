@@ -2,14 +2,16 @@
 //! a quantization recipe may touch, the exclude patterns that leave one group alone, and the
 //! order in which the exclusion sets are tried when looking for the cheapest one that meets
 //! the gate (cheapest first among those predicted to pass, the prediction corrected by the
-//! misses so far). Measuring (quantize a variant, replay it, compare with the original) is the
-//! command's part (`cli::sensitivity`); this is the arithmetic around it.
+//! misses so far). Measuring (quantize a variant, replay it, compare with the original) is
+//! `run`'s part; this is the arithmetic around it.
 //!
 //! Groups follow the projections engines fuse or treat alike, across every layer: `q/k/v`
 //! (`q_proj`, `k_proj`, `v_proj`), the MLA projections (`q_a_proj`, `q_b_proj`,
 //! `kv_a_proj_with_mqa`, `kv_b_proj`), `o` (`o_proj`), `gate/up`, `down`, and every other leaf
 //! name on its own (`fc`, `lm_head`, …). A fused family (q/k/v, gate/up) is never split, so a
 //! scheme whose per-tensor scale fused siblings share can run every variant.
+
+pub mod run;
 
 use serde::Serialize;
 

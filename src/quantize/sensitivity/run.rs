@@ -1,0 +1,528 @@
+//! The sensitivity measurement (`kquant sensitivity`): each module group quantized alone,
+//! written in the recipe's format through `quantize`'s plan and writer into a scratch
+//! directory, and replayed against the original draft over the trace (`verify::offline`); then
+//! every group together, and with `pick` the exclusion sets the arithmetic in the parent
+//! module proposes, until one meets the gate. The CLI turns its flags into a [`Request`] and
+//! renders the [`Outcome`].
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::{bias, candidates, groups, next_trial, Group, MAX_GROUPS};
+use crate::checkpoint::detect::Family;
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::io::output::{self, Kind};
+use crate::io::writer::WriteOptions;
+use crate::quant::format::Format;
+use crate::quant::math::int4::Int4;
+use crate::quantize::calibrate::{self, Calibration, Method};
+use crate::quantize::drive::Job;
+use crate::quantize::plan::{Action, Plan};
+use crate::quantize::{self as quantize, Request as Recipe};
+use crate::runtime::linears::Exec;
+use crate::trace::file::Trace;
+use crate::verify::drafters::AfterMiss;
+use crate::verify::gate::{self, Thresholds};
+use crate::verify::offline::{open_trace, run_draft, target_spec, TraceSource};
+use crate::verify::profile;
+use crate::verify::report::{agreement_of, Run};
+
+/// What a sensitivity run is asked: the flags, typed.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The original (BF16/F16) draft.
+    pub src: String,
+    /// A target profile (a live one captures the trace when `trace` is `None`).
+    pub target: Option<String>,
+    /// The trace to evaluate on.
+    pub trace: Option<PathBuf>,
+    /// With a live target and no trace: the prompts to capture.
+    pub prompts: Option<PathBuf>,
+    pub target_checkpoint: Option<String>,
+    pub limit_per_category: Option<usize>,
+    /// Drafts per verify step (the draft's own default without).
+    pub steps: Option<usize>,
+    pub scheme: Option<String>,
+    pub format: Option<Format>,
+    /// A preset for the scheme, format and Quark settings (its exclude list is not used).
+    pub config: Option<String>,
+    /// Modules never quantized nor measured (Quark fnmatch patterns, comma-separated).
+    pub exclude: Option<String>,
+    pub method: Method,
+    /// A calibration trace for `search`/`gptq`.
+    pub calibrate: Option<PathBuf>,
+    pub calibration_memory: u64,
+    /// The gate every measurement and the picked set must meet.
+    pub thresholds: Thresholds,
+    pub pick: bool,
+    pub max_trials: usize,
+    /// Where the picked preset will be written: refused when it is `config`.
+    pub write_preset: Option<PathBuf>,
+    /// The command line, for the scratch variants' manifests.
+    pub command: Vec<String>,
+}
+
+/// What the run measured, and the document `--json` prints.
+pub struct Outcome {
+    /// The `kquant.sensitivity/1` document.
+    pub doc: Value,
+    pub groups: Vec<Group>,
+    /// Each group quantized alone, in `groups`' order.
+    pub single: Vec<Measured>,
+    /// Every group quantized.
+    pub every: Measured,
+    pub baseline_al: f64,
+    /// With `pick`: the exclusion set that met the gate, its preset and `quantize` line.
+    pub picked: Option<Measured>,
+    pub preset: Option<Value>,
+    pub command: Option<String>,
+    /// Exclusion sets `pick` measured.
+    pub trials: usize,
+    /// The draft's bytes before quantization.
+    pub bytes_before: u64,
+    pub scheme: &'static str,
+    pub format: Format,
+    /// Whether any serving engine loads the recipe as written for this draft's family.
+    pub loads_anywhere: bool,
+}
+
+/// One quantized variant, measured against the original.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Measured {
+    /// Groups left unquantized (besides `--exclude`).
+    pub excluded: Vec<String>,
+    /// Modules quantized.
+    pub quantized: usize,
+    pub bytes_after: u64,
+    pub accept_length: f64,
+    pub delta: f64,
+    pub ci95: [f64; 2],
+    pub agreement: Option<f64>,
+    pub agreement_per_depth: Vec<Option<f64>>,
+    pub passed: bool,
+}
+
+/// How an existing `--write-preset` file is recognised as one kquant wrote.
+pub const PRESET: Kind = Kind::File {
+    what: "kquant sensitivity preset",
+    flag: "--write-preset",
+    is_ours: |b| {
+        serde_json::from_slice::<Value>(b).is_ok_and(|v| {
+            v["description"]
+                .as_str()
+                .is_some_and(|d| d.starts_with(PRESET_MARK))
+        })
+    },
+};
+pub const PRESET_MARK: &str = "Picked by kquant sensitivity";
+
+/// Everything a variant needs besides its exclusions.
+struct Bench<'a> {
+    a: &'a Request,
+    ck: &'a Checkpoint,
+    det: &'a crate::checkpoint::Detection,
+    trace: &'a Trace,
+    target: Option<&'a Checkpoint>,
+    baseline: &'a Run,
+    chosen: &'a std::collections::BTreeMap<String, Int4>,
+    base: Vec<String>,
+    groups: &'a [Group],
+}
+
+impl Bench<'_> {
+    fn request(&self, patterns: &[String]) -> Recipe {
+        Recipe {
+            scheme: self.a.scheme.clone(),
+            format: self.a.format,
+            config: self.a.config.clone(),
+            exclude: Some(patterns.join(",")),
+            ..Default::default()
+        }
+    }
+
+    /// Quantize every group but `excluded` (indices), write it, replay it, compare.
+    fn measure(&self, excluded: &[usize]) -> Result<Measured> {
+        let mut patterns = self.base.clone();
+        for &i in excluded {
+            patterns.extend(self.groups[i].patterns.iter().cloned());
+        }
+        let recipe = quantize::resolve(self.ck, self.det, &self.a.src, &self.request(&patterns))?;
+        let mut plan = Plan::new(self.ck, &recipe, false)?;
+        let want: BTreeSet<&str> = self
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !excluded.contains(i))
+            .flat_map(|(_, g)| g.modules.iter().map(String::as_str))
+            .collect();
+        let got: BTreeSet<&str> = plan
+            .rows
+            .iter()
+            .filter_map(|r| match &r.action {
+                Action::Quantize { module, .. } => Some(module.as_str()),
+                Action::Copy { .. } => None,
+            })
+            .collect();
+        assert_eq!(want, got, "a variant quantizes exactly its groups");
+        plan.chosen = self
+            .chosen
+            .iter()
+            .filter(|(m, _)| got.contains(m.as_str()))
+            .map(|(m, q)| (m.clone(), q.clone()))
+            .collect();
+        let dir = tempfile::tempdir().map_err(|e| Error::io("create", Path::new("$TMPDIR"), e))?;
+        let out = dir.path().join("variant");
+        let wopts = WriteOptions {
+            command: self.a.command.clone(),
+            ..Default::default()
+        };
+        let (mut job, _) = Job::start(&plan, &out, wopts, &self.det.family, &self.a.src)?;
+        job.write(&|_| {})?;
+        job.finish(&self.a.src)?;
+        let (run, _) = run_draft(
+            &out.to_string_lossy(),
+            self.trace,
+            self.target,
+            self.a.steps,
+            AfterMiss::Run,
+            &Exec::F32,
+        )?;
+        let (delta, ci95) = gate::paired_delta(&run.samples, &self.baseline.samples);
+        let idx: Vec<usize> = (0..run.samples.len()).collect();
+        let g = agreement_of(&run, self.baseline, &idx);
+        let all: Vec<_> = run.samples.iter().collect();
+        Ok(Measured {
+            excluded: excluded
+                .iter()
+                .map(|&i| self.groups[i].name.clone())
+                .collect(),
+            quantized: got.len(),
+            bytes_after: plan.bytes_after(),
+            accept_length: gate::micro_al(&all),
+            delta,
+            ci95,
+            agreement: g.as_ref().and_then(|g| g.overall()),
+            agreement_per_depth: g.map(|g| g.rates()).unwrap_or_default(),
+            passed: gate::decide(gate::micro_al(&all), Some(delta), self.a.thresholds).passed,
+        })
+    }
+}
+
+/// Measure: the baseline replay, every group together, each group alone, and with `pick` the
+/// exclusion sets, cheapest first among those predicted to pass.
+pub fn run(a: &Request) -> Result<Outcome> {
+    // The preset written may not be the preset read: refused before any measurement.
+    if let (Some(w), Some(c)) = (&a.write_preset, &a.config) {
+        let same = match (std::fs::canonicalize(w), std::fs::canonicalize(c)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        };
+        if same {
+            return Err(Error::Flags {
+                msg: format!(
+                    "--write-preset {} is the --config preset this run reads",
+                    w.display()
+                ),
+                hint: "write the picked preset to another file".into(),
+            });
+        }
+    }
+    let prof = a.target.as_deref().map(profile::load).transpose()?;
+    let mut tmp = None;
+    let src = TraceSource {
+        trace: a.trace.as_deref(),
+        prompts: a.prompts.as_deref(),
+        limit: a.limit_per_category,
+    };
+    let trace = open_trace(&src, prof.as_ref(), &mut tmp)?;
+    if trace.manifest.samples.iter().all(|s| s.gen_len == 0) {
+        return Err(Error::Source {
+            path: trace.dir.join("manifest.json"),
+            msg: "has no generated position to replay: a sensitivity over nothing measures nothing"
+                .into(),
+            hint: Some("evaluate on a trace with samples (`kquant trace capture`)".into()),
+        });
+    }
+    let target_at = target_spec(a.target_checkpoint.as_deref(), prof.as_ref())?;
+    let target = target_at.as_deref().map(Checkpoint::open).transpose()?;
+    let ck = Checkpoint::open(&a.src)?;
+    let det = ck.detect()?;
+    let base = a
+        .exclude
+        .as_deref()
+        .map(crate::quant::exclude::parse_patterns)
+        .unwrap_or_default();
+
+    // Every group quantized: the modules, their groups, and (calibrated methods) the codes,
+    // chosen once on the original draft's inputs, which no variant changes.
+    let request = Recipe {
+        scheme: a.scheme.clone(),
+        format: a.format,
+        config: a.config.clone(),
+        exclude: Some(base.join(",")),
+        ..Default::default()
+    };
+    let recipe = quantize::resolve(&ck, &det, &a.src, &request)?;
+    let plan = Plan::new(&ck, &recipe, false)?;
+    let modules: Vec<(String, u64, u64)> = plan
+        .rows
+        .iter()
+        .filter_map(|r| match &r.action {
+            Action::Quantize { module, .. } => {
+                Some((module.clone(), r.tensor.nbytes(), r.bytes_after()))
+            }
+            Action::Copy { .. } => None,
+        })
+        .collect();
+    if modules.is_empty() {
+        return Err(Error::Flags {
+            msg: format!(
+                "--scheme {} quantizes no module of `{}` under --exclude {:?}",
+                recipe.scheme(),
+                a.src,
+                base.join(",")
+            ),
+            hint:
+                "exclude fewer modules; `kquant quantize --dry-run` shows what a recipe quantizes"
+                    .into(),
+        });
+    }
+    let groups = groups(&modules);
+    if a.pick && groups.len() > MAX_GROUPS {
+        return Err(Error::Flags {
+            msg: format!(
+                "--pick searches the subsets of at most {MAX_GROUPS} module groups; `{}` has {}",
+                a.src,
+                groups.len()
+            ),
+            hint: "fix some with --exclude (they are then never quantized), or run without --pick"
+                .into(),
+        });
+    }
+    let chosen = match (a.method, &a.calibrate) {
+        (Method::Rtn, None) => Default::default(),
+        (Method::Rtn, Some(_)) => {
+            return Err(Error::Flags {
+                msg: "--calibrate with --method rtn: round to nearest uses no calibration".into(),
+                hint: "add --method search or gptq, or drop --calibrate".into(),
+            })
+        }
+        (_, None) => {
+            return Err(Error::Flags {
+                msg: "--method search and gptq need calibration inputs".into(),
+                hint: "give --calibrate TRACE: a trace of other prompts than the evaluation --trace (`kquant trace capture`)".into(),
+            })
+        }
+        (m, Some(t)) => {
+            if a.trace.as_deref() == Some(t.as_path()) {
+                eprintln!("warning: --calibrate is the evaluation --trace: the method is measured on the prompts it was fitted to, which flatters it");
+            }
+            let cal = Calibration {
+                trace: t.clone(),
+                target: target_at.clone(),
+                steps: a.steps,
+                limit: None,
+                memory: a.calibration_memory,
+            };
+            let pb = crate::progress::items(0, "calibrate", "positions");
+            let (chosen, _) = calibrate::choose(&plan, &a.src, m, &cal, &|done, total| {
+                pb.set_length(total);
+                pb.set_position(done);
+            })?;
+            pb.finish_and_clear();
+            chosen
+        }
+    };
+    let (baseline, steps) = run_draft(
+        &a.src,
+        &trace,
+        target.as_ref(),
+        a.steps,
+        AfterMiss::Run,
+        &Exec::F32,
+    )?;
+    let all_samples: Vec<_> = baseline.samples.iter().collect();
+    let baseline_al = gate::micro_al(&all_samples);
+    let bench = Bench {
+        a,
+        ck: &ck,
+        det: &det,
+        trace: &trace,
+        target: target.as_ref(),
+        baseline: &baseline,
+        chosen: &chosen,
+        base: base.clone(),
+        groups: &groups,
+    };
+    let n = groups.len();
+    let step = |k: usize, what: &str| eprintln!("sensitivity: [{k}/{}] {what}", n + 1);
+    step(1, "every group quantized");
+    let every = bench.measure(&[])?;
+    let mut single = Vec::new();
+    for (i, g) in groups.iter().enumerate() {
+        step(i + 2, &format!("`{}` alone", g.name));
+        let others: Vec<usize> = (0..n).filter(|&j| j != i).collect();
+        single.push(bench.measure(&others)?);
+    }
+
+    let mut trials = Vec::new();
+    let mut picked: Option<Measured> = None;
+    if a.pick {
+        if every.passed {
+            picked = Some(every.clone());
+        } else {
+            let deltas: Vec<f64> = single.iter().map(|m| m.delta).collect();
+            let cands = candidates(&groups, every.delta, &deltas);
+            let mut tried = vec![false; cands.len()];
+            let mut misses: Vec<(f64, f64)> = Vec::new();
+            while trials.len() < a.max_trials {
+                let Some(i) =
+                    next_trial(&cands, &tried, bias(&misses), a.thresholds.max_regression)
+                else {
+                    break;
+                };
+                tried[i] = true;
+                let c = &cands[i];
+                let names: Vec<&str> = c.exclude.iter().map(|&i| groups[i].name.as_str()).collect();
+                eprintln!(
+                    "sensitivity: pick [{}/{}] leave {} unquantized (predicted ΔAL {:+.3}, {:+.3} after the misses so far)",
+                    trials.len() + 1,
+                    a.max_trials,
+                    names.join(", "),
+                    c.predicted,
+                    c.predicted + bias(&misses)
+                );
+                let m = bench.measure(&c.exclude)?;
+                let pass = m.passed;
+                misses.push((c.predicted, m.delta));
+                trials.push((c.clone(), m.clone()));
+                if pass {
+                    picked = Some(m);
+                    break;
+                }
+            }
+        }
+    }
+
+    let exclude_of = |m: &Measured| -> Vec<String> {
+        let mut p = base.clone();
+        for name in &m.excluded {
+            let g = groups.iter().find(|g| &g.name == name).expect("a group");
+            p.extend(g.patterns.iter().cloned());
+        }
+        p
+    };
+    let method = serde_json::to_value(a.method).expect("method");
+    let preset = picked.as_ref().map(|m| {
+        let mut p = json!({
+            "description": format!("{PRESET_MARK} on `{}` ({} samples): ΔAL {:+.4} [{:+.4}, {:+.4}] with --method {}, gate {}", a.src, trace.manifest.samples.len(), m.delta, m.ci95[0], m.ci95[1], method.as_str().unwrap_or(""), a.thresholds.max_regression),
+            "family": [det.family.id()],
+            "scheme": recipe.scheme(),
+            "format": recipe.format(),
+            "exclude": exclude_of(m),
+            "loads": "see `kquant schemes`",
+        });
+        // The measurement holds for these codes: `quantize --config` uses the method (and
+        // asks for --calibrate).
+        if method.as_str() != Some("rtn") {
+            p["method"] = method.clone();
+        }
+        if recipe.format() == Format::Quark {
+            p["quark_layout"] = json!(recipe.choice.quark.layout);
+            p["quark_version"] = json!(recipe.choice.quark.version);
+            p["quark_sequential"] = json!(
+                recipe.choice.quark.layout == crate::quant::quark::Layout::Model
+                    && recipe.choice.quark.order == crate::quant::math::pack::Order::Sequential
+            );
+        }
+        p
+    });
+    let command = picked.as_ref().map(|m| {
+        let mut c = format!(
+            "kquant quantize {} -o OUT --scheme {} --format {} --exclude '{}'",
+            a.src,
+            recipe.scheme(),
+            recipe.format().name(),
+            exclude_of(m).join(",")
+        );
+        if let Some(t) = &a.calibrate {
+            c += &format!(
+                " --method {} --calibrate {}",
+                method.as_str().unwrap_or(""),
+                t.display()
+            );
+        }
+        c
+    });
+    let group_json: Vec<Value> = groups
+        .iter()
+        .zip(&single)
+        .map(|(g, m)| {
+            json!({"group": g.name, "modules": g.modules, "patterns": g.patterns, "bytes_before": g.bytes_before, "bytes_after": g.bytes_after, "measured": m})
+        })
+        .collect();
+    let doc = json!({
+        "schema": "kquant.sensitivity/1",
+        "draft": a.src,
+        "scheme": recipe.scheme(),
+        "format": recipe.format().name(),
+        "method": method,
+        "calibration": a.calibrate,
+        "trace": a.trace.as_ref().map_or("live capture".to_string(), |t| t.display().to_string()),
+        "samples": trace.manifest.samples.len(),
+        "steps": steps,
+        "exclude": base,
+        "baseline_accept_length": baseline_al,
+        "max_regression": a.thresholds.max_regression,
+        "every_group": every,
+        "groups": group_json,
+        "pick": a.pick.then(|| json!({
+            "trials": trials.iter().map(|(c, m)| json!({"predicted": c.predicted, "cost_bytes": c.cost, "measured": m})).collect::<Vec<_>>(),
+            "picked": picked,
+            "preset": preset,
+            "command": command,
+        })),
+    });
+    Ok(Outcome {
+        doc,
+        scheme: recipe.scheme(),
+        format: recipe.format(),
+        loads_anywhere: loads_anywhere(recipe.format(), recipe.scheme(), &det.family),
+        bytes_before: plan.bytes_before(),
+        trials: trials.len(),
+        groups,
+        single,
+        every,
+        baseline_al,
+        picked,
+        preset,
+        command,
+    })
+}
+
+/// Write the picked preset to `path`: never over a source (the draft, the preset read), and
+/// over an existing file only when kquant wrote it ([`PRESET`]).
+pub fn write_preset(a: &Request, path: &Path, preset: &Value) -> Result<()> {
+    let sources: Vec<PathBuf> = std::iter::once(PathBuf::from(&a.src))
+        .chain(a.config.as_ref().map(PathBuf::from).filter(|c| c.is_file()))
+        .collect();
+    output::write_file(
+        path,
+        PRESET,
+        true,
+        &sources,
+        &serde_json::to_vec_pretty(preset).expect("JSON"),
+    )?;
+    Ok(())
+}
+
+/// Whether any serving engine loads `scheme` written as `format` for a draft of `family`.
+fn loads_anywhere(format: Format, scheme: &str, family: &Family) -> bool {
+    use crate::engines::{quantized, Engine, Loads};
+    Engine::ALL.iter().any(|&e| {
+        quantized::claim_for(format, scheme, e, family).is_some_and(|c| c.loads == Loads::Yes)
+    })
+}

@@ -1,0 +1,479 @@
+//! Offline `verify`: one draft (and a baseline draft or prompt lookup) replayed over a
+//! `kquant-trace/1` (or one captured here with a live profile's target), walked as the engine
+//! walks it, gated and reported. Resolve → plan → run, as `crate::quantize` does: the CLI
+//! turns its flags into a [`Request`], prints the [`Plan`]'s warnings, runs it and renders the
+//! [`Outcome`] (`report::emit`).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::runtime::deepseek::DeepseekV3;
+use crate::runtime::linears::Exec;
+use crate::trace::capture;
+use crate::trace::file::Trace;
+use crate::verify::drafters::{load_drafter, replay_matches, AfterMiss};
+use crate::verify::gate::{self, decide, Thresholds};
+use crate::verify::ngram;
+use crate::verify::profile::{self, Profile};
+use crate::verify::report::{self, Run, Verdict};
+use crate::verify::walk::{walk_to, Ties, Walk};
+
+/// What an offline verify is asked: the flags, typed.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The draft to check (usually the quantized one).
+    pub draft: String,
+    /// Another draft (usually the original) or `prompt-lookup`.
+    pub baseline: Option<String>,
+    /// A target profile: a built-in name or a JSON file.
+    pub target: Option<String>,
+    pub trace: Option<PathBuf>,
+    /// With a live profile and no trace: the prompts to capture.
+    pub prompts: Option<PathBuf>,
+    pub target_checkpoint: Option<String>,
+    /// Drafts per verify step (the draft's own default without).
+    pub steps: Option<usize>,
+    /// Proposals within this many logits of their runner-up are taken both ways.
+    pub near_ties: Option<f64>,
+    /// The first N samples of each category.
+    pub limit_per_category: Option<usize>,
+    pub after_miss: AfterMiss,
+    pub thresholds: Thresholds,
+    /// Where the draft's linears run (`cpu`, `cpu-emu`, `cuda[:N]`, `hip[:N]`).
+    pub device: String,
+}
+
+/// A request resolved: the trace opened (or captured), the target loaded, and what the user
+/// should hear before the replay starts.
+pub struct Plan {
+    req: Request,
+    exec: Exec,
+    profile: Option<Profile>,
+    trace: Trace,
+    /// A live capture's directory, removed when the plan is dropped.
+    _capture: Option<tempfile::TempDir>,
+    target: Option<Checkpoint>,
+    /// Findings to print before the replay (a draft calibrated on these very prompts…).
+    pub warnings: Vec<String>,
+}
+
+impl Plan {
+    /// Open the profile, the trace (a capture with a live profile's target without one) and
+    /// the target checkpoint, and refuse a trace with nothing to replay.
+    pub fn resolve(req: Request) -> Result<Plan> {
+        let exec = Exec::device(crate::gpu::linear::verify_device(&req.device)?);
+        let profile = req.target.as_deref().map(profile::load).transpose()?;
+        let mut capture_dir = None;
+        let src = TraceSource {
+            trace: req.trace.as_deref(),
+            prompts: req.prompts.as_deref(),
+            limit: req.limit_per_category,
+        };
+        let trace = open_trace(&src, profile.as_ref(), &mut capture_dir)?;
+        // A verify that replays nothing is never a pass.
+        if trace.manifest.samples.is_empty() {
+            return Err(Error::Source {
+                path: trace.dir.join("manifest.json"),
+                msg:
+                    "lists no samples: there is nothing to replay, and a gate over nothing cannot pass"
+                        .into(),
+                hint: Some(
+                    "verify on a trace with samples (`kquant trace capture` / `kquant trace import`)"
+                        .into(),
+                ),
+            });
+        }
+        let target = target_spec(req.target_checkpoint.as_deref(), profile.as_ref())?
+            .as_deref()
+            .map(Checkpoint::open)
+            .transpose()?;
+        let warnings = if req.trace.is_some() {
+            let specs = [Some(&req.draft), req.baseline.as_ref()];
+            specs
+                .into_iter()
+                .flatten()
+                .filter(|s| *s != "prompt-lookup")
+                .flat_map(|s| calibration_warnings(s, &trace))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Plan {
+            req,
+            exec,
+            profile,
+            trace,
+            _capture: capture_dir,
+            target,
+            warnings,
+        })
+    }
+
+    /// Replay the draft and the baseline, walk, gate and build the report.
+    pub fn run(self) -> Result<Verdict> {
+        let (req, trace) = (&self.req, &self.trace);
+        let th = req.thresholds;
+        let replay = |spec: &str| {
+            run_draft(
+                spec,
+                trace,
+                self.target.as_ref(),
+                req.steps,
+                req.after_miss,
+                &self.exec,
+            )
+        };
+        let (draft, depths) = replay(&req.draft)?;
+        let positions: u64 = draft.samples.iter().map(|w| w.positions).sum();
+        if positions == 0 {
+            return Err(Error::Source {
+                path: trace.dir.join("manifest.json"),
+                msg: format!(
+                    "the replay measured nothing: the {} sample(s) replayed have no generated position (gen_len 0, or prompt_len 0)",
+                    draft.samples.len()
+                ),
+                hint: Some("a gate over nothing cannot pass: verify on samples with a prompt and generated tokens".into()),
+            });
+        }
+        let baseline = match req.baseline.as_deref() {
+            None => None,
+            Some("prompt-lookup") => Some(prompt_lookup(trace, depths)?),
+            Some(b) => Some(replay(b)?.0),
+        };
+        let all: Vec<&Walk> = draft.samples.iter().collect();
+        let delta = baseline
+            .as_ref()
+            .map(|b| gate::paired_delta(&draft.samples, &b.samples).0);
+        let decision = decide(gate::micro_al(&all), delta, th);
+        let cats: Vec<String> = trace
+            .manifest
+            .samples
+            .iter()
+            .map(|s| {
+                if s.category.is_empty() {
+                    "all".into()
+                } else {
+                    s.category.clone()
+                }
+            })
+            .collect();
+        let mut rep = report::build(&draft, baseline.as_ref(), &cats, th, &decision, depths);
+        rep["target"] = json!(self.profile.as_ref().map(|p| p.name.clone()));
+        rep["trace"] = json!(match &req.trace {
+            Some(t) => t.display().to_string(),
+            None => "live capture".into(),
+        });
+        // The work cap, stated: what a figure over a capped trace stands for.
+        rep["limit_per_category"] = json!(req.limit_per_category);
+        rep["samples_replayed"] = json!(trace.manifest.samples.len());
+        rep["after_miss"] = json!(req.after_miss);
+        rep["warnings"] = json!(self.warnings);
+        let mut ties = (None, None);
+        if let Some(tie) = req.near_ties {
+            let stops: Vec<usize> = trace.manifest.samples.iter().map(|s| s.stop()).collect();
+            let (doc, d, b) = report::near_ties(&draft, baseline.as_ref(), &stops, tie).ok_or_else(|| Error::Flags {
+                msg: "--near-ties: the replay kept no logit margins (an argmax reduced on the device, or a prompt-lookup baseline)".into(),
+                hint: "run the replay on --device cpu (the default), with a draft as --baseline".into(),
+            })?;
+            rep["near_ties"] = doc;
+            ties = (Some(d), b);
+        }
+        rep["draft"]["requests"] = json!(per_request(trace, &draft, ties.0.as_ref()));
+        if let Some(b) = &baseline {
+            rep["baseline"]["requests"] = json!(per_request(trace, b, ties.1.as_ref()));
+        }
+        let sources: Vec<PathBuf> = [Some(&req.draft), req.baseline.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(PathBuf::from)
+            .chain(req.trace.clone())
+            .collect();
+        Ok(Verdict {
+            report: rep,
+            passed: decision.passed,
+            sources,
+        })
+    }
+}
+
+/// The prompt-lookup baseline's run over the trace, `depths` drafts a step.
+fn prompt_lookup(trace: &Trace, depths: usize) -> Result<Run> {
+    let mut samples: Vec<Walk> = Vec::new();
+    let mut matches = Vec::new();
+    for s in &trace.manifest.samples {
+        let m = ngram::matches(&trace.tokens(s)?, s.prompt_len, depths);
+        samples.push(walk_to(&m, s.stop()));
+        matches.push(m);
+    }
+    Ok(Run {
+        name: "prompt-lookup".into(),
+        samples,
+        matches,
+    })
+}
+
+/// Each sample as an engine would report its request, to hold against the engine's own
+/// per-request figures (`verify --endpoint`'s `live.*.requests`).
+fn per_request(trace: &Trace, r: &Run, ties: Option<&Vec<Ties>>) -> Vec<Value> {
+    trace
+        .manifest
+        .samples
+        .iter()
+        .zip(&r.samples)
+        .enumerate()
+        .map(|(i, (s, w))| {
+            let mut j = json!({"id": s.id, "category": s.category, "steps": w.rounds,
+                "committed": w.committed - w.rounds,
+                "accepted": (w.engine_unknown == 0).then(|| w.committed - w.rounds + w.engine_extra),
+                "accept_length": w.al_walk(), "accept_length_engine": w.al_engine(),
+                "tokens": s.stop() - s.prompt_len});
+            if let Some(t) = ties.map(|t| &t[i]) {
+                j["near_tie_steps"] = json!(t.steps);
+                j["steps_range"] = json!([t.up.rounds, t.down.rounds]);
+            }
+            j
+        })
+        .collect()
+}
+
+/// A draft calibrated on this very trace is measured on the prompts it was fitted to; one
+/// calibrated without some of its categories was fitted to other text.
+fn calibration_warnings(spec: &str, trace: &Trace) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let calibration = Checkpoint::open(spec)
+        .ok()
+        .and_then(|ck| ck.config)
+        .and_then(|c| {
+            c.get("kquant_quantization")
+                .and_then(|k| k.get("calibration"))
+                .cloned()
+        });
+    // Categories the evaluation has and the calibration had none of.
+    if let Some(cats) = calibration
+        .as_ref()
+        .and_then(|c| c.get("categories"))
+        .and_then(Value::as_object)
+    {
+        let mut missing: Vec<String> = trace
+            .manifest
+            .samples
+            .iter()
+            .map(|s| s.category.clone())
+            .filter(|c| !cats.contains_key(c))
+            .collect();
+        missing.sort();
+        missing.dedup();
+        if !missing.is_empty() {
+            warnings.push(format!(
+                "`{}` was calibrated on prompts without the categories {}: its codes were fitted to other text than these prompts (`quantize` prints the calibration's categories; calibrate on a set that covers them)",
+                crate::escape::printable(spec),
+                missing
+                    .iter()
+                    .map(|c| format!("`{}`", crate::escape::printable(c)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    let recorded = calibration.as_ref().and_then(|c| {
+        c.get("trace_sha256")
+            .and_then(Value::as_str)
+            .map(String::from)
+    });
+    if let Some(r) = recorded {
+        if crate::trace::file::digest(&trace.dir).is_ok_and(|d| d == r) {
+            warnings.push(format!(
+                "`{}` was calibrated on this trace (its config.json records the trace's digest): its accept length here is measured on the prompts its codes were fitted to, which flatters it; verify on other prompts (fixtures/kimi-k2.5-tiny/prompts/eval.jsonl is held out from calibration.jsonl)",
+                crate::escape::printable(spec)
+            ));
+        }
+    }
+    warnings
+}
+
+/// Replay one draft over the trace with `steps` (the draft's own default without). Returns
+/// its run and its depths per round.
+pub fn run_draft(
+    spec: &str,
+    trace: &Trace,
+    target: Option<&Checkpoint>,
+    steps: Option<usize>,
+    after_miss: AfterMiss,
+    exec: &Exec,
+) -> Result<(Run, usize)> {
+    let d = load_drafter(spec, target, exec)?;
+    let steps = crate::verify::drafters::steps_for(d.as_ref(), steps, spec)?;
+    trace.require(
+        d.taps(),
+        d.target_hidden(),
+        Some(d.vocab()),
+        &format!("draft `{spec}`"),
+    )?;
+    // A bar with an ETA over the generated positions (stderr; hidden when it is not a terminal).
+    let total: u64 = trace
+        .manifest
+        .samples
+        .iter()
+        .map(|s| s.gen_len as u64)
+        .sum();
+    let pb = crate::progress::items(
+        total,
+        &format!("replay {}", crate::escape::printable(spec)),
+        "positions",
+    );
+    let samples = replay_matches(d.as_ref(), trace, steps, after_miss, usize::MAX, &|n| {
+        pb.inc(n)
+    });
+    pb.finish_and_clear();
+    let (samples, matches) = samples?.into_iter().unzip();
+    Ok((
+        Run {
+            name: spec.to_string(),
+            samples,
+            matches,
+        },
+        steps,
+    ))
+}
+
+/// Where the samples to replay come from: `--trace`, or a live capture of `--prompts` (the
+/// profile's bundled set without), the first `limit` of each category.
+pub struct TraceSource<'a> {
+    pub trace: Option<&'a Path>,
+    pub prompts: Option<&'a Path>,
+    pub limit: Option<usize>,
+}
+
+/// The trace to replay: `--trace`, or a capture with a live profile's target into `tmp`.
+pub fn open_trace(
+    a: &TraceSource,
+    profile: Option<&Profile>,
+    tmp: &mut Option<tempfile::TempDir>,
+) -> Result<Trace> {
+    let mut trace = match (a.trace, profile) {
+        (Some(t), _) => Trace::open(t)?,
+        (None, Some(p)) => match &p.live {
+            Some(live) => {
+                let tgt = live.resolve(&live.target)?;
+                let ck = Checkpoint::open(&tgt.to_string_lossy())?;
+                let m = DeepseekV3::load(&ck)?;
+                let file = match a.prompts {
+                    Some(p) => p.to_path_buf(),
+                    None => live.resolve(&live.prompts)?,
+                };
+                let mut prompts = capture::read_prompts(&file)?;
+                let keep = per_category(prompts.iter().map(|p| p.category.as_str()), a.limit);
+                prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
+                let o = capture::Options {
+                    gen_len: LIVE_GEN_LEN,
+                    taps: (1..m.num_layers).collect(),
+                    stop_at_eos: false,
+                    lookahead: 0,
+                    f32_taps: false,
+                };
+                let dir = tempfile::tempdir()
+                    .map_err(|e| Error::io("create", Path::new("$TMPDIR"), e))?;
+                let out = dir.path().join("trace");
+                eprintln!(
+                    "verify: no --trace; capturing {} prompts with the live `{}` target ({})",
+                    prompts.len(),
+                    crate::escape::printable(&p.name),
+                    crate::escape::printable(&tgt.display().to_string())
+                );
+                let claim = crate::trace::file::claim(&out, false, &[])?;
+                capture::write_trace(&ck, &m, &p.name, &prompts, &o, "live", claim)?;
+                let t = Trace::open(&out)?;
+                *tmp = Some(dir);
+                t
+            }
+            None => {
+                return Err(Error::Flags {
+                    msg: format!("no --trace, and kquant cannot run target `{}` itself", p.name),
+                    hint: format!("capture the target's hidden states on the serving cluster (vLLM's hidden-states connector) and `kquant trace import --format vllm-hidden-states DIR --target {} -o TRACE` (scripts/vllm_capture.py writes DIR; docs/verify.md, \"From a vLLM cluster to a gate\"), then pass --trace TRACE", p.name),
+                })
+            }
+        },
+        (None, None) => {
+            return Err(Error::Flags {
+                msg: "no trace to replay".into(),
+                hint: "give --trace T, or --target with a live profile (e.g. kimi-k2.5-tiny)".into(),
+            })
+        }
+    };
+    if let Some(p) = profile {
+        check_fits(&trace, p)?;
+    }
+    let keep = per_category(
+        trace.manifest.samples.iter().map(|s| s.category.as_str()),
+        a.limit,
+    );
+    trace.manifest.samples = keep
+        .into_iter()
+        .map(|i| trace.manifest.samples[i].clone())
+        .collect();
+    Ok(trace)
+}
+
+/// The target checkpoint the drafts run with: `--target-checkpoint`, else a live profile's.
+pub fn target_spec(given: Option<&str>, profile: Option<&Profile>) -> Result<Option<String>> {
+    Ok(match (given, profile.and_then(|p| p.live.as_ref())) {
+        (Some(t), _) => Some(t.to_string()),
+        (None, Some(live)) => Some(live.resolve(&live.target)?.to_string_lossy().to_string()),
+        (None, None) => None,
+    })
+}
+
+/// Indices of the first `limit` items of each category, in order (all without a limit).
+fn per_category<'a>(cats: impl Iterator<Item = &'a str>, limit: Option<usize>) -> Vec<usize> {
+    let mut seen: std::collections::HashMap<&str, usize> = Default::default();
+    cats.enumerate()
+        .filter(|(_, c)| {
+            let n = seen.entry(c).or_default();
+            *n += 1;
+            *n <= limit.unwrap_or(usize::MAX)
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The trace's target must be the profile's (hidden size, layers, vocab where both know them).
+fn check_fits(t: &Trace, p: &Profile) -> Result<()> {
+    let m = &t.manifest;
+    let mut bad = Vec::new();
+    if let Some(&h) = p.hidden_size.known() {
+        if h != m.hidden_size {
+            bad.push(format!("hidden size {} (profile {h})", m.hidden_size));
+        }
+    }
+    if let Some(&l) = p.num_layers.known() {
+        if l != m.num_layers {
+            bad.push(format!("{} layers (profile {l})", m.num_layers));
+        }
+    }
+    if let (Some(&v), Some(tv)) = (p.vocab_size.known(), m.vocab_size) {
+        if v != tv {
+            bad.push(format!("vocab {tv} (profile {v})"));
+        }
+    }
+    if bad.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Source {
+        path: t.dir.clone(),
+        msg: format!(
+            "was not captured from target `{}`: {}",
+            p.name,
+            bad.join(", ")
+        ),
+        hint: Some(
+            "pass the --target profile of the model the trace was captured from (`kquant targets`)"
+                .into(),
+        ),
+    })
+}
+
+/// Greedy tokens per prompt of a live capture (what the fixture trace was made with).
+const LIVE_GEN_LEN: usize = 96;
