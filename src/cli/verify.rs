@@ -7,11 +7,34 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::cli::flags;
+use crate::engines::Engine;
 use crate::error::{Error, Result};
 use crate::verify::drafters::AfterMiss;
 use crate::verify::live::measure;
 use crate::verify::offline;
 use crate::verify::report::{self, Verdict};
+
+/// `verify --engine`: a serving engine, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineArg {
+    /// Tell from the server's `/v1/models` (`owned_by`).
+    Auto,
+    Vllm,
+    Sglang,
+    Trtllm,
+}
+
+impl EngineArg {
+    /// The engine named (`None` for `auto`).
+    fn engine(self) -> Option<Engine> {
+        match self {
+            EngineArg::Auto => None,
+            EngineArg::Vllm => Some(Engine::Vllm),
+            EngineArg::Sglang => Some(Engine::Sglang),
+            EngineArg::Trtllm => Some(Engine::Trtllm),
+        }
+    }
+}
 
 /// Arguments of `kquant verify`.
 #[derive(Debug, clap::Args)]
@@ -32,8 +55,8 @@ pub struct Args {
     #[arg(long, value_name = "URL", requires = "endpoint")]
     pub baseline_endpoint: Option<String>,
     /// Live: the serving engine (`auto`: told by `/v1/models`).
-    #[arg(long, value_enum, default_value_t = crate::verify::live::engine::Engine::Auto, requires = "endpoint")]
-    pub engine: crate::verify::live::engine::Engine,
+    #[arg(long, value_enum, default_value_t = EngineArg::Auto, requires = "endpoint")]
+    pub engine: EngineArg,
     /// Live: the served model name [default: the first of `/v1/models`].
     #[arg(long, requires = "endpoint")]
     pub model: Option<String>,
@@ -131,7 +154,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let v = measure::run(&measure::Request {
             endpoint,
             baseline_endpoint: a.baseline_endpoint.clone(),
-            engine: a.engine,
+            engine: a.engine.engine(),
             model: a.model.clone(),
             target: a.target.clone(),
             prompts: a.prompts.clone(),

@@ -11,30 +11,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::client::{Client, Failure};
+pub use crate::engines::Engine;
 use crate::error::Result;
 use crate::trace::prompt_sets::LivePrompt;
-
-/// The serving engines kquant speaks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Engine {
-    /// Tell from the server's `/v1/models` (`owned_by`).
-    Auto,
-    Vllm,
-    Sglang,
-    Trtllm,
-}
-
-impl Engine {
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Auto => "auto",
-            Engine::Vllm => "vllm",
-            Engine::Sglang => "sglang",
-            Engine::Trtllm => "trtllm",
-        }
-    }
-}
 
 /// What every request asks for besides the prompt.
 #[derive(Debug, Clone)]

@@ -28,8 +28,8 @@ pub struct Request {
     pub endpoint: String,
     /// A second server to compare with (paired ΔAL over the same prompts).
     pub baseline_endpoint: Option<String>,
-    /// The serving engine (`Auto`: told by `/v1/models`).
-    pub engine: Engine,
+    /// The serving engine (`None`: told by `/v1/models`).
+    pub engine: Option<Engine>,
     /// The served model name (the first of `/v1/models` without).
     pub model: Option<String>,
     /// A target profile: a built-in name or a JSON file.
@@ -83,7 +83,7 @@ fn measure(url: &str, a: &Request, prompts: &[LivePrompt], what: &str) -> Result
         // Findings quote the server's own strings (its version): escaped for the terminal.
         eprintln!(
             "warning: {what} ({}): {}\nhint: {}",
-            engine.name(),
+            engine.id(),
             crate::escape::printable(&w.msg),
             crate::escape::printable(&w.hint)
         );

@@ -23,13 +23,12 @@ use engine::{Engine, Protocol};
 
 use crate::error::{Error, Result};
 
-/// The protocol of `engine` (not [`Engine::Auto`]).
+/// The protocol of `engine`.
 pub fn protocol(engine: Engine) -> Box<dyn Protocol> {
     match engine {
         Engine::Vllm => Box::new(vllm::Vllm),
         Engine::Sglang => Box::new(sglang::Sglang),
         Engine::Trtllm => Box::new(trtllm::Trtllm),
-        Engine::Auto => unreachable!("resolve Engine::Auto with `identify` first"),
     }
 }
 
@@ -64,25 +63,25 @@ pub fn identify(c: &Client) -> Result<(Option<Engine>, Option<String>)> {
 }
 
 /// The engine to speak to: `given`, or the one `/v1/models` names.
-pub fn resolve(c: &Client, given: Engine) -> Result<(Engine, Option<String>)> {
+pub fn resolve(c: &Client, given: Option<Engine>) -> Result<(Engine, Option<String>)> {
     let (seen, model) = match identify(c) {
         Ok(x) => x,
         // An engine named by the user may still answer without /v1/models (SGLang /generate).
-        Err(_) if given != Engine::Auto => (None, None),
+        Err(_) if given.is_some() => (None, None),
         Err(e) => return Err(e),
     };
     match (given, seen) {
-        (Engine::Auto, Some(e)) => Ok((e, model)),
-        (Engine::Auto, None) => Err(Error::Endpoint {
+        (None, Some(e)) => Ok((e, model)),
+        (None, None) => Err(Error::Endpoint {
             url: c.url("/v1/models"),
             msg: "cannot tell which engine serves it (`owned_by` of the first model is not vllm, sglang or tensorrt_llm)".into(),
             hint: Some("pass --engine vllm|sglang|trtllm".into()),
         }),
-        (g, Some(s)) if g != s => Err(Error::Endpoint {
+        (Some(g), Some(s)) if g != s => Err(Error::Endpoint {
             url: c.url("/v1/models"),
-            msg: format!("is served by {} (`owned_by`), not {}", s.name(), g.name()),
-            hint: Some(format!("pass --engine {} (or leave --engine out)", s.name())),
+            msg: format!("is served by {} (`owned_by`), not {}", s.id(), g.id()),
+            hint: Some(format!("pass --engine {} (or leave --engine out)", s.id())),
         }),
-        (g, _) => Ok((g, model)),
+        (Some(g), _) => Ok((g, model)),
     }
 }

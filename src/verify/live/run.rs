@@ -159,7 +159,7 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
                 return Ok(failed(
                     format!(
                         "{route}: the response breaks {}'s schema: {msg}",
-                        proto.engine().name()
+                        proto.engine().id()
                     ),
                     attempts,
                 ))
@@ -193,7 +193,7 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
                 url: c.url(&route),
                 msg: format!(
                     "{} returned no per-request acceptance: the figure kquant reads is not in the response",
-                    proto.engine().name()
+                    proto.engine().id()
                 ),
                 hint: Some(proto.per_request_hint().into()),
             });
@@ -206,7 +206,7 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
             url: c.url("/metrics"),
             msg: format!(
                 "{} exposes no server-wide speculative-decoding counters either",
-                proto.engine().name()
+                proto.engine().id()
             ),
             hint: Some(proto.per_request_hint().into()),
         };
