@@ -61,8 +61,8 @@ pub struct Args {
     #[arg(long, requires = "endpoint")]
     pub model: Option<String>,
     /// Live: how `--prompts` is laid out (`auto`: told by its first record).
-    #[arg(long, value_enum, default_value_t = crate::trace::prompt_sets::Format::Auto, requires = "endpoint")]
-    pub prompt_format: crate::trace::prompt_sets::Format,
+    #[arg(long, value_enum, default_value_t = crate::trace::prompt_sets::SetFormat::Auto, requires = "endpoint")]
+    pub prompt_format: crate::trace::prompt_sets::SetFormat,
     /// Live: tokens generated per request.
     #[arg(long, default_value_t = 256, value_parser = flags::max_tokens, requires = "endpoint")]
     pub max_tokens: usize,

@@ -2,7 +2,7 @@
 //! (vLLM, SGLang, TensorRT-LLM): each record of a JSON Lines file becomes one [`LivePrompt`],
 //! with an id, a category (what the accept length is reported per) and the [`Body`] sent to the
 //! server. The format is named (`--prompt-format`) or detected from the first record's keys
-//! ([`Format::Auto`]); every record of the file must then fit it.
+//! ([`SetFormat::Auto`]); every record of the file must then fit it.
 //!
 //! Where each format comes from, and what of a record is sent:
 //! - **`mt-bench`**: lm-sys/FastChat `fastchat/llm_judge/data/mt_bench/question.jsonl`
@@ -58,7 +58,7 @@ pub struct LivePrompt {
     /// The record's own id (question_id, task_id, unique_id, id) as a string, else the line
     /// number (1-based) as a string; unique within the file (a duplicate is an error).
     pub id: String,
-    /// What the accept length is reported per (the record's category; see [`Format`]).
+    /// What the accept length is reported per (the record's category; see [`SetFormat`]).
     pub category: String,
     /// The format name, or the record's `dataset` for plain/tokens.
     pub dataset: String,
@@ -69,7 +69,7 @@ pub struct LivePrompt {
 /// A prompt file's format (`--prompt-format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Format {
+pub enum SetFormat {
     /// Detected from the first record's keys.
     Auto,
     /// FastChat's MT-Bench `question.jsonl`: the first turn as a chat message.
@@ -90,46 +90,46 @@ pub enum Format {
     Tokens,
 }
 
-impl Format {
+impl SetFormat {
     /// The format's name, as `--prompt-format` takes it and [`LivePrompt::dataset`] labels it.
     pub fn name(self) -> &'static str {
         match self {
-            Format::Auto => "auto",
-            Format::MtBench => "mt-bench",
-            Format::SpecBench => "spec-bench",
-            Format::SpeedBench => "speed-bench",
-            Format::Gsm8k => "gsm8k",
-            Format::Math500 => "math500",
-            Format::Humaneval => "humaneval",
-            Format::Plain => "plain",
-            Format::Tokens => "tokens",
+            SetFormat::Auto => "auto",
+            SetFormat::MtBench => "mt-bench",
+            SetFormat::SpecBench => "spec-bench",
+            SetFormat::SpeedBench => "speed-bench",
+            SetFormat::Gsm8k => "gsm8k",
+            SetFormat::Math500 => "math500",
+            SetFormat::Humaneval => "humaneval",
+            SetFormat::Plain => "plain",
+            SetFormat::Tokens => "tokens",
         }
     }
 
     /// What one record of the format looks like (for hints).
     fn shape(self) -> &'static str {
         match self {
-            Format::Auto => FORMATS,
-            Format::MtBench => {
+            SetFormat::Auto => FORMATS,
+            SetFormat::MtBench => {
                 r#"an mt-bench record (FastChat question.jsonl) is {"question_id": 81, "category": "writing", "turns": ["…", "…"]}"#
             }
-            Format::SpecBench => {
+            SetFormat::SpecBench => {
                 r#"a spec-bench record (Spec-Bench question.jsonl) is {"question_id": 81, "category": "translation", "turns": ["…"]}"#
             }
-            Format::SpeedBench => {
+            SetFormat::SpeedBench => {
                 r#"a speed-bench record is {"question_id": "…", "category": "coding", "turns": ["…"]} or {"category": "coding", "messages": [{"role": "user", "content": "…"}]}"#
             }
-            Format::Gsm8k => r#"a gsm8k record is {"question": "…", "answer": "… #### 18"}"#,
-            Format::Math500 => {
+            SetFormat::Gsm8k => r#"a gsm8k record is {"question": "…", "answer": "… #### 18"}"#,
+            SetFormat::Math500 => {
                 r#"a math500 record is {"problem": "…", "solution": "…", "answer": "…", "subject": "Algebra", "level": 2, "unique_id": "test/algebra/1.json"}"#
             }
-            Format::Humaneval => {
+            SetFormat::Humaneval => {
                 r#"a humaneval record is {"task_id": "HumanEval/0", "prompt": "def …", "entry_point": "…", "canonical_solution": "…", "test": "…"}"#
             }
-            Format::Plain => {
+            SetFormat::Plain => {
                 r#"a plain record is {"id": 1, "category": "…", "prompt": "text to continue"} ("text" is read as "prompt"), or {"messages": [{"role": "user", "content": "…"}]}"#
             }
-            Format::Tokens => {
+            SetFormat::Tokens => {
                 r#"a tokens record is {"id": 0, "category": "…", "tokens": [token ids]} ("prompt_ids" or "input_ids" also read), as `kquant trace prompts` writes"#
             }
         }
@@ -171,7 +171,7 @@ const TOKEN_KEYS: [&str; 3] = ["tokens", "prompt_ids", "input_ids"];
 const JSONL_HINT: &str = "a prompt file is JSON Lines: one JSON object per line, UTF-8; a JSON array or a parquet/arrow file must be converted to jsonl first";
 
 /// Read `path` as `format` (Auto: detected). Returns the format used and the prompts in file order.
-pub fn read(path: &Path, format: Format) -> Result<(Format, Vec<LivePrompt>)> {
+pub fn read(path: &Path, format: SetFormat) -> Result<(SetFormat, Vec<LivePrompt>)> {
     let file = crate::io::text::open_regular(path, crate::io::text::MAX_PROMPTS, "prompt file")?;
     let mut reader = std::io::BufReader::new(file);
     let mut used = format;
@@ -209,7 +209,7 @@ pub fn read(path: &Path, format: Format) -> Result<(Format, Vec<LivePrompt>)> {
                     .with_hint(JSONL_HINT),
             );
         };
-        if used == Format::Auto {
+        if used == SetFormat::Auto {
             used = detect(&rec).ok_or_else(|| {
                 let mut keys: Vec<String> = rec.keys().take(8).map(|k| format!("`{k}`")).collect();
                 if rec.len() > keys.len() {
@@ -227,7 +227,7 @@ pub fn read(path: &Path, format: Format) -> Result<(Format, Vec<LivePrompt>)> {
         }
         let p = parse(used, &Record(&rec), line).map_err(|bad| {
             let how = match format {
-                Format::Auto => format!(
+                SetFormat::Auto => format!(
                     "line {detected_at} looks like {}, so every record is read as one; name the format with --prompt-format if it is another",
                     used.name()
                 ),
@@ -251,13 +251,13 @@ pub fn read(path: &Path, format: Format) -> Result<(Format, Vec<LivePrompt>)> {
     if out.is_empty() {
         return Err(
             Error::source(path, "has no prompts: nothing to measure").with_hint(match format {
-                Format::Auto => FORMATS.to_string(),
+                SetFormat::Auto => FORMATS.to_string(),
                 f => format!("{}, one per line", f.shape()),
             }),
         );
     }
-    if format == Format::Auto && used == Format::MtBench && is_spec_bench(&out) {
-        used = Format::SpecBench;
+    if format == SetFormat::Auto && used == SetFormat::MtBench && is_spec_bench(&out) {
+        used = SetFormat::SpecBench;
         for p in &mut out {
             p.dataset = used.name().into();
         }
@@ -297,29 +297,29 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-/// The format a record's keys say it is (the detection order of [`Format::Auto`]); `None` when
+/// The format a record's keys say it is (the detection order of [`SetFormat::Auto`]); `None` when
 /// it fits none. MT-Bench and Spec-Bench records have the same keys: the file's categories tell
 /// them apart afterwards ([`is_spec_bench`]).
-fn detect(rec: &Map<String, Value>) -> Option<Format> {
+fn detect(rec: &Map<String, Value>) -> Option<SetFormat> {
     let has = |k: &str| rec.get(k).is_some_and(|v| !v.is_null());
     Some(if TOKEN_KEYS.iter().any(|k| has(k)) {
-        Format::Tokens
+        SetFormat::Tokens
     } else if has("turns") && has("question_id") {
         if SPEED_BENCH_KEYS.iter().any(|k| has(k)) {
-            Format::SpeedBench
+            SetFormat::SpeedBench
         } else {
-            Format::MtBench
+            SetFormat::MtBench
         }
     } else if (has("messages") || has("turns")) && has("category") {
-        Format::SpeedBench
+        SetFormat::SpeedBench
     } else if has("question") && has("answer") {
-        Format::Gsm8k
+        SetFormat::Gsm8k
     } else if has("problem") && (has("solution") || has("answer")) {
-        Format::Math500
+        SetFormat::Math500
     } else if has("task_id") && has("prompt") && has("entry_point") {
-        Format::Humaneval
+        SetFormat::Humaneval
     } else if has("prompt") || has("text") || has("messages") {
-        Format::Plain
+        SetFormat::Plain
     } else {
         return None;
     })
@@ -486,11 +486,11 @@ fn user(content: &str) -> Body {
 }
 
 /// One record read as `format` (not `Auto`).
-fn parse(format: Format, r: &Record, line: usize) -> Fit<LivePrompt> {
+fn parse(format: SetFormat, r: &Record, line: usize) -> Fit<LivePrompt> {
     let name = format.name().to_string();
     Ok(match format {
-        Format::Auto => unreachable!("read resolves Auto before parsing"),
-        Format::MtBench | Format::SpecBench => {
+        SetFormat::Auto => unreachable!("read resolves Auto before parsing"),
+        SetFormat::MtBench | SetFormat::SpecBench => {
             if !r.has("question_id") {
                 return Err("has no `question_id`".to_string().into());
             }
@@ -501,7 +501,7 @@ fn parse(format: Format, r: &Record, line: usize) -> Fit<LivePrompt> {
                 body: user(&r.first_turn()?),
             }
         }
-        Format::SpeedBench => {
+        SetFormat::SpeedBench => {
             let body = match (r.has("messages"), r.has("turns")) {
                 (true, true) => {
                     return Err("has both `messages` and `turns`; give one"
@@ -519,7 +519,7 @@ fn parse(format: Format, r: &Record, line: usize) -> Fit<LivePrompt> {
                 body,
             }
         }
-        Format::Gsm8k => {
+        SetFormat::Gsm8k => {
             let question = r.req_text("question")?;
             r.req_str("answer")?;
             LivePrompt {
@@ -529,7 +529,7 @@ fn parse(format: Format, r: &Record, line: usize) -> Fit<LivePrompt> {
                 body: user(question),
             }
         }
-        Format::Math500 => {
+        SetFormat::Math500 => {
             let problem = r.req_text("problem")?;
             r.opt_str("solution")?;
             let category = match r.opt_str("subject")? {
@@ -543,7 +543,7 @@ fn parse(format: Format, r: &Record, line: usize) -> Fit<LivePrompt> {
                 body: user(problem),
             }
         }
-        Format::Humaneval => {
+        SetFormat::Humaneval => {
             let task = r.req_text("task_id")?.to_string();
             let prompt = r.req_text("prompt")?;
             r.req_text("entry_point")?;
@@ -554,7 +554,7 @@ fn parse(format: Format, r: &Record, line: usize) -> Fit<LivePrompt> {
                 body: Body::Text(prompt.into()),
             }
         }
-        Format::Plain => {
+        SetFormat::Plain => {
             let given: Vec<&str> = ["prompt", "text", "messages"]
                 .into_iter()
                 .filter(|k| r.has(k))
@@ -581,7 +581,7 @@ fn parse(format: Format, r: &Record, line: usize) -> Fit<LivePrompt> {
                 body,
             }
         }
-        Format::Tokens => {
+        SetFormat::Tokens => {
             let Some((k, ids)) = TOKEN_KEYS.iter().find_map(|k| r.get(k).map(|v| (k, v))) else {
                 if ["prompt", "text", "messages"].iter().any(|k| r.has(k)) {
                     return Err(Bad {
@@ -647,7 +647,7 @@ mod tests {
         (dir, path)
     }
 
-    fn read_lines(lines: &[&str], format: Format) -> Result<(Format, Vec<LivePrompt>)> {
+    fn read_lines(lines: &[&str], format: SetFormat) -> Result<(SetFormat, Vec<LivePrompt>)> {
         let (_dir, path) = file(lines);
         read(&path, format)
     }
@@ -659,7 +659,7 @@ mod tests {
     /// The error for `lines` read as `format`: it names `FILE:LINE` (or the file when `line` is
     /// 0), says `msg` and carries a hint containing `hint`.
     #[track_caller]
-    fn fails(lines: &[&str], format: Format, line: usize, msg: &str, hint: &str) {
+    fn fails(lines: &[&str], format: SetFormat, line: usize, msg: &str, hint: &str) {
         let (_dir, path) = file(lines);
         let e = read(&path, format).expect_err("the file should be refused");
         let Error::Source {
@@ -697,23 +697,23 @@ mod tests {
     const HE1: &str = r#"{"task_id": "HumanEval/1", "prompt": "from typing import List\n\n\ndef separate_paren_groups(paren_string: str) -> List[str]:\n    \"\"\" Input to this function is a string containing multiple groups of nested parentheses.\n    \"\"\"\n", "canonical_solution": "    result = []\n    ...\n", "test": "\n\ndef check(candidate):\n    pass\n", "entry_point": "separate_paren_groups"}"#;
 
     /// A record that fits `format`.
-    fn good(format: Format) -> &'static str {
+    fn good(format: SetFormat) -> &'static str {
         match format {
-            Format::MtBench | Format::SpecBench => MT1,
-            Format::SpeedBench => r#"{"category": "qa", "turns": ["Why?"]}"#,
-            Format::Gsm8k => GSM1,
-            Format::Math500 => MATH1,
-            Format::Humaneval => HE0,
-            Format::Plain => r#"{"prompt": "ok"}"#,
-            Format::Tokens => r#"{"tokens": [1]}"#,
-            Format::Auto => unreachable!(),
+            SetFormat::MtBench | SetFormat::SpecBench => MT1,
+            SetFormat::SpeedBench => r#"{"category": "qa", "turns": ["Why?"]}"#,
+            SetFormat::Gsm8k => GSM1,
+            SetFormat::Math500 => MATH1,
+            SetFormat::Humaneval => HE0,
+            SetFormat::Plain => r#"{"prompt": "ok"}"#,
+            SetFormat::Tokens => r#"{"tokens": [1]}"#,
+            SetFormat::Auto => unreachable!(),
         }
     }
 
     #[test]
     fn names_match_clap_and_serde() {
         use clap::ValueEnum;
-        for f in Format::value_variants() {
+        for f in SetFormat::value_variants() {
             let clap_name = f.to_possible_value().unwrap().get_name().to_string();
             assert_eq!(clap_name, f.name());
             assert_eq!(serde_json::to_value(f).unwrap(), json!(f.name()));
@@ -722,8 +722,8 @@ mod tests {
 
     #[test]
     fn mt_bench_first_turn_as_a_user_message() {
-        let (f, p) = read_lines(&[MT1, MT2, MT3], Format::Auto).unwrap();
-        assert_eq!(f, Format::MtBench);
+        let (f, p) = read_lines(&[MT1, MT2, MT3], SetFormat::Auto).unwrap();
+        assert_eq!(f, SetFormat::MtBench);
         assert_eq!(p.len(), 3);
         assert_eq!(p[0].id, "81");
         assert_eq!(p[0].category, "writing");
@@ -737,8 +737,8 @@ mod tests {
 
     #[test]
     fn spec_bench_detected_by_its_own_categories() {
-        let (f, p) = read_lines(&[MT1, SPEC_TR, SPEC_RAG], Format::Auto).unwrap();
-        assert_eq!(f, Format::SpecBench);
+        let (f, p) = read_lines(&[MT1, SPEC_TR, SPEC_RAG], SetFormat::Auto).unwrap();
+        assert_eq!(f, SetFormat::SpecBench);
         assert!(p.iter().all(|p| p.dataset == "spec-bench"));
         assert_eq!(p[1].category, "translation");
         assert_eq!(
@@ -747,11 +747,11 @@ mod tests {
         );
         // A category outside Spec-Bench's set: MT-Bench-shaped, read as mt-bench.
         let other = r#"{"question_id": 7, "category": "poetry", "turns": ["Write a haiku."]}"#;
-        let (f, _) = read_lines(&[SPEC_TR, other], Format::Auto).unwrap();
-        assert_eq!(f, Format::MtBench);
+        let (f, _) = read_lines(&[SPEC_TR, other], SetFormat::Auto).unwrap();
+        assert_eq!(f, SetFormat::MtBench);
         // Only MT-Bench's categories: named spec-bench, labelled so.
-        let (f, p) = read_lines(&[MT1, MT2], Format::SpecBench).unwrap();
-        assert_eq!(f, Format::SpecBench);
+        let (f, p) = read_lines(&[MT1, MT2], SetFormat::SpecBench).unwrap();
+        assert_eq!(f, SetFormat::SpecBench);
         assert_eq!(p[0].dataset, "spec-bench");
     }
 
@@ -760,8 +760,8 @@ mod tests {
         // SPEED-Bench's own layout (question_id a string, with sub_category, multiturn, …).
         let q1 = r#"{"question_id": "coding_0001", "category": "coding", "sub_category": "python", "turns": ["Write a function that merges two sorted lists."], "source": "x", "src_id": "12", "difficulty": "medium", "multiturn": false}"#;
         let q2 = r#"{"question_id": "math_0003", "category": "math", "sub_category": "algebra", "turns": ["Solve x^2 = 4.", "Now x^3 = 8."], "source": "y", "src_id": "4", "difficulty": "easy", "multiturn": true}"#;
-        let (f, p) = read_lines(&[q1, q2], Format::Auto).unwrap();
-        assert_eq!(f, Format::SpeedBench);
+        let (f, p) = read_lines(&[q1, q2], SetFormat::Auto).unwrap();
+        assert_eq!(f, SetFormat::SpeedBench);
         assert_eq!(p[0].id, "coding_0001");
         assert_eq!(p[1].category, "math");
         assert_eq!(p[1].body, user_msg("Solve x^2 = 4."));
@@ -769,8 +769,8 @@ mod tests {
         // Messages with a category, no question_id.
         let m1 = r#"{"category": "rag", "messages": [{"role": "system", "content": "Answer from the passages."}, {"role": "user", "content": "Passage: …\nQuestion: who?", "name": "u"}]}"#;
         let m2 = r#"{"category": "multilingual", "messages": [{"role": "user", "content": "Traduis: bonjour"}]}"#;
-        let (f, p) = read_lines(&[m1, m2], Format::Auto).unwrap();
-        assert_eq!(f, Format::SpeedBench);
+        let (f, p) = read_lines(&[m1, m2], SetFormat::Auto).unwrap();
+        assert_eq!(f, SetFormat::SpeedBench);
         assert_eq!((p[0].id.as_str(), p[1].id.as_str()), ("1", "2"));
         assert_eq!(
             p[0].body,
@@ -781,15 +781,15 @@ mod tests {
         );
         // turns + category without question_id.
         let t = r#"{"category": "qa", "turns": ["Why is the sky blue?"]}"#;
-        let (f, p) = read_lines(&[t], Format::Auto).unwrap();
-        assert_eq!(f, Format::SpeedBench);
+        let (f, p) = read_lines(&[t], SetFormat::Auto).unwrap();
+        assert_eq!(f, SetFormat::SpeedBench);
         assert_eq!(p[0].body, user_msg("Why is the sky blue?"));
     }
 
     #[test]
     fn gsm8k_question_zero_shot() {
-        let (f, p) = read_lines(&[GSM1, "", GSM2], Format::Auto).unwrap();
-        assert_eq!(f, Format::Gsm8k);
+        let (f, p) = read_lines(&[GSM1, "", GSM2], SetFormat::Auto).unwrap();
+        assert_eq!(f, SetFormat::Gsm8k);
         assert_eq!(p.len(), 2);
         assert_eq!((p[0].id.as_str(), p[1].id.as_str()), ("1", "3"));
         assert!(p
@@ -801,8 +801,8 @@ mod tests {
     #[test]
     fn math500_problem_and_subject() {
         let no_subject = r#"{"problem": "Compute $1+1$.", "answer": "2"}"#;
-        let (f, p) = read_lines(&[MATH1, MATH2, no_subject], Format::Auto).unwrap();
-        assert_eq!(f, Format::Math500);
+        let (f, p) = read_lines(&[MATH1, MATH2, no_subject], SetFormat::Auto).unwrap();
+        assert_eq!(f, SetFormat::Math500);
         assert_eq!(p[0].id, "test/precalculus/807.json");
         assert_eq!(p[0].category, "Precalculus");
         assert_eq!(p[1].category, "Number Theory");
@@ -812,8 +812,8 @@ mod tests {
 
     #[test]
     fn humaneval_prompt_as_raw_text() {
-        let (f, p) = read_lines(&[HE0, HE1], Format::Auto).unwrap();
-        assert_eq!(f, Format::Humaneval);
+        let (f, p) = read_lines(&[HE0, HE1], SetFormat::Auto).unwrap();
+        assert_eq!(f, SetFormat::Humaneval);
         assert_eq!(p[0].id, "HumanEval/0");
         assert_eq!(p[1].id, "HumanEval/1");
         assert_eq!(p[0].category, "humaneval");
@@ -832,10 +832,10 @@ mod tests {
                 r#"{"text": "def main():"}"#,
                 r#"{"messages": [{"role": "user", "content": "Hi"}], "id": 7}"#,
             ],
-            Format::Auto,
+            SetFormat::Auto,
         )
         .unwrap();
-        assert_eq!(f, Format::Plain);
+        assert_eq!(f, SetFormat::Plain);
         assert_eq!(p[0].id, "a");
         assert_eq!(p[0].body, Body::Text("Once upon a time".into()));
         assert_eq!(
@@ -863,10 +863,10 @@ mod tests {
                 r#"{"id": 1, "prompt_ids": [1, 4294967295]}"#,
                 r#"{"input_ids": [5]}"#,
             ],
-            Format::Auto,
+            SetFormat::Auto,
         )
         .unwrap();
-        assert_eq!(f, Format::Tokens);
+        assert_eq!(f, SetFormat::Tokens);
         assert_eq!(p[0].body, Body::Tokens(vec![87, 284, 220, 16]));
         assert_eq!(
             (
@@ -891,8 +891,8 @@ mod tests {
     fn the_repo_heldout_prompts_read_as_tokens() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl");
-        let (f, p) = read(&path, Format::Auto).unwrap();
-        assert_eq!(f, Format::Tokens);
+        let (f, p) = read(&path, SetFormat::Auto).unwrap();
+        assert_eq!(f, SetFormat::Tokens);
         assert_eq!(p.len(), 60);
         assert!(p.iter().all(|p| !p.category.is_empty()));
         assert!(p
@@ -907,46 +907,46 @@ mod tests {
             assert_eq!(c.id.to_string(), l.id);
         }
         // Named explicitly, the same; as plain, its `text`.
-        let (f, q) = read(&path, Format::Tokens).unwrap();
-        assert_eq!((f, q), (Format::Tokens, p));
-        let (f, q) = read(&path, Format::Plain).unwrap();
-        assert_eq!(f, Format::Plain);
+        let (f, q) = read(&path, SetFormat::Tokens).unwrap();
+        assert_eq!((f, q), (SetFormat::Tokens, p));
+        let (f, q) = read(&path, SetFormat::Plain).unwrap();
+        assert_eq!(f, SetFormat::Plain);
         assert!(matches!(&q[0].body, Body::Text(t) if !t.is_empty()));
     }
 
     #[test]
     fn an_explicit_format_overrides_detection() {
         // MT-Bench records read as speed-bench.
-        let (f, p) = read_lines(&[MT1, MT2], Format::SpeedBench).unwrap();
-        assert_eq!(f, Format::SpeedBench);
+        let (f, p) = read_lines(&[MT1, MT2], SetFormat::SpeedBench).unwrap();
+        assert_eq!(f, SetFormat::SpeedBench);
         assert_eq!(
             (p[0].id.as_str(), p[0].dataset.as_str()),
             ("81", "speed-bench")
         );
         // A Spec-Bench file named mt-bench stays mt-bench.
-        let (f, p) = read_lines(&[SPEC_TR, SPEC_RAG], Format::MtBench).unwrap();
-        assert_eq!(f, Format::MtBench);
+        let (f, p) = read_lines(&[SPEC_TR, SPEC_RAG], SetFormat::MtBench).unwrap();
+        assert_eq!(f, SetFormat::MtBench);
         assert_eq!(p[0].dataset, "mt-bench");
         // A HumanEval file read as plain: its prompt as text, numbered by line.
-        let (f, p) = read_lines(&[HE0], Format::Plain).unwrap();
-        assert_eq!(f, Format::Plain);
+        let (f, p) = read_lines(&[HE0], SetFormat::Plain).unwrap();
+        assert_eq!(f, SetFormat::Plain);
         assert_eq!(p[0].id, "1");
         assert!(matches!(&p[0].body, Body::Text(t) if t.starts_with("from typing")));
         // A bare `problem` (no solution/answer) is math500 only when named.
         let bare = r#"{"problem": "Compute 2+2."}"#;
         fails(
             &[bare],
-            Format::Auto,
+            SetFormat::Auto,
             1,
             "fits none of the prompt formats",
             "--prompt-format",
         );
-        let (f, p) = read_lines(&[bare], Format::Math500).unwrap();
-        assert_eq!((f, p[0].category.as_str()), (Format::Math500, "math500"));
+        let (f, p) = read_lines(&[bare], SetFormat::Math500).unwrap();
+        assert_eq!((f, p[0].category.as_str()), (SetFormat::Math500, "math500"));
         // A record that does not fit the named format is refused.
         fails(
             &[GSM1],
-            Format::MtBench,
+            SetFormat::MtBench,
             1,
             "has no `question_id`",
             "--prompt-format mt-bench was given",
@@ -957,21 +957,21 @@ mod tests {
     fn every_record_must_fit_the_detected_format() {
         fails(
             &[MT1, GSM1],
-            Format::Auto,
+            SetFormat::Auto,
             2,
             "has no `question_id`",
             "line 1 looks like mt-bench",
         );
         fails(
             &[GSM1, "", MATH1],
-            Format::Auto,
+            SetFormat::Auto,
             3,
             "has no `question`",
             "a gsm8k record is",
         );
         fails(
             &[HE0, r#"{"task_id": "HumanEval/1", "prompt": "def f():"}"#],
-            Format::Auto,
+            SetFormat::Auto,
             2,
             "has no `entry_point`",
             "humaneval",
@@ -983,7 +983,7 @@ mod tests {
         let (dir, _) = file(&[]);
         let path = dir.path().join("bin.jsonl");
         std::fs::write(&path, [MT1.as_bytes(), b"\n\xff\xfe{}\n"].concat()).unwrap();
-        let e = read(&path, Format::Auto).unwrap_err();
+        let e = read(&path, SetFormat::Auto).unwrap_err();
         assert!(
             e.to_string()
                 .contains(&format!("`{}:2`: is not UTF-8", path.display())),
@@ -992,42 +992,42 @@ mod tests {
         assert!(e.hint().unwrap().contains("JSON Lines"));
         fails(
             &[MT1, "{\"question_id\": 82,"],
-            Format::Auto,
+            SetFormat::Auto,
             2,
             "is not JSON",
             "JSON Lines",
         );
         fails(
             &["[1, 2]"],
-            Format::Auto,
+            SetFormat::Auto,
             1,
             "is not a JSON object (it is a list)",
             "JSON Lines",
         );
         fails(
             &[GSM1, "\"text\""],
-            Format::Auto,
+            SetFormat::Auto,
             2,
             "is not a JSON object (it is a string)",
             "JSON Lines",
         );
         // A UTF-8 byte-order mark and CRLF line ends are read.
         std::fs::write(&path, format!("\u{feff}{GSM1}\r\n{GSM2}\r\n")).unwrap();
-        assert_eq!(read(&path, Format::Auto).unwrap().1.len(), 2);
+        assert_eq!(read(&path, SetFormat::Auto).unwrap().1.len(), 2);
     }
 
     #[test]
     fn empty_files_have_nothing_to_measure() {
         fails(
             &[],
-            Format::Auto,
+            SetFormat::Auto,
             0,
             "nothing to measure",
             "--prompt-format",
         );
         fails(
             &["", "  ", "\t"],
-            Format::Tokens,
+            SetFormat::Tokens,
             0,
             "nothing to measure",
             "a tokens record is",
@@ -1038,14 +1038,14 @@ mod tests {
     fn a_file_that_fits_no_format() {
         fails(
             &[r#"{"instruction": "Summarize.", "input": "…", "output": "…"}"#],
-            Format::Auto,
+            SetFormat::Auto,
             1,
             "fits none of the prompt formats (its keys: `instruction`, `input`, `output`)",
             "name one with --prompt-format",
         );
         fails(
             &["{}"],
-            Format::Auto,
+            SetFormat::Auto,
             1,
             "it has no keys",
             "mt-bench and spec-bench",
@@ -1053,7 +1053,7 @@ mod tests {
         // null counts as absent.
         fails(
             &[r#"{"prompt": null}"#],
-            Format::Auto,
+            SetFormat::Auto,
             1,
             "fits none",
             "plain",
@@ -1063,140 +1063,140 @@ mod tests {
     #[test]
     fn missing_empty_and_wrong_typed_fields() {
         let mt = |s: &str| format!(r#"{{"question_id": 81, {s}}}"#);
-        let cases: Vec<(String, Format, &str)> = vec![
+        let cases: Vec<(String, SetFormat, &str)> = vec![
             (
                 mt(r#""turns": ["a"]"#),
-                Format::MtBench,
+                SetFormat::MtBench,
                 "has no `category`",
             ),
             (
                 mt(r#""category": "", "turns": ["a"]"#),
-                Format::MtBench,
+                SetFormat::MtBench,
                 "`category` is empty",
             ),
             (
                 mt(r#""category": 3, "turns": ["a"]"#),
-                Format::MtBench,
+                SetFormat::MtBench,
                 "`category` is not a string (it is a number)",
             ),
             (
                 mt(r#""category": "math", "turns": "a""#),
-                Format::MtBench,
+                SetFormat::MtBench,
                 "`turns` is not a list of strings (it is a string)",
             ),
             (
                 mt(r#""category": "math", "turns": []"#),
-                Format::MtBench,
+                SetFormat::MtBench,
                 "`turns` is empty",
             ),
             (
                 mt(r#""category": "math", "turns": ["", "b"]"#),
-                Format::MtBench,
+                SetFormat::MtBench,
                 "the first turn is empty",
             ),
             (
                 mt(r#""category": "math", "turns": ["a", 2]"#),
-                Format::MtBench,
+                SetFormat::MtBench,
                 "turn 1 is not a string (it is a number)",
             ),
             (
                 mt(r#""category": "math""#),
-                Format::MtBench,
+                SetFormat::MtBench,
                 "has no `turns`",
             ),
             (
                 r#"{"question_id": 1.5, "category": "math", "turns": ["a"]}"#.into(),
-                Format::MtBench,
+                SetFormat::MtBench,
                 "`question_id` is not an integer or a string (it is a number)",
             ),
             (
                 r#"{"question_id": "", "category": "math", "turns": ["a"]}"#.into(),
-                Format::MtBench,
+                SetFormat::MtBench,
                 "`question_id` is empty",
             ),
             (
                 r#"{"question_id": [1], "category": "math", "turns": ["a"]}"#.into(),
-                Format::MtBench,
+                SetFormat::MtBench,
                 "(it is a list)",
             ),
             (
                 r#"{"question": "", "answer": "It is 1. #### 1"}"#.into(),
-                Format::Gsm8k,
+                SetFormat::Gsm8k,
                 "`question` is empty",
             ),
             (
                 r#"{"question": "q?", "answer": 1}"#.into(),
-                Format::Gsm8k,
+                SetFormat::Gsm8k,
                 "`answer` is not a string",
             ),
             (
                 r#"{"question": "q?"}"#.into(),
-                Format::Gsm8k,
+                SetFormat::Gsm8k,
                 "has no `answer`",
             ),
             (
                 r#"{"problem": "p", "subject": 4}"#.into(),
-                Format::Math500,
+                SetFormat::Math500,
                 "`subject` is not a string",
             ),
             (
                 r#"{"problem": "p", "solution": ["s"]}"#.into(),
-                Format::Math500,
+                SetFormat::Math500,
                 "`solution` is not a string",
             ),
             (
                 r#"{"problem": "p", "unique_id": {}}"#.into(),
-                Format::Math500,
+                SetFormat::Math500,
                 "`unique_id` is not an integer or a string (it is an object)",
             ),
             (
                 r#"{"task_id": "HumanEval/0", "prompt": " \n", "entry_point": "f"}"#.into(),
-                Format::Humaneval,
+                SetFormat::Humaneval,
                 "`prompt` is empty",
             ),
             (
                 r#"{"prompt": "def f():", "entry_point": "f"}"#.into(),
-                Format::Humaneval,
+                SetFormat::Humaneval,
                 "has no `task_id`",
             ),
             (
                 r#"{"prompt": ""}"#.into(),
-                Format::Plain,
+                SetFormat::Plain,
                 "`prompt` is empty",
             ),
             (
                 r#"{"text": 5}"#.into(),
-                Format::Plain,
+                SetFormat::Plain,
                 "`text` is not a string (it is a number)",
             ),
             (
                 r#"{"prompt": "a", "text": "b"}"#.into(),
-                Format::Plain,
+                SetFormat::Plain,
                 "has `prompt` and `text`; give one",
             ),
             (
                 r#"{"prompt": "a", "category": 1}"#.into(),
-                Format::Plain,
+                SetFormat::Plain,
                 "`category` is not a string",
             ),
             (
                 r#"{"prompt": "a", "dataset": false}"#.into(),
-                Format::Plain,
+                SetFormat::Plain,
                 "`dataset` is not a string (it is a boolean)",
             ),
             (
                 r#"{"category": "qa"}"#.into(),
-                Format::SpeedBench,
+                SetFormat::SpeedBench,
                 "has no `messages` (or `turns`)",
             ),
             (
                 r#"{"category": "qa", "turns": ["a"], "messages": []}"#.into(),
-                Format::SpeedBench,
+                SetFormat::SpeedBench,
                 "has both `messages` and `turns`",
             ),
             (
                 r#"{"messages": [{"role": "user", "content": "a"}]}"#.into(),
-                Format::SpeedBench,
+                SetFormat::SpeedBench,
                 "has no `category`",
             ),
         ];
@@ -1241,7 +1241,7 @@ mod tests {
         for (rec, msg) in cases {
             fails(
                 &[r#"{"prompt": "ok"}"#, rec],
-                Format::Auto,
+                SetFormat::Auto,
                 2,
                 msg,
                 "chat messages are",
@@ -1249,7 +1249,7 @@ mod tests {
             let with_category = rec.replacen('{', r#"{"category": "qa", "#, 1);
             fails(
                 &[&with_category],
-                Format::SpeedBench,
+                SetFormat::SpeedBench,
                 1,
                 msg,
                 "chat messages are",
@@ -1293,7 +1293,7 @@ mod tests {
         for (rec, msg) in cases {
             fails(
                 &[r#"{"tokens": [1]}"#, rec],
-                Format::Auto,
+                SetFormat::Auto,
                 2,
                 msg,
                 "a tokens record is",
@@ -1302,14 +1302,14 @@ mod tests {
         // Text where ids are expected: tokenize first (or send it as plain).
         fails(
             &[r#"{"tokens": [1]}"#, r#"{"text": "hello"}"#],
-            Format::Auto,
+            SetFormat::Auto,
             2,
             "has text but no token ids",
             "kquant trace prompts",
         );
         fails(
             &[r#"{"id": 3}"#],
-            Format::Tokens,
+            SetFormat::Tokens,
             1,
             "has no `tokens` / `prompt_ids` / `input_ids` array",
             "a tokens record is",
@@ -1317,7 +1317,7 @@ mod tests {
         // Ids where text is expected: name tokens.
         fails(
             &[r#"{"tokens": [1]}"#],
-            Format::Plain,
+            SetFormat::Plain,
             1,
             "has token ids but no",
             "--prompt-format tokens",
@@ -1328,14 +1328,14 @@ mod tests {
     fn duplicate_ids() {
         fails(
             &[MT1, MT2, MT1],
-            Format::Auto,
+            SetFormat::Auto,
             3,
             "id `81` appears twice (first on line 1)",
             "its own id",
         );
         fails(
             &[HE0, HE0],
-            Format::Auto,
+            SetFormat::Auto,
             2,
             "id `HumanEval/0` appears twice",
             "its own id",
@@ -1343,7 +1343,7 @@ mod tests {
         // An explicit id equal to another record's line number.
         fails(
             &[r#"{"prompt": "a"}"#, r#"{"prompt": "b", "id": "1"}"#],
-            Format::Auto,
+            SetFormat::Auto,
             2,
             "id `1` appears twice (first on line 1)",
             "numbered by its line",
@@ -1354,7 +1354,7 @@ mod tests {
                 MT1,
                 r#"{"question_id": "81", "category": "math", "turns": ["a"]}"#,
             ],
-            Format::Auto,
+            SetFormat::Auto,
             2,
             "appears twice",
             "its own id",

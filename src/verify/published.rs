@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::profile::Profile;
 use crate::error::{Error, Result};
-use crate::trace::prompt_sets::Format;
+use crate::trace::prompt_sets::SetFormat;
 
 /// One published figure and the measurement it is held against.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -34,15 +34,15 @@ fn key(s: &str) -> String {
 }
 
 /// The benchmark a prompt format stands for; `None` for a user's own prompts.
-pub fn benchmark_of(f: Format) -> Option<&'static str> {
+pub fn benchmark_of(f: SetFormat) -> Option<&'static str> {
     match f {
-        Format::MtBench => Some("mtbench"),
-        Format::SpecBench => Some("specbench"),
-        Format::SpeedBench => Some("speedbench"),
-        Format::Gsm8k => Some("gsm8k"),
-        Format::Math500 => Some("math500"),
-        Format::Humaneval => Some("humaneval"),
-        Format::Auto | Format::Plain | Format::Tokens => None,
+        SetFormat::MtBench => Some("mtbench"),
+        SetFormat::SpecBench => Some("specbench"),
+        SetFormat::SpeedBench => Some("speedbench"),
+        SetFormat::Gsm8k => Some("gsm8k"),
+        SetFormat::Math500 => Some("math500"),
+        SetFormat::Humaneval => Some("humaneval"),
+        SetFormat::Auto | SetFormat::Plain | SetFormat::Tokens => None,
     }
 }
 
@@ -51,7 +51,7 @@ pub fn benchmark_of(f: Format) -> Option<&'static str> {
 /// `quant-configs/prompts/mt_bench.jsonl` says `"dataset": "mt_bench"`); `None` for a user's
 /// own prompts.
 pub fn benchmark_of_file<'a>(
-    f: Format,
+    f: SetFormat,
     datasets: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'static str> {
     if let Some(b) = benchmark_of(f) {

@@ -36,7 +36,7 @@ pub struct Request {
     pub target: Option<String>,
     /// The prompt set (the live profile's bundled set without).
     pub prompts: Option<PathBuf>,
-    pub prompt_format: prompt_sets::Format,
+    pub prompt_format: prompt_sets::SetFormat,
     /// The first N prompts of each category.
     pub limit_per_category: Option<usize>,
     pub max_tokens: usize,
