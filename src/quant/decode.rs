@@ -5,10 +5,10 @@
 //! gives every tensor the original model would have had, dequantized (`w = q · s`, `f8 · s`,
 //! `q · s2 · s1`, or NVFP4's `e2m1 · f8(s) / g` / `e2m1 · f8(s) · s2`) where needed, each
 //! format by its own tool's arithmetic.
-//! Which layout a module is in is each format's reader's to say (`quark::read`,
-//! `compressed_tensors::read`, `modelopt::read`, shown a [`Probe`], and the FP8 layout they
-//! share, here); the decoding is each format's own arithmetic, dispatched from [`Stored`] (the
-//! layouts and [`QModule`] are `quant::stored`'s). `dequantize`, `diff`, `inspect` and the runtimes are
+//! Which format the checkpoint is in is [`Format::of`]'s to say; which layout a module is in,
+//! each format's reader's (`quark::read`, `compressed_tensors::read`, `modelopt::read`, shown a
+//! [`Probe`], and the FP8 layout they share, here); the decoding is each format's own
+//! arithmetic, dispatched from [`Stored`] (the layouts and [`QModule`] are `quant::stored`'s). `dequantize`, `diff`, `inspect` and the runtimes are
 //! built on this.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::io::Dtype;
+use crate::quant::format::Format;
 use crate::quant::math::fp4::Nvfp4;
 use crate::quant::math::fp8::Fp8;
 use crate::quant::math::int4::Int4;
@@ -38,15 +39,8 @@ impl<'a> Logical<'a> {
             .config
             .as_ref()
             .and_then(|c| c.root.get("quantization_config"));
-        // ModelOpt's legacy form: no quant_method in config.json, only hf_quant_config.json.
-        let method = cfg
-            .and_then(|q| q.get("quant_method"))
-            .and_then(|m| m.as_str())
-            .unwrap_or(if ck.weights.dir.join("hf_quant_config.json").is_file() {
-                "modelopt"
-            } else {
-                ""
-            });
+        let hf_quant_config = ck.weights.dir.join("hf_quant_config.json").is_file();
+        let format = Format::of(cfg, hf_quant_config).and_then(|f| f.ok());
         let mut modules = BTreeMap::new();
         let w = &ck.weights;
         for t in w.infos() {
@@ -59,14 +53,14 @@ impl<'a> Logical<'a> {
                 scale: w.info(&format!("{module}.weight_scale")),
                 config: cfg,
             };
-            let q = match method {
-                "quark" => quark::read::read(&p)?,
-                "compressed-tensors" => compressed_tensors::read::read(&p)?,
-                "modelopt" => modelopt::read::read(&p)?,
-                _ => None,
+            let q = match format {
+                Some(Format::Quark) => quark::read::read(&p)?,
+                Some(Format::CompressedTensors) => compressed_tensors::read::read(&p)?,
+                Some(Format::Modelopt) => modelopt::read::read(&p)?,
+                None => None,
             };
-            let q = match (q, method) {
-                (None, "quark" | "compressed-tensors" | "modelopt") => read_fp8(&p)?,
+            let q = match (q, format) {
+                (None, Some(_)) => read_fp8(&p)?,
                 (q, _) => q,
             };
             if let Some(q) = q {

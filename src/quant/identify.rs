@@ -154,22 +154,22 @@ fn modelopt(q: Option<&Value>, hf: Option<&Value>) -> Result<&'static str, Strin
 }
 
 /// Identify the scheme; `None` when the checkpoint has no quantization config at all.
-/// `config` is `quantization_config`; `hf_quant_config` is ModelOpt's side file.
+/// `config` is `quantization_config`; `hf_quant_config` is ModelOpt's side file. The format is
+/// [`Format::of`]'s.
 pub fn identify(config: Option<&Value>, hf_quant_config: Option<&Value>) -> Option<Identified> {
-    let method = config.and_then(|q| s(q, "quant_method"));
-    let (format, r) = match (method, hf_quant_config) {
-        (Some("quark"), _) => (Format::Quark, quark(config?)),
-        (Some("compressed-tensors"), _) => (Format::CompressedTensors, compressed_tensors(config?)),
-        (Some("modelopt"), _) | (None, Some(_)) => {
-            (Format::Modelopt, modelopt(config, hf_quant_config))
-        }
-        (Some(m), _) => {
+    let format = match Format::of(config, hf_quant_config.is_some())? {
+        Ok(f) => f,
+        Err(m) => {
             return Some(Identified::Other {
                 format: None,
                 what: format!("quant_method `{m}`"),
             })
         }
-        (None, None) => return None,
+    };
+    let r = match format {
+        Format::Quark => quark(config?),
+        Format::CompressedTensors => compressed_tensors(config?),
+        Format::Modelopt => modelopt(config, hf_quant_config),
     };
     Some(match r {
         Ok(scheme) => Identified::Scheme { format, scheme },
