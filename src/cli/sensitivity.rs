@@ -62,7 +62,7 @@ pub struct Args {
     #[command(flatten)]
     pub steps: flags::Steps,
     /// Quantization scheme, as `quantize --scheme` [default: int4-pc, or the preset's].
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(SCHEMES.iter().map(|s| s.id)))]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(SCHEMES.iter().map(|s| s.id.id())))]
     pub scheme: Option<String>,
     /// Output format the variants are written in [default: quark, or the preset's].
     #[arg(long, value_enum)]
@@ -605,7 +605,7 @@ fn table(
 /// Whether any serving engine loads `scheme` written as `format` for a draft of `family`.
 fn loads_anywhere(
     format: crate::quant::format::Format,
-    scheme: &str,
+    scheme: crate::quant::registry::Scheme,
     family: &crate::checkpoint::detect::Family,
 ) -> bool {
     use crate::engines::{quantized, Engine, Loads};
