@@ -164,10 +164,10 @@ impl Case {
 fn every_carrier_has_a_case() {
     let mut missing = Vec::new();
     for s in SCHEMES {
-        for c in s.carriers.iter().filter(|c| c.implemented) {
+        for c in s.carriers.iter().filter(|c| c.implemented()) {
             if !CASES
                 .iter()
-                .any(|k| k.scheme == s.id && k.format == c.format.name())
+                .any(|k| k.scheme == s.id.id() && k.format == c.format.name())
             {
                 missing.push(format!("{} as {}", s.id, c.format.name()));
             }
@@ -180,10 +180,10 @@ fn every_carrier_has_a_case() {
     );
     for k in CASES {
         let implemented = SCHEMES.iter().any(|s| {
-            s.id == k.scheme
+            s.id.id() == k.scheme
                 && s.carriers
                     .iter()
-                    .any(|c| c.implemented && c.format.name() == k.format)
+                    .any(|c| c.implemented() && c.format.name() == k.format)
         });
         assert!(implemented, "{}: not an implemented carrier", k.name());
     }

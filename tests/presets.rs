@@ -16,7 +16,8 @@ fn every_file_in_quant_configs_is_a_builtin_that_builds() {
             sequential: p.quark_sequential,
         };
         assert!(
-            kquant::quant::registry::build(&p.scheme, p.format, flags, None).is_ok(),
+            kquant::quant::registry::build(p.scheme.parse().unwrap(), p.format, flags, None)
+                .is_ok(),
             "{name}"
         );
         assert!(!p.description.is_empty() && !p.loads.is_empty());

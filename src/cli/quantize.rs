@@ -301,5 +301,5 @@ fn method_name(m: Method) -> &'static str {
 }
 
 fn scheme_parser() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(SCHEMES.iter().map(|s| s.id))
+    clap::builder::PossibleValuesParser::new(SCHEMES.iter().map(|s| s.id.id()))
 }

@@ -34,7 +34,7 @@ pub fn markdown() -> String {
             let loads: Vec<String> = quantized::claims(c.format, s.id)
                 .map(|e| format!("{} {}", e.engine.id(), e.loads.id()))
                 .collect();
-            let loads = if c.implemented {
+            let loads = if c.implemented() {
                 loads.join(", ")
             } else {
                 "not written by kquant".into()
@@ -87,7 +87,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         );
         println!("    {}", s.about);
         for c in s.carriers {
-            let status = if c.implemented {
+            let status = if c.implemented() {
                 ""
             } else {
                 " [not yet in kquant]"

@@ -47,7 +47,7 @@ pub struct Args {
     #[command(flatten)]
     pub steps: flags::Steps,
     /// Quantization scheme, as `quantize --scheme` [default: int4-pc, or the preset's].
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(SCHEMES.iter().map(|s| s.id)))]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(SCHEMES.iter().map(|s| s.id.id())))]
     pub scheme: Option<String>,
     /// Output format the variants are written in [default: quark, or the preset's].
     #[arg(long, value_enum)]

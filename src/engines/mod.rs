@@ -131,7 +131,7 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
                 // A server ran the layout unquantized; what it does with these codes is the
                 // scheme row's (none where the tier did not serve it).
                 s.served = None;
-                match quantized::claim_for(*format, scheme, engine, &det.family) {
+                match quantized::claim_for(*format, *scheme, engine, &det.family) {
                     Some(q) if q.loads == Loads::No => s = EngineSupport::from(q),
                     Some(q) if s.loads == Loads::Depends => s.served = q.served,
                     Some(q) => {

@@ -9,7 +9,7 @@
 
 use super::claim::{no, yes, Claim, Engine, Loads, SGLANG, SOURCE, VLLM};
 use crate::checkpoint::Family;
-use crate::quant::registry::Format;
+use crate::quant::registry::{Format, Scheme};
 
 /// What vLLM's CPU build did serving the `int4-pc` compressed-tensors EAGLE-3 draft.
 const SERVED_INT4_PC: &str = "bf16, CPUWNA16LinearKernel as W4A16 (`VLLM_CPU_INT4_W4A8=0`; vLLM's default runs INT4 as W4A8 on CPUs with AMX); the EAGLE-3 Llama draft against its BF16 original on 60 prompts, vLLM's paired gate and kquant's offline one reach the same decision (docs/verify.md, \"A real engine\")";
@@ -47,12 +47,12 @@ impl Drafts {
 #[derive(Debug, Clone, Copy)]
 pub struct Row {
     pub format: Format,
-    pub scheme: &'static str,
+    pub scheme: Scheme,
     pub drafts: Drafts,
     pub claim: Claim,
 }
 
-const fn q(format: Format, scheme: &'static str, claim: Claim) -> Row {
+const fn q(format: Format, scheme: Scheme, claim: Claim) -> Row {
     Row {
         format,
         scheme,
@@ -62,7 +62,7 @@ const fn q(format: Format, scheme: &'static str, claim: Claim) -> Row {
 }
 
 /// An EAGLE-3 MLA exception to the row for all drafts.
-const fn mla(format: Format, scheme: &'static str, claim: Claim) -> Row {
+const fn mla(format: Format, scheme: Scheme, claim: Claim) -> Row {
     Row {
         format,
         scheme,
@@ -72,7 +72,7 @@ const fn mla(format: Format, scheme: &'static str, claim: Claim) -> Row {
 }
 
 /// A DFlash exception to the row for all drafts.
-const fn dflash(format: Format, scheme: &'static str, claim: Claim) -> Row {
+const fn dflash(format: Format, scheme: Scheme, claim: Claim) -> Row {
     Row {
         format,
         scheme,
@@ -83,6 +83,10 @@ const fn dflash(format: Format, scheme: &'static str, claim: Claim) -> Row {
 
 use Engine::{Sglang, Trtllm, Vllm};
 use Format::{CompressedTensors as Ct, Modelopt, Quark};
+use Scheme::{
+    Fp8Pc, Int4G128, Int4G32, Int4G64, Int4Pc, Nvfp4, Nvfp4A16, Uint4G128, Uint4G32, Uint4G64,
+    W4a8Fp8, W4a8Int8,
+};
 
 const MARLIN: &str = "kernel set-up (Marlin workspace) not run on CPU";
 const SM90: &str = "GPU capability check answered as SM 9.0";
@@ -108,112 +112,112 @@ const SGLANG_MODELOPT_FP8_ONLY: &str =
 #[rustfmt::skip]
 pub static QUANTIZED: &[Row] = &[
     // INT4 weight-only, per output channel.
-    q(Quark, "int4-pc", no(Vllm, VLLM, "build: `ValueError: Quark W4A16 weight.group_size must be a positive int, got None` (vLLM's QuarkW4A16Int4 needs per-group scales)")),
-    q(Quark, "int4-pc", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
-    q(Quark, "int4-pc", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, "int4-pc", yes(Vllm, VLLM, CT_WNA16_VLLM).serves_on_cpu(SERVED_INT4_PC)),
-    mla(Ct, "int4-pc", yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Ct, "int4-pc", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
-    mla(Ct, "int4-pc", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
-    q(Ct, "int4-pc", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Quark, Int4Pc, no(Vllm, VLLM, "build: `ValueError: Quark W4A16 weight.group_size must be a positive int, got None` (vLLM's QuarkW4A16Int4 needs per-group scales)")),
+    q(Quark, Int4Pc, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
+    q(Quark, Int4Pc, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Ct, Int4Pc, yes(Vllm, VLLM, CT_WNA16_VLLM).serves_on_cpu(SERVED_INT4_PC)),
+    mla(Ct, Int4Pc, yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Ct, Int4Pc, yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
+    mla(Ct, Int4Pc, no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
+    q(Ct, Int4Pc, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
 
     // INT4 weight-only, per group.
-    q(Quark, "int4-g32", yes(Vllm, VLLM, QUARK_W4A16_VLLM)),
-    mla(Quark, "int4-g32", yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Quark, "int4-g32", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
-    q(Quark, "int4-g32", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, "int4-g32", yes(Vllm, VLLM, CT_WNA16_VLLM)),
-    mla(Ct, "int4-g32", yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Ct, "int4-g32", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
-    mla(Ct, "int4-g32", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
-    q(Ct, "int4-g32", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, "int4-g64", yes(Vllm, VLLM, QUARK_W4A16_VLLM)),
-    mla(Quark, "int4-g64", yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Quark, "int4-g64", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
-    q(Quark, "int4-g64", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, "int4-g64", yes(Vllm, VLLM, CT_WNA16_VLLM)),
-    mla(Ct, "int4-g64", yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Ct, "int4-g64", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
-    mla(Ct, "int4-g64", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
-    q(Ct, "int4-g64", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, "int4-g128", yes(Vllm, VLLM, QUARK_W4A16_VLLM).serves_on_cpu("bf16, CPUWNA16LinearKernel as W4A16 (`VLLM_CPU_INT4_W4A8=0`); the EAGLE-3 Llama draft, measured live on 3 prompts. With vLLM's default on a CPU with AMX (W4A8) it stops at start-up: `AssertionError` at `assert self.w_zp_name` in `_process_gptq_weights_w4a8` (vllm/model_executor/kernels/linear/mixed_precision/cpu.py)")),
-    mla(Quark, "int4-g128", yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Quark, "int4-g128", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
-    q(Quark, "int4-g128", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, "int4-g128", yes(Vllm, VLLM, CT_WNA16_VLLM).serves_on_cpu("bf16, CPUWNA16LinearKernel as W4A16 (`VLLM_CPU_INT4_W4A8=0`); the EAGLE-3 Llama draft, measured live on 3 prompts")),
-    mla(Ct, "int4-g128", yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Ct, "int4-g128", yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
-    mla(Ct, "int4-g128", no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
-    q(Ct, "int4-g128", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Modelopt, "int4-g128", no(Vllm, VLLM, VLLM_MODELOPT_NO_AWQ).serving_refused_on_cpu("bf16: `ModelOpt currently only supports: ['FP8', 'FP8_PER_CHANNEL_PER_TOKEN', 'FP8_PB_WO', 'NVFP4', 'W4A16_NVFP4', 'MXFP8', 'MIXED_PRECISION'] quantizations in vLLM`")),
-    q(Modelopt, "int4-g128", no(Sglang, SGLANG, "build: `ValueError: ModelOptFp8Config only supports regular FP8 quantization, but found 'W4A16_AWQ'`")),
-    q(Modelopt, "int4-g128", yes(Trtllm, SOURCE, "W4A16_AWQ_LinearMethod (Hopper and Blackwell)")),
-    dflash(Modelopt, "int4-g128", no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
+    q(Quark, Int4G32, yes(Vllm, VLLM, QUARK_W4A16_VLLM)),
+    mla(Quark, Int4G32, yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Quark, Int4G32, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
+    q(Quark, Int4G32, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Ct, Int4G32, yes(Vllm, VLLM, CT_WNA16_VLLM)),
+    mla(Ct, Int4G32, yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Ct, Int4G32, yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
+    mla(Ct, Int4G32, no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
+    q(Ct, Int4G32, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Quark, Int4G64, yes(Vllm, VLLM, QUARK_W4A16_VLLM)),
+    mla(Quark, Int4G64, yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Quark, Int4G64, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
+    q(Quark, Int4G64, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Ct, Int4G64, yes(Vllm, VLLM, CT_WNA16_VLLM)),
+    mla(Ct, Int4G64, yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Ct, Int4G64, yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
+    mla(Ct, Int4G64, no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
+    q(Ct, Int4G64, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Quark, Int4G128, yes(Vllm, VLLM, QUARK_W4A16_VLLM).serves_on_cpu("bf16, CPUWNA16LinearKernel as W4A16 (`VLLM_CPU_INT4_W4A8=0`); the EAGLE-3 Llama draft, measured live on 3 prompts. With vLLM's default on a CPU with AMX (W4A8) it stops at start-up: `AssertionError` at `assert self.w_zp_name` in `_process_gptq_weights_w4a8` (vllm/model_executor/kernels/linear/mixed_precision/cpu.py)")),
+    mla(Quark, Int4G128, yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Quark, Int4G128, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
+    q(Quark, Int4G128, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Ct, Int4G128, yes(Vllm, VLLM, CT_WNA16_VLLM).serves_on_cpu("bf16, CPUWNA16LinearKernel as W4A16 (`VLLM_CPU_INT4_W4A8=0`); the EAGLE-3 Llama draft, measured live on 3 prompts")),
+    mla(Ct, Int4G128, yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Ct, Int4G128, yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
+    mla(Ct, Int4G128, no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
+    q(Ct, Int4G128, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Modelopt, Int4G128, no(Vllm, VLLM, VLLM_MODELOPT_NO_AWQ).serving_refused_on_cpu("bf16: `ModelOpt currently only supports: ['FP8', 'FP8_PER_CHANNEL_PER_TOKEN', 'FP8_PB_WO', 'NVFP4', 'W4A16_NVFP4', 'MXFP8', 'MIXED_PRECISION'] quantizations in vLLM`")),
+    q(Modelopt, Int4G128, no(Sglang, SGLANG, "build: `ValueError: ModelOptFp8Config only supports regular FP8 quantization, but found 'W4A16_AWQ'`")),
+    q(Modelopt, Int4G128, yes(Trtllm, SOURCE, "W4A16_AWQ_LinearMethod (Hopper and Blackwell)")),
+    dflash(Modelopt, Int4G128, no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
 
     // FP8 per output channel, dynamic per-token activations.
-    q(Quark, "fp8-pc", yes(Vllm, VLLM, "QuarkW8A8Fp8 (CUDA and ROCm)")),
-    q(Quark, "fp8-pc", yes(Sglang, SGLANG, "QuarkW8A8Fp8 (CUDA and ROCm)").unproven_on_cpu(SM90)),
-    mla(Quark, "fp8-pc", no(Sglang, SGLANG, SGLANG_MLA_FLOAT)),
-    q(Quark, "fp8-pc", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, "fp8-pc", yes(Vllm, VLLM, "CompressedTensorsW8A8Fp8 (CUDA and ROCm); post-load processing included").serves_on_cpu("bf16; the EAGLE-3 Llama draft, measured live on 3 prompts")),
-    q(Ct, "fp8-pc", yes(Sglang, SGLANG, "CompressedTensorsW8A8Fp8 (CUDA and ROCm); post-load processing included").unproven_on_cpu(SM90)),
-    mla(Ct, "fp8-pc", no(Sglang, SGLANG, SGLANG_MLA_FLOAT)),
-    q(Ct, "fp8-pc", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Modelopt, "fp8-pc", yes(Vllm, VLLM, "ModelOpt FP8_PER_CHANNEL_PER_TOKEN (CUDA)")),
-    q(Modelopt, "fp8-pc", no(Sglang, SGLANG, SGLANG_MODELOPT_FP8_ONLY)),
-    q(Modelopt, "fp8-pc", yes(Trtllm, SOURCE, "FP8RowwiseLinearMethod")),
-    dflash(Modelopt, "fp8-pc", no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
+    q(Quark, Fp8Pc, yes(Vllm, VLLM, "QuarkW8A8Fp8 (CUDA and ROCm)")),
+    q(Quark, Fp8Pc, yes(Sglang, SGLANG, "QuarkW8A8Fp8 (CUDA and ROCm)").unproven_on_cpu(SM90)),
+    mla(Quark, Fp8Pc, no(Sglang, SGLANG, SGLANG_MLA_FLOAT)),
+    q(Quark, Fp8Pc, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Ct, Fp8Pc, yes(Vllm, VLLM, "CompressedTensorsW8A8Fp8 (CUDA and ROCm); post-load processing included").serves_on_cpu("bf16; the EAGLE-3 Llama draft, measured live on 3 prompts")),
+    q(Ct, Fp8Pc, yes(Sglang, SGLANG, "CompressedTensorsW8A8Fp8 (CUDA and ROCm); post-load processing included").unproven_on_cpu(SM90)),
+    mla(Ct, Fp8Pc, no(Sglang, SGLANG, SGLANG_MLA_FLOAT)),
+    q(Ct, Fp8Pc, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Modelopt, Fp8Pc, yes(Vllm, VLLM, "ModelOpt FP8_PER_CHANNEL_PER_TOKEN (CUDA)")),
+    q(Modelopt, Fp8Pc, no(Sglang, SGLANG, SGLANG_MODELOPT_FP8_ONLY)),
+    q(Modelopt, Fp8Pc, yes(Trtllm, SOURCE, "FP8RowwiseLinearMethod")),
+    dflash(Modelopt, Fp8Pc, no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
 
     // Quark two-stage W4A8 (int4_fp8).
-    q(Quark, "w4a8-fp8", no(Vllm, VLLM, "build: `NotImplementedError: Multi-entry weight or activation quantization configs are only supported for NVFP4.` (vLLM reads int4_fp8 for MoE experts only)")),
-    q(Quark, "w4a8-fp8", no(Sglang, SGLANG, "build: `AttributeError: 'list' object has no attribute 'get'` (SGLang's Quark config reader expects one weight entry; int4_fp8 has two)")),
-    mla(Quark, "w4a8-fp8", no(Sglang, SGLANG, "build: `TypeError: unhashable type: 'dict'` (SGLang's Quark config reader expects one weight entry; int4_fp8 has two)")),
-    q(Quark, "w4a8-fp8", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Quark, W4a8Fp8, no(Vllm, VLLM, "build: `NotImplementedError: Multi-entry weight or activation quantization configs are only supported for NVFP4.` (vLLM reads int4_fp8 for MoE experts only)")),
+    q(Quark, W4a8Fp8, no(Sglang, SGLANG, "build: `AttributeError: 'list' object has no attribute 'get'` (SGLang's Quark config reader expects one weight entry; int4_fp8 has two)")),
+    mla(Quark, W4a8Fp8, no(Sglang, SGLANG, "build: `TypeError: unhashable type: 'dict'` (SGLang's Quark config reader expects one weight entry; int4_fp8 has two)")),
+    q(Quark, W4a8Fp8, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
 
     // compressed-tensors W4A8 (int8 activations).
-    q(Ct, "w4a8-int8", yes(Vllm, VLLM, "vLLM's CPU backend only (CompressedTensorsW4A8Int has CPU kernels; CUDA and ROCm have none)").cpu_only().serves_on_cpu("bf16, Dynamic4bitLinearKernel; the EAGLE-3 Llama draft, measured live on 3 prompts")),
-    q(Ct, "w4a8-int8", no(Sglang, SGLANG, "build: `NotImplementedError: No compressed-tensors compatible scheme was found.`")),
-    q(Ct, "w4a8-int8", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Ct, W4a8Int8, yes(Vllm, VLLM, "vLLM's CPU backend only (CompressedTensorsW4A8Int has CPU kernels; CUDA and ROCm have none)").cpu_only().serves_on_cpu("bf16, Dynamic4bitLinearKernel; the EAGLE-3 Llama draft, measured live on 3 prompts")),
+    q(Ct, W4a8Int8, no(Sglang, SGLANG, "build: `NotImplementedError: No compressed-tensors compatible scheme was found.`")),
+    q(Ct, W4a8Int8, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
 
     // Quark UINT4 (asymmetric) per group.
-    q(Quark, "uint4-g32", yes(Vllm, VLLM, QUARK_U4_VLLM)),
-    mla(Quark, "uint4-g32", yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Quark, "uint4-g32", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
-    q(Quark, "uint4-g32", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, "uint4-g64", yes(Vllm, VLLM, QUARK_U4_VLLM)),
-    mla(Quark, "uint4-g64", yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Quark, "uint4-g64", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
-    q(Quark, "uint4-g64", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, "uint4-g128", yes(Vllm, VLLM, QUARK_U4_VLLM)),
-    mla(Quark, "uint4-g128", yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Quark, "uint4-g128", no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
-    q(Quark, "uint4-g128", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Quark, Uint4G32, yes(Vllm, VLLM, QUARK_U4_VLLM)),
+    mla(Quark, Uint4G32, yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Quark, Uint4G32, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
+    q(Quark, Uint4G32, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Quark, Uint4G64, yes(Vllm, VLLM, QUARK_U4_VLLM)),
+    mla(Quark, Uint4G64, yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Quark, Uint4G64, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
+    q(Quark, Uint4G64, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Quark, Uint4G128, yes(Vllm, VLLM, QUARK_U4_VLLM)),
+    mla(Quark, Uint4G128, yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+    q(Quark, Uint4G128, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
+    q(Quark, Uint4G128, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
 
     // NVFP4 weight-only.
-    q(Ct, "nvfp4-a16", yes(Vllm, VLLM, "CompressedTensorsW4A16Fp4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only").unproven_on_cpu(VLLM_FP4).serving_refused_on_cpu("bf16: `Forced NVFP4 kernel MarlinNvFp4LinearKernel is not supported: Marlin FP4 not available` (a GPU kernel; not a verdict on GPU serving)")),
-    q(Ct, "nvfp4-a16", yes(Sglang, SGLANG, "CompressedTensorsW4A16Fp4 (FP4 Marlin below SM100); NVIDIA only").unproven_on_cpu(MARLIN)),
-    mla(Ct, "nvfp4-a16", no(Sglang, SGLANG, SGLANG_MLA_FP4)),
-    q(Ct, "nvfp4-a16", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Modelopt, "nvfp4-a16", yes(Vllm, VLLM, "ModelOpt W4A16_NVFP4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only").unproven_on_cpu(VLLM_FP4)),
-    q(Modelopt, "nvfp4-a16", yes(Sglang, SGLANG, "ModelOptNvFp4A16LinearMethod (FP4 Marlin below SM100); NVIDIA only").unproven_on_cpu(MARLIN)),
-    mla(Modelopt, "nvfp4-a16", no(Sglang, SGLANG, "load: `AssertionError` in the fused q_a/kv_a weight loader (SGLang's EAGLE-3 MLA loader fuses q_a and kv_a; their FP4 scales do not fit)")),
-    q(Modelopt, "nvfp4-a16", no(Trtllm, SOURCE, "no TensorRT-LLM linear method for W4A16_NVFP4 known to kquant (NVFP4LinearMethod is W4A4; UNVERIFIED reading)")),
+    q(Ct, Nvfp4A16, yes(Vllm, VLLM, "CompressedTensorsW4A16Fp4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only").unproven_on_cpu(VLLM_FP4).serving_refused_on_cpu("bf16: `Forced NVFP4 kernel MarlinNvFp4LinearKernel is not supported: Marlin FP4 not available` (a GPU kernel; not a verdict on GPU serving)")),
+    q(Ct, Nvfp4A16, yes(Sglang, SGLANG, "CompressedTensorsW4A16Fp4 (FP4 Marlin below SM100); NVIDIA only").unproven_on_cpu(MARLIN)),
+    mla(Ct, Nvfp4A16, no(Sglang, SGLANG, SGLANG_MLA_FP4)),
+    q(Ct, Nvfp4A16, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Modelopt, Nvfp4A16, yes(Vllm, VLLM, "ModelOpt W4A16_NVFP4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only").unproven_on_cpu(VLLM_FP4)),
+    q(Modelopt, Nvfp4A16, yes(Sglang, SGLANG, "ModelOptNvFp4A16LinearMethod (FP4 Marlin below SM100); NVIDIA only").unproven_on_cpu(MARLIN)),
+    mla(Modelopt, Nvfp4A16, no(Sglang, SGLANG, "load: `AssertionError` in the fused q_a/kv_a weight loader (SGLang's EAGLE-3 MLA loader fuses q_a and kv_a; their FP4 scales do not fit)")),
+    q(Modelopt, Nvfp4A16, no(Trtllm, SOURCE, "no TensorRT-LLM linear method for W4A16_NVFP4 known to kquant (NVFP4LinearMethod is W4A4; UNVERIFIED reading)")),
 
     // NVFP4 weights and activations (W4A4).
-    q(Ct, "nvfp4", yes(Vllm, VLLM, "CompressedTensorsW4A4Fp4: native W4A4 on sm100+ (CUTLASS/FlashInfer), FP4 Marlin weight-only on Ampere/Hopper (input scale unused); NVIDIA only").unproven_on_cpu(VLLM_FP4)),
-    q(Ct, "nvfp4", yes(Sglang, SGLANG, "CompressedTensorsW4A4Fp4 (FP4 Marlin below SM100); NVIDIA only").unproven_on_cpu(MARLIN)),
-    mla(Ct, "nvfp4", no(Sglang, SGLANG, SGLANG_MLA_FP4)),
-    q(Ct, "nvfp4", no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Modelopt, "nvfp4", yes(Vllm, VLLM, "ModelOpt NVFP4: native W4A4 on sm100+ (CUTLASS/FlashInfer), FP4 Marlin weight-only on Ampere/Hopper (input scale unused); NVIDIA only").unproven_on_cpu(VLLM_FP4)),
-    q(Modelopt, "nvfp4", no(Sglang, SGLANG, "post-load, SM 9.0: `ValueError: ModelOpt NVFP4 native dense GEMM backends require SM100+. Use --fp4-gemm-backend marlin on SM80-SM90.`").version_note("on SM100+ (Blackwell) SGLang takes its native FP4 GEMM, and below it `--fp4-gemm-backend marlin`: neither run on CPU")),
-    mla(Modelopt, "nvfp4", no(Sglang, SGLANG, "load: `AssertionError` in the fused q_a/kv_a weight loader (SGLang's EAGLE-3 MLA loader fuses q_a and kv_a; their FP4 scales do not fit)")),
-    q(Modelopt, "nvfp4", yes(Trtllm, SOURCE, "NVFP4LinearMethod (Blackwell)")),
-    dflash(Modelopt, "nvfp4", no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
-    q(Quark, "nvfp4", yes(Vllm, SOURCE, "QuarkNVFP4 (kquant does not write this carrier yet)")),
+    q(Ct, Nvfp4, yes(Vllm, VLLM, "CompressedTensorsW4A4Fp4: native W4A4 on sm100+ (CUTLASS/FlashInfer), FP4 Marlin weight-only on Ampere/Hopper (input scale unused); NVIDIA only").unproven_on_cpu(VLLM_FP4)),
+    q(Ct, Nvfp4, yes(Sglang, SGLANG, "CompressedTensorsW4A4Fp4 (FP4 Marlin below SM100); NVIDIA only").unproven_on_cpu(MARLIN)),
+    mla(Ct, Nvfp4, no(Sglang, SGLANG, SGLANG_MLA_FP4)),
+    q(Ct, Nvfp4, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    q(Modelopt, Nvfp4, yes(Vllm, VLLM, "ModelOpt NVFP4: native W4A4 on sm100+ (CUTLASS/FlashInfer), FP4 Marlin weight-only on Ampere/Hopper (input scale unused); NVIDIA only").unproven_on_cpu(VLLM_FP4)),
+    q(Modelopt, Nvfp4, no(Sglang, SGLANG, "post-load, SM 9.0: `ValueError: ModelOpt NVFP4 native dense GEMM backends require SM100+. Use --fp4-gemm-backend marlin on SM80-SM90.`").version_note("on SM100+ (Blackwell) SGLang takes its native FP4 GEMM, and below it `--fp4-gemm-backend marlin`: neither run on CPU")),
+    mla(Modelopt, Nvfp4, no(Sglang, SGLANG, "load: `AssertionError` in the fused q_a/kv_a weight loader (SGLang's EAGLE-3 MLA loader fuses q_a and kv_a; their FP4 scales do not fit)")),
+    q(Modelopt, Nvfp4, yes(Trtllm, SOURCE, "NVFP4LinearMethod (Blackwell)")),
+    dflash(Modelopt, Nvfp4, no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
+    q(Quark, Nvfp4, yes(Vllm, SOURCE, "QuarkNVFP4 (kquant does not write this carrier yet)")),
 ];
 
 /// The claims for a (format, scheme) result for every draft, in table order.
-pub fn claims(format: Format, scheme: &str) -> impl Iterator<Item = &'static Claim> + '_ {
+pub fn claims(format: Format, scheme: Scheme) -> impl Iterator<Item = &'static Claim> {
     QUANTIZED
         .iter()
         .filter(move |r| r.format == format && r.scheme == scheme && r.drafts == Drafts::All)
@@ -221,14 +225,14 @@ pub fn claims(format: Format, scheme: &str) -> impl Iterator<Item = &'static Cla
 }
 
 /// The family exceptions for a (format, scheme) result, in table order.
-pub fn exceptions(format: Format, scheme: &str) -> impl Iterator<Item = &'static Row> + '_ {
+pub fn exceptions(format: Format, scheme: Scheme) -> impl Iterator<Item = &'static Row> {
     QUANTIZED
         .iter()
         .filter(move |r| r.format == format && r.scheme == scheme && r.drafts != Drafts::All)
 }
 
 /// `engine`'s claim for a (format, scheme) result, for every draft.
-pub fn claim(format: Format, scheme: &str, engine: Engine) -> Option<&'static Claim> {
+pub fn claim(format: Format, scheme: Scheme, engine: Engine) -> Option<&'static Claim> {
     claims(format, scheme).find(|c| c.engine == engine)
 }
 
@@ -236,7 +240,7 @@ pub fn claim(format: Format, scheme: &str, engine: Engine) -> Option<&'static Cl
 /// where the table has one, else the claim for every draft.
 pub fn claim_for(
     format: Format,
-    scheme: &str,
+    scheme: Scheme,
     engine: Engine,
     family: &Family,
 ) -> Option<&'static Claim> {
@@ -252,7 +256,7 @@ pub fn claim_for(
 /// the target's advice (what to use instead) after it; `None` when some engine loads it.
 pub fn unloadable_warning(
     format: Format,
-    scheme: &str,
+    scheme: Scheme,
     family: &Family,
     advice: Option<&str>,
 ) -> Option<String> {
@@ -305,7 +309,7 @@ mod tests {
     #[test]
     fn every_implemented_carrier_has_claims() {
         for s in SCHEMES {
-            for c in s.carriers.iter().filter(|c| c.implemented) {
+            for c in s.carriers.iter().filter(|c| c.implemented()) {
                 for e in [Engine::Vllm, Engine::Sglang] {
                     assert!(
                         claim(c.format, s.id, e).is_some(),
@@ -318,10 +322,12 @@ mod tests {
             }
         }
         for r in QUANTIZED {
-            let known = SCHEMES
+            let known = r
+                .scheme
+                .info()
+                .carriers
                 .iter()
-                .find(|s| s.id == r.scheme)
-                .is_some_and(|s| s.carriers.iter().any(|c| c.format == r.format));
+                .any(|c| c.format == r.format);
             assert!(
                 known,
                 "{} {} is not in the registry",
@@ -352,16 +358,16 @@ mod tests {
     #[test]
     fn measured() {
         let l = |f, s, e| claim(f, s, e).unwrap().loads;
-        assert_eq!(l(Quark, "int4-pc", Vllm), Loads::No);
-        assert_eq!(l(Quark, "int4-pc", Sglang), Loads::No);
-        assert_eq!(l(Quark, "int4-g32", Vllm), Loads::Yes);
-        assert_eq!(l(Quark, "int4-g32", Sglang), Loads::No);
-        for s in ["int4-pc", "int4-g32", "fp8-pc"] {
+        assert_eq!(l(Quark, Int4Pc, Vllm), Loads::No);
+        assert_eq!(l(Quark, Int4Pc, Sglang), Loads::No);
+        assert_eq!(l(Quark, Int4G32, Vllm), Loads::Yes);
+        assert_eq!(l(Quark, Int4G32, Sglang), Loads::No);
+        for s in [Int4Pc, Int4G32, Fp8Pc] {
             for e in [Vllm, Sglang] {
                 assert_eq!(l(Ct, s, e), Loads::Yes, "{s} {e:?}");
             }
         }
-        assert!(claim(Ct, "int4-g32", Sglang)
+        assert!(claim(Ct, Int4G32, Sglang)
             .unwrap()
             .unproven_on_cpu
             .is_some());
@@ -373,7 +379,7 @@ mod tests {
     fn presets_name_the_engines_that_load_them() {
         for (name, _) in crate::quant::preset::BUILTIN {
             let p = crate::quant::preset::load(name).unwrap();
-            let yes: Vec<Engine> = claims(p.format, &p.scheme)
+            let yes: Vec<Engine> = claims(p.format, p.scheme.parse().unwrap())
                 .filter(|c| c.loads == Loads::Yes)
                 .map(|c| c.engine)
                 .collect();
@@ -394,21 +400,21 @@ mod tests {
     #[test]
     fn warning_only_when_nothing_loads() {
         let any = Family::Eagle3;
-        let w = unloadable_warning(Quark, "int4-pc", &any, Some("use X")).unwrap();
+        let w = unloadable_warning(Quark, Int4Pc, &any, Some("use X")).unwrap();
         assert!(
             w.starts_with("no serving engine loads --format quark --scheme int4-pc:"),
             "{w}"
         );
         assert!(w.contains("group_size must be a positive int"), "{w}");
         assert!(w.ends_with("use X"), "{w}");
-        assert!(unloadable_warning(Quark, "int4-g32", &any, None).is_none());
-        assert!(unloadable_warning(Quark, "w4a8-fp8", &any, None).is_some());
-        let w = unloadable_warning(Ct, "w4a8-int8", &any, None).unwrap();
+        assert!(unloadable_warning(Quark, Int4G32, &any, None).is_none());
+        assert!(unloadable_warning(Quark, W4a8Fp8, &any, None).is_some());
+        let w = unloadable_warning(Ct, W4a8Int8, &any, None).unwrap();
         assert!(w.starts_with("no GPU serving engine loads"), "{w}");
         // The family's exceptions count: TensorRT-LLM loads ModelOpt int4-g128 EAGLE-3 drafts
         // but not DFlash ones, so a DFlash draft gets the warning an EAGLE-3 draft does not.
-        assert!(unloadable_warning(Modelopt, "int4-g128", &any, None).is_none());
-        let w = unloadable_warning(Modelopt, "int4-g128", &Family::Dflash, None).unwrap();
+        assert!(unloadable_warning(Modelopt, Int4G128, &any, None).is_none());
+        let w = unloadable_warning(Modelopt, Int4G128, &Family::Dflash, None).unwrap();
         assert!(
             w.starts_with(
                 "no serving engine loads --format modelopt --scheme int4-g128 for DFlash drafts:"

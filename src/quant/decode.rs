@@ -5,91 +5,24 @@
 //! gives every tensor the original model would have had, dequantized (`w = q · s`, `f8 · s`,
 //! `q · s2 · s1`, or NVFP4's `e2m1 · f8(s) / g` / `e2m1 · f8(s) · s2`) where needed, each
 //! format by its own tool's arithmetic.
-//! Which layout a module is in is each format's to say (`quark::read`, `compressed_tensors::read`,
-//! `modelopt::read`, and the FP8 layout they share, here); the decoding is each format's own
-//! arithmetic, dispatched from [`Stored`]. `dequantize`, `diff`, `inspect` and the runtimes are
+//! Which format the checkpoint is in is [`Format::of`]'s to say; which layout a module is in,
+//! each format's reader's (`quark::read`, `compressed_tensors::read`, `modelopt::read`, shown a
+//! [`Probe`], and the FP8 layout they share, here); the decoding is each format's own
+//! arithmetic, dispatched from [`Stored`] (the layouts and [`QModule`] are `quant::stored`'s). `dequantize`, `diff`, `inspect` and the runtimes are
 //! built on this.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::checkpoint::Checkpoint;
-use crate::error::{Error, Result};
-use crate::io::source::Weights;
-use crate::io::{Dtype, TensorInfo};
+use crate::error::Result;
+use crate::io::Dtype;
+use crate::quant::format::Format;
 use crate::quant::math::fp4::Nvfp4;
 use crate::quant::math::fp8::Fp8;
 use crate::quant::math::int4::Int4;
-use crate::quant::math::pack::Order;
+use crate::quant::stored::Probe;
+pub use crate::quant::stored::{QModule, Stored};
 use crate::quant::{compressed_tensors, modelopt, quark};
-
-/// How one quantized module is stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stored {
-    /// Quark per-channel: I32 `[out, in/8]`, scale `[out]`.
-    QuarkChannel { order: Order },
-    /// Quark per-group: I32 `[in, out/8]` (transposed), scale `[in/G, out]`.
-    QuarkGroup { group: usize, order: Order },
-    /// Quark per-group asymmetric UINT4 (`uint4_wo_*`): the per-group layout with unsigned
-    /// nibbles and zero points `[in/G, out/8]` packed the same way: `w = (q − zp) · s`.
-    QuarkGroupAsym { group: usize, order: Order },
-    /// compressed-tensors `pack-quantized`: `weight_packed` `[out, in/8]`, scale `[out, in/G]`.
-    CtPacked { group: usize },
-    /// FP8 E4M3 `weight` `[out, in]` with one scale per row (Quark `ptpc_fp8` `[out]`,
-    /// compressed-tensors `float-quantized` `[out, 1]`) or one per tensor.
-    Fp8 { per_row: bool },
-    /// Quark two-stage `int4_fp8`: I32 `[out, in/8]`, `weight_scale` F32 `[]` (FP8 stage),
-    /// `weight_scale_2` F32 `[out]` (INT4 stage); `w = q · s2 · s1`.
-    QuarkInt4Fp8 { order: Order },
-    /// compressed-tensors `int-quantized`: I8 `weight` `[out, in]`, scale `[out, in/G]`.
-    CtInt { group: usize },
-    /// ModelOpt `W4A16_AWQ` / `W4A8_AWQ`: U8 `weight` `[⌈out/2⌉, in]` (two output rows per
-    /// byte), F32 scale `[out, in/G]`, optional `pre_quant_scale` `[in]`: `w = q · s · pqs`.
-    ModeloptInt4 { group: usize },
-    /// ModelOpt `NVFP4` / `W4A16_NVFP4`: U8 `weight` `[out, in/2]` (E2M1, two input columns per
-    /// byte), E4M3 scale `[out, in/16]`, F32 `weight_scale_2` `[]`: `w = e2m1 · (s · s2)`.
-    ModeloptNvfp4,
-    /// compressed-tensors `nvfp4-pack-quantized`: U8 `weight_packed` `[out, in/2]`, E4M3
-    /// `weight_scale` `[out, in/16]`, F32 `weight_global_scale` `[1]`: `w = e2m1 · (s / g)`.
-    CtNvfp4,
-}
-
-/// One quantized module.
-#[derive(Debug, Clone)]
-pub struct QModule {
-    pub module: String,
-    pub stored: Stored,
-    pub rows: usize,
-    pub cols: usize,
-    /// The checkpoint tensors that hold it.
-    pub parts: Vec<String>,
-}
-
-/// One tensor as a format's reader (`quark::read`, `compressed_tensors::read`,
-/// `modelopt::read`) sees it: its module, last name component, the module's `weight_scale`, the
-/// checkpoint's `quantization_config`, and the weights to look siblings up in.
-pub struct Probe<'a> {
-    pub w: &'a Weights,
-    pub module: &'a str,
-    pub last: &'a str,
-    pub t: &'a TensorInfo,
-    pub scale: Option<&'a TensorInfo>,
-    pub config: Option<&'a serde_json::Value>,
-}
-
-impl Probe<'_> {
-    /// The refusal of tensor `t` (named with its shard's path).
-    pub fn err(&self, t: &TensorInfo, msg: String) -> Error {
-        Error::Tensor {
-            path: self
-                .w
-                .shard_of(&t.name)
-                .map(|s| s.path().to_path_buf())
-                .unwrap_or_default(),
-            tensor: t.name.clone(),
-            msg,
-        }
-    }
-}
 
 /// A checkpoint seen as its unquantized tensors.
 pub struct Logical<'a> {
@@ -106,15 +39,8 @@ impl<'a> Logical<'a> {
             .config
             .as_ref()
             .and_then(|c| c.root.get("quantization_config"));
-        // ModelOpt's legacy form: no quant_method in config.json, only hf_quant_config.json.
-        let method = cfg
-            .and_then(|q| q.get("quant_method"))
-            .and_then(|m| m.as_str())
-            .unwrap_or(if ck.weights.dir.join("hf_quant_config.json").is_file() {
-                "modelopt"
-            } else {
-                ""
-            });
+        let hf_quant_config = ck.weights.dir.join("hf_quant_config.json").is_file();
+        let format = Format::of(cfg, hf_quant_config).and_then(|f| f.ok());
         let mut modules = BTreeMap::new();
         let w = &ck.weights;
         for t in w.infos() {
@@ -127,14 +53,14 @@ impl<'a> Logical<'a> {
                 scale: w.info(&format!("{module}.weight_scale")),
                 config: cfg,
             };
-            let q = match method {
-                "quark" => quark::read::read(&p)?,
-                "compressed-tensors" => compressed_tensors::read::read(&p)?,
-                "modelopt" => modelopt::read::read(&p)?,
-                _ => None,
+            let q = match format {
+                Some(Format::Quark) => quark::read::read(&p)?,
+                Some(Format::CompressedTensors) => compressed_tensors::read::read(&p)?,
+                Some(Format::Modelopt) => modelopt::read::read(&p)?,
+                None => None,
             };
-            let q = match (q, method) {
-                (None, "quark" | "compressed-tensors" | "modelopt") => read_fp8(&p)?,
+            let q = match (q, format) {
+                (None, Some(_)) => read_fp8(&p)?,
                 (q, _) => q,
             };
             if let Some(q) = q {

@@ -1,10 +1,12 @@
-//! The per-checkpoint side of a quantized output: the file formats kquant writes, and what each
-//! knows about a whole checkpoint rather than one module: which modules its config lists as
-//! unquantized, in what order, under which key, with which engine patterns. The per-module
+//! The per-checkpoint side of a quantized output: the file formats kquant writes, which one a
+//! checkpoint is in ([`Format::of`], the one place that decides it), and what each knows about a
+//! whole checkpoint rather than one module: which modules its config lists as unquantized, in
+//! what order, under which key, with which engine patterns. The per-module
 //! recipes are the codecs ([`crate::quant::codec`]); `convert` renames these lists through
 //! [`MODULE_LIST_KEYS`].
 
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::io::TensorInfo;
 use crate::quant::exclude::{excluded_by, module_of, not_candidate};
@@ -48,11 +50,27 @@ pub enum ListStyle {
 impl Format {
     pub const ALL: [Format; 3] = [Format::Quark, Format::CompressedTensors, Format::Modelopt];
 
+    /// Its `--format` name, which is also its `quant_method`.
     pub fn name(self) -> &'static str {
         match self {
             Format::Quark => "quark",
             Format::CompressedTensors => "compressed-tensors",
             Format::Modelopt => "modelopt",
+        }
+    }
+
+    /// The format a checkpoint is in, from its `quantization_config` (`config`) and whether
+    /// ModelOpt's `hf_quant_config.json` is beside it (ModelOpt's legacy form has no
+    /// `quant_method` in `config.json`): `None` when neither says the checkpoint is quantized,
+    /// `Some(Err(m))` for a `quant_method` `m` that is no format of kquant's. Reading back
+    /// (`quant::decode`) and identifying the scheme (`quant::identify`) both ask this.
+    pub fn of(config: Option<&Value>, hf_quant_config: bool) -> Option<Result<Format, &str>> {
+        match config
+            .and_then(|q| q.get("quant_method"))
+            .and_then(Value::as_str)
+        {
+            Some(m) => Some(Format::ALL.into_iter().find(|f| f.name() == m).ok_or(m)),
+            None => hf_quant_config.then_some(Ok(Format::Modelopt)),
         }
     }
 
@@ -123,5 +141,29 @@ impl Format {
             }
             Format::Modelopt => modelopt::exclude_modules(modules),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `quant_method` names the format; ModelOpt's side file alone says ModelOpt; another
+    /// method is given back; neither is no format.
+    #[test]
+    fn of_reads_the_method_then_the_side_file() {
+        for f in Format::ALL {
+            let q = json!({"quant_method": f.name()});
+            assert_eq!(Format::of(Some(&q), false), Some(Ok(f)));
+            assert_eq!(Format::of(Some(&q), true), Some(Ok(f)));
+        }
+        let gptq = json!({"quant_method": "gptq"});
+        assert_eq!(Format::of(Some(&gptq), true), Some(Err("gptq")));
+        let none = json!({"bits": 4});
+        assert_eq!(Format::of(Some(&none), true), Some(Ok(Format::Modelopt)));
+        assert_eq!(Format::of(None, true), Some(Ok(Format::Modelopt)));
+        assert_eq!(Format::of(Some(&none), false), None);
+        assert_eq!(Format::of(None, false), None);
     }
 }

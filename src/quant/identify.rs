@@ -5,16 +5,13 @@
 
 use serde_json::Value;
 
-use crate::quant::registry::Format;
+use crate::quant::registry::{Format, Scheme};
 
 /// What the config says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identified {
     /// A scheme of the registry in this format.
-    Scheme {
-        format: Format,
-        scheme: &'static str,
-    },
+    Scheme { format: Format, scheme: Scheme },
     /// A config kquant reads, describing no scheme of its registry (`what` says what it is).
     Other {
         format: Option<Format>,
@@ -31,19 +28,19 @@ fn u(v: &Value, k: &str) -> Option<u64> {
 }
 
 /// `int4-gN` / `uint4-gN` for the registry's group sizes.
-fn grouped(prefix: &str, group: Option<u64>) -> Option<&'static str> {
+fn grouped(prefix: &str, group: Option<u64>) -> Option<Scheme> {
     Some(match (prefix, group?) {
-        ("int4", 32) => "int4-g32",
-        ("int4", 64) => "int4-g64",
-        ("int4", 128) => "int4-g128",
-        ("uint4", 32) => "uint4-g32",
-        ("uint4", 64) => "uint4-g64",
-        ("uint4", 128) => "uint4-g128",
+        ("int4", 32) => Scheme::Int4G32,
+        ("int4", 64) => Scheme::Int4G64,
+        ("int4", 128) => Scheme::Int4G128,
+        ("uint4", 32) => Scheme::Uint4G32,
+        ("uint4", 64) => Scheme::Uint4G64,
+        ("uint4", 128) => Scheme::Uint4G128,
         _ => return None,
     })
 }
 
-fn quark(q: &Value) -> Result<&'static str, String> {
+fn quark(q: &Value) -> Result<Scheme, String> {
     let g = q.get("global_quant_config").unwrap_or(&Value::Null);
     let w = g.get("weight").unwrap_or(&Value::Null);
     let input = g.get("input_tensors").filter(|v| !v.is_null());
@@ -60,17 +57,17 @@ fn quark(q: &Value) -> Result<&'static str, String> {
     if let Some(stages) = w.as_array() {
         let d: Vec<String> = stages.iter().map(desc).collect();
         return match d.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-            ["fp8_e4m3 per_tensor", "int4 per_channel"] => Ok("w4a8-fp8"),
+            ["fp8_e4m3 per_tensor", "int4 per_channel"] => Ok(Scheme::W4a8Fp8),
             _ => Err(format!("weight stages [{}]", d.join(", "))),
         };
     }
     let input_dtype = input.and_then(|i| s(i, "dtype"));
     match (s(w, "dtype"), s(w, "qscheme"), input_dtype) {
-        (Some("int4"), Some("per_channel"), None) => Ok("int4-pc"),
+        (Some("int4"), Some("per_channel"), None) => Ok(Scheme::Int4Pc),
         (Some(d @ ("int4" | "uint4")), Some("per_group"), None) => {
             grouped(d, u(w, "group_size")).ok_or_else(|| desc(w))
         }
-        (Some("fp8_e4m3"), Some("per_channel"), Some("fp8_e4m3")) => Ok("fp8-pc"),
+        (Some("fp8_e4m3"), Some("per_channel"), Some("fp8_e4m3")) => Ok(Scheme::Fp8Pc),
         _ => Err(format!(
             "weight {}{}",
             desc(w),
@@ -81,7 +78,7 @@ fn quark(q: &Value) -> Result<&'static str, String> {
     }
 }
 
-fn compressed_tensors(q: &Value) -> Result<&'static str, String> {
+fn compressed_tensors(q: &Value) -> Result<Scheme, String> {
     let groups: Vec<&Value> = q
         .get("config_groups")
         .and_then(Value::as_object)
@@ -100,20 +97,20 @@ fn compressed_tensors(q: &Value) -> Result<&'static str, String> {
     let group = u(w, "group_size");
     let input_of = |i: &Value| (s(i, "type").unwrap_or("int").to_string(), u(i, "num_bits"));
     let found = match (fmt, ty, bits, strategy, input.map(input_of)) {
-        ("pack-quantized", "int", Some(4), "channel", None) if symmetric => Some("int4-pc"),
+        ("pack-quantized", "int", Some(4), "channel", None) if symmetric => Some(Scheme::Int4Pc),
         ("pack-quantized", "int", Some(4), "group", None) if symmetric => grouped("int4", group),
         ("float-quantized", "float", Some(8), "channel", Some((ref t, Some(8))))
             if t == "float" =>
         {
-            Some("fp8-pc")
+            Some(Scheme::Fp8Pc)
         }
         ("int-quantized", "int", Some(4), "group", Some((ref t, Some(8))))
             if t == "int" && symmetric && group == Some(128) =>
         {
-            Some("w4a8-int8")
+            Some(Scheme::W4a8Int8)
         }
-        ("nvfp4-pack-quantized", _, _, _, None) => Some("nvfp4-a16"),
-        ("nvfp4-pack-quantized", _, _, _, Some(_)) => Some("nvfp4"),
+        ("nvfp4-pack-quantized", _, _, _, None) => Some(Scheme::Nvfp4A16),
+        ("nvfp4-pack-quantized", _, _, _, Some(_)) => Some(Scheme::Nvfp4),
         _ => None,
     };
     found.ok_or_else(|| {
@@ -133,7 +130,7 @@ fn compressed_tensors(q: &Value) -> Result<&'static str, String> {
     })
 }
 
-fn modelopt(q: Option<&Value>, hf: Option<&Value>) -> Result<&'static str, String> {
+fn modelopt(q: Option<&Value>, hf: Option<&Value>) -> Result<Scheme, String> {
     let hq = hf.and_then(|h| h.get("quantization"));
     let algo = q
         .and_then(|q| s(q, "quant_algo"))
@@ -144,32 +141,32 @@ fn modelopt(q: Option<&Value>, hf: Option<&Value>) -> Result<&'static str, Strin
         .or_else(|| q.and_then(|q| u(q, "group_size")));
     match (algo, group) {
         // ModelOpt's AWQ block is 128 unless the config says otherwise.
-        ("W4A16_AWQ", None | Some(128)) => Ok("int4-g128"),
-        ("FP8_PER_CHANNEL_PER_TOKEN", _) => Ok("fp8-pc"),
-        ("W4A16_NVFP4", _) => Ok("nvfp4-a16"),
-        ("NVFP4", _) => Ok("nvfp4"),
+        ("W4A16_AWQ", None | Some(128)) => Ok(Scheme::Int4G128),
+        ("FP8_PER_CHANNEL_PER_TOKEN", _) => Ok(Scheme::Fp8Pc),
+        ("W4A16_NVFP4", _) => Ok(Scheme::Nvfp4A16),
+        ("NVFP4", _) => Ok(Scheme::Nvfp4),
         (a, Some(g)) => Err(format!("quant_algo {a} group {g}")),
         (a, None) => Err(format!("quant_algo {a}")),
     }
 }
 
 /// Identify the scheme; `None` when the checkpoint has no quantization config at all.
-/// `config` is `quantization_config`; `hf_quant_config` is ModelOpt's side file.
+/// `config` is `quantization_config`; `hf_quant_config` is ModelOpt's side file. The format is
+/// [`Format::of`]'s.
 pub fn identify(config: Option<&Value>, hf_quant_config: Option<&Value>) -> Option<Identified> {
-    let method = config.and_then(|q| s(q, "quant_method"));
-    let (format, r) = match (method, hf_quant_config) {
-        (Some("quark"), _) => (Format::Quark, quark(config?)),
-        (Some("compressed-tensors"), _) => (Format::CompressedTensors, compressed_tensors(config?)),
-        (Some("modelopt"), _) | (None, Some(_)) => {
-            (Format::Modelopt, modelopt(config, hf_quant_config))
-        }
-        (Some(m), _) => {
+    let format = match Format::of(config, hf_quant_config.is_some())? {
+        Ok(f) => f,
+        Err(m) => {
             return Some(Identified::Other {
                 format: None,
                 what: format!("quant_method `{m}`"),
             })
         }
-        (None, None) => return None,
+    };
+    let r = match format {
+        Format::Quark => quark(config?),
+        Format::CompressedTensors => compressed_tensors(config?),
+        Format::Modelopt => modelopt(config, hf_quant_config),
     };
     Some(match r {
         Ok(scheme) => Identified::Scheme { format, scheme },
@@ -196,8 +193,8 @@ mod tests {
         };
         let mut n = 0;
         for s in SCHEMES {
-            for c in s.carriers.iter().filter(|c| c.implemented) {
-                let input = if s.id == "nvfp4" { amax() } else { None };
+            for c in s.carriers.iter().filter(|c| c.implemented()) {
+                let input = if s.static_input_scale { amax() } else { None };
                 let t = build(s.id, c.format, QuarkFlags::default(), input).unwrap();
                 let exclude = vec!["lm_head".to_string()];
                 let files = t.config(&c.format.written_list(&exclude));

@@ -15,6 +15,7 @@ use crate::io::manifest::FileEntry;
 use crate::io::writer::{WriteOptions, Writer};
 use crate::quant::codec::{Encoded, StoredWeight};
 use crate::quant::format::Format;
+use crate::quant::registry::Scheme;
 use crate::quantize::schedule;
 
 /// The memory `quantize` aims to stay within (the target for the 6 GB draft).
@@ -294,7 +295,7 @@ impl<'p> Job<'p> {
 fn next_steps(
     family: &Family,
     format: Format,
-    scheme: &str,
+    scheme: Scheme,
     out: &Path,
     src: &str,
     target_hidden: Option<u64>,

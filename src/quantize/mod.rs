@@ -32,7 +32,7 @@ use crate::quant::format::Format;
 use crate::quant::input_amax::InputAmax;
 use crate::quant::preset;
 use crate::quant::quark;
-use crate::quant::registry::{self, Choice, QuarkFlags};
+use crate::quant::registry::{self, Choice, QuarkFlags, Scheme};
 
 /// What the user asked for; `None` takes the preset's value, then the default.
 #[derive(Debug, Clone, Default)]
@@ -58,7 +58,7 @@ pub struct Recipe {
 }
 
 impl Recipe {
-    pub fn scheme(&self) -> &'static str {
+    pub fn scheme(&self) -> Scheme {
         self.choice.scheme.id
     }
     pub fn format(&self) -> Format {
@@ -101,8 +101,7 @@ pub fn resolve(ck: &Checkpoint, det: &Detection, src: &str, req: &Request) -> Re
     let scheme = req
         .scheme
         .clone()
-        .or_else(|| preset.as_ref().map(|p| p.scheme.clone()))
-        .unwrap_or_else(|| "int4-pc".into());
+        .or_else(|| preset.as_ref().map(|p| p.scheme.clone()));
     let format = req
         .format
         .or(preset.as_ref().map(|p| p.format))
@@ -124,7 +123,11 @@ pub fn resolve(ck: &Checkpoint, det: &Detection, src: &str, req: &Request) -> Re
         sequential: req.quark_sequential || quark_preset.is_some_and(|p| p.quark_sequential),
     };
     let input_amax = req.input_amax.as_deref().map(InputAmax::load).transpose()?;
-    let choice = registry::resolve(&scheme, format, flags, input_amax)?;
+    let scheme = match scheme {
+        Some(id) => id.parse()?,
+        None => Scheme::Int4Pc,
+    };
+    let choice = registry::resolve(scheme, format, flags, input_amax)?;
     Ok(Recipe { choice, patterns })
 }
 

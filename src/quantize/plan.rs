@@ -17,6 +17,7 @@ use crate::quant::codec::{first_non_finite_par, Codec};
 use crate::quant::exclude::{excluded_by, module_of, not_candidate};
 use crate::quant::fused;
 use crate::quant::math::rowwise;
+use crate::quant::registry::Scheme;
 use crate::quant::stats::{Needs, Stats};
 
 /// What happens to one source tensor.
@@ -234,7 +235,7 @@ fn check_shapes(ck: &Checkpoint, actions: &[(&TensorInfo, Action)], recipe: &Rec
         .filter(|s| {
             s.carriers
                 .iter()
-                .any(|c| c.format == format && c.implemented)
+                .any(|c| c.format == format && c.implemented())
         })
         .filter(|s| {
             bad.iter().all(|(t, _, _)| {
@@ -246,7 +247,7 @@ fn check_shapes(ck: &Checkpoint, actions: &[(&TensorInfo, Action)], recipe: &Rec
                         .all(|c| !c.even_rows || rows.is_multiple_of(2))
             })
         })
-        .map(|s| s.id)
+        .map(|s| s.id.id())
         .collect();
     let other = if fits.is_empty() {
         format!(
@@ -287,7 +288,7 @@ fn check_shapes(ck: &Checkpoint, actions: &[(&TensorInfo, Action)], recipe: &Rec
 fn prepass(
     ck: &Checkpoint,
     actions: &[(&TensorInfo, Action)],
-    scheme: &str,
+    scheme: Scheme,
     dry_run: bool,
 ) -> Result<Stats> {
     let candidates: Vec<&str> = actions

@@ -232,12 +232,15 @@ pub fn groups(module: &str, cols: usize, group: usize) -> usize {
 }
 
 /// Test data: `dtype(a · cos(0.37 i) + b)` for the `rows × cols` elements `i` (smooth, signed,
-/// no zero run).
+/// no zero run), each rounded to `dtype` (BF16, F16 or F32) by encoding and reading it back.
 #[cfg(test)]
 pub(crate) fn test_matrix(rows: usize, cols: usize, dtype: Dtype, a: f32, b: f32) -> Vec<f32> {
-    (0..rows * cols)
-        .map(|i| crate::quant::math::int4::round_to(dtype, a * ((i as f32) * 0.37).cos() + b))
-        .collect()
+    let exact: Vec<f32> = (0..rows * cols)
+        .map(|i| a * ((i as f32) * 0.37).cos() + b)
+        .collect();
+    let mut out = Vec::new();
+    crate::io::dtype::to_f32(dtype, &encode_floats(&exact, dtype), &mut out);
+    out
 }
 
 #[cfg(test)]

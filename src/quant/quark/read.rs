@@ -6,8 +6,8 @@
 
 use crate::error::Result;
 use crate::io::Dtype;
-use crate::quant::decode::{Probe, QModule, Stored};
 use crate::quant::math::pack::Order;
+use crate::quant::stored::{Probe, QModule, Stored};
 
 /// The module `p` holds in this format's layouts, if any (`None`: not one of them).
 pub fn read(p: &Probe) -> Result<Option<QModule>> {

@@ -18,6 +18,7 @@ use crate::io::output::{self, Kind};
 use crate::io::writer::WriteOptions;
 use crate::quant::format::Format;
 use crate::quant::math::int4::Int4;
+use crate::quant::registry::Scheme;
 use crate::quantize::calibrate::{self, Calibration, Method};
 use crate::quantize::drive::Job;
 use crate::quantize::plan::{Action, Plan};
@@ -83,7 +84,7 @@ pub struct Outcome {
     pub trials: usize,
     /// The draft's bytes before quantization.
     pub bytes_before: u64,
-    pub scheme: &'static str,
+    pub scheme: Scheme,
     pub format: Format,
     /// Whether any serving engine loads the recipe as written for this draft's family.
     pub loads_anywhere: bool,
@@ -520,7 +521,7 @@ pub fn write_preset(a: &Request, path: &Path, preset: &Value) -> Result<()> {
 }
 
 /// Whether any serving engine loads `scheme` written as `format` for a draft of `family`.
-fn loads_anywhere(format: Format, scheme: &str, family: &Family) -> bool {
+fn loads_anywhere(format: Format, scheme: Scheme, family: &Family) -> bool {
     use crate::engines::{quantized, Engine, Loads};
     Engine::ALL.iter().any(|&e| {
         quantized::claim_for(format, scheme, e, family).is_some_and(|c| c.loads == Loads::Yes)
