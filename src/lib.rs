@@ -3,6 +3,7 @@
 //! The library is the whole product; `src/main.rs` only parses arguments, runs a command and
 //! renders errors. See `docs/architecture.md` for the data path and the module map.
 
+pub mod bench;
 pub mod checkpoint;
 pub mod cli;
 pub mod convert;

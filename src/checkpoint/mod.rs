@@ -35,3 +35,28 @@ impl Checkpoint {
         detect::detect(self)
     }
 }
+
+/// Tensors, parameters and bytes of one dtype (or of the whole checkpoint).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    pub tensors: u64,
+    pub params: u64,
+    pub bytes: u64,
+}
+
+impl Checkpoint {
+    /// The totals per dtype name (in name order) and over every tensor.
+    pub fn totals(&self) -> (std::collections::BTreeMap<String, Totals>, Totals) {
+        let mut by: std::collections::BTreeMap<String, Totals> = Default::default();
+        let mut all = Totals::default();
+        for t in self.weights.infos() {
+            let e = by.entry(t.dtype.name().into()).or_default();
+            for x in [e, &mut all] {
+                x.tensors += 1;
+                x.params += t.numel();
+                x.bytes += t.nbytes();
+            }
+        }
+        (by, all)
+    }
+}

@@ -1,28 +1,17 @@
 //! `kquant convert {eagle3|dflash} SRC -o OUT --to ENGINE [--target-checkpoint TGT]`: move a
 //! draft between engine layouts.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
 
-use crate::checkpoint::{AuxConvention, Checkpoint};
+use crate::checkpoint::AuxConvention;
 use crate::cli::human_bytes;
 use crate::cli::output_args::OutputArgs;
-use crate::convert::{self, Engine, Options};
-use crate::error::{Error, Result};
+use crate::convert::Kind;
+use crate::convert::{self, Conversion, Engine, Plan, Request};
+use crate::error::Result;
 use crate::escape::{json_printable, printable};
-
-/// Draft families `convert` takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Kind {
-    /// EAGLE-3, Llama-style or MLA (Kimi) attention (`eagle3-mla`, the family `inspect` prints,
-    /// is the same).
-    #[value(alias = "eagle3-mla")]
-    Eagle3,
-    /// DFlash block drafter.
-    Dflash,
-}
 
 /// Aux-id conventions on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -81,132 +70,49 @@ pub struct Args {
     pub json: bool,
 }
 
-fn convention_of(e: Engine) -> AuxConvention {
-    match e {
-        Engine::Vllm | Engine::Eagle => AuxConvention::InputOfLayer,
-        _ => AuxConvention::OutputOfLayer,
-    }
-}
-
 pub fn run(a: Args) -> Result<ExitCode> {
-    let target_checkpoint = crate::cli::deprecated::resolve(
-        "convert",
-        "--target",
-        "--target-checkpoint",
-        a.target_checkpoint.clone(),
-        a.target_deprecated.clone(),
-    );
-    let ck = Checkpoint::open(&a.src)?;
-    let det = ck.detect()?;
-    let dflash = a.kind == Kind::Dflash;
-    if let (Some(from), Some(prefix)) = (a.from, det.layer_prefix.as_deref()) {
-        if !dflash
-            && from.eagle3_prefix() != prefix
-            && !matches!(from, Engine::Trtllm | Engine::Torchspec)
-        {
-            let fits: Vec<&str> = <Engine as clap::ValueEnum>::value_variants()
-                .iter()
-                .filter(|e| {
-                    **e != Engine::Zlab
-                        && (e.eagle3_prefix() == prefix
-                            || matches!(e, Engine::Trtllm | Engine::Torchspec))
-                })
-                .map(|e| e.id())
-                .collect();
-            return Err(Error::Flags {
-                msg: format!(
-                    "--from {} writes `{}*`, but the source's layer is `{prefix}*`",
-                    from.id(),
-                    from.eagle3_prefix()
-                ),
-                hint: format!(
-                    "a `{prefix}*` source takes --from {}; or leave --from out (detection reads the layer names)",
-                    fits.join(" | ")
-                ),
-            });
-        }
-    }
-    let aux_convention = a.aux_convention.map(|c| match c {
-        Convention::OutputOfLayer => AuxConvention::OutputOfLayer,
-        Convention::InputOfLayer => AuxConvention::InputOfLayer,
-    });
-    let o = Options {
-        dflash,
-        engine: a.to,
-        from: None,
+    let req = Request {
+        kind: a.kind,
+        src: a.src.clone(),
+        to: a.to,
+        from: a.from,
+        target_checkpoint: crate::cli::flags::deprecated(
+            "convert",
+            "--target",
+            "--target-checkpoint",
+            a.target_checkpoint.clone(),
+            a.target_deprecated.clone(),
+        ),
         aux_layers: a.aux_layers.clone(),
-        aux_convention: aux_convention.or(a.from.map(convention_of)),
+        aux_convention: a.aux_convention.map(|c| match c {
+            Convention::OutputOfLayer => AuxConvention::OutputOfLayer,
+            Convention::InputOfLayer => AuxConvention::InputOfLayer,
+        }),
         model_type: a.model_type.clone(),
         steps: a.steps,
+        output: a.out.output.clone(),
     };
-    let target = target_checkpoint
-        .as_deref()
-        .map(Checkpoint::open)
-        .transpose()?;
-    let mut plan = convert::plan(&ck, &det, target.as_ref(), &o)?;
-    // Launch lines and TensorRT-LLM's options file name the output by its absolute path, so
-    // that they work from any directory.
-    convert::place(&mut plan, a.to, dflash, &convert::final_dir(&a.out.output));
-    let bytes: u64 = plan
-        .tensors
-        .iter()
-        .map(|t| t.shape.iter().product::<usize>() as u64 * t.dtype.size() as u64)
-        .sum();
+    let c = Conversion::prepare(&req)?;
+    let plan = &c.plan;
     if a.dry_run {
         if a.json {
-            let mut doc = convert::plan_json(&plan);
+            let mut doc = convert::plan_json(plan);
             doc["schema"] = json!("kquant.convert-plan/1");
             doc["config"] = plan.config.clone();
             println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         } else {
-            for t in &plan.tensors {
-                // Names come from the files: escaped for the terminal (crate::escape; `{:?}`
-                // escapes by itself).
-                println!(
-                    "{:<52} {:<6} {:?}  <- {:?}",
-                    printable(&t.name),
-                    t.dtype.name(),
-                    t.shape,
-                    t.source
-                );
-            }
-            for (n, why) in &plan.dropped {
-                println!("{:<52} dropped: {}", printable(n), printable(why));
-            }
-            if let Some(x) = &plan.aux {
-                println!(
-                    "aux layers: hidden_states {:?} written as {:?} ({}) in {}",
-                    x.hidden_states,
-                    x.written,
-                    x.convention.id(),
-                    printable(&x.keys.join(", "))
-                );
-            }
-            println!(
-                "config.json:\n{}",
-                json_printable(&serde_json::to_string_pretty(&plan.config).expect("JSON"))
-            );
+            print_plan(plan);
         }
-        for w in &plan.warnings {
-            eprintln!("warning: {}", printable(w));
-        }
+        print_warnings(plan);
         return Ok(ExitCode::SUCCESS);
     }
-    for w in &plan.warnings {
-        eprintln!("warning: {}", printable(w));
-    }
-    let mut inputs: Vec<PathBuf> = ck.weights.files().iter().map(|p| p.to_path_buf()).collect();
-    inputs.extend(ck.weights.config_path.clone());
-    if let Some(t) = &target {
-        // Read for its embedding / lm_head: recorded, and protected from -o like the source.
-        inputs.extend(t.weights.files().iter().map(|p| p.to_path_buf()));
-    }
-    let opts = a.out.write_options(inputs);
-    let pb = crate::progress::bytes(bytes, "convert");
-    let s = convert::write(&ck, target.as_ref(), &plan, &a.out.output, opts, &pb)?;
+    print_warnings(plan);
+    let opts = a.out.write_options(c.inputs());
+    let pb = crate::progress::bytes(c.bytes(), "convert");
+    let s = c.write(&a.out.output, opts, &pb)?;
     pb.finish_and_clear();
     if a.json {
-        let mut doc = convert::plan_json(&plan);
+        let mut doc = convert::plan_json(plan);
         doc["schema"] = json!("kquant.convert/1");
         doc["output"] = json!(s.dir);
         doc["files"] = json!(s.files);
@@ -214,7 +120,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     eprintln!(
         "converted {} draft ({} tensors, {}) for {} into {}",
-        det.family.id(),
+        c.det.family.id(),
         plan.tensors.len(),
         human_bytes(s.tensor_bytes),
         a.to.id(),
@@ -224,4 +130,43 @@ pub fn run(a: Args) -> Result<ExitCode> {
         eprintln!("launch with:\n  {}", printable(l));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The plan's warnings on stderr.
+fn print_warnings(plan: &Plan) {
+    for w in &plan.warnings {
+        eprintln!("warning: {}", printable(w));
+    }
+}
+
+/// The `--dry-run` listing: each tensor and where it comes from, the dropped ones, the aux
+/// layers as written, the config.
+fn print_plan(plan: &Plan) {
+    for t in &plan.tensors {
+        // Names come from the files: escaped for the terminal (crate::escape; `{:?}` escapes by
+        // itself).
+        println!(
+            "{:<52} {:<6} {:?}  <- {:?}",
+            printable(&t.name),
+            t.dtype.name(),
+            t.shape,
+            t.source
+        );
+    }
+    for (n, why) in &plan.dropped {
+        println!("{:<52} dropped: {}", printable(n), printable(why));
+    }
+    if let Some(x) = &plan.aux {
+        println!(
+            "aux layers: hidden_states {:?} written as {:?} ({}) in {}",
+            x.hidden_states,
+            x.written,
+            x.convention.id(),
+            printable(&x.keys.join(", "))
+        );
+    }
+    println!(
+        "config.json:\n{}",
+        json_printable(&serde_json::to_string_pretty(&plan.config).expect("JSON"))
+    );
 }

@@ -8,6 +8,9 @@
 //! flag's `--help`. Sizes that drive allocations have hard caps here ([`MAX_GEN_LEN`],
 //! [`MAX_SEQ_LEN`], …); the commands check what depends on the inputs (a target's
 //! `max_position_embeddings`, a shape's element count) when they know it.
+//!
+//! The old spellings of renamed flags are here too ([`deprecated`], [`PerCategory`]): hidden
+//! arguments kept for one release, each with its warning.
 
 use std::fmt;
 
@@ -292,9 +295,54 @@ pub fn min_sqnr(s: &str) -> Result<f64, FlagError> {
     )
 }
 
+/// The value of a renamed flag (docs/flags.md lists them, "Deprecated spellings"; tests/help.rs
+/// checks that table against the binary): `new` when it was given, else `old` with the warning
+/// ``warning: `--OLD` is deprecated for CMD: say --NEW (accepted until the next release)`` on
+/// stderr. clap refuses both together (`conflicts_with`), so at most one is set.
+pub fn deprecated<T>(
+    cmd: &str,
+    old: &str,
+    new: &str,
+    given: Option<T>,
+    deprecated: Option<T>,
+) -> Option<T> {
+    if given.is_some() {
+        return given;
+    }
+    if deprecated.is_some() {
+        eprintln!("{}", deprecated_warning(cmd, old, new));
+    }
+    deprecated
+}
+
+/// The warning line a deprecated spelling prints.
+pub fn deprecated_warning(cmd: &str, old: &str, new: &str) -> String {
+    format!("warning: `{old}` is deprecated for {cmd}: say {new} (accepted until the next release)")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_new_spelling_wins_and_the_old_one_is_kept() {
+        assert_eq!(
+            deprecated("convert", "--target", "--target-checkpoint", Some(1), None),
+            Some(1)
+        );
+        assert_eq!(
+            deprecated("convert", "--target", "--target-checkpoint", None, Some(2)),
+            Some(2)
+        );
+        assert_eq!(
+            deprecated::<u8>("convert", "--target", "--target-checkpoint", None, None),
+            None
+        );
+        assert_eq!(
+            deprecated_warning("trace capture", "--target", "--target-checkpoint"),
+            "warning: `--target` is deprecated for trace capture: say --target-checkpoint (accepted until the next release)"
+        );
+    }
 
     #[test]
     fn parsers_refuse_what_they_should() {

@@ -1,17 +1,18 @@
 //! `kquant inspect SRC [--json] [--tensors]`: header-only summary of a checkpoint.
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
 
-use crate::checkpoint::{Checkpoint, Detection};
+use crate::checkpoint::quant_state::QuantState;
+use crate::checkpoint::{Checkpoint, Detection, Dims, Family};
 use crate::cli::{human_bytes, human_count};
 use crate::engines::{self, EngineSupport};
 use crate::error::Result;
 use crate::escape::printable;
 use crate::io::source::Origin;
 use crate::quant::identify::Identified;
+use crate::quant::order_check::OrderCheck;
 
 /// Arguments of `kquant inspect`.
 #[derive(Debug, clap::Args)]
@@ -29,14 +30,6 @@ pub struct Args {
     /// writes sequential nibbles under a config that says `reorder`).
     #[arg(long)]
     pub source: Option<String>,
-}
-
-/// Per-dtype totals.
-#[derive(Default, Clone, Copy)]
-struct Totals {
-    tensors: u64,
-    params: u64,
-    bytes: u64,
 }
 
 pub fn run(a: Args) -> Result<ExitCode> {
@@ -64,46 +57,37 @@ pub fn run(a: Args) -> Result<ExitCode> {
     } else {
         print_human(&a.src, &ck, &det, &engines, scheme.as_ref(), a.tensors);
         if let Some(o) = &order {
-            let bad: Vec<&str> = o
-                .iter()
-                .filter(|c| c.mismatch())
-                .map(|c| c.module.as_str())
-                .collect();
-            if o.is_empty() {
-                println!(
-                    "{:<12}no Quark per-channel INT4 module to compare with the source",
-                    "pack order"
-                );
-            } else if bad.is_empty() {
-                println!(
-                    "{:<12}data matches the config's pack_method in all {} modules",
-                    "pack order",
-                    o.len()
-                );
-            } else {
-                let c = &o.iter().find(|c| c.mismatch()).unwrap();
-                println!(
-                    "{:<12}MISMATCH in {} of {} modules: config says `{}` but the data is `{}` (Quark file-to-file export); readers that trust the config decode wrong weights: {}",
-                    "pack order", bad.len(), o.len(), c.config_says, c.data_is, printable(&bad.join(", "))
-                );
-            }
+            print_pack_order(o);
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn totals(ck: &Checkpoint) -> (BTreeMap<String, Totals>, Totals) {
-    let mut by: BTreeMap<String, Totals> = BTreeMap::new();
-    let mut all = Totals::default();
-    for t in ck.weights.infos() {
-        let e = by.entry(t.dtype.name().into()).or_default();
-        for x in [e, &mut all] {
-            x.tensors += 1;
-            x.params += t.numel();
-            x.bytes += t.nbytes();
-        }
+/// The `pack order` row of `--source`: whether the data uses the nibble order the config says.
+fn print_pack_order(o: &[OrderCheck]) {
+    let bad: Vec<&str> = o
+        .iter()
+        .filter(|c| c.mismatch())
+        .map(|c| c.module.as_str())
+        .collect();
+    if o.is_empty() {
+        println!(
+            "{:<12}no Quark per-channel INT4 module to compare with the source",
+            "pack order"
+        );
+    } else if bad.is_empty() {
+        println!(
+            "{:<12}data matches the config's pack_method in all {} modules",
+            "pack order",
+            o.len()
+        );
+    } else {
+        let c = &o.iter().find(|c| c.mismatch()).unwrap();
+        println!(
+            "{:<12}MISMATCH in {} of {} modules: config says `{}` but the data is `{}` (Quark file-to-file export); readers that trust the config decode wrong weights: {}",
+            "pack order", bad.len(), o.len(), c.config_says, c.data_is, printable(&bad.join(", "))
+        );
     }
-    (by, all)
 }
 
 fn source_json(spec: &str, ck: &Checkpoint) -> Value {
@@ -148,7 +132,7 @@ pub fn to_json(
     engines: &[EngineSupport],
     scheme: Option<&Identified>,
 ) -> Value {
-    let (by, all) = totals(ck);
+    let (by, all) = ck.totals();
     let mut quantization = serde_json::to_value(&det.quantization).expect("JSON");
     quantization["scheme"] = scheme_json(scheme);
     json!({
@@ -173,6 +157,13 @@ pub fn to_json(
     })
 }
 
+/// One row of the summary: the key in 12 columns, then the value. Every value may quote the
+/// config or tensor names: escaped, so a name cannot write to the terminal (crate::escape).
+fn row(k: &str, v: String) {
+    println!("{k:<12}{}", printable(&v));
+}
+
+/// The human summary, section by section.
 fn print_human(
     spec: &str,
     ck: &Checkpoint,
@@ -181,10 +172,23 @@ fn print_human(
     scheme: Option<&Identified>,
     tensors: bool,
 ) {
-    let (by, all) = totals(ck);
-    // Every value may quote the config or tensor names: escaped, so a name cannot write to the
-    // terminal (crate::escape).
-    let row = |k: &str, v: String| println!("{k:<12}{}", printable(&v));
+    print_source(spec, ck);
+    print_family(det);
+    print_engines(engines);
+    print_dims(&det.dims);
+    print_aux_layers(det);
+    print_params(ck);
+    row("quant", quant_summary(&det.quantization, scheme));
+    for n in &det.notes {
+        row("note", n.clone());
+    }
+    if tensors {
+        print_tensors(ck);
+    }
+}
+
+/// `source`: the spec, where it was found and its number of files.
+fn print_source(spec: &str, ck: &Checkpoint) {
     let files = ck.weights.shards.len();
     let kind = match &ck.weights.origin {
         Origin::Dir(_) => "directory",
@@ -198,6 +202,10 @@ fn print_human(
             if files == 1 { "" } else { "s" }
         ),
     );
+}
+
+/// `family` (with its target kind and the reason), `dialect` (with its layer prefix).
+fn print_family(det: &Detection) {
     let fam = match (det.family.id(), det.target_kind) {
         (f, Some(t)) => format!("{f} ({})", t.id()),
         (f, None) => f.to_string(),
@@ -212,6 +220,10 @@ fn print_human(
             .unwrap_or_default();
         row("dialect", format!("{}{p}", d.id()));
     }
+}
+
+/// `engines`: one row per engine's claim.
+fn print_engines(engines: &[EngineSupport]) {
     for (i, e) in engines.iter().enumerate() {
         let basis = e.basis();
         row(
@@ -219,7 +231,10 @@ fn print_human(
             format!("{:<7}{:<8}{} [{basis}]", e.engine.id(), e.loads.id(), e.why),
         );
     }
-    let d = &det.dims;
+}
+
+/// `dims` (those the config sets) and `has` (the optional tensors present).
+fn print_dims(d: &Dims) {
     let mut parts = Vec::new();
     let mut put = |k: &str, v: Option<u64>| {
         if let Some(v) = v {
@@ -261,6 +276,10 @@ fn print_human(
             flags.join(", ")
         },
     );
+}
+
+/// `aux layers`: the ids with their convention, or (for a draft family) that there are none.
+fn print_aux_layers(det: &Detection) {
     match &det.aux_layers {
         Some(x) => {
             let conv = x.convention.map(|c| c.id()).unwrap_or("convention unknown");
@@ -277,9 +296,7 @@ fn print_human(
         }
         None if matches!(
             det.family,
-            crate::checkpoint::Family::Eagle3
-                | crate::checkpoint::Family::Eagle3Mla
-                | crate::checkpoint::Family::Dflash
+            Family::Eagle3 | Family::Eagle3Mla | Family::Dflash
         ) =>
         {
             row(
@@ -289,6 +306,11 @@ fn print_human(
         }
         None => {}
     }
+}
+
+/// `params`: the totals, then one row per dtype.
+fn print_params(ck: &Checkpoint) {
+    let (by, all) = ck.totals();
     row(
         "params",
         format!(
@@ -309,67 +331,66 @@ fn print_human(
             ),
         );
     }
-    let q = &det.quantization;
-    row(
-        "quant",
-        if q.quantized {
-            let packed: Vec<String> = q
-                .packed_weights
-                .iter()
-                .map(|(k, v)| format!("{v} {k}"))
-                .collect();
-            let scheme = match scheme {
-                Some(Identified::Scheme { format, scheme }) => {
-                    format!(" · --format {} --scheme {scheme}", format.name())
-                }
-                Some(Identified::Other { what, .. }) => format!(" · {what} (no kquant scheme)"),
-                None => String::new(),
-            };
-            format!(
-                "{}{scheme} · {} quantized modules · packed/low-precision weights: {}{}",
-                q.method
-                    .as_deref()
-                    .unwrap_or("tensors only, no quantization_config"),
-                q.quantized_modules,
-                if packed.is_empty() {
-                    "none".into()
-                } else {
-                    packed.join(", ")
-                },
-                if q.hf_quant_config {
-                    " · hf_quant_config.json"
-                } else {
-                    ""
-                }
-            )
-        } else {
-            "none".into()
-        },
-    );
-    for n in &det.notes {
-        row("note", n.clone());
+}
+
+/// The `quant` row: the method, the scheme kquant knows it as, the module count, the packed
+/// weights and `hf_quant_config.json`; `none` for an unquantized checkpoint.
+fn quant_summary(q: &QuantState, scheme: Option<&Identified>) -> String {
+    if !q.quantized {
+        return "none".into();
     }
-    if tensors {
-        println!();
-        let w = ck
-            .weights
-            .infos()
-            .map(|t| printable(&t.name).chars().count())
-            .max()
-            .unwrap_or(4)
-            .max(4);
+    let packed: Vec<String> = q
+        .packed_weights
+        .iter()
+        .map(|(k, v)| format!("{v} {k}"))
+        .collect();
+    let scheme = match scheme {
+        Some(Identified::Scheme { format, scheme }) => {
+            format!(" · --format {} --scheme {scheme}", format.name())
+        }
+        Some(Identified::Other { what, .. }) => format!(" · {what} (no kquant scheme)"),
+        None => String::new(),
+    };
+    format!(
+        "{}{scheme} · {} quantized modules · packed/low-precision weights: {}{}",
+        q.method
+            .as_deref()
+            .unwrap_or("tensors only, no quantization_config"),
+        q.quantized_modules,
+        if packed.is_empty() {
+            "none".into()
+        } else {
+            packed.join(", ")
+        },
+        if q.hf_quant_config {
+            " · hf_quant_config.json"
+        } else {
+            ""
+        }
+    )
+}
+
+/// `--tensors`: every tensor's name, dtype, shape and bytes.
+fn print_tensors(ck: &Checkpoint) {
+    println!();
+    let w = ck
+        .weights
+        .infos()
+        .map(|t| printable(&t.name).chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    println!(
+        "{:<w$}  {:<8} {:<20} {:>12}",
+        "name", "dtype", "shape", "bytes"
+    );
+    for t in ck.weights.infos() {
         println!(
             "{:<w$}  {:<8} {:<20} {:>12}",
-            "name", "dtype", "shape", "bytes"
+            printable(&t.name),
+            t.dtype.name(),
+            format!("{:?}", t.shape),
+            t.nbytes()
         );
-        for t in ck.weights.infos() {
-            println!(
-                "{:<w$}  {:<8} {:<20} {:>12}",
-                printable(&t.name),
-                t.dtype.name(),
-                format!("{:?}", t.shape),
-                t.nbytes()
-            );
-        }
     }
 }

@@ -12,7 +12,6 @@ pub mod bench_gemm;
 pub mod bench_replay;
 pub mod calibrate;
 pub mod convert;
-pub mod deprecated;
 pub mod dequantize;
 pub mod diff;
 pub mod flags;

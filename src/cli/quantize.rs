@@ -10,13 +10,13 @@ use serde_json::json;
 use crate::checkpoint::Checkpoint;
 use crate::cli::human_bytes;
 use crate::cli::output_args::OutputArgs;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::escape::printable;
 use crate::quant::format::Format;
 use crate::quant::quark;
 use crate::quant::registry::SCHEMES;
-use crate::quantize::calibrate::{self, Calibration, Method};
-use crate::quantize::drive::Job;
+use crate::quantize::calibrate::{self, Calibration, Method, Report};
+use crate::quantize::drive::{Done, Job};
 use crate::quantize::plan::{Action, Plan};
 use crate::quantize::{self, Request};
 
@@ -87,124 +87,27 @@ pub struct Args {
 pub fn run(a: Args) -> Result<ExitCode> {
     let ck = Checkpoint::open(&a.src)?;
     let det = ck.detect()?;
-    let request = Request {
-        scheme: a.scheme.clone(),
-        format: a.format,
-        config: a.config.clone(),
-        exclude: a.exclude.clone(),
-        quark_layout: a.quark_layout,
-        quark_version: a.quark_version,
-        quark_sequential: a.quark_sequential,
-        input_amax: a.input_amax.clone(),
-    };
-    let recipe = quantize::resolve(&ck, &det, &a.src, &request)?;
+    let recipe = quantize::resolve(&ck, &det, &a.src, &request(&a))?;
     let mut plan = Plan::new(&ck, &recipe, a.dry_run)?;
-    // The method: the flag's, else the preset's (a preset picked on calibrated codes holds
-    // only for them), else round to nearest.
-    let preset_method = match &a.config {
-        Some(spec) => crate::quant::preset::load(spec)?
-            .method
-            .map(|m| {
-                <Method as clap::ValueEnum>::from_str(&m, false).map_err(|_| Error::Flags {
-                    msg: format!("--config {spec}: `method` is `{m}`, not a quantize method"),
-                    hint: "use rtn, search, gptq or search-gptq".into(),
-                })
-            })
-            .transpose()?,
-        None => None,
-    };
-    let method = a.method.or(preset_method).unwrap_or(Method::Rtn);
-    if let (None, Some(m), None) = (a.method, preset_method, &a.cal.calibrate) {
-        if m != Method::Rtn {
-            return Err(Error::Flags {
-                msg: format!(
-                    "--config {} was measured with --method {}: its accept length holds for those codes, which need calibration inputs",
-                    a.config.as_deref().unwrap_or(""),
-                    method_name(m)
-                ),
-                hint: "give --calibrate TRACE (the preset's description names the trace it was picked on), or --method rtn to quantize to nearest knowingly".into(),
-            });
-        }
-    }
-    let calibration = match (method, &a.cal.calibrate) {
-        (Method::Rtn, None) => None,
-        (Method::Rtn, Some(_)) => {
-            return Err(Error::Flags {
-                msg: "--calibrate with --method rtn: round to nearest uses no calibration".into(),
-                hint: "add --method search, or drop --calibrate".into(),
-            })
-        }
-        (m, None) => {
-            return Err(Error::Flags {
-                msg: format!("--method {} needs calibration inputs", method_name(m)),
-                hint: "give --calibrate TRACE (a trace captured from the draft's target: `kquant trace capture`)".into(),
-            })
-        }
-        (m, Some(t)) => Some((
-            m,
-            Calibration {
-                trace: t.clone(),
-                target: a.target_checkpoint.clone(),
-                steps: a.steps,
-                limit: None,
-                memory: a.cal.calibration_memory,
-            },
-        )),
-    };
+    let cal = a.cal.calibrate.as_ref().map(|t| Calibration {
+        trace: t.clone(),
+        target: a.target_checkpoint.clone(),
+        steps: a.steps,
+        limit: None,
+        memory: a.cal.calibration_memory,
+    });
+    let (method, calibration) = calibrate::resolve_method(a.method, a.config.as_deref(), cal)?;
     let mut report = None;
-    if let (Some((m, cal)), false) = (&calibration, a.dry_run) {
+    if let (Some(cal), false) = (&calibration, a.dry_run) {
         let pb = crate::progress::items(0, "calibrate", "positions");
-        let (chosen, r) = calibrate::choose(&plan, &a.src, *m, cal, &|done, total| {
+        let r = calibrate::apply(&mut plan, &a.src, method, cal, &|done, total| {
             pb.set_length(total);
             pb.set_position(done);
         })?;
         pb.finish_and_clear();
-        eprintln!(
-            "calibrated on {} ({} samples, {} input rows, {} replay(s)): {} modules; of their {} scale runs, {} have another scale than RTN's and {} other codes{}",
-            printable(&cal.trace.display().to_string()),
-            r.samples,
-            r.tokens,
-            r.replays,
-            r.modules,
-            r.runs,
-            r.scales_changed,
-            r.codes_changed,
-            r.gptq_loss.map_or(String::new(), |l| format!(", GPTQ loss {l:.4e}"))
-        );
-        eprintln!(
-            "calibration prompts by category (share of generated positions): {}",
-            r.categories
-                .iter()
-                .map(|(c, f)| format!(
-                    "{} {:.0} %",
-                    if c.is_empty() {
-                        "(none)".into()
-                    } else {
-                        crate::escape::printable(c).into_owned()
-                    },
-                    f * 100.0
-                ))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        if !r.kept_rtn.is_empty() {
-            eprintln!(
-                "warning: the calibration inputs of {} module(s) are all zero, so there is nothing to fit: {} kept at round to nearest ({})",
-                r.kept_rtn.len(),
-                if r.kept_rtn.len() == 1 { "it is" } else { "they are" },
-                r.kept_rtn.iter().map(|m| crate::escape::printable(m).into_owned()).collect::<Vec<_>>().join(", ")
-            );
-        }
-        plan.chosen = chosen;
-        plan.record = Some(json!({
-            "method": method_name(*m),
-            "calibration": {"trace_sha256": r.trace_sha256, "samples": r.samples, "input_rows": r.tokens, "steps": r.steps, "categories": r.categories},
-            "gptq": m.gptq().then(|| json!({"block_size": 128, "damp_frac": 0.01, "act_order": true, "retries": 5})),
-            "producer": format!("kquant {}", env!("CARGO_PKG_VERSION")),
-        }));
+        print_calibration(cal, &r);
         report = Some(r);
     }
-    let (before, after, n_q) = (plan.bytes_before(), plan.bytes_after(), plan.quantized());
     if a.dry_run {
         if a.json {
             println!(
@@ -216,48 +119,114 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-
-    let mut inputs = Job::inputs(&plan);
-    if let Some((_, cal)) = &calibration {
-        // The calibration trace is an input of the output: the manifest records (and hashes)
-        // its files.
-        inputs.extend(crate::trace::file::files(&cal.trace)?);
-    }
+    let inputs = Job::inputs_calibrated(&plan, calibration.as_ref().map(|c| c.trace.as_path()))?;
     let wopts = a.out.write_options(inputs);
     let (mut job, mut warnings) = Job::start(&plan, &a.out.output, wopts, &det.family, &a.src)?;
     // Warned once the output is claimed: a refused output is one `error:`, not a page of
-    // engine notes before it. One line per engine: each escaped on its own (crate::escape).
-    for w in &warnings {
-        for (i, line) in w.lines().enumerate() {
-            let head = if i == 0 { "warning: " } else { "" };
-            eprintln!("{head}{}", printable(line));
-        }
-    }
-    let pb = crate::progress::bytes(before, "quantize");
+    // engine notes before it.
+    print_warnings(&warnings);
+    let pb = crate::progress::bytes(plan.bytes_before(), "quantize");
     job.write(&|k| pb.inc(k))?;
     pb.finish_and_clear();
     let done = job.finish(&a.src)?;
     for w in &done.warnings {
         eprintln!("warning: {}", printable(w));
     }
-    warnings.extend(done.warnings);
-    let scheme = recipe.scheme();
+    warnings.extend(done.warnings.iter().cloned());
     if a.json {
-        let doc = json!({"schema": "kquant.quantize/1", "output": done.dir, "scheme": scheme, "format": recipe.format().name(), "method": method_name(method), "calibration": report, "quantized": n_q, "bytes_before": before, "bytes_after": after, "files": done.files, "exclude": plan.unquantized, "warnings": warnings, "next": done.next});
+        let doc = result_json(&plan, method, report.as_ref(), &done, &warnings);
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     }
     eprintln!(
-        "quantized {n_q} tensors ({}, {}): {} -> {} in {}",
-        scheme,
+        "quantized {} tensors ({}, {}): {} -> {} in {}",
+        plan.quantized(),
+        recipe.scheme(),
         plan.codec.describe(),
-        human_bytes(before),
-        human_bytes(after),
+        human_bytes(plan.bytes_before()),
+        human_bytes(plan.bytes_after()),
         done.dir.display()
     );
     for n in &done.next {
         eprintln!("next: {}", printable(n));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The library's request from the flags.
+fn request(a: &Args) -> Request {
+    Request {
+        scheme: a.scheme.clone(),
+        format: a.format,
+        config: a.config.clone(),
+        exclude: a.exclude.clone(),
+        quark_layout: a.quark_layout,
+        quark_version: a.quark_version,
+        quark_sequential: a.quark_sequential,
+        input_amax: a.input_amax.clone(),
+    }
+}
+
+/// The engine warnings of a claimed output, one line per engine, each escaped on its own
+/// (crate::escape).
+fn print_warnings(warnings: &[String]) {
+    for w in warnings {
+        for (i, line) in w.lines().enumerate() {
+            let head = if i == 0 { "warning: " } else { "" };
+            eprintln!("{head}{}", printable(line));
+        }
+    }
+}
+
+/// What the calibration stage did, on stderr: the trace, the runs it moved, the prompts'
+/// categories, the modules kept at round to nearest.
+fn print_calibration(cal: &Calibration, r: &Report) {
+    eprintln!(
+        "calibrated on {} ({} samples, {} input rows, {} replay(s)): {} modules; of their {} scale runs, {} have another scale than RTN's and {} other codes{}",
+        printable(&cal.trace.display().to_string()),
+        r.samples,
+        r.tokens,
+        r.replays,
+        r.modules,
+        r.runs,
+        r.scales_changed,
+        r.codes_changed,
+        r.gptq_loss.map_or(String::new(), |l| format!(", GPTQ loss {l:.4e}"))
+    );
+    eprintln!(
+        "calibration prompts by category (share of generated positions): {}",
+        r.categories
+            .iter()
+            .map(|(c, f)| format!(
+                "{} {:.0} %",
+                if c.is_empty() {
+                    "(none)".into()
+                } else {
+                    printable(c).into_owned()
+                },
+                f * 100.0
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if !r.kept_rtn.is_empty() {
+        eprintln!(
+            "warning: the calibration inputs of {} module(s) are all zero, so there is nothing to fit: {} kept at round to nearest ({})",
+            r.kept_rtn.len(),
+            if r.kept_rtn.len() == 1 { "it is" } else { "they are" },
+            r.kept_rtn.iter().map(|m| printable(m).into_owned()).collect::<Vec<_>>().join(", ")
+        );
+    }
+}
+
+/// The `--json` result (`kquant.quantize/1`).
+fn result_json(
+    plan: &Plan,
+    method: Method,
+    report: Option<&Report>,
+    done: &Done,
+    warnings: &[String],
+) -> serde_json::Value {
+    json!({"schema": "kquant.quantize/1", "output": done.dir, "scheme": plan.recipe.scheme(), "format": plan.recipe.format().name(), "method": method.name(), "calibration": report, "quantized": plan.quantized(), "bytes_before": plan.bytes_before(), "bytes_after": plan.bytes_after(), "files": done.files, "exclude": plan.unquantized, "warnings": warnings, "next": done.next})
 }
 
 /// The `--dry-run` table: each tensor, what happens to it, its bytes before and after; the
@@ -289,15 +258,6 @@ fn print_plan(plan: &Plan) {
         plan.recipe.format().list_key(),
         printable(&json!(plan.unquantized).to_string())
     );
-}
-
-fn method_name(m: Method) -> &'static str {
-    match m {
-        Method::Rtn => "rtn",
-        Method::Search => "search",
-        Method::Gptq => "gptq",
-        Method::SearchGptq => "search-gptq",
-    }
 }
 
 fn scheme_parser() -> clap::builder::PossibleValuesParser {

@@ -240,7 +240,7 @@ fn run_prompts(mut a: PromptsArgs) -> Result<ExitCode> {
 }
 
 fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
-    let target = crate::cli::deprecated::resolve(
+    let target = crate::cli::flags::deprecated(
         "trace capture",
         "--target",
         "--target-checkpoint",

@@ -5,8 +5,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::error::{Error, Result};
-use crate::trace::import::{self, Layout, Options};
+use crate::error::Result;
+use crate::escape::printable;
+use crate::trace::import::{
+    self, Coverage, FamilyTaps, Imported, Layout, Options, Request, TargetFacts,
+};
 use crate::verify::profile::{self, DraftFamily};
 
 /// The file format the hidden states are in.
@@ -27,9 +30,6 @@ pub enum LayoutArg {
     /// `[T, n_taps, H]` (current vLLM).
     TokensFirst,
 }
-
-/// A draft family of the profile: its taps (`hs`), those the trace lacks, its vLLM ids.
-type Coverage = (DraftFamily, Vec<usize>, Vec<usize>, Vec<usize>);
 
 /// A kquant-trace/1 from the files vLLM's hidden-states connector wrote.
 #[derive(Debug, clap::Args)]
@@ -81,20 +81,6 @@ pub struct Args {
     pub dry_run: bool,
 }
 
-fn agree(
-    what: &str,
-    flag: Option<usize>,
-    prof: Option<usize>,
-    name: &str,
-) -> Result<Option<usize>> {
-    match (flag, prof) {
-        (Some(a), Some(b)) if a != b => Err(Error::Usage(format!(
-            "--{what} {a} disagrees with target profile `{name}` ({b})"
-        ))),
-        (a, b) => Ok(a.or(b)),
-    }
-}
-
 pub fn run(a: Args) -> Result<ExitCode> {
     let mut notes = Vec::new();
     let format = match (a.format, a.from) {
@@ -110,29 +96,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let Format::VllmHiddenStates = format;
     let prof = a.target.as_deref().map(profile::load).transpose()?;
-    let pname = prof.as_ref().map_or("", |p| p.name.as_str());
-    let num_layers = agree(
-        "num-layers",
-        a.num_layers,
-        prof.as_ref().and_then(|p| p.num_layers.known().copied()),
-        pname,
-    )?
-    .ok_or_else(|| {
-        Error::Usage(
-            "the target's layer count is needed to read vLLM's tap ids: pass --target PROFILE (see `kquant targets`) or --num-layers L".into(),
-        )
-    })?;
-    let hidden_size = agree(
-        "hidden-size",
-        a.hidden_size,
-        prof.as_ref().and_then(|p| p.hidden_size.known().copied()),
-        pname,
-    )?;
-    let vocab_size = prof.as_ref().and_then(|p| p.vocab_size.known().copied());
-    let target = match &prof {
-        Some(p) => serde_json::json!({"name": p.name, "hf_id": p.hf_id, "engine": "vllm"}),
-        None => serde_json::json!({"engine": "vllm"}),
-    };
     let out = match (a.output, a.out) {
         (Some(o), _) => o,
         (None, Some(o)) => {
@@ -144,7 +107,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         (None, None) => unreachable!("clap requires --output unless --out is given"),
     };
-    let o = Options {
+    let req = Request {
         dir: a.dir,
         out,
         layer_ids: a.layer_ids,
@@ -154,75 +117,96 @@ pub fn run(a: Args) -> Result<ExitCode> {
             LayoutArg::TokensFirst => Some(Layout::TokensFirst),
         },
         prompts: a.prompts,
-        hidden_size,
-        num_layers,
-        vocab_size,
-        target,
+        hidden_size: a.hidden_size,
+        num_layers: a.num_layers,
+        target: prof.as_ref().map(target_facts),
         force: a.force,
         dry_run: a.dry_run,
     };
+    let o = Options::resolve(&req)?;
     for w in &notes {
         eprintln!("warning: {w}");
     }
     let r = import::import(&o)?;
     for w in &r.warnings {
-        eprintln!("warning: {}", crate::escape::printable(w));
+        eprintln!("warning: {}", printable(w));
     }
-    let families: Vec<Coverage> = prof
-        .iter()
-        .flat_map(|p| {
-            DraftFamily::ALL.iter().filter_map(|f| {
-                let t = p.taps.get(*f)?;
-                let missing: Vec<usize> =
-                    t.hs.iter()
-                        .copied()
-                        .filter(|h| !r.taps.contains(h))
-                        .collect();
-                Some((*f, t.hs.clone(), missing, t.vllm_ids()))
-            })
-        })
-        .collect();
-    let next = if r.written {
-        format!(
-            "kquant verify --draft DRAFT --baseline BASELINE --trace {}",
-            o.out.display()
-        )
-    } else {
-        "the same command without --dry-run".to_string()
-    };
+    let families = import::coverage(req.target.as_ref(), &r.taps);
+    let next = r.next_step(&o.out);
     if a.json {
         let mut all_warnings = notes.clone();
         all_warnings.extend(r.warnings.iter().cloned());
-        let doc = serde_json::json!({
-            "schema": "kquant.trace-import/1",
-            "format": "vllm-hidden-states",
-            "dir": o.dir.display().to_string(),
-            "output": o.out.display().to_string(),
-            "dry_run": a.dry_run,
-            "written": r.written,
-            "samples": r.samples,
-            "tokens": r.tokens,
-            "taps": r.taps,
-            "layer_ids": o.layer_ids,
-            "hidden_size": r.hidden_size,
-            "layout": r.layout.name(),
-            "source_dtypes": r.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
-            "bytes": r.bytes,
-            "memory": {
-                "peak_buffer_bytes": r.peak_buffer,
-                "largest_request_bytes": r.largest_request,
-                "peak_rss_bytes": peak_rss_bytes(),
-            },
-            "coverage": families.iter().map(|(f, hs, missing, _)| serde_json::json!({
-                "family": f.name(), "taps": hs, "missing": missing,
-            })).collect::<Vec<_>>(),
-            "warnings": all_warnings,
-            "next": next,
-        });
+        let doc = to_json(&o, &r, &families, &all_warnings, &next);
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         return Ok(ExitCode::SUCCESS);
     }
-    if a.dry_run {
+    print_human(&o, &r, prof.as_ref().map(|p| p.name.as_str()), &families);
+    println!("next: {next}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the import needs of a target profile.
+fn target_facts(p: &profile::Profile) -> TargetFacts {
+    TargetFacts {
+        name: p.name.clone(),
+        hf_id: p.hf_id.clone(),
+        num_layers: p.num_layers.known().copied(),
+        hidden_size: p.hidden_size.known().copied(),
+        vocab_size: p.vocab_size.known().copied(),
+        families: DraftFamily::ALL
+            .iter()
+            .filter_map(|f| {
+                let t = p.taps.get(*f)?;
+                Some(FamilyTaps {
+                    family: f.name(),
+                    hs: t.hs.clone(),
+                    vllm_ids: t.vllm_ids(),
+                })
+            })
+            .collect(),
+    }
+}
+
+/// The `--json` document (`kquant.trace-import/1`).
+fn to_json(
+    o: &Options,
+    r: &Imported,
+    families: &[Coverage],
+    warnings: &[String],
+    next: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "schema": "kquant.trace-import/1",
+        "format": "vllm-hidden-states",
+        "dir": o.dir.display().to_string(),
+        "output": o.out.display().to_string(),
+        "dry_run": o.dry_run,
+        "written": r.written,
+        "samples": r.samples,
+        "tokens": r.tokens,
+        "taps": r.taps,
+        "layer_ids": o.layer_ids,
+        "hidden_size": r.hidden_size,
+        "layout": r.layout.name(),
+        "source_dtypes": r.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>(),
+        "bytes": r.bytes,
+        "memory": {
+            "peak_buffer_bytes": r.peak_buffer,
+            "largest_request_bytes": r.largest_request,
+            "peak_rss_bytes": crate::io::process::peak_rss(),
+        },
+        "coverage": families.iter().map(|c| serde_json::json!({
+            "family": c.family, "taps": c.taps, "missing": c.missing,
+        })).collect::<Vec<_>>(),
+        "warnings": warnings,
+        "next": next,
+    })
+}
+
+/// The summary: what was imported (or checked), and each draft family's coverage by the
+/// profile `target`.
+fn print_human(o: &Options, r: &Imported, target: Option<&str>, families: &[Coverage]) {
+    if o.dry_run {
         println!("dry run: nothing written; all files, values and prompts check out");
     }
     println!(
@@ -240,32 +224,22 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .collect::<Vec<_>>()
             .join("/"),
     );
-    if let Some(p) = &prof {
-        for (f, hs, missing, ids) in &families {
-            if missing.is_empty() {
-                println!(
-                    "  {} drafts of {} (taps hs{hs:?}): covered",
-                    f.name(),
-                    crate::escape::printable(&p.name),
-                );
-            } else {
-                println!(
-                    "  {} drafts of {} (taps hs{hs:?}): missing hs{missing:?} (capture with --layer-ids {})",
-                    f.name(),
-                    crate::escape::printable(&p.name),
-                    ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
-                );
-            }
+    let Some(name) = target else {
+        return;
+    };
+    for c in families {
+        let (f, hs, missing) = (c.family, &c.taps, &c.missing);
+        if missing.is_empty() {
+            println!(
+                "  {f} drafts of {} (taps hs{hs:?}): covered",
+                printable(name),
+            );
+        } else {
+            println!(
+                "  {f} drafts of {} (taps hs{hs:?}): missing hs{missing:?} (capture with --layer-ids {})",
+                printable(name),
+                c.vllm_ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+            );
         }
     }
-    println!("next: {next}");
-    Ok(ExitCode::SUCCESS)
-}
-
-/// This process's peak resident set so far (`VmHWM` of /proc/self/status), in bytes.
-fn peak_rss_bytes() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }

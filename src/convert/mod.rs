@@ -11,10 +11,12 @@
 
 pub mod engine;
 pub mod names;
+pub mod request;
 
 use serde_json::{json, Map, Value};
 
 pub use engine::Engine;
+pub use request::{Conversion, Kind, Request};
 
 use crate::checkpoint::{AuxConvention, Checkpoint, Detection, Dialect, Family};
 use crate::error::{Error, Result};

@@ -10,6 +10,7 @@ pub mod index;
 pub mod interrupt;
 pub mod manifest;
 pub mod output;
+pub mod process;
 pub mod shard;
 pub mod sink;
 pub mod source;

@@ -45,6 +45,85 @@ impl Method {
     pub fn gptq(self) -> bool {
         matches!(self, Method::Gptq | Method::SearchGptq)
     }
+
+    /// The name `--method` takes and the records carry.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Rtn => "rtn",
+            Method::Search => "search",
+            Method::Gptq => "gptq",
+            Method::SearchGptq => "search-gptq",
+        }
+    }
+}
+
+/// The method `quantize` runs and its calibration inputs: `--method` (`flag`), else the
+/// `--config` preset's (a preset picked on calibrated codes holds only for them, so it needs
+/// `--calibrate` unless `--method` says otherwise), else round to nearest. `cal` is what
+/// `--calibrate` and its companions gave; refused where it does not fit the method.
+pub fn resolve_method(
+    flag: Option<Method>,
+    config: Option<&str>,
+    cal: Option<Calibration>,
+) -> Result<(Method, Option<Calibration>)> {
+    let preset_method = match config {
+        Some(spec) => crate::quant::preset::load(spec)?
+            .method
+            .map(|m| {
+                <Method as clap::ValueEnum>::from_str(&m, false).map_err(|_| Error::Flags {
+                    msg: format!("--config {spec}: `method` is `{m}`, not a quantize method"),
+                    hint: "use rtn, search, gptq or search-gptq".into(),
+                })
+            })
+            .transpose()?,
+        None => None,
+    };
+    let method = flag.or(preset_method).unwrap_or(Method::Rtn);
+    if let (None, Some(m), None) = (flag, preset_method, &cal) {
+        if m != Method::Rtn {
+            return Err(Error::Flags {
+                msg: format!(
+                    "--config {} was measured with --method {}: its accept length holds for those codes, which need calibration inputs",
+                    config.unwrap_or(""),
+                    m.name()
+                ),
+                hint: "give --calibrate TRACE (the preset's description names the trace it was picked on), or --method rtn to quantize to nearest knowingly".into(),
+            });
+        }
+    }
+    match (method, cal) {
+        (Method::Rtn, None) => Ok((method, None)),
+        (Method::Rtn, Some(_)) => Err(Error::Flags {
+            msg: "--calibrate with --method rtn: round to nearest uses no calibration".into(),
+            hint: "add --method search, or drop --calibrate".into(),
+        }),
+        (m, None) => Err(Error::Flags {
+            msg: format!("--method {} needs calibration inputs", m.name()),
+            hint: "give --calibrate TRACE (a trace captured from the draft's target: `kquant trace capture`)".into(),
+        }),
+        (m, Some(c)) => Ok((m, Some(c))),
+    }
+}
+
+/// Run the stage for `plan` ([`choose`]) and hand it the codes and scales chosen, with the
+/// record `config.json` keeps of them (`kquant_quantization`: the method, the calibration
+/// trace's digest, GPTQ's settings, the producer).
+pub fn apply(
+    plan: &mut Plan,
+    src: &str,
+    method: Method,
+    cal: &Calibration,
+    progress: &dyn Fn(u64, u64),
+) -> Result<Report> {
+    let (chosen, r) = choose(plan, src, method, cal, progress)?;
+    plan.chosen = chosen;
+    plan.record = Some(serde_json::json!({
+        "method": method.name(),
+        "calibration": {"trace_sha256": r.trace_sha256, "samples": r.samples, "input_rows": r.tokens, "steps": r.steps, "categories": r.categories},
+        "gptq": method.gptq().then(|| serde_json::json!({"block_size": 128, "damp_frac": 0.01, "act_order": true, "retries": 5})),
+        "producer": format!("kquant {}", env!("CARGO_PKG_VERSION")),
+    }));
+    Ok(r)
 }
 
 /// Where the calibration inputs come from.

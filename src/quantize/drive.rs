@@ -85,6 +85,16 @@ impl<'p> Job<'p> {
         inputs
     }
 
+    /// [`Job::inputs`], and the files of the calibration trace when there is one: an input of
+    /// the output, which the manifest records (and hashes).
+    pub fn inputs_calibrated(plan: &Plan, trace: Option<&Path>) -> Result<Vec<PathBuf>> {
+        let mut inputs = Job::inputs(plan);
+        if let Some(t) = trace {
+            inputs.extend(crate::trace::file::files(t)?);
+        }
+        Ok(inputs)
+    }
+
     /// Write every tensor; `progress` gets the source bytes done as they are.
     pub fn write(&mut self, progress: &(dyn Fn(u64) + Sync)) -> Result<()> {
         let plan = self.plan;

@@ -12,11 +12,14 @@
 //!   while this one copies the rest, then the config files, a retargeted TensorRT-LLM YAML, and
 //!   what to do next.
 //!
+//! - [`amax`]: `kquant calibrate`, each linear's input abs-max over a replay of a trace, for
+//!   NVFP4 W4A4's static input scales.
 //! - [`sensitivity`]: the module groups `kquant sensitivity` quantizes one at a time, and the
 //!   exclusion sets its `--pick` tries, cheapest first.
 //!
 //! `cli::quantize` parses the arguments and renders; everything else is here.
 
+pub mod amax;
 pub mod calibrate;
 pub mod drive;
 pub mod plan;

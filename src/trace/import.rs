@@ -171,6 +171,129 @@ pub struct Options {
     pub dry_run: bool,
 }
 
+/// What a target profile says, as far as an import uses it (the CLI reads the profile,
+/// `verify::profile`, which sits above this module).
+#[derive(Debug, Clone)]
+pub struct TargetFacts {
+    pub name: String,
+    pub hf_id: Option<String>,
+    pub num_layers: Option<usize>,
+    pub hidden_size: Option<usize>,
+    pub vocab_size: Option<usize>,
+    /// Each draft family's default taps, in the profile's order.
+    pub families: Vec<FamilyTaps>,
+}
+
+/// The default taps of one draft family of a profile.
+#[derive(Debug, Clone)]
+pub struct FamilyTaps {
+    pub family: &'static str,
+    /// HF `hidden_states` indices.
+    pub hs: Vec<usize>,
+    /// The `--layer-ids` that capture them.
+    pub vllm_ids: Vec<usize>,
+}
+
+/// What the user asked `trace import` for: [`Options`] before the flags are checked against
+/// the target profile.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub dir: PathBuf,
+    pub out: PathBuf,
+    pub layer_ids: Vec<usize>,
+    pub layout: Option<Layout>,
+    pub prompts: Option<PathBuf>,
+    pub hidden_size: Option<usize>,
+    pub num_layers: Option<usize>,
+    pub target: Option<TargetFacts>,
+    pub force: bool,
+    pub dry_run: bool,
+}
+
+/// A flag's value and the profile's, which must agree when both are given.
+fn agree(
+    what: &str,
+    flag: Option<usize>,
+    prof: Option<usize>,
+    name: &str,
+) -> Result<Option<usize>> {
+    match (flag, prof) {
+        (Some(a), Some(b)) if a != b => Err(Error::Usage(format!(
+            "--{what} {a} disagrees with target profile `{name}` ({b})"
+        ))),
+        (a, b) => Ok(a.or(b)),
+    }
+}
+
+impl Options {
+    /// The options for `req`: `--num-layers` and `--hidden-size` checked against the profile
+    /// (the layer count is required from one of them), the vocabulary and the manifest's
+    /// `target` record from the profile.
+    pub fn resolve(req: &Request) -> Result<Options> {
+        let t = req.target.as_ref();
+        let pname = t.map_or("", |p| p.name.as_str());
+        let num_layers = agree(
+            "num-layers",
+            req.num_layers,
+            t.and_then(|p| p.num_layers),
+            pname,
+        )?
+        .ok_or_else(|| {
+            Error::Usage(
+                "the target's layer count is needed to read vLLM's tap ids: pass --target PROFILE (see `kquant targets`) or --num-layers L".into(),
+            )
+        })?;
+        let hidden_size = agree(
+            "hidden-size",
+            req.hidden_size,
+            t.and_then(|p| p.hidden_size),
+            pname,
+        )?;
+        let target = match t {
+            Some(p) => serde_json::json!({"name": p.name, "hf_id": p.hf_id, "engine": "vllm"}),
+            None => serde_json::json!({"engine": "vllm"}),
+        };
+        Ok(Options {
+            dir: req.dir.clone(),
+            out: req.out.clone(),
+            layer_ids: req.layer_ids.clone(),
+            layout: req.layout,
+            prompts: req.prompts.clone(),
+            hidden_size,
+            num_layers,
+            vocab_size: t.and_then(|p| p.vocab_size),
+            target,
+            force: req.force,
+            dry_run: req.dry_run,
+        })
+    }
+}
+
+/// Whether an imported trace holds the taps a draft family of the target reads.
+#[derive(Debug, Clone)]
+pub struct Coverage {
+    pub family: &'static str,
+    pub taps: Vec<usize>,
+    /// Those of `taps` the trace lacks.
+    pub missing: Vec<usize>,
+    /// The `--layer-ids` that capture the family's taps.
+    pub vllm_ids: Vec<usize>,
+}
+
+/// Each draft family of the target against the taps imported (none without a profile).
+pub fn coverage(target: Option<&TargetFacts>, taps: &[usize]) -> Vec<Coverage> {
+    target
+        .iter()
+        .flat_map(|t| &t.families)
+        .map(|f| Coverage {
+            family: f.family,
+            taps: f.hs.clone(),
+            missing: f.hs.iter().copied().filter(|h| !taps.contains(h)).collect(),
+            vllm_ids: f.vllm_ids.clone(),
+        })
+        .collect()
+}
+
 /// What was imported.
 #[derive(Debug, Clone)]
 pub struct Imported {
@@ -193,6 +316,21 @@ pub struct Imported {
     pub peak_buffer: usize,
     /// Whether the trace was written (false for a dry run).
     pub written: bool,
+}
+
+impl Imported {
+    /// What to run next: verify on the trace written to `out`, or the same command without
+    /// `--dry-run`.
+    pub fn next_step(&self, out: &Path) -> String {
+        if self.written {
+            format!(
+                "kquant verify --draft DRAFT --baseline BASELINE --trace {}",
+                out.display()
+            )
+        } else {
+            "the same command without --dry-run".to_string()
+        }
+    }
 }
 
 /// One connector file.
