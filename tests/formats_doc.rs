@@ -7,7 +7,7 @@ use clap::ValueEnum;
 fn every_engine_and_dialect_is_documented() {
     let doc =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/formats.md")).unwrap();
-    for e in kquant::convert::Engine::value_variants() {
+    for e in kquant::convert::DraftLayout::value_variants() {
         assert!(
             doc.contains(&format!("| `{}`", e.id())),
             "engine `{}` missing from docs/formats.md",

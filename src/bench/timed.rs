@@ -153,7 +153,7 @@ fn command(req: &Request, me: &Path, out: &Path) -> Result<String> {
                 hint: format!(
                     "give the kind ({}) and --to ENGINE ({}) after `--`, e.g. `-- eagle3 --to vllm`",
                     names(crate::convert::Kind::value_variants().iter().map(|k| k.to_possible_value()).collect()),
-                    names(crate::convert::Engine::value_variants().iter().map(|e| e.to_possible_value()).collect()),
+                    names(crate::convert::DraftLayout::value_variants().iter().map(|e| e.to_possible_value()).collect()),
                 ),
             });
         }

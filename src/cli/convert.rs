@@ -9,7 +9,7 @@ use crate::checkpoint::AuxConvention;
 use crate::cli::human_bytes;
 use crate::cli::output_args::OutputArgs;
 use crate::convert::Kind;
-use crate::convert::{self, Conversion, Engine, Plan, Request};
+use crate::convert::{self, Conversion, DraftLayout, Plan, Request};
 use crate::error::Result;
 use crate::escape::{json_printable, printable};
 
@@ -31,13 +31,13 @@ pub struct Args {
     pub src: String,
     #[command(flatten)]
     pub out: OutputArgs,
-    /// Engine (or trainer) layout to write.
+    /// DraftLayout (or trainer) layout to write.
     #[arg(long, value_enum)]
-    pub to: Engine,
+    pub to: DraftLayout,
     /// Where the source comes from, when detection cannot tell (sets the aux-id convention and
     /// is checked against the tensor names).
     #[arg(long, value_enum)]
-    pub from: Option<Engine>,
+    pub from: Option<DraftLayout>,
     /// Target checkpoint (directory, `.safetensors` file or hub id) to copy embed_tokens /
     /// lm_head from when the chosen engine needs them and the draft lacks them.
     #[arg(long)]

@@ -14,7 +14,7 @@ use crate::verify::profile::{self, DraftFamily};
 
 /// The file format the hidden states are in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub enum ImportFormat {
     /// vLLM `extract_hidden_states` + `ExampleHiddenStatesConnector`: `{req_id}.safetensors`
     /// with `hidden_states` and `token_ids`.
     VllmHiddenStates,
@@ -36,10 +36,10 @@ pub enum LayoutArg {
 pub struct Args {
     /// The files' format.
     #[arg(long, value_enum, required_unless_present = "from")]
-    pub format: Option<Format>,
+    pub format: Option<ImportFormat>,
     /// Deprecated spelling of `--format` (accepted with a warning until the next release).
     #[arg(long, value_enum, hide = true, conflicts_with = "format")]
-    pub from: Option<Format>,
+    pub from: Option<ImportFormat>,
     /// The directory the connector wrote (its `shared_storage_path`).
     pub dir: PathBuf,
     /// The trace directory to write.
@@ -94,7 +94,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         (None, None) => unreachable!("clap requires --format unless --from is given"),
     };
-    let Format::VllmHiddenStates = format;
+    let ImportFormat::VllmHiddenStates = format;
     let prof = a.target.as_deref().map(profile::load).transpose()?;
     let out = match (a.output, a.out) {
         (Some(o), _) => o,

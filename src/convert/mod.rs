@@ -9,13 +9,13 @@
 //! sources they were read from: docs/formats.md; what the engines' own loaders make of the
 //! results: docs/engines.md.
 
-pub mod engine;
+pub mod layout;
 pub mod names;
 pub mod request;
 
 use serde_json::{json, Map, Value};
 
-pub use engine::Engine;
+pub use layout::DraftLayout;
 pub use request::{Conversion, Kind, Request};
 
 use crate::checkpoint::{AuxConvention, Checkpoint, Detection, Dialect, Family};
@@ -27,7 +27,7 @@ use crate::io::Dtype;
 pub struct Options {
     /// `eagle3` (Llama or MLA) or `dflash`.
     pub dflash: bool,
-    pub engine: Engine,
+    pub engine: DraftLayout,
     /// Override of the detected source dialect.
     pub from: Option<Dialect>,
     /// Aux-layer ids given on the command line (with `aux_convention`).
@@ -184,7 +184,7 @@ pub fn plan(
             hint: format!(
                 "`kquant convert {}` takes --to {}",
                 if o.dflash { "dflash" } else { "eagle3" },
-                Engine::ids_for(o.dflash)
+                DraftLayout::ids_for(o.dflash)
             ),
         });
     }
@@ -194,7 +194,7 @@ pub fn plan(
     } else {
         names::plan_eagle3(ck, det, target, o, taps)?
     };
-    if o.engine == Engine::Sglang {
+    if o.engine == DraftLayout::Sglang {
         sglang_context(&mut p, target);
     }
     Ok(p)
@@ -360,7 +360,7 @@ fn yaml_str(s: &str) -> String {
 /// The TensorRT-LLM `extra_llm_api_options` YAML for the draft in `draft_dir` (absolute).
 pub fn trtllm_yaml(draft_dir: &str, steps: usize, spec: &TrtllmYaml) -> String {
     // One comment line, whatever the path holds.
-    let launch = engine::launch_line(Engine::Trtllm, spec.dflash, draft_dir, steps, None)
+    let launch = layout::launch_line(DraftLayout::Trtllm, spec.dflash, draft_dir, steps, None)
         .expect("a TensorRT-LLM launch line")
         .replace('\n', "\\n")
         .replace('\r', "\\r");
@@ -403,15 +403,15 @@ pub fn trtllm_yaml(draft_dir: &str, steps: usize, spec: &TrtllmYaml) -> String {
 
 /// Where the output will be: `dir`, the absolute path it will have under its final name.
 /// Writes TensorRT-LLM's options file into the plan and sets the launch line.
-pub fn place(p: &mut Plan, engine: Engine, dflash: bool, dir: &std::path::Path) {
+pub fn place(p: &mut Plan, engine: DraftLayout, dflash: bool, dir: &std::path::Path) {
     let d = dir.to_string_lossy();
     if let Some(spec) = &p.trtllm {
         p.side_files.push((
-            engine::TRTLLM_YAML.into(),
+            layout::TRTLLM_YAML.into(),
             trtllm_yaml(&d, p.steps, spec).into_bytes(),
         ));
     }
-    p.launch = engine::launch_line(engine, dflash, &d, p.steps, p.context_length);
+    p.launch = layout::launch_line(engine, dflash, &d, p.steps, p.context_length);
 }
 
 /// The `extra-llm-api-config.yml` that `convert --to trtllm` would write for the same draft at

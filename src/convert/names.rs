@@ -3,8 +3,8 @@
 use serde_json::{json, Value};
 
 use super::{
-    dflash_block_size, quantization_config_last, rename_quant_lists, set, AuxOut, Engine, Options,
-    Plan, Planned, Source, TrtllmYaml,
+    dflash_block_size, quantization_config_last, rename_quant_lists, set, AuxOut, DraftLayout,
+    Options, Plan, Planned, Source, TrtllmYaml,
 };
 use crate::checkpoint::{AuxConvention, Checkpoint, Detection, Dialect, Family};
 use crate::error::{Error, Result};
@@ -117,7 +117,7 @@ pub(crate) fn flatten_speculators(cfg: &Value) -> Value {
 /// Aux ids for an engine from HF hidden_states indices.
 fn write_aux(
     cfg: &mut Value,
-    engine: Engine,
+    engine: DraftLayout,
     dflash: bool,
     hs: &[i64],
     warnings: &mut Vec<String>,
@@ -125,13 +125,13 @@ fn write_aux(
     let out_of: Vec<i64> = hs.iter().map(|h| h - 1).collect();
     let (conv, ids, keys): (AuxConvention, Vec<i64>, Vec<&str>) = if dflash {
         match engine {
-            Engine::Torchspec => (
+            DraftLayout::Torchspec => (
                 AuxConvention::OutputOfLayer,
                 out_of,
                 vec!["target_layer_ids"],
             ),
             _ => {
-                if engine == Engine::Vllm {
+                if engine == DraftLayout::Vllm {
                     warnings.push("vLLM's handling of DFlash target_layer_ids changed between releases (vLLM PR #56983 registers ids + 1): check that your vLLM version reads them as outputs of layer k".into());
                 }
                 (
@@ -143,7 +143,7 @@ fn write_aux(
         }
     } else {
         match engine {
-            Engine::Vllm => (
+            DraftLayout::Vllm => (
                 AuxConvention::InputOfLayer,
                 hs.to_vec(),
                 vec![
@@ -151,7 +151,7 @@ fn write_aux(
                     "eagle_config.eagle_aux_hidden_state_layer_ids",
                 ],
             ),
-            Engine::Sglang => {
+            DraftLayout::Sglang => {
                 // SGLang adds +1 to the ids; since PR #25454 only when the first id is 1 and
                 // otherwise takes them as inputs of layer k. Output-of ids starting at 1 read
                 // the same in both; anything else is written for current SGLang.
@@ -172,7 +172,7 @@ fn write_aux(
                     )
                 }
             }
-            Engine::Eagle => {
+            DraftLayout::Eagle => {
                 warnings.push(format!(
                     "the EAGLE reference hard-codes its taps (inputs of layers 2, N/2, N-3); this draft's taps are hidden_states {hs:?}: check they are those"
                 ));
@@ -253,24 +253,24 @@ pub fn plan_eagle3(
         let name = relayer(&t.name, prefix);
         let keep: std::result::Result<Planned, &str> = match t.name.as_str() {
             "embed_tokens.weight" => match e {
-                Engine::Vllm | Engine::Torchspec => Ok(copy(t, name)),
-                Engine::Trtllm | Engine::Sglang if ht != h => Ok(copy(t, name)),
-                Engine::Sglang => Err("SGLang replaces the draft embedding with the target's"),
-                Engine::Trtllm => Err("TensorRT-LLM shares the target's embedding when target_hidden_size == hidden_size"),
+                DraftLayout::Vllm | DraftLayout::Torchspec => Ok(copy(t, name)),
+                DraftLayout::Trtllm | DraftLayout::Sglang if ht != h => Ok(copy(t, name)),
+                DraftLayout::Sglang => Err("SGLang replaces the draft embedding with the target's"),
+                DraftLayout::Trtllm => Err("TensorRT-LLM shares the target's embedding when target_hidden_size == hidden_size"),
                 _ => Err("this layout takes the embedding from the target"),
             },
             "t2d" => match e {
-                Engine::Specforge | Engine::Eagle => Ok(copy(t, name)),
-                Engine::Torchspec if pruned => Ok(copy(t, name)),
+                DraftLayout::Specforge | DraftLayout::Eagle => Ok(copy(t, name)),
+                DraftLayout::Torchspec if pruned => Ok(copy(t, name)),
                 _ => Err("no engine reads t2d"),
             },
             "d2t" => match e {
-                Engine::Trtllm if !pruned => Err("TensorRT-LLM reads d2t only when the draft vocab differs from the target's"),
-                Engine::Torchspec if !pruned => Err("TorchSpec writes d2t only for a pruned draft vocab"),
-                Engine::Trtllm if t.dtype != Dtype::I32 => {
+                DraftLayout::Trtllm if !pruned => Err("TensorRT-LLM reads d2t only when the draft vocab differs from the target's"),
+                DraftLayout::Torchspec if !pruned => Err("TorchSpec writes d2t only for a pruned draft vocab"),
+                DraftLayout::Trtllm if t.dtype != Dtype::I32 => {
                     Ok(Planned { name, dtype: Dtype::I32, shape: t.shape.clone(), source: Source::CastInt(t.name.clone()) })
                 }
-                Engine::Trtllm => Ok(copy(t, name)),
+                DraftLayout::Trtllm => Ok(copy(t, name)),
                 _ if t.dtype != Dtype::I64 => {
                     Ok(Planned { name, dtype: Dtype::I64, shape: t.shape.clone(), source: Source::CastInt(t.name.clone()) })
                 }
@@ -286,7 +286,10 @@ pub fn plan_eagle3(
 
     // Vocab maps an engine reads but the source lacks.
     if pruned
-        && matches!(e, Engine::Specforge | Engine::Eagle | Engine::Torchspec)
+        && matches!(
+            e,
+            DraftLayout::Specforge | DraftLayout::Eagle | DraftLayout::Torchspec
+        )
         && !has(&tensors, "t2d")
     {
         if let (Some(d2t), Some(v)) = (w.info("d2t"), vocab) {
@@ -312,7 +315,7 @@ pub fn plan_eagle3(
         ));
     }
     // Embedding for layouts that carry it.
-    if (matches!(e, Engine::Torchspec) || (matches!(e, Engine::Trtllm) && ht != h))
+    if (matches!(e, DraftLayout::Torchspec) || (matches!(e, DraftLayout::Trtllm) && ht != h))
         && !has(&tensors, "embed_tokens.weight")
     {
         let v = vocab.ok_or_else(|| Error::source(&ck.weights.dir, "vocab_size unknown"))?;
@@ -330,7 +333,7 @@ pub fn plan_eagle3(
     // lm_head for layouts that need their own. TensorRT-LLM shares the target's when the draft
     // has none, but ModelOpt's export always writes one (the base model's): do the same when
     // the target is at hand.
-    if !has(&tensors, "lm_head.weight") && (e != Engine::Trtllm || target.is_some()) {
+    if !has(&tensors, "lm_head.weight") && (e != DraftLayout::Trtllm || target.is_some()) {
         let v = vocab.ok_or_else(|| Error::source(&ck.weights.dir, "vocab_size unknown"))?;
         match from_target(target, &TARGET_HEAD, &[v, h], "lm_head")? {
             Some(mut p) => {
@@ -352,7 +355,7 @@ pub fn plan_eagle3(
     // Config.
     let arch = match (mla, e) {
         (true, _) => "Eagle3DeepseekV2ForCausalLM",
-        (false, Engine::Eagle) => "LlamaForCausalLM",
+        (false, DraftLayout::Eagle) => "LlamaForCausalLM",
         (false, _) => "LlamaForCausalLMEagle3",
     };
     set(&mut cfg, "architectures", json!([arch]));
@@ -361,7 +364,7 @@ pub fn plan_eagle3(
         // refuses it; every SGLang release loads deepseek_v3 (≤ 0.5.11 rejects kimi_k2).
         let mt = o.model_type.clone().unwrap_or_else(|| {
             match e {
-                Engine::Sglang => "deepseek_v3",
+                DraftLayout::Sglang => "deepseek_v3",
                 _ => "kimi_k2",
             }
             .into()
@@ -419,7 +422,7 @@ pub fn plan_eagle3(
         m.shift_remove("norm_output");
     }
     match (post_norm, e) {
-        (true, Engine::Vllm | Engine::Trtllm) => set(&mut cfg, "norm_output", json!(true)),
+        (true, DraftLayout::Vllm | DraftLayout::Trtllm) => set(&mut cfg, "norm_output", json!(true)),
         (true, _) => warnings.push(format!(
             "the source feeds the post-norm hidden state back (EAGLE-3.1 norm_output); {} has no key for that, so the draft will run with the pre-norm state",
             e.id()
@@ -433,7 +436,7 @@ pub fn plan_eagle3(
         .unwrap_or(false);
     set(&mut ec, "norm_before_fc", json!(nbf));
     set(&mut ec, "use_aux_hidden_state", json!(true));
-    if e == Engine::Trtllm && ec.get("next_layer_regular").is_none() {
+    if e == DraftLayout::Trtllm && ec.get("next_layer_regular").is_none() {
         set(&mut ec, "next_layer_regular", json!(true));
     }
     if let Some(m) = ec.as_object_mut() {
@@ -450,11 +453,11 @@ pub fn plan_eagle3(
         ] {
             m.shift_remove(k);
         }
-        if e != Engine::Torchspec {
+        if e != DraftLayout::Torchspec {
             m.shift_remove("_torchspec_version");
         }
     }
-    if e == Engine::Torchspec && cfg.get("_torchspec_version").is_none() {
+    if e == DraftLayout::Torchspec && cfg.get("_torchspec_version").is_none() {
         set(
             &mut cfg,
             "_torchspec_version",
@@ -475,7 +478,7 @@ pub fn plan_eagle3(
         rename_quant_lists(&mut hq, &|n| relayer(n, prefix));
         side_files.push(hf_quant_config_file(&hq));
     }
-    let trtllm = (e == Engine::Trtllm).then(|| {
+    let trtllm = (e == DraftLayout::Trtllm).then(|| {
         let cap: Option<Vec<i64>> = aux
             .as_ref()
             .map(|a| a.hidden_states.iter().map(|h| h - 1).collect());
@@ -534,7 +537,7 @@ pub fn plan_dflash(
     taps: Option<Vec<i64>>,
 ) -> Result<Plan> {
     let e = o.engine;
-    let torchspec = e == Engine::Torchspec;
+    let torchspec = e == DraftLayout::Torchspec;
     const MAP: [(&str, &str); 3] = [
         ("context_proj.", "fc."),
         ("context_norm.", "hidden_norm."),
@@ -671,7 +674,7 @@ pub fn plan_dflash(
         aux,
         warnings,
         steps,
-        trtllm: (e == Engine::Trtllm).then_some(TrtllmYaml {
+        trtllm: (e == DraftLayout::Trtllm).then_some(TrtllmYaml {
             dflash: true,
             capture_output_of: None,
         }),
@@ -708,7 +711,12 @@ fn block_size_key(ck: &Checkpoint) -> &'static str {
 /// token and `block_size` − 1 masked positions), or fewer with `--steps`. vLLM's
 /// `num_speculative_tokens` and TensorRT-LLM's `max_draft_len` are this number; SGLang's
 /// `--speculative-num-draft-tokens` is the block it runs, this number + 1.
-fn dflash_steps(ck: &Checkpoint, cfg: &Value, e: Engine, steps: Option<usize>) -> Result<usize> {
+fn dflash_steps(
+    ck: &Checkpoint,
+    cfg: &Value,
+    e: DraftLayout,
+    steps: Option<usize>,
+) -> Result<usize> {
     let Some(block) = dflash_block_size(cfg) else {
         // Only a TorchSpec output of a source without a block size: no launch line.
         return Ok(steps.unwrap_or(15));

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Engine, Options, Plan};
+use super::{DraftLayout, Options, Plan};
 use crate::checkpoint::{AuxConvention, Checkpoint, Detection};
 use crate::error::{Error, Result};
 use crate::io::writer::{WriteOptions, WriteSummary};
@@ -29,9 +29,9 @@ pub struct Request {
     /// The source draft: directory, `.safetensors` file or hub id.
     pub src: String,
     /// The layout to write.
-    pub to: Engine,
+    pub to: DraftLayout,
     /// Where the source comes from (its aux-id convention; checked against its layer names).
-    pub from: Option<Engine>,
+    pub from: Option<DraftLayout>,
     /// The target checkpoint to take embed_tokens / lm_head from.
     pub target_checkpoint: Option<String>,
     /// Aux-layer ids to write instead of the source's, in `aux_convention`.
@@ -53,11 +53,11 @@ pub struct Conversion {
     pub plan: Plan,
 }
 
-impl Engine {
+impl DraftLayout {
     /// The aux-id convention of drafts this engine (or trainer) writes.
     pub fn aux_convention(self) -> AuxConvention {
         match self {
-            Engine::Vllm | Engine::Eagle => AuxConvention::InputOfLayer,
+            DraftLayout::Vllm | DraftLayout::Eagle => AuxConvention::InputOfLayer,
             _ => AuxConvention::OutputOfLayer,
         }
     }
@@ -77,7 +77,9 @@ impl Conversion {
             engine: req.to,
             from: None,
             aux_layers: req.aux_layers.clone(),
-            aux_convention: req.aux_convention.or(req.from.map(Engine::aux_convention)),
+            aux_convention: req
+                .aux_convention
+                .or(req.from.map(DraftLayout::aux_convention)),
             model_type: req.model_type.clone(),
             steps: req.steps,
         };
@@ -140,15 +142,16 @@ impl Conversion {
 
 /// `--from` against the source's EAGLE-3 layer prefix: refused when that engine writes another
 /// (TensorRT-LLM and TorchSpec take either), naming the engines that fit.
-fn check_from(from: Engine, prefix: &str) -> Result<()> {
-    let fits_prefix =
-        |e: &Engine| e.eagle3_prefix() == prefix || matches!(e, Engine::Trtllm | Engine::Torchspec);
+fn check_from(from: DraftLayout, prefix: &str) -> Result<()> {
+    let fits_prefix = |e: &DraftLayout| {
+        e.eagle3_prefix() == prefix || matches!(e, DraftLayout::Trtllm | DraftLayout::Torchspec)
+    };
     if fits_prefix(&from) {
         return Ok(());
     }
-    let fits: Vec<&str> = <Engine as clap::ValueEnum>::value_variants()
+    let fits: Vec<&str> = <DraftLayout as clap::ValueEnum>::value_variants()
         .iter()
-        .filter(|e| **e != Engine::Zlab && fits_prefix(e))
+        .filter(|e| **e != DraftLayout::Zlab && fits_prefix(e))
         .map(|e| e.id())
         .collect();
     Err(Error::Flags {

@@ -262,7 +262,7 @@ impl<'p> Job<'p> {
     /// kquant did not write is not copied either (it would point at the source), with a
     /// warning.
     fn trtllm_config(&mut self) -> Result<Option<String>> {
-        use crate::convert::engine::TRTLLM_YAML;
+        use crate::convert::layout::TRTLLM_YAML;
         use crate::engines::{quantized, Engine, Loads};
         let (format, scheme) = (self.plan.recipe.format(), self.plan.recipe.scheme());
         let path = self.plan.ck.weights.dir.join(TRTLLM_YAML);

@@ -8,7 +8,7 @@ use serde::Serialize;
 /// Where the converted draft is going.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
-pub enum Engine {
+pub enum DraftLayout {
     /// SGLang (`midlayer.*`, its native names; its llama_eagle3 loader also reads `layers.0.*`).
     Sglang,
     /// vLLM (`layers.0.*`; aux ids read raw at top level = input of layer k).
@@ -27,25 +27,25 @@ pub enum Engine {
     Zlab,
 }
 
-impl Engine {
+impl DraftLayout {
     pub fn id(self) -> &'static str {
         match self {
-            Engine::Sglang => "sglang",
-            Engine::Vllm => "vllm",
-            Engine::Trtllm => "trtllm",
-            Engine::Specforge => "specforge",
-            Engine::Torchspec => "torchspec",
-            Engine::Eagle => "eagle",
-            Engine::Zlab => "zlab",
+            DraftLayout::Sglang => "sglang",
+            DraftLayout::Vllm => "vllm",
+            DraftLayout::Trtllm => "trtllm",
+            DraftLayout::Specforge => "specforge",
+            DraftLayout::Torchspec => "torchspec",
+            DraftLayout::Eagle => "eagle",
+            DraftLayout::Zlab => "zlab",
         }
     }
 
     /// The serving engine this layout is for (none for trainers and reference layouts).
     pub fn serving(self) -> Option<crate::engines::Engine> {
         match self {
-            Engine::Sglang => Some(crate::engines::Engine::Sglang),
-            Engine::Vllm => Some(crate::engines::Engine::Vllm),
-            Engine::Trtllm => Some(crate::engines::Engine::Trtllm),
+            DraftLayout::Sglang => Some(crate::engines::Engine::Sglang),
+            DraftLayout::Vllm => Some(crate::engines::Engine::Vllm),
+            DraftLayout::Trtllm => Some(crate::engines::Engine::Trtllm),
             _ => None,
         }
     }
@@ -53,30 +53,30 @@ impl Engine {
     /// Layer prefix of the single EAGLE-3 decoder layer.
     pub fn eagle3_prefix(self) -> &'static str {
         match self {
-            Engine::Vllm | Engine::Trtllm => "layers.0.",
+            DraftLayout::Vllm | DraftLayout::Trtllm => "layers.0.",
             _ => "midlayer.",
         }
     }
 
     /// Engines valid for `convert eagle3` and `convert dflash`.
     pub fn for_eagle3(self) -> bool {
-        !matches!(self, Engine::Zlab)
+        !matches!(self, DraftLayout::Zlab)
     }
     pub fn for_dflash(self) -> bool {
         matches!(
             self,
-            Engine::Zlab
-                | Engine::Sglang
-                | Engine::Vllm
-                | Engine::Trtllm
-                | Engine::Specforge
-                | Engine::Torchspec
+            DraftLayout::Zlab
+                | DraftLayout::Sglang
+                | DraftLayout::Vllm
+                | DraftLayout::Trtllm
+                | DraftLayout::Specforge
+                | DraftLayout::Torchspec
         )
     }
 
     /// The `--to` values for a family, comma-separated (for messages).
     pub fn ids_for(dflash: bool) -> String {
-        <Engine as clap::ValueEnum>::value_variants()
+        <DraftLayout as clap::ValueEnum>::value_variants()
             .iter()
             .filter(|e| {
                 if dflash {
@@ -109,7 +109,7 @@ pub fn sh_quote(s: &str) -> String {
 /// (at most the draft's `block_size` − 1; SGLang counts the block: `steps` + 1).
 /// `context_length` caps an SGLang server at the draft's context (`crate::convert::Plan`).
 pub fn launch_line(
-    engine: Engine,
+    engine: DraftLayout,
     dflash: bool,
     draft: &str,
     steps: usize,
@@ -129,19 +129,19 @@ pub fn launch_line(
         )
     };
     Some(match (engine, dflash) {
-        (Engine::Sglang, false) => format!(
+        (DraftLayout::Sglang, false) => format!(
             "python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 --speculative-draft-model-path {d} \
              --speculative-num-steps {steps} --speculative-eagle-topk 1 --speculative-num-draft-tokens {} --trust-remote-code{ctx}",
             steps + 1
         ),
-        (Engine::Sglang, true) => format!(
+        (DraftLayout::Sglang, true) => format!(
             "python -m sglang.launch_server --model-path {target} --speculative-algorithm DFLASH --speculative-draft-model-path {d} \
              --speculative-num-draft-tokens {} --trust-remote-code{ctx}",
             steps + 1
         ),
-        (Engine::Vllm, false) => vllm("eagle3"),
-        (Engine::Vllm, true) => vllm("dflash"),
-        (Engine::Trtllm, _) => format!(
+        (DraftLayout::Vllm, false) => vllm("eagle3"),
+        (DraftLayout::Vllm, true) => vllm("dflash"),
+        (DraftLayout::Trtllm, _) => format!(
             "trtllm-serve {target} --backend pytorch --extra_llm_api_options {}",
             sh_quote(&format!("{draft}/{TRTLLM_YAML}"))
         ),
