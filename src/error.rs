@@ -1,5 +1,7 @@
-//! Typed errors for everything kquant reads and writes, each carrying the file (and tensor) it
-//! is about, plus the `hint:` a user sees. The binary renders them as `error: …` and exits 2.
+//! Typed errors for everything kquant reads, writes and is told, each naming what it is about
+//! (the file and tensor for data, the flag for a command line, the URL for a serving engine,
+//! the device for a GPU) with the `hint:` a user sees. The binary renders them as `error: …`
+//! and exits 2.
 
 use std::path::{Path, PathBuf};
 
