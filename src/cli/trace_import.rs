@@ -7,10 +7,8 @@ use std::process::ExitCode;
 
 use crate::error::Result;
 use crate::escape::printable;
-use crate::trace::import::{
-    self, Coverage, FamilyTaps, Imported, Layout, Options, Request, TargetFacts,
-};
-use crate::verify::profile::{self, DraftFamily};
+use crate::trace::import::{self, Coverage, Imported, Layout, Options, Request};
+use crate::verify::profile;
 
 /// The file format the hidden states are in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -119,7 +117,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         prompts: a.prompts,
         hidden_size: a.hidden_size,
         num_layers: a.num_layers,
-        target: prof.as_ref().map(target_facts),
+        target: prof.as_ref().map(profile::Profile::import_facts),
         force: a.force,
         dry_run: a.dry_run,
     };
@@ -143,28 +141,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
     print_human(&o, &r, prof.as_ref().map(|p| p.name.as_str()), &families);
     println!("next: {next}");
     Ok(ExitCode::SUCCESS)
-}
-
-/// What the import needs of a target profile.
-fn target_facts(p: &profile::Profile) -> TargetFacts {
-    TargetFacts {
-        name: p.name.clone(),
-        hf_id: p.hf_id.clone(),
-        num_layers: p.num_layers.known().copied(),
-        hidden_size: p.hidden_size.known().copied(),
-        vocab_size: p.vocab_size.known().copied(),
-        families: DraftFamily::ALL
-            .iter()
-            .filter_map(|f| {
-                let t = p.taps.get(*f)?;
-                Some(FamilyTaps {
-                    family: f.name(),
-                    hs: t.hs.clone(),
-                    vllm_ids: t.vllm_ids(),
-                })
-            })
-            .collect(),
-    }
 }
 
 /// The `--json` document (`kquant.trace-import/1`).

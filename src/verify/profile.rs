@@ -10,6 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::trace::import::{FamilyTaps, TargetFacts};
 
 /// The profiles shipped in `quant-configs/targets/` (name, file contents).
 pub const BUILTIN: &[(&str, &str)] = &[
@@ -252,6 +253,29 @@ fn bad(path: &Path, msg: String) -> Error {
 }
 
 impl Profile {
+    /// What `trace import` checks against a profile (`trace` sits below this module and
+    /// cannot read one): the shape, and each draft family's default taps.
+    pub fn import_facts(&self) -> TargetFacts {
+        TargetFacts {
+            name: self.name.clone(),
+            hf_id: self.hf_id.clone(),
+            num_layers: self.num_layers.known().copied(),
+            hidden_size: self.hidden_size.known().copied(),
+            vocab_size: self.vocab_size.known().copied(),
+            families: DraftFamily::ALL
+                .iter()
+                .filter_map(|f| {
+                    let t = self.taps.get(*f)?;
+                    Some(FamilyTaps {
+                        family: f.name(),
+                        hs: t.hs.clone(),
+                        vllm_ids: t.vllm_ids(),
+                    })
+                })
+                .collect(),
+        }
+    }
+
     /// Check that the facts agree with each other: taps ascending, distinct and within
     /// `hs[0..=L]`, the right count per family, published numbers that parse as accept lengths,
     /// every source given, live paths relative to the repository.
