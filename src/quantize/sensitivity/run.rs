@@ -5,12 +5,12 @@
 //! module proposes, until one meets the gate. The CLI turns its flags into a [`Request`] and
 //! renders the [`Outcome`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::{bias, candidates, groups, next_trial, Group, MAX_GROUPS};
+use super::{bias, candidates, groups, next_trial, Candidate, Group, MAX_GROUPS};
 use crate::checkpoint::detect::Family;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
@@ -22,7 +22,7 @@ use crate::quant::registry::Scheme;
 use crate::quantize::calibrate::{self, Calibration, Method};
 use crate::quantize::drive::Job;
 use crate::quantize::plan::{Action, Plan};
-use crate::quantize::{self as quantize, Request as Recipe};
+use crate::quantize::{self as quantize, Recipe, Request as QuantizeRequest};
 use crate::runtime::linears::Exec;
 use crate::trace::file::Trace;
 use crate::verify::drafters::AfterMiss;
@@ -120,6 +120,10 @@ pub const PRESET: Kind = Kind::File {
 };
 pub const PRESET_MARK: &str = "Picked by kquant sensitivity";
 
+/// What `pick` measured: each exclusion set tried with its measurement, and the one that met
+/// the gate.
+type Picked = (Vec<(Candidate, Measured)>, Option<Measured>);
+
 /// Everything a variant needs besides its exclusions.
 struct Bench<'a> {
     a: &'a Request,
@@ -134,8 +138,8 @@ struct Bench<'a> {
 }
 
 impl Bench<'_> {
-    fn request(&self, patterns: &[String]) -> Recipe {
-        Recipe {
+    fn request(&self, patterns: &[String]) -> QuantizeRequest {
+        QuantizeRequest {
             scheme: self.a.scheme.clone(),
             format: self.a.format,
             config: self.a.config.clone(),
@@ -210,27 +214,66 @@ impl Bench<'_> {
             passed: gate::decide(gate::micro_al(&all), Some(delta), self.a.thresholds).passed,
         })
     }
+
+    /// `pick`: every group quantized if that passes, else the exclusion sets, cheapest first
+    /// among those predicted to pass, each prediction shifted by the misses so far, until one
+    /// meets the gate or `max_trials` were measured.
+    fn pick(
+        &self,
+        every: &Measured,
+        single: &[Measured],
+    ) -> Result<Picked> {
+        let mut trials = Vec::new();
+        let mut picked: Option<Measured> = None;
+        if every.passed {
+            picked = Some(every.clone());
+        } else {
+            let deltas: Vec<f64> = single.iter().map(|m| m.delta).collect();
+            let cands = candidates(self.groups, every.delta, &deltas);
+            let mut tried = vec![false; cands.len()];
+            let mut misses: Vec<(f64, f64)> = Vec::new();
+            while trials.len() < self.a.max_trials {
+                let Some(i) = next_trial(
+                    &cands,
+                    &tried,
+                    bias(&misses),
+                    self.a.thresholds.max_regression,
+                ) else {
+                    break;
+                };
+                tried[i] = true;
+                let c = &cands[i];
+                let names: Vec<&str> = c
+                    .exclude
+                    .iter()
+                    .map(|&i| self.groups[i].name.as_str())
+                    .collect();
+                eprintln!(
+                    "sensitivity: pick [{}/{}] leave {} unquantized (predicted ΔAL {:+.3}, {:+.3} after the misses so far)",
+                    trials.len() + 1,
+                    self.a.max_trials,
+                    names.join(", "),
+                    c.predicted,
+                    c.predicted + bias(&misses)
+                );
+                let m = self.measure(&c.exclude)?;
+                let pass = m.passed;
+                misses.push((c.predicted, m.delta));
+                trials.push((c.clone(), m.clone()));
+                if pass {
+                    picked = Some(m);
+                    break;
+                }
+            }
+        }
+        Ok((trials, picked))
+    }
 }
 
 /// Measure: the baseline replay, every group together, each group alone, and with `pick` the
 /// exclusion sets, cheapest first among those predicted to pass.
 pub fn run(a: &Request) -> Result<Outcome> {
-    // The preset written may not be the preset read: refused before any measurement.
-    if let (Some(w), Some(c)) = (&a.write_preset, &a.config) {
-        let same = match (std::fs::canonicalize(w), std::fs::canonicalize(c)) {
-            (Ok(x), Ok(y)) => x == y,
-            _ => false,
-        };
-        if same {
-            return Err(Error::Flags {
-                msg: format!(
-                    "--write-preset {} is the --config preset this run reads",
-                    w.display()
-                ),
-                hint: "write the picked preset to another file".into(),
-            });
-        }
-    }
+    refuse_preset_over_config(a)?;
     let prof = a.target.as_deref().map(profile::load).transpose()?;
     let mut tmp = None;
     let src = TraceSource {
@@ -259,7 +302,7 @@ pub fn run(a: &Request) -> Result<Outcome> {
 
     // Every group quantized: the modules, their groups, and (calibrated methods) the codes,
     // chosen once on the original draft's inputs, which no variant changes.
-    let request = Recipe {
+    let request = QuantizeRequest {
         scheme: a.scheme.clone(),
         format: a.format,
         config: a.config.clone(),
@@ -303,40 +346,7 @@ pub fn run(a: &Request) -> Result<Outcome> {
                 .into(),
         });
     }
-    let chosen = match (a.method, &a.calibrate) {
-        (Method::Rtn, None) => Default::default(),
-        (Method::Rtn, Some(_)) => {
-            return Err(Error::Flags {
-                msg: "--calibrate with --method rtn: round to nearest uses no calibration".into(),
-                hint: "add --method search or gptq, or drop --calibrate".into(),
-            })
-        }
-        (_, None) => {
-            return Err(Error::Flags {
-                msg: "--method search and gptq need calibration inputs".into(),
-                hint: "give --calibrate TRACE: a trace of other prompts than the evaluation --trace (`kquant trace capture`)".into(),
-            })
-        }
-        (m, Some(t)) => {
-            if a.trace.as_deref() == Some(t.as_path()) {
-                eprintln!("warning: --calibrate is the evaluation --trace: the method is measured on the prompts it was fitted to, which flatters it");
-            }
-            let cal = Calibration {
-                trace: t.clone(),
-                target: target_at.clone(),
-                steps: a.steps,
-                limit: None,
-                memory: a.calibration_memory,
-            };
-            let pb = crate::progress::items(0, "calibrate", "positions");
-            let (chosen, _) = calibrate::choose(&plan, &a.src, m, &cal, &|done, total| {
-                pb.set_length(total);
-                pb.set_position(done);
-            })?;
-            pb.finish_and_clear();
-            chosen
-        }
-    };
+    let chosen = choose_codes(a, &plan, target_at.as_deref())?;
     let (baseline, steps) = run_draft(
         &a.src,
         &trace,
@@ -369,44 +379,11 @@ pub fn run(a: &Request) -> Result<Outcome> {
         single.push(bench.measure(&others)?);
     }
 
-    let mut trials = Vec::new();
-    let mut picked: Option<Measured> = None;
-    if a.pick {
-        if every.passed {
-            picked = Some(every.clone());
-        } else {
-            let deltas: Vec<f64> = single.iter().map(|m| m.delta).collect();
-            let cands = candidates(&groups, every.delta, &deltas);
-            let mut tried = vec![false; cands.len()];
-            let mut misses: Vec<(f64, f64)> = Vec::new();
-            while trials.len() < a.max_trials {
-                let Some(i) =
-                    next_trial(&cands, &tried, bias(&misses), a.thresholds.max_regression)
-                else {
-                    break;
-                };
-                tried[i] = true;
-                let c = &cands[i];
-                let names: Vec<&str> = c.exclude.iter().map(|&i| groups[i].name.as_str()).collect();
-                eprintln!(
-                    "sensitivity: pick [{}/{}] leave {} unquantized (predicted ΔAL {:+.3}, {:+.3} after the misses so far)",
-                    trials.len() + 1,
-                    a.max_trials,
-                    names.join(", "),
-                    c.predicted,
-                    c.predicted + bias(&misses)
-                );
-                let m = bench.measure(&c.exclude)?;
-                let pass = m.passed;
-                misses.push((c.predicted, m.delta));
-                trials.push((c.clone(), m.clone()));
-                if pass {
-                    picked = Some(m);
-                    break;
-                }
-            }
-        }
-    }
+    let (trials, picked) = if a.pick {
+        bench.pick(&every, &single)?
+    } else {
+        (Vec::new(), None)
+    };
 
     let exclude_of = |m: &Measured| -> Vec<String> {
         let mut p = base.clone();
@@ -417,47 +394,13 @@ pub fn run(a: &Request) -> Result<Outcome> {
         p
     };
     let method = serde_json::to_value(a.method).expect("method");
-    let preset = picked.as_ref().map(|m| {
-        let mut p = json!({
-            "description": format!("{PRESET_MARK} on `{}` ({} samples): ΔAL {:+.4} [{:+.4}, {:+.4}] with --method {}, gate {}", a.src, trace.manifest.samples.len(), m.delta, m.ci95[0], m.ci95[1], method.as_str().unwrap_or(""), a.thresholds.max_regression),
-            "family": [det.family.id()],
-            "scheme": recipe.scheme(),
-            "format": recipe.format(),
-            "exclude": exclude_of(m),
-            "loads": "see `kquant schemes`",
-        });
-        // The measurement holds for these codes: `quantize --config` uses the method (and
-        // asks for --calibrate).
-        if method.as_str() != Some("rtn") {
-            p["method"] = method.clone();
-        }
-        if recipe.format() == Format::Quark {
-            p["quark_layout"] = json!(recipe.choice.quark.layout);
-            p["quark_version"] = json!(recipe.choice.quark.version);
-            p["quark_sequential"] = json!(
-                recipe.choice.quark.layout == crate::quant::quark::Layout::Model
-                    && recipe.choice.quark.order == crate::quant::math::pack::Order::Sequential
-            );
-        }
-        p
-    });
-    let command = picked.as_ref().map(|m| {
-        let mut c = format!(
-            "kquant quantize {} -o OUT --scheme {} --format {} --exclude '{}'",
-            a.src,
-            recipe.scheme(),
-            recipe.format().name(),
-            exclude_of(m).join(",")
-        );
-        if let Some(t) = &a.calibrate {
-            c += &format!(
-                " --method {} --calibrate {}",
-                method.as_str().unwrap_or(""),
-                t.display()
-            );
-        }
-        c
-    });
+    let samples = trace.manifest.samples.len();
+    let preset = picked
+        .as_ref()
+        .map(|m| preset_of(a, &recipe, det.family.id(), samples, m, &exclude_of(m)));
+    let command = picked
+        .as_ref()
+        .map(|m| command_of(a, &recipe, &exclude_of(m)));
     let group_json: Vec<Value> = groups
         .iter()
         .zip(&single)
@@ -502,6 +445,117 @@ pub fn run(a: &Request) -> Result<Outcome> {
         preset,
         command,
     })
+}
+
+/// The preset written may not be the preset read: refused before any measurement.
+fn refuse_preset_over_config(a: &Request) -> Result<()> {
+    if let (Some(w), Some(c)) = (&a.write_preset, &a.config) {
+        let same = match (std::fs::canonicalize(w), std::fs::canonicalize(c)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        };
+        if same {
+            return Err(Error::Flags {
+                msg: format!(
+                    "--write-preset {} is the --config preset this run reads",
+                    w.display()
+                ),
+                hint: "write the picked preset to another file".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The codes a calibrated method chooses, once, on the original draft's inputs (none for RTN).
+fn choose_codes(
+    a: &Request,
+    plan: &Plan,
+    target_at: Option<&str>,
+) -> Result<BTreeMap<String, Int4>> {
+    Ok(match (a.method, &a.calibrate) {
+        (Method::Rtn, None) => Default::default(),
+        (Method::Rtn, Some(_)) => {
+            return Err(Error::Flags {
+                msg: "--calibrate with --method rtn: round to nearest uses no calibration".into(),
+                hint: "add --method search or gptq, or drop --calibrate".into(),
+            })
+        }
+        (_, None) => {
+            return Err(Error::Flags {
+                msg: "--method search and gptq need calibration inputs".into(),
+                hint: "give --calibrate TRACE: a trace of other prompts than the evaluation --trace (`kquant trace capture`)".into(),
+            })
+        }
+        (m, Some(t)) => {
+            if a.trace.as_deref() == Some(t.as_path()) {
+                eprintln!("warning: --calibrate is the evaluation --trace: the method is measured on the prompts it was fitted to, which flatters it");
+            }
+            let cal = Calibration {
+                trace: t.clone(),
+                target: target_at.map(String::from),
+                steps: a.steps,
+                limit: None,
+                memory: a.calibration_memory,
+            };
+            let pb = crate::progress::items(0, "calibrate", "positions");
+            let (chosen, _) = calibrate::choose(plan, &a.src, m, &cal, &|done, total| {
+                pb.set_length(total);
+                pb.set_position(done);
+            })?;
+            pb.finish_and_clear();
+            chosen
+        }
+    })
+}
+
+/// The picked set as a `quantize --config` preset.
+fn preset_of(
+    a: &Request,
+    recipe: &Recipe,
+    family: &str,
+    samples: usize,
+    m: &Measured,
+    exclude: &[String],
+) -> Value {
+    let method = serde_json::to_value(a.method).expect("method");
+    let mut p = json!({
+        "description": format!("{PRESET_MARK} on `{}` ({} samples): ΔAL {:+.4} [{:+.4}, {:+.4}] with --method {}, gate {}", a.src, samples, m.delta, m.ci95[0], m.ci95[1], a.method.name(), a.thresholds.max_regression),
+        "family": [family],
+        "scheme": recipe.scheme(),
+        "format": recipe.format(),
+        "exclude": exclude,
+        "loads": "see `kquant schemes`",
+    });
+    // The measurement holds for these codes: `quantize --config` uses the method (and
+    // asks for --calibrate).
+    if method.as_str() != Some("rtn") {
+        p["method"] = method.clone();
+    }
+    if recipe.format() == Format::Quark {
+        p["quark_layout"] = json!(recipe.choice.quark.layout);
+        p["quark_version"] = json!(recipe.choice.quark.version);
+        p["quark_sequential"] = json!(
+            recipe.choice.quark.layout == crate::quant::quark::Layout::Model
+                && recipe.choice.quark.order == crate::quant::math::pack::Order::Sequential
+        );
+    }
+    p
+}
+
+/// The `quantize` line that writes the picked set.
+fn command_of(a: &Request, recipe: &Recipe, exclude: &[String]) -> String {
+    let mut c = format!(
+        "kquant quantize {} -o OUT --scheme {} --format {} --exclude '{}'",
+        a.src,
+        recipe.scheme(),
+        recipe.format().name(),
+        exclude.join(",")
+    );
+    if let Some(t) = &a.calibrate {
+        c += &format!(" --method {} --calibrate {}", a.method.name(), t.display());
+    }
+    c
 }
 
 /// Write the picked preset to `path`: never over a source (the draft, the preset read), and
