@@ -218,11 +218,7 @@ impl Bench<'_> {
     /// `pick`: every group quantized if that passes, else the exclusion sets, cheapest first
     /// among those predicted to pass, each prediction shifted by the misses so far, until one
     /// meets the gate or `max_trials` were measured.
-    fn pick(
-        &self,
-        every: &Measured,
-        single: &[Measured],
-    ) -> Result<Picked> {
+    fn pick(&self, every: &Measured, single: &[Measured]) -> Result<Picked> {
         let mut trials = Vec::new();
         let mut picked: Option<Measured> = None;
         if every.passed {

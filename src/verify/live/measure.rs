@@ -220,6 +220,122 @@ fn check_failed(s: &Side, prompts: &[LivePrompt], a: &Request) -> Result<()> {
     Ok(())
 }
 
+/// With `--published`: the benchmark the prompts are, refused (before any request) when they
+/// are none, or when the profile quotes no figure for this draft on it; a warning when the
+/// server names another model than the profile's target.
+fn published_benchmark(
+    a: &Request,
+    url: &str,
+    profile: Option<&profile::Profile>,
+    format: prompt_sets::SetFormat,
+    prompts: &[LivePrompt],
+) -> Result<Option<&'static str>> {
+    Ok(match &a.published {
+        None => None,
+        Some(name) => {
+            let bench = published::benchmark_of_file(format, prompts.iter().map(|p| p.dataset.as_str()))
+            .ok_or_else(|| Error::Flags {
+                msg: format!("--published compares with a benchmark's figures; `{}` prompts are no benchmark", format.name()),
+                hint: "send the benchmark's own prompt file (MT-Bench question.jsonl, GSM8K test.jsonl, …; or a plain file whose records all name it in `dataset`, as quant-configs/prompts/mt_bench.jsonl does) or name its format with --prompt-format".into(),
+            })?;
+            // The profile must quote a figure for this draft on this benchmark (overall or a
+            // category the prompts have): refused now, not after every request was sent.
+            if let Some(p) = profile {
+                let cats: Vec<(String, f64, usize)> = prompts
+                    .iter()
+                    .map(category_of)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .map(|c| (c, 0.0, 0))
+                    .collect();
+                published::checks(p, name, bench, (0.0, 0), &cats, 0.0)?;
+                // The figures are the target's: say so when the server names another model.
+                let t = Duration::from_secs(a.request_timeout);
+                let served = a.model.clone().or_else(|| {
+                    Client::new(url, t)
+                        .ok()
+                        .and_then(|c| super::identify(&c).ok())
+                        .and_then(|(_, m)| m)
+                });
+                if let Some(m) = served {
+                    if !published::names_target(&m, p) {
+                        eprintln!(
+                        "warning: the endpoint serves `{}`, which does not name target `{}`{}: --published holds it against that target's published figures; check --endpoint and --target",
+                        crate::escape::printable(&m),
+                        p.name,
+                        p.hf_id.as_deref().map(|h| format!(" ({h})")).unwrap_or_default()
+                    );
+                    }
+                }
+            }
+            Some(bench)
+        }
+    })
+}
+
+/// A paired gate of a deployment against itself measures nothing: refused before any request.
+fn refuse_same_server(a: &Request, url: &str) -> Result<()> {
+    if let Some(b) = &a.baseline_endpoint {
+        let t = Duration::from_secs(a.request_timeout);
+        if Client::new(url, t)?.server_key() == Client::new(b, t)?.server_key() {
+            return Err(Error::Flags {
+                msg: format!("--baseline-endpoint {b} is the same server as --endpoint {url}: the paired ΔAL would be 0 whatever the draft"),
+                hint: "serve the baseline draft (e.g. the BF16 one) on another server and give its URL".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// With `--published`: the profile's figures for this draft on the prompts' benchmark, overall
+/// and per category, each a floor the measurement must meet; a floor missed fails `decision`.
+fn published_floors(
+    a: &Request,
+    profile: Option<&profile::Profile>,
+    bench: Option<&'static str>,
+    d: &Run,
+    cats: &[String],
+    decision: &mut gate::Decision,
+) -> Result<Option<Vec<published::Check>>> {
+    Ok(match &a.published {
+        None => None,
+        Some(name) => {
+            let p = profile
+                .as_ref()
+                .expect("clap requires --target with --published");
+            let bench = bench.expect("checked before the requests");
+            let mut by_cat: std::collections::BTreeMap<&str, (Walk, usize)> = Default::default();
+            for (w, c) in d.samples.iter().zip(cats) {
+                let e = by_cat.entry(c.as_str()).or_default();
+                e.0.add(w);
+                e.1 += 1;
+            }
+            let per_cat: Vec<(String, f64, usize)> = by_cat
+                .iter()
+                .map(|(c, (w, n))| (c.to_string(), w.al_walk(), *n))
+                .collect();
+            let cs = published::checks(
+                p,
+                name,
+                bench,
+                (
+                    gate::micro_al(&d.samples.iter().collect::<Vec<_>>()),
+                    d.samples.len(),
+                ),
+                &per_cat,
+                a.thresholds.max_regression,
+            )?;
+            for c in cs.iter().filter(|c| !c.passed) {
+                decision.passed = false;
+                decision
+                    .reasons
+                    .push(published::reason(c, name, a.thresholds.max_regression));
+            }
+            Some(cs)
+        }
+    })
+}
+
 /// A prompt's category as the report names it (`all` for a prompt without one).
 fn category_of(p: &LivePrompt) -> String {
     match p.category.as_str() {
@@ -246,57 +362,8 @@ pub fn run(a: &Request) -> Result<Verdict> {
     let keep = prompt_sets::per_category(&prompts, a.limit_per_category);
     prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
     // `--published` needs a benchmark's prompts: refused before any request is sent.
-    let bench = match &a.published {
-        None => None,
-        Some(name) => {
-            let bench = published::benchmark_of_file(format, prompts.iter().map(|p| p.dataset.as_str()))
-                .ok_or_else(|| Error::Flags {
-                    msg: format!("--published compares with a benchmark's figures; `{}` prompts are no benchmark", format.name()),
-                    hint: "send the benchmark's own prompt file (MT-Bench question.jsonl, GSM8K test.jsonl, …; or a plain file whose records all name it in `dataset`, as quant-configs/prompts/mt_bench.jsonl does) or name its format with --prompt-format".into(),
-                })?;
-            // The profile must quote a figure for this draft on this benchmark (overall or a
-            // category the prompts have): refused now, not after every request was sent.
-            if let Some(p) = profile.as_ref() {
-                let cats: Vec<(String, f64, usize)> = prompts
-                    .iter()
-                    .map(category_of)
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .into_iter()
-                    .map(|c| (c, 0.0, 0))
-                    .collect();
-                published::checks(p, name, bench, (0.0, 0), &cats, 0.0)?;
-                // The figures are the target's: say so when the server names another model.
-                let t = Duration::from_secs(a.request_timeout);
-                let served = a.model.clone().or_else(|| {
-                    Client::new(&url, t)
-                        .ok()
-                        .and_then(|c| super::identify(&c).ok())
-                        .and_then(|(_, m)| m)
-                });
-                if let Some(m) = served {
-                    if !published::names_target(&m, p) {
-                        eprintln!(
-                            "warning: the endpoint serves `{}`, which does not name target `{}`{}: --published holds it against that target's published figures; check --endpoint and --target",
-                            crate::escape::printable(&m),
-                            p.name,
-                            p.hf_id.as_deref().map(|h| format!(" ({h})")).unwrap_or_default()
-                        );
-                    }
-                }
-            }
-            Some(bench)
-        }
-    };
-    // A paired gate of a deployment against itself measures nothing: refused before any request.
-    if let Some(b) = &a.baseline_endpoint {
-        let t = Duration::from_secs(a.request_timeout);
-        if Client::new(&url, t)?.server_key() == Client::new(b, t)?.server_key() {
-            return Err(Error::Flags {
-                msg: format!("--baseline-endpoint {b} is the same server as --endpoint {url}: the paired ΔAL would be 0 whatever the draft"),
-                hint: "serve the baseline draft (e.g. the BF16 one) on another server and give its URL".into(),
-            });
-        }
-    }
+    let bench = published_benchmark(a, &url, profile.as_ref(), format, &prompts)?;
+    refuse_same_server(a, &url)?;
     let draft = measure(&url, a, &prompts, "draft")?;
     check_failed(&draft, &prompts, a)?;
     let baseline = match &a.baseline_endpoint {
@@ -358,40 +425,7 @@ pub fn run(a: &Request) -> Result<Verdict> {
     let mut decision = decide(gate::micro_al(&all), delta, th);
     let cats: Vec<String> = both.iter().map(|&i| category_of(&prompts[i])).collect();
     // The profile's published figures for this draft, as a floor.
-    let published = match &a.published {
-        None => None,
-        Some(name) => {
-            let p = profile
-                .as_ref()
-                .expect("clap requires --target with --published");
-            let bench = bench.expect("checked before the requests");
-            let mut by_cat: std::collections::BTreeMap<&str, (Walk, usize)> = Default::default();
-            for (w, c) in d.samples.iter().zip(&cats) {
-                let e = by_cat.entry(c.as_str()).or_default();
-                e.0.add(w);
-                e.1 += 1;
-            }
-            let per_cat: Vec<(String, f64, usize)> = by_cat
-                .iter()
-                .map(|(c, (w, n))| (c.to_string(), w.al_walk(), *n))
-                .collect();
-            let cs = published::checks(
-                p,
-                name,
-                bench,
-                (gate::micro_al(&all), d.samples.len()),
-                &per_cat,
-                th.max_regression,
-            )?;
-            for c in cs.iter().filter(|c| !c.passed) {
-                decision.passed = false;
-                decision
-                    .reasons
-                    .push(published::reason(c, name, th.max_regression));
-            }
-            Some(cs)
-        }
-    };
+    let published = published_floors(a, profile.as_ref(), bench, &d, &cats, &mut decision)?;
     // Drafts per step: the preflight's, else what the responses say.
     let k = draft
         .preflight
