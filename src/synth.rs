@@ -242,7 +242,14 @@ fn merge(mut a: Value, b: Value) -> Value {
     a
 }
 
-fn dflash(d: DraftDims, layers: usize, ids: &[i64], torchspec: bool) -> (Value, Vec<SynthTensor>) {
+/// A DFlash drafter of `layers` layers tapping `ids` of a `target_layers`-layer target.
+fn dflash(
+    d: DraftDims,
+    layers: usize,
+    ids: &[i64],
+    target_layers: usize,
+    torchspec: bool,
+) -> (Value, Vec<SynthTensor>) {
     let mut b = Tensors(Vec::new());
     for i in 0..layers {
         let p = format!("layers.{i}.");
@@ -255,7 +262,7 @@ fn dflash(d: DraftDims, layers: usize, ids: &[i64], torchspec: bool) -> (Value, 
     let base = json!({
         "model_type": "qwen3", "hidden_size": d.h, "intermediate_size": d.inter, "num_attention_heads": d.heads,
         "num_key_value_heads": d.kv, "head_dim": d.hd, "num_hidden_layers": layers, "rms_norm_eps": 1e-6,
-        "rope_theta": 50000.0, "vocab_size": d.vocab, "attention_bias": false, "num_target_layers": 61,
+        "rope_theta": 50000.0, "vocab_size": d.vocab, "attention_bias": false, "num_target_layers": target_layers,
         "torch_dtype": "bfloat16",
     });
     if torchspec {
@@ -332,7 +339,7 @@ fn kimi_target_cfg(layers: usize, experts: usize) -> Value {
 }
 
 /// Names of every preset, for `--help` and tests.
-pub const PRESETS: [&str; 16] = [
+pub const PRESETS: [&str; 17] = [
     "tiny-eagle3-specforge",
     "tiny-eagle3-vllm",
     "tiny-eagle3-modelopt",
@@ -349,6 +356,7 @@ pub const PRESETS: [&str; 16] = [
     "kimi-k2.5-eagle3",
     "kimi-k2.5-eagle3-mla",
     "kimi-k2.5-dflash",
+    "kimi-linear-dflash",
 ];
 
 /// Build a preset by name.
@@ -429,11 +437,11 @@ pub fn preset(name: &str) -> Option<Preset> {
             eagle3_tensors("layers.0.", TINY, Some(TINY_MLA), true, true),
         ),
         "tiny-dflash-zlab" => {
-            let (c, t) = dflash(TINY, 2, &[1, 4], false);
+            let (c, t) = dflash(TINY, 2, &[1, 4], 61, false);
             p("tiny-dflash-zlab", "DFlash block drafter as z-lab (and SGLang/vLLM/SpecForge) write it", c, t)
         }
         "tiny-dflash-torchspec" => {
-            let (c, t) = dflash(TINY, 2, &[1, 4], true);
+            let (c, t) = dflash(TINY, 2, &[1, 4], 61, true);
             p("tiny-dflash-torchspec", "DFlash with TorchSpec's names (context_proj, context_norm, final_norm)", c, t)
         }
         "tiny-target-kimi-k2" => p(
@@ -481,8 +489,30 @@ pub fn preset(name: &str) -> Option<Preset> {
         }
         "kimi-k2.5-dflash" => {
             let d = DraftDims { kv: 8, inter: 18432, ..KIMI };
-            let (c, t) = dflash(d, 6, &[1, 12, 23, 34, 45, 56], false);
+            let (c, t) = dflash(d, 6, &[1, 12, 23, 34, 45, 56], 61, false);
             p("kimi-k2.5-dflash", "real-shape Kimi-K2.5 DFlash drafter (6 layers, 64 Q / 8 KV heads)", c, t)
+        }
+        "kimi-linear-dflash" => {
+            // The Moonlight556/Kimi-Linear-48B-A3B-DFlash-240k card gives 5 layers, hidden 2304,
+            // target_layer_ids [3, 7, 15, 19, 23], block 16, vocab 163840 and the 27-layer target;
+            // the attention and MLP widths are not on it: 32 Q / 8 KV heads of 128 and the
+            // target's dense intermediate 9216 are assumed.
+            let d = DraftDims {
+                h: 2304,
+                heads: 32,
+                kv: 8,
+                hd: 128,
+                inter: 9216,
+                vocab: 163840,
+                draft_vocab: 163840,
+            };
+            let (c, t) = dflash(d, 5, &[3, 7, 15, 19, 23], 27, false);
+            p(
+                "kimi-linear-dflash",
+                "real-shape Kimi-Linear-48B-A3B DFlash drafter (5 layers, hidden 2304, block 16; heads and MLP width assumed)",
+                c,
+                t,
+            )
         }
         _ => return None,
     })

@@ -135,6 +135,28 @@ fn real_shape_presets_have_the_documented_shapes() {
         .tensors
         .iter()
         .any(|t| t.name.contains("embed") || t.name.contains("lm_head")));
+    let k = kquant::synth::preset("kimi-linear-dflash").unwrap();
+    let kshape = |n: &str| {
+        k.tensors
+            .iter()
+            .find(|t| t.name == n)
+            .unwrap()
+            .shape
+            .clone()
+    };
+    assert_eq!(kshape("fc.weight"), vec![2304, 5 * 2304]);
+    assert_eq!(
+        kshape("layers.4.self_attn.q_proj.weight"),
+        vec![32 * 128, 2304]
+    );
+    assert!(!k.tensors.iter().any(|t| t.name.starts_with("layers.5.")));
+    assert_eq!(k.config["block_size"], 16);
+    assert_eq!(k.config["num_target_layers"], 27);
+    assert_eq!(
+        k.config["dflash_config"]["target_layer_ids"],
+        serde_json::json!([3, 7, 15, 19, 23])
+    );
+    assert_eq!(k.config["dflash_config"]["mask_token_id"], 163839);
 }
 
 /// docs/fixtures.md's sizes of the real-shape presets are what `synth --list` computes, and the
@@ -162,5 +184,5 @@ fn documented_preset_sizes_match_synth() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 3, "{list}");
+    assert_eq!(checked, 4, "{list}");
 }
