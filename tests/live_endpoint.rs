@@ -742,21 +742,21 @@ fn the_preflight_refuses_meaningless_runs_and_warns_about_known_pitfalls() {
 /// (`verify::sim::simulate`), memoised per (prompt, max_tokens).
 fn tiny_engine(draft: &Path) -> Generator {
     use kquant::checkpoint::Checkpoint;
-    use kquant::runtime::deepseek::DeepseekV3;
+    use kquant::runtime::target::Target;
     let tck = Checkpoint::open(
         &root()
             .join("fixtures/kimi-k2.5-tiny/target")
             .to_string_lossy(),
     )
     .unwrap();
-    let target = DeepseekV3::load(&tck).unwrap();
+    let target = Target::load(&tck).unwrap();
     let d = kquant::verify::drafters::load_drafter(
         &draft.to_string_lossy(),
         Some(&tck),
         &kquant::runtime::linears::Exec::F32,
     )
     .unwrap();
-    let eos = target.cfg.eos.clone();
+    let eos = target.eos().to_vec();
     let cache: Mutex<std::collections::HashMap<(Vec<u32>, usize), Gen>> = Mutex::default();
     Arc::new(move |ids: &[u32], max: usize| {
         let key = (ids.to_vec(), max);

@@ -32,6 +32,7 @@ mod modelopt_golden;
 mod nvfp4_golden;
 mod parity_dflash;
 mod parity_eagle3;
+mod parity_kimi_linear;
 mod parity_target;
 mod presets;
 mod quantize_methods;

@@ -379,3 +379,46 @@ fn a_pick_no_engine_loads_is_said() {
         stderr(&o)
     );
 }
+
+/// The Kimi-Linear DFlash drafter's sensitivity, its trace captured live from the KDA target
+/// (`--target kimi-linear-tiny`, no `--trace`): every module group of a DFlash drafter measured
+/// and gated like the others.
+#[test]
+fn kimi_linear_dflash_sensitivity_runs_on_the_live_kda_target() {
+    let d = root()
+        .join("fixtures/kimi-linear-tiny/dflash")
+        .display()
+        .to_string();
+    let o = kquant(&[
+        "sensitivity",
+        &d,
+        "--target",
+        "kimi-linear-tiny",
+        "--limit",
+        "1",
+        "--max-regression",
+        "1000",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["schema"], "kquant.sensitivity/1");
+    assert_eq!(doc["samples"], 3, "one live prompt per category");
+    let groups = doc["groups"].as_array().unwrap();
+    let names: Vec<&str> = groups
+        .iter()
+        .map(|g| g["group"].as_str().unwrap())
+        .collect();
+    for want in ["fc", "q/k/v", "o", "gate/up", "down"] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+    for g in groups {
+        let m = &g["measured"];
+        assert!(m["delta"].as_f64().unwrap().is_finite(), "{g}");
+        assert_eq!(
+            m["agreement_per_depth"].as_array().unwrap().len(),
+            7,
+            "block 8"
+        );
+    }
+}

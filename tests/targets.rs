@@ -149,12 +149,22 @@ fn targets_cite_public_sources_only() {
 }
 
 #[test]
-fn the_tiny_profile_describes_its_fixture() {
-    let doc = targets_json(&["kimi-k2.5-tiny"]);
+fn the_tiny_profiles_describe_their_fixtures() {
+    for (name, fams) in [
+        ("kimi-k2.5-tiny", &["eagle3", "eagle3-mla", "dflash"][..]),
+        ("kimi-linear-tiny", &["dflash"][..]),
+    ] {
+        tiny_profile_describes(name, fams);
+    }
+}
+
+fn tiny_profile_describes(name: &str, fams: &[&str]) {
+    let doc = targets_json(&[name]);
     let ts = doc["targets"].as_array().unwrap();
     assert_eq!(ts.len(), 1);
     let t = &ts[0];
-    let cfg = read_json(&root().join("fixtures/kimi-k2.5-tiny/target/config.json"));
+    let fx = format!("fixtures/{name}");
+    let cfg = read_json(&root().join(format!("{fx}/target/config.json")));
     assert_eq!(t["num_layers"], cfg["num_hidden_layers"]);
     assert_eq!(t["hidden_size"], cfg["hidden_size"]);
     assert_eq!(t["vocab_size"], cfg["vocab_size"]);
@@ -167,19 +177,33 @@ fn the_tiny_profile_describes_its_fixture() {
             .map(|x| x.as_u64().unwrap() + 1)
             .collect()
     };
-    for fam in ["eagle3", "eagle3-mla"] {
-        let c = read_json(&root().join(format!("fixtures/kimi-k2.5-tiny/{fam}/config.json")));
+    for &fam in fams {
+        let c = read_json(&root().join(format!("{fx}/{fam}/config.json")));
+        let ids = if fam == "dflash" {
+            &c["dflash_config"]["target_layer_ids"]
+        } else {
+            &c["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        };
+        assert_eq!(hs(&t["taps"][fam]).unwrap(), plus1(ids), "{name} {fam}");
+    }
+    // A hybrid's layer pattern is its config's 1-based lists, from 0.
+    if let Some(la) = cfg.get("linear_attn_config") {
+        let minus1 = |v: &Value| -> Vec<u64> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() - 1)
+                .collect()
+        };
         assert_eq!(
-            hs(&t["taps"][fam]).unwrap(),
-            plus1(&c["eagle_config"]["eagle_aux_hidden_state_layer_ids"]),
-            "{fam}"
+            t["layers"]["kda"],
+            serde_json::json!(minus1(&la["kda_layers"]))
+        );
+        assert_eq!(
+            t["layers"]["mla"],
+            serde_json::json!(minus1(&la["full_attn_layers"]))
         );
     }
-    let c = read_json(&root().join("fixtures/kimi-k2.5-tiny/dflash/config.json"));
-    assert_eq!(
-        hs(&t["taps"]["dflash"]).unwrap(),
-        plus1(&c["dflash_config"]["target_layer_ids"])
-    );
     // Live: the paths exist and the trace carries every family's taps.
     let live = &t["live"];
     for k in ["target", "prompts", "trace"] {
@@ -197,16 +221,56 @@ fn the_tiny_profile_describes_its_fixture() {
         .iter()
         .map(|x| x.as_u64().unwrap())
         .collect();
-    for fam in ["eagle3", "eagle3-mla", "dflash"] {
+    for &fam in fams {
         assert!(
             hs(&t["taps"][fam])
                 .unwrap()
                 .iter()
                 .all(|h| taps.contains(h)),
-            "{fam}"
+            "{name} {fam}"
         );
     }
     assert_eq!(m["num_layers"], t["num_layers"]);
+}
+
+/// The real Kimi-Linear profile's shape and layer pattern are the config.json lines its card
+/// excerpt quotes (1-based lists in the file, 0-based in the profile).
+#[test]
+fn the_kimi_linear_profile_is_its_configs_shape() {
+    let card = std::fs::read_to_string(
+        root().join("quant-configs/targets/cards/moonshotai--Kimi-Linear-48B-A3B-Instruct.md"),
+    )
+    .unwrap();
+    let line = |key: &str| -> String {
+        card.lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("\"{key}\": ")))
+            .unwrap_or_else(|| panic!("card has no `{key}` line"))
+            .trim_end_matches(',')
+            .to_string()
+    };
+    let list = |key: &str| -> Vec<u64> {
+        serde_json::from_str::<Vec<u64>>(&line(key))
+            .unwrap()
+            .into_iter()
+            .map(|x| x - 1)
+            .collect()
+    };
+    let doc = targets_json(&["kimi-linear-48b-a3b"]);
+    let t = &doc["targets"][0];
+    assert_eq!(t["num_layers"].to_string(), line("num_hidden_layers"));
+    assert_eq!(t["hidden_size"].to_string(), line("hidden_size"));
+    assert_eq!(t["vocab_size"].to_string(), line("vocab_size"));
+    assert_eq!(t["layers"]["kda"], serde_json::json!(list("kda_layers")));
+    assert_eq!(
+        t["layers"]["mla"],
+        serde_json::json!(list("full_attn_layers"))
+    );
+    // The DFlash taps are outputs of layers 3, 7 (MLA) and 15, 19, 23 (KDA): the card's ids + 1.
+    assert_eq!(hs(&t["taps"]["dflash"]).unwrap(), vec![4, 8, 16, 20, 24]);
+    assert!(t["taps"]["dflash"]["source"]
+        .as_str()
+        .unwrap()
+        .contains("INFERRED"));
 }
 
 #[test]
@@ -239,4 +303,12 @@ fn unknown_or_inconsistent_profiles_are_refused() {
     let o = kquant(&["targets", p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a kquant target profile"));
+    // A hybrid's layer pattern must name each layer once.
+    let mut t = read_json(&root().join("quant-configs/targets/kimi-linear-tiny.json"));
+    t["layers"]["mla"] = serde_json::json!([1, 2]);
+    std::fs::write(&p, serde_json::to_vec(&t).unwrap()).unwrap();
+    let o = kquant(&["targets", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("each of the 4 layers 0..4 once"), "{e}");
 }

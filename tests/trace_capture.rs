@@ -12,12 +12,37 @@ use std::process::Output;
 
 use common::{kquant, read_json, root};
 use kquant::checkpoint::Checkpoint;
-use kquant::runtime::deepseek::DeepseekV3;
+use kquant::runtime::target::Target;
 use kquant::trace::file::Trace;
 
 const TARGET: &str = "fixtures/kimi-k2.5-tiny/target";
 const PROMPTS: &str = "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl";
 const TRACE: &str = "fixtures/kimi-k2.5-tiny/trace";
+
+/// A trained fixture whose committed trace a capture must reproduce.
+struct Fixture {
+    target: &'static str,
+    prompts: &'static str,
+    trace: &'static str,
+    /// `--taps` when the committed trace holds other than the default (every `hs[1..L]`).
+    taps: Option<&'static str>,
+}
+
+const KIMI_K2: Fixture = Fixture {
+    target: TARGET,
+    prompts: PROMPTS,
+    trace: TRACE,
+    taps: None,
+};
+
+/// The Kimi-Linear fixture (fixtures/gen/kimi-linear/run_all.sh): its trace holds the DFlash
+/// drafter's taps only, captured with forward hooks by transformers' chunked KDA.
+const KIMI_LINEAR: Fixture = Fixture {
+    target: "fixtures/kimi-linear-tiny/target",
+    prompts: "fixtures/kimi-linear-tiny/prompts/heldout.jsonl",
+    trace: "fixtures/kimi-linear-tiny/trace",
+    taps: Some("2,3"),
+};
 
 /// Bound on max |ours − committed| / max |committed| per tap tensor: one bf16 ulp at the
 /// tensor's largest magnitude (2⁻⁷). Both sides round nearly equal f32 values (≈1e-6 apart) to
@@ -35,9 +60,14 @@ fn limit() -> usize {
 /// `kquant trace capture TARGET_FLAG TARGET --prompts PROMPTS -o OUT EXTRA…` (`target_flag`
 /// `--target-checkpoint`, or the old spelling `--target`, or none).
 fn capture_with(target_flag: Option<&str>, out: &Path, extra: &[&str]) -> Output {
+    capture_fixture(&KIMI_K2, target_flag, out, extra)
+}
+
+fn capture_fixture(fx: &Fixture, target_flag: Option<&str>, out: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["trace", "capture"];
-    args.extend(target_flag.map(|f| [f, TARGET]).into_iter().flatten());
-    args.extend(["--prompts", PROMPTS, "-o", out.to_str().unwrap()]);
+    args.extend(target_flag.map(|f| [f, fx.target]).into_iter().flatten());
+    args.extend(["--prompts", fx.prompts, "-o", out.to_str().unwrap()]);
+    args.extend(fx.taps.map(|t| ["--taps", t]).into_iter().flatten());
     args.extend_from_slice(extra);
     kquant(&args)
 }
@@ -47,23 +77,17 @@ fn capture_to(out: &Path, extra: &[&str]) -> Output {
     capture_with(Some("--target-checkpoint"), out, extra)
 }
 
-/// The committed trace's capture: its dataset name, the first [`limit`] prompts.
-fn capture(out: &Path, extra: &[&str]) -> Output {
-    let lim = limit().to_string();
-    let base = ["--dataset", "kquant-heldout", "--limit", &lim];
-    capture_to(out, &[&base[..], extra].concat())
-}
-
 /// Where two token sequences first differ, and the target's logit margin there (our argmax's
 /// logit minus the committed token's), to tell a near-tie from a real disagreement.
-fn divergence(ours: &[u32], theirs: &[u32]) -> String {
+fn divergence(fx: &Fixture, ours: &[u32], theirs: &[u32]) -> String {
     let Some(t) = (0..ours.len().min(theirs.len())).find(|&i| ours[i] != theirs[i]) else {
         return format!("lengths {} vs {}", ours.len(), theirs.len());
     };
-    let ck = Checkpoint::open(root().join(TARGET).to_str().unwrap()).unwrap();
-    let m = DeepseekV3::load(&ck).unwrap();
+    let ck = Checkpoint::open(root().join(fx.target).to_str().unwrap()).unwrap();
+    let m = Target::load(&ck).unwrap();
     let f = m.forward(&theirs[..t]).unwrap();
-    let row = &f.logits[(t - 1) * m.vocab..t * m.vocab];
+    let v = m.vocab();
+    let row = &f.logits[(t - 1) * v..t * v];
     format!(
         "first difference at position {t}: ours {} vs committed {}, logit margin {:.3e}",
         ours[t],
@@ -74,16 +98,33 @@ fn divergence(ours: &[u32], theirs: &[u32]) -> String {
 
 #[test]
 fn capture_reproduces_the_committed_trace() {
-    let committed_dir = root().join(TRACE);
+    reproduces(&KIMI_K2);
+}
+
+/// The Kimi-Linear target's capture (`runtime::kimi_linear`, KDA token by token) against the
+/// trace transformers wrote (chunked KDA prefill, cached recurrent decode, taps by hooks).
+#[test]
+fn kimi_linear_capture_reproduces_its_committed_trace() {
+    reproduces(&KIMI_LINEAR);
+}
+
+fn reproduces(fx: &Fixture) {
+    let committed_dir = root().join(fx.trace);
     assert!(
         committed_dir.join("manifest.json").is_file(),
-        "{} is missing: the trained kimi-k2.5-tiny fixtures are part of the repository",
+        "{} is missing: the trained fixtures are part of the repository",
         committed_dir.display()
     );
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("trace");
     let t0 = std::time::Instant::now();
-    let o = capture(&out, &[]);
+    let lim = limit().to_string();
+    let o = capture_fixture(
+        fx,
+        Some("--target-checkpoint"),
+        &out,
+        &["--dataset", "kquant-heldout", "--limit", &lim],
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
     eprintln!(
@@ -167,7 +208,7 @@ fn capture_reproduces_the_committed_trace() {
             x == y,
             "sample {}: tokens differ: {}",
             s.id,
-            divergence(&x, &y)
+            divergence(fx, &x, &y)
         );
         assert_eq!(
             ours.target_top1(s).unwrap(),

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use common::{kquant, read_json, root};
 use kquant::checkpoint::Checkpoint;
-use kquant::runtime::deepseek::DeepseekV3;
+use kquant::runtime::target::Target;
 use kquant::trace::file::Trace;
 use kquant::verify::drafters::load_drafter;
 use kquant::verify::sim::simulate;
@@ -19,17 +19,32 @@ fn fix(p: &str) -> PathBuf {
     root().join("fixtures/kimi-k2.5-tiny").join(p)
 }
 
+fn kl(p: &str) -> PathBuf {
+    root().join("fixtures/kimi-linear-tiny").join(p)
+}
+
 /// One per category of the samples engine_sim.py simulated (it ran 0, 1, 20, 21, 40, 41; the
 /// loop re-runs the target over the whole sequence every round, so the test keeps three).
 const SAMPLES: [u64; 3] = [0, 20, 40];
 
 #[test]
 fn engine_loop_with_the_rust_target_equals_the_replay() {
+    engine_loop_equals_replay(fix, &["eagle3", "eagle3-mla", "dflash"]);
+}
+
+/// The same with the Kimi-Linear target (KDA state carried through the loop's re-runs) and its
+/// DFlash drafter.
+#[test]
+fn kimi_linear_engine_loop_equals_the_replay() {
+    engine_loop_equals_replay(kl, &["dflash"]);
+}
+
+fn engine_loop_equals_replay(fix: fn(&str) -> PathBuf, drafts: &[&str]) {
     let tck = Checkpoint::open(&fix("target").to_string_lossy()).unwrap();
-    let target = DeepseekV3::load(&tck).unwrap();
+    let target = Target::load(&tck).unwrap();
     let trace = Trace::open(&fix("trace")).unwrap();
     let py = read_json(&fix("reference/engine-sim.json"));
-    for name in ["eagle3", "eagle3-mla", "dflash"] {
+    for &name in drafts {
         let d = load_drafter(
             &fix(name).to_string_lossy(),
             Some(&tck),
@@ -168,4 +183,130 @@ fn a_trace_of_another_target_or_no_trace_is_refused() {
     assert_eq!(none.status.code(), Some(2));
     let ne = String::from_utf8_lossy(&none.stderr);
     assert!(ne.contains("trace import"), "{ne}");
+}
+
+/// `verify --target kimi-linear-tiny` runs the KDA target live (a capture of one held-out prompt
+/// per category), the same accept length as replaying the committed trace; and it gates
+/// quantized drafters, RTN and GPTQ (calibrated on a trace `trace capture` takes from the
+/// Kimi-Linear target over calibration prompts).
+#[test]
+fn kimi_linear_live_verify_gates_quantized_drafters() {
+    let d = kl("dflash");
+    let t = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let o = kquant(args);
+        assert!(
+            matches!(o.status.code(), Some(0) | Some(1)),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (
+            o.status.code(),
+            v,
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let verify = |draft: &std::path::Path, trace: Option<&std::path::Path>| {
+        let mut a = vec![
+            "verify".to_string(),
+            "--target".into(),
+            "kimi-linear-tiny".into(),
+            "--draft".into(),
+            draft.display().to_string(),
+            "--baseline".into(),
+            d.display().to_string(),
+            "--limit".into(),
+            "1".into(),
+            "--json".into(),
+            "-".into(),
+        ];
+        if let Some(tr) = trace {
+            a.extend(["--trace".into(), tr.display().to_string()]);
+        }
+        run(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let (code, live, _) = verify(&d, None);
+    assert_eq!(code, Some(0));
+    assert_eq!(live["trace"], "live capture");
+    assert_eq!(live["target"], "kimi-linear-tiny");
+    assert_eq!(live["delta"].as_f64(), Some(0.0));
+    assert_eq!(live["per_category"].as_object().unwrap().len(), 3);
+    let (_, committed, _) = verify(&d, Some(&kl("trace")));
+    assert_eq!(
+        committed["draft"]["accept_length"],
+        live["draft"]["accept_length"]
+    );
+    assert!(
+        live["draft"]["accept_length"].as_f64().unwrap() > 1.5,
+        "{live}"
+    );
+
+    let cal = t.path().join("cal");
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target-checkpoint",
+        kl("target").to_str().unwrap(),
+        "--prompts",
+        root()
+            .join("fixtures/kimi-k2.5-tiny/prompts/calibration.jsonl")
+            .to_str()
+            .unwrap(),
+        "--taps",
+        "2,3",
+        "--limit",
+        "6",
+        "--gen-len",
+        "48",
+        "-o",
+        cal.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = read_json(&cal.join("manifest.json"));
+    assert_eq!(m["num_layers"], 4);
+    assert_eq!(m["greedy_selfcheck"], 0);
+    for (name, extra) in [
+        ("rtn", vec![]),
+        (
+            "gptq",
+            vec![
+                "--method",
+                "gptq",
+                "--calibrate",
+                cal.to_str().unwrap(),
+                "--target-checkpoint",
+                kl("target").to_str().unwrap(),
+            ],
+        ),
+    ] {
+        let q = t.path().join(name);
+        let mut a = vec![
+            "quantize",
+            d.to_str().unwrap(),
+            "-o",
+            q.to_str().unwrap(),
+            "--scheme",
+            "int4-pc",
+            "--exclude",
+            "fc",
+        ];
+        a.extend(extra);
+        let o = kquant(&a);
+        assert!(
+            o.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let (code, r, _) = verify(&q, None);
+        let al = r["draft"]["accept_length"].as_f64().unwrap();
+        let base = r["baseline"]["accept_length"].as_f64().unwrap();
+        eprintln!("kimi-linear-tiny dflash {name} int4-pc: AL {al:.4} vs {base:.4}, exit {code:?}");
+        assert_eq!(r["trace"], "live capture");
+        assert_eq!(
+            r["baseline"]["accept_length"],
+            live["draft"]["accept_length"]
+        );
+        assert_eq!(code, Some(if r["passed"] == true { 0 } else { 1 }), "{r}");
+    }
 }

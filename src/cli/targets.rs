@@ -1,5 +1,5 @@
 //! `kquant targets [NAME|FILE] [--json]`: the target profiles (`quant-configs/targets/`) — shape,
-//! default taps per draft family in each numbering convention, the model cards' published accept
+//! a hybrid's layer pattern, default taps per draft family in each numbering convention, the model cards' published accept
 //! lengths, and whether kquant can run the target live.
 
 use std::process::ExitCode;
@@ -43,6 +43,14 @@ fn show(p: &Profile) {
         p.hidden_size.show(),
         p.vocab_size.show()
     ));
+    if let Some(lp) = &p.layers {
+        say(format!(
+            "    layers (0-based): KDA {}; MLA {}  [{}]",
+            ids(&lp.kda),
+            ids(&lp.mla),
+            lp.source
+        ));
+    }
     for f in DraftFamily::ALL {
         match p.taps.get(f) {
             Some(t) => {

@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::escape::printable;
-use crate::runtime::deepseek::DeepseekV3;
+use crate::runtime::target::Target;
 use crate::trace::capture::{self, Options};
 
 /// Arguments of `kquant trace`.
@@ -23,7 +23,8 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TraceCommand {
-    /// Run a Kimi-K2 (DeepseekV3ForCausalLM) target on CPU over prompts and write a trace:
+    /// Run a Kimi-K2 (DeepseekV3ForCausalLM) or Kimi-Linear (KimiLinearForCausalLM) target on CPU
+    /// over prompts and write a trace:
     /// greedy continuations, then one capture pass for the taps (as make_trace.py does).
     Capture(CaptureArgs),
     /// Import hidden states captured by a serving engine (`--format vllm-hidden-states DIR`).
@@ -255,13 +256,13 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
         &[a.prompts.clone(), PathBuf::from(&target)],
     )?;
     let ck = Checkpoint::open(&target)?;
-    let m = DeepseekV3::load(&ck)?;
+    let m = Target::load(&ck)?;
     let mut prompts = capture::read_prompts(&a.prompts)?;
     prompts.truncate(a.limit.unwrap_or(usize::MAX));
     let taps = a
         .taps
         .clone()
-        .unwrap_or_else(|| (1..m.num_layers).collect());
+        .unwrap_or_else(|| (1..m.num_layers()).collect());
     let o = Options {
         gen_len: a.gen_len,
         taps,

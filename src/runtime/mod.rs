@@ -6,10 +6,12 @@ pub mod deepseek;
 pub mod dflash;
 pub mod eagle3;
 pub mod hessian;
+pub mod kimi_linear;
 pub mod linears;
 pub mod matches;
 pub mod packed;
 pub mod rope;
+pub mod target;
 pub mod weights;
 
 use matches::Matches;

@@ -1,4 +1,4 @@
-//! Capturing a `kquant-trace/1` with the CPU target runtime (`runtime::deepseek`), the way
+//! Capturing a `kquant-trace/1` with a CPU target runtime (`runtime::target`), the way
 //! fixtures/gen/verify/make_trace.py does with transformers: per prompt, a greedy continuation
 //! of `gen_len` tokens with the KV cache (EOS committed like any token unless asked to stop at
 //! it), then ONE capture forward over prompt + continuation whose hidden states give the taps
@@ -14,7 +14,8 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::io::manifest::hash_file;
 use crate::ops::argmax;
-use crate::runtime::deepseek::{DeepseekV3, Forward};
+use crate::runtime::deepseek::Forward;
+use crate::runtime::target::Target;
 use crate::trace::file::{Manifest, NewSample, SampleMeta, FORMAT, TAP_CONVENTION};
 
 /// One prompt of the input JSONL.
@@ -141,7 +142,7 @@ fn top1(f: &Forward, vocab: usize) -> Vec<u32> {
 }
 
 /// make_trace.py's `greedy_nocache`: every token from a fresh full forward.
-fn greedy_nocache(m: &DeepseekV3, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>> {
+fn greedy_nocache(m: &Target, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>> {
     let mut x = prompt.to_vec();
     let mut out = Vec::new();
     while out.len() < n {
@@ -156,10 +157,10 @@ fn greedy_nocache(m: &DeepseekV3, prompt: &[u32], n: usize, stop: &[u32]) -> Res
 }
 
 /// Capture one prompt.
-pub fn capture(m: &DeepseekV3, prompt: &[u32], o: &Options) -> Result<Captured> {
+pub fn capture(m: &Target, prompt: &[u32], o: &Options) -> Result<Captured> {
     let p = prompt.len();
     let stop = if o.stop_at_eos {
-        m.cfg.eos.clone()
+        m.eos().to_vec()
     } else {
         vec![]
     };
@@ -185,21 +186,21 @@ pub fn capture(m: &DeepseekV3, prompt: &[u32], o: &Options) -> Result<Captured> 
     let (mut gen, mut stop_len) = generate(false)?;
     let mut x = join(&gen);
     let mut f = m.forward(&x)?;
-    let mut t1 = top1(&f, m.vocab);
+    let mut t1 = top1(&f, m.vocab());
     let mut bad = mismatches(&t1, &x, p);
     let regenerated = !bad.is_empty();
     if regenerated {
         (gen, stop_len) = generate(true)?;
         x = join(&gen);
         f = m.forward(&x)?;
-        t1 = top1(&f, m.vocab);
+        t1 = top1(&f, m.vocab());
         bad = mismatches(&t1, &x, p);
     }
     if let Some(&first) = bad.first() {
         gen.truncate(first + 1 - p);
         x = join(&gen);
         f = m.forward(&x)?;
-        t1 = top1(&f, m.vocab);
+        t1 = top1(&f, m.vocab());
     }
     let stop_len = stop_len.min(x.len());
     let stopped = stop.contains(&x[stop_len - 1]);
@@ -341,7 +342,7 @@ fn quantization(ck: &Checkpoint) -> String {
 /// user named it; `samples` and `greedy_selfcheck` as captured.
 pub fn manifest(
     ck: &Checkpoint,
-    m: &DeepseekV3,
+    m: &Target,
     name: &str,
     o: &Options,
     samples: Vec<SampleMeta>,
@@ -365,7 +366,7 @@ pub fn manifest(
         "ep": 1,
     });
     let stop_ids: Vec<u32> = if o.stop_at_eos {
-        m.cfg.eos.clone()
+        m.eos().to_vec()
     } else {
         vec![]
     };
@@ -384,9 +385,9 @@ pub fn manifest(
     Ok(Manifest {
         format: FORMAT.into(),
         target,
-        hidden_size: m.hidden,
-        num_layers: m.num_layers,
-        vocab_size: Some(m.vocab),
+        hidden_size: m.hidden(),
+        num_layers: m.num_layers(),
+        vocab_size: Some(m.vocab()),
         taps: o.taps.clone(),
         tap_convention: TAP_CONVENTION.into(),
         taps_pre_norm: true,
@@ -415,19 +416,15 @@ pub struct Written {
 #[allow(clippy::too_many_arguments)]
 pub fn write_trace(
     ck: &Checkpoint,
-    m: &DeepseekV3,
+    m: &Target,
     name: &str,
     prompts: &[Prompt],
     o: &Options,
     dataset: &str,
     out: crate::io::output::Claim,
 ) -> Result<Written> {
-    check_taps(&o.taps, m.num_layers)?;
-    check_lengths(
-        prompts,
-        o.gen_len.saturating_add(o.lookahead),
-        m.cfg.max_pos,
-    )?;
+    check_taps(&o.taps, m.num_layers())?;
+    check_lengths(prompts, o.gen_len.saturating_add(o.lookahead), m.max_pos())?;
     let pb = crate::progress::items(prompts.len() as u64, "capture", "samples");
     let mut caps = Vec::with_capacity(prompts.len());
     for p in prompts {
@@ -522,7 +519,7 @@ mod tests {
     fn capture_is_self_consistent_on_the_tiny_target() {
         let root = env!("CARGO_MANIFEST_DIR");
         let ck = Checkpoint::open(&format!("{root}/fixtures/tiny/target-kimi-k2")).unwrap();
-        let m = DeepseekV3::load(&ck).unwrap();
+        let m = Target::load(&ck).unwrap();
         let o = Options {
             gen_len: 6,
             taps: vec![1, 2],
@@ -539,6 +536,6 @@ mod tests {
             "argmax of the capture pass = continuation"
         );
         assert_eq!(c.taps.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 2]);
-        assert_eq!(c.taps[0].1.len(), 9 * m.hidden);
+        assert_eq!(c.taps[0].1.len(), 9 * m.hidden());
     }
 }

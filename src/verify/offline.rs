@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::runtime::deepseek::DeepseekV3;
 use crate::runtime::linears::Exec;
+use crate::runtime::target::Target;
 use crate::trace::capture;
 use crate::trace::file::Trace;
 use crate::verify::drafters::{load_drafter, replay_matches, AfterMiss};
@@ -359,7 +359,7 @@ pub fn open_trace(
             Some(live) => {
                 let tgt = live.resolve(&live.target)?;
                 let ck = Checkpoint::open(&tgt.to_string_lossy())?;
-                let m = DeepseekV3::load(&ck)?;
+                let m = Target::load(&ck)?;
                 let file = match a.prompts {
                     Some(p) => p.to_path_buf(),
                     None => live.resolve(&live.prompts)?,
@@ -369,7 +369,7 @@ pub fn open_trace(
                 prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
                 let o = capture::Options {
                     gen_len: LIVE_GEN_LEN,
-                    taps: (1..m.num_layers).collect(),
+                    taps: (1..m.num_layers()).collect(),
                     stop_at_eos: false,
                     lookahead: 0,
                     f32_taps: false,

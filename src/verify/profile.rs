@@ -30,6 +30,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "kimi-k2.5-tiny",
         include_str!("../../quant-configs/targets/kimi-k2.5-tiny.json"),
     ),
+    (
+        "kimi-linear-tiny",
+        include_str!("../../quant-configs/targets/kimi-linear-tiny.json"),
+    ),
 ];
 
 /// The tap convention of every profile (and of `kquant-trace/1`): `hs[0]` is the embedding
@@ -209,10 +213,23 @@ impl Live {
             msg: "is not there (looked in the working directory and in the kquant source tree)"
                 .into(),
             hint: Some(
-                "run from a kquant checkout (the live fixture is fixtures/kimi-k2.5-tiny/), or pass --trace and --target-checkpoint".into(),
+                "run from a kquant checkout (the live fixtures are fixtures/kimi-k2.5-tiny/ and fixtures/kimi-linear-tiny/), or pass --trace and --target-checkpoint".into(),
             ),
         })
     }
+}
+
+/// Which decoder layers mix tokens how, for a hybrid target (Kimi-Linear: KDA and MLA).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerPattern {
+    /// Kimi Delta Attention layers, 0-based decoder-layer indices (the output of layer i is
+    /// `hs[i+1]`).
+    pub kda: Vec<usize>,
+    /// Full (MLA) attention layers, 0-based.
+    pub mla: Vec<usize>,
+    /// Where the pattern comes from (and the file's own numbering).
+    pub source: String,
 }
 
 /// Where each shape fact comes from.
@@ -239,6 +256,9 @@ pub struct Profile {
     pub num_layers: Fact<usize>,
     pub hidden_size: Fact<usize>,
     pub vocab_size: Fact<usize>,
+    /// The layer pattern of a hybrid target (absent for one kind of attention throughout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<LayerPattern>,
     pub taps: Taps,
     pub published_accept_lengths: Vec<PublishedAl>,
     pub sources: Sources,
@@ -356,6 +376,20 @@ impl Profile {
                         p.draft, p.benchmark
                     ),
                 ));
+            }
+        }
+        if let Some(lp) = &self.layers {
+            let mut all: Vec<usize> = lp.kda.iter().chain(&lp.mla).copied().collect();
+            all.sort_unstable();
+            let n = self.num_layers.known().copied().unwrap_or(all.len());
+            if all != (0..n).collect::<Vec<_>>() {
+                return Err(bad(
+                    path,
+                    format!("layers: kda {:?} and mla {:?} must together be each of the {n} layers 0..{n} once", lp.kda, lp.mla),
+                ));
+            }
+            if lp.source.trim().is_empty() {
+                return Err(bad(path, "layers has no source".into()));
             }
         }
         let s = &self.sources;

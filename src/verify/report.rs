@@ -201,6 +201,7 @@ pub fn build(
             "accept_length": "gated: tokens committed per verify step, the bonus token counted, per token over the set (Σ committed / Σ verify steps)",
             "accept_length_engine": "the engine's own count: also the drafts a request's final step accepted before the cut at max_tokens or EOS (vLLM's per-request metrics and Prometheus counters); null where a sample has no lookahead past its stop",
             "accept_length_sglang_request": "SGLang's meta_info convention: completion tokens / verify steps, the prefill-sampled token counted once per request",
+            "accept_length_all_positions": "teacher-forced, not walked: 1 + the leading proposals equal to the target's greedy continuation, averaged over every root position (anchor) of the generated region, each block's proposals from one parallel pass; the offline figure DFlash cards quote (the Kimi-Linear drafter's 5.2106 on Math500), not gated",
         },
         "gated_on": "accept_length",
         "steps": steps,
@@ -344,7 +345,7 @@ pub fn table(r: &Value) -> String {
     }
     if !r["draft"]["accept_length_all_positions"].is_null() {
         s.push_str(&format!(
-            "draft: all-positions AL {}, SGLang per-request AL {}, per-depth conditional acceptance [{}]\n",
+            "draft: all-positions AL {} (teacher-forced over every anchor: the offline figure DFlash cards quote), SGLang per-request AL {}, per-depth conditional acceptance [{}]\n",
             f(&r["draft"]["accept_length_all_positions"]),
             f(&r["draft"]["accept_length_sglang_request"]),
             list(&r["draft"]["conditional_acceptance"])

@@ -9,7 +9,7 @@ use half::bf16;
 
 use crate::error::Result;
 use crate::ops::argmax;
-use crate::runtime::deepseek::DeepseekV3;
+use crate::runtime::target::Target;
 use crate::runtime::Drafter;
 
 /// What one simulated generation did.
@@ -30,13 +30,9 @@ pub struct Simulated {
 
 /// The target's greedy token after each position, and the draft's taps rounded to bf16 (what a
 /// `kquant-trace/1` stores, so the draft sees what the replay feeds it).
-fn verify_pass(
-    target: &DeepseekV3,
-    seq: &[u32],
-    taps: &[usize],
-) -> Result<(Vec<u32>, Vec<Vec<f32>>)> {
+fn verify_pass(target: &Target, seq: &[u32], taps: &[usize]) -> Result<(Vec<u32>, Vec<Vec<f32>>)> {
     let f = target.forward(seq)?;
-    let v = target.vocab;
+    let v = target.vocab();
     let top1 = f.logits.chunks(v).map(|row| argmax(row) as u32).collect();
     let rows = taps
         .iter()
@@ -54,7 +50,7 @@ fn verify_pass(
 /// `steps` tokens per round (stopping at `gen_len` like `max_new_tokens`: tokens
 /// a round would add beyond it are dropped).
 pub fn simulate(
-    target: &DeepseekV3,
+    target: &Target,
     draft: &dyn Drafter,
     prompt: &[u32],
     gen_len: usize,
@@ -89,7 +85,7 @@ pub fn simulate(
         let keep = seq.len() - 1;
         taps = cand_taps
             .into_iter()
-            .map(|r| r[..keep * target.hidden].to_vec())
+            .map(|r| r[..keep * target.hidden()].to_vec())
             .collect();
     }
     Ok(Simulated {

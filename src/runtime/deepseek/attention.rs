@@ -4,6 +4,8 @@
 //! latent into per-head `k_nope` and `v`, RoPE on the rope dims of q and k, causal softmax
 //! attention with the YaRN-scaled softmax scale, `o_proj`.
 //!
+//! Kimi-Linear's MLA (`nope_only`) is the same block with no rotation anywhere.
+//!
 //! transformers' interleaved RoPE writes the rotated pairs de-interleaved (evens then odds);
 //! this one keeps the pair layout. Both apply the same permutation to q and k, so every q·k is
 //! the same sum.
@@ -30,7 +32,7 @@ fn queries(e: OpImpl, c: &DsConfig, a: &Attn, x: &[f32], n: usize, pos0: usize) 
         QProj::Full(w) => e.linear(x, n, h, w, c.heads * qk),
         QProj::Lora { a, norm, b } => {
             let r = norm.len();
-            let qa = rms_norm(&e.linear(x, n, h, a, r), r, norm, c.eps);
+            let qa = rms_norm(&e.linear(x, n, h, a, r), r, norm, c.latent_eps);
             e.linear(&qa, n, r, b, c.heads * qk)
         }
     };
@@ -43,6 +45,9 @@ fn queries(e: OpImpl, c: &DsConfig, a: &Attn, x: &[f32], n: usize, pos0: usize) 
 }
 
 fn rotate(c: &DsConfig, x: &mut [f32], pos: usize) {
+    if c.nope_only {
+        return;
+    }
     if c.interleave {
         c.rope.apply_interleaved(x, pos);
     } else {
@@ -55,7 +60,7 @@ fn extend_cache(e: OpImpl, c: &DsConfig, a: &Attn, x: &[f32], n: usize, cache: &
     let (h, kl, rd, nh) = (c.hidden, c.kv_lora, c.rope_dim, c.heads);
     let ckv = e.linear(x, n, h, &a.kv_a, kl + rd);
     let latent: Vec<f32> = ckv.chunks(kl + rd).flat_map(|r| r[..kl].to_vec()).collect();
-    let latent = rms_norm(&latent, kl, &a.kv_norm, c.eps);
+    let latent = rms_norm(&latent, kl, &a.kv_norm, c.latent_eps);
     let per = c.nope + c.v_dim;
     let kv = e.linear(&latent, n, kl, &a.kv_b, nh * per);
     for i in 0..n {

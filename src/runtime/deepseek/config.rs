@@ -9,6 +9,9 @@ use crate::checkpoint::Config;
 use crate::error::{Error, Result};
 use crate::runtime::rope::{yarn_mscale, Rope};
 
+/// transformers' RMSNorm default eps, which the latent norms keep.
+pub const LATENT_EPS: f32 = 1e-6;
+
 /// Everything the forward needs to know besides the weights.
 #[derive(Debug, Clone)]
 pub struct DsConfig {
@@ -33,6 +36,13 @@ pub struct DsConfig {
     pub routed_scale: f32,
     pub first_dense: usize,
     pub eps: f32,
+    /// The eps of the latent norms (`q_a_layernorm`, `kv_a_layernorm`): transformers builds them
+    /// with the RMSNorm default 1e-6 whatever `rms_norm_eps` says (DeepSeek-V3 and Kimi-Linear
+    /// alike).
+    pub latent_eps: f32,
+    /// No positional encoding at all (Kimi-Linear's MLA, `mla_use_nope`): the shared "rope" key
+    /// dims are used as the projection makes them.
+    pub nope_only: bool,
     pub tie: bool,
     /// `rope_interleave` (DeepSeek pairs) or Llama `rotate_half` on the rope dims.
     pub interleave: bool,
@@ -117,6 +127,8 @@ impl DsConfig {
             routed_scale: num("routed_scaling_factor", 1.0) as f32,
             first_dense: uint("first_k_dense_replace")?.unwrap_or(0),
             eps: num("rms_norm_eps", 1e-6) as f32,
+            latent_eps: LATENT_EPS,
+            nope_only: false,
             tie: cfg
                 .get("tie_word_embeddings")
                 .and_then(Value::as_bool)
@@ -132,7 +144,7 @@ impl DsConfig {
     }
 
     /// The combinations transformers' router and attention can run.
-    fn check(&self) -> std::result::Result<(), String> {
+    pub(crate) fn check(&self) -> std::result::Result<(), String> {
         if !self.rope_dim.is_multiple_of(2) {
             return Err(format!("`qk_rope_head_dim` {} must be even", self.rope_dim));
         }

@@ -10,10 +10,10 @@
 //! (`ops::linear_ref`, serial) sits beside the fast one (`ops::linear`, rayon over heads and
 //! experts), compared in the tests under [`super::FAST_REL_TOL`].
 
-mod attention;
+pub(crate) mod attention;
 pub mod config;
-mod moe;
-mod weights;
+pub(crate) mod moe;
+pub(crate) mod weights;
 
 pub use config::DsConfig;
 pub use moe::Routed;
@@ -38,7 +38,7 @@ pub enum OpImpl {
 }
 
 impl OpImpl {
-    fn linear(self, x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
+    pub(crate) fn linear(self, x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
         match self {
             OpImpl::Reference => linear_ref(x, m, k, w, n),
             OpImpl::Fast => linear(x, m, k, w, n),

@@ -178,6 +178,8 @@ mod tests {
             routed_scale: 2.0,
             first_dense: 0,
             eps: 1e-6,
+            latent_eps: 1e-6,
+            nope_only: false,
             tie: false,
             interleave: true,
             rope: Rope::plain(2, 1e4),

@@ -70,7 +70,7 @@ pub struct Weights {
 }
 
 /// A SwiGLU MLP under `vb`.
-fn mlp(vb: &Loader, h: usize, inter: usize) -> Result<Mlp> {
+pub(crate) fn mlp(vb: &Loader, h: usize, inter: usize) -> Result<Mlp> {
     Ok(Mlp {
         gate: vb.get("gate_proj.weight", &[inter, h])?,
         up: vb.get("up_proj.weight", &[inter, h])?,
@@ -80,7 +80,7 @@ fn mlp(vb: &Loader, h: usize, inter: usize) -> Result<Mlp> {
 }
 
 /// The MLA attention weights under `vb` (a layer's `self_attn.`).
-fn attn(vb: &Loader, c: &DsConfig) -> Result<Attn> {
+pub(crate) fn attn(vb: &Loader, c: &DsConfig) -> Result<Attn> {
     let (h, nh) = (c.hidden, c.heads);
     let q = match c.q_lora {
         None => QProj::Full(vb.get("q_proj.weight", &[nh * c.qk_head(), h])?),

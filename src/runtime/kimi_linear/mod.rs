@@ -1,0 +1,390 @@
+//! The Kimi-Linear target (`KimiLinearForCausalLM`, moonshotai/Kimi-Linear-48B-A3B) forward on
+//! CPU in f32, as transformers 5.23's `modeling_kimi_linear.py` computes it: Kimi Delta
+//! Attention in the layers `linear_attn_config.kda_layers` names (`kda`), DeepSeek MLA without
+//! RoPE in the others, a dense SwiGLU MLP below `first_k_dense_replace` and the sigmoid MoE with
+//! a shared expert above (both from `runtime::deepseek`). Weights are read in any dtype or
+//! quantized layout `quant::decode` knows, under the checkpoint's own names (`weights`).
+//!
+//! One chunk routine runs `n` new positions against per-layer state (a KV cache for MLA, the
+//! conv and recurrent state for KDA): the full forward is one chunk from empty state, greedy
+//! decoding ([`Session`]) a prompt chunk then one token at a time; the recurrence is run token
+//! by token in both, so the two agree exactly. A plain reference path (`ops::linear_ref`,
+//! serial) sits beside the fast one (rayon over heads and experts), compared under
+//! [`super::FAST_REL_TOL`].
+
+pub mod config;
+mod kda;
+mod weights;
+
+pub use config::{Kda, KlConfig, Mixer};
+pub use kda::KdaState;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::ops::{argmax, rms_norm};
+use crate::runtime::deepseek::attention::{self, KvCache};
+use crate::runtime::deepseek::moe;
+use crate::runtime::deepseek::weights::Ffn;
+use crate::runtime::deepseek::{Forward, OpImpl, RouterOut};
+use weights::{Mix, Weights};
+
+/// A loaded target.
+pub struct KimiLinear {
+    pub cfg: KlConfig,
+    pub hidden: usize,
+    pub vocab: usize,
+    pub num_layers: usize,
+    w: Weights,
+}
+
+/// One layer's carried state.
+#[derive(Debug, Clone)]
+pub enum LayerState {
+    Kda(KdaState),
+    Mla(KvCache),
+}
+
+/// The final-normed rows of a chunk, and (when asked) the hidden states and router choices.
+struct Chunk {
+    normed: Vec<f32>,
+    hidden_states: Vec<Vec<f32>>,
+    router: Vec<RouterOut>,
+}
+
+/// Is this config.json a Kimi-Linear model?
+pub fn is_kimi_linear(cfg: &crate::checkpoint::Config) -> bool {
+    cfg.text().get("model_type").and_then(|v| v.as_str()) == Some("kimi_linear")
+        || cfg
+            .architectures()
+            .iter()
+            .any(|a| a == "KimiLinearForCausalLM")
+}
+
+impl KimiLinear {
+    /// Load a KimiLinearForCausalLM checkpoint; every tensor's shape is checked against
+    /// config.json.
+    pub fn load(ck: &Checkpoint) -> Result<KimiLinear> {
+        let cfg_file = ck.config.as_ref().ok_or_else(|| {
+            Error::source(&ck.weights.dir, "has no config.json")
+                .with_hint("the target runtime needs the model's config.json beside the weights")
+        })?;
+        if !is_kimi_linear(cfg_file) {
+            return Err(Error::source(
+                &ck.weights.dir,
+                format!(
+                    "is {:?} (model_type {:?}); this runtime runs KimiLinearForCausalLM",
+                    cfg_file.architectures(),
+                    cfg_file.text().get("model_type")
+                ),
+            ));
+        }
+        let cfg = KlConfig::read(cfg_file)?;
+        let w = weights::load(ck, &cfg)?;
+        Ok(KimiLinear {
+            hidden: cfg.ds.hidden,
+            vocab: cfg.ds.vocab,
+            num_layers: cfg.ds.layers,
+            cfg,
+            w,
+        })
+    }
+
+    /// Fresh per-layer state.
+    pub fn empty_state(&self) -> Vec<LayerState> {
+        self.cfg
+            .mixers
+            .iter()
+            .map(|m| match m {
+                Mixer::Kda => LayerState::Kda(KdaState::new(&self.cfg)),
+                Mixer::Mla => LayerState::Mla(KvCache::default()),
+            })
+            .collect()
+    }
+
+    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+        match tokens.iter().find(|&&t| t as usize >= self.vocab) {
+            Some(t) => Err(Error::Usage(format!(
+                "token id {t} is outside the target's vocabulary of {}",
+                self.vocab
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn chunk(&self, e: OpImpl, tokens: &[u32], state: &mut [LayerState], record: bool) -> Chunk {
+        let (h, n, c) = (self.hidden, tokens.len(), &self.cfg.ds);
+        let mut x: Vec<f32> = tokens
+            .iter()
+            .flat_map(|&t| self.w.embed[t as usize * h..(t as usize + 1) * h].to_vec())
+            .collect();
+        let (mut hs, mut router) = (Vec::new(), Vec::new());
+        for (l, (layer, st)) in self.w.layers.iter().zip(state.iter_mut()).enumerate() {
+            if record {
+                hs.push(x.clone());
+            }
+            let a = rms_norm(&x, h, &layer.input_norm, c.eps);
+            let a = match (&layer.mix, st) {
+                (Mix::Kda(w), LayerState::Kda(s)) => kda::forward(e, &self.cfg, w, &a, n, s),
+                (Mix::Mla(w), LayerState::Mla(kv)) => attention::forward(e, c, w, &a, n, kv),
+                _ => unreachable!("state built from the same mixer list"),
+            };
+            x.iter_mut().zip(&a).for_each(|(r, v)| *r += v);
+            let f = rms_norm(&x, h, &layer.post_norm, c.eps);
+            let f = match &layer.ffn {
+                Ffn::Dense(m) => moe::mlp(e, m, &f, n, h),
+                Ffn::Moe(m) => {
+                    let (y, r) = moe::forward(e, c, m, &f, n);
+                    if record {
+                        router.push(RouterOut {
+                            layer: l,
+                            topk_idx: r.idx,
+                            topk_weight: r.weight,
+                        });
+                    }
+                    y
+                }
+            };
+            x.iter_mut().zip(&f).for_each(|(r, v)| *r += v);
+        }
+        let normed = rms_norm(&x, h, &self.w.norm, c.eps);
+        if record {
+            hs.push(normed.clone());
+        }
+        Chunk {
+            normed,
+            hidden_states: hs,
+            router,
+        }
+    }
+
+    fn logits(&self, e: OpImpl, normed: &[f32], n: usize) -> Vec<f32> {
+        e.linear(normed, n, self.hidden, &self.w.lm_head, self.vocab)
+    }
+
+    /// Causal forward over `tokens` at positions `0..T` (fast path); `hidden_states` in HF's
+    /// convention (`hs[L]` after the final norm), as `DeepseekV3::forward`.
+    pub fn forward(&self, tokens: &[u32]) -> Result<Forward> {
+        self.forward_with(OpImpl::Fast, tokens)
+    }
+
+    /// [`forward`](Self::forward) on the plain reference ops.
+    pub fn forward_ref(&self, tokens: &[u32]) -> Result<Forward> {
+        self.forward_with(OpImpl::Reference, tokens)
+    }
+
+    fn forward_with(&self, e: OpImpl, tokens: &[u32]) -> Result<Forward> {
+        self.check_tokens(tokens)?;
+        let mut st = self.empty_state();
+        let c = self.chunk(e, tokens, &mut st, true);
+        Ok(Forward {
+            logits: self.logits(e, &c.normed, tokens.len()),
+            hidden_states: c.hidden_states,
+            router: c.router,
+        })
+    }
+
+    /// An incremental-decode session (empty state).
+    pub fn session(&self) -> Session<'_> {
+        Session {
+            model: self,
+            state: self.empty_state(),
+            len: 0,
+        }
+    }
+
+    /// Greedy continuation of `prompt` by `n` tokens (stops after a token in `stop`, kept).
+    pub fn greedy(&self, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>> {
+        let mut s = self.session();
+        let mut logits = s.extend(prompt)?;
+        let mut out = Vec::with_capacity(n.min(4096));
+        while out.len() < n {
+            let t = argmax(&logits) as u32;
+            out.push(t);
+            if stop.contains(&t) || out.len() == n {
+                break;
+            }
+            logits = s.step(t)?;
+        }
+        Ok(out)
+    }
+}
+
+/// Incremental decoding: positions continue from what the session has seen.
+pub struct Session<'m> {
+    model: &'m KimiLinear,
+    state: Vec<LayerState>,
+    len: usize,
+}
+
+impl Session<'_> {
+    /// Positions seen so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The carried state of every layer (the KDA recurrent and conv states, the MLA caches).
+    pub fn state(&self) -> &[LayerState] {
+        &self.state
+    }
+
+    /// Feed `tokens`; returns the logits `[vocab]` at the last of them.
+    pub fn extend(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let m = self.model;
+        m.check_tokens(tokens)?;
+        if tokens.is_empty() {
+            return Err(Error::Usage("cannot decode from an empty prompt".into()));
+        }
+        let c = m.chunk(OpImpl::Fast, tokens, &mut self.state, false);
+        self.len += tokens.len();
+        let last = &c.normed[(tokens.len() - 1) * m.hidden..];
+        Ok(m.logits(OpImpl::Fast, last, 1))
+    }
+
+    /// Feed one token; returns the logits of the next position.
+    pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        self.extend(&[token])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::deepseek::DECODE_REL_TOL;
+    use crate::runtime::FAST_REL_TOL;
+
+    const TARGET: &str = "fixtures/kimi-linear-tiny/target";
+
+    fn tiny() -> KimiLinear {
+        let ck = Checkpoint::open(&format!("{}/{TARGET}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        KimiLinear::load(&ck).unwrap()
+    }
+
+    fn tokens(n: usize, vocab: usize) -> Vec<u32> {
+        (0..n as u32)
+            .map(|i| (i * 37 + 11) % vocab as u32)
+            .collect()
+    }
+
+    /// max |a − b| / max(1, max |a|).
+    fn rel(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len());
+        let scale = a.iter().fold(1f32, |m, v| m.max(v.abs()));
+        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+    }
+
+    fn kda_states(s: &Session) -> Vec<(Vec<f32>, Vec<f32>)> {
+        s.state()
+            .iter()
+            .filter_map(|l| match l {
+                LayerState::Kda(k) => Some((k.conv.clone(), k.s.clone())),
+                LayerState::Mla(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_fixture_is_the_hybrid_it_claims() {
+        let m = tiny();
+        assert_eq!(
+            m.cfg.mixers,
+            vec![Mixer::Kda, Mixer::Kda, Mixer::Mla, Mixer::Kda],
+            "1-based kda_layers [1, 2, 4], full_attn_layers [3]"
+        );
+        assert!(m.cfg.ds.nope_only);
+    }
+
+    #[test]
+    fn fast_path_matches_the_reference() {
+        let m = tiny();
+        let x = tokens(12, m.vocab);
+        let (f, r) = (m.forward(&x).unwrap(), m.forward_ref(&x).unwrap());
+        let d = rel(&r.logits, &f.logits);
+        eprintln!("fast vs reference: logits {d:.2e}");
+        assert!(d <= FAST_REL_TOL, "logits {d}");
+        assert_eq!(f.hidden_states.len(), m.num_layers + 1);
+        for (i, (a, b)) in r.hidden_states.iter().zip(&f.hidden_states).enumerate() {
+            let d = rel(a, b);
+            assert!(d <= FAST_REL_TOL, "hidden_states[{i}] {d}");
+        }
+        assert_eq!(f.router.len(), 3, "layers 1, 2, 3 are MoE");
+        for (a, b) in r.router.iter().zip(&f.router) {
+            assert_eq!(a.topk_idx, b.topk_idx);
+        }
+    }
+
+    #[test]
+    fn incremental_decode_carries_the_state_exactly() {
+        let m = tiny();
+        let prompt = tokens(5, m.vocab);
+        let gen = m.greedy(&prompt, 8, &[]).unwrap();
+        assert_eq!(gen.len(), 8);
+        let all: Vec<u32> = prompt.iter().chain(&gen).copied().collect();
+        let f = m.forward(&all).unwrap();
+        let v = m.vocab;
+        let mut s = m.session();
+        let mut step = s.extend(&prompt).unwrap();
+        let mut worst = 0f32;
+        for (i, &t) in gen.iter().enumerate() {
+            let row = &f.logits[(prompt.len() - 1 + i) * v..(prompt.len() + i) * v];
+            worst = worst.max(rel(row, &step));
+            assert!(rel(row, &step) <= DECODE_REL_TOL, "position {i}");
+            assert_eq!(argmax(row) as u32, t, "greedy token {i}");
+            step = s.step(t).unwrap();
+        }
+        eprintln!("incremental decode vs full forward: logits {worst:.2e}");
+        assert_eq!(s.len(), all.len());
+        // The recurrent and conv states after a prompt fed at once, in two chunks, and one
+        // token at a time are the same numbers: the recurrence runs token by token in each.
+        let mut one = m.session();
+        one.extend(&all).unwrap();
+        let mut two = m.session();
+        two.extend(&all[..7]).unwrap();
+        two.extend(&all[7..]).unwrap();
+        let mut each = m.session();
+        for &t in &all {
+            each.step(t).unwrap();
+        }
+        let (a, b, c) = (kda_states(&one), kda_states(&two), kda_states(&each));
+        assert_eq!(a.len(), 3);
+        assert!(a.iter().all(|(_, s)| s.iter().any(|x| *x != 0.0)));
+        assert_eq!(a, b, "prefill in two chunks");
+        assert_eq!(a, c, "one token at a time");
+        // A stop token ends the continuation after it.
+        let first = gen[0];
+        assert_eq!(m.greedy(&prompt, 8, &[first]).unwrap(), vec![first]);
+    }
+
+    #[test]
+    fn a_wrong_shape_names_the_tensor() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(TARGET);
+        let d = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(&src).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, d.path().join(p.file_name().unwrap())).unwrap();
+        }
+        let cfg = d.path().join("config.json");
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        std::fs::write(&cfg, text.replace("\"head_dim\": 64", "\"head_dim\": 32")).unwrap();
+        let ck = Checkpoint::open(d.path().to_str().unwrap()).unwrap();
+        let e = KimiLinear::load(&ck).err().unwrap().to_string();
+        assert!(
+            e.contains("model.layers.0.self_attn.q_conv1d.weight")
+                && e.contains("[256, 1, 4]")
+                && e.contains("[128, 1, 4]"),
+            "{e}"
+        );
+        // Not a Kimi-Linear checkpoint: named, not run as one.
+        let k2 = format!(
+            "{}/fixtures/tiny/target-kimi-k2",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let e = KimiLinear::load(&Checkpoint::open(&k2).unwrap())
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("KimiLinearForCausalLM"), "{e}");
+    }
+}
