@@ -467,8 +467,9 @@ fn a_negative_max_regression_is_a_value_everywhere() {
     assert_eq!(line(&h), line(&v), "one definition, one help text");
 }
 
-/// `quantize`'s `next:` gate names the profile of the draft's own target (by its hidden size):
-/// the tiny draft gets `--target kimi-k2.5-tiny` (live, no trace needed), not `kimi-k2.5`.
+/// `quantize`'s `next:` gate names the profile of the draft's own target (by its hidden size,
+/// then by the taps its profile gives the draft's family): the tiny draft gets `--target
+/// kimi-k2.5-tiny` (live, no trace needed), not `kimi-k2.5` nor `kimi-linear-tiny`.
 #[test]
 fn quantize_suggests_the_profile_of_the_drafts_target() {
     let t = tempfile::tempdir().unwrap();
@@ -505,6 +506,29 @@ fn quantize_suggests_the_profile_of_the_drafts_target() {
     args.extend(["--limit", "1", "--max-regression", "1"]);
     let o = kquant(&args);
     assert!(o.status.success(), "{args:?}: {}", common::stderr(&o));
+    // Two live profiles have hidden size 256; the Kimi-Linear drafter's taps (hs[2, 3]) name
+    // its own.
+    let out = t.path().join("kl");
+    let o = kquant(&[
+        "quantize",
+        "fixtures/kimi-linear-tiny/dflash",
+        "-o",
+        out.to_str().unwrap(),
+        "--scheme",
+        "int4-pc",
+        "--exclude",
+        "fc",
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let e = common::stderr(&o);
+    let next = e
+        .lines()
+        .find(|l| l.starts_with("next: kquant verify"))
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(
+        next.contains("--target kimi-linear-tiny ") && !next.contains("--trace"),
+        "{next}"
+    );
 }
 
 /// A report says when its interval cannot carry the verdict: too few prompts for a bootstrap,

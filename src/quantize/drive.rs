@@ -239,13 +239,28 @@ impl<'p> Job<'p> {
                 .flatten()
                 .or_else(|| c.uint("hidden_size").ok().flatten())
         });
+        // The draft's taps as HF hidden-state indices, when its convention is known: two
+        // targets of one hidden size (the tiny Kimi-K2 and Kimi-Linear ones) are told apart by
+        // the taps their profiles give the draft's family.
+        let taps = crate::checkpoint::detect::detect(plan.ck)
+            .ok()
+            .and_then(|d| d.aux_layers)
+            .and_then(|a| a.hidden_states)
+            .map(|v| {
+                v.into_iter()
+                    .filter_map(|x| usize::try_from(x).ok())
+                    .collect()
+            });
         let next = next_steps(
             &self.family,
             plan.recipe.format(),
             plan.recipe.scheme(),
             &s.dir,
             src,
-            target_hidden,
+            DraftTarget {
+                hidden: target_hidden,
+                taps,
+            },
         );
         Ok(Done {
             dir: s.dir,
@@ -308,7 +323,7 @@ fn next_steps(
     scheme: Scheme,
     out: &Path,
     src: &str,
-    target_hidden: Option<u64>,
+    target: DraftTarget,
 ) -> Vec<String> {
     use crate::engines::{quantized, Engine, Loads};
     let kind = match family {
@@ -332,21 +347,59 @@ fn next_steps(
             ));
         }
     }
-    v.push(verify_step(&out.to_string(), src, target_hidden));
+    v.push(verify_step(&out.to_string(), src, family, &target));
     v
 }
 
-/// The accept-length gate for a draft of a target of hidden size `target_hidden`: the built-in
-/// profile of that size (without `--trace` where kquant runs that target itself), else a target
-/// checkpoint to name.
-fn verify_step(out: &str, src: &str, target_hidden: Option<u64>) -> String {
+/// What a draft says of its target: the hidden size it reads, and its taps as HF hidden-state
+/// indices (when its convention is known).
+struct DraftTarget {
+    hidden: Option<u64>,
+    taps: Option<Vec<usize>>,
+}
+
+/// The accept-length gate for a draft: the built-in profile of its target's hidden size (the one
+/// whose default taps for the draft's family are the draft's, where several have that size;
+/// without `--trace` where kquant runs that target itself), else a target checkpoint to name.
+fn verify_step(out: &str, src: &str, family: &Family, t: &DraftTarget) -> String {
+    use crate::verify::profile::DraftFamily;
     let profiles = crate::verify::profile::builtin().unwrap_or_default();
-    let matching: Vec<&crate::verify::profile::Profile> = profiles
+    let fam = match family {
+        Family::Eagle3 => Some(DraftFamily::Eagle3),
+        Family::Eagle3Mla => Some(DraftFamily::Eagle3Mla),
+        Family::Dflash => Some(DraftFamily::Dflash),
+        _ => None,
+    };
+    let sized: Vec<&crate::verify::profile::Profile> = profiles
         .iter()
         .filter(|p| {
-            target_hidden.is_some_and(|h| p.hidden_size.known().is_some_and(|&s| s as u64 == h))
+            t.hidden
+                .is_some_and(|h| p.hidden_size.known().is_some_and(|&s| s as u64 == h))
         })
         .collect();
+    fn taps_of(
+        p: &crate::verify::profile::Profile,
+        fam: Option<crate::verify::profile::DraftFamily>,
+    ) -> Option<&Vec<usize>> {
+        fam.and_then(|f| p.taps.get(f)).map(|x| &x.hs)
+    }
+    let same_taps: Vec<_> = sized
+        .iter()
+        .copied()
+        .filter(|p| t.taps.is_some() && taps_of(p, fam) == t.taps.as_ref())
+        .collect();
+    let known_taps: Vec<_> = sized
+        .iter()
+        .copied()
+        .filter(|p| taps_of(p, fam).is_some())
+        .collect();
+    let matching = if !same_taps.is_empty() {
+        same_taps
+    } else if !known_taps.is_empty() {
+        known_taps
+    } else {
+        sized
+    };
     let gate = "(the accept-length gate; docs/verify.md)";
     match matching.as_slice() {
         [p] if p.live.is_some() => format!(
