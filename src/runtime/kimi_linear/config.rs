@@ -11,6 +11,14 @@ use crate::error::{Error, Result};
 use crate::runtime::deepseek::config::{DsConfig, LATENT_EPS};
 use crate::runtime::rope::Rope;
 
+/// The most decoder layers a config may declare.
+pub const MAX_LAYERS: usize = 4096;
+/// The most floats one KDA layer's recurrent state may hold (heads · head_dim²; the real model's
+/// is 32 · 128² = 524288).
+pub const MAX_KDA_STATE: usize = 1 << 26;
+/// The longest short convolution.
+pub const MAX_CONV: usize = 64;
+
 /// What mixes tokens in one decoder layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mixer {
@@ -101,6 +109,13 @@ fn read(t: &Map<String, Value>, cfg: &Config) -> std::result::Result<KlConfig, S
         ));
     }
     let layers = need(&["num_hidden_layers"])?;
+    // The layer pattern is a table of one entry a layer, made before any weight is read: a
+    // hostile count is refused here, not allocated (a real model has tens of layers).
+    if layers == 0 || layers > MAX_LAYERS {
+        return Err(format!(
+            "`num_hidden_layers` is {layers}: must be in 1..={MAX_LAYERS}"
+        ));
+    }
     let lac = get("linear_attn_config").and_then(Value::as_object);
     let empty = Map::new();
     let la = lac.unwrap_or(&empty);
@@ -127,6 +142,18 @@ fn read(t: &Map<String, Value>, cfg: &Config) -> std::result::Result<KlConfig, S
     };
     if kda.heads == 0 || kda.head_dim == 0 || kda.conv == 0 {
         return Err("the KDA heads, head_dim and short_conv_kernel_size must be > 0".into());
+    }
+    // The recurrent state is heads · head_dim² floats a layer, the conv state conv · 3 · width:
+    // both sized from these numbers before any weight is read.
+    let state = kda
+        .heads
+        .checked_mul(kda.head_dim)
+        .and_then(|w| w.checked_mul(kda.head_dim.max(3 * kda.conv)));
+    if state.is_none_or(|n| n > MAX_KDA_STATE) || kda.conv > MAX_CONV {
+        return Err(format!(
+            "`linear_attn_config` heads {} × head_dim {} (short_conv_kernel_size {}) is past what a KDA layer can hold (state ≤ {MAX_KDA_STATE} floats, kernel ≤ {MAX_CONV})",
+            kda.heads, kda.head_dim, kda.conv
+        ));
     }
     let mixers = mixers(t, la, layers)?;
     let max_pos = any(&["model_max_length", "max_position_embeddings"])?.unwrap_or(4096);
@@ -309,6 +336,18 @@ mod tests {
         assert!(with("mla_use_nope", json!(false)).contains("mla_use_nope"));
         assert!(with("moe_router_activation_func", json!("softmax")).contains("sigmoid"));
         assert!(with("moe_layer_freq", json!(2)).contains("moe_layer_freq"));
+        // Hostile sizes are refused before anything is allocated from them.
+        assert!(with("num_hidden_layers", json!(1u64 << 40)).contains("1..=4096"));
+        let mut j = real();
+        j["linear_attn_config"]["head_dim"] = json!(1u64 << 33);
+        assert!(cfg(j)
+            .unwrap_err()
+            .contains("past what a KDA layer can hold"));
+        let mut j = real();
+        j["linear_attn_config"]["short_conv_kernel_size"] = json!(1000);
+        assert!(cfg(j)
+            .unwrap_err()
+            .contains("past what a KDA layer can hold"));
         let mut j = real();
         j["linear_attn_config"]["kda_layers"] = json!([0, 1]);
         assert!(cfg(j).unwrap_err().contains("1-based"));
