@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use common::{load, root, Tensors};
+use common::{load, rel_to, root, tensor_f32s, tensor_i32s, Tensors};
 use kquant::checkpoint::Checkpoint;
 use kquant::runtime::kimi_linear::{KimiLinear, LayerState};
 
@@ -21,31 +21,6 @@ const PARITY: &str = "fixtures/kimi-linear-tiny/reference/parity-target.safetens
 const PARITY_REL_TOL: f32 = 1e-4;
 /// Bound on |ours − torch| of each router weight, as for Kimi-K2.
 const ROUTER_WEIGHT_ABS_TOL: f32 = 1e-4;
-
-fn f32s(t: &Tensors, name: &str) -> (Vec<u64>, Vec<f32>) {
-    let (dt, shape, b) = t.get(name).unwrap_or_else(|| panic!("`{name}` missing"));
-    assert_eq!(dt, "F32", "{name}");
-    let v = b
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    (shape.clone(), v)
-}
-
-fn i32s(t: &Tensors, name: &str) -> Vec<i32> {
-    let (dt, _, b) = t.get(name).unwrap_or_else(|| panic!("`{name}` missing"));
-    assert_eq!(dt, "I32", "{name}");
-    b.chunks_exact(4)
-        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
-
-/// max |a − b| / max |b|.
-fn rel(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
-}
 
 fn setup() -> (Tensors, KimiLinear, Vec<u32>, &'static str) {
     let parity = root().join(PARITY);
@@ -62,7 +37,10 @@ fn setup() -> (Tensors, KimiLinear, Vec<u32>, &'static str) {
     let r = load(&parity);
     let ck = Checkpoint::open(root().join(TARGET).to_str().unwrap()).unwrap();
     let m = KimiLinear::load(&ck).unwrap();
-    let tokens: Vec<u32> = i32s(&r, "tokens").iter().map(|&t| t as u32).collect();
+    let tokens: Vec<u32> = tensor_i32s(&r, "tokens")
+        .iter()
+        .map(|&t| t as u32)
+        .collect();
     (r, m, tokens, stale)
 }
 
@@ -71,7 +49,7 @@ fn kimi_linear_forward_matches_transformers() {
     let (r, m, tokens, stale) = setup();
     let t = tokens.len();
     let f = m.forward(&tokens).unwrap();
-    let (shape, logits) = f32s(&r, "logits");
+    let (shape, logits) = tensor_f32s(&r, "logits");
     assert_eq!(shape, vec![t as u64, m.vocab as u64]);
     for (what, ours) in [
         ("logits", &f.logits),
@@ -80,7 +58,7 @@ fn kimi_linear_forward_matches_transformers() {
             &m.forward_ref(&tokens).unwrap().logits,
         ),
     ] {
-        let d = rel(ours, &logits);
+        let d = rel_to(ours, &logits);
         eprintln!("{what}: max rel error {d:.3e}");
         assert!(
             d <= PARITY_REL_TOL,
@@ -95,14 +73,14 @@ fn kimi_linear_forward_matches_transformers() {
             "argmax at {i}{stale}"
         );
     }
-    let (shape, hs) = f32s(&r, "hidden_states");
+    let (shape, hs) = tensor_f32s(&r, "hidden_states");
     let n = t * m.hidden;
     assert_eq!(
         shape,
         vec![m.num_layers as u64 + 1, t as u64, m.hidden as u64]
     );
     for (i, ours) in f.hidden_states.iter().enumerate() {
-        let d = rel(ours, &hs[i * n..(i + 1) * n]);
+        let d = rel_to(ours, &hs[i * n..(i + 1) * n]);
         eprintln!("hidden_states[{i}]: max rel error {d:.3e}");
         assert!(d <= PARITY_REL_TOL, "hidden_states[{i}]: {d:.3e}{stale}");
     }
@@ -119,12 +97,12 @@ fn kimi_linear_forward_matches_transformers() {
     assert_eq!(moe, vec![1, 2, 3], "layer 0 is dense");
     for ro in &f.router {
         let l = ro.layer;
-        let idx: Vec<u32> = i32s(&r, &format!("router.{l}.topk_idx"))
+        let idx: Vec<u32> = tensor_i32s(&r, &format!("router.{l}.topk_idx"))
             .iter()
             .map(|&x| x as u32)
             .collect();
         assert_eq!(ro.topk_idx, idx, "router.{l}.topk_idx{stale}");
-        let (_, w) = f32s(&r, &format!("router.{l}.topk_weight"));
+        let (_, w) = tensor_f32s(&r, &format!("router.{l}.topk_weight"));
         let d = ro
             .topk_weight
             .iter()
@@ -144,8 +122,8 @@ fn kimi_linear_forward_matches_transformers() {
 #[test]
 fn kimi_linear_decode_carries_the_state_transformers_carries() {
     let (r, m, tokens, stale) = setup();
-    let prefill = i32s(&r, "decode.prefill")[0] as usize;
-    let (shape, want) = f32s(&r, "decode.logits");
+    let prefill = tensor_i32s(&r, "decode.prefill")[0] as usize;
+    let (shape, want) = tensor_f32s(&r, "decode.logits");
     let steps = tokens.len() - prefill + 1;
     assert_eq!(shape, vec![steps as u64, m.vocab as u64]);
     let mut s = m.session();
@@ -154,7 +132,7 @@ fn kimi_linear_decode_carries_the_state_transformers_carries() {
         rows.push(s.step(t).unwrap());
     }
     for (i, row) in rows.iter().enumerate() {
-        let d = rel(row, &want[i * m.vocab..(i + 1) * m.vocab]);
+        let d = rel_to(row, &want[i * m.vocab..(i + 1) * m.vocab]);
         eprintln!("decode step {i}: logits max rel error {d:.3e}");
         assert!(d <= PARITY_REL_TOL, "decode step {i}: {d:.3e}{stale}");
     }
@@ -164,10 +142,10 @@ fn kimi_linear_decode_carries_the_state_transformers_carries() {
             assert!(!r.contains_key(&format!("state.{l}.recurrent")));
             continue;
         };
-        let (shape, want) = f32s(&r, &format!("state.{l}.recurrent"));
+        let (shape, want) = tensor_f32s(&r, &format!("state.{l}.recurrent"));
         let (h, dk) = (m.cfg.kda.heads as u64, m.cfg.kda.head_dim as u64);
         assert_eq!(shape, vec![h, dk, dk], "[heads, key dim, value dim]");
-        let d = rel(&k.s, &want);
+        let d = rel_to(&k.s, &want);
         eprintln!("layer {l} recurrent state: max rel error {d:.3e}");
         assert!(d <= PARITY_REL_TOL, "layer {l} state: {d:.3e}{stale}");
         checked += 1;

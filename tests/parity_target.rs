@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{load, root, Tensors};
+use common::{load, rel_to, root, tensor_f32s, tensor_i32s};
 use kquant::checkpoint::Checkpoint;
 use kquant::runtime::deepseek::DeepseekV3;
 
@@ -17,31 +17,6 @@ const PARITY: &str = "fixtures/kimi-k2.5-tiny/reference/parity-target.safetensor
 const PARITY_REL_TOL: f32 = 1e-4;
 /// Bound on |ours − torch| of each router weight (values ≈ 0.5–2.8; measured ≈ 2e-6).
 const ROUTER_WEIGHT_ABS_TOL: f32 = 1e-4;
-
-fn f32s(t: &Tensors, name: &str) -> (Vec<u64>, Vec<f32>) {
-    let (dt, shape, b) = t.get(name).unwrap_or_else(|| panic!("`{name}` missing"));
-    assert_eq!(dt, "F32", "{name}");
-    let v = b
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    (shape.clone(), v)
-}
-
-fn i32s(t: &Tensors, name: &str) -> Vec<i32> {
-    let (dt, _, b) = t.get(name).unwrap_or_else(|| panic!("`{name}` missing"));
-    assert_eq!(dt, "I32", "{name}");
-    b.chunks_exact(4)
-        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
-
-/// max |a − b| / max |b|.
-fn rel(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
-}
 
 #[test]
 fn target_forward_matches_transformers() {
@@ -61,19 +36,22 @@ fn target_forward_matches_transformers() {
     let r = load(&parity);
     let ck = Checkpoint::open(root().join(TARGET).to_str().unwrap()).unwrap();
     let m = DeepseekV3::load(&ck).unwrap();
-    let tokens: Vec<u32> = i32s(&r, "tokens").iter().map(|&t| t as u32).collect();
+    let tokens: Vec<u32> = tensor_i32s(&r, "tokens")
+        .iter()
+        .map(|&t| t as u32)
+        .collect();
     let t = tokens.len();
     let f = m.forward(&tokens).unwrap();
 
-    let (shape, logits) = f32s(&r, "logits");
+    let (shape, logits) = tensor_f32s(&r, "logits");
     assert_eq!(shape, vec![t as u64, m.vocab as u64]);
-    let d = rel(&f.logits, &logits);
+    let d = rel_to(&f.logits, &logits);
     eprintln!("logits: max rel error {d:.3e}");
     assert!(
         d <= PARITY_REL_TOL,
         "logits: {d:.3e} > {PARITY_REL_TOL}{stale}"
     );
-    let d = rel(&m.forward_ref(&tokens).unwrap().logits, &logits);
+    let d = rel_to(&m.forward_ref(&tokens).unwrap().logits, &logits);
     eprintln!("logits (reference path): max rel error {d:.3e}");
     assert!(
         d <= PARITY_REL_TOL,
@@ -91,7 +69,7 @@ fn target_forward_matches_transformers() {
         );
     }
 
-    let (shape, hs) = f32s(&r, "hidden_states");
+    let (shape, hs) = tensor_f32s(&r, "hidden_states");
     let n = t * m.hidden;
     assert_eq!(
         shape,
@@ -99,7 +77,7 @@ fn target_forward_matches_transformers() {
     );
     assert_eq!(f.hidden_states.len(), m.num_layers + 1);
     for (i, ours) in f.hidden_states.iter().enumerate() {
-        let d = rel(ours, &hs[i * n..(i + 1) * n]);
+        let d = rel_to(ours, &hs[i * n..(i + 1) * n]);
         eprintln!("hidden_states[{i}]: max rel error {d:.3e}");
         assert!(
             d <= PARITY_REL_TOL,
@@ -123,12 +101,12 @@ fn target_forward_matches_transformers() {
     );
     for ro in &f.router {
         let l = ro.layer;
-        let idx: Vec<u32> = i32s(&r, &format!("router.{l}.topk_idx"))
+        let idx: Vec<u32> = tensor_i32s(&r, &format!("router.{l}.topk_idx"))
             .iter()
             .map(|&x| x as u32)
             .collect();
         assert_eq!(ro.topk_idx, idx, "router.{l}.topk_idx{stale}");
-        let (_, w) = f32s(&r, &format!("router.{l}.topk_weight"));
+        let (_, w) = tensor_f32s(&r, &format!("router.{l}.topk_weight"));
         let d = ro
             .topk_weight
             .iter()

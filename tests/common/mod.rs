@@ -392,3 +392,29 @@ macro_rules! device_tests {
     )*};
 }
 pub(crate) use device_tests;
+
+/// A named F32 tensor of a parity file: its shape and values.
+pub fn tensor_f32s(t: &Tensors, name: &str) -> (Vec<u64>, Vec<f32>) {
+    let (dt, shape, b) = t.get(name).unwrap_or_else(|| panic!("`{name}` missing"));
+    assert_eq!(dt, "F32", "{name}");
+    let v = b
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    (shape.clone(), v)
+}
+
+pub fn tensor_i32s(t: &Tensors, name: &str) -> Vec<i32> {
+    let (dt, _, b) = t.get(name).unwrap_or_else(|| panic!("`{name}` missing"));
+    assert_eq!(dt, "I32", "{name}");
+    b.chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// max |a − b| / max |b|: the parity tests' error measure.
+pub fn rel_to(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}
