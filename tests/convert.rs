@@ -1249,3 +1249,99 @@ fn sglang_launch_lines_cap_the_context_at_the_drafts() {
         assert!(!printed_launch(&vllm).contains("--context-length"));
     }
 }
+
+/// `convert dflash` names the draft's target, from its shape or from `--target-checkpoint`,
+/// and says which engines cannot serve it beside that target: on Kimi-Linear SGLang and
+/// TensorRT-LLM do not, vLLM only from the build with SupportsEagle3 on the target class
+/// (docs/verify.md). The files are written all the same; on the Kimi-K2 target nothing is
+/// said.
+#[test]
+fn dflash_convert_says_which_engines_serve_it_beside_its_target() {
+    let t = tempfile::tempdir().unwrap();
+    let kl = root().join("fixtures/kimi-linear-tiny");
+    let k2 = root().join("fixtures/kimi-k2.5-tiny");
+    for (engine, serves) in [("sglang", "no"), ("trtllm", "no"), ("vllm", "from-build")] {
+        // From the draft's shape alone: the tiny Kimi-Linear and Kimi-K2 targets are both 4
+        // layers of 256; the taps tell them apart.
+        let out = t.path().join(format!("kl-{engine}"));
+        let o = ok(convert(
+            "dflash",
+            kl.join("dflash").to_str().unwrap(),
+            &out,
+            engine,
+            &["--json"],
+        ));
+        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            j["target"]["architecture"], "KimiLinearForCausalLM",
+            "{engine}"
+        );
+        let from = j["target"]["known_from"].as_str().unwrap();
+        assert!(
+            from.contains("kimi-linear-tiny") && from.contains("hs[2, 3]"),
+            "{engine}: {from}"
+        );
+        assert_eq!(j["target"]["serving"]["serves"], serves, "{engine}");
+        assert_eq!(j["target"]["serving"]["engine"], engine);
+        let e = String::from_utf8_lossy(&o.stderr);
+        let name = match engine {
+            "sglang" => "SGLang does not serve",
+            "trtllm" => "TensorRT-LLM does not serve",
+            _ => "vLLM serves a dflash draft beside a KimiLinearForCausalLM target only from a recent build",
+        };
+        assert!(e.contains(&format!("warning: {name}")), "{engine}: {e}");
+        if engine == "vllm" {
+            assert!(e.contains("vllm-project/vllm#52171"), "{e}");
+        }
+        // Written regardless: the layout is the engine's.
+        assert!(out.join("model.safetensors").is_file(), "{engine}");
+
+        // Named by the target checkpoint instead.
+        let o = ok(convert(
+            "dflash",
+            kl.join("dflash").to_str().unwrap(),
+            &t.path().join(format!("kl-{engine}-tc")),
+            engine,
+            &[
+                "--json",
+                "--target-checkpoint",
+                kl.join("target").to_str().unwrap(),
+            ],
+        ));
+        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["target"]["known_from"], "--target-checkpoint");
+        assert_eq!(j["target"]["serving"]["serves"], serves, "{engine}");
+
+        // The Kimi-K2 drafter: its target named, nothing in the way.
+        let o = ok(convert(
+            "dflash",
+            k2.join("dflash").to_str().unwrap(),
+            &t.path().join(format!("k2-{engine}")),
+            engine,
+            &["--json"],
+        ));
+        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["target"]["architecture"], "DeepseekV3ForCausalLM");
+        assert!(j["target"]["known_from"]
+            .as_str()
+            .unwrap()
+            .contains("kimi-k2.5-tiny"));
+        assert!(j["target"]["serving"].is_null(), "{engine}: {j}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !e.contains("does not serve") && !e.contains("only from a recent build"),
+            "{engine}: {e}"
+        );
+    }
+    // A trainer layout is no engine: the target is named, no verdict.
+    let o = ok(convert(
+        "dflash",
+        kl.join("dflash").to_str().unwrap(),
+        &t.path().join("kl-zlab"),
+        "zlab",
+        &["--json"],
+    ));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["target"]["architecture"], "KimiLinearForCausalLM");
+    assert!(j["target"]["serving"].is_null());
+}

@@ -701,3 +701,65 @@ fn inspect_schemes_and_the_quantize_warning_tell_one_story() {
         "{warned} of {checked} warned"
     );
 }
+
+/// A draft's target, named from its shape, and the engines that cannot serve the draft beside
+/// it: the Kimi-Linear DFlash drafter (SGLang and TensorRT-LLM no, vLLM from a build); the
+/// Kimi-K2 drafts (nothing in the way); a target checkpoint (no `draft_target`).
+#[test]
+fn inspect_names_a_drafts_target_and_who_serves_it_there() {
+    let fx = common::root().join("fixtures");
+    let j = common::inspect_json(&fx.join("kimi-linear-tiny/dflash"));
+    let t = &j["draft_target"];
+    assert_eq!(t["architecture"], "KimiLinearForCausalLM");
+    assert!(t["known_from"]
+        .as_str()
+        .unwrap()
+        .contains("kimi-linear-tiny"));
+    let serves: Vec<(String, String)> = t["serving"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["engine"].as_str().unwrap().to_string(),
+                v["serves"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        serves,
+        [
+            ("vllm".to_string(), "from-build".to_string()),
+            ("sglang".into(), "no".into()),
+            ("trtllm".into(), "no".into())
+        ]
+    );
+    // The draft's files still load in each engine: that row is about the layout.
+    for e in j["engines"].as_array().unwrap() {
+        assert_eq!(e["loads"], "yes", "{e}");
+    }
+    let human = common::kquant(&[
+        "inspect",
+        fx.join("kimi-linear-tiny/dflash").to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        out.contains("target      KimiLinearForCausalLM (")
+            && out.contains("sglang no         beside it:"),
+        "{out}"
+    );
+    for d in [
+        "kimi-k2.5-tiny/dflash",
+        "kimi-k2.5-tiny/eagle3",
+        "kimi-k2.5-tiny/eagle3-mla",
+    ] {
+        let j = common::inspect_json(&fx.join(d));
+        assert_eq!(
+            j["draft_target"]["architecture"], "DeepseekV3ForCausalLM",
+            "{d}"
+        );
+        assert_eq!(j["draft_target"]["serving"], serde_json::json!([]), "{d}");
+    }
+    let j = common::inspect_json(&fx.join("kimi-linear-tiny/target"));
+    assert!(j["draft_target"].is_null());
+}

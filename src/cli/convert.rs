@@ -91,6 +91,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         model_type: a.model_type.clone(),
         steps: a.steps,
         output: a.out.output.clone(),
+        known_targets: crate::verify::profile::builtin_shapes(),
     };
     let c = Conversion::prepare(&req)?;
     let plan = &c.plan;

@@ -36,6 +36,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let ck = Checkpoint::open(&a.src)?;
     let det = ck.detect()?;
     let engines = engines::support(&ck, &det);
+    let beside = engines::target::of_draft(&ck, &det, &crate::verify::profile::builtin_shapes());
     let scheme = det
         .quantization
         .quantized
@@ -50,12 +51,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     if a.json {
         let mut doc = to_json(&a.src, &ck, &det, &engines, scheme.as_ref());
+        doc["draft_target"] = serde_json::to_value(&beside).expect("JSON");
         if let Some(o) = &order {
             doc["pack_order_check"] = serde_json::to_value(o).expect("JSON");
         }
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
         print_human(&a.src, &ck, &det, &engines, scheme.as_ref(), a.tensors);
+        if let Some(b) = &beside {
+            print_beside(b);
+        }
         if let Some(o) = &order {
             print_pack_order(o);
         }
@@ -229,6 +234,27 @@ fn print_engines(engines: &[EngineSupport]) {
         row(
             if i == 0 { "engines" } else { "" },
             format!("{:<7}{:<8}{} [{basis}]", e.engine.id(), e.loads.id(), e.why),
+        );
+    }
+}
+
+/// `target`: the draft's target as its shape names it, and the engines that cannot serve the
+/// draft beside it (their `loads` row is about the draft's files alone).
+fn print_beside(b: &engines::target::DraftTarget) {
+    row(
+        "target",
+        format!("{} ({})", b.target.architecture, b.target.known_from),
+    );
+    for v in &b.serving {
+        row(
+            "",
+            format!(
+                "{:<7}{:<11}beside it: {} [{}]",
+                v.engine.id(),
+                v.serves.id(),
+                v.why,
+                v.source
+            ),
         );
     }
 }

@@ -94,6 +94,21 @@ pub struct Plan {
     /// SGLang's `--context-length` for the launch line: the draft's context, when it is below
     /// the target's (SGLang refuses the pair otherwise; [`sglang_context_length`]).
     pub context_length: Option<u64>,
+    /// The target the draft serves beside, when known, and what the engine's source says
+    /// about serving the draft's family on it (set by [`serving_target`]).
+    pub target: Option<DraftsTarget>,
+}
+
+/// The target a draft serves beside, and whether the engine written for runs the pair.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DraftsTarget {
+    /// `architectures[0]` of the target.
+    pub architecture: String,
+    /// How it is known: `--target-checkpoint`, or the built-in profile the draft's shape
+    /// matches.
+    pub known_from: String,
+    /// The engine's verdict where its source says something stands in the way.
+    pub serving: Option<crate::engines::target::OnTarget>,
 }
 
 /// What goes into `extra-llm-api-config.yml` besides the draft's path and `max_draft_len`.
@@ -198,6 +213,48 @@ pub fn plan(
         sglang_context(&mut p, target);
     }
     Ok(p)
+}
+
+/// Name the draft's target (`crate::engines::target::identify`: the `--target-checkpoint`'s
+/// architecture, else the built-in profile its shape matches) and warn where the engine
+/// written for cannot serve the draft's family beside it (`crate::engines::target::on_target`):
+/// the draft's layout is the same whatever the target, so the files are right either way, but
+/// the engine may not run the pair.
+pub fn serving_target(
+    p: &mut Plan,
+    ck: &Checkpoint,
+    det: &Detection,
+    target: Option<&Checkpoint>,
+    known: &[crate::engines::target::TargetShape],
+    engine: DraftLayout,
+) {
+    use crate::engines::target::{identify, on_target, Serves};
+    let Some(named) = identify(ck, det, target, known) else {
+        return;
+    };
+    let (architecture, known_from) = (named.architecture, named.known_from);
+    let serving = engine
+        .serving()
+        .and_then(|e| on_target(&det.family, &architecture, e));
+    if let Some(v) = &serving {
+        let (verb, only) = match v.serves {
+            Serves::No => ("does not serve", ""),
+            Serves::FromBuild => ("serves", " only from a recent build"),
+        };
+        p.warnings.push(format!(
+            "{} {verb} a {} draft beside a {architecture} target{only} ({known_from}): {} (source: {}). The files are written as {} reads them",
+            v.engine.name(),
+            det.family.id(),
+            v.why,
+            v.source,
+            v.engine.name()
+        ));
+    }
+    p.target = Some(DraftsTarget {
+        architecture,
+        known_from,
+        serving,
+    });
 }
 
 /// The context length SGLang derives from a config (`get_context_length` in
@@ -485,6 +542,7 @@ pub fn plan_json(p: &Plan) -> Value {
         "warnings": p.warnings,
         "launch": p.launch,
         "context_length": p.context_length,
+        "target": p.target,
         "side_files": p.side_files.iter().map(|(n, _)| n).collect::<Vec<_>>(),
     })
 }

@@ -501,6 +501,7 @@ pub fn plan_eagle3(
         trtllm,
         launch: None,
         context_length: None,
+        target: None,
     })
 }
 
@@ -680,6 +681,7 @@ pub fn plan_dflash(
         }),
         launch: None,
         context_length: None,
+        target: None,
     })
 }
 

@@ -43,6 +43,9 @@ pub struct Request {
     pub steps: Option<usize>,
     /// The output directory (launch lines name it by its absolute path).
     pub output: PathBuf,
+    /// The targets the draft's shape is matched against when no `target_checkpoint` names
+    /// one (the built-in profiles' shapes, `crate::verify::profile::builtin_shapes`).
+    pub known_targets: Vec<crate::engines::target::TargetShape>,
 }
 
 /// A planned conversion: the source, its detection, the target, the plan.
@@ -89,6 +92,14 @@ impl Conversion {
             .map(Checkpoint::open)
             .transpose()?;
         let mut plan = super::plan(&ck, &det, target.as_ref(), &o)?;
+        super::serving_target(
+            &mut plan,
+            &ck,
+            &det,
+            target.as_ref(),
+            &req.known_targets,
+            req.to,
+        );
         // Launch lines and TensorRT-LLM's options file name the output by its absolute path,
         // so that they work from any directory.
         super::place(&mut plan, req.to, dflash, &super::final_dir(&req.output));

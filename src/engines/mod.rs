@@ -11,6 +11,7 @@
 pub mod claim;
 pub mod layout;
 pub mod quantized;
+pub mod target;
 
 use serde::Serialize;
 use serde_json::Value;

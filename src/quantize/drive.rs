@@ -231,36 +231,19 @@ impl<'p> Job<'p> {
             warnings.push(note);
         }
         let s = self.writer.finish()?;
-        // The hidden size of the target the draft reads (an EAGLE-3 draft's
-        // `target_hidden_size`, else its own), to name the right target profile.
-        let target_hidden = plan.ck.config.as_ref().and_then(|c| {
-            c.uint("target_hidden_size")
-                .ok()
-                .flatten()
-                .or_else(|| c.uint("hidden_size").ok().flatten())
-        });
-        // The draft's taps as HF hidden-state indices, when its convention is known: two
-        // targets of one hidden size (the tiny Kimi-K2 and Kimi-Linear ones) are told apart by
-        // the taps their profiles give the draft's family.
-        let taps = crate::checkpoint::detect::detect(plan.ck)
+        // What the draft says about its target (hidden size, layer count, taps), to name the
+        // right target profile: two targets of one hidden size (the tiny Kimi-K2 and
+        // Kimi-Linear ones) are told apart by the taps their profiles give the draft's family.
+        let target = crate::checkpoint::detect::detect(plan.ck)
             .ok()
-            .and_then(|d| d.aux_layers)
-            .and_then(|a| a.hidden_states)
-            .map(|v| {
-                v.into_iter()
-                    .filter_map(|x| usize::try_from(x).ok())
-                    .collect()
-            });
+            .map(|d| crate::engines::target::DraftShape::of(plan.ck, &d));
         let next = next_steps(
             &self.family,
             plan.recipe.format(),
             plan.recipe.scheme(),
             &s.dir,
             src,
-            DraftTarget {
-                hidden: target_hidden,
-                taps,
-            },
+            target.as_ref(),
         );
         Ok(Done {
             dir: s.dir,
@@ -323,7 +306,7 @@ fn next_steps(
     scheme: Scheme,
     out: &Path,
     src: &str,
-    target: DraftTarget,
+    target: Option<&crate::engines::target::DraftShape>,
 ) -> Vec<String> {
     use crate::engines::{quantized, Engine, Loads};
     let kind = match family {
@@ -347,62 +330,21 @@ fn next_steps(
             ));
         }
     }
-    v.push(verify_step(&out.to_string(), src, family, &target));
+    v.push(verify_step(&out.to_string(), src, target));
     v
 }
 
-/// What a draft says of its target: the hidden size it reads, and its taps as HF hidden-state
-/// indices (when its convention is known).
-struct DraftTarget {
-    hidden: Option<u64>,
-    taps: Option<Vec<usize>>,
-}
-
-/// The accept-length gate for a draft: the built-in profile of its target's hidden size (the one
-/// whose default taps for the draft's family are the draft's, where several have that size;
+/// The accept-length gate for a draft: the built-in profile of its target
+/// (`crate::engines::target::candidates`: hidden size, layer count, then the family's taps;
 /// without `--trace` where kquant runs that target itself), else a target checkpoint to name.
-fn verify_step(out: &str, src: &str, family: &Family, t: &DraftTarget) -> String {
-    use crate::verify::profile::DraftFamily;
-    let profiles = crate::verify::profile::builtin().unwrap_or_default();
-    let fam = match family {
-        Family::Eagle3 => Some(DraftFamily::Eagle3),
-        Family::Eagle3Mla => Some(DraftFamily::Eagle3Mla),
-        Family::Dflash => Some(DraftFamily::Dflash),
-        _ => None,
-    };
-    let sized: Vec<&crate::verify::profile::Profile> = profiles
-        .iter()
-        .filter(|p| {
-            t.hidden
-                .is_some_and(|h| p.hidden_size.known().is_some_and(|&s| s as u64 == h))
-        })
-        .collect();
-    fn taps_of(
-        p: &crate::verify::profile::Profile,
-        fam: Option<crate::verify::profile::DraftFamily>,
-    ) -> Option<&Vec<usize>> {
-        fam.and_then(|f| p.taps.get(f)).map(|x| &x.hs)
-    }
-    let same_taps: Vec<_> = sized
-        .iter()
-        .copied()
-        .filter(|p| t.taps.is_some() && taps_of(p, fam) == t.taps.as_ref())
-        .collect();
-    let known_taps: Vec<_> = sized
-        .iter()
-        .copied()
-        .filter(|p| taps_of(p, fam).is_some())
-        .collect();
-    let matching = if !same_taps.is_empty() {
-        same_taps
-    } else if !known_taps.is_empty() {
-        known_taps
-    } else {
-        sized
-    };
+fn verify_step(out: &str, src: &str, t: Option<&crate::engines::target::DraftShape>) -> String {
+    let shapes = crate::verify::profile::builtin_shapes();
+    let matching = t
+        .map(|t| crate::engines::target::candidates(&shapes, t))
+        .unwrap_or_default();
     let gate = "(the accept-length gate; docs/verify.md)";
     match matching.as_slice() {
-        [p] if p.live.is_some() => format!(
+        [p] if p.live => format!(
             "kquant verify --target {} --draft {out} --baseline {src} {gate}",
             p.name
         ),

@@ -296,6 +296,31 @@ impl Profile {
         }
     }
 
+    /// What `convert` and `quantize` match a draft against (`crate::engines::target` sits
+    /// below this module and cannot read a profile): the shape, the architecture, each draft
+    /// family's default taps.
+    pub fn target_shape(&self) -> crate::engines::target::TargetShape {
+        use crate::checkpoint::Family;
+        crate::engines::target::TargetShape {
+            name: self.name.clone(),
+            architecture: self.architecture.known().cloned(),
+            num_layers: self.num_layers.known().copied(),
+            hidden_size: self.hidden_size.known().copied(),
+            taps: DraftFamily::ALL
+                .iter()
+                .filter_map(|f| {
+                    let fam = match f {
+                        DraftFamily::Eagle3 => Family::Eagle3,
+                        DraftFamily::Eagle3Mla => Family::Eagle3Mla,
+                        DraftFamily::Dflash => Family::Dflash,
+                    };
+                    Some((fam, self.taps.get(*f)?.hs.clone()))
+                })
+                .collect(),
+            live: self.live.is_some(),
+        }
+    }
+
     /// Check that the facts agree with each other: taps ascending, distinct and within
     /// `hs[0..=L]`, the right count per family, published numbers that parse as accept lengths,
     /// every source given, live paths relative to the repository.
@@ -432,6 +457,16 @@ pub fn parse(path: &Path, text: &str) -> Result<Profile> {
 }
 
 /// Every built-in profile, parsed.
+/// The built-in profiles' shapes ([`Profile::target_shape`]), for matching a draft to its
+/// target; none when they cannot be read.
+pub fn builtin_shapes() -> Vec<crate::engines::target::TargetShape> {
+    builtin()
+        .unwrap_or_default()
+        .iter()
+        .map(Profile::target_shape)
+        .collect()
+}
+
 pub fn builtin() -> Result<Vec<Profile>> {
     BUILTIN
         .iter()
