@@ -58,6 +58,17 @@ fn cpu_device_reports_every_regime() {
         let copies = r["weight_copies"].as_u64().unwrap();
         assert!(copies * r["weight_bytes"].as_u64().unwrap() > 2 * (50 << 20));
     }
+    // One crossover per shape: where the measured INT4 kernels lose to the bf16 GEMM (timings of
+    // the replay: any M, or none) and where the device's tuning sends M to regime C.
+    let c = doc["crossovers"].as_array().unwrap();
+    assert_eq!(c.len(), 2);
+    for x in c {
+        assert_eq!(x["regime_c_from_m"], 65);
+        let m = &x["int4_slower_than_bf16_from_m"];
+        assert!(m.is_null() || [1, 16, 130].contains(&m.as_u64().unwrap()), "{x}");
+    }
+    // The emulation compiles nothing.
+    assert!(doc["kernels"].is_null());
 }
 
 #[test]
@@ -98,6 +109,11 @@ fn cpu_table_names_the_replay() {
         "{s}"
     );
     assert!(s.contains("cpu (kernel emulation"), "{s}");
+    assert!(
+        s.lines()
+            .any(|l| l.starts_with("crossover 64x16: INT4 kernels ") && l.contains("from M = 65")),
+        "{s}"
+    );
     assert!(s.contains("% copy") && s.contains("speed-up"), "{s}");
     assert!(
         s.contains("64x16") && s.contains("gemv") && s.contains("mma"),

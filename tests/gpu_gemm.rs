@@ -203,6 +203,85 @@ device_tests! {
     fn preconditions_are_checked(d) {
         preconditions(d.as_ref());
     }
+
+    /// Weights uploaded kept (a replay's layers) give exactly what per-call dequantization
+    /// gives, in every regime, call after call and across activation dtypes.
+    fn kept_weights_give_the_per_call_results(d) {
+        kept(d.as_ref());
+    }
+}
+
+fn kept(d: &dyn Backend) {
+    for (k, n, group) in [(264, 20, 264), (448, 18, 64)] {
+        let w = matrix(n, k, Dtype::BF16, 0.05, 0.001);
+        let q = if group == k {
+            int4::quantize(&w, n, k, k, Dtype::BF16)
+        } else {
+            compressed_tensors::quantize(&w, n, k, group, Dtype::BF16)
+        };
+        let l = W4Layout::from_int4(&q).unwrap();
+        let (plain, kept) = (d.upload(&l).unwrap(), d.upload_kept(&l).unwrap());
+        for act in [Act::Bf16, Act::F16, Act::Bf16] {
+            for (m, regime) in [
+                (1, Regime::Gemv),
+                (9, Regime::Mma),
+                (130, Regime::Dense),
+                (3, Regime::Dense),
+            ] {
+                let x = activations(m, k, act);
+                let want = d.w4a16_on(&plain, &x, act, m, regime).unwrap();
+                for call in 0..2 {
+                    assert_eq!(
+                        d.w4a16_on(&kept, &x, act, m, regime).unwrap(),
+                        want,
+                        "{} k={k} group={group} {act:?} m={m} {regime:?} call {call}",
+                        d.name()
+                    );
+                }
+                if regime == Regime::Dense {
+                    let best: Vec<usize> = want
+                        .chunks(n)
+                        .map(kquant::gpu::reference::argmax_ref)
+                        .collect();
+                    assert_eq!(d.w4a16_argmax_on(&kept, &x, act, m, regime).unwrap(), best);
+                }
+            }
+        }
+    }
+}
+
+/// On the emulation the launches can be counted: kept weights are dequantized once per
+/// activation dtype, not at every regime-C call; plain ones at every call.
+#[test]
+fn kept_weights_are_dequantized_once() {
+    let d = CpuEmu::nvidia();
+    let (k, n) = (264, 20);
+    let w = matrix(n, k, Dtype::BF16, 0.05, 0.0);
+    let l = W4Layout::from_int4(&int4::quantize(&w, n, k, k, Dtype::BF16)).unwrap();
+    let dequants = |d: &CpuEmu| -> usize {
+        d.launches()
+            .iter()
+            .filter(|(name, _)| name.contains("dequant"))
+            .map(|(_, c)| c)
+            .sum()
+    };
+    let kept = d.upload_kept(&l).unwrap();
+    let x = activations(130, k, Act::Bf16);
+    for _ in 0..3 {
+        d.w4a16_on(&kept, &x, Act::Bf16, 130, Regime::Dense)
+            .unwrap();
+    }
+    assert_eq!(dequants(&d), 1, "{:?}", d.launches());
+    let xf = activations(130, k, Act::F16);
+    d.w4a16_on(&kept, &xf, Act::F16, 130, Regime::Dense)
+        .unwrap();
+    assert_eq!(dequants(&d), 2, "another dtype, another dense copy");
+    let plain = d.upload(&l).unwrap();
+    for _ in 0..3 {
+        d.w4a16_on(&plain, &x, Act::Bf16, 130, Regime::Dense)
+            .unwrap();
+    }
+    assert_eq!(dequants(&d), 5, "{:?}", d.launches());
 }
 
 /// The AMD MFMA lane roles and operand maps, replayed on the CPU (the HIP kernel itself is only

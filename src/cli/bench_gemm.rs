@@ -207,6 +207,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let iters = a.iters.unwrap_or(if cpu { 1 } else { 50 });
     let llc = dev.arch().tune().llc_bytes;
     let mut rows_out = Vec::new();
+    let mut crossovers = Vec::new();
     if !a.json {
         println!(
             "device {}  act {}  LLC {} MB (rotating > 2× LLC)  iters {iters}",
@@ -214,77 +215,39 @@ pub fn run(a: Args) -> Result<ExitCode> {
             act.name(),
             llc >> 20
         );
+        if let Some(o) = dev.module_origin() {
+            println!("{}", crate::escape::printable(&o));
+        }
         println!(
             "{:<10} {:>6} {:>6} {:>4} {:>6} {:>11} {:>9} {:>7} {:>11} {:>8}  goal",
             "shape", "K", "N", "M", "regime", "time", "GB/s", "% copy", "bf16 BLAS", "speed-up"
         );
     }
     for (name, k, n_full) in &shapes {
-        let (k, n) = (
-            *k,
-            a.rows
-                .unwrap_or(if cpu { 64 } else { *n_full })
-                .min(*n_full),
-        );
-        let group = a.group.unwrap_or(k);
-        check_size(name, n, k, &a.m)?;
-        let w = weights(n, k, group);
-        w.check()?;
-        let bytes = w.weight_bytes();
-        let copies = (2 * llc).div_ceil(bytes) + 1;
-        let ws: Vec<DeviceW4> = (0..copies)
-            .map(|_| dev.upload(&w))
-            .collect::<std::result::Result<_, _>>()?;
-        let copy_bw = dev.copy_bandwidth(bytes, iters)?;
-        let bf16_copies = (2 * llc).div_ceil(n * k * 2) + 1;
-        for &m in &a.m {
-            let blas = Some(dev.time_dense_bf16(n, k, m, bf16_copies, iters)?);
-            for regime in regimes(&a.regime, dev.as_ref(), m) {
-                let t = dev.time_w4a16(&ws, act, m, regime, iters)?;
-                let gbs = bytes as f64 / t / 1e9;
-                let pct = 100.0 * (bytes as f64 / t) / copy_bw;
-                let speedup = blas.map(|b| b / t);
-                let (goal_text, met) = goal(m, pct, speedup);
-                if !a.json {
-                    println!(
-                    "{:<10} {:>6} {:>6} {:>4} {:>6} {:>9.1}µs {:>9.2} {:>6.1}% {:>11} {:>8}  {}",
-                    name,
-                    k,
-                    n,
-                    m,
-                    regime.name(),
-                    t * 1e6,
-                    gbs,
-                    pct,
-                    blas.map_or("—".into(), |b| format!("{:.1}µs", b * 1e6)),
-                    speedup.map_or("—".into(), |s| format!("{s:.2}×")),
-                    match (goal_text, met) {
-                        (Some(g), Some(true)) => format!("{g}: met"),
-                        (Some(g), Some(false)) => format!("{g}: MISSED"),
-                        (Some(g), None) => format!("{g}: —"),
-                        _ => String::new(),
-                    }
-                );
-                }
-                rows_out.push(json!({
-                    "shape": name, "k": k, "n": n, "n_full": n_full, "m": m, "group": group,
-                    "regime": regime.name(), "seconds": t, "weight_bytes": bytes,
-                    "weight_gb_per_s": gbs, "copy_gb_per_s": copy_bw / 1e9, "pct_of_copy": pct,
-                    "bf16_blas_seconds": blas, "speedup_vs_bf16": speedup,
-                    "goal": goal_text, "goal_met": met, "weight_copies": copies,
-                }));
-            }
-        }
+        let r = Run {
+            dev: dev.as_ref(),
+            a: &a,
+            act,
+            iters,
+            llc,
+            cpu,
+        };
+        crossovers.push(r.shape(name, *k, *n_full, &mut rows_out)?);
     }
     if a.json {
         let doc = json!({
             "schema": "kquant.bench.gemm/1",
             "device": dev.name(),
+            "kernels": dev.module_origin(),
             "act": act.name(),
             "iters": iters,
             "llc_bytes": llc,
             "emulated": cpu,
             "results": rows_out,
+            "crossovers": crossovers.iter().map(|c| json!({
+                "shape": c.shape, "int4_slower_than_bf16_from_m": c.slower_from,
+                "regime_c_from_m": c.dense_from,
+            })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else if cpu {
@@ -296,9 +259,195 @@ pub fn run(a: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One `bench gemm` run's settings, for [`Run::shape`].
+struct Run<'a> {
+    dev: &'a dyn Bench,
+    a: &'a Args,
+    act: Act,
+    iters: usize,
+    llc: usize,
+    cpu: bool,
+}
+
+impl Run<'_> {
+    /// Time one shape at every M (a row each, printed or pushed to `rows_out`); its crossover.
+    fn shape(
+        &self,
+        name: &str,
+        k: usize,
+        n_full: usize,
+        rows_out: &mut Vec<serde_json::Value>,
+    ) -> Result<Crossover> {
+        let Run {
+            dev,
+            a,
+            act,
+            iters,
+            llc,
+            cpu,
+        } = *self;
+        let n = a.rows.unwrap_or(if cpu { 64 } else { n_full }).min(n_full);
+        let group = a.group.unwrap_or(k);
+        check_size(name, n, k, &a.m)?;
+        let w = weights(n, k, group);
+        w.check()?;
+        let bytes = w.weight_bytes();
+        let copies = (2 * llc).div_ceil(bytes) + 1;
+        let ws: Vec<DeviceW4> = (0..copies)
+            .map(|_| dev.upload(&w))
+            .collect::<std::result::Result<_, _>>()?;
+        let copy_bw = dev.copy_bandwidth(bytes, iters)?;
+        let bf16_copies = (2 * llc).div_ceil(n * k * 2) + 1;
+        let mut timed = Vec::new();
+        for &m in &a.m {
+            let bf16 = dev.time_dense_bf16(n, k, m, bf16_copies, iters)?;
+            let blas = Some(bf16);
+            for regime in regimes(&a.regime, dev, m) {
+                let t = dev.time_w4a16(&ws, act, m, regime, iters)?;
+                timed.push(Timed {
+                    m,
+                    regime,
+                    seconds: t,
+                    bf16,
+                });
+                let gbs = bytes as f64 / t / 1e9;
+                let pct = 100.0 * (bytes as f64 / t) / copy_bw;
+                let speedup = blas.map(|b| b / t);
+                let (goal_text, met) = goal(m, pct, speedup);
+                if !a.json {
+                    println!(
+                "{:<10} {:>6} {:>6} {:>4} {:>6} {:>9.1}µs {:>9.2} {:>6.1}% {:>11} {:>8}  {}",
+                name,
+                k,
+                n,
+                m,
+                regime.name(),
+                t * 1e6,
+                gbs,
+                pct,
+                blas.map_or("—".into(), |b| format!("{:.1}µs", b * 1e6)),
+                speedup.map_or("—".into(), |s| format!("{s:.2}×")),
+                match (goal_text, met) {
+                    (Some(g), Some(true)) => format!("{g}: met"),
+                    (Some(g), Some(false)) => format!("{g}: MISSED"),
+                    (Some(g), None) => format!("{g}: —"),
+                    _ => String::new(),
+                }
+            );
+                }
+                rows_out.push(json!({
+                    "shape": name, "k": k, "n": n, "n_full": n_full, "m": m, "group": group,
+                    "regime": regime.name(), "seconds": t, "weight_bytes": bytes,
+                    "weight_gb_per_s": gbs, "copy_gb_per_s": copy_bw / 1e9, "pct_of_copy": pct,
+                    "bf16_blas_seconds": blas, "speedup_vs_bf16": speedup,
+                    "goal": goal_text, "goal_met": met, "weight_copies": copies,
+                }));
+            }
+        }
+        let t = dev.arch().tune();
+        let c = Crossover {
+            shape: name.to_string(),
+            slower_from: slower_from(&timed),
+            dense_from: t.mma_max_m + 1,
+        };
+        if !a.json {
+            println!("{}", c.line());
+        }
+        Ok(c)
+    }
+}
+
+/// One measured INT4 call beside the bf16 GEMM of the same M.
+struct Timed {
+    m: usize,
+    regime: Regime,
+    seconds: f64,
+    bf16: f64,
+}
+
+/// The smallest measured M at which the fastest INT4 kernel measured (regimes A and B; regime C
+/// is the dequantize + GEMM, not a kernel of its own) is slower than bf16 — the crossover above
+/// which a replay's kept dense copy (regime C after its first call: the vendor GEMM alone) is
+/// the faster choice. `None` when no measured M is.
+fn slower_from(timed: &[Timed]) -> Option<usize> {
+    let mut ms: Vec<usize> = timed.iter().map(|t| t.m).collect();
+    ms.sort_unstable();
+    ms.dedup();
+    ms.into_iter().find(|&m| {
+        let best = timed
+            .iter()
+            .filter(|t| t.m == m && t.regime != Regime::Dense)
+            .map(|t| t.seconds)
+            .fold(f64::INFINITY, f64::min);
+        let bf16 = timed.iter().find(|t| t.m == m).map_or(f64::NAN, |t| t.bf16);
+        best.is_finite() && best > bf16
+    })
+}
+
+/// A shape's crossover, measured, and the regime the device picks.
+struct Crossover {
+    shape: String,
+    slower_from: Option<usize>,
+    /// The device's tuning sends M from here to regime C.
+    dense_from: usize,
+}
+
+impl Crossover {
+    fn line(&self) -> String {
+        let measured = match self.slower_from {
+            Some(m) => format!("INT4 kernels slower than bf16 from M = {m} (of the M measured)"),
+            None => "INT4 kernels no slower than bf16 at any M measured".into(),
+        };
+        format!(
+            "crossover {}: {measured}; picks regime C (kept dense copy in a replay: the vendor GEMM) from M = {}{}",
+            self.shape,
+            self.dense_from,
+            match self.slower_from {
+                Some(m) if m < self.dense_from => " — below the crossover measured: the tuning row should move",
+                _ => "",
+            }
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_crossover_is_the_first_m_where_int4_loses_to_bf16() {
+        let t = |m, regime, seconds, bf16| Timed {
+            m,
+            regime,
+            seconds,
+            bf16,
+        };
+        let rows = [
+            t(1, Regime::Mma, 1.0, 3.0),
+            t(16, Regime::Gemv, 5.0, 3.0),
+            t(16, Regime::Mma, 2.0, 3.0), // the faster kernel counts
+            t(32, Regime::Mma, 4.0, 3.0),
+            t(32, Regime::Dense, 1.0, 3.0), // regime C is not a kernel of its own
+            t(64, Regime::Mma, 2.0, 3.0),
+        ];
+        assert_eq!(slower_from(&rows), Some(32));
+        assert_eq!(slower_from(&rows[..3]), None);
+        let c = Crossover {
+            shape: "fc".into(),
+            slower_from: Some(32),
+            dense_from: 65,
+        };
+        assert!(
+            c.line().contains("from M = 32") && c.line().contains("should move"),
+            "{}",
+            c.line()
+        );
+        let c = Crossover {
+            slower_from: None,
+            ..c
+        };
+        assert!(!c.line().contains("should move"));
+    }
 
     #[test]
     fn shapes_parse() {

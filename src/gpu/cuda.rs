@@ -16,6 +16,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 
 use super::driver::{as_bytes, Dim3, Driver, Gemm, Pod};
+use super::module_cache;
 use super::source::{self, Arg, Kernel};
 use super::tune::Arch;
 use super::{Act, GpuError, Result};
@@ -45,6 +46,8 @@ pub struct Cuda {
     blas: std::result::Result<CudaBlas, String>,
     arch: Arch,
     name: String,
+    /// Where the kernel module came from (the on-disk cache, or compiled now).
+    pub origin: module_cache::Origin,
 }
 
 fn sm_name(major: i32, minor: i32) -> &'static str {
@@ -60,17 +63,51 @@ fn sm_name(major: i32, minor: i32) -> &'static str {
     }
 }
 
+/// The NVRTC options besides the architecture.
+fn nvrtc_options() -> Vec<String> {
+    vec!["-std=c++17".into()]
+}
+
 /// The kernel module compiled by NVRTC for `arch` (`sm_90`, …): needs `libnvrtc`, not a GPU.
 pub fn compile(arch: &'static str) -> Result<Ptx> {
     compile_ptx_with_opts(
         source::module(),
         CompileOptions {
             arch: Some(arch),
-            options: vec!["-std=c++17".into()],
+            options: nvrtc_options(),
             ..Default::default()
         },
     )
     .map_err(err)
+}
+
+/// NVRTC's version, `NVRTC major.minor` (part of the module cache's key).
+fn nvrtc_version() -> Result<String> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two out-parameters, written by NVRTC.
+    let rc = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if rc != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(err(format!("nvrtcVersion: {rc:?}")));
+    }
+    Ok(format!("NVRTC {major}.{minor}"))
+}
+
+/// The module for `arch`: from the on-disk cache when this NVRTC compiled this source for it
+/// before, else compiled and stored ([`super::module_cache`]).
+pub fn module_ptx(arch: &'static str) -> Result<(Ptx, module_cache::Origin)> {
+    let key = module_cache::Key::new(
+        "cuda",
+        arch,
+        &nvrtc_version()?,
+        &source::module(),
+        &nvrtc_options(),
+    );
+    let (bytes, origin) =
+        module_cache::load_or_compile(module_cache::dir().as_deref(), &key, || {
+            compile(arch).map(|p| p.to_src().into_bytes())
+        })?;
+    let text = String::from_utf8(bytes).map_err(|_| err("the cached module is not PTX text"))?;
+    Ok((Ptx::from_src(text), origin))
 }
 
 impl Cuda {
@@ -104,7 +141,8 @@ impl Cuda {
         let ctx = CudaContext::new(ordinal).map_err(err)?;
         let (major, minor) = ctx.compute_capability().map_err(err)?;
         let arch_name = sm_name(major, minor);
-        let module = ctx.load_module(compile(arch_name)?).map_err(err)?;
+        let (ptx, origin) = module_ptx(arch_name)?;
+        let module = ctx.load_module(ptx).map_err(err)?;
         let stream = ctx.default_stream();
         // SAFETY: only tries to dlopen the library.
         let blas = if unsafe { blas_sys::is_culib_present() } {
@@ -122,6 +160,7 @@ impl Cuda {
             blas,
             arch: Arch::from_cuda_cc(major, minor),
             name: format!("cuda:{ordinal} {device} ({arch_name})"),
+            origin,
         })
     }
 
@@ -133,6 +172,10 @@ impl Cuda {
 impl Driver for Cuda {
     type Buf = CudaSlice<u8>;
     const BACKEND: &'static str = "cuda";
+
+    fn module_origin(&self) -> Option<String> {
+        Some(self.origin.describe())
+    }
 
     fn name(&self) -> String {
         self.name.clone()

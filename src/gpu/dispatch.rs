@@ -32,6 +32,9 @@ fn elementwise(len: usize) -> (Dim3, Dim3) {
 pub(super) struct W4Bufs<B> {
     qweight: B,
     scales: B,
+    /// Weights uploaded with [`Backend::upload_kept`]: regime C's dense matrix (`kq_w4_dense`'s
+    /// output, in the activation dtype it was made for), made at the first call and kept.
+    kept: Option<Mutex<Option<(Act, B)>>>,
 }
 
 /// An unquantized weight on a device (what a [`DeviceDense`] uploaded by a [`Device`] holds).
@@ -173,20 +176,38 @@ impl<D: Driver> Device<D> {
                 self.reduce(part, c.out, m * n, g.splits)
             }
             Regime::Dense => {
-                let dense = grow(d, &mut sc.dense, n * k * 2)?;
-                let kernel = Kernel::Dequant {
-                    act,
-                    per_channel,
-                    qweight,
-                    scales,
-                    dense,
-                    n,
-                    k,
-                    group,
+                let dequant = |dense: &D::Buf| {
+                    let kernel = Kernel::Dequant {
+                        act,
+                        per_channel,
+                        qweight,
+                        scales,
+                        dense,
+                        n,
+                        k,
+                        group,
+                    };
+                    let block = (tune::DENSE_THREADS, 1, 1);
+                    // SAFETY: dense holds n·k 16-bit values (both callers size it so).
+                    unsafe { d.launch(&kernel, tune::dense(n, k), block) }
                 };
-                let block = (tune::DENSE_THREADS, 1, 1);
-                // SAFETY: dense holds n·k 16-bit values.
-                unsafe { d.launch(&kernel, tune::dense(n, k), block) }?;
+                // Kept weights: dequantized once (per activation dtype), then only the GEMM.
+                let mut kept = c.bufs.kept.as_ref().map(|s| s.lock().expect("kept dense"));
+                let dense: &D::Buf = match kept.as_deref_mut() {
+                    Some(slot) => {
+                        if slot.as_ref().is_none_or(|(a, _)| *a != act) {
+                            let buf = d.alloc(n * k * 2)?;
+                            dequant(&buf)?;
+                            *slot = Some((act, buf));
+                        }
+                        &slot.as_ref().expect("just set").1
+                    }
+                    None => {
+                        let dense = grow(d, &mut sc.dense, n * k * 2)?;
+                        dequant(dense)?;
+                        dense
+                    }
+                };
                 let gemm = Gemm { n, k, m, act };
                 // SAFETY: dense n·k and x m·k values of act, out m·n f32.
                 unsafe { d.gemm(gemm, dense, x, c.out) }?;
@@ -284,6 +305,18 @@ impl<D: Driver> Device<D> {
         }
     }
 
+    /// Copy the weights to the device; `keep`: regime C's dense matrix is kept after the first
+    /// call ([`Backend::upload_kept`]).
+    fn upload_with(&self, w: &W4Layout, keep: bool) -> Result<DeviceW4> {
+        w.check()?;
+        let bufs = W4Bufs {
+            qweight: self.driver.htod(&w.qweight)?,
+            scales: self.driver.htod(&w.scales)?,
+            kept: keep.then(|| Mutex::new(None)),
+        };
+        Ok(DeviceW4::new(w, Box::new(bufs)))
+    }
+
     /// Upload `x`, run `run`, and read the result back.
     fn call(
         &self,
@@ -379,13 +412,16 @@ impl<D: Driver> Backend for Device<D> {
         self.driver.arch()
     }
 
+    fn module_origin(&self) -> Option<String> {
+        self.driver.module_origin()
+    }
+
     fn upload(&self, w: &W4Layout) -> Result<DeviceW4> {
-        w.check()?;
-        let bufs = W4Bufs {
-            qweight: self.driver.htod(&w.qweight)?,
-            scales: self.driver.htod(&w.scales)?,
-        };
-        Ok(DeviceW4::new(w, Box::new(bufs)))
+        self.upload_with(w, false)
+    }
+
+    fn upload_kept(&self, w: &W4Layout) -> Result<DeviceW4> {
+        self.upload_with(w, true)
     }
 
     fn w4a16_on(

@@ -72,6 +72,11 @@ pub trait Driver: Send + Sync + 'static {
     fn name(&self) -> String;
     /// The tuning row the kernels were compiled for and launch with.
     fn arch(&self) -> Arch;
+    /// Where the kernel module came from (`module_cache::Origin::describe`), for a device that
+    /// compiles one.
+    fn module_origin(&self) -> Option<String> {
+        None
+    }
     /// `bytes` zeroed device bytes.
     fn alloc(&self, bytes: usize) -> Result<Self::Buf>;
     /// Size of `buf` in bytes.

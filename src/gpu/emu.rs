@@ -23,6 +23,9 @@ use super::{emu_dense, emu_mma, reference, GpuError, Result};
 /// The kernels replayed on the CPU with `vendor`'s atoms and launch geometry.
 pub struct Emu {
     pub vendor: Vendor,
+    /// Launches so far, by entry point (what the tests count: a kept dense copy is dequantized
+    /// once, not at every call).
+    launches: Mutex<std::collections::BTreeMap<String, usize>>,
 }
 
 /// The "cpu" device: the kernels' CPU replay behind the one [`super::Backend`].
@@ -31,15 +34,16 @@ pub type CpuEmu = Device<Emu>;
 impl Device<Emu> {
     /// NVIDIA atoms and sm_90 geometry (the default "cpu" device).
     pub fn nvidia() -> CpuEmu {
-        Device::new(Emu {
-            vendor: Vendor::Nvidia,
-        })
+        Device::new(Emu::new(Vendor::Nvidia))
     }
     /// AMD MFMA atoms and gfx942 geometry.
     pub fn amd() -> CpuEmu {
-        Device::new(Emu {
-            vendor: Vendor::Amd,
-        })
+        Device::new(Emu::new(Vendor::Amd))
+    }
+
+    /// How many times each entry point was launched so far.
+    pub fn launches(&self) -> std::collections::BTreeMap<String, usize> {
+        self.driver().launches.lock().expect("launches").clone()
     }
 }
 
@@ -118,10 +122,23 @@ fn weights(
 }
 
 impl Emu {
+    fn new(vendor: Vendor) -> Emu {
+        Emu {
+            vendor,
+            launches: Mutex::default(),
+        }
+    }
+
     /// One launch, replayed.
     fn run(&self, kernel: &Kernel<'_, HostBuf>, grid: Dim3, block: Dim3) -> Result<()> {
         let v = self.vendor;
         let name = kernel.name();
+        *self
+            .launches
+            .lock()
+            .expect("launches")
+            .entry(name.clone())
+            .or_default() += 1;
         let name = name.as_str();
         let threads = grid.0 as usize * block.0 as usize;
         match *kernel {

@@ -20,9 +20,10 @@ pub struct DeviceLinear {
 }
 
 impl DeviceLinear {
-    /// Upload `w` to `dev`.
+    /// Upload `w` to `dev` ([`Backend::upload_kept`]: a layer's weights never change, so regime
+    /// C keeps its dense copy after the first call).
     pub fn new(dev: Arc<dyn Backend>, w: &W4Layout, act: Act) -> Result<DeviceLinear> {
-        let w = dev.upload(w)?;
+        let w = dev.upload_kept(w)?;
         Ok(DeviceLinear { dev, w, act })
     }
 

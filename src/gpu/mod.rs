@@ -25,6 +25,7 @@ pub mod emu_mma;
 pub mod fragment;
 pub mod layout;
 pub mod linear;
+pub mod module_cache;
 pub mod reference;
 pub mod source;
 pub mod tune;
@@ -155,8 +156,18 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> String;
     /// The tuning row this device launches with (regime thresholds, geometry).
     fn arch(&self) -> Arch;
+    /// Where its kernel module came from: the on-disk cache or a compile in this process
+    /// ([`module_cache`]); `None` for the emulation.
+    fn module_origin(&self) -> Option<String> {
+        None
+    }
     /// Copy the weights to the device once.
     fn upload(&self, w: &W4Layout) -> Result<DeviceW4>;
+    /// [`Backend::upload`] for weights that never change between calls (a verify replay):
+    /// regime C dequantizes them at the first call and keeps the dense matrix on the device
+    /// (`n·k` 16-bit values beside the packed ones), so a later call is the vendor GEMM alone,
+    /// numerically the same as dequantizing every call.
+    fn upload_kept(&self, w: &W4Layout) -> Result<DeviceW4>;
     /// W4A16 through `regime`: `x` holds `m × k` activations in `act`.
     fn w4a16_on(
         &self,

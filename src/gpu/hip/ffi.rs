@@ -359,6 +359,30 @@ pub(super) fn read<T: Pod>(api: &Api, b: &DevBuf, n: usize) -> Result<Vec<T>> {
     Ok(from_bytes(&v, n))
 }
 
+/// hipRTC's options for `arch`.
+pub(super) fn options(arch: &str) -> Vec<String> {
+    vec![
+        format!("--offload-arch={arch}"),
+        "-O3".into(),
+        "-std=c++17".into(),
+    ]
+}
+
+/// hipRTC's version, `hipRTC major.minor` (part of the module cache's key).
+pub(super) fn compiler_version(api: &Api) -> Result<String> {
+    let version = sym!(
+        api.rtc,
+        "hiprtcVersion",
+        unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int
+    );
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two out-parameters, written by hipRTC.
+    if unsafe { version(&mut major, &mut minor) } != 0 {
+        return Err(err("hiprtcVersion failed"));
+    }
+    Ok(format!("hipRTC {major}.{minor}"))
+}
+
 /// The kernel module compiled by hipRTC for `arch` (`gfx942`, …), as a code object.
 pub(super) fn compile(api: &Api, arch: &str) -> Result<Vec<u8>> {
     let create = sym!(
@@ -405,14 +429,10 @@ pub(super) fn compile(api: &Api, arch: &str) -> Result<Vec<u8>> {
     );
     let src = CString::new(super::super::source::module()).unwrap();
     let name = CString::new("kquant_kernels.cu").unwrap();
-    let opts: Vec<CString> = [
-        format!("--offload-arch={arch}"),
-        "-O3".into(),
-        "-std=c++17".into(),
-    ]
-    .into_iter()
-    .map(|s| CString::new(s).unwrap())
-    .collect();
+    let opts: Vec<CString> = options(arch)
+        .into_iter()
+        .map(|s| CString::new(s).unwrap())
+        .collect();
     let optp: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     let mut prog = ptr::null_mut();
     // SAFETY: all strings NUL-terminated and alive for the calls; no headers passed.

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use ffi::{err, sym, Api, Blas, DevBuf, Function, HipError, Module};
 
 use super::driver::{as_bytes, Dim3, Driver, Gemm, Pod};
+use super::module_cache;
 use super::source::{Arg, Kernel};
 use super::tune::Arch;
 use super::Result;
@@ -28,6 +29,8 @@ pub struct Hip {
     /// hipBLAS, or why it could not be loaded (only regime C and the bf16 baseline need it).
     blas: std::result::Result<Mutex<Blas>, String>,
     name: String,
+    /// Where the kernel module came from (the on-disk cache, or compiled now).
+    pub origin: module_cache::Origin,
 }
 
 // SAFETY: the module handle is immutable after load and the HIP runtime API is thread-safe; the
@@ -55,7 +58,17 @@ impl Hip {
                  {arch}; gfx94x needs ROCm >= 6"
             )));
         }
-        let code = ffi::compile(&api, &arch)?;
+        let key = module_cache::Key::new(
+            "hip",
+            &arch,
+            &ffi::compiler_version(&api)?,
+            &super::source::module(),
+            &ffi::options(&arch),
+        );
+        let (code, origin) =
+            module_cache::load_or_compile(module_cache::dir().as_deref(), &key, || {
+                ffi::compile(&api, &arch)
+            })?;
         let load = sym!(
             api.hip,
             "hipModuleLoadData",
@@ -72,6 +85,7 @@ impl Hip {
             functions: Mutex::new(HashMap::new()),
             blas: Blas::load().map(Mutex::new).map_err(|e| e.to_string()),
             name: format!("hip:{ordinal} ({arch})"),
+            origin,
         })
     }
 
@@ -106,6 +120,10 @@ impl Hip {
 impl Driver for Hip {
     type Buf = DevBuf;
     const BACKEND: &'static str = "hip";
+
+    fn module_origin(&self) -> Option<String> {
+        Some(self.origin.describe())
+    }
 
     fn name(&self) -> String {
         self.name.clone()
