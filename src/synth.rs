@@ -339,7 +339,7 @@ fn kimi_target_cfg(layers: usize, experts: usize) -> Value {
 }
 
 /// Names of every preset, for `--help` and tests.
-pub const PRESETS: [&str; 17] = [
+pub const PRESETS: [&str; 18] = [
     "tiny-eagle3-specforge",
     "tiny-eagle3-vllm",
     "tiny-eagle3-modelopt",
@@ -357,6 +357,7 @@ pub const PRESETS: [&str; 17] = [
     "kimi-k2.5-eagle3-mla",
     "kimi-k2.5-dflash",
     "kimi-linear-dflash",
+    "kimi-linear-target-head",
 ];
 
 /// Build a preset by name.
@@ -514,6 +515,28 @@ pub fn preset(name: &str) -> Option<Preset> {
                 t,
             )
         }
+        "kimi-linear-target-head" => p(
+            "kimi-linear-target-head",
+            "real-shape Kimi-Linear-48B-A3B target's embed_tokens and lm_head (163840 x 2304) under its config: what a DFlash drafter takes from its target (`--target-checkpoint` of the replay)",
+            // The checkpoint's own config.json (quant-configs/targets/cards/
+            // moonshotai--Kimi-Linear-48B-A3B-Instruct.md); only the two tensors a DFlash
+            // drafter reads are written, not the 48B of layers.
+            json!({"architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "hidden_size": 2304,
+                   "num_hidden_layers": 27, "head_dim": 128,
+                   "kv_lora_rank": 512, "q_lora_rank": null, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                   "v_head_dim": 128, "mla_use_nope": true, "num_experts": 256, "num_experts_per_token": 8,
+                   "num_shared_experts": 1, "routed_scaling_factor": 2.446, "rms_norm_eps": 1e-5,
+                   "vocab_size": 163840, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+                   "linear_attn_config": {"kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
+                                          "full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "head_dim": 128, "num_heads": 32,
+                                          "short_conv_kernel_size": 4}}),
+            {
+                let mut b = Tensors(Vec::new());
+                b.weight("model.embed_tokens.weight", &[163840, 2304])
+                    .weight("lm_head.weight", &[163840, 2304]);
+                b.0
+            },
+        ),
         _ => return None,
     })
 }

@@ -184,5 +184,5 @@ fn documented_preset_sizes_match_synth() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 4, "{list}");
+    assert_eq!(checked, 5, "{list}");
 }

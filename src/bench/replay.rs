@@ -179,6 +179,7 @@ fn open_trace(req: &Request, d: &dyn Drafter) -> Result<Opened> {
                 taps: d.taps().to_vec(),
                 hidden: d.target_hidden(),
                 vocab: d.vocab(),
+                num_layers: d.target_layers(),
             };
             synthetic::write(&dir, &shape, len, prompt_len, req.samples.unwrap_or(1))?;
             (tmp, dir, Some((len, prompt_len)))

@@ -348,6 +348,12 @@ fn verify_step(out: &str, src: &str, t: Option<&crate::engines::target::DraftSha
             "kquant verify --target {} --draft {out} --baseline {src} {gate}",
             p.name
         ),
+        // A DFlash drafter runs with its target's embedding and lm_head: a profile kquant
+        // does not run names no checkpoint to take them from.
+        [p, ..] if t.is_some_and(|t| t.family == Family::Dflash) => format!(
+            "kquant verify --target {} --target-checkpoint TARGET --draft {out} --baseline {src} --trace TRACE {gate}",
+            p.name
+        ),
         [p, ..] => format!(
             "kquant verify --target {} --draft {out} --baseline {src} --trace TRACE {gate}",
             p.name
@@ -371,4 +377,52 @@ fn pending_budget(plan: &Plan) -> u64 {
         }
     }
     MEMORY_TARGET.saturating_sub(f32_max + 3 * enc_max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engines::target::DraftShape;
+
+    /// The gate `quantize` suggests: a live profile runs without a trace; a profile kquant does
+    /// not run needs one, and a DFlash drafter there also its target's checkpoint (for the
+    /// embedding and lm_head); a draft matching no profile names a target checkpoint.
+    #[test]
+    fn the_suggested_gate_names_what_the_draft_needs() {
+        let dflash = |hidden, layers, taps: &[usize]| DraftShape {
+            family: Family::Dflash,
+            hidden: Some(hidden),
+            num_target_layers: Some(layers),
+            taps: Some(taps.to_vec()),
+        };
+        let real = verify_step("OUT", "SRC", Some(&dflash(2304, 27, &[4, 8, 16, 20, 24])));
+        assert!(
+            real.starts_with("kquant verify --target kimi-linear-48b-a3b --target-checkpoint TARGET --draft OUT --baseline SRC --trace TRACE"),
+            "{real}"
+        );
+        let tiny = verify_step("OUT", "SRC", Some(&dflash(256, 4, &[2, 3])));
+        assert!(
+            tiny.starts_with(
+                "kquant verify --target kimi-linear-tiny --draft OUT --baseline SRC ("
+            ),
+            "{tiny}"
+        );
+        let eagle = DraftShape {
+            family: Family::Eagle3,
+            hidden: Some(7168),
+            num_target_layers: None,
+            taps: Some(vec![2, 30, 58]),
+        };
+        let k2 = verify_step("OUT", "SRC", Some(&eagle));
+        assert!(
+            k2.starts_with(
+                "kquant verify --target kimi-k2.5 --draft OUT --baseline SRC --trace TRACE"
+            ),
+            "{k2}"
+        );
+        for none in [None, Some(&dflash(999, 3, &[1]))] {
+            assert!(verify_step("OUT", "SRC", none)
+                .starts_with("kquant verify --target-checkpoint TARGET --draft OUT"));
+        }
+    }
 }

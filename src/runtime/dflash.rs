@@ -9,19 +9,22 @@
 //! Weights are read in any dtype and any quantized layout kquant writes (dequantized at load,
 //! `quant::decode`), so a quantized draft runs exactly as its dequantized weights; the draft's
 //! linears (fc, q/k/v/o, gate/up/down) go through the hook in [`super::linears`], which can
-//! instead run them on a device ([`DFlash::load_on`]). The target's lm_head is an f32 matmul on
-//! the CPU, or, with a device and weights bf16 holds exactly (a BF16 target read as f32), a
-//! device layer (`LinearSet::load_values`) whose argmax is reduced there.
+//! instead run them on a device ([`DFlash::load_on`]). The target's lm_head is a linear of the
+//! same set (`lm_head (target)`): the packed product over its stored precision on the CPU (a
+//! bounded block of logits at a time, only each row's argmax and runner-up kept), or a device
+//! layer whose argmax is reduced there. The target's embedding is read by rows from its mapped
+//! file ([`super::embed::Embedding`]).
 
 use rayon::prelude::*;
 use serde_json::Value;
 
+use super::embed::Embedding;
 use super::linears::{Exec, Linear, LinearSet};
 use super::rope::Rope;
 use super::weights::Loader;
 use crate::checkpoint::{Checkpoint, Detection, Dialect, Family};
 use crate::error::{Error, Result};
-use crate::ops::{linear, linear_ref, rms_norm, silu, softmax, top2, Top2};
+use crate::ops::{rms_norm, silu, softmax, Top2};
 use crate::quant::decode::Logical;
 use crate::runtime::matches::Matches;
 
@@ -29,19 +32,24 @@ use crate::runtime::matches::Matches;
 const MAX_DEPTHS: usize = crate::runtime::matches::MAX_DEPTHS;
 
 /// The target's tensors a DFlash draft runs with: its token embedding and its lm_head, both
-/// `[vocab, hidden]`.
-pub struct TargetHead {
+/// `[vocab, hidden]`. The embedding is read by rows from the target's mapped file when it is
+/// stored unquantized (only the rows of the tokens a replay sees are converted), else dequantized
+/// at load; the lm_head is loaded by [`DFlash::load_on`] as a [`Linear`] of the draft's set, kept
+/// in its stored precision (bf16 stays bf16) or placed on the device.
+pub struct TargetHead<'a> {
     pub vocab: usize,
     pub hidden: usize,
-    pub embed: Vec<f32>,
-    pub lm_head: Vec<f32>,
+    pub embed: Embedding,
+    ck: &'a Checkpoint,
+    /// The tensor the lm_head is read from (the embedding's when they are tied).
+    lm_head: String,
 }
 
-impl TargetHead {
-    /// Read `model.embed_tokens.weight` and `lm_head.weight` (or their `language_model.`
-    /// forms) from a target checkpoint, dequantized if stored quantized; a target with tied
-    /// embeddings and no lm_head uses its embedding.
-    pub fn read(target: &Checkpoint) -> Result<TargetHead> {
+impl<'a> TargetHead<'a> {
+    /// Find `model.embed_tokens.weight` and `lm_head.weight` (or their `language_model.` forms)
+    /// in a target checkpoint, quantized or not; a target with tied embeddings and no lm_head
+    /// uses its embedding.
+    pub fn read(target: &'a Checkpoint) -> Result<TargetHead<'a>> {
         let lg = Logical::new(target)?;
         let dir = || target.weights.dir.clone();
         let find = |names: &[&str]| {
@@ -77,7 +85,7 @@ impl TargetHead {
             == Some(true);
         let head = find(&["lm_head.weight", "language_model.lm_head.weight"]);
         let lm_head = match head {
-            Some((n, s)) if s == es => lg.read_f32(&n).expect("present"),
+            Some((n, s)) if s == es => n,
             Some((n, s)) => {
                 return Err(Error::Tensor {
                     path: dir(),
@@ -85,7 +93,7 @@ impl TargetHead {
                     msg: format!("shape {s:?}, expected {es:?} (the embedding's)"),
                 })
             }
-            None if tied => lg.read_f32(&en).expect("present"),
+            None if tied => en.clone(),
             None => return Err(Error::Source {
                 path: dir(),
                 msg: "the target has no `lm_head.weight` (and does not tie it to the embedding)"
@@ -96,10 +104,18 @@ impl TargetHead {
                 ),
             }),
         };
+        let embed = match Embedding::map(target, &en, vocab, hidden)? {
+            Some(m) => m,
+            None => Embedding::Dense {
+                h: hidden,
+                v: lg.read_f32(&en).expect("present"),
+            },
+        };
         Ok(TargetHead {
             vocab,
             hidden,
-            embed: lg.read_f32(&en).expect("present"),
+            embed,
+            ck: target,
             lm_head,
         })
     }
@@ -139,16 +155,16 @@ pub struct DFlash {
     pub layer_ids: Vec<i64>,
     /// The same taps as HF `hidden_states` indices, in concatenation order.
     pub taps: Vec<usize>,
+    /// `num_target_layers` of the config, when it has one.
+    pub target_layers: Option<usize>,
     pub rope: Rope,
     layers: Vec<Layer>,
     fc: Linear,
     hidden_norm: Vec<f32>,
     norm: Vec<f32>,
-    embed: Vec<f32>,
-    /// The target's lm_head on the CPU (empty when `head` holds it).
-    lm_head: Vec<f32>,
-    /// The target's lm_head on the device (`Exec::Device`, bf16-exact weights).
-    head: Option<Linear>,
+    embed: Embedding,
+    /// The target's lm_head (module `lm_head (target)` of the set).
+    lm_head: Linear,
     lin: LinearSet,
 }
 
@@ -378,11 +394,13 @@ impl DFlash {
             .collect::<Result<Vec<_>>>()?;
         let fc = vb.linear(fc_n, h, taps.len() * ht)?;
         let (hidden_norm, norm) = (vb.get(hn_n, &[h])?, vb.get(norm_n, &[h])?);
-        let head = lin.load_values("lm_head (target)", &target.lm_head, vocab, h)?;
-        let lm_head = match head {
-            Some(_) => Vec::new(),
-            None => target.lm_head,
-        };
+        let lm_head = lin.load_as(
+            &Logical::new(target.ck)?,
+            &target.lm_head,
+            "lm_head (target)",
+            vocab,
+            h,
+        )?;
         Ok(DFlash {
             h,
             ht,
@@ -396,6 +414,10 @@ impl DFlash {
             eps,
             layer_ids: aux.ids.clone(),
             taps,
+            target_layers: c
+                .get("num_target_layers")
+                .and_then(Value::as_u64)
+                .and_then(|n| usize::try_from(n).ok()),
             rope,
             layers,
             fc,
@@ -403,7 +425,6 @@ impl DFlash {
             norm,
             embed: target.embed,
             lm_head,
-            head,
             lin,
         })
     }
@@ -488,10 +509,7 @@ impl DFlash {
     pub fn blocks(&self, ctx: &Context, x: &[u32], roots: &[usize], b: usize) -> Vec<f32> {
         let rows = roots.len() * (b - 1);
         let normed = self.slots(ctx, x, roots, b);
-        match &self.head {
-            Some(l) => l.apply(&normed, rows),
-            None => linear(&normed, rows, self.h, &self.lm_head, self.vocab),
-        }
+        self.lm_head.apply(&normed, rows)
     }
 
     /// [`DFlash::blocks`] up to the lm_head: the final-normed slots 1..B−1 of every root,
@@ -504,9 +522,9 @@ impl DFlash {
         let n = roots.len() * b;
         let mut hid = Vec::with_capacity(n * h);
         for &r in roots {
-            hid.extend_from_slice(self.embed_row(x[r]));
+            hid.extend_from_slice(&self.embed_row(x[r]));
             for _ in 1..b {
-                hid.extend_from_slice(self.embed_row(self.mask_id));
+                hid.extend_from_slice(&self.embed_row(self.mask_id));
             }
         }
         for (li, l) in self.layers.iter().enumerate() {
@@ -662,10 +680,7 @@ impl DFlash {
                 }
             }
             let normed = rms_norm(&hid[h..], h, &self.norm, self.eps);
-            out.extend(match &self.head {
-                Some(l) => l.apply_ref(&normed, b - 1),
-                None => linear_ref(&normed, b - 1, h, &self.lm_head, self.vocab),
-            });
+            out.extend(self.lm_head.apply_ref(&normed, b - 1));
         }
         out
     }
@@ -702,28 +717,22 @@ impl DFlash {
         roots: &[usize],
         b: usize,
     ) -> Vec<Vec<Top2>> {
-        // Bound the logits held at once (≈64 M values) for large vocabularies.
-        let per_root = (b - 1) * self.vocab;
+        // The lm_head keeps a bounded block of logits at a time (`Linear::top2_rows`); the
+        // slots are made a bounded number of roots at a time too.
+        let per_root = (b - 1) * self.vocab.max(self.h);
         let chunk = ((1usize << 26) / per_root).clamp(1, 64);
         let mut out = Vec::with_capacity(roots.len());
         for rs in roots.chunks(chunk) {
-            if let Some(l) = &self.head {
-                let best = l.top2_rows(&self.slots(ctx, x, rs, b), rs.len() * (b - 1));
-                out.extend(best.chunks(b - 1).map(<[Top2]>::to_vec));
-                continue;
-            }
-            let lg = self.blocks(ctx, x, rs, b);
-            out.extend(
-                lg.chunks(per_root)
-                    .map(|blk| blk.chunks(self.vocab).map(top2).collect()),
-            );
+            let best = self
+                .lm_head
+                .top2_rows(&self.slots(ctx, x, rs, b), rs.len() * (b - 1));
+            out.extend(best.chunks(b - 1).map(<[Top2]>::to_vec));
         }
         out
     }
 
-    fn embed_row(&self, tok: u32) -> &[f32] {
-        let t = tok as usize;
-        &self.embed[t * self.h..(t + 1) * self.h]
+    fn embed_row(&self, tok: u32) -> std::borrow::Cow<'_, [f32]> {
+        self.embed.row(tok)
     }
 }
 
@@ -745,6 +754,9 @@ impl super::Drafter for DFlash {
     }
     fn max_steps(&self) -> Option<usize> {
         Some(self.block_size - 1)
+    }
+    fn target_layers(&self) -> Option<usize> {
+        self.target_layers
     }
     /// One block pass per root r = max(P, 1)..T−2 (context < r); pair index t = r − 1, bit k
     /// set when slot k+1's token equals `x[r+1+k]` (fixtures/gen/verify/common.py

@@ -1,8 +1,9 @@
-//! The EAGLE-3 draft's token embedding: either dense f32 rows (a target's embedding handed to
-//! the loader, or a quantized one, dequantized at load), or — for a draft that carries its own
-//! unquantized embedding — rows converted on demand from the draft's memory-mapped file. A
-//! real-size Kimi draft's embedding is 163840 × 7168, 4.7 GB as f32; a replay only ever reads
-//! the rows of the tokens it sees, so the mapped form costs those pages and nothing else.
+//! A draft's token embedding (an EAGLE-3 draft's own or its target's, a DFlash drafter's
+//! target's): either dense f32 rows (a quantized embedding, dequantized at load, or one handed
+//! to the loader), or — for an unquantized one in a checkpoint — rows converted on demand from
+//! the memory-mapped file. A real-size Kimi embedding is 163840 × 7168, 4.7 GB as f32; a replay
+//! only ever reads the rows of the tokens it sees, so the mapped form costs those pages and
+//! nothing else.
 
 use std::borrow::Cow;
 

@@ -67,6 +67,15 @@ impl Exec {
             Exec::Device { dev, .. } => Some(dev.name()),
         }
     }
+
+    /// Where the device's kernel module came from (the on-disk cache or a compile now); `None`
+    /// for the f32 runtime and the emulation.
+    pub fn module_origin(&self) -> Option<String> {
+        match self {
+            Exec::F32 | Exec::F32Lazy => None,
+            Exec::Device { dev, .. } => dev.module_origin(),
+        }
+    }
 }
 
 /// What every linear of one draft shares: the observer and the first device error.
@@ -389,7 +398,22 @@ impl LinearSet {
     /// with a device, to the device when it is a quantized module the kernels take or an
     /// unquantized one the dense path takes (module docs), else on the CPU.
     pub fn load(&self, lg: &Logical, name: &str, n: usize, k: usize) -> Result<Linear> {
-        let module = name.strip_suffix(".weight").unwrap_or(name).to_string();
+        let module = name.strip_suffix(".weight").unwrap_or(name);
+        self.load_as(lg, name, module, n, k)
+    }
+
+    /// [`LinearSet::load`] under another module name in the placement and the hooks: a tensor
+    /// that is not the draft's own (the DFlash target's lm_head, `lm_head (target)`), so that a
+    /// draft module of the same name is never taken for it.
+    pub fn load_as(
+        &self,
+        lg: &Logical,
+        name: &str,
+        module: &str,
+        n: usize,
+        k: usize,
+    ) -> Result<Linear> {
+        let module = module.to_string();
         let qm = lg.module(name);
         let mut kind = None;
         if let (Exec::Device { dev, act }, Some(m)) = (&self.exec, qm) {
@@ -500,10 +524,11 @@ impl LinearSet {
         split(&self.quantized.lock().expect("placement"))
     }
 
-    /// Weights that are not a tensor of the draft (the DFlash target's lm_head, `[n, k]` f32,
-    /// named `module` in the placement): with a device, uploaded when bf16 holds every value
-    /// exactly (recorded in [`LinearSet::dense_placement`] either way); `None` — the caller keeps
-    /// its f32 path — otherwise and with [`Exec::F32`].
+    /// A layer from f32 values `[n, k]` that are no checkpoint's tensor (the tests' device
+    /// layers), named `module` in the placement: with a device, uploaded when bf16 holds every
+    /// value exactly, as [`LinearSet::load`] places an F32 tensor (recorded in
+    /// [`LinearSet::dense_placement`] either way); `None` otherwise and with [`Exec::F32`].
+    #[cfg(test)]
     pub fn load_values(
         &self,
         module: &str,

@@ -5,9 +5,11 @@
 pub mod deepseek;
 pub mod dflash;
 pub mod eagle3;
+pub mod embed;
 pub mod hessian;
 pub mod kimi_linear;
 pub mod linears;
+pub mod lm;
 pub mod matches;
 pub mod packed;
 pub mod rope;
@@ -39,6 +41,11 @@ pub trait Drafter: Send + Sync {
     }
     /// The most `steps` this draft can propose (a block drafter: its block size − 1).
     fn max_steps(&self) -> Option<usize> {
+        None
+    }
+    /// The target's layer count as the draft's config records it (a DFlash drafter's
+    /// `num_target_layers`), for a synthetic trace's manifest.
+    fn target_layers(&self) -> Option<usize> {
         None
     }
     /// Depth matches over one sequence: `x` the T tokens, `taps[j]` the `[T, target_hidden]`

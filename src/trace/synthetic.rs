@@ -34,6 +34,9 @@ pub struct TraceShape {
     pub taps: Vec<usize>,
     pub hidden: usize,
     pub vocab: usize,
+    /// The target's layer count when the draft records it; else the trace says the fewest
+    /// layers its taps need.
+    pub num_layers: Option<usize>,
 }
 
 /// Most tap values (samples × tokens × taps × hidden) a synthetic trace may hold: 4 GiB as f32.
@@ -129,7 +132,11 @@ pub fn write(
         format: file::FORMAT.into(),
         target: json!({"name": "synthetic"}),
         hidden_size: shape.hidden,
-        num_layers: taps.last().copied().unwrap_or(0).max(1),
+        num_layers: shape
+            .num_layers
+            .unwrap_or(0)
+            .max(taps.last().copied().unwrap_or(0))
+            .max(1),
         vocab_size: Some(shape.vocab),
         taps,
         tap_convention: file::TAP_CONVENTION.into(),
@@ -148,6 +155,15 @@ mod tests {
     use super::*;
     use crate::trace::file::Trace;
 
+    fn shape_of(s: &TraceShape) -> TraceShape {
+        TraceShape {
+            taps: s.taps.clone(),
+            hidden: s.hidden,
+            vocab: s.vocab,
+            num_layers: s.num_layers,
+        }
+    }
+
     /// The synthetic trace opens, is deterministic, and holds what it was asked for.
     #[test]
     fn synthetic_trace_is_valid_and_deterministic() {
@@ -156,6 +172,7 @@ mod tests {
             taps: vec![5, 2, 9],
             hidden: 16,
             vocab: 37,
+            num_layers: None,
         };
         let (a, b) = (base.join("a"), base.join("b"));
         write(&a, &shape, 40, 5, 2).unwrap();
@@ -180,6 +197,18 @@ mod tests {
         assert_eq!(tap.len(), 40 * 16);
         assert!(tap.iter().all(|v| v.abs() <= 0.5) && tap.iter().any(|v| v.abs() > 0.1));
         assert!(write(&a, &shape, 40, 40, 1).is_err());
+        // Without the target's layer count, the fewest its taps need; with it, that count
+        // (never below the taps).
+        assert_eq!(ta.manifest.num_layers, 9);
+        for (given, says) in [(27, 27), (4, 9)] {
+            let c = base.join(format!("c{given}"));
+            let shape = TraceShape {
+                num_layers: Some(given),
+                ..shape_of(&shape)
+            };
+            write(&c, &shape, 40, 5, 1).unwrap();
+            assert_eq!(Trace::open(&c).unwrap().manifest.num_layers, says);
+        }
         let _ = std::fs::remove_dir_all(&base);
     }
 }

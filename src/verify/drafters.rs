@@ -76,7 +76,11 @@ pub fn load_drafter(
         }
     };
     if let Some(dev) = exec.name() {
-        eprintln!("{}", placement_line(spec, &dev, d.linears()));
+        let mut line = placement_line(spec, &dev, d.linears());
+        if let Some(o) = exec.module_origin() {
+            line += &format!("; {}", crate::escape::printable(&o));
+        }
+        eprintln!("{line}");
     }
     Ok(d)
 }

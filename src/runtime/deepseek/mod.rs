@@ -4,9 +4,9 @@
 //! with shared experts after (`moe`). Weights are read in any dtype or quantized layout
 //! `quant::decode` knows and upcast to f32 (`weights`).
 //!
-//! One chunk routine runs `n` new positions against a per-layer KV cache: the full forward is
-//! one chunk over an empty cache, greedy decoding ([`Session`]) a prompt chunk then one token at
-//! a time. Every op is row-independent, so both give the same numbers. A plain reference path
+//! One chunk routine ([`ChunkedLm::chunk`]) runs `n` new positions against a per-layer KV cache:
+//! the full forward is one chunk over an empty cache, greedy decoding ([`Session`], `lm`) a
+//! prompt chunk then one token at a time. Every op is row-independent, so both give the same numbers. A plain reference path
 //! (`ops::linear_ref`, serial) sits beside the fast one (`ops::linear`, rayon over heads and
 //! experts), compared in the tests under [`super::FAST_REL_TOL`].
 
@@ -18,33 +18,18 @@ pub(crate) mod weights;
 pub use config::DsConfig;
 pub use moe::Routed;
 
+pub use super::lm::{Forward, OpImpl, RouterOut};
+
+use super::lm::{self, Chunk, ChunkedLm};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::ops::{argmax, linear, linear_ref, rms_norm};
+use crate::ops::rms_norm;
 use attention::KvCache;
 use weights::{Ffn, Weights};
 
 /// Incremental decode vs the full forward, same measure (every op is row-independent, so the
 /// two are expected to agree exactly; measured 0).
 pub const DECODE_REL_TOL: f32 = 1e-5;
-
-/// Which implementation of the ops a forward runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpImpl {
-    /// Plain serial loops (`ops::linear_ref`): the spec.
-    Reference,
-    /// `ops::linear` and rayon over heads and experts.
-    Fast,
-}
-
-impl OpImpl {
-    pub(crate) fn linear(self, x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> Vec<f32> {
-        match self {
-            OpImpl::Reference => linear_ref(x, m, k, w, n),
-            OpImpl::Fast => linear(x, m, k, w, n),
-        }
-    }
-}
 
 /// A loaded target.
 pub struct DeepseekV3 {
@@ -55,32 +40,31 @@ pub struct DeepseekV3 {
     w: Weights,
 }
 
-/// The router's choice at one MoE layer, `[T, top_k]` each.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RouterOut {
-    pub layer: usize,
-    pub topk_idx: Vec<u32>,
-    pub topk_weight: Vec<f32>,
-}
-
-/// Output of a full forward over T tokens.
-#[derive(Debug, Clone)]
-pub struct Forward {
-    /// `[T, vocab]`.
-    pub logits: Vec<f32>,
-    /// HF `hidden_states`, indices `0..=L`, `[T, H]` each: `hs[i < L]` is the residual-stream
-    /// input of block i (`hs[0]` the embeddings), `hs[L]` the output after the final norm.
-    pub hidden_states: Vec<Vec<f32>>,
-    /// One entry per MoE layer, in layer order.
-    pub router: Vec<RouterOut>,
-}
-
-/// What one chunk produced: the final-normed rows, and (when asked) the hidden states and the
-/// router choices.
-struct Chunk {
-    normed: Vec<f32>,
-    hidden_states: Vec<Vec<f32>>,
-    router: Vec<RouterOut>,
+/// The feed-forward block of layer `l` over `n` rows of `cfg.hidden`: the dense MLP, or the
+/// MoE with its router's choice pushed to `router` when one is given (both targets' layers).
+pub(crate) fn ffn_block(
+    e: OpImpl,
+    cfg: &DsConfig,
+    ffn: &Ffn,
+    x: &[f32],
+    n: usize,
+    l: usize,
+    router: Option<&mut Vec<RouterOut>>,
+) -> Vec<f32> {
+    match ffn {
+        Ffn::Dense(m) => moe::mlp(e, m, x, n, cfg.hidden),
+        Ffn::Moe(m) => {
+            let (y, r) = moe::forward(e, cfg, m, x, n);
+            if let Some(out) = router {
+                out.push(RouterOut {
+                    layer: l,
+                    topk_idx: r.idx,
+                    topk_weight: r.weight,
+                });
+            }
+            y
+        }
+    }
 }
 
 impl DeepseekV3 {
@@ -118,29 +102,47 @@ impl DeepseekV3 {
         })
     }
 
-    /// A fresh per-layer cache.
-    fn empty_cache(&self) -> Vec<KvCache> {
+    /// Causal forward over `tokens` at positions `0..T` (fast path).
+    pub fn forward(&self, tokens: &[u32]) -> Result<Forward> {
+        self.forward_with(OpImpl::Fast, tokens)
+    }
+
+    /// [`forward`](Self::forward) on the plain reference ops.
+    pub fn forward_ref(&self, tokens: &[u32]) -> Result<Forward> {
+        self.forward_with(OpImpl::Reference, tokens)
+    }
+
+    /// An incremental-decode session (empty KV cache).
+    pub fn session(&self) -> Session<'_> {
+        Session::new(self)
+    }
+
+    /// Greedy continuation of `prompt` by `n` tokens with the KV cache (`lm::greedy`).
+    pub fn greedy(&self, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>> {
+        lm::greedy(self, prompt, n, stop)
+    }
+}
+
+impl ChunkedLm for DeepseekV3 {
+    /// One KV cache per layer.
+    type State = Vec<KvCache>;
+
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+    fn hidden(&self) -> usize {
+        self.hidden
+    }
+    fn lm_head(&self) -> &[f32] {
+        &self.w.lm_head
+    }
+    fn empty_state(&self) -> Vec<KvCache> {
         vec![KvCache::default(); self.num_layers]
     }
 
-    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
-        match tokens.iter().find(|&&t| t as usize >= self.vocab) {
-            Some(t) => Err(Error::Usage(format!(
-                "token id {t} is outside the target's vocabulary of {}",
-                self.vocab
-            ))),
-            None => Ok(()),
-        }
-    }
-
-    /// Run `tokens` (positions `cache.len..`) through every block; `record` keeps the hidden
-    /// states and router choices.
-    fn chunk(&self, e: OpImpl, tokens: &[u32], cache: &mut [KvCache], record: bool) -> Chunk {
+    fn chunk(&self, e: OpImpl, tokens: &[u32], cache: &mut Vec<KvCache>, record: bool) -> Chunk {
         let (h, n) = (self.hidden, tokens.len());
-        let mut x: Vec<f32> = tokens
-            .iter()
-            .flat_map(|&t| self.w.embed[t as usize * h..(t as usize + 1) * h].to_vec())
-            .collect();
+        let mut x = lm::embed_rows(&self.w.embed, h, tokens);
         let (mut hs, mut router) = (Vec::new(), Vec::new());
         for (l, (layer, kv)) in self.w.layers.iter().zip(cache.iter_mut()).enumerate() {
             if record {
@@ -150,20 +152,15 @@ impl DeepseekV3 {
             let a = attention::forward(e, &self.cfg, &layer.attn, &a, n, kv);
             x.iter_mut().zip(&a).for_each(|(r, v)| *r += v);
             let f = rms_norm(&x, h, &layer.post_norm, self.cfg.eps);
-            let f = match &layer.ffn {
-                Ffn::Dense(m) => moe::mlp(e, m, &f, n, h),
-                Ffn::Moe(m) => {
-                    let (y, r) = moe::forward(e, &self.cfg, m, &f, n);
-                    if record {
-                        router.push(RouterOut {
-                            layer: l,
-                            topk_idx: r.idx,
-                            topk_weight: r.weight,
-                        });
-                    }
-                    y
-                }
-            };
+            let f = ffn_block(
+                e,
+                &self.cfg,
+                &layer.ffn,
+                &f,
+                n,
+                l,
+                record.then_some(&mut router),
+            );
             x.iter_mut().zip(&f).for_each(|(r, v)| *r += v);
         }
         let normed = rms_norm(&x, h, &self.w.norm, self.cfg.eps);
@@ -176,97 +173,15 @@ impl DeepseekV3 {
             router,
         }
     }
-
-    fn logits(&self, e: OpImpl, normed: &[f32], n: usize) -> Vec<f32> {
-        e.linear(normed, n, self.hidden, &self.w.lm_head, self.vocab)
-    }
-
-    /// Causal forward over `tokens` at positions `0..T` (fast path).
-    pub fn forward(&self, tokens: &[u32]) -> Result<Forward> {
-        self.forward_with(OpImpl::Fast, tokens)
-    }
-
-    /// [`forward`](Self::forward) on the plain reference ops.
-    pub fn forward_ref(&self, tokens: &[u32]) -> Result<Forward> {
-        self.forward_with(OpImpl::Reference, tokens)
-    }
-
-    fn forward_with(&self, e: OpImpl, tokens: &[u32]) -> Result<Forward> {
-        self.check_tokens(tokens)?;
-        let mut cache = self.empty_cache();
-        let c = self.chunk(e, tokens, &mut cache, true);
-        Ok(Forward {
-            logits: self.logits(e, &c.normed, tokens.len()),
-            hidden_states: c.hidden_states,
-            router: c.router,
-        })
-    }
-
-    /// An incremental-decode session (empty KV cache).
-    pub fn session(&self) -> Session<'_> {
-        Session {
-            model: self,
-            cache: self.empty_cache(),
-        }
-    }
-
-    /// Greedy continuation of `prompt` by `n` tokens with the KV cache (transformers'
-    /// `generate` at temperature 0, or make_trace.py's `greedy_cached`); stops after a token
-    /// in `stop` (kept).
-    pub fn greedy(&self, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>> {
-        let mut s = self.session();
-        let mut logits = s.extend(prompt)?;
-        // `n` is the caller's bound, not a size to reserve up front.
-        let mut out = Vec::with_capacity(n.min(4096));
-        while out.len() < n {
-            let t = argmax(&logits) as u32;
-            out.push(t);
-            if stop.contains(&t) || out.len() == n {
-                break;
-            }
-            logits = s.step(t)?;
-        }
-        Ok(out)
-    }
 }
 
-/// Incremental decoding: positions continue from what the session has seen.
-pub struct Session<'m> {
-    model: &'m DeepseekV3,
-    cache: Vec<KvCache>,
-}
-
-impl Session<'_> {
-    /// Positions seen so far.
-    pub fn len(&self) -> usize {
-        self.cache[0].len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Feed `tokens`; returns the logits `[vocab]` at the last of them.
-    pub fn extend(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        let m = self.model;
-        m.check_tokens(tokens)?;
-        if tokens.is_empty() {
-            return Err(Error::Usage("cannot decode from an empty prompt".into()));
-        }
-        let c = m.chunk(OpImpl::Fast, tokens, &mut self.cache, false);
-        let last = &c.normed[(tokens.len() - 1) * m.hidden..];
-        Ok(m.logits(OpImpl::Fast, last, 1))
-    }
-
-    /// Feed one token; returns the logits of the next position.
-    pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
-        self.extend(&[token])
-    }
-}
+/// Incremental decoding of the Kimi-K2 target (`lm::Session`).
+pub type Session<'m> = lm::Session<'m, DeepseekV3>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::argmax;
     use crate::runtime::FAST_REL_TOL;
 
     fn tiny() -> DeepseekV3 {

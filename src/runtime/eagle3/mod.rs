@@ -15,12 +15,11 @@
 //! (fc, the attention projections, gate/up/down, lm_head) goes through the hook in
 //! [`super::linears`], which can instead run the quantized ones on a device ([`Eagle3::load_on`]).
 
-mod embed;
 mod llama_attn;
 mod load;
 mod mla_attn;
 
-pub use embed::Embedding;
+pub use super::embed::Embedding;
 pub use llama_attn::LlamaAttention;
 pub use mla_attn::MlaAttention;
 

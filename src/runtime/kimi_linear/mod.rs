@@ -19,13 +19,12 @@ mod weights;
 pub use config::{Kda, KlConfig, Mixer};
 pub use kda::KdaState;
 
+use super::lm::{self, Chunk, ChunkedLm};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::ops::{argmax, rms_norm};
+use crate::ops::rms_norm;
 use crate::runtime::deepseek::attention::{self, KvCache};
-use crate::runtime::deepseek::moe;
-use crate::runtime::deepseek::weights::Ffn;
-use crate::runtime::deepseek::{Forward, OpImpl, RouterOut};
+use crate::runtime::deepseek::{ffn_block, Forward, OpImpl};
 use weights::{Mix, Weights};
 
 /// A loaded target.
@@ -42,13 +41,6 @@ pub struct KimiLinear {
 pub enum LayerState {
     Kda(KdaState),
     Mla(KvCache),
-}
-
-/// The final-normed rows of a chunk, and (when asked) the hidden states and router choices.
-struct Chunk {
-    normed: Vec<f32>,
-    hidden_states: Vec<Vec<f32>>,
-    router: Vec<RouterOut>,
 }
 
 /// Is this config.json a Kimi-Linear model?
@@ -89,8 +81,42 @@ impl KimiLinear {
         })
     }
 
-    /// Fresh per-layer state.
-    pub fn empty_state(&self) -> Vec<LayerState> {
+    /// Causal forward over `tokens` at positions `0..T` (fast path); `hidden_states` in HF's
+    /// convention (`hs[L]` after the final norm), as `DeepseekV3::forward`.
+    pub fn forward(&self, tokens: &[u32]) -> Result<Forward> {
+        self.forward_with(OpImpl::Fast, tokens)
+    }
+
+    /// [`forward`](Self::forward) on the plain reference ops.
+    pub fn forward_ref(&self, tokens: &[u32]) -> Result<Forward> {
+        self.forward_with(OpImpl::Reference, tokens)
+    }
+
+    /// An incremental-decode session (empty state).
+    pub fn session(&self) -> Session<'_> {
+        Session::new(self)
+    }
+
+    /// Greedy continuation of `prompt` by `n` tokens (`lm::greedy`).
+    pub fn greedy(&self, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>> {
+        lm::greedy(self, prompt, n, stop)
+    }
+}
+
+impl ChunkedLm for KimiLinear {
+    /// Per layer: the KDA conv and recurrent state, or the MLA KV cache.
+    type State = Vec<LayerState>;
+
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+    fn hidden(&self) -> usize {
+        self.hidden
+    }
+    fn lm_head(&self) -> &[f32] {
+        &self.w.lm_head
+    }
+    fn empty_state(&self) -> Vec<LayerState> {
         self.cfg
             .mixers
             .iter()
@@ -101,22 +127,9 @@ impl KimiLinear {
             .collect()
     }
 
-    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
-        match tokens.iter().find(|&&t| t as usize >= self.vocab) {
-            Some(t) => Err(Error::Usage(format!(
-                "token id {t} is outside the target's vocabulary of {}",
-                self.vocab
-            ))),
-            None => Ok(()),
-        }
-    }
-
-    fn chunk(&self, e: OpImpl, tokens: &[u32], state: &mut [LayerState], record: bool) -> Chunk {
+    fn chunk(&self, e: OpImpl, tokens: &[u32], state: &mut Vec<LayerState>, record: bool) -> Chunk {
         let (h, n, c) = (self.hidden, tokens.len(), &self.cfg.ds);
-        let mut x: Vec<f32> = tokens
-            .iter()
-            .flat_map(|&t| self.w.embed[t as usize * h..(t as usize + 1) * h].to_vec())
-            .collect();
+        let mut x = lm::embed_rows(&self.w.embed, h, tokens);
         let (mut hs, mut router) = (Vec::new(), Vec::new());
         for (l, (layer, st)) in self.w.layers.iter().zip(state.iter_mut()).enumerate() {
             if record {
@@ -130,20 +143,7 @@ impl KimiLinear {
             };
             x.iter_mut().zip(&a).for_each(|(r, v)| *r += v);
             let f = rms_norm(&x, h, &layer.post_norm, c.eps);
-            let f = match &layer.ffn {
-                Ffn::Dense(m) => moe::mlp(e, m, &f, n, h),
-                Ffn::Moe(m) => {
-                    let (y, r) = moe::forward(e, c, m, &f, n);
-                    if record {
-                        router.push(RouterOut {
-                            layer: l,
-                            topk_idx: r.idx,
-                            topk_weight: r.weight,
-                        });
-                    }
-                    y
-                }
-            };
+            let f = ffn_block(e, c, &layer.ffn, &f, n, l, record.then_some(&mut router));
             x.iter_mut().zip(&f).for_each(|(r, v)| *r += v);
         }
         let normed = rms_norm(&x, h, &self.w.norm, c.eps);
@@ -156,103 +156,16 @@ impl KimiLinear {
             router,
         }
     }
-
-    fn logits(&self, e: OpImpl, normed: &[f32], n: usize) -> Vec<f32> {
-        e.linear(normed, n, self.hidden, &self.w.lm_head, self.vocab)
-    }
-
-    /// Causal forward over `tokens` at positions `0..T` (fast path); `hidden_states` in HF's
-    /// convention (`hs[L]` after the final norm), as `DeepseekV3::forward`.
-    pub fn forward(&self, tokens: &[u32]) -> Result<Forward> {
-        self.forward_with(OpImpl::Fast, tokens)
-    }
-
-    /// [`forward`](Self::forward) on the plain reference ops.
-    pub fn forward_ref(&self, tokens: &[u32]) -> Result<Forward> {
-        self.forward_with(OpImpl::Reference, tokens)
-    }
-
-    fn forward_with(&self, e: OpImpl, tokens: &[u32]) -> Result<Forward> {
-        self.check_tokens(tokens)?;
-        let mut st = self.empty_state();
-        let c = self.chunk(e, tokens, &mut st, true);
-        Ok(Forward {
-            logits: self.logits(e, &c.normed, tokens.len()),
-            hidden_states: c.hidden_states,
-            router: c.router,
-        })
-    }
-
-    /// An incremental-decode session (empty state).
-    pub fn session(&self) -> Session<'_> {
-        Session {
-            model: self,
-            state: self.empty_state(),
-            len: 0,
-        }
-    }
-
-    /// Greedy continuation of `prompt` by `n` tokens (stops after a token in `stop`, kept).
-    pub fn greedy(&self, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>> {
-        let mut s = self.session();
-        let mut logits = s.extend(prompt)?;
-        let mut out = Vec::with_capacity(n.min(4096));
-        while out.len() < n {
-            let t = argmax(&logits) as u32;
-            out.push(t);
-            if stop.contains(&t) || out.len() == n {
-                break;
-            }
-            logits = s.step(t)?;
-        }
-        Ok(out)
-    }
 }
 
-/// Incremental decoding: positions continue from what the session has seen.
-pub struct Session<'m> {
-    model: &'m KimiLinear,
-    state: Vec<LayerState>,
-    len: usize,
-}
-
-impl Session<'_> {
-    /// Positions seen so far.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The carried state of every layer (the KDA recurrent and conv states, the MLA caches).
-    pub fn state(&self) -> &[LayerState] {
-        &self.state
-    }
-
-    /// Feed `tokens`; returns the logits `[vocab]` at the last of them.
-    pub fn extend(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        let m = self.model;
-        m.check_tokens(tokens)?;
-        if tokens.is_empty() {
-            return Err(Error::Usage("cannot decode from an empty prompt".into()));
-        }
-        let c = m.chunk(OpImpl::Fast, tokens, &mut self.state, false);
-        self.len += tokens.len();
-        let last = &c.normed[(tokens.len() - 1) * m.hidden..];
-        Ok(m.logits(OpImpl::Fast, last, 1))
-    }
-
-    /// Feed one token; returns the logits of the next position.
-    pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
-        self.extend(&[token])
-    }
-}
+/// Incremental decoding of the Kimi-Linear target (`lm::Session`); its
+/// [`state`](lm::Session::state) is every layer's carried state.
+pub type Session<'m> = lm::Session<'m, KimiLinear>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::argmax;
     use crate::runtime::deepseek::DECODE_REL_TOL;
     use crate::runtime::FAST_REL_TOL;
 
