@@ -65,7 +65,10 @@ fn cpu_device_reports_every_regime() {
     for x in c {
         assert_eq!(x["regime_c_from_m"], 65);
         let m = &x["int4_slower_than_bf16_from_m"];
-        assert!(m.is_null() || [1, 16, 130].contains(&m.as_u64().unwrap()), "{x}");
+        assert!(
+            m.is_null() || [1, 16, 130].contains(&m.as_u64().unwrap()),
+            "{x}"
+        );
     }
     // The emulation compiles nothing.
     assert!(doc["kernels"].is_null());

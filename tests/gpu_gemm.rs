@@ -378,3 +378,56 @@ fn preconditions(d: &dyn Backend) {
     );
     assert!(d.w4a16_on(&dl2, &x9, Act::Bf16, 9, Regime::Mma).is_ok());
 }
+
+/// The prepared device check (scripts/gpu_check.sh, docs/kernels.md) fits one 10-minute device
+/// call, its steps' limits summed, and refuses to run off the device (no `$OUT`) or without
+/// the carried binaries.
+#[test]
+fn the_device_check_fits_one_device_call() {
+    let script = common::root().join("scripts/gpu_check.sh");
+    let o = std::process::Command::new("bash")
+        .arg(&script)
+        .arg("--dry-run")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let s = String::from_utf8_lossy(&o.stdout);
+    let total: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("at most ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{s}"));
+    assert!(total <= 590, "{s}");
+    for step in ["libs", "compile", "tier", "full", "gemm", "verify"] {
+        assert!(
+            s.lines().any(|l| l.starts_with(&format!("{step}: "))),
+            "{s}"
+        );
+    }
+    let o = std::process::Command::new("bash")
+        .arg(&script)
+        .arg("run")
+        .env_remove("OUT")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("$OUT"));
+    // Without the carried binaries (a checkout that did not run `build`; never the case on
+    // the device), `run` stops before touching anything.
+    if !common::root().join("target/gpu-bin/kquant-tests").exists() {
+        let t = tempfile::tempdir().unwrap();
+        let o = std::process::Command::new("bash")
+            .arg(&script)
+            .arg("run")
+            .env("OUT", t.path())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("gpu_check.sh build"));
+    }
+    let o = std::process::Command::new("bash")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "no mode: the usage");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("bash scripts/gpu_check.sh build"));
+}
