@@ -12,6 +12,7 @@ use crate::common;
 use common::{load, rel_to, root, tensor_f32s, tensor_i32s, Tensors};
 use kquant::checkpoint::Checkpoint;
 use kquant::runtime::kimi_linear::{KimiLinear, LayerState};
+use kquant::runtime::lm::ChunkedLm;
 
 const TARGET: &str = "fixtures/kimi-linear-tiny/target";
 const PARITY: &str = "fixtures/kimi-linear-tiny/reference/parity-target.safetensors";

@@ -8,6 +8,7 @@ use crate::common;
 use common::{load, rel_to, root, tensor_f32s, tensor_i32s};
 use kquant::checkpoint::Checkpoint;
 use kquant::runtime::deepseek::DeepseekV3;
+use kquant::runtime::lm::ChunkedLm;
 
 const TARGET: &str = "fixtures/kimi-k2.5-tiny/target";
 const PARITY: &str = "fixtures/kimi-k2.5-tiny/reference/parity-target.safetensors";

@@ -88,6 +88,33 @@ pub trait ChunkedLm {
         e.linear(normed, n, self.hidden(), self.lm_head(), self.vocab())
     }
 
+    /// Causal forward over `tokens` at positions `0..T` (fast path); `hidden_states` in HF's
+    /// convention (`hs[L]` after the final norm).
+    fn forward(&self, tokens: &[u32]) -> Result<Forward> {
+        self.forward_with(OpImpl::Fast, tokens)
+    }
+
+    /// [`ChunkedLm::forward`] on the plain reference ops.
+    fn forward_ref(&self, tokens: &[u32]) -> Result<Forward> {
+        self.forward_with(OpImpl::Reference, tokens)
+    }
+
+    /// An incremental-decode session (empty state).
+    fn session(&self) -> Session<'_, Self>
+    where
+        Self: Sized,
+    {
+        Session::new(self)
+    }
+
+    /// Greedy continuation of `prompt` by `n` tokens ([`greedy`]).
+    fn greedy(&self, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>>
+    where
+        Self: Sized,
+    {
+        greedy(self, prompt, n, stop)
+    }
+
     /// Causal forward over `tokens` at positions `0..T`: one chunk from empty state.
     fn forward_with(&self, e: OpImpl, tokens: &[u32]) -> Result<Forward> {
         self.check_tokens(tokens)?;

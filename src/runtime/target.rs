@@ -7,6 +7,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::runtime::deepseek::{self, DeepseekV3, Forward};
 use crate::runtime::kimi_linear::{self, KimiLinear};
+use crate::runtime::lm::ChunkedLm;
 
 /// A loaded target.
 pub enum Target {

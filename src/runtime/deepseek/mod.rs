@@ -101,26 +101,6 @@ impl DeepseekV3 {
             w,
         })
     }
-
-    /// Causal forward over `tokens` at positions `0..T` (fast path).
-    pub fn forward(&self, tokens: &[u32]) -> Result<Forward> {
-        self.forward_with(OpImpl::Fast, tokens)
-    }
-
-    /// [`forward`](Self::forward) on the plain reference ops.
-    pub fn forward_ref(&self, tokens: &[u32]) -> Result<Forward> {
-        self.forward_with(OpImpl::Reference, tokens)
-    }
-
-    /// An incremental-decode session (empty KV cache).
-    pub fn session(&self) -> Session<'_> {
-        Session::new(self)
-    }
-
-    /// Greedy continuation of `prompt` by `n` tokens with the KV cache (`lm::greedy`).
-    pub fn greedy(&self, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>> {
-        lm::greedy(self, prompt, n, stop)
-    }
 }
 
 impl ChunkedLm for DeepseekV3 {

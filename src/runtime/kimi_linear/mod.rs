@@ -24,7 +24,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::ops::rms_norm;
 use crate::runtime::deepseek::attention::{self, KvCache};
-use crate::runtime::deepseek::{ffn_block, Forward, OpImpl};
+use crate::runtime::deepseek::{ffn_block, OpImpl};
 use weights::{Mix, Weights};
 
 /// A loaded target.
@@ -79,27 +79,6 @@ impl KimiLinear {
             cfg,
             w,
         })
-    }
-
-    /// Causal forward over `tokens` at positions `0..T` (fast path); `hidden_states` in HF's
-    /// convention (`hs[L]` after the final norm), as `DeepseekV3::forward`.
-    pub fn forward(&self, tokens: &[u32]) -> Result<Forward> {
-        self.forward_with(OpImpl::Fast, tokens)
-    }
-
-    /// [`forward`](Self::forward) on the plain reference ops.
-    pub fn forward_ref(&self, tokens: &[u32]) -> Result<Forward> {
-        self.forward_with(OpImpl::Reference, tokens)
-    }
-
-    /// An incremental-decode session (empty state).
-    pub fn session(&self) -> Session<'_> {
-        Session::new(self)
-    }
-
-    /// Greedy continuation of `prompt` by `n` tokens (`lm::greedy`).
-    pub fn greedy(&self, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>> {
-        lm::greedy(self, prompt, n, stop)
     }
 }
 
