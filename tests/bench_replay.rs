@@ -185,3 +185,54 @@ fn refusals_exit_2() {
         "--trace and --synthetic-trace conflict"
     );
 }
+
+/// `--device`: the replay with the linears on a device (here the kernels' CPU replay) splits pass
+/// A into the CPU products, the device layers and the rest, and finds the accept length the f32
+/// runtime finds; a device the build lacks is refused before anything is read.
+#[test]
+fn a_device_replay_reports_where_pass_a_went() {
+    let args = |device: &str| {
+        kquant_json(&[
+            "bench",
+            "replay",
+            EAGLE3,
+            "--target-checkpoint",
+            TARGET,
+            "--trace",
+            TRACE,
+            "--samples",
+            "3",
+            "--device",
+            device,
+            "--json",
+        ])
+    };
+    let (cpu, emu) = (args("cpu"), args("cpu-emu"));
+    assert!(cpu["device"].is_null() && cpu["device_calls"] == 0, "{cpu}");
+    assert!(emu["device"].as_str().unwrap().contains("kernel emulation"));
+    // Every linear of the draft on the device: fc, q/k/v/o, gate/up/down and the lm_head's argmax,
+    // once per depth and sample at least.
+    assert!(emu["device_calls"].as_u64().unwrap() >= 3 * 3 * 9, "{emu}");
+    let (pass_a, device_s, gemm_s, rest_s) = (
+        positive(&emu, "pass_a_s"),
+        positive(&emu, "device_s"),
+        emu["gemm_s"].as_f64().unwrap(),
+        emu["rest_s"].as_f64().unwrap(),
+    );
+    assert!(
+        (device_s + gemm_s + rest_s - pass_a).abs() <= 1e-6 * pass_a.max(1.0) + 1e-9,
+        "the phases add up to pass A: {emu}"
+    );
+    // The emulation rounds activations to bf16 as a device does: within the bound docs/kernels.md
+    // states for a device against the f32 runtime.
+    let (a, b) = (
+        positive(&cpu, "accept_length"),
+        positive(&emu, "accept_length"),
+    );
+    assert!((a - b).abs() <= 0.05, "cpu {a} vs cpu-emu {b}");
+    if !cfg!(feature = "cuda") {
+        let o = kquant(&["bench", "replay", EAGLE3, "--device", "cuda"]);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("--features cuda"));
+    }
+}

@@ -40,6 +40,8 @@ pub struct Request {
     pub steps: Option<usize>,
     pub target_checkpoint: Option<String>,
     pub after_miss: AfterMiss,
+    /// Where the draft's linears run, as `verify --device` takes it (`cpu`: the f32 runtime).
+    pub device: String,
 }
 
 /// The figures of a replay.
@@ -70,6 +72,11 @@ pub struct Replay {
     /// The FLOPs of the CPU products in pass A and the seconds spent inside them.
     pub gemm_flops: u64,
     pub gemm_s: f64,
+    /// The device the linears ran on (`None`: the f32 runtime), and pass A's calls of device
+    /// layers with the wall seconds spent in them.
+    pub device: Option<String>,
+    pub device_calls: u64,
+    pub device_s: f64,
     /// The machine's f32 FMA peak, measured after the replay on its threads.
     pub fma: Peak,
     pub accept_length: f64,
@@ -99,6 +106,12 @@ impl Replay {
         self.gemm_flops as f64 / self.pass_a_s
     }
 
+    /// Pass A's seconds outside the CPU products and the device layers: attention, norms,
+    /// RoPE, embedding gathers, the runner-up search, the host's bookkeeping.
+    pub fn rest_s(&self) -> f64 {
+        (self.pass_a_s - self.gemm_s - self.device_s).max(0.0)
+    }
+
     /// The `--json` document (`kquant.bench.replay/1`).
     pub fn to_json(&self) -> Value {
         let synthetic = self
@@ -126,6 +139,10 @@ impl Replay {
             "gemm_flops": self.gemm_flops,
             "gemm_s": self.gemm_s,
             "gemm_flops_per_s": self.gemm_per_s(),
+            "device": self.device,
+            "device_calls": self.device_calls,
+            "device_s": self.device_s,
+            "rest_s": self.rest_s(),
             "pass_a_gemm_flops_per_s": self.pass_a_flops_per_s(),
             "fma_peak": self.fma,
             "share_of_fma_peak": self.gemm_per_s() / self.fma.flops,
@@ -255,11 +272,9 @@ pub fn run(req: &Request) -> Result<Replay> {
         .as_deref()
         .map(Checkpoint::open)
         .transpose()?;
-    let d = load_drafter(
-        &req.draft,
-        target.as_ref(),
-        &crate::runtime::linears::Exec::F32,
-    )?;
+    let exec =
+        crate::runtime::linears::Exec::device(crate::gpu::linear::verify_device(&req.device)?);
+    let d = load_drafter(&req.draft, target.as_ref(), &exec)?;
     drop(target);
     let load_s = t.elapsed().as_secs_f64();
     let rss_after_load = crate::io::process::rss();
@@ -273,10 +288,15 @@ pub fn run(req: &Request) -> Result<Replay> {
     let steps = steps_for(d.as_ref(), req.steps, &req.draft)?;
     let flops_before = crate::ops::gemm::flops_done();
     let gemm_s_before = crate::ops::gemm::seconds_in();
+    let device_before = crate::runtime::linears::device_time();
     let ([taps_s, pass_a_s, pass_b_s], total, positions) =
         replay(d.as_ref(), tr, steps, req.after_miss)?;
     let gemm_flops = crate::ops::gemm::flops_done() - flops_before;
     let gemm_s = crate::ops::gemm::seconds_in() - gemm_s_before;
+    let device_after = crate::runtime::linears::device_time();
+    if let Some(e) = d.linears().take_error() {
+        return Err(e);
+    }
     // The machine's own f32 FMA peak, measured now, on the replay's threads.
     let fma = crate::ops::peak::measure(rayon::current_num_threads(), 0.6);
     Ok(Replay {
@@ -298,6 +318,9 @@ pub fn run(req: &Request) -> Result<Replay> {
         pass_b_s,
         gemm_flops,
         gemm_s,
+        device: exec.name(),
+        device_calls: device_after.0 - device_before.0,
+        device_s: device_after.1 - device_before.1,
         fma,
         accept_length: total.al_walk(),
         rss_after_load,

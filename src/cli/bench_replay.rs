@@ -1,7 +1,8 @@
-//! `kquant bench replay DRAFT`: measured (never asserted) speed of the verify replay on the CPU
-//! (`bench::replay` runs it): the load time, the pass-A time, token·depths per second
-//! (generated positions × depths / pass-A seconds), the products' share of the FMA peak and the
-//! process's peak RSS, after the load and at the end.
+//! `kquant bench replay DRAFT`: measured (never asserted) speed of the verify replay
+//! (`bench::replay` runs it), on the CPU or with the linears on a `--device`: the load time, the
+//! pass-A time, token·depths per second (generated positions × depths / pass-A seconds), the
+//! products' share of the FMA peak, with a device pass A split into the CPU products, the device
+//! layers and the rest, and the process's peak RSS, after the load and at the end.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +45,11 @@ pub struct Args {
     /// tokens match almost nothing, so `skip` there times depth 0 alone.
     #[arg(long, value_enum, default_value_t = AfterMiss::Run)]
     pub after_miss: AfterMiss,
+    /// Where the draft's linears run, as `verify --device` takes it: `cpu` (the f32 runtime),
+    /// `cuda[:N]`, `hip[:N]`, or `cpu-emu` (the kernels' CPU replay); the report then splits pass
+    /// A into the CPU products, the device layers and the rest.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
     /// Print the figures as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -60,6 +66,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         steps: a.steps.steps,
         target_checkpoint: a.target_checkpoint.clone(),
         after_miss: a.after_miss,
+        device: a.device.clone(),
     })?;
     if a.json {
         println!(
@@ -108,6 +115,16 @@ fn print_human(r: &Replay) {
         r.positions_per_s()
     );
     print_flops(r);
+    if let Some(dev) = &r.device {
+        println!(
+            "pass A phases   CPU products {:.2} s · device layers {:.2} s ({} calls on {}) · the rest {:.2} s (attention, norms, gathers, host work)",
+            r.gemm_s,
+            r.device_s,
+            r.device_calls,
+            crate::escape::printable(dev),
+            r.rest_s()
+        );
+    }
     println!(
         "pass B          {:.1} ms (AL {:.3})",
         r.pass_b_s * 1e3,

@@ -22,7 +22,7 @@
 //! [`LinearSet::dense_placement`] (unquantized) list what went where.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::hessian::{Hessian, HessianSet};
@@ -76,6 +76,29 @@ impl Exec {
             Exec::Device { dev, .. } => dev.module_origin(),
         }
     }
+}
+
+/// Calls of device layers in this process and the wall time spent in them (the activations
+/// rounded and copied up, the kernels, the outputs copied back: the host waits for each), for
+/// `kquant bench replay --device`'s breakdown.
+static DEVICE_CALLS: AtomicU64 = AtomicU64::new(0);
+static DEVICE_NANOS: AtomicU64 = AtomicU64::new(0);
+
+fn device_timed<R>(f: impl FnOnce() -> R) -> R {
+    let t = std::time::Instant::now();
+    let r = f();
+    DEVICE_NANOS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    DEVICE_CALLS.fetch_add(1, Ordering::Relaxed);
+    r
+}
+
+/// Device-layer calls so far and the wall seconds spent in them (the runtimes call them from one
+/// thread at a time).
+pub fn device_time() -> (u64, f64) {
+    (
+        DEVICE_CALLS.load(Ordering::Relaxed),
+        DEVICE_NANOS.load(Ordering::Relaxed) as f64 * 1e-9,
+    )
 }
 
 /// What every linear of one draft shares: the observer and the first device error.
@@ -263,8 +286,8 @@ impl Linear {
             let rows = block.min(m - i);
             let xb = &x[i * self.k..(i + rows) * self.k];
             let device = match &self.kind {
-                Kind::Device(l) if self.n > 0 => Some(l.argmax_rows(xb, rows)),
-                Kind::Dense(l) if self.n > 0 => Some(l.argmax_rows(xb, rows)),
+                Kind::Device(l) if self.n > 0 => Some(device_timed(|| l.argmax_rows(xb, rows))),
+                Kind::Dense(l) if self.n > 0 => Some(device_timed(|| l.argmax_rows(xb, rows))),
                 _ => None,
             };
             match device {
@@ -324,7 +347,7 @@ impl Linear {
         if len == 0 {
             return Vec::new();
         }
-        match r() {
+        match device_timed(r) {
             Ok(y) => y,
             Err(e) => {
                 let mut slot = self.shared.error.lock().expect("error slot");
