@@ -397,7 +397,9 @@ fn the_device_check_fits_one_device_call() {
         .find_map(|l| l.strip_prefix("at most ")?.split(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("{s}"));
     assert!(total <= 590, "{s}");
-    for step in ["libs", "compile", "tier", "full", "gemm", "replay", "verify"] {
+    for step in [
+        "libs", "compile", "tier", "full", "gemm", "replay", "verify",
+    ] {
         assert!(
             s.lines().any(|l| l.starts_with(&format!("{step}: "))),
             "{s}"
