@@ -3,8 +3,12 @@
 # in one run that ends inside a 10-minute device call. Two halves:
 #
 #   bash scripts/gpu_check.sh build       # HERE (no GPU): release binaries with --features cuda,
-#                                         # stripped, into target/gpu-bin (carried to the device)
+#                                         # stripped and gzipped into target/gpu-bin (carried)
+#   bash scripts/gpu_check.sh stash       # HERE: move the fixtures the check does not read to
+#                                         # ../kq-device-stash (the device call sends the working
+#                                         # tree, at most 64 MiB; the whole tree is ~100 MB)
 #   bash scripts/gpu_check.sh run         # ON THE DEVICE, from the repository root, $OUT set
+#   bash scripts/gpu_check.sh unstash     # HERE, right after the call: put them back
 #   bash scripts/gpu_check.sh --dry-run   # the steps and their time limits, nothing run
 #
 # The device call:  run(command="bash scripts/gpu_check.sh run", carry=["target/gpu-bin"],
@@ -49,13 +53,44 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "kquant" and m["profile"]["test"]:
         print(m["executable"])' | tail -1)
   [ -n "$tests" ] || { echo "error: no test binary (cargo test --release --features cuda --test kquant --no-run)" >&2; exit 1; }
+  rm -rf "$BIN"
   mkdir -p "$BIN"
   cp target/release/kquant "$BIN/kquant"
   cp "$tests" "$BIN/kquant-tests"
   strip "$BIN/kquant" "$BIN/kquant-tests" 2>/dev/null || true
-  size=$(du -cm "$BIN/kquant" "$BIN/kquant-tests" | tail -1 | cut -f1)
-  echo "target/gpu-bin: ${size} MiB (the device call carries at most 64 MiB with the working tree)"
-  [ "$size" -le 56 ] || { echo "error: too large to carry" >&2; exit 1; }
+  gzip -9 "$BIN/kquant" "$BIN/kquant-tests" || exit 1
+  size=$(du -cb "$BIN"/*.gz | tail -1 | cut -f1)
+  echo "target/gpu-bin: $((size >> 20)) MiB gzipped (carried with the working tree: 64 MiB in all)"
+  [ "$size" -le $((20 << 20)) ] || { echo "error: too large to carry" >&2; exit 1; }
+  exit 0
+  ;;
+stash)
+  stash="$root/../kq-device-stash"
+  [ ! -e "$stash" ] || { echo "error: $stash exists: run 'bash scripts/gpu_check.sh unstash' first" >&2; exit 2; }
+  mkdir -p "$stash" || exit 1
+  # Kept: what the check reads (the tiny EAGLE-3 and DFlash drafts, their target and trace).
+  keep='^fixtures/kimi-k2\.5-tiny/(eagle3|dflash|target|trace)/'
+  git ls-files -z fixtures | while IFS= read -r -d '' f; do
+    if [[ "$f" =~ $keep ]] || [ ! -e "$f" ]; then continue; fi
+    mkdir -p "$stash/$(dirname "$f")" && mv "$f" "$stash/$f" && printf '%s\0' "$f" >>"$stash/MANIFEST" || exit 1
+  done || exit 1
+  tree=$(git ls-files -z | while IFS= read -r -d '' f; do [ -f "$f" ] && printf '%s\0' "$f"; done \
+    | du -cb --files0-from=- | tail -1 | cut -f1)
+  bins=$(du -cb "$BIN"/*.gz 2>/dev/null | tail -1 | cut -f1)
+  echo "moved $(tr -cd '\0' <"$stash/MANIFEST" | wc -c) files to $stash; the call sends $(((tree + ${bins:-0}) >> 20)) MiB (64 at most)"
+  echo "after the call: bash scripts/gpu_check.sh unstash (until then git status shows them deleted)"
+  exit 0
+  ;;
+unstash)
+  stash="$root/../kq-device-stash"
+  [ -f "$stash/MANIFEST" ] || { echo "error: nothing stashed ($stash/MANIFEST missing)" >&2; exit 2; }
+  while IFS= read -r -d '' f; do
+    [ ! -e "$f" ] || { echo "error: $f exists again: not overwriting it (the stash stays in $stash)" >&2; exit 1; }
+    mkdir -p "$(dirname "$f")" && mv "$stash/$f" "$f" || exit 1
+  done <"$stash/MANIFEST"
+  rm -rf "$stash"
+  git status --short -- fixtures | head -5
+  echo "restored"
   exit 0
   ;;
 --dry-run)
@@ -73,8 +108,8 @@ run) ;;
 esac
 
 : "${OUT:?run on the device machine, where \$OUT is set}"
-[ -x "$BIN/kquant" ] && [ -x "$BIN/kquant-tests" ] || {
-  echo "error: $BIN/kquant and kquant-tests missing: run 'bash scripts/gpu_check.sh build' here and carry target/gpu-bin" >&2
+[ -f "$BIN/kquant.gz" ] && [ -f "$BIN/kquant-tests.gz" ] || {
+  echo "error: $BIN/kquant.gz and kquant-tests.gz missing: run 'bash scripts/gpu_check.sh build' here and carry target/gpu-bin" >&2
   exit 2
 }
 # The test binary was compiled in /work/main (env!("CARGO_MANIFEST_DIR") and its
@@ -83,9 +118,10 @@ if [ "$root" != /work/main ] && [ ! -e /work/main ]; then
   mkdir -p /work && ln -s "$root" /work/main
 fi
 mkdir -p "$root/target/release"
-cp "$BIN/kquant" "$root/target/release/kquant"
+gzip -dc "$BIN/kquant.gz" >"$root/target/release/kquant" && chmod +x "$root/target/release/kquant"
+gzip -dc "$BIN/kquant-tests.gz" >/tmp/kquant-tests && chmod +x /tmp/kquant-tests
 K="$root/target/release/kquant"
-T="$BIN/kquant-tests"
+T=/tmp/kquant-tests
 summary="$OUT/summary.txt"
 : >"$summary"
 limit() {

@@ -415,7 +415,10 @@ fn the_device_check_fits_one_device_call() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("$OUT"));
     // Without the carried binaries (a checkout that did not run `build`; never the case on
     // the device), `run` stops before touching anything.
-    if !common::root().join("target/gpu-bin/kquant-tests").exists() {
+    if !common::root()
+        .join("target/gpu-bin/kquant-tests.gz")
+        .exists()
+    {
         let t = tempfile::tempdir().unwrap();
         let o = std::process::Command::new("bash")
             .arg(&script)
