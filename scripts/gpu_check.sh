@@ -72,7 +72,9 @@ stash)
   keep='^fixtures/kimi-k2\.5-tiny/(eagle3|dflash|target|trace)/'
   git ls-files -z fixtures | while IFS= read -r -d '' f; do
     if [[ "$f" =~ $keep ]] || [ ! -e "$f" ]; then continue; fi
-    mkdir -p "$stash/$(dirname "$f")" && mv "$f" "$stash/$f" && printf '%s\0' "$f" >>"$stash/MANIFEST" || exit 1
+    # Listed before it moves: a kill in between leaves a listed file still in place, which
+    # unstash passes over, never a moved file it does not know.
+    printf '%s\0' "$f" >>"$stash/MANIFEST" && mkdir -p "$stash/$(dirname "$f")" && mv "$f" "$stash/$f" || exit 1
   done || exit 1
   tree=$(git ls-files -z | while IFS= read -r -d '' f; do [ -f "$f" ] && printf '%s\0' "$f"; done \
     | du -cb --files0-from=- | tail -1 | cut -f1)
@@ -85,6 +87,7 @@ unstash)
   stash="$root/../kq-device-stash"
   [ -f "$stash/MANIFEST" ] || { echo "error: nothing stashed ($stash/MANIFEST missing)" >&2; exit 2; }
   while IFS= read -r -d '' f; do
+    if [ ! -e "$stash/$f" ] && [ -e "$f" ]; then continue; fi # listed, never moved
     [ ! -e "$f" ] || { echo "error: $f exists again: not overwriting it (the stash stays in $stash)" >&2; exit 1; }
     mkdir -p "$(dirname "$f")" && mv "$stash/$f" "$f" || exit 1
   done <"$stash/MANIFEST"

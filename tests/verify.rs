@@ -470,61 +470,57 @@ fn a_negative_max_regression_is_a_value_everywhere() {
 /// `quantize`'s `next:` gate names the profile of the draft's own target (by its hidden size,
 /// then by the taps its profile gives the draft's family): the tiny draft gets `--target
 /// kimi-k2.5-tiny` (live, no trace needed), not `kimi-k2.5` nor `kimi-linear-tiny`.
-#[test]
-fn quantize_suggests_the_profile_of_the_drafts_target() {
-    let t = tempfile::tempdir().unwrap();
-    let out = t.path().join("q");
+/// Quantize `src` to `out` as int4-pc excluding `exclude`; the `next: kquant verify` line it
+/// prints.
+fn quantize_next_verify(src: &str, out: &std::path::Path, exclude: &str) -> String {
     let o = kquant(&[
         "quantize",
-        "fixtures/kimi-k2.5-tiny/eagle3",
+        src,
         "-o",
         out.to_str().unwrap(),
         "--scheme",
         "int4-pc",
         "--exclude",
-        "fc,lm_head",
+        exclude,
     ]);
     assert!(o.status.success(), "{}", common::stderr(&o));
     let e = common::stderr(&o);
-    let next = e
-        .lines()
+    e.lines()
         .find(|l| l.starts_with("next: kquant verify"))
-        .unwrap_or_else(|| panic!("{e}"));
+        .unwrap_or_else(|| panic!("{e}"))
+        .to_string()
+}
+
+#[test]
+fn quantize_suggests_the_profile_of_the_drafts_target() {
+    let t = tempfile::tempdir().unwrap();
+    let next = quantize_next_verify(
+        "fixtures/kimi-k2.5-tiny/eagle3",
+        &t.path().join("q"),
+        "fc,lm_head",
+    );
     assert!(
         next.contains("--target kimi-k2.5-tiny ") && !next.contains("--trace"),
         "{next}"
     );
     // And the suggested gate runs as printed.
-    let args: Vec<&str> = next
+    let mut args: Vec<&str> = next
         .trim_start_matches("next: kquant ")
         .split(" (")
         .next()
         .unwrap()
         .split_whitespace()
         .collect();
-    let mut args = args;
     args.extend(["--limit", "1", "--max-regression", "1"]);
     let o = kquant(&args);
     assert!(o.status.success(), "{args:?}: {}", common::stderr(&o));
     // Two live profiles have hidden size 256; the Kimi-Linear drafter's taps (hs[2, 3]) name
     // its own.
-    let out = t.path().join("kl");
-    let o = kquant(&[
-        "quantize",
+    let next = quantize_next_verify(
         "fixtures/kimi-linear-tiny/dflash",
-        "-o",
-        out.to_str().unwrap(),
-        "--scheme",
-        "int4-pc",
-        "--exclude",
+        &t.path().join("kl"),
         "fc",
-    ]);
-    assert!(o.status.success(), "{}", common::stderr(&o));
-    let e = common::stderr(&o);
-    let next = e
-        .lines()
-        .find(|l| l.starts_with("next: kquant verify"))
-        .unwrap_or_else(|| panic!("{e}"));
+    );
     assert!(
         next.contains("--target kimi-linear-tiny ") && !next.contains("--trace"),
         "{next}"
