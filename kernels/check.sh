@@ -25,7 +25,7 @@ cd "$(dirname "$0")"
 CUDA_VERSION_PIN="13.2.86"
 CUDA_HOME_DIR="${KQUANT_CUDA_HOME:-$HOME/.cache/kquant/cuda}"
 OUT="${KQUANT_KERNEL_OUT:-$(mktemp -d)}"
-SOURCES=(w4_gemv.cu w4_mma.cu w4_dense.cu argmax.cu)
+SOURCES=(w4_gemv.cu w4_mma.cu w4_dense.cu argmax.cu ops.cu)
 CUDA_ARCHS=(sm_90a sm_100a)
 HIP_ARCHS=(gfx940)
 failed=0

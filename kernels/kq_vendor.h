@@ -50,6 +50,8 @@ KQ_DEVICE int kq_dp4a(int a, int b, int c) { return __builtin_amdgcn_sdot4(a, b,
 KQ_DEVICE float kq_rint(float x) { return __builtin_rintf(x); }
 KQ_DEVICE float kq_fabs(float x) { return __builtin_fabsf(x); }
 KQ_DEVICE float kq_fmax(float a, float b) { return __builtin_fmaxf(a, b); }
+KQ_DEVICE float kq_expf(float x) { return __builtin_expf(x); }
+KQ_DEVICE float kq_sqrtf(float x) { return __builtin_sqrtf(x); }
 // f32 -> f16 / bf16 bits, round to nearest even (finite inputs).
 KQ_DEVICE kq_u16 kq_f32_to_f16(float f) { return __builtin_bit_cast(kq_u16, (_Float16)f); }
 KQ_DEVICE kq_u16 kq_f32_to_bf16(float f) {
@@ -158,6 +160,8 @@ KQ_DEVICE int kq_dp4a(int a, int b, int c) {
 KQ_DEVICE float kq_rint(float x) { return rintf(x); }
 KQ_DEVICE float kq_fabs(float x) { return fabsf(x); }
 KQ_DEVICE float kq_fmax(float a, float b) { return fmaxf(a, b); }
+KQ_DEVICE float kq_expf(float x) { return expf(x); }
+KQ_DEVICE float kq_sqrtf(float x) { return sqrtf(x); }
 KQ_DEVICE kq_u16 kq_f32_to_f16(float f) {
     kq_u16 h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));

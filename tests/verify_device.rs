@@ -277,3 +277,103 @@ fn verify_cli_runs_an_unquantized_draft_wholly_on_the_device() {
         );
     }
 }
+
+/// The whole EAGLE-3 step on the device (`runtime::eagle3::device`: norms, embedding gather,
+/// rotary, attention, SwiGLU and the residuals as device kernels, `kernels/ops.cu`) against the
+/// per-linear device path (the linears on the device, the rest of the step in f32 on the CPU):
+/// both round each linear's input to bf16, so their replays differ only by the kernels'
+/// reduction order — bounded here as the per-linear path is against the f32 runtime. On the
+/// quantized fixture draft and on the unquantized one (every linear through the vendor BLAS).
+/// Across the whole-step replay, the taps of a sample go up once and the rest of what crosses
+/// is token ids, positions and row indices up, one proposal index per computed row back (the
+/// emulation counts every copy); the per-linear path copies activations both ways.
+#[test]
+fn the_whole_step_on_the_device_equals_the_per_linear_path_and_moves_token_ids_only() {
+    let t = tempfile::tempdir().unwrap();
+    let target = Checkpoint::open(common::root().join(TARGET).to_str().unwrap()).unwrap();
+    let trace = Trace::open(&common::root().join(TRACE)).unwrap();
+    let q = quantized(t.path(), "compressed-tensors");
+    let plain = common::root().join(DRAFT);
+    for spec in [q.to_str().unwrap(), plain.to_str().unwrap()] {
+        let emu = Arc::new(CpuEmu::nvidia());
+        let whole = Exec::device(Some(emu.clone()));
+        let w = load_drafter(spec, Some(&target), &whole).unwrap();
+        let p = load_drafter(spec, Some(&target), &whole.clone().per_linear()).unwrap();
+        assert_eq!(w.device_step(), Some(Ok(())), "{spec}");
+        assert!(matches!(p.device_step(), Some(Err(_))), "{spec}");
+        assert_eq!(
+            load_drafter(spec, Some(&target), &Exec::F32)
+                .unwrap()
+                .device_step(),
+            None
+        );
+
+        // One sample, counted: what crosses in the whole-step replay.
+        let s = &trace.manifest.samples[0];
+        let x = trace.tokens(s).unwrap();
+        let taps: Vec<Vec<f32>> = w.taps().iter().map(|&j| trace.tap(s, j).unwrap()).collect();
+        let depths = w.default_steps();
+        let before = emu.transfers();
+        let m = w.matches(&x, &taps, s.prompt_len, depths);
+        let moved = emu.transfers();
+        assert!(w.linears().take_error().is_none());
+        let pairs = x.len() - 1;
+        let rows = pairs - (s.prompt_len - 1);
+        let ht = w.target_hidden();
+        let taps_bytes = pairs * 3 * ht * 4;
+        let (dtoh, htod) = (
+            moved.dtoh_bytes - before.dtoh_bytes,
+            moved.htod_bytes - before.htod_bytes,
+        );
+        assert_eq!(
+            dtoh,
+            4 * rows * depths,
+            "{spec}: one index per row and depth back"
+        );
+        assert_eq!(moved.dtoh_calls - before.dtoh_calls, depths, "{spec}");
+        // Besides the taps: the rotary table (positions × head_dim f32) and int32 ids, positions,
+        // rows and slots, a few per row and depth.
+        let rope_bytes = (pairs + depths) * 64 * 4 * 2;
+        let ints = 4 * (3 * pairs + depths * (4 * rows + 1) + rows * depths * depths);
+        assert!(
+            htod >= taps_bytes && htod <= taps_bytes + rope_bytes + ints,
+            "{spec}: {htod} bytes up, taps {taps_bytes}"
+        );
+        let before = emu.transfers();
+        let mp = p.matches(&x, &taps, s.prompt_len, depths);
+        let per = emu.transfers();
+        eprintln!(
+            "{spec}: one sample of {pairs} pairs, {depths} depths: whole step {htod} B up / {dtoh} \
+             B back; per linear {} B up / {} B back",
+            per.htod_bytes - before.htod_bytes,
+            per.dtoh_bytes - before.dtoh_bytes
+        );
+        assert!(per.dtoh_bytes - before.dtoh_bytes > 20 * dtoh, "{spec}");
+        assert_eq!(m.c.len(), mp.c.len());
+
+        // The replays agree as the device path agrees with the f32 runtime.
+        let (a, b) = (replay(p.as_ref(), &trace, 8), replay(w.as_ref(), &trace, 8));
+        assert!(w.linears().take_error().is_none() && p.linears().take_error().is_none());
+        let (mut bits, mut diff) = (0usize, 0usize);
+        let (mut wa, mut wb) = (Walk::default(), Walk::default());
+        for (x, y) in a.iter().zip(&b) {
+            for t in x.prompt_len.saturating_sub(1)..x.c.len() {
+                bits += x.depths;
+                diff += (x.c[t] ^ y.c[t]).count_ones() as usize;
+            }
+            wa.add(&walk(x));
+            wb.add(&walk(y));
+        }
+        let (al_p, al_w) = (wa.al_walk(), wb.al_walk());
+        eprintln!("{spec}: {diff} of {bits} match bits differ; walk AL per linear {al_p:.4}, whole step {al_w:.4}");
+        assert!(bits > 500);
+        assert!(
+            diff as f64 <= DEVICE_MASK_DIFF_MAX * bits as f64,
+            "{spec}: {diff} of {bits}"
+        );
+        assert!(
+            (al_p - al_w).abs() <= DEVICE_WALK_AL_TOL,
+            "{spec}: {al_p} vs {al_w}"
+        );
+    }
+}

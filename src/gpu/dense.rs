@@ -12,7 +12,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use super::{Act, Backend, GpuError, Result};
+use super::{Act, Backend, DevTensor, Elem, GpuError, Result};
 use crate::io::Dtype;
 
 /// An unquantized weight `[n, k]` (bit patterns of `dtype`) on one device.
@@ -89,6 +89,13 @@ pub struct DenseLinear {
 }
 
 impl DenseLinear {
+    /// `y [m, n]` f32 = `x [m, k]` (already in [`DenseLinear::dtype`]) · Wᵀ, left on the device.
+    pub fn forward_dev(&self, x: &DevTensor, m: usize) -> Result<DevTensor> {
+        let out = self.dev.zeros(Elem::F32, m * self.w.n)?;
+        self.dev.dense_dev(&self.w, x, m, &out)?;
+        Ok(out)
+    }
+
     /// Upload `w` (`[n, k]`, bit patterns of `dtype`) to `dev`.
     pub fn new(
         dev: Arc<dyn Backend>,

@@ -12,9 +12,10 @@ use std::sync::{Mutex, MutexGuard};
 use super::dense::{check_dense, check_dense_call};
 use super::driver::{Dim3, Driver, Gemm};
 use super::layout::{W4Layout, CHUNK};
+use super::ops::{self, DevTensor, Host, Op};
 use super::source::{Kernel, ARGMAX_THREADS};
 use super::tune::{self, Arch, Regime};
-use super::{check_call, check_w4a8, Act, Backend, DeviceDense, DeviceW4, GpuError, Result};
+use super::{check_call, check_w4a8, Act, Backend, DeviceDense, DeviceW4, Elem, GpuError, Result};
 
 /// Threads per block of the element-wise kernels (the reduces, `kq_scale_cols`) and of
 /// `kq_quant_act_i8` (a multiple of every warp width, at most 1024).
@@ -403,6 +404,50 @@ impl<D: Driver> Device<D> {
     }
 }
 
+impl<D: Driver> Device<D> {
+    /// The driver's buffer of `t`.
+    fn buf<'t>(&self, t: &'t DevTensor) -> Result<&'t D::Buf> {
+        t.get::<D::Buf>(D::BACKEND)
+    }
+
+    /// Launch a step kernel ([`ops::launch_of`]: checked first).
+    fn run_op(&self, op: &Op<'_>) -> Result<()> {
+        let warp = self.driver.arch().tune().warp;
+        let (kernel, grid, block) = ops::launch_of(op, |t| self.buf(t), warp)?;
+        // SAFETY: `Op::check` (in launch_of): every tensor holds what the kernel reads and
+        // writes at this geometry, and every index tensor's values are inside what it indexes.
+        unsafe { self.driver.launch(&kernel, grid, block) }
+    }
+
+    /// A tensor holding `data` (indices and raw bytes checked first).
+    fn upload_host(&self, data: Host<'_>) -> Result<DevTensor> {
+        data.check()?;
+        let (buf, bound) = match data {
+            Host::F32(v) => (self.driver.htod(v)?, None),
+            Host::Half(_, v) => (self.driver.htod(v)?, None),
+            Host::Index(v, bound) => (self.driver.htod(v)?, Some(bound)),
+            Host::Le(_, b) => (self.driver.htod(b)?, None),
+        };
+        Ok(DevTensor::new(
+            data.elem(),
+            data.len(),
+            bound,
+            Box::new(buf),
+        ))
+    }
+
+    /// A zeroed f32 or 16-bit tensor (index tensors are uploaded, with their bound).
+    fn zeros_of(&self, elem: Elem, len: usize) -> Result<DevTensor> {
+        if elem == Elem::I32 {
+            return Err(GpuError::Layout(
+                "index tensors are uploaded (their values checked), not allocated".into(),
+            ));
+        }
+        let buf = self.driver.alloc(len * elem.size())?;
+        Ok(DevTensor::new(elem, len, None, Box::new(buf)))
+    }
+}
+
 impl<D: Driver> Backend for Device<D> {
     fn name(&self) -> String {
         self.driver.name()
@@ -478,6 +523,84 @@ impl<D: Driver> Backend for Device<D> {
         self.argmax_of(&out, m, w.n)
     }
 
+    fn upload_tensor(&self, data: Host<'_>) -> Result<DevTensor> {
+        self.upload_host(data)
+    }
+
+    fn zeros(&self, elem: Elem, len: usize) -> Result<DevTensor> {
+        self.zeros_of(elem, len)
+    }
+
+    fn read_f32(&self, t: &DevTensor) -> Result<Vec<f32>> {
+        if t.elem() != Elem::F32 {
+            return Err(GpuError::Layout(format!(
+                "reading a {} tensor as f32",
+                t.elem().name()
+            )));
+        }
+        self.driver.dtoh_f32(self.buf(t)?, t.len())
+    }
+
+    fn op(&self, op: &Op<'_>) -> Result<()> {
+        self.run_op(op)
+    }
+
+    fn w4a16_dev(&self, w: &DeviceW4, x: &DevTensor, m: usize, out: &DevTensor) -> Result<()> {
+        let Elem::Half(act) = x.elem() else {
+            return Err(GpuError::Layout(
+                "W4A16 activations must be bf16 or f16".into(),
+            ));
+        };
+        let regime = self.regime(m);
+        check_call(w, m * w.k, m, regime)?;
+        tensor_holds(x, m * w.k, "x")?;
+        tensor_holds(out, m * w.n, "out")?;
+        if out.elem() != Elem::F32 {
+            return Err(GpuError::Layout("W4A16 output must be f32".into()));
+        }
+        let c = Call {
+            w,
+            bufs: self.bufs(w)?,
+            x: self.buf(x)?,
+            act,
+            m,
+            out: self.buf(out)?,
+        };
+        let mut sc = self.scratch();
+        self.run_w4a16(&c, regime, &mut sc)
+    }
+
+    fn dense_dev(&self, w: &DeviceDense, x: &DevTensor, m: usize, out: &DevTensor) -> Result<()> {
+        check_dense_call(w, m * w.k, m)?;
+        if x.elem() != Elem::Half(w.dtype) || out.elem() != Elem::F32 {
+            return Err(GpuError::Layout(format!(
+                "dense GEMM of a {} weight on {} activations into {}",
+                w.dtype.name(),
+                x.elem().name(),
+                out.elem().name()
+            )));
+        }
+        tensor_holds(x, m * w.k, "x")?;
+        tensor_holds(out, m * w.n, "out")?;
+        let DenseBuf(wd) = w.get::<DenseBuf<D::Buf>>(D::BACKEND)?;
+        let g = Gemm {
+            n: w.n,
+            k: w.k,
+            m,
+            act: w.dtype,
+        };
+        // SAFETY: wd holds n·k and x at least m·k values of w.dtype, out m·n f32 (checked).
+        unsafe { self.driver.gemm(g, wd, self.buf(x)?, self.buf(out)?) }
+    }
+
+    fn argmax_dev(&self, y: &DevTensor, m: usize, n: usize) -> Result<Vec<usize>> {
+        if y.elem() != Elem::F32 {
+            return Err(GpuError::Layout("argmax of a non-f32 tensor".into()));
+        }
+        tensor_holds(y, m * n, "y")?;
+        self.argmax_of(self.buf(y)?, m, n)
+    }
+
     fn argmax_rows(&self, y: &[f32], m: usize, n: usize) -> Result<Vec<usize>> {
         if y.len() != m * n {
             return Err(GpuError::Layout(format!(
@@ -488,5 +611,17 @@ impl<D: Driver> Backend for Device<D> {
         }
         let yd = self.driver.htod(y)?;
         self.argmax_of(&yd, m, n)
+    }
+}
+
+/// `t` holds at least `need` values.
+fn tensor_holds(t: &DevTensor, need: usize, what: &str) -> Result<()> {
+    if t.len() >= need {
+        Ok(())
+    } else {
+        Err(GpuError::Layout(format!(
+            "{what} holds {} values, the call needs {need}",
+            t.len()
+        )))
     }
 }

@@ -3,7 +3,9 @@
 //! the GEMVs split by split as the grid splits K ([`super::reference`]), the MMA kernels lane by
 //! lane for the vendor's atoms ([`super::emu_mma`]), the dequant-to-dense kernel and the vendor
 //! GEMM ([`super::emu_dense`]), and here the int8 activation quantizer, the reduces, the scale
-//! epilogue and the row argmax (`kq_argmax_rows`: its per-thread scan and tree reduction). So the CPU tests run exactly the launches [`super::dispatch`] makes on a GPU; a
+//! epilogue and the row argmax (`kq_argmax_rows`: its per-thread scan and tree reduction), and
+//! the step kernels of a device-resident draft step ([`super::emu_ops`]). So the CPU tests run
+//! exactly the launches [`super::dispatch`] and [`super::ops`] make on a GPU; a
 //! launch whose grid leaves part of its output unwritten, or that reads or writes past a
 //! buffer, is an error here (on a GPU it would be garbage).
 
@@ -14,11 +16,13 @@ use std::time::Instant;
 use super::dispatch::Device;
 use super::driver::{as_bytes, from_bytes, Dim3, Driver, Gemm, Pod};
 use super::emu_mma::Vendor;
+use super::emu_ops::{self, NormRows, Table};
 use super::layout::{words_per_row, W4Layout, CHUNK};
+use super::ops::AttendDims;
 use super::reference::argmax_before;
-use super::source::{Kernel, ARGMAX_THREADS};
+use super::source::{Kernel, ARGMAX_THREADS, OPS_THREADS};
 use super::tune::{self, Arch, MMA_KTILE, MMA_ROWS};
-use super::{emu_dense, emu_mma, reference, GpuError, Result};
+use super::{emu_dense, emu_mma, reference, Elem, GpuError, Result};
 
 /// The kernels replayed on the CPU with `vendor`'s atoms and launch geometry.
 pub struct Emu {
@@ -26,6 +30,18 @@ pub struct Emu {
     /// Launches so far, by entry point (what the tests count: a kept dense copy is dequantized
     /// once, not at every call).
     launches: Mutex<std::collections::BTreeMap<String, usize>>,
+    /// Copies between host and "device" so far (what the tests count: a device-resident step
+    /// sends its inputs once and reads back token ids only).
+    transfers: Mutex<Transfers>,
+}
+
+/// Host ↔ device copies: calls and bytes each way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transfers {
+    pub htod_calls: usize,
+    pub htod_bytes: usize,
+    pub dtoh_calls: usize,
+    pub dtoh_bytes: usize,
 }
 
 /// The "cpu" device: the kernels' CPU replay behind the one [`super::Backend`].
@@ -44,6 +60,11 @@ impl Device<Emu> {
     /// How many times each entry point was launched so far.
     pub fn launches(&self) -> std::collections::BTreeMap<String, usize> {
         self.driver().launches.lock().expect("launches").clone()
+    }
+
+    /// The host ↔ device copies so far.
+    pub fn transfers(&self) -> Transfers {
+        *self.driver().transfers.lock().expect("transfers")
     }
 }
 
@@ -69,6 +90,10 @@ impl HostBuf {
             )));
         }
         Ok(from_bytes(&b, n))
+    }
+    /// Every whole value of type `T` the buffer holds.
+    fn all<T: Pod>(&self) -> Vec<T> {
+        from_bytes(&self.0.lock().expect("buffer"), usize::MAX)
     }
     /// Store `v` at the start, or an error if the buffer is smaller.
     fn write<T: Pod>(&self, v: &[T]) -> Result<()> {
@@ -126,6 +151,18 @@ impl Emu {
         Emu {
             vendor,
             launches: Mutex::default(),
+            transfers: Mutex::default(),
+        }
+    }
+
+    fn count(&self, htod: bool, bytes: usize) {
+        let mut t = self.transfers.lock().expect("transfers");
+        if htod {
+            t.htod_calls += 1;
+            t.htod_bytes += bytes;
+        } else {
+            t.dtoh_calls += 1;
+            t.dtoh_bytes += bytes;
         }
     }
 
@@ -302,6 +339,141 @@ impl Emu {
                 }
                 out.write(&y)
             }
+            Kernel::EmbedRows {
+                elem,
+                table,
+                ids,
+                out,
+                n,
+                h,
+            } => {
+                covers(name, "threads", threads, n * h)?;
+                let ids = ids.read::<i32>(n)?;
+                let y = match elem {
+                    Elem::Half(a) => emu_ops::embed(Table::Half(a, &table.all::<u16>()), &ids, h),
+                    Elem::F32 => emu_ops::embed(Table::F32(&table.all::<f32>()), &ids, h),
+                    Elem::I32 => return Err(err(format!("{name}: an int32 table"))),
+                }?;
+                out.write(&y)
+            }
+            Kernel::RmsNorm {
+                x,
+                w,
+                out,
+                n,
+                h,
+                in_ld,
+                in_off,
+                out_ld,
+                out_off,
+                eps_bits,
+            } => {
+                if block.0 != OPS_THREADS {
+                    return Err(err(format!("{name}: block {block:?}")));
+                }
+                covers(name, "rows", grid.0 as usize, n)?;
+                let xs = x.read::<f32>(n * in_ld)?;
+                let mut y = out.read::<f32>(n * out_ld)?;
+                let rows = NormRows {
+                    n,
+                    h,
+                    input: (in_ld, in_off),
+                    output: (out_ld, out_off),
+                    eps: f32::from_bits(eps_bits as u32),
+                };
+                emu_ops::rms_norm(&xs, &w.read::<f32>(h)?, &mut y, &rows);
+                out.write(&y)
+            }
+            Kernel::RopeNeox {
+                x,
+                pos,
+                cs,
+                n,
+                heads,
+                half,
+                ld,
+                off,
+            } => {
+                covers(name, "threads", threads, n * heads * half)?;
+                let mut y = x.read::<f32>(n * ld)?;
+                let p = pos.read::<i32>(n)?;
+                emu_ops::rope(&mut y, &p, &cs.all::<f32>(), (n, heads, half), (ld, off))?;
+                x.write(&y)
+            }
+            Kernel::Attend {
+                q,
+                k0,
+                v0,
+                kd,
+                vd,
+                rows,
+                slots,
+                out,
+                m,
+                n,
+                start,
+                diag,
+                heads,
+                kv_heads,
+                dq,
+                dv,
+                scale_bits,
+            } => {
+                self.warp(name, block)?;
+                covers(name, "heads", grid.0 as usize, heads)?;
+                covers(name, "rows", grid.1 as usize, m)?;
+                let dims = AttendDims {
+                    m,
+                    n,
+                    start,
+                    diag,
+                    heads,
+                    kv_heads,
+                    dq,
+                    dv,
+                    scale: f32::from_bits(scale_bits as u32),
+                };
+                let (kw, vw) = (kv_heads * dq, kv_heads * dv);
+                let a = emu_ops::Attend {
+                    q: &q.read::<f32>(m * heads * dq)?,
+                    k0: &k0.read::<f32>((start + n) * kw)?,
+                    v0: &v0.read::<f32>((start + n) * vw)?,
+                    kd: &kd.read::<f32>(diag * n * kw)?,
+                    vd: &vd.read::<f32>(diag * n * vw)?,
+                    rows: &rows.read::<i32>(m)?,
+                    slots: &slots.read::<i32>(if diag > 0 { diag * n } else { 0 })?,
+                    dims,
+                };
+                out.write(&emu_ops::attend(&a, v.lanes())?)
+            }
+            Kernel::SiluMul { g, u, out, len } => {
+                covers(name, "threads", threads, len)?;
+                out.write(&emu_ops::silu_mul(&g.read(len)?, &u.read(len)?))
+            }
+            Kernel::Add { a, b, out, len } => {
+                covers(name, "threads", threads, len)?;
+                let (a, b) = (a.read::<f32>(len)?, b.read::<f32>(len)?);
+                let y: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+                out.write(&y)
+            }
+            Kernel::ToAct { act, x, y, len } => {
+                covers(name, "threads", threads, len)?;
+                y.write(&emu_ops::to_act(&x.read::<f32>(len)?, act))
+            }
+            Kernel::GatherRows {
+                src,
+                idx,
+                dst,
+                m,
+                w,
+                dst_off,
+            } => {
+                covers(name, "threads", threads, m * w)?;
+                let rows = emu_ops::gather(&src.all::<f32>(), &idx.read::<i32>(m)?, w)?;
+                let mut y = dst.read::<f32>(dst_off + m * w)?;
+                y[dst_off..].copy_from_slice(&rows);
+                dst.write(&y)
+            }
             Kernel::ArgmaxRows { y, idx, m, n } => {
                 if block != (ARGMAX_THREADS, 1, 1) {
                     return Err(err(format!("{name}: block {block:?}")));
@@ -435,14 +607,17 @@ impl Driver for Emu {
     }
 
     fn htod<T: Pod>(&self, host: &[T]) -> Result<HostBuf> {
+        self.count(true, std::mem::size_of_val(host));
         Ok(HostBuf(Mutex::new(as_bytes(host).to_vec())))
     }
 
     fn dtoh_f32(&self, buf: &HostBuf, n: usize) -> Result<Vec<f32>> {
+        self.count(false, n * 4);
         buf.read(n)
     }
 
     fn dtoh_i32(&self, buf: &HostBuf, n: usize) -> Result<Vec<i32>> {
+        self.count(false, n * 4);
         buf.read(n)
     }
 

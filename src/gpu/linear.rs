@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{Act, Backend, DeviceW4, GpuError, Result, W4Layout};
+use super::{Act, Backend, DevTensor, DeviceW4, Elem, GpuError, Result, W4Layout};
 use crate::quant::decode::Logical;
 
 /// One quantized linear layer on one device.
@@ -63,6 +63,16 @@ impl DeviceLinear {
         let xb: Vec<u16> = x.iter().map(|&v| self.act.from_f32(v)).collect();
         self.dev
             .w4a16_argmax_on(&self.w, &xb, self.act, m, self.dev.regime(m))
+    }
+}
+
+impl DeviceLinear {
+    /// [`DeviceLinear::forward`] on tensors: `x [m, k]` already in [`DeviceLinear::act`], the
+    /// `[m, n]` f32 output left on the device.
+    pub fn forward_dev(&self, x: &DevTensor, m: usize) -> Result<DevTensor> {
+        let out = self.dev.zeros(Elem::F32, m * self.w.n)?;
+        self.dev.w4a16_dev(&self.w, x, m, &out)?;
+        Ok(out)
     }
 }
 

@@ -22,10 +22,12 @@ pub mod driver;
 pub mod emu;
 pub mod emu_dense;
 pub mod emu_mma;
+pub mod emu_ops;
 pub mod fragment;
 pub mod layout;
 pub mod linear;
 pub mod module_cache;
+pub mod ops;
 pub mod reference;
 pub mod source;
 pub mod tune;
@@ -43,6 +45,7 @@ pub use dispatch::Device;
 pub use emu::CpuEmu;
 pub use layout::W4Layout;
 pub use linear::{DeviceLinear, DeviceLinears};
+pub use ops::{AttendDims, DevTensor, Host, Op, Strided};
 pub use tune::{Arch, Regime};
 
 /// Errors of the GPU path (layout checks, missing runtime, driver/compiler failures).
@@ -112,6 +115,32 @@ impl Act {
         match self {
             Act::Bf16 => half::bf16::from_f32(v).to_bits(),
             Act::F16 => half::f16::from_f32(v).to_bits(),
+        }
+    }
+}
+
+/// Element type of a device tensor ([`ops::DevTensor`]) or of an embedding table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Elem {
+    F32,
+    I32,
+    /// 16-bit floats (bit patterns as `u16`).
+    Half(Act),
+}
+
+impl Elem {
+    pub fn name(self) -> &'static str {
+        match self {
+            Elem::F32 => "f32",
+            Elem::I32 => "i32",
+            Elem::Half(a) => a.name(),
+        }
+    }
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Elem::F32 | Elem::I32 => 4,
+            Elem::Half(_) => 2,
         }
     }
 }
@@ -208,6 +237,22 @@ pub trait Backend: Send + Sync {
     /// `kq_argmax_rows` over `y [m, n]` (uploaded first): each row's index of its largest value,
     /// a NaN counting as the largest, the first on ties (`reference::argmax_ref`).
     fn argmax_rows(&self, y: &[f32], m: usize, n: usize) -> Result<Vec<usize>>;
+    /// A device tensor holding `data` (an index tensor's values checked against its bound).
+    fn upload_tensor(&self, data: Host<'_>) -> Result<DevTensor>;
+    /// A zeroed f32 or 16-bit tensor of `len` values.
+    fn zeros(&self, elem: Elem, len: usize) -> Result<DevTensor>;
+    /// The f32 values of a tensor, after the queued work.
+    fn read_f32(&self, t: &DevTensor) -> Result<Vec<f32>>;
+    /// Queue one step kernel ([`Op::check`] first: a bad size or bound is an error, not a
+    /// launch).
+    fn op(&self, op: &Op<'_>) -> Result<()>;
+    /// W4A16 on tensors: `out [m, n]` f32 = `x [m, k]` (16-bit, the dtype the kernels read) ·
+    /// Wᵀ, in the regime for `m`.
+    fn w4a16_dev(&self, w: &DeviceW4, x: &DevTensor, m: usize, out: &DevTensor) -> Result<()>;
+    /// The dense path on tensors: `out [m, n]` f32 = `x [m, k]` (in the weight's dtype) · Wᵀ.
+    fn dense_dev(&self, w: &DeviceDense, x: &DevTensor, m: usize, out: &DevTensor) -> Result<()>;
+    /// Each row's argmax of `y [m, n]` (f32), reduced on the device: `m` indices come back.
+    fn argmax_dev(&self, y: &DevTensor, m: usize, n: usize) -> Result<Vec<usize>>;
     /// The regime this device uses for `m` tokens.
     fn regime(&self, m: usize) -> Regime {
         tune::regime(self.arch(), m)

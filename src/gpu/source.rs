@@ -1,14 +1,15 @@
 //! The kernel source as one string for NVRTC / hipRTC: `kq_vendor.h` and `kq_tune.h` once, then
-//! `w4_gemv.cu` (regime A), `w4_mma.cu` (regime B), `w4_dense.cu` (regime C) and `argmax.cu` (each
-//! row's argmax, for a device lm_head) with their local includes and `#pragma once` dropped (run-time compilers get no include path; the crate may
-//! run far from its source tree). `kernels/check.sh` compiles the same files one by one and this
+//! `w4_gemv.cu` (regime A), `w4_mma.cu` (regime B), `w4_dense.cu` (regime C), `argmax.cu` (each
+//! row's argmax, for a device lm_head) and `ops.cu` (the rest of a draft step on the device) with
+//! their local includes and `#pragma once` dropped (run-time compilers get no include path; the
+//! crate may run far from its source tree). `kernels/check.sh` compiles the same files one by one and this
 //! assembled module too (built the same way in shell).
 //!
 //! Next to it, the host's side of each entry point, written once: its name (the `*_name`
 //! functions) and, in [`Kernel`], its argument list in the order of its C signature, which every
 //! [`super::driver::Driver`] launches and the CPU emulation reads by field.
 
-use super::Act;
+use super::{Act, Elem};
 
 /// One kernel argument as the C signature takes it: a device pointer or an `int`.
 #[derive(Debug, Clone, Copy)]
@@ -23,11 +24,12 @@ const GEMV: &str = include_str!("../../kernels/w4_gemv.cu");
 const MMA: &str = include_str!("../../kernels/w4_mma.cu");
 const DENSE: &str = include_str!("../../kernels/w4_dense.cu");
 const ARGMAX: &str = include_str!("../../kernels/argmax.cu");
+const OPS: &str = include_str!("../../kernels/ops.cu");
 
-/// The whole module: headers once, then the four kernel files.
+/// The whole module: headers once, then the five kernel files.
 pub fn module() -> String {
     let mut out = String::new();
-    for file in [VENDOR, TUNE, GEMV, MMA, DENSE, ARGMAX] {
+    for file in [VENDOR, TUNE, GEMV, MMA, DENSE, ARGMAX, OPS] {
         for line in file.lines() {
             match line.trim() {
                 "#include \"kq_vendor.h\"" | "#include \"kq_tune.h\"" | "#pragma once" => {}
@@ -72,6 +74,27 @@ pub const SCALE_COLS: &str = "kq_scale_cols";
 pub const ARGMAX_ROWS: &str = "kq_argmax_rows";
 /// `KQ_ARGMAX_THREADS` in `argmax.cu`: the block size `kq_argmax_rows` is written for.
 pub const ARGMAX_THREADS: u32 = 256;
+
+/// The step kernels of `ops.cu`: their block size (`KQ_OPS_THREADS`; `kq_attend` runs one warp
+/// per block instead).
+pub const OPS_THREADS: u32 = 256;
+/// Value dims one lane of `kq_attend` accumulates (`KQ_ATT_VPL`): `v_dim` ≤ this × the warp.
+pub const ATT_VALUES_PER_LANE: usize = 8;
+
+/// `kq_embed_rows_{bf16,f16,f32}`: the embedding gather for a table of `elem`.
+pub fn embed_name(elem: Elem) -> String {
+    format!("kq_embed_rows_{}", elem.name())
+}
+/// `kq_to_act_{bf16,f16}`: f32 rounded to the activation dtype.
+pub fn to_act_name(act: Act) -> String {
+    format!("kq_to_act_{}", act.name())
+}
+pub const RMS_NORM: &str = "kq_rms_norm";
+pub const ROPE_NEOX: &str = "kq_rope_neox";
+pub const ATTEND: &str = "kq_attend";
+pub const SILU_MUL: &str = "kq_silu_mul";
+pub const ADD: &str = "kq_add";
+pub const GATHER_ROWS: &str = "kq_gather_rows";
 
 /// Largest M a GEMV entry point exists for (`KQ_ALL_M` in `w4_gemv.cu`: `_m1` … `_m8`). Not a
 /// tuning choice: which M the regime choice sends to the GEMV is `Tune::gemv_max_m`, at most this.
@@ -182,6 +205,57 @@ kernels! {
         ptr y, idx;
         int m, n
     }
+    /// `kq_embed_rows_{elem}(table, ids, out, n, h)`: `out [n, h]` f32 = the rows `ids` of the
+    /// `[vocab, h]` table.
+    EmbedRows {
+        elem: Elem;
+        ptr table, ids, out;
+        int n, h
+    }
+    /// `kq_rms_norm(x, w, out, n, h, in_ld, in_off, out_ld, out_off, eps_bits)`: one block per
+    /// row.
+    RmsNorm {
+        ;
+        ptr x, w, out;
+        int n, h, in_ld, in_off, out_ld, out_off, eps_bits
+    }
+    /// `kq_rope_neox(x, pos, cs, n, heads, half, ld, off)`: in place, `cs [positions, half, 2]`.
+    RopeNeox {
+        ;
+        ptr x, pos, cs;
+        int n, heads, half, ld, off
+    }
+    /// `kq_attend(q, k0, v0, kd, vd, rows, slots, out, m, n, start, diag, heads, kv_heads, dq,
+    /// dv, scale_bits)`: one warp per (head, row), `grid = (heads, m)`.
+    Attend {
+        ;
+        ptr q, k0, v0, kd, vd, rows, slots, out;
+        int m, n, start, diag, heads, kv_heads, dq, dv, scale_bits
+    }
+    /// `kq_silu_mul(g, u, out, len)`.
+    SiluMul {
+        ;
+        ptr g, u, out;
+        int len
+    }
+    /// `kq_add(a, b, out, len)`.
+    Add {
+        ;
+        ptr a, b, out;
+        int len
+    }
+    /// `kq_to_act_{act}(x, y, len)`.
+    ToAct {
+        act: Act;
+        ptr x, y;
+        int len
+    }
+    /// `kq_gather_rows(src, idx, dst, m, w, dst_off)`.
+    GatherRows {
+        ;
+        ptr src, idx, dst;
+        int m, w, dst_off
+    }
 }
 
 impl<B> Kernel<'_, B> {
@@ -210,6 +284,14 @@ impl<B> Kernel<'_, B> {
             } => dequant_name(act, per_channel),
             Kernel::ScaleCols { .. } => SCALE_COLS.into(),
             Kernel::ArgmaxRows { .. } => ARGMAX_ROWS.into(),
+            Kernel::EmbedRows { elem, .. } => embed_name(elem),
+            Kernel::RmsNorm { .. } => RMS_NORM.into(),
+            Kernel::RopeNeox { .. } => ROPE_NEOX.into(),
+            Kernel::Attend { .. } => ATTEND.into(),
+            Kernel::SiluMul { .. } => SILU_MUL.into(),
+            Kernel::Add { .. } => ADD.into(),
+            Kernel::ToAct { act, .. } => to_act_name(act),
+            Kernel::GatherRows { .. } => GATHER_ROWS.into(),
         }
     }
 }
@@ -225,7 +307,7 @@ mod tests {
         let s = module();
         assert!(!s.contains("#include \"kq_"), "local includes dropped");
         assert!(!s.contains("#pragma once"), "one translation unit");
-        for file in [VENDOR, TUNE, GEMV, MMA, DENSE, ARGMAX] {
+        for file in [VENDOR, TUNE, GEMV, MMA, DENSE, ARGMAX, OPS] {
             let body = file
                 .lines()
                 .filter(|l| !l.starts_with("#include \"kq_") && l.trim() != "#pragma once");
@@ -284,6 +366,27 @@ mod tests {
         assert!(ARGMAX_THREADS.is_power_of_two() && ARGMAX_THREADS <= 1024);
     }
 
+    /// The step kernels' names and block sizes are `ops.cu`'s.
+    #[test]
+    fn ops_names_and_sizes_are_the_kernels() {
+        let s = module();
+        assert!(OPS.contains(&format!("#define KQ_OPS_THREADS {OPS_THREADS}\n")));
+        assert!(OPS.contains(&format!("#define KQ_ATT_VPL {ATT_VALUES_PER_LANE}\n")));
+        for e in [Elem::Half(Act::Bf16), Elem::Half(Act::F16), Elem::F32] {
+            let t = embed_name(e)
+                .trim_start_matches("kq_embed_rows_")
+                .to_string();
+            assert!(s.contains(&format!("KQ_EMBED({t}, ")), "{t}");
+        }
+        for a in [Act::Bf16, Act::F16] {
+            let t = to_act_name(a).trim_start_matches("kq_to_act_").to_string();
+            assert!(s.contains(&format!("KQ_TO_ACT({t}, ")), "{t}");
+        }
+        for f in [RMS_NORM, ROPE_NEOX, ATTEND, SILU_MUL, ADD, GATHER_ROWS] {
+            assert!(s.contains(&format!("    {f}(")), "{f}");
+        }
+    }
+
     /// The GEMV entry points exist for M = 1 ..= [`GEMV_MAX_M`].
     #[test]
     fn gemv_max_m_is_the_instantiated_range() {
@@ -308,6 +411,14 @@ mod tests {
                 "Dequant" => "kq_w4_dequant_##T##_##G(",
                 "ScaleCols" => "void kq_scale_cols(",
                 "ArgmaxRows" => "kq_argmax_rows(",
+                "EmbedRows" => "kq_embed_rows_##T(",
+                "RmsNorm" => "kq_rms_norm(",
+                "RopeNeox" => "kq_rope_neox(",
+                "Attend" => "kq_attend(",
+                "SiluMul" => "kq_silu_mul(",
+                "Add" => "kq_add(",
+                "ToAct" => "kq_to_act_##T(",
+                "GatherRows" => "kq_gather_rows(",
                 other => panic!("no signature to check {other} against"),
             };
             let at = s.find(marker).unwrap_or_else(|| panic!("{marker}")) + marker.len();
@@ -324,6 +435,6 @@ mod tests {
                 "{variant}"
             );
         }
-        assert_eq!(SIGNATURES.len(), 10);
+        assert_eq!(SIGNATURES.len(), 18);
     }
 }

@@ -24,6 +24,12 @@ pub enum Embedding {
     },
 }
 
+/// An embedding table as [`Embedding::stored`] gives it.
+pub enum Stored<'a> {
+    F32(&'a [f32]),
+    Bytes(crate::io::Dtype, &'a [u8]),
+}
+
 impl Embedding {
     /// The mapped form of tensor `name` of `ck` when it is stored as a plain float tensor of
     /// shape `[vocab, h]`; `None` otherwise (a quantized or absent embedding).
@@ -66,6 +72,25 @@ impl Embedding {
     }
 
     /// Rows of `toks`, concatenated (`[toks.len(), h]`).
+    /// The whole table as it is held: f32 values, or the mapped file's bytes (little-endian)
+    /// and their dtype (what a device step uploads once).
+    pub fn stored(&self) -> Stored<'_> {
+        match self {
+            Embedding::Dense { v, .. } => Stored::F32(v),
+            Embedding::Mapped { shard, index, .. } => {
+                let info = &shard.tensors()[*index];
+                Stored::Bytes(info.dtype, shard.view(info).data)
+            }
+        }
+    }
+
+    /// Row width.
+    pub fn width(&self) -> usize {
+        match self {
+            Embedding::Dense { h, .. } | Embedding::Mapped { h, .. } => *h,
+        }
+    }
+
     pub fn rows(&self, toks: impl IntoIterator<Item = u32>) -> Vec<f32> {
         let mut out = Vec::new();
         for t in toks {

@@ -41,7 +41,11 @@ pub enum Exec {
     F32,
     /// Quantized INT4 linears on `dev` with activations rounded to `act`, unquantized BF16 / F16
     /// ones on `dev` through its BLAS (in their own dtype); the rest in f32 on the CPU.
-    Device { dev: Arc<dyn Backend>, act: Act },
+    Device {
+        dev: Arc<dyn Backend>,
+        act: Act,
+        step: Step,
+    },
     /// As [`Exec::F32`], but an unquantized BF16 / F16 tensor is read from its file at its first
     /// product instead of at load: for a calibration replay, which never multiplies the EAGLE-3
     /// lm_head (2.35 GB at Kimi shape) and so never reads it.
@@ -56,7 +60,20 @@ impl Exec {
             Some(dev) => Exec::Device {
                 dev,
                 act: Act::Bf16,
+                step: Step::Whole,
             },
+        }
+    }
+
+    /// The same device with every draft step run per linear ([`Step::PerLinear`]).
+    pub fn per_linear(self) -> Exec {
+        match self {
+            Exec::Device { dev, act, .. } => Exec::Device {
+                dev,
+                act,
+                step: Step::PerLinear,
+            },
+            other => other,
         }
     }
 
@@ -78,13 +95,24 @@ impl Exec {
     }
 }
 
+/// How much of a draft step a device runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Step {
+    /// The whole step where the draft allows it (`runtime::eagle3::device`): only token ids
+    /// cross, per depth.
+    Whole,
+    /// The linears only: their inputs go up and their outputs come back at every call, the rest
+    /// of the step runs on the CPU.
+    PerLinear,
+}
+
 /// Calls of device layers in this process and the wall time spent in them (the activations
 /// rounded and copied up, the kernels, the outputs copied back: the host waits for each), for
 /// `kquant bench replay --device`'s breakdown.
 static DEVICE_CALLS: AtomicU64 = AtomicU64::new(0);
 static DEVICE_NANOS: AtomicU64 = AtomicU64::new(0);
 
-fn device_timed<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn device_timed<R>(f: impl FnOnce() -> R) -> R {
     let t = std::time::Instant::now();
     let r = f();
     DEVICE_NANOS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -118,6 +146,8 @@ enum Fault {
     Device(String, GpuError),
     /// A deferred tensor ([`Exec::F32Lazy`]) could not be read.
     Read(Error),
+    /// A device-resident draft step failed at `what` (`runtime::eagle3::device`).
+    Step(String, GpuError),
 }
 
 /// An unquantized BF16 / F16 tensor read from its file at the first product.
@@ -171,6 +201,31 @@ enum Kind {
     Device(gpu::DeviceLinear),
     /// An unquantized weight on the device (`Exec::Device`), through the vendor BLAS.
     Dense(gpu::DenseLinear),
+}
+
+/// A linear's layer on the device, for a step that stays there (`runtime::eagle3::device`):
+/// activations in, f32 outputs out, both device tensors.
+#[derive(Clone, Copy)]
+pub enum DeviceLayer<'a> {
+    W4(&'a gpu::DeviceLinear),
+    Dense(&'a gpu::DenseLinear),
+}
+
+impl DeviceLayer<'_> {
+    /// The 16-bit dtype the layer reads its input in.
+    pub fn act(&self) -> Act {
+        match self {
+            DeviceLayer::W4(l) => l.act,
+            DeviceLayer::Dense(l) => l.dtype(),
+        }
+    }
+    /// `y [m, n]` f32 = `x [m, k]` (in [`DeviceLayer::act`]) · Wᵀ, on the device.
+    pub fn forward(&self, x: &gpu::DevTensor, m: usize) -> gpu::Result<gpu::DevTensor> {
+        match self {
+            DeviceLayer::W4(l) => l.forward_dev(x, m),
+            DeviceLayer::Dense(l) => l.forward_dev(x, m),
+        }
+    }
 }
 
 /// One linear layer of a draft: `y [m, n] = x [m, k] · Wᵀ`, `W` = checkpoint module `module`.
@@ -336,6 +391,15 @@ impl Linear {
         }
     }
 
+    /// The layer on the device, when this linear runs there.
+    pub fn device_layer(&self) -> Option<DeviceLayer<'_>> {
+        match &self.kind {
+            Kind::Device(l) => Some(DeviceLayer::W4(l)),
+            Kind::Dense(l) => Some(DeviceLayer::Dense(l)),
+            _ => None,
+        }
+    }
+
     /// A device call's result (`len` values; none for no rows), or, on failure, `fill`s with the
     /// error kept for [`LinearSet::take_error`].
     fn on_device<T: Clone>(
@@ -439,7 +503,7 @@ impl LinearSet {
         let module = module.to_string();
         let qm = lg.module(name);
         let mut kind = None;
-        if let (Exec::Device { dev, act }, Some(m)) = (&self.exec, qm) {
+        if let (Exec::Device { dev, act, .. }, Some(m)) = (&self.exec, qm) {
             let layer = W4Layout::from_module(lg, m).and_then(|l| {
                 if l.k % 8 != 0 {
                     return Err(GpuError::Unsupported("K", format!("{} % 8 != 0", l.k)));
@@ -627,17 +691,22 @@ impl LinearSet {
 
     /// The first device failure since the last call, as an error naming the module.
     pub fn take_error(&self) -> Option<Error> {
-        let (module, e) = match self.shared.error.lock().expect("error slot").take()? {
-            Fault::Device(module, e) => (module, e),
+        let (what, e) = match self.shared.error.lock().expect("error slot").take()? {
+            Fault::Device(module, e) => (format!("linear `{module}`"), e),
+            Fault::Step(what, e) => (format!("the draft step on the device ({what})"), e),
             Fault::Read(e) => return Some(e),
         };
         Some(Error::Device {
-            msg: format!(
-                "linear `{module}` on {}: {e}",
-                self.exec.name().unwrap_or_default()
-            ),
+            msg: format!("{what} on {}: {e}", self.exec.name().unwrap_or_default()),
             hint: e.hint(),
         })
+    }
+
+    /// Keep a device-resident step's failure at `what` for [`LinearSet::take_error`] (the first
+    /// failure wins).
+    pub fn record_step_fault(&self, what: &str, e: GpuError) {
+        let mut slot = self.shared.error.lock().expect("error slot");
+        slot.get_or_insert(Fault::Step(what.to_string(), e));
     }
 }
 

@@ -69,4 +69,9 @@ pub trait Drafter: Send + Sync {
     fn propose(&self, x: &[u32], taps: &[Vec<f32>], steps: usize) -> Vec<u32>;
     /// The draft's linears: where they run, the input observer, the first device failure.
     fn linears(&self) -> &linears::LinearSet;
+    /// On a device: `Ok` when the whole step stays there (only token ids cross), `Err(why)`
+    /// when only the linears do; `None` on the CPU.
+    fn device_step(&self) -> Option<Result<(), String>> {
+        None
+    }
 }

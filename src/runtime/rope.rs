@@ -94,6 +94,15 @@ impl Rope {
 
     /// `(cos, sin)` per frequency at `pos`, times the attention factor, computed as torch does
     /// (`pos` in f32 times `inv_freq`, then cos/sin).
+    /// `(cos, sin)` of every frequency at positions `0..positions`, `[positions, dim/2, 2]`, the
+    /// attention factor applied: exactly the values [`Rope::apply_neox`] rotates by (what a
+    /// device step uploads).
+    pub fn table(&self, positions: usize) -> Vec<f32> {
+        (0..positions)
+            .flat_map(|p| self.angles(p).flat_map(|(c, s)| [c, s]))
+            .collect()
+    }
+
     fn angles(&self, pos: usize) -> impl Iterator<Item = (f32, f32)> + '_ {
         self.inv_freq.iter().map(move |&f| {
             let a = pos as f32 * f;

@@ -77,6 +77,16 @@ pub fn load_drafter(
     };
     if let Some(dev) = exec.name() {
         let mut line = placement_line(spec, &dev, d.linears());
+        line += &match d.device_step() {
+            Some(Ok(())) => {
+                "; the whole step on the device (taps up once a sample, token ids back)".to_string()
+            }
+            Some(Err(why)) => format!(
+                "; the rest of the step on the CPU ({})",
+                crate::escape::printable(&why)
+            ),
+            None => String::new(),
+        };
         if let Some(o) = exec.module_origin() {
             line += &format!("; {}", crate::escape::printable(&o));
         }

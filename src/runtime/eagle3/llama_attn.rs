@@ -16,10 +16,10 @@ pub struct LlamaAttention {
     pub head_dim: usize,
     /// RoPE table over `head_dim` (plain; YaRN tables apply their cos/sin factor only).
     pub rope: Rope,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
+    pub(super) q: Linear,
+    pub(super) k: Linear,
+    pub(super) v: Linear,
+    pub(super) o: Linear,
 }
 
 impl LlamaAttention {
@@ -51,6 +51,9 @@ impl LlamaAttention {
 }
 
 impl Attention for LlamaAttention {
+    fn llama(&self) -> Option<&LlamaAttention> {
+        Some(self)
+    }
     fn heads(&self) -> usize {
         self.heads
     }

@@ -15,6 +15,7 @@
 //! (fc, the attention projections, gate/up/down, lm_head) goes through the hook in
 //! [`super::linears`], which can instead run the quantized ones on a device ([`Eagle3::load_on`]).
 
+mod device;
 mod llama_attn;
 mod load;
 mod mla_attn;
@@ -52,6 +53,10 @@ pub trait Attention: Send + Sync {
     fn qkv(&self, a: &[f32], n: usize, pos: &[usize]) -> Qkv;
     /// `o_proj` of the attention output `[n, heads · v_dim]`.
     fn out(&self, o: &[f32], n: usize) -> Vec<f32>;
+    /// The Llama-style variant, whose step can stay on a device (`device`).
+    fn llama(&self) -> Option<&LlamaAttention> {
+        None
+    }
 }
 
 /// A loaded EAGLE-3 draft (Llama-style or MLA).
@@ -76,6 +81,8 @@ pub struct Eagle3 {
     attn: Box<dyn Attention>,
     w: Weights,
     lin: LinearSet,
+    /// The whole step on the device (`device`), or why not (`None`: no device).
+    step: Option<Result<device::DeviceStep, String>>,
 }
 
 /// The shared (non-attention) weights.
@@ -273,6 +280,18 @@ impl Eagle3 {
             feats.len(),
             3 * self.ht
         );
+        // On a device that holds the whole step, pass A and the chain run there.
+        if let Some(Ok(step)) = &self.step {
+            if !keep_logits && self.lin.collects(&self.w.lm_head.module).is_none() {
+                return super::linears::device_timed(|| {
+                    step.forward(self, x, feats, start, depths, feed)
+                })
+                .unwrap_or_else(|(stage, e)| {
+                    self.lin.record_step_fault(stage, e);
+                    (0..depths).map(|_| device::not_computed(n)).collect()
+                });
+            }
+        }
         let a = self.attention();
         let (h, qd) = (self.h, a.heads() * a.qk_dim());
         let (kd, vd) = (a.kv_heads() * a.qk_dim(), a.kv_heads() * a.v_dim());
@@ -500,6 +519,11 @@ impl super::Drafter for Eagle3 {
     }
     fn linears(&self) -> &LinearSet {
         &self.lin
+    }
+    fn device_step(&self) -> Option<Result<(), String>> {
+        self.step
+            .as_ref()
+            .map(|s| s.as_ref().map(|_| ()).map_err(Clone::clone))
     }
 }
 
