@@ -191,7 +191,7 @@ fn refusals_exit_2() {
 /// runtime finds; a device the build lacks is refused before anything is read.
 #[test]
 fn a_device_replay_reports_where_pass_a_went() {
-    let args = |device: &str| {
+    let args = |device: &str, step: &str| {
         kquant_json(&[
             "bench",
             "replay",
@@ -204,32 +204,68 @@ fn a_device_replay_reports_where_pass_a_went() {
             "3",
             "--device",
             device,
+            "--step",
+            step,
             "--json",
         ])
     };
-    let (cpu, emu) = (args("cpu"), args("cpu-emu"));
-    assert!(cpu["device"].is_null() && cpu["device_calls"] == 0, "{cpu}");
-    assert!(emu["device"].as_str().unwrap().contains("kernel emulation"));
-    // Every linear of the draft on the device: fc, q/k/v/o, gate/up/down and the lm_head's argmax,
-    // once per depth and sample at least.
-    assert!(emu["device_calls"].as_u64().unwrap() >= 3 * 3 * 9, "{emu}");
-    let (pass_a, device_s, gemm_s, rest_s) = (
-        positive(&emu, "pass_a_s"),
-        positive(&emu, "device_s"),
-        emu["gemm_s"].as_f64().unwrap(),
-        emu["rest_s"].as_f64().unwrap(),
+    let (cpu, emu, per) = (
+        args("cpu", "whole"),
+        args("cpu-emu", "whole"),
+        args("cpu-emu", "per-linear"),
     );
+    assert!(cpu["device"].is_null() && cpu["device_calls"] == 0, "{cpu}");
+    assert!(cpu["device_step"].is_null(), "{cpu}");
+    assert!(emu["device"].as_str().unwrap().contains("kernel emulation"));
+    // The whole step on the device: one pass per sample, no CPU product.
+    assert_eq!(emu["device_step"]["whole"], true, "{emu}");
+    assert_eq!(emu["device_calls"], 3, "{emu}");
+    assert_eq!(emu["gemm_flops"], 0, "{emu}");
+    // Per linear: fc, q/k/v/o, gate/up/down and the lm_head's argmax, once per depth and sample
+    // at least.
+    assert_eq!(per["device_step"]["whole"], false, "{per}");
+    assert!(per["device_step"]["why"]
+        .as_str()
+        .unwrap()
+        .contains("per-linear"));
+    assert!(per["device_calls"].as_u64().unwrap() >= 3 * 3 * 9, "{per}");
+    for r in [&emu, &per] {
+        let (pass_a, device_s, gemm_s, rest_s) = (
+            positive(r, "pass_a_s"),
+            positive(r, "device_s"),
+            r["gemm_s"].as_f64().unwrap(),
+            r["rest_s"].as_f64().unwrap(),
+        );
+        assert!(
+            (device_s + gemm_s + rest_s - pass_a).abs() <= 1e-6 * pass_a.max(1.0) + 1e-9,
+            "the phases add up to pass A: {r}"
+        );
+    }
+    let human = kquant(&[
+        "bench",
+        "replay",
+        EAGLE3,
+        "--target-checkpoint",
+        TARGET,
+        "--trace",
+        TRACE,
+        "--device",
+        "cpu-emu",
+    ]);
+    let out = String::from_utf8_lossy(&human.stdout);
     assert!(
-        (device_s + gemm_s + rest_s - pass_a).abs() <= 1e-6 * pass_a.max(1.0) + 1e-9,
-        "the phases add up to pass A: {emu}"
+        out.contains("pass A phases   the whole step on cpu (kernel emulation"),
+        "{out}"
     );
     // The emulation rounds activations to bf16 as a device does: within the bound docs/kernels.md
     // states for a device against the f32 runtime.
-    let (a, b) = (
-        positive(&cpu, "accept_length"),
-        positive(&emu, "accept_length"),
-    );
-    assert!((a - b).abs() <= 0.05, "cpu {a} vs cpu-emu {b}");
+    for r in [&emu, &per] {
+        let (a, b) = (
+            positive(&cpu, "accept_length"),
+            positive(r, "accept_length"),
+        );
+        assert!((a - b).abs() <= 0.05, "cpu {a} vs cpu-emu {b}");
+    }
     if !cfg!(feature = "cuda") {
         let o = kquant(&["bench", "replay", EAGLE3, "--device", "cuda"]);
         assert_eq!(o.status.code(), Some(2));

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::ops::peak::Peak;
+pub use crate::runtime::linears::Step;
 use crate::runtime::Drafter;
 use crate::trace::file::Trace;
 use crate::trace::synthetic::{self, TraceShape};
@@ -42,6 +43,8 @@ pub struct Request {
     pub after_miss: AfterMiss,
     /// Where the draft's linears run, as `verify --device` takes it (`cpu`: the f32 runtime).
     pub device: String,
+    /// How much of each draft step a device runs.
+    pub step: Step,
 }
 
 /// The figures of a replay.
@@ -77,6 +80,8 @@ pub struct Replay {
     pub device: Option<String>,
     pub device_calls: u64,
     pub device_s: f64,
+    /// On a device: `Ok` when the whole step ran there, `Err(why)` when only the linears did.
+    pub device_step: Option<Result<(), String>>,
     /// The machine's f32 FMA peak, measured after the replay on its threads.
     pub fma: Peak,
     pub accept_length: f64,
@@ -142,6 +147,11 @@ impl Replay {
             "device": self.device,
             "device_calls": self.device_calls,
             "device_s": self.device_s,
+            "device_step": match &self.device_step {
+                None => Value::Null,
+                Some(Ok(())) => json!({"whole": true}),
+                Some(Err(why)) => json!({"whole": false, "why": why}),
+            },
             "rest_s": self.rest_s(),
             "pass_a_gemm_flops_per_s": self.pass_a_flops_per_s(),
             "fma_peak": self.fma,
@@ -274,6 +284,10 @@ pub fn run(req: &Request) -> Result<Replay> {
         .transpose()?;
     let exec =
         crate::runtime::linears::Exec::device(crate::gpu::linear::verify_device(&req.device)?);
+    let exec = match req.step {
+        Step::Whole => exec,
+        Step::PerLinear => exec.per_linear(),
+    };
     let d = load_drafter(&req.draft, target.as_ref(), &exec)?;
     drop(target);
     let load_s = t.elapsed().as_secs_f64();
@@ -321,6 +335,7 @@ pub fn run(req: &Request) -> Result<Replay> {
         device: exec.name(),
         device_calls: device_after.0 - device_before.0,
         device_s: device_after.1 - device_before.1,
+        device_step: d.device_step(),
         fma,
         accept_length: total.al_walk(),
         rss_after_load,

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::bench::replay::{self, Replay, Request};
+use crate::bench::replay::{self, Replay, Request, Step};
 use crate::cli::human_bytes;
 use crate::error::Result;
 use crate::verify::drafters::AfterMiss;
@@ -50,6 +50,11 @@ pub struct Args {
     /// A into the CPU products, the device layers and the rest.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// How much of each draft step the device runs: `whole` (where the draft allows it: a
+    /// Llama-style EAGLE-3 draft whose every linear is on the device; only token ids cross) or
+    /// `per-linear` (the linears only; the rest on the CPU, activations copied both ways).
+    #[arg(long, value_enum, default_value_t = Step::Whole)]
+    pub step: Step,
     /// Print the figures as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -67,6 +72,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         target_checkpoint: a.target_checkpoint.clone(),
         after_miss: a.after_miss,
         device: a.device.clone(),
+        step: a.step,
     })?;
     if a.json {
         println!(
@@ -116,14 +122,27 @@ fn print_human(r: &Replay) {
     );
     print_flops(r);
     if let Some(dev) = &r.device {
-        println!(
-            "pass A phases   CPU products {:.2} s · device layers {:.2} s ({} calls on {}) · the rest {:.2} s (attention, norms, gathers, host work)",
-            r.gemm_s,
-            r.device_s,
-            r.device_calls,
-            crate::escape::printable(dev),
-            r.rest_s()
-        );
+        let dev = crate::escape::printable(dev);
+        match &r.device_step {
+            Some(Ok(())) => println!(
+                "pass A phases   the whole step on {dev} {:.2} s ({} passes; taps up once a sample, token ids back) · CPU products {:.2} s · the rest {:.2} s (taps, host work)",
+                r.device_s,
+                r.device_calls,
+                r.gemm_s,
+                r.rest_s()
+            ),
+            other => println!(
+                "pass A phases   CPU products {:.2} s · device layers {:.2} s ({} calls on {dev}) · the rest {:.2} s (attention, norms, gathers, host work){}",
+                r.gemm_s,
+                r.device_s,
+                r.device_calls,
+                r.rest_s(),
+                match other {
+                    Some(Err(why)) => format!("; per linear: {}", crate::escape::printable(why)),
+                    _ => String::new(),
+                }
+            ),
+        }
     }
     println!(
         "pass B          {:.1} ms (AL {:.3})",
