@@ -28,7 +28,8 @@
 #   gemm       bench gemm --device cuda --json over the Kimi shapes, M = 1..256 with every regime:
 #              the ratios against copy and bf16 cuBLAS, and the crossover it measures
 #   replay     the Kimi-shape EAGLE-3 (synth kimi-k2.5-eagle3, 6.36 GB, written on the device) through
-#              bench replay --device cuda: where pass A goes (CPU products, device layers, the rest)
+#              bench replay --device cuda, the whole step on the device and then --step per-linear:
+#              where pass A goes in each
 #   verify     verify --device cuda against --device cpu-emu on the tiny EAGLE-3 and DFlash drafts
 #              (the accept lengths must agree)
 set -uo pipefail
@@ -38,7 +39,7 @@ root=$(pwd)
 BIN="$root/target/gpu-bin"
 
 # name:seconds:invocations, in order (each invocation under its own limit).
-STEPS=(libs:20:1 compile:60:2 tier:90:1 full:130:1 gemm:70:1 replay:90:1 verify:15:4)
+STEPS=(libs:20:1 compile:60:2 tier:80:1 full:120:1 gemm:70:1 replay:110:1 verify:15:4)
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 
@@ -187,7 +188,8 @@ PY
 
 # replay: the Kimi-shape draft's pass A on the device, phase by phase.
 step replay "$OUT/replay.log" bash -c "'$K' synth --preset kimi-k2.5-eagle3 -o /tmp/kq-eagle3 --force \
-  && '$K' bench replay /tmp/kq-eagle3 --device cuda --synthetic-trace 512"
+  && '$K' bench replay /tmp/kq-eagle3 --device cuda --synthetic-trace 512 \
+  && '$K' bench replay /tmp/kq-eagle3 --device cuda --synthetic-trace 512 --step per-linear"
 grep -hE '^(load|pass A)' "$OUT/replay.log" | sed 's/^/         /' | tee -a "$summary"
 
 # verify: the device's accept lengths against the emulation's, on the fixtures.

@@ -63,7 +63,7 @@ fn cpu_device_reports_every_regime() {
     let c = doc["crossovers"].as_array().unwrap();
     assert_eq!(c.len(), 2);
     for x in c {
-        assert_eq!(x["regime_c_from_m"], 65);
+        assert_eq!(x["regime_c_from_m"], 17);
         let m = &x["int4_slower_than_bf16_from_m"];
         assert!(
             m.is_null() || [1, 16, 130].contains(&m.as_u64().unwrap()),
@@ -114,7 +114,7 @@ fn cpu_table_names_the_replay() {
     assert!(s.contains("cpu (kernel emulation"), "{s}");
     assert!(
         s.lines()
-            .any(|l| l.starts_with("crossover 64x16: INT4 kernels ") && l.contains("from M = 65")),
+            .any(|l| l.starts_with("crossover 64x16: INT4 kernels ") && l.contains("from M = 17")),
         "{s}"
     );
     assert!(s.contains("% copy") && s.contains("speed-up"), "{s}");

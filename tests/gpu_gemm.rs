@@ -336,6 +336,17 @@ fn dispatch(d: &dyn Backend) {
     if t.gemv_max_m > 0 {
         cases.push((t.gemv_max_m, Regime::Gemv));
     }
+    // Kept weights (a replay's) leave the MMA kernel where it falls behind bf16 itself.
+    assert!(t.mma_max_m_kept <= t.mma_max_m);
+    assert_eq!(d.regime_kept(t.mma_max_m_kept), Regime::Mma, "{}", d.name());
+    assert_eq!(d.regime_kept(t.mma_max_m_kept + 1), Regime::Dense);
+    let kept = d.upload_kept(&pc).unwrap();
+    assert!(kept.kept && !dw.kept);
+    assert_eq!(kept.regime_on(d, t.mma_max_m_kept + 1), Regime::Dense);
+    assert_eq!(
+        dw.regime_on(d, t.mma_max_m_kept + 1),
+        d.regime(t.mma_max_m_kept + 1)
+    );
     for (m, regime) in cases {
         assert_eq!(d.regime(m), regime, "{} m={m}", d.name());
         let x = activations(m, k, Act::Bf16);

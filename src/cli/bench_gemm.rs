@@ -43,9 +43,9 @@ pub struct Args {
     /// Timed calls per measurement (after one warm-up; default 50 on a GPU, 1 on the CPU).
     #[arg(long, value_parser = crate::cli::flags::iters)]
     pub iters: Option<usize>,
-    /// Kernel regimes to time at every M: `auto` (the one the device picks for M), or a
-    /// comma-separated list of `gemv`, `mma`, `dense` to time each at every M it takes (GEMV
-    /// takes M ≤ 8) and so find where their curves cross.
+    /// Kernel regimes to time at every M: `auto` (the one the device picks for M on a replay's
+    /// kept weights), or a comma-separated list of `gemv`, `mma`, `dense` to time each at every
+    /// M it takes (GEMV takes M ≤ 8) and so find where their curves cross.
     #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = ["auto", "gemv", "mma", "dense"])]
     pub regime: Vec<String>,
     /// Print the figures as JSON on stdout.
@@ -168,7 +168,7 @@ fn check_size(name: &str, n: usize, k: usize, ms: &[usize]) -> Result<()> {
 }
 
 /// The regimes `--regime` names for `m` tokens, in order, without repeats: `auto` is the device's
-/// own choice; GEMV is left out above its largest M (`GEMV_MAX_M`).
+/// own choice on kept weights (a replay's); GEMV is left out above its largest M (`GEMV_MAX_M`).
 fn regimes(names: &[String], dev: &dyn Bench, m: usize) -> Vec<Regime> {
     let mut out = Vec::new();
     for name in names {
@@ -177,7 +177,7 @@ fn regimes(names: &[String], dev: &dyn Bench, m: usize) -> Vec<Regime> {
             "gemv" => Regime::Gemv,
             "mma" => Regime::Mma,
             "dense" => Regime::Dense,
-            _ => dev.regime(m),
+            _ => dev.regime_kept(m),
         };
         if !out.contains(&r) {
             out.push(r);
@@ -348,7 +348,7 @@ impl Run<'_> {
         let c = Crossover {
             shape: name.to_string(),
             slower_from: slower_from(&timed),
-            dense_from: t.mma_max_m + 1,
+            dense_from: t.mma_max_m_kept + 1,
         };
         if !a.json {
             println!("{}", c.line());

@@ -315,7 +315,7 @@ impl<D: Driver> Device<D> {
             scales: self.driver.htod(&w.scales)?,
             kept: keep.then(|| Mutex::new(None)),
         };
-        Ok(DeviceW4::new(w, Box::new(bufs)))
+        Ok(DeviceW4::new(w, keep, Box::new(bufs)))
     }
 
     /// Upload `x`, run `run`, and read the result back.
@@ -551,7 +551,7 @@ impl<D: Driver> Backend for Device<D> {
                 "W4A16 activations must be bf16 or f16".into(),
             ));
         };
-        let regime = self.regime(m);
+        let regime = w.regime_on(self, m);
         check_call(w, m * w.k, m, regime)?;
         tensor_holds(x, m * w.k, "x")?;
         tensor_holds(out, m * w.n, "out")?;

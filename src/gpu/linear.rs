@@ -54,7 +54,7 @@ impl DeviceLinear {
     pub fn forward(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
         let xb: Vec<u16> = x.iter().map(|&v| self.act.from_f32(v)).collect();
         self.dev
-            .w4a16_on(&self.w, &xb, self.act, m, self.dev.regime(m))
+            .w4a16_on(&self.w, &xb, self.act, m, self.w.regime_on(&*self.dev, m))
     }
 
     /// The index of the largest output of each of the `m` rows of [`DeviceLinear::forward`],
@@ -62,7 +62,7 @@ impl DeviceLinear {
     pub fn argmax_rows(&self, x: &[f32], m: usize) -> Result<Vec<usize>> {
         let xb: Vec<u16> = x.iter().map(|&v| self.act.from_f32(v)).collect();
         self.dev
-            .w4a16_argmax_on(&self.w, &xb, self.act, m, self.dev.regime(m))
+            .w4a16_argmax_on(&self.w, &xb, self.act, m, self.w.regime_on(&*self.dev, m))
     }
 }
 

@@ -150,17 +150,28 @@ pub struct DeviceW4 {
     pub n: usize,
     pub k: usize,
     pub group: usize,
+    /// Uploaded with [`Backend::upload_kept`] (regime C keeps its dense copy).
+    pub kept: bool,
     /// The backend's own buffers.
     inner: Box<dyn Any + Send + Sync>,
 }
 
 impl DeviceW4 {
-    pub fn new(w: &W4Layout, inner: Box<dyn Any + Send + Sync>) -> DeviceW4 {
+    pub fn new(w: &W4Layout, kept: bool, inner: Box<dyn Any + Send + Sync>) -> DeviceW4 {
         DeviceW4 {
             n: w.n,
             k: w.k,
             group: w.group,
+            kept,
             inner,
+        }
+    }
+    /// The regime `dev` picks for `m` tokens on these weights.
+    pub fn regime_on(&self, dev: &dyn Backend, m: usize) -> Regime {
+        if self.kept {
+            dev.regime_kept(m)
+        } else {
+            dev.regime(m)
         }
     }
     pub fn per_channel(&self) -> bool {
@@ -256,6 +267,10 @@ pub trait Backend: Send + Sync {
     /// The regime this device uses for `m` tokens.
     fn regime(&self, m: usize) -> Regime {
         tune::regime(self.arch(), m)
+    }
+    /// The regime this device uses for `m` tokens on kept weights ([`Backend::upload_kept`]).
+    fn regime_kept(&self, m: usize) -> Regime {
+        tune::regime_kept(self.arch(), m)
     }
     /// Upload `w` and run W4A16 in the regime for `m`.
     fn w4a16(&self, w: &W4Layout, x: &[u16], act: Act, m: usize) -> Result<Vec<f32>> {

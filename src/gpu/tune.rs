@@ -42,6 +42,10 @@ pub struct Tune {
     pub gemv_max_m: usize,
     /// Largest M that goes to the MMA kernels (regime B); above: dequant + BLAS (regime C).
     pub mma_max_m: usize,
+    /// The same for weights kept on the device ([`super::Backend::upload_kept`], every verify
+    /// replay): their regime C is the vendor GEMM alone on the kept dense copy, so it takes over
+    /// where the MMA kernel falls behind bf16 itself.
+    pub mma_max_m_kept: usize,
     /// Last-level cache in bytes (L2 / Infinity Cache): benchmarks rotate over more than twice it.
     pub llc_bytes: usize,
 }
@@ -70,9 +74,19 @@ impl Regime {
 /// The regime `arch` uses for `m` tokens.
 pub fn regime(arch: Arch, m: usize) -> Regime {
     let t = arch.tune();
-    if m <= t.gemv_max_m {
+    pick(m, t.gemv_max_m, t.mma_max_m)
+}
+
+/// The regime `arch` uses for `m` tokens on kept weights (`Tune::mma_max_m_kept`).
+pub fn regime_kept(arch: Arch, m: usize) -> Regime {
+    let t = arch.tune();
+    pick(m, t.gemv_max_m.min(t.mma_max_m_kept), t.mma_max_m_kept)
+}
+
+fn pick(m: usize, gemv_max_m: usize, mma_max_m: usize) -> Regime {
+    if m <= gemv_max_m {
         Regime::Gemv
-    } else if m <= t.mma_max_m {
+    } else if m <= mma_max_m {
         Regime::Mma
     } else {
         Regime::Dense
@@ -99,9 +113,12 @@ impl Arch {
                 mma_unroll: 2,
                 // Measured on an H200 (`bench gemm --regime gemv,mma,dense`, docs/performance.md):
                 // the MMA kernel beats the GEMV at every M, 1 included (fc: 36.9 vs 59.3 µs), and
-                // dequant + cuBLAS beats the MMA from M = 96 on four of the five Kimi shapes.
+                // dequant + cuBLAS beats the MMA from M = 96 on four of the five Kimi shapes; the
+                // MMA kernel is 1.19–1.35× bf16 cuBLAS at M = 16 and 0.33–0.45× at M = 64, so on
+                // kept weights (bf16 cuBLAS on the dense copy) regime C takes over above 16.
                 gemv_max_m: 0,
                 mma_max_m: 64,
+                mma_max_m_kept: 16,
                 llc_bytes: 50 << 20,
             },
             Arch::Sm100 => Tune {
@@ -114,6 +131,8 @@ impl Arch {
                 mma_unroll: 2,
                 gemv_max_m: 8,
                 mma_max_m: 128,
+                // Not measured: Hopper's crossover against bf16 until it is.
+                mma_max_m_kept: 16,
                 llc_bytes: 126 << 20,
             },
             Arch::Gfx942 => Tune {
@@ -126,6 +145,8 @@ impl Arch {
                 mma_unroll: 2,
                 gemv_max_m: 8,
                 mma_max_m: 128,
+                // Not measured: Hopper's crossover against bf16 until it is.
+                mma_max_m_kept: 16,
                 llc_bytes: 256 << 20,
             },
             Arch::Generic { warp } => Tune {
@@ -138,6 +159,8 @@ impl Arch {
                 mma_unroll: 1,
                 gemv_max_m: 8,
                 mma_max_m: 128,
+                // Not measured: Hopper's crossover against bf16 until it is.
+                mma_max_m_kept: 16,
                 llc_bytes: 32 << 20,
             },
         }
