@@ -57,21 +57,35 @@ extern "C" __global__ void __launch_bounds__(KQ_OPS_THREADS)
     for (int j = t; j < h; j += KQ_OPS_THREADS) o[j] = xr[j] * inv * w[j];
 }
 
-// Rotary embedding, rotate_half (NeoX) form, in place: row r's `heads` heads of 2·half values at
-// x[r·ld + off ...], rotated by position pos[r] from the host's table cs[p][i] = (cos, sin)
-// (attention factor applied): a' = a·c − b·s, b' = b·c + a·s.
+// Rotary embedding in place: row r's `heads` heads at x[r·ld + off + h·head_ld ...], each 2·half
+// values rotated by position pos[r] from the host's table cs[p][i] = (cos, sin) (attention factor
+// applied): pairs (i, i + half) in the rotate_half (NeoX) form, (2i, 2i + 1) in the interleaved
+// (DeepSeek) form; a' = a·c − b·s, b' = b·c + a·s.
 extern "C" __global__ void __launch_bounds__(KQ_OPS_THREADS)
-    kq_rope_neox(float* x, const int* __restrict__ pos, const float* __restrict__ cs, int n,
-                 int heads, int half, int ld, int off) {
+    kq_rope(float* x, const int* __restrict__ pos, const float* __restrict__ cs, int n,
+            int heads, int half, int ld, int off, int head_ld, int interleaved) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)n * heads * half) return;
     const int j = (int)(i % half);
     const long long hh = (i / half) % heads, r = i / ((long long)half * heads);
-    float* hp = x + r * ld + off + hh * 2 * half;
+    float* hp = x + r * ld + off + hh * head_ld;
+    const int ia = interleaved ? 2 * j : j, ib = interleaved ? 2 * j + 1 : j + half;
     const float* t = cs + ((long long)pos[r] * half + j) * 2;
-    const float c = t[0], s = t[1], a = hp[j], b = hp[j + half];
-    hp[j] = a * c - b * s;
-    hp[j + half] = b * c + a * s;
+    const float c = t[0], s = t[1], a = hp[ia], b = hp[ib];
+    hp[ia] = a * c - b * s;
+    hp[ib] = b * c + a * s;
+}
+
+// Strided copy of `heads` column blocks of w values per row: dst[r·dst_ld + dst_off + h·dst_hs + j]
+// = src[r·src_ld + src_off + h·src_hs + j], r < n, h < heads, j < w (src_hs = 0 broadcasts one
+// block to every head: MLA's shared k_rope).
+extern "C" __global__ void __launch_bounds__(KQ_OPS_THREADS)
+    kq_copy_cols(const float* __restrict__ src, float* __restrict__ dst, int n, int heads, int w,
+                 int src_ld, int src_off, int src_hs, int dst_ld, int dst_off, int dst_hs) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)n * heads * w) return;
+    const long long j = i % w, h = (i / w) % heads, r = i / ((long long)w * heads);
+    dst[r * dst_ld + dst_off + h * dst_hs + j] = src[r * src_ld + src_off + h * src_hs + j];
 }
 
 // Attention of query row r (`rows[r]` = i, its pair t = start + i) and head `blockIdx.x` over the

@@ -377,3 +377,98 @@ fn the_whole_step_on_the_device_equals_the_per_linear_path_and_moves_token_ids_o
         );
     }
 }
+
+/// The MLA EAGLE-3 drafts (DeepSeek MLA attention: low-rank query with its norm, latent kv with its
+/// norm, one rotary key shared by the heads, interleaved YaRN rotary) run their whole step on the
+/// device too, unquantized (every linear through the vendor BLAS) and int4-pc: the proposals of
+/// the engine chain and pass A's match bits over a sequence the f32 draft agrees with equal the
+/// per-linear path's within the device bounds.
+#[test]
+fn mla_drafts_run_the_whole_step_on_the_device() {
+    let t = tempfile::tempdir().unwrap();
+    let target = Checkpoint::open(
+        common::root()
+            .join("fixtures/tiny/target-kimi-k2")
+            .to_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let src = "fixtures/tiny/eagle3-mla-torchspec";
+    let q = t.path().join("int4");
+    let o = kquant(&[
+        "quantize",
+        src,
+        "-o",
+        q.to_str().unwrap(),
+        "--scheme",
+        "int4-pc",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let plain = common::root().join(src);
+    for spec in [plain.to_str().unwrap(), q.to_str().unwrap()] {
+        let whole = Exec::device(Some(Arc::new(CpuEmu::nvidia())));
+        let w = load_drafter(spec, Some(&target), &whole).unwrap();
+        let p = load_drafter(spec, Some(&target), &whole.clone().per_linear()).unwrap();
+        let f = load_drafter(spec, Some(&target), &Exec::F32).unwrap();
+        assert_eq!(w.device_step(), Some(Ok(())), "{spec}");
+        // Taps and a prompt at random, then a continuation the f32 draft proposes itself, so
+        // that the depths match often.
+        let (len, prompt, ht) = (64usize, 16usize, w.target_hidden());
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let taps: Vec<Vec<f32>> = w
+            .taps()
+            .iter()
+            .map(|_| {
+                (0..len * ht)
+                    .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+                    .collect()
+            })
+            .collect();
+        let mut x: Vec<u32> = (0..prompt).map(|_| (next() % 256) as u32).collect();
+        while x.len() < len {
+            x.push(f.propose(&x, &taps, 1)[0]);
+        }
+        let steps = w.default_steps();
+        let (mw, mp) = (
+            w.matches(&x, &taps, prompt, steps),
+            p.matches(&x, &taps, prompt, steps),
+        );
+        assert!(w.linears().take_error().is_none(), "{spec}");
+        let (mut bits, mut diff, mut ones) = (0usize, 0usize, 0usize);
+        for t in prompt - 1..mw.c.len() {
+            bits += steps;
+            diff += (mw.c[t] ^ mp.c[t]).count_ones() as usize;
+            ones += mw.c[t].count_ones() as usize;
+        }
+        eprintln!("{spec}: {diff} of {bits} match bits differ ({ones} set)");
+        assert!(
+            ones * 4 > bits,
+            "{spec}: the sequence is the draft's own: {ones} of {bits}"
+        );
+        assert!(
+            diff as f64 <= DEVICE_MASK_DIFF_MAX * bits as f64,
+            "{spec}: {diff} of {bits}"
+        );
+        // The engine chain from every prefix: whole step against per linear.
+        let (mut same, mut all) = (0usize, 0usize);
+        for end in (prompt..len).step_by(4) {
+            let (a, b) = (
+                w.propose(&x[..end], &taps, steps),
+                p.propose(&x[..end], &taps, steps),
+            );
+            all += a.len();
+            same += a.iter().zip(&b).filter(|(u, v)| u == v).count();
+        }
+        assert!(w.linears().take_error().is_none(), "{spec}");
+        assert!(
+            same * 100 >= all * 97,
+            "{spec}: {same} of {all} proposals equal"
+        );
+    }
+}

@@ -384,7 +384,7 @@ impl Emu {
                 emu_ops::rms_norm(&xs, &w.read::<f32>(h)?, &mut y, &rows);
                 out.write(&y)
             }
-            Kernel::RopeNeox {
+            Kernel::Rope {
                 x,
                 pos,
                 cs,
@@ -393,12 +393,48 @@ impl Emu {
                 half,
                 ld,
                 off,
+                head_ld,
+                interleaved,
             } => {
                 covers(name, "threads", threads, n * heads * half)?;
                 let mut y = x.read::<f32>(n * ld)?;
                 let p = pos.read::<i32>(n)?;
-                emu_ops::rope(&mut y, &p, &cs.all::<f32>(), (n, heads, half), (ld, off))?;
+                let g = emu_ops::RopeAt {
+                    n,
+                    heads,
+                    half,
+                    ld,
+                    off,
+                    head_ld,
+                    interleaved: interleaved != 0,
+                };
+                emu_ops::rope(&mut y, &p, &cs.all::<f32>(), &g)?;
                 x.write(&y)
+            }
+            Kernel::CopyCols {
+                src,
+                dst,
+                n,
+                heads,
+                w,
+                src_ld,
+                src_off,
+                src_hs,
+                dst_ld,
+                dst_off,
+                dst_hs,
+            } => {
+                covers(name, "threads", threads, n * heads * w)?;
+                let s = src.read::<f32>(n * src_ld)?;
+                let mut y = dst.read::<f32>(n * dst_ld)?;
+                emu_ops::copy_cols(
+                    &s,
+                    &mut y,
+                    (n, heads, w),
+                    (src_ld, src_off, src_hs),
+                    (dst_ld, dst_off, dst_hs),
+                );
+                dst.write(&y)
             }
             Kernel::Attend {
                 q,

@@ -84,29 +84,57 @@ pub fn rms_norm(x: &[f32], w: &[f32], out: &mut [f32], r: &NormRows) {
     }
 }
 
-/// `kq_rope_neox` in place.
-#[allow(clippy::too_many_arguments)]
-pub fn rope(
-    x: &mut [f32],
-    pos: &[i32],
-    cs: &[f32],
-    (n, heads, half): (usize, usize, usize),
-    (ld, off): (usize, usize),
-) -> Result<()> {
+/// `kq_rope`'s geometry: `heads` heads of `2·half`, `head_ld` apart, from column `off` of rows
+/// of `ld`; NeoX or interleaved pairs.
+pub struct RopeAt {
+    pub n: usize,
+    pub heads: usize,
+    pub half: usize,
+    pub ld: usize,
+    pub off: usize,
+    pub head_ld: usize,
+    pub interleaved: bool,
+}
+
+/// `kq_rope` in place.
+pub fn rope(x: &mut [f32], pos: &[i32], cs: &[f32], g: &RopeAt) -> Result<()> {
+    let half = g.half;
     let positions = cs.len() / (2 * half).max(1);
-    for r in 0..n {
+    for r in 0..g.n {
         let p = at("rope position", pos[r], positions)?;
-        for hh in 0..heads {
-            let hp = &mut x[r * ld + off + hh * 2 * half..][..2 * half];
+        for hh in 0..g.heads {
+            let hp = &mut x[r * g.ld + g.off + hh * g.head_ld..][..2 * half];
             for j in 0..half {
+                let (ia, ib) = if g.interleaved {
+                    (2 * j, 2 * j + 1)
+                } else {
+                    (j, j + half)
+                };
                 let (c, s) = (cs[(p * half + j) * 2], cs[(p * half + j) * 2 + 1]);
-                let (a, b) = (hp[j], hp[j + half]);
-                hp[j] = a * c - b * s;
-                hp[j + half] = b * c + a * s;
+                let (a, b) = (hp[ia], hp[ib]);
+                hp[ia] = a * c - b * s;
+                hp[ib] = b * c + a * s;
             }
         }
     }
     Ok(())
+}
+
+/// `kq_copy_cols` into `dst`: `(n, heads, w)`, then the source's and the output's
+/// `(ld, off, head stride)`.
+pub fn copy_cols(
+    src: &[f32],
+    dst: &mut [f32],
+    (n, heads, w): (usize, usize, usize),
+    (src_ld, src_off, src_hs): (usize, usize, usize),
+    (dst_ld, dst_off, dst_hs): (usize, usize, usize),
+) {
+    for r in 0..n {
+        for h in 0..heads {
+            let s = &src[r * src_ld + src_off + h * src_hs..][..w];
+            dst[r * dst_ld + dst_off + h * dst_hs..][..w].copy_from_slice(s);
+        }
+    }
 }
 
 /// `kq_attend`'s operands.
@@ -229,6 +257,15 @@ mod tests {
         );
         assert!(gather(&[1.0, 2.0], &[0, 2], 1).is_err());
         let mut x = [1.0, 0.0];
-        assert!(rope(&mut x, &[1], &[1.0, 0.0], (1, 1, 1), (2, 0)).is_err());
+        let g = RopeAt {
+            n: 1,
+            heads: 1,
+            half: 1,
+            ld: 2,
+            off: 0,
+            head_ld: 2,
+            interleaved: false,
+        };
+        assert!(rope(&mut x, &[1], &[1.0, 0.0], &g).is_err());
     }
 }

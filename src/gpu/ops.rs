@@ -166,8 +166,9 @@ pub enum Op<'a> {
         input: Strided,
         output: Strided,
     },
-    /// NeoX rotary embedding in place on `heads` heads of `2·half` at row stride `at`, row `r`
-    /// at position `pos[r]` of the table `cs [positions, half, 2]`.
+    /// Rotary embedding in place on `heads` heads of `2·half` values, `head_ld` apart, from
+    /// column `at.off` of rows of `at.ld`; row `r` at position `pos[r]` of the table
+    /// `cs [positions, half, 2]`; pairs `(i, i + half)` (NeoX) or `(2i, 2i + 1)` (interleaved).
     Rope {
         x: &'a DevTensor,
         pos: &'a DevTensor,
@@ -176,6 +177,19 @@ pub enum Op<'a> {
         heads: usize,
         half: usize,
         at: Strided,
+        head_ld: usize,
+        interleaved: bool,
+    },
+    /// `dst[r, dst.off + h·dst_hs ..][..w]` = `src[r, src.off + h·src_hs ..][..w]` for `n` rows
+    /// and `heads` blocks (`src_hs` = 0: one block copied to every head).
+    CopyCols {
+        src: &'a DevTensor,
+        dst: &'a DevTensor,
+        n: usize,
+        heads: usize,
+        w: usize,
+        from: (Strided, usize),
+        to: (Strided, usize),
     },
     /// Attention of query rows `rows` over a replay's keys (`kq_attend`).
     Attend {
@@ -330,10 +344,12 @@ impl Op<'_> {
                 heads,
                 half,
                 at,
+                head_ld,
+                ..
             } => {
-                if at.off + heads * 2 * half > at.ld {
+                if heads == 0 || at.off + (heads - 1) * head_ld + 2 * half > at.ld {
                     return Err(layout(format!(
-                        "rope: {heads} heads of {} from {} in rows of {}",
+                        "rope: {heads} heads of {} every {head_ld} from {} in rows of {}",
                         2 * half,
                         at.off,
                         at.ld
@@ -386,6 +402,26 @@ impl Op<'_> {
                     f,
                     int("m·heads·dv", d.m * d.heads * d.dv)?,
                 )
+            }
+            Op::CopyCols {
+                src,
+                dst,
+                n,
+                heads,
+                w,
+                from,
+                to,
+            } => {
+                for (what, t, (s, hs)) in [("copy source", src, from), ("copy out", dst, to)] {
+                    if heads == 0 || s.off + (heads - 1) * hs + w > s.ld {
+                        return Err(layout(format!(
+                            "{what}: {heads} blocks of {w} every {hs} from {} in rows of {}",
+                            s.off, s.ld
+                        )));
+                    }
+                    holds(what, t, f, int("rows", n * s.ld)?)?;
+                }
+                Ok(())
             }
             Op::SiluMul { g, u, out, len } => {
                 holds("gate", g, f, int("len", len)?)?;
@@ -489,9 +525,11 @@ pub(super) fn launch_of<'t, B>(
             heads,
             half,
             at,
+            head_ld,
+            interleaved,
         } => {
             let (g, bl) = elementwise(n * heads * half);
-            let k = Kernel::RopeNeox {
+            let k = Kernel::Rope {
                 x: b(x)?,
                 pos: b(pos)?,
                 cs: b(cs)?,
@@ -500,6 +538,33 @@ pub(super) fn launch_of<'t, B>(
                 half,
                 ld: at.ld,
                 off: at.off,
+                head_ld,
+                interleaved: usize::from(interleaved),
+            };
+            (k, g, bl)
+        }
+        Op::CopyCols {
+            src,
+            dst,
+            n,
+            heads,
+            w,
+            from,
+            to,
+        } => {
+            let (g, bl) = elementwise(n * heads * w);
+            let k = Kernel::CopyCols {
+                src: b(src)?,
+                dst: b(dst)?,
+                n,
+                heads,
+                w,
+                src_ld: from.0.ld,
+                src_off: from.0.off,
+                src_hs: from.1,
+                dst_ld: to.0.ld,
+                dst_off: to.0.off,
+                dst_hs: to.1,
             };
             (k, g, bl)
         }

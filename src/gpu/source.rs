@@ -90,7 +90,8 @@ pub fn to_act_name(act: Act) -> String {
     format!("kq_to_act_{}", act.name())
 }
 pub const RMS_NORM: &str = "kq_rms_norm";
-pub const ROPE_NEOX: &str = "kq_rope_neox";
+pub const ROPE: &str = "kq_rope";
+pub const COPY_COLS: &str = "kq_copy_cols";
 pub const ATTEND: &str = "kq_attend";
 pub const SILU_MUL: &str = "kq_silu_mul";
 pub const ADD: &str = "kq_add";
@@ -219,11 +220,18 @@ kernels! {
         ptr x, w, out;
         int n, h, in_ld, in_off, out_ld, out_off, eps_bits
     }
-    /// `kq_rope_neox(x, pos, cs, n, heads, half, ld, off)`: in place, `cs [positions, half, 2]`.
-    RopeNeox {
+    /// `kq_rope(x, pos, cs, n, heads, half, ld, off, head_ld, interleaved)`: in place,
+    /// `cs [positions, half, 2]`.
+    Rope {
         ;
         ptr x, pos, cs;
-        int n, heads, half, ld, off
+        int n, heads, half, ld, off, head_ld, interleaved
+    }
+    /// `kq_copy_cols(src, dst, n, heads, w, src_ld, src_off, src_hs, dst_ld, dst_off, dst_hs)`.
+    CopyCols {
+        ;
+        ptr src, dst;
+        int n, heads, w, src_ld, src_off, src_hs, dst_ld, dst_off, dst_hs
     }
     /// `kq_attend(q, k0, v0, kd, vd, rows, slots, out, m, n, start, diag, heads, kv_heads, dq,
     /// dv, scale_bits)`: one warp per (head, row), `grid = (heads, m)`.
@@ -286,7 +294,8 @@ impl<B> Kernel<'_, B> {
             Kernel::ArgmaxRows { .. } => ARGMAX_ROWS.into(),
             Kernel::EmbedRows { elem, .. } => embed_name(elem),
             Kernel::RmsNorm { .. } => RMS_NORM.into(),
-            Kernel::RopeNeox { .. } => ROPE_NEOX.into(),
+            Kernel::Rope { .. } => ROPE.into(),
+            Kernel::CopyCols { .. } => COPY_COLS.into(),
             Kernel::Attend { .. } => ATTEND.into(),
             Kernel::SiluMul { .. } => SILU_MUL.into(),
             Kernel::Add { .. } => ADD.into(),
@@ -382,7 +391,15 @@ mod tests {
             let t = to_act_name(a).trim_start_matches("kq_to_act_").to_string();
             assert!(s.contains(&format!("KQ_TO_ACT({t}, ")), "{t}");
         }
-        for f in [RMS_NORM, ROPE_NEOX, ATTEND, SILU_MUL, ADD, GATHER_ROWS] {
+        for f in [
+            RMS_NORM,
+            ROPE,
+            COPY_COLS,
+            ATTEND,
+            SILU_MUL,
+            ADD,
+            GATHER_ROWS,
+        ] {
             assert!(s.contains(&format!("    {f}(")), "{f}");
         }
     }
@@ -413,7 +430,8 @@ mod tests {
                 "ArgmaxRows" => "kq_argmax_rows(",
                 "EmbedRows" => "kq_embed_rows_##T(",
                 "RmsNorm" => "kq_rms_norm(",
-                "RopeNeox" => "kq_rope_neox(",
+                "Rope" => "kq_rope(",
+                "CopyCols" => "kq_copy_cols(",
                 "Attend" => "kq_attend(",
                 "SiluMul" => "kq_silu_mul(",
                 "Add" => "kq_add(",
@@ -435,6 +453,6 @@ mod tests {
                 "{variant}"
             );
         }
-        assert_eq!(SIGNATURES.len(), 18);
+        assert_eq!(SIGNATURES.len(), 19);
     }
 }

@@ -1,8 +1,9 @@
 //! The EAGLE-3 step kept on a device (`kquant verify --device cuda|hip|cpu-emu`): when every
-//! linear of a Llama-style draft runs there, the whole pass — the per-tap norms and fc over the
-//! taps, the embedding gather, the input norms, q/k/v, rotary, attention over depth 0's keys and
-//! the earlier depths' diagonal keys, o_proj, the residuals, the SwiGLU MLP, the final norm and
-//! the lm_head's row argmax — runs as device kernels ([`gpu::Op`], `kernels/ops.cu`) on device
+//! linear of a draft runs there (Llama-style or MLA attention), the whole pass — the per-tap norms
+//! and fc over the taps, the embedding gather, the input norms, q/k/v (MLA: the low-rank query
+//! with its norm, the latent kv with its norm, the shared rotary key broadcast to every head),
+//! rotary, attention over depth 0's keys and the earlier depths' diagonal keys, o_proj, the
+//! residuals, the SwiGLU MLP, the final norm and the lm_head's row argmax — runs as device kernels ([`gpu::Op`], `kernels/ops.cu`) on device
 //! tensors. Per sample the taps go up once; per depth the fed tokens, positions and live rows go
 //! up (a few ints a row) and the proposals' indices come back, nothing else.
 //!
@@ -12,6 +13,7 @@
 
 use std::sync::Arc;
 
+use super::mla_attn::QProj;
 use super::{DepthOut, Eagle3, Feed, NOT_COMPUTED};
 use crate::gpu::{self, AttendDims, Backend, DevTensor, Elem, GpuError, Host, Op, Strided};
 use crate::io::Dtype;
@@ -27,6 +29,9 @@ pub(super) struct DeviceStep {
     post_norm: DevTensor,
     final_norm: DevTensor,
     fc_norm: Option<[DevTensor; 3]>,
+    /// MLA: the query's low-rank norm (with a `q_a_proj`) and the latent kv's norm.
+    q_a_norm: Option<DevTensor>,
+    kv_a_norm: Option<DevTensor>,
 }
 
 /// Logits a device step holds at once (rows of the lm_head's output per argmax block).
@@ -38,12 +43,25 @@ fn layer(l: &Linear) -> Result<DeviceLayer<'_>, String> {
         .ok_or_else(|| format!("`{}` runs on the CPU", l.module))
 }
 
+/// The attention's linears on the device.
+enum Attn<'a> {
+    Llama {
+        q: DeviceLayer<'a>,
+        k: DeviceLayer<'a>,
+        v: DeviceLayer<'a>,
+    },
+    Mla {
+        /// `(q_a, q_b)` with the norm between, or `q_proj` alone.
+        q: Result<(DeviceLayer<'a>, DeviceLayer<'a>), DeviceLayer<'a>>,
+        kv_a: DeviceLayer<'a>,
+        kv_b: DeviceLayer<'a>,
+    },
+}
+
 /// Every linear of the step, on the device.
 struct Layers<'a> {
     fc: DeviceLayer<'a>,
-    q: DeviceLayer<'a>,
-    k: DeviceLayer<'a>,
-    v: DeviceLayer<'a>,
+    attn: Attn<'a>,
     o: DeviceLayer<'a>,
     gate: DeviceLayer<'a>,
     up: DeviceLayer<'a>,
@@ -52,22 +70,58 @@ struct Layers<'a> {
 }
 
 fn layers(e: &Eagle3) -> Result<Layers<'_>, String> {
-    let a = e
-        .attn
-        .llama()
-        .ok_or("MLA attention (not yet a device step)")?;
+    let (attn, o) = if let Some(a) = e.attn.llama() {
+        let attn = Attn::Llama {
+            q: layer(&a.q)?,
+            k: layer(&a.k)?,
+            v: layer(&a.v)?,
+        };
+        (attn, layer(&a.o)?)
+    } else if let Some(a) = e.attn.mla() {
+        let q = match &a.q {
+            QProj::Lora { a: qa, b, .. } => Ok((layer(qa)?, layer(b)?)),
+            QProj::Full(w) => Err(layer(w)?),
+        };
+        let attn = Attn::Mla {
+            q,
+            kv_a: layer(&a.kv_a)?,
+            kv_b: layer(&a.kv_b)?,
+        };
+        (attn, layer(&a.o)?)
+    } else {
+        return Err("an attention variant the device step does not know".into());
+    };
     let w = &e.w;
     Ok(Layers {
         fc: layer(&w.fc)?,
-        q: layer(&a.q)?,
-        k: layer(&a.k)?,
-        v: layer(&a.v)?,
-        o: layer(&a.o)?,
+        attn,
+        o,
         gate: layer(&w.gate)?,
         up: layer(&w.up)?,
         down: layer(&w.down)?,
         lm_head: layer(&w.lm_head)?,
     })
+}
+
+/// Attention widths: query heads, key/value heads, q·k width, value width.
+#[derive(Clone, Copy)]
+struct Heads {
+    heads: usize,
+    kv: usize,
+    dq: usize,
+    dv: usize,
+}
+
+impl Heads {
+    fn of(e: &Eagle3) -> Heads {
+        let a = e.attention();
+        Heads {
+            heads: a.heads(),
+            kv: a.kv_heads(),
+            dq: a.qk_dim(),
+            dv: a.v_dim(),
+        }
+    }
 }
 
 /// What a step's stage names in an error.
@@ -98,7 +152,7 @@ impl DeviceStep {
         let dv = e.attn.v_dim();
         if dv > gpu::source::ATT_VALUES_PER_LANE * lanes {
             return Ok(Err(format!(
-                "a head width of {dv} (the attention kernel holds {} per warp)",
+                "a value head width of {dv} (the attention kernel holds {} per warp)",
                 gpu::source::ATT_VALUES_PER_LANE * lanes
             )));
         }
@@ -120,6 +174,12 @@ impl DeviceStep {
             Some([a, b, c]) => Some([up(a)?, up(b)?, up(c)?]),
             None => None,
         };
+        let mla = e.attn.mla();
+        let q_a_norm = match mla.map(|a| &a.q) {
+            Some(QProj::Lora { norm, .. }) => Some(up(norm)?),
+            _ => None,
+        };
+        let kv_a_norm = mla.map(|a| up(&a.kv_a_norm)).transpose()?;
         Ok(Ok(DeviceStep {
             table,
             hidden_norm: up(&e.w.hidden_norm)?,
@@ -127,6 +187,8 @@ impl DeviceStep {
             post_norm: up(&e.w.post_norm)?,
             final_norm: up(&e.w.norm)?,
             fc_norm,
+            q_a_norm,
+            kv_a_norm,
             dev,
         }))
     }
@@ -145,15 +207,19 @@ impl DeviceStep {
     ) -> Staged<Vec<DepthOut>> {
         let l =
             layers(e).map_err(|why| ("placement", GpuError::Unsupported("device step", why)))?;
-        let a = e.attn.llama().expect("layers() checked the attention");
         let dev = &*self.dev;
         let pairs = x.len().saturating_sub(1);
         let start = start.min(pairs);
         let n = pairs - start;
         let (h, ht) = (e.h, e.ht);
-        let (heads, kvh, hd) = (a.heads, a.kv_heads, a.head_dim);
-        let (qd, kd) = (heads * hd, kvh * hd);
+        let hd = Heads::of(e);
+        let (qd, kw, vw) = (hd.heads * hd.dq, hd.kv * hd.dq, hd.kv * hd.dv);
         let positions = pairs + depths;
+        let rope = match (e.attn.llama(), e.attn.mla()) {
+            (Some(a), _) => &a.rope,
+            (_, Some(a)) => &a.rope,
+            _ => unreachable!("layers() checked the attention"),
+        };
         let ids = |toks: &[u32]| -> Staged<DevTensor> {
             let v: Vec<i32> = toks
                 .iter()
@@ -196,10 +262,10 @@ impl DeviceStep {
         let a0 = self.attn_input(e, &hid0, &emb0, pairs)?;
         drop(emb0);
         let cs = dev
-            .upload_tensor(Host::F32(&a.rope.table(positions)))
+            .upload_tensor(Host::F32(&rope.table(positions)))
             .at("rope table")?;
         let pos0 = index((0..pairs).collect(), positions, "positions")?;
-        let (q0, k0, v0) = self.qkv(&l, &a0, pairs, &pos0, &cs, (heads, kvh, hd))?;
+        let (q0, k0, v0) = self.qkv(e, &l, &a0, pairs, &pos0, &cs)?;
         drop(a0);
         let tail = index((start..pairs).collect(), pairs, "rows")?;
         let mut q = self.gather(&q0, &tail, n, qd)?;
@@ -209,7 +275,7 @@ impl DeviceStep {
 
         let diag_rows = depths.saturating_sub(1) * n;
         let zeros = |len: usize| dev.zeros(Elem::F32, len.max(1)).at("diagonal keys");
-        let (dk, dvv) = (zeros(diag_rows * kd)?, zeros(diag_rows * kd)?);
+        let (dk, dvv) = (zeros(diag_rows * kw)?, zeros(diag_rows * vw)?);
         let mut slots = vec![0i32; diag_rows];
         let mut live: Vec<usize> = (0..n).collect();
         let mut outs: Vec<DepthOut> = Vec::with_capacity(depths);
@@ -240,18 +306,18 @@ impl DeviceStep {
                         positions,
                         "positions",
                     )?;
-                    let (qn, kn, vn) = self.qkv(&l, &ad, m, &pos, &cs, (heads, kvh, hd))?;
+                    let (qn, kn, vn) = self.qkv(e, &l, &ad, m, &pos, &cs)?;
                     q = qn;
                     // This depth's keys and values go to slot block d − 1, row s for live row s.
                     let iota = index((0..m).collect(), m, "rows")?;
-                    for (src, dst) in [(&kn, &dk), (&vn, &dvv)] {
+                    for (src, dst, w) in [(&kn, &dk, kw), (&vn, &dvv, vw)] {
                         dev.op(&Op::Gather {
                             src,
                             idx: &iota,
                             dst,
                             m,
-                            w: kd,
-                            dst_off: (d - 1) * n * kd,
+                            w,
+                            dst_off: (d - 1) * n * w,
                         })
                         .at("diagonal keys")?;
                     }
@@ -275,7 +341,7 @@ impl DeviceStep {
                 n.max(1),
                 "slots",
             )?;
-            let attn = dev.zeros(Elem::F32, m * qd).at("attention")?;
+            let attn = dev.zeros(Elem::F32, m * hd.heads * hd.dv).at("attention")?;
             dev.op(&Op::Attend {
                 q: &q,
                 k0: &k0,
@@ -290,10 +356,10 @@ impl DeviceStep {
                     n,
                     start,
                     diag: d,
-                    heads,
-                    kv_heads: kvh,
-                    dq: hd,
-                    dv: hd,
+                    heads: hd.heads,
+                    kv_heads: hd.kv,
+                    dq: hd.dq,
+                    dv: hd.dv,
                     scale: e.attn.scale(),
                 },
             })
@@ -373,16 +439,30 @@ impl DeviceStep {
         m: usize,
         at: Strided,
     ) -> Staged<()> {
+        let whole = Strided { ld: e.h, off: 0 };
+        self.rms(x, w, out, (m, e.h, e.eps), whole, at)
+    }
+
+    /// RMSNorm of `n` rows of `h` (epsilon `eps`) from `x` at `input` into `out` at `output`.
+    fn rms(
+        &self,
+        x: &DevTensor,
+        w: &DevTensor,
+        out: &DevTensor,
+        (n, h, eps): (usize, usize, f32),
+        input: Strided,
+        output: Strided,
+    ) -> Staged<()> {
         self.dev
             .op(&Op::RmsNorm {
                 x,
                 w,
                 out,
-                n: m,
-                h: e.h,
-                eps: e.eps,
-                input: Strided { ld: e.h, off: 0 },
-                output: at,
+                n,
+                h,
+                eps,
+                input,
+                output,
             })
             .at("norm")
     }
@@ -416,45 +496,162 @@ impl DeviceStep {
         Ok(out)
     }
 
-    /// q, k, v of `m` attention inputs at positions `pos`, rotary applied to q and k.
+    /// q, k, v of `m` attention inputs at positions `pos` (`[m, heads·dq]`, `[m, kv·dq]`,
+    /// `[m, kv·dv]`), rotary applied to q and k.
     fn qkv(
         &self,
+        e: &Eagle3,
         l: &Layers<'_>,
         a: &DevTensor,
         m: usize,
         pos: &DevTensor,
         cs: &DevTensor,
-        (heads, kvh, hd): (usize, usize, usize),
     ) -> Staged<(DevTensor, DevTensor, DevTensor)> {
-        // One rounding of the input per dtype the projections read.
-        let len = a.len();
-        let xa = self.dev.zeros(Elem::Half(l.q.act()), len).at("q/k/v")?;
-        self.dev.op(&Op::ToAct { x: a, y: &xa, len }).at("q/k/v")?;
-        let proj = |p: DeviceLayer<'_>| -> Staged<DevTensor> {
-            if p.act() == l.q.act() {
-                p.forward(&xa, m).at("q/k/v")
-            } else {
-                self.linear(p, a, m, "q/k/v")
-            }
-        };
-        let (q, k, v) = (proj(l.q)?, proj(l.k)?, proj(l.v)?);
-        for (t, nh) in [(&q, heads), (&k, kvh)] {
+        let hd = Heads::of(e);
+        let rope = |t: &DevTensor, heads: usize, half: usize, at: Strided, head_ld, il| {
             self.dev
                 .op(&Op::Rope {
                     x: t,
                     pos,
                     cs,
                     n: m,
-                    heads: nh,
-                    half: hd / 2,
-                    at: Strided {
-                        ld: nh * hd,
+                    heads,
+                    half,
+                    at,
+                    head_ld,
+                    interleaved: il,
+                })
+                .at("rotary")
+        };
+        match &l.attn {
+            Attn::Llama { q, k, v } => {
+                // One rounding of the input per dtype the projections read.
+                let len = a.len();
+                let xa = self.dev.zeros(Elem::Half(q.act()), len).at("q/k/v")?;
+                self.dev.op(&Op::ToAct { x: a, y: &xa, len }).at("q/k/v")?;
+                let proj = |p: DeviceLayer<'_>| -> Staged<DevTensor> {
+                    if p.act() == q.act() {
+                        p.forward(&xa, m).at("q/k/v")
+                    } else {
+                        self.linear(p, a, m, "q/k/v")
+                    }
+                };
+                let (qt, kt, vt) = (proj(*q)?, proj(*k)?, proj(*v)?);
+                for (t, nh) in [(&qt, hd.heads), (&kt, hd.kv)] {
+                    let at = Strided {
+                        ld: nh * hd.dq,
+                        off: 0,
+                    };
+                    rope(t, nh, hd.dq / 2, at, hd.dq, false)?;
+                }
+                Ok((qt, kt, vt))
+            }
+            Attn::Mla { q, kv_a, kv_b } => {
+                let mla = e.attn.mla().expect("an MLA draft");
+                let (nh, nope, rd, dv) = (mla.heads, mla.nope, mla.rope_dim, mla.v_dim);
+                let (kvlr, dq) = (mla.kv_lora_rank, nope + rd);
+                let qt = match q {
+                    Ok((qa, qb)) => {
+                        let c = self.linear(*qa, a, m, "q_a_proj")?;
+                        let rank = c.len() / m.max(1);
+                        let norm = self.q_a_norm.as_ref().expect("uploaded with q_a_proj");
+                        let at = Strided { ld: rank, off: 0 };
+                        self.rms(&c, norm, &c, (m, rank, mla.eps), at, at)?;
+                        self.linear(*qb, &c, m, "q_b_proj")?
+                    }
+                    Err(qp) => self.linear(*qp, a, m, "q_proj")?,
+                };
+                let q_at = Strided {
+                    ld: nh * dq,
+                    off: nope,
+                };
+                rope(&qt, nh, rd / 2, q_at, dq, true)?;
+                // kv_a = c | k_rope; kv_b(kv_a_norm(c)) = k_nope | v per head.
+                let kv = self.linear(*kv_a, a, m, "kv_a_proj_with_mqa")?;
+                let c = self.dev.zeros(Elem::F32, m * kvlr).at("kv norm")?;
+                let norm = self.kv_a_norm.as_ref().expect("uploaded for MLA");
+                self.rms(
+                    &kv,
+                    norm,
+                    &c,
+                    (m, kvlr, mla.eps),
+                    Strided {
+                        ld: kvlr + rd,
                         off: 0,
                     },
-                })
-                .at("rotary")?;
+                    Strided { ld: kvlr, off: 0 },
+                )?;
+                let kvb = self.linear(*kv_b, &c, m, "kv_b_proj")?;
+                drop(c);
+                let kr_at = Strided {
+                    ld: kvlr + rd,
+                    off: kvlr,
+                };
+                rope(&kv, 1, rd / 2, kr_at, rd, true)?;
+                let k = self.dev.zeros(Elem::F32, m * nh * dq).at("keys")?;
+                let v = self.dev.zeros(Elem::F32, m * nh * dv).at("values")?;
+                let kvb_at = |off| Strided {
+                    ld: nh * (nope + dv),
+                    off,
+                };
+                let copies = [
+                    // k_nope of each head, the shared k_rope after it, v of each head.
+                    (
+                        &kvb,
+                        &k,
+                        nope,
+                        (kvb_at(0), nope + dv),
+                        (
+                            Strided {
+                                ld: nh * dq,
+                                off: 0,
+                            },
+                            dq,
+                        ),
+                    ),
+                    (
+                        &kv,
+                        &k,
+                        rd,
+                        (kr_at, 0),
+                        (
+                            Strided {
+                                ld: nh * dq,
+                                off: nope,
+                            },
+                            dq,
+                        ),
+                    ),
+                    (
+                        &kvb,
+                        &v,
+                        dv,
+                        (kvb_at(nope), nope + dv),
+                        (
+                            Strided {
+                                ld: nh * dv,
+                                off: 0,
+                            },
+                            dv,
+                        ),
+                    ),
+                ];
+                for (src, dst, w, from, to) in copies {
+                    self.dev
+                        .op(&Op::CopyCols {
+                            src,
+                            dst,
+                            n: m,
+                            heads: nh,
+                            w,
+                            from,
+                            to,
+                        })
+                        .at("keys")?;
+                }
+                Ok((qt, k, v))
+            }
         }
-        Ok((q, k, v))
     }
 
     /// o_proj + residual, then the MLP block: the pre-norm hidden state `[m, H]`.
@@ -570,8 +767,8 @@ mod tests {
     }
 
     /// The step kernels against the f32 runtime's own functions: the embedding gather, the
-    /// activation rounding and SwiGLU exactly, the rotary embedding exactly (the same table and
-    /// formula), RMSNorm within [`NORM_REL_TOL`] (written into strided halves, as the attention
+    /// activation rounding and SwiGLU exactly, the rotary embedding exactly in both forms (the same
+    /// table and formula), the strided head copies exactly, RMSNorm within [`NORM_REL_TOL`] (written into strided halves, as the attention
     /// input is), attention within [`ATTEND_REL_TOL`] (grouped heads, depth-0 keys up to each
     /// row's pair and diagonal keys by slot), on both vendors' warp widths.
     #[test]
@@ -648,12 +845,77 @@ mod tests {
                     ld: heads * hd,
                     off: 0,
                 },
+                head_ld: hd,
+                interleaved: false,
             })
             .unwrap();
             for (r, &p) in pos.iter().enumerate() {
                 rope.apply_neox(&mut q[r * heads * hd..(r + 1) * heads * hd], p);
             }
             assert_eq!(d.read_f32(&qt).unwrap(), q);
+            // Interleaved (MLA): the rope part (8) after each head's 24 nope values, YaRN table.
+            let cfg = serde_json::json!({"type": "yarn", "factor": 64.0,
+                "original_max_position_embeddings": 4096, "mscale": 1.0, "mscale_all_dim": 1.0});
+            let (yarn, _) = Rope::from_config(8, 10000.0, Some(&cfg));
+            let (nope, rd) = (24, 8);
+            let mut q = rand(pos.len() * heads * (nope + rd), 13);
+            let qt = up(&q);
+            let cs = up(&yarn.table(20));
+            d.op(&Op::Rope {
+                x: &qt,
+                pos: &pt,
+                cs: &cs,
+                n: pos.len(),
+                heads,
+                half: rd / 2,
+                at: Strided {
+                    ld: heads * (nope + rd),
+                    off: nope,
+                },
+                head_ld: nope + rd,
+                interleaved: true,
+            })
+            .unwrap();
+            for (r, &p) in pos.iter().enumerate() {
+                for h in 0..heads {
+                    let at = (r * heads + h) * (nope + rd) + nope;
+                    yarn.apply_interleaved(&mut q[at..at + rd], p);
+                }
+            }
+            assert_eq!(d.read_f32(&qt).unwrap(), q);
+            // A shared block broadcast to every head, beside per-head blocks.
+            let src = rand(3 * 10, 14);
+            let dst = d.zeros(Elem::F32, 3 * 2 * 6).unwrap();
+            for (from, to) in [
+                (
+                    (Strided { ld: 10, off: 0 }, 4),
+                    (Strided { ld: 12, off: 0 }, 6),
+                ),
+                (
+                    (Strided { ld: 10, off: 8 }, 0),
+                    (Strided { ld: 12, off: 4 }, 6),
+                ),
+            ] {
+                let w = if from.1 == 0 { 2 } else { 4 };
+                d.op(&Op::CopyCols {
+                    src: &up(&src),
+                    dst: &dst,
+                    n: 3,
+                    heads: 2,
+                    w,
+                    from,
+                    to,
+                })
+                .unwrap();
+            }
+            let got = d.read_f32(&dst).unwrap();
+            for r in 0..3 {
+                for h in 0..2 {
+                    let row = &got[r * 12 + h * 6..][..6];
+                    assert_eq!(row[..4], src[r * 10 + h * 4..][..4]);
+                    assert_eq!(row[4..], src[r * 10 + 8..][..2]);
+                }
+            }
 
             // SwiGLU and the rounding to bf16.
             let (g, u) = (rand(77, 6), rand(77, 7));

@@ -10,7 +10,7 @@ use super::{Attention, Eagle3, Embedding, LlamaAttention, MlaAttention, Weights}
 use crate::checkpoint::{Checkpoint, Config, Detection, Dims, Family};
 use crate::error::{Error, Result};
 use crate::quant::decode::Logical;
-use crate::runtime::linears::{Exec, LinearSet, Step};
+use crate::runtime::linears::{Exec, LinearSet};
 use crate::runtime::rope::Rope;
 use crate::runtime::weights::Loader;
 
@@ -207,22 +207,7 @@ impl Eagle3 {
             lin,
             step: None,
         };
-        // On a device, the embedding and the norms go up too when the whole step can stay there.
-        match e.lin.exec() {
-            Exec::Device {
-                dev,
-                step: Step::Whole,
-                ..
-            } => {
-                let dev = dev.clone();
-                e.step = Some(super::device::DeviceStep::new(&e, dev)?);
-            }
-            Exec::Device {
-                step: Step::PerLinear,
-                ..
-            } => e.step = Some(Err("--step per-linear".into())),
-            _ => {}
-        }
+        e.place_step()?;
         Ok(e)
     }
 }

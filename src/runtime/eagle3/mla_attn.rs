@@ -16,7 +16,7 @@ use crate::runtime::rope::Rope;
 
 /// The query projection: low-rank with a norm between (`q_a_proj`, `q_a_layernorm`,
 /// `q_b_proj`) or one full matrix (`q_proj`, `q_lora_rank` null).
-enum QProj {
+pub(super) enum QProj {
     Lora {
         rank: usize,
         a: Linear,
@@ -38,12 +38,12 @@ pub struct MlaAttention {
     pub rope: Rope,
     /// Softmax scale: YaRN's mscale² over √(nope + rope).
     pub softmax_scale: f32,
-    eps: f32,
-    q: QProj,
-    kv_a: Linear,
-    kv_a_norm: Vec<f32>,
-    kv_b: Linear,
-    o: Linear,
+    pub(super) eps: f32,
+    pub(super) q: QProj,
+    pub(super) kv_a: Linear,
+    pub(super) kv_a_norm: Vec<f32>,
+    pub(super) kv_b: Linear,
+    pub(super) o: Linear,
 }
 
 impl MlaAttention {
@@ -95,6 +95,9 @@ impl MlaAttention {
 }
 
 impl Attention for MlaAttention {
+    fn mla(&self) -> Option<&MlaAttention> {
+        Some(self)
+    }
     fn heads(&self) -> usize {
         self.heads
     }

@@ -24,7 +24,7 @@ pub use super::embed::Embedding;
 pub use llama_attn::LlamaAttention;
 pub use mla_attn::MlaAttention;
 
-use super::linears::{Linear, LinearSet};
+use super::linears::{Exec, Linear, LinearSet, Step};
 use crate::checkpoint::Family;
 use crate::ops::{rms_norm, silu, softmax, top2};
 use crate::runtime::matches::Matches;
@@ -53,8 +53,12 @@ pub trait Attention: Send + Sync {
     fn qkv(&self, a: &[f32], n: usize, pos: &[usize]) -> Qkv;
     /// `o_proj` of the attention output `[n, heads · v_dim]`.
     fn out(&self, o: &[f32], n: usize) -> Vec<f32>;
-    /// The Llama-style variant, whose step can stay on a device (`device`).
+    /// The Llama-style variant (its step can stay on a device: `device`).
     fn llama(&self) -> Option<&LlamaAttention> {
+        None
+    }
+    /// The MLA variant (its step can stay on a device too).
+    fn mla(&self) -> Option<&MlaAttention> {
         None
     }
 }
@@ -137,6 +141,27 @@ enum Feed {
 pub const NOT_COMPUTED: u32 = u32::MAX;
 
 impl Eagle3 {
+    /// On a device, upload the embedding and the norms too when the whole step can stay there
+    /// (`device`); otherwise say why not.
+    fn place_step(&mut self) -> crate::error::Result<()> {
+        self.step = match self.lin.exec() {
+            Exec::Device {
+                dev,
+                step: Step::Whole,
+                ..
+            } => {
+                let dev = dev.clone();
+                Some(device::DeviceStep::new(self, dev)?)
+            }
+            Exec::Device {
+                step: Step::PerLinear,
+                ..
+            } => Some(Err("--step per-linear".into())),
+            _ => None,
+        };
+        Ok(())
+    }
+
     /// The attention variant (its dimensions and projections).
     pub fn attention(&self) -> &dyn Attention {
         self.attn.as_ref()
@@ -543,6 +568,10 @@ mod tests {
     }
 
     fn load(rel: &str) -> Eagle3 {
+        load_on(rel, Exec::F32)
+    }
+
+    fn load_on(rel: &str, exec: Exec) -> Eagle3 {
         let ck = Checkpoint::open(fixture(rel).to_str().unwrap()).unwrap();
         let det = ck.detect().unwrap();
         let embed = Checkpoint::open(fixture("fixtures/tiny/target-kimi-k2").to_str().unwrap())
@@ -551,7 +580,7 @@ mod tests {
             .tensor("model.embed_tokens.weight")
             .unwrap()
             .to_f32();
-        Eagle3::load(&ck, &det, Some(embed)).unwrap()
+        Eagle3::load_on(&ck, &det, Some(embed), exec).unwrap()
     }
 
     fn rand(n: usize, seed: u64) -> Vec<f32> {
@@ -743,5 +772,54 @@ mod tests {
             }
         }
         assert_eq!(p.q, want);
+    }
+
+    /// The whole step on the device with MLA's full `q_proj` (no `q_lora_rank`) and with the
+    /// Llama draft: every row's proposal at every depth equals the per-linear device path's (both
+    /// round each linear's input to bf16; the kernels' reduction order may flip a near-tie, at most
+    /// one row in 30), for the teacher-forced pass and for the rows a miss leaves (`Accepted`).
+    #[test]
+    fn the_device_step_proposes_what_the_per_linear_path_proposes() {
+        let src = "fixtures/tiny/eagle3-mla-torchspec";
+        let lora = load(src);
+        let a = lora.attention();
+        let (h2, qd) = (2 * lora.h, a.heads() * a.qk_dim());
+        // bf16-exact values: an F32 weight the device takes as it is.
+        let q_proj: Vec<f32> = rand(qd * h2, 13)
+            .iter()
+            .map(|&v| half::bf16::from_f32(v * 0.2).to_f32())
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("d");
+        rewrite(
+            src,
+            &out,
+            |n| n.to_string(),
+            |n| n.contains(".q_a_") || n.contains(".q_b_"),
+            &[("midlayer.self_attn.q_proj.weight", vec![qd, h2], q_proj)],
+            |c| c["q_lora_rank"] = serde_json::Value::Null,
+        );
+        let emu = || Exec::device(Some(std::sync::Arc::new(crate::gpu::CpuEmu::nvidia())));
+        for rel in [out.to_str().unwrap(), "fixtures/tiny/eagle3-specforge"] {
+            let (w, p) = (load_on(rel, emu()), load_on(rel, emu().per_linear()));
+            assert_eq!(w.device_step(), Some(Ok(())), "{rel}");
+            let t_len = 40;
+            let x = tokens(t_len, w.vocab, 21);
+            let feats = rand(t_len * 3 * w.ht, 23);
+            for feed in [Feed::Truth, Feed::Accepted, Feed::Own] {
+                let (a, b) = (
+                    w.forward(&x, &feats, 5, 3, feed, false),
+                    p.forward(&x, &feats, 5, 3, feed, false),
+                );
+                assert!(w.lin.take_error().is_none() && p.lin.take_error().is_none());
+                let (mut same, mut all) = (0, 0);
+                for (u, v) in a.iter().zip(&b) {
+                    assert_eq!(u.pred.len(), v.pred.len());
+                    all += u.pred.len();
+                    same += u.pred.iter().zip(&v.pred).filter(|(s, t)| s == t).count();
+                }
+                assert!(same * 30 >= all * 29, "{rel}: {same} of {all}");
+            }
+        }
     }
 }
