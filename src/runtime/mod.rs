@@ -11,6 +11,7 @@ pub mod kimi_linear;
 pub mod linears;
 pub mod lm;
 pub mod matches;
+pub mod on_device;
 pub mod packed;
 pub mod rope;
 pub mod target;

@@ -16,9 +16,8 @@ use std::sync::Arc;
 use super::mla_attn::QProj;
 use super::{DepthOut, Eagle3, Feed, NOT_COMPUTED};
 use crate::gpu::{self, AttendDims, Backend, DevTensor, Elem, GpuError, Host, Op, Strided};
-use crate::io::Dtype;
-use crate::runtime::embed::Stored;
-use crate::runtime::linears::{DeviceLayer, Linear};
+use crate::runtime::linears::DeviceLayer;
+use crate::runtime::on_device::{attention_fits, layer, upload_table, At, Run, Staged};
 
 /// The draft's non-linear weights on the device, uploaded once at load.
 pub(super) struct DeviceStep {
@@ -32,15 +31,6 @@ pub(super) struct DeviceStep {
     /// MLA: the query's low-rank norm (with a `q_a_proj`) and the latent kv's norm.
     q_a_norm: Option<DevTensor>,
     kv_a_norm: Option<DevTensor>,
-}
-
-/// Logits a device step holds at once (rows of the lm_head's output per argmax block).
-const LOGITS_PER_BLOCK: usize = 1 << 26;
-
-/// The layer of `l` on the device, or why the step cannot stay there.
-fn layer(l: &Linear) -> Result<DeviceLayer<'_>, String> {
-    l.device_layer()
-        .ok_or_else(|| format!("`{}` runs on the CPU", l.module))
 }
 
 /// The attention's linears on the device.
@@ -124,20 +114,11 @@ impl Heads {
     }
 }
 
-/// What a step's stage names in an error.
-type Staged<T> = Result<T, (&'static str, GpuError)>;
-
-trait At<T> {
-    fn at(self, stage: &'static str) -> Staged<T>;
-}
-
-impl<T> At<T> for gpu::Result<T> {
-    fn at(self, stage: &'static str) -> Staged<T> {
-        self.map_err(|e| (stage, e))
-    }
-}
-
 impl DeviceStep {
+    fn run(&self) -> Run<'_> {
+        Run { dev: &*self.dev }
+    }
+
     /// Upload the embedding and the norms of `e` when its whole step can stay on `dev`;
     /// `Ok(Err(why))` when it cannot (a linear on the CPU, MLA attention, a value width the
     /// attention kernel does not hold).
@@ -148,26 +129,12 @@ impl DeviceStep {
         if let Err(why) = layers(e) {
             return Ok(Err(why));
         }
-        let lanes = dev.arch().tune().warp as usize;
-        let dv = e.attn.v_dim();
-        if dv > gpu::source::ATT_VALUES_PER_LANE * lanes {
-            return Ok(Err(format!(
-                "a value head width of {dv} (the attention kernel holds {} per warp)",
-                gpu::source::ATT_VALUES_PER_LANE * lanes
-            )));
+        if let Err(why) = attention_fits(&*dev, e.attn.v_dim()) {
+            return Ok(Err(why));
         }
-        let table = match e.w.embed.stored() {
-            Stored::F32(v) => dev.upload_tensor(Host::F32(v))?,
-            Stored::Bytes(Dtype::BF16, b) => {
-                dev.upload_tensor(Host::Le(Elem::Half(gpu::Act::Bf16), b))?
-            }
-            Stored::Bytes(Dtype::F16, b) => {
-                dev.upload_tensor(Host::Le(Elem::Half(gpu::Act::F16), b))?
-            }
-            Stored::Bytes(Dtype::F32, b) => dev.upload_tensor(Host::Le(Elem::F32, b))?,
-            Stored::Bytes(other, _) => {
-                return Ok(Err(format!("an embedding stored as {other:?}")));
-            }
+        let table = match upload_table(&*dev, &e.w.embed)? {
+            Ok(t) => t,
+            Err(why) => return Ok(Err(why)),
         };
         let up = |v: &[f32]| dev.upload_tensor(Host::F32(v));
         let fc_norm = match &e.w.fc_norm {
@@ -255,10 +222,10 @@ impl DeviceStep {
                 .at("fc norms")?;
             }
         }
-        let hid0 = self.linear(l.fc, &f, pairs, "fc")?;
+        let hid0 = self.run().linear(l.fc, &f, pairs, "fc")?;
         drop(f);
         let toks0: Vec<u32> = x[1..=pairs].to_vec();
-        let emb0 = self.embed(&ids(&toks0)?, pairs, h)?;
+        let emb0 = self.run().embed(&self.table, &ids(&toks0)?, pairs, h)?;
         let a0 = self.attn_input(e, &hid0, &emb0, pairs)?;
         drop(emb0);
         let cs = dev
@@ -268,9 +235,9 @@ impl DeviceStep {
         let (q0, k0, v0) = self.qkv(e, &l, &a0, pairs, &pos0, &cs)?;
         drop(a0);
         let tail = index((start..pairs).collect(), pairs, "rows")?;
-        let mut q = self.gather(&q0, &tail, n, qd)?;
+        let mut q = self.run().gather(&q0, &tail, n, qd)?;
         drop(q0);
-        let mut res = self.gather(&hid0, &tail, n, h)?;
+        let mut res = self.run().gather(&hid0, &tail, n, h)?;
         drop(hid0);
 
         let diag_rows = depths.saturating_sub(1) * n;
@@ -289,7 +256,7 @@ impl DeviceStep {
                         .collect();
                     if keep.len() < live.len() && !keep.is_empty() {
                         let idx = index(keep.clone(), live.len(), "live rows")?;
-                        res = self.gather(&res, &idx, keep.len(), h)?;
+                        res = self.run().gather(&res, &idx, keep.len(), h)?;
                     }
                     live = keep.iter().map(|&s| live[s]).collect();
                 }
@@ -299,7 +266,7 @@ impl DeviceStep {
                         Feed::Truth | Feed::Accepted => live.iter().map(|&i| truth(i)).collect(),
                         Feed::Own => live.iter().map(|&i| outs[d - 1].pred[i]).collect(),
                     };
-                    let emb = self.embed(&ids(&toks)?, m, h)?;
+                    let emb = self.run().embed(&self.table, &ids(&toks)?, m, h)?;
                     let ad = self.attn_input(e, &res, &emb, m)?;
                     let pos = index(
                         live.iter().map(|&i| start + i + d).collect(),
@@ -375,7 +342,7 @@ impl DeviceStep {
                 m,
                 Strided { ld: h, off: 0 },
             )?;
-            let best = self.argmax(&l, &normed, m, e.draft_vocab)?;
+            let best = self.run().argmax(l.lm_head, &normed, m, e.draft_vocab)?;
             let mut out = not_computed(n);
             for (&i, b) in live.iter().zip(best) {
                 out.pred[i] = e.to_target(b);
@@ -384,49 +351,6 @@ impl DeviceStep {
             outs.push(out);
         }
         Ok(outs)
-    }
-
-    /// `x` (f32 `[m, k]`) rounded to the layer's dtype, then the layer: `[m, n]` f32.
-    fn linear(
-        &self,
-        l: DeviceLayer<'_>,
-        x: &DevTensor,
-        m: usize,
-        stage: &'static str,
-    ) -> Staged<DevTensor> {
-        let len = x.len();
-        let xa = self.dev.zeros(Elem::Half(l.act()), len).at(stage)?;
-        self.dev.op(&Op::ToAct { x, y: &xa, len }).at(stage)?;
-        l.forward(&xa, m).at(stage)
-    }
-
-    fn embed(&self, ids: &DevTensor, n: usize, h: usize) -> Staged<DevTensor> {
-        let out = self.dev.zeros(Elem::F32, n * h).at("embedding")?;
-        self.dev
-            .op(&Op::Embed {
-                table: &self.table,
-                ids,
-                out: &out,
-                n,
-                h,
-            })
-            .at("embedding")?;
-        Ok(out)
-    }
-
-    fn gather(&self, src: &DevTensor, idx: &DevTensor, m: usize, w: usize) -> Staged<DevTensor> {
-        let out = self.dev.zeros(Elem::F32, m * w).at("gather")?;
-        self.dev
-            .op(&Op::Gather {
-                src,
-                idx,
-                dst: &out,
-                m,
-                w,
-                dst_off: 0,
-            })
-            .at("gather")?;
-        Ok(out)
     }
 
     /// RMSNorm of `m` rows of H of `x` with `w`, into `out` at `at`.
@@ -440,31 +364,7 @@ impl DeviceStep {
         at: Strided,
     ) -> Staged<()> {
         let whole = Strided { ld: e.h, off: 0 };
-        self.rms(x, w, out, (m, e.h, e.eps), whole, at)
-    }
-
-    /// RMSNorm of `n` rows of `h` (epsilon `eps`) from `x` at `input` into `out` at `output`.
-    fn rms(
-        &self,
-        x: &DevTensor,
-        w: &DevTensor,
-        out: &DevTensor,
-        (n, h, eps): (usize, usize, f32),
-        input: Strided,
-        output: Strided,
-    ) -> Staged<()> {
-        self.dev
-            .op(&Op::RmsNorm {
-                x,
-                w,
-                out,
-                n,
-                h,
-                eps,
-                input,
-                output,
-            })
-            .at("norm")
+        self.run().rms(x, w, out, (m, e.h, e.eps), whole, at)
     }
 
     /// `cat(input_layernorm(emb), hidden_norm(hid))`, `[m, 2H]`.
@@ -533,7 +433,7 @@ impl DeviceStep {
                     if p.act() == q.act() {
                         p.forward(&xa, m).at("q/k/v")
                     } else {
-                        self.linear(p, a, m, "q/k/v")
+                        self.run().linear(p, a, m, "q/k/v")
                     }
                 };
                 let (qt, kt, vt) = (proj(*q)?, proj(*k)?, proj(*v)?);
@@ -552,14 +452,14 @@ impl DeviceStep {
                 let (kvlr, dq) = (mla.kv_lora_rank, nope + rd);
                 let qt = match q {
                     Ok((qa, qb)) => {
-                        let c = self.linear(*qa, a, m, "q_a_proj")?;
+                        let c = self.run().linear(*qa, a, m, "q_a_proj")?;
                         let rank = c.len() / m.max(1);
                         let norm = self.q_a_norm.as_ref().expect("uploaded with q_a_proj");
                         let at = Strided { ld: rank, off: 0 };
-                        self.rms(&c, norm, &c, (m, rank, mla.eps), at, at)?;
-                        self.linear(*qb, &c, m, "q_b_proj")?
+                        self.run().rms(&c, norm, &c, (m, rank, mla.eps), at, at)?;
+                        self.run().linear(*qb, &c, m, "q_b_proj")?
                     }
-                    Err(qp) => self.linear(*qp, a, m, "q_proj")?,
+                    Err(qp) => self.run().linear(*qp, a, m, "q_proj")?,
                 };
                 let q_at = Strided {
                     ld: nh * dq,
@@ -567,10 +467,10 @@ impl DeviceStep {
                 };
                 rope(&qt, nh, rd / 2, q_at, dq, true)?;
                 // kv_a = c | k_rope; kv_b(kv_a_norm(c)) = k_nope | v per head.
-                let kv = self.linear(*kv_a, a, m, "kv_a_proj_with_mqa")?;
+                let kv = self.run().linear(*kv_a, a, m, "kv_a_proj_with_mqa")?;
                 let c = self.dev.zeros(Elem::F32, m * kvlr).at("kv norm")?;
                 let norm = self.kv_a_norm.as_ref().expect("uploaded for MLA");
-                self.rms(
+                self.run().rms(
                     &kv,
                     norm,
                     &c,
@@ -581,7 +481,7 @@ impl DeviceStep {
                     },
                     Strided { ld: kvlr, off: 0 },
                 )?;
-                let kvb = self.linear(*kv_b, &c, m, "kv_b_proj")?;
+                let kvb = self.run().linear(*kv_b, &c, m, "kv_b_proj")?;
                 drop(c);
                 let kr_at = Strided {
                     ld: kvlr + rd,
@@ -663,66 +563,13 @@ impl DeviceStep {
         res: &DevTensor,
         m: usize,
     ) -> Staged<DevTensor> {
-        let (h, dev) = (e.h, &*self.dev);
-        let h1 = self.linear(l.o, attn, m, "o_proj")?;
-        dev.op(&Op::Add {
-            a: &h1,
-            b: res,
-            out: &h1,
-            len: m * h,
-        })
-        .at("residual")?;
-        let xn = dev.zeros(Elem::F32, m * h).at("norm")?;
-        self.norm(e, &h1, &self.post_norm, &xn, m, Strided { ld: h, off: 0 })?;
-        let g = self.linear(l.gate, &xn, m, "gate_proj")?;
-        let u = self.linear(l.up, &xn, m, "up_proj")?;
-        drop(xn);
-        let len = m * e.inter;
-        dev.op(&Op::SiluMul {
-            g: &g,
-            u: &u,
-            out: &g,
-            len,
-        })
-        .at("silu")?;
-        drop(u);
-        let dn = self.linear(l.down, &g, m, "down_proj")?;
-        dev.op(&Op::Add {
-            a: &h1,
-            b: &dn,
-            out: &dn,
-            len: m * h,
-        })
-        .at("residual")?;
+        let (h, run) = (e.h, self.run());
+        let h1 = run.linear(l.o, attn, m, "o_proj")?;
+        run.add(&h1, res, &h1, m * h)?;
+        let xn = run.normed(&h1, &self.post_norm, (m, h, e.eps))?;
+        let dn = run.mlp((l.gate, l.up, l.down), &xn, m)?;
+        run.add(&h1, &dn, &dn, m * h)?;
         Ok(dn)
-    }
-
-    /// The lm_head's argmax of each of the `m` rows of `x` (a block of rows at a time, so the
-    /// logits held stay bounded).
-    fn argmax(&self, l: &Layers<'_>, x: &DevTensor, m: usize, vocab: usize) -> Staged<Vec<usize>> {
-        let block = (LOGITS_PER_BLOCK / vocab.max(1)).max(1);
-        let w = x.len() / m.max(1);
-        let mut best = Vec::with_capacity(m);
-        for r0 in (0..m).step_by(block) {
-            let rows = block.min(m - r0);
-            let part;
-            let xb = if rows == m {
-                x
-            } else {
-                let idx = self
-                    .dev
-                    .upload_tensor(Host::Index(
-                        &(r0 as i32..(r0 + rows) as i32).collect::<Vec<_>>(),
-                        m,
-                    ))
-                    .at("lm_head")?;
-                part = self.gather(x, &idx, rows, w)?;
-                &part
-            };
-            let logits = self.linear(l.lm_head, xb, rows, "lm_head")?;
-            best.extend(self.dev.argmax_dev(&logits, rows, vocab).at("argmax")?);
-        }
-        Ok(best)
     }
 }
 
