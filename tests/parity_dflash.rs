@@ -1,4 +1,4 @@
-//! The DFlash runtime (src/runtime/dflash.rs) against the PyTorch reference of
+//! The DFlash runtime (src/runtime/dflash/mod.rs) against the PyTorch reference of
 //! fixtures/gen/verify/common.py on the trained tiny Kimi fixtures: the projected context and
 //! the block logits of reference/parity-dflash.safetensors (make_parity.py), the fast path
 //! against the plain one, `propose` against `matches`, the taps detection gives against the

@@ -472,3 +472,88 @@ fn mla_drafts_run_the_whole_step_on_the_device() {
         );
     }
 }
+
+/// The DFlash drafter's whole step on the device (`runtime::dflash::device`: the context keys
+/// and values, then every block pass — embedding, per-head q/k norms, rotary, attention over the
+/// context rows before the root and the block's own rows, the MLP — and the target lm_head's
+/// argmax) against its per-linear device path, unquantized and int4-pc: the replay's match bits
+/// and walk AL within the device bounds, the engine's proposals, and what crosses — the taps once
+/// a sequence and one index per slot back.
+#[test]
+fn the_dflash_step_on_the_device_equals_the_per_linear_path() {
+    let t = tempfile::tempdir().unwrap();
+    let target = Checkpoint::open(common::root().join(TARGET).to_str().unwrap()).unwrap();
+    let trace = Trace::open(&common::root().join(TRACE)).unwrap();
+    let src = "fixtures/kimi-k2.5-tiny/dflash";
+    let q = t.path().join("int4");
+    let o = kquant(&[
+        "quantize",
+        src,
+        "-o",
+        q.to_str().unwrap(),
+        "--scheme",
+        "int4-pc",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let plain = common::root().join(src);
+    for spec in [plain.to_str().unwrap(), q.to_str().unwrap()] {
+        let emu = Arc::new(CpuEmu::nvidia());
+        let whole = Exec::device(Some(emu.clone()));
+        let w = load_drafter(spec, Some(&target), &whole).unwrap();
+        let p = load_drafter(spec, Some(&target), &whole.clone().per_linear()).unwrap();
+        assert_eq!(w.device_step(), Some(Ok(())), "{spec}");
+        assert!(matches!(p.device_step(), Some(Err(_))), "{spec}");
+
+        let s = &trace.manifest.samples[0];
+        let x = trace.tokens(s).unwrap();
+        let taps: Vec<Vec<f32>> = w.taps().iter().map(|&j| trace.tap(s, j).unwrap()).collect();
+        let depths = w.default_steps();
+        let before = emu.transfers();
+        w.matches(&x, &taps, s.prompt_len, depths);
+        let moved = emu.transfers();
+        assert!(w.linears().take_error().is_none(), "{spec}");
+        let roots = x.len() - 1 - s.prompt_len.max(1);
+        let dtoh = moved.dtoh_bytes - before.dtoh_bytes;
+        assert_eq!(dtoh, 4 * roots * depths, "{spec}: one index per slot back");
+        let taps_bytes = (roots + s.prompt_len.max(1) - 1) * taps.len() * w.target_hidden() * 4;
+        let htod = moved.htod_bytes - before.htod_bytes;
+        assert!(
+            htod >= taps_bytes && htod < 2 * taps_bytes,
+            "{spec}: {htod} up, taps {taps_bytes}"
+        );
+
+        let (a, b) = (replay(p.as_ref(), &trace, 6), replay(w.as_ref(), &trace, 6));
+        assert!(w.linears().take_error().is_none() && p.linears().take_error().is_none());
+        let (mut bits, mut diff, mut ones) = (0usize, 0usize, 0usize);
+        let (mut wa, mut wb) = (Walk::default(), Walk::default());
+        for (x, y) in a.iter().zip(&b) {
+            for t in x.prompt_len.saturating_sub(1)..x.c.len() {
+                bits += x.depths;
+                diff += (x.c[t] ^ y.c[t]).count_ones() as usize;
+                ones += x.c[t].count_ones() as usize;
+            }
+            wa.add(&walk(x));
+            wb.add(&walk(y));
+        }
+        let (al_p, al_w) = (wa.al_walk(), wb.al_walk());
+        eprintln!(
+            "{spec}: {diff} of {bits} match bits differ ({ones} set); walk AL per linear {al_p:.4}, whole step {al_w:.4}"
+        );
+        assert!(bits > 500 && ones > bits / 10, "{spec}: {ones} of {bits}");
+        assert!(
+            diff as f64 <= DEVICE_MASK_DIFF_MAX * bits as f64,
+            "{spec}: {diff} of {bits}"
+        );
+        assert!(
+            (al_p - al_w).abs() <= DEVICE_WALK_AL_TOL,
+            "{spec}: {al_p} vs {al_w}"
+        );
+        for end in [2, 40, x.len() - 1] {
+            assert_eq!(
+                w.propose(&x[..end], &taps, depths),
+                p.propose(&x[..end], &taps, depths),
+                "{spec}: prefix of {end}"
+            );
+        }
+    }
+}

@@ -51,7 +51,7 @@ pub struct Args {
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// How much of each draft step the device runs: `whole` (where the draft allows it: an
-    /// EAGLE-3 draft whose every linear is on the device; only token ids cross) or
+    /// EAGLE-3 or DFlash draft whose every linear is on the device; only token ids cross) or
     /// `per-linear` (the linears only; the rest on the CPU, activations copied both ways).
     #[arg(long, value_enum, default_value_t = Step::Whole)]
     pub step: Step,

@@ -15,11 +15,13 @@
 //! layer whose argmax is reduced there. The target's embedding is read by rows from its mapped
 //! file ([`super::embed::Embedding`]).
 
+mod device;
+
 use rayon::prelude::*;
 use serde_json::Value;
 
 use super::embed::Embedding;
-use super::linears::{Exec, Linear, LinearSet};
+use super::linears::{Exec, Linear, LinearSet, Step};
 use super::rope::Rope;
 use super::weights::Loader;
 use crate::checkpoint::{Checkpoint, Detection, Dialect, Family};
@@ -166,6 +168,8 @@ pub struct DFlash {
     /// The target's lm_head (module `lm_head (target)` of the set).
     lm_head: Linear,
     lin: LinearSet,
+    /// The whole step on the device (`device`), or why not (`None`: no device).
+    step: Option<Result<device::DeviceStep, String>>,
 }
 
 /// Every layer's context keys (k_norm, then RoPE at the row's position) and values for the
@@ -401,7 +405,7 @@ impl DFlash {
             vocab,
             h,
         )?;
-        Ok(DFlash {
+        DFlash {
             h,
             ht,
             heads,
@@ -426,7 +430,57 @@ impl DFlash {
             embed: target.embed,
             lm_head,
             lin,
-        })
+            step: None,
+        }
+        .placed()
+    }
+
+    /// On a device, upload the embedding and the norms too when the whole step can stay there
+    /// (`device`); otherwise say why not.
+    fn placed(mut self) -> Result<DFlash> {
+        self.step = match self.lin.exec() {
+            Exec::Device {
+                dev,
+                step: Step::Whole,
+                ..
+            } => {
+                let dev = dev.clone();
+                Some(device::DeviceStep::new(&self, dev)?)
+            }
+            Exec::Device {
+                step: Step::PerLinear,
+                ..
+            } => Some(Err("--step per-linear".into())),
+            _ => None,
+        };
+        Ok(self)
+    }
+
+    /// The proposals of slots 1..b−1 for the consecutive `roots` (context: the first `len`
+    /// rows of the taps) from the whole step on the device, when it runs there; a device
+    /// failure is kept for `take_error` and gives no proposals.
+    fn on_device(
+        &self,
+        taps: &[Vec<f32>],
+        len: usize,
+        x: &[u32],
+        roots: (usize, usize),
+        b: usize,
+    ) -> Option<Vec<Vec<u32>>> {
+        let Some(Ok(step)) = &self.step else {
+            return None;
+        };
+        if roots.0 == 0 {
+            return None; // no context row: the CPU path's case
+        }
+        let feats = self.features(taps, len);
+        Some(
+            super::linears::device_timed(|| step.block_tokens(self, &feats, len, x, roots, b))
+                .unwrap_or_else(|(stage, e)| {
+                    self.lin.record_step_fault(stage, e);
+                    Vec::new()
+                }),
+        )
     }
 
     /// Concatenate the taps row by row: `taps[j]` holds at least `len` rows of `ht` values;
@@ -767,6 +821,15 @@ impl super::Drafter for DFlash {
         let mut m = Matches::empty(depths, prompt_len, t_len);
         let roots: Vec<usize> = (prompt_len.max(1)..t_len.saturating_sub(1)).collect();
         if let Some(&last) = roots.last() {
+            if let Some(blocks) = self.on_device(taps, last, x, (roots[0], roots.len()), depths + 1)
+            {
+                for (&r, toks) in roots.iter().zip(blocks) {
+                    for (k, &t) in toks.iter().enumerate().take(depths) {
+                        m.record(x, r - 1, k, t, None);
+                    }
+                }
+                return m;
+            }
             // Root r reads context rows < r.
             let feats = self.features(taps, last);
             let ctx = self.context(&feats, last);
@@ -787,12 +850,20 @@ impl super::Drafter for DFlash {
             .len()
             .checked_sub(1)
             .expect("propose needs the root token");
+        if let Some(mut blocks) = self.on_device(taps, r, x, (r, 1), steps + 1) {
+            return blocks.pop().unwrap_or_else(|| vec![0; steps]);
+        }
         let feats = self.features(taps, r);
         let ctx = self.context(&feats, r);
         self.block_tokens(&ctx, x, &[r], steps + 1).remove(0)
     }
     fn linears(&self) -> &LinearSet {
         &self.lin
+    }
+    fn device_step(&self) -> Option<std::result::Result<(), String>> {
+        self.step
+            .as_ref()
+            .map(|s| s.as_ref().map(|_| ()).map_err(Clone::clone))
     }
 }
 
