@@ -28,8 +28,12 @@
 #   gemm       bench gemm --device cuda --json over the Kimi shapes, M = 1..256 with every regime:
 #              the ratios against copy and bf16 cuBLAS, and the crossover it measures
 #   replay     the Kimi-shape EAGLE-3 (synth kimi-k2.5-eagle3, 6.36 GB, written on the device) through
-#              bench replay --device cuda, the whole step on the device and then --step per-linear:
+#              bench replay --device cuda over 2048 synthetic positions, the whole step on the
+#              device (the trace kept for the gate), then 512 positions with --step per-linear:
 #              where pass A goes in each
+#   quant      kquant quantize of that draft, int4-pc --exclude fc,lm_head (the README's gate)
+#   gate       the paired Kimi-shape gate: verify --draft INT4 --baseline BF16 --device cuda over
+#              the kept trace (2 drafts × 2048 positions × 3 depths; goal ≤ 10 s end to end)
 #   verify     verify --device cuda against --device cpu-emu on the tiny EAGLE-3 and DFlash drafts
 #              (the accept lengths must agree)
 set -uo pipefail
@@ -39,7 +43,7 @@ root=$(pwd)
 BIN="$root/target/gpu-bin"
 
 # name:seconds:invocations, in order (each invocation under its own limit).
-STEPS=(libs:20:1 compile:60:2 tier:80:1 full:120:1 gemm:70:1 replay:110:1 verify:15:4)
+STEPS=(libs:20:1 compile:45:2 tier:70:1 full:110:1 gemm:60:1 replay:90:1 quant:40:1 gate:40:1 verify:15:4)
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 
@@ -188,9 +192,18 @@ PY
 
 # replay: the Kimi-shape draft's pass A on the device, phase by phase.
 step replay "$OUT/replay.log" bash -c "'$K' synth --preset kimi-k2.5-eagle3 -o /tmp/kq-eagle3 --force \
-  && '$K' bench replay /tmp/kq-eagle3 --device cuda --synthetic-trace 512 \
+  && '$K' bench replay /tmp/kq-eagle3 --device cuda --synthetic-trace 2304 --prompt-len 256 \
+       --write-trace /tmp/kq-trace \
   && '$K' bench replay /tmp/kq-eagle3 --device cuda --synthetic-trace 512 --step per-linear"
 grep -hE '^(load|pass A)' "$OUT/replay.log" | sed 's/^/         /' | tee -a "$summary"
+
+# quant, gate: the paired gate at Kimi shape, the step's wall in summary.txt.
+step quant "$OUT/replay.log" "$K" quantize /tmp/kq-eagle3 -o /tmp/kq-eagle3-int4 --scheme int4-pc \
+  --exclude fc,lm_head --force
+step gate "$OUT/replay.log" "$K" verify --draft /tmp/kq-eagle3-int4 --baseline /tmp/kq-eagle3 \
+  --trace /tmp/kq-trace --device cuda
+grep -hE '^(device:|overall|PASSED|FAILED)' "$OUT/replay.log" | tail -4 | sed 's/^/         /' | cut -c1-300 \
+  | tee -a "$summary"
 
 # verify: the device's accept lengths against the emulation's, on the fixtures.
 for d in eagle3 dflash; do

@@ -409,7 +409,7 @@ fn the_device_check_fits_one_device_call() {
         .unwrap_or_else(|| panic!("{s}"));
     assert!(total <= 590, "{s}");
     for step in [
-        "libs", "compile", "tier", "full", "gemm", "replay", "verify",
+        "libs", "compile", "tier", "full", "gemm", "replay", "quant", "gate", "verify",
     ] {
         assert!(
             s.lines().any(|l| l.starts_with(&format!("{step}: "))),
