@@ -106,6 +106,47 @@ fn replay(d: &dyn Drafter, trace: &Trace, samples: usize) -> Vec<Matches> {
         .collect()
 }
 
+/// How two replays of the same samples agree: replayed roots, depth-match bits (and how many
+/// differ, how many are set in the first), roots with a differing bit, and each one's walk AL.
+struct Agreement {
+    roots: usize,
+    bits: usize,
+    diff: usize,
+    ones: usize,
+    diff_roots: usize,
+    al: (f64, f64),
+}
+
+fn agreement(a: &[Matches], b: &[Matches]) -> Agreement {
+    let mut g = Agreement {
+        roots: 0,
+        bits: 0,
+        diff: 0,
+        ones: 0,
+        diff_roots: 0,
+        al: (0.0, 0.0),
+    };
+    let (mut wa, mut wb) = (Walk::default(), Walk::default());
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(
+            (x.depths, x.prompt_len, x.total_len),
+            (y.depths, y.prompt_len, y.total_len)
+        );
+        for t in x.prompt_len.saturating_sub(1)..x.c.len() {
+            let d = (x.c[t] ^ y.c[t]).count_ones() as usize;
+            g.roots += 1;
+            g.bits += x.depths;
+            g.diff += d;
+            g.ones += x.c[t].count_ones() as usize;
+            g.diff_roots += usize::from(d > 0);
+        }
+        wa.add(&walk(x));
+        wb.add(&walk(y));
+    }
+    g.al = (wa.al_walk(), wb.al_walk());
+    g
+}
+
 /// The fixture EAGLE-3 draft quantized int4-pc (compressed-tensors and Quark): on the CPU
 /// emulation device every quantized linear (fc, q/k/v/o, gate/up/down) runs through
 /// `gpu::DeviceLinear` and the unquantized lm_head through `gpu::DenseLinear`, none falls back,
@@ -140,24 +181,14 @@ fn cpu_emu_replay_matches_the_f32_runtime() {
         );
         let (a, b) = (replay(f.as_ref(), &trace, n), replay(d.as_ref(), &trace, n));
         assert!(d.linears().take_error().is_none());
-        let (mut bits, mut diff, mut roots, mut diff_roots) = (0usize, 0usize, 0usize, 0usize);
-        let (mut wa, mut wb) = (Walk::default(), Walk::default());
-        for (x, y) in a.iter().zip(&b) {
-            assert_eq!(
-                (x.depths, x.prompt_len, x.total_len),
-                (y.depths, y.prompt_len, y.total_len)
-            );
-            for t in x.prompt_len.saturating_sub(1)..x.c.len() {
-                roots += 1;
-                bits += x.depths;
-                let d = (x.c[t] ^ y.c[t]).count_ones() as usize;
-                diff += d;
-                diff_roots += usize::from(d > 0);
-            }
-            wa.add(&walk(x));
-            wb.add(&walk(y));
-        }
-        let (al_f, al_d) = (wa.al_walk(), wb.al_walk());
+        let Agreement {
+            roots,
+            bits,
+            diff,
+            diff_roots,
+            al: (al_f, al_d),
+            ..
+        } = agreement(&a, &b);
         eprintln!(
             "{format}: {n} samples, {roots} roots: {diff} of {bits} match bits differ \
              ({diff_roots} roots); walk AL f32 {al_f:.4}, cpu-emu {al_d:.4}"
@@ -278,6 +309,20 @@ fn verify_cli_runs_an_unquantized_draft_wholly_on_the_device() {
     }
 }
 
+/// `spec` on the emulation twice: the whole step on the device, and per linear (each says so).
+fn whole_and_per_linear(
+    spec: &str,
+    target: &Checkpoint,
+) -> (Arc<CpuEmu>, Box<dyn Drafter>, Box<dyn Drafter>) {
+    let emu = Arc::new(CpuEmu::nvidia());
+    let whole = Exec::device(Some(emu.clone()));
+    let w = load_drafter(spec, Some(target), &whole).unwrap();
+    let p = load_drafter(spec, Some(target), &whole.per_linear()).unwrap();
+    assert_eq!(w.device_step(), Some(Ok(())), "{spec}");
+    assert!(matches!(p.device_step(), Some(Err(_))), "{spec}");
+    (emu, w, p)
+}
+
 /// The whole EAGLE-3 step on the device (`runtime::eagle3::device`: norms, embedding gather,
 /// rotary, attention, SwiGLU and the residuals as device kernels, `kernels/ops.cu`) against the
 /// per-linear device path (the linears on the device, the rest of the step in f32 on the CPU):
@@ -295,12 +340,7 @@ fn the_whole_step_on_the_device_equals_the_per_linear_path_and_moves_token_ids_o
     let q = quantized(t.path(), "compressed-tensors");
     let plain = common::root().join(DRAFT);
     for spec in [q.to_str().unwrap(), plain.to_str().unwrap()] {
-        let emu = Arc::new(CpuEmu::nvidia());
-        let whole = Exec::device(Some(emu.clone()));
-        let w = load_drafter(spec, Some(&target), &whole).unwrap();
-        let p = load_drafter(spec, Some(&target), &whole.clone().per_linear()).unwrap();
-        assert_eq!(w.device_step(), Some(Ok(())), "{spec}");
-        assert!(matches!(p.device_step(), Some(Err(_))), "{spec}");
+        let (emu, w, p) = whole_and_per_linear(spec, &target);
         assert_eq!(
             load_drafter(spec, Some(&target), &Exec::F32)
                 .unwrap()
@@ -354,17 +394,12 @@ fn the_whole_step_on_the_device_equals_the_per_linear_path_and_moves_token_ids_o
         // The replays agree as the device path agrees with the f32 runtime.
         let (a, b) = (replay(p.as_ref(), &trace, 8), replay(w.as_ref(), &trace, 8));
         assert!(w.linears().take_error().is_none() && p.linears().take_error().is_none());
-        let (mut bits, mut diff) = (0usize, 0usize);
-        let (mut wa, mut wb) = (Walk::default(), Walk::default());
-        for (x, y) in a.iter().zip(&b) {
-            for t in x.prompt_len.saturating_sub(1)..x.c.len() {
-                bits += x.depths;
-                diff += (x.c[t] ^ y.c[t]).count_ones() as usize;
-            }
-            wa.add(&walk(x));
-            wb.add(&walk(y));
-        }
-        let (al_p, al_w) = (wa.al_walk(), wb.al_walk());
+        let Agreement {
+            bits,
+            diff,
+            al: (al_p, al_w),
+            ..
+        } = agreement(&a, &b);
         eprintln!("{spec}: {diff} of {bits} match bits differ; walk AL per linear {al_p:.4}, whole step {al_w:.4}");
         assert!(bits > 500);
         assert!(
@@ -406,11 +441,8 @@ fn mla_drafts_run_the_whole_step_on_the_device() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let plain = common::root().join(src);
     for spec in [plain.to_str().unwrap(), q.to_str().unwrap()] {
-        let whole = Exec::device(Some(Arc::new(CpuEmu::nvidia())));
-        let w = load_drafter(spec, Some(&target), &whole).unwrap();
-        let p = load_drafter(spec, Some(&target), &whole.clone().per_linear()).unwrap();
+        let (_, w, p) = whole_and_per_linear(spec, &target);
         let f = load_drafter(spec, Some(&target), &Exec::F32).unwrap();
-        assert_eq!(w.device_step(), Some(Ok(())), "{spec}");
         // Taps and a prompt at random, then a continuation the f32 draft proposes itself, so
         // that the depths match often.
         let (len, prompt, ht) = (64usize, 16usize, w.target_hidden());
@@ -497,12 +529,7 @@ fn the_dflash_step_on_the_device_equals_the_per_linear_path() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let plain = common::root().join(src);
     for spec in [plain.to_str().unwrap(), q.to_str().unwrap()] {
-        let emu = Arc::new(CpuEmu::nvidia());
-        let whole = Exec::device(Some(emu.clone()));
-        let w = load_drafter(spec, Some(&target), &whole).unwrap();
-        let p = load_drafter(spec, Some(&target), &whole.clone().per_linear()).unwrap();
-        assert_eq!(w.device_step(), Some(Ok(())), "{spec}");
-        assert!(matches!(p.device_step(), Some(Err(_))), "{spec}");
+        let (emu, w, p) = whole_and_per_linear(spec, &target);
 
         let s = &trace.manifest.samples[0];
         let x = trace.tokens(s).unwrap();
@@ -524,18 +551,13 @@ fn the_dflash_step_on_the_device_equals_the_per_linear_path() {
 
         let (a, b) = (replay(p.as_ref(), &trace, 6), replay(w.as_ref(), &trace, 6));
         assert!(w.linears().take_error().is_none() && p.linears().take_error().is_none());
-        let (mut bits, mut diff, mut ones) = (0usize, 0usize, 0usize);
-        let (mut wa, mut wb) = (Walk::default(), Walk::default());
-        for (x, y) in a.iter().zip(&b) {
-            for t in x.prompt_len.saturating_sub(1)..x.c.len() {
-                bits += x.depths;
-                diff += (x.c[t] ^ y.c[t]).count_ones() as usize;
-                ones += x.c[t].count_ones() as usize;
-            }
-            wa.add(&walk(x));
-            wb.add(&walk(y));
-        }
-        let (al_p, al_w) = (wa.al_walk(), wb.al_walk());
+        let Agreement {
+            bits,
+            diff,
+            ones,
+            al: (al_p, al_w),
+            ..
+        } = agreement(&a, &b);
         eprintln!(
             "{spec}: {diff} of {bits} match bits differ ({ones} set); walk AL per linear {al_p:.4}, whole step {al_w:.4}"
         );

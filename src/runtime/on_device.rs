@@ -6,10 +6,12 @@
 //! failure naming the stage it happened in ([`Staged`]). The embedding table goes up as it is
 //! stored ([`upload_table`]).
 
+use std::sync::Arc;
+
 use crate::gpu::{self, Backend, DevTensor, Elem, GpuError, Host, Op, Strided};
 use crate::io::Dtype;
 use crate::runtime::embed::{Embedding, Stored};
-use crate::runtime::linears::{DeviceLayer, Linear};
+use crate::runtime::linears::{DeviceLayer, Exec, Linear, Step};
 
 /// A step's result, or the stage that failed and why.
 pub type Staged<T> = Result<T, (&'static str, GpuError)>;
@@ -60,6 +62,33 @@ pub fn upload_table(dev: &dyn Backend, e: &Embedding) -> gpu::Result<Result<DevT
         Stored::Bytes(Dtype::F32, b) => dev.upload_tensor(Host::Le(Elem::F32, b))?,
         Stored::Bytes(other, _) => return Ok(Err(format!("an embedding stored as {other:?}"))),
     }))
+}
+
+/// Where a draft's step runs under `exec`: `None` on the CPU; on a device, the step `make`
+/// builds (uploading what it needs) or why it cannot stay there, or the per-linear path asked
+/// for.
+pub fn place<S>(
+    exec: &Exec,
+    make: impl FnOnce(Arc<dyn Backend>) -> gpu::Result<Result<S, String>>,
+) -> gpu::Result<Option<Result<S, String>>> {
+    Ok(match exec {
+        Exec::Device {
+            dev,
+            step: Step::Whole,
+            ..
+        } => Some(make(dev.clone())?),
+        Exec::Device {
+            step: Step::PerLinear,
+            ..
+        } => Some(Err("--step per-linear".into())),
+        _ => None,
+    })
+}
+
+/// `Drafter::device_step` of a placed step.
+pub fn placement<S>(step: &Option<Result<S, String>>) -> Option<Result<(), String>> {
+    step.as_ref()
+        .map(|s| s.as_ref().map(|_| ()).map_err(Clone::clone))
 }
 
 /// A step's moves on one device.

@@ -21,7 +21,7 @@ use rayon::prelude::*;
 use serde_json::Value;
 
 use super::embed::Embedding;
-use super::linears::{Exec, Linear, LinearSet, Step};
+use super::linears::{Exec, Linear, LinearSet};
 use super::rope::Rope;
 use super::weights::Loader;
 use crate::checkpoint::{Checkpoint, Detection, Dialect, Family};
@@ -438,21 +438,8 @@ impl DFlash {
     /// On a device, upload the embedding and the norms too when the whole step can stay there
     /// (`device`); otherwise say why not.
     fn placed(mut self) -> Result<DFlash> {
-        self.step = match self.lin.exec() {
-            Exec::Device {
-                dev,
-                step: Step::Whole,
-                ..
-            } => {
-                let dev = dev.clone();
-                Some(device::DeviceStep::new(&self, dev)?)
-            }
-            Exec::Device {
-                step: Step::PerLinear,
-                ..
-            } => Some(Err("--step per-linear".into())),
-            _ => None,
-        };
+        self.step =
+            super::on_device::place(self.lin.exec(), |dev| device::DeviceStep::new(&self, dev))?;
         Ok(self)
     }
 
@@ -861,9 +848,7 @@ impl super::Drafter for DFlash {
         &self.lin
     }
     fn device_step(&self) -> Option<std::result::Result<(), String>> {
-        self.step
-            .as_ref()
-            .map(|s| s.as_ref().map(|_| ()).map_err(Clone::clone))
+        super::on_device::placement(&self.step)
     }
 }
 

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use super::mla_attn::QProj;
-use super::{DepthOut, Eagle3, Feed, NOT_COMPUTED};
+use super::{still_accepted, DepthOut, Eagle3, Feed, NOT_COMPUTED};
 use crate::gpu::{self, AttendDims, Backend, DevTensor, Elem, GpuError, Host, Op, Strided};
 use crate::runtime::linears::DeviceLayer;
 use crate::runtime::on_device::{attention_fits, layer, upload_table, At, Run, Staged};
@@ -250,10 +250,7 @@ impl DeviceStep {
             let truth = |i: usize| x.get(start + i + 1 + d).copied().unwrap_or(0);
             if d > 0 {
                 if let Feed::Accepted = feed {
-                    let prev = &outs[d - 1].pred;
-                    let keep: Vec<usize> = (0..live.len())
-                        .filter(|&s| prev[live[s]] == truth(live[s]))
-                        .collect();
+                    let keep = still_accepted(&live, &outs[d - 1].pred, truth);
                     if keep.len() < live.len() && !keep.is_empty() {
                         let idx = index(keep.clone(), live.len(), "live rows")?;
                         res = self.run().gather(&res, &idx, keep.len(), h)?;

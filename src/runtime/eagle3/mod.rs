@@ -24,7 +24,7 @@ pub use super::embed::Embedding;
 pub use llama_attn::LlamaAttention;
 pub use mla_attn::MlaAttention;
 
-use super::linears::{Exec, Linear, LinearSet, Step};
+use super::linears::{Linear, LinearSet};
 use crate::checkpoint::Family;
 use crate::ops::{rms_norm, silu, softmax, top2};
 use crate::runtime::matches::Matches;
@@ -136,6 +136,15 @@ enum Feed {
     Accepted,
 }
 
+/// With `Feed::Accepted`: the positions in `live` of the rows that go on to the next depth —
+/// those whose proposal at the depth before (`prev`, by row) is the token the next depth is fed
+/// (`truth`, by row).
+fn still_accepted(live: &[usize], prev: &[u32], truth: impl Fn(usize) -> u32) -> Vec<usize> {
+    (0..live.len())
+        .filter(|&s| prev[live[s]] == truth(live[s]))
+        .collect()
+}
+
 /// The proposal of a row a depth did not compute ([`Eagle3::depth_matches_accepted`]): no
 /// token id, so it matches nothing.
 pub const NOT_COMPUTED: u32 = u32::MAX;
@@ -144,21 +153,8 @@ impl Eagle3 {
     /// On a device, upload the embedding and the norms too when the whole step can stay there
     /// (`device`); otherwise say why not.
     fn place_step(&mut self) -> crate::error::Result<()> {
-        self.step = match self.lin.exec() {
-            Exec::Device {
-                dev,
-                step: Step::Whole,
-                ..
-            } => {
-                let dev = dev.clone();
-                Some(device::DeviceStep::new(self, dev)?)
-            }
-            Exec::Device {
-                step: Step::PerLinear,
-                ..
-            } => Some(Err("--step per-linear".into())),
-            _ => None,
-        };
+        self.step =
+            super::on_device::place(self.lin.exec(), |dev| device::DeviceStep::new(self, dev))?;
         Ok(())
     }
 
@@ -339,11 +335,7 @@ impl Eagle3 {
             let truth = |i: usize| x.get(start + i + 1 + d).copied().unwrap_or(0);
             if d > 0 {
                 if let Feed::Accepted = feed {
-                    // Row i goes on while depth d − 1 proposed the token depth d is fed.
-                    let prev = &outs[d - 1].pred;
-                    let keep: Vec<usize> = (0..live.len())
-                        .filter(|&s| prev[live[s]] == truth(live[s]))
-                        .collect();
+                    let keep = still_accepted(&live, &outs[d - 1].pred, truth);
                     res = keep
                         .iter()
                         .flat_map(|&s| res[s * h..(s + 1) * h].iter().copied())
@@ -546,9 +538,7 @@ impl super::Drafter for Eagle3 {
         &self.lin
     }
     fn device_step(&self) -> Option<Result<(), String>> {
-        self.step
-            .as_ref()
-            .map(|s| s.as_ref().map(|_| ()).map_err(Clone::clone))
+        super::on_device::placement(&self.step)
     }
 }
 
@@ -559,6 +549,7 @@ mod tests {
     use crate::io::writer::{TensorSpec, WriteOptions, Writer};
     use crate::io::Dtype;
     use crate::ops::gemm::{matmul_nt, Rows};
+    use crate::runtime::linears::Exec;
     use crate::runtime::rope::Rope;
     use crate::runtime::Drafter;
     use std::path::{Path, PathBuf};
@@ -721,6 +712,19 @@ mod tests {
         }
     }
 
+    /// The MLA fixture `src` in `out` with `q_lora_rank: null`: one `q_proj` (`[qd, 2H]`, F32)
+    /// instead of q_a / q_a_layernorm / q_b.
+    fn q_proj_variant(src: &str, out: &Path, q_proj: Vec<f32>, shape: [usize; 2]) {
+        rewrite(
+            src,
+            out,
+            |n| n.to_string(),
+            |n| n.contains(".q_a_") || n.contains(".q_b_"),
+            &[("midlayer.self_attn.q_proj.weight", shape.to_vec(), q_proj)],
+            |c| c["q_lora_rank"] = serde_json::Value::Null,
+        );
+    }
+
     /// `q_lora_rank: null`: one `q_proj` on the 2H input replaces q_a/q_a_layernorm/q_b; the
     /// keys and values are untouched.
     #[test]
@@ -732,18 +736,7 @@ mod tests {
         let q_proj = rand(qd * h2, 13);
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("d");
-        rewrite(
-            src,
-            &out,
-            |n| n.to_string(),
-            |n| n.contains(".q_a_") || n.contains(".q_b_"),
-            &[(
-                "midlayer.self_attn.q_proj.weight",
-                vec![qd, h2],
-                q_proj.clone(),
-            )],
-            |c| c["q_lora_rank"] = serde_json::Value::Null,
-        );
+        q_proj_variant(src, &out, q_proj.clone(), [qd, h2]);
         let cfg: serde_json::Value =
             serde_json::from_slice(&std::fs::read(fixture(src).join("config.json")).unwrap())
                 .unwrap();
@@ -791,14 +784,7 @@ mod tests {
             .collect();
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("d");
-        rewrite(
-            src,
-            &out,
-            |n| n.to_string(),
-            |n| n.contains(".q_a_") || n.contains(".q_b_"),
-            &[("midlayer.self_attn.q_proj.weight", vec![qd, h2], q_proj)],
-            |c| c["q_lora_rank"] = serde_json::Value::Null,
-        );
+        q_proj_variant(src, &out, q_proj, [qd, h2]);
         let emu = || Exec::device(Some(std::sync::Arc::new(crate::gpu::CpuEmu::nvidia())));
         for rel in [out.to_str().unwrap(), "fixtures/tiny/eagle3-specforge"] {
             let (w, p) = (load_on(rel, emu()), load_on(rel, emu().per_linear()));
