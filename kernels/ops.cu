@@ -92,7 +92,7 @@ extern "C" __global__ void __launch_bounds__(KQ_OPS_THREADS)
 // replay's keys in order: depth 0's keys 0..=t (k0, v0: [*, kv_heads·dq], [*, kv_heads·dv]),
 // then one diagonal key per earlier depth e < diag (kd, vd: [diag, n, kv_heads·dq|dv], row
 // slots[e·n + i]). Query head h reads key/value head h / (heads / kv_heads). One warp per
-// (head, row): the lanes split q·k (lane l takes l, l + KQ_WARP, …; butterfly sum, the same in
+// (row, head), grid (m, heads) (rows on x: no 65535 limit): the lanes split q·k (lane l takes l, l + KQ_WARP, …; butterfly sum, the same in
 // every lane), then an online softmax, each lane owning value dims l, l + KQ_WARP, ….
 // out[r, h, :] = Σ_e softmax(scale · q·k_e) v_e. scale as its f32 bits.
 extern "C" __global__ void __launch_bounds__(KQ_WARP)
@@ -101,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(KQ_WARP)
               const float* __restrict__ vd, const int* __restrict__ rows,
               const int* __restrict__ slots, float* __restrict__ out, int m, int n, int start,
               int diag, int heads, int kv_heads, int dq, int dv, int scale_bits) {
-    const int head = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+    const int r = blockIdx.x, head = blockIdx.y, lane = threadIdx.x;
     if (r >= m || head >= heads) return;
     const int i = rows[r], t = start + i, kvh = head / (heads / kv_heads);
     const long long kw = (long long)kv_heads * dq, vw = (long long)kv_heads * dv;

@@ -456,8 +456,8 @@ impl Emu {
                 scale_bits,
             } => {
                 self.warp(name, block)?;
-                covers(name, "heads", grid.0 as usize, heads)?;
-                covers(name, "rows", grid.1 as usize, m)?;
+                covers(name, "rows", grid.0 as usize, m)?;
+                covers(name, "heads", grid.1 as usize, heads)?;
                 let dims = AttendDims {
                     m,
                     n,

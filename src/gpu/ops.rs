@@ -605,7 +605,14 @@ pub(super) fn launch_of<'t, B>(
                 dv: d.dv,
                 scale_bits: d.scale.to_bits() as usize,
             };
-            let grid = (int("heads", d.heads)? as u32, int("m", d.m)? as u32, 1);
+            // Rows on x (up to 2^31 − 1 blocks), heads on y (up to 65535).
+            if d.heads > 65535 {
+                return Err(GpuError::Unsupported(
+                    "attention heads",
+                    format!("{} (a grid's y holds 65535)", d.heads),
+                ));
+            }
+            let grid = (int("m", d.m)? as u32, d.heads as u32, 1);
             (k, grid, (lanes, 1, 1))
         }
         Op::SiluMul { g, u, out, len } => {

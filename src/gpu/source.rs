@@ -234,7 +234,7 @@ kernels! {
         int n, heads, w, src_ld, src_off, src_hs, dst_ld, dst_off, dst_hs
     }
     /// `kq_attend(q, k0, v0, kd, vd, rows, slots, out, m, n, start, diag, heads, kv_heads, dq,
-    /// dv, scale_bits)`: one warp per (head, row), `grid = (heads, m)`.
+    /// dv, scale_bits)`: one warp per (row, head), `grid = (m, heads)`.
     Attend {
         ;
         ptr q, k0, v0, kd, vd, rows, slots, out;
