@@ -187,17 +187,9 @@ impl DeviceStep {
             (_, Some(a)) => &a.rope,
             _ => unreachable!("layers() checked the attention"),
         };
-        let ids = |toks: &[u32]| -> Staged<DevTensor> {
-            let v: Vec<i32> = toks
-                .iter()
-                .map(|&t| t.min(i32::MAX as u32) as i32)
-                .collect();
-            dev.upload_tensor(Host::Index(&v, e.vocab)).at("token ids")
-        };
-        let index = |v: Vec<usize>, bound: usize, what: &'static str| -> Staged<DevTensor> {
-            let v: Vec<i32> = v.into_iter().map(|i| i as i32).collect();
-            dev.upload_tensor(Host::Index(&v, bound)).at(what)
-        };
+        let run = self.run();
+        let ids = |toks: &[u32]| run.index(toks.iter().map(|&t| t as usize), e.vocab, "token ids");
+        let index = |v: Vec<usize>, bound: usize, what: &'static str| run.index(v, bound, what);
 
         // Depth 0 over every pair: the taps go up once.
         let f = dev
@@ -222,10 +214,10 @@ impl DeviceStep {
                 .at("fc norms")?;
             }
         }
-        let hid0 = self.run().linear(l.fc, &f, pairs, "fc")?;
+        let hid0 = run.linear(l.fc, &f, pairs, "fc")?;
         drop(f);
         let toks0: Vec<u32> = x[1..=pairs].to_vec();
-        let emb0 = self.run().embed(&self.table, &ids(&toks0)?, pairs, h)?;
+        let emb0 = run.embed(&self.table, &ids(&toks0)?, pairs, h)?;
         let a0 = self.attn_input(e, &hid0, &emb0, pairs)?;
         drop(emb0);
         let cs = dev
@@ -235,9 +227,9 @@ impl DeviceStep {
         let (q0, k0, v0) = self.qkv(e, &l, &a0, pairs, &pos0, &cs)?;
         drop(a0);
         let tail = index((start..pairs).collect(), pairs, "rows")?;
-        let mut q = self.run().gather(&q0, &tail, n, qd)?;
+        let mut q = run.gather(&q0, &tail, n, qd)?;
         drop(q0);
-        let mut res = self.run().gather(&hid0, &tail, n, h)?;
+        let mut res = run.gather(&hid0, &tail, n, h)?;
         drop(hid0);
 
         let diag_rows = depths.saturating_sub(1) * n;
@@ -253,7 +245,7 @@ impl DeviceStep {
                     let keep = still_accepted(&live, &outs[d - 1].pred, truth);
                     if keep.len() < live.len() && !keep.is_empty() {
                         let idx = index(keep.clone(), live.len(), "live rows")?;
-                        res = self.run().gather(&res, &idx, keep.len(), h)?;
+                        res = run.gather(&res, &idx, keep.len(), h)?;
                     }
                     live = keep.iter().map(|&s| live[s]).collect();
                 }
@@ -263,7 +255,7 @@ impl DeviceStep {
                         Feed::Truth | Feed::Accepted => live.iter().map(|&i| truth(i)).collect(),
                         Feed::Own => live.iter().map(|&i| outs[d - 1].pred[i]).collect(),
                     };
-                    let emb = self.run().embed(&self.table, &ids(&toks)?, m, h)?;
+                    let emb = run.embed(&self.table, &ids(&toks)?, m, h)?;
                     let ad = self.attn_input(e, &res, &emb, m)?;
                     let pos = index(
                         live.iter().map(|&i| start + i + d).collect(),
@@ -330,16 +322,8 @@ impl DeviceStep {
             .at("attention")?;
             let g = self.finish(e, &l, &attn, &res, m)?;
             drop(attn);
-            let normed = dev.zeros(Elem::F32, m * h).at("norm")?;
-            self.norm(
-                e,
-                &g,
-                &self.final_norm,
-                &normed,
-                m,
-                Strided { ld: h, off: 0 },
-            )?;
-            let best = self.run().argmax(l.lm_head, &normed, m, e.draft_vocab)?;
+            let normed = run.normed(&g, &self.final_norm, (m, h, e.eps))?;
+            let best = run.argmax(l.lm_head, &normed, m, e.draft_vocab)?;
             let mut out = not_computed(n);
             for (&i, b) in live.iter().zip(best) {
                 out.pred[i] = e.to_target(b);
