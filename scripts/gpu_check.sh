@@ -193,7 +193,7 @@ PY
 # replay: the Kimi-shape draft's pass A on the device, phase by phase.
 step replay "$OUT/replay.log" bash -c "'$K' synth --preset kimi-k2.5-eagle3 -o /tmp/kq-eagle3 --force \
   && '$K' bench replay /tmp/kq-eagle3 --device cuda --synthetic-trace 2304 --prompt-len 256 \
-       --write-trace /tmp/kq-trace \
+       --write-trace /tmp/kq-trace --force \
   && '$K' bench replay /tmp/kq-eagle3 --device cuda --synthetic-trace 512 --step per-linear"
 grep -hE '^(load|pass A)' "$OUT/replay.log" | sed 's/^/         /' | tee -a "$summary"
 

@@ -975,3 +975,214 @@ fn prompt_files_that_never_end_are_refused_at_once() {
         }
     }
 }
+
+// #38.11/12: hostile dimensions in a config.
+
+/// A copy of the fixture checkpoint `dir` in `t/name` with `edits` applied to its config.json
+/// (only config.json and the weights: what a runtime reads).
+fn planted(t: &Path, name: &str, dir: &str, edits: &[(&str, serde_json::Value)]) -> String {
+    let src = common::root().join(dir);
+    let out = t.join(name);
+    std::fs::create_dir(&out).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), out.join(e.file_name())).unwrap();
+    }
+    let mut cfg: serde_json::Value = common::read_json(&out.join("config.json"));
+    for (k, v) in edits {
+        cfg[*k] = v.clone();
+    }
+    std::fs::write(out.join("config.json"), cfg.to_string()).unwrap();
+    out.to_str().unwrap().to_string()
+}
+
+/// A head count or head dimension whose products wrap a `usize`, and a rope dimension that
+/// would size a 2 TB table: for every draft family (replayed by `verify`) and every target
+/// (run by `trace capture`) a clean `error:` naming the key, exit 2, never a panic or an abort.
+/// So is an `eos_token_id` that does not fit a token id (it used to wrap to another token).
+#[test]
+fn wrapping_dimensions_in_a_config_are_refused_for_every_family() {
+    use serde_json::json;
+    let t = tempfile::tempdir().unwrap();
+    let wrap = json!(1u64 << 62);
+    let drafts = [
+        (
+            "eagle3",
+            "fixtures/kimi-k2.5-tiny/eagle3",
+            vec![
+                ("num_attention_heads", wrap.clone()),
+                ("num_key_value_heads", json!(2)),
+            ],
+        ),
+        (
+            "eagle3-head-dim",
+            "fixtures/kimi-k2.5-tiny/eagle3",
+            vec![("head_dim", wrap.clone())],
+        ),
+        (
+            "eagle3-mla",
+            "fixtures/kimi-k2.5-tiny/eagle3-mla",
+            vec![("qk_rope_head_dim", json!(1u64 << 40))],
+        ),
+        (
+            "dflash",
+            "fixtures/kimi-k2.5-tiny/dflash",
+            vec![
+                ("num_attention_heads", wrap.clone()),
+                ("num_key_value_heads", json!(2)),
+            ],
+        ),
+    ];
+    for (name, dir, edits) in drafts {
+        let d = planted(t.path(), name, dir, &edits);
+        let o = kquant(&[
+            "verify",
+            "--target",
+            "kimi-k2.5-tiny",
+            "--trace",
+            "fixtures/kimi-k2.5-tiny/trace",
+            "--target-checkpoint",
+            "fixtures/kimi-k2.5-tiny/target",
+            "--per-category",
+            "1",
+            "--draft",
+            &d,
+        ]);
+        let e = assert_refused(&o, name);
+        assert!(e.contains(edits[0].0), "{name}: {e}");
+    }
+    let targets = [
+        (
+            "k2-rope",
+            "fixtures/kimi-k2.5-tiny/target",
+            "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl",
+            ("qk_rope_head_dim", json!(1u64 << 40)),
+        ),
+        (
+            "k2-heads",
+            "fixtures/kimi-k2.5-tiny/target",
+            "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl",
+            ("num_attention_heads", wrap.clone()),
+        ),
+        (
+            "k2-eos",
+            "fixtures/kimi-k2.5-tiny/target",
+            "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl",
+            ("eos_token_id", json!((1u64 << 32) + 5)),
+        ),
+        (
+            "kl-rope",
+            "fixtures/kimi-linear-tiny/target",
+            "fixtures/kimi-linear-tiny/prompts/heldout.jsonl",
+            ("qk_rope_head_dim", json!(1u64 << 40)),
+        ),
+        (
+            "kl-heads",
+            "fixtures/kimi-linear-tiny/target",
+            "fixtures/kimi-linear-tiny/prompts/heldout.jsonl",
+            ("num_attention_heads", wrap.clone()),
+        ),
+    ];
+    for (name, dir, prompts, edit) in targets {
+        let d = planted(t.path(), name, dir, std::slice::from_ref(&edit));
+        let out = t.path().join(format!("{name}-trace"));
+        let o = kquant(&[
+            "trace",
+            "capture",
+            "--target-checkpoint",
+            &d,
+            "--prompts",
+            prompts,
+            "--limit",
+            "1",
+            "--gen-len",
+            "2",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        let e = assert_refused(&o, name);
+        assert!(e.contains(edit.0), "{name}: {e}");
+        assert!(!out.exists(), "{name}");
+    }
+}
+
+// #38.4: NaN in a target or a trace.
+
+/// Write bf16 NaN (0x7fc0) over every value of tensor `name` in the safetensors file `f`.
+fn plant_nan(f: &Path, name: &str) {
+    let mut bytes = std::fs::read(f).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let h: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let t = &h[name];
+    assert_eq!(t["dtype"], "BF16", "{name}");
+    let (a, b) = (
+        t["data_offsets"][0].as_u64().unwrap() as usize,
+        t["data_offsets"][1].as_u64().unwrap() as usize,
+    );
+    for v in bytes[8 + n + a..8 + n + b].chunks_exact_mut(2) {
+        v.copy_from_slice(&0x7fc0u16.to_le_bytes());
+    }
+    std::fs::write(f, bytes).unwrap();
+}
+
+/// One NaN in a target made a failing draft pass: `trace capture` wrote all-NaN taps and a
+/// continuation of argmaxes over NaN (token 0 everywhere), which the draft "predicted". Now the
+/// capture is refused (no trace written), and a trace whose taps hold a NaN is refused by
+/// `verify` (exit 2, never a pass), even when its shard hashes were made to match.
+#[test]
+fn a_nan_in_the_target_or_the_trace_never_passes_a_gate() {
+    use sha2::{Digest, Sha256};
+    let t = tempfile::tempdir().unwrap();
+    let target = planted(t.path(), "target", "fixtures/kimi-k2.5-tiny/target", &[]);
+    plant_nan(
+        &Path::new(&target).join("model.safetensors"),
+        "model.layers.1.input_layernorm.weight",
+    );
+    let out = t.path().join("trace");
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target-checkpoint",
+        &target,
+        "--prompts",
+        "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl",
+        "--limit",
+        "1",
+        "--gen-len",
+        "4",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let e = assert_refused(&o, "capture from a NaN target");
+    assert!(e.contains("not finite"), "{e}");
+    assert!(!out.exists());
+
+    // The fixture trace with sample 0's first tap NaN, its manifest's hash made to match.
+    let tr = t.path().join("nan-trace");
+    std::fs::create_dir(&tr).unwrap();
+    let fix = common::root().join("fixtures/kimi-k2.5-tiny/trace");
+    for f in ["manifest.json", "shard-00000.safetensors"] {
+        std::fs::copy(fix.join(f), tr.join(f)).unwrap();
+    }
+    let shard = tr.join("shard-00000.safetensors");
+    plant_nan(&shard, "s0.tap.1");
+    let mut m: serde_json::Value = common::read_json(&tr.join("manifest.json"));
+    m["shards"][0]["sha256"] =
+        format!("{:x}", Sha256::digest(std::fs::read(&shard).unwrap())).into();
+    std::fs::write(tr.join("manifest.json"), m.to_string()).unwrap();
+    let o = kquant(&[
+        "verify",
+        "--target",
+        "kimi-k2.5-tiny",
+        "--trace",
+        tr.to_str().unwrap(),
+        "--draft",
+        "fixtures/kimi-k2.5-tiny/eagle3",
+        "--per-category",
+        "2",
+        "--min-accept",
+        "1.5",
+    ]);
+    let e = assert_refused(&o, "verify on a NaN trace");
+    assert!(e.contains("sample 0") && e.contains("not finite"), "{e}");
+}

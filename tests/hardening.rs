@@ -417,6 +417,179 @@ fn an_output_is_never_a_source_nor_holds_one() {
     assert!(whole(&conv, Out::Checkpoint).is_some());
 }
 
+/// #38.2: every path a command reads — not only its source — is held against its output:
+/// the same, inside, containing, through symbolic links. `--target-checkpoint T -o T --force`
+/// replaced the target it reads when T was an output kquant wrote.
+#[test]
+fn every_path_a_command_reads_is_held_against_its_output() {
+    let t = tempfile::tempdir().unwrap();
+    let tgt = t.path().join("target");
+    let tg = tgt.to_str().unwrap();
+    let plain = |extra: &[&str]| {
+        let mut a = vec![
+            "quantize",
+            TINY,
+            "--scheme",
+            "int4-pc",
+            "--exclude",
+            "fc,lm_head",
+        ];
+        a.extend_from_slice(extra);
+        kquant(&a)
+    };
+    // GPTQ reads a target checkpoint beside its calibration trace.
+    let q = |extra: &[&str]| {
+        let mut a = vec![
+            "quantize",
+            EAGLE3,
+            "--scheme",
+            "int4-pc",
+            "--exclude",
+            "fc,lm_head",
+            "--method",
+            "gptq",
+            "--calibrate",
+            TRACE,
+        ];
+        a.extend_from_slice(extra);
+        kquant(&a)
+    };
+    assert_eq!(
+        code(&plain(&["-o", tg])),
+        Some(0),
+        "a kquant output to read"
+    );
+    let before = tree_hash(&tgt);
+    let link = t.path().join("link");
+    std::os::unix::fs::symlink(&tgt, &link).unwrap();
+    let inner = tgt.join("inner");
+    let refused = |o: &Output, what: &str| {
+        let e = stderr(o);
+        assert_eq!(code(o), Some(2), "{what}: {e}");
+        assert!(
+            e.contains("which this command reads") && e.contains("hint:"),
+            "{what}: {e}"
+        );
+    };
+    refused(
+        &q(&["--target-checkpoint", tg, "-o", tg, "--force"]),
+        "the same",
+    );
+    refused(
+        &q(&[
+            "--target-checkpoint",
+            link.to_str().unwrap(),
+            "-o",
+            tg,
+            "--force",
+        ]),
+        "through a link",
+    );
+    refused(
+        &q(&["--target-checkpoint", tg, "-o", inner.to_str().unwrap()]),
+        "inside",
+    );
+    let held = tgt.join("config.json");
+    refused(
+        &q(&[
+            "--target-checkpoint",
+            held.to_str().unwrap(),
+            "-o",
+            tg,
+            "--force",
+        ]),
+        "containing",
+    );
+    assert_eq!(tree_hash(&tgt), before, "the target is untouched");
+    assert!(!inner.exists());
+    // A report inside the trace it gates on, and a preset that is the output.
+    let tr = t.path().join("trace");
+    std::fs::create_dir(&tr).unwrap();
+    for f in ["manifest.json", "shard-00000.safetensors"] {
+        std::fs::copy(root().join(TRACE).join(f), tr.join(f)).unwrap();
+    }
+    let junit = tr.join("verify.xml");
+    let o = kquant(&[
+        "verify",
+        "--target",
+        "kimi-k2.5-tiny",
+        "--draft",
+        EAGLE3,
+        "--trace",
+        tr.to_str().unwrap(),
+        "--per-category",
+        "1",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    refused(&o, "--junit inside --trace");
+    assert!(!junit.exists());
+    let preset = t.path().join("preset.json");
+    std::fs::write(&preset, r#"{"scheme": "int4-pc"}"#).unwrap();
+    let o = kquant(&[
+        "quantize",
+        TINY,
+        "--config",
+        preset.to_str().unwrap(),
+        "-o",
+        preset.to_str().unwrap(),
+        "--force",
+    ]);
+    assert_eq!(code(&o), Some(2), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(&preset).unwrap(),
+        r#"{"scheme": "int4-pc"}"#
+    );
+}
+
+/// #38.3: `bench replay --write-trace DIR` is a writer like the others: an existing DIR is
+/// refused without `--force`, and `--force` replaces only a trace kquant wrote.
+#[test]
+fn bench_replay_write_trace_needs_force_to_replace() {
+    let t = tempfile::tempdir().unwrap();
+    let tr = t.path().join("trace");
+    let trs = tr.to_str().unwrap();
+    let run = |force: bool| {
+        let mut a = vec![
+            "bench",
+            "replay",
+            "fixtures/kimi-k2.5-tiny/eagle3-mla",
+            "--synthetic-trace",
+            "16",
+            "--write-trace",
+            trs,
+        ];
+        if force {
+            a.push("--force");
+        }
+        kquant(&a)
+    };
+    assert_eq!(code(&run(false)), Some(0));
+    let first = tree_hash(&tr);
+    let o = run(false);
+    let e = stderr(&o);
+    assert_eq!(code(&o), Some(2), "{e}");
+    assert!(e.contains("already exists") && e.contains("--force"), "{e}");
+    assert_eq!(tree_hash(&tr), first);
+    assert_eq!(code(&run(true)), Some(0), "{}", stderr(&run(true)));
+    // Not kquant's: refused even with --force.
+    let mine = t.path().join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("notes.txt"), b"user data").unwrap();
+    let o = kquant(&[
+        "bench",
+        "replay",
+        "fixtures/kimi-k2.5-tiny/eagle3-mla",
+        "--synthetic-trace",
+        "16",
+        "--write-trace",
+        mine.to_str().unwrap(),
+        "--force",
+    ]);
+    assert_eq!(code(&o), Some(2), "{}", stderr(&o));
+    assert_eq!(std::fs::read(mine.join("notes.txt")).unwrap(), b"user data");
+}
+
 #[test]
 fn force_replaces_only_what_kquant_wrote() {
     let t = tempfile::tempdir().unwrap();

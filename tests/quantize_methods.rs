@@ -570,7 +570,7 @@ fn calibration_inputs_without_signal_are_refused_or_kept_at_rtn() {
 
 /// #27.10: a user's calibration trace mixed with the bundled one. `trace merge` makes one trace
 /// of several captures of the same target (samples numbered again, bytes as stored): replayed,
-/// the mix of a trace with itself gives the same accept length over twice the samples; GPTQ
+/// the same trace twice, and captures of the same weights under another config, are refused; GPTQ
 /// calibrates on a mix and records every category of it; traces of different captures (another
 /// tap dtype) and an output that is one of the inputs are refused, nothing written.
 #[test]
@@ -607,33 +607,48 @@ fn trace_merge_mixes_calibration_traces() {
     assert_eq!(ids, (0..63).collect::<Vec<_>>());
     assert_eq!(m["merged_from"].as_array().unwrap().len(), 2);
 
-    // The fixture trace twice: the same accept length, twice the samples.
+    // #38.9: the same trace twice (or a copy of it) would count its samples twice and narrow
+    // every CI: refused, nothing written.
     let twice = t.path().join("twice");
     let o = merge(&trace, &trace, &twice, &[]);
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("counted twice") && err.contains("hint:"),
+        "{err}"
+    );
+    assert!(!twice.exists());
+
+    // #38.9: captures of the same weights under another config.json are different captures.
+    let other = t.path().join("other-target");
+    std::fs::create_dir(&other).unwrap();
+    for e in std::fs::read_dir(fix.join("target")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), other.join(e.file_name())).unwrap();
+    }
+    let mut cfg: serde_json::Value = read_json(&other.join("config.json"));
+    cfg["rms_norm_eps"] = serde_json::json!(1e-3);
+    std::fs::write(other.join("config.json"), cfg.to_string()).unwrap();
+    let theirs = t.path().join("theirs");
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target-checkpoint",
+        other.to_str().unwrap(),
+        "--prompts",
+        fix.join("prompts/calibration.jsonl").to_str().unwrap(),
+        "--limit",
+        "1",
+        "--gen-len",
+        "8",
+        "-o",
+        theirs.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", common::stderr(&o));
-    let al = |tr: &std::path::Path| {
-        let o = kquant(&[
-            "verify",
-            "--target",
-            "kimi-k2.5-tiny",
-            "--trace",
-            tr.to_str().unwrap(),
-            "--draft",
-            fix.join("eagle3").to_str().unwrap(),
-            "--json",
-            "-",
-        ]);
-        assert!(o.status.success(), "{}", common::stderr(&o));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        (
-            v["draft"]["accept_length"].clone(),
-            v["samples_replayed"].clone(),
-        )
-    };
-    let (a1, n1) = al(&trace);
-    let (a2, n2) = al(&twice);
-    assert_eq!(a1, a2);
-    assert_eq!(n2.as_u64().unwrap(), 2 * n1.as_u64().unwrap());
+    let o = merge(&mine, &theirs, &t.path().join("mixed2"), &[]);
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("config_sha256"), "{err}");
 
     // GPTQ on the mix: every category of both traces recorded.
     let q = t.path().join("q");

@@ -167,9 +167,15 @@ fn reproduces(fx: &Fixture) {
     let raw = |dir: &Path| read_json(&dir.join("manifest.json"));
     let (ro, rt) = (raw(&out), raw(&committed_dir));
     assert_eq!(keys(&ro), keys(&rt), "manifest fields");
-    // make_trace.py's target fields, less `torch_version` (kquant runs no torch).
+    // make_trace.py's target fields, less `torch_version` (kquant runs no torch), and the
+    // config's digest kquant adds (#38.9: `trace merge` compares it).
     let mut want = keys(&rt["target"]);
     want.retain(|k| k != "torch_version");
+    want.push("config_sha256".into());
+    want.sort();
+    assert!(ro["target"]["config_sha256"]
+        .as_str()
+        .is_some_and(|h| h.starts_with("sha256:")));
     assert_eq!(keys(&ro["target"]), want, "manifest target fields");
     assert_eq!(
         keys(&ro["samples"][0]),

@@ -611,8 +611,11 @@ fn the_report_says_when_the_interval_cannot_carry_the_verdict() {
 #[test]
 fn replay_progress_counts_positions_on_a_terminal() {
     let bin = env!("CARGO_BIN_EXE_kquant");
+    // `script` gives the binary a terminal; progress is drawn only where TERM names one, which
+    // a bare environment (`env -i`, a minimal container) does not set (#38.25).
     let o = std::process::Command::new("script")
         .current_dir(root())
+        .env("TERM", "xterm")
         .args([
             "-qec",
             &format!(

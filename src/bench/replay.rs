@@ -36,6 +36,8 @@ pub struct Request {
     pub prompt_len: Option<usize>,
     /// Where to keep the synthetic trace (a temporary directory without).
     pub write_trace: Option<PathBuf>,
+    /// Replace an existing `write_trace` (only a trace kquant wrote).
+    pub force: bool,
     /// The first N samples of `trace`, or N synthetic ones (1 without).
     pub samples: Option<usize>,
     pub steps: Option<usize>,
@@ -194,12 +196,14 @@ fn open_trace(req: &Request, d: &dyn Drafter) -> Result<Opened> {
         None => {
             let len = req.synthetic_len.unwrap_or(SYNTHETIC_LEN);
             let prompt_len = req.prompt_len.unwrap_or((len / 8).max(1));
-            let (tmp, dir) = match &req.write_trace {
-                Some(p) => (None, p.clone()),
+            let (tmp, dir, force) = match &req.write_trace {
+                Some(p) => (None, p.clone(), req.force),
                 None => {
                     let p = std::env::temp_dir()
                         .join(format!("kquant-bench-replay-{}", std::process::id()));
-                    (Some(TempDir(p.clone())), p)
+                    // Named by this process's id: what is there is a leftover of a run
+                    // with the same id, kquant's own.
+                    (Some(TempDir(p.clone())), p, true)
                 }
             };
             let shape = TraceShape {
@@ -208,7 +212,14 @@ fn open_trace(req: &Request, d: &dyn Drafter) -> Result<Opened> {
                 vocab: d.vocab(),
                 num_layers: d.target_layers(),
             };
-            synthetic::write(&dir, &shape, len, prompt_len, req.samples.unwrap_or(1))?;
+            synthetic::write(
+                &dir,
+                &shape,
+                len,
+                prompt_len,
+                req.samples.unwrap_or(1),
+                force,
+            )?;
             (tmp, dir, Some((len, prompt_len)))
         }
     };

@@ -164,6 +164,85 @@ pub struct Dims {
     pub has_lm_head: bool,
 }
 
+/// The largest dimension (a width, a head count, a vocabulary, a layer count) a runtime takes
+/// from a config: far above every real model (Kimi's vocabulary is 163840), and small enough
+/// that no product of three of them wraps a `usize` (#38.11).
+pub const MAX_DIM: u64 = 1 << 20;
+/// The largest row width (heads × head dim, …) a runtime builds: it fits a kernel's `int`.
+pub const MAX_WIDTH: u64 = (1 << 31) - 1;
+
+/// `Err` naming the first of `dims` above [`MAX_DIM`], or the first product of `widths` above
+/// [`MAX_WIDTH`] (computed checked): what a runtime checks before it computes a size from a
+/// config, so a hostile value is an `error:`, never a wrapped product or a huge allocation.
+pub fn check_dims(dims: &[(&str, u64)], widths: &[(&str, &[u64])]) -> Result<(), String> {
+    if let Some((k, v)) = dims.iter().find(|(_, v)| *v > MAX_DIM) {
+        return Err(format!(
+            "`{k}` is {v}; kquant runs dimensions up to {MAX_DIM} (2^20)"
+        ));
+    }
+    for (what, f) in widths {
+        let p = f.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+        if p.is_none_or(|p| p > MAX_WIDTH) {
+            return Err(format!(
+                "{what} = {} is more than {MAX_WIDTH} values a row",
+                f.iter().map(u64::to_string).collect::<Vec<_>>().join(" × ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Dims {
+    /// [`check_dims`] over every dimension this holds and the row widths a draft runtime
+    /// computes from them (attention heads × head dims, MLA's, `fc`'s 3 × target hidden).
+    pub fn check_bounded(&self) -> Result<(), String> {
+        let named = [
+            ("hidden_size", self.hidden_size),
+            ("target_hidden_size", self.target_hidden_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+            ("q_lora_rank", self.q_lora_rank),
+            ("kv_lora_rank", self.kv_lora_rank),
+            ("qk_nope_head_dim", self.qk_nope_head_dim),
+            ("qk_rope_head_dim", self.qk_rope_head_dim),
+            ("v_head_dim", self.v_head_dim),
+            ("intermediate_size", self.intermediate_size),
+            ("vocab_size", self.vocab_size),
+            ("draft_vocab_size", self.draft_vocab_size),
+            ("block_size", self.block_size),
+            ("n_routed_experts", self.n_routed_experts),
+        ];
+        let dims: Vec<(&str, u64)> = named
+            .iter()
+            .filter_map(|(k, v)| v.map(|v| (*k, v)))
+            .collect();
+        check_dims(&dims, &[])?;
+        let g = |v: Option<u64>| v.unwrap_or(1);
+        let heads = g(self.num_attention_heads);
+        let qk = g(self.qk_nope_head_dim) + g(self.qk_rope_head_dim);
+        let nv = g(self.qk_nope_head_dim) + g(self.v_head_dim);
+        check_dims(
+            &[],
+            &[
+                ("num_attention_heads × head_dim", &[heads, g(self.head_dim)]),
+                (
+                    "num_key_value_heads × head_dim",
+                    &[g(self.num_key_value_heads), g(self.head_dim)],
+                ),
+                ("num_attention_heads × (qk_nope + qk_rope)", &[heads, qk]),
+                ("num_attention_heads × (qk_nope + v_head_dim)", &[heads, nv]),
+                (
+                    "3 × target_hidden_size",
+                    &[3, g(self.target_hidden_size.or(self.hidden_size))],
+                ),
+                ("2 × hidden_size", &[2, g(self.hidden_size)]),
+            ],
+        )
+    }
+}
+
 /// Everything detection finds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Detection {

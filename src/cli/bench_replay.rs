@@ -28,9 +28,12 @@ pub struct Args {
     /// positions, the ones pass A scores.
     #[arg(long, value_parser = crate::cli::flags::prompt_len)]
     pub prompt_len: Option<usize>,
-    /// Keep the synthetic trace in DIR (replaced if present) instead of a temporary directory.
+    /// Keep the synthetic trace in DIR instead of a temporary directory.
     #[arg(long, value_name = "DIR", conflicts_with = "trace")]
     pub write_trace: Option<PathBuf>,
+    /// Replace an existing `--write-trace` DIR (only a trace kquant wrote).
+    #[arg(long, requires = "write_trace")]
+    pub force: bool,
     /// Samples to replay: the first N of `--trace` (default all), or N synthetic ones
     /// (default 1).
     #[arg(long, value_parser = crate::cli::flags::samples)]
@@ -67,6 +70,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         synthetic_len: a.synthetic_trace,
         prompt_len: a.prompt_len,
         write_trace: a.write_trace.clone(),
+        force: a.force,
         samples: a.samples,
         steps: a.steps.steps,
         target_checkpoint: a.target_checkpoint.clone(),

@@ -268,6 +268,21 @@ fn indexes(what: &str, t: &DevTensor, need: usize, limit: usize) -> Result<()> {
     }
 }
 
+/// `Σ` of products of `terms` (each a product of its factors), computed checked, and fitting a
+/// kernel's `int`: every size [`Op::check`] compares is one, so a hostile geometry is an error,
+/// never a wrapped product that passes (#38.11).
+fn size(what: &str, terms: &[&[usize]]) -> Result<usize> {
+    let v = terms
+        .iter()
+        .try_fold(0usize, |acc, t| {
+            t.iter()
+                .try_fold(1usize, |a, &b| a.checked_mul(b))
+                .and_then(|x| acc.checked_add(x))
+        })
+        .ok_or_else(|| GpuError::Unsupported("size", format!("{what} {terms:?} overflows")))?;
+    int(what, v)
+}
+
 /// `v` fits a kernel's `int`.
 fn int(what: &str, v: usize) -> Result<usize> {
     if i32::try_from(v).is_ok() {
@@ -313,7 +328,7 @@ impl Op<'_> {
                     return Err(layout("embedding table of int32".into()));
                 }
                 indexes("ids", ids, n, table.len / h)?;
-                holds("embedding out", out, f, int("n·h", n * h)?)
+                holds("embedding out", out, f, size("n·h", &[&[n, h]])?)
             }
             Op::RmsNorm {
                 x,
@@ -326,13 +341,13 @@ impl Op<'_> {
                 ..
             } => {
                 for (what, t, s) in [("norm in", x, input), ("norm out", out, output)] {
-                    if s.off + h > s.ld {
+                    if size("norm row end", &[&[s.off], &[h]])? > s.ld {
                         return Err(layout(format!(
                             "{what}: {h} from {} in rows of {}",
                             s.off, s.ld
                         )));
                     }
-                    holds(what, t, f, int("rows", n * s.ld)?)?;
+                    holds(what, t, f, size("rows", &[&[n, s.ld]])?)?;
                 }
                 holds("norm weight", w, f, h)
             }
@@ -347,7 +362,12 @@ impl Op<'_> {
                 head_ld,
                 ..
             } => {
-                if heads == 0 || at.off + (heads - 1) * head_ld + 2 * half > at.ld {
+                if heads == 0
+                    || size(
+                        "rope row end",
+                        &[&[at.off], &[heads - 1, head_ld], &[2, half]],
+                    )? > at.ld
+                {
                     return Err(layout(format!(
                         "rope: {heads} heads of {} every {head_ld} from {} in rows of {}",
                         2 * half,
@@ -355,8 +375,10 @@ impl Op<'_> {
                         at.ld
                     )));
                 }
-                holds("rope x", x, f, int("rows", n * at.ld)?)?;
-                if half == 0 || !cs.len.is_multiple_of(2 * half) {
+                holds("rope x", x, f, size("rows", &[&[n, at.ld]])?)?;
+                // The launch's thread count (heads may overlap: `head_ld` is not bounded below).
+                size("rope threads", &[&[n, heads, half]])?;
+                if half == 0 || !cs.len.is_multiple_of(size("rope pair", &[&[2, half]])?) {
                     return Err(layout(format!("rope table of {} values", cs.len)));
                 }
                 holds("rope table", cs, f, 0)?;
@@ -385,22 +407,41 @@ impl Op<'_> {
                         format!("{} (kq_attend holds {ATT_VALUES_PER_LANE} per lane)", d.dv),
                     ));
                 }
-                let (kw, vw) = (d.kv_heads * d.dq, d.kv_heads * d.dv);
-                holds("queries", q, f, int("m·heads·dq", d.m * d.heads * d.dq)?)?;
+                let (kw, vw) = (
+                    size("kv_heads·dq", &[&[d.kv_heads, d.dq]])?,
+                    size("kv_heads·dv", &[&[d.kv_heads, d.dv]])?,
+                );
+                holds(
+                    "queries",
+                    q,
+                    f,
+                    size("m·heads·dq", &[&[d.m, d.heads, d.dq]])?,
+                )?;
                 indexes("query rows", rows, d.m, d.n)?;
                 // Row i attends depth-0 keys 0..=start + i, so k0 holds start + n rows.
-                holds("depth-0 keys", k0, f, int("keys", (d.start + d.n) * kw)?)?;
-                holds("depth-0 values", v0, f, (d.start + d.n) * vw)?;
-                holds("diagonal keys", kd, f, int("diag keys", d.diag * d.n * kw)?)?;
-                holds("diagonal values", vd, f, d.diag * d.n * vw)?;
+                let keys = size("keys", &[&[d.start], &[d.n]])?;
+                holds("depth-0 keys", k0, f, size("keys", &[&[keys, kw]])?)?;
+                holds("depth-0 values", v0, f, size("values", &[&[keys, vw]])?)?;
+                holds(
+                    "diagonal keys",
+                    kd,
+                    f,
+                    size("diag keys", &[&[d.diag, d.n, kw]])?,
+                )?;
+                holds(
+                    "diagonal values",
+                    vd,
+                    f,
+                    size("diag values", &[&[d.diag, d.n, vw]])?,
+                )?;
                 if d.diag > 0 {
-                    indexes("slots", slots, d.diag * d.n, d.n)?;
+                    indexes("slots", slots, size("slots", &[&[d.diag, d.n]])?, d.n)?;
                 }
                 holds(
                     "attention out",
                     out,
                     f,
-                    int("m·heads·dv", d.m * d.heads * d.dv)?,
+                    size("m·heads·dv", &[&[d.m, d.heads, d.dv]])?,
                 )
             }
             Op::CopyCols {
@@ -413,15 +454,17 @@ impl Op<'_> {
                 to,
             } => {
                 for (what, t, (s, hs)) in [("copy source", src, from), ("copy out", dst, to)] {
-                    if heads == 0 || s.off + (heads - 1) * hs + w > s.ld {
+                    if heads == 0
+                        || size("copy row end", &[&[s.off], &[heads - 1, hs], &[w]])? > s.ld
+                    {
                         return Err(layout(format!(
                             "{what}: {heads} blocks of {w} every {hs} from {} in rows of {}",
                             s.off, s.ld
                         )));
                     }
-                    holds(what, t, f, int("rows", n * s.ld)?)?;
+                    holds(what, t, f, size("rows", &[&[n, s.ld]])?)?;
                 }
-                Ok(())
+                size("copy threads", &[&[n, heads, w]]).map(|_| ())
             }
             Op::SiluMul { g, u, out, len } => {
                 holds("gate", g, f, int("len", len)?)?;
@@ -451,7 +494,7 @@ impl Op<'_> {
                 }
                 holds("gather source", src, f, 0)?;
                 indexes("gather rows", idx, m, src.len / w)?;
-                holds("gather out", dst, f, int("out", dst_off + m * w)?)
+                holds("gather out", dst, f, size("out", &[&[dst_off], &[m, w]])?)
             }
         }
     }
@@ -671,6 +714,66 @@ pub(super) fn launch_of<'t, B>(
 mod tests {
     use super::*;
     use crate::gpu::{Backend, CpuEmu};
+
+    /// #38.11: geometries whose sizes wrap a `usize` are refused, never checked as the wrapped
+    /// (small) product: a `kq_rope` of 2^62 + 1 heads used to pass and read outside its tensor.
+    #[test]
+    fn wrapping_geometries_are_refused() {
+        let d = CpuEmu::nvidia();
+        let x = d.upload_tensor(Host::F32(&[0.5; 16])).unwrap();
+        let cs = d.upload_tensor(Host::F32(&[1.0; 8])).unwrap();
+        let pos = d.upload_tensor(Host::Index(&[0, 1], 2)).unwrap();
+        let big = (1usize << 62) + 1;
+        for (heads, head_ld, half, ld) in [
+            // (heads-1)·head_ld wraps to 0: the row end looks like 2·half.
+            (big, 4, 1, 16),
+            (2, 1usize << 63, 1, 16),
+            // Overlapping heads (head_ld 0) whose launch covers 2^62 threads.
+            (big, 0, 1, 16),
+            (2, 2, usize::MAX / 2 + 1, 16),
+        ] {
+            let rope = Op::Rope {
+                x: &x,
+                pos: &pos,
+                cs: &cs,
+                n: 1,
+                heads,
+                half,
+                at: Strided { ld, off: 0 },
+                head_ld,
+                interleaved: false,
+            };
+            let e = d.op(&rope).err().unwrap_or_else(|| {
+                panic!("rope {heads} heads every {head_ld} of {half} pairs passed")
+            });
+            let _ = e.to_string();
+        }
+        let copy = Op::CopyCols {
+            src: &x,
+            dst: &x,
+            n: 1,
+            heads: big,
+            w: 1,
+            from: (Strided { ld: 16, off: 0 }, 4),
+            to: (Strided { ld: 16, off: 0 }, 4),
+        };
+        assert!(d.op(&copy).is_err());
+        let norm = Op::RmsNorm {
+            x: &x,
+            w: &x,
+            out: &x,
+            n: 1,
+            h: 4,
+            eps: 1e-6,
+            input: Strided {
+                ld: 16,
+                off: usize::MAX - 1,
+            },
+            output: Strided { ld: 16, off: 0 },
+        };
+        assert!(d.op(&norm).is_err());
+        assert!(d.launches().is_empty(), "{:?}", d.launches());
+    }
 
     /// A bad size, element type or index bound is an error before any launch.
     #[test]

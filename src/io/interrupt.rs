@@ -166,9 +166,13 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut l
                 return;
             };
             if HANDLING.swap(true, Ordering::AcqRel) {
-                loop {
-                    libc::pause();
-                }
+                // Another signal's cleanup is running (on another thread, or this one was
+                // interrupted): do not wait for it, end now (see `second_signal`).
+                write_err(b"error: `");
+                write_err(path.as_bytes());
+                write_err(b"`: the file shrank or was replaced while kquant was reading it\n");
+                remove_locks();
+                libc::_exit(2);
             }
             write_err(b"error: `");
             write_err(path.as_bytes());
@@ -181,15 +185,46 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut l
             libc::_exit(2);
         }
         if HANDLING.swap(true, Ordering::AcqRel) {
-            loop {
-                libc::pause();
-            }
+            second_signal(sig);
+            return;
         }
+        #[cfg(test)]
+        tests::stall_if_asked();
         if remove_outputs() {
             write_err(b"kquant: interrupted; the partial output was removed\n");
         }
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
+    }
+}
+
+/// A signal that arrives while an earlier one's cleanup runs (Ctrl-C, then a CI cancel): the
+/// process ends at once, by this signal, instead of waiting for a cleanup that may be what is
+/// stuck. Only the lock files are removed (one `unlink` each); a staging path the cleanup had
+/// not reached yet stays under its `.NAME.kquant-partial` name, which the next claim of the
+/// same output recognises and removes (`io::output`), and never under the final name.
+///
+/// # Safety
+/// Async-signal-safe; called from the handler only.
+unsafe fn second_signal(sig: libc::c_int) {
+    remove_locks();
+    write_err(
+        b"kquant: a second signal during cleanup; stopped at once (the next run of the same \
+          output removes what is left)\n",
+    );
+    // Delivered when the handler returns (the signal is blocked while it runs): the exit status
+    // says which signal ended the process.
+    libc::signal(sig, libc::SIG_DFL);
+    libc::raise(sig);
+}
+
+/// Unlink every registered claim's lock file (not its staging path).
+unsafe fn remove_locks() {
+    for s in &OUTPUTS {
+        let p = s.load(Ordering::Acquire);
+        if !p.is_null() {
+            libc::unlink((*p).lock.as_ptr());
+        }
     }
 }
 
@@ -344,6 +379,113 @@ mod tests {
                 && e.contains("hint:"),
             "{e}"
         );
+    }
+
+    /// Set by `second_signal_child`: the first signal's cleanup stops before it removes
+    /// anything, and says so on stderr, so that the parent can send the second signal while a
+    /// cleanup is (deterministically) in progress.
+    static STALL: AtomicBool = AtomicBool::new(false);
+    const STALLING: &[u8] = b"test: cleanup stalled\n";
+
+    pub(super) fn stall_if_asked() {
+        if STALL.load(Ordering::Acquire) {
+            write_err(STALLING);
+            loop {
+                // SAFETY: pause is async-signal-safe.
+                unsafe { libc::pause() };
+            }
+        }
+    }
+
+    const SECOND_SIGNAL_CHILD: &str = "KQUANT_TEST_SECOND_SIGNAL_CHILD";
+
+    /// The child's half of `a_second_signal_during_cleanup_ends_the_process_at_once`: claim
+    /// an output, write into its staging directory, then take SIGINT with a cleanup that stalls.
+    #[test]
+    #[ignore = "the child process of a_second_signal_during_cleanup_ends_the_process_at_once"]
+    fn second_signal_child() {
+        let Some(out) = std::env::var_os(SECOND_SIGNAL_CHILD) else {
+            return;
+        };
+        install();
+        let c = crate::io::output::Claim::new(
+            Path::new(&out),
+            crate::io::output::Kind::Checkpoint,
+            false,
+            &[],
+        )
+        .unwrap();
+        std::fs::write(c.staging().join("model.safetensors"), b"partial").unwrap();
+        STALL.store(true, Ordering::Release);
+        unsafe { libc::raise(libc::SIGINT) };
+        unreachable!("SIGINT returned");
+    }
+
+    /// #38.1: SIGINT, then SIGTERM while the first one's cleanup runs: the process ends at
+    /// once by SIGTERM (before, the nested handler waited in `pause()` for ever), leaves no
+    /// lock file, and the next claim of the output removes the partial it left.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_second_signal_during_cleanup_ends_the_process_at_once() {
+        use std::io::Read;
+        use std::os::unix::process::ExitStatusExt;
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("draft-int4");
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "io::interrupt::tests::second_signal_child",
+                "--include-ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(SECOND_SIGNAL_CHILD, &out)
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Wait (by reading, not by time) until the first cleanup is under way.
+        let mut err = child.stderr.take().unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 256];
+        while !seen.windows(STALLING.len()).any(|w| w == STALLING) {
+            let n = err.read(&mut buf).unwrap();
+            assert!(n > 0, "{}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        // A hang is the defect: a bound far above any cleanup, checked without sleeping on it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the second signal did not end the process");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let _ = err.read_to_end(&mut seen);
+        let e = String::from_utf8_lossy(&seen);
+        assert_eq!(status.signal(), Some(libc::SIGTERM), "{e}");
+        assert!(e.contains("second signal"), "{e}");
+        let names: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !names.iter().any(|n| n.ends_with(".kquant-lock")),
+            "{names:?}"
+        );
+        assert!(!out.exists());
+        // The next claim recognises and removes the partial.
+        let c =
+            crate::io::output::Claim::new(&out, crate::io::output::Kind::Checkpoint, false, &[])
+                .unwrap();
+        assert!(std::fs::read_dir(c.staging()).unwrap().next().is_none());
+        drop(c);
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
     }
 
     #[cfg(target_os = "linux")]

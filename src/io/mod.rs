@@ -11,6 +11,7 @@ pub mod interrupt;
 pub mod manifest;
 pub mod output;
 pub mod process;
+pub mod reads;
 pub mod shard;
 pub mod sink;
 pub mod source;

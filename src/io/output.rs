@@ -351,6 +351,13 @@ impl Claim {
     /// Put the staging output under the final name (see the module docs). The caller has
     /// written and fsynced every file in it.
     pub fn commit(mut self) -> Result<Committed> {
+        // Held again against what the command read since the claim was made.
+        if let (Some(parent), Some(name)) = (self.out.parent(), self.out.file_name()) {
+            let parent = Some(parent)
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            check_overlap(&self.out, parent, name, &[])?;
+        }
         if self.kind.is_dir() {
             sync_path(&self.staging)?;
         }
@@ -476,7 +483,21 @@ impl Drop for Claim {
     }
 }
 
-/// The output may not be a source or hold one (so `--force` can never delete a source).
+/// [`check_overlap`] of an output path named on the command line, before the command runs (so
+/// that a refusal costs no capture or replay first); [`Claim::new`] checks again.
+pub fn check_not_a_read(out: &Path) -> Result<()> {
+    let (Some(name), parent) = (out.file_name(), out.parent()) else {
+        return Ok(());
+    };
+    let parent = parent
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    check_overlap(out, parent, name, &[])
+}
+
+/// The output may not be a path the command reads, hold one, or sit inside one (so `--force`
+/// can never delete or change a source): `sources` and every path `io::reads` noted, compared
+/// after resolving symbolic links.
 fn check_overlap(out: &Path, parent: &Path, name: &OsStr, sources: &[PathBuf]) -> Result<()> {
     let Ok(cparent) = std::fs::canonicalize(parent) else {
         return Ok(());
@@ -484,29 +505,29 @@ fn check_overlap(out: &Path, parent: &Path, name: &OsStr, sources: &[PathBuf]) -
     let cout = cparent.join(name);
     // Where `out` is a link, the place it leads to counts too.
     let linked = std::fs::canonicalize(out).ok().filter(|c| *c != cout);
-    for s in sources {
+    let noted = super::reads::noted();
+    for s in sources.iter().chain(&noted) {
         let Ok(cs) = std::fs::canonicalize(s) else {
             continue;
         };
         for o in std::iter::once(&cout).chain(linked.as_ref()) {
-            if cs == *o || cs.starts_with(o) {
-                return Err(out_err(
-                    out,
-                    format!(
-                        "is {} `{}`, which this command reads",
-                        if cs == *o {
-                            "the source"
-                        } else {
-                            "a directory holding the source"
-                        },
-                        s.display()
-                    ),
-                    Some(
-                        "write the output somewhere else: kquant never writes over its inputs"
-                            .into(),
-                    ),
-                ));
-            }
+            let how = if cs == *o {
+                "the source"
+            } else if cs.starts_with(o) {
+                "a directory holding the source"
+            } else if o.starts_with(&cs) {
+                "inside the source"
+            } else {
+                continue;
+            };
+            return Err(out_err(
+                out,
+                format!("is {how} `{}`, which this command reads", s.display()),
+                Some(
+                    "write the output somewhere else: kquant never writes over, around or into its inputs"
+                        .into(),
+                ),
+            ));
         }
     }
     Ok(())

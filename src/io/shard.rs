@@ -68,6 +68,7 @@ impl Shard {
     /// The file must not be modified or truncated while the `Shard` lives (the usual memmap
     /// contract). kquant never writes to its inputs and writes outputs to new files only.
     pub unsafe fn open(path: &Path) -> Result<Shard> {
+        super::reads::note(path);
         let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
         let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
         if !meta.is_file() {

@@ -88,6 +88,7 @@ impl Weights {
 /// Open a checkpoint directory (any path, UTF-8 or not): `config.json` and the index's shards,
 /// else `model.safetensors`.
 pub fn open_dir(path: &Path) -> Result<Weights> {
+    super::reads::note(path);
     let config = path.join("config.json");
     match std::fs::metadata(&config) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(path_error(&config, e)),
@@ -196,6 +197,7 @@ pub fn open(spec: &str) -> Result<Weights> {
             ))
         })?;
         let snapshot = config.parent().map(Path::to_path_buf).unwrap_or_default();
+        super::reads::note(&snapshot);
         let fetch = |name: &str| hub.get(name);
         return open_with(
             Origin::Hub {

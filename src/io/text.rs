@@ -19,6 +19,7 @@ pub const MAX_CONFIG: u64 = 64 << 20;
 /// Open `path` for reading if it is a regular file (links followed) of at most `max` bytes;
 /// `what` names it in the error.
 pub fn open_regular(path: &Path, max: u64, what: &str) -> Result<File> {
+    super::reads::note(path);
     let meta = std::fs::metadata(path).map_err(|e| Error::io("read", path, e))?;
     if !meta.is_file() {
         return Err(Error::Source {

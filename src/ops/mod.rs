@@ -109,15 +109,23 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// Index of the largest value (first on ties, as `torch.argmax`).
+/// Index of the largest value (first on ties, as `torch.argmax`). A NaN is never picked over a
+/// number (`torch.argmax` would pick the first NaN): 0 only where every value is NaN. Where a
+/// NaN may be a defect of the input (a target's logits, a trace's taps), the callers refuse it
+/// first ([`first_non_finite`]).
 pub fn argmax(x: &[f32]) -> usize {
     let mut best = 0;
     for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
+        if v > x[best] || (x[best].is_nan() && !v.is_nan()) {
             best = i;
         }
     }
     best
+}
+
+/// The index of the first value that is NaN or infinite, if any.
+pub fn first_non_finite(x: &[f32]) -> Option<usize> {
+    x.iter().position(|v| !v.is_finite())
 }
 
 /// A row's best index ([`argmax`]'s, the first on ties) with its runner-up (the first best of
@@ -154,6 +162,19 @@ pub fn top2(x: &[f32]) -> Top2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// #38.4: an argmax never picks a NaN over a number, wherever the NaN is.
+    #[test]
+    fn argmax_never_picks_a_nan_over_a_number() {
+        let n = f32::NAN;
+        assert_eq!(argmax(&[n, 1.0, 2.0]), 2);
+        assert_eq!(argmax(&[1.0, n, 0.5]), 0);
+        assert_eq!(argmax(&[n, n, -3.0]), 2);
+        assert_eq!(argmax(&[0.0, 2.0, n, 2.0]), 1, "first on ties");
+        assert_eq!(top2(&[n, 1.0, 2.0]).best, 2);
+        assert_eq!(first_non_finite(&[1.0, f32::INFINITY]), Some(1));
+        assert_eq!(first_non_finite(&[1.0, 2.0]), None);
+    }
 
     #[test]
     fn top2_keeps_argmax_and_finds_the_runner_up() {

@@ -128,6 +128,8 @@ pub struct Captured {
     pub finish_reason: &'static str,
     /// Where the engine stops (tokens, prompt included) when lookahead follows it.
     pub stop_len: Option<usize>,
+    /// Where the capture forward's logits or the kept taps are NaN or infinite, if anywhere.
+    pub non_finite: Option<String>,
 }
 
 /// Positions `t` in `p-1 .. T-1` whose argmax is not `x[t+1]`.
@@ -156,7 +158,30 @@ fn greedy_nocache(m: &Target, prompt: &[u32], n: usize, stop: &[u32]) -> Result<
     Ok(out)
 }
 
-/// Capture one prompt.
+/// Where the capture forward's logits or the taps it keeps hold a value that is not finite:
+/// `(what, position)`. A trace made of them would feed a draft NaN taps and a continuation of
+/// argmaxes over NaN, which every draft "predicts" (#38.4), so capture refuses it.
+fn non_finite(f: &Forward, vocab: usize, taps: &[(usize, Vec<f32>)], h: usize) -> Option<String> {
+    if let Some(i) = crate::ops::first_non_finite(&f.logits) {
+        return Some(format!(
+            "the target's logits are not finite ({}) at position {}",
+            f.logits[i],
+            i / vocab.max(1)
+        ));
+    }
+    taps.iter().find_map(|(t, v)| {
+        crate::ops::first_non_finite(v).map(|i| {
+            format!(
+                "tap {t} (hidden state) is not finite ({}) at position {}",
+                v[i],
+                i / h.max(1)
+            )
+        })
+    })
+}
+
+/// Capture one prompt. Where the target's logits or taps are not finite, `non_finite` says
+/// where, and [`write_trace`] refuses the prompt.
 pub fn capture(m: &Target, prompt: &[u32], o: &Options) -> Result<Captured> {
     let p = prompt.len();
     let stop = if o.stop_at_eos {
@@ -204,12 +229,14 @@ pub fn capture(m: &Target, prompt: &[u32], o: &Options) -> Result<Captured> {
     }
     let stop_len = stop_len.min(x.len());
     let stopped = stop.contains(&x[stop_len - 1]);
+    let taps: Vec<(usize, Vec<f32>)> = o
+        .taps
+        .iter()
+        .map(|&i| (i, f.hidden_states[i].clone()))
+        .collect();
     Ok(Captured {
-        taps: o
-            .taps
-            .iter()
-            .map(|&i| (i, f.hidden_states[i].clone()))
-            .collect(),
+        non_finite: non_finite(&f, m.vocab(), &taps, m.hidden()),
+        taps,
         tokens: x,
         prompt_len: p,
         top1: t1,
@@ -354,9 +381,16 @@ pub fn manifest(
     } else {
         Value::Null
     };
+    // The weights alone do not fix the continuation: the config (rope scaling, norms, the
+    // router) does too, so it has its own digest, which `trace merge` compares (#38.9).
+    let config = match &ck.weights.config_path {
+        Some(c) => json!(format!("sha256:{}", hash_file(c)?.sha256)),
+        None => Value::Null,
+    };
     let target = json!({
         "name": name,
         "revision": revision(ck)?,
+        "config_sha256": config,
         "quantization": quantization(ck),
         "engine": "kquant",
         "engine_version": env!("CARGO_PKG_VERSION"),
@@ -428,7 +462,20 @@ pub fn write_trace(
     let pb = crate::progress::items(prompts.len() as u64, "capture", "samples");
     let mut caps = Vec::with_capacity(prompts.len());
     for p in prompts {
-        caps.push(capture(m, &p.tokens, o)?);
+        let c = capture(m, &p.tokens, o)?;
+        if let Some(why) = &c.non_finite {
+            return Err(Error::Source {
+                path: ck.weights.dir.clone(),
+                msg: format!("prompt {}: {why}; no trace is written from it", p.id),
+                hint: Some(
+                    "the target checkpoint computes NaN or infinity here: check its weights \
+                     (`kquant diff` against the original, `kquant inspect --tensors`) or \
+                     re-download it"
+                        .into(),
+                ),
+            });
+        }
+        caps.push(c);
         pb.inc(1);
     }
     pb.finish_and_clear();

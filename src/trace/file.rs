@@ -182,6 +182,7 @@ impl Trace {
     /// Open `dir`, check the manifest ([`parse_manifest`]), every shard's sha256 and every
     /// sample's tensors.
     pub fn open(dir: &Path) -> Result<Trace> {
+        crate::io::reads::note(dir);
         let mpath = dir.join("manifest.json");
         let bytes = std::fs::read(&mpath).map_err(|e| Error::io("read", &mpath, e))?;
         let manifest = parse_manifest(&bytes).map_err(|m| terr(dir, m))?;
@@ -308,9 +309,30 @@ impl Trace {
         Ok(self.tensor(s, what)?.data)
     }
 
-    /// Hidden states `[T, H]` of tap `hs[i]` as f32.
+    /// Hidden states `[T, H]` of tap `hs[i]` as f32. A value that is NaN or infinite is an
+    /// error naming the sample, tap and position (#38.4: a draft fed NaN taps "predicts" a
+    /// continuation of argmaxes over NaN, and a gate on such a trace passes anything); checked
+    /// here, where every replay converts the taps, one sample at a time.
     pub fn tap(&self, s: &SampleMeta, i: usize) -> Result<Vec<f32>> {
-        Ok(self.tensor(s, &format!("tap.{i}"))?.to_f32())
+        let v = self.tensor(s, &format!("tap.{i}"))?.to_f32();
+        if let Some(j) = crate::ops::first_non_finite(&v) {
+            let h = self.manifest.hidden_size.max(1);
+            return Err(Error::Source {
+                path: self.dir.clone(),
+                msg: format!(
+                    "sample {}: tap {i} holds a value that is not finite ({}) at position {}",
+                    s.id,
+                    v[j],
+                    j / h
+                ),
+                hint: Some(
+                    "the target that captured this trace computed NaN or infinity; capture it \
+                     again from a sound target (`kquant trace capture` refuses such a target)"
+                        .into(),
+                ),
+            });
+        }
+        Ok(v)
     }
 
     /// Refuse a trace that cannot feed a draft: missing taps, other hidden size, tokens out of

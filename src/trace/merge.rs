@@ -23,15 +23,26 @@ pub struct Merged {
     pub inputs: Vec<(PathBuf, usize)>,
 }
 
-/// The first manifest field in which `b` differs from `a` (name, a's value, b's value).
+/// The first manifest field in which `b` differs from `a` (name, a's value, b's value). The
+/// target's config and tokenizer digests count where both traces record them (a trace made
+/// before kquant recorded `config_sha256`, the bundled one included, has none).
 fn differs(a: &Manifest, b: &Manifest) -> Option<(&'static str, String, String)> {
     let rev = |m: &Manifest| m.target.get("revision").map(|v| v.to_string());
-    let fields: [(&'static str, String, String); 8] = [
+    let both = |f: &dyn Fn(&Manifest) -> Option<String>| match (f(a), f(b)) {
+        (Some(x), Some(y)) => (x, y),
+        _ => (String::new(), String::new()),
+    };
+    let digest = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(String::from);
+    let (ca, cb) = both(&|m| digest(m.target.get("config_sha256")));
+    let (ta, tb) = both(&|m| digest(m.extra.get("tokenizer_sha256")));
+    let fields: [(&'static str, String, String); 10] = [
         (
             "target revision",
             format!("{:?}", rev(a)),
             format!("{:?}", rev(b)),
         ),
+        ("target config (config_sha256)", ca, cb),
+        ("tokenizer (tokenizer_sha256)", ta, tb),
         (
             "hidden_size",
             a.hidden_size.to_string(),
@@ -89,6 +100,30 @@ pub fn merge(inputs: &[PathBuf], out: &Path, force: bool) -> Result<Merged> {
                 ),
                 hint: Some("capture every trace from the same target with the same --taps and --tap-dtype (`kquant trace capture`), then merge".into()),
             });
+        }
+    }
+    // The same capture twice (the same path, or a copy of it) would count its samples twice and
+    // narrow every confidence interval computed over the merge.
+    for (j, t) in traces.iter().enumerate() {
+        for (i, u) in traces[..j].iter().enumerate() {
+            let shared = t
+                .manifest
+                .shards
+                .iter()
+                .find(|s| u.manifest.shards.iter().any(|r| r.sha256 == s.sha256));
+            if let Some(s) = shared {
+                return Err(Error::Source {
+                    path: inputs[j].clone(),
+                    msg: format!(
+                        "holds shard `{}` (sha256 {}…) that `{}` holds too: the same samples \
+                         twice would be counted twice",
+                        s.file,
+                        &s.sha256[..s.sha256.len().min(12)],
+                        inputs[i].display()
+                    ),
+                    hint: Some("give each trace once".into()),
+                });
+            }
         }
     }
     // Claim before the copy; never over an input.

@@ -51,6 +51,7 @@ pub fn write(
     len: usize,
     prompt_len: usize,
     samples: usize,
+    force: bool,
 ) -> Result<()> {
     if len < 2 || prompt_len == 0 || prompt_len >= len {
         return Err(Error::Usage(format!(
@@ -80,8 +81,8 @@ pub fn write(
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
     }
-    // A bench trace is replaced without --force, but only when kquant wrote it.
-    let claim = file::claim(dir, true, &[])?;
+    // Replaced with `force` only, and then only when kquant wrote it (`io::output`).
+    let claim = file::claim(dir, force, &[])?;
     let mut taps = shape.taps.clone();
     taps.sort_unstable();
     taps.dedup();
@@ -175,8 +176,8 @@ mod tests {
             num_layers: None,
         };
         let (a, b) = (base.join("a"), base.join("b"));
-        write(&a, &shape, 40, 5, 2).unwrap();
-        write(&b, &shape, 40, 5, 2).unwrap();
+        write(&a, &shape, 40, 5, 2, false).unwrap();
+        write(&b, &shape, 40, 5, 2, false).unwrap();
         let ta = Trace::open(&a).unwrap();
         let tb = Trace::open(&b).unwrap();
         assert_eq!(
@@ -196,7 +197,7 @@ mod tests {
         let tap = ta.tap(s, 9).unwrap();
         assert_eq!(tap.len(), 40 * 16);
         assert!(tap.iter().all(|v| v.abs() <= 0.5) && tap.iter().any(|v| v.abs() > 0.1));
-        assert!(write(&a, &shape, 40, 40, 1).is_err());
+        assert!(write(&a, &shape, 40, 40, 1, false).is_err());
         // Without the target's layer count, the fewest its taps need; with it, that count
         // (never below the taps).
         assert_eq!(ta.manifest.num_layers, 9);
@@ -206,7 +207,7 @@ mod tests {
                 num_layers: Some(given),
                 ..shape_of(&shape)
             };
-            write(&c, &shape, 40, 5, 1).unwrap();
+            write(&c, &shape, 40, 5, 1, false).unwrap();
             assert_eq!(Trace::open(&c).unwrap().manifest.num_layers, says);
         }
         let _ = std::fs::remove_dir_all(&base);

@@ -347,6 +347,19 @@ impl Profile {
             if v.known() == Some(&0) {
                 return Err(bad(path, format!("{what} is 0")));
             }
+            // #38.12: bounded before anything is sized or listed from it.
+            if let Some(&n) = v
+                .known()
+                .filter(|&&n| n as u64 > crate::checkpoint::detect::MAX_DIM)
+            {
+                return Err(bad(
+                    path,
+                    format!(
+                        "{what} is {n}; kquant takes values up to {}",
+                        crate::checkpoint::detect::MAX_DIM
+                    ),
+                ));
+            }
         }
         for f in DraftFamily::ALL {
             let Some(t) = self.taps.get(f) else { continue };
@@ -407,7 +420,8 @@ impl Profile {
             let mut all: Vec<usize> = lp.kda.iter().chain(&lp.mla).copied().collect();
             all.sort_unstable();
             let n = self.num_layers.known().copied().unwrap_or(all.len());
-            if all != (0..n).collect::<Vec<_>>() {
+            // Compared without listing 0..n (n comes from the file).
+            if all.len() != n || all.iter().enumerate().any(|(i, &l)| i != l) {
                 return Err(bad(
                     path,
                     format!("layers: kda {:?} and mla {:?} must together be each of the {n} layers 0..{n} once", lp.kda, lp.mla),
@@ -563,6 +577,16 @@ mod tests {
         t.live.as_mut().unwrap().trace = "../elsewhere".into();
         assert!(t.check(p).unwrap_err().to_string().contains("relative"));
         assert!(matches!(load("no-such-target"), Err(Error::Flags { .. })));
+        // #38.12: a hostile layer count is refused before anything is listed from it.
+        let mut t = load("kimi-linear-48b-a3b").unwrap();
+        t.num_layers = Fact::Known(1 << 32);
+        let e = t.check(p).unwrap_err().to_string();
+        assert!(e.contains("num_layers is 4294967296"), "{e}");
+        let mut t = load("kimi-linear-48b-a3b").unwrap();
+        if let Some(lp) = t.layers.as_mut() {
+            lp.mla.push(1 << 40);
+        }
+        assert!(t.check(p).is_err());
     }
 
     #[test]

@@ -9,6 +9,10 @@ use crate::checkpoint::Config;
 use crate::error::{Error, Result};
 use crate::runtime::rope::{yarn_mscale, Rope};
 
+/// The largest `max_position_embeddings` a target config may give (16M positions: above every
+/// real model's context).
+pub const MAX_POSITIONS: u64 = 1 << 24;
+
 /// transformers' RMSNorm default eps, which the latent norms keep.
 pub const LATENT_EPS: f32 = 1e-6;
 
@@ -51,7 +55,8 @@ pub struct DsConfig {
     pub scale: f32,
     /// `eos_token_id` (one or several).
     pub eos: Vec<u32>,
-    /// `max_position_embeddings` (default 4096): the longest sequence the target is run on.
+    /// `max_position_embeddings` (default 4096, at most [`MAX_POSITIONS`]): the longest
+    /// sequence the target is run on.
     pub max_pos: usize,
 }
 
@@ -69,12 +74,28 @@ impl DsConfig {
             msg,
         };
         let get = |k: &str| t.get(k).filter(|v| !v.is_null());
+        // Every integer is bounded before anything is sized from it (#38.12: a
+        // `qk_rope_head_dim` of 2^40 asked for 2 TB): dimensions up to MAX_DIM, positions up to
+        // MAX_POSITIONS.
         let uint = |k: &str| -> Result<Option<usize>> {
             match get(k) {
                 None => Ok(None),
-                Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
-                    cerr(format!("`{k}` must be a non-negative integer, found {v}"))
-                }),
+                Some(v) => {
+                    let x = v.as_u64().ok_or_else(|| {
+                        cerr(format!("`{k}` must be a non-negative integer, found {v}"))
+                    })?;
+                    let max = if k == "max_position_embeddings" {
+                        MAX_POSITIONS
+                    } else {
+                        crate::checkpoint::detect::MAX_DIM
+                    };
+                    if x > max {
+                        return Err(cerr(format!(
+                            "`{k}` is {x}; kquant runs values up to {max}"
+                        )));
+                    }
+                    Ok(Some(x as usize))
+                }
             }
         };
         let need = |k: &str| uint(k)?.ok_or_else(|| cerr(format!("`{k}` is missing")));
@@ -98,13 +119,16 @@ impl DsConfig {
         }
         let max_pos = uint("max_position_embeddings")?.unwrap_or(4096);
         let (rope, mult) = rope_of(t, rope_dim, max_pos).map_err(cerr)?;
+        // An id that does not fit a token id is an error, not a wrapped other token.
+        let token = |v: &Value| -> Result<u32> {
+            v.as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .ok_or_else(|| cerr(format!("`eos_token_id` holds {v}, not a token id")))
+        };
         let eos = match get("eos_token_id") {
             None => vec![],
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(|v| v.as_u64().map(|x| x as u32))
-                .collect(),
-            Some(v) => v.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+            Some(Value::Array(a)) => a.iter().map(token).collect::<Result<_>>()?,
+            Some(v) => vec![token(v)?],
         };
         let c = DsConfig {
             hidden: need("hidden_size")?,
@@ -178,7 +202,35 @@ impl DsConfig {
                 "`num_hidden_layers`, `num_attention_heads`, `hidden_size` must be > 0".into(),
             );
         }
-        Ok(())
+        if let Some(&e) = self.eos.iter().find(|&&e| e as usize >= self.vocab) {
+            return Err(format!(
+                "`eos_token_id` {e} is outside the vocabulary of {}",
+                self.vocab
+            ));
+        }
+        let u = |x: usize| x as u64;
+        crate::checkpoint::detect::check_dims(
+            &[],
+            &[
+                (
+                    "num_attention_heads × (qk_nope + qk_rope)",
+                    &[u(self.heads), u(self.nope + self.rope_dim)],
+                ),
+                (
+                    "num_attention_heads × (qk_nope + v_head_dim)",
+                    &[u(self.heads), u(self.nope + self.v_dim)],
+                ),
+                (
+                    "kv_lora_rank + qk_rope_head_dim",
+                    &[u(self.kv_lora + self.rope_dim)],
+                ),
+                (
+                    "n_routed_experts × moe_intermediate_size",
+                    &[u(self.experts), u(self.moe_inter)],
+                ),
+                ("vocab_size × hidden_size", &[u(self.vocab), u(self.hidden)]),
+            ],
+        )
     }
 }
 

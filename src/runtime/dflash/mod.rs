@@ -229,9 +229,12 @@ impl DFlash {
             .with_hint("verify this draft live on its engine (`kquant verify --endpoint`); the offline replay would measure another model"));
         }
         let d = &det.dims;
-        let need = |v: Option<u64>, k: &str| {
-            v.map(|x| x as usize)
-                .ok_or_else(|| Error::source(dir, format!("config has no `{k}`")))
+        d.check_bounded()
+            .map_err(|m| Error::source(dir, m).with_hint("a dimension of config.json is past any real model's; check the file (`kquant inspect` shows what it reads)"))?;
+        let need = |v: Option<u64>, k: &str| match v {
+            Some(0) => Err(Error::source(dir, format!("config's `{k}` is 0"))),
+            Some(x) => Ok(x as usize),
+            None => Err(Error::source(dir, format!("config has no `{k}`"))),
         };
         let h = need(d.hidden_size, "hidden_size")?;
         let ht = d.target_hidden_size.map(|x| x as usize).unwrap_or(h);

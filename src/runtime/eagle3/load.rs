@@ -30,8 +30,11 @@ impl Source<'_, '_, '_> {
 
     /// Dimension `key` of the draft, which it must have.
     pub fn need(&self, v: Option<u64>, key: &str) -> Result<usize> {
-        v.map(|x| x as usize)
-            .ok_or_else(|| self.err(format!("`{key}` unknown")))
+        match v {
+            Some(0) => Err(self.err(format!("`{key}` is 0"))),
+            Some(x) => Ok(x as usize),
+            None => Err(self.err(format!("`{key}` unknown"))),
+        }
     }
 
     fn num(&self, key: &str) -> Option<f64> {
@@ -98,6 +101,8 @@ impl Eagle3 {
             cfg: ck.config.as_ref(),
         };
         let d = &det.dims;
+        d.check_bounded()
+            .map_err(|m| src.err(m).with_hint("a dimension of config.json is past any real model's; check the file (`kquant inspect` shows what it reads)"))?;
         let h = src.need(d.hidden_size, "hidden_size")?;
         let ht = d.target_hidden_size.map_or(h, |x| x as usize);
         let inter = src.need(d.intermediate_size, "intermediate_size")?;

@@ -66,13 +66,25 @@ impl KlConfig {
 
 fn read(t: &Map<String, Value>, cfg: &Config) -> std::result::Result<KlConfig, String> {
     let get = |k: &str| t.get(k).filter(|v| !v.is_null());
+    // Bounded before anything is sized from it (#38.11/12), as the DeepSeek config does.
     let uint_in = |m: &Map<String, Value>, k: &str| -> std::result::Result<Option<usize>, String> {
         match m.get(k).filter(|v| !v.is_null()) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(|x| Some(x as usize))
-                .ok_or_else(|| format!("`{k}` must be a non-negative integer, found {v}")),
+            Some(v) => {
+                let x = v
+                    .as_u64()
+                    .ok_or_else(|| format!("`{k}` must be a non-negative integer, found {v}"))?;
+                let max = match k {
+                    "max_position_embeddings" | "model_max_length" => {
+                        crate::runtime::deepseek::config::MAX_POSITIONS
+                    }
+                    _ => crate::checkpoint::detect::MAX_DIM,
+                };
+                if x > max {
+                    return Err(format!("`{k}` is {x}; kquant runs values up to {max}"));
+                }
+                Ok(Some(x as usize))
+            }
         }
     };
     let uint = |k: &str| uint_in(t, k);
@@ -159,13 +171,15 @@ fn read(t: &Map<String, Value>, cfg: &Config) -> std::result::Result<KlConfig, S
     let max_pos = any(&["model_max_length", "max_position_embeddings"])?.unwrap_or(4096);
     let nope = need(&["qk_nope_head_dim"])?;
     let rope_dim = need(&["qk_rope_head_dim"])?;
+    let token = |v: &Value| {
+        v.as_u64()
+            .and_then(|x| u32::try_from(x).ok())
+            .ok_or_else(|| format!("`eos_token_id` holds {v}, not a token id"))
+    };
     let eos = match get("eos_token_id") {
         None => vec![],
-        Some(Value::Array(a)) => a
-            .iter()
-            .filter_map(|v| v.as_u64().map(|x| x as u32))
-            .collect(),
-        Some(v) => v.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a.iter().map(token).collect::<Result<_, _>>()?,
+        Some(v) => vec![token(v)?],
     };
     let ds = DsConfig {
         hidden: need(&["hidden_size"])?,
@@ -337,12 +351,20 @@ mod tests {
         assert!(with("moe_router_activation_func", json!("softmax")).contains("sigmoid"));
         assert!(with("moe_layer_freq", json!(2)).contains("moe_layer_freq"));
         // Hostile sizes are refused before anything is allocated from them.
-        assert!(with("num_hidden_layers", json!(1u64 << 40)).contains("1..=4096"));
+        assert!(with("num_hidden_layers", json!(1u64 << 40)).contains("num_hidden_layers"));
+        assert!(with("num_hidden_layers", json!(5000)).contains("1..=4096"));
         let mut j = real();
         j["linear_attn_config"]["head_dim"] = json!(1u64 << 33);
+        assert!(cfg(j).unwrap_err().contains("head_dim"));
+        let mut j = real();
+        j["linear_attn_config"]["head_dim"] = json!(1u64 << 19);
         assert!(cfg(j)
             .unwrap_err()
             .contains("past what a KDA layer can hold"));
+        // #38.11/12: dimensions whose products wrap, and ids that do not fit a token id.
+        assert!(with("num_attention_heads", json!(1u64 << 62)).contains("num_attention_heads"));
+        assert!(with("qk_rope_head_dim", json!(1u64 << 40)).contains("qk_rope_head_dim"));
+        assert!(with("eos_token_id", json!((1u64 << 32) + 5)).contains("eos_token_id"));
         let mut j = real();
         j["linear_attn_config"]["short_conv_kernel_size"] = json!(1000);
         assert!(cfg(j)
