@@ -1186,3 +1186,62 @@ fn a_nan_in_the_target_or_the_trace_never_passes_a_gate() {
     let e = assert_refused(&o, "verify on a NaN trace");
     assert!(e.contains("sample 0") && e.contains("not finite"), "{e}");
 }
+
+/// A `d2t` offset that maps a draft id outside the target's vocabulary (here past `i64`) used
+/// to wrap to another token silently; now the tensor and the id are named, exit 2.
+#[test]
+fn a_hostile_d2t_is_named() {
+    let t = tempfile::tempdir().unwrap();
+    let d = planted(t.path(), "eagle3", "fixtures/kimi-k2.5-tiny/eagle3", &[]);
+    let f = Path::new(&d).join("model.safetensors");
+    let mut bytes = std::fs::read(&f).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let h: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    assert_eq!(h["d2t"]["dtype"], "I64");
+    let a = 8 + n + h["d2t"]["data_offsets"][0].as_u64().unwrap() as usize;
+    bytes[a + 8 * 7..a + 8 * 8].copy_from_slice(&i64::MAX.to_le_bytes());
+    std::fs::write(&f, bytes).unwrap();
+    let o = kquant(&[
+        "verify",
+        "--target",
+        "kimi-k2.5-tiny",
+        "--trace",
+        "fixtures/kimi-k2.5-tiny/trace",
+        "--per-category",
+        "1",
+        "--draft",
+        &d,
+    ]);
+    let e = assert_refused(&o, "hostile d2t");
+    assert!(e.contains("`d2t`") && e.contains("draft id 7"), "{e}");
+}
+
+/// Samples longer than the draft's `max_position_embeddings` used to be replayed without a
+/// word; now a `warning:` says how many and which first (the replay still runs).
+#[test]
+fn samples_past_the_drafts_positions_are_said() {
+    let t = tempfile::tempdir().unwrap();
+    let d = planted(
+        t.path(),
+        "eagle3",
+        "fixtures/kimi-k2.5-tiny/eagle3",
+        &[("max_position_embeddings", serde_json::json!(64))],
+    );
+    let o = kquant(&[
+        "verify",
+        "--target",
+        "kimi-k2.5-tiny",
+        "--trace",
+        "fixtures/kimi-k2.5-tiny/trace",
+        "--per-category",
+        "1",
+        "--draft",
+        &d,
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(
+        e.contains("warning:") && e.contains("max_position_embeddings (64)"),
+        "{e}"
+    );
+}

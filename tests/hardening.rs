@@ -966,6 +966,41 @@ fn kills_at_random_moments_of_every_writing_command() {
     }
 }
 
+/// The adversary's extras: a (dangling) symbolic link under the lock's name is refused and
+/// never followed (nothing is created where it points), and a lock file that cannot be written
+/// (a full disk, `KQUANT_FAULT=lock-enospc`) is removed, not left empty.
+#[test]
+fn lock_files_are_never_links_and_never_left_empty() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("out");
+    let victim = t.path().join("elsewhere").join("victim");
+    std::os::unix::fs::symlink(&victim, t.path().join(".out.kquant-lock")).unwrap();
+    let q = |env: &[(&str, &str)]| {
+        let args = [
+            "quantize",
+            TINY,
+            "-o",
+            out.to_str().unwrap(),
+            "--scheme",
+            "int4-pc",
+        ];
+        let a: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        run_env(&a, env)
+    };
+    std::fs::create_dir(t.path().join("elsewhere")).unwrap();
+    let o = q(&[]);
+    let e = stderr(&o);
+    assert_eq!(code(&o), Some(2), "{e}");
+    assert!(e.contains("symbolic link") && e.contains("hint:"), "{e}");
+    assert!(!victim.exists() && !out.exists());
+    std::fs::remove_file(t.path().join(".out.kquant-lock")).unwrap();
+    let o = q(&[("KQUANT_FAULT", "lock-enospc")]);
+    let e = stderr(&o);
+    assert_eq!(code(&o), Some(2), "{e}");
+    assert!(e.contains("lock file") && e.contains("disk is full"), "{e}");
+    assert_eq!(names(t.path()), vec!["elsewhere".to_string()]);
+}
+
 #[test]
 fn leftovers_of_other_outputs_are_reported() {
     let t = tempfile::tempdir().unwrap();

@@ -8,9 +8,14 @@
 //! `<backend>-<arch>-<digest>.bin`: a header naming the whole key and the payload's SHA-256,
 //! then the payload (PTX text for CUDA, a code object for HIP). An entry whose header or hash
 //! does not match, or that is larger than [`MAX_ENTRY_BYTES`], is compiled again and replaced;
-//! entries are written to a temporary name and renamed, so a killed process never leaves a
-//! partial one under the final name. A cache that cannot be read or written costs a compile,
-//! never the device: the reason is reported in [`Origin`].
+//! entries are written to a temporary name (a new file: never through a link) and renamed, so
+//! a killed process never leaves a partial one under the final name. A cache that cannot be
+//! read or written costs a compile, never the device: the reason is reported in [`Origin`].
+//!
+//! Who may write it: the user alone. The hash in an entry tells a damaged entry from a whole
+//! one, not a planted one, so an entry or a directory owned by another user, or writable by
+//! group or others, is never loaded (the module is compiled instead); a new directory is made
+//! `0700`, an entry `0600`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -161,13 +166,53 @@ pub fn load_or_compile(
     Ok((payload, origin))
 }
 
-/// The payload of the entry at `path` when it is whole and for `key`; `None` otherwise.
+/// Whether a cache file or directory may be trusted: owned by this user (or root) and
+/// writable by nobody else. The SHA-256 in an entry tells a damaged entry from a whole one, not
+/// a planted one (anyone who can write the directory can write a matching hash): so an entry,
+/// or a directory, that another user could have written is not read (#38, the adversary's
+/// extras; docs/kernels.md).
+#[cfg(unix)]
+fn trusted(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    (meta.uid() == me || meta.uid() == 0) && meta.mode() & 0o022 == 0
+}
+
+#[cfg(not(unix))]
+fn trusted(_: &std::fs::Metadata) -> bool {
+    true
+}
+
+/// The payload of the entry at `path` when it is whole, for `key`, and trusted; `None`
+/// otherwise. The file is opened once (no symbolic link followed), checked through that handle
+/// and read up to the bound, so a file swapped or grown between the check and the read is
+/// never read past [`MAX_ENTRY_BYTES`].
 fn read_entry(path: &Path, key: &Key) -> Option<Vec<u8>> {
-    let meta = std::fs::metadata(path).ok()?;
-    if !meta.is_file() || meta.len() > MAX_ENTRY_BYTES {
+    use std::io::Read;
+    #[cfg(unix)]
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir_ok = path
+        .parent()
+        .and_then(|d| std::fs::metadata(d).ok())
+        .is_some_and(|m| trusted(&m));
+    if !dir_ok {
         return None;
     }
-    let bytes = std::fs::read(path).ok()?;
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    #[cfg(unix)]
+    o.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    let f = o.open(path).ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_ENTRY_BYTES || !trusted(&meta) {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    f.take(MAX_ENTRY_BYTES + 1).read_to_end(&mut bytes).ok()?;
+    if bytes.len() as u64 > MAX_ENTRY_BYTES {
+        return None;
+    }
     let mut lines = bytes.splitn(4, |&b| b == b'\n');
     let (magic, k, sum, payload) = (lines.next()?, lines.next()?, lines.next()?, lines.next()?);
     if magic != MAGIC.as_bytes() || k != key.header_key().as_bytes() {
@@ -177,10 +222,31 @@ fn read_entry(path: &Path, key: &Key) -> Option<Vec<u8>> {
 }
 
 fn write_entry(dir: &Path, path: &Path, key: &Key, payload: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    {
+        let mut b = std::fs::DirBuilder::new();
+        b.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        b.create(dir)?;
+    }
     let tmp = dir.join(format!(".{}.tmp.{}", key.file_name(), std::process::id()));
+    // A new file only (`create_new`: never through a link planted under the temporary name);
+    // a leftover of this pid (or a planted link) is removed once, then created anew.
+    let create = || {
+        let mut o = std::fs::OpenOptions::new();
+        o.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+        o.open(&tmp)
+    };
     let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = match create() {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                std::fs::remove_file(&tmp)?;
+                create()?
+            }
+            r => r?,
+        };
         writeln!(f, "{MAGIC}")?;
         writeln!(f, "{}", key.header_key())?;
         writeln!(f, "{}", hex(&Sha256::digest(payload)))?;
@@ -293,6 +359,44 @@ mod tests {
         std::fs::copy(&path, t.path().join(other.file_name())).unwrap();
         let (p, _) = load_or_compile(Some(t.path()), &other, || Ok(b"other".to_vec())).unwrap();
         assert_eq!(p, b"other");
+    }
+
+    /// The adversary's extras: a link planted under the temporary name is not followed (its
+    /// target is untouched), and an entry another user could have written (here: writable by
+    /// group and others) is compiled again instead of loaded.
+    #[cfg(unix)]
+    #[test]
+    fn planted_links_and_foreign_writable_entries_are_not_trusted() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let k = key("src");
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, b"user data").unwrap();
+        let tmp = t
+            .path()
+            .join(format!(".{}.tmp.{}", k.file_name(), std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        let (_, o) = load_or_compile(Some(t.path()), &k, || Ok(b"ptx".to_vec())).unwrap();
+        assert!(matches!(o, Origin::Stored(_)), "{o:?}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"user data");
+        let path = t.path().join(k.file_name());
+        // A planted entry with a matching hash, writable by others: not loaded.
+        let mut planted = std::fs::read(&path).unwrap();
+        let at = planted.len() - 3;
+        planted.truncate(at);
+        planted.extend_from_slice(b"bad");
+        let mut lines: Vec<&[u8]> = planted.splitn(4, |&b| b == b'\n').collect();
+        let sum = hex(&Sha256::digest(lines[3]));
+        lines[2] = sum.as_bytes();
+        std::fs::write(&path, lines.join(&b'\n')).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let (p, o) = load_or_compile(Some(t.path()), &k, || Ok(b"ptx".to_vec())).unwrap();
+        assert_eq!(p, b"ptx");
+        assert!(matches!(o, Origin::Stored(_)), "{o:?}");
+        // A directory writable by others: nothing in it is loaded.
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let (_, o) = load_or_compile(Some(t.path()), &k, || Ok(b"ptx".to_vec())).unwrap();
+        assert!(!matches!(o, Origin::Cached(_)), "{o:?}");
     }
 
     #[test]

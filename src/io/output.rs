@@ -26,7 +26,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -231,13 +231,29 @@ impl Claim {
     /// Take the lock file, or say who holds it.
     fn take_lock(&self, name: &OsStr) -> Result<File> {
         for _ in 0..16 {
+            // Never through a symbolic link (a planted or dangling one would make kquant create
+            // or write a file elsewhere): a link under the lock's name is refused.
             let mut f = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create(true)
                 .truncate(false)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(&self.lock_path)
-                .map_err(|e| Error::io("create the lock file", &self.lock_path, e))?;
+                .map_err(|e| {
+                    if e.raw_os_error() == Some(libc::ELOOP) {
+                        out_err(
+                            &self.out,
+                            format!(
+                                "its lock file `{}` is a symbolic link, which kquant never makes",
+                                self.lock_path.display()
+                            ),
+                            Some("remove the link (it is not kquant's), then run again".into()),
+                        )
+                    } else {
+                        Error::io("create the lock file", &self.lock_path, e)
+                    }
+                })?;
             // Another claim's leftover report probes locks for a few microseconds: a lock
             // that is busy is asked again a few times before it counts as held.
             let held = !(0..5).any(|k| {
@@ -270,10 +286,19 @@ impl Claim {
                     let mut note = format!("{}\n", std::process::id()).into_bytes();
                     note.extend_from_slice(name.as_bytes());
                     note.push(b'\n');
-                    f.set_len(0)
-                        .and_then(|_| f.rewind())
-                        .and_then(|_| f.write_all(&note))
-                        .map_err(|e| Error::io("write the lock file", &self.lock_path, e))?;
+                    let written = if fault_set("lock-enospc") {
+                        Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+                    } else {
+                        f.set_len(0)
+                            .and_then(|_| f.rewind())
+                            .and_then(|_| f.write_all(&note))
+                    };
+                    if let Err(e) = written {
+                        // Held by this process and at the path: ours to remove, so a full
+                        // disk leaves no empty lock file behind.
+                        let _ = std::fs::remove_file(&self.lock_path);
+                        return Err(Error::io("write the lock file", &self.lock_path, e));
+                    }
                     return Ok(f);
                 }
                 _ => continue,
@@ -732,7 +757,8 @@ fn fault_set(point: &str) -> bool {
 
 /// `KQUANT_FAULT=POINT` kills the process (SIGKILL) at that point of a claim: the kill tests
 /// use it to stop a run exactly between two steps. Points: `locked`, `staged`, `exchanged`,
-/// `moved-aside`.
+/// `moved-aside`. (`lock-enospc`, read where the lock file is written, makes that write fail
+/// as a full disk would.)
 fn fault(point: &str) {
     if fault_set(point) {
         // SAFETY: raising a signal at the calling thread.

@@ -101,6 +101,13 @@ impl Plan {
         } else {
             Vec::new()
         };
+        let mut warnings = warnings;
+        for s in [Some(&req.draft), req.baseline.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            warnings.extend(position_warning(s, &trace));
+        }
         Ok(Plan {
             req,
             exec,
@@ -237,6 +244,33 @@ fn per_request(trace: &Trace, r: &Run, ties: Option<&Vec<Ties>>) -> Vec<Value> {
             j
         })
         .collect()
+}
+
+/// Samples longer than the draft's `max_position_embeddings`: the replay runs them (its rotary
+/// table is computed, not looked up), but the draft was never trained there, and an engine
+/// that caps the draft's length at it drafts nothing past it; said, not silent.
+fn position_warning(spec: &str, trace: &Trace) -> Option<String> {
+    let max = Checkpoint::open(spec)
+        .ok()?
+        .config?
+        .uint("max_position_embeddings")
+        .ok()??;
+    let longer: Vec<u64> = trace
+        .manifest
+        .samples
+        .iter()
+        .filter(|s| s.total_len().is_ok_and(|n| n as u64 > max))
+        .map(|s| s.id)
+        .collect();
+    (!longer.is_empty()).then(|| {
+        format!(
+            "{} of {} samples are longer than `{}`'s max_position_embeddings ({max}) (first: sample {}): they are replayed past the positions the draft was trained on, and an engine that caps the draft's length there drafts nothing past it",
+            longer.len(),
+            trace.manifest.samples.len(),
+            crate::escape::printable(spec),
+            longer[0]
+        )
+    })
 }
 
 /// A draft calibrated on this very trace is measured on the prompts it was fitted to; one

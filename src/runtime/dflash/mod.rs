@@ -313,8 +313,38 @@ impl DFlash {
                 .with_hint("`kquant inspect` shows the draft's aux layers")
             })?
             .iter()
-            .map(|&i| i as usize)
+            .map(|&i| usize::try_from(i).unwrap_or(usize::MAX))
             .collect();
+        // The taps are the target's hidden states the drafter reads, once each, in order; a
+        // repeated or negative id, or a depth of 0, describes no target (#38, the extras).
+        if taps.is_empty()
+            || taps.iter().any(|&t| t == usize::MAX)
+            || !taps.windows(2).all(|w| w[0] < w[1])
+        {
+            return Err(Error::source(
+                dir,
+                format!(
+                    "`{}` {:?} must name distinct layers in increasing order",
+                    aux.key, aux.ids
+                ),
+            )
+            .with_hint(
+                "each id is one target layer the drafter reads (`kquant inspect` shows them)",
+            ));
+        }
+        let target_layers = match c.get("num_target_layers") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64().and_then(|n| usize::try_from(n).ok()) {
+                Some(n) if n > 0 && n as u64 <= crate::checkpoint::detect::MAX_DIM => Some(n),
+                _ => {
+                    return Err(Error::source(
+                        dir,
+                        format!("`num_target_layers` is {v}: a target has at least one layer"),
+                    )
+                    .with_hint("give the target's layer count, or leave the key out"))
+                }
+            },
+        };
         // Rotary table: plain, or YaRN (HF applies its attention factor to cos/sin; Qwen3
         // attention keeps the 1/sqrt(head_dim) scale).
         let theta = c
@@ -421,10 +451,7 @@ impl DFlash {
             eps,
             layer_ids: aux.ids.clone(),
             taps,
-            target_layers: c
-                .get("num_target_layers")
-                .and_then(Value::as_u64)
-                .and_then(|n| usize::try_from(n).ok()),
+            target_layers,
             rope,
             layers,
             fc,
@@ -1006,5 +1033,9 @@ mod tests {
         let (_t, p) = tiny("dflash-zlab", json!({"block_size": 8, "is_causal": false}));
         assert!(load(&p).is_ok());
         assert!(msg(json!({"block_size": 8, "vocab_size": 300})).contains("[300, 64]"));
+        // #38 extras: repeated tap ids and a target of no layers are refused by name.
+        assert!(msg(json!({"block_size": 8, "dflash_config": {"mask_token_id": 255, "target_layer_ids": [1, 1]}}))
+            .contains("distinct layers"));
+        assert!(msg(json!({"block_size": 8, "num_target_layers": 0})).contains("num_target_layers"));
     }
 }

@@ -182,6 +182,29 @@ impl Eagle3 {
             }
             None => None,
         };
+        // Every draft id must map into the target's vocabulary: a hostile offset would wrap to
+        // another token (#38, the extras), so the first one that does not is named.
+        if let Some(d) = &d2t {
+            let d: &Vec<i64> = d;
+            let bad = d.iter().enumerate().find(|&(i, &o)| {
+                (i as i64)
+                    .checked_add(o)
+                    .is_none_or(|t| t < 0 || t as u64 >= vocab as u64)
+            });
+            if let Some((i, o)) = bad {
+                return Err(Error::source(
+                    &ck.weights.dir,
+                    format!(
+                        "tensor `d2t`: draft id {i} + offset {o} is outside the target \
+                         vocabulary 0..{vocab}"
+                    ),
+                )
+                .with_hint(
+                    "`d2t` holds, per draft id, the offset to its target id; this draft's file \
+                     is damaged or not for this target (`kquant inspect --tensors` shows it)",
+                ));
+            }
+        }
         let layer = &src.layer;
         let w = Weights {
             gate: layer.linear("mlp.gate_proj.weight", inter, h)?,
