@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         // An output that is, holds or sits inside a path the command reads is refused before
         // the command does any work (io::reads).
         Ok((cli, m)) => {
-            match kquant::io::reads::check_output_args(&m).and_then(|_| kquant::cli::run(cli)) {
+            match kquant::io::output::check_output_args(&m).and_then(|_| kquant::cli::run(cli)) {
                 Ok(code) => code,
                 Err(e) => {
                     kquant::cli::render_error(&e);

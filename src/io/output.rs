@@ -520,6 +520,30 @@ pub fn check_not_a_read(out: &Path) -> Result<()> {
     check_overlap(out, parent, name, &[])
 }
 
+/// Hold every output a parsed command line names (the values of [`super::reads::OUTPUT_ARGS`]) against the
+/// reads [`super::reads::note_args`] noted: an output that is, holds or sits inside one is refused before the
+/// command does any work.
+pub fn check_output_args(m: &clap::ArgMatches) -> Result<()> {
+    for id in m.ids() {
+        if !super::reads::OUTPUT_ARGS.contains(&id.as_str()) {
+            continue;
+        }
+        // Only path values (`verify --json FILE`; `--json` alone is a switch elsewhere).
+        let Ok(Some(vals)) = m.try_get_many::<std::path::PathBuf>(id.as_str()) else {
+            continue;
+        };
+        for v in vals {
+            if v.as_os_str() != "-" {
+                check_not_a_read(v)?;
+            }
+        }
+    }
+    match m.subcommand() {
+        Some((_, sub)) => check_output_args(sub),
+        None => Ok(()),
+    }
+}
+
 /// The output may not be a path the command reads, hold one, or sit inside one (so `--force`
 /// can never delete or change a source): `sources` and every path `io::reads` noted, compared
 /// after resolving symbolic links.

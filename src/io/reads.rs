@@ -9,7 +9,9 @@
 //!   `io::shard`, hub snapshots included), bounded text files (`io::text`), traces.
 //!
 //! [`crate::io::output::Claim`] holds its output against every path noted here (and the sources
-//! its caller names) when it is made and again before it commits.
+//! its caller names) when it is made and again before it commits;
+//! [`crate::io::output::check_output_args`] does it for every output a command line names before
+//! the command runs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -66,30 +68,6 @@ pub fn note_args(m: &clap::ArgMatches) {
     }
     if let Some((_, sub)) = m.subcommand() {
         note_args(sub);
-    }
-}
-
-/// Hold every output a parsed command line names (the values of [`OUTPUT_ARGS`]) against the
-/// reads [`note_args`] noted: an output that is, holds or sits inside one is refused before the
-/// command does any work.
-pub fn check_output_args(m: &clap::ArgMatches) -> crate::Result<()> {
-    for id in m.ids() {
-        if !OUTPUT_ARGS.contains(&id.as_str()) {
-            continue;
-        }
-        // Only path values (`verify --json FILE`; `--json` alone is a switch elsewhere).
-        let Ok(Some(vals)) = m.try_get_many::<PathBuf>(id.as_str()) else {
-            continue;
-        };
-        for v in vals {
-            if v.as_os_str() != "-" {
-                super::output::check_not_a_read(v)?;
-            }
-        }
-    }
-    match m.subcommand() {
-        Some((_, sub)) => check_output_args(sub),
-        None => Ok(()),
     }
 }
 
