@@ -337,8 +337,8 @@ fn the_written_preset_is_never_the_preset_read() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("is the --config preset this run reads")
-            && stderr(&o).contains("hint:"),
+        // Refused before the run, like every output that is a path the command reads (#38.2).
+        stderr(&o).contains("which this command reads") && stderr(&o).contains("hint:"),
         "{}",
         stderr(&o)
     );

@@ -79,8 +79,7 @@ pub fn argmax_before((va, ia): (f32, usize), (vb, ib): (f32, usize)) -> bool {
 
 /// The index `kq_argmax_rows` returns for `row` (non-empty): the first NaN if there is one
 /// (`torch.argmax`), else the first of the largest values. Differs from `ops::argmax` (the CPU
-/// runtimes' argmax, which compares with `>` and so passes over a NaN unless it is first) only
-/// on rows holding a NaN.
+/// runtimes' argmax, which never picks a NaN over a number) only on rows holding a NaN.
 pub fn argmax_ref(row: &[f32]) -> usize {
     (1..row.len()).fold(0, |best, j| {
         if argmax_before((row[best], best), (row[j], j)) {
