@@ -21,6 +21,7 @@ use layout::ConfigFacts;
 
 use crate::checkpoint::{Checkpoint, Detection, Family};
 use crate::quant::identify::{self, Identified};
+use crate::quant::registry::{Format, Scheme};
 
 /// One engine's verdict on one checkpoint (an `engines` entry of `kquant inspect --json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -175,4 +176,54 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
         out.push(s);
     }
     out
+}
+
+/// `engine`'s refusal of a quantized draft, as [`support`] (and so `inspect`) gives it for the
+/// quantization alone: the scheme's `no` row for the draft's family. `convert` writes the
+/// engine's own layout, so the source's layout rows do not apply to the result; its quantization
+/// is carried over as is. `None` for an unquantized draft, a scheme the engine loads (or kquant
+/// has no claim for), or a quantization kquant does not know.
+pub fn refuses_quantization(
+    ck: &Checkpoint,
+    det: &Detection,
+    engine: Engine,
+) -> Option<(Format, Scheme, &'static Claim)> {
+    if !det.quantization.quantized {
+        return None;
+    }
+    let Some(Identified::Scheme { format, scheme }) = quantization(ck) else {
+        return None;
+    };
+    quantized::claim_for(format, scheme, engine, &det.family)
+        .filter(|c| c.loads == Loads::No)
+        .map(|c| (format, scheme, c))
+}
+
+/// What `engine` loads instead of `format`/`scheme` for a `family` draft, as command-line
+/// flags: the formats it loads `scheme` in (`--format F`), else every (format, scheme) it loads
+/// on a GPU (`--format F --scheme S`); `None` when it loads no quantized draft of the family.
+pub fn loads_instead(engine: Engine, family: &Family, scheme: Scheme) -> Option<String> {
+    let loads = |f: Format, s: Scheme| {
+        quantized::claim_for(f, s, engine, family)
+            .is_some_and(|c| c.loads == Loads::Yes && !c.cpu_only)
+    };
+    let mut pairs: Vec<(Format, Scheme)> = Vec::new();
+    for r in quantized::QUANTIZED {
+        if !pairs.contains(&(r.format, r.scheme)) && loads(r.format, r.scheme) {
+            pairs.push((r.format, r.scheme));
+        }
+    }
+    let same: Vec<String> = pairs
+        .iter()
+        .filter(|(_, s)| *s == scheme)
+        .map(|(f, _)| format!("--format {}", f.name()))
+        .collect();
+    if !same.is_empty() {
+        return Some(format!("{} (--scheme {scheme})", same.join(" or ")));
+    }
+    let all: Vec<String> = pairs
+        .iter()
+        .map(|(f, s)| format!("--format {} --scheme {s}", f.name()))
+        .collect();
+    (!all.is_empty()).then(|| all.join(", "))
 }
