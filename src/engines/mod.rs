@@ -38,6 +38,14 @@ pub struct EngineSupport {
     pub version_note: Option<String>,
     /// What a real server of the engine did with a draft like this one (the serving tier).
     pub served: Option<Served>,
+    /// The one verdict on serving the draft: `loads` (its files) and whether the engine serves
+    /// the draft's family beside its target (`beside_target`, [`with_target`]): `no` where
+    /// either is no, `depends` where either depends (or only a build named there serves the
+    /// pair), else `yes`.
+    pub verdict: Loads,
+    /// What the engine's source says stands in the way of serving the draft beside its target
+    /// (`crate::engines::target::on_target`); `None` when nothing does or the target is unknown.
+    pub beside_target: Option<target::OnTarget>,
 }
 
 impl EngineSupport {
@@ -67,7 +75,28 @@ impl From<&Claim> for EngineSupport {
             unproven_on_cpu: c.unproven_on_cpu.map(String::from),
             version_note: c.version_note.map(String::from),
             served: c.served,
+            verdict: c.loads,
+            beside_target: None,
         }
+    }
+}
+
+/// Fold what each engine's source says about serving the draft beside its target (`beside`,
+/// from `crate::engines::target::of_draft`) into the engines' [`EngineSupport::verdict`], so that
+/// `inspect` gives one verdict per engine.
+pub fn with_target(engines: &mut [EngineSupport], beside: Option<&target::DraftTarget>) {
+    let Some(b) = beside else {
+        return;
+    };
+    for e in engines.iter_mut() {
+        let Some(v) = b.serving.iter().find(|v| v.engine == e.engine) else {
+            continue;
+        };
+        e.verdict = match (e.loads, v.serves) {
+            (Loads::No, _) | (_, target::Serves::No) => Loads::No,
+            _ => Loads::Depends,
+        };
+        e.beside_target = Some(v.clone());
     }
 }
 
@@ -152,6 +181,8 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
                             unproven_on_cpu: join(s.unproven_on_cpu.as_deref(), q.unproven_on_cpu),
                             version_note: join(s.version_note.as_deref(), q.version_note),
                             served: q.served,
+                            verdict: q.loads,
+                            beside_target: None,
                         }
                     }
                     None => {
@@ -173,6 +204,7 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
                 );
             }
         }
+        s.verdict = s.loads;
         out.push(s);
     }
     out
