@@ -1858,3 +1858,43 @@ fn memory_is_bounded_by_one_request_not_the_trace() {
         .collect();
     assert!(t.tap(s, 2).unwrap() == want, "request 11, hs[2] differs");
 }
+
+/// The engine's own count (`accept_length_engine`) is predicted offline only from a trace that
+/// records where each request stops (`stop_len`, `trace capture --lookahead K`). An imported
+/// trace has none (the cluster path generates no lookahead), and docs/verify.md says that the
+/// prediction is the CPU capture's only.
+#[test]
+fn an_imported_trace_records_no_stop_and_the_docs_say_the_engine_count_is_cpu_capture_only() {
+    let d = tempfile::tempdir().unwrap();
+    let src = conn_dir(d.path(), 3, 6, H);
+    let out = d.path().join("trace");
+    let o = kquant(&[
+        "trace",
+        "import",
+        "--format",
+        "vllm-hidden-states",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--layer-ids",
+        "1,2,3",
+        "--num-layers",
+        "4",
+    ]);
+    ok(&o);
+    let t = Trace::open(&out).unwrap();
+    assert!(t.manifest.samples.iter().all(|s| s.stop_len.is_none()));
+    let doc = std::fs::read_to_string(root().join("docs/verify.md")).unwrap();
+    let para = doc
+        .split("\n\n")
+        .find(|p| p.starts_with("**Predicting the engine's own count offline.**"))
+        .expect("the paragraph");
+    let para = para.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        para.contains("CPU capture only")
+            && para.contains("`scripts/vllm_capture.py`")
+            && para.contains("`trace import`")
+            && para.contains("`accept_length_engine` is `null`"),
+        "{para}"
+    );
+}
