@@ -253,9 +253,44 @@ pub fn loads_instead(engine: Engine, family: &Family, scheme: Scheme) -> Option<
     if !same.is_empty() {
         return Some(format!("{} (--scheme {scheme})", same.join(" or ")));
     }
-    let all: Vec<String> = pairs
+    // One entry per format, its schemes as alternatives: `--format F --scheme A|B`.
+    let mut by_format: Vec<(Format, Vec<String>)> = Vec::new();
+    for (f, s) in &pairs {
+        match by_format.iter_mut().find(|(g, _)| g == f) {
+            Some((_, v)) => v.push(s.to_string()),
+            None => by_format.push((*f, vec![s.to_string()])),
+        }
+    }
+    let all: Vec<String> = by_format
         .iter()
-        .map(|(f, s)| format!("--format {} --scheme {s}", f.name()))
+        .map(|(f, v)| format!("--format {} --scheme {}", f.name(), v.join("|")))
         .collect();
-    (!all.is_empty()).then(|| all.join(", "))
+    (!all.is_empty()).then(|| all.join(", or "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::registry::Scheme::{Fp8Pc, Int4Pc};
+
+    /// The formats an engine loads instead of one it refuses: the same scheme in another format
+    /// where it has one, else every (format, scheme) it loads on a GPU, grouped by format.
+    #[test]
+    fn what_an_engine_loads_instead() {
+        let e3 = Family::Eagle3;
+        assert_eq!(
+            loads_instead(Engine::Vllm, &e3, Int4Pc).as_deref(),
+            Some("--format compressed-tensors (--scheme int4-pc)")
+        );
+        assert_eq!(
+            loads_instead(Engine::Trtllm, &e3, Int4Pc).as_deref(),
+            Some("--format modelopt --scheme int4-g128|fp8-pc|nvfp4")
+        );
+        assert_eq!(
+            loads_instead(Engine::Trtllm, &e3, Fp8Pc).as_deref(),
+            Some("--format modelopt (--scheme fp8-pc)")
+        );
+        // TensorRT-LLM's DFlash drafter reads no quantized weights.
+        assert_eq!(loads_instead(Engine::Trtllm, &Family::Dflash, Int4Pc), None);
+    }
 }
