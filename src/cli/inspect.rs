@@ -236,12 +236,15 @@ fn print_engines(engines: &[EngineSupport]) {
         let what = match &e.beside_target {
             None => format!("{} [{basis}]", e.why),
             Some(v) => format!(
-                "{} beside {}: {} [{}]; the files: {} ({}) [{basis}]",
+                "{}: {} [{}]; the files: {} ({}) [{basis}]",
                 match v.serves {
-                    engines::target::Serves::No => "cannot serve it",
-                    engines::target::Serves::FromBuild => "serves it only from a recent build",
+                    engines::target::Serves::No =>
+                        format!("cannot serve it beside {}", v.architecture),
+                    engines::target::Serves::FromBuild => format!(
+                        "serves it beside {} only from a recent build",
+                        v.architecture
+                    ),
                 },
-                v.architecture,
                 v.why,
                 v.source,
                 e.loads.id(),
