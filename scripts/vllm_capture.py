@@ -282,11 +282,34 @@ def tokenize(records, tok_name, trust_remote_code, text_mode, template_kwargs):
 # Target shape (from its config, before any engine is loaded)
 
 
+def local_config(model):
+    """config.json of a target given as a local directory, as a dict (None otherwise)."""
+    path = os.path.join(model, "config.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return cfg if isinstance(cfg, dict) else None
+
+
 def target_shape(model, trust_remote_code):
-    """(num_hidden_layers, hidden_size, vocab_size) of the target's text model, or None."""
+    """(num_hidden_layers, hidden_size, vocab_size) of the target's text model, or None. Read
+    with transformers; without it (a plain python3, e.g. for --dry-run), from a local target's
+    config.json (`text_config` where it has one)."""
     try:
         from transformers import AutoConfig
-
+    except ImportError:
+        cfg = local_config(model)
+        text = cfg.get("text_config", cfg) if cfg else None
+        try:
+            return (int(text["num_hidden_layers"]), int(text["hidden_size"]), int(text.get("vocab_size") or 0))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            print(f"warning: cannot read {model}'s config without transformers; layer ids are checked by vLLM only", file=sys.stderr)
+            return None
+    try:
         cfg = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001
         print(f"warning: cannot read {model}'s config ({e}); layer ids are checked by vLLM only", file=sys.stderr)
@@ -296,6 +319,41 @@ def target_shape(model, trust_remote_code):
         return (int(text.num_hidden_layers), int(text.hidden_size), int(getattr(text, "vocab_size", 0) or 0))
     except (AttributeError, TypeError, ValueError):
         return None
+
+
+KIMI_LINEAR = "KimiLinearForCausalLM"
+
+
+def target_architectures(model, trust_remote_code):
+    """(architectures, model_type) of the target: a local config.json, else transformers'
+    config; ([], None) when neither reads."""
+    cfg = local_config(model)
+    if cfg is not None:
+        archs = cfg.get("architectures")
+        return (archs if isinstance(archs, list) else []), cfg.get("model_type")
+    try:
+        from transformers import AutoConfig
+
+        c = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001
+        return [], None
+    return list(getattr(c, "architectures", None) or []), getattr(c, "model_type", None)
+
+
+def kimi_linear_warning(model, trust_remote_code):
+    """The warning for a Kimi-Linear target (None for others): vLLM captures taps through the
+    EAGLE-3 aux-hidden-state path, which needs SupportsEagle3 on the target class."""
+    archs, model_type = target_architectures(model, trust_remote_code)
+    if KIMI_LINEAR not in archs and model_type != "kimi_linear":
+        return None
+    return (
+        f"{model} is {KIMI_LINEAR}: vLLM captures hidden states (extract_hidden_states, the EAGLE-3 "
+        "aux-hidden-state path) only for a target class that declares SupportsEagle3, which "
+        f"{KIMI_LINEAR} does only from the build that merged vllm-project/vllm#52171 (2026-08-13); "
+        "older builds stop with \"Model does not support EAGLE3 interface but aux_hidden_state_outputs "
+        "was requested\". Check `supports_eagle3` on the installed build's class, or capture on CPU "
+        "with `kquant trace capture` (docs/verify.md, \"A Kimi-Linear-48B trace\")"
+    )
 
 
 def gib(n):
@@ -406,10 +464,31 @@ def write_atomic(path, text):
     os.replace(tmp, path)
 
 
-def read_continuations(path, side, records):
+def file_sha256(path):
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def same_prompt_file(live_path, prompt_paths):
+    """Whether the prompt file a live run read (`live.prompts`, a path on the machine that ran
+    it) is one of `prompt_paths`: the same bytes where that path exists here, else the same
+    file name."""
+    if os.path.isfile(live_path):
+        h = file_sha256(live_path)
+        return any(os.path.isfile(p) and file_sha256(p) == h for p in prompt_paths)
+    return os.path.basename(live_path) in {os.path.basename(p) for p in prompt_paths}
+
+
+def read_continuations(path, side, records, prompt_paths, limited):
     """Give each record the continuation its serving deployment generated: `live.SIDE.requests`
-    of a `kquant verify --endpoint --json` report, matched by prompt id. Every record must
-    have one."""
+    of a `kquant verify --endpoint --json` report, matched by prompt id. The report must be of
+    these prompt files (`live.prompts`), each request id listed once, with the record's
+    category; every record must have one, and (without --limit) every request a record."""
     try:
         with open(path, encoding="utf-8") as f:
             rep = json.load(f)
@@ -424,19 +503,41 @@ def read_continuations(path, side, records):
         side, s = "draft", live.get("draft")
     if not isinstance(s, dict) or not isinstance(s.get("requests"), list):
         raise CaptureError(f"--continuations {path}: has no `live.{side}.requests`")
+    live_prompts = live.get("prompts")
+    if not isinstance(live_prompts, str) or not live_prompts:
+        raise CaptureError(f"--continuations {path}: does not name the prompt file the live run read (`live.prompts`)",
+                           "give the JSON `kquant verify --endpoint --json` wrote, unedited")
+    if not same_prompt_file(live_prompts, prompt_paths):
+        raise CaptureError(f"--continuations {path}: the live run read its prompts from {live_prompts!r}, not from {', '.join(prompt_paths)}",
+                           "continuations are matched by id: give the prompt file the live run used (--prompts)")
     by_id = {}
     for q in s["requests"]:
         ids = q.get("token_ids") if isinstance(q, dict) else None
         if not (isinstance(ids, list) and ids and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
             raise CaptureError(f"--continuations {path}: request {q.get('id') if isinstance(q, dict) else q!r} of `live.{side}` has no `token_ids`",
                                "the engine must return the generated ids (vLLM >= 0.10.2 with kquant's `return_token_ids`)")
-        by_id[str(q.get("id"))] = (ids, q.get("finish_reason") or "given")
+        rid = str(q.get("id"))
+        if rid in by_id:
+            raise CaptureError(f"--continuations {path}: `live.{side}` lists request id {rid!r} twice",
+                               "a report kquant wrote lists each prompt once: give it unedited")
+        cat = q.get("category")
+        by_id[rid] = (ids, q.get("finish_reason") or "given", cat if isinstance(cat, str) else "")
     missing = [r["where"] for r in records if r["id"] not in by_id]
     if missing:
         raise CaptureError(f"--continuations {path}: {len(missing)} prompts have no continuation in `live.{side}` (e.g. {missing[0]})",
                            "give the same prompt file (and --limit) the live run used")
+    if not limited:
+        known = {r["id"] for r in records}
+        unknown = [rid for rid in by_id if rid not in known]
+        if unknown:
+            raise CaptureError(f"--continuations {path}: `live.{side}` has {len(unknown)} requests whose ids the prompt files do not have (e.g. {unknown[0]!r})",
+                               "the live run read another prompt file: give the one it used")
     for r in records:
-        r["continuation"], r["finish_reason"] = by_id[r["id"]]
+        ids, reason, cat = by_id[r["id"]]
+        if cat and r["category"] and cat != r["category"]:
+            raise CaptureError(f"--continuations {path}: request {r['id']!r} of `live.{side}` has category {cat!r}, but {r['where']} is {r['category']!r}",
+                               "the live run read another prompt file: give the one it used")
+        r["continuation"], r["finish_reason"] = ids, reason
     return side
 
 
@@ -478,10 +579,22 @@ def run(a):
             f"vLLM id k is HF hidden_states[k]; the largest is {num_layers} (the last block's output)",
         )
 
+    warning = kimi_linear_warning(a.model, a.trust_remote_code)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+
     records = read_prompt_files(a.prompts, a.limit)
     if a.continuations:
-        side = read_continuations(a.continuations, a.continuations_side, records)
+        side = read_continuations(a.continuations, a.continuations_side, records, a.prompts, a.limit is not None)
         print(f"continuations from {a.continuations} (live.{side}): pass 1 skipped")
+        if vocab:
+            for r in records:
+                bad = [t for t in r["continuation"] if t >= vocab]
+                if bad:
+                    raise CaptureError(f"--continuations {a.continuations}: the continuation of {r['where']}: token {bad[0]} is outside the target's vocabulary of {vocab}",
+                                       "the live run served another model (or another tokenizer) than --model")
+        else:
+            print("warning: the target's vocabulary size is unknown: the continuations' token ids are checked by vLLM only", file=sys.stderr)
     tokenize(records, a.tokenizer or a.model, a.trust_remote_code, a.text_mode, template_kwargs)
     if vocab:
         for r in records:
@@ -496,7 +609,8 @@ def run(a):
     if too_long:
         r = too_long[0]
         raise CaptureError(
-            f"{len(too_long)} prompts do not fit --max-model-len {max_model_len} with --max-tokens {a.max_tokens} "
+            f"{len(too_long)} prompts do not fit --max-model-len {max_model_len} with "
+            f"{'the longest continuation, ' + str(gen) + ' tokens,' if a.continuations else '--max-tokens ' + str(a.max_tokens)} "
             f"(e.g. {r['where']}: {len(r['tokens'])} tokens; pass 2 needs prompt + N + 1)",
             f"raise --max-model-len to {need_len}, lower --max-tokens, or drop those prompts",
         )
@@ -506,7 +620,13 @@ def run(a):
         engine_kwargs["tokenizer"] = a.tokenizer
     engine_kwargs.update(extra)
 
-    tokens_total = sum(len(r["tokens"]) for r in records) + len(records) * a.max_tokens
+    # What pass 2 stores: every prompt and its continuation (the given ones' own lengths; at
+    # most --max-tokens each otherwise).
+    if a.continuations:
+        generated = sum(len(r["continuation"]) for r in records)
+    else:
+        generated = len(records) * a.max_tokens
+    tokens_total = sum(len(r["tokens"]) for r in records) + generated
     per_token = len(ids) * (hidden or 0) * 2
     print(f"prompts     {len(records)} from {', '.join(a.prompts)}"
           f" ({sum(len(r['tokens']) for r in records)} prompt tokens, longest {longest})")

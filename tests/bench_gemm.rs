@@ -47,13 +47,8 @@ fn cpu_device_reports_every_regime() {
         assert!((gbs - r["weight_bytes"].as_f64().unwrap() / t / 1e9).abs() <= 1e-9 * gbs.max(1.0));
         assert!(r["pct_of_copy"].as_f64().unwrap() > 0.0);
         assert!(r["bf16_blas_seconds"].as_f64().unwrap() > 0.0);
-        let m = r["m"].as_u64().unwrap();
-        match m {
-            1 => assert_eq!(r["goal"], "≥85% of copy"),
-            16 => assert_eq!(r["goal"], "≥3× bf16 BLAS"),
-            _ => assert!(r["goal"].is_null()),
-        }
-        assert!(r["goal_met"].is_boolean() == (m <= 16));
+        // The GPU goals mean nothing for the CPU replay: none set, none met or missed.
+        assert!(r["goal"].is_null() && r["goal_met"].is_null(), "{r}");
         // Enough weight copies to stream more than twice the (sm_90) L2.
         let copies = r["weight_copies"].as_u64().unwrap();
         assert!(copies * r["weight_bytes"].as_u64().unwrap() > 2 * (50 << 20));
@@ -122,8 +117,14 @@ fn cpu_table_names_the_replay() {
         s.contains("64x16") && s.contains("gemv") && s.contains("mma"),
         "{s}"
     );
-    assert!(s.contains("≥85% of copy:"), "{s}");
-    assert!(s.contains("note: cpu runs the kernels' CPU replay"), "{s}");
+    // No GPU goal on the CPU replay (it printed 25 "MISSED" for the default shapes), and the
+    // note that says so comes first, before any figure.
+    assert!(
+        !s.contains("≥85% of copy") && !s.contains("MISSED") && !s.contains("  goal"),
+        "{s}"
+    );
+    let note = s.find("note: cpu runs the kernels' CPU replay").expect(&s);
+    assert!(note < s.find("64x16").unwrap(), "{s}");
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -454,7 +454,14 @@ fn quantized_drafts_stay_quantized() {
         "fc,lm_head",
     ]));
     let v = t.path().join("v");
-    ok(convert("eagle3", q.to_str().unwrap(), &v, "vllm", &[]));
+    // vLLM does not load Quark int4-pc (refused without --force): the layout is still checked.
+    ok(convert(
+        "eagle3",
+        q.to_str().unwrap(),
+        &v,
+        "vllm",
+        &["--force"],
+    ));
     let names = tensors(&v);
     assert!(names.contains_key("layers.0.self_attn.q_proj.weight_scale"));
     assert!(names.contains_key("layers.0.self_attn.q_proj.weight_zero_point"));
@@ -1344,4 +1351,100 @@ fn dflash_convert_says_which_engines_serve_it_beside_its_target() {
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["target"]["architecture"], "KimiLinearForCausalLM");
     assert!(j["target"]["serving"].is_null());
+}
+
+/// The card's chain (`quantize --scheme int4-pc --exclude fc,lm_head`: Quark int4-pc, which no
+/// engine loads) then `convert --to ENGINE`: refused as `inspect` refuses it, naming what the
+/// engine does load; with `--force` written, with a warning (in the JSON too) and no launch
+/// line. A scheme the engine loads converts as before, launch line and all.
+#[test]
+fn convert_refuses_a_quantized_draft_the_engine_does_not_load() {
+    let t = tempfile::tempdir().unwrap();
+    let q = t.path().join("q");
+    ok(kquant(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        q.to_str().unwrap(),
+        "--scheme",
+        "int4-pc",
+        "--exclude",
+        "fc,lm_head",
+    ]));
+    let engines = inspect(&q)["engines"].clone();
+    for (to, name, loads) in [
+        ("trtllm", "TensorRT-LLM", "--format modelopt"),
+        ("vllm", "vLLM", "--format compressed-tensors"),
+        ("sglang", "SGLang", "--format compressed-tensors"),
+    ] {
+        let claim = engines
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["engine"] == to)
+            .unwrap();
+        assert_eq!(claim["loads"], "no", "inspect on {to}");
+        let out = t.path().join(format!("c-{to}"));
+        let o = convert("eagle3", q.to_str().unwrap(), &out, to, &[]);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(2), "--to {to}: {err}");
+        assert!(
+            err.starts_with(&format!("error: {name} does not load this draft")),
+            "--to {to}: {err}"
+        );
+        assert!(err.contains(claim["why"].as_str().unwrap()), "{err}");
+        let hint = err.lines().find(|l| l.starts_with("hint:")).unwrap_or("");
+        assert!(
+            hint.contains(loads) && hint.contains("--force"),
+            "--to {to}: {err}"
+        );
+        assert!(!out.exists(), "--to {to}: nothing written");
+        // --force: written, warned on stderr and in the JSON, no launch line.
+        let o = convert(
+            "eagle3",
+            q.to_str().unwrap(),
+            &out,
+            to,
+            &["--force", "--json"],
+        );
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "--to {to} --force: {err}");
+        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let warned = j["warnings"].as_array().unwrap().iter().any(|w| {
+            w.as_str()
+                .unwrap()
+                .starts_with(&format!("{name} does not load this draft"))
+        });
+        assert!(warned, "--to {to}: {j}");
+        assert!(j["launch"].is_null(), "--to {to}: {j}");
+        assert!(
+            err.contains(&format!("warning: {name} does not load this draft")),
+            "{err}"
+        );
+        assert!(!err.contains("launch with:"), "--to {to}: {err}");
+    }
+    // compressed-tensors int4-pc: vLLM loads it, a launch line as before.
+    let ct = t.path().join("ct");
+    ok(kquant(&[
+        "quantize",
+        "fixtures/tiny/eagle3-specforge",
+        "-o",
+        ct.to_str().unwrap(),
+        "--format",
+        "compressed-tensors",
+        "--scheme",
+        "int4-pc",
+        "--exclude",
+        "fc,lm_head",
+    ]));
+    let o = ok(convert(
+        "eagle3",
+        ct.to_str().unwrap(),
+        &t.path().join("ct-v"),
+        "vllm",
+        &[],
+    ));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("launch with:\n  vllm serve"), "{err}");
+    assert!(!err.contains("warning:"), "{err}");
 }

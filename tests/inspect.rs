@@ -734,19 +734,65 @@ fn inspect_names_a_drafts_target_and_who_serves_it_there() {
             ("trtllm".into(), "no".into())
         ]
     );
-    // The draft's files still load in each engine: that row is about the layout.
-    for e in j["engines"].as_array().unwrap() {
-        assert_eq!(e["loads"], "yes", "{e}");
-    }
+    // The draft's files still load in each engine (`loads`, about the layout); the combined
+    // `verdict` holds the target: SGLang and TensorRT-LLM no, vLLM depends (on its build).
+    let verdicts: Vec<(String, String, String)> = j["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["engine"].as_str().unwrap().to_string(),
+                e["loads"].as_str().unwrap().to_string(),
+                e["verdict"].as_str().unwrap_or("missing").to_string(),
+            )
+        })
+        .collect();
+    let v = |e: &str, l: &str, x: &str| (e.to_string(), l.to_string(), x.to_string());
+    assert_eq!(
+        verdicts,
+        [
+            v("vllm", "yes", "depends"),
+            v("sglang", "yes", "no"),
+            v("trtllm", "yes", "no")
+        ]
+    );
     let human = common::kquant(&[
         "inspect",
         fx.join("kimi-linear-tiny/dflash").to_str().unwrap(),
     ]);
     let out = String::from_utf8_lossy(&human.stdout);
+    // One verdict per engine, on the engines rows: none says `yes` for an engine that cannot
+    // serve the pair.
     assert!(
         out.contains("target      KimiLinearForCausalLM (")
-            && out.contains("sglang no         beside it:"),
+            && out.contains("            sglang no      ")
+            && out.contains("            trtllm no      ")
+            && out.contains("engines     vllm   depends ")
+            && !out.contains("sglang yes")
+            && !out.contains("trtllm yes")
+            && !out.contains("beside it:"),
         "{out}"
+    );
+    // quantize's `next:` suggests no engine that cannot serve the pair.
+    let (_t, _q, err) = common::quantize(
+        fx.join("kimi-linear-tiny/dflash").to_str().unwrap(),
+        &[
+            "--format",
+            "compressed-tensors",
+            "--scheme",
+            "int4-pc",
+            "--exclude",
+            "fc",
+        ],
+    );
+    let next: Vec<&str> = err.lines().filter(|l| l.starts_with("next: ")).collect();
+    assert!(next.iter().any(|l| l.contains("--to vllm")), "{err}");
+    assert!(
+        !next
+            .iter()
+            .any(|l| l.contains("--to sglang") || l.contains("--to trtllm")),
+        "{err}"
     );
     for d in [
         "kimi-k2.5-tiny/dflash",
@@ -754,6 +800,9 @@ fn inspect_names_a_drafts_target_and_who_serves_it_there() {
         "kimi-k2.5-tiny/eagle3-mla",
     ] {
         let j = common::inspect_json(&fx.join(d));
+        for e in j["engines"].as_array().unwrap() {
+            assert_eq!(e["verdict"], e["loads"], "{d}: {e}");
+        }
         assert_eq!(
             j["draft_target"]["architecture"], "DeepseekV3ForCausalLM",
             "{d}"

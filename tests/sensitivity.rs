@@ -286,6 +286,24 @@ fn a_preset_picked_on_calibrated_codes_keeps_its_method() {
     ]);
     let written: Value = serde_json::from_slice(&std::fs::read(&preset).unwrap()).unwrap();
     assert_eq!(written["method"], "gptq", "{written}");
+    // The printed `command:` runs as printed (a shell, `kquant` on the PATH, OUT in the working
+    // directory): calibrated codes need the target, so it names --target-checkpoint.
+    let command = doc["pick"]["command"].as_str().unwrap();
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_kquant"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let cwd = tempfile::tempdir().unwrap();
+    let r = std::process::Command::new("sh")
+        .args(["-c", command])
+        .current_dir(cwd.path())
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(0), "{command}\n{}", stderr(&r));
+    assert!(cwd.path().join("OUT/config.json").is_file(), "{command}");
     let e = fix("eagle3");
     let out = t.path().join("rtn").display().to_string();
     let r = kquant(&["quantize", &e, "-o", &out, "--config", &p]);

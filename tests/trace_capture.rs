@@ -436,3 +436,44 @@ fn lookahead_keeps_tokens_past_the_stop_and_f32_taps_are_exact() {
     assert_eq!(va["gated_on"], "accept_length");
     assert!(va["conventions"]["accept_length_engine"].is_string());
 }
+
+/// `--limit N` on a category-sorted prompt file (the held-out set: 20 code, then prose, then
+/// arith) keeps only the first category: a warning names the categories dropped and
+/// `--per-category`; `--per-category 1` keeps one prompt of each, without a warning.
+#[test]
+fn limit_names_the_categories_it_drops_and_per_category_keeps_them() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("limited");
+    let o = capture_to(&out, &["--limit", "2", "--gen-len", "2", "--json"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    let w = e
+        .lines()
+        .find(|l| l.starts_with("warning: --limit 2"))
+        .unwrap_or_else(|| panic!("no --limit warning:\n{e}"));
+    assert!(
+        w.contains("`prose`") && w.contains("`arith`") && w.contains("--per-category"),
+        "{w}"
+    );
+    assert!(
+        !w.contains("`code`, ") && !w.contains("dropped: `code`"),
+        "{w}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["samples"], 2, "{doc}");
+    let out = d.path().join("per-category");
+    let o = capture_to(&out, &["--per-category", "1", "--gen-len", "2", "--json"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(!e.contains("warning: --limit"), "{e}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["samples"], 3, "{doc}");
+    let t = kquant::trace::file::Trace::open(&out).unwrap();
+    let cats: Vec<&str> = t
+        .manifest
+        .samples
+        .iter()
+        .map(|s| s.category.as_str())
+        .collect();
+    assert_eq!(cats, ["code", "prose", "arith"]);
+}

@@ -1222,11 +1222,11 @@ mod vllm_capture {
         let not_live = p("not-live.json", "{\"schema\": \"kquant.verify/1\"}");
         let no_ids = p(
             "no-ids.json",
-            "{\"live\": {\"draft\": {\"requests\": [{\"id\": \"0\", \"steps\": 3}]}}}",
+            &format!("{{\"live\": {{\"prompts\": \"{HELDOUT}\", \"draft\": {{\"requests\": [{{\"id\": \"0\", \"steps\": 3}}]}}}}}}"),
         );
         let short = p(
             "short.json",
-            "{\"live\": {\"draft\": {\"requests\": [{\"id\": \"0\", \"token_ids\": [5, 6]}]}}}",
+            &format!("{{\"live\": {{\"prompts\": \"{HELDOUT}\", \"draft\": {{\"requests\": [{{\"id\": \"0\", \"token_ids\": [5, 6]}}]}}}}}}"),
         );
         let busy = d.path().join("busy");
         std::fs::create_dir(&busy).unwrap();
@@ -1393,6 +1393,150 @@ mod vllm_capture {
             "{out}"
         );
         assert!(!fresh.exists() && !out.contains("harness:"), "{out}");
+    }
+
+    /// Plain `python3` (no vLLM, no transformers: the target's shape from its config.json): the
+    /// script's checks of a `--continuations` live report, which run before vLLM is imported,
+    /// exercised through `--dry-run`. Refused (exit 2, `error:`, nothing written): a report of
+    /// another prompt file, a category that differs, an id listed twice, ids the prompt file
+    /// does not have, a token id outside the target's vocabulary. Accepted: the same file; the
+    /// disk line then counts the continuations' lengths, not `--max-tokens`. And a Kimi-Linear
+    /// target gets a warning naming the vLLM build that captures it and the CPU capture.
+    #[test]
+    fn the_capture_script_checks_continuations_before_vllm_with_plain_python() {
+        let d = tempfile::tempdir().unwrap();
+        let heldout = root().join(HELDOUT).display().to_string();
+        let records: Vec<serde_json::Value> = std::fs::read_to_string(&heldout)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        // A live report in kquant's shape: every prompt, a continuation of 5 tokens each.
+        let report = |prompts: &str, edit: &dyn Fn(&mut Vec<serde_json::Value>)| {
+            let mut reqs: Vec<serde_json::Value> = records
+                .iter()
+                .map(|r| {
+                    serde_json::json!({"id": r["id"], "category": r["category"],
+                        "token_ids": [5, 6, 7, 8, 9], "finish_reason": "length"})
+                })
+                .collect();
+            edit(&mut reqs);
+            serde_json::json!({"live": {"prompts": prompts, "draft": {"requests": reqs},
+                "baseline": null}})
+            .to_string()
+        };
+        let p = |name: &str, body: String| {
+            let f = d.path().join(name);
+            std::fs::write(&f, body).unwrap();
+            f.to_str().unwrap().to_string()
+        };
+        let other = p("other.jsonl", "{\"id\": 0, \"tokens\": [1, 2]}\n".into());
+        let good = p("good.json", report(&heldout, &|_| {}));
+        let same_name = p(
+            "same-name.json",
+            report("/elsewhere/heldout.jsonl", &|_| {}),
+        );
+        let another = p("another.json", report(&other, &|_| {}));
+        let category = p(
+            "category.json",
+            report(&heldout, &|r| r[3]["category"] = "prose".into()),
+        );
+        let dup = p(
+            "dup.json",
+            report(&heldout, &|r| {
+                let x = r[1].clone();
+                r.push(x)
+            }),
+        );
+        let extra = p(
+            "extra.json",
+            report(&heldout, &|r| {
+                r.push(serde_json::json!({"id": 999, "category": "code", "token_ids": [1]}))
+            }),
+        );
+        let vocab = p(
+            "vocab.json",
+            report(&heldout, &|r| {
+                r[2]["token_ids"] = serde_json::json!([5, 2048])
+            }),
+        );
+        let fresh = d.path().join("fresh");
+        let fresh_s = fresh.to_str().unwrap().to_string();
+        let run = |model: &str, extra: &[&str]| {
+            let mut c = Command::new(std::env::var_os("KQUANT_PYTHON").unwrap_or("python3".into()));
+            c.current_dir(root()).args([
+                "scripts/vllm_capture.py",
+                "--model",
+                model,
+                "--prompts",
+                &heldout,
+                "--layer-ids",
+                "1,2,3",
+                "--out",
+                &fresh_s,
+                "--max-tokens",
+                "96",
+                "--dry-run",
+            ]);
+            c.args(extra);
+            let o = c.output().expect("python3 on the PATH (or KQUANT_PYTHON)");
+            assert!(!fresh.exists(), "{extra:?} wrote {}", fresh.display());
+            o
+        };
+        for (file, want) in [
+            (&another, "the live run read its prompts from"),
+            (&category, "category 'prose'"),
+            (&dup, "lists request id '1' twice"),
+            (&extra, "1 requests whose ids the prompt files do not have"),
+            (
+                &vocab,
+                "token 2048 is outside the target's vocabulary of 2048",
+            ),
+        ] {
+            let o = run(TARGET, &["--continuations", file]);
+            let (out, err) = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{want}\n{out}\n{err}");
+            assert!(
+                err.contains("error: ") && err.contains(want) && !err.contains("Traceback"),
+                "want {want:?}\n{err}"
+            );
+        }
+        // Without continuations: the disk line counts --max-tokens (60 × 96 + the prompts).
+        let o = run(TARGET, &[]);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+        assert!(
+            out.contains("at most 10055 tokens x 3 taps x 256 x 2 bytes"),
+            "{out}"
+        );
+        // With them: 60 × 5 tokens, not 60 × 96; a report of the same file under another path.
+        for file in [&good, &same_name] {
+            let o = run(TARGET, &["--continuations", file]);
+            let (out, err) = text(&o);
+            assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+            assert!(
+                out.contains(&format!(
+                    "at most {} tokens x 3 taps",
+                    10055 - 60 * 96 + 60 * 5
+                )),
+                "{out}"
+            );
+        }
+        // Kimi-Linear: the dry run warns which capture works.
+        let o = run("fixtures/kimi-linear-tiny/target", &[]);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+        let w = err
+            .lines()
+            .find(|l| l.starts_with("warning: ") && l.contains("KimiLinearForCausalLM"))
+            .unwrap_or_else(|| panic!("no Kimi-Linear warning:\n{err}"));
+        assert!(
+            w.contains("SupportsEagle3") && w.contains("kquant trace capture"),
+            "{w}"
+        );
+        let o = run(TARGET, &[]);
+        assert!(!text(&o).1.contains("KimiLinearForCausalLM"));
     }
 
     /// The bundled prompt sets (quant-configs/prompts/, read by the capture script and by kquant)
@@ -1713,4 +1857,44 @@ fn memory_is_bounded_by_one_request_not_the_trace() {
         .map(|&x| expect(StDtype::BF16, x))
         .collect();
     assert!(t.tap(s, 2).unwrap() == want, "request 11, hs[2] differs");
+}
+
+/// The engine's own count (`accept_length_engine`) is predicted offline only from a trace that
+/// records where each request stops (`stop_len`, `trace capture --lookahead K`). An imported
+/// trace has none (the cluster path generates no lookahead), and docs/verify.md says that the
+/// prediction is the CPU capture's only.
+#[test]
+fn an_imported_trace_records_no_stop_and_the_docs_say_the_engine_count_is_cpu_capture_only() {
+    let d = tempfile::tempdir().unwrap();
+    let src = conn_dir(d.path(), 3, 6, H);
+    let out = d.path().join("trace");
+    let o = kquant(&[
+        "trace",
+        "import",
+        "--format",
+        "vllm-hidden-states",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--layer-ids",
+        "1,2,3",
+        "--num-layers",
+        "4",
+    ]);
+    ok(&o);
+    let t = Trace::open(&out).unwrap();
+    assert!(t.manifest.samples.iter().all(|s| s.stop_len.is_none()));
+    let doc = std::fs::read_to_string(root().join("docs/verify.md")).unwrap();
+    let para = doc
+        .split("\n\n")
+        .find(|p| p.starts_with("**Predicting the engine's own count offline.**"))
+        .expect("the paragraph");
+    let para = para.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        para.contains("CPU capture only")
+            && para.contains("`scripts/vllm_capture.py`")
+            && para.contains("`trace import`")
+            && para.contains("`accept_length_engine` is `null`"),
+        "{para}"
+    );
 }

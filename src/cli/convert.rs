@@ -31,7 +31,9 @@ pub struct Args {
     pub src: String,
     #[command(flatten)]
     pub out: OutputArgs,
-    /// DraftLayout (or trainer) layout to write.
+    /// DraftLayout (or trainer) layout to write. A quantized draft whose scheme that engine does
+    /// not load (as `kquant inspect` says) is refused; `--force` writes it anyway, with a
+    /// warning and no launch line.
     #[arg(long, value_enum)]
     pub to: DraftLayout,
     /// Where the source comes from, when detection cannot tell (sets the aux-id convention and
@@ -92,6 +94,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         steps: a.steps,
         output: a.out.output.clone(),
         known_targets: crate::verify::profile::builtin_shapes(),
+        force: a.out.force,
     };
     let c = Conversion::prepare(&req)?;
     let plan = &c.plan;

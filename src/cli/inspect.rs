@@ -35,8 +35,9 @@ pub struct Args {
 pub fn run(a: Args) -> Result<ExitCode> {
     let ck = Checkpoint::open(&a.src)?;
     let det = ck.detect()?;
-    let engines = engines::support(&ck, &det);
+    let mut engines = engines::support(&ck, &det);
     let beside = engines::target::of_draft(&ck, &det, &crate::verify::profile::builtin_shapes());
+    engines::with_target(&mut engines, beside.as_ref());
     let scheme = det
         .quantization
         .quantized
@@ -227,36 +228,43 @@ fn print_family(det: &Detection) {
     }
 }
 
-/// `engines`: one row per engine's claim.
+/// `engines`: one row per engine, its one verdict: the claim on the draft's files, and where
+/// the engine cannot serve the draft beside its target (or only from a build), that first.
 fn print_engines(engines: &[EngineSupport]) {
     for (i, e) in engines.iter().enumerate() {
         let basis = e.basis();
+        let what = match &e.beside_target {
+            None => format!("{} [{basis}]", e.why),
+            Some(v) => format!(
+                "{}: {} [{}]; the files: {} ({}) [{basis}]",
+                match v.serves {
+                    engines::target::Serves::No =>
+                        format!("cannot serve it beside {}", v.architecture),
+                    engines::target::Serves::FromBuild => format!(
+                        "serves it beside {} only from a recent build",
+                        v.architecture
+                    ),
+                },
+                v.why,
+                v.source,
+                e.loads.id(),
+                e.why
+            ),
+        };
         row(
             if i == 0 { "engines" } else { "" },
-            format!("{:<7}{:<8}{} [{basis}]", e.engine.id(), e.loads.id(), e.why),
+            format!("{:<7}{:<8}{what}", e.engine.id(), e.verdict.id()),
         );
     }
 }
 
-/// `target`: the draft's target as its shape names it, and the engines that cannot serve the
-/// draft beside it (their `loads` row is about the draft's files alone).
+/// `target`: the draft's target as its shape names it (what each engine can do beside it is in
+/// the `engines` rows' verdicts).
 fn print_beside(b: &engines::target::DraftTarget) {
     row(
         "target",
         format!("{} ({})", b.target.architecture, b.target.known_from),
     );
-    for v in &b.serving {
-        row(
-            "",
-            format!(
-                "{:<7}{:<11}beside it: {} [{}]",
-                v.engine.id(),
-                v.serves.id(),
-                v.why,
-                v.source
-            ),
-        );
-    }
 }
 
 /// `dims` (those the config sets) and `has` (the optional tensors present).

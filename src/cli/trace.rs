@@ -126,9 +126,13 @@ pub struct CaptureArgs {
     /// precision").
     #[arg(long, value_enum, default_value_t = TapDtype::Bf16)]
     pub tap_dtype: TapDtype,
-    /// Capture only the first N prompts.
+    /// Capture only the first N prompts (after --per-category); a warning names the
+    /// categories this leaves out.
     #[arg(long, value_parser = crate::cli::flags::limit)]
     pub limit: Option<usize>,
+    /// Capture only the first N prompts of each category (in file order).
+    #[arg(long, value_parser = crate::cli::flags::limit)]
+    pub per_category: Option<usize>,
     /// `dataset` of samples whose prompt line names none [default: the prompts file's stem].
     #[arg(long)]
     pub dataset: Option<String>,
@@ -257,8 +261,20 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
     )?;
     let ck = Checkpoint::open(&target)?;
     let m = Target::load(&ck)?;
-    let mut prompts = capture::read_prompts(&a.prompts)?;
-    prompts.truncate(a.limit.unwrap_or(usize::MAX));
+    let (prompts, dropped) =
+        capture::select_prompts(capture::read_prompts(&a.prompts)?, a.per_category, a.limit);
+    if let (Some(n), false) = (a.limit, dropped.is_empty()) {
+        let names: Vec<String> = dropped
+            .iter()
+            .map(|(c, k)| format!("`{}` ({k})", printable(c)))
+            .collect();
+        eprintln!(
+            "warning: --limit {n} keeps the first {n} prompts of the file and drops every prompt of {} categor{}: {}; --per-category N keeps N of each",
+            dropped.len(),
+            if dropped.len() == 1 { "y" } else { "ies" },
+            names.join(", ")
+        );
+    }
     let taps = a
         .taps
         .clone()

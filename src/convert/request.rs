@@ -46,6 +46,9 @@ pub struct Request {
     /// The targets the draft's shape is matched against when no `target_checkpoint` names
     /// one (the built-in profiles' shapes, `crate::verify::profile::builtin_shapes`).
     pub known_targets: Vec<crate::engines::target::TargetShape>,
+    /// Write a draft the engine does not load (its quantization; [`engine_refusal`]): with a
+    /// warning and no launch line, instead of refusing.
+    pub force: bool,
 }
 
 /// A planned conversion: the source, its detection, the target, the plan.
@@ -103,6 +106,7 @@ impl Conversion {
         // Launch lines and TensorRT-LLM's options file name the output by its absolute path,
         // so that they work from any directory.
         super::place(&mut plan, req.to, dflash, &super::final_dir(&req.output));
+        engine_refusal(&ck, &det, req, &mut plan)?;
         Ok(Conversion {
             ck,
             det,
@@ -149,6 +153,52 @@ impl Conversion {
             progress,
         )
     }
+}
+
+/// The engine check `inspect` makes, for the engine `req.to` is for: a quantized draft whose
+/// scheme the engine refuses (`crate::engines::refuses_quantization`) is refused, naming what
+/// the engine does load; with `force`, planned with a warning and without a launch line (the
+/// files are the engine's layout, but the engine will not load them).
+fn engine_refusal(ck: &Checkpoint, det: &Detection, req: &Request, plan: &mut Plan) -> Result<()> {
+    let Some(engine) = req.to.serving() else {
+        return Ok(());
+    };
+    let Some((format, scheme, claim)) = crate::engines::refuses_quantization(ck, det, engine)
+    else {
+        return Ok(());
+    };
+    let what = format!(
+        "{} does not load this draft (--format {} --scheme {scheme}): {} [{}]",
+        engine.name(),
+        format.name(),
+        claim.why,
+        claim.basis()
+    );
+    if req.force {
+        plan.warnings.push(format!(
+            "{what}; written anyway (--force), with no launch line"
+        ));
+        plan.launch = None;
+        return Ok(());
+    }
+    let instead = match crate::engines::loads_instead(engine, &det.family, scheme) {
+        Some(f) => format!(
+            "{} loads `{}` drafts quantized with {f}: quantize the unquantized draft that way",
+            engine.name(),
+            det.family.id()
+        ),
+        None => format!(
+            "{} loads no quantized `{}` draft kquant writes: convert the unquantized draft",
+            engine.name(),
+            det.family.id()
+        ),
+    };
+    Err(Error::Flags {
+        msg: what,
+        hint: format!(
+            "{instead} (`kquant schemes`, `kquant inspect`); or pass --force to write this layout anyway (no launch line)"
+        ),
+    })
 }
 
 /// `--from` against the source's EAGLE-3 layer prefix: refused when that engine writes another

@@ -21,6 +21,7 @@ use layout::ConfigFacts;
 
 use crate::checkpoint::{Checkpoint, Detection, Family};
 use crate::quant::identify::{self, Identified};
+use crate::quant::registry::{Format, Scheme};
 
 /// One engine's verdict on one checkpoint (an `engines` entry of `kquant inspect --json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -37,6 +38,14 @@ pub struct EngineSupport {
     pub version_note: Option<String>,
     /// What a real server of the engine did with a draft like this one (the serving tier).
     pub served: Option<Served>,
+    /// The one verdict on serving the draft: `loads` (its files) and whether the engine serves
+    /// the draft's family beside its target (`beside_target`, [`with_target`]): `no` where
+    /// either is no, `depends` where either depends (or only a build named there serves the
+    /// pair), else `yes`.
+    pub verdict: Loads,
+    /// What the engine's source says stands in the way of serving the draft beside its target
+    /// (`crate::engines::target::on_target`); `None` when nothing does or the target is unknown.
+    pub beside_target: Option<target::OnTarget>,
 }
 
 impl EngineSupport {
@@ -66,7 +75,28 @@ impl From<&Claim> for EngineSupport {
             unproven_on_cpu: c.unproven_on_cpu.map(String::from),
             version_note: c.version_note.map(String::from),
             served: c.served,
+            verdict: c.loads,
+            beside_target: None,
         }
+    }
+}
+
+/// Fold what each engine's source says about serving the draft beside its target (`beside`,
+/// from `crate::engines::target::of_draft`) into the engines' [`EngineSupport::verdict`], so that
+/// `inspect` gives one verdict per engine.
+pub fn with_target(engines: &mut [EngineSupport], beside: Option<&target::DraftTarget>) {
+    let Some(b) = beside else {
+        return;
+    };
+    for e in engines.iter_mut() {
+        let Some(v) = b.serving.iter().find(|v| v.engine == e.engine) else {
+            continue;
+        };
+        e.verdict = match (e.loads, v.serves) {
+            (Loads::No, _) | (_, target::Serves::No) => Loads::No,
+            _ => Loads::Depends,
+        };
+        e.beside_target = Some(v.clone());
     }
 }
 
@@ -151,6 +181,8 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
                             unproven_on_cpu: join(s.unproven_on_cpu.as_deref(), q.unproven_on_cpu),
                             version_note: join(s.version_note.as_deref(), q.version_note),
                             served: q.served,
+                            verdict: q.loads,
+                            beside_target: None,
                         }
                     }
                     None => {
@@ -172,7 +204,93 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
                 );
             }
         }
+        s.verdict = s.loads;
         out.push(s);
     }
     out
+}
+
+/// `engine`'s refusal of a quantized draft, as [`support`] (and so `inspect`) gives it for the
+/// quantization alone: the scheme's `no` row for the draft's family. `convert` writes the
+/// engine's own layout, so the source's layout rows do not apply to the result; its quantization
+/// is carried over as is. `None` for an unquantized draft, a scheme the engine loads (or kquant
+/// has no claim for), or a quantization kquant does not know.
+pub fn refuses_quantization(
+    ck: &Checkpoint,
+    det: &Detection,
+    engine: Engine,
+) -> Option<(Format, Scheme, &'static Claim)> {
+    if !det.quantization.quantized {
+        return None;
+    }
+    let Some(Identified::Scheme { format, scheme }) = quantization(ck) else {
+        return None;
+    };
+    quantized::claim_for(format, scheme, engine, &det.family)
+        .filter(|c| c.loads == Loads::No)
+        .map(|c| (format, scheme, c))
+}
+
+/// What `engine` loads instead of `format`/`scheme` for a `family` draft, as command-line
+/// flags: the formats it loads `scheme` in (`--format F`), else every (format, scheme) it loads
+/// on a GPU (`--format F --scheme S`); `None` when it loads no quantized draft of the family.
+pub fn loads_instead(engine: Engine, family: &Family, scheme: Scheme) -> Option<String> {
+    let loads = |f: Format, s: Scheme| {
+        quantized::claim_for(f, s, engine, family)
+            .is_some_and(|c| c.loads == Loads::Yes && !c.cpu_only)
+    };
+    let mut pairs: Vec<(Format, Scheme)> = Vec::new();
+    for r in quantized::QUANTIZED {
+        if !pairs.contains(&(r.format, r.scheme)) && loads(r.format, r.scheme) {
+            pairs.push((r.format, r.scheme));
+        }
+    }
+    let same: Vec<String> = pairs
+        .iter()
+        .filter(|(_, s)| *s == scheme)
+        .map(|(f, _)| format!("--format {}", f.name()))
+        .collect();
+    if !same.is_empty() {
+        return Some(format!("{} (--scheme {scheme})", same.join(" or ")));
+    }
+    // One entry per format, its schemes as alternatives: `--format F --scheme A|B`.
+    let mut by_format: Vec<(Format, Vec<String>)> = Vec::new();
+    for (f, s) in &pairs {
+        match by_format.iter_mut().find(|(g, _)| g == f) {
+            Some((_, v)) => v.push(s.to_string()),
+            None => by_format.push((*f, vec![s.to_string()])),
+        }
+    }
+    let all: Vec<String> = by_format
+        .iter()
+        .map(|(f, v)| format!("--format {} --scheme {}", f.name(), v.join("|")))
+        .collect();
+    (!all.is_empty()).then(|| all.join(", or "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::registry::Scheme::{Fp8Pc, Int4Pc};
+
+    /// The formats an engine loads instead of one it refuses: the same scheme in another format
+    /// where it has one, else every (format, scheme) it loads on a GPU, grouped by format.
+    #[test]
+    fn what_an_engine_loads_instead() {
+        let e3 = Family::Eagle3;
+        assert_eq!(
+            loads_instead(Engine::Vllm, &e3, Int4Pc).as_deref(),
+            Some("--format compressed-tensors (--scheme int4-pc)")
+        );
+        assert_eq!(
+            loads_instead(Engine::Trtllm, &e3, Int4Pc).as_deref(),
+            Some("--format modelopt --scheme int4-g128|fp8-pc|nvfp4")
+        );
+        assert_eq!(
+            loads_instead(Engine::Trtllm, &e3, Fp8Pc).as_deref(),
+            Some("--format modelopt (--scheme fp8-pc)")
+        );
+        // TensorRT-LLM's DFlash drafter reads no quantized weights.
+        assert_eq!(loads_instead(Engine::Trtllm, &Family::Dflash, Int4Pc), None);
+    }
 }

@@ -315,13 +315,38 @@ fn next_steps(
         _ => return Vec::new(),
     };
     let out = out.display();
+    // The draft's target, where its shape names one architecture: an engine that cannot serve
+    // the draft beside it is not suggested (`kquant inspect` gives it `no`).
+    let arch = target.and_then(|t| {
+        let shapes = crate::verify::profile::builtin_shapes();
+        let c = crate::engines::target::candidates(&shapes, t);
+        let a = c.first()?.architecture.clone()?;
+        c.iter()
+            .all(|s| s.architecture.as_deref() == Some(a.as_str()))
+            .then_some(a)
+    });
     let mut v = Vec::new();
     for e in Engine::ALL {
+        let beside = arch
+            .as_deref()
+            .and_then(|a| crate::engines::target::on_target(family, a, e));
+        if beside
+            .as_ref()
+            .is_some_and(|b| b.serves == crate::engines::target::Serves::No)
+        {
+            continue;
+        }
         if quantized::claim_for(format, scheme, e, family).is_some_and(|c| c.loads == Loads::Yes) {
-            let extra = if e == Engine::Trtllm {
-                " (writes extra-llm-api-config.yml and the trtllm-serve line)"
-            } else {
-                " (prints the launch line)"
+            let extra = match (&beside, e) {
+                (Some(b), _) => format!(
+                    " (prints the launch line; {} serves it beside {} only from a recent build: `kquant inspect`)",
+                    e.name(),
+                    b.architecture
+                ),
+                (None, Engine::Trtllm) => {
+                    " (writes extra-llm-api-config.yml and the trtllm-serve line)".to_string()
+                }
+                (None, _) => " (prints the launch line)".to_string(),
             };
             v.push(format!(
                 "kquant convert {kind} {out} --to {} -o {out}-{}{extra}",

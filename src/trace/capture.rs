@@ -28,6 +28,38 @@ pub struct Prompt {
     pub tokens: Vec<u32>,
 }
 
+/// The prompts `trace capture` takes: the first `per_category` of each category (file order
+/// kept), then the first `limit`; and the categories `limit` left with no prompt at all, each
+/// with the number of its prompts dropped (in file order), so that a category-sorted file cut
+/// by `--limit` is said to be.
+pub fn select_prompts(
+    prompts: Vec<Prompt>,
+    per_category: Option<usize>,
+    limit: Option<usize>,
+) -> (Vec<Prompt>, Vec<(String, usize)>) {
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    let mut kept: Vec<Prompt> = prompts
+        .into_iter()
+        .filter(|p| {
+            let n = seen.entry(p.category.clone()).or_default();
+            *n += 1;
+            *n <= per_category.unwrap_or(usize::MAX)
+        })
+        .collect();
+    let cut = kept.split_off(limit.unwrap_or(usize::MAX).min(kept.len()));
+    let held: std::collections::HashSet<&str> = kept.iter().map(|p| p.category.as_str()).collect();
+    let mut index: std::collections::HashMap<&str, usize> = Default::default();
+    let mut dropped: Vec<(String, usize)> = Vec::new();
+    for p in cut.iter().filter(|p| !held.contains(p.category.as_str())) {
+        let i = *index.entry(p.category.as_str()).or_insert_with(|| {
+            dropped.push((p.category.clone(), 0));
+            dropped.len() - 1
+        });
+        dropped[i].1 += 1;
+    }
+    (kept, dropped)
+}
+
 /// Read prompts: one JSON object per line with token ids in `tokens` (make_heldout.py),
 /// `prompt_ids` or `input_ids`; `id` (default: the line's index among prompts), `category`,
 /// `dataset`, `turn` optional. Text-only lines are refused: kquant does not tokenize.

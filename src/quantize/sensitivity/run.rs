@@ -396,7 +396,7 @@ pub fn run(a: &Request) -> Result<Outcome> {
         .map(|m| preset_of(a, &recipe, det.family.id(), samples, m, &exclude_of(m)));
     let command = picked
         .as_ref()
-        .map(|m| command_of(a, &recipe, &exclude_of(m)));
+        .map(|m| command_of(a, &recipe, &exclude_of(m), target_at.as_deref()));
     let group_json: Vec<Value> = groups
         .iter()
         .zip(&single)
@@ -539,17 +539,27 @@ fn preset_of(
     p
 }
 
-/// The `quantize` line that writes the picked set.
-fn command_of(a: &Request, recipe: &Recipe, exclude: &[String]) -> String {
+/// The `quantize` line that writes the picked set, runnable as printed (every path one shell
+/// word): a calibrated method also names the target the calibration ran (`target_at`: the
+/// `--target-checkpoint`, or the live profile's target), without which `quantize` refuses.
+fn command_of(a: &Request, recipe: &Recipe, exclude: &[String], target_at: Option<&str>) -> String {
+    use crate::convert::layout::sh_quote;
     let mut c = format!(
         "kquant quantize {} -o OUT --scheme {} --format {} --exclude '{}'",
-        a.src,
+        sh_quote(&a.src),
         recipe.scheme(),
         recipe.format().name(),
         exclude.join(",")
     );
     if let Some(t) = &a.calibrate {
-        c += &format!(" --method {} --calibrate {}", a.method.name(), t.display());
+        c += &format!(
+            " --method {} --calibrate {}",
+            a.method.name(),
+            sh_quote(&t.to_string_lossy())
+        );
+        if let Some(tc) = target_at {
+            c += &format!(" --target-checkpoint {}", sh_quote(tc));
+        }
     }
     c
 }
