@@ -836,3 +836,216 @@ fn near_ties_bound_the_replay_and_are_refused_where_unknown() {
         assert!(e.contains(says) && e.contains("hint:"), "{extra:?}: {e}");
     }
 }
+
+const KL: &str = "fixtures/kimi-linear-tiny";
+
+/// `verify` of the Kimi-Linear DFlash drafter over the first 2 samples of each category of
+/// its committed trace, with `extra` flags: (exit code, JSON report, stderr).
+fn kl_verify(extra: &[&str]) -> (Option<i32>, Value, String) {
+    let mut a = vec![
+        "verify",
+        "--draft",
+        "fixtures/kimi-linear-tiny/dflash",
+        "--target-checkpoint",
+        "fixtures/kimi-linear-tiny/target",
+        "--per-category",
+        "2",
+        "--json",
+        "-",
+    ];
+    if !extra.contains(&"--trace") {
+        a.extend(["--trace", "fixtures/kimi-linear-tiny/trace"]);
+    }
+    a.extend(extra);
+    let o = kquant(&a);
+    let r = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o.status.code(), r, common::stderr(&o))
+}
+
+/// #38.14: a DFlash drafter's teacher-forced all-positions AL is compared, not only shown: the
+/// baseline's, the paired Δ and its interval, overall and per category, in the JSON, the table
+/// and the JUnit.
+#[test]
+fn all_positions_delta_is_reported_beside_the_walk_with_its_interval() {
+    let t = tempfile::tempdir().unwrap();
+    let junit = t.path().join("j.xml");
+    let (code, r, err) = kl_verify(&[
+        "--baseline",
+        "prompt-lookup",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let f = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("{r}"));
+    let (d, b) = (
+        f(&r["draft"]["accept_length_all_positions"]),
+        f(&r["baseline"]["accept_length_all_positions"]),
+    );
+    let delta = f(&r["delta_all_positions"]);
+    assert!((delta - (d - b)).abs() < 1e-9, "{delta} vs {d} - {b}");
+    assert!(
+        delta.abs() > 1e-3,
+        "the drafter and prompt lookup differ: {delta}"
+    );
+    let ci = &r["ci95_all_positions"];
+    assert!(f(&ci[0]) <= delta && delta <= f(&ci[1]), "{ci}");
+    assert_eq!(r["gated_on"], "accept_length");
+    for (c, v) in r["per_category"].as_object().unwrap() {
+        let dd = f(&v["draft_all_positions"]) - f(&v["baseline_all_positions"]);
+        assert!((f(&v["delta_all_positions"]) - dd).abs() < 1e-9, "{c}: {v}");
+        assert!(v["ci95_all_positions"].is_array(), "{c}: {v}");
+    }
+    let x = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        x.contains("<property name=\"delta_all_positions\" value=")
+            && x.contains("<property name=\"baseline_accept_length_all_positions\" value=")
+            && x.contains("<property name=\"ci95_all_positions_low\" value=")
+            && x.contains("draft AL (all-positions, teacher-forced) "),
+        "{x}"
+    );
+    // The table: a teacher-forced block with the baseline, Δ and interval, each line naming
+    // its count.
+    let o = kquant(&[
+        "verify",
+        "--draft",
+        "fixtures/kimi-linear-tiny/dflash",
+        "--target-checkpoint",
+        "fixtures/kimi-linear-tiny/target",
+        "--per-category",
+        "2",
+        "--trace",
+        "fixtures/kimi-linear-tiny/trace",
+        "--baseline",
+        "prompt-lookup",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("all-positions AL: teacher-forced")
+            && out.contains(&format!("{delta:.3}"))
+            && out.contains(&format!("{b:.3}"))
+            && out.contains("all-positions ΔAL 95% CI (paired bootstrap over prompts): ["),
+        "{out}"
+    );
+}
+
+/// #38.14: `--gate-on all-positions` judges the teacher-forced figure: a `--min-accept` between
+/// the walked AL and the all-positions one fails the default gate and passes this one; live it
+/// is refused.
+#[test]
+fn gate_on_all_positions_judges_the_teacher_forced_figure() {
+    let (code, r, err) = kl_verify(&["--min-accept", "3.3"]);
+    let walk = r["draft"]["accept_length"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{err}"));
+    let allpos = r["draft"]["accept_length_all_positions"].as_f64().unwrap();
+    assert!(walk < 3.3 && 3.3 < allpos, "{walk} {allpos}");
+    assert_eq!(code, Some(1), "{err}");
+    let (code, r, err) = kl_verify(&["--min-accept", "3.3", "--gate-on", "all-positions"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["gated_on"], "accept_length_all_positions");
+    let (code, r, _) = kl_verify(&[
+        "--min-accept",
+        &format!("{:.3}", allpos + 0.1),
+        "--gate-on",
+        "all-positions",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(
+        r["reasons"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("all-positions accept length (teacher-forced)"),
+        "{r}"
+    );
+    let o = kquant(&[
+        "verify",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--gate-on",
+        "all-positions",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = common::stderr(&o);
+    assert!(
+        e.starts_with("error:") && e.contains("--gate-on all-positions") && e.contains("hint:"),
+        "{e}"
+    );
+}
+
+/// #38.14: `--published` offline holds the card's teacher-forced figure against the
+/// all-positions AL, and is refused (exit 2, before any replay) where there is none to hold:
+/// never ignored.
+#[test]
+fn published_offline_holds_a_teacher_forced_card_figure_or_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    // The fixture's trace as a Math500 capture, and a profile quoting a teacher-forced Math500
+    // figure and an engine's one for the tiny drafter.
+    let tr = t.path().join("trace");
+    std::fs::create_dir(&tr).unwrap();
+    let src = root().join(KL).join("trace");
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), tr.join(e.file_name())).unwrap();
+    }
+    let mut m: Value =
+        serde_json::from_slice(&std::fs::read(tr.join("manifest.json")).unwrap()).unwrap();
+    for s in m["samples"].as_array_mut().unwrap() {
+        s["dataset"] = "math500".into();
+    }
+    std::fs::write(tr.join("manifest.json"), m.to_string()).unwrap();
+    let profile = |figures: Value| {
+        let mut p: Value = serde_json::from_slice(
+            &std::fs::read(root().join("quant-configs/targets/kimi-linear-tiny.json")).unwrap(),
+        )
+        .unwrap();
+        p["published_accept_lengths"] = figures;
+        let f = t.path().join("profile.json");
+        std::fs::write(&f, p.to_string()).unwrap();
+        f.to_str().unwrap().to_string()
+    };
+    let fig = |engine: &str, al: &str| {
+        serde_json::json!({"draft": "tiny/dflash", "family": "dflash", "benchmark": "MATH-500",
+            "n": 60, "accept_length": al, "engine": engine, "draft_length": "block_size=8",
+            "source": "a test"})
+    };
+    let p = profile(serde_json::json!([fig(
+        "none: offline teacher-forced; greedy",
+        "9.5"
+    )]));
+    let trs = tr.to_str().unwrap();
+    let (code, r, err) = kl_verify(&["--trace", trs, "--target", &p, "--published", "tiny/dflash"]);
+    assert_eq!(code, Some(1), "{err}");
+    let c = &r["published"][0];
+    assert_eq!(c["count"], "accept_length_all_positions", "{r}");
+    assert_eq!(c["measured"], r["draft"]["accept_length_all_positions"]);
+    assert_eq!(c["passed"], false);
+    assert!(
+        r["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("all-positions accept length (teacher-forced)"),
+        "{r}"
+    );
+    let p = profile(serde_json::json!([fig(
+        "none: offline teacher-forced; greedy",
+        "1.5"
+    )]));
+    let (code, r, err) = kl_verify(&["--trace", trs, "--target", &p, "--published", "tiny/dflash"]);
+    assert_eq!(
+        (code, &r["published"][0]["passed"]),
+        (Some(0), &Value::Bool(true)),
+        "{err}"
+    );
+    // An engine's figure only: another count, refused offline.
+    let p = profile(serde_json::json!([fig("vLLM 0.32, H100", "1.5")]));
+    let (code, _, err) = kl_verify(&["--trace", trs, "--target", &p, "--published", "tiny/dflash"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("quotes no offline teacher-forced accept length") && err.contains("hint:"),
+        "{err}"
+    );
+    // Prompts that are no benchmark: refused.
+    let (code, _, err) = kl_verify(&["--target", "kimi-linear-tiny", "--published", "tiny/dflash"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no benchmark"), "{err}");
+}

@@ -10,6 +10,7 @@ use crate::cli::flags;
 use crate::engines::Engine;
 use crate::error::{Error, Result};
 use crate::verify::drafters::AfterMiss;
+use crate::verify::gate::GateOn;
 use crate::verify::live::measure;
 use crate::verify::offline;
 use crate::verify::report::{self, Verdict};
@@ -89,8 +90,10 @@ pub struct Args {
     /// Live: hold the measurement against the accept lengths `--target`'s profile quotes for
     /// this draft (a Hugging Face id as `kquant targets` lists it) on the prompt set's benchmark,
     /// overall and per category where the card splits it: below one by more than
-    /// `--max-regression` fails the gate.
-    #[arg(long, value_name = "DRAFT", requires_all = ["endpoint", "target"])]
+    /// `--max-regression` fails the gate (the cards' engine figures). Offline: hold the draft's all-positions AL (teacher-forced) against the offline
+    /// teacher-forced figures the profile quotes for DRAFT on the trace's benchmark (every
+    /// sample's `dataset`); refused where the profile quotes none there.
+    #[arg(long, value_name = "DRAFT", requires = "target")]
     pub published: Option<String>,
     /// Target profile (built-in name or JSON file; `kquant targets` lists them): the trace must
     /// fit its shape, and a live profile (`kimi-k2.5-tiny`) runs its target when no `--trace`
@@ -130,6 +133,12 @@ pub struct Args {
     pub after_miss: AfterMiss,
     #[command(flatten)]
     pub gate: flags::Gate,
+    /// Which accept length --max-regression and --min-accept judge: `walk` (tokens committed
+    /// per verify step, as an engine's steps commit) or `all-positions` (teacher-forced over
+    /// every anchor, the offline figure DFlash cards quote; offline only). Both are reported,
+    /// with a baseline's and their paired Δ, either way.
+    #[arg(long, value_enum, default_value_t = GateOn::Walk)]
+    pub gate_on: GateOn,
     /// Fail when the draft's accept length is below this (a finite number in 0..=33).
     #[arg(long, value_parser = flags::min_accept)]
     pub min_accept: Option<f64>,
@@ -151,6 +160,12 @@ pub struct Args {
 pub fn run(a: Args) -> Result<ExitCode> {
     a.per_category.warn_spelling("verify");
     if let Some(endpoint) = a.endpoint.clone() {
+        if a.gate_on == GateOn::AllPositions {
+            return Err(Error::Flags {
+                msg: "--gate-on all-positions with --endpoint: a live server reports steps and tokens, no teacher-forced positions".into(),
+                hint: "gate a live run on its walked accept length (the default), or gate all-positions offline (`verify --trace`)".into(),
+            });
+        }
         let v = measure::run(&measure::Request {
             endpoint,
             baseline_endpoint: a.baseline_endpoint.clone(),
@@ -188,6 +203,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         limit_per_category: a.per_category.value(),
         after_miss: a.after_miss,
         thresholds,
+        gate_on: a.gate_on,
+        published: a.published.clone(),
         device: a.device.clone(),
     })?;
     for w in &plan.warnings {
