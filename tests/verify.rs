@@ -1049,3 +1049,25 @@ fn published_offline_holds_a_teacher_forced_card_figure_or_is_refused() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("no benchmark"), "{err}");
 }
+
+/// #38.24: docs/verify.md states a live-vs-offline ΔAL bound only with the prompt count it was
+/// measured on (0.02 held on the tier's 60 prompts; 24 other prompts gave 0.042).
+#[test]
+fn docs_state_the_bf16_bound_with_its_prompt_count() {
+    let doc = std::fs::read_to_string(root().join("docs/verify.md")).unwrap();
+    let flat = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut bounds = 0;
+    for sentence in flat.split(". ") {
+        let states = sentence.contains("ΔAL within 0.02") || sentence.contains("bound: 0.02");
+        if states {
+            bounds += 1;
+            assert!(
+                sentence.contains("60 prompts"),
+                "a bound stated without its prompt count: {sentence}"
+            );
+        }
+    }
+    assert!(bounds > 0, "the tier's bound is stated somewhere");
+    assert!(flat.contains("0.02 is these 60 prompts' bound, not a general one"));
+    assert!(flat.contains("0.042 apart"));
+}
