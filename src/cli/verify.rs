@@ -96,7 +96,7 @@ pub struct Args {
     #[arg(long, value_name = "DRAFT", requires = "target")]
     pub published: Option<String>,
     /// Target profile (built-in name or JSON file; `kquant targets` lists them): the trace must
-    /// fit its shape, and a live profile (`kimi-k2.5-tiny`) runs its target when no `--trace`
+    /// fit its shape, and a live profile (`kimi-k2.5-tiny`, `kimi-linear-tiny`) runs its target when no `--trace`
     /// is given.
     #[arg(long)]
     pub target: Option<String>,
@@ -114,7 +114,7 @@ pub struct Args {
     /// are taken both ways (an engine serving in bf16 may pick either), and the report gives
     /// each accept length and ΔAL as a range, and per request the steps a near-tie decides
     /// (docs/verify.md, "Near-ties"). The replay on --device cpu only.
-    #[arg(long, value_name = "LOGITS", value_parser = flags::near_ties)]
+    #[arg(long, value_name = "LOGITS", value_parser = flags::near_ties, allow_negative_numbers = true)]
     pub near_ties: Option<f64>,
     /// With a live `--target` and no `--trace`: capture these prompts (jsonl, as `kquant trace
     /// capture --prompts` reads them) instead of the profile's bundled set. With `--endpoint`:
