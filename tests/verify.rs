@@ -1192,3 +1192,48 @@ fn a_negative_near_tie_margin_is_refused_by_name() {
         "{err}"
     );
 }
+
+/// #38.23: a calibration that stops before its replay (here: no target embedding for the draft)
+/// draws no `calibrate 0/0` bar on a terminal, only the error.
+#[test]
+fn no_calibration_bar_before_its_replay_starts() {
+    let bin = env!("CARGO_BIN_EXE_kquant");
+    let t = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new("script")
+        .current_dir(root())
+        .env("TERM", "xterm")
+        .args([
+            "-qec",
+            &format!(
+                "{bin} quantize fixtures/kimi-k2.5-tiny/eagle3 -o {} --scheme int4-pc --exclude fc,lm_head --method search --calibrate fixtures/kimi-k2.5-tiny/trace",
+                t.path().join("q").display()
+            ),
+            "/dev/null",
+        ])
+        .output()
+        .expect("script (util-linux) runs the binary on a pseudo-terminal");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("error:") && out.contains("--target-checkpoint"),
+        "{out}"
+    );
+    assert!(!out.contains("0/0"), "a bar before any work: {out}");
+}
+
+/// #38.23: a draft of another target (the Kimi-K2.5 fixture's DFlash drafter on the Kimi-Linear
+/// trace) is named as one, with that target, not as a trace lacking taps.
+#[test]
+fn a_draft_of_another_target_is_named_as_one() {
+    let (code, _, err) = kl_verify(&["--draft", "fixtures/kimi-k2.5-tiny/dflash"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.starts_with("error:")
+            && err.contains("target `kimi-k2.5-tiny`'s dflash taps")
+            && err.contains("a draft of that target")
+            && err.contains("hint: verify a draft on a trace of its own target"),
+        "{err}"
+    );
+    // A draft of this target still replays.
+    let (code, _, err) = kl_verify(&[]);
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -404,6 +404,9 @@ pub fn run_draft(
 ) -> Result<(Run, usize)> {
     let d = load_drafter(spec, target, exec)?;
     let steps = crate::verify::drafters::steps_for(d.as_ref(), steps, spec)?;
+    if let Some(e) = another_targets_draft(spec, d.taps(), trace) {
+        return Err(e);
+    }
     trace.require(
         d.taps(),
         d.target_hidden(),
@@ -435,6 +438,53 @@ pub fn run_draft(
         },
         steps,
     ))
+}
+
+/// A draft whose taps the trace lacks and which are exactly another built-in target's default
+/// taps for a draft family: a draft of that target (not a trace captured with too few taps),
+/// said so by name. `None` otherwise (the trace's own tap check then speaks).
+fn another_targets_draft(spec: &str, taps: &[usize], trace: &Trace) -> Option<Error> {
+    let mut have = trace.manifest.taps.clone();
+    have.sort_unstable();
+    if taps.iter().all(|t| have.contains(t)) {
+        return None;
+    }
+    let mut wanted = taps.to_vec();
+    wanted.sort_unstable();
+    let profiles = profile::builtin().ok()?;
+    let of = |p: &Profile, hs: &[usize]| {
+        profile::DraftFamily::ALL
+            .iter()
+            .find(|f| p.taps.get(**f).is_some_and(|t| t.hs == hs))
+            .map(|f| f.name())
+    };
+    let (owner, family) = profiles
+        .iter()
+        .find_map(|p| of(p, &wanted).map(|f| (p, f)))?;
+    // The trace's own taps are that target's too: a capture with other taps, not another target.
+    if of(owner, &have).is_some() {
+        return None;
+    }
+    let traced = trace
+        .manifest
+        .target
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("its target");
+    Some(Error::Source {
+        path: trace.dir.join("manifest.json"),
+        msg: format!(
+            "draft `{}` reads taps {wanted:?}, target `{}`'s {family} taps: it looks like a draft of that target, and this trace was captured from `{}` with taps {have:?}",
+            crate::escape::printable(spec),
+            owner.name,
+            crate::escape::printable(traced)
+        ),
+        hint: Some(format!(
+            "verify a draft on a trace of its own target (`kquant targets {}` lists its taps); if the draft is this target's, capture the trace with its taps (`trace capture --taps {}`)",
+            owner.name,
+            wanted.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
+        )),
+    })
 }
 
 /// Where the samples to replay come from: `--trace`, or a live capture of `--prompts` (the
