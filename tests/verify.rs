@@ -1237,3 +1237,128 @@ fn a_draft_of_another_target_is_named_as_one() {
     let (code, _, err) = kl_verify(&[]);
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// #38.23: the target-profile facts docs/verify.md calls unknown are the ones `kquant targets`
+/// does not know (Kimi-Linear's layer count and hidden size are cited).
+#[test]
+fn docs_unknown_profile_facts_are_the_binarys() {
+    let doc = std::fs::read_to_string(root().join("docs/verify.md")).unwrap();
+    let flat = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    let bullet = flat
+        .split("are `\"unknown\"`.** That covers")
+        .nth(1)
+        .expect("the unknown-facts bullet");
+    let covers = &bullet[..bullet.find(['(', '.']).unwrap_or(bullet.len())];
+    let t = common::kquant_json(&["targets", "--json"]);
+    for (profile, said) in [
+        ("kimi-k2.6", "K2.6"),
+        ("kimi-linear-48b-a3b", "Kimi-Linear"),
+    ] {
+        let p = t["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == profile)
+            .unwrap_or_else(|| panic!("{profile}"));
+        for (field, words) in [
+            ("num_layers", "layer count"),
+            ("hidden_size", "hidden size"),
+            ("vocab_size", "vocabulary"),
+        ] {
+            let known = p[field].is_number();
+            let claims = covers.contains(&format!("{said}'s {words}"))
+                || (covers.contains(&format!("{said}'s "))
+                    && covers
+                        .split(&format!("{said}'s "))
+                        .nth(1)
+                        .is_some_and(|r| r.split(',').next().unwrap_or("").contains(words)));
+            assert!(
+                !(known && claims),
+                "docs/verify.md calls {said}'s {words} unknown; `kquant targets` has {}",
+                p[field]
+            );
+        }
+    }
+}
+
+/// #38.23: docs/verify.md's proposal-agreement example (the tiny EAGLE-3 `int4-pc`, RTN and the
+/// scale search calibrated on the held-out trace, against the BF16 draft on it) is the
+/// binary's: the agreements, the ΔAL and the positions compared.
+#[test]
+fn docs_agreement_figures_are_the_binarys() {
+    let t = tempfile::tempdir().unwrap();
+    let f = "fixtures/kimi-k2.5-tiny";
+    let doc = std::fs::read_to_string(root().join("docs/verify.md")).unwrap();
+    let flat = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut said = Vec::new();
+    for (name, extra) in [
+        ("rtn", vec![]),
+        (
+            "search",
+            vec![
+                "--method",
+                "search",
+                "--calibrate",
+                "fixtures/kimi-k2.5-tiny/trace",
+                "--target-checkpoint",
+                "fixtures/kimi-k2.5-tiny/target",
+            ],
+        ),
+    ] {
+        let q = t.path().join(name);
+        let mut a = vec![
+            "quantize",
+            "fixtures/kimi-k2.5-tiny/eagle3",
+            "-o",
+            q.to_str().unwrap(),
+            "--scheme",
+            "int4-pc",
+            "--exclude",
+            "fc,lm_head",
+        ];
+        a.extend(extra);
+        let o = kquant(&a);
+        assert!(o.status.success(), "{}", common::stderr(&o));
+        let r = common::kquant_json(&[
+            "verify",
+            "--draft",
+            q.to_str().unwrap(),
+            "--baseline",
+            &format!("{f}/eagle3"),
+            "--trace",
+            &format!("{f}/trace"),
+            "--target-checkpoint",
+            &format!("{f}/target"),
+            "--max-regression",
+            "1000",
+            "--json",
+            "-",
+        ]);
+        let compared: u64 = r["agreement"]["compared"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_u64().unwrap())
+            .sum();
+        assert!(
+            flat.contains(&format!(
+                "({} {:03} depth positions compared",
+                compared / 1000,
+                compared % 1000
+            )),
+            "docs/verify.md: positions compared {compared}"
+        );
+        said.push((
+            format!("{:.3}", r["agreement"]["overall"].as_f64().unwrap()),
+            format!("{:.3}", r["delta"].as_f64().unwrap()).replace('-', "−"),
+        ));
+    }
+    let sentence = format!(
+        "RTN agrees at {} and the scale search, calibrated on that same trace, at {}, while their ΔAL ({} and {})",
+        said[0].0, said[1].0, said[0].1, said[1].1
+    );
+    assert!(
+        flat.contains(&sentence),
+        "docs/verify.md should say: {sentence}"
+    );
+}
