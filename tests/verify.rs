@@ -799,8 +799,9 @@ fn near_ties_bound_the_replay_and_are_refused_where_unknown() {
         );
         let out = String::from_utf8_lossy(&t.stdout);
         assert!(
-            out.contains("near-ties (logits within 0.03 of the runner-up) can move: draft AL [")
-                && out.contains("; Δ ["),
+            out.contains(
+                "near-ties (logits within 0.03 of the runner-up) can move: draft AL (walk) ["
+            ) && out.contains("; Δ ["),
             "{out}"
         );
         // Every gap is below 1e9: down, every accepted proposal misses.
@@ -1121,7 +1122,7 @@ fn docs_kimi_linear_fixture_figures_are_the_binarys() {
         let (code, r, err) = kl_verify(&a);
         assert_eq!(code, Some(0), "{err}");
         let f = |v: &Value| format!("{:.3}", v.as_f64().unwrap());
-        let got = vec![
+        let got = [
             r["steps"].to_string(),
             f(&r["draft"]["accept_length"]),
             f(&r["per_category"]["code"]["draft"]),

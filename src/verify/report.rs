@@ -413,7 +413,7 @@ pub fn table(r: &Value) -> String {
         let side = |name: &str| {
             n.get(name).map_or(String::new(), |x| {
                 format!(
-                    "{name} AL {} ({} requests, {} steps)",
+                    "{name} AL (walk) {} ({} requests, {} steps)",
                     range(&x["accept_length"]),
                     x["requests_with_ties"],
                     x["steps"]
