@@ -162,7 +162,8 @@ fn search_writes_the_format_records_the_trace_and_never_loses_to_rtn_on_its_erro
     assert!(moved > 0);
 
     // Against the BF16 draft on the same trace, the search's proposals agree with the
-    // original's more often than RTN's (measured 0.916 vs 0.905 over 17 280 positions).
+    // original's more often than RTN's (measured 0.916 vs 0.905 over 16 920 depth positions;
+    // docs/verify.md, "Reported", holds the figures: `verify::docs_agreement_figures_are_the_binarys`).
     // `verify` of a quantized draft against the BF16 one on the trace.
     let verify = |q: &std::path::Path, extra: &[&str]| {
         let mut args = vec![

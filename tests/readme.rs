@@ -202,3 +202,67 @@ fn the_readme_layout_names_every_top_level_module() {
         "README.md's layout does not name: {missing:?}"
     );
 }
+
+/// #38.23: the README's example is what the binary prints, line for line.
+#[test]
+fn the_readme_example_is_the_binarys_output() {
+    let r = readme();
+    let start = r.find("$ kquant inspect ").expect("the README's example");
+    let block = &r[start..r[start..].find("```").map_or(r.len(), |e| start + e)];
+    let mut lines = block.lines();
+    let args: Vec<&str> = lines.next().unwrap().split_whitespace().skip(2).collect();
+    let o = kquant_cmd().args(&args).output().unwrap();
+    assert!(o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    let said: Vec<&str> = lines.filter(|l| !l.trim().is_empty()).collect();
+    let printed: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        said,
+        printed,
+        "README's `kquant {}` example",
+        args.join(" ")
+    );
+}
+
+/// #38.23: every command and subcommand the binary has is in the README's "What works today".
+#[test]
+fn what_works_today_names_every_command() {
+    let r = readme();
+    let start = r.find("## What works today").unwrap();
+    let table = &r[start..start + r[start..].find("\n## ").unwrap_or(r.len() - start)];
+    let subcommands = |args: &[&str]| -> Vec<String> {
+        let mut a = args.to_vec();
+        a.push("--help");
+        let o = kquant_cmd().args(&a).output().unwrap();
+        let h = String::from_utf8_lossy(&o.stdout).into_owned();
+        h.split("Commands:")
+            .nth(1)
+            .map(|c| {
+                c.lines()
+                    .skip(1)
+                    .take_while(|l| l.starts_with("  "))
+                    .filter_map(|l| l.split_whitespace().next().map(String::from))
+                    .filter(|c| c != "help")
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut missing = Vec::new();
+    for c in subcommands(&[]) {
+        let subs = subcommands(&[c.as_str()]);
+        let names: Vec<String> = if subs.is_empty() {
+            vec![format!("kquant {c}")]
+        } else {
+            subs.iter().map(|s| format!("kquant {c} {s}")).collect()
+        };
+        for n in names {
+            if !table.contains(&format!("`{n} ")) && !table.contains(&format!("`{n}`")) {
+                missing.push(n);
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README's \"What works today\" lacks {missing:?}"
+    );
+}

@@ -158,6 +158,14 @@ fn heldout_prompts_tokenize_to_their_committed_ids() {
     assert_eq!(doc["tokenizer"]["kind"], "tokenizer.json");
     assert_eq!(doc["chat_template"], Value::Null);
     assert!(doc["next"].as_str().unwrap().contains("--prompts"));
+    // #38.23: the tokenizer came from the target's checkpoint: `next` names it, not TARGET.
+    assert!(
+        doc["next"].as_str().unwrap().starts_with(
+            "kquant trace capture --target-checkpoint fixtures/kimi-k2.5-tiny/target "
+        ),
+        "{}",
+        doc["next"]
+    );
     let got = jsonl(&out);
     let want = jsonl(&root().join(held));
     assert_eq!(got.len(), 60);

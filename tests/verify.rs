@@ -194,11 +194,13 @@ fn a_draft_against_itself_is_exactly_zero_and_passes() {
         assert_eq!(j["per_category"][k]["n"], 3);
     }
     let x = std::fs::read_to_string(junit).unwrap();
-    // The gate, the overall regression threshold and two categories, all passing.
+    // The gate (the overall regression threshold a line of its output) and two categories, all
+    // passing.
     assert!(
-        x.contains("tests=\"4\" failures=\"0\"")
+        x.contains("tests=\"3\" failures=\"0\"")
             && x.contains("name=\"gate\"")
             && x.contains("name=\"category code\"")
+            && x.contains("overall: accept length regression at most 0.03: ok")
             && x.contains("<property name=\"passed\" value=\"true\"/>")
             && x.contains("<property name=\"delta\" value=\"0.0000\"/>"),
         "{x}"
@@ -290,11 +292,12 @@ fn a_damaged_draft_fails_the_gate_with_exit_1() {
         junit.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(1));
-    // No baseline: the gate and --min-accept testcases fail, with the draft's AL in the message.
+    // No baseline: the gate fails, once for its one reason (#38.23: no second testcase failing
+    // for the same reason), with the draft's AL in the message and the threshold's line.
     let x = std::fs::read_to_string(&junit).unwrap();
-    assert!(x.contains("failures=\"2\""), "{x}");
+    assert!(x.contains("tests=\"3\" failures=\"1\""), "{x}");
     assert!(
-        x.contains("name=\"overall: accept length at least 3.99\"")
+        x.contains("overall: accept length at least 3.99: failed")
             && x.contains("is below --min-accept 3.99"),
         "{x}"
     );
@@ -799,8 +802,9 @@ fn near_ties_bound_the_replay_and_are_refused_where_unknown() {
         );
         let out = String::from_utf8_lossy(&t.stdout);
         assert!(
-            out.contains("near-ties (logits within 0.03 of the runner-up) can move: draft AL [")
-                && out.contains("; Δ ["),
+            out.contains(
+                "near-ties (logits within 0.03 of the runner-up) can move: draft AL (walk) ["
+            ) && out.contains("; Δ ["),
             "{out}"
         );
         // Every gap is below 1e9: down, every accepted proposal misses.
@@ -838,4 +842,527 @@ fn near_ties_bound_the_replay_and_are_refused_where_unknown() {
         assert_eq!(o.status.code(), Some(2), "{extra:?}: {e}");
         assert!(e.contains(says) && e.contains("hint:"), "{extra:?}: {e}");
     }
+}
+
+const KL: &str = "fixtures/kimi-linear-tiny";
+
+/// `verify` of the Kimi-Linear DFlash drafter over the first 2 samples of each category of
+/// its committed trace, with `extra` flags: (exit code, JSON report, stderr).
+fn kl_verify(extra: &[&str]) -> (Option<i32>, Value, String) {
+    let mut a = vec!["verify"];
+    if !extra.contains(&"--draft") {
+        a.extend(["--draft", "fixtures/kimi-linear-tiny/dflash"]);
+    }
+    a.extend([
+        "--target-checkpoint",
+        "fixtures/kimi-linear-tiny/target",
+        "--json",
+        "-",
+    ]);
+    if !extra.contains(&"--per-category") {
+        a.extend(["--per-category", "2"]);
+    }
+    if !extra.contains(&"--trace") {
+        a.extend(["--trace", "fixtures/kimi-linear-tiny/trace"]);
+    }
+    a.extend(extra);
+    let o = kquant(&a);
+    let r = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o.status.code(), r, common::stderr(&o))
+}
+
+/// #38.14: a DFlash drafter's teacher-forced all-positions AL is compared, not only shown: the
+/// baseline's, the paired Δ and its interval, overall and per category, in the JSON, the table
+/// and the JUnit.
+#[test]
+fn all_positions_delta_is_reported_beside_the_walk_with_its_interval() {
+    let t = tempfile::tempdir().unwrap();
+    let junit = t.path().join("j.xml");
+    let (code, r, err) = kl_verify(&[
+        "--baseline",
+        "prompt-lookup",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let f = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("{r}"));
+    let (d, b) = (
+        f(&r["draft"]["accept_length_all_positions"]),
+        f(&r["baseline"]["accept_length_all_positions"]),
+    );
+    let delta = f(&r["delta_all_positions"]);
+    assert!((delta - (d - b)).abs() < 1e-9, "{delta} vs {d} - {b}");
+    assert!(
+        delta.abs() > 1e-3,
+        "the drafter and prompt lookup differ: {delta}"
+    );
+    let ci = &r["ci95_all_positions"];
+    assert!(f(&ci[0]) <= delta && delta <= f(&ci[1]), "{ci}");
+    assert_eq!(r["gated_on"], "accept_length");
+    for (c, v) in r["per_category"].as_object().unwrap() {
+        let dd = f(&v["draft_all_positions"]) - f(&v["baseline_all_positions"]);
+        assert!((f(&v["delta_all_positions"]) - dd).abs() < 1e-9, "{c}: {v}");
+        assert!(v["ci95_all_positions"].is_array(), "{c}: {v}");
+    }
+    let x = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        x.contains("<property name=\"delta_all_positions\" value=")
+            && x.contains("<property name=\"baseline_accept_length_all_positions\" value=")
+            && x.contains("<property name=\"ci95_all_positions_low\" value=")
+            && x.contains("draft AL (all-positions, teacher-forced) "),
+        "{x}"
+    );
+    // The table: a teacher-forced block with the baseline, Δ and interval, each line naming
+    // its count.
+    let o = kquant(&[
+        "verify",
+        "--draft",
+        "fixtures/kimi-linear-tiny/dflash",
+        "--target-checkpoint",
+        "fixtures/kimi-linear-tiny/target",
+        "--per-category",
+        "2",
+        "--trace",
+        "fixtures/kimi-linear-tiny/trace",
+        "--baseline",
+        "prompt-lookup",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("all-positions AL: teacher-forced")
+            && out.contains(&format!("{delta:.3}"))
+            && out.contains(&format!("{b:.3}"))
+            && out.contains("all-positions ΔAL 95% CI (paired bootstrap over prompts): ["),
+        "{out}"
+    );
+    // #38.23: the label the Kimi-Linear profile says verify prints the card's figure under is
+    // one the table prints.
+    let t = common::kquant_json(&["targets", "kimi-linear-48b-a3b", "--json"]);
+    let note = t.to_string();
+    let label = note
+        .split("prints it as the `")
+        .nth(1)
+        .and_then(|x| x.split('`').next())
+        .unwrap_or_else(|| panic!("the profile names the label: {note}"));
+    assert!(out.contains(label), "`{label}` is not printed:\n{out}");
+}
+
+/// #38.14: `--gate-on all-positions` judges the teacher-forced figure: a `--min-accept` between
+/// the walked AL and the all-positions one fails the default gate and passes this one; live it
+/// is refused.
+#[test]
+fn gate_on_all_positions_judges_the_teacher_forced_figure() {
+    let (code, r, err) = kl_verify(&["--min-accept", "3.3"]);
+    let walk = r["draft"]["accept_length"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{err}"));
+    let allpos = r["draft"]["accept_length_all_positions"].as_f64().unwrap();
+    assert!(walk < 3.3 && 3.3 < allpos, "{walk} {allpos}");
+    assert_eq!(code, Some(1), "{err}");
+    let (code, r, err) = kl_verify(&["--min-accept", "3.3", "--gate-on", "all-positions"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["gated_on"], "accept_length_all_positions");
+    let (code, r, _) = kl_verify(&[
+        "--min-accept",
+        &format!("{:.3}", allpos + 0.1),
+        "--gate-on",
+        "all-positions",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(
+        r["reasons"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("all-positions accept length (teacher-forced)"),
+        "{r}"
+    );
+    let o = kquant(&[
+        "verify",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--gate-on",
+        "all-positions",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = common::stderr(&o);
+    assert!(
+        e.starts_with("error:") && e.contains("--gate-on all-positions") && e.contains("hint:"),
+        "{e}"
+    );
+}
+
+/// #38.14: `--published` offline holds the card's teacher-forced figure against the
+/// all-positions AL, and is refused (exit 2, before any replay) where there is none to hold:
+/// never ignored.
+#[test]
+fn published_offline_holds_a_teacher_forced_card_figure_or_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    // The fixture's trace as a Math500 capture, and a profile quoting a teacher-forced Math500
+    // figure and an engine's one for the tiny drafter.
+    let tr = t.path().join("trace");
+    std::fs::create_dir(&tr).unwrap();
+    let src = root().join(KL).join("trace");
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), tr.join(e.file_name())).unwrap();
+    }
+    let mut m: Value =
+        serde_json::from_slice(&std::fs::read(tr.join("manifest.json")).unwrap()).unwrap();
+    for s in m["samples"].as_array_mut().unwrap() {
+        s["dataset"] = "math500".into();
+    }
+    std::fs::write(tr.join("manifest.json"), m.to_string()).unwrap();
+    let profile = |figures: Value| {
+        let mut p: Value = serde_json::from_slice(
+            &std::fs::read(root().join("quant-configs/targets/kimi-linear-tiny.json")).unwrap(),
+        )
+        .unwrap();
+        p["published_accept_lengths"] = figures;
+        let f = t.path().join("profile.json");
+        std::fs::write(&f, p.to_string()).unwrap();
+        f.to_str().unwrap().to_string()
+    };
+    let fig = |engine: &str, al: &str| {
+        serde_json::json!({"draft": "tiny/dflash", "family": "dflash", "benchmark": "MATH-500",
+            "n": 60, "accept_length": al, "engine": engine, "draft_length": "block_size=8",
+            "source": "a test"})
+    };
+    let p = profile(serde_json::json!([fig(
+        "none: offline teacher-forced; greedy",
+        "9.5"
+    )]));
+    let trs = tr.to_str().unwrap();
+    let (code, r, err) = kl_verify(&["--trace", trs, "--target", &p, "--published", "tiny/dflash"]);
+    assert_eq!(code, Some(1), "{err}");
+    let c = &r["published"][0];
+    assert_eq!(c["count"], "accept_length_all_positions", "{r}");
+    assert_eq!(c["measured"], r["draft"]["accept_length_all_positions"]);
+    assert_eq!(c["passed"], false);
+    assert!(
+        r["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("all-positions accept length (teacher-forced)"),
+        "{r}"
+    );
+    let p = profile(serde_json::json!([fig(
+        "none: offline teacher-forced; greedy",
+        "1.5"
+    )]));
+    let (code, r, err) = kl_verify(&["--trace", trs, "--target", &p, "--published", "tiny/dflash"]);
+    assert_eq!(
+        (code, &r["published"][0]["passed"]),
+        (Some(0), &Value::Bool(true)),
+        "{err}"
+    );
+    // An engine's figure only: another count, refused offline.
+    let p = profile(serde_json::json!([fig("vLLM 0.32, H100", "1.5")]));
+    let (code, _, err) = kl_verify(&["--trace", trs, "--target", &p, "--published", "tiny/dflash"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("quotes no offline teacher-forced accept length") && err.contains("hint:"),
+        "{err}"
+    );
+    // Prompts that are no benchmark: refused.
+    let (code, _, err) = kl_verify(&["--target", "kimi-linear-tiny", "--published", "tiny/dflash"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no benchmark"), "{err}");
+}
+
+/// #38.24: docs/verify.md states a live-vs-offline ΔAL bound only with the prompt count it was
+/// measured on (0.02 held on the tier's 60 prompts; 24 other prompts gave 0.042).
+#[test]
+fn docs_state_the_bf16_bound_with_its_prompt_count() {
+    let doc = std::fs::read_to_string(root().join("docs/verify.md")).unwrap();
+    let flat = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut bounds = 0;
+    for sentence in flat.split(". ") {
+        let states = sentence.contains("ΔAL within 0.02") || sentence.contains("bound: 0.02");
+        if states {
+            bounds += 1;
+            assert!(
+                sentence.contains("60 prompts"),
+                "a bound stated without its prompt count: {sentence}"
+            );
+        }
+    }
+    assert!(bounds > 0, "the tier's bound is stated somewhere");
+    assert!(flat.contains("0.02 is these 60 prompts' bound, not a general one"));
+    assert!(flat.contains("0.042 apart"));
+}
+
+/// #38.23: docs/verify.md's Kimi-Linear fixture figures are the binary's: the DFlash drafter
+/// (block 8 and `--steps 3`) and the prompt-lookup baseline at the same depths, walk, per
+/// category and all-positions, over the whole held-out trace.
+#[test]
+fn docs_kimi_linear_fixture_figures_are_the_binarys() {
+    let doc = std::fs::read_to_string(root().join("docs/verify.md")).unwrap();
+    let section = &doc[doc
+        .find("`fixtures/kimi-linear-tiny/` (README there")
+        .expect("the Kimi-Linear fixture's paragraph")..];
+    let row = |name: &str| -> Vec<String> {
+        let l = section
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("docs/verify.md has no `{name}` row"));
+        l.split('|')
+            .map(|c| c.trim().trim_matches('*').to_string())
+            .filter(|c| !c.is_empty())
+            .collect()
+    };
+    for (name, steps) in [
+        ("DFlash (block 8)", None),
+        (
+            "DFlash, `--steps 3` (a block of 4 rows, as vLLM runs it)",
+            Some("3"),
+        ),
+    ] {
+        let cells = row(name);
+        let mut a = vec!["--baseline", "prompt-lookup", "--per-category", "1000"];
+        if let Some(k) = steps {
+            a.extend(["--steps", k]);
+        }
+        let (code, r, err) = kl_verify(&a);
+        assert_eq!(code, Some(0), "{err}");
+        let f = |v: &Value| format!("{:.3}", v.as_f64().unwrap());
+        let got = [
+            r["steps"].to_string(),
+            f(&r["draft"]["accept_length"]),
+            f(&r["per_category"]["code"]["draft"]),
+            f(&r["per_category"]["prose"]["draft"]),
+            f(&r["per_category"]["arith"]["draft"]),
+            f(&r["draft"]["accept_length_all_positions"]),
+            f(&r["baseline"]["accept_length"]),
+        ];
+        assert_eq!(
+            cells[1..],
+            got[..],
+            "docs/verify.md `{name}` row vs the binary"
+        );
+    }
+}
+
+/// #38.23: docs/verify.md's DFlash block-size range is the one the replay takes (2..=33).
+#[test]
+fn docs_dflash_block_sizes_are_the_replays() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    let src = root().join("fixtures/kimi-linear-tiny/dflash");
+    std::fs::copy(src.join("model.safetensors"), d.join("model.safetensors")).unwrap();
+    let mut cfg: Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+    cfg["block_size"] = 34.into();
+    std::fs::write(d.join("config.json"), cfg.to_string()).unwrap();
+    let (code, _, err) = kl_verify(&["--draft", d.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("2..=33"), "{err}");
+    let doc = std::fs::read_to_string(root().join("docs/verify.md")).unwrap();
+    let flat = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("block sizes 2 to 33"),
+        "docs/verify.md states the range the replay takes"
+    );
+    assert!(!flat.contains("block sizes up to 9"));
+}
+
+/// #38.23: a conditional per-depth rate is undefined (null, `-` in the table) where no position
+/// had its earlier depths all accepted, not 0.
+#[test]
+fn an_undefined_conditional_rate_is_none_not_zero() {
+    let w = kquant::verify::walk::Walk {
+        cond_den: vec![10, 0, 0],
+        cond_num: vec![0, 0, 0],
+        ..Default::default()
+    };
+    assert_eq!(w.conditional(), vec![Some(0.0), None, None]);
+}
+
+/// #38.23: a negative `--near-ties` is refused by its own check (a message and a hint), not
+/// taken for an unknown flag.
+#[test]
+fn a_negative_near_tie_margin_is_refused_by_name() {
+    let (code, _, err) = kl_verify(&["--near-ties", "-1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("not a positive logit margin") && err.contains("hint:"),
+        "{err}"
+    );
+    let o = kquant(&["trace", "capture", "--lookahead", "-1"]);
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("`-1` is out of range") && err.contains("--lookahead"),
+        "{err}"
+    );
+}
+
+/// #38.23: a calibration that stops before its replay (here: no target embedding for the draft)
+/// draws no `calibrate 0/0` bar on a terminal, only the error.
+#[test]
+fn no_calibration_bar_before_its_replay_starts() {
+    let bin = env!("CARGO_BIN_EXE_kquant");
+    let t = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new("script")
+        .current_dir(root())
+        .env("TERM", "xterm")
+        .args([
+            "-qec",
+            &format!(
+                "{bin} quantize fixtures/kimi-k2.5-tiny/eagle3 -o {} --scheme int4-pc --exclude fc,lm_head --method search --calibrate fixtures/kimi-k2.5-tiny/trace",
+                t.path().join("q").display()
+            ),
+            "/dev/null",
+        ])
+        .output()
+        .expect("script (util-linux) runs the binary on a pseudo-terminal");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("error:") && out.contains("--target-checkpoint"),
+        "{out}"
+    );
+    assert!(!out.contains("0/0"), "a bar before any work: {out}");
+}
+
+/// #38.23: a draft of another target (the Kimi-K2.5 fixture's DFlash drafter on the Kimi-Linear
+/// trace) is named as one, with that target, not as a trace lacking taps.
+#[test]
+fn a_draft_of_another_target_is_named_as_one() {
+    let (code, _, err) = kl_verify(&["--draft", "fixtures/kimi-k2.5-tiny/dflash"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.starts_with("error:")
+            && err.contains("target `kimi-k2.5-tiny`'s dflash taps")
+            && err.contains("a draft of that target")
+            && err.contains("hint: verify a draft on a trace of its own target"),
+        "{err}"
+    );
+    // A draft of this target still replays.
+    let (code, _, err) = kl_verify(&[]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// #38.23: the target-profile facts docs/verify.md calls unknown are the ones `kquant targets`
+/// does not know (Kimi-Linear's layer count and hidden size are cited).
+#[test]
+fn docs_unknown_profile_facts_are_the_binarys() {
+    let doc = std::fs::read_to_string(root().join("docs/verify.md")).unwrap();
+    let flat = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    let bullet = flat
+        .split("are `\"unknown\"`.** That covers")
+        .nth(1)
+        .expect("the unknown-facts bullet");
+    let covers = &bullet[..bullet.find(['(', '.']).unwrap_or(bullet.len())];
+    let t = common::kquant_json(&["targets", "--json"]);
+    for (profile, said) in [
+        ("kimi-k2.6", "K2.6"),
+        ("kimi-linear-48b-a3b", "Kimi-Linear"),
+    ] {
+        let p = t["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == profile)
+            .unwrap_or_else(|| panic!("{profile}"));
+        for (field, words) in [
+            ("num_layers", "layer count"),
+            ("hidden_size", "hidden size"),
+            ("vocab_size", "vocabulary"),
+        ] {
+            let known = p[field].is_number();
+            let claims = covers.contains(&format!("{said}'s {words}"))
+                || (covers.contains(&format!("{said}'s "))
+                    && covers
+                        .split(&format!("{said}'s "))
+                        .nth(1)
+                        .is_some_and(|r| r.split(',').next().unwrap_or("").contains(words)));
+            assert!(
+                !(known && claims),
+                "docs/verify.md calls {said}'s {words} unknown; `kquant targets` has {}",
+                p[field]
+            );
+        }
+    }
+}
+
+/// #38.23: docs/verify.md's proposal-agreement example (the tiny EAGLE-3 `int4-pc`, RTN and the
+/// scale search calibrated on the held-out trace, against the BF16 draft on it) is the
+/// binary's: the agreements, the ΔAL and the positions compared.
+#[test]
+fn docs_agreement_figures_are_the_binarys() {
+    let t = tempfile::tempdir().unwrap();
+    let f = "fixtures/kimi-k2.5-tiny";
+    let doc = std::fs::read_to_string(root().join("docs/verify.md")).unwrap();
+    let flat = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut said = Vec::new();
+    for (name, extra) in [
+        ("rtn", vec![]),
+        (
+            "search",
+            vec![
+                "--method",
+                "search",
+                "--calibrate",
+                "fixtures/kimi-k2.5-tiny/trace",
+                "--target-checkpoint",
+                "fixtures/kimi-k2.5-tiny/target",
+            ],
+        ),
+    ] {
+        let q = t.path().join(name);
+        let mut a = vec![
+            "quantize",
+            "fixtures/kimi-k2.5-tiny/eagle3",
+            "-o",
+            q.to_str().unwrap(),
+            "--scheme",
+            "int4-pc",
+            "--exclude",
+            "fc,lm_head",
+        ];
+        a.extend(extra);
+        let o = kquant(&a);
+        assert!(o.status.success(), "{}", common::stderr(&o));
+        let r = common::kquant_json(&[
+            "verify",
+            "--draft",
+            q.to_str().unwrap(),
+            "--baseline",
+            &format!("{f}/eagle3"),
+            "--trace",
+            &format!("{f}/trace"),
+            "--target-checkpoint",
+            &format!("{f}/target"),
+            "--max-regression",
+            "1000",
+            "--json",
+            "-",
+        ]);
+        let compared: u64 = r["agreement"]["compared"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_u64().unwrap())
+            .sum();
+        assert!(
+            flat.contains(&format!(
+                "({} {:03} depth positions compared",
+                compared / 1000,
+                compared % 1000
+            )),
+            "docs/verify.md: positions compared {compared}"
+        );
+        said.push((
+            format!("{:.3}", r["agreement"]["overall"].as_f64().unwrap()),
+            format!("{:.3}", r["delta"].as_f64().unwrap()).replace('-', "−"),
+        ));
+    }
+    let sentence = format!(
+        "RTN agrees at {} and the scale search, calibrated on that same trace, at {}, while their ΔAL ({} and {})",
+        said[0].0, said[1].0, said[0].1, said[1].1
+    );
+    assert!(
+        flat.contains(&sentence),
+        "docs/verify.md should say: {sentence}"
+    );
 }

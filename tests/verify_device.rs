@@ -194,6 +194,28 @@ fn cpu_emu_replay_matches_the_f32_runtime() {
              ({diff_roots} roots); walk AL f32 {al_f:.4}, cpu-emu {al_d:.4}"
         );
         assert!(roots > 100, "too few roots replayed: {roots}");
+        // #38.23: docs/verify.md quotes the whole trace's figures (`KQUANT_DEVICE_SAMPLES=60`).
+        if n == 60 {
+            let doc = std::fs::read_to_string(common::root().join("docs/verify.md")).unwrap();
+            let flat = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+            let said = format!("walk AL {al_f:.4} (f32) vs {al_d:.4}");
+            assert!(
+                flat.contains(&said),
+                "docs/verify.md should say `{said}` ({format})"
+            );
+            assert!(
+                flat.contains(&format!("{diff} of 17 280 depth-match bits"))
+                    || flat.contains(&format!(
+                        "{format_name} {diff} bits",
+                        format_name = if format == "quark" {
+                            "Quark"
+                        } else {
+                            "compressed-tensors"
+                        }
+                    )),
+                "docs/verify.md: {diff} bits ({format})"
+            );
+        }
         assert!(
             diff as f64 <= DEVICE_MASK_DIFF_MAX * bits as f64,
             "{format}: {diff} of {bits} match bits differ"

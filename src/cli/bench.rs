@@ -67,8 +67,8 @@ pub enum What {
     /// Time the INT4 GEMM kernels on a device against a device copy and a bf16 BLAS GEMM of the
     /// same shapes (docs/kernels.md).
     Gemm(super::bench_gemm::Args),
-    /// Time the verify replay of a draft on the CPU (load, pass A, token·depths/s, peak RSS)
-    /// over a trace or a synthetic one built for the draft.
+    /// Time the verify replay of a draft (load, pass A, token·depths/s, peak RSS) over a trace
+    /// or a synthetic one built for the draft, on the CPU or a device (`--device`).
     Replay(super::bench_replay::Args),
     /// Time inspect and a full f32 read of SRC against `cat` of the same bytes.
     Read {

@@ -99,10 +99,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let (method, calibration) = calibrate::resolve_method(a.method, a.config.as_deref(), cal)?;
     let mut report = None;
     if let (Some(cal), false) = (&calibration, a.dry_run) {
-        let pb = crate::progress::items(0, "calibrate", "positions");
+        let pb = crate::progress::Deferred::new("calibrate", "positions");
         let r = calibrate::apply(&mut plan, &a.src, method, cal, &|done, total| {
-            pb.set_length(total);
-            pb.set_position(done);
+            pb.set(done, total)
         })?;
         pb.finish_and_clear();
         print_calibration(cal, &r);

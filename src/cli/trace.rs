@@ -3,7 +3,7 @@
 //! `import` (`cli::trace_import`) converts vLLM hidden-states connector files; `prompts`
 //! (`trace::prompts`) tokenizes text prompts for both.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_json::json;
@@ -119,7 +119,7 @@ pub struct CaptureArgs {
     /// that `verify` can give the engine's own count beside the committed one: vLLM counts the
     /// drafts its final step accepted before cutting them at `max_tokens` or EOS. Use the
     /// engine's `num_speculative_tokens` (docs/verify.md, "Which accept length").
-    #[arg(long, default_value_t = 0, value_parser = crate::cli::flags::lookahead)]
+    #[arg(long, default_value_t = 0, value_parser = crate::cli::flags::lookahead, allow_negative_numbers = true)]
     pub lookahead: usize,
     /// How the taps are stored: `bf16` (half the size; what an engine serving in bf16 feeds
     /// the draft) or `f32` (what an engine serving in float32 feeds it: docs/verify.md, "Tap
@@ -200,8 +200,19 @@ fn run_prompts(mut a: PromptsArgs) -> Result<ExitCode> {
     for w in &s.warnings {
         eprintln!("warning: {}", crate::escape::printable(w));
     }
+    // The tokenizer came from the target's checkpoint: name it (its directory, or the
+    // tokenizer file's), not a placeholder.
+    let target = if a.tokenizer.is_dir() {
+        Some(a.tokenizer.clone())
+    } else {
+        a.tokenizer
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+    };
     let next = format!(
-        "kquant trace capture --target-checkpoint TARGET --prompts {} -o TRACE",
+        "kquant trace capture --target-checkpoint {} --prompts {} -o TRACE",
+        target.map_or_else(|| "TARGET".to_string(), |t| t.display().to_string()),
         a.output.display()
     );
     if a.json {

@@ -10,6 +10,7 @@ use crate::cli::flags;
 use crate::engines::Engine;
 use crate::error::{Error, Result};
 use crate::verify::drafters::AfterMiss;
+use crate::verify::gate::GateOn;
 use crate::verify::live::measure;
 use crate::verify::offline;
 use crate::verify::report::{self, Verdict};
@@ -89,11 +90,13 @@ pub struct Args {
     /// Live: hold the measurement against the accept lengths `--target`'s profile quotes for
     /// this draft (a Hugging Face id as `kquant targets` lists it) on the prompt set's benchmark,
     /// overall and per category where the card splits it: below one by more than
-    /// `--max-regression` fails the gate.
-    #[arg(long, value_name = "DRAFT", requires_all = ["endpoint", "target"])]
+    /// `--max-regression` fails the gate (the cards' engine figures). Offline: hold the draft's all-positions AL (teacher-forced) against the offline
+    /// teacher-forced figures the profile quotes for DRAFT on the trace's benchmark (every
+    /// sample's `dataset`); refused where the profile quotes none there.
+    #[arg(long, value_name = "DRAFT", requires = "target")]
     pub published: Option<String>,
     /// Target profile (built-in name or JSON file; `kquant targets` lists them): the trace must
-    /// fit its shape, and a live profile (`kimi-k2.5-tiny`) runs its target when no `--trace`
+    /// fit its shape, and a live profile (`kimi-k2.5-tiny`, `kimi-linear-tiny`) runs its target when no `--trace`
     /// is given.
     #[arg(long)]
     pub target: Option<String>,
@@ -111,7 +114,7 @@ pub struct Args {
     /// are taken both ways (an engine serving in bf16 may pick either), and the report gives
     /// each accept length and ΔAL as a range, and per request the steps a near-tie decides
     /// (docs/verify.md, "Near-ties"). The replay on --device cpu only.
-    #[arg(long, value_name = "LOGITS", value_parser = flags::near_ties)]
+    #[arg(long, value_name = "LOGITS", value_parser = flags::near_ties, allow_negative_numbers = true)]
     pub near_ties: Option<f64>,
     /// With a live `--target` and no `--trace`: capture these prompts (jsonl, as `kquant trace
     /// capture --prompts` reads them) instead of the profile's bundled set. With `--endpoint`:
@@ -130,6 +133,12 @@ pub struct Args {
     pub after_miss: AfterMiss,
     #[command(flatten)]
     pub gate: flags::Gate,
+    /// Which accept length --max-regression and --min-accept judge: `walk` (tokens committed
+    /// per verify step, as an engine's steps commit) or `all-positions` (teacher-forced over
+    /// every anchor, the offline figure DFlash cards quote; offline only). Both are reported,
+    /// with a baseline's and their paired Δ, either way.
+    #[arg(long, value_enum, default_value_t = GateOn::Walk)]
+    pub gate_on: GateOn,
     /// Fail when the draft's accept length is below this (a finite number in 0..=33).
     #[arg(long, value_parser = flags::min_accept)]
     pub min_accept: Option<f64>,
@@ -151,6 +160,12 @@ pub struct Args {
 pub fn run(a: Args) -> Result<ExitCode> {
     a.per_category.warn_spelling("verify");
     if let Some(endpoint) = a.endpoint.clone() {
+        if a.gate_on == GateOn::AllPositions {
+            return Err(Error::Flags {
+                msg: "--gate-on all-positions with --endpoint: a live server reports steps and tokens, no teacher-forced positions".into(),
+                hint: "gate a live run on its walked accept length (the default), or gate all-positions offline (`verify --trace`)".into(),
+            });
+        }
         let v = measure::run(&measure::Request {
             endpoint,
             baseline_endpoint: a.baseline_endpoint.clone(),
@@ -188,6 +203,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         limit_per_category: a.per_category.value(),
         after_miss: a.after_miss,
         thresholds,
+        gate_on: a.gate_on,
+        published: a.published.clone(),
         device: a.device.clone(),
     })?;
     for w in &plan.warnings {

@@ -10,13 +10,55 @@ use super::walk::Walk;
 pub const BOOTSTRAP_RESAMPLES: usize = 2000;
 const SEED: u64 = 0x6b71_7561_6e74; // "kquant"
 
+/// Which accept length the gate decides on (`verify --gate-on`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GateOn {
+    /// The walked accept length: tokens committed per verify step, the bonus token counted
+    /// (what an engine's steps commit).
+    #[default]
+    Walk,
+    /// The teacher-forced all-positions accept length: 1 + the leading matches averaged over
+    /// every root position (the offline figure DFlash cards quote). Offline only.
+    AllPositions,
+}
+
+impl GateOn {
+    /// This accept length of an aggregate.
+    pub fn of(self, w: &Walk) -> f64 {
+        match self {
+            GateOn::Walk => w.al_walk(),
+            GateOn::AllPositions => w.al_allpos(),
+        }
+    }
+    /// The report's field for it.
+    pub fn field(self) -> &'static str {
+        match self {
+            GateOn::Walk => "accept_length",
+            GateOn::AllPositions => "accept_length_all_positions",
+        }
+    }
+    /// How the gate's reasons name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            GateOn::Walk => "accept length",
+            GateOn::AllPositions => "all-positions accept length (teacher-forced)",
+        }
+    }
+}
+
 /// Micro-averaged walk AL over a set of samples.
 pub fn micro_al(samples: &[&Walk]) -> f64 {
+    micro_al_on(samples, GateOn::Walk)
+}
+
+/// Micro-averaged accept length `on` over a set of samples.
+pub fn micro_al_on(samples: &[&Walk], on: GateOn) -> f64 {
     let mut t = Walk::default();
     for s in samples {
         t.add(s);
     }
-    t.al_walk()
+    on.of(&t)
 }
 
 fn splitmix(x: &mut u64) -> u64 {
@@ -29,13 +71,19 @@ fn splitmix(x: &mut u64) -> u64 {
 
 /// ΔAL of paired samples and its 95 % bootstrap interval (resampling prompts).
 pub fn paired_delta(draft: &[Walk], baseline: &[Walk]) -> (f64, [f64; 2]) {
+    paired_delta_on(draft, baseline, GateOn::Walk)
+}
+
+/// Δ of accept length `on` over paired samples and its 95 % bootstrap interval (resampling
+/// prompts, the same resamples whichever accept length).
+pub fn paired_delta_on(draft: &[Walk], baseline: &[Walk], on: GateOn) -> (f64, [f64; 2]) {
     assert_eq!(draft.len(), baseline.len(), "paired samples");
     let all = |w: &[Walk], idx: &[usize]| {
         let mut t = Walk::default();
         for &i in idx {
             t.add(&w[i]);
         }
-        t.al_walk()
+        on.of(&t)
     };
     let n = draft.len();
     let idx: Vec<usize> = (0..n).collect();
@@ -106,28 +154,33 @@ pub struct Decision {
 /// The gate. It fails closed: thresholds that cannot gate ([`Thresholds::check`]) or an
 /// accept length or ΔAL that is not a number fail, never pass.
 pub fn decide(draft_al: f64, delta: Option<f64>, th: Thresholds) -> Decision {
+    decide_on(draft_al, delta, th, GateOn::Walk)
+}
+
+/// [`decide`] on accept length `on` (`draft_al` and `delta` are that figure's), the reasons
+/// naming it.
+pub fn decide_on(draft_al: f64, delta: Option<f64>, th: Thresholds, on: GateOn) -> Decision {
+    let what = on.label();
     let mut reasons = Vec::new();
     if let Err(e) = th.check() {
         reasons.push(e);
     }
     if !draft_al.is_finite() || delta.is_some_and(|d| !d.is_finite()) {
         reasons.push(format!(
-            "accept length {draft_al} / ΔAL {delta:?} is not a number: nothing was measured"
+            "{what} {draft_al} / ΔAL {delta:?} is not a number: nothing was measured"
         ));
     }
     if let Some(d) = delta {
         if d < -th.max_regression {
             reasons.push(format!(
-                "accept length regressed by {:.4} (> {:.4} allowed)",
+                "{what} regressed by {:.4} (> {:.4} allowed)",
                 -d, th.max_regression
             ));
         }
     }
     if let Some(m) = th.min_accept {
         if draft_al < m {
-            reasons.push(format!(
-                "accept length {draft_al:.4} is below --min-accept {m}"
-            ));
+            reasons.push(format!("{what} {draft_al:.4} is below --min-accept {m}"));
         }
     }
     Decision {

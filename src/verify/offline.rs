@@ -15,9 +15,10 @@ use crate::runtime::target::Target;
 use crate::trace::capture;
 use crate::trace::file::Trace;
 use crate::verify::drafters::{load_drafter, replay_matches, AfterMiss};
-use crate::verify::gate::{self, decide, Thresholds};
+use crate::verify::gate::{self, GateOn, Thresholds};
 use crate::verify::ngram;
 use crate::verify::profile::{self, Profile};
+use crate::verify::published::{self, Count};
 use crate::verify::report::{self, Run, Verdict};
 use crate::verify::walk::{walk_to, Ties, Walk};
 
@@ -42,6 +43,11 @@ pub struct Request {
     pub limit_per_category: Option<usize>,
     pub after_miss: AfterMiss,
     pub thresholds: Thresholds,
+    /// Which accept length the gate judges (`--gate-on`).
+    pub gate_on: GateOn,
+    /// `--published DRAFT`: hold the draft's all-positions AL against the offline
+    /// teacher-forced figures `target`'s profile quotes for DRAFT on the trace's benchmark.
+    pub published: Option<String>,
     /// Where the draft's linears run (`cpu`, `cpu-emu`, `cuda[:N]`, `hip[:N]`).
     pub device: String,
 }
@@ -56,6 +62,8 @@ pub struct Plan {
     /// A live capture's directory, removed when the plan is dropped.
     _capture: Option<tempfile::TempDir>,
     target: Option<Checkpoint>,
+    /// With `--published`: the benchmark the trace's prompts are.
+    bench: Option<&'static str>,
     /// Findings to print before the replay (a draft calibrated on these very prompts…).
     pub warnings: Vec<String>,
 }
@@ -86,6 +94,11 @@ impl Plan {
                 ),
             });
         }
+        // `--published`: refused before any replay when nothing can be held against it.
+        let bench = match &req.published {
+            None => None,
+            Some(name) => Some(published_benchmark(name, profile.as_ref(), &trace)?),
+        };
         let target = target_spec(req.target_checkpoint.as_deref(), profile.as_ref())?
             .as_deref()
             .map(Checkpoint::open)
@@ -115,6 +128,7 @@ impl Plan {
             trace,
             _capture: capture_dir,
             target,
+            bench,
             warnings,
         })
     }
@@ -151,10 +165,11 @@ impl Plan {
             Some(b) => Some(replay(b)?.0),
         };
         let all: Vec<&Walk> = draft.samples.iter().collect();
+        let on = req.gate_on;
         let delta = baseline
             .as_ref()
-            .map(|b| gate::paired_delta(&draft.samples, &b.samples).0);
-        let decision = decide(gate::micro_al(&all), delta, th);
+            .map(|b| gate::paired_delta_on(&draft.samples, &b.samples, on).0);
+        let mut decision = gate::decide_on(gate::micro_al_on(&all, on), delta, th, on);
         let cats: Vec<String> = trace
             .manifest
             .samples
@@ -167,7 +182,24 @@ impl Plan {
                 }
             })
             .collect();
-        let mut rep = report::build(&draft, baseline.as_ref(), &cats, th, &decision, depths);
+        // `--published`: the card's teacher-forced figures, held against the all-positions AL.
+        let checks = match (&req.published, self.bench, &self.profile) {
+            (Some(name), Some(bench), Some(p)) => {
+                let cs = teacher_forced_checks(p, name, bench, &draft, &cats, th)?;
+                for c in cs.iter().filter(|c| !c.passed) {
+                    decision.passed = false;
+                    decision
+                        .reasons
+                        .push(published::reason(c, name, th.max_regression));
+                }
+                Some(cs)
+            }
+            _ => None,
+        };
+        let mut rep = report::build_on(&draft, baseline.as_ref(), &cats, th, &decision, depths, on);
+        if let Some(cs) = checks {
+            rep["published"] = json!(cs);
+        }
         rep["target"] = json!(self.profile.as_ref().map(|p| p.name.clone()));
         rep["trace"] = json!(match &req.trace {
             Some(t) => t.display().to_string(),
@@ -204,6 +236,72 @@ impl Plan {
             sources,
         })
     }
+}
+
+/// `--published NAME` offline: the benchmark the trace's prompts are (every sample's
+/// `dataset` naming one), checked against the profile's offline teacher-forced figures for NAME
+/// before any replay; an error when there is nothing to hold the replay against.
+fn published_benchmark(
+    name: &str,
+    profile: Option<&Profile>,
+    trace: &Trace,
+) -> Result<&'static str> {
+    let p = profile.ok_or_else(|| Error::Flags {
+        msg: "--published needs --target: the profile quotes the card figures".into(),
+        hint: "give --target PROFILE (`kquant targets` lists the figures each quotes)".into(),
+    })?;
+    let bench = published::benchmark_of_file(
+        crate::trace::prompt_sets::SetFormat::Plain,
+        trace.manifest.samples.iter().map(|s| s.dataset.as_str()),
+    )
+    .ok_or_else(|| Error::Flags {
+        msg: format!(
+            "--published compares with a benchmark's figures; the trace's samples (dataset `{}`) are no benchmark",
+            crate::escape::printable(
+                trace
+                    .manifest
+                    .samples
+                    .first()
+                    .map_or("", |s| s.dataset.as_str())
+            )
+        ),
+        hint: "capture the benchmark the card quotes (every sample's `dataset` naming it, e.g. math500), or leave --published out".into(),
+    })?;
+    published::checks_of(Count::TeacherForced, p, name, bench, (0.0, 0), &[], 0.0)?;
+    Ok(bench)
+}
+
+/// The profile's offline teacher-forced figures for `name` on `bench`, each held against the
+/// draft's all-positions AL (overall, and the card's categories).
+fn teacher_forced_checks(
+    p: &Profile,
+    name: &str,
+    bench: &str,
+    draft: &Run,
+    cats: &[String],
+    th: Thresholds,
+) -> Result<Vec<published::Check>> {
+    let mut by: std::collections::BTreeMap<&str, (Walk, usize)> = Default::default();
+    let mut all = Walk::default();
+    for (w, c) in draft.samples.iter().zip(cats) {
+        let e = by.entry(c.as_str()).or_default();
+        e.0.add(w);
+        e.1 += 1;
+        all.add(w);
+    }
+    let per: Vec<(String, f64, usize)> = by
+        .iter()
+        .map(|(c, (w, n))| (c.to_string(), w.al_allpos(), *n))
+        .collect();
+    published::checks_of(
+        Count::TeacherForced,
+        p,
+        name,
+        bench,
+        (all.al_allpos(), draft.samples.len()),
+        &per,
+        th.max_regression,
+    )
 }
 
 /// The prompt-lookup baseline's run over the trace, `depths` drafts a step.
@@ -340,6 +438,9 @@ pub fn run_draft(
 ) -> Result<(Run, usize)> {
     let d = load_drafter(spec, target, exec)?;
     let steps = crate::verify::drafters::steps_for(d.as_ref(), steps, spec)?;
+    if let Some(e) = another_targets_draft(spec, d.taps(), trace) {
+        return Err(e);
+    }
     trace.require(
         d.taps(),
         d.target_hidden(),
@@ -371,6 +472,53 @@ pub fn run_draft(
         },
         steps,
     ))
+}
+
+/// A draft whose taps the trace lacks and which are exactly another built-in target's default
+/// taps for a draft family: a draft of that target (not a trace captured with too few taps),
+/// said so by name. `None` otherwise (the trace's own tap check then speaks).
+fn another_targets_draft(spec: &str, taps: &[usize], trace: &Trace) -> Option<Error> {
+    let mut have = trace.manifest.taps.clone();
+    have.sort_unstable();
+    if taps.iter().all(|t| have.contains(t)) {
+        return None;
+    }
+    let mut wanted = taps.to_vec();
+    wanted.sort_unstable();
+    let profiles = profile::builtin().ok()?;
+    let of = |p: &Profile, hs: &[usize]| {
+        profile::DraftFamily::ALL
+            .iter()
+            .find(|f| p.taps.get(**f).is_some_and(|t| t.hs == hs))
+            .map(|f| f.name())
+    };
+    let (owner, family) = profiles
+        .iter()
+        .find_map(|p| of(p, &wanted).map(|f| (p, f)))?;
+    // The trace's own taps are that target's too: a capture with other taps, not another target.
+    if of(owner, &have).is_some() {
+        return None;
+    }
+    let traced = trace
+        .manifest
+        .target
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("its target");
+    Some(Error::Source {
+        path: trace.dir.join("manifest.json"),
+        msg: format!(
+            "draft `{}` reads taps {wanted:?}, target `{}`'s {family} taps: it looks like a draft of that target, and this trace was captured from `{}` with taps {have:?}",
+            crate::escape::printable(spec),
+            owner.name,
+            crate::escape::printable(traced)
+        ),
+        hint: Some(format!(
+            "verify a draft on a trace of its own target (`kquant targets {}` lists its taps); if the draft is this target's, capture the trace with its taps (`trace capture --taps {}`)",
+            owner.name,
+            wanted.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
+        )),
+    })
 }
 
 /// Where the samples to replay come from: `--trace`, or a live capture of `--prompts` (the

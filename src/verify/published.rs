@@ -23,6 +23,42 @@ pub struct Check {
     pub n: usize,
     pub source: String,
     pub passed: bool,
+    /// Which accept length was measured and quoted (the report's field for it).
+    pub count: &'static str,
+}
+
+/// Which count a card figure is, and so which measurement it is held against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    /// An engine's (or a walk's) accept length, tokens per verify step: live.
+    Walk,
+    /// An offline teacher-forced figure over every anchor: an offline replay's all-positions AL.
+    TeacherForced,
+}
+
+impl Count {
+    /// The count of a card figure: teacher-forced where its engine says so.
+    pub fn of(p: &super::profile::PublishedAl) -> Count {
+        if p.engine.contains("teacher-forced") {
+            Count::TeacherForced
+        } else {
+            Count::Walk
+        }
+    }
+    /// The report's field for the measurement held against it.
+    pub fn field(self) -> &'static str {
+        match self {
+            Count::Walk => "accept_length",
+            Count::TeacherForced => "accept_length_all_positions",
+        }
+    }
+    /// How the report names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Count::Walk => "AL (walk)",
+            Count::TeacherForced => "all-positions AL (teacher-forced)",
+        }
+    }
 }
 
 /// Lower-case letters and digits only: `MT-Bench` and `MTBench` are one benchmark.
@@ -103,9 +139,32 @@ fn is_whole(card: &str, bench: &str) -> bool {
 }
 
 /// The checks of `draft`'s figures in `profile` for benchmark `bench` (a [`benchmark_of`] key):
-/// `overall` (accept length, prompts) and each category's. An error when the profile quotes no
-/// such figure (the hint lists what it quotes).
+/// `overall` (accept length, prompts) and each category's, live: the engine-walk figures only
+/// (a teacher-forced card figure is another count, held offline). An error when the profile
+/// quotes no such figure (the hint lists what it quotes).
 pub fn checks(
+    profile: &Profile,
+    draft: &str,
+    bench: &str,
+    overall: (f64, usize),
+    per_category: &[(String, f64, usize)],
+    max_regression: f64,
+) -> Result<Vec<Check>> {
+    checks_of(
+        Count::Walk,
+        profile,
+        draft,
+        bench,
+        overall,
+        per_category,
+        max_regression,
+    )
+}
+
+/// [`checks`] of the card figures of one count: `overall` and `per_category` are measurements
+/// of that count (offline, [`Count::TeacherForced`]: the all-positions AL).
+pub fn checks_of(
+    count: Count,
     profile: &Profile,
     draft: &str,
     bench: &str,
@@ -117,7 +176,7 @@ pub fn checks(
     for p in profile
         .published_accept_lengths
         .iter()
-        .filter(|p| p.draft == draft)
+        .filter(|p| p.draft == draft && Count::of(p) == count)
     {
         let Some(v) = p.value() else { continue };
         let b = key(&p.benchmark);
@@ -139,17 +198,33 @@ pub fn checks(
             n,
             source: p.source.clone(),
             passed: measured >= v - max_regression,
+            count: count.field(),
         });
     }
     if out.is_empty() {
         let quoted: Vec<String> = profile
             .published_accept_lengths
             .iter()
-            .map(|p| format!("{} on {}", p.draft, p.benchmark))
+            .map(|p| {
+                format!(
+                    "{} on {}{}",
+                    p.draft,
+                    p.benchmark,
+                    match Count::of(p) {
+                        Count::TeacherForced =>
+                            " (offline teacher-forced: held offline, `verify --trace` on that benchmark's prompts)",
+                        Count::Walk => " (an engine's: held live, `verify --endpoint`)",
+                    }
+                )
+            })
             .collect();
+        let what = match count {
+            Count::Walk => "",
+            Count::TeacherForced => "offline teacher-forced ",
+        };
         return Err(Error::Flags {
             msg: format!(
-                "target `{}` quotes no accept length for `{draft}` on this prompt set ({bench})",
+                "target `{}` quotes no {what}accept length for `{draft}` on this prompt set ({bench})",
                 profile.name
             ),
             hint: if quoted.is_empty() {
@@ -165,8 +240,13 @@ pub fn checks(
 /// The gate's reason for a failed check.
 pub fn reason(c: &Check, draft: &str, max_regression: f64) -> String {
     format!(
-        "{}: accept length {:.4} is below {draft}'s published {} on {} by more than {max_regression} ({})",
+        "{}: {} {:.4} is below {draft}'s published {} on {} by more than {max_regression} ({})",
         c.category.as_deref().unwrap_or("overall"),
+        if c.count == Count::TeacherForced.field() {
+            "all-positions accept length (teacher-forced)"
+        } else {
+            "accept length"
+        },
         c.measured,
         c.published,
         c.benchmark,

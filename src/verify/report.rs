@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::agreement::Agreement;
-use super::gate::{paired_delta, Decision, Thresholds};
+use super::gate::{paired_delta_on, Decision, GateOn, Thresholds};
 use super::walk::{near_ties as near_ties_of, Ties, Walk};
 
 /// Per-sample results of one drafter.
@@ -126,7 +126,7 @@ fn named(name: &str, w: &Walk) -> Value {
 /// Below this many paired samples the bootstrap interval is said not to mean a 95 % interval.
 pub const MIN_CI_SAMPLES: usize = 20;
 
-/// Build the report. `categories[i]` is sample i's category.
+/// Build the report, gated on the walked accept length. `categories[i]` is sample i's category.
 pub fn build(
     draft: &Run,
     baseline: Option<&Run>,
@@ -135,50 +135,88 @@ pub fn build(
     decision: &Decision,
     steps: usize,
 ) -> Value {
+    build_on(
+        draft,
+        baseline,
+        categories,
+        th,
+        decision,
+        steps,
+        GateOn::Walk,
+    )
+}
+
+/// Build the report, gated on accept length `on` (`verify --gate-on`). Where the samples are
+/// teacher-forced (offline), the all-positions accept length is reported beside the walked one
+/// with a baseline's and its paired Δ and interval, overall and per category.
+pub fn build_on(
+    draft: &Run,
+    baseline: Option<&Run>,
+    categories: &[String],
+    th: Thresholds,
+    decision: &Decision,
+    steps: usize,
+    on: GateOn,
+) -> Value {
     let all: Vec<usize> = (0..draft.samples.len()).collect();
     let mut cats: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, c) in categories.iter().enumerate() {
         cats.entry(c.as_str()).or_default().push(i);
     }
+    // Teacher-forced positions exist offline only (a live measurement has steps and tokens).
+    let teacher_forced = draft.samples.iter().any(|w| w.positions > 0)
+        && baseline.is_none_or(|b| b.samples.iter().any(|w| w.positions > 0));
     let part =
         |r: &Run, idx: &[usize]| total(&idx.iter().map(|&i| &r.samples[i]).collect::<Vec<_>>());
-    let delta_of = |idx: &[usize]| {
+    let delta_of = |idx: &[usize], on: GateOn| {
         baseline.map(|b| {
             let d: Vec<Walk> = idx.iter().map(|&i| draft.samples[i].clone()).collect();
             let bb: Vec<Walk> = idx.iter().map(|&i| b.samples[i].clone()).collect();
-            paired_delta(&d, &bb)
+            paired_delta_on(&d, &bb, on)
         })
     };
-    let (delta, ci) = match delta_of(&all) {
+    let (delta, ci) = match delta_of(&all, GateOn::Walk) {
         Some((d, ci)) => (Some(d), Some(ci)),
         None => (None, None),
     };
+    let tf_delta = teacher_forced
+        .then(|| delta_of(&all, GateOn::AllPositions))
+        .flatten();
     let per_category: serde_json::Map<String, Value> = cats
         .iter()
         .map(|(c, idx)| {
             let d = part(draft, idx);
             let b = baseline.map(|b| part(b, idx));
-            let dl = delta_of(idx);
-            (
-                c.to_string(),
-                json!({
-                    "n": idx.len(),
-                    "draft": d.al_walk(),
-                    "baseline": b.as_ref().map(Walk::al_walk),
-                    "draft_engine": d.al_engine(),
-                    "baseline_engine": b.as_ref().and_then(Walk::al_engine),
-                    "delta": dl.map(|x| x.0),
-                    "ci95": dl.map(|x| x.1),
-                    "agreement": baseline
-                        .and_then(|b| agreement_of(draft, b, idx))
-                        .map(|g| agreement_json(&g)),
-                }),
-            )
+            let dl = delta_of(idx, GateOn::Walk);
+            let mut v = json!({
+                "n": idx.len(),
+                "draft": d.al_walk(),
+                "baseline": b.as_ref().map(Walk::al_walk),
+                "draft_engine": d.al_engine(),
+                "baseline_engine": b.as_ref().and_then(Walk::al_engine),
+                "delta": dl.map(|x| x.0),
+                "ci95": dl.map(|x| x.1),
+                "agreement": baseline
+                    .and_then(|b| agreement_of(draft, b, idx))
+                    .map(|g| agreement_json(&g)),
+            });
+            if teacher_forced {
+                let tl = delta_of(idx, GateOn::AllPositions);
+                v["draft_all_positions"] = json!(d.al_allpos());
+                v["baseline_all_positions"] = json!(b.as_ref().map(Walk::al_allpos));
+                v["delta_all_positions"] = json!(tl.map(|x| x.0));
+                v["ci95_all_positions"] = json!(tl.map(|x| x.1));
+            }
+            (c.to_string(), v)
         })
         .collect();
-    // What the interval can and cannot say about this verdict.
+    // What the interval of the gated Δ can and cannot say about this verdict.
     let mut interval_notes: Vec<String> = Vec::new();
-    if let (Some(d), Some([lo, hi])) = (delta, ci) {
+    let gated = match on {
+        GateOn::Walk => delta.zip(ci),
+        GateOn::AllPositions => tf_delta,
+    };
+    if let Some((d, [lo, hi])) = gated {
         let n = draft.samples.len();
         if n < MIN_CI_SAMPLES {
             interval_notes.push(format!(
@@ -188,22 +226,23 @@ pub fn build(
         let t = -th.max_regression;
         if lo < t && t < hi {
             interval_notes.push(format!(
-                "the interval [{lo:+.3}, {hi:+.3}] straddles the threshold {t:+.3}: the verdict ({}) rests on the point estimate {d:+.3}; more prompts would settle it",
+                "the {}interval [{lo:+.3}, {hi:+.3}] straddles the threshold {t:+.3}: the verdict ({}) rests on the point estimate {d:+.3}; more prompts would settle it",
+                if on == GateOn::AllPositions { "all-positions Δ's " } else { "" },
                 if d >= t { "pass" } else { "fail" }
             ));
         }
     }
-    json!({
+    let mut r = json!({
         "schema": "kquant.verify/1",
         "interval_notes": interval_notes,
         // Which count each accept length is (docs/verify.md, "Which accept length").
         "conventions": {
-            "accept_length": "gated: tokens committed per verify step, the bonus token counted, per token over the set (Σ committed / Σ verify steps)",
+            "accept_length": "walked, gated by default: tokens committed per verify step, the bonus token counted, per token over the set (Σ committed / Σ verify steps)",
             "accept_length_engine": "the engine's own count: also the drafts a request's final step accepted before the cut at max_tokens or EOS (vLLM's per-request metrics and Prometheus counters); null where a sample has no lookahead past its stop",
             "accept_length_sglang_request": "SGLang's meta_info convention: completion tokens / verify steps, the prefill-sampled token counted once per request",
-            "accept_length_all_positions": "teacher-forced, not walked: 1 + the leading proposals equal to the target's greedy continuation, averaged over every root position (anchor) of the generated region, each block's proposals from one parallel pass; the offline figure DFlash cards quote (the Kimi-Linear drafter's 5.2106 on Math500), not gated",
+            "accept_length_all_positions": "teacher-forced, not walked: 1 + the leading proposals equal to the target's greedy continuation, averaged over every root position (anchor) of the generated region, each block's proposals from one parallel pass; the offline figure DFlash cards quote (the Kimi-Linear drafter's 5.2106 on Math500); gated with --gate-on all-positions (delta_all_positions, ci95_all_positions)",
         },
-        "gated_on": "accept_length",
+        "gated_on": on.field(),
         "steps": steps,
         "samples": draft.samples.len(),
         "draft": named(&draft.name, &part(draft, &all)),
@@ -220,7 +259,12 @@ pub fn build(
         "passed": decision.passed,
         "reasons": decision.reasons,
         "per_category": per_category,
-    })
+    });
+    if teacher_forced && baseline.is_some() {
+        r["delta_all_positions"] = json!(tf_delta.map(|x| x.0));
+        r["ci95_all_positions"] = json!(tf_delta.map(|x| x.1));
+    }
+    r
 }
 
 /// The table printed on stdout.
@@ -236,7 +280,12 @@ pub fn table(r: &Value) -> String {
     if r["after_miss"] == "skip" {
         s.push_str("pass A skipped the depths after a miss (--after-miss skip): no unconditional per-depth rates, no simulated AL\n");
     }
-    s.push_str("AL: tokens committed per verify step, bonus token counted (Σ over the set)\n");
+    let all_positions_gated = r["gated_on"] == GateOn::AllPositions.field();
+    s.push_str(if all_positions_gated {
+        "AL: tokens committed per verify step, bonus token counted (Σ over the set); not gated (--gate-on all-positions)\n"
+    } else {
+        "AL: tokens committed per verify step, bonus token counted (Σ over the set)\n"
+    });
     s.push_str(&format!(
         "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
         "category", "N", "AL baseline", "AL draft", "Δ"
@@ -274,15 +323,56 @@ pub fn table(r: &Value) -> String {
             f(&ci[1])
         ));
     }
+    // The teacher-forced all-positions figures beside a baseline's (offline only).
+    if r.get("delta_all_positions").is_some() {
+        s.push_str(&format!(
+            "all-positions AL: teacher-forced, 1 + leading matches over every anchor, not walked (the offline figure DFlash cards quote){}\n",
+            if all_positions_gated { "; gated (--gate-on all-positions)" } else { "; not gated (--gate-on all-positions gates it)" }
+        ));
+        s.push_str(&format!(
+            "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
+            "category", "N", "AL baseline", "AL draft", "Δ"
+        ));
+        for (c, v) in r["per_category"].as_object().into_iter().flatten() {
+            s.push_str(&format!(
+                "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
+                crate::escape::printable(c),
+                v["n"],
+                f(&v["baseline_all_positions"]),
+                f(&v["draft_all_positions"]),
+                f(&v["delta_all_positions"])
+            ));
+        }
+        s.push_str(&format!(
+            "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
+            "overall",
+            r["samples"],
+            f(&r["baseline"]["accept_length_all_positions"]),
+            f(&r["draft"]["accept_length_all_positions"]),
+            f(&r["delta_all_positions"])
+        ));
+        if let Some(ci) = r["ci95_all_positions"].as_array() {
+            s.push_str(&format!(
+                "all-positions ΔAL 95% CI (paired bootstrap over prompts): [{}, {}]\n",
+                f(&ci[0]),
+                f(&ci[1])
+            ));
+        }
+    }
     for n in r["interval_notes"].as_array().into_iter().flatten() {
         s.push_str(&format!("note: {}\n", n.as_str().unwrap_or("")));
     }
     // `--published`: each model-card figure the measurement is held against.
     for c in r["published"].as_array().into_iter().flatten() {
         s.push_str(&format!(
-            "published {} ({}): measured {} vs {} on the card ({}): {}\n",
+            "published {} ({}): measured {} {} vs {} on the card ({}): {}\n",
             crate::escape::printable(c["benchmark"].as_str().unwrap_or("")),
             crate::escape::printable(c["category"].as_str().unwrap_or("overall")),
+            if c["count"] == "accept_length_all_positions" {
+                "all-positions AL (teacher-forced)"
+            } else {
+                "AL (walk)"
+            },
             f(&c["measured"]),
             f(&c["published"]),
             crate::escape::printable(c["source"].as_str().unwrap_or("")),
@@ -323,7 +413,7 @@ pub fn table(r: &Value) -> String {
         let side = |name: &str| {
             n.get(name).map_or(String::new(), |x| {
                 format!(
-                    "{name} AL {} ({} requests, {} steps)",
+                    "{name} AL (walk) {} ({} requests, {} steps)",
                     range(&x["accept_length"]),
                     x["requests_with_ties"],
                     x["steps"]
@@ -444,18 +534,59 @@ pub fn junit(r: &Value) -> String {
     let draft_al = &r["draft"]["accept_length"];
     let base_al = &r["baseline"]["accept_length"];
     let ci = r["ci95"].as_array();
+    let ci_text = |c: Option<&Vec<Value>>| {
+        c.map(|c| format!(" (95% CI [{}, {}])", num(&c[0]), num(&c[1])))
+            .unwrap_or_default()
+    };
+    // The teacher-forced all-positions figures beside a baseline's (offline only).
+    let tf = r.get("delta_all_positions").is_some();
+    let all_positions = if tf {
+        format!(
+            "; draft AL (all-positions, teacher-forced) {}, baseline AL (all-positions) {}, delta {}{}",
+            num(&r["draft"]["accept_length_all_positions"]),
+            num(&r["baseline"]["accept_length_all_positions"]),
+            num(&r["delta_all_positions"]),
+            ci_text(r["ci95_all_positions"].as_array())
+        )
+    } else {
+        String::new()
+    };
     let figures = format!(
-        "draft AL {}, baseline AL {}, delta {}{}, {} samples, {} steps",
+        "draft AL (walk) {}, baseline AL (walk) {}, delta {}{}{all_positions}, {} samples, {} steps",
         num(draft_al),
         if has_base { num(base_al) } else { "-".into() },
         num(&r["delta"]),
-        ci.map(|c| format!(" (95% CI [{}, {}])", num(&c[0]), num(&c[1])))
-            .unwrap_or_default(),
+        ci_text(ci),
         r["samples"],
         r["steps"],
     );
+    // The figure the thresholds judge (`--gate-on`).
+    let on = if r["gated_on"] == GateOn::AllPositions.field() {
+        GateOn::AllPositions
+    } else {
+        GateOn::Walk
+    };
+    let (what, gated_al, gated_delta, cat_delta, cat_draft, cat_base) = match on {
+        GateOn::Walk => (
+            "accept length",
+            draft_al,
+            &r["delta"],
+            "delta",
+            "draft",
+            "baseline",
+        ),
+        GateOn::AllPositions => (
+            "all-positions accept length",
+            &r["draft"]["accept_length_all_positions"],
+            &r["delta_all_positions"],
+            "delta_all_positions",
+            "draft_all_positions",
+            "baseline_all_positions",
+        ),
+    };
     let mut cases: Vec<(String, Option<String>, String)> = Vec::new();
-    // The gate itself: fails exactly when verify exits 1, with every reason.
+    // The gate itself: fails exactly when verify exits 1, with every reason, once (each overall
+    // threshold is a line of its output, not a second failing testcase for the same reason).
     let reasons: Vec<String> = r["reasons"]
         .as_array()
         .into_iter()
@@ -463,6 +594,28 @@ pub fn junit(r: &Value) -> String {
         .filter_map(|x| x.as_str().map(String::from))
         .collect();
     let gate_failed = r["passed"].as_bool() != Some(true);
+    let mut checks = Vec::new();
+    if has_base {
+        let d = gated_delta.as_f64();
+        checks.push(format!(
+            "overall: {what} regression at most {maxr}: {}",
+            match d {
+                Some(d) if d < -maxr => format!("failed, regressed by {:.4}", -d),
+                Some(_) => "ok".into(),
+                None => "not measured".into(),
+            }
+        ));
+    }
+    if let Some(m) = r["min_accept"].as_f64() {
+        checks.push(format!(
+            "overall: {what} at least {m}: {}",
+            match gated_al.as_f64() {
+                Some(a) if a < m => format!("failed, {a:.4}"),
+                Some(_) => "ok".into(),
+                None => "not measured".into(),
+            }
+        ));
+    }
     cases.push((
         "gate".into(),
         gate_failed.then(|| {
@@ -472,43 +625,37 @@ pub fn junit(r: &Value) -> String {
                 reasons.join("; ")
             }
         }),
-        figures.clone(),
+        std::iter::once(figures.clone())
+            .chain(checks)
+            .collect::<Vec<_>>()
+            .join("\n"),
     ));
-    if has_base {
-        let d = r["delta"].as_f64();
-        cases.push((
-            format!("overall: accept length regression at most {maxr}"),
-            d.filter(|d| *d < -maxr)
-                .map(|d| format!("accept length regressed by {:.4} (max {maxr})", -d)),
-            figures.clone(),
-        ));
-    }
-    if let Some(m) = r["min_accept"].as_f64() {
-        let al = draft_al.as_f64();
-        cases.push((
-            format!("overall: accept length at least {m}"),
-            al.filter(|a| *a < m)
-                .map(|a| format!("accept length {a:.4} is below --min-accept {m}")),
-            figures.clone(),
-        ));
-    }
     for (c, v) in r["per_category"].as_object().into_iter().flatten() {
-        let d = v["delta"].as_f64();
-        let out = format!(
-            "n {}, draft AL {}, baseline AL {}, delta {}",
+        let d = v[cat_delta].as_f64();
+        let mut out = format!(
+            "n {}, draft AL (walk) {}, baseline AL (walk) {}, delta {}",
             v["n"],
             num(&v["draft"]),
             num(&v["baseline"]),
             num(&v["delta"])
         );
+        if tf {
+            out.push_str(&format!(
+                "; draft AL (all-positions, teacher-forced) {}, baseline AL (all-positions) {}, delta {}{}",
+                num(&v["draft_all_positions"]),
+                num(&v["baseline_all_positions"]),
+                num(&v["delta_all_positions"]),
+                ci_text(v["ci95_all_positions"].as_array())
+            ));
+        }
         cases.push((
             format!("category {c}"),
             d.filter(|d| *d < -maxr).map(|d| {
                 format!(
-                    "accept length regressed by {:.4} (max {maxr}): draft {}, baseline {}",
+                    "{what} regressed by {:.4} (max {maxr}): draft {}, baseline {}",
                     -d,
-                    num(&v["draft"]),
-                    num(&v["baseline"])
+                    num(&v[cat_draft]),
+                    num(&v[cat_base])
                 )
             }),
             out,
@@ -525,10 +672,21 @@ pub fn junit(r: &Value) -> String {
             c["benchmark"].as_str().unwrap_or(""),
             c["source"].as_str().unwrap_or("")
         );
+        // `MT-Bench writing` names its category already.
+        let bench = c["benchmark"].as_str().unwrap_or("");
+        let named = if c["category"].is_null() {
+            format!("{bench} (overall)")
+        } else if bench
+            .to_lowercase()
+            .ends_with(&format!(" {}", cat.to_lowercase()))
+        {
+            bench.to_string()
+        } else {
+            format!("{bench} ({cat})")
+        };
         cases.push((
             format!(
-                "published {} {cat}: at least {} - {maxr}",
-                c["benchmark"].as_str().unwrap_or(""),
+                "published {named}: at least {} - {maxr}",
                 num(&c["published"])
             ),
             (c["passed"].as_bool() != Some(true)).then(|| {
@@ -557,7 +715,13 @@ pub fn junit(r: &Value) -> String {
     );
     prop(
         "gated_on",
-        "accept_length (committed tokens per verify step)".into(),
+        match on {
+            GateOn::Walk => "accept_length (committed tokens per verify step)",
+            GateOn::AllPositions => {
+                "accept_length_all_positions (teacher-forced, every anchor; --gate-on all-positions)"
+            }
+        }
+        .into(),
     );
     if has_base {
         prop("baseline_accept_length", num(base_al));
@@ -570,6 +734,21 @@ pub fn junit(r: &Value) -> String {
     if let Some(c) = ci {
         prop("ci95_low", num(&c[0]));
         prop("ci95_high", num(&c[1]));
+    }
+    if tf {
+        prop(
+            "draft_accept_length_all_positions",
+            num(&r["draft"]["accept_length_all_positions"]),
+        );
+        prop(
+            "baseline_accept_length_all_positions",
+            num(&r["baseline"]["accept_length_all_positions"]),
+        );
+        prop("delta_all_positions", num(&r["delta_all_positions"]));
+        if let Some(c) = r["ci95_all_positions"].as_array() {
+            prop("ci95_all_positions_low", num(&c[0]));
+            prop("ci95_all_positions_high", num(&c[1]));
+        }
     }
     prop("max_regression", maxr.to_string());
     if let Some(m) = r["min_accept"].as_f64() {

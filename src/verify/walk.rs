@@ -78,12 +78,13 @@ impl Walk {
         }
         1.0 + self.leading_sum as f64 / self.positions as f64
     }
-    /// P(depth k accepted | depths < k accepted).
-    pub fn conditional(&self) -> Vec<f64> {
+    /// P(depth k accepted | depths < k accepted); `None` where no position had depths < k all
+    /// accepted (the rate is undefined there, not 0).
+    pub fn conditional(&self) -> Vec<Option<f64>> {
         self.cond_num
             .iter()
             .zip(&self.cond_den)
-            .map(|(&n, &d)| if d == 0 { 0.0 } else { n as f64 / d as f64 })
+            .map(|(&n, &d)| (d > 0).then(|| n as f64 / d as f64))
             .collect()
     }
     /// Unconditional teacher-forced rate of depth k.
@@ -429,7 +430,7 @@ mod tests {
         }));
         assert_eq!(perfect.rounds, 10);
         assert_eq!(perfect.al_walk(), 4.0);
-        assert_eq!(perfect.conditional(), vec![1.0, 1.0, 1.0]);
+        assert_eq!(perfect.conditional(), vec![Some(1.0); 3]);
         let none = walk(&matches_from_proposals(&x, 1, 3, |_| vec![999; 3]));
         assert_eq!(none.al_walk(), 1.0);
         assert_eq!(none.al_allpos(), 1.0);

@@ -26,7 +26,7 @@
 #    --baseline-endpoint`, the live paired gate on a real engine. Then the hidden states of the
 #    continuations the engine served (`vllm_capture.py --continuations`, bf16) -> import ->
 #    kquant's offline paired gate: the same decision overall and per category, ΔAL within
-#    0.02 overall, every request whose steps differ listed, each differing at a verify step a
+#    0.02 overall (these 60 prompts' bound, not a general one: docs/verify.md), every request whose steps differ listed, each differing at a verify step a
 #    near-tie of the draft decides (`verify --near-ties 0.03`: the engine runs it in bf16).
 # 3. The other schemes x formats vLLM claims to load, each served in bf16: int4-g128, fp8-pc and
 #    w4a8-int8 in compressed-tensors and Quark int4-g128 serve and are measured live (3 prompts

@@ -494,10 +494,9 @@ fn choose_codes(
                 limit: None,
                 memory: a.calibration_memory,
             };
-            let pb = crate::progress::items(0, "calibrate", "positions");
+            let pb = crate::progress::Deferred::new("calibrate", "positions");
             let (chosen, _) = calibrate::choose(plan, &a.src, m, &cal, &|done, total| {
-                pb.set_length(total);
-                pb.set_position(done);
+                pb.set(done, total)
             })?;
             pb.finish_and_clear();
             chosen
