@@ -634,6 +634,10 @@ def run(a):
     if hidden:
         print(f"disk        at most {tokens_total} tokens x {len(ids)} taps x {hidden} x 2 bytes = {gib(tokens_total * per_token)}"
               " (BF16/F16 targets)")
+    else:
+        # Said, not left out (#38.23): the guard below cannot run either.
+        print(f"disk        unknown: {a.model}'s hidden size could not be read (its config.json, by the"
+              f" warning on stderr); {tokens_total} tokens x {len(ids)} taps x hidden x 2 bytes")
     print(f"engine      {a.model} " + json.dumps(engine_kwargs, sort_keys=True))
     if a.dry_run:
         return 0

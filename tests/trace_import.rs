@@ -1537,6 +1537,13 @@ mod vllm_capture {
         );
         let o = run(TARGET, &[]);
         assert!(!text(&o).1.contains("KimiLinearForCausalLM"));
+        // A target whose shape cannot be read: the disk line says so (#38.23: it was left out).
+        let empty = d.path().join("no-config");
+        std::fs::create_dir(&empty).unwrap();
+        let o = run(empty.to_str().unwrap(), &[]);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+        assert!(out.contains("disk        unknown:"), "{out}");
     }
 
     /// The bundled prompt sets (quant-configs/prompts/, read by the capture script and by kquant)

@@ -166,13 +166,14 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut l
                 return;
             };
             if HANDLING.swap(true, Ordering::AcqRel) {
-                // Another signal's cleanup is running (on another thread, or this one was
-                // interrupted): do not wait for it, end now (see `second_signal`).
-                write_err(b"error: `");
-                write_err(path.as_bytes());
-                write_err(b"`: the file shrank or was replaced while kquant was reading it\n");
-                remove_locks();
-                libc::_exit(2);
+                // Another thread's handler is cleaning up (several reader threads fault on the
+                // same cut file at once): it ends the process when it is done, so this thread
+                // waits rather than cut that cleanup short. (A fault cannot nest in the cleanup
+                // of this thread: it reads no map. A user's second signal ends everything at
+                // once: `second_signal`.)
+                loop {
+                    libc::pause();
+                }
             }
             write_err(b"error: `");
             write_err(path.as_bytes());
