@@ -122,6 +122,7 @@ pub fn render_clap_error(e: clap::Error) -> ExitCode {
     let hint = std::error::Error::source(&e)
         .and_then(|s| s.downcast_ref::<flags::FlagError>())
         .map(|f| f.hint.clone())
+        .or_else(|| live_conflict_hint(e.kind(), &text))
         .or_else(|| choices_hint(e.kind(), &text))
         .or_else(|| value_hint(&text))
         .unwrap_or_else(|| {
@@ -129,6 +130,15 @@ pub fn render_clap_error(e: clap::Error) -> ExitCode {
         });
     eprintln!("\nhint: {}", printable(&hint));
     ExitCode::from(2)
+}
+
+/// A flag of the offline replay beside `verify --endpoint`: the live run measures the server's
+/// own speculative loop, so the replay's flags would be silently unused.
+fn live_conflict_hint(kind: clap::error::ErrorKind, text: &str) -> Option<String> {
+    if kind != clap::error::ErrorKind::ArgumentConflict || !text.contains("'--endpoint <URL>'") {
+        return None;
+    }
+    Some("a live run (--endpoint) measures the server's own speculative loop; --draft, --baseline, --trace, --device, --near-ties, --steps, --after-miss and --target-checkpoint belong to the offline replay: drop them, or drop --endpoint (docs/verify.md, \"Live\")".into())
 }
 
 /// For a refused value clap already listed the values that exist: the hint points at them (and,

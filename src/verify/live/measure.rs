@@ -46,6 +46,8 @@ pub struct Request {
     pub retries: usize,
     pub max_failed: MaxFailed,
     pub server_counters: bool,
+    /// Measure responses that name another model than the one requested.
+    pub allow_other_model: bool,
     /// A draft whose published accept lengths the profile quotes, as a floor.
     pub published: Option<String>,
     pub thresholds: Thresholds,
@@ -58,6 +60,8 @@ struct Side {
     model: String,
     preflight: Preflight,
     outcomes: Vec<Outcome>,
+    /// The run's one K (drafts per verify step), where known.
+    spec_tokens: Option<u64>,
 }
 
 /// A request as the gate counts it: the committed tokens per verify step; what the engine
@@ -121,16 +125,18 @@ fn measure(url: &str, a: &Request, prompts: &[LivePrompt], what: &str) -> Result
         server_counters: a.server_counters,
         spec_tokens: preflight.num_spec_tokens,
         max_failures: a.max_failed.of(prompts.len()),
+        allow_other_model: a.allow_other_model,
     };
     let pb = crate::progress::items(prompts.len() as u64, what, "requests");
-    let outcomes = run::send(proto.as_ref(), &c, prompts, &o, &|| pb.inc(1))?;
+    let sent = run::send(proto.as_ref(), &c, prompts, &o, &|| pb.inc(1))?;
     pb.finish_and_clear();
     Ok(Side {
         url: c.base().to_string(),
         engine,
         model,
         preflight,
-        outcomes,
+        outcomes: sent.outcomes,
+        spec_tokens: sent.spec_tokens,
     })
 }
 
@@ -167,7 +173,8 @@ fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
                     "accepted": m.spec.accepted, "accept_length_engine": m.spec.accept_length(),
                     "committed": m.committed, "accept_length": committed.accept_length(),
                     "completion_tokens": m.completion_tokens, "finish_reason": m.finish_reason,
-                    "source": m.source, "attempts": o.attempts, "token_ids": m.token_ids})
+                    "source": m.source, "attempts": o.attempts, "token_ids": m.token_ids,
+                    "model": m.model})
             })
         })
         .collect();
@@ -176,6 +183,8 @@ fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
         "engine": s.engine,
         "version": s.preflight.version,
         "model": s.model,
+        "num_spec_tokens": s.spec_tokens,
+        "answered_by": answered_by(s),
         "measured": s.outcomes.iter().filter(|o| o.result.is_ok()).count(),
         "sources": sources,
         "failed": failed,
@@ -183,6 +192,18 @@ fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
         "retried": s.outcomes.iter().filter(|o| o.attempts > 1).count(),
         "requests": requests,
     })
+}
+
+/// The models the side's measured responses say answered them (sorted, each once).
+fn answered_by(s: &Side) -> Vec<String> {
+    let mut m: Vec<String> = s
+        .outcomes
+        .iter()
+        .filter_map(|o| o.result.as_ref().ok().and_then(|m| m.model.clone()))
+        .collect();
+    m.sort();
+    m.dedup();
+    m
 }
 
 /// Refuse a side with more failed requests than `--max-failed` allows.
@@ -277,7 +298,10 @@ fn published_benchmark(
 fn refuse_same_server(a: &Request, url: &str) -> Result<()> {
     if let Some(b) = &a.baseline_endpoint {
         let t = Duration::from_secs(a.request_timeout);
-        if Client::new(url, t)?.server_key() == Client::new(b, t)?.server_key() {
+        if Client::new(url, t)?
+            .server()
+            .same_as(&Client::new(b, t)?.server())
+        {
             return Err(Error::Flags {
                 msg: format!("--baseline-endpoint {b} is the same server as --endpoint {url}: the paired ΔAL would be 0 whatever the draft"),
                 hint: "serve the baseline draft (e.g. the BF16 one) on another server and give its URL".into(),
@@ -426,16 +450,8 @@ pub fn run(a: &Request) -> Result<Verdict> {
     let cats: Vec<String> = both.iter().map(|&i| category_of(&prompts[i])).collect();
     // The profile's published figures for this draft, as a floor.
     let published = published_floors(a, profile.as_ref(), bench, &d, &cats, &mut decision)?;
-    // Drafts per step: the preflight's, else what the responses say.
-    let k = draft
-        .preflight
-        .num_spec_tokens
-        .or_else(|| {
-            both.iter()
-                .filter_map(|&i| measured(&draft, i).num_spec_tokens)
-                .max()
-        })
-        .unwrap_or(0) as usize;
+    // Drafts per step: the run's one K (the preflight's, else the first answer's).
+    let k = draft.spec_tokens.unwrap_or(0) as usize;
     let mut rep = report::build(&d, b.as_ref(), &cats, th, &decision, k);
     let same_output = baseline.as_ref().map(|s| {
         let (mut compared, mut equal) = (0usize, 0usize);
@@ -463,6 +479,24 @@ pub fn run(a: &Request) -> Result<Verdict> {
             .count();
         if n > 0 {
             warnings.push(format!("{side}: {n} requests were measured from the server-wide counters, one at a time: the figures hold only if no other client used {} meanwhile", s.url));
+        }
+    }
+    for (side, s) in [("draft", Some(&draft)), ("baseline", baseline.as_ref())] {
+        let Some(s) = s else { continue };
+        let other: Vec<String> = answered_by(s)
+            .into_iter()
+            .filter(|m| *m != s.model)
+            .collect();
+        if !other.is_empty() {
+            warnings.push(format!(
+                "{side}: responses name model {}, not `{}` as requested (--allow-other-model): the figures are that model's",
+                other
+                    .iter()
+                    .map(|m| format!("`{}`", crate::escape::printable(m)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                crate::escape::printable(&s.model)
+            ));
         }
     }
     for w in &warnings {
