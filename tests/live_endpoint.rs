@@ -1725,6 +1725,74 @@ fn offline_replay_flags_on_a_live_run_are_refused() {
     assert!(seen.lock().unwrap().bodies.is_empty());
 }
 
+/// The preflight (`/v1/models`, `/version`, `/metrics`) takes at most one `--request-timeout`
+/// in all: once a call has used it up, the preflight's other calls are not sent (it waited a
+/// timeout per call, twice and more for a server that does not answer; issue 38, adversary's
+/// extras). The prompts still get their own timeout each.
+#[test]
+fn the_preflight_takes_one_request_timeout_in_all() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 1);
+    for hangs in ["/v1/models", "/version"] {
+        let gets: Arc<Mutex<Vec<String>>> = Arc::default();
+        let g = gets.clone();
+        let gen = scripted(1);
+        let server = serve(move |r: &Request| {
+            if r.method == "GET" {
+                g.lock().unwrap().push(r.path.clone());
+            }
+            if r.path == hangs {
+                // Far past --request-timeout: kquant gives up first.
+                std::thread::sleep(std::time::Duration::from_secs(20));
+                return None;
+            }
+            match (r.method.as_str(), r.path.as_str()) {
+                ("GET", "/v1/models") => models("vllm"),
+                ("GET", "/version") => Response::json(&json!({"version": "0.33.0"})),
+                ("GET", "/metrics") => Response::text(&vllm_metrics(0, 0, 0)),
+                ("POST", "/v1/completions") => {
+                    let v = r.json();
+                    let ids = prompt_ids(&v);
+                    Response::json(&vllm_completion(
+                        &gen(&ids, max_tokens(&v)),
+                        ids.len(),
+                        true,
+                    ))
+                }
+                _ => Response::status(404, "{}"),
+            }
+        });
+        let (c, r, err) = live(
+            &server.url,
+            &p,
+            &[
+                "--engine",
+                "vllm",
+                "--request-timeout",
+                "1",
+                "--model",
+                "kimi-k2.5-tiny",
+            ],
+        );
+        assert_eq!(c, 0, "{hangs}: {err}");
+        assert!(r["draft"]["accept_length"].is_number(), "{r}");
+        let gets = gets.lock().unwrap().clone();
+        let after: Vec<&String> = gets
+            .iter()
+            .skip_while(|g| g.as_str() != hangs)
+            .skip(1)
+            .collect();
+        assert!(
+            after.is_empty(),
+            "{hangs}: the preflight went on past its timeout: {gets:?}"
+        );
+        assert!(
+            err.contains("not sent: the preflight had already taken --request-timeout"),
+            "{hangs}: {err}"
+        );
+    }
+}
+
 /// A histogram whose counts overflow u64 is a broken response, not AL 0.
 #[test]
 fn a_histogram_that_overflows_is_a_failed_request() {

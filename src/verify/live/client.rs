@@ -3,7 +3,7 @@
 //! Prometheus pages, and the retry rule: a transport failure or a 5xx / 429 is retried, anything
 //! else is an answer. Loopback and plain HTTP or HTTPS (rustls) alike, through `ureq`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -21,6 +21,8 @@ pub struct Failure {
 pub struct Client {
     base: String,
     agent: ureq::Agent,
+    /// Every call ends by then (the preflight's one `--request-timeout` for all its calls).
+    deadline: Option<Instant>,
 }
 
 impl Client {
@@ -61,7 +63,36 @@ impl Client {
         if let Err(e) = agent.get(&base).request_url() {
             return Err(bad(&format!("is not a URL ({e})")));
         }
-        Ok(Client { base, agent })
+        Ok(Client {
+            base,
+            agent,
+            deadline: None,
+        })
+    }
+
+    /// This client with every call ending by `deadline`: a call that would start after it
+    /// fails unsent, one that starts before it is cut at it.
+    pub fn until(&self, deadline: Instant) -> Client {
+        Client {
+            deadline: Some(deadline),
+            ..self.clone()
+        }
+    }
+
+    /// A request to `path`, its timeout cut to the deadline.
+    fn request(&self, method: &str, path: &str) -> std::result::Result<ureq::Request, Failure> {
+        let r = self.agent.request(method, &self.url(path));
+        let Some(d) = self.deadline else {
+            return Ok(r);
+        };
+        let left = d.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Failure {
+                retryable: false,
+                msg: "not sent: the preflight had already taken --request-timeout".into(),
+            });
+        }
+        Ok(r.timeout(left))
     }
 
     /// The base URL (without a trailing `/` or `/v1`).
@@ -84,18 +115,17 @@ impl Client {
 
     /// POST `body` as JSON to `path`; the response parsed as JSON.
     pub fn post_json(&self, path: &str, body: &Value) -> std::result::Result<Value, Failure> {
-        let r = self.agent.post(&self.url(path)).send_json(body.clone());
-        json_of(r)
+        json_of(self.request("POST", path)?.send_json(body.clone()))
     }
 
     /// GET `path` as JSON.
     pub fn get_json(&self, path: &str) -> std::result::Result<Value, Failure> {
-        json_of(self.agent.get(&self.url(path)).call())
+        json_of(self.request("GET", path)?.call())
     }
 
     /// GET `path` as text (a Prometheus page).
     pub fn get_text(&self, path: &str) -> std::result::Result<String, Failure> {
-        let r = not_redirected(self.agent.get(&self.url(path)).call().map_err(failure)?)?;
+        let r = not_redirected(self.request("GET", path)?.call().map_err(failure)?)?;
         r.into_string().map_err(|e| Failure {
             retryable: true,
             msg: format!("reading the response failed: {e}"),

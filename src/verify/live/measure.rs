@@ -76,13 +76,26 @@ fn walk_of(m: &Measured) -> Walk {
     }
 }
 
-/// Resolve the engine, run the preflight (errors refuse the run, warnings go to stderr) and
-/// send every prompt.
-fn measure(url: &str, a: &Request, prompts: &[LivePrompt], what: &str) -> Result<Side> {
-    let c = Client::new(url, Duration::from_secs(a.request_timeout))?;
-    let (engine, served) = resolve(&c, a.engine)?;
+/// A deployment after its preflight, before any prompt is sent.
+struct Connected {
+    client: Client,
+    engine: Engine,
+    proto: Box<dyn super::engine::Protocol>,
+    model: String,
+    /// The model `--model` or `/v1/models` names (`None`: neither does).
+    named: Option<String>,
+    preflight: Preflight,
+}
+
+/// Resolve the engine and run the preflight (errors refuse the run, warnings go to stderr),
+/// all of it within one `--request-timeout`: a server that does not answer costs that once.
+fn connect(url: &str, a: &Request, what: &str) -> Result<Connected> {
+    let t = Duration::from_secs(a.request_timeout);
+    let c = Client::new(url, t)?;
+    let pc = c.until(std::time::Instant::now() + t);
+    let (engine, served) = resolve(&pc, a.engine)?;
     let proto = protocol(engine);
-    let preflight = proto.preflight(&c)?;
+    let preflight = proto.preflight(&pc)?;
     for w in &preflight.warnings {
         // Findings quote the server's own strings (its version): escaped for the terminal.
         eprintln!(
@@ -103,11 +116,11 @@ fn measure(url: &str, a: &Request, prompts: &[LivePrompt], what: &str) -> Result
             hint: Some(e.hint.clone()),
         });
     }
-    let model = match (&a.model, served) {
-        (Some(m), _) => m.clone(),
-        (None, Some(m)) => m,
-        (None, None) if engine == Engine::Sglang => "default".into(),
-        (None, None) => {
+    let named = a.model.clone().or(served);
+    let model = match &named {
+        Some(m) => m.clone(),
+        None if engine == Engine::Sglang => "default".into(),
+        None => {
             return Err(Error::Endpoint {
                 url: c.url("/v1/models"),
                 msg: "lists no served model to name in the requests".into(),
@@ -115,26 +128,38 @@ fn measure(url: &str, a: &Request, prompts: &[LivePrompt], what: &str) -> Result
             })
         }
     };
+    Ok(Connected {
+        client: c,
+        engine,
+        proto,
+        model,
+        named,
+        preflight,
+    })
+}
+
+/// Send every prompt to a connected deployment.
+fn measure(k: Connected, a: &Request, prompts: &[LivePrompt], what: &str) -> Result<Side> {
     let o = run::Options {
         request: RequestOptions {
-            model: model.clone(),
+            model: k.model.clone(),
             max_tokens: a.max_tokens,
         },
         concurrency: a.concurrency,
         retries: a.retries,
         server_counters: a.server_counters,
-        spec_tokens: preflight.num_spec_tokens,
+        spec_tokens: k.preflight.num_spec_tokens,
         max_failures: a.max_failed.of(prompts.len()),
         allow_other_model: a.allow_other_model,
     };
     let pb = crate::progress::items(prompts.len() as u64, what, "requests");
-    let sent = run::send(proto.as_ref(), &c, prompts, &o, &|| pb.inc(1))?;
+    let sent = run::send(k.proto.as_ref(), &k.client, prompts, &o, &|| pb.inc(1))?;
     pb.finish_and_clear();
     Ok(Side {
-        url: c.base().to_string(),
-        engine,
-        model,
-        preflight,
+        url: k.client.base().to_string(),
+        engine: k.engine,
+        model: k.model,
+        preflight: k.preflight,
         outcomes: sent.outcomes,
         spec_tokens: sent.spec_tokens,
     })
@@ -242,11 +267,9 @@ fn check_failed(s: &Side, prompts: &[LivePrompt], a: &Request) -> Result<()> {
 }
 
 /// With `--published`: the benchmark the prompts are, refused (before any request) when they
-/// are none, or when the profile quotes no figure for this draft on it; a warning when the
-/// server names another model than the profile's target.
+/// are none, or when the profile quotes no figure for this draft on it.
 fn published_benchmark(
     a: &Request,
-    url: &str,
     profile: Option<&profile::Profile>,
     format: prompt_sets::SetFormat,
     prompts: &[LivePrompt],
@@ -270,28 +293,25 @@ fn published_benchmark(
                     .map(|c| (c, 0.0, 0))
                     .collect();
                 published::checks(p, name, bench, (0.0, 0), &cats, 0.0)?;
-                // The figures are the target's: say so when the server names another model.
-                let t = Duration::from_secs(a.request_timeout);
-                let served = a.model.clone().or_else(|| {
-                    Client::new(url, t)
-                        .ok()
-                        .and_then(|c| super::identify(&c).ok())
-                        .and_then(|(_, m)| m)
-                });
-                if let Some(m) = served {
-                    if !published::names_target(&m, p) {
-                        eprintln!(
-                        "warning: the endpoint serves `{}`, which does not name target `{}`{}: --published holds it against that target's published figures; check --endpoint and --target",
-                        crate::escape::printable(&m),
-                        p.name,
-                        p.hf_id.as_deref().map(|h| format!(" ({h})")).unwrap_or_default()
-                    );
-                    }
-                }
             }
             Some(bench)
         }
     })
+}
+
+/// The published figures are the target's: a warning when the server names another model.
+fn warn_other_target(a: &Request, profile: Option<&profile::Profile>, k: &Connected) {
+    let (Some(_), Some(p), Some(m)) = (&a.published, profile, &k.named) else {
+        return;
+    };
+    if !published::names_target(m, p) {
+        eprintln!(
+            "warning: the endpoint serves `{}`, which does not name target `{}`{}: --published holds it against that target's published figures; check --endpoint and --target",
+            crate::escape::printable(m),
+            p.name,
+            p.hf_id.as_deref().map(|h| format!(" ({h})")).unwrap_or_default()
+        );
+    }
 }
 
 /// A paired gate of a deployment against itself measures nothing: refused before any request.
@@ -386,13 +406,21 @@ pub fn run(a: &Request) -> Result<Verdict> {
     let keep = prompt_sets::per_category(&prompts, a.limit_per_category);
     prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
     // `--published` needs a benchmark's prompts: refused before any request is sent.
-    let bench = published_benchmark(a, &url, profile.as_ref(), format, &prompts)?;
+    let bench = published_benchmark(a, profile.as_ref(), format, &prompts)?;
     refuse_same_server(a, &url)?;
-    let draft = measure(&url, a, &prompts, "draft")?;
+    // Both preflights before any prompt is sent.
+    let draft = connect(&url, a, "draft")?;
+    warn_other_target(a, profile.as_ref(), &draft);
+    let baseline = a
+        .baseline_endpoint
+        .as_deref()
+        .map(|b| connect(b, a, "baseline"))
+        .transpose()?;
+    let draft = measure(draft, a, &prompts, "draft")?;
     check_failed(&draft, &prompts, a)?;
-    let baseline = match &a.baseline_endpoint {
-        Some(b) => {
-            let s = measure(b, a, &prompts, "baseline")?;
+    let baseline = match baseline {
+        Some(k) => {
+            let s = measure(k, a, &prompts, "baseline")?;
             check_failed(&s, &prompts, a)?;
             Some(s)
         }
