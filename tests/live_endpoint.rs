@@ -1793,6 +1793,68 @@ fn the_preflight_takes_one_request_timeout_in_all() {
     }
 }
 
+/// One text mode for live and the capture script: the bundled MT-Bench set's `text` records
+/// (`"dataset": "mt_bench"`) go to the chat route as one user message, as
+/// `scripts/vllm_capture.py` chat-templates them (they went as raw completions); a user's own
+/// text goes as it is; `--text-mode chat|raw` sends every text one way; the report says which
+/// (issue 38, item 15).
+#[test]
+fn text_goes_through_chat_as_the_capture_script_renders_it() {
+    let t = tempfile::tempdir().unwrap();
+    let routes: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+    let seen = routes.clone();
+    let gen = scripted(1);
+    let server = serve(move |r: &Request| match r.path.as_str() {
+        "/v1/models" => models("vllm"),
+        "/version" => Response::json(&json!({"version": "0.33.0"})),
+        "/v1/chat/completions" | "/v1/completions" => {
+            let b = r.json();
+            seen.lock().unwrap().push((r.path.clone(), b.clone()));
+            let g = gen(&[1, 2, 3], max_tokens(&b));
+            let mut c = vllm_completion(&g, 3, true);
+            if r.path == "/v1/chat/completions" {
+                c["choices"][0] = json!({"index": 0, "message": {"role": "assistant", "content": text_of(&g)}, "finish_reason": "length"});
+            }
+            Response::json(&c)
+        }
+        _ => Response::status(404, "{}"),
+    });
+    let bundled = common::root().join("quant-configs/prompts/mt_bench.jsonl");
+    let own = t.path().join("own.jsonl");
+    std::fs::write(
+        &own,
+        "{\"id\": \"a\", \"text\": \"Once upon a time\"}\n{\"id\": \"b\", \"text\": \"def main():\"}\n",
+    )
+    .unwrap();
+    for (file, mode, chat) in [
+        (&bundled, None, true),
+        (&bundled, Some("raw"), false),
+        (&own, None, false),
+        (&own, Some("chat"), true),
+    ] {
+        routes.lock().unwrap().clear();
+        let mut extra = vec!["--per-category", "1"];
+        if let Some(m) = mode {
+            extra.extend(["--text-mode", m]);
+        }
+        let (c, r, err) = live(&server.url, file, &extra);
+        assert_eq!(c, 0, "{file:?} {mode:?}: {err}");
+        assert_eq!(r["live"]["text_mode"], json!(mode.unwrap_or("auto")));
+        let sent = routes.lock().unwrap().clone();
+        assert!(!sent.is_empty());
+        for (route, body) in &sent {
+            if chat {
+                assert_eq!(route, "/v1/chat/completions", "{file:?} {mode:?}");
+                assert_eq!(body["messages"][0]["role"], "user", "{body}");
+                assert!(body["messages"][0]["content"].is_string(), "{body}");
+            } else {
+                assert_eq!(route, "/v1/completions", "{file:?} {mode:?}");
+                assert!(body["prompt"].is_string(), "{body}");
+            }
+        }
+    }
+}
+
 /// A histogram whose counts overflow u64 is a broken response, not AL 0.
 #[test]
 fn a_histogram_that_overflows_is_a_failed_request() {

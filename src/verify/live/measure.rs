@@ -37,6 +37,8 @@ pub struct Request {
     /// The prompt set (the live profile's bundled set without).
     pub prompts: Option<PathBuf>,
     pub prompt_format: prompt_sets::SetFormat,
+    /// How raw text is sent: as a user message through the chat template, or as it is.
+    pub text_mode: prompt_sets::TextMode,
     /// The first N prompts of each category.
     pub limit_per_category: Option<usize>,
     pub max_tokens: usize,
@@ -405,6 +407,8 @@ pub fn run(a: &Request) -> Result<Verdict> {
     let (format, mut prompts) = prompt_sets::read(&file, a.prompt_format)?;
     let keep = prompt_sets::per_category(&prompts, a.limit_per_category);
     prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
+    // The text mode the capture script uses, so that live and offline measure one input.
+    prompt_sets::apply_text_mode(&mut prompts, a.text_mode);
     // `--published` needs a benchmark's prompts: refused before any request is sent.
     let bench = published_benchmark(a, profile.as_ref(), format, &prompts)?;
     refuse_same_server(a, &url)?;
@@ -538,6 +542,7 @@ pub fn run(a: &Request) -> Result<Verdict> {
     rep["live"] = json!({
         "prompts": file.display().to_string(),
         "prompt_format": format,
+        "text_mode": a.text_mode,
         "max_tokens": a.max_tokens,
         "concurrency": if a.server_counters { 1 } else { a.concurrency },
         "convention": "accept_length (gated) = tokens committed per verify step, bonus token counted: 1 + committed drafts / verify steps, committed drafts = completion_tokens − 1 − verify steps, per request; accept_length_engine = 1 + the engine's own accepted drafts / verify steps (vLLM counts a request's final step before cutting it at max_tokens or EOS); prompts failed on either side are left out of both",
