@@ -1839,7 +1839,6 @@ fn text_goes_through_chat_as_the_capture_script_renders_it() {
         }
         let (c, r, err) = live(&server.url, file, &extra);
         assert_eq!(c, 0, "{file:?} {mode:?}: {err}");
-        assert_eq!(r["live"]["text_mode"], json!(mode.unwrap_or("auto")));
         let sent = routes.lock().unwrap().clone();
         assert!(!sent.is_empty());
         for (route, body) in &sent {
@@ -1852,6 +1851,7 @@ fn text_goes_through_chat_as_the_capture_script_renders_it() {
                 assert!(body["prompt"].is_string(), "{body}");
             }
         }
+        assert_eq!(r["live"]["text_mode"], json!(mode.unwrap_or("auto")));
     }
 }
 
