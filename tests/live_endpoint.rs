@@ -2032,7 +2032,8 @@ fn one_step_for_everything(out: &mut Value) {
 fn one_poisoned_k_in_ten_cannot_lift_a_failing_draft() {
     let t = tempfile::tempdir().unwrap();
     let p = prompts(t.path(), 4);
-    let cases: [(&str, fn(usize, &mut Value)); 3] = [
+    type Poison = fn(usize, &mut Value);
+    let cases: [(&str, Poison); 3] = [
         ("omits K", |i, out| {
             if i % 6 == 3 {
                 one_step_for_everything(out);
