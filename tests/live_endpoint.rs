@@ -1855,6 +1855,73 @@ fn text_goes_through_chat_as_the_capture_script_renders_it() {
     }
 }
 
+/// `kquant verify-join LIVE OFFLINE`: the per-request join of a live report and an offline one
+/// ("Reading a disagreement"): ids matched as strings (`0` with the trace's 0; `test-0` kept,
+/// listed as only live), each difference told explained by a near-tie or not; the reports in
+/// the wrong order, or not reports, are exit 2 naming the file (issue 38, item 18).
+#[test]
+fn verify_join_lines_up_live_and_offline_per_request() {
+    let t = tempfile::tempdir().unwrap();
+    let live = t.path().join("live.json");
+    let offline = t.path().join("offline.json");
+    std::fs::write(
+        &live,
+        json!({"schema": "kquant.verify/1", "live": {"draft": {"requests": [
+            {"id": "0", "category": "code", "steps": 30, "committed": 40},
+            {"id": "1", "category": "code", "steps": 31, "committed": 38},
+            {"id": "2", "category": "prose", "steps": 33, "committed": 30},
+            {"id": "test-0", "category": "math", "steps": 20, "committed": 20}]}}})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        &offline,
+        json!({"schema": "kquant.verify/1", "draft": {"requests": [
+            {"id": 0, "category": "code", "steps": 30, "committed": 40, "near_tie_steps": 0},
+            {"id": 1, "category": "code", "steps": 30, "committed": 39, "near_tie_steps": 2},
+            {"id": 2, "category": "prose", "steps": 32, "committed": 31, "near_tie_steps": 0}]}})
+        .to_string(),
+    )
+    .unwrap();
+    let (l, o) = (live.to_str().unwrap(), offline.to_str().unwrap());
+    let out = kquant(&["verify-join", l, o, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["schema"], "kquant.verify-join/1");
+    assert_eq!(
+        [&j["joined"], &j["same"], &j["near_tie"], &j["unexplained"]],
+        [&json!(3), &json!(1), &json!(1), &json!(1)]
+    );
+    assert_eq!(j["only_live"], json!(["test-0"]));
+    let r1 = &j["requests"][1];
+    assert_eq!(
+        (
+            &r1["id"],
+            &r1["verdict"],
+            &r1["steps_delta"],
+            &r1["offline"]["near_tie_steps"]
+        ),
+        (&json!("1"), &json!("near-tie"), &json!(1), &json!(2))
+    );
+    let out = kquant(&["verify-join", l, o]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("3 requests joined: 1 the same, 1 differ where a near-tie can explain it, 1 differ with no near-tie step")
+            && text.contains("unexplained")
+            && text.contains("1 requests only in the live report: test-0"),
+        "{text}"
+    );
+    for (args, names) in [([o, l], o), ([l, l], l)] {
+        let out = kquant(&["verify-join", args[0], args[1]]);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.starts_with("error:") && err.contains(names) && err.contains("hint:"),
+            "{err}"
+        );
+    }
+}
+
 /// A histogram whose counts overflow u64 is a broken response, not AL 0.
 #[test]
 fn a_histogram_that_overflows_is_a_failed_request() {

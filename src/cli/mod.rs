@@ -26,6 +26,7 @@ pub mod trace;
 pub mod trace_import;
 pub mod verify;
 pub mod verify_files;
+pub mod verify_join;
 
 /// Quantize, convert and verify speculative-decoding draft models for Kimi targets.
 #[derive(Debug, Parser)]
@@ -63,6 +64,9 @@ pub enum Command {
     Trace(trace::Args),
     /// Re-hash an output directory against its kquant-manifest.json.
     VerifyFiles(verify_files::Args),
+    /// Join a live verify report and an offline one per request: steps, committed drafts and
+    /// near-tie steps side by side, and which differences a near-tie can explain.
+    VerifyJoin(verify_join::Args),
     /// Write a deterministic synthetic checkpoint (tiny fixtures, or real-shape benchmarks).
     Synth(synth::Args),
     /// Measure speed against a baseline run in the same process (see docs/performance.md).
@@ -85,6 +89,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Calibrate(a) => calibrate::run(a),
         Command::Trace(a) => trace::run(a),
         Command::VerifyFiles(a) => verify_files::run(a),
+        Command::VerifyJoin(a) => verify_join::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Targets(a) => targets::run(a),
