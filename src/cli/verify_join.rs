@@ -2,7 +2,7 @@
 //! a live verify report and an offline one (`crate::verify::join`), as a table of the requests
 //! that differ or as JSON. Exit 0 (it decides nothing), 2 on a file that is not such a report.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_json::Value;
@@ -33,11 +33,11 @@ pub struct Args {
     pub json: bool,
 }
 
-fn read(path: &PathBuf) -> Result<Value> {
+fn read(path: &Path) -> Result<Value> {
     let text =
         crate::io::text::read_regular_text(path, crate::io::text::MAX_PROMPTS, "verify report")?;
     serde_json::from_str(&text).map_err(|e| Error::Source {
-        path: path.clone(),
+        path: path.to_path_buf(),
         msg: format!("is not JSON ({e})"),
         hint: Some("give the files `kquant verify … --json FILE` wrote".into()),
     })
