@@ -1258,6 +1258,8 @@ fn published_takes_speed_bench_and_the_bundled_mt_bench_and_checks_before_sendin
             let ids: Vec<u32> = text.bytes().map(u32::from).collect();
             let g = gen(&ids, max_tokens(&b));
             let mut c = vllm_completion(&g, 9, true);
+            // As vLLM does: the response names the model the request named.
+            c["model"] = b["model"].clone();
             if r.path == "/v1/chat/completions" {
                 c["choices"][0] = json!({"index": 0, "message": {"role": "assistant", "content": text_of(&g)}, "finish_reason": "length"});
             }
@@ -1294,7 +1296,8 @@ fn published_takes_speed_bench_and_the_bundled_mt_bench_and_checks_before_sendin
     // Named by --model as the target's own: no warning.
     let mut named = pub_args.to_vec();
     named.extend(["--model", "moonshotai/Kimi-K2.6"]);
-    let (_, _, err) = live(&server.url, &speed, &named);
+    let (code, _, err) = live(&server.url, &speed, &named);
+    assert!(code == 0 || code == 1, "{err}");
     assert!(!err.contains("does not name target"), "{err}");
 
     let bundled = common::root().join("quant-configs/prompts/mt_bench.jsonl");
@@ -1596,6 +1599,335 @@ fn a_baseline_that_is_the_same_server_is_refused() {
     assert!(seen.lock().unwrap().bodies.is_empty());
 }
 
+/// The same server under another spelling of its address (the IPv4 shorthands a URL parser
+/// reads as 127.0.0.1, an IPv4-mapped IPv6 address, a leading-zero port, userinfo, a `/./`
+/// path, `0.0.0.0`, this machine's loopback by name) is still the same server: addresses are
+/// parsed and resolved before they are compared (issue 38, item 6; docs/verify.md, "Which
+/// servers are the same"). Another port is another server.
+#[test]
+fn a_baseline_under_another_spelling_of_the_address_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 1);
+    let (v, seen) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: scripted(0),
+    });
+    let port = v.url.rsplit(':').next().unwrap().to_string();
+    let spellings = [
+        format!("http://127.1:{port}"),
+        format!("http://2130706433:{port}"),
+        format!("http://0x7f000001:{port}"),
+        format!("http://0177.0.0.1:{port}"),
+        format!("http://127.0.0.1:0{port}"),
+        format!("http://[::ffff:127.0.0.1]:{port}"),
+        format!("http://[::1]:{port}"),
+        format!("http://user:secret@127.0.0.1:{port}"),
+        format!("http://127.0.0.1:{port}/./"),
+        format!("http://127.0.0.1:{port}/x/../v1"),
+        format!("http://0.0.0.0:{port}"),
+        format!("http://LOCALHOST.:{port}"),
+        format!("https://127.0.0.1:{port}"),
+    ];
+    for b in &spellings {
+        let (c, _, err) = live(&v.url, &p, &["--baseline-endpoint", b]);
+        assert_eq!(c, 2, "{b}: {err}");
+        assert!(
+            err.contains("is the same server") && err.contains("hint:"),
+            "{b}: {err}"
+        );
+    }
+    assert!(seen.lock().unwrap().bodies.is_empty());
+    // Another port, or another path prefix (a proxy's routes), is another server: measured.
+    let (w, _) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: scripted(1),
+    });
+    let other = w.url.replace("127.0.0.1", "127.1");
+    let (c, r, err) = live(&v.url, &p, &["--baseline-endpoint", &other]);
+    assert!(c == 0 || c == 1, "{err}");
+    assert!(r["delta"].is_number(), "{r}");
+}
+
+/// A response that names another model than the one requested (a server that ignores
+/// `model`, another deployment behind the URL) refuses the run, naming both; with
+/// `--allow-other-model` it is measured, with a warning, and the report names the answering
+/// model per request and per side (issue 38, item 7).
+#[test]
+fn an_answer_from_another_model_is_refused_unless_allowed() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 1);
+    let gen = scripted(1);
+    let server = serve(
+        move |r: &Request| match (r.method.as_str(), r.path.as_str()) {
+            ("GET", "/v1/models") => models("vllm"),
+            ("GET", "/version") => Response::json(&json!({"version": "0.33.0"})),
+            ("POST", "/v1/completions") => {
+                let v = r.json();
+                let ids = prompt_ids(&v);
+                let mut out = vllm_completion(&gen(&ids, max_tokens(&v)), ids.len(), true);
+                out["model"] = json!("other-org/Other-Model");
+                Response::json(&out)
+            }
+            _ => Response::status(404, "{}"),
+        },
+    );
+    let (c, _, err) = live(&server.url, &p, &[]);
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("error:")
+            && err.contains("`other-org/Other-Model`, not `kimi-k2.5-tiny`")
+            && err.contains("hint:")
+            && err.contains("--allow-other-model"),
+        "{err}"
+    );
+    let (c, r, err) = live(&server.url, &p, &["--allow-other-model"]);
+    assert_eq!(c, 0, "{err}");
+    assert!(
+        err.contains("warning: draft: responses name model `other-org/Other-Model`"),
+        "{err}"
+    );
+    assert_eq!(r["live"]["draft"]["model"], json!("kimi-k2.5-tiny"));
+    assert_eq!(
+        r["live"]["draft"]["answered_by"],
+        json!(["other-org/Other-Model"])
+    );
+    assert_eq!(
+        r["live"]["draft"]["requests"][0]["model"],
+        json!("other-org/Other-Model")
+    );
+}
+
+/// The offline replay's flags (`--near-ties`, `--steps`, `--after-miss`,
+/// `--target-checkpoint`) mean nothing to a live run, which measures the server's own loop:
+/// refused when the command line is parsed (`error:`, `hint:`, exit 2), before any request
+/// (issue 38, item 8).
+#[test]
+fn offline_replay_flags_on_a_live_run_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 1);
+    let (v, seen) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: scripted(0),
+    });
+    for extra in [
+        &["--near-ties", "0.5"][..],
+        &["--steps", "3"],
+        &["--after-miss", "skip"],
+        &["--after-miss", "run"],
+        &["--target-checkpoint", "fixtures/kimi-k2.5-tiny/target"],
+    ] {
+        let (c, _, err) = live(&v.url, &p, extra);
+        assert_eq!(c, 2, "{extra:?}: {err}");
+        assert!(
+            err.starts_with("error:") && err.contains(extra[0]) && err.contains("--endpoint"),
+            "{extra:?}: {err}"
+        );
+        let hint = err.lines().find(|l| l.starts_with("hint:")).unwrap_or("");
+        assert!(hint.contains("offline replay"), "{extra:?}: {err}");
+    }
+    assert!(seen.lock().unwrap().bodies.is_empty());
+}
+
+/// The preflight (`/v1/models`, `/version`, `/metrics`) takes at most one `--request-timeout`
+/// in all: once a call has used it up, the preflight's other calls are not sent (it waited a
+/// timeout per call, twice and more for a server that does not answer; issue 38, adversary's
+/// extras). The prompts still get their own timeout each.
+#[test]
+fn the_preflight_takes_one_request_timeout_in_all() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 1);
+    for hangs in ["/v1/models", "/version"] {
+        let gets: Arc<Mutex<Vec<String>>> = Arc::default();
+        let g = gets.clone();
+        let gen = scripted(1);
+        let server = serve(move |r: &Request| {
+            if r.method == "GET" {
+                g.lock().unwrap().push(r.path.clone());
+            }
+            if r.path == hangs {
+                // Far past --request-timeout: kquant gives up first.
+                std::thread::sleep(std::time::Duration::from_secs(20));
+                return None;
+            }
+            match (r.method.as_str(), r.path.as_str()) {
+                ("GET", "/v1/models") => models("vllm"),
+                ("GET", "/version") => Response::json(&json!({"version": "0.33.0"})),
+                ("GET", "/metrics") => Response::text(&vllm_metrics(0, 0, 0)),
+                ("POST", "/v1/completions") => {
+                    let v = r.json();
+                    let ids = prompt_ids(&v);
+                    Response::json(&vllm_completion(
+                        &gen(&ids, max_tokens(&v)),
+                        ids.len(),
+                        true,
+                    ))
+                }
+                _ => Response::status(404, "{}"),
+            }
+        });
+        let (c, r, err) = live(
+            &server.url,
+            &p,
+            &[
+                "--engine",
+                "vllm",
+                "--request-timeout",
+                "1",
+                "--model",
+                "kimi-k2.5-tiny",
+            ],
+        );
+        assert_eq!(c, 0, "{hangs}: {err}");
+        assert!(r["draft"]["accept_length"].is_number(), "{r}");
+        let gets = gets.lock().unwrap().clone();
+        let after: Vec<&String> = gets
+            .iter()
+            .skip_while(|g| g.as_str() != hangs)
+            .skip(1)
+            .collect();
+        assert!(
+            after.is_empty(),
+            "{hangs}: the preflight went on past its timeout: {gets:?}"
+        );
+        assert!(
+            err.contains("not sent: the preflight had already taken --request-timeout"),
+            "{hangs}: {err}"
+        );
+    }
+}
+
+/// One text mode for live and the capture script: the bundled MT-Bench set's `text` records
+/// (`"dataset": "mt_bench"`) go to the chat route as one user message, as
+/// `scripts/vllm_capture.py` chat-templates them (they went as raw completions); a user's own
+/// text goes as it is; `--text-mode chat|raw` sends every text one way; the report says which
+/// (issue 38, item 15).
+#[test]
+fn text_goes_through_chat_as_the_capture_script_renders_it() {
+    let t = tempfile::tempdir().unwrap();
+    let routes: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+    let seen = routes.clone();
+    let gen = scripted(1);
+    let server = serve(move |r: &Request| match r.path.as_str() {
+        "/v1/models" => models("vllm"),
+        "/version" => Response::json(&json!({"version": "0.33.0"})),
+        "/v1/chat/completions" | "/v1/completions" => {
+            let b = r.json();
+            seen.lock().unwrap().push((r.path.clone(), b.clone()));
+            let g = gen(&[1, 2, 3], max_tokens(&b));
+            let mut c = vllm_completion(&g, 3, true);
+            if r.path == "/v1/chat/completions" {
+                c["choices"][0] = json!({"index": 0, "message": {"role": "assistant", "content": text_of(&g)}, "finish_reason": "length"});
+            }
+            Response::json(&c)
+        }
+        _ => Response::status(404, "{}"),
+    });
+    let bundled = common::root().join("quant-configs/prompts/mt_bench.jsonl");
+    let own = t.path().join("own.jsonl");
+    std::fs::write(
+        &own,
+        "{\"id\": \"a\", \"text\": \"Once upon a time\"}\n{\"id\": \"b\", \"text\": \"def main():\"}\n",
+    )
+    .unwrap();
+    for (file, mode, chat) in [
+        (&bundled, None, true),
+        (&bundled, Some("raw"), false),
+        (&own, None, false),
+        (&own, Some("chat"), true),
+    ] {
+        routes.lock().unwrap().clear();
+        let mut extra = vec!["--per-category", "1"];
+        if let Some(m) = mode {
+            extra.extend(["--text-mode", m]);
+        }
+        let (c, r, err) = live(&server.url, file, &extra);
+        assert_eq!(c, 0, "{file:?} {mode:?}: {err}");
+        let sent = routes.lock().unwrap().clone();
+        assert!(!sent.is_empty());
+        for (route, body) in &sent {
+            if chat {
+                assert_eq!(route, "/v1/chat/completions", "{file:?} {mode:?}");
+                assert_eq!(body["messages"][0]["role"], "user", "{body}");
+                assert!(body["messages"][0]["content"].is_string(), "{body}");
+            } else {
+                assert_eq!(route, "/v1/completions", "{file:?} {mode:?}");
+                assert!(body["prompt"].is_string(), "{body}");
+            }
+        }
+        assert_eq!(r["live"]["text_mode"], json!(mode.unwrap_or("auto")));
+    }
+}
+
+/// `kquant verify-join LIVE OFFLINE`: the per-request join of a live report and an offline one
+/// ("Reading a disagreement"): ids matched as strings (`0` with the trace's 0; `test-0` kept,
+/// listed as only live), each difference told explained by a near-tie or not; the reports in
+/// the wrong order, or not reports, are exit 2 naming the file (issue 38, item 18).
+#[test]
+fn verify_join_lines_up_live_and_offline_per_request() {
+    let t = tempfile::tempdir().unwrap();
+    let live = t.path().join("live.json");
+    let offline = t.path().join("offline.json");
+    std::fs::write(
+        &live,
+        json!({"schema": "kquant.verify/1", "live": {"draft": {"requests": [
+            {"id": "0", "category": "code", "steps": 30, "committed": 40},
+            {"id": "1", "category": "code", "steps": 31, "committed": 38},
+            {"id": "2", "category": "prose", "steps": 33, "committed": 30},
+            {"id": "test-0", "category": "math", "steps": 20, "committed": 20}]}}})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        &offline,
+        json!({"schema": "kquant.verify/1", "draft": {"requests": [
+            {"id": 0, "category": "code", "steps": 30, "committed": 40, "near_tie_steps": 0},
+            {"id": 1, "category": "code", "steps": 30, "committed": 39, "near_tie_steps": 2},
+            {"id": 2, "category": "prose", "steps": 32, "committed": 31, "near_tie_steps": 0}]}})
+        .to_string(),
+    )
+    .unwrap();
+    let (l, o) = (live.to_str().unwrap(), offline.to_str().unwrap());
+    let out = kquant(&["verify-join", l, o, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["schema"], "kquant.verify-join/1");
+    assert_eq!(
+        [&j["joined"], &j["same"], &j["near_tie"], &j["unexplained"]],
+        [&json!(3), &json!(1), &json!(1), &json!(1)]
+    );
+    assert_eq!(j["only_live"], json!(["test-0"]));
+    let r1 = &j["requests"][1];
+    assert_eq!(
+        (
+            &r1["id"],
+            &r1["verdict"],
+            &r1["steps_delta"],
+            &r1["offline"]["near_tie_steps"]
+        ),
+        (&json!("1"), &json!("near-tie"), &json!(1), &json!(2))
+    );
+    let out = kquant(&["verify-join", l, o]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("3 requests joined: 1 the same, 1 differ where a near-tie can explain it, 1 differ with no near-tie step")
+            && text.contains("unexplained")
+            && text.contains("1 requests only in the live report: test-0"),
+        "{text}"
+    );
+    for (args, names) in [([o, l], o), ([l, l], l)] {
+        let out = kquant(&["verify-join", args[0], args[1]]);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.starts_with("error:") && err.contains(names) && err.contains("hint:"),
+            "{err}"
+        );
+    }
+}
+
 /// A histogram whose counts overflow u64 is a broken response, not AL 0.
 #[test]
 fn a_histogram_that_overflows_is_a_failed_request() {
@@ -1725,4 +2057,103 @@ fn hostile_strings_are_escaped_in_the_table_and_the_junit() {
         "{x:?}"
     );
     assert!(x.contains("co\\x01de\\x1b[2J"), "{x}");
+}
+
+/// A short, weak generation (AL 1.25, EOS after 6 tokens) and a vLLM server whose response
+/// `n` (counted from 0) goes through `poison`: the poisoned responses (two of twelve), each claiming one
+/// verify step for 40 tokens, must not lift the weak draft over `--min-accept`.
+fn poisoned_vllm(poison: fn(usize, &mut Value)) -> Server {
+    let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    serve(
+        move |r: &Request| match (r.method.as_str(), r.path.as_str()) {
+            ("GET", "/v1/models") => models("vllm"),
+            ("GET", "/version") => Response::json(&json!({"version": "0.33.0"})),
+            ("POST", "/v1/completions") => {
+                let v = r.json();
+                let ids = prompt_ids(&v);
+                let g = Gen {
+                    tokens: (0..6u32).map(|i| i + ids.len() as u32).collect(),
+                    accepted: vec![0, 1, 0, 0],
+                    extra: 0,
+                };
+                let mut out = vllm_completion(&g, ids.len(), true);
+                out["choices"][0]["finish_reason"] = json!("stop");
+                let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                poison(i, &mut out);
+                Response::json(&out)
+            }
+            _ => Response::status(404, "{}"),
+        },
+    )
+}
+
+/// The poisoned response: 40 tokens (`--max-tokens 40`) over one verify step.
+fn one_step_for_everything(out: &mut Value) {
+    out["usage"]["completion_tokens"] = json!(40);
+    let m = &mut out["metrics"]["speculative_decoding"];
+    m.as_object_mut().unwrap().remove("acceptance_histogram");
+    m["num_spec_steps"] = json!(1);
+    m["num_accepted_draft_tokens"] = json!(38);
+    m["mean_acceptance_length"] = json!(39.0);
+}
+
+/// K (drafts per verify step) is one value per run: the preflight's, else the first answer's.
+/// One response in six that omits `num_spec_tokens`, or claims another K than the rest, to
+/// pass 39 tokens off as one verify step is a failed request, never measured; where no
+/// response states K, no step is held to accept more than 32 drafts (issue 38, item 5).
+#[test]
+fn one_poisoned_k_in_ten_cannot_lift_a_failing_draft() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 4);
+    type Poison = fn(usize, &mut Value);
+    let cases: [(&str, Poison); 3] = [
+        ("omits K", |i, out| {
+            if i % 6 == 3 {
+                one_step_for_everything(out);
+                out["metrics"]["speculative_decoding"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("num_spec_tokens");
+            }
+        }),
+        ("claims another K", |i, out| {
+            if i % 6 == 3 {
+                one_step_for_everything(out);
+                out["metrics"]["speculative_decoding"]["num_spec_tokens"] = json!(1000);
+            }
+        }),
+        ("no response states K", |i, out| {
+            out["metrics"]["speculative_decoding"]
+                .as_object_mut()
+                .unwrap()
+                .remove("num_spec_tokens");
+            if i % 6 == 3 {
+                one_step_for_everything(out);
+            }
+        }),
+    ];
+    for (what, poison) in cases {
+        let server = poisoned_vllm(poison);
+        let (code, r, err) = live(
+            &server.url,
+            &p,
+            &["--min-accept", "1.5", "--max-failed", "2"],
+        );
+        assert_eq!(code, 1, "{what}: the weak draft still fails: {err}");
+        let al = r["draft"]["accept_length"].as_f64().unwrap();
+        assert!((al - 1.25).abs() < 1e-9, "{what}: AL {al}");
+        let failed = r["live"]["draft"]["failed"].as_array().unwrap();
+        assert_eq!(failed.len(), 2, "{what}: {failed:?}");
+        for f in failed {
+            let e = f["error"].as_str().unwrap();
+            assert!(e.contains("drafts"), "{what}: {e}");
+        }
+        if what == "claims another K" {
+            let e = failed[0]["error"].as_str().unwrap();
+            assert!(e.contains("1000") && e.contains("K = 3"), "{e}");
+        }
+        if what != "no response states K" {
+            assert_eq!(r["live"]["draft"]["num_spec_tokens"], json!(3), "{what}");
+        }
+    }
 }

@@ -830,11 +830,11 @@ fn near_ties_bound_the_replay_and_are_refused_where_unknown() {
         ),
         (
             vec!["--near-ties", "0.03", "--baseline", "prompt-lookup"],
-            "--near-ties: the replay kept no logit margins",
+            "--near-ties needs logit margins, and a prompt-lookup baseline has no logits",
         ),
         (
             vec!["--near-ties", "0.03", "--device", "cpu-emu"],
-            "--near-ties: the replay kept no logit margins",
+            "--near-ties needs the logit margins the CPU replay keeps; --device cpu-emu",
         ),
     ] {
         let o = run(&eagle, &extra);

@@ -310,3 +310,115 @@ fn kimi_linear_live_verify_gates_quantized_drafters() {
         assert_eq!(code, Some(if r["passed"] == true { 0 } else { 1 }), "{r}");
     }
 }
+
+/// Both drafts are opened and the flag combinations checked before the live capture: a
+/// mistyped `--draft` or `--baseline`, or `--near-ties` beside a device replay or a
+/// prompt-lookup baseline, is exit 2 before a single prompt is captured (issue 38, item 16).
+#[test]
+fn verify_checks_drafts_and_flags_before_capturing() {
+    let d = fix("eagle3");
+    let d = d.to_str().unwrap();
+    let missing = root().join("fixtures/kimi-k2.5-tiny/no-such-draft");
+    let missing = missing.to_str().unwrap();
+    for (extra, says) in [
+        (vec!["--draft", missing], "no-such-draft"),
+        (vec!["--draft", d, "--baseline", missing], "no-such-draft"),
+        (
+            vec!["--draft", d, "--near-ties", "0.5", "--device", "cpu-emu"],
+            "--device cpu-emu",
+        ),
+        (
+            vec![
+                "--draft",
+                d,
+                "--near-ties",
+                "0.5",
+                "--baseline",
+                "prompt-lookup",
+            ],
+            "prompt-lookup baseline has no logits",
+        ),
+    ] {
+        let mut args = vec!["verify", "--target", "kimi-k2.5-tiny", "--limit", "1"];
+        args.extend(&extra);
+        let out = kquant(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(
+            err.contains(says) && err.contains("hint:"),
+            "{extra:?}: {err}"
+        );
+        assert!(
+            !err.contains("capturing"),
+            "{extra:?}: the capture ran first: {err}"
+        );
+    }
+}
+
+/// A live verify interrupted (SIGINT) during its capture leaves nothing in `$TMPDIR`: no
+/// partial trace, no lock, no empty directory (issue 38, adversary's extras).
+#[test]
+fn an_interrupted_live_verify_leaves_nothing_in_tmpdir() {
+    use std::io::Write;
+    use std::os::unix::process::ExitStatusExt;
+    let t = tempfile::tempdir().unwrap();
+    let tmp = t.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    // Enough prompts that the capture is still running when the signal comes.
+    let src = std::fs::read_to_string(fix("prompts/heldout.jsonl")).unwrap();
+    let mut f = std::fs::File::create(t.path().join("many.jsonl")).unwrap();
+    let mut id = 0;
+    for _ in 0..100 {
+        for l in src.lines() {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["id"] = serde_json::json!(id);
+            id += 1;
+            writeln!(f, "{v}").unwrap();
+        }
+    }
+    drop(f);
+    let d = fix("eagle3");
+    let mut child = common::kquant_cmd()
+        .args([
+            "verify",
+            "--target",
+            "kimi-k2.5-tiny",
+            "--draft",
+            d.to_str().unwrap(),
+            "--prompts",
+            t.path().join("many.jsonl").to_str().unwrap(),
+        ])
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The capture has begun once its partial output is in $TMPDIR (at any depth).
+    fn partial(dir: &std::path::Path) -> bool {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                e.file_name().to_string_lossy().ends_with(".kquant-partial")
+                    || (e.file_type().is_ok_and(|t| t.is_dir()) && partial(&e.path()))
+            })
+    }
+    let t0 = std::time::Instant::now();
+    while !partial(&tmp) {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "verify ended before its capture began"
+        );
+        assert!(t0.elapsed().as_secs() < 300, "no capture began");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let st = child.wait().unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGINT), "{st:?}");
+    let left: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "left in $TMPDIR: {left:?}");
+}

@@ -26,6 +26,7 @@ pub mod trace;
 pub mod trace_import;
 pub mod verify;
 pub mod verify_files;
+pub mod verify_join;
 
 /// Quantize, convert and verify speculative-decoding draft models for Kimi targets.
 #[derive(Debug, Parser)]
@@ -63,6 +64,9 @@ pub enum Command {
     Trace(trace::Args),
     /// Re-hash an output directory against its kquant-manifest.json.
     VerifyFiles(verify_files::Args),
+    /// Join a live verify report and an offline one per request: steps, committed drafts and
+    /// near-tie steps side by side, and which differences a near-tie can explain.
+    VerifyJoin(verify_join::Args),
     /// Write a deterministic synthetic checkpoint (tiny fixtures, or real-shape benchmarks).
     Synth(synth::Args),
     /// Measure speed against a baseline run in the same process (see docs/performance.md).
@@ -85,6 +89,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Calibrate(a) => calibrate::run(a),
         Command::Trace(a) => trace::run(a),
         Command::VerifyFiles(a) => verify_files::run(a),
+        Command::VerifyJoin(a) => verify_join::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Targets(a) => targets::run(a),
@@ -122,6 +127,7 @@ pub fn render_clap_error(e: clap::Error) -> ExitCode {
     let hint = std::error::Error::source(&e)
         .and_then(|s| s.downcast_ref::<flags::FlagError>())
         .map(|f| f.hint.clone())
+        .or_else(|| live_conflict_hint(e.kind(), &text))
         .or_else(|| choices_hint(e.kind(), &text))
         .or_else(|| value_hint(&text))
         .unwrap_or_else(|| {
@@ -129,6 +135,15 @@ pub fn render_clap_error(e: clap::Error) -> ExitCode {
         });
     eprintln!("\nhint: {}", printable(&hint));
     ExitCode::from(2)
+}
+
+/// A flag of the offline replay beside `verify --endpoint`: the live run measures the server's
+/// own speculative loop, so the replay's flags would be silently unused.
+fn live_conflict_hint(kind: clap::error::ErrorKind, text: &str) -> Option<String> {
+    if kind != clap::error::ErrorKind::ArgumentConflict || !text.contains("'--endpoint <URL>'") {
+        return None;
+    }
+    Some("a live run (--endpoint) measures the server's own speculative loop; --draft, --baseline, --trace, --device, --near-ties, --steps, --after-miss and --target-checkpoint belong to the offline replay: drop them, or drop --endpoint (docs/verify.md, \"Live\")".into())
 }
 
 /// For a refused value clap already listed the values that exist: the hint points at them (and,

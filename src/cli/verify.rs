@@ -49,7 +49,7 @@ pub struct Args {
     /// Live: the base URL of a running vLLM, SGLang or TensorRT-LLM server that serves the
     /// target with the draft (e.g. `http://127.0.0.1:8000`). The prompts (`--prompts`) are sent
     /// to it, greedy, and the accept length read back per request (docs/verify.md, "Live").
-    #[arg(long, value_name = "URL", conflicts_with_all = ["draft", "baseline", "trace", "device"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["draft", "baseline", "trace", "device", "near_ties", "steps", "after_miss", "target_checkpoint"])]
     pub endpoint: Option<String>,
     /// Live: a second server to compare with, e.g. the BF16 draft's deployment (paired ΔAL over
     /// the same prompts).
@@ -64,6 +64,12 @@ pub struct Args {
     /// Live: how `--prompts` is laid out (`auto`: told by its first record).
     #[arg(long, value_enum, default_value_t = crate::trace::prompt_sets::SetFormat::Auto, requires = "endpoint")]
     pub prompt_format: crate::trace::prompt_sets::SetFormat,
+    /// Live: how raw text is sent, as `scripts/vllm_capture.py --text-mode` renders it: `auto`
+    /// sends a chat benchmark's text (its `dataset` names MT-Bench, GSM8K, …: the bundled
+    /// `mt_bench.jsonl`) as a user message through the chat template and other text as it is;
+    /// `chat` every text as a user message (the script's default); `raw` every text as it is.
+    #[arg(long, value_enum, default_value_t = crate::trace::prompt_sets::TextMode::Auto, requires = "endpoint")]
+    pub text_mode: crate::trace::prompt_sets::TextMode,
     /// Live: tokens generated per request.
     #[arg(long, default_value_t = 256, value_parser = flags::max_tokens, requires = "endpoint")]
     pub max_tokens: usize,
@@ -87,6 +93,11 @@ pub struct Args {
     /// where the engine counts finished requests).
     #[arg(long, requires = "endpoint")]
     pub server_counters: bool,
+    /// Live: measure responses that name another model than the one requested (an alias the
+    /// server answers under its first name); without, such a response refuses the run. The
+    /// report names the answering model.
+    #[arg(long, requires = "endpoint")]
+    pub allow_other_model: bool,
     /// Live: hold the measurement against the accept lengths `--target`'s profile quotes for
     /// this draft (a Hugging Face id as `kquant targets` lists it) on the prompt set's benchmark,
     /// overall and per category where the card splits it: below one by more than
@@ -174,6 +185,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             target: a.target.clone(),
             prompts: a.prompts.clone(),
             prompt_format: a.prompt_format,
+            text_mode: a.text_mode,
             limit_per_category: a.per_category.value(),
             max_tokens: a.max_tokens,
             concurrency: a.concurrency,
@@ -181,6 +193,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             retries: a.retries,
             max_failed: a.max_failed,
             server_counters: a.server_counters,
+            allow_other_model: a.allow_other_model,
             published: a.published.clone(),
             thresholds: a.gate.thresholds(a.min_accept)?,
         })?;

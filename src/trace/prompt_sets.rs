@@ -32,6 +32,12 @@
 //!
 //! Chat messages are sent as `{"role", "content"}` objects with string values (other keys of a
 //! record's messages are dropped); the server applies the target's chat template.
+//!
+//! Raw text goes through [`apply_text_mode`] (`--text-mode`, as `scripts/vllm_capture.py`'s):
+//! `auto` sends the text of a chat benchmark's record (its `dataset` names MT-Bench,
+//! Spec-Bench, SPEED-Bench, GSM8K or MATH-500, as the bundled `mt_bench.jsonl` does) as one user
+//! message, other text as it is; `chat` sends every text as a user message (the script's
+//! default); `raw` every text as it is.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -64,6 +70,51 @@ pub struct LivePrompt {
     pub dataset: String,
     /// What is sent.
     pub body: Body,
+}
+
+/// How raw text is sent (`verify --text-mode`; `scripts/vllm_capture.py --text-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TextMode {
+    /// A chat benchmark's text as a user message through the chat template, other text as is.
+    Auto,
+    /// Every text as a user message through the chat template.
+    Chat,
+    /// Every text as it is (completions, no chat template).
+    Raw,
+}
+
+/// Whether `dataset` names a benchmark whose prompts are chat turns (MT-Bench, Spec-Bench,
+/// SPEED-Bench, GSM8K, MATH-500; not HumanEval, whose prompts are code to continue).
+pub fn is_chat_dataset(dataset: &str) -> bool {
+    let k: String = dataset
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    matches!(
+        k.as_str(),
+        "mtbench" | "specbench" | "speedbench" | "gsm8k" | "math500"
+    )
+}
+
+/// Send each prompt's raw text the way `mode` says: as one user message (the server applies
+/// the target's chat template, as the capture script does) or as it is. Token ids and chat
+/// messages are left as they are. Returns how many prompts went to chat.
+pub fn apply_text_mode(prompts: &mut [LivePrompt], mode: TextMode) -> usize {
+    let mut n = 0;
+    for p in prompts {
+        let chat = match mode {
+            TextMode::Raw => false,
+            TextMode::Chat => true,
+            TextMode::Auto => is_chat_dataset(&p.dataset),
+        };
+        if let (true, Body::Text(t)) = (chat, &p.body) {
+            p.body = user(t);
+            n += 1;
+        }
+    }
+    n
 }
 
 /// A prompt file's format (`--prompt-format`).

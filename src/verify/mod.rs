@@ -13,6 +13,7 @@
 pub mod agreement;
 pub mod drafters;
 pub mod gate;
+pub mod join;
 pub mod live;
 pub mod ngram;
 pub mod offline;

@@ -59,8 +59,8 @@ pub struct Plan {
     exec: Exec,
     profile: Option<Profile>,
     trace: Trace,
-    /// A live capture's directory, removed when the plan is dropped.
-    _capture: Option<tempfile::TempDir>,
+    /// A live capture's trace, removed when the plan is dropped (or a signal ends the run).
+    _capture: Option<Scratch>,
     target: Option<Checkpoint>,
     /// With `--published`: the benchmark the trace's prompts are.
     bench: Option<&'static str>,
@@ -73,6 +73,15 @@ impl Plan {
     /// the target checkpoint, and refuse a trace with nothing to replay.
     pub fn resolve(req: Request) -> Result<Plan> {
         let exec = Exec::device(crate::gpu::linear::verify_device(&req.device)?);
+        // Flag combinations and both drafts checked before any capture or replay.
+        refuse_near_ties_without_margins(&req, &exec)?;
+        for spec in [Some(&req.draft), req.baseline.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter(|s| *s != "prompt-lookup")
+        {
+            Checkpoint::open(spec)?;
+        }
         let profile = req.target.as_deref().map(profile::load).transpose()?;
         let mut capture_dir = None;
         let src = TraceSource {
@@ -521,6 +530,73 @@ fn another_targets_draft(spec: &str, taps: &[usize], trace: &Trace) -> Option<Er
     })
 }
 
+/// `--near-ties` reads the logit margins that only the CPU replay of a draft keeps: refused with
+/// a device replay or a prompt-lookup baseline before anything runs, not after the replay.
+fn refuse_near_ties_without_margins(req: &Request, exec: &Exec) -> Result<()> {
+    if req.near_ties.is_none() {
+        return Ok(());
+    }
+    if !matches!(exec, Exec::F32) {
+        return Err(Error::Flags {
+            msg: format!(
+                "--near-ties needs the logit margins the CPU replay keeps; --device {} reduces each argmax on the device",
+                crate::escape::printable(&req.device)
+            ),
+            hint: "drop --device (the replay on cpu, the default, keeps the margins), or drop --near-ties".into(),
+        });
+    }
+    if req.baseline.as_deref() == Some("prompt-lookup") {
+        return Err(Error::Flags {
+            msg: "--near-ties needs logit margins, and a prompt-lookup baseline has no logits"
+                .into(),
+            hint: "give a draft as --baseline (e.g. the original one), or drop --near-ties".into(),
+        });
+    }
+    Ok(())
+}
+
+/// A live capture's trace in the temporary directory: no directory of its own (the claim's
+/// staging and lock lie beside it, and a signal during the capture removes them), registered
+/// with the signal handler once written (a signal during the replay removes it), and removed
+/// when dropped. An interrupted verify leaves nothing behind (but after SIGKILL).
+pub struct Scratch {
+    path: PathBuf,
+    _registration: crate::io::interrupt::OutputRegistration,
+}
+
+impl Scratch {
+    /// A name in `$TMPDIR` that nothing holds yet.
+    fn fresh() -> PathBuf {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        std::env::temp_dir().join(format!(
+            "kquant-verify-{}-{nanos:x}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
+    /// Take over the written trace at `path`.
+    fn hold(path: PathBuf) -> Scratch {
+        // A trace is a flat directory; no lock of its own (the claim's was released).
+        let none = path.with_extension("kquant-no-lock");
+        let r = crate::io::interrupt::register_output(&path, true, &none);
+        Scratch {
+            path,
+            _registration: r,
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
 /// Where the samples to replay come from: `--trace`, or a live capture of `--prompts` (the
 /// profile's bundled set without), the first `limit` of each category.
 pub struct TraceSource<'a> {
@@ -533,7 +609,7 @@ pub struct TraceSource<'a> {
 pub fn open_trace(
     a: &TraceSource,
     profile: Option<&Profile>,
-    tmp: &mut Option<tempfile::TempDir>,
+    tmp: &mut Option<Scratch>,
 ) -> Result<Trace> {
     let mut trace = match (a.trace, profile) {
         (Some(t), _) => Trace::open(t)?,
@@ -556,9 +632,7 @@ pub fn open_trace(
                     lookahead: 0,
                     f32_taps: false,
                 };
-                let dir = tempfile::tempdir()
-                    .map_err(|e| Error::io("create", Path::new("$TMPDIR"), e))?;
-                let out = dir.path().join("trace");
+                let out = Scratch::fresh();
                 eprintln!(
                     "verify: no --trace; capturing {} prompts with the live `{}` target ({})",
                     prompts.len(),
@@ -567,8 +641,9 @@ pub fn open_trace(
                 );
                 let claim = crate::trace::file::claim(&out, false, &[])?;
                 capture::write_trace(&ck, &m, &p.name, &prompts, &o, "live", claim)?;
-                let t = Trace::open(&out)?;
-                *tmp = Some(dir);
+                let held = Scratch::hold(out);
+                let t = Trace::open(&held.path)?;
+                *tmp = Some(held);
                 t
             }
             None => {

@@ -56,15 +56,19 @@ pub struct Reply {
     /// kept in the JSON so that the hidden states of exactly these continuations can be
     /// captured (`scripts/vllm_capture.py --continuations`).
     pub token_ids: Option<Vec<u32>>,
+    /// The model the response says answered (`model` of the OpenAI routes; SGLang's native
+    /// `/generate` names none).
+    pub model: Option<String>,
 }
 
 /// The draft tokens a request committed: `min(accepted, completion_tokens − 1 − steps)` (the
 /// prefill-sampled token and each step's bonus token are not drafts; fewer where some of the
 /// request's tokens came from steps that drafted nothing), after checking that the engine's
 /// own figure can come from this response: no more tokens than asked for, no more verify
-/// steps than tokens after the prefill's, no accepted draft without a step, and no more
-/// accepted beyond the committed tokens than one final step drafts (vLLM counts its final step
-/// before the cut at `max_tokens` or EOS). `k` is the drafts per step where known. `Err` names
+/// steps than tokens after the prefill's, no accepted draft without a step, no more accepted
+/// than `k` per step (32 where K is unknown), and no more accepted beyond the committed tokens
+/// than one final step drafts (vLLM counts its final step before the cut at `max_tokens` or
+/// EOS). `k` is the run's drafts per step where known. `Err` names
 /// the contradiction; such a request is failed, never measured.
 pub fn committed_drafts(
     spec: Spec,
@@ -95,15 +99,20 @@ pub fn committed_drafts(
             spec.accepted
         ));
     }
-    if let Some(k) = k {
-        if spec.accepted > spec.steps.saturating_mul(k) {
-            return Err(format!(
+    // Where no one says K, no step drafts more than the replay's deepest chain.
+    let bound = k.unwrap_or(crate::runtime::matches::MAX_DEPTHS as u64);
+    if spec.accepted > spec.steps.saturating_mul(bound) {
+        return Err(match k {
+            Some(k) => format!(
                 "{} accepted drafts in {} steps of {k} drafts",
                 spec.accepted, spec.steps
-            ));
-        }
+            ),
+            None => format!(
+                "{} accepted drafts in {} steps: no step drafts more than {bound}",
+                spec.accepted, spec.steps
+            ),
+        });
     }
-    let bound = k.unwrap_or(crate::runtime::matches::MAX_DEPTHS as u64);
     if spec.accepted > room.saturating_add(bound) {
         return Err(format!(
             "{} accepted drafts, but {completion} completion tokens over {} verify steps hold at most {room}: only the final step may count drafts it did not commit, at most {bound}",
@@ -190,6 +199,8 @@ pub(crate) struct OpenAi<'a> {
     pub completion: u64,
     pub finish: Option<String>,
     pub output: Option<String>,
+    /// The response's `model`.
+    pub model: Option<String>,
     pub choice: &'a Value,
 }
 
@@ -212,10 +223,12 @@ pub(crate) fn openai_reply(v: &Value) -> std::result::Result<OpenAi<'_>, String>
         .and_then(Value::as_str)
         .or_else(|| choice.pointer("/message/content").and_then(Value::as_str))
         .map(String::from);
+    let model = v.get("model").and_then(Value::as_str).map(String::from);
     Ok(OpenAi {
         completion,
         finish,
         output,
+        model,
         choice,
     })
 }

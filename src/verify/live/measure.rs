@@ -37,6 +37,8 @@ pub struct Request {
     /// The prompt set (the live profile's bundled set without).
     pub prompts: Option<PathBuf>,
     pub prompt_format: prompt_sets::SetFormat,
+    /// How raw text is sent: as a user message through the chat template, or as it is.
+    pub text_mode: prompt_sets::TextMode,
     /// The first N prompts of each category.
     pub limit_per_category: Option<usize>,
     pub max_tokens: usize,
@@ -46,6 +48,8 @@ pub struct Request {
     pub retries: usize,
     pub max_failed: MaxFailed,
     pub server_counters: bool,
+    /// Measure responses that name another model than the one requested.
+    pub allow_other_model: bool,
     /// A draft whose published accept lengths the profile quotes, as a floor.
     pub published: Option<String>,
     pub thresholds: Thresholds,
@@ -58,6 +62,8 @@ struct Side {
     model: String,
     preflight: Preflight,
     outcomes: Vec<Outcome>,
+    /// The run's one K (drafts per verify step), where known.
+    spec_tokens: Option<u64>,
 }
 
 /// A request as the gate counts it: the committed tokens per verify step; what the engine
@@ -72,13 +78,26 @@ fn walk_of(m: &Measured) -> Walk {
     }
 }
 
-/// Resolve the engine, run the preflight (errors refuse the run, warnings go to stderr) and
-/// send every prompt.
-fn measure(url: &str, a: &Request, prompts: &[LivePrompt], what: &str) -> Result<Side> {
-    let c = Client::new(url, Duration::from_secs(a.request_timeout))?;
-    let (engine, served) = resolve(&c, a.engine)?;
+/// A deployment after its preflight, before any prompt is sent.
+struct Connected {
+    client: Client,
+    engine: Engine,
+    proto: Box<dyn super::engine::Protocol>,
+    model: String,
+    /// The model `--model` or `/v1/models` names (`None`: neither does).
+    named: Option<String>,
+    preflight: Preflight,
+}
+
+/// Resolve the engine and run the preflight (errors refuse the run, warnings go to stderr),
+/// all of it within one `--request-timeout`: a server that does not answer costs that once.
+fn connect(url: &str, a: &Request, what: &str) -> Result<Connected> {
+    let t = Duration::from_secs(a.request_timeout);
+    let c = Client::new(url, t)?;
+    let pc = c.until(std::time::Instant::now() + t);
+    let (engine, served) = resolve(&pc, a.engine)?;
     let proto = protocol(engine);
-    let preflight = proto.preflight(&c)?;
+    let preflight = proto.preflight(&pc)?;
     for w in &preflight.warnings {
         // Findings quote the server's own strings (its version): escaped for the terminal.
         eprintln!(
@@ -99,11 +118,11 @@ fn measure(url: &str, a: &Request, prompts: &[LivePrompt], what: &str) -> Result
             hint: Some(e.hint.clone()),
         });
     }
-    let model = match (&a.model, served) {
-        (Some(m), _) => m.clone(),
-        (None, Some(m)) => m,
-        (None, None) if engine == Engine::Sglang => "default".into(),
-        (None, None) => {
+    let named = a.model.clone().or(served);
+    let model = match &named {
+        Some(m) => m.clone(),
+        None if engine == Engine::Sglang => "default".into(),
+        None => {
             return Err(Error::Endpoint {
                 url: c.url("/v1/models"),
                 msg: "lists no served model to name in the requests".into(),
@@ -111,26 +130,40 @@ fn measure(url: &str, a: &Request, prompts: &[LivePrompt], what: &str) -> Result
             })
         }
     };
+    Ok(Connected {
+        client: c,
+        engine,
+        proto,
+        model,
+        named,
+        preflight,
+    })
+}
+
+/// Send every prompt to a connected deployment.
+fn measure(k: Connected, a: &Request, prompts: &[LivePrompt], what: &str) -> Result<Side> {
     let o = run::Options {
         request: RequestOptions {
-            model: model.clone(),
+            model: k.model.clone(),
             max_tokens: a.max_tokens,
         },
         concurrency: a.concurrency,
         retries: a.retries,
         server_counters: a.server_counters,
-        spec_tokens: preflight.num_spec_tokens,
+        spec_tokens: k.preflight.num_spec_tokens,
         max_failures: a.max_failed.of(prompts.len()),
+        allow_other_model: a.allow_other_model,
     };
     let pb = crate::progress::items(prompts.len() as u64, what, "requests");
-    let outcomes = run::send(proto.as_ref(), &c, prompts, &o, &|| pb.inc(1))?;
+    let sent = run::send(k.proto.as_ref(), &k.client, prompts, &o, &|| pb.inc(1))?;
     pb.finish_and_clear();
     Ok(Side {
-        url: c.base().to_string(),
-        engine,
-        model,
-        preflight,
-        outcomes,
+        url: k.client.base().to_string(),
+        engine: k.engine,
+        model: k.model,
+        preflight: k.preflight,
+        outcomes: sent.outcomes,
+        spec_tokens: sent.spec_tokens,
     })
 }
 
@@ -167,7 +200,8 @@ fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
                     "accepted": m.spec.accepted, "accept_length_engine": m.spec.accept_length(),
                     "committed": m.committed, "accept_length": committed.accept_length(),
                     "completion_tokens": m.completion_tokens, "finish_reason": m.finish_reason,
-                    "source": m.source, "attempts": o.attempts, "token_ids": m.token_ids})
+                    "source": m.source, "attempts": o.attempts, "token_ids": m.token_ids,
+                    "model": m.model})
             })
         })
         .collect();
@@ -176,6 +210,8 @@ fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
         "engine": s.engine,
         "version": s.preflight.version,
         "model": s.model,
+        "num_spec_tokens": s.spec_tokens,
+        "answered_by": answered_by(s),
         "measured": s.outcomes.iter().filter(|o| o.result.is_ok()).count(),
         "sources": sources,
         "failed": failed,
@@ -183,6 +219,18 @@ fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
         "retried": s.outcomes.iter().filter(|o| o.attempts > 1).count(),
         "requests": requests,
     })
+}
+
+/// The models the side's measured responses say answered them (sorted, each once).
+fn answered_by(s: &Side) -> Vec<String> {
+    let mut m: Vec<String> = s
+        .outcomes
+        .iter()
+        .filter_map(|o| o.result.as_ref().ok().and_then(|m| m.model.clone()))
+        .collect();
+    m.sort();
+    m.dedup();
+    m
 }
 
 /// Refuse a side with more failed requests than `--max-failed` allows.
@@ -221,11 +269,9 @@ fn check_failed(s: &Side, prompts: &[LivePrompt], a: &Request) -> Result<()> {
 }
 
 /// With `--published`: the benchmark the prompts are, refused (before any request) when they
-/// are none, or when the profile quotes no figure for this draft on it; a warning when the
-/// server names another model than the profile's target.
+/// are none, or when the profile quotes no figure for this draft on it.
 fn published_benchmark(
     a: &Request,
-    url: &str,
     profile: Option<&profile::Profile>,
     format: prompt_sets::SetFormat,
     prompts: &[LivePrompt],
@@ -249,35 +295,35 @@ fn published_benchmark(
                     .map(|c| (c, 0.0, 0))
                     .collect();
                 published::checks(p, name, bench, (0.0, 0), &cats, 0.0)?;
-                // The figures are the target's: say so when the server names another model.
-                let t = Duration::from_secs(a.request_timeout);
-                let served = a.model.clone().or_else(|| {
-                    Client::new(url, t)
-                        .ok()
-                        .and_then(|c| super::identify(&c).ok())
-                        .and_then(|(_, m)| m)
-                });
-                if let Some(m) = served {
-                    if !published::names_target(&m, p) {
-                        eprintln!(
-                        "warning: the endpoint serves `{}`, which does not name target `{}`{}: --published holds it against that target's published figures; check --endpoint and --target",
-                        crate::escape::printable(&m),
-                        p.name,
-                        p.hf_id.as_deref().map(|h| format!(" ({h})")).unwrap_or_default()
-                    );
-                    }
-                }
             }
             Some(bench)
         }
     })
 }
 
+/// The published figures are the target's: a warning when the server names another model.
+fn warn_other_target(a: &Request, profile: Option<&profile::Profile>, k: &Connected) {
+    let (Some(_), Some(p), Some(m)) = (&a.published, profile, &k.named) else {
+        return;
+    };
+    if !published::names_target(m, p) {
+        eprintln!(
+            "warning: the endpoint serves `{}`, which does not name target `{}`{}: --published holds it against that target's published figures; check --endpoint and --target",
+            crate::escape::printable(m),
+            p.name,
+            p.hf_id.as_deref().map(|h| format!(" ({h})")).unwrap_or_default()
+        );
+    }
+}
+
 /// A paired gate of a deployment against itself measures nothing: refused before any request.
 fn refuse_same_server(a: &Request, url: &str) -> Result<()> {
     if let Some(b) = &a.baseline_endpoint {
         let t = Duration::from_secs(a.request_timeout);
-        if Client::new(url, t)?.server_key() == Client::new(b, t)?.server_key() {
+        if Client::new(url, t)?
+            .server()
+            .same_as(&Client::new(b, t)?.server())
+        {
             return Err(Error::Flags {
                 msg: format!("--baseline-endpoint {b} is the same server as --endpoint {url}: the paired ΔAL would be 0 whatever the draft"),
                 hint: "serve the baseline draft (e.g. the BF16 one) on another server and give its URL".into(),
@@ -361,14 +407,24 @@ pub fn run(a: &Request) -> Result<Verdict> {
     let (format, mut prompts) = prompt_sets::read(&file, a.prompt_format)?;
     let keep = prompt_sets::per_category(&prompts, a.limit_per_category);
     prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
+    // The text mode the capture script uses, so that live and offline measure one input.
+    prompt_sets::apply_text_mode(&mut prompts, a.text_mode);
     // `--published` needs a benchmark's prompts: refused before any request is sent.
-    let bench = published_benchmark(a, &url, profile.as_ref(), format, &prompts)?;
+    let bench = published_benchmark(a, profile.as_ref(), format, &prompts)?;
     refuse_same_server(a, &url)?;
-    let draft = measure(&url, a, &prompts, "draft")?;
+    // Both preflights before any prompt is sent.
+    let draft = connect(&url, a, "draft")?;
+    warn_other_target(a, profile.as_ref(), &draft);
+    let baseline = a
+        .baseline_endpoint
+        .as_deref()
+        .map(|b| connect(b, a, "baseline"))
+        .transpose()?;
+    let draft = measure(draft, a, &prompts, "draft")?;
     check_failed(&draft, &prompts, a)?;
-    let baseline = match &a.baseline_endpoint {
-        Some(b) => {
-            let s = measure(b, a, &prompts, "baseline")?;
+    let baseline = match baseline {
+        Some(k) => {
+            let s = measure(k, a, &prompts, "baseline")?;
             check_failed(&s, &prompts, a)?;
             Some(s)
         }
@@ -426,16 +482,8 @@ pub fn run(a: &Request) -> Result<Verdict> {
     let cats: Vec<String> = both.iter().map(|&i| category_of(&prompts[i])).collect();
     // The profile's published figures for this draft, as a floor.
     let published = published_floors(a, profile.as_ref(), bench, &d, &cats, &mut decision)?;
-    // Drafts per step: the preflight's, else what the responses say.
-    let k = draft
-        .preflight
-        .num_spec_tokens
-        .or_else(|| {
-            both.iter()
-                .filter_map(|&i| measured(&draft, i).num_spec_tokens)
-                .max()
-        })
-        .unwrap_or(0) as usize;
+    // Drafts per step: the run's one K (the preflight's, else the first answer's).
+    let k = draft.spec_tokens.unwrap_or(0) as usize;
     let mut rep = report::build(&d, b.as_ref(), &cats, th, &decision, k);
     let same_output = baseline.as_ref().map(|s| {
         let (mut compared, mut equal) = (0usize, 0usize);
@@ -465,6 +513,24 @@ pub fn run(a: &Request) -> Result<Verdict> {
             warnings.push(format!("{side}: {n} requests were measured from the server-wide counters, one at a time: the figures hold only if no other client used {} meanwhile", s.url));
         }
     }
+    for (side, s) in [("draft", Some(&draft)), ("baseline", baseline.as_ref())] {
+        let Some(s) = s else { continue };
+        let other: Vec<String> = answered_by(s)
+            .into_iter()
+            .filter(|m| *m != s.model)
+            .collect();
+        if !other.is_empty() {
+            warnings.push(format!(
+                "{side}: responses name model {}, not `{}` as requested (--allow-other-model): the figures are that model's",
+                other
+                    .iter()
+                    .map(|m| format!("`{}`", crate::escape::printable(m)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                crate::escape::printable(&s.model)
+            ));
+        }
+    }
     for w in &warnings {
         eprintln!("warning: {w}");
     }
@@ -476,6 +542,7 @@ pub fn run(a: &Request) -> Result<Verdict> {
     rep["live"] = json!({
         "prompts": file.display().to_string(),
         "prompt_format": format,
+        "text_mode": a.text_mode,
         "max_tokens": a.max_tokens,
         "concurrency": if a.server_counters { 1 } else { a.concurrency },
         "convention": "accept_length (gated) = tokens committed per verify step, bonus token counted: 1 + committed drafts / verify steps, committed drafts = completion_tokens − 1 − verify steps, per request; accept_length_engine = 1 + the engine's own accepted drafts / verify steps (vLLM counts a request's final step before cutting it at max_tokens or EOS); prompts failed on either side are left out of both",

@@ -32,6 +32,9 @@ pub struct Options {
     /// Failed requests tolerated (`--max-failed`): once more have failed, the run's exit 2 is
     /// certain and no further prompt is sent.
     pub max_failures: usize,
+    /// Measure responses that name another model than the one requested
+    /// (`--allow-other-model`); without, the first such response refuses the run.
+    pub allow_other_model: bool,
 }
 
 /// The outcome of a prompt never sent because more than `--max-failed` had already failed.
@@ -56,6 +59,8 @@ pub struct Measured {
     pub output: Option<String>,
     /// Where the figure came from: the response field, or `server counters`.
     pub source: String,
+    /// The model the response says answered, where it names one.
+    pub model: Option<String>,
 }
 
 /// One prompt's outcome.
@@ -65,16 +70,26 @@ pub struct Outcome {
     pub attempts: usize,
 }
 
+/// What a run sent: each prompt's outcome, in prompt order, and the run's K.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub outcomes: Vec<Outcome>,
+    /// Drafts per verify step, one value for the whole run: the preflight's, else the first
+    /// (in prompt order) measured response's; `None` where neither says.
+    pub spec_tokens: Option<u64>,
+}
+
 /// Send every prompt; outcomes in prompt order. `progress` is told each finished prompt. An
 /// error (exit 2) where the run cannot mean anything: a response without a per-request figure
-/// and no `server_counters`, counters that other traffic moved.
+/// and no `server_counters`, counters that other traffic moved. Every measured response is
+/// then held to the run's one K ([`hold_to_one_k`]).
 pub fn send(
     proto: &dyn Protocol,
     c: &Client,
     prompts: &[LivePrompt],
     o: &Options,
     progress: &(dyn Fn() + Sync),
-) -> Result<Vec<Outcome>> {
+) -> Result<Sent> {
     let slots: Vec<Mutex<Option<Outcome>>> = prompts.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     let failures = AtomicUsize::new(0);
@@ -122,10 +137,54 @@ pub fn send(
     if let Some(e) = fatal.into_inner().expect("fatal") {
         return Err(e);
     }
-    Ok(slots
+    let mut outcomes: Vec<Outcome> = slots
         .into_iter()
         .map(|s| s.into_inner().expect("slot").expect("every prompt sent"))
-        .collect())
+        .collect();
+    let spec_tokens = hold_to_one_k(proto, prompts, &mut outcomes, o);
+    Ok(Sent {
+        outcomes,
+        spec_tokens,
+    })
+}
+
+/// K is one value per run: the preflight's, else the first measured response's (in prompt
+/// order, whatever the concurrency). A response that claims another K is a failed request; one
+/// that omits it is held to the run's K; each is checked again against its own token counts
+/// with that K ([`committed_drafts`]), and one that cannot hold is a failed request, never
+/// measured (one poisoned response would otherwise pass 40 tokens off as one verify step).
+pub fn hold_to_one_k(
+    proto: &dyn Protocol,
+    prompts: &[LivePrompt],
+    outcomes: &mut [Outcome],
+    o: &Options,
+) -> Option<u64> {
+    let (k, from) = match o.spec_tokens {
+        Some(k) => (Some(k), "the preflight's"),
+        None => (
+            outcomes
+                .iter()
+                .find_map(|x| x.result.as_ref().ok().and_then(|m| m.num_spec_tokens)),
+            "the first answer's",
+        ),
+    };
+    for (out, p) in outcomes.iter_mut().zip(prompts) {
+        let Ok(m) = &mut out.result else { continue };
+        let route = proto.request(p, &o.request).0;
+        let held = match (k, m.num_spec_tokens) {
+            (Some(k), Some(x)) if x != k => Err(format!(
+                "{route}: the response claims {x} drafts per verify step (`num_spec_tokens`), the run's K = {k} ({from}): K is one value per run"
+            )),
+            _ => committed_drafts(m.spec, m.completion_tokens, o.request.max_tokens, k).map_err(
+                |e| format!("{route}: {} contradicts the response: {e}", m.source),
+            ),
+        };
+        match held {
+            Ok(c) => m.committed = c,
+            Err(e) => out.result = Err(e),
+        }
+    }
+    k
 }
 
 fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<Outcome> {
@@ -165,9 +224,26 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
                 ))
             }
         };
+        // A response from another model than the one asked for measures that model's draft.
+        if let Some(m) = reply.model.as_deref() {
+            if m != o.request.model && !o.allow_other_model {
+                return Err(Error::Endpoint {
+                    url: c.url(&route),
+                    msg: format!(
+                        "answered as model `{}`, not `{}` as requested: the accept length would be another model's",
+                        crate::escape::printable(m),
+                        crate::escape::printable(&o.request.model)
+                    ),
+                    hint: Some(format!(
+                        "check --endpoint and --model (the server's --served-model-name); if `{}` is the model you mean (an alias of it), pass --model with it, or --allow-other-model to measure it anyway (the report names the answering model)",
+                        crate::escape::printable(m)
+                    )),
+                });
+            }
+        }
         // Every figure is checked against the response it came with before it is measured.
         let measured = |spec: Spec, source: String| -> std::result::Result<Measured, String> {
-            let k = reply.num_spec_tokens.or(o.spec_tokens);
+            let k = o.spec_tokens.or(reply.num_spec_tokens);
             let committed =
                 committed_drafts(spec, reply.completion_tokens, o.request.max_tokens, k)
                     .map_err(|e| format!("{route}: {source} contradicts the response: {e}"))?;
@@ -180,6 +256,7 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
                 finish_reason: reply.finish_reason.clone(),
                 output: reply.output.clone(),
                 source,
+                model: reply.model.clone(),
             })
         };
         if let Some((spec, field)) = reply.spec {

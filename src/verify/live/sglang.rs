@@ -96,6 +96,7 @@ impl Protocol for Sglang {
                 output,
                 num_spec_tokens: None,
                 token_ids: None,
+                model: None,
             });
         }
         let o = super::engine::openai_reply(v)?;
@@ -118,6 +119,7 @@ impl Protocol for Sglang {
             output,
             num_spec_tokens: None,
             token_ids: None,
+            model: o.model,
         })
     }
 

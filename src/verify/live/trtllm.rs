@@ -77,6 +77,7 @@ impl Protocol for Trtllm {
             output,
             num_spec_tokens: None,
             token_ids: None,
+            model: o.model,
         })
     }
 

@@ -45,7 +45,8 @@ impl Protocol for Vllm {
     fn reply(&self, v: &Value) -> std::result::Result<Reply, String> {
         let o = openai_reply(v)?;
         let token_ids = super::engine::token_ids(o.choice, o.completion)?;
-        let (completion_tokens, finish_reason, output) = (o.completion, o.finish, o.output);
+        let (completion_tokens, finish_reason, output, model) =
+            (o.completion, o.finish, o.output, o.model);
         let spec = match v.pointer("/metrics/speculative_decoding") {
             None | Some(Value::Null) => None,
             Some(m) => Some((spec_of(m)?, "metrics.speculative_decoding")),
@@ -61,6 +62,7 @@ impl Protocol for Vllm {
             output,
             num_spec_tokens,
             token_ids,
+            model,
         })
     }
 
