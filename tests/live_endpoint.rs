@@ -580,6 +580,30 @@ fn malformed_or_incomplete_responses_are_refused() {
     assert!(err.contains("ran a verify step"), "{err}");
 }
 
+/// #38.23: `--server-counters` on an engine whose responses carry their own per-request figure
+/// was silently unused; now a `warning:` says the per-request figure was measured instead.
+#[test]
+fn server_counters_unused_are_said() {
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 2);
+    let (v, _) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: scripted(0),
+    });
+    let (code, r, err) = live(&v.url, &p, &["--server-counters"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning: draft: --server-counters was not used for")
+            && err.contains("own per-request figure"),
+        "{err}"
+    );
+    assert!(
+        r.to_string().contains("--server-counters was not used"),
+        "{r}"
+    );
+}
+
 #[test]
 fn server_counters_measure_each_request_alone_and_refuse_other_traffic() {
     let t = tempfile::tempdir().unwrap();

@@ -512,6 +512,20 @@ pub fn run(a: &Request) -> Result<Verdict> {
         if n > 0 {
             warnings.push(format!("{side}: {n} requests were measured from the server-wide counters, one at a time: the figures hold only if no other client used {} meanwhile", s.url));
         }
+        // Said, not silently unused (#38.23): a response that carries the engine's own
+        // per-request figure is measured from it, whatever --server-counters asks.
+        let own = s
+            .outcomes
+            .iter()
+            .filter(|o| {
+                o.result
+                    .as_ref()
+                    .is_ok_and(|m| m.source != run::SERVER_COUNTERS)
+            })
+            .count();
+        if a.server_counters && own > 0 {
+            warnings.push(format!("{side}: --server-counters was not used for {own} requests: their responses carry the engine's own per-request figure, which is measured instead (it needs no server to itself)"));
+        }
     }
     for (side, s) in [("draft", Some(&draft)), ("baseline", baseline.as_ref())] {
         let Some(s) = s else { continue };
