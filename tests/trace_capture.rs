@@ -477,3 +477,58 @@ fn limit_names_the_categories_it_drops_and_per_category_keeps_them() {
         .collect();
     assert_eq!(cats, ["code", "prose", "arith"]);
 }
+
+/// #38.18: a prompt file whose ids are not whole numbers (`HumanEval/0`) keeps them: the trace's
+/// samples record each as `prompt_id` beside the sample number, and the offline report's
+/// requests carry it, so `verify-join` lines them up with a live run of the same file.
+#[test]
+fn string_prompt_ids_are_kept_through_capture_and_verify() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("named.jsonl");
+    std::fs::write(
+        &p,
+        "{\"id\": \"HumanEval/0\", \"category\": \"code\", \"tokens\": [5, 6, 7, 8]}\n\
+         {\"id\": \"test-1\", \"category\": \"code\", \"tokens\": [9, 10, 11]}\n\
+         {\"id\": \"7\", \"category\": \"code\", \"tokens\": [12, 13]}\n",
+    )
+    .unwrap();
+    let out = t.path().join("trace");
+    let o = kquant(&[
+        "trace",
+        "capture",
+        "--target-checkpoint",
+        TARGET,
+        "--prompts",
+        p.to_str().unwrap(),
+        "--gen-len",
+        "4",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let m = read_json(&out.join("manifest.json"));
+    let s = m["samples"].as_array().unwrap();
+    assert_eq!(
+        s.iter().map(|x| x["prompt_id"].clone()).collect::<Vec<_>>(),
+        [
+            serde_json::json!("HumanEval/0"),
+            serde_json::json!("test-1"),
+            serde_json::Value::Null
+        ]
+    );
+    assert_eq!(s[2]["id"], 7, "a whole-number id stays the sample's");
+    let o = kquant(&[
+        "verify",
+        "--target",
+        "kimi-k2.5-tiny",
+        "--trace",
+        out.to_str().unwrap(),
+        "--draft",
+        "fixtures/kimi-k2.5-tiny/eagle3",
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["draft"]["requests"][0]["prompt_id"], "HumanEval/0");
+}

@@ -81,6 +81,7 @@ fn make_trace(dir: &Path, samples: usize, taps: &[usize]) {
             finish_reason: "length".into(),
             turn: 0,
             stop_len: None,
+            prompt_id: None,
         })
         .collect();
     let news: Vec<NewSample> = owned

@@ -22,6 +22,8 @@ use crate::trace::file::{Manifest, NewSample, SampleMeta, FORMAT, TAP_CONVENTION
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prompt {
     pub id: u64,
+    /// The prompt file's id where it is not a whole number (kept in the trace as `prompt_id`).
+    pub name: Option<String>,
     pub category: String,
     pub dataset: Option<String>,
     pub turn: u32,
@@ -105,9 +107,22 @@ pub fn read_prompts(path: &Path) -> Result<Vec<Prompt>> {
         if tokens.is_empty() {
             return Err(err(i + 1, "the prompt is empty".into()));
         }
+        // A whole-number id is the sample's; any other (`test-0`, `HumanEval/0`) is kept as the
+        // prompt's own name beside the sample's number (the line's index among prompts).
+        let name = v
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()))
+            .map(String::from);
         let id = v
             .get("id")
-            .and_then(Value::as_u64)
+            .and_then(|x| {
+                x.as_u64().or_else(|| {
+                    x.as_str()
+                        .filter(|_| name.is_none())
+                        .and_then(|s| s.parse().ok())
+                })
+            })
             .unwrap_or(out.len() as u64);
         if out.iter().any(|p| p.id == id) {
             return Err(err(i + 1, format!("id {id} appears twice")));
@@ -115,6 +130,7 @@ pub fn read_prompts(path: &Path) -> Result<Vec<Prompt>> {
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(String::from);
         out.push(Prompt {
             id,
+            name,
             category: s("category").unwrap_or_default(),
             dataset: s("dataset"),
             turn: v.get("turn").and_then(Value::as_u64).unwrap_or(0) as u32,
@@ -524,6 +540,7 @@ pub fn write_trace(
             finish_reason: c.finish_reason.into(),
             turn: p.turn,
             stop_len: c.stop_len,
+            prompt_id: p.name.clone(),
         })
         .collect();
     let selfcheck: u64 = caps.iter().map(|c| c.mismatches as u64).sum();

@@ -41,6 +41,11 @@ pub struct SampleMeta {
     /// (`trace capture --lookahead`). Absent: the engine stops at the end of the sample.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_len: Option<usize>,
+    /// The prompt file's own id where it is not a whole number (`test-0`, `HumanEval/0`):
+    /// `id` is then the sample's number, and this is what a live run of the same file calls the
+    /// request (`verify-join` matches on it). Absent where the id is the prompt file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_id: Option<String>,
 }
 
 /// A shard file and its hash.
@@ -696,6 +701,7 @@ mod tests {
                     finish_reason: "length".into(),
                     turn: 0,
                     stop_len: None,
+                    prompt_id: None,
                 })
                 .collect(),
             shards: vec![],

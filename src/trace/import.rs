@@ -774,6 +774,7 @@ pub fn import(o: &Options) -> Result<Imported> {
                 finish_reason: "unknown".into(),
                 turn: 0,
                 stop_len: None,
+                prompt_id: None,
             },
             Some(r) => {
                 let pfile = &recs.as_ref().unwrap().0;
@@ -826,6 +827,14 @@ pub fn import(o: &Options) -> Result<Imported> {
                     finish_reason: r.finish_reason.clone().unwrap_or_else(|| "unknown".into()),
                     turn: 0,
                     stop_len: None,
+                    // A prompt id that is not a whole number (`HumanEval/0`) is kept: what a
+                    // live run of the same prompt file calls this request.
+                    prompt_id: match &r.id {
+                        Some(serde_json::Value::String(s)) if whole_id(r.id.as_ref()).is_none() => {
+                            Some(s.clone())
+                        }
+                        _ => None,
+                    },
                 }
             }
         };

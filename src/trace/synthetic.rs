@@ -109,6 +109,7 @@ pub fn write(
         finish_reason: "length".into(),
         turn: 0,
         stop_len: None,
+        prompt_id: None,
     };
     let new: Vec<NewSample<'_>> = data
         .iter()

@@ -5,8 +5,10 @@
 //! near-tie decides: arithmetic can explain it), `unexplained` (it differs with no near-tie
 //! step: a different model, prompt, text mode or stop) or `differs` (the offline report was
 //! made without `--near-ties`). Requests are matched by id as a string: a live report's ids are
-//! the prompt file's own (`test-0`, `HumanEval/0`, `81`), an offline report's the trace's
-//! sample ids (a number, `81`, where the capture kept the prompt file's whole-number ids).
+//! the prompt file's own (`test-0`, `HumanEval/0`, `81`), an offline report's the prompt
+//! file's own id where its trace kept one (`prompt_id`: `trace capture` and `trace import
+//! --prompts` keep an id that is not a whole number), else the trace's sample id (a number,
+//! `81`, where the capture kept the prompt file's whole-number ids).
 
 use serde_json::{json, Value};
 
@@ -38,9 +40,13 @@ fn requests(list: &Value, what: &str) -> Result<Vec<(String, Figures)>, String> 
         .enumerate()
         .map(|(i, r)| {
             let at = |m: &str| format!("{what}[{i}]: {m}");
+            // An offline request whose trace kept the prompt file's own id (`prompt_id`: a
+            // string such as `HumanEval/0`) is matched on it.
             let id = r
-                .get("id")
-                .and_then(id_of)
+                .get("prompt_id")
+                .and_then(Value::as_str)
+                .map(String::from)
+                .or_else(|| r.get("id").and_then(id_of))
                 .ok_or_else(|| at("has no `id` (a string or a whole number)"))?;
             if !seen.insert(id.clone()) {
                 return Err(at(&format!("id `{id}` appears twice")));
@@ -183,5 +189,11 @@ mod tests {
             .unwrap_err()
             .1
             .contains("twice"));
+        // A trace that kept the prompt file's string id (`prompt_id`) lines up on it.
+        let mut kept = offline.clone();
+        kept["draft"]["requests"][3]["prompt_id"] = json!("HumanEval/0");
+        let j = join(&live, &kept, "draft").unwrap();
+        assert_eq!(j["joined"], json!(4));
+        assert_eq!(j["only_live"], json!([]));
     }
 }

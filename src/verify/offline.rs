@@ -344,6 +344,10 @@ fn per_request(trace: &Trace, r: &Run, ties: Option<&Vec<Ties>>) -> Vec<Value> {
                 "accepted": (w.engine_unknown == 0).then(|| w.committed - w.rounds + w.engine_extra),
                 "accept_length": w.al_walk(), "accept_length_engine": w.al_engine(),
                 "tokens": s.stop() - s.prompt_len});
+            // The prompt file's own id, where it is not the sample's number (`verify-join`).
+            if let Some(name) = &s.prompt_id {
+                j["prompt_id"] = json!(name);
+            }
             if let Some(t) = ties.map(|t| &t[i]) {
                 j["near_tie_steps"] = json!(t.steps);
                 j["steps_range"] = json!([t.up.rounds, t.down.rounds]);
