@@ -317,10 +317,7 @@ impl DFlash {
             .collect();
         // The taps are the target's hidden states the drafter reads, once each, in order; a
         // repeated or negative id, or a depth of 0, describes no target (#38, the extras).
-        if taps.is_empty()
-            || taps.iter().any(|&t| t == usize::MAX)
-            || !taps.windows(2).all(|w| w[0] < w[1])
-        {
+        if taps.is_empty() || taps.contains(&usize::MAX) || !taps.windows(2).all(|w| w[0] < w[1]) {
             return Err(Error::source(
                 dir,
                 format!(
