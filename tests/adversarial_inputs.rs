@@ -996,6 +996,24 @@ fn planted(t: &Path, name: &str, dir: &str, edits: &[(&str, serde_json::Value)])
     out.to_str().unwrap().to_string()
 }
 
+/// `kquant verify` of `draft` on the tiny fixture trace, one prompt of each category, and
+/// `extra` flags.
+fn verify_on_tiny(draft: &str, extra: &[&str]) -> Output {
+    let mut a = vec![
+        "verify",
+        "--target",
+        "kimi-k2.5-tiny",
+        "--trace",
+        "fixtures/kimi-k2.5-tiny/trace",
+        "--per-category",
+        "1",
+        "--draft",
+        draft,
+    ];
+    a.extend_from_slice(extra);
+    kquant(&a)
+}
+
 /// A head count or head dimension whose products wrap a `usize`, and a rope dimension that
 /// would size a 2 TB table: for every draft family (replayed by `verify`) and every target
 /// (run by `trace capture`) a clean `error:` naming the key, exit 2, never a panic or an abort.
@@ -1035,19 +1053,10 @@ fn wrapping_dimensions_in_a_config_are_refused_for_every_family() {
     ];
     for (name, dir, edits) in drafts {
         let d = planted(t.path(), name, dir, &edits);
-        let o = kquant(&[
-            "verify",
-            "--target",
-            "kimi-k2.5-tiny",
-            "--trace",
-            "fixtures/kimi-k2.5-tiny/trace",
-            "--target-checkpoint",
-            "fixtures/kimi-k2.5-tiny/target",
-            "--per-category",
-            "1",
-            "--draft",
+        let o = verify_on_tiny(
             &d,
-        ]);
+            &["--target-checkpoint", "fixtures/kimi-k2.5-tiny/target"],
+        );
         let e = assert_refused(&o, name);
         assert!(e.contains(edits[0].0), "{name}: {e}");
     }
@@ -1201,17 +1210,7 @@ fn a_hostile_d2t_is_named() {
     let a = 8 + n + h["d2t"]["data_offsets"][0].as_u64().unwrap() as usize;
     bytes[a + 8 * 7..a + 8 * 8].copy_from_slice(&i64::MAX.to_le_bytes());
     std::fs::write(&f, bytes).unwrap();
-    let o = kquant(&[
-        "verify",
-        "--target",
-        "kimi-k2.5-tiny",
-        "--trace",
-        "fixtures/kimi-k2.5-tiny/trace",
-        "--per-category",
-        "1",
-        "--draft",
-        &d,
-    ]);
+    let o = verify_on_tiny(&d, &[]);
     let e = assert_refused(&o, "hostile d2t");
     assert!(e.contains("`d2t`") && e.contains("draft id 7"), "{e}");
 }
@@ -1227,17 +1226,7 @@ fn samples_past_the_drafts_positions_are_said() {
         "fixtures/kimi-k2.5-tiny/eagle3",
         &[("max_position_embeddings", serde_json::json!(64))],
     );
-    let o = kquant(&[
-        "verify",
-        "--target",
-        "kimi-k2.5-tiny",
-        "--trace",
-        "fixtures/kimi-k2.5-tiny/trace",
-        "--per-category",
-        "1",
-        "--draft",
-        &d,
-    ]);
+    let o = verify_on_tiny(&d, &[]);
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{e}");
     assert!(
