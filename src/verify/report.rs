@@ -286,36 +286,47 @@ pub fn table(r: &Value) -> String {
     } else {
         "AL: tokens committed per verify step, bonus token counted (Σ over the set)\n"
     });
-    s.push_str(&format!(
-        "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
-        "category", "N", "AL baseline", "AL draft", "Δ"
-    ));
     let f = |v: &Value| {
         v.as_f64()
             .map(|x| format!("{x:.3}"))
             .unwrap_or_else(|| "-".into())
     };
+    // One row of an AL table: category (or `overall`), N, baseline, draft, Δ.
+    let row = |s: &mut String, name: &str, n: &Value, b: String, d: String, delta: String| {
+        s.push_str(&format!(
+            "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
+            name, n, b, d, delta
+        ));
+    };
+    let header = |s: &mut String| {
+        s.push_str(&format!(
+            "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
+            "category", "N", "AL baseline", "AL draft", "Δ"
+        ))
+    };
+    header(&mut s);
     if let Some(m) = r["per_category"].as_object() {
         for (c, v) in m {
             // Categories come from the trace manifest: escaped for the terminal.
-            s.push_str(&format!(
-                "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
-                crate::escape::printable(c),
-                v["n"],
+            let delta = if has_base { f(&v["delta"]) } else { "-".into() };
+            row(
+                &mut s,
+                &crate::escape::printable(c),
+                &v["n"],
                 f(&v["baseline"]),
                 f(&v["draft"]),
-                if has_base { f(&v["delta"]) } else { "-".into() }
-            ));
+                delta,
+            );
         }
     }
-    s.push_str(&format!(
-        "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
+    row(
+        &mut s,
         "overall",
-        r["samples"],
+        &r["samples"],
         f(&r["baseline"]["accept_length"]),
         f(&r["draft"]["accept_length"]),
-        f(&r["delta"])
-    ));
+        f(&r["delta"]),
+    );
     if let Some(ci) = r["ci95"].as_array() {
         s.push_str(&format!(
             "ΔAL 95% CI (paired bootstrap over prompts): [{}, {}]\n",
@@ -329,28 +340,25 @@ pub fn table(r: &Value) -> String {
             "all-positions AL: teacher-forced, 1 + leading matches over every anchor, not walked (the offline figure DFlash cards quote){}\n",
             if all_positions_gated { "; gated (--gate-on all-positions)" } else { "; not gated (--gate-on all-positions gates it)" }
         ));
-        s.push_str(&format!(
-            "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
-            "category", "N", "AL baseline", "AL draft", "Δ"
-        ));
+        header(&mut s);
         for (c, v) in r["per_category"].as_object().into_iter().flatten() {
-            s.push_str(&format!(
-                "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
-                crate::escape::printable(c),
-                v["n"],
+            row(
+                &mut s,
+                &crate::escape::printable(c),
+                &v["n"],
                 f(&v["baseline_all_positions"]),
                 f(&v["draft_all_positions"]),
-                f(&v["delta_all_positions"])
-            ));
+                f(&v["delta_all_positions"]),
+            );
         }
-        s.push_str(&format!(
-            "{:<14} {:>4} {:>12} {:>10} {:>9}\n",
+        row(
+            &mut s,
             "overall",
-            r["samples"],
+            &r["samples"],
             f(&r["baseline"]["accept_length_all_positions"]),
             f(&r["draft"]["accept_length_all_positions"]),
-            f(&r["delta_all_positions"])
-        ));
+            f(&r["delta_all_positions"]),
+        );
         if let Some(ci) = r["ci95_all_positions"].as_array() {
             s.push_str(&format!(
                 "all-positions ΔAL 95% CI (paired bootstrap over prompts): [{}, {}]\n",
