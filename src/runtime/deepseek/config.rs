@@ -120,16 +120,7 @@ impl DsConfig {
         let max_pos = uint("max_position_embeddings")?.unwrap_or(4096);
         let (rope, mult) = rope_of(t, rope_dim, max_pos).map_err(cerr)?;
         // An id that does not fit a token id is an error, not a wrapped other token.
-        let token = |v: &Value| -> Result<u32> {
-            v.as_u64()
-                .and_then(|x| u32::try_from(x).ok())
-                .ok_or_else(|| cerr(format!("`eos_token_id` holds {v}, not a token id")))
-        };
-        let eos = match get("eos_token_id") {
-            None => vec![],
-            Some(Value::Array(a)) => a.iter().map(token).collect::<Result<_>>()?,
-            Some(v) => vec![token(v)?],
-        };
+        let eos = eos_ids(get("eos_token_id")).map_err(cerr)?;
         let c = DsConfig {
             hidden: need("hidden_size")?,
             vocab: need("vocab_size")?,
@@ -231,6 +222,21 @@ impl DsConfig {
                 ("vocab_size × hidden_size", &[u(self.vocab), u(self.hidden)]),
             ],
         )
+    }
+}
+
+/// `eos_token_id` (one id or a list) as token ids: an id that does not fit one is an error, not
+/// a wrapped other token (#38.12). Shared with the Kimi-Linear config.
+pub(crate) fn eos_ids(v: Option<&Value>) -> std::result::Result<Vec<u32>, String> {
+    let token = |v: &Value| {
+        v.as_u64()
+            .and_then(|x| u32::try_from(x).ok())
+            .ok_or_else(|| format!("`eos_token_id` holds {v}, not a token id"))
+    };
+    match v {
+        None => Ok(vec![]),
+        Some(Value::Array(a)) => a.iter().map(token).collect(),
+        Some(v) => Ok(vec![token(v)?]),
     }
 }
 

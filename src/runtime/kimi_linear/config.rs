@@ -171,16 +171,7 @@ fn read(t: &Map<String, Value>, cfg: &Config) -> std::result::Result<KlConfig, S
     let max_pos = any(&["model_max_length", "max_position_embeddings"])?.unwrap_or(4096);
     let nope = need(&["qk_nope_head_dim"])?;
     let rope_dim = need(&["qk_rope_head_dim"])?;
-    let token = |v: &Value| {
-        v.as_u64()
-            .and_then(|x| u32::try_from(x).ok())
-            .ok_or_else(|| format!("`eos_token_id` holds {v}, not a token id"))
-    };
-    let eos = match get("eos_token_id") {
-        None => vec![],
-        Some(Value::Array(a)) => a.iter().map(token).collect::<Result<_, _>>()?,
-        Some(v) => vec![token(v)?],
-    };
+    let eos = crate::runtime::deepseek::config::eos_ids(get("eos_token_id"))?;
     let ds = DsConfig {
         hidden: need(&["hidden_size"])?,
         vocab: need(&["vocab_size"])?,
