@@ -111,9 +111,17 @@ mod tests {
         None
     }
 
+    /// One source file: its text with `//` comments removed, and whether it is a folder's
+    /// `mod.rs` (a node named `mod` in its own folder's graph).
+    #[derive(Clone)]
+    struct Src {
+        code: String,
+        folder: bool,
+    }
+
     /// Each file's module path (`src/io/writer.rs` → `["io", "writer"]`, `mod.rs` → its
-    /// folder), and its text with `//` comments removed.
-    fn modules() -> BTreeMap<Vec<String>, String> {
+    /// folder).
+    fn modules() -> BTreeMap<Vec<String>, Src> {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut files = Vec::new();
         rust_files(&src, &mut files);
@@ -124,62 +132,96 @@ mod tests {
                 .components()
                 .map(|c| c.as_os_str().to_string_lossy().into_owned())
                 .collect();
-            if m.last()
-                .is_some_and(|l| l == "mod" || l == "lib" || l == "main")
-            {
+            if m.last().is_some_and(|l| l == "main") {
+                continue; // the binary: it only runs the library's `cli`
+            }
+            let folder = m.last().is_some_and(|l| l == "mod" || l == "lib");
+            if folder {
                 m.pop();
             }
             let text = std::fs::read_to_string(&f).unwrap();
-            let code: Vec<&str> = text
-                .lines()
-                .map(|l| l.split("//").next().unwrap())
-                .collect();
-            out.insert(m, code.join("\n"));
+            out.insert(m, src_of(&text, folder));
         }
         out
     }
 
+    fn src_of(text: &str, folder: bool) -> Src {
+        let code: Vec<&str> = text
+            .lines()
+            .map(|l| l.split("//").next().unwrap())
+            .collect();
+        Src {
+            code: code.join("\n"),
+            folder,
+        }
+    }
+
+    fn is_ident(c: char) -> bool {
+        c.is_ascii_alphanumeric() || c == '_'
+    }
+
+    /// `segs` (a path as written: `crate::a`, `super::b`, `self::c`, `d`) made absolute from
+    /// inside module `at`; `None` for a bare head, which only a caller that knows `at`'s
+    /// children can place.
+    fn absolute(at: &[String], segs: &[&str]) -> Option<Vec<String>> {
+        let mut segs = segs.to_vec();
+        let mut abs: Vec<String> = match segs.first() {
+            Some(&"crate") => Vec::new(),
+            Some(&"super" | &"self") => at.to_vec(),
+            _ => return None,
+        };
+        while segs.first() == Some(&"super") {
+            abs.pop();
+            segs.remove(0);
+        }
+        if matches!(segs.first(), Some(&"crate" | &"self")) {
+            segs.remove(0);
+        }
+        abs.extend(segs.iter().map(|s| s.to_string()));
+        Some(abs)
+    }
+
     /// The paths `code` names from inside module `at`: `crate::a::b`, `super::c`, `self::d`,
-    /// and each item of a `{…}` group after one, as absolute segment lists.
-    fn named_paths(at: &[String], code: &str) -> Vec<Vec<String>> {
-        let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    /// and each item of a `{…}` group after one, as absolute segment lists. With `children`,
+    /// also a bare `child::x` naming one of `at`'s own child modules (a `mod.rs` reaching its
+    /// files), outside `mod child;` declarations and `pub use` re-exports.
+    fn named_paths_in(at: &[String], code: &str, children: &BTreeSet<String>) -> Vec<Vec<String>> {
         let mut out = Vec::new();
         let b = code.as_bytes();
         let mut i = 0;
         while i < code.len() {
             let rest = &code[i..];
-            let starts = ["crate::", "super::", "self::"]
-                .iter()
-                .any(|h| rest.starts_with(h));
-            if !starts || (i > 0 && ident(b[i - 1] as char)) {
-                i += rest.chars().next().map_or(1, char::len_utf8);
+            let head: String = rest.chars().take_while(|c| is_ident(*c)).collect();
+            let prev = (i > 0).then(|| b[i - 1] as char);
+            let fresh = !prev.is_some_and(|c| is_ident(c) || c == ':');
+            let starts =
+                ["crate", "super", "self"].contains(&head.as_str()) || children.contains(&head);
+            if !fresh || head.is_empty() || !starts || !rest[head.len()..].starts_with("::") {
+                i += rest
+                    .chars()
+                    .next()
+                    .map_or(1, char::len_utf8)
+                    .max(head.len());
                 continue;
             }
             // The `a::b::c` run, then an optional `::{…}` group.
             let run_len = rest
-                .find(|c: char| !(ident(c) || c == ':'))
+                .find(|c: char| !(is_ident(c) || c == ':'))
                 .unwrap_or(rest.len());
             let run = rest[..run_len].trim_end_matches(':');
-            let mut segs: Vec<&str> = run.split("::").collect();
-            let mut abs: Vec<String> = match segs[0] {
-                "crate" => Vec::new(),
-                _ => at.to_vec(),
-            };
-            while segs.first() == Some(&"super") {
-                abs.pop();
-                segs.remove(0);
-            }
-            if matches!(segs.first(), Some(&"crate" | &"self")) {
-                segs.remove(0);
-            }
-            abs.extend(segs.iter().map(|s| s.to_string()));
+            let segs: Vec<&str> = run.split("::").collect();
+            let abs = absolute(at, &segs).unwrap_or_else(|| {
+                let mut p = at.to_vec();
+                p.extend(segs.iter().map(|s| s.to_string()));
+                p
+            });
             out.push(abs.clone());
             let after = &rest[run_len..];
             if run_len >= 2 && rest[..run_len].ends_with("::") && after.starts_with('{') {
                 let group = &after[1..after.find('}').unwrap_or(after.len())];
                 for item in group.split(',') {
                     let head = item.trim().split("::").next().unwrap_or("").trim();
-                    if !head.is_empty() && head != "self" && head.chars().all(ident) {
+                    if !head.is_empty() && head != "self" && head.chars().all(is_ident) {
                         let mut p = abs.clone();
                         p.push(head.to_string());
                         out.push(p);
@@ -191,38 +233,271 @@ mod tests {
         out
     }
 
-    /// For each folder (`[]` the crate root), its files → the sibling files they use (a file
-    /// stands for everything under it; a path counts as the longest module it names).
-    fn file_graphs() -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
-        let mods = modules();
-        let longest = |p: &[String]| -> Option<Vec<String>> {
-            (1..=p.len())
+    fn named_paths(at: &[String], code: &str) -> Vec<Vec<String>> {
+        named_paths_in(at, code, &BTreeSet::new())
+    }
+
+    /// The `pub … use …;` statements of `code`, as byte ranges (a re-export names a file's
+    /// items for the folder's users; it is not a use of them).
+    fn reexport_spans(code: &str) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for line in code.split_inclusive('\n') {
+            let t = line.trim_start();
+            let rest = t.strip_prefix("pub").unwrap_or("");
+            let rest = match rest.strip_prefix('(') {
+                Some(r) => r.split_once(')').map_or("", |(_, r)| r),
+                None => rest,
+            };
+            if rest.starts_with(' ') && rest.trim_start().starts_with("use ") {
+                let start = at + (line.len() - t.len());
+                let end = code[start..]
+                    .find(';')
+                    .map_or(code.len(), |k| start + k + 1);
+                out.push((start, end));
+            }
+            at += line.len();
+        }
+        out
+    }
+
+    /// `code` with its re-exports and `mod x;` declarations blanked (newlines kept): what a
+    /// `mod.rs`'s own code names.
+    fn own_code(code: &str) -> String {
+        let mut b = code.as_bytes().to_vec();
+        for (s, e) in reexport_spans(code) {
+            for c in &mut b[s..e] {
+                if *c != b'\n' {
+                    *c = b' ';
+                }
+            }
+        }
+        let text = String::from_utf8(b).unwrap();
+        text.lines()
+            .map(|l| {
+                let t = l.trim_start();
+                let t = t.strip_prefix("pub ").unwrap_or(t);
+                if t.starts_with("mod ") && t.trim_end().ends_with(';') {
+                    ""
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// `mod x;` children of a module, `pub use` re-exports (`(module, name) → the path it
+    /// names`), and the items a folder's `mod.rs` defines itself.
+    struct Names {
+        children: BTreeMap<Vec<String>, BTreeSet<String>>,
+        reexports: BTreeMap<(Vec<String>, String), Vec<String>>,
+        own_items: BTreeMap<Vec<String>, BTreeSet<String>>,
+    }
+
+    fn names(mods: &BTreeMap<Vec<String>, Src>) -> Names {
+        let mut n = Names {
+            children: BTreeMap::new(),
+            reexports: BTreeMap::new(),
+            own_items: BTreeMap::new(),
+        };
+        for m in mods.keys() {
+            if let Some((last, parent)) = m.split_last() {
+                n.children
+                    .entry(parent.to_vec())
+                    .or_default()
+                    .insert(last.clone());
+            }
+        }
+        for (m, s) in mods {
+            let kids = n.children.get(m).cloned().unwrap_or_default();
+            for (start, end) in reexport_spans(&s.code) {
+                let stmt = s.code[start..end].trim_end_matches(';');
+                let u = &stmt[stmt.find("use ").unwrap() + 4..];
+                for (path, name) in use_tree(u.trim()) {
+                    let segs: Vec<&str> = path.iter().map(String::as_str).collect();
+                    let abs = absolute(m, &segs).or_else(|| {
+                        kids.contains(segs[0]).then(|| {
+                            let mut p = m.clone();
+                            p.extend(path.iter().cloned());
+                            p
+                        })
+                    });
+                    if let Some(abs) = abs {
+                        n.reexports.insert((m.clone(), name), abs);
+                    }
+                }
+            }
+            if s.folder {
+                let mut own = BTreeSet::new();
+                for line in s.code.lines() {
+                    if line.starts_with(char::is_whitespace) {
+                        continue; // not a top-level item
+                    }
+                    let words: Vec<&str> = line
+                        .split(|c: char| !is_ident(c) && c != '!')
+                        .filter(|w| !w.is_empty())
+                        .collect();
+                    let kinds = [
+                        "fn",
+                        "struct",
+                        "enum",
+                        "trait",
+                        "type",
+                        "const",
+                        "static",
+                        "union",
+                        "macro_rules!",
+                    ];
+                    if let Some(k) = words.iter().position(|w| kinds.contains(w)) {
+                        if let Some(name) = words.get(k + 1) {
+                            own.insert(name.to_string());
+                        }
+                    }
+                }
+                n.own_items.insert(m.clone(), own);
+            }
+        }
+        n
+    }
+
+    /// The (path, name) pairs a `use` tree brings in: `a::b::C` → ([a, b, C], C),
+    /// `a::{B, c::D as E}` → ([a, B], B), ([a, c, D], E). Globs bring in nothing nameable.
+    fn use_tree(u: &str) -> Vec<(Vec<String>, String)> {
+        let u: String = u.chars().filter(|c| !c.is_whitespace()).collect();
+        let mut out = Vec::new();
+        fn walk(prefix: &[String], t: &str, out: &mut Vec<(Vec<String>, String)>) {
+            if let Some(open) = t.find('{') {
+                let mut p = prefix.to_vec();
+                p.extend(
+                    t[..open]
+                        .trim_end_matches("::")
+                        .split("::")
+                        .filter(|s| !s.is_empty())
+                        .map(String::from),
+                );
+                let inner = &t[open + 1..t.rfind('}').unwrap_or(t.len())];
+                let (mut depth, mut last) = (0, 0);
+                for (k, c) in inner.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            walk(&p, &inner[last..k], out);
+                            last = k + 1;
+                        }
+                        _ => {}
+                    }
+                }
+                walk(&p, &inner[last..], out);
+                return;
+            }
+            let (path, alias) = match t.split_once("as") {
+                Some((p, a)) if !a.is_empty() && p.ends_with(|c: char| is_ident(c)) => (p, Some(a)),
+                _ => (t, None),
+            };
+            let mut p = prefix.to_vec();
+            p.extend(path.split("::").filter(|s| !s.is_empty()).map(String::from));
+            let Some(last) = p.last().cloned() else {
+                return;
+            };
+            if last == "*" || last == "self" {
+                return;
+            }
+            out.push((p, alias.unwrap_or(&last).to_string()));
+        }
+        walk(&[], &u, &mut out);
+        out
+    }
+
+    /// Where `p` really leads: the longest module it names, with each `pub use` re-export on
+    /// the way followed to the file that defines the name; and the item after the module,
+    /// if any.
+    fn resolve(
+        p: &[String],
+        mods: &BTreeMap<Vec<String>, Src>,
+        n: &Names,
+    ) -> Option<(Vec<String>, Option<String>)> {
+        let mut p = p.to_vec();
+        for _ in 0..16 {
+            let m = (0..=p.len())
                 .rev()
                 .map(|k| p[..k].to_vec())
-                .find(|m| mods.contains_key(m))
-        };
+                .find(|m| mods.contains_key(m))?;
+            let item = p.get(m.len()).cloned();
+            let Some(next) = item
+                .as_ref()
+                .and_then(|i| n.reexports.get(&(m.clone(), i.clone())))
+            else {
+                return Some((m, item));
+            };
+            let mut q = next.clone();
+            q.extend(p[m.len() + 1..].iter().cloned());
+            p = q;
+        }
+        None
+    }
+
+    /// For each folder (`[]` the crate root), its files → the sibling files they use (a file
+    /// stands for everything under it; a path counts as the module it resolves to, re-exports
+    /// followed; a folder's `mod.rs` is the node `mod`: used through the items it defines
+    /// itself, using its files through what its own code names).
+    fn file_graphs_of(
+        mods: &BTreeMap<Vec<String>, Src>,
+    ) -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
+        let n = names(mods);
+        let none = BTreeSet::new();
         let mut out: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-        for (m, code) in &mods {
-            for depth in 0..m.len() {
-                let folder = m[..depth].to_vec();
-                let from = m[depth].clone();
+        for (m, s) in mods {
+            let kids = if s.folder {
+                n.children.get(m).unwrap_or(&none)
+            } else {
+                &none
+            };
+            let all = named_paths(m, &s.code);
+            let own = named_paths_in(m, &own_code(&s.code), kids);
+            // The file as a node of each folder above it; a `mod.rs` also in its own.
+            let mut nodes: Vec<(Vec<String>, String)> = (0..m.len())
+                .map(|depth| (m[..depth].to_vec(), m[depth].clone()))
+                .collect();
+            if s.folder && !m.is_empty() {
+                nodes.push((m.clone(), "mod".to_string()));
+            }
+            for (folder, from) in nodes {
+                let depth = folder.len();
                 let e = out
                     .entry(folder.clone())
                     .or_default()
                     .entry(from.clone())
                     .or_default();
-                for p in named_paths(m, code) {
-                    let Some(target) = longest(&p) else { continue };
-                    if target.len() > depth
-                        && target[..depth] == folder[..]
-                        && target[depth] != from
+                let paths = if depth == m.len() { &own } else { &all };
+                for p in paths {
+                    let Some((target, item)) = resolve(p, mods, &n) else {
+                        continue;
+                    };
+                    if target.len() < depth || target[..depth] != folder[..] {
+                        continue;
+                    }
+                    let to = if target.len() > depth {
+                        target[depth].clone()
+                    } else if mods[&target].folder
+                        && item.is_some_and(|i| n.own_items[&target].contains(&i))
                     {
-                        e.insert(target[depth].clone());
+                        "mod".to_string()
+                    } else {
+                        continue;
+                    };
+                    if to != from {
+                        e.insert(to);
                     }
                 }
             }
         }
         out
+    }
+
+    fn file_graphs() -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
+        file_graphs_of(&modules())
     }
 
     #[test]
@@ -295,6 +570,73 @@ mod tests {
         let c = cycle(&g).expect("hash -> writer -> hash");
         assert_eq!(c.first(), c.last());
     }
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    /// A planted folder `x/` (files from `files`: name → text; `mod` is `x/mod.rs`), its
+    /// file-level graph.
+    fn planted(files: &[(&str, &str)]) -> BTreeMap<String, BTreeSet<String>> {
+        let mut mods = BTreeMap::new();
+        mods.insert(Vec::new(), src_of("pub mod x;\n", true));
+        for (name, text) in files {
+            let m = if *name == "mod" {
+                v(&["x"])
+            } else {
+                v(&["x", name])
+            };
+            mods.insert(m, src_of(text, *name == "mod"));
+        }
+        file_graphs_of(&mods)[&v(&["x"])].clone()
+    }
+
+    /// A cycle through a `mod.rs` re-export is found: `a` names `super::B`, which `mod.rs`
+    /// re-exports from `b`, and `b` names `a`'s item the same way.
+    #[test]
+    fn the_file_checker_follows_reexports() {
+        let g = planted(&[
+            (
+                "mod",
+                "mod a;\nmod b;\npub use a::A;\npub(crate) use self::b::{B as Bee, C};\n",
+            ),
+            ("a", "use super::Bee;\npub struct A;\n"),
+            (
+                "b",
+                "pub struct B;\npub struct C;\nfn f() -> super::A { todo!() }\n",
+            ),
+        ]);
+        assert!(g["a"].contains("b") && g["b"].contains("a"), "{g:?}");
+        assert!(cycle(&g).is_some());
+        // Re-exports alone are not uses: `mod` uses nothing.
+        assert!(g["mod"].is_empty(), "{g:?}");
+        // Without the loop back, no cycle.
+        let g = planted(&[
+            ("mod", "mod a;\nmod b;\npub use b::B;\n"),
+            ("a", "use super::B;\n"),
+            ("b", "pub struct B;\n"),
+        ]);
+        assert_eq!(g["a"], BTreeSet::from(["b".to_string()]));
+        assert!(cycle(&g).is_none(), "{g:?}");
+    }
+
+    /// `mod.rs` is a node: its own code using a file, and that file using an item `mod.rs`
+    /// defines, is a cycle (a child named bare, `a::f()`, counts; `mod a;` does not).
+    #[test]
+    fn the_file_checker_treats_mod_rs_as_a_node() {
+        let g = planted(&[
+            ("mod", "mod a;\npub struct M;\nfn f() { a::g() }\n"),
+            ("a", "pub fn g() {}\nfn h(_: super::M) {}\n"),
+        ]);
+        assert_eq!(g["mod"], BTreeSet::from(["a".to_string()]), "{g:?}");
+        assert_eq!(g["a"], BTreeSet::from(["mod".to_string()]), "{g:?}");
+        assert!(cycle(&g).is_some());
+        let g = planted(&[
+            ("mod", "mod a;\npub struct M;\n"),
+            ("a", "fn h(_: super::M) {}\n"),
+        ]);
+        assert!(g["mod"].is_empty() && cycle(&g).is_none(), "{g:?}");
+    }
+
     /// The layers of the top-level graph, drawn: each module one row above the highest module
     /// it uses, then what each module uses directly.
     fn diagram(g: &BTreeMap<String, BTreeSet<String>>) -> String {
@@ -375,12 +717,7 @@ mod tests {
         let lines: Vec<String> = code.lines().map(blank_strings).collect();
         let mut out = Vec::new();
         for (i, l) in lines.iter().enumerate() {
-            let t = l.trim_start();
-            let t = t
-                .strip_prefix("pub(crate) ")
-                .or(t.strip_prefix("pub "))
-                .unwrap_or(t);
-            let Some(rest) = t.strip_prefix("fn ") else {
+            let Some(rest) = fn_signature(l) else {
                 continue;
             };
             let name: String = rest
@@ -409,6 +746,136 @@ mod tests {
             }
         }
         out
+    }
+
+    /// The text after `fn ` when `line` starts a function, in any of its forms: any
+    /// visibility (`pub`, `pub(crate)`, `pub(super)`, `pub(in …)`), then any of `default`,
+    /// `const`, `async`, `unsafe`, `extern "…"` (strings already blanked).
+    fn fn_signature(line: &str) -> Option<&str> {
+        let mut t = line.trim_start();
+        if let Some(r) = t.strip_prefix("pub") {
+            t = match r.strip_prefix('(') {
+                Some(r) => r.split_once(')')?.1,
+                None if r.starts_with(' ') => r,
+                None => return None,
+            }
+            .trim_start();
+        }
+        loop {
+            let next = ["default ", "const ", "async ", "unsafe "]
+                .iter()
+                .find_map(|q| t.strip_prefix(q))
+                .or_else(|| {
+                    let r = t.strip_prefix("extern ")?.trim_start();
+                    Some(r.strip_prefix("\"\"").unwrap_or(r))
+                });
+            match next {
+                Some(r) => t = r.trim_start(),
+                None => break,
+            }
+        }
+        t.strip_prefix("fn ")
+    }
+
+    /// `code` with the test-only items blanked (each `#[cfg(test)]` or `#[test]` item, to its
+    /// closing brace or `;`), line numbers kept.
+    fn without_tests(code: &str) -> String {
+        let lines: Vec<String> = code.lines().map(blank_strings).collect();
+        let mut keep: Vec<bool> = vec![true; lines.len()];
+        let mut i = 0;
+        while i < lines.len() {
+            let t = lines[i].trim();
+            if t != "#[cfg(test)]" && t != "#[test]" {
+                i += 1;
+                continue;
+            }
+            let (mut depth, mut opened) = (0i64, false);
+            let mut j = i;
+            while j < lines.len() {
+                keep[j] = false;
+                for c in lines[j].chars() {
+                    match c {
+                        '{' => {
+                            depth += 1;
+                            opened = true;
+                        }
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                }
+                let done = if opened {
+                    depth == 0
+                } else {
+                    j > i && lines[j].trim_end().ends_with(';')
+                };
+                j += 1;
+                if done {
+                    break;
+                }
+            }
+            i = j;
+        }
+        code.lines()
+            .zip(keep)
+            .map(|(l, k)| if k { l } else { "" })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The files that are test code as a whole: declared `#[cfg(test)] mod x;` by their
+    /// parent (`src/quant/gptq/tests.rs`), and this file.
+    fn test_files(mods: &BTreeMap<Vec<String>, Src>) -> BTreeSet<Vec<String>> {
+        let mut out = BTreeSet::from([vec!["layering".to_string()]]);
+        for (m, s) in mods {
+            let lines: Vec<&str> = s.code.lines().map(str::trim).collect();
+            for w in lines.windows(2) {
+                let decl = w[1].strip_prefix("mod ").and_then(|r| r.strip_suffix(';'));
+                if let (true, Some(name)) = (w[0] == "#[cfg(test)]", decl) {
+                    let mut c = m.clone();
+                    c.push(name.trim().to_string());
+                    out.insert(c);
+                }
+            }
+        }
+        out
+    }
+
+    /// No function outside tests is longer than 150 lines, anywhere in `src/`.
+    #[test]
+    fn no_function_is_over_150_lines() {
+        let mods = modules();
+        let tests = test_files(&mods);
+        let mut long = Vec::new();
+        for (m, s) in &mods {
+            if tests.contains(m) {
+                continue;
+            }
+            for (name, n) in fn_lengths(&without_tests(&s.code)) {
+                if n > 150 {
+                    long.push(format!("src/{}: fn {name}: {n} lines", m.join("/")));
+                }
+            }
+        }
+        assert!(long.is_empty(), "functions over 150 lines: {long:#?}");
+    }
+
+    #[test]
+    fn the_length_count_sees_every_fn_form_and_skips_tests() {
+        let code = "pub(super) fn a() {\n}\nconst fn b() -> u8 {\n    1\n}\npub(crate) unsafe fn c() {\n}\npub(in crate::x) async fn d() {\n}\nextern \"C\" fn e() {\n}\npub const unsafe fn f() {\n}\n#[cfg(test)]\nmod tests {\n    fn g() {\n    }\n}\n#[test]\nfn h() {\n}\nfn fnord() {}\n";
+        let all: Vec<String> = fn_lengths(code).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(all, ["a", "b", "c", "d", "e", "f", "g", "h", "fnord"]);
+        let kept: Vec<String> = fn_lengths(&without_tests(code))
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(kept, ["a", "b", "c", "d", "e", "f", "fnord"]);
+        let mut mods = BTreeMap::new();
+        mods.insert(
+            v(&["x"]),
+            src_of("#[cfg(test)]\nmod tests;\nmod y;\n", true),
+        );
+        assert!(test_files(&mods).contains(&v(&["x", "tests"])));
+        assert!(!test_files(&mods).contains(&v(&["x", "y"])));
     }
 
     /// `line` with its string and char literals' contents blanked (so braces in them do not
@@ -462,7 +929,8 @@ mod tests {
         let mods = modules();
         let mut long = Vec::new();
         let mut reach = Vec::new();
-        for (m, code) in &mods {
+        for (m, s) in &mods {
+            let code = &s.code;
             if m.first().map(String::as_str) != Some("cli") || m.len() < 2 {
                 continue;
             }
@@ -484,7 +952,8 @@ mod tests {
             }
         }
         // Outside `cli/`, nothing names it (main.rs runs it).
-        for (m, code) in &mods {
+        for (m, s) in &mods {
+            let code = &s.code;
             // (This file's own tests spell `crate::cli` in strings.)
             if m.is_empty() || ["cli", "layering"].contains(&m[0].as_str()) {
                 continue;
