@@ -21,7 +21,7 @@ use faer::linalg::triangular_inverse::invert_lower_triangular;
 use faer::{MatMut, MatRef, Par};
 use rayon::prelude::*;
 
-use super::{Config, GptqError, Report};
+use super::api::{Config, GptqError, Report};
 
 /// Dead columns (`H[d, d] == 0`): `H[d, d] = 1` and `W[:, d] = 0` (row-major `[rows, n]`).
 /// Returns how many.

@@ -5,7 +5,8 @@
 //! are computed literally as torch's chain `cholesky → cholesky_inverse → cholesky(upper)`.
 //! O(cols³): for tests and goldens (cols up to a few hundred), not for real layers.
 
-use super::{check_finite, order, validate, Config, GptqError, Layer, Output, Report};
+use super::api::{check_finite, validate, Config, GptqError, Layer, Output, Report};
+use super::order;
 
 /// Lower Cholesky factor of the row-major `[n, n]` `a` (reads its lower triangle); `None` when
 /// a pivot is not positive (torch's `LinAlgError`).

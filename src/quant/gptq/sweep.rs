@@ -11,7 +11,7 @@ use faer::linalg::matmul::matmul;
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
-use super::Layer;
+use super::api::Layer;
 
 /// Rows per parallel task of the in-block sweep.
 const ROWS_PER_TASK: usize = 16;

@@ -3,6 +3,7 @@
 //! quantize to 0), the Cholesky retry, and every typed error.
 
 use super::*;
+use crate::io::Dtype;
 use crate::quant::compressed_tensors::symmetric_scale;
 use crate::test_rng::Rng;
 
