@@ -9,115 +9,23 @@
 //! sources they were read from: docs/formats.md; what the engines' own loaders make of the
 //! results: docs/engines.md.
 
+pub mod config;
 pub mod layout;
 pub mod names;
+pub mod plan;
 pub mod request;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
+pub use config::{dflash_block_size, rename_quant_lists};
+pub(crate) use config::{quantization_config_last, set};
 pub use layout::DraftLayout;
+pub use plan::{AuxOut, DraftsTarget, Options, Plan, Planned, Source, TrtllmYaml};
 pub use request::{Conversion, Kind, Request};
 
-use crate::checkpoint::{AuxConvention, Checkpoint, Detection, Dialect, Family};
+use crate::checkpoint::{Checkpoint, Detection, Family};
 use crate::error::{Error, Result};
 use crate::io::Dtype;
-
-/// What `convert` was asked to do.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// `eagle3` (Llama or MLA) or `dflash`.
-    pub dflash: bool,
-    pub engine: DraftLayout,
-    /// Override of the detected source dialect.
-    pub from: Option<Dialect>,
-    /// Aux-layer ids given on the command line (with `aux_convention`).
-    pub aux_layers: Option<Vec<i64>>,
-    /// The convention of the source ids (required when the files cannot say).
-    pub aux_convention: Option<AuxConvention>,
-    /// `model_type` for MLA drafts (default per engine).
-    pub model_type: Option<String>,
-    /// `--steps`: EAGLE-3 draft depths per round (default 3); DFlash tokens proposed per step
-    /// (default and at most the draft's `block_size` − 1).
-    pub steps: Option<usize>,
-}
-
-/// Where one output tensor's bytes come from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Source {
-    /// A source tensor, copied byte for byte.
-    Copy(String),
-    /// The source `d2t` cast to another integer type (values unchanged).
-    CastInt(String),
-    /// `t2d` derived from the source `d2t`: `t2d[arange(Vd) + d2t] = true`, length `vocab`.
-    T2dFromD2t { d2t: String, vocab: usize },
-    /// A tensor of the target checkpoint, copied.
-    Target(String),
-    /// Rows of a target tensor (`lm_head` pruned to the draft vocab by `d2t`).
-    TargetRows { name: String, d2t: String },
-}
-
-/// One tensor of the output.
-#[derive(Debug, Clone)]
-pub struct Planned {
-    pub name: String,
-    pub dtype: Dtype,
-    pub shape: Vec<usize>,
-    pub source: Source,
-}
-
-/// Aux-layer taps as written.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct AuxOut {
-    pub hidden_states: Vec<i64>,
-    pub written: Vec<i64>,
-    pub convention: AuxConvention,
-    pub keys: Vec<String>,
-}
-
-/// Everything `convert` will write.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    pub tensors: Vec<Planned>,
-    /// (source tensor, why it is not written).
-    pub dropped: Vec<(String, String)>,
-    pub config: Value,
-    pub side_files: Vec<(String, Vec<u8>)>,
-    pub aux: Option<AuxOut>,
-    pub warnings: Vec<String>,
-    /// Draft depths per round (EAGLE-3) or tokens proposed per step (DFlash), for the launch
-    /// line and TensorRT-LLM's `max_draft_len`.
-    pub steps: usize,
-    /// TensorRT-LLM's options file, written by [`place`] once the output's path is known.
-    pub trtllm: Option<TrtllmYaml>,
-    /// Set by [`place`].
-    pub launch: Option<String>,
-    /// SGLang's `--context-length` for the launch line: the draft's context, when it is below
-    /// the target's (SGLang refuses the pair otherwise; [`sglang_context_length`]).
-    pub context_length: Option<u64>,
-    /// The target the draft serves beside, when known, and what the engine's source says
-    /// about serving the draft's family on it (set by [`serving_target`]).
-    pub target: Option<DraftsTarget>,
-}
-
-/// The target a draft serves beside, and whether the engine written for runs the pair.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct DraftsTarget {
-    /// `architectures[0]` of the target.
-    pub architecture: String,
-    /// How it is known: `--target-checkpoint`, or the built-in profile the draft's shape
-    /// matches.
-    pub known_from: String,
-    /// The engine's verdict where its source says something stands in the way.
-    pub serving: Option<crate::engines::target::OnTarget>,
-}
-
-/// What goes into `extra-llm-api-config.yml` besides the draft's path and `max_draft_len`.
-#[derive(Debug, Clone)]
-pub struct TrtllmYaml {
-    pub dflash: bool,
-    /// EAGLE-3 `eagle3_layers_to_capture` (outputs of layer k).
-    pub capture_output_of: Option<Vec<i64>>,
-}
 
 fn derr(ck: &Checkpoint, msg: String, hint: Option<&str>) -> Error {
     Error::Source {
@@ -315,92 +223,6 @@ fn sglang_context(p: &mut Plan, target: Option<&Checkpoint>) {
 /// Rename module names in a quantization config's module lists (Quark `exclude`,
 /// compressed-tensors `ignore`, ModelOpt `exclude_modules`); `re:` entries are kept.
 ///
-/// A ModelOpt list exactly as `quantize --format modelopt` writes it (the module names, then
-/// the names TensorRT-LLM gives them: `crate::quant::modelopt::exclude_modules`) is written
-/// again from the renamed module names, so that it is the list `quantize` writes for the
-/// converted draft; any other list is renamed entry by entry.
-pub fn rename_quant_lists(q: &mut Value, rename: &dyn Fn(&str) -> String) {
-    match q {
-        Value::Object(m) => {
-            for (k, v) in m.iter_mut() {
-                if matches!(
-                    k.as_str(),
-                    "exclude" | "ignore" | "exclude_modules" | "modules_to_not_convert"
-                ) {
-                    if let Value::Array(a) = v {
-                        if let Some(again) = modelopt_list_renamed(a, rename) {
-                            *a = again;
-                            continue;
-                        }
-                        for e in a.iter_mut() {
-                            if let Some(s) = e.as_str().filter(|s| !s.starts_with("re:")) {
-                                *e = Value::String(rename(s));
-                            }
-                        }
-                    }
-                } else {
-                    rename_quant_lists(v, rename);
-                }
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(|v| rename_quant_lists(v, rename)),
-        _ => {}
-    }
-}
-
-/// A list `quantize --format modelopt` wrote, written again for the renamed modules (`None`
-/// for any other list).
-fn modelopt_list_renamed(a: &[Value], rename: &dyn Fn(&str) -> String) -> Option<Vec<Value>> {
-    use crate::quant::modelopt::exclude_modules;
-    let names: Vec<String> = a
-        .iter()
-        .map(|e| e.as_str().map(String::from))
-        .collect::<Option<_>>()?;
-    // The module names: what TensorRT-LLM's names are derived from (they start with `model.`,
-    // which no draft module kquant writes does).
-    let modules: Vec<String> = names
-        .iter()
-        .filter(|n| !n.starts_with("model."))
-        .cloned()
-        .collect();
-    if modules.len() == names.len() || exclude_modules(&modules) != names {
-        return None;
-    }
-    let renamed: Vec<String> = modules.iter().map(|n| rename(n)).collect();
-    Some(
-        exclude_modules(&renamed)
-            .into_iter()
-            .map(Value::from)
-            .collect(),
-    )
-}
-
-/// Set `obj[key] = v`, creating `obj` as an object if needed.
-pub(crate) fn set(obj: &mut Value, key: &str, v: Value) {
-    if !obj.is_object() {
-        *obj = Value::Object(Map::new());
-    }
-    obj.as_object_mut().unwrap().insert(key.into(), v);
-}
-
-/// Put `quantization_config` after every other key, where `quantize` appends it, so that
-/// `config.json` has the same bytes whether a draft was quantized before or after converting.
-pub(crate) fn quantization_config_last(cfg: &mut Value) {
-    if let Some(m) = cfg.as_object_mut() {
-        if let Some(q) = m.shift_remove("quantization_config") {
-            m.insert("quantization_config".into(), q);
-        }
-    }
-}
-
-/// The block size of a DFlash config: `dflash_config.block_size`, else top-level `block_size`
-/// (SGLang's order; z-lab's own drafts write the top-level key).
-pub fn dflash_block_size(cfg: &Value) -> Option<u64> {
-    cfg.pointer("/dflash_config/block_size")
-        .and_then(Value::as_u64)
-        .or_else(|| cfg.get("block_size").and_then(Value::as_u64))
-}
-
 /// `s` as a YAML scalar: plain when it is made of characters that cannot start or end one
 /// badly, else double-quoted (a JSON string is a YAML double-quoted scalar).
 fn yaml_str(s: &str) -> String {
