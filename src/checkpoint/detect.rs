@@ -407,6 +407,13 @@ fn has_qk_norm(n: &Names) -> bool {
         .any(|x| x.starts_with("layers.") && x.contains(".self_attn.q_norm."))
 }
 
+impl Checkpoint {
+    /// Run detection (ambiguous evidence is an error).
+    pub fn detect(&self) -> Result<Detection> {
+        detect(self)
+    }
+}
+
 /// Run detection on an opened checkpoint.
 pub fn detect(ck: &Checkpoint) -> Result<Detection> {
     let names = Names {

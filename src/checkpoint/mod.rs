@@ -29,11 +29,6 @@ impl Checkpoint {
             .transpose()?;
         Ok(Checkpoint { weights, config })
     }
-
-    /// Run detection (ambiguous evidence is an error).
-    pub fn detect(&self) -> Result<Detection> {
-        detect::detect(self)
-    }
 }
 
 /// Tensors, parameters and bytes of one dtype (or of the whole checkpoint).
