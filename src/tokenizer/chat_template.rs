@@ -32,10 +32,10 @@ impl ChatTemplate {
         }
     }
 
-    /// The chat template transformers would use: `chat_template.jinja` beside the tokenizer,
-    /// else `tokenizer_config.json`'s `chat_template` (a string, or a list of named templates
-    /// of which `default` is taken).
-    /// `dir` is the tokenizer's directory, `config` its `tokenizer_config.json` when there is one.
+    /// The chat template transformers would use for the tokenizer in `dir` (`config`: its
+    /// `tokenizer_config.json`, when there is one): `chat_template.jinja` in `dir`, else the
+    /// config's `chat_template` (a string, or a list of named templates of which `default` is
+    /// taken).
     pub fn find(
         dir: &Path,
         config: Option<&(PathBuf, Map<String, Value>)>,
