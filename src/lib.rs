@@ -21,6 +21,7 @@ pub mod runtime;
 pub mod synth;
 #[cfg(test)]
 mod test_rng;
+pub mod tokenizer;
 pub mod trace;
 pub mod verify;
 

@@ -111,7 +111,7 @@ fn tiktoken_ranks_ids_equal_tiktoken_with_kimis_pattern() {
 /// only as ids).
 #[test]
 fn rendered_chat_equals_transformers() {
-    use kquant::trace::prompts::{ChatTemplate, TargetTokenizer};
+    use kquant::tokenizer::{ChatTemplate, TargetTokenizer};
     for (dir, exp) in [("hf", "hf-chat"), ("tiktoken", "tiktoken-chat")] {
         let tk = TargetTokenizer::open(&root().join(fx(dir))).unwrap();
         let t = tk.chat_template().unwrap();

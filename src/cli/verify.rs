@@ -62,14 +62,14 @@ pub struct Args {
     #[arg(long, requires = "endpoint")]
     pub model: Option<String>,
     /// Live: how `--prompts` is laid out (`auto`: told by its first record).
-    #[arg(long, value_enum, default_value_t = crate::trace::prompt_sets::SetFormat::Auto, requires = "endpoint")]
-    pub prompt_format: crate::trace::prompt_sets::SetFormat,
+    #[arg(long, value_enum, default_value_t = crate::verify::prompt_sets::SetFormat::Auto, requires = "endpoint")]
+    pub prompt_format: crate::verify::prompt_sets::SetFormat,
     /// Live: how raw text is sent, as `scripts/vllm_capture.py --text-mode` renders it: `auto`
     /// sends a chat benchmark's text (its `dataset` names MT-Bench, GSM8K, …: the bundled
     /// `mt_bench.jsonl`) as a user message through the chat template and other text as it is;
     /// `chat` every text as a user message (the script's default); `raw` every text as it is.
-    #[arg(long, value_enum, default_value_t = crate::trace::prompt_sets::TextMode::Auto, requires = "endpoint")]
-    pub text_mode: crate::trace::prompt_sets::TextMode,
+    #[arg(long, value_enum, default_value_t = crate::verify::prompt_sets::TextMode::Auto, requires = "endpoint")]
+    pub text_mode: crate::verify::prompt_sets::TextMode,
     /// Live: tokens generated per request.
     #[arg(long, default_value_t = 256, value_parser = flags::max_tokens, requires = "endpoint")]
     pub max_tokens: usize,

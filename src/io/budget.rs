@@ -5,7 +5,7 @@
 //! list doubled with `+` past 32 levels is materialized item by item, `join('')` of doubling
 //! strings is never charged, and our own `tojson` serializes whatever it is given. A 200-byte
 //! template can ask for terabytes. Instructions are bounded by fuel
-//! (`trace::prompts::ChatTemplate::TEMPLATE_FUEL`); bytes are bounded here.
+//! (`tokenizer::ChatTemplate::TEMPLATE_FUEL`); bytes are bounded here.
 //!
 //! [`within`] runs a closure with a byte budget on the calling thread. kquant's global
 //! allocator ([`Counting`], the system allocator plus one thread-local counter) charges every

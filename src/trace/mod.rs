@@ -3,9 +3,9 @@
 //! `file` (the format: header, manifest, samples, their checks and the writer), `capture`
 //! (written by the CPU target runtime), `import` (from vLLM hidden-states connector files),
 //! `merge` (traces of one capture joined), `synthetic` (real-shape traces for benchmarks),
-//! `prompts` (text prompts tokenized with the target's tokenizer and chat template),
-//! `prompt_sets` (the sets users already have: MT-Bench, Spec-Bench, SPEED-Bench, GSM8K,
-//! MATH-500, HumanEval, plain text or token ids).
+//! `prompts` (text prompts tokenized with the target's tokenizer and chat template, which
+//! `crate::tokenizer` loads). The prompt sets a live verify sends are `crate::verify`'s
+//! (`verify::prompt_sets`).
 //!
 //! It knows nothing of drafts or gates: `crate::verify` replays what it holds.
 
@@ -13,6 +13,5 @@ pub mod capture;
 pub mod file;
 pub mod import;
 pub mod merge;
-pub mod prompt_sets;
 pub mod prompts;
 pub mod synthetic;

@@ -18,6 +18,7 @@ pub mod live;
 pub mod ngram;
 pub mod offline;
 pub mod profile;
+pub mod prompt_sets;
 pub mod published;
 pub mod report;
 pub mod sim;

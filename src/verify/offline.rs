@@ -260,7 +260,7 @@ fn published_benchmark(
         hint: "give --target PROFILE (`kquant targets` lists the figures each quotes)".into(),
     })?;
     let bench = published::benchmark_of_file(
-        crate::trace::prompt_sets::SetFormat::Plain,
+        crate::verify::prompt_sets::SetFormat::Plain,
         trace.manifest.samples.iter().map(|s| s.dataset.as_str()),
     )
     .ok_or_else(|| Error::Flags {

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::profile::Profile;
 use crate::error::{Error, Result};
-use crate::trace::prompt_sets::SetFormat;
+use crate::verify::prompt_sets::SetFormat;
 
 /// One published figure and the measurement it is held against.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::client::{Client, Failure};
 pub use crate::engines::Engine;
 use crate::error::Result;
-use crate::trace::prompt_sets::LivePrompt;
+use crate::verify::prompt_sets::LivePrompt;
 
 /// What every request asks for besides the prompt.
 #[derive(Debug, Clone)]
@@ -261,7 +261,7 @@ pub(crate) fn token_ids(
 /// The body fields of an OpenAI-style greedy request for `p`: the route (`/v1/completions` for
 /// token ids and text, `/v1/chat/completions` for messages) and the body.
 pub(crate) fn openai_request(p: &LivePrompt, o: &RequestOptions) -> (String, Value) {
-    use crate::trace::prompt_sets::Body;
+    use crate::verify::prompt_sets::Body;
     let mut body = serde_json::json!({
         "model": o.model,
         "max_tokens": o.max_tokens,

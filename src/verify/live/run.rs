@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::client::Client;
 use super::engine::{committed_drafts, Counters, Protocol, RequestOptions, Spec};
 use crate::error::{Error, Result};
-use crate::trace::prompt_sets::LivePrompt;
+use crate::verify::prompt_sets::LivePrompt;
 
 /// The source of a figure measured from the server-wide counters.
 pub const SERVER_COUNTERS: &str = "server counters";

@@ -30,7 +30,7 @@ use super::engine::{
     RequestOptions, Spec,
 };
 use crate::error::{Error, Result};
-use crate::trace::prompt_sets::{Body, LivePrompt};
+use crate::verify::prompt_sets::{Body, LivePrompt};
 
 pub struct Sglang;
 

@@ -26,7 +26,7 @@ use super::engine::{
     Protocol, Reply, RequestOptions, Spec,
 };
 use crate::error::Result;
-use crate::trace::prompt_sets::LivePrompt;
+use crate::verify::prompt_sets::LivePrompt;
 
 pub struct Trtllm;
 

@@ -22,7 +22,7 @@ use super::engine::{
     Engine, Finding, Preflight, Protocol, Reply, RequestOptions, Spec,
 };
 use crate::error::Result;
-use crate::trace::prompt_sets::LivePrompt;
+use crate::verify::prompt_sets::LivePrompt;
 
 pub struct Vllm;
 
