@@ -12,8 +12,8 @@ use std::sync::{Mutex, MutexGuard};
 use super::dense::{check_dense, check_dense_call};
 use super::driver::{Dim3, Driver, Gemm};
 use super::layout::{W4Layout, CHUNK};
-use super::ops::{self, DevTensor, Host, Op};
-use super::source::{Kernel, ARGMAX_THREADS};
+use super::ops::{DevTensor, Host, Op};
+use super::source::{args, Kernel, ARGMAX_THREADS};
 use super::tune::{self, Arch, Regime};
 use super::{check_call, check_w4a8, Act, Backend, DeviceDense, DeviceW4, Elem, GpuError, Result};
 
@@ -109,12 +109,12 @@ impl<D: Driver> Device<D> {
     /// `out[i] = Σ_split part[split][i]` (`kq_splitk_reduce`).
     fn reduce(&self, part: &D::Buf, out: &D::Buf, mn: usize, splits: usize) -> Result<()> {
         let (grid, block) = elementwise(mn);
-        let k = Kernel::SplitkReduce {
+        let k = Kernel::SplitkReduce(args::SplitkReduce {
             part,
             out,
             mn,
             splits,
-        };
+        });
         // SAFETY: part holds splits·mn f32 (grown by the caller), out mn f32.
         unsafe { self.driver.launch(&k, grid, block) }
     }
@@ -137,7 +137,7 @@ impl<D: Driver> Device<D> {
             Regime::Gemv => {
                 let g = tune::gemv(d.arch(), n, k);
                 let part = grow(d, &mut sc.part, g.splits * m * n * 4)?;
-                let kernel = Kernel::W4a16Gemv {
+                let kernel = Kernel::W4a16Gemv(args::W4a16Gemv {
                     act,
                     per_channel,
                     m,
@@ -149,7 +149,7 @@ impl<D: Driver> Device<D> {
                     k,
                     group,
                     chunks_per_split: g.chunks_per_split,
-                };
+                });
                 // SAFETY: part holds splits·m·n f32; m ≤ GEMV_MAX_M (check_call).
                 unsafe { d.launch(&kernel, g.grid, g.block) }?;
                 self.reduce(part, c.out, m * n, g.splits)
@@ -157,7 +157,7 @@ impl<D: Driver> Device<D> {
             Regime::Mma => {
                 let g = tune::mma(d.arch(), n, k, m, !per_channel);
                 let part = grow(d, &mut sc.part, g.splits * m * n * 4)?;
-                let kernel = Kernel::W4a16Mma {
+                let kernel = Kernel::W4a16Mma(args::W4a16Mma {
                     act,
                     per_channel,
                     toks: g.toks,
@@ -170,7 +170,7 @@ impl<D: Driver> Device<D> {
                     k,
                     group,
                     tiles_per_split: g.tiles_per_split,
-                };
+                });
                 // SAFETY: part holds splits·m·n f32, and every (split, tok < m, row < n) of it
                 // is written.
                 unsafe { d.launch(&kernel, g.grid, g.block) }?;
@@ -178,7 +178,7 @@ impl<D: Driver> Device<D> {
             }
             Regime::Dense => {
                 let dequant = |dense: &D::Buf| {
-                    let kernel = Kernel::Dequant {
+                    let kernel = Kernel::Dequant(args::Dequant {
                         act,
                         per_channel,
                         qweight,
@@ -187,7 +187,7 @@ impl<D: Driver> Device<D> {
                         n,
                         k,
                         group,
-                    };
+                    });
                     let block = (tune::DENSE_THREADS, 1, 1);
                     // SAFETY: dense holds n·k 16-bit values (both callers size it so).
                     unsafe { d.launch(&kernel, tune::dense(n, k), block) }
@@ -214,12 +214,12 @@ impl<D: Driver> Device<D> {
                 unsafe { d.gemm(gemm, dense, x, c.out) }?;
                 if per_channel {
                     let (grid, block) = elementwise(m * n);
-                    let kernel = Kernel::ScaleCols {
+                    let kernel = Kernel::ScaleCols(args::ScaleCols {
                         out: c.out,
                         scales,
                         m,
                         n,
-                    };
+                    });
                     // SAFETY: out holds m·n f32, scales n.
                     unsafe { d.launch(&kernel, grid, block) }?;
                 }
@@ -243,14 +243,14 @@ impl<D: Driver> Device<D> {
         let xq = grow(d, &mut sc.xq, m * kp)?;
         let xs = grow(d, &mut sc.xs, m * 4)?;
         let xsum = grow(d, &mut sc.xsum, m * 4)?;
-        let kernel = Kernel::QuantActI8 {
+        let kernel = Kernel::QuantActI8(args::QuantActI8 {
             act: c.act,
             x: c.x,
             xq,
             xs,
             xsum,
             k,
-        };
+        });
         // SAFETY: one block per token: x holds m·k values, xq m rows of kp bytes (16-byte
         // aligned rows), xs and xsum m each.
         unsafe { d.launch(&kernel, (m as u32, 1, 1), (THREADS, 1, 1)) }?;
@@ -258,7 +258,7 @@ impl<D: Driver> Device<D> {
             Regime::Gemv => {
                 let g = tune::gemv(d.arch(), n, k);
                 let part = grow(d, &mut sc.part, g.splits * m * n * 4)?;
-                let kernel = Kernel::W4a8Gemv {
+                let kernel = Kernel::W4a8Gemv(args::W4a8Gemv {
                     m,
                     qweight,
                     scales,
@@ -269,7 +269,7 @@ impl<D: Driver> Device<D> {
                     n,
                     k,
                     chunks_per_split: g.chunks_per_split,
-                };
+                });
                 // SAFETY: part holds splits·m·n f32; m ≤ GEMV_MAX_M (check_call).
                 unsafe { d.launch(&kernel, g.grid, g.block) }?;
                 self.reduce(part, c.out, m * n, g.splits)
@@ -277,7 +277,7 @@ impl<D: Driver> Device<D> {
             Regime::Mma | Regime::Dense => {
                 let g = tune::mma(d.arch(), n, k, m, false);
                 let part = grow(d, &mut sc.part_i, g.splits * m * n * 4)?;
-                let kernel = Kernel::W4a8Mma {
+                let kernel = Kernel::W4a8Mma(args::W4a8Mma {
                     toks: g.toks,
                     qweight,
                     xq,
@@ -286,11 +286,11 @@ impl<D: Driver> Device<D> {
                     n,
                     k,
                     tiles_per_split: g.tiles_per_split,
-                };
+                });
                 // SAFETY: part holds splits·m·n int32, every (split, tok < m, row < n) written.
                 unsafe { d.launch(&kernel, g.grid, g.block) }?;
                 let (grid, block) = elementwise(m * n);
-                let kernel = Kernel::W4a8Reduce {
+                let kernel = Kernel::W4a8Reduce(args::W4a8Reduce {
                     part,
                     scales,
                     xs,
@@ -299,7 +299,7 @@ impl<D: Driver> Device<D> {
                     m,
                     n,
                     splits: g.splits,
-                };
+                });
                 // SAFETY: part splits·m·n int32, scales n, xs and xsum m, out m·n f32.
                 unsafe { d.launch(&kernel, grid, block) }
             }
@@ -381,7 +381,7 @@ impl<D: Driver> Device<D> {
             .filter(|_| m > 0 && n > 0 && i32::try_from(n).is_ok())
             .ok_or_else(|| GpuError::Unsupported("argmax", format!("{m} rows of {n}")))?;
         let idx = self.driver.alloc(m * 4)?;
-        let kernel = Kernel::ArgmaxRows { y, idx: &idx, m, n };
+        let kernel = Kernel::ArgmaxRows(args::ArgmaxRows { y, idx: &idx, m, n });
         // SAFETY: y holds m·n f32 (the caller's), idx m int32; one block of ARGMAX_THREADS
         // threads per row, the block size the kernel is written for.
         unsafe {
@@ -410,11 +410,11 @@ impl<D: Driver> Device<D> {
         t.get::<D::Buf>(D::BACKEND)
     }
 
-    /// Launch a step kernel ([`ops::launch_of`]: checked first).
+    /// Launch a step kernel ([`Op::launch`]: checked first).
     fn run_op(&self, op: &Op<'_>) -> Result<()> {
         let warp = self.driver.arch().tune().warp;
-        let (kernel, grid, block) = ops::launch_of(op, |t| self.buf(t), warp)?;
-        // SAFETY: `Op::check` (in launch_of): every tensor holds what the kernel reads and
+        let (kernel, grid, block) = op.launch(&|t| self.buf(t), warp)?;
+        // SAFETY: `Op::check` (in `Op::launch`): every tensor holds what the kernel reads and
         // writes at this geometry, and every index tensor's values are inside what it indexes.
         unsafe { self.driver.launch(&kernel, grid, block) }
     }

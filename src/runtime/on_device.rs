@@ -8,7 +8,8 @@
 
 use std::sync::Arc;
 
-use crate::gpu::{self, Backend, DevTensor, Elem, GpuError, Host, Op, Strided};
+use crate::gpu::ops::{self, Op};
+use crate::gpu::{self, Backend, DevTensor, Elem, GpuError, Host, Strided};
 use crate::io::Dtype;
 use crate::runtime::embed::{Embedding, Stored};
 use crate::runtime::linears::{DeviceLayer, Exec, Linear, Step};
@@ -131,7 +132,9 @@ impl Run<'_> {
     ) -> Staged<DevTensor> {
         let len = x.len();
         let xa = self.dev.zeros(Elem::Half(l.act()), len).at(stage)?;
-        self.dev.op(&Op::ToAct { x, y: &xa, len }).at(stage)?;
+        self.dev
+            .op(&Op::ToAct(ops::ToAct { x, y: &xa, len }))
+            .at(stage)?;
         l.forward(&xa, m).at(stage)
     }
 
@@ -145,13 +148,13 @@ impl Run<'_> {
     ) -> Staged<DevTensor> {
         let out = self.zeros(n * h, "embedding")?;
         self.dev
-            .op(&Op::Embed {
+            .op(&Op::Embed(ops::Embed {
                 table,
                 ids,
                 out: &out,
                 n,
                 h,
-            })
+            }))
             .at("embedding")?;
         Ok(out)
     }
@@ -166,14 +169,14 @@ impl Run<'_> {
     ) -> Staged<DevTensor> {
         let out = self.zeros(m * w, "gather")?;
         self.dev
-            .op(&Op::Gather {
+            .op(&Op::Gather(ops::Gather {
                 src,
                 idx,
                 dst: &out,
                 m,
                 w,
                 dst_off: 0,
-            })
+            }))
             .at("gather")?;
         Ok(out)
     }
@@ -189,7 +192,7 @@ impl Run<'_> {
         output: Strided,
     ) -> Staged<()> {
         self.dev
-            .op(&Op::RmsNorm {
+            .op(&Op::RmsNorm(ops::RmsNorm {
                 x,
                 w,
                 out,
@@ -198,7 +201,7 @@ impl Run<'_> {
                 eps,
                 input,
                 output,
-            })
+            }))
             .at("norm")
     }
 
@@ -217,7 +220,9 @@ impl Run<'_> {
 
     /// `out = a + b`, `len` values.
     pub fn add(&self, a: &DevTensor, b: &DevTensor, out: &DevTensor, len: usize) -> Staged<()> {
-        self.dev.op(&Op::Add { a, b, out, len }).at("residual")
+        self.dev
+            .op(&Op::Add(ops::Add { a, b, out, len }))
+            .at("residual")
     }
 
     /// The SwiGLU MLP on `x` (`[m, h]`): `down(silu(gate(x)) · up(x))`, `[m, h]`.
@@ -231,12 +236,12 @@ impl Run<'_> {
         let u = self.linear(up, x, m, "up_proj")?;
         let len = g.len();
         self.dev
-            .op(&Op::SiluMul {
+            .op(&Op::SiluMul(ops::SiluMul {
                 g: &g,
                 u: &u,
                 out: &g,
                 len,
-            })
+            }))
             .at("silu")?;
         drop(u);
         self.linear(down, &g, m, "down_proj")

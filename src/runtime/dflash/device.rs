@@ -16,7 +16,8 @@
 use std::sync::Arc;
 
 use super::DFlash;
-use crate::gpu::{self, AttendDims, Backend, DevTensor, GpuError, Op, Strided};
+use crate::gpu::ops::{self, Op};
+use crate::gpu::{self, AttendDims, Backend, DevTensor, GpuError, Strided};
 use crate::runtime::linears::DeviceLayer;
 use crate::runtime::on_device::{attention_fits, layer, upload_table, At, Run, Staged};
 
@@ -190,7 +191,7 @@ impl DeviceStep {
         hd: usize,
     ) -> Staged<()> {
         self.dev
-            .op(&Op::Rope {
+            .op(&Op::Rope(ops::Rope {
                 x: t,
                 pos,
                 cs,
@@ -203,7 +204,7 @@ impl DeviceStep {
                 },
                 head_ld: hd,
                 interleaved: false,
-            })
+            }))
             .at("rotary")
     }
 
@@ -266,7 +267,7 @@ impl DeviceStep {
             drop((k, v));
             let attn = run.zeros(m * qd, "attention")?;
             self.dev
-                .op(&Op::Attend {
+                .op(&Op::Attend(ops::Attend {
                     q: &q,
                     k0: ck,
                     v0: cv,
@@ -286,7 +287,7 @@ impl DeviceStep {
                         dv: hd,
                         scale: 1.0 / (hd as f32).sqrt(),
                     },
-                })
+                }))
                 .at("attention")?;
             let o = run.linear(l.o, &attn, m, "o_proj")?;
             run.add(&hid, &o, &hid, m * h)?;

@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use super::mla_attn::QProj;
 use super::{still_accepted, DepthOut, Eagle3, Feed, NOT_COMPUTED};
-use crate::gpu::{self, AttendDims, Backend, DevTensor, Elem, GpuError, Host, Op, Strided};
+use crate::gpu::ops::{self, Op};
+use crate::gpu::{self, AttendDims, Backend, DevTensor, Elem, GpuError, Host, Strided};
 use crate::runtime::linears::DeviceLayer;
 use crate::runtime::on_device::{attention_fits, layer, upload_table, At, Run, Staged};
 
@@ -201,7 +202,7 @@ impl DeviceStep {
                     ld: 3 * ht,
                     off: j * ht,
                 };
-                dev.op(&Op::RmsNorm {
+                dev.op(&Op::RmsNorm(ops::RmsNorm {
                     x: &f,
                     w: g,
                     out: &f,
@@ -210,7 +211,7 @@ impl DeviceStep {
                     eps: e.eps,
                     input: at,
                     output: at,
-                })
+                }))
                 .at("fc norms")?;
             }
         }
@@ -267,14 +268,14 @@ impl DeviceStep {
                     // This depth's keys and values go to slot block d − 1, row s for live row s.
                     let iota = index((0..m).collect(), m, "rows")?;
                     for (src, dst, w) in [(&kn, &dk, kw), (&vn, &dvv, vw)] {
-                        dev.op(&Op::Gather {
+                        dev.op(&Op::Gather(ops::Gather {
                             src,
                             idx: &iota,
                             dst,
                             m,
                             w,
                             dst_off: (d - 1) * n * w,
-                        })
+                        }))
                         .at("diagonal keys")?;
                     }
                     for (s, &i) in live.iter().enumerate() {
@@ -298,7 +299,7 @@ impl DeviceStep {
                 "slots",
             )?;
             let attn = dev.zeros(Elem::F32, m * hd.heads * hd.dv).at("attention")?;
-            dev.op(&Op::Attend {
+            dev.op(&Op::Attend(ops::Attend {
                 q: &q,
                 k0: &k0,
                 v0: &v0,
@@ -318,7 +319,7 @@ impl DeviceStep {
                     dv: hd.dv,
                     scale: e.attn.scale(),
                 },
-            })
+            }))
             .at("attention")?;
             let g = self.finish(e, &l, &attn, &res, m)?;
             drop(attn);
@@ -391,7 +392,7 @@ impl DeviceStep {
         let hd = Heads::of(e);
         let rope = |t: &DevTensor, heads: usize, half: usize, at: Strided, head_ld, il| {
             self.dev
-                .op(&Op::Rope {
+                .op(&Op::Rope(ops::Rope {
                     x: t,
                     pos,
                     cs,
@@ -401,7 +402,7 @@ impl DeviceStep {
                     at,
                     head_ld,
                     interleaved: il,
-                })
+                }))
                 .at("rotary")
         };
         match &l.attn {
@@ -409,7 +410,9 @@ impl DeviceStep {
                 // One rounding of the input per dtype the projections read.
                 let len = a.len();
                 let xa = self.dev.zeros(Elem::Half(q.act()), len).at("q/k/v")?;
-                self.dev.op(&Op::ToAct { x: a, y: &xa, len }).at("q/k/v")?;
+                self.dev
+                    .op(&Op::ToAct(ops::ToAct { x: a, y: &xa, len }))
+                    .at("q/k/v")?;
                 let proj = |p: DeviceLayer<'_>| -> Staged<DevTensor> {
                     if p.act() == q.act() {
                         p.forward(&xa, m).at("q/k/v")
@@ -519,7 +522,7 @@ impl DeviceStep {
                 ];
                 for (src, dst, w, from, to) in copies {
                     self.dev
-                        .op(&Op::CopyCols {
+                        .op(&Op::CopyCols(ops::CopyCols {
                             src,
                             dst,
                             n: m,
@@ -527,7 +530,7 @@ impl DeviceStep {
                             w,
                             from,
                             to,
-                        })
+                        }))
                         .at("keys")?;
                 }
                 Ok((qt, k, v))
@@ -611,13 +614,13 @@ mod tests {
             let ids = [3i32, 10, 0, 3];
             let idt = d.upload_tensor(Host::Index(&ids, vocab)).unwrap();
             let out = d.zeros(Elem::F32, ids.len() * h).unwrap();
-            d.op(&Op::Embed {
+            d.op(&Op::Embed(ops::Embed {
                 table: &table,
                 ids: &idt,
                 out: &out,
                 n: ids.len(),
                 h,
-            })
+            }))
             .unwrap();
             let want: Vec<f32> = ids
                 .iter()
@@ -633,7 +636,7 @@ mod tests {
             let (xt, wat, wbt) = (up(&x), up(&wa), up(&wb));
             let cat = d.zeros(Elem::F32, n * 2 * h).unwrap();
             for (w, off) in [(&wat, 0), (&wbt, h)] {
-                d.op(&Op::RmsNorm {
+                d.op(&Op::RmsNorm(ops::RmsNorm {
                     x: &xt,
                     w,
                     out: &cat,
@@ -642,7 +645,7 @@ mod tests {
                     eps: 1e-5,
                     input: Strided { ld: h, off: 0 },
                     output: Strided { ld: 2 * h, off },
-                })
+                }))
                 .unwrap();
             }
             let got = d.read_f32(&cat).unwrap();
@@ -662,7 +665,7 @@ mod tests {
             let pt = d
                 .upload_tensor(Host::Index(&pos.map(|p| p as i32), 20))
                 .unwrap();
-            d.op(&Op::Rope {
+            d.op(&Op::Rope(ops::Rope {
                 x: &qt,
                 pos: &pt,
                 cs: &cs,
@@ -675,7 +678,7 @@ mod tests {
                 },
                 head_ld: hd,
                 interleaved: false,
-            })
+            }))
             .unwrap();
             for (r, &p) in pos.iter().enumerate() {
                 rope.apply_neox(&mut q[r * heads * hd..(r + 1) * heads * hd], p);
@@ -689,7 +692,7 @@ mod tests {
             let mut q = rand(pos.len() * heads * (nope + rd), 13);
             let qt = up(&q);
             let cs = up(&yarn.table(20));
-            d.op(&Op::Rope {
+            d.op(&Op::Rope(ops::Rope {
                 x: &qt,
                 pos: &pt,
                 cs: &cs,
@@ -702,7 +705,7 @@ mod tests {
                 },
                 head_ld: nope + rd,
                 interleaved: true,
-            })
+            }))
             .unwrap();
             for (r, &p) in pos.iter().enumerate() {
                 for h in 0..heads {
@@ -725,7 +728,7 @@ mod tests {
                 ),
             ] {
                 let w = if from.1 == 0 { 2 } else { 4 };
-                d.op(&Op::CopyCols {
+                d.op(&Op::CopyCols(ops::CopyCols {
                     src: &up(&src),
                     dst: &dst,
                     n: 3,
@@ -733,7 +736,7 @@ mod tests {
                     w,
                     from,
                     to,
-                })
+                }))
                 .unwrap();
             }
             let got = d.read_f32(&dst).unwrap();
@@ -748,12 +751,12 @@ mod tests {
             // SwiGLU and the rounding to bf16.
             let (g, u) = (rand(77, 6), rand(77, 7));
             let (gt, ut) = (up(&g), up(&u));
-            d.op(&Op::SiluMul {
+            d.op(&Op::SiluMul(ops::SiluMul {
                 g: &gt,
                 u: &ut,
                 out: &gt,
                 len: 77,
-            })
+            }))
             .unwrap();
             let want: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
             assert_eq!(d.read_f32(&gt).unwrap(), want);
@@ -770,7 +773,7 @@ mod tests {
             let slots: Vec<i32> = (0..diag * n).map(|i| ((i * 5) % n) as i32).collect();
             let scale = 1.0 / (dq as f32).sqrt();
             let out = d.zeros(Elem::F32, m * heads * dq).unwrap();
-            d.op(&Op::Attend {
+            d.op(&Op::Attend(ops::Attend {
                 q: &up(&q),
                 k0: &up(&k0),
                 v0: &up(&v0),
@@ -790,7 +793,7 @@ mod tests {
                     dv: dq,
                     scale,
                 },
-            })
+            }))
             .unwrap();
             let mut want = vec![0f32; m * heads * dq];
             for (r, &i) in rows.iter().enumerate() {
