@@ -12,10 +12,9 @@ use std::sync::{Mutex, MutexGuard};
 use super::dense::{check_dense, check_dense_call};
 use super::driver::{Dim3, Driver, Gemm};
 use super::layout::{W4Layout, CHUNK};
-use super::ops::{DevTensor, Host, Op};
 use super::source::{args, Kernel, ARGMAX_THREADS};
 use super::tune::{self, Arch, Regime};
-use super::{check_call, check_w4a8, Act, Backend, DeviceDense, DeviceW4, Elem, GpuError, Result};
+use super::{check_call, check_w4a8, Act, Backend, DeviceDense, DeviceW4, GpuError, Result};
 
 /// Threads per block of the element-wise kernels (the reduces, `kq_scale_cols`) and of
 /// `kq_quant_act_i8` (a multiple of every warp width, at most 1024).
@@ -39,7 +38,7 @@ pub(super) struct W4Bufs<B> {
 }
 
 /// An unquantized weight on a device (what a [`DeviceDense`] uploaded by a [`Device`] holds).
-pub(super) struct DenseBuf<B>(B);
+pub(super) struct DenseBuf<B>(pub(super) B);
 
 /// Reusable device buffers: split-K partials (f32 and int32), the dense matrix of regime C, and
 /// the int8 activations with their scales and sums.
@@ -375,7 +374,7 @@ impl<D: Driver> Device<D> {
     }
 
     /// `kq_argmax_rows` over the `m·n` f32 of `y` on the device, and the `m` indices back.
-    fn argmax_of(&self, y: &D::Buf, m: usize, n: usize) -> Result<Vec<usize>> {
+    pub(super) fn argmax_of(&self, y: &D::Buf, m: usize, n: usize) -> Result<Vec<usize>> {
         let grid = u32::try_from(m)
             .ok()
             .filter(|_| m > 0 && n > 0 && i32::try_from(n).is_ok())
@@ -401,50 +400,6 @@ impl<D: Driver> Device<D> {
                     })
             })
             .collect()
-    }
-}
-
-impl<D: Driver> Device<D> {
-    /// The driver's buffer of `t`.
-    fn buf<'t>(&self, t: &'t DevTensor) -> Result<&'t D::Buf> {
-        t.get::<D::Buf>(D::BACKEND)
-    }
-
-    /// Launch a step kernel ([`Op::launch`]: checked first).
-    fn run_op(&self, op: &Op<'_>) -> Result<()> {
-        let warp = self.driver.arch().tune().warp;
-        let (kernel, grid, block) = op.launch(&|t| self.buf(t), warp)?;
-        // SAFETY: `Op::check` (in `Op::launch`): every tensor holds what the kernel reads and
-        // writes at this geometry, and every index tensor's values are inside what it indexes.
-        unsafe { self.driver.launch(&kernel, grid, block) }
-    }
-
-    /// A tensor holding `data` (indices and raw bytes checked first).
-    fn upload_host(&self, data: Host<'_>) -> Result<DevTensor> {
-        data.check()?;
-        let (buf, bound) = match data {
-            Host::F32(v) => (self.driver.htod(v)?, None),
-            Host::Half(_, v) => (self.driver.htod(v)?, None),
-            Host::Index(v, bound) => (self.driver.htod(v)?, Some(bound)),
-            Host::Le(_, b) => (self.driver.htod(b)?, None),
-        };
-        Ok(DevTensor::new(
-            data.elem(),
-            data.len(),
-            bound,
-            Box::new(buf),
-        ))
-    }
-
-    /// A zeroed f32 or 16-bit tensor (index tensors are uploaded, with their bound).
-    fn zeros_of(&self, elem: Elem, len: usize) -> Result<DevTensor> {
-        if elem == Elem::I32 {
-            return Err(GpuError::Layout(
-                "index tensors are uploaded (their values checked), not allocated".into(),
-            ));
-        }
-        let buf = self.driver.alloc(len * elem.size())?;
-        Ok(DevTensor::new(elem, len, None, Box::new(buf)))
     }
 }
 
@@ -521,107 +476,5 @@ impl<D: Driver> Backend for Device<D> {
     fn dense_argmax_on(&self, w: &DeviceDense, x: &[u16], m: usize) -> Result<Vec<usize>> {
         let out = self.dense_into(w, x, m)?;
         self.argmax_of(&out, m, w.n)
-    }
-
-    fn upload_tensor(&self, data: Host<'_>) -> Result<DevTensor> {
-        self.upload_host(data)
-    }
-
-    fn zeros(&self, elem: Elem, len: usize) -> Result<DevTensor> {
-        self.zeros_of(elem, len)
-    }
-
-    fn read_f32(&self, t: &DevTensor) -> Result<Vec<f32>> {
-        if t.elem() != Elem::F32 {
-            return Err(GpuError::Layout(format!(
-                "reading a {} tensor as f32",
-                t.elem().name()
-            )));
-        }
-        self.driver.dtoh_f32(self.buf(t)?, t.len())
-    }
-
-    fn op(&self, op: &Op<'_>) -> Result<()> {
-        self.run_op(op)
-    }
-
-    fn w4a16_dev(&self, w: &DeviceW4, x: &DevTensor, m: usize, out: &DevTensor) -> Result<()> {
-        let Elem::Half(act) = x.elem() else {
-            return Err(GpuError::Layout(
-                "W4A16 activations must be bf16 or f16".into(),
-            ));
-        };
-        let regime = w.regime_on(self, m);
-        check_call(w, m * w.k, m, regime)?;
-        tensor_holds(x, m * w.k, "x")?;
-        tensor_holds(out, m * w.n, "out")?;
-        if out.elem() != Elem::F32 {
-            return Err(GpuError::Layout("W4A16 output must be f32".into()));
-        }
-        let c = Call {
-            w,
-            bufs: self.bufs(w)?,
-            x: self.buf(x)?,
-            act,
-            m,
-            out: self.buf(out)?,
-        };
-        let mut sc = self.scratch();
-        self.run_w4a16(&c, regime, &mut sc)
-    }
-
-    fn dense_dev(&self, w: &DeviceDense, x: &DevTensor, m: usize, out: &DevTensor) -> Result<()> {
-        check_dense_call(w, m * w.k, m)?;
-        if x.elem() != Elem::Half(w.dtype) || out.elem() != Elem::F32 {
-            return Err(GpuError::Layout(format!(
-                "dense GEMM of a {} weight on {} activations into {}",
-                w.dtype.name(),
-                x.elem().name(),
-                out.elem().name()
-            )));
-        }
-        tensor_holds(x, m * w.k, "x")?;
-        tensor_holds(out, m * w.n, "out")?;
-        let DenseBuf(wd) = w.get::<DenseBuf<D::Buf>>(D::BACKEND)?;
-        let g = Gemm {
-            n: w.n,
-            k: w.k,
-            m,
-            act: w.dtype,
-        };
-        // SAFETY: wd holds n·k and x at least m·k values of w.dtype, out m·n f32 (checked).
-        unsafe { self.driver.gemm(g, wd, self.buf(x)?, self.buf(out)?) }
-    }
-
-    fn argmax_dev(&self, y: &DevTensor, m: usize, n: usize) -> Result<Vec<usize>> {
-        if y.elem() != Elem::F32 {
-            return Err(GpuError::Layout("argmax of a non-f32 tensor".into()));
-        }
-        tensor_holds(y, m * n, "y")?;
-        self.argmax_of(self.buf(y)?, m, n)
-    }
-
-    fn argmax_rows(&self, y: &[f32], m: usize, n: usize) -> Result<Vec<usize>> {
-        if y.len() != m * n {
-            return Err(GpuError::Layout(format!(
-                "y has {} values, expected m·n = {}",
-                y.len(),
-                m * n
-            )));
-        }
-        let yd = self.driver.htod(y)?;
-        self.argmax_of(&yd, m, n)
-    }
-}
-
-/// `t` holds at least `need` values.
-fn tensor_holds(t: &DevTensor, need: usize, what: &str) -> Result<()> {
-    if t.len() >= need {
-        Ok(())
-    } else {
-        Err(GpuError::Layout(format!(
-            "{what} holds {} values, the call needs {need}",
-            t.len()
-        )))
     }
 }

@@ -435,7 +435,7 @@ impl Driver for Emu {
 mod tests {
     use super::*;
     use crate::gpu::ops::{AttendDims, Host, Op, Strided};
-    use crate::gpu::{Act, Backend, CpuEmu, Elem};
+    use crate::gpu::{Act, CpuEmu, Elem, Tensors};
 
     /// #38.11: geometries whose sizes wrap a `usize` are refused, never checked as the wrapped
     /// (small) product: a `kq_rope` of 2^62 + 1 heads used to pass and read outside its tensor.

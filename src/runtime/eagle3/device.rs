@@ -571,7 +571,7 @@ pub(super) fn not_computed(n: usize) -> DepthOut {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::CpuEmu;
+    use crate::gpu::{CpuEmu, Tensors};
     use crate::ops::{rms_norm, silu, softmax};
     use crate::runtime::rope::Rope;
 
