@@ -118,6 +118,25 @@ impl<D: Driver> Device<D> {
         unsafe { self.driver.launch(&k, grid, block) }
     }
 
+    /// Regime A: the GEMV `kernel` (made over the split-K partials in `slot`, grown to
+    /// `splits·m·n` f32, and the chunks each split sums) on the geometry for `n × k`, then the
+    /// splits reduced into `out` (`m·n` f32).
+    fn gemv<'k>(
+        &self,
+        slot: &'k mut Option<D::Buf>,
+        (n, k, m): (usize, usize, usize),
+        out: &D::Buf,
+        kernel: impl FnOnce(&'k D::Buf, usize) -> Kernel<'k, D::Buf>,
+    ) -> Result<()> {
+        let d = &self.driver;
+        let g = tune::gemv(d.arch(), n, k);
+        let part = grow(d, slot, g.splits * m * n * 4)?;
+        let kernel = kernel(part, g.chunks_per_split);
+        // SAFETY: part holds splits·m·n f32; m ≤ GEMV_MAX_M (check_call).
+        unsafe { d.launch(&kernel, g.grid, g.block) }?;
+        self.reduce(part, out, m * n, g.splits)
+    }
+
     /// W4A16 in `regime` on device operands. Queued, not waited for.
     pub(super) fn run_w4a16(
         &self,
@@ -133,10 +152,8 @@ impl<D: Driver> Device<D> {
         // n·⌈k/group⌉), x m·k activations with k % 8 == 0 (check_call: rows are read 16 bytes at
         // a time), out m·n f32.
         match regime {
-            Regime::Gemv => {
-                let g = tune::gemv(d.arch(), n, k);
-                let part = grow(d, &mut sc.part, g.splits * m * n * 4)?;
-                let kernel = Kernel::W4a16Gemv(args::W4a16Gemv {
+            Regime::Gemv => self.gemv(&mut sc.part, (n, k, m), c.out, |part, chunks_per_split| {
+                Kernel::W4a16Gemv(args::W4a16Gemv {
                     act,
                     per_channel,
                     m,
@@ -147,12 +164,9 @@ impl<D: Driver> Device<D> {
                     n,
                     k,
                     group,
-                    chunks_per_split: g.chunks_per_split,
-                });
-                // SAFETY: part holds splits·m·n f32; m ≤ GEMV_MAX_M (check_call).
-                unsafe { d.launch(&kernel, g.grid, g.block) }?;
-                self.reduce(part, c.out, m * n, g.splits)
-            }
+                    chunks_per_split,
+                })
+            }),
             Regime::Mma => {
                 let g = tune::mma(d.arch(), n, k, m, !per_channel);
                 let part = grow(d, &mut sc.part, g.splits * m * n * 4)?;
@@ -254,10 +268,8 @@ impl<D: Driver> Device<D> {
         // aligned rows), xs and xsum m each.
         unsafe { d.launch(&kernel, (m as u32, 1, 1), (THREADS, 1, 1)) }?;
         match regime {
-            Regime::Gemv => {
-                let g = tune::gemv(d.arch(), n, k);
-                let part = grow(d, &mut sc.part, g.splits * m * n * 4)?;
-                let kernel = Kernel::W4a8Gemv(args::W4a8Gemv {
+            Regime::Gemv => self.gemv(&mut sc.part, (n, k, m), c.out, |part, chunks_per_split| {
+                Kernel::W4a8Gemv(args::W4a8Gemv {
                     m,
                     qweight,
                     scales,
@@ -267,12 +279,9 @@ impl<D: Driver> Device<D> {
                     part,
                     n,
                     k,
-                    chunks_per_split: g.chunks_per_split,
-                });
-                // SAFETY: part holds splits·m·n f32; m ≤ GEMV_MAX_M (check_call).
-                unsafe { d.launch(&kernel, g.grid, g.block) }?;
-                self.reduce(part, c.out, m * n, g.splits)
-            }
+                    chunks_per_split,
+                })
+            }),
             Regime::Mma | Regime::Dense => {
                 let g = tune::mma(d.arch(), n, k, m, false);
                 let part = grow(d, &mut sc.part_i, g.splits * m * n * 4)?;

@@ -16,10 +16,9 @@
 use std::sync::Arc;
 
 use super::DFlash;
-use crate::gpu::ops::{self, Op};
 use crate::gpu::{self, AttendDims, Backend, DevTensor, GpuError, Strided};
 use crate::runtime::linears::DeviceLayer;
-use crate::runtime::on_device::{attention_fits, layer, upload_table, At, Run, Staged};
+use crate::runtime::on_device::{attention_fits, layer, upload_table, Run, Staged};
 
 /// One layer's linears on the device.
 struct LayerOn<'a> {
@@ -190,22 +189,12 @@ impl DeviceStep {
         heads: usize,
         hd: usize,
     ) -> Staged<()> {
-        self.dev
-            .op(&Op::Rope(ops::Rope {
-                x: t,
-                pos,
-                cs,
-                n,
-                heads,
-                half: hd / 2,
-                at: Strided {
-                    ld: heads * hd,
-                    off: 0,
-                },
-                head_ld: hd,
-                interleaved: false,
-            }))
-            .at("rotary")
+        let at = Strided {
+            ld: heads * hd,
+            off: 0,
+        };
+        let geometry = (heads, hd / 2, hd);
+        self.run().rope(t, (pos, cs), n, geometry, at, false)
     }
 
     /// One block pass for the `n` consecutive roots from `r0`: the argmax of slots 1..b−1 of
@@ -223,7 +212,7 @@ impl DeviceStep {
     ) -> Staged<Vec<usize>> {
         let run = self.run();
         let (h, hd) = (d.h, d.head_dim);
-        let (qd, kvd) = (d.heads * hd, d.kv_heads * hd);
+        let kvd = d.kv_heads * hd;
         let m = n * b;
         assert!(r0 >= 1 && r0 - 1 + n <= ctx.len, "roots past the context");
         let toks = (0..n).flat_map(|j| {
@@ -265,35 +254,20 @@ impl DeviceStep {
                 run.gather(&v, &e_major, m, kvd)?,
             );
             drop((k, v));
-            let attn = run.zeros(m * qd, "attention")?;
-            self.dev
-                .op(&Op::Attend(ops::Attend {
-                    q: &q,
-                    k0: ck,
-                    v0: cv,
-                    kd: &kd,
-                    vd: &vd,
-                    rows: &rows,
-                    slots: &slots,
-                    out: &attn,
-                    dims: AttendDims {
-                        m,
-                        n,
-                        start: r0 - 1,
-                        diag: b,
-                        heads: d.heads,
-                        kv_heads: d.kv_heads,
-                        dq: hd,
-                        dv: hd,
-                        scale: 1.0 / (hd as f32).sqrt(),
-                    },
-                }))
-                .at("attention")?;
-            let o = run.linear(l.o, &attn, m, "o_proj")?;
-            run.add(&hid, &o, &hid, m * h)?;
-            let xn = run.normed(&hid, &norms.post, (m, h, d.eps))?;
-            let dn = run.mlp((l.gate, l.up, l.down), &xn, m)?;
-            run.add(&hid, &dn, &hid, m * h)?;
+            let dims = AttendDims {
+                m,
+                n,
+                start: r0 - 1,
+                diag: b,
+                heads: d.heads,
+                kv_heads: d.kv_heads,
+                dq: hd,
+                dv: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            let attn = run.attend(&q, (ck, cv), (&kd, &vd), (&rows, &slots), dims)?;
+            let mlp = (l.gate, l.up, l.down);
+            hid = run.layer_tail((l.o, mlp), &norms.post, (&attn, &hid), (m, h, d.eps))?;
         }
         // Slots 1..b−1 of every root, final-normed, through the target's lm_head.
         let sl = run.index(
