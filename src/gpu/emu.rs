@@ -154,12 +154,8 @@ impl Emu {
 /// Regime A's W4A16 GEMV: each split's partial sums ([`reference::gemv_w4a16`]).
 fn w4a16_gemv(k: &args::W4a16Gemv<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
     let splits = gemv_splits(r, (k.n, k.k), k.chunks_per_split)?;
-    let w = weights(
-        r.name,
-        (k.qweight, Some(k.scales)),
-        (k.n, k.k, k.group),
-        k.per_channel,
-    )?;
+    let shape = (k.n, k.k, k.group);
+    let w = weights(r.name, (k.qweight, Some(k.scales)), shape, k.per_channel)?;
     let x = k.x.read::<u16>(k.m * k.k)?;
     let out: Vec<f32> = splits
         .flat_map(|c| reference::gemv_w4a16(&w, &x, k.act, k.m, c))
@@ -206,12 +202,8 @@ fn splitk_reduce(k: &args::SplitkReduce<'_, HostBuf>, r: &Replay<'_>) -> Result<
 /// Regime B's W4A16 MMA, lane by lane ([`emu_mma::w4a16`]).
 fn w4a16_mma(k: &args::W4a16Mma<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
     let g = mma_geometry(r, (k.m, k.n, k.k), k.toks, k.tiles_per_split)?;
-    let w = weights(
-        r.name,
-        (k.qweight, Some(k.scales)),
-        (k.n, k.k, k.group),
-        k.per_channel,
-    )?;
+    let shape = (k.n, k.k, k.group);
+    let w = weights(r.name, (k.qweight, Some(k.scales)), shape, k.per_channel)?;
     let x = k.x.read::<u16>(k.m * k.k)?;
     k.part
         .write(&emu_mma::w4a16(r.vendor, &w, &x, k.act, k.m, &g))
@@ -250,12 +242,8 @@ fn w4a8_reduce(k: &args::W4a8Reduce<'_, HostBuf>, r: &Replay<'_>) -> Result<()> 
 /// Regime C's dequantization to a dense matrix ([`emu_dense::dequant`]).
 fn dequant(k: &args::Dequant<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
     r.threads_cover(k.n * k.k.div_ceil(CHUNK))?;
-    let w = weights(
-        r.name,
-        (k.qweight, Some(k.scales)),
-        (k.n, k.k, k.group),
-        k.per_channel,
-    )?;
+    let shape = (k.n, k.k, k.group);
+    let w = weights(r.name, (k.qweight, Some(k.scales)), shape, k.per_channel)?;
     k.dense.write(&emu_dense::dequant(&w, k.act))
 }
 

@@ -14,6 +14,9 @@ use crate::io::Dtype;
 use crate::runtime::embed::{Embedding, Stored};
 use crate::runtime::linears::{DeviceLayer, Exec, Linear, Step};
 
+/// A SwiGLU MLP's linears on the device: `(gate, up, down)`.
+pub type Mlp<'a> = (DeviceLayer<'a>, DeviceLayer<'a>, DeviceLayer<'a>);
+
 /// A step's result, or the stage that failed and why.
 pub type Staged<T> = Result<T, (&'static str, GpuError)>;
 
@@ -230,12 +233,7 @@ impl Run<'_> {
     }
 
     /// The SwiGLU MLP on `x` (`[m, h]`): `down(silu(gate(x)) · up(x))`, `[m, h]`.
-    pub fn mlp(
-        &self,
-        (gate, up, down): (DeviceLayer<'_>, DeviceLayer<'_>, DeviceLayer<'_>),
-        x: &DevTensor,
-        m: usize,
-    ) -> Staged<DevTensor> {
+    pub fn mlp(&self, (gate, up, down): Mlp<'_>, x: &DevTensor, m: usize) -> Staged<DevTensor> {
         let g = self.linear(gate, x, m, "gate_proj")?;
         let u = self.linear(up, x, m, "up_proj")?;
         let len = g.len();

@@ -23,16 +23,8 @@ pub struct RmsNorm<'a> {
 
 impl<'a> DeviceOp<'a> for RmsNorm<'a> {
     fn check(&self) -> Result<()> {
-        let RmsNorm {
-            x,
-            w,
-            out,
-            n,
-            h,
-            input,
-            output,
-            ..
-        } = *self;
+        let (x, w, out, n, h) = (self.x, self.w, self.out, self.n, self.h);
+        let (input, output) = (self.input, self.output);
         for (what, t, s) in [("norm in", x, input), ("norm out", out, output)] {
             if size("norm row end", &[&[s.off], &[h]])? > s.ld {
                 return Err(layout(format!(

@@ -24,17 +24,8 @@ pub struct Rope<'a> {
 
 impl<'a> DeviceOp<'a> for Rope<'a> {
     fn check(&self) -> Result<()> {
-        let Rope {
-            x,
-            pos,
-            cs,
-            n,
-            heads,
-            half,
-            at,
-            head_ld,
-            ..
-        } = *self;
+        let (x, pos, cs) = (self.x, self.pos, self.cs);
+        let (n, heads, half, at, head_ld) = (self.n, self.heads, self.half, self.at, self.head_ld);
         if heads == 0
             || size(
                 "rope row end",

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use super::DFlash;
 use crate::gpu::{self, AttendDims, Backend, DevTensor, GpuError, Strided};
 use crate::runtime::linears::DeviceLayer;
-use crate::runtime::on_device::{attention_fits, layer, upload_table, Run, Staged};
+use crate::runtime::on_device::{attention_fits, layer, upload_table, Mlp, Run, Staged};
 
 /// One layer's linears on the device.
 struct LayerOn<'a> {
@@ -26,9 +26,7 @@ struct LayerOn<'a> {
     k: DeviceLayer<'a>,
     v: DeviceLayer<'a>,
     o: DeviceLayer<'a>,
-    gate: DeviceLayer<'a>,
-    up: DeviceLayer<'a>,
-    down: DeviceLayer<'a>,
+    mlp: Mlp<'a>,
 }
 
 /// One layer's norms on the device.
@@ -50,9 +48,7 @@ fn linears(d: &DFlash) -> Result<(DeviceLayer<'_>, Vec<LayerOn<'_>>, DeviceLayer
                 k: layer(&l.k)?,
                 v: layer(&l.v)?,
                 o: layer(&l.o)?,
-                gate: layer(&l.gate)?,
-                up: layer(&l.up)?,
-                down: layer(&l.down)?,
+                mlp: (layer(&l.gate)?, layer(&l.up)?, layer(&l.down)?),
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -266,8 +262,7 @@ impl DeviceStep {
                 scale: 1.0 / (hd as f32).sqrt(),
             };
             let attn = run.attend(&q, (ck, cv), (&kd, &vd), (&rows, &slots), dims)?;
-            let mlp = (l.gate, l.up, l.down);
-            hid = run.layer_tail((l.o, mlp), &norms.post, (&attn, &hid), (m, h, d.eps))?;
+            hid = run.layer_tail((l.o, l.mlp), &norms.post, (&attn, &hid), (m, h, d.eps))?;
         }
         // Slots 1..b−1 of every root, final-normed, through the target's lm_head.
         let sl = run.index(

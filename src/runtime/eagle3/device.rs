@@ -18,7 +18,7 @@ use super::{still_accepted, DepthOut, Eagle3, Feed, NOT_COMPUTED};
 use crate::gpu::ops;
 use crate::gpu::{self, AttendDims, Backend, DevTensor, Elem, GpuError, Host, Strided};
 use crate::runtime::linears::DeviceLayer;
-use crate::runtime::on_device::{attention_fits, layer, upload_table, At, Run, Staged};
+use crate::runtime::on_device::{attention_fits, layer, upload_table, At, Mlp, Run, Staged};
 
 /// The draft's non-linear weights on the device, uploaded once at load.
 pub(super) struct DeviceStep {
@@ -57,9 +57,7 @@ struct Layers<'a> {
     fc: DeviceLayer<'a>,
     attn: Attn<'a>,
     o: DeviceLayer<'a>,
-    gate: DeviceLayer<'a>,
-    up: DeviceLayer<'a>,
-    down: DeviceLayer<'a>,
+    mlp: Mlp<'a>,
     lm_head: DeviceLayer<'a>,
 }
 
@@ -90,9 +88,7 @@ fn layers(e: &Eagle3) -> Result<Layers<'_>, String> {
         fc: layer(&w.fc)?,
         attn,
         o,
-        gate: layer(&w.gate)?,
-        up: layer(&w.up)?,
-        down: layer(&w.down)?,
+        mlp: (layer(&w.gate)?, layer(&w.up)?, layer(&w.down)?),
         lm_head: layer(&w.lm_head)?,
     })
 }
@@ -375,13 +371,8 @@ impl DeviceStep {
         };
         let diag = (&s.diag.0, &s.diag.1);
         let attn = run.attend(&s.q, p.kv0, diag, (&rows, &slot_t), dims)?;
-        let mlp = (l.gate, l.up, l.down);
-        let g = run.layer_tail(
-            (l.o, mlp),
-            &self.post_norm,
-            (&attn, &s.res),
-            (m, e.h, e.eps),
-        )?;
+        let rest = (l.o, l.mlp);
+        let g = run.layer_tail(rest, &self.post_norm, (&attn, &s.res), (m, e.h, e.eps))?;
         drop(attn);
         let normed = run.normed(&g, &self.final_norm, (m, e.h, e.eps))?;
         let best = run.argmax(l.lm_head, &normed, m, e.draft_vocab)?;
