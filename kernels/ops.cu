@@ -4,7 +4,7 @@
 // adds, rounding to the activation dtype and row gathers. All f32 in and out, but the embedding
 // table (bf16 / f16 / f32) and kq_to_act's output (bf16 / f16 bits).
 //
-// Each has a CPU replay in src/gpu/emu_ops.rs, run by the emulation launch for launch, with the
+// Each has a CPU replay beside its op in src/gpu/ops/, run by the emulation launch for launch, with the
 // reductions in the order written here (per-thread strided partial sums, then the shared-memory
 // tree or the warp butterfly), and a plain reference it is tested against in
 // src/runtime/eagle3/device.rs (the f32 runtime's own functions).

@@ -1,6 +1,6 @@
 //! docs/guides.md, held to the code: every path it names exists, and every source file that
-//! mentions a section's probe (an existing scheme, format, engine, family or target) is named
-//! in that section, by itself or by its folder.
+//! mentions a section's probe (an existing scheme, format, engine, family, target or device op)
+//! is named in that section, by itself or by its folder.
 
 use std::path::{Path, PathBuf};
 
@@ -48,6 +48,7 @@ fn each_guide_names_every_file_its_probe_is_in() {
             "## Adding a draft family or target",
             &["Family::Dflash", "DeepseekV3"],
         ),
+        ("## Adding a device op", &["SiluMul"]),
     ];
     let mut problems = Vec::new();
     for (head, probes) in sections {

@@ -12,10 +12,9 @@ use std::sync::{Mutex, MutexGuard};
 use super::dense::{check_dense, check_dense_call};
 use super::driver::{Dim3, Driver, Gemm};
 use super::layout::{W4Layout, CHUNK};
-use super::ops::{self, DevTensor, Host, Op};
-use super::source::{Kernel, ARGMAX_THREADS};
+use super::source::{args, Kernel, ARGMAX_THREADS};
 use super::tune::{self, Arch, Regime};
-use super::{check_call, check_w4a8, Act, Backend, DeviceDense, DeviceW4, Elem, GpuError, Result};
+use super::{check_call, check_w4a8, Act, Backend, DeviceDense, DeviceW4, GpuError, Result};
 
 /// Threads per block of the element-wise kernels (the reduces, `kq_scale_cols`) and of
 /// `kq_quant_act_i8` (a multiple of every warp width, at most 1024).
@@ -39,7 +38,7 @@ pub(super) struct W4Bufs<B> {
 }
 
 /// An unquantized weight on a device (what a [`DeviceDense`] uploaded by a [`Device`] holds).
-pub(super) struct DenseBuf<B>(B);
+pub(super) struct DenseBuf<B>(pub(super) B);
 
 /// Reusable device buffers: split-K partials (f32 and int32), the dense matrix of regime C, and
 /// the int8 activations with their scales and sums.
@@ -109,14 +108,33 @@ impl<D: Driver> Device<D> {
     /// `out[i] = Σ_split part[split][i]` (`kq_splitk_reduce`).
     fn reduce(&self, part: &D::Buf, out: &D::Buf, mn: usize, splits: usize) -> Result<()> {
         let (grid, block) = elementwise(mn);
-        let k = Kernel::SplitkReduce {
+        let k = Kernel::SplitkReduce(args::SplitkReduce {
             part,
             out,
             mn,
             splits,
-        };
+        });
         // SAFETY: part holds splits·mn f32 (grown by the caller), out mn f32.
         unsafe { self.driver.launch(&k, grid, block) }
+    }
+
+    /// Regime A: the GEMV `kernel` (made over the split-K partials in `slot`, grown to
+    /// `splits·m·n` f32, and the chunks each split sums) on the geometry for `n × k`, then the
+    /// splits reduced into `out` (`m·n` f32).
+    fn gemv<'k>(
+        &self,
+        slot: &'k mut Option<D::Buf>,
+        (n, k, m): (usize, usize, usize),
+        out: &D::Buf,
+        kernel: impl FnOnce(&'k D::Buf, usize) -> Kernel<'k, D::Buf>,
+    ) -> Result<()> {
+        let d = &self.driver;
+        let g = tune::gemv(d.arch(), n, k);
+        let part = grow(d, slot, g.splits * m * n * 4)?;
+        let kernel = kernel(part, g.chunks_per_split);
+        // SAFETY: part holds splits·m·n f32; m ≤ GEMV_MAX_M (check_call).
+        unsafe { d.launch(&kernel, g.grid, g.block) }?;
+        self.reduce(part, out, m * n, g.splits)
     }
 
     /// W4A16 in `regime` on device operands. Queued, not waited for.
@@ -134,10 +152,8 @@ impl<D: Driver> Device<D> {
         // n·⌈k/group⌉), x m·k activations with k % 8 == 0 (check_call: rows are read 16 bytes at
         // a time), out m·n f32.
         match regime {
-            Regime::Gemv => {
-                let g = tune::gemv(d.arch(), n, k);
-                let part = grow(d, &mut sc.part, g.splits * m * n * 4)?;
-                let kernel = Kernel::W4a16Gemv {
+            Regime::Gemv => self.gemv(&mut sc.part, (n, k, m), c.out, |part, chunks_per_split| {
+                Kernel::W4a16Gemv(args::W4a16Gemv {
                     act,
                     per_channel,
                     m,
@@ -148,16 +164,13 @@ impl<D: Driver> Device<D> {
                     n,
                     k,
                     group,
-                    chunks_per_split: g.chunks_per_split,
-                };
-                // SAFETY: part holds splits·m·n f32; m ≤ GEMV_MAX_M (check_call).
-                unsafe { d.launch(&kernel, g.grid, g.block) }?;
-                self.reduce(part, c.out, m * n, g.splits)
-            }
+                    chunks_per_split,
+                })
+            }),
             Regime::Mma => {
                 let g = tune::mma(d.arch(), n, k, m, !per_channel);
                 let part = grow(d, &mut sc.part, g.splits * m * n * 4)?;
-                let kernel = Kernel::W4a16Mma {
+                let kernel = Kernel::W4a16Mma(args::W4a16Mma {
                     act,
                     per_channel,
                     toks: g.toks,
@@ -170,7 +183,7 @@ impl<D: Driver> Device<D> {
                     k,
                     group,
                     tiles_per_split: g.tiles_per_split,
-                };
+                });
                 // SAFETY: part holds splits·m·n f32, and every (split, tok < m, row < n) of it
                 // is written.
                 unsafe { d.launch(&kernel, g.grid, g.block) }?;
@@ -178,7 +191,7 @@ impl<D: Driver> Device<D> {
             }
             Regime::Dense => {
                 let dequant = |dense: &D::Buf| {
-                    let kernel = Kernel::Dequant {
+                    let kernel = Kernel::Dequant(args::Dequant {
                         act,
                         per_channel,
                         qweight,
@@ -187,7 +200,7 @@ impl<D: Driver> Device<D> {
                         n,
                         k,
                         group,
-                    };
+                    });
                     let block = (tune::DENSE_THREADS, 1, 1);
                     // SAFETY: dense holds n·k 16-bit values (both callers size it so).
                     unsafe { d.launch(&kernel, tune::dense(n, k), block) }
@@ -214,12 +227,12 @@ impl<D: Driver> Device<D> {
                 unsafe { d.gemm(gemm, dense, x, c.out) }?;
                 if per_channel {
                     let (grid, block) = elementwise(m * n);
-                    let kernel = Kernel::ScaleCols {
+                    let kernel = Kernel::ScaleCols(args::ScaleCols {
                         out: c.out,
                         scales,
                         m,
                         n,
-                    };
+                    });
                     // SAFETY: out holds m·n f32, scales n.
                     unsafe { d.launch(&kernel, grid, block) }?;
                 }
@@ -243,22 +256,20 @@ impl<D: Driver> Device<D> {
         let xq = grow(d, &mut sc.xq, m * kp)?;
         let xs = grow(d, &mut sc.xs, m * 4)?;
         let xsum = grow(d, &mut sc.xsum, m * 4)?;
-        let kernel = Kernel::QuantActI8 {
+        let kernel = Kernel::QuantActI8(args::QuantActI8 {
             act: c.act,
             x: c.x,
             xq,
             xs,
             xsum,
             k,
-        };
+        });
         // SAFETY: one block per token: x holds m·k values, xq m rows of kp bytes (16-byte
         // aligned rows), xs and xsum m each.
         unsafe { d.launch(&kernel, (m as u32, 1, 1), (THREADS, 1, 1)) }?;
         match regime {
-            Regime::Gemv => {
-                let g = tune::gemv(d.arch(), n, k);
-                let part = grow(d, &mut sc.part, g.splits * m * n * 4)?;
-                let kernel = Kernel::W4a8Gemv {
+            Regime::Gemv => self.gemv(&mut sc.part, (n, k, m), c.out, |part, chunks_per_split| {
+                Kernel::W4a8Gemv(args::W4a8Gemv {
                     m,
                     qweight,
                     scales,
@@ -268,16 +279,13 @@ impl<D: Driver> Device<D> {
                     part,
                     n,
                     k,
-                    chunks_per_split: g.chunks_per_split,
-                };
-                // SAFETY: part holds splits·m·n f32; m ≤ GEMV_MAX_M (check_call).
-                unsafe { d.launch(&kernel, g.grid, g.block) }?;
-                self.reduce(part, c.out, m * n, g.splits)
-            }
+                    chunks_per_split,
+                })
+            }),
             Regime::Mma | Regime::Dense => {
                 let g = tune::mma(d.arch(), n, k, m, false);
                 let part = grow(d, &mut sc.part_i, g.splits * m * n * 4)?;
-                let kernel = Kernel::W4a8Mma {
+                let kernel = Kernel::W4a8Mma(args::W4a8Mma {
                     toks: g.toks,
                     qweight,
                     xq,
@@ -286,11 +294,11 @@ impl<D: Driver> Device<D> {
                     n,
                     k,
                     tiles_per_split: g.tiles_per_split,
-                };
+                });
                 // SAFETY: part holds splits·m·n int32, every (split, tok < m, row < n) written.
                 unsafe { d.launch(&kernel, g.grid, g.block) }?;
                 let (grid, block) = elementwise(m * n);
-                let kernel = Kernel::W4a8Reduce {
+                let kernel = Kernel::W4a8Reduce(args::W4a8Reduce {
                     part,
                     scales,
                     xs,
@@ -299,7 +307,7 @@ impl<D: Driver> Device<D> {
                     m,
                     n,
                     splits: g.splits,
-                };
+                });
                 // SAFETY: part splits·m·n int32, scales n, xs and xsum m, out m·n f32.
                 unsafe { d.launch(&kernel, grid, block) }
             }
@@ -375,13 +383,13 @@ impl<D: Driver> Device<D> {
     }
 
     /// `kq_argmax_rows` over the `m·n` f32 of `y` on the device, and the `m` indices back.
-    fn argmax_of(&self, y: &D::Buf, m: usize, n: usize) -> Result<Vec<usize>> {
+    pub(super) fn argmax_of(&self, y: &D::Buf, m: usize, n: usize) -> Result<Vec<usize>> {
         let grid = u32::try_from(m)
             .ok()
             .filter(|_| m > 0 && n > 0 && i32::try_from(n).is_ok())
             .ok_or_else(|| GpuError::Unsupported("argmax", format!("{m} rows of {n}")))?;
         let idx = self.driver.alloc(m * 4)?;
-        let kernel = Kernel::ArgmaxRows { y, idx: &idx, m, n };
+        let kernel = Kernel::ArgmaxRows(args::ArgmaxRows { y, idx: &idx, m, n });
         // SAFETY: y holds m·n f32 (the caller's), idx m int32; one block of ARGMAX_THREADS
         // threads per row, the block size the kernel is written for.
         unsafe {
@@ -401,50 +409,6 @@ impl<D: Driver> Device<D> {
                     })
             })
             .collect()
-    }
-}
-
-impl<D: Driver> Device<D> {
-    /// The driver's buffer of `t`.
-    fn buf<'t>(&self, t: &'t DevTensor) -> Result<&'t D::Buf> {
-        t.get::<D::Buf>(D::BACKEND)
-    }
-
-    /// Launch a step kernel ([`ops::launch_of`]: checked first).
-    fn run_op(&self, op: &Op<'_>) -> Result<()> {
-        let warp = self.driver.arch().tune().warp;
-        let (kernel, grid, block) = ops::launch_of(op, |t| self.buf(t), warp)?;
-        // SAFETY: `Op::check` (in launch_of): every tensor holds what the kernel reads and
-        // writes at this geometry, and every index tensor's values are inside what it indexes.
-        unsafe { self.driver.launch(&kernel, grid, block) }
-    }
-
-    /// A tensor holding `data` (indices and raw bytes checked first).
-    fn upload_host(&self, data: Host<'_>) -> Result<DevTensor> {
-        data.check()?;
-        let (buf, bound) = match data {
-            Host::F32(v) => (self.driver.htod(v)?, None),
-            Host::Half(_, v) => (self.driver.htod(v)?, None),
-            Host::Index(v, bound) => (self.driver.htod(v)?, Some(bound)),
-            Host::Le(_, b) => (self.driver.htod(b)?, None),
-        };
-        Ok(DevTensor::new(
-            data.elem(),
-            data.len(),
-            bound,
-            Box::new(buf),
-        ))
-    }
-
-    /// A zeroed f32 or 16-bit tensor (index tensors are uploaded, with their bound).
-    fn zeros_of(&self, elem: Elem, len: usize) -> Result<DevTensor> {
-        if elem == Elem::I32 {
-            return Err(GpuError::Layout(
-                "index tensors are uploaded (their values checked), not allocated".into(),
-            ));
-        }
-        let buf = self.driver.alloc(len * elem.size())?;
-        Ok(DevTensor::new(elem, len, None, Box::new(buf)))
     }
 }
 
@@ -521,107 +485,5 @@ impl<D: Driver> Backend for Device<D> {
     fn dense_argmax_on(&self, w: &DeviceDense, x: &[u16], m: usize) -> Result<Vec<usize>> {
         let out = self.dense_into(w, x, m)?;
         self.argmax_of(&out, m, w.n)
-    }
-
-    fn upload_tensor(&self, data: Host<'_>) -> Result<DevTensor> {
-        self.upload_host(data)
-    }
-
-    fn zeros(&self, elem: Elem, len: usize) -> Result<DevTensor> {
-        self.zeros_of(elem, len)
-    }
-
-    fn read_f32(&self, t: &DevTensor) -> Result<Vec<f32>> {
-        if t.elem() != Elem::F32 {
-            return Err(GpuError::Layout(format!(
-                "reading a {} tensor as f32",
-                t.elem().name()
-            )));
-        }
-        self.driver.dtoh_f32(self.buf(t)?, t.len())
-    }
-
-    fn op(&self, op: &Op<'_>) -> Result<()> {
-        self.run_op(op)
-    }
-
-    fn w4a16_dev(&self, w: &DeviceW4, x: &DevTensor, m: usize, out: &DevTensor) -> Result<()> {
-        let Elem::Half(act) = x.elem() else {
-            return Err(GpuError::Layout(
-                "W4A16 activations must be bf16 or f16".into(),
-            ));
-        };
-        let regime = w.regime_on(self, m);
-        check_call(w, m * w.k, m, regime)?;
-        tensor_holds(x, m * w.k, "x")?;
-        tensor_holds(out, m * w.n, "out")?;
-        if out.elem() != Elem::F32 {
-            return Err(GpuError::Layout("W4A16 output must be f32".into()));
-        }
-        let c = Call {
-            w,
-            bufs: self.bufs(w)?,
-            x: self.buf(x)?,
-            act,
-            m,
-            out: self.buf(out)?,
-        };
-        let mut sc = self.scratch();
-        self.run_w4a16(&c, regime, &mut sc)
-    }
-
-    fn dense_dev(&self, w: &DeviceDense, x: &DevTensor, m: usize, out: &DevTensor) -> Result<()> {
-        check_dense_call(w, m * w.k, m)?;
-        if x.elem() != Elem::Half(w.dtype) || out.elem() != Elem::F32 {
-            return Err(GpuError::Layout(format!(
-                "dense GEMM of a {} weight on {} activations into {}",
-                w.dtype.name(),
-                x.elem().name(),
-                out.elem().name()
-            )));
-        }
-        tensor_holds(x, m * w.k, "x")?;
-        tensor_holds(out, m * w.n, "out")?;
-        let DenseBuf(wd) = w.get::<DenseBuf<D::Buf>>(D::BACKEND)?;
-        let g = Gemm {
-            n: w.n,
-            k: w.k,
-            m,
-            act: w.dtype,
-        };
-        // SAFETY: wd holds n·k and x at least m·k values of w.dtype, out m·n f32 (checked).
-        unsafe { self.driver.gemm(g, wd, self.buf(x)?, self.buf(out)?) }
-    }
-
-    fn argmax_dev(&self, y: &DevTensor, m: usize, n: usize) -> Result<Vec<usize>> {
-        if y.elem() != Elem::F32 {
-            return Err(GpuError::Layout("argmax of a non-f32 tensor".into()));
-        }
-        tensor_holds(y, m * n, "y")?;
-        self.argmax_of(self.buf(y)?, m, n)
-    }
-
-    fn argmax_rows(&self, y: &[f32], m: usize, n: usize) -> Result<Vec<usize>> {
-        if y.len() != m * n {
-            return Err(GpuError::Layout(format!(
-                "y has {} values, expected m·n = {}",
-                y.len(),
-                m * n
-            )));
-        }
-        let yd = self.driver.htod(y)?;
-        self.argmax_of(&yd, m, n)
-    }
-}
-
-/// `t` holds at least `need` values.
-fn tensor_holds(t: &DevTensor, need: usize, what: &str) -> Result<()> {
-    if t.len() >= need {
-        Ok(())
-    } else {
-        Err(GpuError::Layout(format!(
-            "{what} holds {} values, the call needs {need}",
-            t.len()
-        )))
     }
 }

@@ -4,25 +4,26 @@
 //! lane for the vendor's atoms ([`super::emu_mma`]), the dequant-to-dense kernel and the vendor
 //! GEMM ([`super::emu_dense`]), and here the int8 activation quantizer, the reduces, the scale
 //! epilogue and the row argmax (`kq_argmax_rows`: its per-thread scan and tree reduction), and
-//! the step kernels of a device-resident draft step ([`super::emu_ops`]). So the CPU tests run
-//! exactly the launches [`super::dispatch`] and [`super::ops`] make on a GPU; a
-//! launch whose grid leaves part of its output unwritten, or that reads or writes past a
-//! buffer, is an error here (on a GPU it would be garbage).
+//! the step kernels of a device-resident draft step (each replayed beside its op, [`super::ops`]).
+//! [`Emu::run`] dispatches one line per entry point. So the CPU tests run exactly the launches
+//! [`super::dispatch`] and [`super::ops`] make on a GPU; a launch whose grid leaves part of its
+//! output unwritten, or that reads or writes past a buffer, is an error here (on a GPU it would
+//! be garbage: [`super::emu_launch`]).
 
 use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use super::dispatch::Device;
-use super::driver::{as_bytes, from_bytes, Dim3, Driver, Gemm, Pod};
+use super::driver::{as_bytes, Dim3, Driver, Gemm, Pod};
+use super::emu_launch::{err, HostBuf, Replay};
 use super::emu_mma::Vendor;
-use super::emu_ops::{self, NormRows, Table};
 use super::layout::{words_per_row, W4Layout, CHUNK};
-use super::ops::AttendDims;
+use super::ops;
 use super::reference::argmax_before;
-use super::source::{Kernel, ARGMAX_THREADS, OPS_THREADS};
+use super::source::{args, Kernel, ARGMAX_THREADS};
 use super::tune::{self, Arch, MMA_KTILE, MMA_ROWS};
-use super::{emu_dense, emu_mma, reference, Elem, GpuError, Result};
+use super::{emu_dense, emu_mma, reference, Result};
 
 /// The kernels replayed on the CPU with `vendor`'s atoms and launch geometry.
 pub struct Emu {
@@ -65,61 +66,6 @@ impl Device<Emu> {
     /// The host ↔ device copies so far.
     pub fn transfers(&self) -> Transfers {
         *self.driver().transfers.lock().expect("transfers")
-    }
-}
-
-fn err(msg: String) -> GpuError {
-    GpuError::Backend {
-        backend: "cpu",
-        msg,
-    }
-}
-
-/// "Device" bytes in host memory.
-pub struct HostBuf(Mutex<Vec<u8>>);
-
-impl HostBuf {
-    /// The first `n` values, or an error if the buffer is smaller.
-    fn read<T: Pod>(&self, n: usize) -> Result<Vec<T>> {
-        let b = self.0.lock().expect("buffer");
-        let bytes = n * std::mem::size_of::<T>();
-        if b.len() < bytes {
-            return Err(err(format!(
-                "a kernel reads {bytes} bytes of a {}-byte buffer",
-                b.len()
-            )));
-        }
-        Ok(from_bytes(&b, n))
-    }
-    /// Every whole value of type `T` the buffer holds.
-    fn all<T: Pod>(&self) -> Vec<T> {
-        from_bytes(&self.0.lock().expect("buffer"), usize::MAX)
-    }
-    /// Store `v` at the start, or an error if the buffer is smaller.
-    fn write<T: Pod>(&self, v: &[T]) -> Result<()> {
-        let mut b = self.0.lock().expect("buffer");
-        let src = as_bytes(v);
-        let len = b.len();
-        b.get_mut(..src.len())
-            .ok_or_else(|| {
-                err(format!(
-                    "a kernel writes {} bytes to a {len}-byte buffer",
-                    src.len()
-                ))
-            })?
-            .copy_from_slice(src);
-        Ok(())
-    }
-}
-
-/// `have ≥ need`, or an error naming the kernel: its grid leaves outputs unwritten.
-fn covers(kernel: &str, what: &str, have: usize, need: usize) -> Result<()> {
-    if have >= need {
-        Ok(())
-    } else {
-        Err(err(format!(
-            "{kernel}: the launch covers {have} {what}, the output needs {need}"
-        )))
     }
 }
 
@@ -166,9 +112,8 @@ impl Emu {
         }
     }
 
-    /// One launch, replayed.
+    /// One launch, replayed: one line per entry point.
     fn run(&self, kernel: &Kernel<'_, HostBuf>, grid: Dim3, block: Dim3) -> Result<()> {
-        let v = self.vendor;
         let name = kernel.name();
         *self
             .launches
@@ -176,413 +121,201 @@ impl Emu {
             .expect("launches")
             .entry(name.clone())
             .or_default() += 1;
-        let name = name.as_str();
-        let threads = grid.0 as usize * block.0 as usize;
-        match *kernel {
-            Kernel::W4a16Gemv {
-                act,
-                per_channel,
-                m,
-                qweight,
-                scales,
-                x,
-                part,
-                n,
-                k,
-                group,
-                chunks_per_split,
-            } => {
-                let splits = self.gemv(name, grid, block, (n, k), chunks_per_split)?;
-                let w = weights(name, (qweight, Some(scales)), (n, k, group), per_channel)?;
-                let x = x.read::<u16>(m * k)?;
-                let out: Vec<f32> = splits
-                    .flat_map(|c| reference::gemv_w4a16(&w, &x, act, m, c))
-                    .collect();
-                part.write(&out)
-            }
-            Kernel::W4a8Gemv {
-                m,
-                qweight,
-                scales,
-                xq,
-                xs,
-                xsum,
-                part,
-                n,
-                k,
-                chunks_per_split,
-            } => {
-                let splits = self.gemv(name, grid, block, (n, k), chunks_per_split)?;
-                let w = weights(name, (qweight, Some(scales)), (n, k, k), true)?;
-                let ap = xq.read::<i8>(m * k.div_ceil(CHUNK) * CHUNK)?;
-                let (s, sums) = (xs.read::<f32>(m)?, xsum.read::<i32>(m)?);
-                let out: Vec<f32> = splits
-                    .flat_map(|c| reference::gemv_w4a8(&w, &ap, &s, &sums, m, c))
-                    .collect();
-                part.write(&out)
-            }
-            Kernel::QuantActI8 {
-                act,
-                x,
-                xq,
-                xs,
-                xsum,
-                k,
-            } => {
-                // One block per token; the block reduces over its warps.
-                if block.0 == 0 || block.0 > 1024 || !(block.0 as usize).is_multiple_of(v.lanes()) {
-                    return Err(err(format!("{name}: block.x {}", block.0)));
-                }
-                let m = grid.0 as usize;
-                let a = reference::quantize_act_ref(&x.read::<u16>(m * k)?, act, m, k);
-                xq.write(&reference::permute_act_i8(&a, m, k))?;
-                xs.write(&a.scales)?;
-                xsum.write(&a.sums)
-            }
-            Kernel::SplitkReduce {
-                part,
-                out,
-                mn,
-                splits,
-            } => {
-                covers(name, "threads", threads, mn)?;
-                let p = part.read::<f32>(splits * mn)?;
-                let y: Vec<f32> = (0..mn)
-                    .map(|i| (0..splits).fold(0f32, |acc, s| acc + p[s * mn + i]))
-                    .collect();
-                out.write(&y)
-            }
-            Kernel::W4a16Mma {
-                act,
-                per_channel,
-                toks,
-                qweight,
-                scales,
-                x,
-                part,
-                m,
-                n,
-                k,
-                group,
-                tiles_per_split,
-            } => {
-                let g = self.mma(name, grid, block, (m, n, k), toks, tiles_per_split)?;
-                let w = weights(name, (qweight, Some(scales)), (n, k, group), per_channel)?;
-                let x = x.read::<u16>(m * k)?;
-                part.write(&emu_mma::w4a16(v, &w, &x, act, m, &g))
-            }
-            Kernel::W4a8Mma {
-                toks,
-                qweight,
-                xq,
-                part,
-                m,
-                n,
-                k,
-                tiles_per_split,
-            } => {
-                let g = self.mma(name, grid, block, (m, n, k), toks, tiles_per_split)?;
-                let w = weights(name, (qweight, None), (n, k, k), true)?;
-                let ap = xq.read::<i8>(m * k.div_ceil(CHUNK) * CHUNK)?;
-                part.write(&emu_mma::w4a8(v, &w, &ap, m, &g))
-            }
-            Kernel::W4a8Reduce {
-                part,
-                scales,
-                xs,
-                xsum,
-                out,
-                m,
-                n,
-                splits,
-            } => {
-                covers(name, "threads", threads, m * n)?;
-                let p = part.read::<i32>(splits * m * n)?;
-                let (ws, s, sums) = (
-                    scales.read::<f32>(n)?,
-                    xs.read::<f32>(m)?,
-                    xsum.read::<i32>(m)?,
-                );
-                let y: Vec<f32> = (0..m * n)
-                    .map(|i| {
-                        let (mi, ni) = (i / n, i % n);
-                        let mut t =
-                            (0..splits).fold(0i32, |acc, sp| acc.wrapping_add(p[sp * m * n + i]));
-                        t -= 8 * sums[mi];
-                        t as f32 * ws[ni] * s[mi]
-                    })
-                    .collect();
-                out.write(&y)
-            }
-            Kernel::Dequant {
-                act,
-                per_channel,
-                qweight,
-                scales,
-                dense,
-                n,
-                k,
-                group,
-            } => {
-                covers(name, "threads", threads, n * k.div_ceil(CHUNK))?;
-                let w = weights(name, (qweight, Some(scales)), (n, k, group), per_channel)?;
-                dense.write(&emu_dense::dequant(&w, act))
-            }
-            Kernel::ScaleCols { out, scales, m, n } => {
-                covers(name, "threads", threads, m * n)?;
-                let mut y = out.read::<f32>(m * n)?;
-                let s = scales.read::<f32>(n)?;
-                for row in y.chunks_mut(n) {
-                    for (v, s) in row.iter_mut().zip(&s) {
-                        *v *= s;
-                    }
-                }
-                out.write(&y)
-            }
-            Kernel::EmbedRows {
-                elem,
-                table,
-                ids,
-                out,
-                n,
-                h,
-            } => {
-                covers(name, "threads", threads, n * h)?;
-                let ids = ids.read::<i32>(n)?;
-                let y = match elem {
-                    Elem::Half(a) => emu_ops::embed(Table::Half(a, &table.all::<u16>()), &ids, h),
-                    Elem::F32 => emu_ops::embed(Table::F32(&table.all::<f32>()), &ids, h),
-                    Elem::I32 => return Err(err(format!("{name}: an int32 table"))),
-                }?;
-                out.write(&y)
-            }
-            Kernel::RmsNorm {
-                x,
-                w,
-                out,
-                n,
-                h,
-                in_ld,
-                in_off,
-                out_ld,
-                out_off,
-                eps_bits,
-            } => {
-                if block.0 != OPS_THREADS {
-                    return Err(err(format!("{name}: block {block:?}")));
-                }
-                covers(name, "rows", grid.0 as usize, n)?;
-                let xs = x.read::<f32>(n * in_ld)?;
-                let mut y = out.read::<f32>(n * out_ld)?;
-                let rows = NormRows {
-                    n,
-                    h,
-                    input: (in_ld, in_off),
-                    output: (out_ld, out_off),
-                    eps: f32::from_bits(eps_bits as u32),
-                };
-                emu_ops::rms_norm(&xs, &w.read::<f32>(h)?, &mut y, &rows);
-                out.write(&y)
-            }
-            Kernel::Rope {
-                x,
-                pos,
-                cs,
-                n,
-                heads,
-                half,
-                ld,
-                off,
-                head_ld,
-                interleaved,
-            } => {
-                covers(name, "threads", threads, n * heads * half)?;
-                let mut y = x.read::<f32>(n * ld)?;
-                let p = pos.read::<i32>(n)?;
-                let g = emu_ops::RopeAt {
-                    n,
-                    heads,
-                    half,
-                    ld,
-                    off,
-                    head_ld,
-                    interleaved: interleaved != 0,
-                };
-                emu_ops::rope(&mut y, &p, &cs.all::<f32>(), &g)?;
-                x.write(&y)
-            }
-            Kernel::CopyCols {
-                src,
-                dst,
-                n,
-                heads,
-                w,
-                src_ld,
-                src_off,
-                src_hs,
-                dst_ld,
-                dst_off,
-                dst_hs,
-            } => {
-                covers(name, "threads", threads, n * heads * w)?;
-                let s = src.read::<f32>(n * src_ld)?;
-                let mut y = dst.read::<f32>(n * dst_ld)?;
-                emu_ops::copy_cols(
-                    &s,
-                    &mut y,
-                    (n, heads, w),
-                    (src_ld, src_off, src_hs),
-                    (dst_ld, dst_off, dst_hs),
-                );
-                dst.write(&y)
-            }
-            Kernel::Attend {
-                q,
-                k0,
-                v0,
-                kd,
-                vd,
-                rows,
-                slots,
-                out,
-                m,
-                n,
-                start,
-                diag,
-                heads,
-                kv_heads,
-                dq,
-                dv,
-                scale_bits,
-            } => {
-                self.warp(name, block)?;
-                covers(name, "rows", grid.0 as usize, m)?;
-                covers(name, "heads", grid.1 as usize, heads)?;
-                let dims = AttendDims {
-                    m,
-                    n,
-                    start,
-                    diag,
-                    heads,
-                    kv_heads,
-                    dq,
-                    dv,
-                    scale: f32::from_bits(scale_bits as u32),
-                };
-                let (kw, vw) = (kv_heads * dq, kv_heads * dv);
-                let a = emu_ops::Attend {
-                    q: &q.read::<f32>(m * heads * dq)?,
-                    k0: &k0.read::<f32>((start + n) * kw)?,
-                    v0: &v0.read::<f32>((start + n) * vw)?,
-                    kd: &kd.read::<f32>(diag * n * kw)?,
-                    vd: &vd.read::<f32>(diag * n * vw)?,
-                    rows: &rows.read::<i32>(m)?,
-                    slots: &slots.read::<i32>(if diag > 0 { diag * n } else { 0 })?,
-                    dims,
-                };
-                out.write(&emu_ops::attend(&a, v.lanes())?)
-            }
-            Kernel::SiluMul { g, u, out, len } => {
-                covers(name, "threads", threads, len)?;
-                out.write(&emu_ops::silu_mul(&g.read(len)?, &u.read(len)?))
-            }
-            Kernel::Add { a, b, out, len } => {
-                covers(name, "threads", threads, len)?;
-                let (a, b) = (a.read::<f32>(len)?, b.read::<f32>(len)?);
-                let y: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
-                out.write(&y)
-            }
-            Kernel::ToAct { act, x, y, len } => {
-                covers(name, "threads", threads, len)?;
-                y.write(&emu_ops::to_act(&x.read::<f32>(len)?, act))
-            }
-            Kernel::GatherRows {
-                src,
-                idx,
-                dst,
-                m,
-                w,
-                dst_off,
-            } => {
-                covers(name, "threads", threads, m * w)?;
-                let rows = emu_ops::gather(&src.all::<f32>(), &idx.read::<i32>(m)?, w)?;
-                let mut y = dst.read::<f32>(dst_off + m * w)?;
-                y[dst_off..].copy_from_slice(&rows);
-                dst.write(&y)
-            }
-            Kernel::ArgmaxRows { y, idx, m, n } => {
-                if block != (ARGMAX_THREADS, 1, 1) {
-                    return Err(err(format!("{name}: block {block:?}")));
-                }
-                covers(name, "rows", grid.0 as usize, m)?;
-                let y = y.read::<f32>(m * n)?;
-                let out: Vec<i32> = y
-                    .chunks(n.max(1))
-                    .take(m)
-                    .map(|row| argmax_block(row, ARGMAX_THREADS as usize))
-                    .collect();
-                idx.write(&out)
-            }
-        }
-    }
-
-    /// One warp / wavefront along `threadIdx.x`, as the GEMV and MMA kernels are written.
-    fn warp(&self, name: &str, block: Dim3) -> Result<()> {
-        let lanes = self.vendor.lanes();
-        if block.0 as usize == lanes {
-            Ok(())
-        } else {
-            Err(err(format!(
-                "{name}: block.x {}, the warp is {lanes}",
-                block.0
-            )))
-        }
-    }
-
-    /// A GEMV launch's K split as the kernel sees it (the chunks each `blockIdx.y` sums),
-    /// checked to cover every row and chunk.
-    fn gemv(
-        &self,
-        name: &str,
-        grid: Dim3,
-        block: Dim3,
-        (n, k): (usize, usize),
-        chunks_per_split: usize,
-    ) -> Result<impl Iterator<Item = Range<usize>>> {
-        self.warp(name, block)?;
-        let kchunks = k.div_ceil(CHUNK);
-        covers(name, "rows", grid.0 as usize * block.1 as usize, n)?;
-        covers(name, "chunks", grid.1 as usize * chunks_per_split, kchunks)?;
-        Ok((0..grid.1 as usize).map(move |s| {
-            let c0 = (s * chunks_per_split).min(kchunks);
-            c0..(c0 + chunks_per_split).min(kchunks)
-        }))
-    }
-
-    /// An MMA launch's geometry as the kernel sees it, checked to cover every row, k-tile and
-    /// token.
-    fn mma(
-        &self,
-        name: &str,
-        grid: Dim3,
-        block: Dim3,
-        (m, n, k): (usize, usize, usize),
-        toks: usize,
-        tiles_per_split: usize,
-    ) -> Result<tune::Mma> {
-        self.warp(name, block)?;
-        let (gx, gy, gz) = (grid.0 as usize, grid.1 as usize, grid.2 as usize);
-        covers(name, "rows", gx * MMA_ROWS * block.1 as usize, n)?;
-        covers(name, "k-tiles", gy * tiles_per_split, k.div_ceil(MMA_KTILE))?;
-        covers(name, "tokens", gz * toks, m)?;
-        Ok(tune::Mma {
-            block,
+        let r = Replay {
+            name: &name,
             grid,
-            splits: gy,
-            tiles_per_split,
-            toks,
-        })
+            block,
+            vendor: self.vendor,
+        };
+        match kernel {
+            Kernel::W4a16Gemv(k) => w4a16_gemv(k, &r),
+            Kernel::W4a8Gemv(k) => w4a8_gemv(k, &r),
+            Kernel::QuantActI8(k) => quant_act_i8(k, &r),
+            Kernel::SplitkReduce(k) => splitk_reduce(k, &r),
+            Kernel::W4a16Mma(k) => w4a16_mma(k, &r),
+            Kernel::W4a8Mma(k) => w4a8_mma(k, &r),
+            Kernel::W4a8Reduce(k) => w4a8_reduce(k, &r),
+            Kernel::Dequant(k) => dequant(k, &r),
+            Kernel::ScaleCols(k) => scale_cols(k, &r),
+            Kernel::ArgmaxRows(k) => argmax_rows(k, &r),
+            Kernel::EmbedRows(k) => ops::Embed::replay(k, &r),
+            Kernel::RmsNorm(k) => ops::RmsNorm::replay(k, &r),
+            Kernel::Rope(k) => ops::Rope::replay(k, &r),
+            Kernel::CopyCols(k) => ops::CopyCols::replay(k, &r),
+            Kernel::Attend(k) => ops::Attend::replay(k, &r),
+            Kernel::SiluMul(k) => ops::SiluMul::replay(k, &r),
+            Kernel::Add(k) => ops::Add::replay(k, &r),
+            Kernel::ToAct(k) => ops::ToAct::replay(k, &r),
+            Kernel::GatherRows(k) => ops::Gather::replay(k, &r),
+        }
     }
+}
+
+/// Regime A's W4A16 GEMV: each split's partial sums ([`reference::gemv_w4a16`]).
+fn w4a16_gemv(k: &args::W4a16Gemv<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
+    let splits = gemv_splits(r, (k.n, k.k), k.chunks_per_split)?;
+    let shape = (k.n, k.k, k.group);
+    let w = weights(r.name, (k.qweight, Some(k.scales)), shape, k.per_channel)?;
+    let x = k.x.read::<u16>(k.m * k.k)?;
+    let out: Vec<f32> = splits
+        .flat_map(|c| reference::gemv_w4a16(&w, &x, k.act, k.m, c))
+        .collect();
+    k.part.write(&out)
+}
+
+/// Regime A's W4A8 GEMV on the int8 activations ([`reference::gemv_w4a8`]).
+fn w4a8_gemv(k: &args::W4a8Gemv<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
+    let splits = gemv_splits(r, (k.n, k.k), k.chunks_per_split)?;
+    let w = weights(r.name, (k.qweight, Some(k.scales)), (k.n, k.k, k.k), true)?;
+    let ap = k.xq.read::<i8>(k.m * k.k.div_ceil(CHUNK) * CHUNK)?;
+    let (s, sums) = (k.xs.read::<f32>(k.m)?, k.xsum.read::<i32>(k.m)?);
+    let out: Vec<f32> = splits
+        .flat_map(|c| reference::gemv_w4a8(&w, &ap, &s, &sums, k.m, c))
+        .collect();
+    k.part.write(&out)
+}
+
+/// `kq_quant_act_i8_*`: one block per token; the block reduces over its warps.
+fn quant_act_i8(k: &args::QuantActI8<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
+    let block = r.block;
+    if block.0 == 0 || block.0 > 1024 || !(block.0 as usize).is_multiple_of(r.lanes()) {
+        return Err(r.err(format_args!("block.x {}", block.0)));
+    }
+    let m = r.grid.0 as usize;
+    let a = reference::quantize_act_ref(&k.x.read::<u16>(m * k.k)?, k.act, m, k.k);
+    k.xq.write(&reference::permute_act_i8(&a, m, k.k))?;
+    k.xs.write(&a.scales)?;
+    k.xsum.write(&a.sums)
+}
+
+/// `kq_splitk_reduce`: the splits' partial sums added in split order.
+fn splitk_reduce(k: &args::SplitkReduce<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
+    let (mn, splits) = (k.mn, k.splits);
+    r.threads_cover(mn)?;
+    let p = k.part.read::<f32>(splits * mn)?;
+    let y: Vec<f32> = (0..mn)
+        .map(|i| (0..splits).fold(0f32, |acc, s| acc + p[s * mn + i]))
+        .collect();
+    k.out.write(&y)
+}
+
+/// Regime B's W4A16 MMA, lane by lane ([`emu_mma::w4a16`]).
+fn w4a16_mma(k: &args::W4a16Mma<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
+    let g = mma_geometry(r, (k.m, k.n, k.k), k.toks, k.tiles_per_split)?;
+    let shape = (k.n, k.k, k.group);
+    let w = weights(r.name, (k.qweight, Some(k.scales)), shape, k.per_channel)?;
+    let x = k.x.read::<u16>(k.m * k.k)?;
+    k.part
+        .write(&emu_mma::w4a16(r.vendor, &w, &x, k.act, k.m, &g))
+}
+
+/// The int8 MMA, lane by lane ([`emu_mma::w4a8`]): exact int32 partials, no scales.
+fn w4a8_mma(k: &args::W4a8Mma<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
+    let g = mma_geometry(r, (k.m, k.n, k.k), k.toks, k.tiles_per_split)?;
+    let w = weights(r.name, (k.qweight, None), (k.n, k.k, k.k), true)?;
+    let ap = k.xq.read::<i8>(k.m * k.k.div_ceil(CHUNK) * CHUNK)?;
+    k.part.write(&emu_mma::w4a8(r.vendor, &w, &ap, k.m, &g))
+}
+
+/// `kq_w4a8_reduce`: the int32 partials summed (wrapping, as the kernel's int adds), the
+/// zero-point term taken off, then both scales.
+fn w4a8_reduce(k: &args::W4a8Reduce<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
+    let (m, n, splits) = (k.m, k.n, k.splits);
+    r.threads_cover(m * n)?;
+    let p = k.part.read::<i32>(splits * m * n)?;
+    let (ws, s, sums) = (
+        k.scales.read::<f32>(n)?,
+        k.xs.read::<f32>(m)?,
+        k.xsum.read::<i32>(m)?,
+    );
+    let y: Vec<f32> = (0..m * n)
+        .map(|i| {
+            let (mi, ni) = (i / n, i % n);
+            let mut t = (0..splits).fold(0i32, |acc, sp| acc.wrapping_add(p[sp * m * n + i]));
+            t -= 8 * sums[mi];
+            t as f32 * ws[ni] * s[mi]
+        })
+        .collect();
+    k.out.write(&y)
+}
+
+/// Regime C's dequantization to a dense matrix ([`emu_dense::dequant`]).
+fn dequant(k: &args::Dequant<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
+    r.threads_cover(k.n * k.k.div_ceil(CHUNK))?;
+    let shape = (k.n, k.k, k.group);
+    let w = weights(r.name, (k.qweight, Some(k.scales)), shape, k.per_channel)?;
+    k.dense.write(&emu_dense::dequant(&w, k.act))
+}
+
+/// `kq_scale_cols`: each column of `[m, n]` times its scale, in place.
+fn scale_cols(k: &args::ScaleCols<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
+    let (m, n) = (k.m, k.n);
+    r.threads_cover(m * n)?;
+    let mut y = k.out.read::<f32>(m * n)?;
+    let s = k.scales.read::<f32>(n)?;
+    for row in y.chunks_mut(n) {
+        for (v, s) in row.iter_mut().zip(&s) {
+            *v *= s;
+        }
+    }
+    k.out.write(&y)
+}
+
+/// `kq_argmax_rows`: one block of [`ARGMAX_THREADS`] per row ([`argmax_block`]).
+fn argmax_rows(k: &args::ArgmaxRows<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
+    if r.block != (ARGMAX_THREADS, 1, 1) {
+        return Err(r.err(format_args!("block {:?}", r.block)));
+    }
+    let (m, n) = (k.m, k.n);
+    r.rows_cover(m)?;
+    let y = k.y.read::<f32>(m * n)?;
+    let out: Vec<i32> = y
+        .chunks(n.max(1))
+        .take(m)
+        .map(|row| argmax_block(row, ARGMAX_THREADS as usize))
+        .collect();
+    k.idx.write(&out)
+}
+
+/// A GEMV launch's K split as the kernel sees it (the chunks each `blockIdx.y` sums), checked
+/// to cover every row and chunk.
+fn gemv_splits(
+    r: &Replay<'_>,
+    (n, k): (usize, usize),
+    chunks_per_split: usize,
+) -> Result<impl Iterator<Item = Range<usize>>> {
+    r.warp()?;
+    let kchunks = k.div_ceil(CHUNK);
+    let (grid, block) = (r.grid, r.block);
+    r.covers("rows", grid.0 as usize * block.1 as usize, n)?;
+    r.covers("chunks", grid.1 as usize * chunks_per_split, kchunks)?;
+    Ok((0..grid.1 as usize).map(move |s| {
+        let c0 = (s * chunks_per_split).min(kchunks);
+        c0..(c0 + chunks_per_split).min(kchunks)
+    }))
+}
+
+/// An MMA launch's geometry as the kernel sees it, checked to cover every row, k-tile and
+/// token.
+fn mma_geometry(
+    r: &Replay<'_>,
+    (m, n, k): (usize, usize, usize),
+    toks: usize,
+    tiles_per_split: usize,
+) -> Result<tune::Mma> {
+    r.warp()?;
+    let (grid, block) = (r.grid, r.block);
+    let (gx, gy, gz) = (grid.0 as usize, grid.1 as usize, grid.2 as usize);
+    r.covers("rows", gx * MMA_ROWS * block.1 as usize, n)?;
+    r.covers("k-tiles", gy * tiles_per_split, k.div_ceil(MMA_KTILE))?;
+    r.covers("tokens", gz * toks, m)?;
+    Ok(tune::Mma {
+        block,
+        grid,
+        splits: gy,
+        tiles_per_split,
+        toks,
+    })
 }
 
 /// One block of `kq_argmax_rows` over `row`: thread `t` scans columns `t, t + threads, …`, then
@@ -689,6 +422,153 @@ impl Driver for Emu {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::ops::{AttendDims, Host, Op, Strided};
+    use crate::gpu::{Act, CpuEmu, Elem, Tensors};
+
+    /// #38.11: geometries whose sizes wrap a `usize` are refused, never checked as the wrapped
+    /// (small) product: a `kq_rope` of 2^62 + 1 heads used to pass and read outside its tensor.
+    #[test]
+    fn wrapping_geometries_are_refused() {
+        let d = CpuEmu::nvidia();
+        let x = d.upload_tensor(Host::F32(&[0.5; 16])).unwrap();
+        let cs = d.upload_tensor(Host::F32(&[1.0; 8])).unwrap();
+        let pos = d.upload_tensor(Host::Index(&[0, 1], 2)).unwrap();
+        let big = (1usize << 62) + 1;
+        for (heads, head_ld, half, ld) in [
+            // (heads-1)·head_ld wraps to 0: the row end looks like 2·half.
+            (big, 4, 1, 16),
+            (2, 1usize << 63, 1, 16),
+            // Overlapping heads (head_ld 0) whose launch covers 2^62 threads.
+            (big, 0, 1, 16),
+            (2, 2, usize::MAX / 2 + 1, 16),
+        ] {
+            let rope = Op::Rope(ops::Rope {
+                x: &x,
+                pos: &pos,
+                cs: &cs,
+                n: 1,
+                heads,
+                half,
+                at: Strided { ld, off: 0 },
+                head_ld,
+                interleaved: false,
+            });
+            let e = d.op(&rope).err().unwrap_or_else(|| {
+                panic!("rope {heads} heads every {head_ld} of {half} pairs passed")
+            });
+            let _ = e.to_string();
+        }
+        let copy = Op::CopyCols(ops::CopyCols {
+            src: &x,
+            dst: &x,
+            n: 1,
+            heads: big,
+            w: 1,
+            from: (Strided { ld: 16, off: 0 }, 4),
+            to: (Strided { ld: 16, off: 0 }, 4),
+        });
+        assert!(d.op(&copy).is_err());
+        let norm = Op::RmsNorm(ops::RmsNorm {
+            x: &x,
+            w: &x,
+            out: &x,
+            n: 1,
+            h: 4,
+            eps: 1e-6,
+            input: Strided {
+                ld: 16,
+                off: usize::MAX - 1,
+            },
+            output: Strided { ld: 16, off: 0 },
+        });
+        assert!(d.op(&norm).is_err());
+        assert!(d.launches().is_empty(), "{:?}", d.launches());
+    }
+
+    /// A bad size, element type or index bound is an error before any launch.
+    #[test]
+    fn ops_that_would_read_or_write_outside_their_tensors_are_refused() {
+        let d = CpuEmu::nvidia();
+        let f = |v: &[f32]| d.upload_tensor(Host::F32(v)).unwrap();
+        let table = f(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]); // 3 rows of 2
+        let out = d.zeros(Elem::F32, 4).unwrap();
+        let ok_ids = d.upload_tensor(Host::Index(&[2, 0], 3)).unwrap();
+        let embed = |ids, out, n| {
+            Op::Embed(ops::Embed {
+                table: &table,
+                ids,
+                out,
+                n,
+                h: 2,
+            })
+        };
+        d.op(&embed(&ok_ids, &out, 2)).unwrap();
+        assert_eq!(d.read_f32(&out).unwrap(), [5.0, 6.0, 1.0, 2.0]);
+        // An index past its bound is refused at upload; a bound past the table at the op.
+        let e = d.upload_tensor(Host::Index(&[3], 3)).err().unwrap();
+        assert!(e.to_string().contains("index 3 outside 0..3"), "{e}");
+        assert!(d.upload_tensor(Host::Index(&[-1], 3)).is_err());
+        let wide = d.upload_tensor(Host::Index(&[0, 1], 4)).unwrap();
+        let e = d.op(&embed(&wide, &out, 2)).err().unwrap();
+        assert!(e.to_string().contains("indices up to 4"), "{e}");
+        // Too few ids, too small an output, an output of the wrong type.
+        assert!(d.op(&embed(&ok_ids, &out, 3)).is_err());
+        let small = d.zeros(Elem::F32, 3).unwrap();
+        assert!(d.op(&embed(&ok_ids, &small, 2)).is_err());
+        let half = d.zeros(Elem::Half(Act::Bf16), 4).unwrap();
+        assert!(d.op(&embed(&ok_ids, &half, 2)).is_err());
+        // Index tensors come from the host only; raw bytes must be whole values.
+        assert!(d.zeros(Elem::I32, 4).is_err());
+        assert!(d.upload_tensor(Host::Le(Elem::F32, &[0u8; 6])).is_err());
+        // A norm row that runs past its stride.
+        let x = f(&[1.0; 8]);
+        let norm = Op::RmsNorm(ops::RmsNorm {
+            x: &x,
+            w: &table,
+            out: &x,
+            n: 2,
+            h: 4,
+            eps: 1e-6,
+            input: Strided { ld: 4, off: 1 },
+            output: Strided { ld: 4, off: 0 },
+        });
+        assert!(d.op(&norm).is_err());
+        // Attention whose keys do not cover the rows it is asked for.
+        let dims = AttendDims {
+            m: 1,
+            n: 2,
+            start: 1,
+            diag: 0,
+            heads: 1,
+            kv_heads: 1,
+            dq: 2,
+            dv: 2,
+            scale: 1.0,
+        };
+        let rows = d.upload_tensor(Host::Index(&[1], 2)).unwrap();
+        let (q, kv) = (f(&[1.0, 0.0]), f(&[0.5; 4]));
+        let att = d.zeros(Elem::F32, 2).unwrap();
+        let e = d
+            .op(&Op::Attend(ops::Attend {
+                q: &q,
+                k0: &kv,
+                v0: &kv,
+                kd: &kv,
+                vd: &kv,
+                rows: &rows,
+                slots: &rows,
+                out: &att,
+                dims,
+            }))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("depth-0 keys"), "{e}");
+        assert!(
+            d.launches().keys().all(|k| k == "kq_embed_rows_f32"),
+            "{:?}",
+            d.launches()
+        );
+    }
 
     /// The replayed block (strided per-thread scans, then the tree) returns exactly the plain
     /// scan of `reference::argmax_ref` at every block size, on rows with ties, signed zeros,

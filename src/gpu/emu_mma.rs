@@ -366,6 +366,33 @@ impl Launch {
         }
         out
     }
+    /// The partials `(split, tok, row, value)` one warp stores from its accumulators `acc`
+    /// (`[lane][token tile][i]`) at warp tile `n0`, token tile `m0`: each lane's `i`-th value
+    /// at its row and token, `value(row, acc)`, inside the output only.
+    fn store<A: Copy, T>(
+        &self,
+        acc: &[Vec<[A; 4]>],
+        (n0, split, m0): (usize, usize, usize),
+        value: impl Fn(usize, A) -> T,
+    ) -> Vec<(usize, usize, usize, T)> {
+        let v = self.v;
+        let mut out = Vec::new();
+        for (lane, acc) in acc.iter().enumerate() {
+            for i in 0..4 {
+                let row = n0 + v.drow(lane, i);
+                if row >= self.n {
+                    continue;
+                }
+                for (t, a) in acc.iter().enumerate() {
+                    let tok = m0 + t * v.tok() + v.dtok(lane, i);
+                    if tok < self.m {
+                        out.push((split, tok, row, value(row, a[i])));
+                    }
+                }
+            }
+        }
+        out
+    }
     /// Every (warp tile, split, token tile) of the grid, in parallel; each call of `warp`
     /// returns its stored partials `(split, tok, row, value)`.
     fn run<T: Send>(
@@ -484,23 +511,9 @@ pub fn w4a16(v: Vendor, w: &W4Layout, x: &[u16], act: Act, m: usize, g: &tune::M
                 }
             }
         }
-        let mut out = Vec::new();
-        for lane in 0..lanes {
-            for i in 0..4 {
-                let row = n0 + v.drow(lane, i);
-                if row >= l.n {
-                    continue;
-                }
-                let s = if grouped { 1.0 } else { w.scales[row] };
-                for (t, a) in acc[lane].iter().enumerate() {
-                    let tok = m0 + t * v.tok() + v.dtok(lane, i);
-                    if tok < l.m {
-                        out.push((split, tok, row, a[i] * s));
-                    }
-                }
-            }
-        }
-        out
+        l.store(&acc, (n0, split, m0), |row, a| {
+            a * if grouped { 1.0 } else { w.scales[row] }
+        })
     });
     stored(&parts, l.g.splits, m, w.n, 0f32)
 }
@@ -581,22 +594,7 @@ pub fn w4a8(v: Vendor, w: &W4Layout, ap: &[i8], m: usize, g: &tune::Mma) -> Vec<
                 }
             }
         }
-        let mut out = Vec::new();
-        for lane in 0..lanes {
-            for i in 0..4 {
-                let row = n0 + v.drow(lane, i);
-                if row >= l.n {
-                    continue;
-                }
-                for (t, av) in acc[lane].iter().enumerate() {
-                    let tok = m0 + t * v.tok() + v.dtok(lane, i);
-                    if tok < l.m {
-                        out.push((split, tok, row, av[i]));
-                    }
-                }
-            }
-        }
-        out
+        l.store(&acc, (n0, split, m0), |_, a| a)
     });
     stored(&parts, l.g.splits, m, w.n, 0i32)
 }

@@ -21,8 +21,8 @@ pub mod dispatch;
 pub mod driver;
 pub mod emu;
 pub mod emu_dense;
+pub mod emu_launch;
 pub mod emu_mma;
-pub mod emu_ops;
 pub mod fragment;
 pub mod layout;
 pub mod linear;
@@ -30,6 +30,7 @@ pub mod module_cache;
 pub mod ops;
 pub mod reference;
 pub mod source;
+pub mod tensors;
 pub mod tune;
 
 #[cfg(feature = "cuda")]
@@ -46,6 +47,7 @@ pub use emu::CpuEmu;
 pub use layout::W4Layout;
 pub use linear::{DeviceLinear, DeviceLinears};
 pub use ops::{AttendDims, DevTensor, Host, Op, Strided};
+pub use tensors::Tensors;
 pub use tune::{Arch, Regime};
 
 /// Errors of the GPU path (layout checks, missing runtime, driver/compiler failures).
@@ -190,8 +192,11 @@ impl DeviceW4 {
     }
 }
 
-/// One device that runs the kernels: `y [m, n] (f32) = x [m, k] · Wᵀ`.
-pub trait Backend: Send + Sync {
+/// One device that runs the kernels, by what it serves: here its linears — `y [m, n] (f32) =
+/// x [m, k] · Wᵀ` on host slices (weights uploaded once; W4A16 and W4A8 in a regime, the dense
+/// vendor GEMM, each with its row-argmax variant); its device tensors and the step ops over
+/// them are [`Tensors`] (a supertrait: every backend has both).
+pub trait Backend: Tensors {
     /// Human name, with the device (e.g. `cuda:0 (sm_90)`).
     fn name(&self) -> String;
     /// The tuning row this device launches with (regime thresholds, geometry).
@@ -246,24 +251,19 @@ pub trait Backend: Send + Sync {
     /// [`Backend::dense_on`], then each row's argmax on the device: `m` indices come back.
     fn dense_argmax_on(&self, w: &DeviceDense, x: &[u16], m: usize) -> Result<Vec<usize>>;
     /// `kq_argmax_rows` over `y [m, n]` (uploaded first): each row's index of its largest value,
-    /// a NaN counting as the largest, the first on ties (`reference::argmax_ref`).
-    fn argmax_rows(&self, y: &[f32], m: usize, n: usize) -> Result<Vec<usize>>;
-    /// A device tensor holding `data` (an index tensor's values checked against its bound).
-    fn upload_tensor(&self, data: Host<'_>) -> Result<DevTensor>;
-    /// A zeroed f32 or 16-bit tensor of `len` values.
-    fn zeros(&self, elem: Elem, len: usize) -> Result<DevTensor>;
-    /// The f32 values of a tensor, after the queued work.
-    fn read_f32(&self, t: &DevTensor) -> Result<Vec<f32>>;
-    /// Queue one step kernel ([`Op::check`] first: a bad size or bound is an error, not a
-    /// launch).
-    fn op(&self, op: &Op<'_>) -> Result<()>;
-    /// W4A16 on tensors: `out [m, n]` f32 = `x [m, k]` (16-bit, the dtype the kernels read) ·
-    /// Wᵀ, in the regime for `m`.
-    fn w4a16_dev(&self, w: &DeviceW4, x: &DevTensor, m: usize, out: &DevTensor) -> Result<()>;
-    /// The dense path on tensors: `out [m, n]` f32 = `x [m, k]` (in the weight's dtype) · Wᵀ.
-    fn dense_dev(&self, w: &DeviceDense, x: &DevTensor, m: usize, out: &DevTensor) -> Result<()>;
-    /// Each row's argmax of `y [m, n]` (f32), reduced on the device: `m` indices come back.
-    fn argmax_dev(&self, y: &DevTensor, m: usize, n: usize) -> Result<Vec<usize>>;
+    /// a NaN counting as the largest, the first on ties (`reference::argmax_ref`). The same
+    /// product as [`Tensors::argmax_dev`], from the host.
+    fn argmax_rows(&self, y: &[f32], m: usize, n: usize) -> Result<Vec<usize>> {
+        if y.len() != m * n {
+            return Err(GpuError::Layout(format!(
+                "y has {} values, expected m·n = {}",
+                y.len(),
+                m * n
+            )));
+        }
+        let yd = self.upload_tensor(Host::F32(y))?;
+        self.argmax_dev(&yd, m, n)
+    }
     /// The regime this device uses for `m` tokens.
     fn regime(&self, m: usize) -> Regime {
         tune::regime(self.arch(), m)

@@ -117,19 +117,29 @@ macro_rules! kernels {
         $(#[doc = $doc:literal])*
         $v:ident { $($meta:ident: $mt:ty),*; ptr $($buf:ident),*; int $($int:ident),* }
     )*) => {
+        /// Each entry point's arguments, one struct per entry point named as its [`Kernel`]
+        /// variant: the fields its name is made of, its device buffers `B` and its `int`s.
+        pub mod args {
+            use crate::gpu::{Act, Elem};
+            $(
+                $(#[doc = $doc])*
+                pub struct $v<'a, B> { $(pub $meta: $mt,)* $(pub $buf: &'a B,)* $(pub $int: usize,)* }
+            )*
+        }
+
         /// One launch of an entry point of [`module`]: which instantiation, and its arguments
         /// (device buffers `B` and `int`s; what sizes they need is the launcher's business,
-        /// [`super::dispatch`]).
+        /// [`super::dispatch`] and [`super::ops`]).
         pub enum Kernel<'a, B> {
-            $($(#[doc = $doc])* $v { $($meta: $mt,)* $($buf: &'a B,)* $($int: usize,)* },)*
+            $($(#[doc = $doc])* $v(args::$v<'a, B>),)*
         }
 
         impl<'a, B> Kernel<'a, B> {
             /// The arguments in the C signature's order (`int`s as the kernels take them).
             pub fn args(&self) -> Vec<Arg<'a, B>> {
-                match *self {
-                    $(Kernel::$v { $($buf,)* $($int,)* .. } => {
-                        vec![$(Arg::Buf($buf),)* $(Arg::Int($int as i32),)*]
+                match self {
+                    $(Kernel::$v(a) => {
+                        vec![$(Arg::Buf(a.$buf),)* $(Arg::Int(a.$int as i32),)*]
                     })*
                 }
             }
@@ -269,38 +279,26 @@ kernels! {
 impl<B> Kernel<'_, B> {
     /// The entry point's name.
     pub fn name(&self) -> String {
-        match *self {
-            Kernel::W4a16Gemv {
-                act,
-                per_channel,
-                m,
-                ..
-            } => w4a16_name(act, per_channel, m),
-            Kernel::W4a8Gemv { m, .. } => w4a8_name(m),
-            Kernel::QuantActI8 { act, .. } => quant_act_name(act),
-            Kernel::SplitkReduce { .. } => SPLITK_REDUCE.into(),
-            Kernel::W4a16Mma {
-                act,
-                per_channel,
-                toks,
-                ..
-            } => w4a16_mma_name(act, per_channel, toks),
-            Kernel::W4a8Mma { toks, .. } => w4a8_mma_name(toks),
-            Kernel::W4a8Reduce { .. } => W4A8_REDUCE.into(),
-            Kernel::Dequant {
-                act, per_channel, ..
-            } => dequant_name(act, per_channel),
-            Kernel::ScaleCols { .. } => SCALE_COLS.into(),
-            Kernel::ArgmaxRows { .. } => ARGMAX_ROWS.into(),
-            Kernel::EmbedRows { elem, .. } => embed_name(elem),
-            Kernel::RmsNorm { .. } => RMS_NORM.into(),
-            Kernel::Rope { .. } => ROPE.into(),
-            Kernel::CopyCols { .. } => COPY_COLS.into(),
-            Kernel::Attend { .. } => ATTEND.into(),
-            Kernel::SiluMul { .. } => SILU_MUL.into(),
-            Kernel::Add { .. } => ADD.into(),
-            Kernel::ToAct { act, .. } => to_act_name(act),
-            Kernel::GatherRows { .. } => GATHER_ROWS.into(),
+        match self {
+            Kernel::W4a16Gemv(a) => w4a16_name(a.act, a.per_channel, a.m),
+            Kernel::W4a8Gemv(a) => w4a8_name(a.m),
+            Kernel::QuantActI8(a) => quant_act_name(a.act),
+            Kernel::SplitkReduce(_) => SPLITK_REDUCE.into(),
+            Kernel::W4a16Mma(a) => w4a16_mma_name(a.act, a.per_channel, a.toks),
+            Kernel::W4a8Mma(a) => w4a8_mma_name(a.toks),
+            Kernel::W4a8Reduce(_) => W4A8_REDUCE.into(),
+            Kernel::Dequant(a) => dequant_name(a.act, a.per_channel),
+            Kernel::ScaleCols(_) => SCALE_COLS.into(),
+            Kernel::ArgmaxRows(_) => ARGMAX_ROWS.into(),
+            Kernel::EmbedRows(a) => embed_name(a.elem),
+            Kernel::RmsNorm(_) => RMS_NORM.into(),
+            Kernel::Rope(_) => ROPE.into(),
+            Kernel::CopyCols(_) => COPY_COLS.into(),
+            Kernel::Attend(_) => ATTEND.into(),
+            Kernel::SiluMul(_) => SILU_MUL.into(),
+            Kernel::Add(_) => ADD.into(),
+            Kernel::ToAct(a) => to_act_name(a.act),
+            Kernel::GatherRows(_) => GATHER_ROWS.into(),
         }
     }
 }

@@ -8,10 +8,14 @@
 
 use std::sync::Arc;
 
-use crate::gpu::{self, Backend, DevTensor, Elem, GpuError, Host, Op, Strided};
+use crate::gpu::ops::{self, AttendDims, Op};
+use crate::gpu::{self, Backend, DevTensor, Elem, GpuError, Host, Strided};
 use crate::io::Dtype;
 use crate::runtime::embed::{Embedding, Stored};
 use crate::runtime::linears::{DeviceLayer, Exec, Linear, Step};
+
+/// A SwiGLU MLP's linears on the device: `(gate, up, down)`.
+pub type Mlp<'a> = (DeviceLayer<'a>, DeviceLayer<'a>, DeviceLayer<'a>);
 
 /// A step's result, or the stage that failed and why.
 pub type Staged<T> = Result<T, (&'static str, GpuError)>;
@@ -98,6 +102,11 @@ pub struct Run<'d> {
 }
 
 impl Run<'_> {
+    /// Queue one step op, a failure named `stage`.
+    pub fn op<'t>(&self, op: impl Into<Op<'t>>, stage: &'static str) -> Staged<()> {
+        self.dev.op(&op.into()).at(stage)
+    }
+
     pub fn f32(&self, v: &[f32], stage: &'static str) -> Staged<DevTensor> {
         self.dev.upload_tensor(Host::F32(v)).at(stage)
     }
@@ -131,7 +140,7 @@ impl Run<'_> {
     ) -> Staged<DevTensor> {
         let len = x.len();
         let xa = self.dev.zeros(Elem::Half(l.act()), len).at(stage)?;
-        self.dev.op(&Op::ToAct { x, y: &xa, len }).at(stage)?;
+        self.op(ops::ToAct { x, y: &xa, len }, stage)?;
         l.forward(&xa, m).at(stage)
     }
 
@@ -144,15 +153,16 @@ impl Run<'_> {
         h: usize,
     ) -> Staged<DevTensor> {
         let out = self.zeros(n * h, "embedding")?;
-        self.dev
-            .op(&Op::Embed {
+        self.op(
+            ops::Embed {
                 table,
                 ids,
                 out: &out,
                 n,
                 h,
-            })
-            .at("embedding")?;
+            },
+            "embedding",
+        )?;
         Ok(out)
     }
 
@@ -165,16 +175,17 @@ impl Run<'_> {
         w: usize,
     ) -> Staged<DevTensor> {
         let out = self.zeros(m * w, "gather")?;
-        self.dev
-            .op(&Op::Gather {
+        self.op(
+            ops::Gather {
                 src,
                 idx,
                 dst: &out,
                 m,
                 w,
                 dst_off: 0,
-            })
-            .at("gather")?;
+            },
+            "gather",
+        )?;
         Ok(out)
     }
 
@@ -188,8 +199,8 @@ impl Run<'_> {
         input: Strided,
         output: Strided,
     ) -> Staged<()> {
-        self.dev
-            .op(&Op::RmsNorm {
+        self.op(
+            ops::RmsNorm {
                 x,
                 w,
                 out,
@@ -198,8 +209,9 @@ impl Run<'_> {
                 eps,
                 input,
                 output,
-            })
-            .at("norm")
+            },
+            "norm",
+        )
     }
 
     /// RMSNorm of `n` whole rows of `h` into a new tensor.
@@ -217,29 +229,97 @@ impl Run<'_> {
 
     /// `out = a + b`, `len` values.
     pub fn add(&self, a: &DevTensor, b: &DevTensor, out: &DevTensor, len: usize) -> Staged<()> {
-        self.dev.op(&Op::Add { a, b, out, len }).at("residual")
+        self.op(ops::Add { a, b, out, len }, "residual")
     }
 
     /// The SwiGLU MLP on `x` (`[m, h]`): `down(silu(gate(x)) · up(x))`, `[m, h]`.
-    pub fn mlp(
-        &self,
-        (gate, up, down): (DeviceLayer<'_>, DeviceLayer<'_>, DeviceLayer<'_>),
-        x: &DevTensor,
-        m: usize,
-    ) -> Staged<DevTensor> {
+    pub fn mlp(&self, (gate, up, down): Mlp<'_>, x: &DevTensor, m: usize) -> Staged<DevTensor> {
         let g = self.linear(gate, x, m, "gate_proj")?;
         let u = self.linear(up, x, m, "up_proj")?;
         let len = g.len();
-        self.dev
-            .op(&Op::SiluMul {
+        self.op(
+            ops::SiluMul {
                 g: &g,
                 u: &u,
                 out: &g,
                 len,
-            })
-            .at("silu")?;
+            },
+            "silu",
+        )?;
         drop(u);
         self.linear(down, &g, m, "down_proj")
+    }
+
+    /// Rotary embedding in place on `n` rows of `x`, row `r` at position `pos[r]` of the table
+    /// `cs`: `heads` heads of `2·half` values, `head_ld` apart, from `at`; NeoX or interleaved
+    /// pairs.
+    pub fn rope(
+        &self,
+        x: &DevTensor,
+        (pos, cs): (&DevTensor, &DevTensor),
+        n: usize,
+        (heads, half, head_ld): (usize, usize, usize),
+        at: Strided,
+        interleaved: bool,
+    ) -> Staged<()> {
+        let op = ops::Rope {
+            x,
+            pos,
+            cs,
+            n,
+            heads,
+            half,
+            at,
+            head_ld,
+            interleaved,
+        };
+        self.op(op, "rotary")
+    }
+
+    /// Attention of the query rows `rows` of `q` over depth 0's keys and values `k0v0` and the
+    /// diagonal ones `kdvd` (each query's at `slots`): `[m, heads·dv]`.
+    pub fn attend(
+        &self,
+        q: &DevTensor,
+        (k0, v0): (&DevTensor, &DevTensor),
+        (kd, vd): (&DevTensor, &DevTensor),
+        (rows, slots): (&DevTensor, &DevTensor),
+        dims: AttendDims,
+    ) -> Staged<DevTensor> {
+        let out = self.zeros(dims.m * dims.heads * dims.dv, "attention")?;
+        let op = ops::Attend {
+            q,
+            k0,
+            v0,
+            kd,
+            vd,
+            rows,
+            slots,
+            out: &out,
+            dims,
+        };
+        self.op(op, "attention")?;
+        Ok(out)
+    }
+
+    /// The rest of a decoder layer after attention: `h1 = res + o_proj(attn)`, then
+    /// `h1 + mlp(post_norm(h1))` (`[m, h]`, epsilon `eps`).
+    pub fn layer_tail(
+        &self,
+        (o, mlp): (
+            DeviceLayer<'_>,
+            (DeviceLayer<'_>, DeviceLayer<'_>, DeviceLayer<'_>),
+        ),
+        post_norm: &DevTensor,
+        (attn, res): (&DevTensor, &DevTensor),
+        (m, h, eps): (usize, usize, f32),
+    ) -> Staged<DevTensor> {
+        let h1 = self.linear(o, attn, m, "o_proj")?;
+        self.add(&h1, res, &h1, m * h)?;
+        let xn = self.normed(&h1, post_norm, (m, h, eps))?;
+        let dn = self.mlp(mlp, &xn, m)?;
+        self.add(&h1, &dn, &dn, m * h)?;
+        Ok(dn)
     }
 
     /// The lm_head's argmax of each of the `m` rows of `x` (a block of rows at a time, so the

@@ -397,36 +397,18 @@ pub(super) fn compile(api: &Api, arch: &str) -> Result<Vec<u8>> {
             *const *const c_char,
         ) -> c_int
     );
-    let compile = sym!(
-        api.rtc,
-        "hiprtcCompileProgram",
-        unsafe extern "C" fn(Program, c_int, *const *const c_char) -> c_int
-    );
-    let log_size = sym!(
-        api.rtc,
-        "hiprtcGetProgramLogSize",
-        unsafe extern "C" fn(Program, *mut usize) -> c_int
-    );
-    let log = sym!(
-        api.rtc,
-        "hiprtcGetProgramLog",
-        unsafe extern "C" fn(Program, *mut c_char) -> c_int
-    );
-    let code_size = sym!(
-        api.rtc,
-        "hiprtcGetCodeSize",
-        unsafe extern "C" fn(Program, *mut usize) -> c_int
-    );
-    let get_code = sym!(
-        api.rtc,
-        "hiprtcGetCode",
-        unsafe extern "C" fn(Program, *mut c_char) -> c_int
-    );
-    let destroy = sym!(
-        api.rtc,
-        "hiprtcDestroyProgram",
-        unsafe extern "C" fn(*mut Program) -> c_int
-    );
+    // A hipRTC entry point returning its status (`hiprtcResult`, 0 on success).
+    macro_rules! rtc {
+        ($name:literal, $($arg:ty),*) => {
+            sym!(api.rtc, $name, unsafe extern "C" fn($($arg),*) -> c_int)
+        };
+    }
+    let compile = rtc!("hiprtcCompileProgram", Program, c_int, *const *const c_char);
+    let log_size = rtc!("hiprtcGetProgramLogSize", Program, *mut usize);
+    let log = rtc!("hiprtcGetProgramLog", Program, *mut c_char);
+    let code_size = rtc!("hiprtcGetCodeSize", Program, *mut usize);
+    let get_code = rtc!("hiprtcGetCode", Program, *mut c_char);
+    let destroy = rtc!("hiprtcDestroyProgram", *mut Program);
     let src = CString::new(super::super::source::module()).unwrap();
     let name = CString::new("kquant_kernels.cu").unwrap();
     let opts: Vec<CString> = options(arch)

@@ -16,9 +16,9 @@
 use std::sync::Arc;
 
 use super::DFlash;
-use crate::gpu::{self, AttendDims, Backend, DevTensor, GpuError, Op, Strided};
+use crate::gpu::{self, AttendDims, Backend, DevTensor, GpuError, Strided};
 use crate::runtime::linears::DeviceLayer;
-use crate::runtime::on_device::{attention_fits, layer, upload_table, At, Run, Staged};
+use crate::runtime::on_device::{attention_fits, layer, upload_table, Mlp, Run, Staged};
 
 /// One layer's linears on the device.
 struct LayerOn<'a> {
@@ -26,9 +26,7 @@ struct LayerOn<'a> {
     k: DeviceLayer<'a>,
     v: DeviceLayer<'a>,
     o: DeviceLayer<'a>,
-    gate: DeviceLayer<'a>,
-    up: DeviceLayer<'a>,
-    down: DeviceLayer<'a>,
+    mlp: Mlp<'a>,
 }
 
 /// One layer's norms on the device.
@@ -50,9 +48,7 @@ fn linears(d: &DFlash) -> Result<(DeviceLayer<'_>, Vec<LayerOn<'_>>, DeviceLayer
                 k: layer(&l.k)?,
                 v: layer(&l.v)?,
                 o: layer(&l.o)?,
-                gate: layer(&l.gate)?,
-                up: layer(&l.up)?,
-                down: layer(&l.down)?,
+                mlp: (layer(&l.gate)?, layer(&l.up)?, layer(&l.down)?),
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -189,22 +185,12 @@ impl DeviceStep {
         heads: usize,
         hd: usize,
     ) -> Staged<()> {
-        self.dev
-            .op(&Op::Rope {
-                x: t,
-                pos,
-                cs,
-                n,
-                heads,
-                half: hd / 2,
-                at: Strided {
-                    ld: heads * hd,
-                    off: 0,
-                },
-                head_ld: hd,
-                interleaved: false,
-            })
-            .at("rotary")
+        let at = Strided {
+            ld: heads * hd,
+            off: 0,
+        };
+        let geometry = (heads, hd / 2, hd);
+        self.run().rope(t, (pos, cs), n, geometry, at, false)
     }
 
     /// One block pass for the `n` consecutive roots from `r0`: the argmax of slots 1..b−1 of
@@ -222,7 +208,7 @@ impl DeviceStep {
     ) -> Staged<Vec<usize>> {
         let run = self.run();
         let (h, hd) = (d.h, d.head_dim);
-        let (qd, kvd) = (d.heads * hd, d.kv_heads * hd);
+        let kvd = d.kv_heads * hd;
         let m = n * b;
         assert!(r0 >= 1 && r0 - 1 + n <= ctx.len, "roots past the context");
         let toks = (0..n).flat_map(|j| {
@@ -264,35 +250,19 @@ impl DeviceStep {
                 run.gather(&v, &e_major, m, kvd)?,
             );
             drop((k, v));
-            let attn = run.zeros(m * qd, "attention")?;
-            self.dev
-                .op(&Op::Attend {
-                    q: &q,
-                    k0: ck,
-                    v0: cv,
-                    kd: &kd,
-                    vd: &vd,
-                    rows: &rows,
-                    slots: &slots,
-                    out: &attn,
-                    dims: AttendDims {
-                        m,
-                        n,
-                        start: r0 - 1,
-                        diag: b,
-                        heads: d.heads,
-                        kv_heads: d.kv_heads,
-                        dq: hd,
-                        dv: hd,
-                        scale: 1.0 / (hd as f32).sqrt(),
-                    },
-                })
-                .at("attention")?;
-            let o = run.linear(l.o, &attn, m, "o_proj")?;
-            run.add(&hid, &o, &hid, m * h)?;
-            let xn = run.normed(&hid, &norms.post, (m, h, d.eps))?;
-            let dn = run.mlp((l.gate, l.up, l.down), &xn, m)?;
-            run.add(&hid, &dn, &hid, m * h)?;
+            let dims = AttendDims {
+                m,
+                n,
+                start: r0 - 1,
+                diag: b,
+                heads: d.heads,
+                kv_heads: d.kv_heads,
+                dq: hd,
+                dv: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            let attn = run.attend(&q, (ck, cv), (&kd, &vd), (&rows, &slots), dims)?;
+            hid = run.layer_tail((l.o, l.mlp), &norms.post, (&attn, &hid), (m, h, d.eps))?;
         }
         // Slots 1..b−1 of every root, final-normed, through the target's lm_head.
         let sl = run.index(

@@ -15,9 +15,10 @@ use std::sync::Arc;
 
 use super::mla_attn::QProj;
 use super::{still_accepted, DepthOut, Eagle3, Feed, NOT_COMPUTED};
-use crate::gpu::{self, AttendDims, Backend, DevTensor, Elem, GpuError, Host, Op, Strided};
+use crate::gpu::ops;
+use crate::gpu::{self, AttendDims, Backend, DevTensor, Elem, GpuError, Host, Strided};
 use crate::runtime::linears::DeviceLayer;
-use crate::runtime::on_device::{attention_fits, layer, upload_table, At, Run, Staged};
+use crate::runtime::on_device::{attention_fits, layer, upload_table, At, Mlp, Run, Staged};
 
 /// The draft's non-linear weights on the device, uploaded once at load.
 pub(super) struct DeviceStep {
@@ -42,20 +43,21 @@ enum Attn<'a> {
     },
     Mla {
         /// `(q_a, q_b)` with the norm between, or `q_proj` alone.
-        q: Result<(DeviceLayer<'a>, DeviceLayer<'a>), DeviceLayer<'a>>,
+        q: QLayers<'a>,
         kv_a: DeviceLayer<'a>,
         kv_b: DeviceLayer<'a>,
     },
 }
+
+/// MLA's query linears: `(q_a, q_b)` with the norm between, or `q_proj` alone.
+type QLayers<'a> = Result<(DeviceLayer<'a>, DeviceLayer<'a>), DeviceLayer<'a>>;
 
 /// Every linear of the step, on the device.
 struct Layers<'a> {
     fc: DeviceLayer<'a>,
     attn: Attn<'a>,
     o: DeviceLayer<'a>,
-    gate: DeviceLayer<'a>,
-    up: DeviceLayer<'a>,
-    down: DeviceLayer<'a>,
+    mlp: Mlp<'a>,
     lm_head: DeviceLayer<'a>,
 }
 
@@ -86,9 +88,7 @@ fn layers(e: &Eagle3) -> Result<Layers<'_>, String> {
         fc: layer(&w.fc)?,
         attn,
         o,
-        gate: layer(&w.gate)?,
-        up: layer(&w.up)?,
-        down: layer(&w.down)?,
+        mlp: (layer(&w.gate)?, layer(&w.up)?, layer(&w.down)?),
         lm_head: layer(&w.lm_head)?,
     })
 }
@@ -112,6 +112,35 @@ impl Heads {
             dv: a.v_dim(),
         }
     }
+}
+
+/// What every depth of one pass shares: the draft and its layers, the fed tokens, the rotary
+/// table, depth 0's keys and values, the rows computed (`start..`, `n` of them) and the
+/// positions the table covers.
+struct Pass<'p> {
+    e: &'p Eagle3,
+    l: &'p Layers<'p>,
+    x: &'p [u32],
+    cs: &'p DevTensor,
+    kv0: (&'p DevTensor, &'p DevTensor),
+    start: usize,
+    n: usize,
+    positions: usize,
+}
+
+/// A pass's state from depth to depth: the rows still computed, their queries and residual
+/// stream, the earlier depths' diagonal keys and values, and each row's slot in them.
+struct Depths {
+    live: Vec<usize>,
+    q: DevTensor,
+    res: DevTensor,
+    diag: (DevTensor, DevTensor),
+    slots: Vec<i32>,
+}
+
+/// The token ids `toks` as an index tensor bounded by the vocabulary.
+fn token_ids(run: Run<'_>, e: &Eagle3, toks: &[u32]) -> Staged<DevTensor> {
+    run.index(toks.iter().map(|&t| t as usize), e.vocab, "token ids")
 }
 
 impl DeviceStep {
@@ -174,164 +203,185 @@ impl DeviceStep {
     ) -> Staged<Vec<DepthOut>> {
         let l =
             layers(e).map_err(|why| ("placement", GpuError::Unsupported("device step", why)))?;
-        let dev = &*self.dev;
         let pairs = x.len().saturating_sub(1);
         let start = start.min(pairs);
         let n = pairs - start;
-        let (h, ht) = (e.h, e.ht);
         let hd = Heads::of(e);
         let (qd, kw, vw) = (hd.heads * hd.dq, hd.kv * hd.dq, hd.kv * hd.dv);
         let positions = pairs + depths;
-        let rope = match (e.attn.llama(), e.attn.mla()) {
-            (Some(a), _) => &a.rope,
-            (_, Some(a)) => &a.rope,
-            _ => unreachable!("layers() checked the attention"),
-        };
         let run = self.run();
-        let ids = |toks: &[u32]| run.index(toks.iter().map(|&t| t as usize), e.vocab, "token ids");
-        let index = |v: Vec<usize>, bound: usize, what: &'static str| run.index(v, bound, what);
+        let (hid0, q0, (k0, v0), cs) = self.depth0(e, &l, x, feats, positions)?;
+        let tail = run.index(start..pairs, pairs, "rows")?;
+        let q = run.gather(&q0, &tail, n, qd)?;
+        drop(q0);
+        let res = run.gather(&hid0, &tail, n, e.h)?;
+        drop(hid0);
 
-        // Depth 0 over every pair: the taps go up once.
-        let f = dev
-            .upload_tensor(Host::F32(&feats[..pairs * 3 * ht]))
-            .at("taps")?;
+        let diag_rows = depths.saturating_sub(1) * n;
+        let zeros = |len: usize| self.dev.zeros(Elem::F32, len.max(1)).at("diagonal keys");
+        let mut s = Depths {
+            live: (0..n).collect(),
+            q,
+            res,
+            diag: (zeros(diag_rows * kw)?, zeros(diag_rows * vw)?),
+            slots: vec![0i32; diag_rows],
+        };
+        let pass = Pass {
+            e,
+            l: &l,
+            x,
+            cs: &cs,
+            kv0: (&k0, &v0),
+            start,
+            n,
+            positions,
+        };
+        let mut outs: Vec<DepthOut> = Vec::with_capacity(depths);
+        for d in 0..depths {
+            if d > 0 {
+                self.feed(&pass, &mut s, d, &outs[d - 1].pred, feed)?;
+            }
+            let out = if s.live.is_empty() {
+                not_computed(n)
+            } else {
+                self.propose(&pass, &mut s, d)?
+            };
+            outs.push(out);
+        }
+        Ok(outs)
+    }
+
+    /// Depth 0 over every pair (the taps go up once): the fc's hidden states, the queries, the
+    /// keys and values every later depth attends, and the rotary table.
+    #[allow(clippy::type_complexity)]
+    fn depth0(
+        &self,
+        e: &Eagle3,
+        l: &Layers<'_>,
+        x: &[u32],
+        feats: &[f32],
+        positions: usize,
+    ) -> Staged<(DevTensor, DevTensor, (DevTensor, DevTensor), DevTensor)> {
+        let (run, pairs, ht) = (self.run(), x.len().saturating_sub(1), e.ht);
+        let f = run.f32(&feats[..pairs * 3 * ht], "taps")?;
         if let Some(norms) = &self.fc_norm {
             for (j, g) in norms.iter().enumerate() {
                 let at = Strided {
                     ld: 3 * ht,
                     off: j * ht,
                 };
-                dev.op(&Op::RmsNorm {
+                let (n, h) = (pairs, ht);
+                let norm = ops::RmsNorm {
                     x: &f,
                     w: g,
                     out: &f,
-                    n: pairs,
-                    h: ht,
+                    n,
+                    h,
                     eps: e.eps,
                     input: at,
                     output: at,
-                })
-                .at("fc norms")?;
+                };
+                run.op(norm, "fc norms")?;
             }
         }
         let hid0 = run.linear(l.fc, &f, pairs, "fc")?;
         drop(f);
-        let toks0: Vec<u32> = x[1..=pairs].to_vec();
-        let emb0 = run.embed(&self.table, &ids(&toks0)?, pairs, h)?;
+        let emb0 = run.embed(&self.table, &token_ids(run, e, &x[1..=pairs])?, pairs, e.h)?;
         let a0 = self.attn_input(e, &hid0, &emb0, pairs)?;
         drop(emb0);
-        let cs = dev
-            .upload_tensor(Host::F32(&rope.table(positions)))
-            .at("rope table")?;
-        let pos0 = index((0..pairs).collect(), positions, "positions")?;
-        let (q0, k0, v0) = self.qkv(e, &l, &a0, pairs, &pos0, &cs)?;
-        drop(a0);
-        let tail = index((start..pairs).collect(), pairs, "rows")?;
-        let mut q = run.gather(&q0, &tail, n, qd)?;
-        drop(q0);
-        let mut res = run.gather(&hid0, &tail, n, h)?;
-        drop(hid0);
+        let rope = match (e.attn.llama(), e.attn.mla()) {
+            (Some(a), _) => &a.rope,
+            (_, Some(a)) => &a.rope,
+            _ => unreachable!("layers() checked the attention"),
+        };
+        let cs = run.f32(&rope.table(positions), "rope table")?;
+        let pos0 = run.index(0..pairs, positions, "positions")?;
+        let (q0, k0, v0) = self.qkv(e, l, &a0, pairs, &pos0, &cs)?;
+        Ok((hid0, q0, (k0, v0), cs))
+    }
 
-        let diag_rows = depths.saturating_sub(1) * n;
-        let zeros = |len: usize| dev.zeros(Elem::F32, len.max(1)).at("diagonal keys");
-        let (dk, dvv) = (zeros(diag_rows * kw)?, zeros(diag_rows * vw)?);
-        let mut slots = vec![0i32; diag_rows];
-        let mut live: Vec<usize> = (0..n).collect();
-        let mut outs: Vec<DepthOut> = Vec::with_capacity(depths);
-        for d in 0..depths {
-            let truth = |i: usize| x.get(start + i + 1 + d).copied().unwrap_or(0);
-            if d > 0 {
-                if let Feed::Accepted = feed {
-                    let keep = still_accepted(&live, &outs[d - 1].pred, truth);
-                    if keep.len() < live.len() && !keep.is_empty() {
-                        let idx = index(keep.clone(), live.len(), "live rows")?;
-                        res = run.gather(&res, &idx, keep.len(), h)?;
-                    }
-                    live = keep.iter().map(|&s| live[s]).collect();
-                }
-                let m = live.len();
-                if m > 0 {
-                    let toks: Vec<u32> = match feed {
-                        Feed::Truth | Feed::Accepted => live.iter().map(|&i| truth(i)).collect(),
-                        Feed::Own => live.iter().map(|&i| outs[d - 1].pred[i]).collect(),
-                    };
-                    let emb = run.embed(&self.table, &ids(&toks)?, m, h)?;
-                    let ad = self.attn_input(e, &res, &emb, m)?;
-                    let pos = index(
-                        live.iter().map(|&i| start + i + d).collect(),
-                        positions,
-                        "positions",
-                    )?;
-                    let (qn, kn, vn) = self.qkv(e, &l, &ad, m, &pos, &cs)?;
-                    q = qn;
-                    // This depth's keys and values go to slot block d − 1, row s for live row s.
-                    let iota = index((0..m).collect(), m, "rows")?;
-                    for (src, dst, w) in [(&kn, &dk, kw), (&vn, &dvv, vw)] {
-                        dev.op(&Op::Gather {
-                            src,
-                            idx: &iota,
-                            dst,
-                            m,
-                            w,
-                            dst_off: (d - 1) * n * w,
-                        })
-                        .at("diagonal keys")?;
-                    }
-                    for (s, &i) in live.iter().enumerate() {
-                        slots[(d - 1) * n + i] = s as i32;
-                    }
-                }
+    /// Depth `d` > 0's inputs: the rows still computed (`--after-miss skip`: those whose
+    /// proposals `pred` at depth `d − 1` were accepted), their fed tokens through the layer up
+    /// to q, k, v, this depth's keys and values into slot block `d − 1`.
+    fn feed(&self, p: &Pass<'_>, s: &mut Depths, d: usize, pred: &[u32], feed: Feed) -> Staged<()> {
+        let (run, e, n) = (self.run(), p.e, p.n);
+        let truth = |i: usize| p.x.get(p.start + i + 1 + d).copied().unwrap_or(0);
+        if let Feed::Accepted = feed {
+            let keep = still_accepted(&s.live, pred, truth);
+            if keep.len() < s.live.len() && !keep.is_empty() {
+                let idx = run.index(keep.clone(), s.live.len(), "live rows")?;
+                s.res = run.gather(&s.res, &idx, keep.len(), e.h)?;
             }
-            let m = live.len();
-            if m == 0 {
-                outs.push(not_computed(n));
-                continue;
-            }
-            let rows = index(live.clone(), n, "rows")?;
-            let slot_t = index(
-                slots[..d * n]
-                    .iter()
-                    .map(|&s| s as usize)
-                    .chain([0])
-                    .collect(),
-                n.max(1),
-                "slots",
-            )?;
-            let attn = dev.zeros(Elem::F32, m * hd.heads * hd.dv).at("attention")?;
-            dev.op(&Op::Attend {
-                q: &q,
-                k0: &k0,
-                v0: &v0,
-                kd: &dk,
-                vd: &dvv,
-                rows: &rows,
-                slots: &slot_t,
-                out: &attn,
-                dims: AttendDims {
-                    m,
-                    n,
-                    start,
-                    diag: d,
-                    heads: hd.heads,
-                    kv_heads: hd.kv,
-                    dq: hd.dq,
-                    dv: hd.dv,
-                    scale: e.attn.scale(),
-                },
-            })
-            .at("attention")?;
-            let g = self.finish(e, &l, &attn, &res, m)?;
-            drop(attn);
-            let normed = run.normed(&g, &self.final_norm, (m, h, e.eps))?;
-            let best = run.argmax(l.lm_head, &normed, m, e.draft_vocab)?;
-            let mut out = not_computed(n);
-            for (&i, b) in live.iter().zip(best) {
-                out.pred[i] = e.to_target(b);
-            }
-            res = if e.norm_output { normed } else { g };
-            outs.push(out);
+            s.live = keep.iter().map(|&k| s.live[k]).collect();
         }
-        Ok(outs)
+        let m = s.live.len();
+        if m == 0 {
+            return Ok(());
+        }
+        let toks: Vec<u32> = match feed {
+            Feed::Truth | Feed::Accepted => s.live.iter().map(|&i| truth(i)).collect(),
+            Feed::Own => s.live.iter().map(|&i| pred[i]).collect(),
+        };
+        let emb = run.embed(&self.table, &token_ids(run, e, &toks)?, m, e.h)?;
+        let ad = self.attn_input(e, &s.res, &emb, m)?;
+        let at = s.live.iter().map(|&i| p.start + i + d);
+        let pos = run.index(at, p.positions, "positions")?;
+        let (qn, kn, vn) = self.qkv(e, p.l, &ad, m, &pos, p.cs)?;
+        s.q = qn;
+        // This depth's keys and values go to slot block d − 1, row s for live row s.
+        let hd = Heads::of(e);
+        let iota = run.index(0..m, m, "rows")?;
+        let (dk, dv) = (&s.diag.0, &s.diag.1);
+        for (src, dst, w) in [(&kn, dk, hd.kv * hd.dq), (&vn, dv, hd.kv * hd.dv)] {
+            let op = ops::Gather {
+                src,
+                idx: &iota,
+                dst,
+                m,
+                w,
+                dst_off: (d - 1) * n * w,
+            };
+            run.op(op, "diagonal keys")?;
+        }
+        for (k, &i) in s.live.iter().enumerate() {
+            s.slots[(d - 1) * n + i] = k as i32;
+        }
+        Ok(())
+    }
+
+    /// Depth `d`'s proposals for the live rows: attention over depth 0's keys and the diagonal
+    /// ones, the rest of the layer, the final norm and the lm_head's argmax; the residual
+    /// stream moved on.
+    fn propose(&self, p: &Pass<'_>, s: &mut Depths, d: usize) -> Staged<DepthOut> {
+        let (run, e, l, n) = (self.run(), p.e, p.l, p.n);
+        let (hd, m) = (Heads::of(e), s.live.len());
+        let rows = run.index(s.live.clone(), n, "rows")?;
+        let slots = s.slots[..d * n].iter().map(|&k| k as usize).chain([0]);
+        let slot_t = run.index(slots, n.max(1), "slots")?;
+        let dims = AttendDims {
+            m,
+            n,
+            start: p.start,
+            diag: d,
+            heads: hd.heads,
+            kv_heads: hd.kv,
+            dq: hd.dq,
+            dv: hd.dv,
+            scale: e.attn.scale(),
+        };
+        let diag = (&s.diag.0, &s.diag.1);
+        let attn = run.attend(&s.q, p.kv0, diag, (&rows, &slot_t), dims)?;
+        let rest = (l.o, l.mlp);
+        let g = run.layer_tail(rest, &self.post_norm, (&attn, &s.res), (m, e.h, e.eps))?;
+        drop(attn);
+        let normed = run.normed(&g, &self.final_norm, (m, e.h, e.eps))?;
+        let best = run.argmax(l.lm_head, &normed, m, e.draft_vocab)?;
+        let mut out = not_computed(n);
+        for (&i, b) in s.live.iter().zip(best) {
+            out.pred[i] = e.to_target(b);
+        }
+        s.res = if e.norm_output { normed } else { g };
+        Ok(out)
     }
 
     /// RMSNorm of `m` rows of H of `x` with `w`, into `out` at `at`.
@@ -388,169 +438,149 @@ impl DeviceStep {
         pos: &DevTensor,
         cs: &DevTensor,
     ) -> Staged<(DevTensor, DevTensor, DevTensor)> {
-        let hd = Heads::of(e);
-        let rope = |t: &DevTensor, heads: usize, half: usize, at: Strided, head_ld, il| {
-            self.dev
-                .op(&Op::Rope {
-                    x: t,
-                    pos,
-                    cs,
-                    n: m,
-                    heads,
-                    half,
-                    at,
-                    head_ld,
-                    interleaved: il,
-                })
-                .at("rotary")
-        };
         match &l.attn {
-            Attn::Llama { q, k, v } => {
-                // One rounding of the input per dtype the projections read.
-                let len = a.len();
-                let xa = self.dev.zeros(Elem::Half(q.act()), len).at("q/k/v")?;
-                self.dev.op(&Op::ToAct { x: a, y: &xa, len }).at("q/k/v")?;
-                let proj = |p: DeviceLayer<'_>| -> Staged<DevTensor> {
-                    if p.act() == q.act() {
-                        p.forward(&xa, m).at("q/k/v")
-                    } else {
-                        self.run().linear(p, a, m, "q/k/v")
-                    }
-                };
-                let (qt, kt, vt) = (proj(*q)?, proj(*k)?, proj(*v)?);
-                for (t, nh) in [(&qt, hd.heads), (&kt, hd.kv)] {
-                    let at = Strided {
-                        ld: nh * hd.dq,
-                        off: 0,
-                    };
-                    rope(t, nh, hd.dq / 2, at, hd.dq, false)?;
-                }
-                Ok((qt, kt, vt))
-            }
+            Attn::Llama { q, k, v } => self.qkv_llama(e, (*q, *k, *v), a, m, (pos, cs)),
             Attn::Mla { q, kv_a, kv_b } => {
-                let mla = e.attn.mla().expect("an MLA draft");
-                let (nh, nope, rd, dv) = (mla.heads, mla.nope, mla.rope_dim, mla.v_dim);
-                let (kvlr, dq) = (mla.kv_lora_rank, nope + rd);
-                let qt = match q {
-                    Ok((qa, qb)) => {
-                        let c = self.run().linear(*qa, a, m, "q_a_proj")?;
-                        let rank = c.len() / m.max(1);
-                        let norm = self.q_a_norm.as_ref().expect("uploaded with q_a_proj");
-                        let at = Strided { ld: rank, off: 0 };
-                        self.run().rms(&c, norm, &c, (m, rank, mla.eps), at, at)?;
-                        self.run().linear(*qb, &c, m, "q_b_proj")?
-                    }
-                    Err(qp) => self.run().linear(*qp, a, m, "q_proj")?,
-                };
-                let q_at = Strided {
-                    ld: nh * dq,
-                    off: nope,
-                };
-                rope(&qt, nh, rd / 2, q_at, dq, true)?;
-                // kv_a = c | k_rope; kv_b(kv_a_norm(c)) = k_nope | v per head.
-                let kv = self.run().linear(*kv_a, a, m, "kv_a_proj_with_mqa")?;
-                let c = self.dev.zeros(Elem::F32, m * kvlr).at("kv norm")?;
-                let norm = self.kv_a_norm.as_ref().expect("uploaded for MLA");
-                self.run().rms(
-                    &kv,
-                    norm,
-                    &c,
-                    (m, kvlr, mla.eps),
-                    Strided {
-                        ld: kvlr + rd,
-                        off: 0,
-                    },
-                    Strided { ld: kvlr, off: 0 },
-                )?;
-                let kvb = self.run().linear(*kv_b, &c, m, "kv_b_proj")?;
-                drop(c);
-                let kr_at = Strided {
-                    ld: kvlr + rd,
-                    off: kvlr,
-                };
-                rope(&kv, 1, rd / 2, kr_at, rd, true)?;
-                let k = self.dev.zeros(Elem::F32, m * nh * dq).at("keys")?;
-                let v = self.dev.zeros(Elem::F32, m * nh * dv).at("values")?;
-                let kvb_at = |off| Strided {
-                    ld: nh * (nope + dv),
-                    off,
-                };
-                let copies = [
-                    // k_nope of each head, the shared k_rope after it, v of each head.
-                    (
-                        &kvb,
-                        &k,
-                        nope,
-                        (kvb_at(0), nope + dv),
-                        (
-                            Strided {
-                                ld: nh * dq,
-                                off: 0,
-                            },
-                            dq,
-                        ),
-                    ),
-                    (
-                        &kv,
-                        &k,
-                        rd,
-                        (kr_at, 0),
-                        (
-                            Strided {
-                                ld: nh * dq,
-                                off: nope,
-                            },
-                            dq,
-                        ),
-                    ),
-                    (
-                        &kvb,
-                        &v,
-                        dv,
-                        (kvb_at(nope), nope + dv),
-                        (
-                            Strided {
-                                ld: nh * dv,
-                                off: 0,
-                            },
-                            dv,
-                        ),
-                    ),
-                ];
-                for (src, dst, w, from, to) in copies {
-                    self.dev
-                        .op(&Op::CopyCols {
-                            src,
-                            dst,
-                            n: m,
-                            heads: nh,
-                            w,
-                            from,
-                            to,
-                        })
-                        .at("keys")?;
-                }
+                let (qt, kv) = self.mla_q_kv(e, (q, *kv_a), a, m, (pos, cs))?;
+                let (k, v) = self.mla_keys_values(e, *kv_b, &kv, m, (pos, cs))?;
                 Ok((qt, k, v))
             }
         }
     }
 
-    /// o_proj + residual, then the MLP block: the pre-norm hidden state `[m, H]`.
-    fn finish(
+    /// Llama attention: q, k, v from one rounding of the input per dtype the projections read,
+    /// NeoX rotary on q and k.
+    fn qkv_llama(
         &self,
         e: &Eagle3,
-        l: &Layers<'_>,
-        attn: &DevTensor,
-        res: &DevTensor,
+        (q, k, v): (DeviceLayer<'_>, DeviceLayer<'_>, DeviceLayer<'_>),
+        a: &DevTensor,
         m: usize,
-    ) -> Staged<DevTensor> {
-        let (h, run) = (e.h, self.run());
-        let h1 = run.linear(l.o, attn, m, "o_proj")?;
-        run.add(&h1, res, &h1, m * h)?;
-        let xn = run.normed(&h1, &self.post_norm, (m, h, e.eps))?;
-        let dn = run.mlp((l.gate, l.up, l.down), &xn, m)?;
-        run.add(&h1, &dn, &dn, m * h)?;
-        Ok(dn)
+        rot: (&DevTensor, &DevTensor),
+    ) -> Staged<(DevTensor, DevTensor, DevTensor)> {
+        let (hd, run) = (Heads::of(e), self.run());
+        let len = a.len();
+        let xa = self.dev.zeros(Elem::Half(q.act()), len).at("q/k/v")?;
+        run.op(ops::ToAct { x: a, y: &xa, len }, "q/k/v")?;
+        let proj = |p: DeviceLayer<'_>| -> Staged<DevTensor> {
+            if p.act() == q.act() {
+                p.forward(&xa, m).at("q/k/v")
+            } else {
+                run.linear(p, a, m, "q/k/v")
+            }
+        };
+        let (qt, kt, vt) = (proj(q)?, proj(k)?, proj(v)?);
+        for (t, nh) in [(&qt, hd.heads), (&kt, hd.kv)] {
+            let at = Strided {
+                ld: nh * hd.dq,
+                off: 0,
+            };
+            run.rope(t, rot, m, (nh, hd.dq / 2, hd.dq), at, false)?;
+        }
+        Ok((qt, kt, vt))
+    }
+
+    /// MLA attention's query (low-rank with its norm, or `q_proj`; interleaved rotary on each
+    /// head's rope part) and `kv_a = c | k_rope`.
+    fn mla_q_kv(
+        &self,
+        e: &Eagle3,
+        (q, kv_a): (&QLayers<'_>, DeviceLayer<'_>),
+        a: &DevTensor,
+        m: usize,
+        rot: (&DevTensor, &DevTensor),
+    ) -> Staged<(DevTensor, DevTensor)> {
+        let run = self.run();
+        let mla = e.attn.mla().expect("an MLA draft");
+        let (nh, nope, rd) = (mla.heads, mla.nope, mla.rope_dim);
+        let dq = nope + rd;
+        let qt = match q {
+            Ok((qa, qb)) => {
+                let c = run.linear(*qa, a, m, "q_a_proj")?;
+                let rank = c.len() / m.max(1);
+                let norm = self.q_a_norm.as_ref().expect("uploaded with q_a_proj");
+                let at = Strided { ld: rank, off: 0 };
+                run.rms(&c, norm, &c, (m, rank, mla.eps), at, at)?;
+                run.linear(*qb, &c, m, "q_b_proj")?
+            }
+            Err(qp) => run.linear(*qp, a, m, "q_proj")?,
+        };
+        let q_at = Strided {
+            ld: nh * dq,
+            off: nope,
+        };
+        run.rope(&qt, rot, m, (nh, rd / 2, dq), q_at, true)?;
+        let kv = run.linear(kv_a, a, m, "kv_a_proj_with_mqa")?;
+        Ok((qt, kv))
+    }
+
+    /// MLA attention's keys and values from `kv_a = c | k_rope`: `kv_b(kv_a_norm(c)) = k_nope
+    /// | v` per head, the shared k_rope rotated, then k = each head's k_nope with k_rope after
+    /// it.
+    fn mla_keys_values(
+        &self,
+        e: &Eagle3,
+        kv_b: DeviceLayer<'_>,
+        kv: &DevTensor,
+        m: usize,
+        rot: (&DevTensor, &DevTensor),
+    ) -> Staged<(DevTensor, DevTensor)> {
+        let run = self.run();
+        let mla = e.attn.mla().expect("an MLA draft");
+        let (nh, nope, rd, dv) = (mla.heads, mla.nope, mla.rope_dim, mla.v_dim);
+        let (kvlr, dq) = (mla.kv_lora_rank, nope + rd);
+        let c = self.dev.zeros(Elem::F32, m * kvlr).at("kv norm")?;
+        let norm = self.kv_a_norm.as_ref().expect("uploaded for MLA");
+        let (kv_at, c_at) = (
+            Strided {
+                ld: kvlr + rd,
+                off: 0,
+            },
+            Strided { ld: kvlr, off: 0 },
+        );
+        run.rms(kv, norm, &c, (m, kvlr, mla.eps), kv_at, c_at)?;
+        let kvb = run.linear(kv_b, &c, m, "kv_b_proj")?;
+        drop(c);
+        let kr_at = Strided {
+            ld: kvlr + rd,
+            off: kvlr,
+        };
+        run.rope(kv, rot, m, (1, rd / 2, rd), kr_at, true)?;
+        let k = self.dev.zeros(Elem::F32, m * nh * dq).at("keys")?;
+        let v = self.dev.zeros(Elem::F32, m * nh * dv).at("values")?;
+        let rows = |ld, off| Strided { ld, off };
+        let kvb_ld = nh * (nope + dv);
+        let copies = [
+            // k_nope of each head, the shared k_rope after it, v of each head.
+            (
+                &kvb,
+                &k,
+                nope,
+                (rows(kvb_ld, 0), nope + dv),
+                (rows(nh * dq, 0), dq),
+            ),
+            (kv, &k, rd, (kr_at, 0), (rows(nh * dq, nope), dq)),
+            (
+                &kvb,
+                &v,
+                dv,
+                (rows(kvb_ld, nope), nope + dv),
+                (rows(nh * dv, 0), dv),
+            ),
+        ];
+        for (src, dst, w, from, to) in copies {
+            let op = ops::CopyCols {
+                src,
+                dst,
+                n: m,
+                heads: nh,
+                w,
+                from,
+                to,
+            };
+            run.op(op, "keys")?;
+        }
+        Ok((k, v))
     }
 }
 
@@ -568,7 +598,7 @@ pub(super) fn not_computed(n: usize) -> DepthOut {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::CpuEmu;
+    use crate::gpu::{CpuEmu, Op, Tensors};
     use crate::ops::{rms_norm, silu, softmax};
     use crate::runtime::rope::Rope;
 
@@ -611,13 +641,13 @@ mod tests {
             let ids = [3i32, 10, 0, 3];
             let idt = d.upload_tensor(Host::Index(&ids, vocab)).unwrap();
             let out = d.zeros(Elem::F32, ids.len() * h).unwrap();
-            d.op(&Op::Embed {
+            d.op(&Op::Embed(ops::Embed {
                 table: &table,
                 ids: &idt,
                 out: &out,
                 n: ids.len(),
                 h,
-            })
+            }))
             .unwrap();
             let want: Vec<f32> = ids
                 .iter()
@@ -633,7 +663,7 @@ mod tests {
             let (xt, wat, wbt) = (up(&x), up(&wa), up(&wb));
             let cat = d.zeros(Elem::F32, n * 2 * h).unwrap();
             for (w, off) in [(&wat, 0), (&wbt, h)] {
-                d.op(&Op::RmsNorm {
+                d.op(&Op::RmsNorm(ops::RmsNorm {
                     x: &xt,
                     w,
                     out: &cat,
@@ -642,7 +672,7 @@ mod tests {
                     eps: 1e-5,
                     input: Strided { ld: h, off: 0 },
                     output: Strided { ld: 2 * h, off },
-                })
+                }))
                 .unwrap();
             }
             let got = d.read_f32(&cat).unwrap();
@@ -662,21 +692,26 @@ mod tests {
             let pt = d
                 .upload_tensor(Host::Index(&pos.map(|p| p as i32), 20))
                 .unwrap();
-            d.op(&Op::Rope {
-                x: &qt,
-                pos: &pt,
-                cs: &cs,
-                n: pos.len(),
-                heads,
-                half: hd / 2,
-                at: Strided {
-                    ld: heads * hd,
-                    off: 0,
-                },
-                head_ld: hd,
-                interleaved: false,
-            })
-            .unwrap();
+            // `heads` heads of `2·half`, `head_ld` apart from `at`, of the 3 rows at `pos`.
+            let rotate = |x: &DevTensor, cs: &DevTensor, half, at, head_ld, interleaved| {
+                let op = ops::Rope {
+                    x,
+                    pos: &pt,
+                    cs,
+                    n: pos.len(),
+                    heads,
+                    half,
+                    at,
+                    head_ld,
+                    interleaved,
+                };
+                d.op(&op.into()).unwrap();
+            };
+            let at = Strided {
+                ld: heads * hd,
+                off: 0,
+            };
+            rotate(&qt, &cs, hd / 2, at, hd, false);
             for (r, &p) in pos.iter().enumerate() {
                 rope.apply_neox(&mut q[r * heads * hd..(r + 1) * heads * hd], p);
             }
@@ -689,21 +724,11 @@ mod tests {
             let mut q = rand(pos.len() * heads * (nope + rd), 13);
             let qt = up(&q);
             let cs = up(&yarn.table(20));
-            d.op(&Op::Rope {
-                x: &qt,
-                pos: &pt,
-                cs: &cs,
-                n: pos.len(),
-                heads,
-                half: rd / 2,
-                at: Strided {
-                    ld: heads * (nope + rd),
-                    off: nope,
-                },
-                head_ld: nope + rd,
-                interleaved: true,
-            })
-            .unwrap();
+            let at = Strided {
+                ld: heads * (nope + rd),
+                off: nope,
+            };
+            rotate(&qt, &cs, rd / 2, at, nope + rd, true);
             for (r, &p) in pos.iter().enumerate() {
                 for h in 0..heads {
                     let at = (r * heads + h) * (nope + rd) + nope;
@@ -725,7 +750,7 @@ mod tests {
                 ),
             ] {
                 let w = if from.1 == 0 { 2 } else { 4 };
-                d.op(&Op::CopyCols {
+                d.op(&Op::CopyCols(ops::CopyCols {
                     src: &up(&src),
                     dst: &dst,
                     n: 3,
@@ -733,7 +758,7 @@ mod tests {
                     w,
                     from,
                     to,
-                })
+                }))
                 .unwrap();
             }
             let got = d.read_f32(&dst).unwrap();
@@ -748,12 +773,12 @@ mod tests {
             // SwiGLU and the rounding to bf16.
             let (g, u) = (rand(77, 6), rand(77, 7));
             let (gt, ut) = (up(&g), up(&u));
-            d.op(&Op::SiluMul {
+            d.op(&Op::SiluMul(ops::SiluMul {
                 g: &gt,
                 u: &ut,
                 out: &gt,
                 len: 77,
-            })
+            }))
             .unwrap();
             let want: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
             assert_eq!(d.read_f32(&gt).unwrap(), want);
@@ -770,7 +795,7 @@ mod tests {
             let slots: Vec<i32> = (0..diag * n).map(|i| ((i * 5) % n) as i32).collect();
             let scale = 1.0 / (dq as f32).sqrt();
             let out = d.zeros(Elem::F32, m * heads * dq).unwrap();
-            d.op(&Op::Attend {
+            d.op(&Op::Attend(ops::Attend {
                 q: &up(&q),
                 k0: &up(&k0),
                 v0: &up(&v0),
@@ -790,7 +815,7 @@ mod tests {
                     dv: dq,
                     scale,
                 },
-            })
+            }))
             .unwrap();
             let mut want = vec![0f32; m * heads * dq];
             for (r, &i) in rows.iter().enumerate() {
