@@ -8,16 +8,19 @@
 //! - `scales` f32 `[n, G]`: `G = 1` per channel (`group == k`), else `G = k / group` with
 //!   `group % 32 == 0` (one scale per 128-bit load).
 //!
-//! Repacks (each proven by a test to dequantize to the checkpoint's own decode):
+//! Which repack a module takes is its layout's to say (`quant::stored::Layout::gemv`, beside the
+//! format's encoder). Repacks (each proven by a test to dequantize to the checkpoint's own
+//! decode):
 //! Quark per-channel `reorder` = XOR `0x88888888` per word; Quark `order` (sequential, and every
 //! file2file export) = nibble shuffle + XOR; compressed-tensors `pack-quantized` (sequential,
 //! already offset binary) = nibble shuffle, padding nibbles rewritten; ModelOpt U8
 //! `[⌈n/2⌉, k]` (packed along N) = transpose into K-packing.
 
 use super::{GpuError, Result};
-use crate::quant::decode::{Logical, QModule, Stored};
+use crate::quant::decode::{layout, Logical, QModule};
 use crate::quant::math::int4::Int4;
 use crate::quant::math::pack::Order;
+use crate::quant::stored::Gemv;
 
 /// Nibble order inside a kernel word.
 pub const ORDER: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
@@ -303,9 +306,10 @@ impl W4Layout {
         Ok(l)
     }
 
-    /// Repack one quantized module of a checkpoint straight from its stored tensors (INT4
-    /// symmetric layouts kquant writes). ModelOpt's `pre_quant_scale`, if not all ones, is not
-    /// folded here: the caller must scale the activations.
+    /// Repack one quantized module of a checkpoint straight from its stored tensors, as its
+    /// layout says ([`Layout::gemv`](crate::quant::stored::Layout::gemv): the INT4 symmetric layouts kquant writes). ModelOpt's
+    /// `pre_quant_scale`, if not all ones, is not folded here: the caller must scale the
+    /// activations.
     pub fn from_module(lg: &Logical, m: &QModule) -> Result<W4Layout> {
         let w = &lg.ck.weights;
         let data = |suffix: &str| {
@@ -313,21 +317,22 @@ impl W4Layout {
                 .ok_or_else(|| GpuError::Layout(format!("{}.{suffix} missing", m.module)))
         };
         let scale = data("weight_scale")?.to_f32();
-        match m.stored {
-            Stored::QuarkChannel { order } => {
-                Self::from_quark_channel(data("weight")?.data, &scale, m.rows, m.cols, order)
+        let (rows, cols) = (m.rows, m.cols);
+        match layout(&m.stored).gemv() {
+            Some(Gemv::QuarkWords { order }) => {
+                Self::from_quark_channel(data("weight")?.data, &scale, rows, cols, order)
             }
-            Stored::CtPacked { group } => {
-                Self::from_ct_packed(data("weight_packed")?.data, &scale, m.rows, m.cols, group)
+            Some(Gemv::OffsetWords { group }) => {
+                Self::from_ct_packed(data("weight_packed")?.data, &scale, rows, cols, group)
             }
-            Stored::ModeloptInt4 { group } => {
-                Self::from_modelopt_u8(data("weight")?.data, &scale, m.rows, m.cols, group)
+            Some(Gemv::RowPairs { group }) => {
+                Self::from_modelopt_u8(data("weight")?.data, &scale, rows, cols, group)
             }
-            ref other => Err(GpuError::Unsupported(
+            None => Err(GpuError::Unsupported(
                 "stored layout",
                 format!(
-                    "{}: {other:?} (the GEMV kernels take symmetric INT4)",
-                    m.module
+                    "{}: {:?} (the GEMV kernels take symmetric INT4)",
+                    m.module, m.stored
                 ),
             )),
         }

@@ -35,6 +35,7 @@ use crate::quant::compressed_tensors::{self, VERSION};
 use crate::quant::math::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
 use crate::quant::math::int4::{round_to, Int4};
 use crate::quant::math::rowwise::{self, encode_floats, Path};
+use crate::quant::stored::{Gemv, IntLayout, Parts};
 
 /// The group size of the `W4A8` preset.
 pub const W4A8_GROUP: usize = 128;
@@ -117,6 +118,27 @@ pub fn int_decode(weight: &[u8], scales: &[f32], rows: usize, cols: usize, group
         group,
         scales: scales.to_vec(),
         codes: weight.iter().map(|&b| b as i8).collect(),
+    }
+}
+
+/// `int-quantized` read back (`Stored::CtInt`): [`int_decode`]'s layout.
+pub struct IntLayoutW4A8 {
+    pub group: usize,
+}
+
+impl IntLayout for IntLayoutW4A8 {
+    fn codes(&self, p: &Parts) -> Int4 {
+        let (rows, cols) = (p.m.rows, p.m.cols);
+        int_decode(
+            p.data("weight"),
+            &p.f32("weight_scale"),
+            rows,
+            cols,
+            self.group,
+        )
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        None
     }
 }
 

@@ -31,6 +31,7 @@ use crate::quant::codec::{Codec, ConfigFiles, Encoded, IntGrid, RawEncoded, Stor
 use crate::quant::math::int4::{round_to, Int4, QMAX, QMIN};
 use crate::quant::math::pack::{self, Order};
 use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
+use crate::quant::stored::{Gemv, IntLayout, Parts};
 
 /// The compressed-tensors release whose output this reproduces (written as `version`).
 pub const VERSION: &str = "0.20.0";
@@ -197,6 +198,28 @@ pub fn decode(weight: &[u8], scales: &[f32], rows: usize, cols: usize, group: us
         group,
         scales: scales.to_vec(),
         codes,
+    }
+}
+
+/// `pack-quantized` read back (`Stored::CtPacked`): [`decode`]'s layout; the GEMV kernels take it
+/// (a nibble shuffle).
+pub struct PackedLayout {
+    pub group: usize,
+}
+
+impl IntLayout for PackedLayout {
+    fn codes(&self, p: &Parts) -> Int4 {
+        let (rows, cols) = (p.m.rows, p.m.cols);
+        decode(
+            p.data("weight_packed"),
+            &p.f32("weight_scale"),
+            rows,
+            cols,
+            self.group,
+        )
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        Some(Gemv::OffsetWords { group: self.group })
     }
 }
 

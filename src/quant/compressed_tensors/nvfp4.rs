@@ -49,6 +49,7 @@ use crate::quant::math::fp8::{e4m3_from_f32, e4m3_from_f32_clamped, E4M3_MAX};
 use crate::quant::math::int4::round_to;
 use crate::quant::math::rowwise::{amax, encode_floats, Path};
 use crate::quant::stats::Stats;
+use crate::quant::stored::{self, Gemv, Packing, Parts};
 
 /// The FP8 eps compressed-tensors puts in place of a zero block scale.
 pub const FP8_EPS: f32 = 0.125;
@@ -156,6 +157,27 @@ pub fn decode(packed: &[u8], scales: &[u8], global: f32, rows: usize, cols: usiz
         codes: fp4::unpack(packed),
         scales: scales.to_vec(),
         global,
+    }
+}
+
+/// `nvfp4-pack-quantized` read back (`Stored::CtNvfp4`): [`dequantize`] of [`decode`]; it stays
+/// on the f32 path.
+pub struct Nvfp4Layout;
+
+impl stored::Layout for Nvfp4Layout {
+    fn dequantize(&self, p: &Parts) -> Vec<f32> {
+        let (packed, scales) = (p.data("weight_packed"), p.data("weight_scale"));
+        let g = p.scalar("weight_global_scale");
+        dequantize(&decode(packed, scales, g, p.m.rows, p.m.cols))
+    }
+    fn int4(&self, _: &Parts) -> std::result::Result<crate::quant::math::int4::Int4, &'static str> {
+        Err("NVFP4")
+    }
+    fn packed(&self, _: &Parts) -> Option<Packing> {
+        None
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        None
     }
 }
 

@@ -47,6 +47,7 @@ use crate::quant::codec::{Codec, ConfigFiles, Encoded, IntGrid};
 use crate::quant::math::fp8::{e4m3_from_f32, Fp8};
 use crate::quant::math::int4::Int4;
 use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
+use crate::quant::stored::{self, Gemv, Packing, Parts};
 
 /// The ModelOpt release whose output this reproduces (written as `producer.version`).
 pub const VERSION: &str = "0.47.0";
@@ -236,6 +237,59 @@ pub fn int4_decode(weight: &[u8], scales: &[f32], rows: usize, cols: usize, grou
         scales: scales.to_vec(),
         codes: unpack_rows(weight, rows, cols),
     }
+}
+
+/// `W4A16_AWQ` / `W4A8_AWQ` read back (`Stored::ModeloptInt4`): [`int4_decode`]'s codes, and
+/// the optional `pre_quant_scale` multiplied into each weight after its scale; the GEMV kernels
+/// take it (a transpose), the caller scaling the activations by `pre_quant_scale`.
+pub struct Int4Layout {
+    pub group: usize,
+}
+
+impl Int4Layout {
+    fn codes(&self, p: &Parts) -> Int4 {
+        let (rows, cols) = (p.m.rows, p.m.cols);
+        int4_decode(
+            p.data("weight"),
+            &p.f32("weight_scale"),
+            rows,
+            cols,
+            self.group,
+        )
+    }
+}
+
+impl stored::Layout for Int4Layout {
+    fn dequantize(&self, p: &Parts) -> Vec<f32> {
+        with_pre_quant_scale(p, self.codes(p).dequantize_ref())
+    }
+    fn int4(&self, p: &Parts) -> Result<Int4, &'static str> {
+        Ok(self.codes(p))
+    }
+    fn packed(&self, p: &Parts) -> Option<Packing> {
+        let pre = p.get("pre_quant_scale").map(|t| t.to_f32());
+        Some(Packing::Int {
+            q: self.codes(p),
+            pre,
+        })
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        Some(Gemv::RowPairs { group: self.group })
+    }
+}
+
+/// `v` `[rows, cols]` times the module's `pre_quant_scale` along the input, if it has one:
+/// TensorRT-LLM multiplies the input by it, so the weight it computes with is `w · pqs`.
+pub fn with_pre_quant_scale(p: &Parts, mut v: Vec<f32>) -> Vec<f32> {
+    if let Some(pqs) = p.get("pre_quant_scale") {
+        let pqs = pqs.to_f32();
+        for row in v.chunks_mut(p.m.cols.max(1)) {
+            for (x, s) in row.iter_mut().zip(&pqs) {
+                *x *= s;
+            }
+        }
+    }
+    v
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ use crate::quant::math::int4::{quark_run, round_to, Int4, SCALE_EPS};
 use crate::quant::math::pack::{self, Order};
 use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
 use crate::quant::quark::{self, Options};
+use crate::quant::stored::{self, Gemv, Packing, Parts};
 
 // ---------------------------------------------------------------------------------------------
 // ptpc_fp8
@@ -212,6 +213,35 @@ pub fn int4_fp8_decode(
     Int4Fp8 {
         int4: quark::decode(weight, s2, rows, cols, order),
         s1,
+    }
+}
+
+/// Quark two-stage `int4_fp8` read back (`Stored::QuarkInt4Fp8`): its integer view is the INT4
+/// stage (scales `s2`); it stays on the f32 path.
+pub struct Int4Fp8Layout {
+    pub order: Order,
+}
+
+impl stored::Layout for Int4Fp8Layout {
+    fn dequantize(&self, p: &Parts) -> Vec<f32> {
+        let (s1, s2) = (p.scalar("weight_scale"), p.f32("weight_scale_2"));
+        int4_fp8_decode(p.data("weight"), s1, &s2, p.m.rows, p.m.cols, self.order).dequantize_ref()
+    }
+    fn int4(&self, p: &Parts) -> Result<Int4, &'static str> {
+        let s2 = p.f32("weight_scale_2");
+        Ok(quark::decode(
+            p.data("weight"),
+            &s2,
+            p.m.rows,
+            p.m.cols,
+            self.order,
+        ))
+    }
+    fn packed(&self, _: &Parts) -> Option<Packing> {
+        None
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        None
     }
 }
 

@@ -19,6 +19,7 @@ use crate::quant::math::int4::{Int4, QMAX, QMIN};
 use crate::quant::math::pack::{self, Order};
 use crate::quant::math::rowwise::{self, encode_floats};
 use crate::quant::quark::{self, Options};
+use crate::quant::stored::{Gemv, IntLayout, Parts};
 
 /// The tensors one quantized `[rows = out, cols = in]` module becomes.
 pub fn specs(
@@ -92,6 +93,24 @@ pub fn decode(
         group,
         scales: rowwise::transpose(scale_t, cols / group, rows),
         codes: rowwise::transpose(&codes_t, cols, rows),
+    }
+}
+
+/// Quark INT4 per group read back (`Stored::QuarkGroup`): the transposed layout [`decode`]
+/// reads.
+pub struct GroupLayout {
+    pub group: usize,
+    pub order: Order,
+}
+
+impl IntLayout for GroupLayout {
+    fn codes(&self, p: &Parts) -> Int4 {
+        let (rows, cols) = (p.m.rows, p.m.cols);
+        let scale = p.f32("weight_scale");
+        decode(p.data("weight"), &scale, rows, cols, self.group, self.order)
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        None
     }
 }
 

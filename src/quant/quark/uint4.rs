@@ -32,7 +32,8 @@ use crate::quant::math::int4::{round_to, Int4, SCALE_EPS};
 use crate::quant::math::pack;
 use crate::quant::math::rowwise::{self, encode_floats, Path};
 use crate::quant::quark::int4_group;
-use crate::quant::quark::Options;
+use crate::quant::quark::{Layout, Options, Version};
+use crate::quant::stored::{Gemv, IntLayout, Parts};
 
 /// UINT4 range.
 pub const UMAX: i32 = 15;
@@ -181,6 +182,43 @@ pub fn decode(
         scales: q.scales,
         zero_points: unsigned(z.codes),
         codes: unsigned(q.codes),
+    }
+}
+
+/// Quark UINT4 per group read back (`Stored::QuarkGroupAsym`): its codes are carried as
+/// `q − zp` (`−15..=15`), so `w = (q − zp) · s` is their `q · s`.
+pub struct AsymLayout {
+    pub group: usize,
+    pub order: pack::Order,
+}
+
+impl IntLayout for AsymLayout {
+    fn codes(&self, p: &Parts) -> Int4 {
+        let (rows, cols, group) = (p.m.rows, p.m.cols, self.group);
+        let o = Options {
+            layout: Layout::Model,
+            version: Version::V013,
+            order: self.order,
+        };
+        let scale = p.f32("weight_scale");
+        let zp = p.data("weight_zero_point");
+        let u = decode(p.data("weight"), &scale, zp, rows, cols, group, &o);
+        let g = cols / group;
+        Int4 {
+            rows,
+            cols,
+            group,
+            codes: (0..rows * cols)
+                .map(|i| {
+                    let j = (i / cols) * g + (i % cols) / group;
+                    u.codes[i] as i8 - u.zero_points[j] as i8
+                })
+                .collect(),
+            scales: u.scales,
+        }
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        None
     }
 }
 
