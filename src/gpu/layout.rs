@@ -144,6 +144,25 @@ impl W4Layout {
         Ok(())
     }
 
+    /// The layout of these parts, if it meets the kernel's preconditions ([`W4Layout::check`]).
+    fn checked(
+        n: usize,
+        k: usize,
+        group: usize,
+        qweight: Vec<u32>,
+        scales: Vec<f32>,
+    ) -> Result<W4Layout> {
+        let l = W4Layout {
+            n,
+            k,
+            group,
+            qweight,
+            scales,
+        };
+        l.check()?;
+        Ok(l)
+    }
+
     /// From codes and scales (the canonical form every decoder gives).
     pub fn from_int4(q: &Int4) -> Result<W4Layout> {
         let wpr = words_per_row(q.cols);
@@ -156,15 +175,7 @@ impl W4Layout {
                 qweight[r * wpr + j] = encode_word(&c);
             }
         }
-        let l = W4Layout {
-            n: q.rows,
-            k: q.cols,
-            group: q.group,
-            qweight,
-            scales: q.scales.clone(),
-        };
-        l.check()?;
-        Ok(l)
+        Self::checked(q.rows, q.cols, q.group, qweight, q.scales.clone())
     }
 
     /// Back to codes and scales.
@@ -219,15 +230,7 @@ impl W4Layout {
                 qweight[r * wpr + j] = w;
             }
         }
-        let l = W4Layout {
-            n: rows,
-            k: cols,
-            group,
-            qweight,
-            scales: scales.to_vec(),
-        };
-        l.check()?;
-        Ok(l)
+        Self::checked(rows, cols, group, qweight, scales.to_vec())
     }
 
     /// Quark per-channel (`X.weight` I32 `[rows, ⌈cols/8⌉]`, two's complement nibbles, scale
@@ -295,15 +298,7 @@ impl W4Layout {
                 qweight[r * wpr + j] = encode_word(&c);
             }
         }
-        let l = W4Layout {
-            n: rows,
-            k: cols,
-            group,
-            qweight,
-            scales: scales.to_vec(),
-        };
-        l.check()?;
-        Ok(l)
+        Self::checked(rows, cols, group, qweight, scales.to_vec())
     }
 
     /// Repack one quantized module of a checkpoint straight from its stored tensors, as its
@@ -374,15 +369,32 @@ mod tests {
     use crate::quant::math::int4;
     use crate::quant::{compressed_tensors, modelopt, quark};
 
-    /// Deterministic bf16-representable weights in about `[-0.05, 0.05)`.
+    /// Deterministic bf16-representable weights in about `[-0.053, 0.047]`.
     fn weights(rows: usize, cols: usize) -> Vec<f32> {
-        (0..rows * cols)
-            .map(|i| {
-                let h = (i as u32).wrapping_mul(2654435761).rotate_left(11) ^ 0x85eb_ca6b;
-                let v = ((h % 20001) as f32 / 10000.0 - 1.0) * 0.05 - 0.003;
-                int4::round_to(Dtype::BF16, v)
-            })
-            .collect()
+        crate::quant::math::rowwise::test_matrix(rows, cols, Dtype::BF16, 0.05, -0.003)
+    }
+
+    type Words = fn(&[u8], &[f32], usize, usize, usize) -> Int4;
+    type Repack = fn(&[u8], &[f32], usize, usize, usize) -> Result<W4Layout>;
+
+    /// For each `(rows, cols, group)`: a format's codes `q` (`quantize`) written as its stored
+    /// bytes (`write`); the repack of those bytes and the format's own decode agree, and the
+    /// decode gives `q` back.
+    fn check_repack(
+        shapes: &[(usize, usize, usize)],
+        quantize: impl Fn(&[f32], usize, usize, usize) -> Int4,
+        write: impl Fn(&Int4) -> Vec<u8>,
+        repack: Repack,
+        decode: Words,
+    ) {
+        for &(rows, cols, group) in shapes {
+            let q = quantize(&weights(rows, cols), rows, cols, group);
+            let enc = write(&q);
+            let l = repack(&enc, &q.scales, rows, cols, group).unwrap();
+            let back = decode(&enc, &q.scales, rows, cols, group);
+            assert_same(&l, &back);
+            assert_eq!(back, q);
+        }
     }
 
     fn assert_same(l: &W4Layout, q: &Int4) {
@@ -449,28 +461,29 @@ mod tests {
 
     #[test]
     fn repack_compressed_tensors_pack_quantized() {
-        for (rows, cols, group) in [(16, 7168, 7168), (8, 256, 128), (4, 96, 32), (3, 13, 13)] {
-            let w = weights(rows, cols);
-            let q = compressed_tensors::quantize(&w, rows, cols, group, Dtype::BF16);
-            let enc = compressed_tensors::encode("m", &q, Dtype::BF16);
-            let l = W4Layout::from_ct_packed(&enc[0].1, &q.scales, rows, cols, group).unwrap();
-            let back = compressed_tensors::decode(&enc[0].1, &q.scales, rows, cols, group);
-            assert_same(&l, &back);
-            assert_eq!(back, q);
-        }
+        use compressed_tensors as ct;
+        check_repack(
+            &[(16, 7168, 7168), (8, 256, 128), (4, 96, 32), (3, 13, 13)],
+            |w, r, c, g| ct::quantize(w, r, c, g, Dtype::BF16),
+            |q| ct::encode("m", q, Dtype::BF16).remove(0).1,
+            W4Layout::from_ct_packed,
+            ct::decode,
+        );
     }
 
     #[test]
     fn repack_modelopt_u8() {
-        for (rows, cols, group) in [(16, 512, 128), (7, 256, 128), (4, 96, 96)] {
-            let w = weights(rows, cols);
-            let q = modelopt::int4_quantize(&w, rows, cols, group, Dtype::BF16);
-            let enc = modelopt::int4_encode("m.o_proj", &q, Dtype::BF16);
-            let l = W4Layout::from_modelopt_u8(&enc[0].1, &q.scales, rows, cols, group).unwrap();
-            let back = modelopt::int4_decode(&enc[0].1, &q.scales, rows, cols, group);
-            assert_same(&l, &back);
-            assert_eq!(back, q);
-        }
+        check_repack(
+            &[(16, 512, 128), (7, 256, 128), (4, 96, 96)],
+            |w, r, c, g| modelopt::int4_quantize(w, r, c, g, Dtype::BF16),
+            |q| {
+                modelopt::int4_encode("m.o_proj", q, Dtype::BF16)
+                    .remove(0)
+                    .1
+            },
+            W4Layout::from_modelopt_u8,
+            modelopt::int4_decode,
+        );
     }
 
     #[test]

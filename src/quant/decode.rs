@@ -208,11 +208,5 @@ fn read_fp8(p: &Probe) -> Result<Option<QModule>> {
     for extra in ["weight_zero_point", "input_scale", "input_zero_point"] {
         parts.extend(w.info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
     }
-    Ok(Some(QModule {
-        module: module.into(),
-        stored: Stored::Fp8 { per_row },
-        rows,
-        cols,
-        parts,
-    }))
+    Ok(Some(p.found(Stored::Fp8 { per_row }, rows, cols, parts)))
 }

@@ -69,6 +69,16 @@ pub struct Probe<'a> {
 }
 
 impl Probe<'_> {
+    /// The module of this probe, found stored as `stored`, `[rows, cols]`, in tensors `parts`.
+    pub fn found(&self, stored: Stored, rows: usize, cols: usize, parts: Vec<String>) -> QModule {
+        QModule {
+            module: self.module.into(),
+            stored,
+            rows,
+            cols,
+            parts,
+        }
+    }
     /// The refusal of tensor `t` (named with its shard's path).
     pub fn err(&self, t: &TensorInfo, msg: String) -> Error {
         Error::Tensor {
@@ -101,6 +111,12 @@ impl<'a> Parts<'a> {
     /// `{module}.{suffix}` as f32 (the reader checked it is there).
     pub fn f32(&self, suffix: &str) -> Vec<f32> {
         self.get(suffix).expect("checked").to_f32()
+    }
+    /// What an integer layout's decoder takes: the stored codes `{module}.{codes}`, the scales
+    /// `weight_scale` as f32, and the logical `rows`, `cols`.
+    pub fn int_tensors(&self, codes: &str) -> (&'a [u8], Vec<f32>, usize, usize) {
+        let s = self.f32("weight_scale");
+        (self.data(codes), s, self.m.rows, self.m.cols)
     }
     /// The first value of the per-tensor scale `{module}.{suffix}`.
     pub fn scalar(&self, suffix: &str) -> f32 {

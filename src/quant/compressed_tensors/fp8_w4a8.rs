@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
-use crate::quant::codec::{Codec, ConfigFiles};
+use crate::quant::codec::{Codec, ConfigFiles, Encoded};
 use crate::quant::compressed_tensors::{self, VERSION};
 use crate::quant::math::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
 use crate::quant::math::int4::{round_to, Int4};
@@ -51,34 +51,12 @@ pub fn fp8_code(w: f32, s: f32, dtype: Dtype) -> u8 {
 }
 
 fn fp8_quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    Fp8::quantize_rows(path, w, rows, cols, |row, out| {
-        let s = fp8_scale(row, dtype);
-        rowwise::codes(row, out, |x| fp8_code(x, s, dtype));
-        s
-    })
+    let recipe = rowwise::scaled(|r| fp8_scale(r, dtype), |x, s| fp8_code(x, s, dtype));
+    Fp8::quantize_rows(path, w, rows, cols, recipe)
 }
 
-/// The reference: plain loops.
-pub fn fp8_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    fp8_quantize_on(Path::Reference, w, rows, cols, dtype)
-}
-
-/// The fast path: rows in parallel. Identical to [`fp8_quantize_ref`].
-pub fn fp8_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    fp8_quantize_on(Path::Parallel, w, rows, cols, dtype)
-}
-
-/// The tensors one `float-quantized` FP8 module becomes.
-pub fn fp8_specs(module: &str, rows: usize, cols: usize, model: Dtype) -> Vec<TensorSpec> {
-    vec![
-        TensorSpec::new(format!("{module}.weight"), Dtype::F8_E4M3, vec![rows, cols]),
-        TensorSpec::new(format!("{module}.weight_scale"), model, vec![rows, 1]),
-    ]
-}
-
-/// Encode an FP8 module for each of its [`fp8_specs`].
-pub fn fp8_encode(module: &str, q: Fp8, model: Dtype) -> Vec<(String, Vec<u8>)> {
-    q.encode(module, model)
+rowwise::paths! {
+    fp8_quantize_on: fp8_quantize_ref, fp8_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8
 }
 
 /// The tensors one `int-quantized` module (`[rows = out, cols = in]`, group `G`) becomes.
@@ -87,12 +65,12 @@ pub fn int_specs(
     rows: usize,
     cols: usize,
     group: usize,
-    model: Dtype,
+    dt: Dtype,
 ) -> Vec<TensorSpec> {
     let groups = rowwise::groups(module, cols, group);
     vec![
         TensorSpec::new(format!("{module}.weight"), Dtype::I8, vec![rows, cols]),
-        TensorSpec::new(format!("{module}.weight_scale"), model, vec![rows, groups]),
+        TensorSpec::new(format!("{module}.weight_scale"), dt, vec![rows, groups]),
     ]
 }
 
@@ -128,14 +106,8 @@ pub struct IntLayoutW4A8 {
 
 impl IntLayout for IntLayoutW4A8 {
     fn codes(&self, p: &Parts) -> Int4 {
-        let (rows, cols) = (p.m.rows, p.m.cols);
-        int_decode(
-            p.data("weight"),
-            &p.f32("weight_scale"),
-            rows,
-            cols,
-            self.group,
-        )
+        let (w, s, rows, cols) = p.int_tensors("weight");
+        int_decode(w, &s, rows, cols, self.group)
     }
     fn gemv(&self) -> Option<Gemv> {
         None
@@ -195,17 +167,11 @@ impl Codec for FloatQuantized {
         format!("compressed-tensors {VERSION} float-quantized (FP8_DYNAMIC)")
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
-        fp8_specs(module, rows, cols, dtype)
+        // `float-quantized`: one scale per row, `[rows, 1]`, in the model dtype.
+        Fp8::specs(module, rows, cols, dtype, vec![rows, 1])
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
-        fp8_encode(module, fp8_quantize(w, rows, cols, dtype), dtype)
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
+        fp8_quantize(w, rows, cols, dtype).encode(module, dtype)
     }
     fn config(&self, exclude: &[String]) -> ConfigFiles {
         ConfigFiles::config(fp8_config(exclude))
@@ -222,14 +188,7 @@ impl Codec for IntQuantizedW4A8 {
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
         int_specs(module, rows, cols, W4A8_GROUP, dtype)
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         int_encode(
             module,
             &compressed_tensors::quantize(w, rows, cols, W4A8_GROUP, dtype),
@@ -250,10 +209,7 @@ impl Codec for IntQuantizedW4A8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
-    }
+    use crate::quant::math::rowwise::test_data as data;
 
     #[test]
     fn fast_equals_reference() {

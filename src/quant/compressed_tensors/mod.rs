@@ -70,30 +70,15 @@ pub fn ct_code(w: f32, s: f32, dtype: Dtype) -> i8 {
     crate::quant::math::rne::rne(round_to(dtype, w / s).clamp(QMIN as f32, QMAX as f32)) as i8
 }
 
-fn quantize_on(
-    path: Path,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    group: usize,
-    dtype: Dtype,
-) -> Int4 {
+fn quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, group: usize, dt: Dtype) -> Int4 {
     assert_eq!(cols % group, 0, "group must divide the input dimension");
-    Int4::quantize_runs(path, w, rows, cols, group, |run, out| {
-        let s = ct_scale(run, dtype);
-        rowwise::codes(run, out, |x| ct_code(x, s, dtype));
-        s
-    })
+    let recipe = rowwise::scaled(|r| ct_scale(r, dt), |x, s| ct_code(x, s, dt));
+    Int4::quantize_runs(path, w, rows, cols, group, recipe)
 }
 
-/// The reference: plain loops, no threads. `group == cols` is per channel.
-pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    quantize_on(Path::Reference, w, rows, cols, group, dtype)
-}
-
-/// The fast path: rows in parallel. Identical output to [`quantize_ref`].
-pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    quantize_on(Path::Parallel, w, rows, cols, group, dtype)
+rowwise::paths! {
+    /// `group == cols` is per channel.
+    quantize_on: quantize_ref, quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4
 }
 
 /// Pack one row of codes: nibble `q + 8`, sequential, raw-zero padding (`pack_to_int32`).
@@ -103,13 +88,7 @@ pub fn pack_row(codes: &[i8], out: &mut Vec<i32>) {
 }
 
 /// The tensors one quantized `[rows = out, cols = in]` module becomes.
-pub fn specs(
-    module: &str,
-    rows: usize,
-    cols: usize,
-    group: usize,
-    model: Dtype,
-) -> Vec<TensorSpec> {
+pub fn specs(module: &str, rows: usize, cols: usize, group: usize, dt: Dtype) -> Vec<TensorSpec> {
     let groups = rowwise::groups(module, cols, group);
     vec![
         TensorSpec::new(
@@ -117,7 +96,7 @@ pub fn specs(
             Dtype::I32,
             vec![rows, cols.div_ceil(8)],
         ),
-        TensorSpec::new(format!("{module}.weight_scale"), model, vec![rows, groups]),
+        TensorSpec::new(format!("{module}.weight_scale"), dt, vec![rows, groups]),
         TensorSpec::new(format!("{module}.weight_shape"), Dtype::I64, vec![2]),
     ]
 }
@@ -209,14 +188,8 @@ pub struct PackedLayout {
 
 impl IntLayout for PackedLayout {
     fn codes(&self, p: &Parts) -> Int4 {
-        let (rows, cols) = (p.m.rows, p.m.cols);
-        decode(
-            p.data("weight_packed"),
-            &p.f32("weight_scale"),
-            rows,
-            cols,
-            self.group,
-        )
+        let (w, s, rows, cols) = p.int_tensors("weight_packed");
+        decode(w, &s, rows, cols, self.group)
     }
     fn gemv(&self) -> Option<Gemv> {
         Some(Gemv::OffsetWords { group: self.group })
@@ -299,10 +272,7 @@ impl IntGrid for PackQuantized {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        rowwise::test_matrix(rows, cols, dtype, 0.03, -0.004)
-    }
+    use crate::quant::math::rowwise::test_data_narrow as data;
 
     /// The golden row of `fixtures/goldens/compressed-tensors-0.20/*/summary.json`.
     #[test]

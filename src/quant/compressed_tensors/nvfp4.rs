@@ -47,7 +47,7 @@ use crate::quant::input_amax::InputAmax;
 use crate::quant::math::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
 use crate::quant::math::fp8::{e4m3_from_f32, e4m3_from_f32_clamped, E4M3_MAX};
 use crate::quant::math::int4::round_to;
-use crate::quant::math::rowwise::{amax, encode_floats, Path};
+use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
 use crate::quant::stats::Stats;
 use crate::quant::stored::{self, Gemv, Packing, Parts};
 
@@ -108,17 +108,10 @@ pub fn code(w: f32, eff: f32) -> u8 {
     idx | if x < 0.0 { 8 } else { 0 }
 }
 
-fn quantize_on(
-    path: Path,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    amax_t: f32,
-    dtype: Dtype,
-) -> Nvfp4 {
-    let g = global_scale(amax_t, dtype);
+fn quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, amax_t: f32, dt: Dtype) -> Nvfp4 {
+    let g = global_scale(amax_t, dt);
     Nvfp4::quantize_blocks(path, w, rows, cols, g, |block, out| {
-        let s = block_scale(block, g, dtype);
+        let s = block_scale(block, g, dt);
         let eff = f8_e4m3_to_f32(s) / g;
         for (c, &x) in out.iter_mut().zip(block) {
             *c = code(x, eff);
@@ -127,15 +120,9 @@ fn quantize_on(
     })
 }
 
-/// The reference: plain loops. `amax_t` is the (family-shared) weight amax; `cols` a multiple
-/// of 16.
-pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, amax_t: f32, dtype: Dtype) -> Nvfp4 {
-    quantize_on(Path::Reference, w, rows, cols, amax_t, dtype)
-}
-
-/// The fast path: rows in parallel. Identical to [`quantize_ref`].
-pub fn quantize(w: &[f32], rows: usize, cols: usize, amax_t: f32, dtype: Dtype) -> Nvfp4 {
-    quantize_on(Path::Parallel, w, rows, cols, amax_t, dtype)
+rowwise::paths! {
+    /// `amax_t` is the (family-shared) weight amax; `cols` a multiple of 16.
+    quantize_on: quantize_ref, quantize(w: &[f32], rows: usize, cols: usize, amax_t: f32, dtype: Dtype) -> Nvfp4
 }
 
 /// compressed-tensors' dequantization: `e2m1 · (f8(s) / g)` in F32.
@@ -304,11 +291,7 @@ impl Codec for Nvfp4PackQuantized {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::math::rowwise;
-
-    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
-    }
+    use crate::quant::math::rowwise::test_data as data;
 
     #[test]
     fn global_scale_as_generate_gparam() {

@@ -99,27 +99,14 @@ pub fn quark_run(run: &[f32], out: &mut [i8], dtype: Dtype) -> f32 {
     s
 }
 
-fn quantize_on(
-    path: Path,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    group: usize,
-    dtype: Dtype,
-) -> Int4 {
+fn quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, group: usize, dt: Dtype) -> Int4 {
     Int4::quantize_runs(path, w, rows, cols, group, |run, out| {
-        quark_run(run, out, dtype)
+        quark_run(run, out, dt)
     })
 }
 
-/// The reference: plain loops, no threads.
-pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    quantize_on(Path::Reference, w, rows, cols, group, dtype)
-}
-
-/// The fast path: rows in parallel. Identical output to [`quantize_ref`].
-pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    quantize_on(Path::Parallel, w, rows, cols, group, dtype)
+rowwise::paths! {
+    quantize_on: quantize_ref, quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ use crate::quant::fused::SharedAmax;
 use crate::quant::input_amax::InputAmax;
 use crate::quant::math::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
 use crate::quant::math::fp8::{e4m3_from_f32, E4M3_MAX};
-use crate::quant::math::rowwise::{amax, encode_floats, Path};
+use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
 use crate::quant::modelopt::{python_json_indent4, VERSION};
 use crate::quant::stats::Stats;
 use crate::quant::stored::{self, Gemv, Packing, Parts};
@@ -97,14 +97,9 @@ fn quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, amax_t: f32) -> 
     })
 }
 
-/// The reference: plain loops. `amax_t` is the (family-shared) weight amax, > 0.
-pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, amax_t: f32) -> Nvfp4 {
-    quantize_on(Path::Reference, w, rows, cols, amax_t)
-}
-
-/// The fast path: rows in parallel. Identical to [`quantize_ref`].
-pub fn quantize(w: &[f32], rows: usize, cols: usize, amax_t: f32) -> Nvfp4 {
-    quantize_on(Path::Parallel, w, rows, cols, amax_t)
+rowwise::paths! {
+    /// `amax_t` is the (family-shared) weight amax, > 0.
+    quantize_on: quantize_ref, quantize(w: &[f32], rows: usize, cols: usize, amax_t: f32) -> Nvfp4
 }
 
 /// ModelOpt's dequantization: `VALUES[code] · (f8(s) · ws2)` in F32.
@@ -282,11 +277,7 @@ impl Codec for Nvfp4Codec {
 mod tests {
     use super::*;
     use crate::quant::compressed_tensors::nvfp4 as ct_nvfp4;
-    use crate::quant::math::rowwise;
-
-    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
-    }
+    use crate::quant::math::rowwise::test_data as data;
 
     /// The planted row of the golden: amax 5.25 gives ws2 = 2^-9 exactly; block 0 (amax 3)
     /// scale 256, every tie to the even code; a zero block scale 1.0; a tiny block 2^-9.

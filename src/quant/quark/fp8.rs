@@ -33,7 +33,7 @@ use serde_json::{json, Value};
 use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
-use crate::quant::codec::{Codec, ConfigFiles};
+use crate::quant::codec::{Codec, ConfigFiles, Encoded};
 use crate::quant::math::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
 use crate::quant::math::int4::{quark_run, round_to, Int4, SCALE_EPS};
 use crate::quant::math::pack::{self, Order};
@@ -60,34 +60,12 @@ pub fn ptpc_code(w: f32, s: f32, dtype: Dtype) -> u8 {
 }
 
 fn ptpc_quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    Fp8::quantize_rows(path, w, rows, cols, |row, out| {
-        let s = ptpc_scale(row, dtype);
-        rowwise::codes(row, out, |x| ptpc_code(x, s, dtype));
-        s
-    })
+    let recipe = rowwise::scaled(|r| ptpc_scale(r, dtype), |x, s| ptpc_code(x, s, dtype));
+    Fp8::quantize_rows(path, w, rows, cols, recipe)
 }
 
-/// The reference: plain loops.
-pub fn ptpc_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    ptpc_quantize_on(Path::Reference, w, rows, cols, dtype)
-}
-
-/// The fast path: rows in parallel. Identical to [`ptpc_quantize_ref`].
-pub fn ptpc_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    ptpc_quantize_on(Path::Parallel, w, rows, cols, dtype)
-}
-
-/// The tensors one `ptpc_fp8` module becomes.
-pub fn ptpc_specs(module: &str, rows: usize, cols: usize, model: Dtype) -> Vec<TensorSpec> {
-    vec![
-        TensorSpec::new(format!("{module}.weight"), Dtype::F8_E4M3, vec![rows, cols]),
-        TensorSpec::new(format!("{module}.weight_scale"), model, vec![rows]),
-    ]
-}
-
-/// Encode a `ptpc_fp8` module for each of its [`ptpc_specs`].
-pub fn ptpc_encode(module: &str, q: Fp8, model: Dtype) -> Vec<(String, Vec<u8>)> {
-    q.encode(module, model)
+rowwise::paths! {
+    ptpc_quantize_on: ptpc_quantize_ref, ptpc_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -301,17 +279,11 @@ impl Codec for Ptpc {
         "Quark 0.13 ptpc_fp8".into()
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
-        ptpc_specs(module, rows, cols, dtype)
+        // `ptpc_fp8`: one scale per row, `[rows]`, in the model dtype.
+        Fp8::specs(module, rows, cols, dtype, vec![rows])
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
-        ptpc_encode(module, ptpc_quantize(w, rows, cols, dtype), dtype)
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
+        ptpc_quantize(w, rows, cols, dtype).encode(module, dtype)
     }
     fn config(&self, exclude: &[String]) -> ConfigFiles {
         ConfigFiles::config(ptpc_config(&self.0, exclude))
@@ -328,14 +300,7 @@ impl Codec for Int4Fp8Codec {
     fn specs(&self, module: &str, rows: usize, cols: usize, _dtype: Dtype) -> Vec<TensorSpec> {
         int4_fp8_specs(module, rows, cols)
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         int4_fp8_encode(
             module,
             &int4_fp8_quantize(w, rows, cols, dtype),
@@ -356,11 +321,8 @@ impl Codec for Int4Fp8Codec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::math::rowwise::test_data as data;
     use crate::quant::quark::{Layout, Version};
-
-    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
-    }
 
     fn opts() -> Options {
         Options {

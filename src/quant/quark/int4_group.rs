@@ -22,13 +22,7 @@ use crate::quant::quark::{self, Options};
 use crate::quant::stored::{Gemv, IntLayout, Parts};
 
 /// The tensors one quantized `[rows = out, cols = in]` module becomes.
-pub fn specs(
-    module: &str,
-    rows: usize,
-    cols: usize,
-    group: usize,
-    model: Dtype,
-) -> Vec<TensorSpec> {
+pub fn specs(module: &str, rows: usize, cols: usize, group: usize, dt: Dtype) -> Vec<TensorSpec> {
     let groups = rowwise::groups(module, cols, group);
     vec![
         TensorSpec::new(
@@ -36,7 +30,7 @@ pub fn specs(
             Dtype::I32,
             vec![cols, rows.div_ceil(8)],
         ),
-        TensorSpec::new(format!("{module}.weight_scale"), model, vec![groups, rows]),
+        TensorSpec::new(format!("{module}.weight_scale"), dt, vec![groups, rows]),
         TensorSpec::new(
             format!("{module}.weight_zero_point"),
             Dtype::I32,
@@ -105,9 +99,8 @@ pub struct GroupLayout {
 
 impl IntLayout for GroupLayout {
     fn codes(&self, p: &Parts) -> Int4 {
-        let (rows, cols) = (p.m.rows, p.m.cols);
-        let scale = p.f32("weight_scale");
-        decode(p.data("weight"), &scale, rows, cols, self.group, self.order)
+        let (w, s, rows, cols) = p.int_tensors("weight");
+        decode(w, &s, rows, cols, self.group, self.order)
     }
     fn gemv(&self) -> Option<Gemv> {
         None
@@ -139,14 +132,7 @@ impl Codec for Int4PerGroup {
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
         specs(module, rows, cols, self.group, dtype)
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         encode(
             module,
             &crate::quant::math::int4::quantize(w, rows, cols, self.group, dtype),

@@ -177,14 +177,8 @@ pub struct ChannelLayout {
 
 impl IntLayout for ChannelLayout {
     fn codes(&self, p: &Parts) -> Int4 {
-        let (rows, cols) = (p.m.rows, p.m.cols);
-        decode(
-            p.data("weight"),
-            &p.f32("weight_scale"),
-            rows,
-            cols,
-            self.order,
-        )
+        let (w, s, rows, cols) = p.int_tensors("weight");
+        decode(w, &s, rows, cols, self.order)
     }
     fn gemv(&self) -> Option<Gemv> {
         Some(Gemv::QuarkWords { order: self.order })

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
-use crate::quant::codec::{Codec, ConfigFiles};
+use crate::quant::codec::{Codec, ConfigFiles, Encoded};
 use crate::quant::math::int4::{round_to, Int4, SCALE_EPS};
 use crate::quant::math::pack;
 use crate::quant::math::rowwise::{self, encode_floats, Path};
@@ -83,17 +83,10 @@ pub fn code(w: f32, inv: f32, zp: u8) -> u8 {
     (crate::quant::math::rne::rne(w * inv) + zp as f32).clamp(0.0, UMAX as f32) as u8
 }
 
-fn quantize_on(
-    path: Path,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    group: usize,
-    dtype: Dtype,
-) -> Uint4 {
+fn quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, group: usize, dt: Dtype) -> Uint4 {
     assert_eq!(cols % group, 0, "group must divide the input dimension");
     let (params, codes) = rowwise::quantize(path, w, rows, cols, group, |run, out| {
-        let (s, zp) = qparams(run, dtype);
+        let (s, zp) = qparams(run, dt);
         let inv = 1.0f32 / s;
         rowwise::codes(run, out, |x| code(x, inv, zp));
         (s, zp)
@@ -109,25 +102,14 @@ fn quantize_on(
     }
 }
 
-/// The reference: plain loops. `group` must divide `cols`.
-pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Uint4 {
-    quantize_on(Path::Reference, w, rows, cols, group, dtype)
-}
-
-/// The fast path: rows in parallel. Identical to [`quantize_ref`].
-pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Uint4 {
-    quantize_on(Path::Parallel, w, rows, cols, group, dtype)
+rowwise::paths! {
+    /// `group` must divide `cols`.
+    quantize_on: quantize_ref, quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Uint4
 }
 
 /// The tensors one module becomes (the per-group INT4 layout).
-pub fn specs(
-    module: &str,
-    rows: usize,
-    cols: usize,
-    group: usize,
-    model: Dtype,
-) -> Vec<TensorSpec> {
-    int4_group::specs(module, rows, cols, group, model)
+pub fn specs(module: &str, rows: usize, cols: usize, group: usize, dt: Dtype) -> Vec<TensorSpec> {
+    int4_group::specs(module, rows, cols, group, dt)
 }
 
 /// Codes (or zero points) `[rows, n]` as an [`Int4`] carrying nibbles `0..=15`, for the packer.
@@ -194,15 +176,14 @@ pub struct AsymLayout {
 
 impl IntLayout for AsymLayout {
     fn codes(&self, p: &Parts) -> Int4 {
-        let (rows, cols, group) = (p.m.rows, p.m.cols, self.group);
+        let (w, s, rows, cols) = p.int_tensors("weight");
+        let group = self.group;
         let o = Options {
             layout: Layout::Model,
             version: Version::V013,
             order: self.order,
         };
-        let scale = p.f32("weight_scale");
-        let zp = p.data("weight_zero_point");
-        let u = decode(p.data("weight"), &scale, zp, rows, cols, group, &o);
+        let u = decode(w, &s, p.data("weight_zero_point"), rows, cols, group, &o);
         let g = cols / group;
         Int4 {
             rows,
@@ -245,14 +226,7 @@ impl Codec for Uint4PerGroup {
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
         specs(module, rows, cols, self.group, dtype)
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         encode(
             module,
             &quantize(w, rows, cols, self.group, dtype),
