@@ -9,12 +9,11 @@
 //!   `group % 32 == 0` (one scale per 128-bit load).
 //!
 //! Which repack a module takes is its layout's to say (`quant::stored::Layout::gemv`, beside the
-//! format's encoder). Repacks (each proven by a test to dequantize to the checkpoint's own
-//! decode):
-//! Quark per-channel `reorder` = XOR `0x88888888` per word; Quark `order` (sequential, and every
-//! file2file export) = nibble shuffle + XOR; compressed-tensors `pack-quantized` (sequential,
-//! already offset binary) = nibble shuffle, padding nibbles rewritten; ModelOpt U8
-//! `[⌈n/2⌉, k]` (packed along N) = transpose into K-packing.
+//! format's encoder). Repacks ([`W4Layout::repack`], each proven by a test to dequantize to the
+//! checkpoint's own decode): Quark per-channel `reorder` = XOR `0x88888888` per word; Quark
+//! `order` (sequential, and every file2file export) = nibble shuffle + XOR; compressed-tensors
+//! `pack-quantized` (sequential, already offset binary) = nibble shuffle, padding nibbles
+//! rewritten; ModelOpt U8 `[⌈n/2⌉, k]` (packed along N) = transpose into K-packing.
 
 use super::{GpuError, Result};
 use crate::quant::decode::{layout, Logical, QModule};
@@ -233,46 +232,41 @@ impl W4Layout {
         Self::checked(rows, cols, group, qweight, scales.to_vec())
     }
 
-    /// Quark per-channel (`X.weight` I32 `[rows, ⌈cols/8⌉]`, two's complement nibbles, scale
-    /// `[rows]`): `reorder` is already the kernel's nibble order, so the repack is one XOR.
-    pub fn from_quark_channel(
+    /// Repack a module's stored codes `weight` (its tensor [`Gemv::tensor`]) with its `scales`
+    /// (`[rows, cols]`) as its layout's [`Gemv`] says:
+    /// - Quark per channel (`X.weight` I32 `[rows, ⌈cols/8⌉]`, two's complement nibbles, scale
+    ///   `[rows]`): `reorder` is already the kernel's nibble order, so the repack is one XOR;
+    ///   `order` (sequential) a nibble shuffle and the XOR;
+    /// - compressed-tensors `pack-quantized` (`weight_packed` I32 `[rows, ⌈cols/8⌉]`,
+    ///   sequential, offset binary, scale `[rows, cols/group]`): a nibble shuffle;
+    /// - ModelOpt `W4A16_AWQ` (`weight` U8 `[⌈rows/2⌉, cols]`, low nibble = even row, two's
+    ///   complement; scale F32 `[rows, cols/group]`): a transpose from N- to K-packing.
+    pub fn repack(
+        g: Gemv,
         weight: &[u8],
         scales: &[f32],
         rows: usize,
         cols: usize,
-        order: Order,
     ) -> Result<W4Layout> {
-        let words = le_words(weight);
-        match order {
-            Order::Reorder => Self::from_words(&words, scales, rows, cols, cols, |w| w ^ PAD_WORD),
-            Order::Sequential => Self::from_words(&words, scales, rows, cols, cols, |w| {
-                sequential_to_kernel_order(w) ^ PAD_WORD
-            }),
+        let words = || le_words(weight);
+        match g {
+            Gemv::QuarkWords { order } => {
+                let f: fn(u32) -> u32 = match order {
+                    Order::Reorder => |w| w ^ PAD_WORD,
+                    Order::Sequential => |w| sequential_to_kernel_order(w) ^ PAD_WORD,
+                };
+                Self::from_words(&words(), scales, rows, cols, cols, f)
+            }
+            Gemv::OffsetWords { group } => {
+                let f = sequential_to_kernel_order;
+                Self::from_words(&words(), scales, rows, cols, group, f)
+            }
+            Gemv::RowPairs { group } => Self::from_row_pairs(weight, scales, rows, cols, group),
         }
     }
 
-    /// compressed-tensors `pack-quantized` (`weight_packed` I32 `[rows, ⌈cols/8⌉]`, sequential,
-    /// offset binary, scale `[rows, cols/group]`): a nibble shuffle.
-    pub fn from_ct_packed(
-        weight: &[u8],
-        scales: &[f32],
-        rows: usize,
-        cols: usize,
-        group: usize,
-    ) -> Result<W4Layout> {
-        Self::from_words(
-            &le_words(weight),
-            scales,
-            rows,
-            cols,
-            group,
-            sequential_to_kernel_order,
-        )
-    }
-
-    /// ModelOpt `W4A16_AWQ` (`weight` U8 `[⌈rows/2⌉, cols]`, low nibble = even row, two's
-    /// complement; scale F32 `[rows, cols/group]`): a transpose from N- to K-packing.
-    pub fn from_modelopt_u8(
+    /// ModelOpt's U8 `[⌈rows/2⌉, cols]`, two output rows per byte, transposed into K-packing.
+    fn from_row_pairs(
         weight: &[u8],
         scales: &[f32],
         rows: usize,
@@ -302,9 +296,9 @@ impl W4Layout {
     }
 
     /// Repack one quantized module of a checkpoint straight from its stored tensors, as its
-    /// layout says ([`Layout::gemv`](crate::quant::stored::Layout::gemv): the INT4 symmetric layouts kquant writes). ModelOpt's
-    /// `pre_quant_scale`, if not all ones, is not folded here: the caller must scale the
-    /// activations.
+    /// layout says ([`Layout::gemv`](crate::quant::stored::Layout::gemv): the INT4 symmetric
+    /// layouts kquant writes). ModelOpt's `pre_quant_scale`, if not all ones, is not folded
+    /// here: the caller must scale the activations.
     pub fn from_module(lg: &Logical, m: &QModule) -> Result<W4Layout> {
         let w = &lg.ck.weights;
         let data = |suffix: &str| {
@@ -312,25 +306,16 @@ impl W4Layout {
                 .ok_or_else(|| GpuError::Layout(format!("{}.{suffix} missing", m.module)))
         };
         let scale = data("weight_scale")?.to_f32();
-        let (rows, cols) = (m.rows, m.cols);
-        match layout(&m.stored).gemv() {
-            Some(Gemv::QuarkWords { order }) => {
-                Self::from_quark_channel(data("weight")?.data, &scale, rows, cols, order)
-            }
-            Some(Gemv::OffsetWords { group }) => {
-                Self::from_ct_packed(data("weight_packed")?.data, &scale, rows, cols, group)
-            }
-            Some(Gemv::RowPairs { group }) => {
-                Self::from_modelopt_u8(data("weight")?.data, &scale, rows, cols, group)
-            }
-            None => Err(GpuError::Unsupported(
+        let Some(g) = layout(&m.stored).gemv() else {
+            return Err(GpuError::Unsupported(
                 "stored layout",
                 format!(
                     "{}: {:?} (the GEMV kernels take symmetric INT4)",
                     m.module, m.stored
                 ),
-            )),
-        }
+            ));
+        };
+        Self::repack(g, data(g.tensor())?.data, &scale, m.rows, m.cols)
     }
 }
 
@@ -375,7 +360,6 @@ mod tests {
     }
 
     type Words = fn(&[u8], &[f32], usize, usize, usize) -> Int4;
-    type Repack = fn(&[u8], &[f32], usize, usize, usize) -> Result<W4Layout>;
 
     /// For each `(rows, cols, group)`: a format's codes `q` (`quantize`) written as its stored
     /// bytes (`write`); the repack of those bytes and the format's own decode agree, and the
@@ -384,13 +368,13 @@ mod tests {
         shapes: &[(usize, usize, usize)],
         quantize: impl Fn(&[f32], usize, usize, usize) -> Int4,
         write: impl Fn(&Int4) -> Vec<u8>,
-        repack: Repack,
+        gemv: fn(usize) -> Gemv,
         decode: Words,
     ) {
         for &(rows, cols, group) in shapes {
             let q = quantize(&weights(rows, cols), rows, cols, group);
             let enc = write(&q);
-            let l = repack(&enc, &q.scales, rows, cols, group).unwrap();
+            let l = W4Layout::repack(gemv(group), &enc, &q.scales, rows, cols).unwrap();
             let back = decode(&enc, &q.scales, rows, cols, group);
             assert_same(&l, &back);
             assert_eq!(back, q);
@@ -450,8 +434,8 @@ mod tests {
                 };
                 let enc = quark::encode("m", &q, Dtype::BF16, &o);
                 let scales = q.scales.clone();
-                let l =
-                    W4Layout::from_quark_channel(&enc[0].1, &scales, rows, cols, order).unwrap();
+                let g = Gemv::QuarkWords { order };
+                let l = W4Layout::repack(g, &enc[0].1, &scales, rows, cols).unwrap();
                 let back = quark::decode(&enc[0].1, &scales, rows, cols, order);
                 assert_same(&l, &back);
                 assert_eq!(back, q);
@@ -466,7 +450,7 @@ mod tests {
             &[(16, 7168, 7168), (8, 256, 128), (4, 96, 32), (3, 13, 13)],
             |w, r, c, g| ct::quantize(w, r, c, g, Dtype::BF16),
             |q| ct::encode("m", q, Dtype::BF16).remove(0).1,
-            W4Layout::from_ct_packed,
+            |group| Gemv::OffsetWords { group },
             ct::decode,
         );
     }
@@ -481,7 +465,7 @@ mod tests {
                     .remove(0)
                     .1
             },
-            W4Layout::from_modelopt_u8,
+            |group| Gemv::RowPairs { group },
             modelopt::int4_decode,
         );
     }

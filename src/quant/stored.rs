@@ -144,6 +144,16 @@ pub enum Gemv {
     RowPairs { group: usize },
 }
 
+impl Gemv {
+    /// The module's tensor that holds the codes.
+    pub fn tensor(self) -> &'static str {
+        match self {
+            Gemv::QuarkWords { .. } | Gemv::RowPairs { .. } => "weight",
+            Gemv::OffsetWords { .. } => "weight_packed",
+        }
+    }
+}
+
 /// The read side of one stored layout, implemented by each format beside the encoder that
 /// writes it; [`Stored`] names the layout and `quant::decode::layout` gives its implementation.
 /// Every method is required: a layout that forgets one does not compile.

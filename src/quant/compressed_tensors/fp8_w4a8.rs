@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 use crate::quant::codec::{Codec, ConfigFiles, Encoded};
-use crate::quant::compressed_tensors::{self, VERSION};
+use crate::quant::compressed_tensors::{self, Ignore, VERSION};
 use crate::quant::math::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
 use crate::quant::math::int4::{round_to, Int4};
 use crate::quant::math::rowwise::{self, encode_floats, Path};
@@ -116,23 +116,7 @@ impl IntLayout for IntLayoutW4A8 {
 
 /// The config of one `Linear` group; `ignore` goes last, where compressed-tensors writes it.
 fn config_group(format: &str, weights: Value, input: Value, ignore: &[String]) -> Value {
-    let mut c = json!({
-        "config_groups": {"group_0": {
-            "format": format, "input_activations": input, "output_activations": null,
-            "targets": ["Linear"], "weights": weights,
-        }},
-        "format": format,
-        "global_compression_ratio": null,
-        "kv_cache_scheme": null,
-        "moe_sparsity_config": null,
-        "quant_method": "compressed-tensors",
-        "quantization_status": "compressed",
-        "sparsity_config": {},
-        "transform_config": {},
-        "version": VERSION,
-    });
-    c["ignore"] = json!(ignore);
-    c
+    compressed_tensors::quantization_config(format, weights, input, ignore, Ignore::Last)
 }
 
 /// `quantization_config` of the `FP8_DYNAMIC` preset.

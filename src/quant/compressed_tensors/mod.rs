@@ -200,16 +200,47 @@ impl IntLayout for PackedLayout {
 /// `group: None` is per channel. `ignore` entries are exact module names or `re:` regexes.
 pub fn config(group: Option<usize>, ignore: &[String]) -> Value {
     let strategy = if group.is_some() { "group" } else { "channel" };
-    json!({
+    let weights = json!({"dynamic": false, "group_size": group, "num_bits": 4,
+                         "strategy": strategy, "symmetric": true, "type": "int"});
+    quantization_config(
+        "pack-quantized",
+        weights,
+        Value::Null,
+        ignore,
+        Ignore::Sorted,
+    )
+}
+
+/// Where a `quantization_config` holds its `ignore` list: in its sorted place (what
+/// `ModelCompressor.update_config` writes for `pack-quantized` and NVFP4), or last (the
+/// `float-quantized` and `int-quantized` presets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ignore {
+    Sorted,
+    Last,
+}
+
+/// The `quantization_config` compressed-tensors 0.20.0 writes for one `Linear` group of
+/// `format` with `weights` and `input` activation arguments, every format's alike.
+pub fn quantization_config(
+    format: &str,
+    weights: Value,
+    input: Value,
+    ignore: &[String],
+    at: Ignore,
+) -> Value {
+    let mut c = json!({
         "config_groups": {"group_0": {
-            "format": "pack-quantized", "input_activations": null, "output_activations": null,
-            "targets": ["Linear"],
-            "weights": {"dynamic": false, "group_size": group, "num_bits": 4, "strategy": strategy,
-                        "symmetric": true, "type": "int"},
+            "format": format, "input_activations": input, "output_activations": null,
+            "targets": ["Linear"], "weights": weights,
         }},
-        "format": "pack-quantized",
+        "format": format,
         "global_compression_ratio": null,
-        "ignore": ignore,
+    });
+    if at == Ignore::Sorted {
+        c["ignore"] = json!(ignore);
+    }
+    let tail = json!({
         "kv_cache_scheme": null,
         "moe_sparsity_config": null,
         "quant_method": "compressed-tensors",
@@ -217,7 +248,14 @@ pub fn config(group: Option<usize>, ignore: &[String]) -> Value {
         "sparsity_config": {},
         "transform_config": {},
         "version": VERSION,
-    })
+    });
+    for (k, v) in tail.as_object().expect("an object") {
+        c[k] = v.clone();
+    }
+    if at == Ignore::Last {
+        c["ignore"] = json!(ignore);
+    }
+    c
 }
 
 /// compressed-tensors `pack-quantized` W4A16 as a [`Codec`]; `group: None` is per channel.

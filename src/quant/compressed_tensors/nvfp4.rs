@@ -41,7 +41,7 @@ use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 use crate::quant::codec::{Codec, ConfigFiles, Encoded};
-use crate::quant::compressed_tensors::VERSION;
+use crate::quant::compressed_tensors::{self, Ignore, VERSION};
 use crate::quant::fused::SharedAmax;
 use crate::quant::input_amax::InputAmax;
 use crate::quant::math::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
@@ -232,22 +232,8 @@ pub fn config(w4a4: bool, ignore: &[String]) -> Value {
     } else {
         Value::Null
     };
-    json!({
-        "config_groups": {"group_0": {
-            "format": "nvfp4-pack-quantized", "input_activations": input,
-            "output_activations": null, "targets": ["Linear"], "weights": args(None),
-        }},
-        "format": "nvfp4-pack-quantized",
-        "global_compression_ratio": null,
-        "ignore": ignore,
-        "kv_cache_scheme": null,
-        "moe_sparsity_config": null,
-        "quant_method": "compressed-tensors",
-        "quantization_status": "compressed",
-        "sparsity_config": {},
-        "transform_config": {},
-        "version": VERSION,
-    })
+    let format = "nvfp4-pack-quantized";
+    compressed_tensors::quantization_config(format, args(None), input, ignore, Ignore::Sorted)
 }
 
 /// compressed-tensors NVFP4 as a [`Codec`]: weight-only (`NVFP4A16`) without an input amax
