@@ -197,15 +197,9 @@ mod tests {
 
     #[test]
     fn fast_equals_reference() {
-        for (rows, cols) in [(64, 128), (33, 72), (7, 13), (1, 1)] {
-            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
-                let w = data(rows, cols, dt);
-                assert_eq!(
-                    fp8_quantize(&w, rows, cols, dt),
-                    fp8_quantize_ref(&w, rows, cols, dt)
-                );
-            }
-        }
+        rowwise::assert_paths_agree(&[(64, 128), (33, 72), (7, 13), (1, 1)], |w, r, c, dt| {
+            (fp8_quantize(w, r, c, dt), fp8_quantize_ref(w, r, c, dt))
+        });
     }
 
     /// The planted row of the FP8_DYNAMIC golden (summary.json `q_proj_row0`): scale
@@ -213,7 +207,7 @@ mod tests {
     /// 0x1c0, 0xfffffe40, 0x1e) are the codes 0x7e, 0xfe, 0x5f.
     #[test]
     fn planted_row_zero_row_and_negative_zero() {
-        let row = [7.5f32, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
+        let row = crate::quant::math::rowwise::PLANTED_ROW;
         let q = fp8_quantize_ref(&row, 1, 8, Dtype::BF16);
         assert_eq!(
             q.scales,

@@ -315,10 +315,8 @@ mod tests {
     /// The golden row of `fixtures/goldens/compressed-tensors-0.20/*/summary.json`.
     #[test]
     fn golden_word_is_offset_binary_sequential() {
-        let row = [7.5f32, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
-        let q = quantize_ref(&row, 1, 8, 8, Dtype::BF16);
-        assert_eq!(q.scales, vec![1.0]);
-        assert_eq!(q.codes, vec![7, -8, 0, 2, 2, 0, -2, -2]);
+        let q = quantize_ref(&rowwise::PLANTED_ROW, 1, 8, 8, Dtype::BF16);
+        crate::quant::math::int4::assert_planted_codes(&q);
         let enc = encode("m", &q, Dtype::BF16);
         assert_eq!(
             u32::from_le_bytes(enc[0].1[..4].try_into().unwrap()),

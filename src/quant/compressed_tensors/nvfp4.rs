@@ -277,7 +277,6 @@ impl Codec for Nvfp4PackQuantized {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::math::rowwise::test_data as data;
 
     #[test]
     fn global_scale_as_generate_gparam() {
@@ -324,16 +323,13 @@ mod tests {
 
     #[test]
     fn fast_equals_reference_and_round_trips() {
-        for (rows, cols) in [(64, 128), (7, 48), (1, 16)] {
-            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
-                let w = data(rows, cols, dt);
-                let a = amax(&w);
-                let r = quantize_ref(&w, rows, cols, a, dt);
-                assert_eq!(quantize(&w, rows, cols, a, dt), r);
-                let enc = encode("m", &r, Some(3.0));
-                assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
-            }
-        }
+        rowwise::assert_paths_agree(&[(64, 128), (7, 48), (1, 16)], |w, rows, cols, dt| {
+            let a = amax(w);
+            let r = quantize_ref(w, rows, cols, a, dt);
+            let enc = encode("m", &r, Some(3.0));
+            assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
+            (quantize(w, rows, cols, a, dt), r)
+        });
     }
 
     /// Named bounds: every weight is within `MAX_ERR_STEPS` effective block scales
@@ -345,13 +341,8 @@ mod tests {
     fn error_bound() {
         const MAX_ERR_STEPS: f32 = 1.0;
         const MAX_RMSE_CT_NVFP4: f32 = 0.0045;
-        let (rows, cols) = (64, 256);
-        let w = data(rows, cols, Dtype::BF16);
-        let q = quantize_ref(&w, rows, cols, amax(&w), Dtype::BF16);
-        let d = dequantize(&q);
-        let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s / q.global).collect();
-        let rmse =
-            crate::quant::math::fp4::assert_within_block_steps(&w, &d, &eff, cols, MAX_ERR_STEPS);
-        assert!(rmse < MAX_RMSE_CT_NVFP4, "rmse {rmse}");
+        let quantize = |w: &[f32], r, c, a| quantize_ref(w, r, c, a, Dtype::BF16);
+        let eff = |s: f32, g: f32| s / g;
+        fp4::assert_error_bound(quantize, dequantize, eff, MAX_ERR_STEPS, MAX_RMSE_CT_NVFP4);
     }
 }

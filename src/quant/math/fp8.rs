@@ -121,17 +121,9 @@ impl Fp8 {
 #[cfg(test)]
 pub(crate) fn per_row_rmse_within_half_step(w: &[f32], q: &Fp8) -> f32 {
     let d = q.dequantize_ref();
-    let mut se = 0f64;
-    for (i, (&x, &y)) in w.iter().zip(&d).enumerate() {
-        let s = q.scales[i / q.cols];
-        let e = (x - y).abs();
-        assert!(
-            e <= x.abs() * (1.0 / 16.0 + 1.0 / 256.0) + s * 2f32.powi(-9),
-            "{i}: {x} vs {y}"
-        );
-        se += (e as f64).powi(2);
-    }
-    (se / w.len() as f64).sqrt() as f32
+    rowwise::rmse_within(w, &d, |i, e| {
+        e <= w[i].abs() * (1.0 / 16.0 + 1.0 / 256.0) + q.scales[i / q.cols] * 2f32.powi(-9)
+    })
 }
 
 #[cfg(test)]

@@ -109,6 +109,14 @@ rowwise::paths! {
     quantize_on: quantize_ref, quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4
 }
 
+/// Test support: the planted row (`rowwise::PLANTED_ROW`) quantized per channel as the INT4
+/// recipes of Quark and compressed-tensors both give it: scale 1, ties to even.
+#[cfg(test)]
+pub(crate) fn assert_planted_codes(q: &Int4) {
+    assert_eq!(q.scales, vec![1.0]);
+    assert_eq!(q.codes, vec![7, -8, 0, 2, 2, 0, -2, -2]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,12 +141,11 @@ mod tests {
         rowwise::test_matrix(rows, cols, Dtype::BF16, 2.0, 0.1)
     }
 
+    /// Quark's recipe on the planted row: scale 1, ties to even (compressed-tensors' gives the
+    /// same, `compressed_tensors::tests::golden_word_is_offset_binary_sequential`).
     #[test]
     fn planted_ties_round_half_even() {
-        let row = [7.5f32, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
-        let q = quantize_ref(&row, 1, 8, 8, Dtype::BF16);
-        assert_eq!(q.scales, vec![1.0]);
-        assert_eq!(q.codes, vec![7, -8, 0, 2, 2, 0, -2, -2]);
+        assert_planted_codes(&quantize_ref(&rowwise::PLANTED_ROW, 1, 8, 8, Dtype::BF16));
     }
 
     #[test]

@@ -276,6 +276,40 @@ pub(crate) fn test_matrix(rows: usize, cols: usize, dtype: Dtype, a: f32, b: f32
     out
 }
 
+/// Test support: the planted row of the goldens' summaries, `[7.5, −7.5, 0.5, …]` (amax 7.5,
+/// and every tie a format rounds).
+#[cfg(test)]
+pub(crate) const PLANTED_ROW: [f32; 8] = [7.5, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
+
+/// Test support: a recipe's fast and reference paths (`paths(w, rows, cols, dtype)` gives both
+/// results, after any checks of its own) agree on [`test_data`] of every shape, in BF16, F16
+/// and F32.
+#[cfg(test)]
+pub(crate) fn assert_paths_agree<T: PartialEq + std::fmt::Debug>(
+    shapes: &[(usize, usize)],
+    paths: impl Fn(&[f32], usize, usize, Dtype) -> (T, T),
+) {
+    for &(rows, cols) in shapes {
+        for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
+            let (fast, reference) = paths(&test_data(rows, cols, dt), rows, cols, dt);
+            assert_eq!(fast, reference, "{rows}×{cols} {dt:?}");
+        }
+    }
+}
+
+/// Test support: the RMSE of `d` against `w`, each error `|w_i − d_i|` first held to
+/// `within(i, error)`.
+#[cfg(test)]
+pub(crate) fn rmse_within(w: &[f32], d: &[f32], within: impl Fn(usize, f32) -> bool) -> f32 {
+    let mut se = 0f64;
+    for (i, (&x, &y)) in w.iter().zip(d).enumerate() {
+        let e = (x - y).abs();
+        assert!(within(i, e), "{i}: {x} vs {y}");
+        se += (e as f64).powi(2);
+    }
+    (se / w.len() as f64).sqrt() as f32
+}
+
 /// [`test_matrix`] about `[-0.054, 0.046]` (`0.05 · cos + (−0.004)`): the formats' tests' data.
 #[cfg(test)]
 pub(crate) fn test_data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {

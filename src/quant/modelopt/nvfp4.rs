@@ -277,7 +277,6 @@ impl Codec for Nvfp4Codec {
 mod tests {
     use super::*;
     use crate::quant::compressed_tensors::nvfp4 as ct_nvfp4;
-    use crate::quant::math::rowwise::test_data as data;
 
     /// The planted row of the golden: amax 5.25 gives ws2 = 2^-9 exactly; block 0 (amax 3)
     /// scale 256, every tie to the even code; a zero block scale 1.0; a tiny block 2^-9.
@@ -339,16 +338,12 @@ mod tests {
 
     #[test]
     fn fast_equals_reference_and_round_trips() {
-        for (rows, cols) in [(64, 128), (7, 48), (1, 16)] {
-            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
-                let w = data(rows, cols, dt);
-                let a = amax(&w);
-                let r = quantize_ref(&w, rows, cols, a);
-                assert_eq!(quantize(&w, rows, cols, a), r);
-                let enc = encode("m", &r, Some(0.5));
-                assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
-            }
-        }
+        rowwise::assert_paths_agree(&[(64, 128), (7, 48), (1, 16)], |w, rows, cols, _| {
+            let r = quantize_ref(w, rows, cols, amax(w));
+            let enc = encode("m", &r, Some(0.5));
+            assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
+            (quantize(w, rows, cols, amax(w)), r)
+        });
     }
 
     /// Named bounds, as `ct_nvfp4::tests::error_bound`: within `MAX_ERR_STEPS` effective block
@@ -357,14 +352,9 @@ mod tests {
     fn error_bound() {
         const MAX_ERR_STEPS: f32 = 1.0;
         const MAX_RMSE_MODELOPT_NVFP4: f32 = 0.0045;
-        let (rows, cols) = (64, 256);
-        let w = data(rows, cols, Dtype::BF16);
-        let q = quantize_ref(&w, rows, cols, amax(&w));
-        let d = dequantize(&q);
-        let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s * q.global).collect();
-        let rmse =
-            crate::quant::math::fp4::assert_within_block_steps(&w, &d, &eff, cols, MAX_ERR_STEPS);
-        assert!(rmse < MAX_RMSE_MODELOPT_NVFP4, "rmse {rmse}");
+        let eff = |s: f32, ws2: f32| s * ws2;
+        let max_rmse = MAX_RMSE_MODELOPT_NVFP4;
+        fp4::assert_error_bound(quantize_ref, dequantize, eff, MAX_ERR_STEPS, max_rmse);
     }
 
     /// The pre-pass shares the weight amax over a family and refuses an all-zero one.

@@ -334,25 +334,19 @@ mod tests {
 
     #[test]
     fn fast_equals_reference() {
-        for (rows, cols) in [(64, 128), (33, 72), (7, 13), (1, 1)] {
-            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
-                let w = data(rows, cols, dt);
-                assert_eq!(
-                    ptpc_quantize(&w, rows, cols, dt),
-                    ptpc_quantize_ref(&w, rows, cols, dt)
-                );
-                assert_eq!(
-                    int4_fp8_quantize(&w, rows, cols, dt),
-                    int4_fp8_quantize_ref(&w, rows, cols, dt)
-                );
-            }
-        }
+        rowwise::assert_paths_agree(&[(64, 128), (33, 72), (7, 13), (1, 1)], |w, r, c, dt| {
+            assert_eq!(
+                int4_fp8_quantize(w, r, c, dt),
+                int4_fp8_quantize_ref(w, r, c, dt)
+            );
+            (ptpc_quantize(w, r, c, dt), ptpc_quantize_ref(w, r, c, dt))
+        });
     }
 
     /// The planted row `[7.5, −7.5, 0.5, …]`: amax 7.5, BF16 scale `7.5/448` = 0.016723…
     #[test]
     fn ptpc_planted_row_and_zero_row() {
-        let row = [7.5f32, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
+        let row = crate::quant::math::rowwise::PLANTED_ROW;
         let q = ptpc_quantize_ref(&row, 1, 8, Dtype::BF16);
         assert_eq!(half::bf16::from_f32(q.scales[0]).to_bits(), 0x3c89);
         assert_eq!(q.codes[0], 0x7e, "7.5 / s clamps to 448");

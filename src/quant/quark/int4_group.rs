@@ -57,16 +57,20 @@ pub fn encode(module: &str, q: &Int4, model: Dtype, o: &Options) -> Vec<(String,
     let groups = q.groups_per_row();
     let words = pack_transposed(q, o.order);
     let scale_t = rowwise::transpose(&q.scales, q.rows, groups);
+    let zeros = vec![0u8; groups * q.rows.div_ceil(8) * 4];
+    tensors(module, &words, &scale_t, model, zeros)
+}
+
+/// The per-group layout's tensors: the transposed code words, the transposed scales in the
+/// model dtype, and the zero-point words `zp` (zeros for symmetric INT4).
+pub fn tensors(module: &str, words: &[i32], scale_t: &[f32], model: Dtype, zp: Vec<u8>) -> Encoded {
     vec![
-        (format!("{module}.weight"), pack::le_bytes(&words)),
+        (format!("{module}.weight"), pack::le_bytes(words)),
         (
             format!("{module}.weight_scale"),
-            encode_floats(&scale_t, model),
+            encode_floats(scale_t, model),
         ),
-        (
-            format!("{module}.weight_zero_point"),
-            vec![0u8; groups * q.rows.div_ceil(8) * 4],
-        ),
+        (format!("{module}.weight_zero_point"), zp),
     ]
 }
 

@@ -30,8 +30,8 @@ use crate::io::Dtype;
 use crate::quant::codec::{Codec, ConfigFiles, Encoded};
 use crate::quant::math::int4::{round_to, Int4, SCALE_EPS};
 use crate::quant::math::pack;
-use crate::quant::math::rowwise::{self, encode_floats, Path};
-use crate::quant::quark::int4_group;
+use crate::quant::math::rowwise::{self, Path};
+use crate::quant::quark::int4_group::{self, Int4PerGroup};
 use crate::quant::quark::{Layout, Options, Version};
 use crate::quant::stored::{Gemv, IntLayout, Parts};
 
@@ -107,11 +107,6 @@ rowwise::paths! {
     quantize_on: quantize_ref, quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Uint4
 }
 
-/// The tensors one module becomes (the per-group INT4 layout).
-pub fn specs(module: &str, rows: usize, cols: usize, group: usize, dt: Dtype) -> Vec<TensorSpec> {
-    int4_group::specs(module, rows, cols, group, dt)
-}
-
 /// Codes (or zero points) `[rows, n]` as an [`Int4`] carrying nibbles `0..=15`, for the packer.
 fn nibbles(rows: usize, n: usize, v: &[u8]) -> Int4 {
     Int4 {
@@ -123,23 +118,13 @@ fn nibbles(rows: usize, n: usize, v: &[u8]) -> Int4 {
     }
 }
 
-/// Encode a module for each of its [`specs`].
+/// Encode a module for each of the per-group layout's tensors ([`int4_group::specs`]).
 pub fn encode(module: &str, q: &Uint4, model: Dtype, o: &Options) -> Vec<(String, Vec<u8>)> {
     let g = q.cols / q.group;
     let words = int4_group::pack_transposed(&nibbles(q.rows, q.cols, &q.codes), o.order);
     let zp_words = int4_group::pack_transposed(&nibbles(q.rows, g, &q.zero_points), o.order);
     let scale_t = rowwise::transpose(&q.scales, q.rows, g);
-    vec![
-        (format!("{module}.weight"), pack::le_bytes(&words)),
-        (
-            format!("{module}.weight_scale"),
-            encode_floats(&scale_t, model),
-        ),
-        (
-            format!("{module}.weight_zero_point"),
-            pack::le_bytes(&zp_words),
-        ),
-    ]
+    int4_group::tensors(module, &words, &scale_t, model, pack::le_bytes(&zp_words))
 }
 
 /// Decode a module: weight words `[cols, ⌈rows/8⌉]`, scales `[cols/G, rows]`, zero-point words
@@ -213,29 +198,23 @@ pub fn config(o: &Options, group: usize, exclude: &[String]) -> Value {
     c
 }
 
-/// Quark UINT4 asymmetric per group (model path) as a [`Codec`].
-pub struct Uint4PerGroup {
-    pub opts: Options,
-    pub group: usize,
-}
+/// Quark UINT4 asymmetric per group (model path) as a [`Codec`]: the per-group layout of
+/// [`Int4PerGroup`] (its tensors, options and group) with unsigned codes and zero points.
+pub struct Uint4PerGroup(pub Int4PerGroup);
 
 impl Codec for Uint4PerGroup {
     fn describe(&self) -> String {
-        format!("Quark 0.13 uint4, group {}", self.group)
+        format!("Quark 0.13 uint4, group {}", self.0.group)
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
-        specs(module, rows, cols, self.group, dtype)
+        self.0.specs(module, rows, cols, dtype)
     }
     fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
-        encode(
-            module,
-            &quantize(w, rows, cols, self.group, dtype),
-            dtype,
-            &self.opts,
-        )
+        let Int4PerGroup { opts, group } = &self.0;
+        encode(module, &quantize(w, rows, cols, *group, dtype), dtype, opts)
     }
     fn config(&self, exclude: &[String]) -> ConfigFiles {
-        ConfigFiles::config(config(&self.opts, self.group, exclude))
+        ConfigFiles::config(config(&self.0.opts, self.0.group, exclude))
     }
 }
 
