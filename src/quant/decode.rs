@@ -142,9 +142,9 @@ pub fn layout(s: &Stored) -> Box<dyn Layout> {
         Stored::QuarkInt4Fp8 { order } => Box::new(quark::fp8::Int4Fp8Layout { order }),
         Stored::CtPacked { group } => Box::new(compressed_tensors::PackedLayout { group }),
         Stored::CtInt { group } => Box::new(compressed_tensors::fp8_w4a8::IntLayoutW4A8 { group }),
-        Stored::CtNvfp4 => Box::new(compressed_tensors::nvfp4::Nvfp4Layout),
+        Stored::CtNvfp4 => Box::new(compressed_tensors::nvfp4::LAYOUT),
         Stored::ModeloptInt4 { group } => Box::new(modelopt::Int4Layout { group }),
-        Stored::ModeloptNvfp4 => Box::new(modelopt::nvfp4::Nvfp4Layout),
+        Stored::ModeloptNvfp4 => Box::new(modelopt::nvfp4::LAYOUT),
         Stored::Fp8 { per_row } => Box::new(Fp8Layout { per_row }),
     }
 }

@@ -169,6 +169,29 @@ pub trait Layout {
     fn gemv(&self) -> Option<Gemv>;
 }
 
+/// A layout read back only as f32 (NVFP4): `dequantize` is its format's arithmetic; it has no
+/// integer view (`kind` names its weights), stays on the CPU's f32 path and has no kernel
+/// repack.
+pub struct F32Layout {
+    pub kind: &'static str,
+    pub dequantize: fn(&Parts) -> Vec<f32>,
+}
+
+impl Layout for F32Layout {
+    fn dequantize(&self, p: &Parts) -> Vec<f32> {
+        (self.dequantize)(p)
+    }
+    fn int4(&self, _: &Parts) -> Result<Int4, &'static str> {
+        Err(self.kind)
+    }
+    fn packed(&self, _: &Parts) -> Option<Packing> {
+        None
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        None
+    }
+}
+
 /// A layout of integer codes under per-(row, group) scales, read back as `w = q · s` and kept
 /// packed as its codes: its [`Layout`] follows from its codes.
 pub trait IntLayout {

@@ -386,21 +386,10 @@ mod tests {
         let (rows, cols) = (32, 128);
         let w = data(rows, cols, Dtype::BF16);
         let q = quantize_ref(&w, rows, cols, cols, Dtype::BF16);
-        let d = q.dequantize_ref();
-        let mut se = 0f64;
-        for r in 0..rows {
-            let s = q.scales[r];
-            for c in 0..cols {
-                let (x, y) = (w[r * cols + c], d[r * cols + c]);
-                let e = (x - y).abs();
-                assert!(
-                    e <= s * (0.5 + 1.0 / 64.0) + 1e-6 || x > 7.0 * s,
-                    "row {r} col {c}: {e} vs s {s}"
-                );
-                se += (e as f64).powi(2);
-            }
-        }
-        let rmse = (se / (rows * cols) as f64).sqrt() as f32;
+        let rmse = rowwise::rmse_within(&w, &q.dequantize_ref(), |i, e| {
+            let s = q.scales[i / cols];
+            e <= s * (0.5 + 1.0 / 64.0) + 1e-6 || w[i] > 7.0 * s
+        });
         assert!(rmse < MAX_RMSE_CT_INT4_PC, "rmse {rmse}");
     }
 

@@ -49,7 +49,7 @@ use crate::quant::math::fp8::{e4m3_from_f32, e4m3_from_f32_clamped, E4M3_MAX};
 use crate::quant::math::int4::round_to;
 use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
 use crate::quant::stats::Stats;
-use crate::quant::stored::{self, Gemv, Packing, Parts};
+use crate::quant::stored::F32Layout;
 
 /// The FP8 eps compressed-tensors puts in place of a zero block scale.
 pub const FP8_EPS: f32 = 0.125;
@@ -149,24 +149,14 @@ pub fn decode(packed: &[u8], scales: &[u8], global: f32, rows: usize, cols: usiz
 
 /// `nvfp4-pack-quantized` read back (`Stored::CtNvfp4`): [`dequantize`] of [`decode`]; it stays
 /// on the f32 path.
-pub struct Nvfp4Layout;
-
-impl stored::Layout for Nvfp4Layout {
-    fn dequantize(&self, p: &Parts) -> Vec<f32> {
+pub const LAYOUT: F32Layout = F32Layout {
+    kind: "NVFP4",
+    dequantize: |p| {
         let (packed, scales) = (p.data("weight_packed"), p.data("weight_scale"));
         let g = p.scalar("weight_global_scale");
         dequantize(&decode(packed, scales, g, p.m.rows, p.m.cols))
-    }
-    fn int4(&self, _: &Parts) -> std::result::Result<crate::quant::math::int4::Int4, &'static str> {
-        Err("NVFP4")
-    }
-    fn packed(&self, _: &Parts) -> Option<Packing> {
-        None
-    }
-    fn gemv(&self) -> Option<Gemv> {
-        None
-    }
-}
+    },
+};
 
 /// The tensors one module becomes.
 pub fn specs(module: &str, rows: usize, cols: usize, w4a4: bool) -> Vec<TensorSpec> {

@@ -176,21 +176,11 @@ mod tests {
         let (rows, cols) = (32, 128);
         let w = data(rows, cols);
         let q = quantize_ref(&w, rows, cols, cols, Dtype::BF16);
-        let d = q.dequantize_ref();
-        let mut se = 0f64;
-        for r in 0..rows {
-            let s = q.scales[r];
-            for c in 0..cols {
-                let e = (w[r * cols + c] - d[r * cols + c]).abs();
-                // 7.5 s is the amax, the +7 code reaches 7 s: values beyond clamp by up to s/2 more.
-                assert!(
-                    e <= s * 0.5 + 1e-6 || w[r * cols + c] > 7.0 * s,
-                    "row {r} col {c}: {e} > {s}/2"
-                );
-                se += (e as f64).powi(2);
-            }
-        }
-        let rmse = (se / (rows * cols) as f64).sqrt() as f32;
+        let rmse = rowwise::rmse_within(&w, &q.dequantize_ref(), |i, e| {
+            // 7.5 s is the amax, the +7 code reaches 7 s: values beyond clamp by up to s/2 more.
+            let s = q.scales[i / cols];
+            e <= s * 0.5 + 1e-6 || w[i] > 7.0 * s
+        });
         assert!(rmse < MAX_RMSE_INT4_PC, "rmse {rmse}");
     }
 }

@@ -45,7 +45,7 @@ use crate::quant::math::fp8::{e4m3_from_f32, E4M3_MAX};
 use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
 use crate::quant::modelopt::{python_json_indent4, VERSION};
 use crate::quant::stats::Stats;
-use crate::quant::stored::{self, Gemv, Packing, Parts};
+use crate::quant::stored::F32Layout;
 
 /// `e2m1_values` of `nvfp4_tensor.py`, by code: code 8 is +0, not −0.
 pub const VALUES: [f32; 16] = [
@@ -127,28 +127,15 @@ pub fn decode(weight: &[u8], scales: &[u8], ws2: f32, rows: usize, cols: usize) 
 
 /// `NVFP4` / `W4A16_NVFP4` read back (`Stored::ModeloptNvfp4`): [`dequantize`] of [`decode`],
 /// then `pre_quant_scale`; it stays on the f32 path.
-pub struct Nvfp4Layout;
-
-impl stored::Layout for Nvfp4Layout {
-    fn dequantize(&self, p: &Parts) -> Vec<f32> {
-        let (w, scales, s2) = (
-            p.data("weight"),
-            p.data("weight_scale"),
-            p.scalar("weight_scale_2"),
-        );
+pub const LAYOUT: F32Layout = F32Layout {
+    kind: "NVFP4",
+    dequantize: |p| {
+        let (w, scales) = (p.data("weight"), p.data("weight_scale"));
+        let s2 = p.scalar("weight_scale_2");
         let v = dequantize(&decode(w, scales, s2, p.m.rows, p.m.cols));
         super::with_pre_quant_scale(p, v)
-    }
-    fn int4(&self, _: &Parts) -> std::result::Result<crate::quant::math::int4::Int4, &'static str> {
-        Err("NVFP4")
-    }
-    fn packed(&self, _: &Parts) -> Option<Packing> {
-        None
-    }
-    fn gemv(&self) -> Option<Gemv> {
-        None
-    }
-}
+    },
+};
 
 /// The tensors one module becomes.
 pub fn specs(module: &str, rows: usize, cols: usize, w4a4: bool) -> Vec<TensorSpec> {

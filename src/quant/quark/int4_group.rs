@@ -177,15 +177,6 @@ impl IntGrid for Int4PerGroup {
 mod tests {
     use super::*;
     use crate::quant::math::int4;
-    use crate::quant::quark::{Layout, Version};
-
-    fn opts(order: Order) -> Options {
-        Options {
-            layout: Layout::Model,
-            version: Version::V013,
-            order,
-        }
-    }
 
     #[test]
     fn transposed_packing_round_trips() {
@@ -195,7 +186,7 @@ mod tests {
                 .collect();
             let q = int4::quantize(&w, rows, cols, group, Dtype::BF16);
             for order in [Order::Reorder, Order::Sequential] {
-                let enc = encode("m", &q, Dtype::BF16, &opts(order));
+                let enc = encode("m", &q, Dtype::BF16, &Options::model_v013(order));
                 let scale_t: Vec<f32> = enc[1]
                     .1
                     .chunks_exact(2)
@@ -230,7 +221,11 @@ mod tests {
 
     #[test]
     fn config_is_per_group() {
-        let c = config(&opts(Order::Reorder), 64, &["lm_head".into()]);
+        let c = config(
+            &Options::model_v013(Order::Reorder),
+            64,
+            &["lm_head".into()],
+        );
         let w = &c["global_quant_config"]["weight"];
         assert_eq!(w["qscheme"], "per_group");
         assert_eq!(w["ch_axis"], -1);

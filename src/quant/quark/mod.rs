@@ -64,6 +64,14 @@ pub struct Options {
 }
 
 impl Options {
+    /// Quark 0.13's model path with nibble order `order`.
+    pub fn model_v013(order: Order) -> Options {
+        Options {
+            layout: Layout::Model,
+            version: Version::V013,
+            order,
+        }
+    }
     fn pack_order(&self) -> Order {
         match self.layout {
             Layout::Model => self.order,

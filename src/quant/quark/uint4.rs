@@ -32,7 +32,7 @@ use crate::quant::math::int4::{round_to, Int4, SCALE_EPS};
 use crate::quant::math::pack;
 use crate::quant::math::rowwise::{self, Path};
 use crate::quant::quark::int4_group::{self, Int4PerGroup};
-use crate::quant::quark::{Layout, Options, Version};
+use crate::quant::quark::Options;
 use crate::quant::stored::{Gemv, IntLayout, Parts};
 
 /// UINT4 range.
@@ -163,11 +163,7 @@ impl IntLayout for AsymLayout {
     fn codes(&self, p: &Parts) -> Int4 {
         let (w, s, rows, cols) = p.int_tensors("weight");
         let group = self.group;
-        let o = Options {
-            layout: Layout::Model,
-            version: Version::V013,
-            order: self.order,
-        };
+        let o = Options::model_v013(self.order);
         let u = decode(w, &s, p.data("weight_zero_point"), rows, cols, group, &o);
         let g = cols / group;
         Int4 {
@@ -222,18 +218,9 @@ impl Codec for Uint4PerGroup {
 mod tests {
     use super::*;
     use crate::quant::math::pack::Order;
-    use crate::quant::quark::{Layout, Version};
 
     fn data(rows: usize, cols: usize) -> Vec<f32> {
         rowwise::test_matrix(rows, cols, Dtype::BF16, 0.05, 0.01)
-    }
-
-    fn opts(order: Order) -> Options {
-        Options {
-            layout: Layout::Model,
-            version: Version::V013,
-            order,
-        }
     }
 
     #[test]
@@ -243,7 +230,7 @@ mod tests {
             let q = quantize_ref(&w, rows, cols, group, Dtype::BF16);
             assert_eq!(quantize(&w, rows, cols, group, Dtype::BF16), q);
             for order in [Order::Reorder, Order::Sequential] {
-                let enc = encode("m", &q, Dtype::BF16, &opts(order));
+                let enc = encode("m", &q, Dtype::BF16, &Options::model_v013(order));
                 let scale_t: Vec<f32> = enc[1]
                     .1
                     .chunks_exact(2)
@@ -256,7 +243,7 @@ mod tests {
                     rows,
                     cols,
                     group,
-                    &opts(order),
+                    &Options::model_v013(order),
                 );
                 assert_eq!(back, q);
             }
@@ -301,7 +288,7 @@ mod tests {
 
     #[test]
     fn config_is_uint4_asymmetric() {
-        let c = config(&opts(Order::Reorder), 32, &[]);
+        let c = config(&Options::model_v013(Order::Reorder), 32, &[]);
         let w = &c["global_quant_config"]["weight"];
         assert_eq!(w["dtype"], "uint4");
         assert_eq!(w["symmetric"], false);
