@@ -231,11 +231,8 @@ mod tests {
             assert_eq!(quantize(&w, rows, cols, group, Dtype::BF16), q);
             for order in [Order::Reorder, Order::Sequential] {
                 let enc = encode("m", &q, Dtype::BF16, &Options::model_v013(order));
-                let scale_t: Vec<f32> = enc[1]
-                    .1
-                    .chunks_exact(2)
-                    .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                    .collect();
+                let mut scale_t = Vec::new();
+                crate::io::dtype::to_f32(Dtype::BF16, &enc[1].1, &mut scale_t);
                 let back = decode(
                     &enc[0].1,
                     &scale_t,
