@@ -41,7 +41,10 @@ fn each_guide_names_every_file_its_probe_is_in() {
     let mut all = Vec::new();
     sources(&root().join("src"), &mut all);
     let sections: Vec<(&str, &[&str])> = vec![
-        ("## Adding a scheme", &["Int4G64", "\"int4-g64\""]),
+        (
+            "## Adding a scheme",
+            &["Int4G64", "\"int4-g64\"", "CtPacked"],
+        ),
         ("## Adding a format", &["Format::Modelopt"]),
         ("## Adding a serving engine", &["Engine::Sglang"]),
         (

@@ -8,16 +8,18 @@
 //! - `scales` f32 `[n, G]`: `G = 1` per channel (`group == k`), else `G = k / group` with
 //!   `group % 32 == 0` (one scale per 128-bit load).
 //!
-//! Repacks (each proven by a test to dequantize to the checkpoint's own decode):
-//! Quark per-channel `reorder` = XOR `0x88888888` per word; Quark `order` (sequential, and every
-//! file2file export) = nibble shuffle + XOR; compressed-tensors `pack-quantized` (sequential,
-//! already offset binary) = nibble shuffle, padding nibbles rewritten; ModelOpt U8
-//! `[⌈n/2⌉, k]` (packed along N) = transpose into K-packing.
+//! Which repack a module takes is its layout's to say (`quant::stored::Layout::gemv`, beside the
+//! format's encoder). Repacks ([`W4Layout::repack`], each proven by a test to dequantize to the
+//! checkpoint's own decode): Quark per-channel `reorder` = XOR `0x88888888` per word; Quark
+//! `order` (sequential, and every file2file export) = nibble shuffle + XOR; compressed-tensors
+//! `pack-quantized` (sequential, already offset binary) = nibble shuffle, padding nibbles
+//! rewritten; ModelOpt U8 `[⌈n/2⌉, k]` (packed along N) = transpose into K-packing.
 
 use super::{GpuError, Result};
-use crate::quant::decode::{Logical, QModule, Stored};
+use crate::quant::decode::{layout, Logical, QModule};
 use crate::quant::math::int4::Int4;
 use crate::quant::math::pack::Order;
+use crate::quant::stored::Gemv;
 
 /// Nibble order inside a kernel word.
 pub const ORDER: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
@@ -141,6 +143,25 @@ impl W4Layout {
         Ok(())
     }
 
+    /// The layout of these parts, if it meets the kernel's preconditions ([`W4Layout::check`]).
+    fn checked(
+        n: usize,
+        k: usize,
+        group: usize,
+        qweight: Vec<u32>,
+        scales: Vec<f32>,
+    ) -> Result<W4Layout> {
+        let l = W4Layout {
+            n,
+            k,
+            group,
+            qweight,
+            scales,
+        };
+        l.check()?;
+        Ok(l)
+    }
+
     /// From codes and scales (the canonical form every decoder gives).
     pub fn from_int4(q: &Int4) -> Result<W4Layout> {
         let wpr = words_per_row(q.cols);
@@ -153,15 +174,7 @@ impl W4Layout {
                 qweight[r * wpr + j] = encode_word(&c);
             }
         }
-        let l = W4Layout {
-            n: q.rows,
-            k: q.cols,
-            group: q.group,
-            qweight,
-            scales: q.scales.clone(),
-        };
-        l.check()?;
-        Ok(l)
+        Self::checked(q.rows, q.cols, q.group, qweight, q.scales.clone())
     }
 
     /// Back to codes and scales.
@@ -216,57 +229,44 @@ impl W4Layout {
                 qweight[r * wpr + j] = w;
             }
         }
-        let l = W4Layout {
-            n: rows,
-            k: cols,
-            group,
-            qweight,
-            scales: scales.to_vec(),
-        };
-        l.check()?;
-        Ok(l)
+        Self::checked(rows, cols, group, qweight, scales.to_vec())
     }
 
-    /// Quark per-channel (`X.weight` I32 `[rows, ⌈cols/8⌉]`, two's complement nibbles, scale
-    /// `[rows]`): `reorder` is already the kernel's nibble order, so the repack is one XOR.
-    pub fn from_quark_channel(
+    /// Repack a module's stored codes `weight` (its tensor [`Gemv::tensor`]) with its `scales`
+    /// (`[rows, cols]`) as its layout's [`Gemv`] says:
+    /// - Quark per channel (`X.weight` I32 `[rows, ⌈cols/8⌉]`, two's complement nibbles, scale
+    ///   `[rows]`): `reorder` is already the kernel's nibble order, so the repack is one XOR;
+    ///   `order` (sequential) a nibble shuffle and the XOR;
+    /// - compressed-tensors `pack-quantized` (`weight_packed` I32 `[rows, ⌈cols/8⌉]`,
+    ///   sequential, offset binary, scale `[rows, cols/group]`): a nibble shuffle;
+    /// - ModelOpt `W4A16_AWQ` (`weight` U8 `[⌈rows/2⌉, cols]`, low nibble = even row, two's
+    ///   complement; scale F32 `[rows, cols/group]`): a transpose from N- to K-packing.
+    pub fn repack(
+        g: Gemv,
         weight: &[u8],
         scales: &[f32],
         rows: usize,
         cols: usize,
-        order: Order,
     ) -> Result<W4Layout> {
-        let words = le_words(weight);
-        match order {
-            Order::Reorder => Self::from_words(&words, scales, rows, cols, cols, |w| w ^ PAD_WORD),
-            Order::Sequential => Self::from_words(&words, scales, rows, cols, cols, |w| {
-                sequential_to_kernel_order(w) ^ PAD_WORD
-            }),
+        let words = || le_words(weight);
+        match g {
+            Gemv::QuarkWords { order } => {
+                let f: fn(u32) -> u32 = match order {
+                    Order::Reorder => |w| w ^ PAD_WORD,
+                    Order::Sequential => |w| sequential_to_kernel_order(w) ^ PAD_WORD,
+                };
+                Self::from_words(&words(), scales, rows, cols, cols, f)
+            }
+            Gemv::OffsetWords { group } => {
+                let f = sequential_to_kernel_order;
+                Self::from_words(&words(), scales, rows, cols, group, f)
+            }
+            Gemv::RowPairs { group } => Self::from_row_pairs(weight, scales, rows, cols, group),
         }
     }
 
-    /// compressed-tensors `pack-quantized` (`weight_packed` I32 `[rows, ⌈cols/8⌉]`, sequential,
-    /// offset binary, scale `[rows, cols/group]`): a nibble shuffle.
-    pub fn from_ct_packed(
-        weight: &[u8],
-        scales: &[f32],
-        rows: usize,
-        cols: usize,
-        group: usize,
-    ) -> Result<W4Layout> {
-        Self::from_words(
-            &le_words(weight),
-            scales,
-            rows,
-            cols,
-            group,
-            sequential_to_kernel_order,
-        )
-    }
-
-    /// ModelOpt `W4A16_AWQ` (`weight` U8 `[⌈rows/2⌉, cols]`, low nibble = even row, two's
-    /// complement; scale F32 `[rows, cols/group]`): a transpose from N- to K-packing.
-    pub fn from_modelopt_u8(
+    /// ModelOpt's U8 `[⌈rows/2⌉, cols]`, two output rows per byte, transposed into K-packing.
+    fn from_row_pairs(
         weight: &[u8],
         scales: &[f32],
         rows: usize,
@@ -292,20 +292,13 @@ impl W4Layout {
                 qweight[r * wpr + j] = encode_word(&c);
             }
         }
-        let l = W4Layout {
-            n: rows,
-            k: cols,
-            group,
-            qweight,
-            scales: scales.to_vec(),
-        };
-        l.check()?;
-        Ok(l)
+        Self::checked(rows, cols, group, qweight, scales.to_vec())
     }
 
-    /// Repack one quantized module of a checkpoint straight from its stored tensors (INT4
-    /// symmetric layouts kquant writes). ModelOpt's `pre_quant_scale`, if not all ones, is not
-    /// folded here: the caller must scale the activations.
+    /// Repack one quantized module of a checkpoint straight from its stored tensors, as its
+    /// layout says ([`Layout::gemv`](crate::quant::stored::Layout::gemv): the INT4 symmetric
+    /// layouts kquant writes). ModelOpt's `pre_quant_scale`, if not all ones, is not folded
+    /// here: the caller must scale the activations.
     pub fn from_module(lg: &Logical, m: &QModule) -> Result<W4Layout> {
         let w = &lg.ck.weights;
         let data = |suffix: &str| {
@@ -313,24 +306,16 @@ impl W4Layout {
                 .ok_or_else(|| GpuError::Layout(format!("{}.{suffix} missing", m.module)))
         };
         let scale = data("weight_scale")?.to_f32();
-        match m.stored {
-            Stored::QuarkChannel { order } => {
-                Self::from_quark_channel(data("weight")?.data, &scale, m.rows, m.cols, order)
-            }
-            Stored::CtPacked { group } => {
-                Self::from_ct_packed(data("weight_packed")?.data, &scale, m.rows, m.cols, group)
-            }
-            Stored::ModeloptInt4 { group } => {
-                Self::from_modelopt_u8(data("weight")?.data, &scale, m.rows, m.cols, group)
-            }
-            ref other => Err(GpuError::Unsupported(
+        let Some(g) = layout(&m.stored).gemv() else {
+            return Err(GpuError::Unsupported(
                 "stored layout",
                 format!(
-                    "{}: {other:?} (the GEMV kernels take symmetric INT4)",
-                    m.module
+                    "{}: {:?} (the GEMV kernels take symmetric INT4)",
+                    m.module, m.stored
                 ),
-            )),
-        }
+            ));
+        };
+        Self::repack(g, data(g.tensor())?.data, &scale, m.rows, m.cols)
     }
 }
 
@@ -369,15 +354,31 @@ mod tests {
     use crate::quant::math::int4;
     use crate::quant::{compressed_tensors, modelopt, quark};
 
-    /// Deterministic bf16-representable weights in about `[-0.05, 0.05)`.
+    /// Deterministic bf16-representable weights in about `[-0.053, 0.047]`.
     fn weights(rows: usize, cols: usize) -> Vec<f32> {
-        (0..rows * cols)
-            .map(|i| {
-                let h = (i as u32).wrapping_mul(2654435761).rotate_left(11) ^ 0x85eb_ca6b;
-                let v = ((h % 20001) as f32 / 10000.0 - 1.0) * 0.05 - 0.003;
-                int4::round_to(Dtype::BF16, v)
-            })
-            .collect()
+        crate::quant::math::rowwise::test_matrix(rows, cols, Dtype::BF16, 0.05, -0.003)
+    }
+
+    type Words = fn(&[u8], &[f32], usize, usize, usize) -> Int4;
+
+    /// For each `(rows, cols, group)`: a format's codes `q` (`quantize`) written as its stored
+    /// bytes (`write`); the repack of those bytes and the format's own decode agree, and the
+    /// decode gives `q` back.
+    fn check_repack(
+        shapes: &[(usize, usize, usize)],
+        quantize: impl Fn(&[f32], usize, usize, usize) -> Int4,
+        write: impl Fn(&Int4) -> Vec<u8>,
+        gemv: fn(usize) -> Gemv,
+        decode: Words,
+    ) {
+        for &(rows, cols, group) in shapes {
+            let q = quantize(&weights(rows, cols), rows, cols, group);
+            let enc = write(&q);
+            let l = W4Layout::repack(gemv(group), &enc, &q.scales, rows, cols).unwrap();
+            let back = decode(&enc, &q.scales, rows, cols, group);
+            assert_same(&l, &back);
+            assert_eq!(back, q);
+        }
     }
 
     fn assert_same(l: &W4Layout, q: &Int4) {
@@ -433,8 +434,8 @@ mod tests {
                 };
                 let enc = quark::encode("m", &q, Dtype::BF16, &o);
                 let scales = q.scales.clone();
-                let l =
-                    W4Layout::from_quark_channel(&enc[0].1, &scales, rows, cols, order).unwrap();
+                let g = Gemv::QuarkWords { order };
+                let l = W4Layout::repack(g, &enc[0].1, &scales, rows, cols).unwrap();
                 let back = quark::decode(&enc[0].1, &scales, rows, cols, order);
                 assert_same(&l, &back);
                 assert_eq!(back, q);
@@ -444,28 +445,29 @@ mod tests {
 
     #[test]
     fn repack_compressed_tensors_pack_quantized() {
-        for (rows, cols, group) in [(16, 7168, 7168), (8, 256, 128), (4, 96, 32), (3, 13, 13)] {
-            let w = weights(rows, cols);
-            let q = compressed_tensors::quantize(&w, rows, cols, group, Dtype::BF16);
-            let enc = compressed_tensors::encode("m", &q, Dtype::BF16);
-            let l = W4Layout::from_ct_packed(&enc[0].1, &q.scales, rows, cols, group).unwrap();
-            let back = compressed_tensors::decode(&enc[0].1, &q.scales, rows, cols, group);
-            assert_same(&l, &back);
-            assert_eq!(back, q);
-        }
+        use compressed_tensors as ct;
+        check_repack(
+            &[(16, 7168, 7168), (8, 256, 128), (4, 96, 32), (3, 13, 13)],
+            |w, r, c, g| ct::quantize(w, r, c, g, Dtype::BF16),
+            |q| ct::encode("m", q, Dtype::BF16).remove(0).1,
+            |group| Gemv::OffsetWords { group },
+            ct::decode,
+        );
     }
 
     #[test]
     fn repack_modelopt_u8() {
-        for (rows, cols, group) in [(16, 512, 128), (7, 256, 128), (4, 96, 96)] {
-            let w = weights(rows, cols);
-            let q = modelopt::int4_quantize(&w, rows, cols, group, Dtype::BF16);
-            let enc = modelopt::int4_encode("m.o_proj", &q, Dtype::BF16);
-            let l = W4Layout::from_modelopt_u8(&enc[0].1, &q.scales, rows, cols, group).unwrap();
-            let back = modelopt::int4_decode(&enc[0].1, &q.scales, rows, cols, group);
-            assert_same(&l, &back);
-            assert_eq!(back, q);
-        }
+        check_repack(
+            &[(16, 512, 128), (7, 256, 128), (4, 96, 96)],
+            |w, r, c, g| modelopt::int4_quantize(w, r, c, g, Dtype::BF16),
+            |q| {
+                modelopt::int4_encode("m.o_proj", q, Dtype::BF16)
+                    .remove(0)
+                    .1
+            },
+            |group| Gemv::RowPairs { group },
+            modelopt::int4_decode,
+        );
     }
 
     #[test]

@@ -8,8 +8,9 @@
 //! Which format the checkpoint is in is [`Format::of`]'s to say; which layout a module is in,
 //! each format's reader's (`quark::read`, `compressed_tensors::read`, `modelopt::read`, shown a
 //! [`Probe`], and the FP8 layout they share, here); the decoding is each format's own
-//! arithmetic, dispatched from [`Stored`] (the layouts and [`QModule`] are `quant::stored`'s). `dequantize`, `diff`, `inspect` and the runtimes are
-//! built on this.
+//! arithmetic, its [`Layout`] beside its encoder, reached from a [`Stored`] by [`layout`], the
+//! one exhaustive match (the layouts and [`QModule`] are `quant::stored`'s). `dequantize`,
+//! `diff`, `inspect` and the runtimes (`runtime::packed`, `gpu::layout`) are built on this.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,11 +18,10 @@ use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::io::Dtype;
 use crate::quant::format::Format;
-use crate::quant::math::fp4::Nvfp4;
 use crate::quant::math::fp8::Fp8;
 use crate::quant::math::int4::Int4;
-use crate::quant::stored::Probe;
-pub use crate::quant::stored::{QModule, Stored};
+use crate::quant::stored::{Gemv, Packing, Parts, Probe};
+pub use crate::quant::stored::{Layout, QModule, Stored};
 use crate::quant::{compressed_tensors, modelopt, quark};
 
 /// A checkpoint seen as its unquantized tensors.
@@ -98,172 +98,25 @@ impl<'a> Logical<'a> {
         }
     }
 
+    /// The tensors of module `m`, as its [`Layout`] reads them.
+    pub fn parts<'m>(&'m self, m: &'m QModule) -> Parts<'m> {
+        Parts {
+            w: &self.ck.weights,
+            m,
+        }
+    }
+
     /// Codes and scales of an integer-coded module (for `int4_fp8`: the INT4 stage, scales
-    /// `s2`). Panics for FP8 weights, which have no integer codes ([`Logical::fp8`]).
+    /// `s2`). Panics for FP8 and NVFP4 weights, which have no integer codes.
     pub fn int4(&self, m: &QModule) -> Int4 {
-        let w = &self.ck.weights;
-        let data = |suffix: &str| {
-            w.tensor(&format!("{}.{suffix}", m.module))
-                .expect("checked")
-        };
-        let scale = data("weight_scale").to_f32();
-        match m.stored {
-            Stored::QuarkChannel { order } => {
-                quark::decode(data("weight").data, &scale, m.rows, m.cols, order)
-            }
-            Stored::QuarkGroupAsym { group, order } => {
-                // Codes carried as `q − zp` (−15..=15), so `dequantize_ref` gives `(q − zp) · s`.
-                let o = quark::Options {
-                    layout: quark::Layout::Model,
-                    version: quark::Version::V013,
-                    order,
-                };
-                let u = quark::uint4::decode(
-                    data("weight").data,
-                    &scale,
-                    data("weight_zero_point").data,
-                    m.rows,
-                    m.cols,
-                    group,
-                    &o,
-                );
-                let g = m.cols / group;
-                Int4 {
-                    rows: m.rows,
-                    cols: m.cols,
-                    group,
-                    codes: (0..m.rows * m.cols)
-                        .map(|i| {
-                            let j = (i / m.cols) * g + (i % m.cols) / group;
-                            u.codes[i] as i8 - u.zero_points[j] as i8
-                        })
-                        .collect(),
-                    scales: u.scales,
-                }
-            }
-            Stored::QuarkGroup { group, order } => {
-                quark::int4_group::decode(data("weight").data, &scale, m.rows, m.cols, group, order)
-            }
-            Stored::CtPacked { group } => compressed_tensors::decode(
-                data("weight_packed").data,
-                &scale,
-                m.rows,
-                m.cols,
-                group,
-            ),
-            Stored::QuarkInt4Fp8 { order } => {
-                let s2 = data("weight_scale_2").to_f32();
-                quark::decode(data("weight").data, &s2, m.rows, m.cols, order)
-            }
-            Stored::CtInt { group } => compressed_tensors::fp8_w4a8::int_decode(
-                data("weight").data,
-                &scale,
-                m.rows,
-                m.cols,
-                group,
-            ),
-            Stored::ModeloptInt4 { group } => {
-                modelopt::int4_decode(data("weight").data, &scale, m.rows, m.cols, group)
-            }
-            Stored::Fp8 { .. } => panic!("{}: FP8 weights have no integer codes", m.module),
-            Stored::ModeloptNvfp4 | Stored::CtNvfp4 => {
-                panic!("{}: NVFP4 weights have no integer codes", m.module)
-            }
-        }
-    }
-
-    /// Codes and scales of an FP8 module. Panics for other layouts.
-    pub fn fp8(&self, m: &QModule) -> Fp8 {
-        let w = &self.ck.weights;
-        let data = |suffix: &str| {
-            w.tensor(&format!("{}.{suffix}", m.module))
-                .expect("checked")
-        };
-        match m.stored {
-            Stored::Fp8 { per_row } => {
-                let mut scales = data("weight_scale").to_f32();
-                if !per_row {
-                    scales.truncate(1);
-                }
-                Fp8 {
-                    rows: m.rows,
-                    cols: m.cols,
-                    scales,
-                    codes: data("weight").data.to_vec(),
-                }
-            }
-            _ => panic!("{}: not an FP8 layout", m.module),
-        }
-    }
-
-    /// Codes, block scales and per-tensor scale of an NVFP4 module (`global` is ModelOpt's
-    /// `weight_scale_2` or compressed-tensors' `weight_global_scale`). Panics for other layouts.
-    pub fn nvfp4(&self, m: &QModule) -> Nvfp4 {
-        let w = &self.ck.weights;
-        let data = |suffix: &str| {
-            w.tensor(&format!("{}.{suffix}", m.module))
-                .expect("checked")
-        };
-        match m.stored {
-            Stored::ModeloptNvfp4 => modelopt::nvfp4::decode(
-                data("weight").data,
-                data("weight_scale").data,
-                data("weight_scale_2").to_f32()[0],
-                m.rows,
-                m.cols,
-            ),
-            Stored::CtNvfp4 => compressed_tensors::nvfp4::decode(
-                data("weight_packed").data,
-                data("weight_scale").data,
-                data("weight_global_scale").to_f32()[0],
-                m.rows,
-                m.cols,
-            ),
-            _ => panic!("{}: not an NVFP4 layout", m.module),
-        }
+        layout(&m.stored)
+            .int4(&self.parts(m))
+            .unwrap_or_else(|kind| panic!("{}: {kind} weights have no integer codes", m.module))
     }
 
     /// The dequantized weights of a quantized module, `[rows, cols]` f32.
     pub fn dequantize(&self, m: &QModule) -> Vec<f32> {
-        match m.stored {
-            Stored::Fp8 { .. } => self.fp8(m).dequantize_ref(),
-            Stored::CtNvfp4 => compressed_tensors::nvfp4::dequantize(&self.nvfp4(m)),
-            Stored::QuarkInt4Fp8 { order } => {
-                let w = &self.ck.weights;
-                let data = |suffix: &str| {
-                    w.tensor(&format!("{}.{suffix}", m.module))
-                        .expect("checked")
-                };
-                quark::fp8::int4_fp8_decode(
-                    data("weight").data,
-                    data("weight_scale").to_f32()[0],
-                    &data("weight_scale_2").to_f32(),
-                    m.rows,
-                    m.cols,
-                    order,
-                )
-                .dequantize_ref()
-            }
-            Stored::ModeloptInt4 { .. } | Stored::ModeloptNvfp4 => {
-                let w = &self.ck.weights;
-                let mut v = match m.stored {
-                    Stored::ModeloptNvfp4 => modelopt::nvfp4::dequantize(&self.nvfp4(m)),
-                    _ => self.int4(m).dequantize_ref(),
-                };
-                // TensorRT-LLM multiplies the input by pre_quant_scale: the weight it computes
-                // with is `w · pqs` along the input dimension.
-                if let Some(p) = w.tensor(&format!("{}.pre_quant_scale", m.module)) {
-                    let p = p.to_f32();
-                    for row in v.chunks_mut(m.cols.max(1)) {
-                        for (x, s) in row.iter_mut().zip(&p) {
-                            *x *= s;
-                        }
-                    }
-                }
-                v
-            }
-            _ => self.int4(m).dequantize_ref(),
-        }
+        layout(&m.stored).dequantize(&self.parts(m))
     }
 
     /// Values of a logical tensor as f32 (dequantized `q · s` for quantized modules).
@@ -272,6 +125,63 @@ impl<'a> Logical<'a> {
             Some(m) => Some(self.dequantize(m)),
             None => self.ck.weights.tensor(name).map(|v| v.to_f32()),
         }
+    }
+}
+
+/// The read side of layout `s`, implemented beside its format's encoder: the one place a
+/// [`Stored`] meets its decoder (exhaustive, so a new layout without one does not compile).
+pub fn layout(s: &Stored) -> Box<dyn Layout> {
+    match *s {
+        Stored::QuarkChannel { order } => Box::new(quark::ChannelLayout { order }),
+        Stored::QuarkGroup { group, order } => {
+            Box::new(quark::int4_group::GroupLayout { group, order })
+        }
+        Stored::QuarkGroupAsym { group, order } => {
+            Box::new(quark::uint4::AsymLayout { group, order })
+        }
+        Stored::QuarkInt4Fp8 { order } => Box::new(quark::fp8::Int4Fp8Layout { order }),
+        Stored::CtPacked { group } => Box::new(compressed_tensors::PackedLayout { group }),
+        Stored::CtInt { group } => Box::new(compressed_tensors::fp8_w4a8::IntLayoutW4A8 { group }),
+        Stored::CtNvfp4 => Box::new(compressed_tensors::nvfp4::LAYOUT),
+        Stored::ModeloptInt4 { group } => Box::new(modelopt::Int4Layout { group }),
+        Stored::ModeloptNvfp4 => Box::new(modelopt::nvfp4::LAYOUT),
+        Stored::Fp8 { per_row } => Box::new(Fp8Layout { per_row }),
+    }
+}
+
+/// The FP8 layout every format writes alike (`Stored::Fp8`), read back: `f8(code) · s`, kept
+/// packed as its codes.
+pub struct Fp8Layout {
+    pub per_row: bool,
+}
+
+impl Fp8Layout {
+    fn codes(&self, p: &Parts) -> Fp8 {
+        let mut scales = p.f32("weight_scale");
+        if !self.per_row {
+            scales.truncate(1);
+        }
+        Fp8 {
+            rows: p.m.rows,
+            cols: p.m.cols,
+            scales,
+            codes: p.data("weight").to_vec(),
+        }
+    }
+}
+
+impl Layout for Fp8Layout {
+    fn dequantize(&self, p: &Parts) -> Vec<f32> {
+        self.codes(p).dequantize_ref()
+    }
+    fn int4(&self, _: &Parts) -> std::result::Result<Int4, &'static str> {
+        Err("FP8")
+    }
+    fn packed(&self, p: &Parts) -> Option<Packing> {
+        Some(Packing::Fp8(self.codes(p)))
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        None
     }
 }
 
@@ -298,11 +208,5 @@ fn read_fp8(p: &Probe) -> Result<Option<QModule>> {
     for extra in ["weight_zero_point", "input_scale", "input_zero_point"] {
         parts.extend(w.info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
     }
-    Ok(Some(QModule {
-        module: module.into(),
-        stored: Stored::Fp8 { per_row },
-        rows,
-        cols,
-        parts,
-    }))
+    Ok(Some(p.found(Stored::Fp8 { per_row }, rows, cols, parts)))
 }

@@ -5,7 +5,8 @@
 //! (`gptq`), packing, exclusion rules, and reading quantized tensors back (`stored`, the
 //! layouts each format's reader finds; `decode`, `identify`). Each format keeps its own recipe;
 //! they are never unified: what they share is only the row-/group-wise loop and the layout
-//! helpers (`rowwise`, `pack`). The quantize pipeline that drives a codec over a checkpoint is
+//! helpers (`rowwise`, `pack`). Each stored layout is read back (`stored::Layout`) beside the
+//! encoder that writes it. The quantize pipeline that drives a codec over a checkpoint is
 //! `crate::quantize`.
 
 pub mod codec;

@@ -461,18 +461,19 @@ fn quark_int4_pc(ch: &Choice, _: &Stats) -> Result<Box<dyn Codec>> {
     Ok(Box::new(quark::Int4PerChannel(ch.quark)))
 }
 
-fn quark_int4_group(ch: &Choice, _: &Stats) -> Result<Box<dyn Codec>> {
-    Ok(Box::new(quark::int4_group::Int4PerGroup {
+fn quark_group(ch: &Choice) -> quark::int4_group::Int4PerGroup {
+    quark::int4_group::Int4PerGroup {
         opts: ch.quark,
         group: ch.group(),
-    }))
+    }
+}
+
+fn quark_int4_group(ch: &Choice, _: &Stats) -> Result<Box<dyn Codec>> {
+    Ok(Box::new(quark_group(ch)))
 }
 
 fn quark_uint4_group(ch: &Choice, _: &Stats) -> Result<Box<dyn Codec>> {
-    Ok(Box::new(quark::uint4::Uint4PerGroup {
-        opts: ch.quark,
-        group: ch.group(),
-    }))
+    Ok(Box::new(quark::uint4::Uint4PerGroup(quark_group(ch))))
 }
 
 fn quark_ptpc_fp8(ch: &Choice, _: &Stats) -> Result<Box<dyn Codec>> {

@@ -19,6 +19,7 @@ use rayon::prelude::*;
 use crate::io::Dtype;
 use crate::quant::codec::IntGrid;
 use crate::quant::math::int4::{round_to, Int4};
+use crate::quant::math::rowwise::{self, Path};
 
 /// The ratios of the RTN scale tried, in order: 1 first (kept on ties), 8/7.5, then 0.99 down
 /// to 0.60 by 0.01.
@@ -71,7 +72,7 @@ fn run_best(
 }
 
 fn search_on(
-    parallel: bool,
+    path: Path,
     g: &dyn IntGrid,
     w: &[f32],
     rows: usize,
@@ -104,36 +105,16 @@ fn search_on(
         .chunks_mut(cols)
         .zip(q.scales.chunks_mut(gpr))
         .enumerate();
-    if parallel {
-        items.par_bridge().for_each(row);
-    } else {
-        items.for_each(row);
+    match path {
+        Path::Parallel => items.par_bridge().for_each(row),
+        Path::Reference => items.for_each(row),
     }
     q
 }
 
-/// The reference: one run after another.
-pub fn search_ref(
-    g: &dyn IntGrid,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    d: &[f32],
-    model: Dtype,
-) -> Int4 {
-    search_on(false, g, w, rows, cols, d, model)
-}
-
-/// Rows in parallel; identical to [`search_ref`].
-pub fn search(
-    g: &dyn IntGrid,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    d: &[f32],
-    model: Dtype,
-) -> Int4 {
-    search_on(true, g, w, rows, cols, d, model)
+rowwise::paths! {
+    /// `d`: the inputs' second moments, one per column.
+    search_on: search_ref, search(g: &dyn IntGrid, w: &[f32], rows: usize, cols: usize, d: &[f32], model: Dtype) -> Int4
 }
 
 /// `Σ_j d_j (w_j − s·q_j)²` over every run of `q` (the objective [`search`] minimises).

@@ -4,7 +4,8 @@
 //! E4M3 bytes with one scale per row or per tensor. The product expands a block at a time in
 //! its packing step; nothing holds the module in f32.
 //!
-//! The expansion is each format's own dequantization, operation for operation
+//! What a module keeps is its layout's to say (`quant::stored::Layout::packed`, beside the
+//! format's encoder). The expansion is each format's own dequantization, operation for operation
 //! (`quant::decode::Logical::dequantize`: `q · s`, then `· pqs` for ModelOpt; `f8(code) · s`),
 //! so the values the product multiplies are bit for bit those of the f32 reference path
 //! (tested here against `dequantize` on every stored layout this takes). NVFP4 and Quark's
@@ -13,8 +14,9 @@
 
 use crate::io::dtype::f8_e4m3_to_f32;
 use crate::ops::gemm::Decode;
-use crate::quant::decode::{Logical, QModule, Stored};
+use crate::quant::decode::{layout, Logical, QModule};
 use crate::quant::math::int4::Int4;
+use crate::quant::stored::Packing;
 
 /// Integer codes, as compact as their range allows.
 pub enum Codes {
@@ -46,33 +48,18 @@ pub enum Packed {
 }
 
 impl Packed {
-    /// Module `m` of `lg` packed, or `None` for a layout kept on the f32 path (NVFP4, `int4_fp8`).
+    /// Module `m` of `lg` packed as its layout says ([`Layout::packed`](crate::quant::stored::Layout::packed)), or `None` for a
+    /// layout kept on the f32 path (NVFP4, `int4_fp8`).
     pub fn load(lg: &Logical, m: &QModule) -> Option<Packed> {
-        match m.stored {
-            Stored::Fp8 { .. } => {
-                let f = lg.fp8(m);
-                Some(Packed::Fp8 {
-                    n: f.rows,
-                    k: f.cols,
-                    scales: f.scales,
-                    codes: f.codes,
-                })
-            }
-            Stored::CtNvfp4 | Stored::ModeloptNvfp4 | Stored::QuarkInt4Fp8 { .. } => None,
-            Stored::ModeloptInt4 { .. } => {
-                let pre = lg
-                    .ck
-                    .weights
-                    .tensor(&format!("{}.pre_quant_scale", m.module))
-                    .map(|p| p.to_f32());
-                Some(Packed::int(lg.int4(m), pre))
-            }
-            Stored::QuarkChannel { .. }
-            | Stored::QuarkGroup { .. }
-            | Stored::QuarkGroupAsym { .. }
-            | Stored::CtPacked { .. }
-            | Stored::CtInt { .. } => Some(Packed::int(lg.int4(m), None)),
-        }
+        Some(match layout(&m.stored).packed(&lg.parts(m))? {
+            Packing::Int { q, pre } => Packed::int(q, pre),
+            Packing::Fp8(f) => Packed::Fp8 {
+                n: f.rows,
+                k: f.cols,
+                scales: f.scales,
+                codes: f.codes,
+            },
+        })
     }
 
     fn int(q: Int4, pre: Option<Vec<f32>>) -> Packed {

@@ -30,11 +30,12 @@ use serde_json::{json, Value};
 
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
-use crate::quant::codec::{Codec, ConfigFiles};
-use crate::quant::compressed_tensors::{self, VERSION};
+use crate::quant::codec::{Codec, ConfigFiles, Encoded};
+use crate::quant::compressed_tensors::{self, Ignore, VERSION};
 use crate::quant::math::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
 use crate::quant::math::int4::{round_to, Int4};
 use crate::quant::math::rowwise::{self, encode_floats, Path};
+use crate::quant::stored::{Gemv, IntLayout, Parts};
 
 /// The group size of the `W4A8` preset.
 pub const W4A8_GROUP: usize = 128;
@@ -50,34 +51,12 @@ pub fn fp8_code(w: f32, s: f32, dtype: Dtype) -> u8 {
 }
 
 fn fp8_quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    Fp8::quantize_rows(path, w, rows, cols, |row, out| {
-        let s = fp8_scale(row, dtype);
-        rowwise::codes(row, out, |x| fp8_code(x, s, dtype));
-        s
-    })
+    let recipe = rowwise::scaled(|r| fp8_scale(r, dtype), |x, s| fp8_code(x, s, dtype));
+    Fp8::quantize_rows(path, w, rows, cols, recipe)
 }
 
-/// The reference: plain loops.
-pub fn fp8_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    fp8_quantize_on(Path::Reference, w, rows, cols, dtype)
-}
-
-/// The fast path: rows in parallel. Identical to [`fp8_quantize_ref`].
-pub fn fp8_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    fp8_quantize_on(Path::Parallel, w, rows, cols, dtype)
-}
-
-/// The tensors one `float-quantized` FP8 module becomes.
-pub fn fp8_specs(module: &str, rows: usize, cols: usize, model: Dtype) -> Vec<TensorSpec> {
-    vec![
-        TensorSpec::new(format!("{module}.weight"), Dtype::F8_E4M3, vec![rows, cols]),
-        TensorSpec::new(format!("{module}.weight_scale"), model, vec![rows, 1]),
-    ]
-}
-
-/// Encode an FP8 module for each of its [`fp8_specs`].
-pub fn fp8_encode(module: &str, q: Fp8, model: Dtype) -> Vec<(String, Vec<u8>)> {
-    q.encode(module, model)
+rowwise::paths! {
+    fp8_quantize_on: fp8_quantize_ref, fp8_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8
 }
 
 /// The tensors one `int-quantized` module (`[rows = out, cols = in]`, group `G`) becomes.
@@ -86,12 +65,12 @@ pub fn int_specs(
     rows: usize,
     cols: usize,
     group: usize,
-    model: Dtype,
+    dt: Dtype,
 ) -> Vec<TensorSpec> {
     let groups = rowwise::groups(module, cols, group);
     vec![
         TensorSpec::new(format!("{module}.weight"), Dtype::I8, vec![rows, cols]),
-        TensorSpec::new(format!("{module}.weight_scale"), model, vec![rows, groups]),
+        TensorSpec::new(format!("{module}.weight_scale"), dt, vec![rows, groups]),
     ]
 }
 
@@ -120,25 +99,24 @@ pub fn int_decode(weight: &[u8], scales: &[f32], rows: usize, cols: usize, group
     }
 }
 
+/// `int-quantized` read back (`Stored::CtInt`): [`int_decode`]'s layout.
+pub struct IntLayoutW4A8 {
+    pub group: usize,
+}
+
+impl IntLayout for IntLayoutW4A8 {
+    fn codes(&self, p: &Parts) -> Int4 {
+        let (w, s, rows, cols) = p.int_tensors("weight");
+        int_decode(w, &s, rows, cols, self.group)
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        None
+    }
+}
+
 /// The config of one `Linear` group; `ignore` goes last, where compressed-tensors writes it.
 fn config_group(format: &str, weights: Value, input: Value, ignore: &[String]) -> Value {
-    let mut c = json!({
-        "config_groups": {"group_0": {
-            "format": format, "input_activations": input, "output_activations": null,
-            "targets": ["Linear"], "weights": weights,
-        }},
-        "format": format,
-        "global_compression_ratio": null,
-        "kv_cache_scheme": null,
-        "moe_sparsity_config": null,
-        "quant_method": "compressed-tensors",
-        "quantization_status": "compressed",
-        "sparsity_config": {},
-        "transform_config": {},
-        "version": VERSION,
-    });
-    c["ignore"] = json!(ignore);
-    c
+    compressed_tensors::quantization_config(format, weights, input, ignore, Ignore::Last)
 }
 
 /// `quantization_config` of the `FP8_DYNAMIC` preset.
@@ -173,17 +151,11 @@ impl Codec for FloatQuantized {
         format!("compressed-tensors {VERSION} float-quantized (FP8_DYNAMIC)")
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
-        fp8_specs(module, rows, cols, dtype)
+        // `float-quantized`: one scale per row, `[rows, 1]`, in the model dtype.
+        Fp8::specs(module, rows, cols, dtype, vec![rows, 1])
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
-        fp8_encode(module, fp8_quantize(w, rows, cols, dtype), dtype)
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
+        fp8_quantize(w, rows, cols, dtype).encode(module, dtype)
     }
     fn config(&self, exclude: &[String]) -> ConfigFiles {
         ConfigFiles::config(fp8_config(exclude))
@@ -200,14 +172,7 @@ impl Codec for IntQuantizedW4A8 {
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
         int_specs(module, rows, cols, W4A8_GROUP, dtype)
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         int_encode(
             module,
             &compressed_tensors::quantize(w, rows, cols, W4A8_GROUP, dtype),
@@ -228,22 +193,13 @@ impl Codec for IntQuantizedW4A8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
-    }
+    use crate::quant::math::rowwise::test_data as data;
 
     #[test]
     fn fast_equals_reference() {
-        for (rows, cols) in [(64, 128), (33, 72), (7, 13), (1, 1)] {
-            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
-                let w = data(rows, cols, dt);
-                assert_eq!(
-                    fp8_quantize(&w, rows, cols, dt),
-                    fp8_quantize_ref(&w, rows, cols, dt)
-                );
-            }
-        }
+        rowwise::assert_paths_agree(&[(64, 128), (33, 72), (7, 13), (1, 1)], |w, r, c, dt| {
+            (fp8_quantize(w, r, c, dt), fp8_quantize_ref(w, r, c, dt))
+        });
     }
 
     /// The planted row of the FP8_DYNAMIC golden (summary.json `q_proj_row0`): scale
@@ -251,7 +207,7 @@ mod tests {
     /// 0x1c0, 0xfffffe40, 0x1e) are the codes 0x7e, 0xfe, 0x5f.
     #[test]
     fn planted_row_zero_row_and_negative_zero() {
-        let row = [7.5f32, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
+        let row = crate::quant::math::rowwise::PLANTED_ROW;
         let q = fp8_quantize_ref(&row, 1, 8, Dtype::BF16);
         assert_eq!(
             q.scales,

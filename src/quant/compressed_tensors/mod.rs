@@ -31,6 +31,7 @@ use crate::quant::codec::{Codec, ConfigFiles, Encoded, IntGrid, RawEncoded, Stor
 use crate::quant::math::int4::{round_to, Int4, QMAX, QMIN};
 use crate::quant::math::pack::{self, Order};
 use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
+use crate::quant::stored::{Gemv, IntLayout, Parts};
 
 /// The compressed-tensors release whose output this reproduces (written as `version`).
 pub const VERSION: &str = "0.20.0";
@@ -69,30 +70,15 @@ pub fn ct_code(w: f32, s: f32, dtype: Dtype) -> i8 {
     crate::quant::math::rne::rne(round_to(dtype, w / s).clamp(QMIN as f32, QMAX as f32)) as i8
 }
 
-fn quantize_on(
-    path: Path,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    group: usize,
-    dtype: Dtype,
-) -> Int4 {
+fn quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, group: usize, dt: Dtype) -> Int4 {
     assert_eq!(cols % group, 0, "group must divide the input dimension");
-    Int4::quantize_runs(path, w, rows, cols, group, |run, out| {
-        let s = ct_scale(run, dtype);
-        rowwise::codes(run, out, |x| ct_code(x, s, dtype));
-        s
-    })
+    let recipe = rowwise::scaled(|r| ct_scale(r, dt), |x, s| ct_code(x, s, dt));
+    Int4::quantize_runs(path, w, rows, cols, group, recipe)
 }
 
-/// The reference: plain loops, no threads. `group == cols` is per channel.
-pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    quantize_on(Path::Reference, w, rows, cols, group, dtype)
-}
-
-/// The fast path: rows in parallel. Identical output to [`quantize_ref`].
-pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    quantize_on(Path::Parallel, w, rows, cols, group, dtype)
+rowwise::paths! {
+    /// `group == cols` is per channel.
+    quantize_on: quantize_ref, quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4
 }
 
 /// Pack one row of codes: nibble `q + 8`, sequential, raw-zero padding (`pack_to_int32`).
@@ -102,13 +88,7 @@ pub fn pack_row(codes: &[i8], out: &mut Vec<i32>) {
 }
 
 /// The tensors one quantized `[rows = out, cols = in]` module becomes.
-pub fn specs(
-    module: &str,
-    rows: usize,
-    cols: usize,
-    group: usize,
-    model: Dtype,
-) -> Vec<TensorSpec> {
+pub fn specs(module: &str, rows: usize, cols: usize, group: usize, dt: Dtype) -> Vec<TensorSpec> {
     let groups = rowwise::groups(module, cols, group);
     vec![
         TensorSpec::new(
@@ -116,7 +96,7 @@ pub fn specs(
             Dtype::I32,
             vec![rows, cols.div_ceil(8)],
         ),
-        TensorSpec::new(format!("{module}.weight_scale"), model, vec![rows, groups]),
+        TensorSpec::new(format!("{module}.weight_scale"), dt, vec![rows, groups]),
         TensorSpec::new(format!("{module}.weight_shape"), Dtype::I64, vec![2]),
     ]
 }
@@ -200,20 +180,67 @@ pub fn decode(weight: &[u8], scales: &[f32], rows: usize, cols: usize, group: us
     }
 }
 
+/// `pack-quantized` read back (`Stored::CtPacked`): [`decode`]'s layout; the GEMV kernels take it
+/// (a nibble shuffle).
+pub struct PackedLayout {
+    pub group: usize,
+}
+
+impl IntLayout for PackedLayout {
+    fn codes(&self, p: &Parts) -> Int4 {
+        let (w, s, rows, cols) = p.int_tensors("weight_packed");
+        decode(w, &s, rows, cols, self.group)
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        Some(Gemv::OffsetWords { group: self.group })
+    }
+}
+
 /// `quantization_config` as compressed-tensors 0.20.0 writes it for W4A16 `pack-quantized`:
 /// `group: None` is per channel. `ignore` entries are exact module names or `re:` regexes.
 pub fn config(group: Option<usize>, ignore: &[String]) -> Value {
     let strategy = if group.is_some() { "group" } else { "channel" };
-    json!({
+    let weights = json!({"dynamic": false, "group_size": group, "num_bits": 4,
+                         "strategy": strategy, "symmetric": true, "type": "int"});
+    quantization_config(
+        "pack-quantized",
+        weights,
+        Value::Null,
+        ignore,
+        Ignore::Sorted,
+    )
+}
+
+/// Where a `quantization_config` holds its `ignore` list: in its sorted place (what
+/// `ModelCompressor.update_config` writes for `pack-quantized` and NVFP4), or last (the
+/// `float-quantized` and `int-quantized` presets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ignore {
+    Sorted,
+    Last,
+}
+
+/// The `quantization_config` compressed-tensors 0.20.0 writes for one `Linear` group of
+/// `format` with `weights` and `input` activation arguments, every format's alike.
+pub fn quantization_config(
+    format: &str,
+    weights: Value,
+    input: Value,
+    ignore: &[String],
+    at: Ignore,
+) -> Value {
+    let mut c = json!({
         "config_groups": {"group_0": {
-            "format": "pack-quantized", "input_activations": null, "output_activations": null,
-            "targets": ["Linear"],
-            "weights": {"dynamic": false, "group_size": group, "num_bits": 4, "strategy": strategy,
-                        "symmetric": true, "type": "int"},
+            "format": format, "input_activations": input, "output_activations": null,
+            "targets": ["Linear"], "weights": weights,
         }},
-        "format": "pack-quantized",
+        "format": format,
         "global_compression_ratio": null,
-        "ignore": ignore,
+    });
+    if at == Ignore::Sorted {
+        c["ignore"] = json!(ignore);
+    }
+    let tail = json!({
         "kv_cache_scheme": null,
         "moe_sparsity_config": null,
         "quant_method": "compressed-tensors",
@@ -221,7 +248,14 @@ pub fn config(group: Option<usize>, ignore: &[String]) -> Value {
         "sparsity_config": {},
         "transform_config": {},
         "version": VERSION,
-    })
+    });
+    for (k, v) in tail.as_object().expect("an object") {
+        c[k] = v.clone();
+    }
+    if at == Ignore::Last {
+        c["ignore"] = json!(ignore);
+    }
+    c
 }
 
 /// compressed-tensors `pack-quantized` W4A16 as a [`Codec`]; `group: None` is per channel.
@@ -276,18 +310,13 @@ impl IntGrid for PackQuantized {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        rowwise::test_matrix(rows, cols, dtype, 0.03, -0.004)
-    }
+    use crate::quant::math::rowwise::test_data_narrow as data;
 
     /// The golden row of `fixtures/goldens/compressed-tensors-0.20/*/summary.json`.
     #[test]
     fn golden_word_is_offset_binary_sequential() {
-        let row = [7.5f32, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
-        let q = quantize_ref(&row, 1, 8, 8, Dtype::BF16);
-        assert_eq!(q.scales, vec![1.0]);
-        assert_eq!(q.codes, vec![7, -8, 0, 2, 2, 0, -2, -2]);
+        let q = quantize_ref(&rowwise::PLANTED_ROW, 1, 8, 8, Dtype::BF16);
+        crate::quant::math::int4::assert_planted_codes(&q);
         let enc = encode("m", &q, Dtype::BF16);
         assert_eq!(
             u32::from_le_bytes(enc[0].1[..4].try_into().unwrap()),
@@ -357,21 +386,10 @@ mod tests {
         let (rows, cols) = (32, 128);
         let w = data(rows, cols, Dtype::BF16);
         let q = quantize_ref(&w, rows, cols, cols, Dtype::BF16);
-        let d = q.dequantize_ref();
-        let mut se = 0f64;
-        for r in 0..rows {
-            let s = q.scales[r];
-            for c in 0..cols {
-                let (x, y) = (w[r * cols + c], d[r * cols + c]);
-                let e = (x - y).abs();
-                assert!(
-                    e <= s * (0.5 + 1.0 / 64.0) + 1e-6 || x > 7.0 * s,
-                    "row {r} col {c}: {e} vs s {s}"
-                );
-                se += (e as f64).powi(2);
-            }
-        }
-        let rmse = (se / (rows * cols) as f64).sqrt() as f32;
+        let rmse = rowwise::rmse_within(&w, &q.dequantize_ref(), |i, e| {
+            let s = q.scales[i / cols];
+            e <= s * (0.5 + 1.0 / 64.0) + 1e-6 || w[i] > 7.0 * s
+        });
         assert!(rmse < MAX_RMSE_CT_INT4_PC, "rmse {rmse}");
     }
 

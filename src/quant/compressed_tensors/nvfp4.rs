@@ -41,14 +41,15 @@ use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 use crate::quant::codec::{Codec, ConfigFiles, Encoded};
-use crate::quant::compressed_tensors::VERSION;
+use crate::quant::compressed_tensors::{self, Ignore, VERSION};
 use crate::quant::fused::SharedAmax;
 use crate::quant::input_amax::InputAmax;
 use crate::quant::math::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
 use crate::quant::math::fp8::{e4m3_from_f32, e4m3_from_f32_clamped, E4M3_MAX};
 use crate::quant::math::int4::round_to;
-use crate::quant::math::rowwise::{amax, encode_floats, Path};
+use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
 use crate::quant::stats::Stats;
+use crate::quant::stored::F32Layout;
 
 /// The FP8 eps compressed-tensors puts in place of a zero block scale.
 pub const FP8_EPS: f32 = 0.125;
@@ -107,17 +108,10 @@ pub fn code(w: f32, eff: f32) -> u8 {
     idx | if x < 0.0 { 8 } else { 0 }
 }
 
-fn quantize_on(
-    path: Path,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    amax_t: f32,
-    dtype: Dtype,
-) -> Nvfp4 {
-    let g = global_scale(amax_t, dtype);
+fn quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, amax_t: f32, dt: Dtype) -> Nvfp4 {
+    let g = global_scale(amax_t, dt);
     Nvfp4::quantize_blocks(path, w, rows, cols, g, |block, out| {
-        let s = block_scale(block, g, dtype);
+        let s = block_scale(block, g, dt);
         let eff = f8_e4m3_to_f32(s) / g;
         for (c, &x) in out.iter_mut().zip(block) {
             *c = code(x, eff);
@@ -126,15 +120,9 @@ fn quantize_on(
     })
 }
 
-/// The reference: plain loops. `amax_t` is the (family-shared) weight amax; `cols` a multiple
-/// of 16.
-pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, amax_t: f32, dtype: Dtype) -> Nvfp4 {
-    quantize_on(Path::Reference, w, rows, cols, amax_t, dtype)
-}
-
-/// The fast path: rows in parallel. Identical to [`quantize_ref`].
-pub fn quantize(w: &[f32], rows: usize, cols: usize, amax_t: f32, dtype: Dtype) -> Nvfp4 {
-    quantize_on(Path::Parallel, w, rows, cols, amax_t, dtype)
+rowwise::paths! {
+    /// `amax_t` is the (family-shared) weight amax; `cols` a multiple of 16.
+    quantize_on: quantize_ref, quantize(w: &[f32], rows: usize, cols: usize, amax_t: f32, dtype: Dtype) -> Nvfp4
 }
 
 /// compressed-tensors' dequantization: `e2m1 · (f8(s) / g)` in F32.
@@ -158,6 +146,17 @@ pub fn decode(packed: &[u8], scales: &[u8], global: f32, rows: usize, cols: usiz
         global,
     }
 }
+
+/// `nvfp4-pack-quantized` read back (`Stored::CtNvfp4`): [`dequantize`] of [`decode`]; it stays
+/// on the f32 path.
+pub const LAYOUT: F32Layout = F32Layout {
+    kind: "NVFP4",
+    dequantize: |p| {
+        let (packed, scales) = (p.data("weight_packed"), p.data("weight_scale"));
+        let g = p.scalar("weight_global_scale");
+        dequantize(&decode(packed, scales, g, p.m.rows, p.m.cols))
+    },
+};
 
 /// The tensors one module becomes.
 pub fn specs(module: &str, rows: usize, cols: usize, w4a4: bool) -> Vec<TensorSpec> {
@@ -223,22 +222,8 @@ pub fn config(w4a4: bool, ignore: &[String]) -> Value {
     } else {
         Value::Null
     };
-    json!({
-        "config_groups": {"group_0": {
-            "format": "nvfp4-pack-quantized", "input_activations": input,
-            "output_activations": null, "targets": ["Linear"], "weights": args(None),
-        }},
-        "format": "nvfp4-pack-quantized",
-        "global_compression_ratio": null,
-        "ignore": ignore,
-        "kv_cache_scheme": null,
-        "moe_sparsity_config": null,
-        "quant_method": "compressed-tensors",
-        "quantization_status": "compressed",
-        "sparsity_config": {},
-        "transform_config": {},
-        "version": VERSION,
-    })
+    let format = "nvfp4-pack-quantized";
+    compressed_tensors::quantization_config(format, args(None), input, ignore, Ignore::Sorted)
 }
 
 /// compressed-tensors NVFP4 as a [`Codec`]: weight-only (`NVFP4A16`) without an input amax
@@ -282,11 +267,6 @@ impl Codec for Nvfp4PackQuantized {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::math::rowwise;
-
-    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
-    }
 
     #[test]
     fn global_scale_as_generate_gparam() {
@@ -333,16 +313,13 @@ mod tests {
 
     #[test]
     fn fast_equals_reference_and_round_trips() {
-        for (rows, cols) in [(64, 128), (7, 48), (1, 16)] {
-            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
-                let w = data(rows, cols, dt);
-                let a = amax(&w);
-                let r = quantize_ref(&w, rows, cols, a, dt);
-                assert_eq!(quantize(&w, rows, cols, a, dt), r);
-                let enc = encode("m", &r, Some(3.0));
-                assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
-            }
-        }
+        rowwise::assert_paths_agree(&[(64, 128), (7, 48), (1, 16)], |w, rows, cols, dt| {
+            let a = amax(w);
+            let r = quantize_ref(w, rows, cols, a, dt);
+            let enc = encode("m", &r, Some(3.0));
+            assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
+            (quantize(w, rows, cols, a, dt), r)
+        });
     }
 
     /// Named bounds: every weight is within `MAX_ERR_STEPS` effective block scales
@@ -354,13 +331,8 @@ mod tests {
     fn error_bound() {
         const MAX_ERR_STEPS: f32 = 1.0;
         const MAX_RMSE_CT_NVFP4: f32 = 0.0045;
-        let (rows, cols) = (64, 256);
-        let w = data(rows, cols, Dtype::BF16);
-        let q = quantize_ref(&w, rows, cols, amax(&w), Dtype::BF16);
-        let d = dequantize(&q);
-        let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s / q.global).collect();
-        let rmse =
-            crate::quant::math::fp4::assert_within_block_steps(&w, &d, &eff, cols, MAX_ERR_STEPS);
-        assert!(rmse < MAX_RMSE_CT_NVFP4, "rmse {rmse}");
+        let quantize = |w: &[f32], r, c, a| quantize_ref(w, r, c, a, Dtype::BF16);
+        let eff = |s: f32, g: f32| s / g;
+        fp4::assert_error_bound(quantize, dequantize, eff, MAX_ERR_STEPS, MAX_RMSE_CT_NVFP4);
     }
 }

@@ -30,13 +30,7 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
             for extra in ["weight_global_scale", "input_global_scale"] {
                 parts.extend(w.info(&format!("{module}.{extra}")).map(|z| z.name.clone()));
             }
-            Some(QModule {
-                module: module.into(),
-                stored: Stored::CtNvfp4,
-                rows,
-                cols,
-                parts,
-            })
+            Some(p.found(Stored::CtNvfp4, rows, cols, parts))
         }
         ("weight_packed", Dtype::I32) => {
             let shape_t = w
@@ -65,15 +59,14 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
                 w.info(&format!("{module}.weight_zero_point"))
                     .map(|z| z.name.clone()),
             );
-            Some(QModule {
-                module: module.into(),
-                stored: Stored::CtPacked {
+            Some(p.found(
+                Stored::CtPacked {
                     group: cols / groups,
                 },
                 rows,
                 cols,
                 parts,
-            })
+            ))
         }
         ("weight", Dtype::I8) => {
             let (rows, cols, groups) = match (t.shape.as_slice(), s.shape.as_slice()) {
@@ -91,15 +84,14 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
             if let Some(z) = w.info(&format!("{module}.weight_zero_point")) {
                 return Err(p.err(z, "asymmetric int-quantized weights (with a zero point) cannot be dequantized yet".into()));
             }
-            Some(QModule {
-                module: module.into(),
-                stored: Stored::CtInt {
+            Some(p.found(
+                Stored::CtInt {
                     group: cols / groups,
                 },
                 rows,
                 cols,
-                parts: vec![t.name.clone(), s.name.clone()],
-            })
+                vec![t.name.clone(), s.name.clone()],
+            ))
         }
         _ => None,
     })

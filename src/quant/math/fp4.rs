@@ -107,19 +107,33 @@ pub fn assert_within_block_steps(
     cols: usize,
     max_steps: f32,
 ) -> f32 {
-    let mut se = 0f64;
-    for i in 0..w.len() {
-        let e = (w[i] - d[i]).abs();
-        let step = eff[(i / cols) * (cols / 16) + (i % cols) / 16];
-        assert!(
-            e <= max_steps * step * (1.0 + 1e-6),
-            "{i}: {} vs {}",
-            w[i],
-            d[i]
-        );
-        se += (e as f64).powi(2);
-    }
-    (se / w.len() as f64).sqrt() as f32
+    let step = |i: usize| eff[(i / cols) * (cols / 16) + (i % cols) / 16];
+    crate::quant::math::rowwise::rmse_within(w, d, |i, e| e <= max_steps * step(i) * (1.0 + 1e-6))
+}
+
+/// Test support shared by the NVFP4 recipes' named error bounds: on the 64 × 256 BF16 test
+/// matrix quantized with its own amax, every weight within `max_steps` effective block scales
+/// (`eff(f8(s), global)`) of its dequantized value, and the RMSE below `max_rmse`.
+#[cfg(test)]
+pub fn assert_error_bound(
+    quantize: impl Fn(&[f32], usize, usize, f32) -> Nvfp4,
+    dequantize: fn(&Nvfp4) -> Vec<f32>,
+    eff: fn(f32, f32) -> f32,
+    max_steps: f32,
+    max_rmse: f32,
+) {
+    use crate::quant::math::rowwise;
+    let (rows, cols) = (64, 256);
+    let w = rowwise::test_data(rows, cols, crate::io::Dtype::BF16);
+    let q = quantize(&w, rows, cols, rowwise::amax(&w));
+    let d = dequantize(&q);
+    let eff: Vec<f32> = q
+        .block_scales_f32()
+        .iter()
+        .map(|&s| eff(s, q.global))
+        .collect();
+    let rmse = assert_within_block_steps(&w, &d, &eff, cols, max_steps);
+    assert!(rmse < max_rmse, "rmse {rmse}");
 }
 
 #[cfg(test)]

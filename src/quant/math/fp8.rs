@@ -11,6 +11,7 @@
 //! their outputs.
 
 use crate::io::dtype::f8_e4m3_to_f32;
+use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 use crate::quant::math::rowwise::{self, Path};
 
@@ -75,8 +76,22 @@ impl Fp8 {
             codes,
         }
     }
+    /// The tensors of the FP8 layout every format writes: `X.weight` F8_E4M3 `[rows, cols]`
+    /// and `X.weight_scale` of `scale_dtype`, in the format's own `scale_shape`.
+    pub fn specs(
+        module: &str,
+        rows: usize,
+        cols: usize,
+        scale_dtype: Dtype,
+        scale_shape: Vec<usize>,
+    ) -> Vec<TensorSpec> {
+        vec![
+            TensorSpec::new(format!("{module}.weight"), Dtype::F8_E4M3, vec![rows, cols]),
+            TensorSpec::new(format!("{module}.weight_scale"), scale_dtype, scale_shape),
+        ]
+    }
     /// `X.weight` (the E4M3 codes) and `X.weight_scale` (the scales as `scale_dtype`): the FP8
-    /// layout of every format (each gives the scale its own shape in its specs).
+    /// layout of every format ([`Fp8::specs`]).
     pub fn encode(self, module: &str, scale_dtype: Dtype) -> Vec<(String, Vec<u8>)> {
         vec![
             (format!("{module}.weight"), self.codes),
@@ -106,17 +121,9 @@ impl Fp8 {
 #[cfg(test)]
 pub(crate) fn per_row_rmse_within_half_step(w: &[f32], q: &Fp8) -> f32 {
     let d = q.dequantize_ref();
-    let mut se = 0f64;
-    for (i, (&x, &y)) in w.iter().zip(&d).enumerate() {
-        let s = q.scales[i / q.cols];
-        let e = (x - y).abs();
-        assert!(
-            e <= x.abs() * (1.0 / 16.0 + 1.0 / 256.0) + s * 2f32.powi(-9),
-            "{i}: {x} vs {y}"
-        );
-        se += (e as f64).powi(2);
-    }
-    (se / w.len() as f64).sqrt() as f32
+    rowwise::rmse_within(w, &d, |i, e| {
+        e <= w[i].abs() * (1.0 / 16.0 + 1.0 / 256.0) + q.scales[i / q.cols] * 2f32.powi(-9)
+    })
 }
 
 #[cfg(test)]

@@ -99,27 +99,22 @@ pub fn quark_run(run: &[f32], out: &mut [i8], dtype: Dtype) -> f32 {
     s
 }
 
-fn quantize_on(
-    path: Path,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    group: usize,
-    dtype: Dtype,
-) -> Int4 {
+fn quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, group: usize, dt: Dtype) -> Int4 {
     Int4::quantize_runs(path, w, rows, cols, group, |run, out| {
-        quark_run(run, out, dtype)
+        quark_run(run, out, dt)
     })
 }
 
-/// The reference: plain loops, no threads.
-pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    quantize_on(Path::Reference, w, rows, cols, group, dtype)
+rowwise::paths! {
+    quantize_on: quantize_ref, quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4
 }
 
-/// The fast path: rows in parallel. Identical output to [`quantize_ref`].
-pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    quantize_on(Path::Parallel, w, rows, cols, group, dtype)
+/// Test support: the planted row (`rowwise::PLANTED_ROW`) quantized per channel as the INT4
+/// recipes of Quark and compressed-tensors both give it: scale 1, ties to even.
+#[cfg(test)]
+pub(crate) fn assert_planted_codes(q: &Int4) {
+    assert_eq!(q.scales, vec![1.0]);
+    assert_eq!(q.codes, vec![7, -8, 0, 2, 2, 0, -2, -2]);
 }
 
 #[cfg(test)]
@@ -146,12 +141,11 @@ mod tests {
         rowwise::test_matrix(rows, cols, Dtype::BF16, 2.0, 0.1)
     }
 
+    /// Quark's recipe on the planted row: scale 1, ties to even (compressed-tensors' gives the
+    /// same, `compressed_tensors::tests::golden_word_is_offset_binary_sequential`).
     #[test]
     fn planted_ties_round_half_even() {
-        let row = [7.5f32, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
-        let q = quantize_ref(&row, 1, 8, 8, Dtype::BF16);
-        assert_eq!(q.scales, vec![1.0]);
-        assert_eq!(q.codes, vec![7, -8, 0, 2, 2, 0, -2, -2]);
+        assert_planted_codes(&quantize_ref(&rowwise::PLANTED_ROW, 1, 8, 8, Dtype::BF16));
     }
 
     #[test]
@@ -182,21 +176,11 @@ mod tests {
         let (rows, cols) = (32, 128);
         let w = data(rows, cols);
         let q = quantize_ref(&w, rows, cols, cols, Dtype::BF16);
-        let d = q.dequantize_ref();
-        let mut se = 0f64;
-        for r in 0..rows {
-            let s = q.scales[r];
-            for c in 0..cols {
-                let e = (w[r * cols + c] - d[r * cols + c]).abs();
-                // 7.5 s is the amax, the +7 code reaches 7 s: values beyond clamp by up to s/2 more.
-                assert!(
-                    e <= s * 0.5 + 1e-6 || w[r * cols + c] > 7.0 * s,
-                    "row {r} col {c}: {e} > {s}/2"
-                );
-                se += (e as f64).powi(2);
-            }
-        }
-        let rmse = (se / (rows * cols) as f64).sqrt() as f32;
+        let rmse = rowwise::rmse_within(&w, &q.dequantize_ref(), |i, e| {
+            // 7.5 s is the amax, the +7 code reaches 7 s: values beyond clamp by up to s/2 more.
+            let s = q.scales[i / cols];
+            e <= s * 0.5 + 1e-6 || w[i] > 7.0 * s
+        });
         assert!(rmse < MAX_RMSE_INT4_PC, "rmse {rmse}");
     }
 }

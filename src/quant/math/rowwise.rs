@@ -112,6 +112,39 @@ where
     }
 }
 
+/// One run's recipe from a format's two rules: the run's scale (`scale`), then each weight's
+/// code under it (`code(w, s)`); the run's value is its scale. The `run` of [`quantize`] for
+/// every recipe whose codes depend on the run's scale alone.
+pub fn scaled<C>(
+    scale: impl Fn(&[f32]) -> f32 + Sync,
+    code: impl Fn(f32, f32) -> C + Sync,
+) -> impl Fn(&[f32], &mut [C]) -> f32 + Sync {
+    move |run, out| {
+        let s = scale(run);
+        codes(run, out, |x| code(x, s));
+        s
+    }
+}
+
+/// A recipe's two entry points over its `$on(path, …)`: `$reference` (plain loops, no
+/// threads) and `$fast` (rows in parallel, output identical: each recipe's tests hold them
+/// equal); doc lines given before `$on` go to both.
+macro_rules! paths {
+    ($(#[$doc:meta])* $on:ident: $reference:ident, $fast:ident ($($arg:ident: $ty:ty),* $(,)?) -> $out:ty) => {
+        /// The reference: plain loops, no threads.
+        $(#[$doc])*
+        pub fn $reference($($arg: $ty),*) -> $out {
+            $on($crate::quant::math::rowwise::Path::Reference, $($arg),*)
+        }
+        /// The fast path: rows in parallel; output identical to the reference's.
+        $(#[$doc])*
+        pub fn $fast($($arg: $ty),*) -> $out {
+            $on($crate::quant::math::rowwise::Path::Parallel, $($arg),*)
+        }
+    };
+}
+pub(crate) use paths;
+
 /// Index of the first NaN or infinity in `w`. The whole slice is tested without an early exit
 /// (so the test vectorises), and searched only when it has one.
 pub fn first_non_finite(w: &[f32]) -> Option<usize> {
@@ -241,6 +274,52 @@ pub(crate) fn test_matrix(rows: usize, cols: usize, dtype: Dtype, a: f32, b: f32
     let mut out = Vec::new();
     crate::io::dtype::to_f32(dtype, &encode_floats(&exact, dtype), &mut out);
     out
+}
+
+/// Test support: the planted row of the goldens' summaries, `[7.5, −7.5, 0.5, …]` (amax 7.5,
+/// and every tie a format rounds).
+#[cfg(test)]
+pub(crate) const PLANTED_ROW: [f32; 8] = [7.5, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
+
+/// Test support: a recipe's fast and reference paths (`paths(w, rows, cols, dtype)` gives both
+/// results, after any checks of its own) agree on [`test_data`] of every shape, in BF16, F16
+/// and F32.
+#[cfg(test)]
+pub(crate) fn assert_paths_agree<T: PartialEq + std::fmt::Debug>(
+    shapes: &[(usize, usize)],
+    paths: impl Fn(&[f32], usize, usize, Dtype) -> (T, T),
+) {
+    for &(rows, cols) in shapes {
+        for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
+            let (fast, reference) = paths(&test_data(rows, cols, dt), rows, cols, dt);
+            assert_eq!(fast, reference, "{rows}×{cols} {dt:?}");
+        }
+    }
+}
+
+/// Test support: the RMSE of `d` against `w`, each error `|w_i − d_i|` first held to
+/// `within(i, error)`.
+#[cfg(test)]
+pub(crate) fn rmse_within(w: &[f32], d: &[f32], within: impl Fn(usize, f32) -> bool) -> f32 {
+    let mut se = 0f64;
+    for (i, (&x, &y)) in w.iter().zip(d).enumerate() {
+        let e = (x - y).abs();
+        assert!(within(i, e), "{i}: {x} vs {y}");
+        se += (e as f64).powi(2);
+    }
+    (se / w.len() as f64).sqrt() as f32
+}
+
+/// [`test_matrix`] about `[-0.054, 0.046]` (`0.05 · cos + (−0.004)`): the formats' tests' data.
+#[cfg(test)]
+pub(crate) fn test_data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
+    test_matrix(rows, cols, dtype, 0.05, -0.004)
+}
+
+/// [`test_matrix`] about `[-0.034, 0.026]` (`0.03 · cos + (−0.004)`).
+#[cfg(test)]
+pub(crate) fn test_data_narrow(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
+    test_matrix(rows, cols, dtype, 0.03, -0.004)
 }
 
 #[cfg(test)]

@@ -47,6 +47,7 @@ use crate::quant::codec::{Codec, ConfigFiles, Encoded, IntGrid};
 use crate::quant::math::fp8::{e4m3_from_f32, Fp8};
 use crate::quant::math::int4::Int4;
 use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
+use crate::quant::stored::{self, Gemv, Packing, Parts};
 
 /// The ModelOpt release whose output this reproduces (written as `producer.version`).
 pub const VERSION: &str = "0.47.0";
@@ -102,30 +103,15 @@ pub fn int4_code(w: f32, s: f32) -> i8 {
     crate::quant::math::rne::rne(w / s).clamp(-8.0, 7.0) as i8
 }
 
-fn int4_quantize_on(
-    path: Path,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    group: usize,
-    dtype: Dtype,
-) -> Int4 {
+fn int4_on(path: Path, w: &[f32], rows: usize, cols: usize, group: usize, dt: Dtype) -> Int4 {
     assert_eq!(cols % group, 0, "group must divide the input dimension");
-    Int4::quantize_runs(path, w, rows, cols, group, |block, out| {
-        let s = scale_from_amax(amax(block), INT4_MAXBOUND, dtype);
-        rowwise::codes(block, out, |x| int4_code(x, s));
-        s
-    })
+    let recipe = rowwise::scaled(|b| scale_from_amax(amax(b), INT4_MAXBOUND, dt), int4_code);
+    Int4::quantize_runs(path, w, rows, cols, group, recipe)
 }
 
-/// The reference: plain loops. `group` must divide `cols` (the driver refuses otherwise).
-pub fn int4_quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    int4_quantize_on(Path::Reference, w, rows, cols, group, dtype)
-}
-
-/// The fast path: rows in parallel. Identical to [`int4_quantize_ref`].
-pub fn int4_quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4 {
-    int4_quantize_on(Path::Parallel, w, rows, cols, group, dtype)
+rowwise::paths! {
+    /// `group` must divide `cols` (the driver refuses otherwise).
+    int4_on: int4_quantize_ref, int4_quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Int4
 }
 
 /// Pack codes two output rows per byte: `[⌈rows/2⌉, cols]` U8, byte `[k, j]` =
@@ -176,14 +162,8 @@ pub fn trtllm_fused(module: &str) -> bool {
 }
 
 /// The tensors one `W4A16_AWQ` module becomes.
-pub fn int4_specs(
-    module: &str,
-    rows: usize,
-    cols: usize,
-    group: usize,
-    model: Dtype,
-) -> Vec<TensorSpec> {
-    let groups = rowwise::groups(module, cols, group);
+pub fn int4_specs(module: &str, rows: usize, cols: usize, g: usize, dt: Dtype) -> Vec<TensorSpec> {
+    let groups = rowwise::groups(module, cols, g);
     let mut v = vec![
         TensorSpec::new(
             format!("{module}.weight"),
@@ -199,7 +179,7 @@ pub fn int4_specs(
     if !trtllm_fused(module) {
         v.push(TensorSpec::new(
             format!("{module}.pre_quant_scale"),
-            model,
+            dt,
             vec![cols],
         ));
     }
@@ -238,6 +218,53 @@ pub fn int4_decode(weight: &[u8], scales: &[f32], rows: usize, cols: usize, grou
     }
 }
 
+/// `W4A16_AWQ` / `W4A8_AWQ` read back (`Stored::ModeloptInt4`): [`int4_decode`]'s codes, and
+/// the optional `pre_quant_scale` multiplied into each weight after its scale; the GEMV kernels
+/// take it (a transpose), the caller scaling the activations by `pre_quant_scale`.
+pub struct Int4Layout {
+    pub group: usize,
+}
+
+impl Int4Layout {
+    fn codes(&self, p: &Parts) -> Int4 {
+        let (w, s, rows, cols) = p.int_tensors("weight");
+        int4_decode(w, &s, rows, cols, self.group)
+    }
+}
+
+impl stored::Layout for Int4Layout {
+    fn dequantize(&self, p: &Parts) -> Vec<f32> {
+        with_pre_quant_scale(p, self.codes(p).dequantize_ref())
+    }
+    fn int4(&self, p: &Parts) -> Result<Int4, &'static str> {
+        Ok(self.codes(p))
+    }
+    fn packed(&self, p: &Parts) -> Option<Packing> {
+        let pre = p.get("pre_quant_scale").map(|t| t.to_f32());
+        Some(Packing::Int {
+            q: self.codes(p),
+            pre,
+        })
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        Some(Gemv::RowPairs { group: self.group })
+    }
+}
+
+/// `v` `[rows, cols]` times the module's `pre_quant_scale` along the input, if it has one:
+/// TensorRT-LLM multiplies the input by it, so the weight it computes with is `w · pqs`.
+pub fn with_pre_quant_scale(p: &Parts, mut v: Vec<f32>) -> Vec<f32> {
+    if let Some(pqs) = p.get("pre_quant_scale") {
+        let pqs = pqs.to_f32();
+        for row in v.chunks_mut(p.m.cols.max(1)) {
+            for (x, s) in row.iter_mut().zip(&pqs) {
+                *x *= s;
+            }
+        }
+    }
+    v
+}
+
 // ---------------------------------------------------------------------------------------------
 // FP8_PER_CHANNEL_PER_TOKEN
 
@@ -247,34 +274,17 @@ pub fn fp8_code(w: f32, s: f32) -> u8 {
 }
 
 fn fp8_quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    Fp8::quantize_rows(path, w, rows, cols, |row, out| {
-        let s = scale_from_amax(amax(row), FP8_MAXBOUND, dtype);
-        rowwise::codes(row, out, |x| fp8_code(x, s));
-        s
-    })
+    let scale = |r: &[f32]| scale_from_amax(amax(r), FP8_MAXBOUND, dtype);
+    Fp8::quantize_rows(path, w, rows, cols, rowwise::scaled(scale, fp8_code))
 }
 
-/// The reference: plain loops.
-pub fn fp8_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    fp8_quantize_on(Path::Reference, w, rows, cols, dtype)
+rowwise::paths! {
+    fp8_quantize_on: fp8_quantize_ref, fp8_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8
 }
 
-/// The fast path: rows in parallel. Identical to [`fp8_quantize_ref`].
-pub fn fp8_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    fp8_quantize_on(Path::Parallel, w, rows, cols, dtype)
-}
-
-/// The tensors one `FP8_PER_CHANNEL_PER_TOKEN` module becomes.
+/// The tensors one `FP8_PER_CHANNEL_PER_TOKEN` module becomes: one F32 scale per row, `[rows]`.
 pub fn fp8_specs(module: &str, rows: usize, cols: usize) -> Vec<TensorSpec> {
-    vec![
-        TensorSpec::new(format!("{module}.weight"), Dtype::F8_E4M3, vec![rows, cols]),
-        TensorSpec::new(format!("{module}.weight_scale"), Dtype::F32, vec![rows]),
-    ]
-}
-
-/// Encode an `FP8_PER_CHANNEL_PER_TOKEN` module for each of its [`fp8_specs`].
-pub fn fp8_encode(module: &str, q: Fp8) -> Vec<(String, Vec<u8>)> {
-    q.encode(module, Dtype::F32)
+    Fp8::specs(module, rows, cols, Dtype::F32, vec![rows])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -426,7 +436,9 @@ impl Codec for Modelopt {
             Algo::W4a16Awq { group } => {
                 int4_encode(module, &int4_quantize(w, rows, cols, group, dtype), dtype)
             }
-            Algo::Fp8PerChannelPerToken => fp8_encode(module, fp8_quantize(w, rows, cols, dtype)),
+            Algo::Fp8PerChannelPerToken => {
+                fp8_quantize(w, rows, cols, dtype).encode(module, Dtype::F32)
+            }
         }
     }
     /// `exclude_modules`: every module a pattern matched (embeddings too: ModelOpt lists every
@@ -475,10 +487,7 @@ impl IntGrid for Modelopt {
 mod tests {
     use super::*;
     use crate::io::dtype::f8_e4m3_to_f32;
-
-    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        rowwise::test_matrix(rows, cols, dtype, 0.03, -0.004)
-    }
+    use crate::quant::math::rowwise::test_data_narrow as data;
 
     /// The divisor is 7 (not 7.5): a block with amax 7 has scale 1 and codes equal to the
     /// rounded weights, ties to even; nothing reaches −8.

@@ -42,9 +42,10 @@ use crate::quant::fused::SharedAmax;
 use crate::quant::input_amax::InputAmax;
 use crate::quant::math::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
 use crate::quant::math::fp8::{e4m3_from_f32, E4M3_MAX};
-use crate::quant::math::rowwise::{amax, encode_floats, Path};
+use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
 use crate::quant::modelopt::{python_json_indent4, VERSION};
 use crate::quant::stats::Stats;
+use crate::quant::stored::F32Layout;
 
 /// `e2m1_values` of `nvfp4_tensor.py`, by code: code 8 is +0, not −0.
 pub const VALUES: [f32; 16] = [
@@ -96,14 +97,9 @@ fn quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, amax_t: f32) -> 
     })
 }
 
-/// The reference: plain loops. `amax_t` is the (family-shared) weight amax, > 0.
-pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, amax_t: f32) -> Nvfp4 {
-    quantize_on(Path::Reference, w, rows, cols, amax_t)
-}
-
-/// The fast path: rows in parallel. Identical to [`quantize_ref`].
-pub fn quantize(w: &[f32], rows: usize, cols: usize, amax_t: f32) -> Nvfp4 {
-    quantize_on(Path::Parallel, w, rows, cols, amax_t)
+rowwise::paths! {
+    /// `amax_t` is the (family-shared) weight amax, > 0.
+    quantize_on: quantize_ref, quantize(w: &[f32], rows: usize, cols: usize, amax_t: f32) -> Nvfp4
 }
 
 /// ModelOpt's dequantization: `VALUES[code] · (f8(s) · ws2)` in F32.
@@ -128,6 +124,18 @@ pub fn decode(weight: &[u8], scales: &[u8], ws2: f32, rows: usize, cols: usize) 
         global: ws2,
     }
 }
+
+/// `NVFP4` / `W4A16_NVFP4` read back (`Stored::ModeloptNvfp4`): [`dequantize`] of [`decode`],
+/// then `pre_quant_scale`; it stays on the f32 path.
+pub const LAYOUT: F32Layout = F32Layout {
+    kind: "NVFP4",
+    dequantize: |p| {
+        let (w, scales) = (p.data("weight"), p.data("weight_scale"));
+        let s2 = p.scalar("weight_scale_2");
+        let v = dequantize(&decode(w, scales, s2, p.m.rows, p.m.cols));
+        super::with_pre_quant_scale(p, v)
+    },
+};
 
 /// The tensors one module becomes.
 pub fn specs(module: &str, rows: usize, cols: usize, w4a4: bool) -> Vec<TensorSpec> {
@@ -256,11 +264,6 @@ impl Codec for Nvfp4Codec {
 mod tests {
     use super::*;
     use crate::quant::compressed_tensors::nvfp4 as ct_nvfp4;
-    use crate::quant::math::rowwise;
-
-    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
-    }
 
     /// The planted row of the golden: amax 5.25 gives ws2 = 2^-9 exactly; block 0 (amax 3)
     /// scale 256, every tie to the even code; a zero block scale 1.0; a tiny block 2^-9.
@@ -322,16 +325,12 @@ mod tests {
 
     #[test]
     fn fast_equals_reference_and_round_trips() {
-        for (rows, cols) in [(64, 128), (7, 48), (1, 16)] {
-            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
-                let w = data(rows, cols, dt);
-                let a = amax(&w);
-                let r = quantize_ref(&w, rows, cols, a);
-                assert_eq!(quantize(&w, rows, cols, a), r);
-                let enc = encode("m", &r, Some(0.5));
-                assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
-            }
-        }
+        rowwise::assert_paths_agree(&[(64, 128), (7, 48), (1, 16)], |w, rows, cols, _| {
+            let r = quantize_ref(w, rows, cols, amax(w));
+            let enc = encode("m", &r, Some(0.5));
+            assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
+            (quantize(w, rows, cols, amax(w)), r)
+        });
     }
 
     /// Named bounds, as `ct_nvfp4::tests::error_bound`: within `MAX_ERR_STEPS` effective block
@@ -340,14 +339,9 @@ mod tests {
     fn error_bound() {
         const MAX_ERR_STEPS: f32 = 1.0;
         const MAX_RMSE_MODELOPT_NVFP4: f32 = 0.0045;
-        let (rows, cols) = (64, 256);
-        let w = data(rows, cols, Dtype::BF16);
-        let q = quantize_ref(&w, rows, cols, amax(&w));
-        let d = dequantize(&q);
-        let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s * q.global).collect();
-        let rmse =
-            crate::quant::math::fp4::assert_within_block_steps(&w, &d, &eff, cols, MAX_ERR_STEPS);
-        assert!(rmse < MAX_RMSE_MODELOPT_NVFP4, "rmse {rmse}");
+        let eff = |s: f32, ws2: f32| s * ws2;
+        let max_rmse = MAX_RMSE_MODELOPT_NVFP4;
+        fp4::assert_error_bound(quantize_ref, dequantize, eff, MAX_ERR_STEPS, max_rmse);
     }
 
     /// The pre-pass shares the weight amax over a family and refuses an all-zero one.

@@ -36,13 +36,7 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
                     ));
                 }
             }
-            Some(QModule {
-                module: module.into(),
-                stored,
-                rows,
-                cols,
-                parts,
-            })
+            Some(p.found(stored, rows, cols, parts))
         }
         _ => None,
     })

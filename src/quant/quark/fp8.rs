@@ -33,12 +33,13 @@ use serde_json::{json, Value};
 use crate::io::dtype::f8_e4m3_to_f32;
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
-use crate::quant::codec::{Codec, ConfigFiles};
+use crate::quant::codec::{Codec, ConfigFiles, Encoded};
 use crate::quant::math::fp8::{e4m3_from_f32_clamped, Fp8, E4M3_MAX};
 use crate::quant::math::int4::{quark_run, round_to, Int4, SCALE_EPS};
 use crate::quant::math::pack::{self, Order};
 use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
 use crate::quant::quark::{self, Options};
+use crate::quant::stored::{self, Gemv, Packing, Parts};
 
 // ---------------------------------------------------------------------------------------------
 // ptpc_fp8
@@ -59,34 +60,12 @@ pub fn ptpc_code(w: f32, s: f32, dtype: Dtype) -> u8 {
 }
 
 fn ptpc_quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    Fp8::quantize_rows(path, w, rows, cols, |row, out| {
-        let s = ptpc_scale(row, dtype);
-        rowwise::codes(row, out, |x| ptpc_code(x, s, dtype));
-        s
-    })
+    let recipe = rowwise::scaled(|r| ptpc_scale(r, dtype), |x, s| ptpc_code(x, s, dtype));
+    Fp8::quantize_rows(path, w, rows, cols, recipe)
 }
 
-/// The reference: plain loops.
-pub fn ptpc_quantize_ref(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    ptpc_quantize_on(Path::Reference, w, rows, cols, dtype)
-}
-
-/// The fast path: rows in parallel. Identical to [`ptpc_quantize_ref`].
-pub fn ptpc_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8 {
-    ptpc_quantize_on(Path::Parallel, w, rows, cols, dtype)
-}
-
-/// The tensors one `ptpc_fp8` module becomes.
-pub fn ptpc_specs(module: &str, rows: usize, cols: usize, model: Dtype) -> Vec<TensorSpec> {
-    vec![
-        TensorSpec::new(format!("{module}.weight"), Dtype::F8_E4M3, vec![rows, cols]),
-        TensorSpec::new(format!("{module}.weight_scale"), model, vec![rows]),
-    ]
-}
-
-/// Encode a `ptpc_fp8` module for each of its [`ptpc_specs`].
-pub fn ptpc_encode(module: &str, q: Fp8, model: Dtype) -> Vec<(String, Vec<u8>)> {
-    q.encode(module, model)
+rowwise::paths! {
+    ptpc_quantize_on: ptpc_quantize_ref, ptpc_quantize(w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Fp8
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -215,6 +194,35 @@ pub fn int4_fp8_decode(
     }
 }
 
+/// Quark two-stage `int4_fp8` read back (`Stored::QuarkInt4Fp8`): its integer view is the INT4
+/// stage (scales `s2`); it stays on the f32 path.
+pub struct Int4Fp8Layout {
+    pub order: Order,
+}
+
+impl stored::Layout for Int4Fp8Layout {
+    fn dequantize(&self, p: &Parts) -> Vec<f32> {
+        let (s1, s2) = (p.scalar("weight_scale"), p.f32("weight_scale_2"));
+        int4_fp8_decode(p.data("weight"), s1, &s2, p.m.rows, p.m.cols, self.order).dequantize_ref()
+    }
+    fn int4(&self, p: &Parts) -> Result<Int4, &'static str> {
+        let s2 = p.f32("weight_scale_2");
+        Ok(quark::decode(
+            p.data("weight"),
+            &s2,
+            p.m.rows,
+            p.m.cols,
+            self.order,
+        ))
+    }
+    fn packed(&self, _: &Parts) -> Option<Packing> {
+        None
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        None
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // config
 
@@ -271,17 +279,11 @@ impl Codec for Ptpc {
         "Quark 0.13 ptpc_fp8".into()
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
-        ptpc_specs(module, rows, cols, dtype)
+        // `ptpc_fp8`: one scale per row, `[rows]`, in the model dtype.
+        Fp8::specs(module, rows, cols, dtype, vec![rows])
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
-        ptpc_encode(module, ptpc_quantize(w, rows, cols, dtype), dtype)
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
+        ptpc_quantize(w, rows, cols, dtype).encode(module, dtype)
     }
     fn config(&self, exclude: &[String]) -> ConfigFiles {
         ConfigFiles::config(ptpc_config(&self.0, exclude))
@@ -298,14 +300,7 @@ impl Codec for Int4Fp8Codec {
     fn specs(&self, module: &str, rows: usize, cols: usize, _dtype: Dtype) -> Vec<TensorSpec> {
         int4_fp8_specs(module, rows, cols)
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         int4_fp8_encode(
             module,
             &int4_fp8_quantize(w, rows, cols, dtype),
@@ -326,11 +321,8 @@ impl Codec for Int4Fp8Codec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::math::rowwise::test_data as data;
     use crate::quant::quark::{Layout, Version};
-
-    fn data(rows: usize, cols: usize, dtype: Dtype) -> Vec<f32> {
-        rowwise::test_matrix(rows, cols, dtype, 0.05, -0.004)
-    }
 
     fn opts() -> Options {
         Options {
@@ -342,25 +334,19 @@ mod tests {
 
     #[test]
     fn fast_equals_reference() {
-        for (rows, cols) in [(64, 128), (33, 72), (7, 13), (1, 1)] {
-            for dt in [Dtype::BF16, Dtype::F16, Dtype::F32] {
-                let w = data(rows, cols, dt);
-                assert_eq!(
-                    ptpc_quantize(&w, rows, cols, dt),
-                    ptpc_quantize_ref(&w, rows, cols, dt)
-                );
-                assert_eq!(
-                    int4_fp8_quantize(&w, rows, cols, dt),
-                    int4_fp8_quantize_ref(&w, rows, cols, dt)
-                );
-            }
-        }
+        rowwise::assert_paths_agree(&[(64, 128), (33, 72), (7, 13), (1, 1)], |w, r, c, dt| {
+            assert_eq!(
+                int4_fp8_quantize(w, r, c, dt),
+                int4_fp8_quantize_ref(w, r, c, dt)
+            );
+            (ptpc_quantize(w, r, c, dt), ptpc_quantize_ref(w, r, c, dt))
+        });
     }
 
     /// The planted row `[7.5, −7.5, 0.5, …]`: amax 7.5, BF16 scale `7.5/448` = 0.016723…
     #[test]
     fn ptpc_planted_row_and_zero_row() {
-        let row = [7.5f32, -7.5, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5];
+        let row = crate::quant::math::rowwise::PLANTED_ROW;
         let q = ptpc_quantize_ref(&row, 1, 8, Dtype::BF16);
         assert_eq!(half::bf16::from_f32(q.scales[0]).to_bits(), 0x3c89);
         assert_eq!(q.codes[0], 0x7e, "7.5 / s clamps to 448");

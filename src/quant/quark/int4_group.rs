@@ -19,15 +19,10 @@ use crate::quant::math::int4::{Int4, QMAX, QMIN};
 use crate::quant::math::pack::{self, Order};
 use crate::quant::math::rowwise::{self, encode_floats};
 use crate::quant::quark::{self, Options};
+use crate::quant::stored::{Gemv, IntLayout, Parts};
 
 /// The tensors one quantized `[rows = out, cols = in]` module becomes.
-pub fn specs(
-    module: &str,
-    rows: usize,
-    cols: usize,
-    group: usize,
-    model: Dtype,
-) -> Vec<TensorSpec> {
+pub fn specs(module: &str, rows: usize, cols: usize, group: usize, dt: Dtype) -> Vec<TensorSpec> {
     let groups = rowwise::groups(module, cols, group);
     vec![
         TensorSpec::new(
@@ -35,7 +30,7 @@ pub fn specs(
             Dtype::I32,
             vec![cols, rows.div_ceil(8)],
         ),
-        TensorSpec::new(format!("{module}.weight_scale"), model, vec![groups, rows]),
+        TensorSpec::new(format!("{module}.weight_scale"), dt, vec![groups, rows]),
         TensorSpec::new(
             format!("{module}.weight_zero_point"),
             Dtype::I32,
@@ -62,16 +57,20 @@ pub fn encode(module: &str, q: &Int4, model: Dtype, o: &Options) -> Vec<(String,
     let groups = q.groups_per_row();
     let words = pack_transposed(q, o.order);
     let scale_t = rowwise::transpose(&q.scales, q.rows, groups);
+    let zeros = vec![0u8; groups * q.rows.div_ceil(8) * 4];
+    tensors(module, &words, &scale_t, model, zeros)
+}
+
+/// The per-group layout's tensors: the transposed code words, the transposed scales in the
+/// model dtype, and the zero-point words `zp` (zeros for symmetric INT4).
+pub fn tensors(module: &str, words: &[i32], scale_t: &[f32], model: Dtype, zp: Vec<u8>) -> Encoded {
     vec![
-        (format!("{module}.weight"), pack::le_bytes(&words)),
+        (format!("{module}.weight"), pack::le_bytes(words)),
         (
             format!("{module}.weight_scale"),
-            encode_floats(&scale_t, model),
+            encode_floats(scale_t, model),
         ),
-        (
-            format!("{module}.weight_zero_point"),
-            vec![0u8; groups * q.rows.div_ceil(8) * 4],
-        ),
+        (format!("{module}.weight_zero_point"), zp),
     ]
 }
 
@@ -92,6 +91,23 @@ pub fn decode(
         group,
         scales: rowwise::transpose(scale_t, cols / group, rows),
         codes: rowwise::transpose(&codes_t, cols, rows),
+    }
+}
+
+/// Quark INT4 per group read back (`Stored::QuarkGroup`): the transposed layout [`decode`]
+/// reads.
+pub struct GroupLayout {
+    pub group: usize,
+    pub order: Order,
+}
+
+impl IntLayout for GroupLayout {
+    fn codes(&self, p: &Parts) -> Int4 {
+        let (w, s, rows, cols) = p.int_tensors("weight");
+        decode(w, &s, rows, cols, self.group, self.order)
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        None
     }
 }
 
@@ -120,14 +136,7 @@ impl Codec for Int4PerGroup {
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
         specs(module, rows, cols, self.group, dtype)
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         encode(
             module,
             &crate::quant::math::int4::quantize(w, rows, cols, self.group, dtype),
@@ -168,15 +177,6 @@ impl IntGrid for Int4PerGroup {
 mod tests {
     use super::*;
     use crate::quant::math::int4;
-    use crate::quant::quark::{Layout, Version};
-
-    fn opts(order: Order) -> Options {
-        Options {
-            layout: Layout::Model,
-            version: Version::V013,
-            order,
-        }
-    }
 
     #[test]
     fn transposed_packing_round_trips() {
@@ -186,12 +186,9 @@ mod tests {
                 .collect();
             let q = int4::quantize(&w, rows, cols, group, Dtype::BF16);
             for order in [Order::Reorder, Order::Sequential] {
-                let enc = encode("m", &q, Dtype::BF16, &opts(order));
-                let scale_t: Vec<f32> = enc[1]
-                    .1
-                    .chunks_exact(2)
-                    .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                    .collect();
+                let enc = encode("m", &q, Dtype::BF16, &Options::model_v013(order));
+                let mut scale_t = Vec::new();
+                crate::io::dtype::to_f32(Dtype::BF16, &enc[1].1, &mut scale_t);
                 let back = decode(&enc[0].1, &scale_t, rows, cols, group, order);
                 assert_eq!(back, q);
             }
@@ -221,7 +218,11 @@ mod tests {
 
     #[test]
     fn config_is_per_group() {
-        let c = config(&opts(Order::Reorder), 64, &["lm_head".into()]);
+        let c = config(
+            &Options::model_v013(Order::Reorder),
+            64,
+            &["lm_head".into()],
+        );
         let w = &c["global_quant_config"]["weight"];
         assert_eq!(w["qscheme"], "per_group");
         assert_eq!(w["ch_axis"], -1);

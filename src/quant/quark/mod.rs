@@ -20,6 +20,7 @@ use crate::quant::codec::{Codec, ConfigFiles, Encoded, IntGrid, RawEncoded, Stor
 use crate::quant::math::int4::{Int4, QMAX, QMIN};
 use crate::quant::math::pack::{self, Order};
 use crate::quant::math::rowwise::{self, encode_floats};
+use crate::quant::stored::{Gemv, IntLayout, Parts};
 
 /// Which Quark export path to reproduce.
 #[derive(
@@ -63,6 +64,14 @@ pub struct Options {
 }
 
 impl Options {
+    /// Quark 0.13's model path with nibble order `order`.
+    pub fn model_v013(order: Order) -> Options {
+        Options {
+            layout: Layout::Model,
+            version: Version::V013,
+            order,
+        }
+    }
     fn pack_order(&self) -> Order {
         match self.layout {
             Layout::Model => self.order,
@@ -165,6 +174,22 @@ pub fn decode(weight: &[u8], scale: &[f32], rows: usize, cols: usize, order: Ord
         group: cols,
         scales: scale.to_vec(),
         codes: pack::unpack_rows(&pack::words(weight), rows, cols, order),
+    }
+}
+
+/// Quark INT4 per channel read back (`Stored::QuarkChannel`): I32 `weight` `[rows, ⌈cols/8⌉]`
+/// in `order`, scale `[rows]`; the GEMV kernels take it (`reorder` is their nibble order).
+pub struct ChannelLayout {
+    pub order: Order,
+}
+
+impl IntLayout for ChannelLayout {
+    fn codes(&self, p: &Parts) -> Int4 {
+        let (w, s, rows, cols) = p.int_tensors("weight");
+        decode(w, &s, rows, cols, self.order)
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        Some(Gemv::QuarkWords { order: self.order })
     }
 }
 

@@ -43,13 +43,12 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
                 w.info(&format!("{module}.weight_zero_point_2"))
                     .map(|z| z.name.clone()),
             );
-            Some(QModule {
-                module: module.into(),
-                stored: Stored::QuarkInt4Fp8 { order: quark_order },
+            Some(p.found(
+                Stored::QuarkInt4Fp8 { order: quark_order },
                 rows,
-                cols: words * 8,
+                words * 8,
                 parts,
-            })
+            ))
         }
         ("weight", Dtype::I32) => {
             let zp = w.info(&format!("{module}.weight_zero_point"));
@@ -99,13 +98,7 @@ pub fn read(p: &Probe) -> Result<Option<QModule>> {
                     ))
                 }
             };
-            Some(QModule {
-                module: module.into(),
-                stored,
-                rows,
-                cols,
-                parts,
-            })
+            Some(p.found(stored, rows, cols, parts))
         }
         _ => None,
     })

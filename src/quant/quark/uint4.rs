@@ -27,12 +27,13 @@ use serde_json::{json, Value};
 
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
-use crate::quant::codec::{Codec, ConfigFiles};
+use crate::quant::codec::{Codec, ConfigFiles, Encoded};
 use crate::quant::math::int4::{round_to, Int4, SCALE_EPS};
 use crate::quant::math::pack;
-use crate::quant::math::rowwise::{self, encode_floats, Path};
-use crate::quant::quark::int4_group;
+use crate::quant::math::rowwise::{self, Path};
+use crate::quant::quark::int4_group::{self, Int4PerGroup};
 use crate::quant::quark::Options;
+use crate::quant::stored::{Gemv, IntLayout, Parts};
 
 /// UINT4 range.
 pub const UMAX: i32 = 15;
@@ -82,17 +83,10 @@ pub fn code(w: f32, inv: f32, zp: u8) -> u8 {
     (crate::quant::math::rne::rne(w * inv) + zp as f32).clamp(0.0, UMAX as f32) as u8
 }
 
-fn quantize_on(
-    path: Path,
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    group: usize,
-    dtype: Dtype,
-) -> Uint4 {
+fn quantize_on(path: Path, w: &[f32], rows: usize, cols: usize, group: usize, dt: Dtype) -> Uint4 {
     assert_eq!(cols % group, 0, "group must divide the input dimension");
     let (params, codes) = rowwise::quantize(path, w, rows, cols, group, |run, out| {
-        let (s, zp) = qparams(run, dtype);
+        let (s, zp) = qparams(run, dt);
         let inv = 1.0f32 / s;
         rowwise::codes(run, out, |x| code(x, inv, zp));
         (s, zp)
@@ -108,25 +102,9 @@ fn quantize_on(
     }
 }
 
-/// The reference: plain loops. `group` must divide `cols`.
-pub fn quantize_ref(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Uint4 {
-    quantize_on(Path::Reference, w, rows, cols, group, dtype)
-}
-
-/// The fast path: rows in parallel. Identical to [`quantize_ref`].
-pub fn quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Uint4 {
-    quantize_on(Path::Parallel, w, rows, cols, group, dtype)
-}
-
-/// The tensors one module becomes (the per-group INT4 layout).
-pub fn specs(
-    module: &str,
-    rows: usize,
-    cols: usize,
-    group: usize,
-    model: Dtype,
-) -> Vec<TensorSpec> {
-    int4_group::specs(module, rows, cols, group, model)
+rowwise::paths! {
+    /// `group` must divide `cols`.
+    quantize_on: quantize_ref, quantize(w: &[f32], rows: usize, cols: usize, group: usize, dtype: Dtype) -> Uint4
 }
 
 /// Codes (or zero points) `[rows, n]` as an [`Int4`] carrying nibbles `0..=15`, for the packer.
@@ -140,23 +118,13 @@ fn nibbles(rows: usize, n: usize, v: &[u8]) -> Int4 {
     }
 }
 
-/// Encode a module for each of its [`specs`].
+/// Encode a module for each of the per-group layout's tensors ([`int4_group::specs`]).
 pub fn encode(module: &str, q: &Uint4, model: Dtype, o: &Options) -> Vec<(String, Vec<u8>)> {
     let g = q.cols / q.group;
     let words = int4_group::pack_transposed(&nibbles(q.rows, q.cols, &q.codes), o.order);
     let zp_words = int4_group::pack_transposed(&nibbles(q.rows, g, &q.zero_points), o.order);
     let scale_t = rowwise::transpose(&q.scales, q.rows, g);
-    vec![
-        (format!("{module}.weight"), pack::le_bytes(&words)),
-        (
-            format!("{module}.weight_scale"),
-            encode_floats(&scale_t, model),
-        ),
-        (
-            format!("{module}.weight_zero_point"),
-            pack::le_bytes(&zp_words),
-        ),
-    ]
+    int4_group::tensors(module, &words, &scale_t, model, pack::le_bytes(&zp_words))
 }
 
 /// Decode a module: weight words `[cols, ⌈rows/8⌉]`, scales `[cols/G, rows]`, zero-point words
@@ -184,6 +152,38 @@ pub fn decode(
     }
 }
 
+/// Quark UINT4 per group read back (`Stored::QuarkGroupAsym`): its codes are carried as
+/// `q − zp` (`−15..=15`), so `w = (q − zp) · s` is their `q · s`.
+pub struct AsymLayout {
+    pub group: usize,
+    pub order: pack::Order,
+}
+
+impl IntLayout for AsymLayout {
+    fn codes(&self, p: &Parts) -> Int4 {
+        let (w, s, rows, cols) = p.int_tensors("weight");
+        let group = self.group;
+        let o = Options::model_v013(self.order);
+        let u = decode(w, &s, p.data("weight_zero_point"), rows, cols, group, &o);
+        let g = cols / group;
+        Int4 {
+            rows,
+            cols,
+            group,
+            codes: (0..rows * cols)
+                .map(|i| {
+                    let j = (i / cols) * g + (i % cols) / group;
+                    u.codes[i] as i8 - u.zero_points[j] as i8
+                })
+                .collect(),
+            scales: u.scales,
+        }
+    }
+    fn gemv(&self) -> Option<Gemv> {
+        None
+    }
+}
+
 /// `quantization_config` for `uint4_wo_G` (Quark 0.13): the per-group config with `uint4`,
 /// `symmetric: false`.
 pub fn config(o: &Options, group: usize, exclude: &[String]) -> Value {
@@ -194,36 +194,23 @@ pub fn config(o: &Options, group: usize, exclude: &[String]) -> Value {
     c
 }
 
-/// Quark UINT4 asymmetric per group (model path) as a [`Codec`].
-pub struct Uint4PerGroup {
-    pub opts: Options,
-    pub group: usize,
-}
+/// Quark UINT4 asymmetric per group (model path) as a [`Codec`]: the per-group layout of
+/// [`Int4PerGroup`] (its tensors, options and group) with unsigned codes and zero points.
+pub struct Uint4PerGroup(pub Int4PerGroup);
 
 impl Codec for Uint4PerGroup {
     fn describe(&self) -> String {
-        format!("Quark 0.13 uint4, group {}", self.group)
+        format!("Quark 0.13 uint4, group {}", self.0.group)
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, dtype: Dtype) -> Vec<TensorSpec> {
-        specs(module, rows, cols, self.group, dtype)
+        self.0.specs(module, rows, cols, dtype)
     }
-    fn encode(
-        &self,
-        module: &str,
-        w: &[f32],
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
-    ) -> Vec<(String, Vec<u8>)> {
-        encode(
-            module,
-            &quantize(w, rows, cols, self.group, dtype),
-            dtype,
-            &self.opts,
-        )
+    fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
+        let Int4PerGroup { opts, group } = &self.0;
+        encode(module, &quantize(w, rows, cols, *group, dtype), dtype, opts)
     }
     fn config(&self, exclude: &[String]) -> ConfigFiles {
-        ConfigFiles::config(config(&self.opts, self.group, exclude))
+        ConfigFiles::config(config(&self.0.opts, self.0.group, exclude))
     }
 }
 
@@ -231,18 +218,9 @@ impl Codec for Uint4PerGroup {
 mod tests {
     use super::*;
     use crate::quant::math::pack::Order;
-    use crate::quant::quark::{Layout, Version};
 
     fn data(rows: usize, cols: usize) -> Vec<f32> {
         rowwise::test_matrix(rows, cols, Dtype::BF16, 0.05, 0.01)
-    }
-
-    fn opts(order: Order) -> Options {
-        Options {
-            layout: Layout::Model,
-            version: Version::V013,
-            order,
-        }
     }
 
     #[test]
@@ -252,12 +230,9 @@ mod tests {
             let q = quantize_ref(&w, rows, cols, group, Dtype::BF16);
             assert_eq!(quantize(&w, rows, cols, group, Dtype::BF16), q);
             for order in [Order::Reorder, Order::Sequential] {
-                let enc = encode("m", &q, Dtype::BF16, &opts(order));
-                let scale_t: Vec<f32> = enc[1]
-                    .1
-                    .chunks_exact(2)
-                    .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                    .collect();
+                let enc = encode("m", &q, Dtype::BF16, &Options::model_v013(order));
+                let mut scale_t = Vec::new();
+                crate::io::dtype::to_f32(Dtype::BF16, &enc[1].1, &mut scale_t);
                 let back = decode(
                     &enc[0].1,
                     &scale_t,
@@ -265,7 +240,7 @@ mod tests {
                     rows,
                     cols,
                     group,
-                    &opts(order),
+                    &Options::model_v013(order),
                 );
                 assert_eq!(back, q);
             }
@@ -310,7 +285,7 @@ mod tests {
 
     #[test]
     fn config_is_uint4_asymmetric() {
-        let c = config(&opts(Order::Reorder), 32, &[]);
+        let c = config(&Options::model_v013(Order::Reorder), 32, &[]);
         let w = &c["global_quant_config"]["weight"];
         assert_eq!(w["dtype"], "uint4");
         assert_eq!(w["symmetric"], false);
