@@ -3,7 +3,7 @@
 //! over the whole head, softmax scale 1/√head_dim. Mirrors `Eagle3Llama.attn_qkv` in
 //! fixtures/gen/verify/common.py.
 
-use super::load::Source;
+use super::source::Source;
 use super::{Attention, Qkv};
 use crate::error::Result;
 use crate::runtime::linears::Linear;

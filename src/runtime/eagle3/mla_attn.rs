@@ -7,7 +7,7 @@
 //! mscale(factor, mscale_all_dim)² / √(nope + rope). Mirrors `Eagle3MLA.attn_qkv` in
 //! fixtures/gen/verify/common.py.
 
-use super::load::Source;
+use super::source::Source;
 use super::{Attention, Qkv};
 use crate::error::Result;
 use crate::ops::rms_norm;

@@ -19,6 +19,7 @@ mod device;
 mod llama_attn;
 mod load;
 mod mla_attn;
+mod source;
 
 pub use super::embed::Embedding;
 pub use llama_attn::LlamaAttention;
