@@ -125,6 +125,20 @@ pub struct DepthOut {
     pub margin: Vec<f32>,
 }
 
+impl DepthOut {
+    /// A depth that computed none of its `n` rows: no logits, no hidden states, every proposal
+    /// [`NOT_COMPUTED`].
+    fn skipped(n: usize) -> DepthOut {
+        DepthOut {
+            logits: vec![],
+            hidden: vec![],
+            pred: vec![NOT_COMPUTED; n],
+            second: vec![NOT_COMPUTED; n],
+            margin: vec![f32::NAN; n],
+        }
+    }
+}
+
 /// Which token depth k ≥ 1 of row t is fed.
 #[derive(Clone, Copy)]
 enum Feed {
@@ -286,15 +300,7 @@ impl Eagle3 {
         let start = start.min(pairs);
         let n = pairs - start;
         if n == 0 {
-            return (0..depths)
-                .map(|_| DepthOut {
-                    logits: vec![],
-                    hidden: vec![],
-                    pred: vec![],
-                    second: vec![],
-                    margin: vec![],
-                })
-                .collect();
+            return (0..depths).map(|_| DepthOut::skipped(0)).collect();
         }
         assert!(
             feats.len() >= pairs * 3 * self.ht,
@@ -310,7 +316,7 @@ impl Eagle3 {
                 })
                 .unwrap_or_else(|(stage, e)| {
                     self.lin.record_step_fault(stage, e);
-                    (0..depths).map(|_| device::not_computed(n)).collect()
+                    (0..depths).map(|_| DepthOut::skipped(n)).collect()
                 });
             }
         }
@@ -360,13 +366,7 @@ impl Eagle3 {
             }
             let m = live.len();
             if m == 0 {
-                outs.push(DepthOut {
-                    logits: vec![],
-                    hidden: vec![],
-                    pred: vec![NOT_COMPUTED; n],
-                    second: vec![NOT_COMPUTED; n],
-                    margin: vec![f32::NAN; n],
-                });
+                outs.push(DepthOut::skipped(n));
                 continue;
             }
             let attn = self.attend(&q, m, |r| {
@@ -382,54 +382,74 @@ impl Eagle3 {
                 kv
             });
             let g = self.finish(&attn, &res, m);
-            let normed = rms_norm(&g, h, &self.w.norm, self.eps);
-            // A calibration reads none of the lm_head's outputs (the teacher-forced depths are
-            // fed the trace's tokens, not the proposals): it records the lm_head's input when it
-            // quantizes the lm_head, and skips the product.
-            let collects = self.lin.collects(&self.w.lm_head.module);
-            if matches!(feed, Feed::Truth) && !keep_logits && collects.is_some() {
-                if collects == Some(true) {
-                    self.w.lm_head.observe_only(&normed);
-                }
-                res = if self.norm_output { normed } else { g.clone() };
-                outs.push(DepthOut {
-                    logits: vec![],
+            let (out, next) = self.depth_out(g, &live, n, feed, keep_logits);
+            res = next;
+            outs.push(out);
+        }
+        outs
+    }
+
+    /// Depth outputs from the layer output `g` (`[live.len(), H]`) of the rows `live` (of
+    /// `n`): the final norm, then the lm_head's proposal and runner-up per row (the logits
+    /// too with `keep_logits`; nothing where a calibration only records the lm_head's input);
+    /// and the residual the next depth is fed.
+    fn depth_out(
+        &self,
+        g: Vec<f32>,
+        live: &[usize],
+        n: usize,
+        feed: Feed,
+        keep_logits: bool,
+    ) -> (DepthOut, Vec<f32>) {
+        let (h, m) = (self.h, live.len());
+        let normed = rms_norm(&g, h, &self.w.norm, self.eps);
+        // A calibration reads none of the lm_head's outputs (the teacher-forced depths are
+        // fed the trace's tokens, not the proposals): it records the lm_head's input when it
+        // quantizes the lm_head, and skips the product.
+        let collects = self.lin.collects(&self.w.lm_head.module);
+        if matches!(feed, Feed::Truth) && !keep_logits && collects.is_some() {
+            if collects == Some(true) {
+                self.w.lm_head.observe_only(&normed);
+            }
+            let res = if self.norm_output { normed } else { g.clone() };
+            return (
+                DepthOut {
                     hidden: g,
-                    pred: vec![NOT_COMPUTED; n],
-                    second: vec![NOT_COMPUTED; n],
-                    margin: vec![f32::NAN; n],
-                });
-                continue;
+                    ..DepthOut::skipped(n)
+                },
+                res,
+            );
+        }
+        // Pass A and the chain need only each row's argmax and runner-up; the logits are
+        // kept for the teacher-forced pass the tests compare with the reference.
+        let (logits, best) = if keep_logits {
+            let l = self.w.lm_head.apply(&normed, m);
+            let best = l.chunks(self.draft_vocab).map(top2).collect::<Vec<_>>();
+            (l, best)
+        } else {
+            (Vec::new(), self.w.lm_head.top2_rows(&normed, m))
+        };
+        let mut pred = vec![NOT_COMPUTED; n];
+        let mut second = vec![NOT_COMPUTED; n];
+        let mut margin = vec![f32::NAN; n];
+        for (&i, b) in live.iter().zip(best) {
+            pred[i] = self.to_target(b.best);
+            if b.second != usize::MAX {
+                second[i] = self.to_target(b.second);
+                margin[i] = b.margin;
             }
-            // Pass A and the chain need only each row's argmax and runner-up; the logits are
-            // kept for the teacher-forced pass the tests compare with the reference.
-            let (logits, best) = if keep_logits {
-                let l = self.w.lm_head.apply(&normed, m);
-                let best = l.chunks(self.draft_vocab).map(top2).collect::<Vec<_>>();
-                (l, best)
-            } else {
-                (Vec::new(), self.w.lm_head.top2_rows(&normed, m))
-            };
-            let mut pred = vec![NOT_COMPUTED; n];
-            let mut second = vec![NOT_COMPUTED; n];
-            let mut margin = vec![f32::NAN; n];
-            for (&i, b) in live.iter().zip(best) {
-                pred[i] = self.to_target(b.best);
-                if b.second != usize::MAX {
-                    second[i] = self.to_target(b.second);
-                    margin[i] = b.margin;
-                }
-            }
-            res = if self.norm_output { normed } else { g.clone() };
-            outs.push(DepthOut {
+        }
+        let res = if self.norm_output { normed } else { g.clone() };
+        (
+            DepthOut {
                 logits,
                 hidden: g,
                 pred,
                 second,
                 margin,
-            });
-        }
-        outs
+            },
+            res,
+        )
     }
 
     /// `cat(input_layernorm(emb), hidden_norm(hid))`, the `[n, 2H]` attention input.
