@@ -129,7 +129,7 @@ impl ChunkedLm for DeepseekV3 {
                 hs.push(x.clone());
             }
             let a = rms_norm(&x, h, &layer.input_norm, self.cfg.eps);
-            let a = attention::forward(e, &self.cfg, &layer.attn, &a, n, kv);
+            let a = attention::forward(e, &self.cfg, &layer.mix, &a, n, kv);
             x.iter_mut().zip(&a).for_each(|(r, v)| *r += v);
             let f = rms_norm(&x, h, &layer.post_norm, self.cfg.eps);
             let f = ffn_block(
