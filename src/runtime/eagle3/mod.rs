@@ -160,7 +160,7 @@ fn still_accepted(live: &[usize], prev: &[u32], truth: impl Fn(usize) -> u32) ->
         .collect()
 }
 
-/// The proposal of a row a depth did not compute ([`Eagle3::depth_matches_accepted`]): no
+/// The proposal of a row a depth did not compute (`Feed::Accepted`): no
 /// token id, so it matches nothing.
 pub const NOT_COMPUTED: u32 = u32::MAX;
 
@@ -239,20 +239,12 @@ impl Eagle3 {
         self.matches_fed(x, feats, prompt_len, depths, Feed::Truth)
     }
 
-    /// [`Eagle3::depth_matches`] computing depth k of a root only where its depths < k all
-    /// matched: the leading-match counts (so the walk's accept length, the all-positions mean and
-    /// the conditional rates) are the full pass's exactly, at the cost of the accepted rows only;
-    /// the bits after a root's first miss are 0, so the unconditional rates cannot be read.
-    pub fn depth_matches_accepted(
-        &self,
-        x: &[u32],
-        feats: &[f32],
-        prompt_len: usize,
-        depths: usize,
-    ) -> Matches {
-        self.matches_fed(x, feats, prompt_len, depths, Feed::Accepted)
-    }
-
+    /// Depth matches over one sequence, each depth fed as `feed` says. With `Feed::Accepted`
+    /// ([`Drafter::matches_accepted`](super::Drafter::matches_accepted)) depth k of a root is
+    /// computed only where its depths < k all matched: the leading-match counts (so the walk's
+    /// accept length, the all-positions mean and the conditional rates) are the full pass's
+    /// exactly, at the cost of the accepted rows only; the bits after a root's first miss are
+    /// 0, so the unconditional rates cannot be read.
     fn matches_fed(
         &self,
         x: &[u32],
@@ -542,7 +534,7 @@ impl super::Drafter for Eagle3 {
         steps: usize,
     ) -> Option<Matches> {
         let feats = self.feats(taps, x.len().saturating_sub(1));
-        Some(self.depth_matches_accepted(x, &feats, prompt_len, steps))
+        Some(self.matches_fed(x, &feats, prompt_len, steps, Feed::Accepted))
     }
     fn propose(&self, x: &[u32], taps: &[Vec<f32>], steps: usize) -> Vec<u32> {
         let pairs = x.len().saturating_sub(1);
