@@ -5,10 +5,11 @@
 //! loader ([`crate::runtime::weights::Loader`]); linears go through the draft's
 //! [`LinearSet`] hook.
 
+use super::attention::Attention;
 use super::llama_attn::LlamaAttention;
 use super::mla_attn::MlaAttention;
 use super::source::Source;
-use super::{Attention, Eagle3, Weights};
+use super::{Eagle3, Weights};
 use crate::checkpoint::{Checkpoint, Detection, Family};
 use crate::error::{Error, Result};
 use crate::quant::decode::Logical;

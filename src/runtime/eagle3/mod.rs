@@ -15,6 +15,7 @@
 //! (fc, the attention projections, gate/up/down, lm_head) goes through the hook in
 //! [`super::linears`], which can instead run the quantized ones on a device ([`Eagle3::load_on`]).
 
+mod attention;
 mod device;
 mod llama_attn;
 mod load;
@@ -22,6 +23,7 @@ mod mla_attn;
 mod source;
 
 pub use super::embed::Embedding;
+pub use attention::{Attention, Qkv};
 pub use llama_attn::LlamaAttention;
 pub use mla_attn::MlaAttention;
 
@@ -29,40 +31,6 @@ use super::linears::{Linear, LinearSet};
 use crate::checkpoint::Family;
 use crate::ops::{rms_norm, silu, softmax, top2};
 use crate::runtime::matches::Matches;
-
-/// Projected attention inputs of `n` rows, RoPE applied: `q` `[n, heads · qk_dim]`,
-/// `k` `[n, kv_heads · qk_dim]`, `v` `[n, kv_heads · v_dim]` (heads contiguous in each row).
-pub struct Qkv {
-    pub q: Vec<f32>,
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
-}
-
-/// What differs between EAGLE-3 variants: how the 2H attention input becomes queries, keys and
-/// values, and how the attention output returns to H. Query head `i` reads key/value head
-/// `i / (heads / kv_heads)`.
-pub trait Attention: Send + Sync {
-    fn heads(&self) -> usize;
-    fn kv_heads(&self) -> usize;
-    /// Width of one query/key head.
-    fn qk_dim(&self) -> usize;
-    /// Width of one value head.
-    fn v_dim(&self) -> usize;
-    /// Multiplier of q·k before the softmax.
-    fn scale(&self) -> f32;
-    /// q/k/v of the rows `a` (`[n, 2H]`) at RoPE positions `pos`.
-    fn qkv(&self, a: &[f32], n: usize, pos: &[usize]) -> Qkv;
-    /// `o_proj` of the attention output `[n, heads · v_dim]`.
-    fn out(&self, o: &[f32], n: usize) -> Vec<f32>;
-    /// The Llama-style variant (its step can stay on a device: `device`).
-    fn llama(&self) -> Option<&LlamaAttention> {
-        None
-    }
-    /// The MLA variant (its step can stay on a device too).
-    fn mla(&self) -> Option<&MlaAttention> {
-        None
-    }
-}
 
 /// A loaded EAGLE-3 draft (Llama-style or MLA).
 pub struct Eagle3 {
