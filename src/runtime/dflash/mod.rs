@@ -442,17 +442,7 @@ impl DFlash {
             .with_hint("verify this draft live on its engine (`kquant verify --endpoint`); the offline replay would measure another model"));
         }
         let sh = Shape::read(dir, &det.dims)?;
-        let Shape {
-            h,
-            ht,
-            heads,
-            kv_heads,
-            head_dim,
-            inter,
-            n_layers,
-            vocab,
-            block_size,
-        } = sh;
+        let (h, vocab, head_dim, n_layers) = (sh.h, sh.vocab, sh.head_dim, sh.n_layers);
         let mask_id = mask_id(dir, c, vocab)?;
         check_block_kind(dir, c)?;
         let (aux, taps) = taps(dir, det)?;
@@ -501,7 +491,7 @@ impl DFlash {
         let layers = (0..n_layers)
             .map(|i| load_layer(&vb, i, &sh))
             .collect::<Result<Vec<_>>>()?;
-        let fc = vb.linear(fc_n, h, taps.len() * ht)?;
+        let fc = vb.linear(fc_n, h, taps.len() * sh.ht)?;
         let (hidden_norm, norm) = (vb.get(hn_n, &[h])?, vb.get(norm_n, &[h])?);
         let lm_head = lin.load_as(
             &Logical::new(target.ck)?,
@@ -512,13 +502,13 @@ impl DFlash {
         )?;
         DFlash {
             h,
-            ht,
-            heads,
-            kv_heads,
+            ht: sh.ht,
+            heads: sh.heads,
+            kv_heads: sh.kv_heads,
             head_dim,
-            inter,
+            inter: sh.inter,
             vocab,
-            block_size,
+            block_size: sh.block_size,
             mask_id: mask_id as u32,
             eps,
             layer_ids: aux.ids.clone(),

@@ -93,20 +93,6 @@ pub struct DepthOut {
     pub margin: Vec<f32>,
 }
 
-impl DepthOut {
-    /// A depth that computed none of its `n` rows: no logits, no hidden states, every proposal
-    /// [`NOT_COMPUTED`].
-    fn skipped(n: usize) -> DepthOut {
-        DepthOut {
-            logits: vec![],
-            hidden: vec![],
-            pred: vec![NOT_COMPUTED; n],
-            second: vec![NOT_COMPUTED; n],
-            margin: vec![f32::NAN; n],
-        }
-    }
-}
-
 /// Which token depth k ≥ 1 of row t is fed.
 #[derive(Clone, Copy)]
 enum Feed {
@@ -260,7 +246,7 @@ impl Eagle3 {
         let start = start.min(pairs);
         let n = pairs - start;
         if n == 0 {
-            return (0..depths).map(|_| DepthOut::skipped(0)).collect();
+            return (0..depths).map(|_| device::not_computed(0)).collect();
         }
         assert!(
             feats.len() >= pairs * 3 * self.ht,
@@ -276,7 +262,7 @@ impl Eagle3 {
                 })
                 .unwrap_or_else(|(stage, e)| {
                     self.lin.record_step_fault(stage, e);
-                    (0..depths).map(|_| DepthOut::skipped(n)).collect()
+                    (0..depths).map(|_| device::not_computed(n)).collect()
                 });
             }
         }
@@ -326,7 +312,7 @@ impl Eagle3 {
             }
             let m = live.len();
             if m == 0 {
-                outs.push(DepthOut::skipped(n));
+                outs.push(device::not_computed(n));
                 continue;
             }
             let attn = self.attend(&q, m, |r| {
@@ -375,7 +361,7 @@ impl Eagle3 {
             return (
                 DepthOut {
                     hidden: g,
-                    ..DepthOut::skipped(n)
+                    ..device::not_computed(n)
                 },
                 res,
             );
