@@ -261,6 +261,9 @@ fn embed_from_target(
     Ok(())
 }
 
+/// A file written beside the weights: its name and bytes.
+type SideFile = (String, Vec<u8>);
+
 /// What both plans end with: the aux-layer ids written into `cfg`, the quantization config's
 /// module lists renamed (and moved last), and `hf_quant_config.json` renamed alongside.
 fn finish_config(
@@ -269,7 +272,7 @@ fn finish_config(
     dflash: bool,
     rename: &dyn Fn(&str) -> String,
     warnings: &mut Vec<String>,
-) -> Result<(Option<AuxOut>, Vec<(String, Vec<u8>)>)> {
+) -> Result<(Option<AuxOut>, Vec<SideFile>)> {
     let aux = i
         .taps
         .as_deref()
