@@ -362,15 +362,30 @@ pub const PRESETS: [&str; 18] = [
 
 /// Build a preset by name.
 pub fn preset(name: &str) -> Option<Preset> {
-    let ids_out = json!([1, 3, 4]); // "output of layer k" defaults for an 8-layer target
-    let eagle_cfg = |ids: &Value| json!({"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": true});
-    let p = |name, about, config, tensors| Preset {
+    tiny_eagle3(name)
+        .or_else(|| tiny_dflash_or_target(name))
+        .or_else(|| real_shape(name))
+}
+
+/// A preset without safetensors metadata.
+fn p(name: &'static str, about: &'static str, config: Value, tensors: Vec<SynthTensor>) -> Preset {
+    Preset {
         name,
         about,
         config,
         tensors,
         metadata: vec![],
-    };
+    }
+}
+
+/// An `eagle_config` recording the aux-layer ids `ids`.
+fn eagle_cfg(ids: &Value) -> Value {
+    json!({"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": true})
+}
+
+/// The tiny EAGLE-3 presets, one per tool's layout.
+fn tiny_eagle3(name: &str) -> Option<Preset> {
+    let ids_out = json!([1, 3, 4]); // "output of layer k" defaults for an 8-layer target
     Some(match name {
         "tiny-eagle3-specforge" => p(
             "tiny-eagle3-specforge",
@@ -437,13 +452,30 @@ pub fn preset(name: &str) -> Option<Preset> {
             ),
             eagle3_tensors("layers.0.", TINY, Some(TINY_MLA), true, true),
         ),
+        _ => return None,
+    })
+}
+
+/// The tiny DFlash drafters and Kimi targets.
+fn tiny_dflash_or_target(name: &str) -> Option<Preset> {
+    Some(match name {
         "tiny-dflash-zlab" => {
             let (c, t) = dflash(TINY, 2, &[1, 4], 61, false);
-            p("tiny-dflash-zlab", "DFlash block drafter as z-lab (and SGLang/vLLM/SpecForge) write it", c, t)
+            p(
+                "tiny-dflash-zlab",
+                "DFlash block drafter as z-lab (and SGLang/vLLM/SpecForge) write it",
+                c,
+                t,
+            )
         }
         "tiny-dflash-torchspec" => {
             let (c, t) = dflash(TINY, 2, &[1, 4], 61, true);
-            p("tiny-dflash-torchspec", "DFlash with TorchSpec's names (context_proj, context_norm, final_norm)", c, t)
+            p(
+                "tiny-dflash-torchspec",
+                "DFlash with TorchSpec's names (context_proj, context_norm, final_norm)",
+                c,
+                t,
+            )
         }
         "tiny-target-kimi-k2" => p(
             "tiny-target-kimi-k2",
@@ -466,13 +498,26 @@ pub fn preset(name: &str) -> Option<Preset> {
                 let mut b = Tensors(Vec::new());
                 b.weight("model.embed_tokens.weight", &[256, 64]);
                 for l in 0..2 {
-                    llama_layer(&mut b, &format!("model.layers.{l}."), DraftDims { kv: 4, ..TINY }, 64);
+                    llama_layer(
+                        &mut b,
+                        &format!("model.layers.{l}."),
+                        DraftDims { kv: 4, ..TINY },
+                        64,
+                    );
                     b.norm(format!("model.layers.{l}.input_layernorm.weight"), 64);
                 }
-                b.norm("model.norm.weight", 64).weight("lm_head.weight", &[256, 64]);
+                b.norm("model.norm.weight", 64)
+                    .weight("lm_head.weight", &[256, 64]);
                 b.0
             },
         ),
+        _ => return None,
+    })
+}
+
+/// The real-shape presets (the sizes of Kimi-K2.5's and Kimi-Linear's drafters and head).
+fn real_shape(name: &str) -> Option<Preset> {
+    Some(match name {
         "kimi-k2.5-eagle3" => p(
             "kimi-k2.5-eagle3",
             "real-shape Kimi-K2.5 EAGLE-3 (Llama attention), own embed_tokens and lm_head",

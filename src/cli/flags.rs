@@ -116,183 +116,63 @@ pub fn near_ties(s: &str) -> Result<f64, FlagError> {
     }
 }
 
-/// `--steps`: draft depths per round.
-pub fn steps(s: &str) -> Result<usize, FlagError> {
-    int(
-        s,
-        1,
-        MAX_STEPS,
-        "--steps is the number of draft depths per round (chain length); the replay handles 1 to 32",
-    )
-    .map(|v| v as usize)
+/// The numeric flags' parsers, one row each: name, type, the parser of its kind ([`int`],
+/// [`signed`], [`float`]) with the range, and the hint shown when a value is refused.
+macro_rules! parsers {
+    ($($(#[$doc:meta])* $name:ident -> $t:ty = $parse:ident($lo:expr, $hi:expr, $hint:expr);)*) => {$(
+        $(#[$doc])*
+        #[allow(clippy::unnecessary_cast)]
+        pub fn $name(s: &str) -> Result<$t, FlagError> {
+            $parse(s, $lo, $hi, $hint).map(|v| v as $t)
+        }
+    )*};
 }
 
-/// `--limit`: the first N samples or prompts.
-pub fn limit(s: &str) -> Result<usize, FlagError> {
-    int(
-        s,
-        1,
-        MAX_LIMIT,
-        "--limit N keeps the first N samples (at least 1: a run over nothing measures nothing); leave it out to use all",
-    )
-    .map(|v| v as usize)
-}
-
-/// `trace capture --gen-len`.
-pub fn gen_len(s: &str) -> Result<usize, FlagError> {
-    int(
-        s,
-        1,
-        MAX_GEN_LEN,
-        "--gen-len is the number of greedy tokens per prompt: at least 1, at most 1048576 (and prompt + continuation must fit the target's max_position_embeddings)",
-    )
-    .map(|v| v as usize)
-}
-
-/// `trace capture --lookahead`: tokens past the stop, at most a draft's depth limit.
-pub fn lookahead(s: &str) -> Result<usize, FlagError> {
-    int(
-        s,
-        0,
-        crate::runtime::matches::MAX_DEPTHS as u64,
-        "--lookahead is the engine's draft tokens per step (num_speculative_tokens): 0 to 32",
-    )
-    .map(|v| v as usize)
-}
-
-/// `bench replay --synthetic-trace`.
-pub fn seq_len(s: &str) -> Result<usize, FlagError> {
-    int(
-        s,
-        2,
-        MAX_SEQ_LEN,
-        "a synthetic sample needs a prompt and a generated token: 2 to 1048576 tokens",
-    )
-    .map(|v| v as usize)
-}
-
-/// `bench replay --prompt-len`.
-pub fn prompt_len(s: &str) -> Result<usize, FlagError> {
-    int(
-        s,
-        1,
-        MAX_SEQ_LEN - 1,
-        "--prompt-len must be at least 1 and below the --synthetic-trace length",
-    )
-    .map(|v| v as usize)
-}
-
-/// `bench replay --samples`.
-pub fn samples(s: &str) -> Result<usize, FlagError> {
-    int(
-        s,
-        1,
-        MAX_SAMPLES,
-        "--samples N replays N samples: 1 to 1000000",
-    )
-    .map(|v| v as usize)
-}
-
-/// A hidden size, row count, K, N or group size.
-pub fn dim(s: &str) -> Result<usize, FlagError> {
-    int(
-        s,
-        1,
-        MAX_DIM,
-        "a dimension is a positive whole number, at most 1048576",
-    )
-    .map(|v| v as usize)
-}
-
-/// A layer count.
-pub fn layers(s: &str) -> Result<usize, FlagError> {
-    int(
-        s,
-        1,
-        MAX_LAYERS,
-        "a layer count is a positive whole number, at most 4096",
-    )
-    .map(|v| v as usize)
-}
-
-/// A layer index (`hidden_states` index or vLLM layer id).
-pub fn layer_id(s: &str) -> Result<usize, FlagError> {
-    int(
-        s,
-        0,
-        MAX_LAYERS,
-        "a layer index is a whole number from 0 (the embeddings) to 4096",
-    )
-    .map(|v| v as usize)
-}
-
-/// `convert --aux-layers`: an aux-layer id in either convention (`-1` is the embeddings as
-/// output-of-layer).
-pub fn aux_layer(s: &str) -> Result<i64, FlagError> {
-    signed(
-        s,
-        -1,
-        MAX_LAYERS as i64,
-        "an aux-layer id is a whole number from -1 to 4096 (see --aux-convention)",
-    )
-}
-
-/// `bench gemm --m`: a token count.
-pub fn tokens_m(s: &str) -> Result<usize, FlagError> {
-    int(s, 1, MAX_M, "--m lists token counts, each 1 to 16384").map(|v| v as usize)
-}
-
-/// `bench gemm --iters`.
-pub fn iters(s: &str) -> Result<usize, FlagError> {
-    int(
-        s,
-        1,
-        MAX_ITERS,
-        "--iters is the number of timed calls: 1 to 100000",
-    )
-    .map(|v| v as usize)
-}
-
-/// `bench quantize|convert --repeat`.
-pub fn repeat(s: &str) -> Result<u32, FlagError> {
-    int(
-        s,
-        1,
-        MAX_REPEAT,
-        "--repeat is the number of rounds (each figure is the median): 1 to 1000",
-    )
-    .map(|v| v as u32)
-}
-
-/// `verify --max-regression`: the largest ΔAL drop allowed (negative: an improvement required;
-/// 33 or more never fails on ΔAL, since an accept length is at most 33).
-pub fn max_regression(s: &str) -> Result<f64, FlagError> {
-    float(
-        s,
-        -MAX_REGRESSION,
-        MAX_REGRESSION,
-        "--max-regression is an accept-length difference, e.g. 0.03; `nan` or `inf` would switch the gate off",
-    )
-}
-
-/// `verify --min-accept`: the smallest accept length allowed.
-pub fn min_accept(s: &str) -> Result<f64, FlagError> {
-    float(
-        s,
-        0.0,
-        MAX_AL,
-        "--min-accept is an accept length (1 to 33 tokens per round), e.g. 2.5; `nan` would switch the gate off",
-    )
-}
-
-/// `diff --min-sqnr`: dB.
-pub fn min_sqnr(s: &str) -> Result<f64, FlagError> {
-    float(
-        s,
-        -1000.0,
-        1000.0,
-        "--min-sqnr is a signal-to-quantization-noise ratio in dB, e.g. 15",
-    )
+parsers! {
+    /// `--steps`: draft depths per round.
+    steps -> usize = int(1, MAX_STEPS, "--steps is the number of draft depths per round (chain length); the replay handles 1 to 32");
+    /// `--limit`: the first N samples or prompts.
+    limit -> usize = int(1, MAX_LIMIT, "--limit N keeps the first N samples (at least 1: a run over nothing measures nothing); leave it out to use all");
+    /// `trace capture --gen-len`.
+    gen_len -> usize = int(1, MAX_GEN_LEN, "--gen-len is the number of greedy tokens per prompt: at least 1, at most 1048576 (and prompt + continuation must fit the target's max_position_embeddings)");
+    /// `trace capture --lookahead`: tokens past the stop, at most a draft's depth limit.
+    lookahead -> usize = int(0, crate::runtime::matches::MAX_DEPTHS as u64, "--lookahead is the engine's draft tokens per step (num_speculative_tokens): 0 to 32");
+    /// `bench replay --synthetic-trace`.
+    seq_len -> usize = int(2, MAX_SEQ_LEN, "a synthetic sample needs a prompt and a generated token: 2 to 1048576 tokens");
+    /// `bench replay --prompt-len`.
+    prompt_len -> usize = int(1, MAX_SEQ_LEN - 1, "--prompt-len must be at least 1 and below the --synthetic-trace length");
+    /// `bench replay --samples`.
+    samples -> usize = int(1, MAX_SAMPLES, "--samples N replays N samples: 1 to 1000000");
+    /// A hidden size, row count, K, N or group size.
+    dim -> usize = int(1, MAX_DIM, "a dimension is a positive whole number, at most 1048576");
+    /// A layer count.
+    layers -> usize = int(1, MAX_LAYERS, "a layer count is a positive whole number, at most 4096");
+    /// A layer index (`hidden_states` index or vLLM layer id).
+    layer_id -> usize = int(0, MAX_LAYERS, "a layer index is a whole number from 0 (the embeddings) to 4096");
+    /// `convert --aux-layers`: an aux-layer id in either convention (`-1` is the embeddings as
+    /// output-of-layer).
+    aux_layer -> i64 = signed(-1, MAX_LAYERS as i64, "an aux-layer id is a whole number from -1 to 4096 (see --aux-convention)");
+    /// `bench gemm --m`: a token count.
+    tokens_m -> usize = int(1, MAX_M, "--m lists token counts, each 1 to 16384");
+    /// `bench gemm --iters`.
+    iters -> usize = int(1, MAX_ITERS, "--iters is the number of timed calls: 1 to 100000");
+    /// `bench quantize|convert --repeat`.
+    repeat -> u32 = int(1, MAX_REPEAT, "--repeat is the number of rounds (each figure is the median): 1 to 1000");
+    /// `verify --max-regression`: the largest ΔAL drop allowed (negative: an improvement required;
+    /// 33 or more never fails on ΔAL, since an accept length is at most 33).
+    max_regression -> f64 = float(-MAX_REGRESSION, MAX_REGRESSION, "--max-regression is an accept-length difference, e.g. 0.03; `nan` or `inf` would switch the gate off");
+    /// `verify --min-accept`: the smallest accept length allowed.
+    min_accept -> f64 = float(0.0, MAX_AL, "--min-accept is an accept length (1 to 33 tokens per round), e.g. 2.5; `nan` would switch the gate off");
+    /// `diff --min-sqnr`: dB.
+    min_sqnr -> f64 = float(-1000.0, 1000.0, "--min-sqnr is a signal-to-quantization-noise ratio in dB, e.g. 15");
+    /// `verify --concurrency`: requests in flight at once.
+    concurrency -> usize = int(1, 1024, "--concurrency N sends up to N requests at once (1 to 1024); 1 gives the reproducible draft-quality figure");
+    /// `verify --max-tokens`: tokens generated per request.
+    max_tokens -> usize = int(1, 1 << 20, "--max-tokens N caps each request's generated tokens (1 to 1048576)");
+    /// `verify --request-timeout`: seconds one request may take.
+    timeout_secs -> u64 = int(1, 86_400, "--request-timeout SECS is how long one request may take (1 to 86400 seconds)");
+    /// `verify --retries`: tries after the first.
+    retries -> usize = int(0, 20, "--retries N retries a request up to N more times after a connection failure, a 5xx or a 429 (0 to 20)");
 }
 
 /// The value of a renamed flag (docs/flags.md lists them, "Deprecated spellings"; tests/help.rs
@@ -376,37 +256,6 @@ mod tests {
         assert!(limit("10000001").is_err());
         assert!(gen_len("18446744073709551615").is_err());
     }
-}
-
-/// `verify --concurrency`: requests in flight at once.
-pub fn concurrency(s: &str) -> Result<usize, FlagError> {
-    int(s, 1, 1024, "--concurrency N sends up to N requests at once (1 to 1024); 1 gives the reproducible draft-quality figure").map(|v| v as usize)
-}
-
-/// `verify --max-tokens`: tokens generated per request.
-pub fn max_tokens(s: &str) -> Result<usize, FlagError> {
-    int(
-        s,
-        1,
-        1 << 20,
-        "--max-tokens N caps each request's generated tokens (1 to 1048576)",
-    )
-    .map(|v| v as usize)
-}
-
-/// `verify --request-timeout`: seconds one request may take.
-pub fn timeout_secs(s: &str) -> Result<u64, FlagError> {
-    int(
-        s,
-        1,
-        86_400,
-        "--request-timeout SECS is how long one request may take (1 to 86400 seconds)",
-    )
-}
-
-/// `verify --retries`: tries after the first.
-pub fn retries(s: &str) -> Result<usize, FlagError> {
-    int(s, 0, 20, "--retries N retries a request up to N more times after a connection failure, a 5xx or a 429 (0 to 20)").map(|v| v as usize)
 }
 
 pub fn max_failed(s: &str) -> Result<crate::verify::live::run::MaxFailed, FlagError> {

@@ -269,25 +269,20 @@ fn print_beside(b: &engines::target::DraftTarget) {
 
 /// `dims` (those the config sets) and `has` (the optional tensors present).
 fn print_dims(d: &Dims) {
-    let mut parts = Vec::new();
-    let mut put = |k: &str, v: Option<u64>| {
-        if let Some(v) = v {
-            parts.push(format!("{k} {v}"));
-        }
-    };
-    put("hidden", d.hidden_size);
-    put("target_hidden", d.target_hidden_size);
-    put("layers", d.num_hidden_layers);
-    put("heads", d.num_attention_heads);
-    put("kv_heads", d.num_key_value_heads);
-    put("head_dim", d.head_dim);
-    put("q_lora", d.q_lora_rank);
-    put("kv_lora", d.kv_lora_rank);
-    put("intermediate", d.intermediate_size);
-    put("vocab", d.vocab_size);
-    put("draft_vocab", d.draft_vocab_size);
-    put("block", d.block_size);
-    put("experts", d.n_routed_experts);
+    #[rustfmt::skip]
+    let named = [
+        ("hidden", d.hidden_size), ("target_hidden", d.target_hidden_size),
+        ("layers", d.num_hidden_layers), ("heads", d.num_attention_heads),
+        ("kv_heads", d.num_key_value_heads), ("head_dim", d.head_dim),
+        ("q_lora", d.q_lora_rank), ("kv_lora", d.kv_lora_rank),
+        ("intermediate", d.intermediate_size), ("vocab", d.vocab_size),
+        ("draft_vocab", d.draft_vocab_size), ("block", d.block_size),
+        ("experts", d.n_routed_experts),
+    ];
+    let mut parts: Vec<String> = named
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+        .collect();
     if let (Some(n), Some(r), Some(v)) = (d.qk_nope_head_dim, d.qk_rope_head_dim, d.v_head_dim) {
         parts.push(format!("nope/rope/v {n}/{r}/{v}"));
     }

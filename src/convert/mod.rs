@@ -112,10 +112,17 @@ pub fn plan(
         });
     }
     let taps = source_taps(ck, det, o)?;
+    let input = names::Input {
+        ck,
+        det,
+        target,
+        o,
+        taps,
+    };
     let mut p = if o.dflash {
-        names::plan_dflash(ck, det, target, o, taps)?
+        names::plan_dflash(input)?
     } else {
-        names::plan_eagle3(ck, det, target, o, taps)?
+        names::plan_eagle3(input)?
     };
     if o.engine == DraftLayout::Sglang {
         sglang_context(&mut p, target);

@@ -210,18 +210,116 @@ fn write_aux(
     }
 }
 
-/// EAGLE-3 (Llama-style or MLA).
-pub fn plan_eagle3(
-    ck: &Checkpoint,
-    det: &Detection,
+/// What a plan reads: the source draft and what detection found in it, the target checkpoint
+/// (a layout's embedding or lm_head may be copied from it), the options, and the aux-layer ids
+/// to write.
+pub struct Input<'a> {
+    pub ck: &'a Checkpoint,
+    pub det: &'a Detection,
+    pub target: Option<&'a Checkpoint>,
+    pub o: &'a Options,
+    pub taps: Option<Vec<i64>>,
+}
+
+/// The source's config.json as a JSON object (`{}` without one).
+fn config_value(ck: &Checkpoint) -> Value {
+    ck.config
+        .as_ref()
+        .map(|c| Value::Object(c.root.clone()))
+        .unwrap_or(json!({}))
+}
+
+/// The source's `hidden_size`, which every plan needs.
+fn hidden_size(ck: &Checkpoint, det: &Detection) -> Result<usize> {
+    Ok(det
+        .dims
+        .hidden_size
+        .ok_or_else(|| Error::source(&ck.weights.dir, "hidden_size unknown"))? as usize)
+}
+
+/// The source's `vocab_size`, where a tensor copied from the target needs it.
+fn vocab_size(ck: &Checkpoint, vocab: Option<usize>) -> Result<usize> {
+    vocab.ok_or_else(|| Error::source(&ck.weights.dir, "vocab_size unknown"))
+}
+
+/// Copy the target's embedding `[v, h]` as `embed_tokens.weight` when a target is given;
+/// otherwise warn with `missing`.
+fn embed_from_target(
     target: Option<&Checkpoint>,
-    o: &Options,
-    taps: Option<Vec<i64>>,
-) -> Result<Plan> {
-    let e = o.engine;
-    let mla = det.family == Family::Eagle3Mla;
-    let w = &ck.weights;
-    if w.names().any(|n| {
+    (v, h): (usize, usize),
+    tensors: &mut Vec<Planned>,
+    warnings: &mut Vec<String>,
+    missing: String,
+) -> Result<()> {
+    match from_target(target, &TARGET_EMBED, &[v, h], "embedding")? {
+        Some(mut p) => {
+            p.name = "embed_tokens.weight".into();
+            tensors.push(p);
+        }
+        None => warnings.push(missing),
+    }
+    Ok(())
+}
+
+/// A file written beside the weights: its name and bytes.
+type SideFile = (String, Vec<u8>);
+
+/// What both plans end with: the aux-layer ids written into `cfg`, the quantization config's
+/// module lists renamed (and moved last), and `hf_quant_config.json` renamed alongside.
+fn finish_config(
+    i: &Input,
+    cfg: &mut Value,
+    dflash: bool,
+    rename: &dyn Fn(&str) -> String,
+    warnings: &mut Vec<String>,
+) -> Result<(Option<AuxOut>, Vec<SideFile>)> {
+    let aux = i
+        .taps
+        .as_deref()
+        .map(|hs| write_aux(cfg, i.o.engine, dflash, hs, warnings));
+    if let Some(q) = cfg.get_mut("quantization_config") {
+        rename_quant_lists(q, rename);
+    }
+    quantization_config_last(cfg);
+    let mut side_files = Vec::new();
+    if let Some(mut hq) = read_hf_quant_config(i.ck)? {
+        rename_quant_lists(&mut hq, rename);
+        side_files.push(hf_quant_config_file(&hq));
+    }
+    Ok((aux, side_files))
+}
+
+/// An EAGLE-3 draft's widths: its hidden size, the target's (one tap), the target vocabulary
+/// and the draft's own (`pruned` when the two differ).
+struct Widths {
+    h: usize,
+    ht: usize,
+    vocab: Option<usize>,
+    dv: Option<usize>,
+    pruned: bool,
+}
+
+impl Widths {
+    fn of(ck: &Checkpoint, det: &Detection) -> Result<Widths> {
+        let d = &det.dims;
+        let h = hidden_size(ck, det)?;
+        let vocab = d.vocab_size.map(|v| v as usize);
+        let dv = d.draft_vocab_size.map(|v| v as usize).or(vocab);
+        Ok(Widths {
+            h,
+            ht: d.target_hidden_size.unwrap_or(h as u64) as usize,
+            vocab,
+            dv,
+            pruned: matches!((dv, vocab), (Some(a), Some(b)) if a != b),
+        })
+    }
+}
+
+/// EAGLE-3 (Llama-style or MLA).
+pub fn plan_eagle3(i: Input) -> Result<Plan> {
+    let (ck, o, e) = (i.ck, i.o, i.o.engine);
+    let mla = i.det.family == Family::Eagle3Mla;
+    if ck.weights.names().any(|n| {
         (n.starts_with("layers.") && !n.starts_with("layers.0.")) || n.starts_with("midlayer.1")
     }) {
         return Err(Error::source(
@@ -229,27 +327,77 @@ pub fn plan_eagle3(
             "has more than one decoder layer; multi-layer EAGLE-3 conversion is not supported yet",
         ));
     }
-    let cfg_in = ck
-        .config
-        .as_ref()
-        .map(|c| Value::Object(c.root.clone()))
-        .unwrap_or(json!({}));
+    let cfg_in = config_value(ck);
     let speculators = cfg_in.get("speculators_model_type").is_some();
     let mut cfg = flatten_speculators(&cfg_in);
-    let d = &det.dims;
-    let h = d
-        .hidden_size
-        .ok_or_else(|| Error::source(&ck.weights.dir, "hidden_size unknown"))? as usize;
-    let ht = d.target_hidden_size.unwrap_or(h as u64) as usize;
-    let vocab = d.vocab_size.map(|v| v as usize);
-    let dv = d.draft_vocab_size.map(|v| v as usize).or(vocab);
-    let pruned = matches!((dv, vocab), (Some(a), Some(b)) if a != b);
+    let wd = Widths::of(ck, i.det)?;
     let mut warnings = Vec::new();
+    let (mut tensors, dropped) = eagle3_tensors(ck, e, &wd);
+    eagle3_from_target(ck, i.target, e, &wd, &mut tensors, &mut warnings)?;
+
+    // Config.
+    let arch = match (mla, e) {
+        (true, _) => "Eagle3DeepseekV2ForCausalLM",
+        (false, DraftLayout::Eagle) => "LlamaForCausalLM",
+        (false, _) => "LlamaForCausalLMEagle3",
+    };
+    set(&mut cfg, "architectures", json!([arch]));
+    let mt = match mla {
+        true => mla_model_type(o, &mut warnings),
+        false => "llama".into(),
+    };
+    set(&mut cfg, "model_type", json!(mt));
+    set(&mut cfg, "hidden_size", json!(wd.h));
+    set(&mut cfg, "target_hidden_size", json!(wd.ht));
+    if let Some(dv) = wd.dv {
+        set(&mut cfg, "draft_vocab_size", json!(dv));
+    }
+    if let Some(v) = wd.vocab {
+        set(&mut cfg, "vocab_size", json!(v));
+    }
+    eagle3_flags(&mut cfg, &cfg_in, i.det, e, speculators, &mut warnings);
+    let prefix = e.eagle3_prefix();
+    let (aux, side_files) =
+        finish_config(&i, &mut cfg, false, &|n| relayer(n, prefix), &mut warnings)?;
+    let trtllm = (e == DraftLayout::Trtllm).then(|| {
+        let cap: Option<Vec<i64>> = aux
+            .as_ref()
+            .map(|a| a.hidden_states.iter().map(|h| h - 1).collect());
+        if cap.is_none() {
+            warnings.push("no aux-layer ids in the source: TensorRT-LLM will capture its defaults {1, N/2-1, N-4}; pass --aux-layers to pin them".into());
+        }
+        TrtllmYaml {
+            dflash: false,
+            capture_output_of: cap,
+        }
+    });
+    Ok(Plan {
+        tensors,
+        dropped,
+        config: cfg,
+        side_files,
+        aux,
+        warnings,
+        steps: o.steps.unwrap_or(3),
+        trtllm,
+        launch: None,
+        context_length: None,
+        target: None,
+    })
+}
+
+/// The source's tensors under the layout's names, and those the layout does not take (with
+/// why).
+fn eagle3_tensors(
+    ck: &Checkpoint,
+    e: DraftLayout,
+    wd: &Widths,
+) -> (Vec<Planned>, Vec<(String, String)>) {
+    let (h, ht, pruned) = (wd.h, wd.ht, wd.pruned);
     let mut tensors = Vec::new();
     let mut dropped = Vec::new();
     let prefix = e.eagle3_prefix();
-
-    for t in w.infos() {
+    for t in ck.weights.infos() {
         let name = relayer(&t.name, prefix);
         let keep: std::result::Result<Planned, &str> = match t.name.as_str() {
             "embed_tokens.weight" => match e {
@@ -283,14 +431,28 @@ pub fn plan_eagle3(
             Err(why) => dropped.push((t.name.clone(), why.to_string())),
         }
     }
+    (tensors, dropped)
+}
 
+/// What the layout reads and the source lacks: the vocab maps (t2d from d2t), the embedding
+/// and the lm_head (the target's, when it is given).
+fn eagle3_from_target(
+    ck: &Checkpoint,
+    target: Option<&Checkpoint>,
+    e: DraftLayout,
+    wd: &Widths,
+    tensors: &mut Vec<Planned>,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    let (h, ht, pruned, vocab, dv) = (wd.h, wd.ht, wd.pruned, wd.vocab, wd.dv);
+    let w = &ck.weights;
     // Vocab maps an engine reads but the source lacks.
     if pruned
         && matches!(
             e,
             DraftLayout::Specforge | DraftLayout::Eagle | DraftLayout::Torchspec
         )
-        && !has(&tensors, "t2d")
+        && !has(tensors, "t2d")
     {
         if let (Some(d2t), Some(v)) = (w.info("d2t"), vocab) {
             tensors.push(Planned {
@@ -316,25 +478,24 @@ pub fn plan_eagle3(
     }
     // Embedding for layouts that carry it.
     if (matches!(e, DraftLayout::Torchspec) || (matches!(e, DraftLayout::Trtllm) && ht != h))
-        && !has(&tensors, "embed_tokens.weight")
+        && !has(tensors, "embed_tokens.weight")
     {
-        let v = vocab.ok_or_else(|| Error::source(&ck.weights.dir, "vocab_size unknown"))?;
-        match from_target(target, &TARGET_EMBED, &[v, h], "embedding")? {
-                Some(mut p) => {
-                    p.name = "embed_tokens.weight".into();
-                    tensors.push(p);
-                }
-                None => warnings.push(format!(
-                    "{} expects the draft to carry embed_tokens and the source has none: pass --target-checkpoint <target checkpoint or hub id> to copy it",
-                    e.id()
-                )),
-            }
+        embed_from_target(
+            target,
+            (vocab_size(ck, vocab)?, h),
+            tensors,
+            warnings,
+            format!(
+                "{} expects the draft to carry embed_tokens and the source has none: pass --target-checkpoint <target checkpoint or hub id> to copy it",
+                e.id()
+            ),
+        )?;
     }
     // lm_head for layouts that need their own. TensorRT-LLM shares the target's when the draft
     // has none, but ModelOpt's export always writes one (the base model's): do the same when
     // the target is at hand.
-    if !has(&tensors, "lm_head.weight") && (e != DraftLayout::Trtllm || target.is_some()) {
-        let v = vocab.ok_or_else(|| Error::source(&ck.weights.dir, "vocab_size unknown"))?;
+    if !has(tensors, "lm_head.weight") && (e != DraftLayout::Trtllm || target.is_some()) {
+        let v = vocab_size(ck, vocab)?;
         match from_target(target, &TARGET_HEAD, &[v, h], "lm_head")? {
             Some(mut p) => {
                 p.name = "lm_head.weight".into();
@@ -351,78 +512,77 @@ pub fn plan_eagle3(
             )),
         }
     }
+    Ok(())
+}
 
-    // Config.
-    let arch = match (mla, e) {
-        (true, _) => "Eagle3DeepseekV2ForCausalLM",
-        (false, DraftLayout::Eagle) => "LlamaForCausalLM",
-        (false, _) => "LlamaForCausalLMEagle3",
-    };
-    set(&mut cfg, "architectures", json!([arch]));
-    if mla {
-        // vLLM 0.33.0 reads an EAGLE-3 draft with model_type deepseek_v3 as DeepSeek MTP and
-        // refuses it; every SGLang release loads deepseek_v3 (≤ 0.5.11 rejects kimi_k2).
-        let mt = o.model_type.clone().unwrap_or_else(|| {
-            match e {
-                DraftLayout::Sglang => "deepseek_v3",
-                _ => "kimi_k2",
-            }
-            .into()
-        });
-        if let Some(server) = e.serving() {
-            let facts = crate::engines::layout::ConfigFacts {
-                model_type: Some(&mt),
-                speculators: false,
-            };
-            let dialect = if e.eagle3_prefix() == "layers.0." {
-                Dialect::Vllm
-            } else {
-                Dialect::Specforge
-            };
-            if let Some(c) =
-                crate::engines::layout::claim(&Family::Eagle3Mla, Some(dialect), facts, server)
-                    .filter(|c| c.loads != crate::engines::Loads::Yes)
-            {
-                warnings.push(format!(
-                    "model_type `{mt}`: {} ({}) {}: {}",
-                    server.name(),
-                    c.checked_with,
-                    match c.loads {
-                        crate::engines::Loads::No => "does not load it",
-                        _ => "may not load it",
-                    },
-                    c.why
-                ));
-            }
+/// The `model_type` an MLA draft is written with (`--model-type`, else what the layout's
+/// engine loads), with a warning where the engine may not load it.
+fn mla_model_type(o: &Options, warnings: &mut Vec<String>) -> String {
+    let e = o.engine;
+    // vLLM 0.33.0 reads an EAGLE-3 draft with model_type deepseek_v3 as DeepSeek MTP and
+    // refuses it; every SGLang release loads deepseek_v3 (≤ 0.5.11 rejects kimi_k2).
+    let mt = o.model_type.clone().unwrap_or_else(|| {
+        match e {
+            DraftLayout::Sglang => "deepseek_v3",
+            _ => "kimi_k2",
         }
-        set(&mut cfg, "model_type", json!(mt));
-    } else {
-        set(&mut cfg, "model_type", json!("llama"));
+        .into()
+    });
+    if let Some(server) = e.serving() {
+        let facts = crate::engines::layout::ConfigFacts {
+            model_type: Some(&mt),
+            speculators: false,
+        };
+        let dialect = if e.eagle3_prefix() == "layers.0." {
+            Dialect::Vllm
+        } else {
+            Dialect::Specforge
+        };
+        if let Some(c) =
+            crate::engines::layout::claim(&Family::Eagle3Mla, Some(dialect), facts, server)
+                .filter(|c| c.loads != crate::engines::Loads::Yes)
+        {
+            warnings.push(format!(
+                "model_type `{mt}`: {} ({}) {}: {}",
+                server.name(),
+                c.checked_with,
+                match c.loads {
+                    crate::engines::Loads::No => "does not load it",
+                    _ => "may not load it",
+                },
+                c.why
+            ));
+        }
     }
-    set(&mut cfg, "hidden_size", json!(h));
-    set(&mut cfg, "target_hidden_size", json!(ht));
-    if let Some(dv) = dv {
-        set(&mut cfg, "draft_vocab_size", json!(dv));
-    }
-    if let Some(v) = vocab {
-        set(&mut cfg, "vocab_size", json!(v));
-    }
+    mt
+}
+
+/// The flags whose defaults differ between engines, written explicitly; `norm_output` carried
+/// as a behaviour; `eagle_config`; the keys of other tools removed.
+fn eagle3_flags(
+    cfg: &mut Value,
+    cfg_in: &Value,
+    det: &Detection,
+    e: DraftLayout,
+    speculators: bool,
+    warnings: &mut Vec<String>,
+) {
     // Flags whose defaults differ between engines, written explicitly.
     let flag =
         |c: &Value, k: &str, default: bool| c.get(k).and_then(Value::as_bool).unwrap_or(default);
-    let nbr = flag(&cfg_in, "norm_before_residual", speculators);
-    let fc_norm = flag(&cfg, "fc_norm", false);
-    set(&mut cfg, "norm_before_residual", json!(nbr));
-    set(&mut cfg, "fc_norm", json!(fc_norm));
+    let nbr = flag(cfg_in, "norm_before_residual", speculators);
+    let fc_norm = flag(cfg, "fc_norm", false);
+    set(cfg, "norm_before_residual", json!(nbr));
+    set(cfg, "fc_norm", json!(fc_norm));
     // `norm_output` means two things: in SpecForge/TorchSpec "logits from norm(h)" (default
     // true, every standard draft), in TensorRT-LLM/vLLM/speculators (EAGLE-3.1) "feed the
     // post-norm hidden state back" (default false). Carry the behaviour, not the key.
-    let post_norm = crate::checkpoint::detect::eagle3_feeds_post_norm(det, &cfg_in);
+    let post_norm = crate::checkpoint::detect::eagle3_feeds_post_norm(det, cfg_in);
     if let Some(m) = cfg.as_object_mut() {
         m.shift_remove("norm_output");
     }
     match (post_norm, e) {
-        (true, DraftLayout::Vllm | DraftLayout::Trtllm) => set(&mut cfg, "norm_output", json!(true)),
+        (true, DraftLayout::Vllm | DraftLayout::Trtllm) => set(cfg, "norm_output", json!(true)),
         (true, _) => warnings.push(format!(
             "the source feeds the post-norm hidden state back (EAGLE-3.1 norm_output); {} has no key for that, so the draft will run with the pre-norm state",
             e.id()
@@ -442,7 +602,7 @@ pub fn plan_eagle3(
     if let Some(m) = ec.as_object_mut() {
         m.shift_remove("eagle_aux_hidden_state_layer_ids");
     }
-    set(&mut cfg, "eagle_config", ec);
+    set(cfg, "eagle_config", ec);
     if let Some(m) = cfg.as_object_mut() {
         m.shift_remove("eagle_aux_hidden_state_layer_ids");
         for k in [
@@ -459,50 +619,11 @@ pub fn plan_eagle3(
     }
     if e == DraftLayout::Torchspec && cfg.get("_torchspec_version").is_none() {
         set(
-            &mut cfg,
+            cfg,
             "_torchspec_version",
             json!(concat!("kquant-", env!("CARGO_PKG_VERSION"))),
         );
     }
-    let aux = taps
-        .as_deref()
-        .map(|hs| write_aux(&mut cfg, e, false, hs, &mut warnings));
-    if let Some(q) = cfg.get_mut("quantization_config") {
-        rename_quant_lists(q, &|n| relayer(n, prefix));
-    }
-    quantization_config_last(&mut cfg);
-
-    let mut side_files = Vec::new();
-    if let Some(hq) = read_hf_quant_config(ck)? {
-        let mut hq = hq;
-        rename_quant_lists(&mut hq, &|n| relayer(n, prefix));
-        side_files.push(hf_quant_config_file(&hq));
-    }
-    let trtllm = (e == DraftLayout::Trtllm).then(|| {
-        let cap: Option<Vec<i64>> = aux
-            .as_ref()
-            .map(|a| a.hidden_states.iter().map(|h| h - 1).collect());
-        if cap.is_none() {
-            warnings.push("no aux-layer ids in the source: TensorRT-LLM will capture its defaults {1, N/2-1, N-4}; pass --aux-layers to pin them".into());
-        }
-        TrtllmYaml {
-            dflash: false,
-            capture_output_of: cap,
-        }
-    });
-    Ok(Plan {
-        tensors,
-        dropped,
-        config: cfg,
-        side_files,
-        aux,
-        warnings,
-        steps: o.steps.unwrap_or(3),
-        trtllm,
-        launch: None,
-        context_length: None,
-        target: None,
-    })
 }
 
 /// `hf_quant_config.json` in the bytes `quantize --format modelopt` (and ModelOpt itself,
@@ -530,14 +651,8 @@ fn read_hf_quant_config(ck: &Checkpoint) -> Result<Option<Value>> {
 }
 
 /// DFlash: z-lab names (shared by SGLang, vLLM, SpecForge) ↔ TorchSpec names.
-pub fn plan_dflash(
-    ck: &Checkpoint,
-    det: &Detection,
-    target: Option<&Checkpoint>,
-    o: &Options,
-    taps: Option<Vec<i64>>,
-) -> Result<Plan> {
-    let e = o.engine;
+pub fn plan_dflash(i: Input) -> Result<Plan> {
+    let (ck, det, o, e) = (i.ck, i.det, i.o, i.o.engine);
     let torchspec = e == DraftLayout::Torchspec;
     const MAP: [(&str, &str); 3] = [
         ("context_proj.", "fc."),
@@ -573,30 +688,18 @@ pub fn plan_dflash(
             _ => tensors.push(copy(t, rename(&t.name))),
         }
     }
-    let h = det
-        .dims
-        .hidden_size
-        .ok_or_else(|| Error::source(&ck.weights.dir, "hidden_size unknown"))? as usize;
-    if torchspec && !tensors.iter().any(|p| p.name == "embed_tokens.weight") {
-        let v = det
-            .dims
-            .vocab_size
-            .ok_or_else(|| Error::source(&ck.weights.dir, "vocab_size unknown"))?
-            as usize;
-        match from_target(target, &TARGET_EMBED, &[v, h], "embedding")? {
-            Some(mut p) => {
-                p.name = "embed_tokens.weight".into();
-                tensors.push(p);
-            }
-            None => warnings.push("TorchSpec's DFlash carries its own frozen embed_tokens: pass --target-checkpoint to copy the target's".into()),
-        }
+    let h = hidden_size(ck, det)?;
+    if torchspec && !has(&tensors, "embed_tokens.weight") {
+        let v = vocab_size(ck, det.dims.vocab_size.map(|v| v as usize))?;
+        embed_from_target(
+            i.target,
+            (v, h),
+            &mut tensors,
+            &mut warnings,
+            "TorchSpec's DFlash carries its own frozen embed_tokens: pass --target-checkpoint to copy the target's".into(),
+        )?;
     }
-    let mut cfg = flatten_speculators(
-        &ck.config
-            .as_ref()
-            .map(|c| Value::Object(c.root.clone()))
-            .unwrap_or(json!({})),
-    );
+    let mut cfg = flatten_speculators(&config_value(ck));
     if let Some(m) = cfg.as_object_mut() {
         m.shift_remove("aux_hidden_state_layer_ids");
     }
@@ -654,18 +757,7 @@ pub fn plan_dflash(
             m.shift_remove("_torchspec_version");
         }
     }
-    let aux = taps
-        .as_deref()
-        .map(|hs| write_aux(&mut cfg, e, true, hs, &mut warnings));
-    if let Some(q) = cfg.get_mut("quantization_config") {
-        rename_quant_lists(q, &|n| rename(n));
-    }
-    quantization_config_last(&mut cfg);
-    let mut side_files = Vec::new();
-    if let Some(mut hq) = read_hf_quant_config(ck)? {
-        rename_quant_lists(&mut hq, &|n| rename(n));
-        side_files.push(hf_quant_config_file(&hq));
-    }
+    let (aux, side_files) = finish_config(&i, &mut cfg, true, &rename, &mut warnings)?;
     let steps = dflash_steps(ck, &cfg, e, o.steps)?;
     Ok(Plan {
         tensors,

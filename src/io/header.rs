@@ -353,6 +353,14 @@ mod tests {
         f
     }
 
+    /// What is wrong with the one tensor `parse` refuses in a file of header `json`.
+    fn tensor_error(json: &str, data: &[u8]) -> TensorError {
+        match parse(&file(json, data)) {
+            Err(HeaderError::Tensor { kind, .. }) => kind,
+            other => panic!("{json}: {:?}", other.err().map(|e| e.to_string())),
+        }
+    }
+
     #[test]
     fn valid_round_trip() {
         let t = vec![
@@ -395,66 +403,47 @@ mod tests {
             parse(&file("[1]", &[])),
             Err(HeaderError::NotObject)
         ));
-        assert!(matches!(
-            parse(&file(
+        // Each tensor refused, by what is wrong with it.
+        for (json, data, want) in [
+            (
                 r#"{"a":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]}}"#,
-                &[0]
-            )),
-            Err(HeaderError::Tensor {
-                kind: TensorError::UnknownDtype(_),
-                ..
-            })
-        ));
-        assert!(matches!(
-            parse(&file(
+                &[0][..],
+                "UnknownDtype",
+            ),
+            (
                 r#"{"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}}"#,
-                &[0]
-            )),
-            Err(HeaderError::Tensor {
-                kind: TensorError::BadShape(_),
-                ..
-            })
-        ));
-        assert!(matches!(
-            parse(&file(
+                &[0][..],
+                "BadShape",
+            ),
+            (
                 r#"{"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,1]}}"#,
-                &[0]
-            )),
-            Err(HeaderError::Tensor {
-                kind: TensorError::ShapeOverflow(_),
-                ..
-            })
-        ));
-        assert!(matches!(
-            parse(&file(
+                &[0][..],
+                "ShapeOverflow",
+            ),
+            (
                 r#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,1]}}"#,
-                &[0]
-            )),
-            Err(HeaderError::Tensor {
-                kind: TensorError::SizeMismatch { .. },
-                ..
-            })
-        ));
-        assert!(matches!(
-            parse(&file(
+                &[0][..],
+                "SizeMismatch",
+            ),
+            (
                 r#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#,
-                &[0]
-            )),
-            Err(HeaderError::Tensor {
-                kind: TensorError::OutOfBounds { .. },
-                ..
-            })
-        ));
-        assert!(matches!(
-            parse(&file(
+                &[0][..],
+                "OutOfBounds",
+            ),
+            (
                 r#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}}"#,
-                &[0; 3]
-            )),
-            Err(HeaderError::Tensor {
-                kind: TensorError::Overlap { .. },
-                ..
-            })
-        ));
+                &[0; 3][..],
+                "Overlap",
+            ),
+            (
+                r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[2,1]}}"#,
+                &[0][..],
+                "BadOffsets",
+            ),
+        ] {
+            let kind = format!("{:?}", tensor_error(json, data));
+            assert!(kind.starts_with(want), "{json}: {kind}");
+        }
         assert!(matches!(
             parse(&file(
                 r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#,
@@ -479,16 +468,6 @@ mod tests {
         assert!(matches!(
             parse(&file(r#"{"__metadata__":{"a":1}}"#, &[])),
             Err(HeaderError::BadMetadata)
-        ));
-        assert!(matches!(
-            parse(&file(
-                r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[2,1]}}"#,
-                &[0]
-            )),
-            Err(HeaderError::Tensor {
-                kind: TensorError::BadOffsets(_),
-                ..
-            })
         ));
     }
 }

@@ -422,19 +422,25 @@ impl Claim {
         )
     }
 
+    /// Delete the replaced output's old copy, now at `at`; warn when that fails (the next run
+    /// writing the output deletes it).
+    fn remove_old_copy(&self, at: &Path) {
+        if let Err(e) = remove_old(at) {
+            eprintln!(
+                "warning: `{}` was replaced, but its old copy, now at `{}`, could not \
+                 be deleted: {e}; the next kquant run writing it deletes it",
+                self.out.display(),
+                at.display()
+            );
+        }
+    }
+
     /// Swap the staging output with the existing one, then delete the old one.
     fn replace(&mut self) -> Result<()> {
         match rename_exchange(&self.staging, &self.out) {
             Ok(()) => {
                 fault("exchanged");
-                if let Err(e) = remove_old(&self.staging) {
-                    eprintln!(
-                        "warning: `{}` was replaced, but its old copy, now at `{}`, could not \
-                         be deleted: {e}; the next kquant run writing it deletes it",
-                        self.out.display(),
-                        self.staging.display()
-                    );
-                }
+                self.remove_old_copy(&self.staging);
                 Ok(())
             }
             Err(e) if exchange_unsupported(&e) => {
@@ -443,14 +449,7 @@ impl Claim {
                 fault("moved-aside");
                 std::fs::rename(&self.staging, &self.out)
                     .map_err(|e| Error::io("rename into place", &self.out, e))?;
-                if let Err(e) = remove_old(&self.old) {
-                    eprintln!(
-                        "warning: `{}` was replaced, but its old copy, now at `{}`, could not \
-                         be deleted: {e}; the next kquant run writing it deletes it",
-                        self.out.display(),
-                        self.old.display()
-                    );
-                }
+                self.remove_old_copy(&self.old);
                 Ok(())
             }
             Err(e) => Err(Error::io("replace", &self.out, e)),

@@ -138,22 +138,12 @@ pub fn open(spec: &str) -> Result<Weights> {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         let config = dir.join("config.json");
-        // SAFETY: inputs are never written by kquant; see `Shard::open`.
-        let shard = unsafe { Shard::open(path)? };
-        let routes = shard
-            .tensors()
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), (0, i)))
-            .collect();
-        return Ok(Weights {
-            origin: Origin::File(path.into()),
-            dir: dir.into(),
-            config_path: config.is_file().then_some(config),
-            index_path: None,
-            shards: vec![shard],
-            routes,
-        });
+        return single_file(
+            Origin::File(path.into()),
+            dir,
+            config.is_file().then_some(config),
+            path,
+        );
     }
     match std::fs::metadata(path) {
         Ok(_) => {
@@ -259,6 +249,31 @@ fn dangling_symlink(path: &Path) -> Option<Error> {
     })
 }
 
+/// Weights in one safetensors file, `file`: every tensor routed to it.
+fn single_file(
+    origin: Origin,
+    dir: &Path,
+    config_path: Option<PathBuf>,
+    file: &Path,
+) -> Result<Weights> {
+    // SAFETY: inputs are never written by kquant; see `Shard::open`.
+    let shard = unsafe { Shard::open(file)? };
+    let routes = shard
+        .tensors()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.clone(), (0, i)))
+        .collect();
+    Ok(Weights {
+        origin,
+        dir: dir.into(),
+        config_path,
+        index_path: None,
+        shards: vec![shard],
+        routes,
+    })
+}
+
 type Fetch<'a> = dyn Fn(&str) -> Result<Option<PathBuf>> + 'a;
 
 fn open_with(
@@ -272,22 +287,7 @@ fn open_with(
         return open_sharded(origin, dir, config, index_path, fetch);
     }
     if let Some(single) = fetch(SINGLE_FILE)? {
-        // SAFETY: inputs are never written by kquant; see `Shard::open`.
-        let shard = unsafe { Shard::open(&single)? };
-        let routes = shard
-            .tensors()
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), (0, i)))
-            .collect();
-        return Ok(Weights {
-            origin,
-            dir: dir.into(),
-            config_path: config,
-            index_path: None,
-            shards: vec![shard],
-            routes,
-        });
+        return single_file(origin, dir, config, &single);
     }
     let found: Vec<String> = listable
         .and_then(|d| std::fs::read_dir(d).ok())

@@ -182,6 +182,9 @@ pub fn category_shares(trace: &Trace) -> BTreeMap<String, f64> {
     n.into_iter().map(|(c, k)| (c, k as f64 / total)).collect()
 }
 
+/// One quantized module: its name, its weight tensor, its rows and columns.
+type Module<'p> = (String, &'p crate::io::TensorInfo, usize, usize);
+
 /// Run the stage for `plan` (the source `src`): module → the codes and scales `method` chose.
 /// `progress(done, total)` is told each replayed sample's generated positions.
 pub fn choose(
@@ -191,19 +194,8 @@ pub fn choose(
     cal: &Calibration,
     progress: &dyn Fn(u64, u64),
 ) -> Result<(BTreeMap<String, Int4>, Report)> {
-    let grid: &dyn IntGrid = plan.codec.int_grid().ok_or_else(|| Error::Flags {
-        msg: format!(
-            "--method {} chooses integer codes under the format's scales; {} in {} has none",
-            serde_json::to_value(method)
-                .expect("method")
-                .as_str()
-                .unwrap_or(""),
-            plan.recipe.scheme(),
-            plan.recipe.format().name()
-        ),
-        hint: "use a symmetric INT4 scheme (int4-pc, int4-g32/64/128), or --method rtn".into(),
-    })?;
-    let modules: Vec<(String, &crate::io::TensorInfo, usize, usize)> = plan
+    let grid = int_grid(plan, method)?;
+    let modules: Vec<Module> = plan
         .rows
         .iter()
         .filter_map(|r| match &r.action {
@@ -213,17 +205,7 @@ pub fn choose(
             Action::Copy { .. } => None,
         })
         .collect();
-    let mut trace = Trace::open(&cal.trace)?;
-    if let Some(n) = cal.limit {
-        trace.manifest.samples.truncate(n);
-    }
-    if trace.manifest.samples.is_empty() {
-        return Err(Error::Source {
-            path: cal.trace.join("manifest.json"),
-            msg: "lists no samples: there is nothing to calibrate on".into(),
-            hint: Some("capture a trace with samples (`kquant trace capture`)".into()),
-        });
-    }
+    let trace = open_trace(cal)?;
     // GPTQ needs each module's whole Σ x xᵀ (k² f32): replays whose accumulators fit the
     // budget, each collecting a share of the modules; the search needs only the diagonals.
     let full = method.gptq();
@@ -251,40 +233,9 @@ pub fn choose(
         })?;
         steps = s;
         for &i in pass {
-            let (module, t, rows, cols) = &modules[i];
+            let module = &modules[i].0;
             // Each module's matrix is dropped once its codes are chosen.
-            let h = moments.remove(module).ok_or_else(|| Error::Source {
-                path: cal.trace.clone(),
-                msg: format!(
-                    "the replay of `{src}` never ran `{module}`: its inputs cannot be measured"
-                ),
-                hint: Some(
-                    "exclude it (--exclude), or use --method rtn; the replay runs the draft's decoder linears, fc and lm_head"
-                        .into(),
-                ),
-            })?;
-            if h.k != *cols {
-                return Err(Error::Source {
-                    path: ck.weights.dir.clone(),
-                    msg: format!(
-                        "`{module}` reads {} inputs in the replay, its weight has {cols}",
-                        h.k
-                    ),
-                    hint: None,
-                });
-            }
-            // Inputs that are not numbers: the trace (or the draft on it) is broken, and no
-            // method may choose codes from them.
-            if let Some(j) = h.sum.iter().position(|v| !v.is_finite()) {
-                return Err(Error::Source {
-                    path: cal.trace.clone(),
-                    msg: format!(
-                        "the calibration replay gives `{module}` non-finite inputs (Σ x xᵀ entry {j} is {}): the trace holds NaN or infinite hidden states, or the draft overflows on them",
-                        h.sum[j]
-                    ),
-                    hint: Some("capture the trace again (`kquant trace capture`, or `trace import` of a clean capture); a calibrated method never runs on non-finite inputs".into()),
-                });
-            }
+            let h = measured(&mut moments, &modules[i], src, cal, ck)?;
             // Inputs that are all zero carry no signal: GPTQ would zero every column (as
             // llm-compressor does a dead one) and the search has nothing to weigh.
             let method = if h.diag().iter().all(|&v| v == 0.0) {
@@ -294,50 +245,7 @@ pub fn choose(
                 method
             };
             tokens = tokens.max(h.tokens);
-            let shard = ck.weights.shard_of(&t.name).expect("routed");
-            let view = shard.view(t);
-            let row_bytes = *cols * t.dtype.size();
-            let read = |r: std::ops::Range<usize>| -> Result<Vec<f32>> {
-                let mut w = Vec::new();
-                crate::io::dtype::to_f32_par_into(
-                    t.dtype,
-                    &view.data[r.start * row_bytes..r.end * row_bytes],
-                    &mut w,
-                );
-                // The chunk's source pages are not read again.
-                shard.release_range(t, (r.start * row_bytes) as u64, (r.end * row_bytes) as u64);
-                if let Some(i) = w.iter().position(|v| !v.is_finite()) {
-                    return Err(non_finite(
-                        shard.path(),
-                        &t.name,
-                        r.start * cols + i,
-                        *cols,
-                        w[i],
-                    ));
-                }
-                Ok(w)
-            };
-            let gptq_error = |e: crate::quant::gptq::GptqError| {
-                Error::Source {
-                path: ck.weights.dir.clone(),
-                msg: format!("GPTQ of `{module}`: {e}"),
-                hint: Some("a calibration trace with more tokens gives a better-conditioned Σ x xᵀ; or --method search".into()),
-            }
-            };
-            let chunk = chunk_rows(*rows, *cols, CHUNK_BYTES);
-            let c = choose_module(
-                grid,
-                method,
-                &read,
-                *rows,
-                *cols,
-                &h,
-                t.dtype,
-                chunk,
-                &gptq_error,
-            );
-            shard.release(t);
-            let c = c?;
+            let c = choose_one(plan, grid, method, &modules[i], &h)?;
             runs += c.q.scales.len() as u64;
             moved.0 += c.moved.0;
             moved.1 += c.moved.1;
@@ -367,14 +275,142 @@ pub fn choose(
     ))
 }
 
+/// The format's integer grid `--method` chooses codes on (only symmetric INT4 schemes have one).
+fn int_grid<'a>(plan: &'a Plan, method: Method) -> Result<&'a dyn IntGrid> {
+    plan.codec.int_grid().ok_or_else(|| Error::Flags {
+        msg: format!(
+            "--method {} chooses integer codes under the format's scales; {} in {} has none",
+            serde_json::to_value(method)
+                .expect("method")
+                .as_str()
+                .unwrap_or(""),
+            plan.recipe.scheme(),
+            plan.recipe.format().name()
+        ),
+        hint: "use a symmetric INT4 scheme (int4-pc, int4-g32/64/128), or --method rtn".into(),
+    })
+}
+
+/// The calibration trace (its first `--calibration-samples`), which must list a sample.
+fn open_trace(cal: &Calibration) -> Result<Trace> {
+    let mut trace = Trace::open(&cal.trace)?;
+    if let Some(n) = cal.limit {
+        trace.manifest.samples.truncate(n);
+    }
+    if trace.manifest.samples.is_empty() {
+        return Err(Error::Source {
+            path: cal.trace.join("manifest.json"),
+            msg: "lists no samples: there is nothing to calibrate on".into(),
+            hint: Some("capture a trace with samples (`kquant trace capture`)".into()),
+        });
+    }
+    Ok(trace)
+}
+
+/// A module's `Σ x xᵀ` from the replay (taken out of `moments`), checked: the replay ran the
+/// module, over as many inputs as its weight has columns, all finite.
+fn measured(
+    moments: &mut BTreeMap<String, Arc<Hessian>>,
+    (module, _, _, cols): &Module,
+    src: &str,
+    cal: &Calibration,
+    ck: &Checkpoint,
+) -> Result<Arc<Hessian>> {
+    let h = moments.remove(module).ok_or_else(|| Error::Source {
+        path: cal.trace.clone(),
+        msg: format!(
+            "the replay of `{src}` never ran `{module}`: its inputs cannot be measured"
+        ),
+        hint: Some(
+            "exclude it (--exclude), or use --method rtn; the replay runs the draft's decoder linears, fc and lm_head"
+                .into(),
+        ),
+    })?;
+    if h.k != *cols {
+        return Err(Error::Source {
+            path: ck.weights.dir.clone(),
+            msg: format!(
+                "`{module}` reads {} inputs in the replay, its weight has {cols}",
+                h.k
+            ),
+            hint: None,
+        });
+    }
+    // Inputs that are not numbers: the trace (or the draft on it) is broken, and no
+    // method may choose codes from them.
+    if let Some(j) = h.sum.iter().position(|v| !v.is_finite()) {
+        return Err(Error::Source {
+            path: cal.trace.clone(),
+            msg: format!(
+                "the calibration replay gives `{module}` non-finite inputs (Σ x xᵀ entry {j} is {}): the trace holds NaN or infinite hidden states, or the draft overflows on them",
+                h.sum[j]
+            ),
+            hint: Some("capture the trace again (`kquant trace capture`, or `trace import` of a clean capture); a calibrated method never runs on non-finite inputs".into()),
+        });
+    }
+    Ok(h)
+}
+
+/// The codes and scales `method` chooses for one module, its weight read from the source a
+/// chunk of rows at a time (each chunk's pages released once read).
+fn choose_one(
+    plan: &Plan,
+    grid: &dyn IntGrid,
+    method: Method,
+    (module, t, rows, cols): &Module,
+    h: &Hessian,
+) -> Result<Chosen> {
+    let ck = plan.ck;
+    let shard = ck.weights.shard_of(&t.name).expect("routed");
+    let view = shard.view(t);
+    let row_bytes = *cols * t.dtype.size();
+    let read = |r: std::ops::Range<usize>| -> Result<Vec<f32>> {
+        let mut w = Vec::new();
+        crate::io::dtype::to_f32_par_into(
+            t.dtype,
+            &view.data[r.start * row_bytes..r.end * row_bytes],
+            &mut w,
+        );
+        // The chunk's source pages are not read again.
+        shard.release_range(t, (r.start * row_bytes) as u64, (r.end * row_bytes) as u64);
+        if let Some(i) = w.iter().position(|v| !v.is_finite()) {
+            return Err(non_finite(
+                shard.path(),
+                &t.name,
+                r.start * cols + i,
+                *cols,
+                w[i],
+            ));
+        }
+        Ok(w)
+    };
+    let gptq_error = |e: crate::quant::gptq::GptqError| {
+        Error::Source {
+        path: ck.weights.dir.clone(),
+        msg: format!("GPTQ of `{module}`: {e}"),
+        hint: Some("a calibration trace with more tokens gives a better-conditioned Σ x xᵀ; or --method search".into()),
+    }
+    };
+    let chunk = chunk_rows(*rows, *cols, CHUNK_BYTES);
+    let c = choose_module(
+        grid,
+        method,
+        &read,
+        *rows,
+        *cols,
+        h,
+        t.dtype,
+        chunk,
+        &gptq_error,
+    );
+    shard.release(t);
+    c
+}
+
 /// The modules (indices into `modules`) each replay collects: all at once for the diagonals;
 /// for whole matrices, in order, as many as fit `budget` (`k² · 4` bytes each, counted without
 /// the sharing of q/k/v or gate/up; a module larger than the budget alone).
-fn passes(
-    modules: &[(String, &crate::io::TensorInfo, usize, usize)],
-    full: bool,
-    budget: u64,
-) -> Vec<Vec<usize>> {
+fn passes(modules: &[Module], full: bool, budget: u64) -> Vec<Vec<usize>> {
     if !full {
         return vec![(0..modules.len()).collect()];
     }

@@ -205,3 +205,103 @@ pub fn greedy<M: ChunkedLm>(m: &M, prompt: &[u32], n: usize, stop: &[u32]) -> Re
     }
     Ok(out)
 }
+
+/// The checks every target runtime's tests run on its tiny fixture: the fast forward against
+/// the reference, incremental decoding against the full forward, a stop token, and a load
+/// that must fail on an edited config.
+#[cfg(test)]
+pub(crate) mod checks {
+    use super::ChunkedLm;
+    use crate::checkpoint::Checkpoint;
+    use crate::ops::argmax;
+    use crate::runtime::FAST_REL_TOL;
+
+    /// `n` token ids spread over the vocabulary.
+    pub fn tokens(n: usize, vocab: usize) -> Vec<u32> {
+        (0..n as u32)
+            .map(|i| (i * 37 + 11) % vocab as u32)
+            .collect()
+    }
+
+    /// max |a − b| / max(1, max |a|).
+    pub fn rel(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len());
+        let scale = a.iter().fold(1f32, |m, v| m.max(v.abs()));
+        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+    }
+
+    /// The fast forward of 12 tokens against the reference: the logits and the `layers + 1`
+    /// hidden states within [`FAST_REL_TOL`], `moe` router records (`which` names them) with
+    /// the same experts chosen.
+    pub fn fast_path_matches_the_reference<M: ChunkedLm>(
+        m: &M,
+        layers: usize,
+        moe: usize,
+        which: &str,
+    ) {
+        let x = tokens(12, m.vocab());
+        let (f, r) = (m.forward(&x).unwrap(), m.forward_ref(&x).unwrap());
+        let d = rel(&r.logits, &f.logits);
+        eprintln!("fast vs reference: logits {d:.2e}");
+        assert!(d <= FAST_REL_TOL, "logits {d}");
+        assert_eq!(f.hidden_states.len(), layers + 1);
+        for (i, (a, b)) in r.hidden_states.iter().zip(&f.hidden_states).enumerate() {
+            let d = rel(a, b);
+            eprintln!("fast vs reference: hidden_states[{i}] {d:.2e}");
+            assert!(d <= FAST_REL_TOL, "hidden_states[{i}] {d}");
+        }
+        assert_eq!(f.router.len(), moe, "{which}");
+        for (a, b) in r.router.iter().zip(&f.router) {
+            assert_eq!(a.topk_idx, b.topk_idx);
+        }
+    }
+
+    /// 8 greedy tokens after a 5-token prompt, decoded one at a time, against the full
+    /// forward of the whole within `tol`. Returns the prompt, the continuation and the whole.
+    pub fn incremental_decode_matches<M: ChunkedLm>(
+        m: &M,
+        tol: f32,
+    ) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+        let prompt = tokens(5, m.vocab());
+        let gen = m.greedy(&prompt, 8, &[]).unwrap();
+        assert_eq!(gen.len(), 8);
+        let all: Vec<u32> = prompt.iter().chain(&gen).copied().collect();
+        let f = m.forward(&all).unwrap();
+        let v = m.vocab();
+        let mut s = m.session();
+        let mut step = s.extend(&prompt).unwrap();
+        let mut worst = 0f32;
+        for (i, &t) in gen.iter().enumerate() {
+            let row = &f.logits[(prompt.len() - 1 + i) * v..(prompt.len() + i) * v];
+            worst = worst.max(rel(row, &step));
+            assert!(rel(row, &step) <= tol, "position {i}");
+            assert_eq!(argmax(row) as u32, t, "greedy token {i}");
+            step = s.step(t).unwrap();
+        }
+        eprintln!("incremental decode vs full forward: logits {worst:.2e}");
+        assert_eq!(s.len(), all.len());
+        (prompt, gen, all)
+    }
+
+    /// A stop token ends the continuation after it.
+    pub fn a_stop_token_ends_greedy<M: ChunkedLm>(m: &M, prompt: &[u32], gen: &[u32]) {
+        let first = gen[0];
+        assert_eq!(m.greedy(prompt, 8, &[first]).unwrap(), vec![first]);
+    }
+
+    /// A copy of the fixture `dir` (under the crate root) whose config.json has `from`
+    /// replaced by `to`, opened (the directory lives as long as the first value).
+    pub fn edited_fixture(dir: &str, from: &str, to: &str) -> (tempfile::TempDir, Checkpoint) {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        let d = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(&src).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, d.path().join(p.file_name().unwrap())).unwrap();
+        }
+        let cfg = d.path().join("config.json");
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        std::fs::write(&cfg, text.replace(from, to)).unwrap();
+        let ck = Checkpoint::open(d.path().to_str().unwrap()).unwrap();
+        (d, ck)
+    }
+}

@@ -129,7 +129,7 @@ impl ChunkedLm for DeepseekV3 {
                 hs.push(x.clone());
             }
             let a = rms_norm(&x, h, &layer.input_norm, self.cfg.eps);
-            let a = attention::forward(e, &self.cfg, &layer.attn, &a, n, kv);
+            let a = attention::forward(e, &self.cfg, &layer.mix, &a, n, kv);
             x.iter_mut().zip(&a).for_each(|(r, v)| *r += v);
             let f = rms_norm(&x, h, &layer.post_norm, self.cfg.eps);
             let f = ffn_block(
@@ -161,8 +161,7 @@ pub type Session<'m> = lm::Session<'m, DeepseekV3>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::argmax;
-    use crate::runtime::FAST_REL_TOL;
+    use crate::runtime::lm::checks;
 
     fn tiny() -> DeepseekV3 {
         let root = env!("CARGO_MANIFEST_DIR");
@@ -170,82 +169,26 @@ mod tests {
         DeepseekV3::load(&ck).unwrap()
     }
 
-    fn tokens(n: usize, vocab: usize) -> Vec<u32> {
-        (0..n as u32)
-            .map(|i| (i * 37 + 11) % vocab as u32)
-            .collect()
-    }
-
-    /// max |a − b| / max(1, max |a|).
-    pub(crate) fn rel(a: &[f32], b: &[f32]) -> f32 {
-        assert_eq!(a.len(), b.len());
-        let scale = a.iter().fold(1f32, |m, v| m.max(v.abs()));
-        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
-    }
-
     #[test]
     fn fast_path_matches_the_reference() {
         let m = tiny();
-        let x = tokens(12, m.vocab);
-        let (f, r) = (m.forward(&x).unwrap(), m.forward_ref(&x).unwrap());
-        let d = rel(&r.logits, &f.logits);
-        eprintln!("fast vs reference: logits {d:.2e}");
-        assert!(d <= FAST_REL_TOL, "logits {d}");
-        assert_eq!(f.hidden_states.len(), m.num_layers + 1);
-        for (i, (a, b)) in r.hidden_states.iter().zip(&f.hidden_states).enumerate() {
-            let d = rel(a, b);
-            eprintln!("fast vs reference: hidden_states[{i}] {d:.2e}");
-            assert!(d <= FAST_REL_TOL, "hidden_states[{i}] {d}");
-        }
-        assert_eq!(f.router.len(), 2, "layers 1 and 2 are MoE");
-        for (a, b) in r.router.iter().zip(&f.router) {
-            assert_eq!(a.topk_idx, b.topk_idx);
-        }
+        checks::fast_path_matches_the_reference(&m, m.num_layers, 2, "layers 1 and 2 are MoE");
     }
 
     #[test]
     fn incremental_decode_matches_the_full_forward() {
         let m = tiny();
-        let prompt = tokens(5, m.vocab);
-        let gen = m.greedy(&prompt, 8, &[]).unwrap();
-        assert_eq!(gen.len(), 8);
-        let all: Vec<u32> = prompt.iter().chain(&gen).copied().collect();
-        let f = m.forward(&all).unwrap();
-        let v = m.vocab;
-        let mut s = m.session();
-        let mut step = s.extend(&prompt).unwrap();
-        let mut worst = 0f32;
-        for (i, &t) in gen.iter().enumerate() {
-            let row = &f.logits[(prompt.len() - 1 + i) * v..(prompt.len() + i) * v];
-            worst = worst.max(rel(row, &step));
-            assert!(rel(row, &step) <= DECODE_REL_TOL, "position {i}");
-            assert_eq!(argmax(row) as u32, t, "greedy token {i}");
-            step = s.step(t).unwrap();
-        }
-        eprintln!("incremental decode vs full forward: logits {worst:.2e}");
-        assert_eq!(s.len(), all.len());
-        // A stop token ends the continuation after it.
-        let first = gen[0];
-        assert_eq!(m.greedy(&prompt, 8, &[first]).unwrap(), vec![first]);
+        let (prompt, gen, _) = checks::incremental_decode_matches(&m, DECODE_REL_TOL);
+        checks::a_stop_token_ends_greedy(&m, &prompt, &gen);
     }
 
     #[test]
     fn a_wrong_shape_names_the_tensor() {
-        let root = env!("CARGO_MANIFEST_DIR");
-        let src = std::path::Path::new(root).join("fixtures/tiny/target-kimi-k2");
-        let d = tempfile::tempdir().unwrap();
-        for e in std::fs::read_dir(&src).unwrap() {
-            let p = e.unwrap().path();
-            std::fs::copy(&p, d.path().join(p.file_name().unwrap())).unwrap();
-        }
-        let cfg = d.path().join("config.json");
-        let text = std::fs::read_to_string(&cfg).unwrap();
-        std::fs::write(
-            &cfg,
-            text.replace("\"kv_lora_rank\": 16", "\"kv_lora_rank\": 12"),
-        )
-        .unwrap();
-        let ck = Checkpoint::open(d.path().to_str().unwrap()).unwrap();
+        let (_d, ck) = checks::edited_fixture(
+            "fixtures/tiny/target-kimi-k2",
+            "\"kv_lora_rank\": 16",
+            "\"kv_lora_rank\": 12",
+        );
         let e = DeepseekV3::load(&ck).err().unwrap().to_string();
         assert!(
             e.contains("model.layers.0.self_attn.kv_a_proj_with_mqa.weight")

@@ -54,16 +54,19 @@ pub enum Ffn {
     Moe(Moe),
 }
 
-pub struct Layer {
+/// One decoder layer: its two norms, its token mixer (`M`: MLA here, MLA or KDA in
+/// Kimi-Linear) and its feed-forward block.
+pub struct Layer<M = Attn> {
     pub input_norm: Vec<f32>,
     pub post_norm: Vec<f32>,
-    pub attn: Attn,
+    pub mix: M,
     pub ffn: Ffn,
 }
 
-pub struct Weights {
+/// A whole model's weights, its layers of type `L` (Kimi-Linear's mix KDA and MLA).
+pub struct Weights<L = Layer> {
     pub embed: Vec<f32>,
-    pub layers: Vec<Layer>,
+    pub layers: Vec<L>,
     pub norm: Vec<f32>,
     /// `[vocab, H]` (the embedding when tied).
     pub lm_head: Vec<f32>,
@@ -157,7 +160,7 @@ fn layer(decoder: &Loader, l: usize, c: &DsConfig) -> Result<Layer> {
     Ok(Layer {
         input_norm: vb.get("input_layernorm.weight", &[h])?,
         post_norm: vb.get("post_attention_layernorm.weight", &[h])?,
-        attn: attn(&vb.pp("self_attn"), c)?,
+        mix: attn(&vb.pp("self_attn"), c)?,
         ffn,
     })
 }

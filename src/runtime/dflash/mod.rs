@@ -17,6 +17,8 @@
 
 mod device;
 
+use std::path::Path;
+
 use rayon::prelude::*;
 use serde_json::Value;
 
@@ -24,7 +26,7 @@ use super::embed::Embedding;
 use super::linears::{Exec, Linear, LinearSet};
 use super::rope::Rope;
 use super::weights::Loader;
-use crate::checkpoint::{Checkpoint, Detection, Dialect, Family};
+use crate::checkpoint::{AuxLayers, Checkpoint, Config, Detection, Dialect, Dims, Family};
 use crate::error::{Error, Result};
 use crate::ops::{rms_norm, silu, softmax, Top2};
 use crate::quant::decode::Logical;
@@ -190,6 +192,217 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+/// The draft's widths from the dimensions detection read, each one it needs present and
+/// non-zero, the heads grouping evenly and the block one the replay handles.
+#[derive(Clone, Copy)]
+struct Shape {
+    h: usize,
+    ht: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    inter: usize,
+    n_layers: usize,
+    vocab: usize,
+    block_size: usize,
+}
+
+impl Shape {
+    fn read(dir: &Path, d: &Dims) -> Result<Shape> {
+        d.check_bounded()
+        .map_err(|m| Error::source(dir, m).with_hint("a dimension of config.json is past any real model's; check the file (`kquant inspect` shows what it reads)"))?;
+        let need = |v: Option<u64>, k: &str| match v {
+            Some(0) => Err(Error::source(dir, format!("config's `{k}` is 0"))),
+            Some(x) => Ok(x as usize),
+            None => Err(Error::source(dir, format!("config has no `{k}`"))),
+        };
+        let h = need(d.hidden_size, "hidden_size")?;
+        let ht = d.target_hidden_size.map(|x| x as usize).unwrap_or(h);
+        let heads = need(d.num_attention_heads, "num_attention_heads")?;
+        let kv_heads = d.num_key_value_heads.map(|x| x as usize).unwrap_or(heads);
+        let head_dim = d.head_dim.map(|x| x as usize).unwrap_or(h / heads);
+        let inter = need(d.intermediate_size, "intermediate_size")?;
+        let n_layers = need(d.num_hidden_layers, "num_hidden_layers")?;
+        let vocab = need(d.vocab_size, "vocab_size")?;
+        let block_size = need(d.block_size, "block_size")?;
+        if kv_heads == 0 || heads % kv_heads != 0 || !head_dim.is_multiple_of(2) {
+            let msg = format!("{heads} attention heads over {kv_heads} KV heads of dim {head_dim}: heads must be a multiple of KV heads and head_dim even");
+            return Err(Error::source(dir, msg));
+        }
+        if !(2..=MAX_DEPTHS + 1).contains(&block_size) {
+            let msg = format!(
+            "block_size {block_size}: the replay handles 2..={} (up to {MAX_DEPTHS} proposals per round)",
+            MAX_DEPTHS + 1
+        );
+            return Err(Error::source(dir, msg));
+        }
+        Ok(Shape {
+            h,
+            ht,
+            heads,
+            kv_heads,
+            head_dim,
+            inter,
+            n_layers,
+            vocab,
+            block_size,
+        })
+    }
+}
+
+/// `dflash_config.mask_token_id` (or the top-level one), inside the vocabulary.
+fn mask_id(dir: &Path, c: &Config, vocab: usize) -> Result<u64> {
+    let mask_id = c
+        .nested("dflash_config", "mask_token_id")
+        .or_else(|| c.get("mask_token_id"))
+        .and_then(Value::as_u64)
+        .ok_or_else(|| Error::source(dir, "config has no `dflash_config.mask_token_id`"))?;
+    if mask_id as usize >= vocab {
+        return Err(Error::source(
+            dir,
+            format!("mask_token_id {mask_id} is outside the vocab of {vocab}"),
+        ));
+    }
+    Ok(mask_id)
+}
+
+/// The block the replay runs: full-attention, non-causal, no sliding window, bias-free layers.
+fn check_block_kind(dir: &Path, c: &Config) -> Result<()> {
+    if let Some(Value::Array(types)) = c.get("layer_types") {
+        if let Some(t) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
+            return Err(Error::source(
+                dir,
+                format!("layer type {t}: the replay runs full-attention DFlash layers only"),
+            ));
+        }
+    }
+    // What vLLM reads for a block's attention (`qwen3_dflash.py`,
+    // `_resolve_layer_attention` / `_dflash_layer_causal`): `is_causal`, then
+    // `dflash_config.causal`, make the block causal; `dflash_config.use_swa` a sliding window.
+    // The replay runs the non-causal full-attention block of z-lab's drafts only.
+    let dc = c.get("dflash_config");
+    for (key, v) in [
+        ("is_causal", c.get("is_causal")),
+        ("dflash_config.causal", dc.and_then(|d| d.get("causal"))),
+        ("dflash_config.use_swa", dc.and_then(|d| d.get("use_swa"))),
+    ] {
+        if v.and_then(Value::as_bool) == Some(true) {
+            return Err(Error::source(
+                dir,
+                format!("`{key}` is true: the replay runs non-causal full-attention DFlash blocks only (what vLLM runs when it is false or absent)"),
+            ));
+        }
+    }
+    if c.get("attention_bias").and_then(Value::as_bool) == Some(true) {
+        return Err(Error::source(
+            dir,
+            "attention_bias = true: the replay runs bias-free DFlash layers only",
+        ));
+    }
+    Ok(())
+}
+
+/// `target_layer_ids` and the taps they name (HF `hidden_states` indices): distinct and
+/// increasing.
+fn taps<'d>(dir: &Path, det: &'d Detection) -> Result<(&'d AuxLayers, Vec<usize>)> {
+    let aux = det.aux_layers.as_ref().ok_or_else(|| {
+        Error::source(dir, "config has no `dflash_config.target_layer_ids`")
+            .with_hint("`kquant inspect` shows what the config holds")
+    })?;
+    let taps: Vec<usize> = aux
+        .hidden_states
+        .as_ref()
+        .ok_or_else(|| {
+            Error::source(
+                dir,
+                format!("the convention of `{}` {:?} is unknown", aux.key, aux.ids),
+            )
+            .with_hint("`kquant inspect` shows the draft's aux layers")
+        })?
+        .iter()
+        .map(|&i| usize::try_from(i).unwrap_or(usize::MAX))
+        .collect();
+    // The taps are the target's hidden states the drafter reads, once each, in order; a
+    // repeated or negative id, or a depth of 0, describes no target (#38, the extras).
+    if taps.is_empty() || taps.contains(&usize::MAX) || !taps.windows(2).all(|w| w[0] < w[1]) {
+        return Err(Error::source(
+            dir,
+            format!(
+                "`{}` {:?} must name distinct layers in increasing order",
+                aux.key, aux.ids
+            ),
+        )
+        .with_hint("each id is one target layer the drafter reads (`kquant inspect` shows them)"));
+    }
+    Ok((aux, taps))
+}
+
+/// `num_target_layers`, when the config has it (at least one).
+fn target_layers(dir: &Path, c: &Config) -> Result<Option<usize>> {
+    Ok(match c.get("num_target_layers") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64().and_then(|n| usize::try_from(n).ok()) {
+            Some(n) if n > 0 && n as u64 <= crate::checkpoint::detect::MAX_DIM => Some(n),
+            _ => {
+                return Err(Error::source(
+                    dir,
+                    format!("`num_target_layers` is {v}: a target has at least one layer"),
+                )
+                .with_hint("give the target's layer count, or leave the key out"))
+            }
+        },
+    })
+}
+
+/// The rotary table: plain, or YaRN (HF applies its attention factor to cos/sin; Qwen3
+/// attention keeps the 1/sqrt(head_dim) scale).
+fn rope(dir: &Path, c: &Config, head_dim: usize) -> Result<Rope> {
+    let theta = c
+        .get("rope_theta")
+        .or_else(|| c.get("rope_parameters").and_then(|r| r.get("rope_theta")))
+        .and_then(Value::as_f64)
+        .ok_or_else(|| Error::source(dir, "config has no `rope_theta`"))?;
+    let scaling = c
+        .get("rope_scaling")
+        .filter(|v| !v.is_null())
+        .or_else(|| c.get("rope_parameters"));
+    if let Some(t) = scaling
+        .and_then(|s| s.get("rope_type").or_else(|| s.get("type")))
+        .and_then(Value::as_str)
+        .filter(|t| !matches!(*t, "default" | "yarn"))
+    {
+        return Err(Error::source(
+            dir,
+            format!("rope type `{t}`: the replay handles default and yarn RoPE"),
+        ));
+    }
+    let (rope, _deepseek_softmax_mult) = Rope::from_config(head_dim, theta, scaling);
+    Ok(rope)
+}
+
+/// Decoder layer `i`'s weights.
+fn load_layer(vb: &Loader, i: usize, sh: &Shape) -> Result<Layer> {
+    let (h, head_dim, inter) = (sh.h, sh.head_dim, sh.inter);
+    let (qd, kvd) = (sh.heads * head_dim, sh.kv_heads * head_dim);
+    let (attn, l) = (
+        vb.pp(format!("layers.{i}.self_attn")),
+        vb.pp(format!("layers.{i}")),
+    );
+    Ok(Layer {
+        q: attn.linear("q_proj.weight", qd, h)?,
+        k: attn.linear("k_proj.weight", kvd, h)?,
+        v: attn.linear("v_proj.weight", kvd, h)?,
+        o: attn.linear("o_proj.weight", h, qd)?,
+        q_norm: attn.get("q_norm.weight", &[head_dim])?,
+        k_norm: attn.get("k_norm.weight", &[head_dim])?,
+        input_norm: l.get("input_layernorm.weight", &[h])?,
+        post_norm: l.get("post_attention_layernorm.weight", &[h])?,
+        gate: l.linear("mlp.gate_proj.weight", inter, h)?,
+        up: l.linear("mlp.up_proj.weight", inter, h)?,
+        down: l.linear("mlp.down_proj.weight", h, inter)?,
+    })
+}
+
 impl DFlash {
     /// Load from a checkpoint detected as a DFlash drafter (z-lab names, or TorchSpec's
     /// `context_proj` / `context_norm` / `final_norm`), with the target's embedding and lm_head
@@ -228,142 +441,13 @@ impl DFlash {
             )
             .with_hint("verify this draft live on its engine (`kquant verify --endpoint`); the offline replay would measure another model"));
         }
-        let d = &det.dims;
-        d.check_bounded()
-            .map_err(|m| Error::source(dir, m).with_hint("a dimension of config.json is past any real model's; check the file (`kquant inspect` shows what it reads)"))?;
-        let need = |v: Option<u64>, k: &str| match v {
-            Some(0) => Err(Error::source(dir, format!("config's `{k}` is 0"))),
-            Some(x) => Ok(x as usize),
-            None => Err(Error::source(dir, format!("config has no `{k}`"))),
-        };
-        let h = need(d.hidden_size, "hidden_size")?;
-        let ht = d.target_hidden_size.map(|x| x as usize).unwrap_or(h);
-        let heads = need(d.num_attention_heads, "num_attention_heads")?;
-        let kv_heads = d.num_key_value_heads.map(|x| x as usize).unwrap_or(heads);
-        let head_dim = d.head_dim.map(|x| x as usize).unwrap_or(h / heads);
-        let inter = need(d.intermediate_size, "intermediate_size")?;
-        let n_layers = need(d.num_hidden_layers, "num_hidden_layers")?;
-        let vocab = need(d.vocab_size, "vocab_size")?;
-        let block_size = need(d.block_size, "block_size")?;
-        if kv_heads == 0 || heads % kv_heads != 0 || !head_dim.is_multiple_of(2) {
-            let msg = format!("{heads} attention heads over {kv_heads} KV heads of dim {head_dim}: heads must be a multiple of KV heads and head_dim even");
-            return Err(Error::source(dir, msg));
-        }
-        if !(2..=MAX_DEPTHS + 1).contains(&block_size) {
-            let msg = format!(
-                "block_size {block_size}: the replay handles 2..={} (up to {MAX_DEPTHS} proposals per round)",
-                MAX_DEPTHS + 1
-            );
-            return Err(Error::source(dir, msg));
-        }
-        let mask_id = c
-            .nested("dflash_config", "mask_token_id")
-            .or_else(|| c.get("mask_token_id"))
-            .and_then(Value::as_u64)
-            .ok_or_else(|| Error::source(dir, "config has no `dflash_config.mask_token_id`"))?;
-        if mask_id as usize >= vocab {
-            return Err(Error::source(
-                dir,
-                format!("mask_token_id {mask_id} is outside the vocab of {vocab}"),
-            ));
-        }
-        if let Some(Value::Array(types)) = c.get("layer_types") {
-            if let Some(t) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
-                return Err(Error::source(
-                    dir,
-                    format!("layer type {t}: the replay runs full-attention DFlash layers only"),
-                ));
-            }
-        }
-        // What vLLM reads for a block's attention (`qwen3_dflash.py`,
-        // `_resolve_layer_attention` / `_dflash_layer_causal`): `is_causal`, then
-        // `dflash_config.causal`, make the block causal; `dflash_config.use_swa` a sliding window.
-        // The replay runs the non-causal full-attention block of z-lab's drafts only.
-        let dc = c.get("dflash_config");
-        for (key, v) in [
-            ("is_causal", c.get("is_causal")),
-            ("dflash_config.causal", dc.and_then(|d| d.get("causal"))),
-            ("dflash_config.use_swa", dc.and_then(|d| d.get("use_swa"))),
-        ] {
-            if v.and_then(Value::as_bool) == Some(true) {
-                return Err(Error::source(
-                    dir,
-                    format!("`{key}` is true: the replay runs non-causal full-attention DFlash blocks only (what vLLM runs when it is false or absent)"),
-                ));
-            }
-        }
-        if c.get("attention_bias").and_then(Value::as_bool) == Some(true) {
-            return Err(Error::source(
-                dir,
-                "attention_bias = true: the replay runs bias-free DFlash layers only",
-            ));
-        }
-        let aux = det.aux_layers.as_ref().ok_or_else(|| {
-            Error::source(dir, "config has no `dflash_config.target_layer_ids`")
-                .with_hint("`kquant inspect` shows what the config holds")
-        })?;
-        let taps: Vec<usize> = aux
-            .hidden_states
-            .as_ref()
-            .ok_or_else(|| {
-                Error::source(
-                    dir,
-                    format!("the convention of `{}` {:?} is unknown", aux.key, aux.ids),
-                )
-                .with_hint("`kquant inspect` shows the draft's aux layers")
-            })?
-            .iter()
-            .map(|&i| usize::try_from(i).unwrap_or(usize::MAX))
-            .collect();
-        // The taps are the target's hidden states the drafter reads, once each, in order; a
-        // repeated or negative id, or a depth of 0, describes no target (#38, the extras).
-        if taps.is_empty() || taps.contains(&usize::MAX) || !taps.windows(2).all(|w| w[0] < w[1]) {
-            return Err(Error::source(
-                dir,
-                format!(
-                    "`{}` {:?} must name distinct layers in increasing order",
-                    aux.key, aux.ids
-                ),
-            )
-            .with_hint(
-                "each id is one target layer the drafter reads (`kquant inspect` shows them)",
-            ));
-        }
-        let target_layers = match c.get("num_target_layers") {
-            None | Some(Value::Null) => None,
-            Some(v) => match v.as_u64().and_then(|n| usize::try_from(n).ok()) {
-                Some(n) if n > 0 && n as u64 <= crate::checkpoint::detect::MAX_DIM => Some(n),
-                _ => {
-                    return Err(Error::source(
-                        dir,
-                        format!("`num_target_layers` is {v}: a target has at least one layer"),
-                    )
-                    .with_hint("give the target's layer count, or leave the key out"))
-                }
-            },
-        };
-        // Rotary table: plain, or YaRN (HF applies its attention factor to cos/sin; Qwen3
-        // attention keeps the 1/sqrt(head_dim) scale).
-        let theta = c
-            .get("rope_theta")
-            .or_else(|| c.get("rope_parameters").and_then(|r| r.get("rope_theta")))
-            .and_then(Value::as_f64)
-            .ok_or_else(|| Error::source(dir, "config has no `rope_theta`"))?;
-        let scaling = c
-            .get("rope_scaling")
-            .filter(|v| !v.is_null())
-            .or_else(|| c.get("rope_parameters"));
-        if let Some(t) = scaling
-            .and_then(|s| s.get("rope_type").or_else(|| s.get("type")))
-            .and_then(Value::as_str)
-            .filter(|t| !matches!(*t, "default" | "yarn"))
-        {
-            return Err(Error::source(
-                dir,
-                format!("rope type `{t}`: the replay handles default and yarn RoPE"),
-            ));
-        }
-        let (rope, _deepseek_softmax_mult) = Rope::from_config(head_dim, theta, scaling);
+        let sh = Shape::read(dir, &det.dims)?;
+        let (h, vocab, head_dim, n_layers) = (sh.h, sh.vocab, sh.head_dim, sh.n_layers);
+        let mask_id = mask_id(dir, c, vocab)?;
+        check_block_kind(dir, c)?;
+        let (aux, taps) = taps(dir, det)?;
+        let target_layers = target_layers(dir, c)?;
+        let rope = rope(dir, c, head_dim)?;
         let eps = c
             .get("rms_norm_eps")
             .and_then(Value::as_f64)
@@ -402,31 +486,12 @@ impl DFlash {
                 format!("holds more decoder layers than num_hidden_layers = {n_layers}"),
             ));
         }
-        let (qd, kvd) = (heads * head_dim, kv_heads * head_dim);
         let lin = LinearSet::new(exec);
         let vb = Loader::new(&lg, "DFlash draft").with_linears(&lin);
         let layers = (0..n_layers)
-            .map(|i| {
-                let (attn, l) = (
-                    vb.pp(format!("layers.{i}.self_attn")),
-                    vb.pp(format!("layers.{i}")),
-                );
-                Ok(Layer {
-                    q: attn.linear("q_proj.weight", qd, h)?,
-                    k: attn.linear("k_proj.weight", kvd, h)?,
-                    v: attn.linear("v_proj.weight", kvd, h)?,
-                    o: attn.linear("o_proj.weight", h, qd)?,
-                    q_norm: attn.get("q_norm.weight", &[head_dim])?,
-                    k_norm: attn.get("k_norm.weight", &[head_dim])?,
-                    input_norm: l.get("input_layernorm.weight", &[h])?,
-                    post_norm: l.get("post_attention_layernorm.weight", &[h])?,
-                    gate: l.linear("mlp.gate_proj.weight", inter, h)?,
-                    up: l.linear("mlp.up_proj.weight", inter, h)?,
-                    down: l.linear("mlp.down_proj.weight", h, inter)?,
-                })
-            })
+            .map(|i| load_layer(&vb, i, &sh))
             .collect::<Result<Vec<_>>>()?;
-        let fc = vb.linear(fc_n, h, taps.len() * ht)?;
+        let fc = vb.linear(fc_n, h, taps.len() * sh.ht)?;
         let (hidden_norm, norm) = (vb.get(hn_n, &[h])?, vb.get(norm_n, &[h])?);
         let lm_head = lin.load_as(
             &Logical::new(target.ck)?,
@@ -437,13 +502,13 @@ impl DFlash {
         )?;
         DFlash {
             h,
-            ht,
-            heads,
-            kv_heads,
+            ht: sh.ht,
+            heads: sh.heads,
+            kv_heads: sh.kv_heads,
             head_dim,
-            inter,
+            inter: sh.inter,
             vocab,
-            block_size,
+            block_size: sh.block_size,
             mask_id: mask_id as u32,
             eps,
             layer_ids: aux.ids.clone(),

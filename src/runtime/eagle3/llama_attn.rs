@@ -3,8 +3,7 @@
 //! over the whole head, softmax scale 1/√head_dim. Mirrors `Eagle3Llama.attn_qkv` in
 //! fixtures/gen/verify/common.py.
 
-use super::load::Source;
-use super::{Attention, Qkv};
+use super::source::Source;
 use crate::error::Result;
 use crate::runtime::linears::Linear;
 use crate::runtime::rope::Rope;
@@ -48,28 +47,15 @@ impl LlamaAttention {
             o: vb.linear("o_proj.weight", h, qd)?,
         })
     }
-}
 
-impl Attention for LlamaAttention {
-    fn llama(&self) -> Option<&LlamaAttention> {
-        Some(self)
-    }
-    fn heads(&self) -> usize {
-        self.heads
-    }
-    fn kv_heads(&self) -> usize {
-        self.kv_heads
-    }
-    fn qk_dim(&self) -> usize {
-        self.head_dim
-    }
-    fn v_dim(&self) -> usize {
-        self.head_dim
-    }
-    fn scale(&self) -> f32 {
-        1.0 / (self.head_dim as f32).sqrt()
-    }
-    fn qkv(&self, a: &[f32], n: usize, pos: &[usize]) -> Qkv {
+    /// q, k and v of the rows `a` (`[n, 2H]`) at RoPE positions `pos` (what the forward
+    /// asks of the attention).
+    pub(super) fn project(
+        &self,
+        a: &[f32],
+        n: usize,
+        pos: &[usize],
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let (qd, kvd) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
         let mut q = self.q.apply(a, n);
         let mut k = self.k.apply(a, n);
@@ -78,9 +64,6 @@ impl Attention for LlamaAttention {
             self.rope.apply_neox(&mut q[r * qd..(r + 1) * qd], p);
             self.rope.apply_neox(&mut k[r * kvd..(r + 1) * kvd], p);
         }
-        Qkv { q, k, v }
-    }
-    fn out(&self, o: &[f32], n: usize) -> Vec<f32> {
-        self.o.apply(o, n)
+        (q, k, v)
     }
 }

@@ -1,66 +1,21 @@
 //! Loading an EAGLE-3 draft (Llama-style or MLA): the dimensions detection found, the shared
 //! weights (fc, norms, MLP, lm_head, the embedding or the target's, d2t) and, through
-//! [`Source`], each attention variant's own projections. Tensors are read with the runtimes' one
+//! [`Source`], each attention variant's own projections (the variants' loaders read a
+//! [`Source`] and never call back here). Tensors are read with the runtimes' one
 //! loader ([`crate::runtime::weights::Loader`]); linears go through the draft's
 //! [`LinearSet`] hook.
 
-use std::path::Path;
-
-use super::{Attention, Eagle3, Embedding, LlamaAttention, MlaAttention, Weights};
-use crate::checkpoint::{Checkpoint, Config, Detection, Dims, Family};
+use super::attention::Attention;
+use super::llama_attn::LlamaAttention;
+use super::mla_attn::MlaAttention;
+use super::source::Source;
+use super::{Eagle3, Weights};
+use crate::checkpoint::{Checkpoint, Detection, Family};
 use crate::error::{Error, Result};
 use crate::quant::decode::Logical;
+use crate::runtime::embed::Embedding;
 use crate::runtime::linears::{Exec, LinearSet};
-use crate::runtime::rope::Rope;
 use crate::runtime::weights::Loader;
-
-/// What an attention variant's loader reads: the draft layer's tensors (`layer`, under the
-/// layer prefix), the dimensions detection found, and config.json.
-pub(super) struct Source<'s, 'a, 'c> {
-    pub layer: Loader<'a, 'c>,
-    pub dims: &'s Dims,
-    dir: &'s Path,
-    cfg: Option<&'s Config>,
-}
-
-impl Source<'_, '_, '_> {
-    pub fn err(&self, msg: String) -> Error {
-        Error::source(self.dir, msg)
-    }
-
-    /// Dimension `key` of the draft, which it must have.
-    pub fn need(&self, v: Option<u64>, key: &str) -> Result<usize> {
-        match v {
-            Some(0) => Err(self.err(format!("`{key}` is 0"))),
-            Some(x) => Ok(x as usize),
-            None => Err(self.err(format!("`{key}` unknown"))),
-        }
-    }
-
-    fn num(&self, key: &str) -> Option<f64> {
-        self.cfg.and_then(|c| c.get(key)).and_then(|v| v.as_f64())
-    }
-
-    /// The RoPE table over `dim` dims and the softmax multiplier ([`Rope::from_config`]) from
-    /// `rope_theta` and `rope_scaling` (or transformers 5's `rope_parameters`).
-    pub fn rope(&self, dim: usize) -> (Rope, f32) {
-        let params = self.cfg.and_then(|c| c.get("rope_parameters"));
-        let theta = self
-            .num("rope_theta")
-            .or_else(|| {
-                params
-                    .and_then(|r| r.get("rope_theta"))
-                    .and_then(|v| v.as_f64())
-            })
-            .unwrap_or(10000.0);
-        let scaling = self
-            .cfg
-            .and_then(|c| c.get("rope_scaling"))
-            .filter(|v| !v.is_null())
-            .or(params);
-        Rope::from_config(dim, theta, scaling)
-    }
-}
 
 impl Eagle3 {
     /// Load from a checkpoint detected as an EAGLE-3 draft (Llama-style or MLA). `target_embed`
@@ -134,77 +89,8 @@ impl Eagle3 {
         } else {
             None
         };
-        // The draft's own unquantized embedding stays in its mapped file (rows read on demand).
-        let mapped = match lg.module("embed_tokens.weight") {
-            None => Embedding::map(ck, "embed_tokens.weight", vocab, h)?,
-            Some(_) => None,
-        };
-        let embed = match (mapped, vb.has("embed_tokens.weight")) {
-            (Some(m), _) => m,
-            (None, true) => Embedding::Dense {
-                h,
-                v: vb.get("embed_tokens.weight", &[vocab, h])?,
-            },
-            (None, false) => Embedding::Dense {
-                h,
-                v: target_embed.ok_or_else(|| {
-                    Error::source(
-                        &ck.weights.dir,
-                        "the draft has no embed_tokens and no target embedding was given",
-                    )
-                    .with_hint(
-                        "pass --target-checkpoint (the target checkpoint) so its embedding can be used",
-                    )
-                })?,
-            },
-        };
-        if embed.numel() != vocab * h {
-            return Err(Error::Usage(format!(
-                "target embedding has {} values, the draft needs [{vocab}, {h}]",
-                embed.numel()
-            )));
-        }
-        let d2t = match ck.weights.tensor("d2t") {
-            Some(v) if v.shape() == [draft_vocab] => Some(match v.dtype() {
-                crate::io::Dtype::I64 => v
-                    .data
-                    .chunks_exact(8)
-                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-                    .collect(),
-                _ => v.to_f32().iter().map(|&x| x as i64).collect(),
-            }),
-            Some(v) => {
-                return Err(Error::Tensor {
-                    path: ck.weights.dir.clone(),
-                    tensor: "d2t".into(),
-                    msg: format!("shape {:?}, expected [{draft_vocab}]", v.shape()),
-                })
-            }
-            None => None,
-        };
-        // Every draft id must map into the target's vocabulary: a hostile offset would wrap to
-        // another token (#38, the extras), so the first one that does not is named.
-        if let Some(d) = &d2t {
-            let d: &Vec<i64> = d;
-            let bad = d.iter().enumerate().find(|&(i, &o)| {
-                (i as i64)
-                    .checked_add(o)
-                    .is_none_or(|t| t < 0 || t as u64 >= vocab as u64)
-            });
-            if let Some((i, o)) = bad {
-                return Err(Error::source(
-                    &ck.weights.dir,
-                    format!(
-                        "tensor `d2t`: draft id {i} + offset {o} is outside the target \
-                         vocabulary 0..{vocab}"
-                    ),
-                )
-                .with_hint(
-                    "`d2t` holds, per draft id, the offset to its target id; this draft's file \
-                     is damaged or not for this target (`kquant inspect --tensors` shows it)",
-                ));
-            }
-        }
+        let embed = embedding(ck, &lg, &vb, target_embed, vocab, h)?;
+        let d2t = d2t(ck, draft_vocab, vocab)?;
         let layer = &src.layer;
         let w = Weights {
             gate: layer.linear("mlp.gate_proj.weight", inter, h)?,
@@ -238,4 +124,93 @@ impl Eagle3 {
         e.place_step()?;
         Ok(e)
     }
+}
+
+/// The draft's embedding `[vocab, H]`: its own unquantized one stays in its mapped file (rows
+/// read on demand), else its own read whole, else the target's (`target_embed`).
+fn embedding(
+    ck: &Checkpoint,
+    lg: &Logical,
+    vb: &Loader,
+    target_embed: Option<Vec<f32>>,
+    vocab: usize,
+    h: usize,
+) -> Result<Embedding> {
+    let mapped = match lg.module("embed_tokens.weight") {
+        None => Embedding::map(ck, "embed_tokens.weight", vocab, h)?,
+        Some(_) => None,
+    };
+    let embed = match (mapped, vb.has("embed_tokens.weight")) {
+        (Some(m), _) => m,
+        (None, true) => Embedding::Dense {
+            h,
+            v: vb.get("embed_tokens.weight", &[vocab, h])?,
+        },
+        (None, false) => Embedding::Dense {
+            h,
+            v: target_embed.ok_or_else(|| {
+                Error::source(
+                    &ck.weights.dir,
+                    "the draft has no embed_tokens and no target embedding was given",
+                )
+                .with_hint(
+                    "pass --target-checkpoint (the target checkpoint) so its embedding can be used",
+                )
+            })?,
+        },
+    };
+    if embed.numel() != vocab * h {
+        return Err(Error::Usage(format!(
+            "target embedding has {} values, the draft needs [{vocab}, {h}]",
+            embed.numel()
+        )));
+    }
+    Ok(embed)
+}
+
+/// The draft id → target id offsets (`d2t`), when the draft has them, each checked to land in
+/// the target's vocabulary.
+fn d2t(ck: &Checkpoint, draft_vocab: usize, vocab: usize) -> Result<Option<Vec<i64>>> {
+    let d2t = match ck.weights.tensor("d2t") {
+        Some(v) if v.shape() == [draft_vocab] => Some(match v.dtype() {
+            crate::io::Dtype::I64 => v
+                .data
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+            _ => v.to_f32().iter().map(|&x| x as i64).collect(),
+        }),
+        Some(v) => {
+            return Err(Error::Tensor {
+                path: ck.weights.dir.clone(),
+                tensor: "d2t".into(),
+                msg: format!("shape {:?}, expected [{draft_vocab}]", v.shape()),
+            })
+        }
+        None => None,
+    };
+    // Every draft id must map into the target's vocabulary: a hostile offset would wrap to
+    // another token (#38, the extras), so the first one that does not is named.
+    if let Some(d) = &d2t {
+        let d: &Vec<i64> = d;
+        let bad = d.iter().enumerate().find(|&(i, &o)| {
+            (i as i64)
+                .checked_add(o)
+                .is_none_or(|t| t < 0 || t as u64 >= vocab as u64)
+        });
+        if let Some((i, o)) = bad {
+            return Err(Error::source(
+                &ck.weights.dir,
+                format!(
+                    "tensor `d2t`: draft id {i} + offset {o} is outside the target \
+                     vocabulary 0..{vocab}"
+                ),
+            )
+            .with_hint(
+                "`d2t` holds, per draft id, the offset to its target id; this draft's file \
+                 is damaged or not for this target (`kquant inspect --tensors` shows it)",
+            ));
+        }
+    }
+    Ok(d2t)
 }

@@ -7,8 +7,7 @@
 //! mscale(factor, mscale_all_dim)² / √(nope + rope). Mirrors `Eagle3MLA.attn_qkv` in
 //! fixtures/gen/verify/common.py.
 
-use super::load::Source;
-use super::{Attention, Qkv};
+use super::source::Source;
 use crate::error::Result;
 use crate::ops::rms_norm;
 use crate::runtime::linears::Linear;
@@ -92,28 +91,15 @@ impl MlaAttention {
             o: vb.linear("o_proj.weight", h, heads * v_dim)?,
         })
     }
-}
 
-impl Attention for MlaAttention {
-    fn mla(&self) -> Option<&MlaAttention> {
-        Some(self)
-    }
-    fn heads(&self) -> usize {
-        self.heads
-    }
-    fn kv_heads(&self) -> usize {
-        self.heads
-    }
-    fn qk_dim(&self) -> usize {
-        self.nope + self.rope_dim
-    }
-    fn v_dim(&self) -> usize {
-        self.v_dim
-    }
-    fn scale(&self) -> f32 {
-        self.softmax_scale
-    }
-    fn qkv(&self, a: &[f32], n: usize, pos: &[usize]) -> Qkv {
+    /// q, k and v of the rows `a` (`[n, 2H]`) at RoPE positions `pos` (what the forward
+    /// asks of the attention).
+    pub(super) fn project(
+        &self,
+        a: &[f32],
+        n: usize,
+        pos: &[usize],
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let (nh, nope, rd, vd) = (self.heads, self.nope, self.rope_dim, self.v_dim);
         let (dq, kvlr) = (nope + rd, self.kv_lora_rank);
         let mut q = match &self.q {
@@ -154,9 +140,6 @@ impl Attention for MlaAttention {
                 v[(r * nh + head) * vd..(r * nh + head + 1) * vd].copy_from_slice(&src[nope..]);
             }
         }
-        Qkv { q, k, v }
-    }
-    fn out(&self, o: &[f32], n: usize) -> Vec<f32> {
-        self.o.apply(o, n)
+        (q, k, v)
     }
 }

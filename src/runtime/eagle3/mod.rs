@@ -15,12 +15,15 @@
 //! (fc, the attention projections, gate/up/down, lm_head) goes through the hook in
 //! [`super::linears`], which can instead run the quantized ones on a device ([`Eagle3::load_on`]).
 
+mod attention;
 mod device;
 mod llama_attn;
 mod load;
 mod mla_attn;
+mod source;
 
 pub use super::embed::Embedding;
+pub use attention::{Attention, Qkv};
 pub use llama_attn::LlamaAttention;
 pub use mla_attn::MlaAttention;
 
@@ -28,40 +31,6 @@ use super::linears::{Linear, LinearSet};
 use crate::checkpoint::Family;
 use crate::ops::{rms_norm, silu, softmax, top2};
 use crate::runtime::matches::Matches;
-
-/// Projected attention inputs of `n` rows, RoPE applied: `q` `[n, heads · qk_dim]`,
-/// `k` `[n, kv_heads · qk_dim]`, `v` `[n, kv_heads · v_dim]` (heads contiguous in each row).
-pub struct Qkv {
-    pub q: Vec<f32>,
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
-}
-
-/// What differs between EAGLE-3 variants: how the 2H attention input becomes queries, keys and
-/// values, and how the attention output returns to H. Query head `i` reads key/value head
-/// `i / (heads / kv_heads)`.
-pub trait Attention: Send + Sync {
-    fn heads(&self) -> usize;
-    fn kv_heads(&self) -> usize;
-    /// Width of one query/key head.
-    fn qk_dim(&self) -> usize;
-    /// Width of one value head.
-    fn v_dim(&self) -> usize;
-    /// Multiplier of q·k before the softmax.
-    fn scale(&self) -> f32;
-    /// q/k/v of the rows `a` (`[n, 2H]`) at RoPE positions `pos`.
-    fn qkv(&self, a: &[f32], n: usize, pos: &[usize]) -> Qkv;
-    /// `o_proj` of the attention output `[n, heads · v_dim]`.
-    fn out(&self, o: &[f32], n: usize) -> Vec<f32>;
-    /// The Llama-style variant (its step can stay on a device: `device`).
-    fn llama(&self) -> Option<&LlamaAttention> {
-        None
-    }
-    /// The MLA variant (its step can stay on a device too).
-    fn mla(&self) -> Option<&MlaAttention> {
-        None
-    }
-}
 
 /// A loaded EAGLE-3 draft (Llama-style or MLA).
 pub struct Eagle3 {
@@ -145,7 +114,7 @@ fn still_accepted(live: &[usize], prev: &[u32], truth: impl Fn(usize) -> u32) ->
         .collect()
 }
 
-/// The proposal of a row a depth did not compute ([`Eagle3::depth_matches_accepted`]): no
+/// The proposal of a row a depth did not compute (`Feed::Accepted`): no
 /// token id, so it matches nothing.
 pub const NOT_COMPUTED: u32 = u32::MAX;
 
@@ -224,20 +193,12 @@ impl Eagle3 {
         self.matches_fed(x, feats, prompt_len, depths, Feed::Truth)
     }
 
-    /// [`Eagle3::depth_matches`] computing depth k of a root only where its depths < k all
-    /// matched: the leading-match counts (so the walk's accept length, the all-positions mean and
-    /// the conditional rates) are the full pass's exactly, at the cost of the accepted rows only;
-    /// the bits after a root's first miss are 0, so the unconditional rates cannot be read.
-    pub fn depth_matches_accepted(
-        &self,
-        x: &[u32],
-        feats: &[f32],
-        prompt_len: usize,
-        depths: usize,
-    ) -> Matches {
-        self.matches_fed(x, feats, prompt_len, depths, Feed::Accepted)
-    }
-
+    /// Depth matches over one sequence, each depth fed as `feed` says. With `Feed::Accepted`
+    /// ([`Drafter::matches_accepted`](super::Drafter::matches_accepted)) depth k of a root is
+    /// computed only where its depths < k all matched: the leading-match counts (so the walk's
+    /// accept length, the all-positions mean and the conditional rates) are the full pass's
+    /// exactly, at the cost of the accepted rows only; the bits after a root's first miss are
+    /// 0, so the unconditional rates cannot be read.
     fn matches_fed(
         &self,
         x: &[u32],
@@ -285,15 +246,7 @@ impl Eagle3 {
         let start = start.min(pairs);
         let n = pairs - start;
         if n == 0 {
-            return (0..depths)
-                .map(|_| DepthOut {
-                    logits: vec![],
-                    hidden: vec![],
-                    pred: vec![],
-                    second: vec![],
-                    margin: vec![],
-                })
-                .collect();
+            return (0..depths).map(|_| device::not_computed(0)).collect();
         }
         assert!(
             feats.len() >= pairs * 3 * self.ht,
@@ -359,13 +312,7 @@ impl Eagle3 {
             }
             let m = live.len();
             if m == 0 {
-                outs.push(DepthOut {
-                    logits: vec![],
-                    hidden: vec![],
-                    pred: vec![NOT_COMPUTED; n],
-                    second: vec![NOT_COMPUTED; n],
-                    margin: vec![f32::NAN; n],
-                });
+                outs.push(device::not_computed(n));
                 continue;
             }
             let attn = self.attend(&q, m, |r| {
@@ -381,54 +328,74 @@ impl Eagle3 {
                 kv
             });
             let g = self.finish(&attn, &res, m);
-            let normed = rms_norm(&g, h, &self.w.norm, self.eps);
-            // A calibration reads none of the lm_head's outputs (the teacher-forced depths are
-            // fed the trace's tokens, not the proposals): it records the lm_head's input when it
-            // quantizes the lm_head, and skips the product.
-            let collects = self.lin.collects(&self.w.lm_head.module);
-            if matches!(feed, Feed::Truth) && !keep_logits && collects.is_some() {
-                if collects == Some(true) {
-                    self.w.lm_head.observe_only(&normed);
-                }
-                res = if self.norm_output { normed } else { g.clone() };
-                outs.push(DepthOut {
-                    logits: vec![],
+            let (out, next) = self.depth_out(g, &live, n, feed, keep_logits);
+            res = next;
+            outs.push(out);
+        }
+        outs
+    }
+
+    /// Depth outputs from the layer output `g` (`[live.len(), H]`) of the rows `live` (of
+    /// `n`): the final norm, then the lm_head's proposal and runner-up per row (the logits
+    /// too with `keep_logits`; nothing where a calibration only records the lm_head's input);
+    /// and the residual the next depth is fed.
+    fn depth_out(
+        &self,
+        g: Vec<f32>,
+        live: &[usize],
+        n: usize,
+        feed: Feed,
+        keep_logits: bool,
+    ) -> (DepthOut, Vec<f32>) {
+        let (h, m) = (self.h, live.len());
+        let normed = rms_norm(&g, h, &self.w.norm, self.eps);
+        // A calibration reads none of the lm_head's outputs (the teacher-forced depths are
+        // fed the trace's tokens, not the proposals): it records the lm_head's input when it
+        // quantizes the lm_head, and skips the product.
+        let collects = self.lin.collects(&self.w.lm_head.module);
+        if matches!(feed, Feed::Truth) && !keep_logits && collects.is_some() {
+            if collects == Some(true) {
+                self.w.lm_head.observe_only(&normed);
+            }
+            let res = if self.norm_output { normed } else { g.clone() };
+            return (
+                DepthOut {
                     hidden: g,
-                    pred: vec![NOT_COMPUTED; n],
-                    second: vec![NOT_COMPUTED; n],
-                    margin: vec![f32::NAN; n],
-                });
-                continue;
+                    ..device::not_computed(n)
+                },
+                res,
+            );
+        }
+        // Pass A and the chain need only each row's argmax and runner-up; the logits are
+        // kept for the teacher-forced pass the tests compare with the reference.
+        let (logits, best) = if keep_logits {
+            let l = self.w.lm_head.apply(&normed, m);
+            let best = l.chunks(self.draft_vocab).map(top2).collect::<Vec<_>>();
+            (l, best)
+        } else {
+            (Vec::new(), self.w.lm_head.top2_rows(&normed, m))
+        };
+        let mut pred = vec![NOT_COMPUTED; n];
+        let mut second = vec![NOT_COMPUTED; n];
+        let mut margin = vec![f32::NAN; n];
+        for (&i, b) in live.iter().zip(best) {
+            pred[i] = self.to_target(b.best);
+            if b.second != usize::MAX {
+                second[i] = self.to_target(b.second);
+                margin[i] = b.margin;
             }
-            // Pass A and the chain need only each row's argmax and runner-up; the logits are
-            // kept for the teacher-forced pass the tests compare with the reference.
-            let (logits, best) = if keep_logits {
-                let l = self.w.lm_head.apply(&normed, m);
-                let best = l.chunks(self.draft_vocab).map(top2).collect::<Vec<_>>();
-                (l, best)
-            } else {
-                (Vec::new(), self.w.lm_head.top2_rows(&normed, m))
-            };
-            let mut pred = vec![NOT_COMPUTED; n];
-            let mut second = vec![NOT_COMPUTED; n];
-            let mut margin = vec![f32::NAN; n];
-            for (&i, b) in live.iter().zip(best) {
-                pred[i] = self.to_target(b.best);
-                if b.second != usize::MAX {
-                    second[i] = self.to_target(b.second);
-                    margin[i] = b.margin;
-                }
-            }
-            res = if self.norm_output { normed } else { g.clone() };
-            outs.push(DepthOut {
+        }
+        let res = if self.norm_output { normed } else { g.clone() };
+        (
+            DepthOut {
                 logits,
                 hidden: g,
                 pred,
                 second,
                 margin,
-            });
-        }
-        outs
+            },
+            res,
+        )
     }
 
     /// `cat(input_layernorm(emb), hidden_norm(hid))`, the `[n, 2H]` attention input.
@@ -521,7 +488,7 @@ impl super::Drafter for Eagle3 {
         steps: usize,
     ) -> Option<Matches> {
         let feats = self.feats(taps, x.len().saturating_sub(1));
-        Some(self.depth_matches_accepted(x, &feats, prompt_len, steps))
+        Some(self.matches_fed(x, &feats, prompt_len, steps, Feed::Accepted))
     }
     fn propose(&self, x: &[u32], taps: &[Vec<f32>], steps: usize) -> Vec<u32> {
         let pairs = x.len().saturating_sub(1);

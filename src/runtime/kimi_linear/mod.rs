@@ -144,28 +144,14 @@ pub type Session<'m> = lm::Session<'m, KimiLinear>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::argmax;
     use crate::runtime::deepseek::DECODE_REL_TOL;
-    use crate::runtime::FAST_REL_TOL;
+    use crate::runtime::lm::checks;
 
     const TARGET: &str = "fixtures/kimi-linear-tiny/target";
 
     fn tiny() -> KimiLinear {
         let ck = Checkpoint::open(&format!("{}/{TARGET}", env!("CARGO_MANIFEST_DIR"))).unwrap();
         KimiLinear::load(&ck).unwrap()
-    }
-
-    fn tokens(n: usize, vocab: usize) -> Vec<u32> {
-        (0..n as u32)
-            .map(|i| (i * 37 + 11) % vocab as u32)
-            .collect()
-    }
-
-    /// max |a − b| / max(1, max |a|).
-    fn rel(a: &[f32], b: &[f32]) -> f32 {
-        assert_eq!(a.len(), b.len());
-        let scale = a.iter().fold(1f32, |m, v| m.max(v.abs()));
-        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
     }
 
     fn kda_states(s: &Session) -> Vec<(Vec<f32>, Vec<f32>)> {
@@ -192,43 +178,13 @@ mod tests {
     #[test]
     fn fast_path_matches_the_reference() {
         let m = tiny();
-        let x = tokens(12, m.vocab);
-        let (f, r) = (m.forward(&x).unwrap(), m.forward_ref(&x).unwrap());
-        let d = rel(&r.logits, &f.logits);
-        eprintln!("fast vs reference: logits {d:.2e}");
-        assert!(d <= FAST_REL_TOL, "logits {d}");
-        assert_eq!(f.hidden_states.len(), m.num_layers + 1);
-        for (i, (a, b)) in r.hidden_states.iter().zip(&f.hidden_states).enumerate() {
-            let d = rel(a, b);
-            assert!(d <= FAST_REL_TOL, "hidden_states[{i}] {d}");
-        }
-        assert_eq!(f.router.len(), 3, "layers 1, 2, 3 are MoE");
-        for (a, b) in r.router.iter().zip(&f.router) {
-            assert_eq!(a.topk_idx, b.topk_idx);
-        }
+        checks::fast_path_matches_the_reference(&m, m.num_layers, 3, "layers 1, 2, 3 are MoE");
     }
 
     #[test]
     fn incremental_decode_carries_the_state_exactly() {
         let m = tiny();
-        let prompt = tokens(5, m.vocab);
-        let gen = m.greedy(&prompt, 8, &[]).unwrap();
-        assert_eq!(gen.len(), 8);
-        let all: Vec<u32> = prompt.iter().chain(&gen).copied().collect();
-        let f = m.forward(&all).unwrap();
-        let v = m.vocab;
-        let mut s = m.session();
-        let mut step = s.extend(&prompt).unwrap();
-        let mut worst = 0f32;
-        for (i, &t) in gen.iter().enumerate() {
-            let row = &f.logits[(prompt.len() - 1 + i) * v..(prompt.len() + i) * v];
-            worst = worst.max(rel(row, &step));
-            assert!(rel(row, &step) <= DECODE_REL_TOL, "position {i}");
-            assert_eq!(argmax(row) as u32, t, "greedy token {i}");
-            step = s.step(t).unwrap();
-        }
-        eprintln!("incremental decode vs full forward: logits {worst:.2e}");
-        assert_eq!(s.len(), all.len());
+        let (prompt, gen, all) = checks::incremental_decode_matches(&m, DECODE_REL_TOL);
         // The recurrent and conv states after a prompt fed at once, in two chunks, and one
         // token at a time are the same numbers: the recurrence runs token by token in each.
         let mut one = m.session();
@@ -245,23 +201,12 @@ mod tests {
         assert!(a.iter().all(|(_, s)| s.iter().any(|x| *x != 0.0)));
         assert_eq!(a, b, "prefill in two chunks");
         assert_eq!(a, c, "one token at a time");
-        // A stop token ends the continuation after it.
-        let first = gen[0];
-        assert_eq!(m.greedy(&prompt, 8, &[first]).unwrap(), vec![first]);
+        checks::a_stop_token_ends_greedy(&m, &prompt, &gen);
     }
 
     #[test]
     fn a_wrong_shape_names_the_tensor() {
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(TARGET);
-        let d = tempfile::tempdir().unwrap();
-        for e in std::fs::read_dir(&src).unwrap() {
-            let p = e.unwrap().path();
-            std::fs::copy(&p, d.path().join(p.file_name().unwrap())).unwrap();
-        }
-        let cfg = d.path().join("config.json");
-        let text = std::fs::read_to_string(&cfg).unwrap();
-        std::fs::write(&cfg, text.replace("\"head_dim\": 64", "\"head_dim\": 32")).unwrap();
-        let ck = Checkpoint::open(d.path().to_str().unwrap()).unwrap();
+        let (_d, ck) = checks::edited_fixture(TARGET, "\"head_dim\": 64", "\"head_dim\": 32");
         let e = KimiLinear::load(&ck).err().unwrap().to_string();
         assert!(
             e.contains("model.layers.0.self_attn.q_conv1d.weight")

@@ -10,7 +10,7 @@ use super::config::{KlConfig, Mixer};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::quant::decode::Logical;
-use crate::runtime::deepseek::weights::{attn, mlp, Attn, Ffn, Mlp, Moe};
+use crate::runtime::deepseek::weights::{self, attn, mlp, Attn, Ffn, Mlp, Moe};
 use crate::runtime::weights::Loader;
 
 /// One KDA layer's weights.
@@ -37,19 +37,10 @@ pub enum Mix {
     Mla(Attn),
 }
 
-pub struct Layer {
-    pub input_norm: Vec<f32>,
-    pub post_norm: Vec<f32>,
-    pub mix: Mix,
-    pub ffn: Ffn,
-}
+/// A Kimi-Linear layer: DeepSeek's, its mixer KDA or MLA.
+pub type Layer = weights::Layer<Mix>;
 
-pub struct Weights {
-    pub embed: Vec<f32>,
-    pub layers: Vec<Layer>,
-    pub norm: Vec<f32>,
-    pub lm_head: Vec<f32>,
-}
+pub type Weights = weights::Weights<Layer>;
 
 fn kda(vb: &Loader, c: &KlConfig) -> Result<KdaW> {
     let (h, w, d, nh, k) = (
