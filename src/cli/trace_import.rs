@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use crate::error::Result;
 use crate::escape::printable;
+use crate::target::profile;
 use crate::trace::import::{self, Coverage, Imported, Layout, Options, Request};
-use crate::verify::profile;
 
 /// The file format the hidden states are in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -117,7 +117,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         prompts: a.prompts,
         hidden_size: a.hidden_size,
         num_layers: a.num_layers,
-        target: prof.as_ref().map(profile::Profile::import_facts),
+        target: prof,
         force: a.force,
         dry_run: a.dry_run,
     };
@@ -138,7 +138,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         return Ok(ExitCode::SUCCESS);
     }
-    print_human(&o, &r, prof.as_ref().map(|p| p.name.as_str()), &families);
+    print_human(
+        &o,
+        &r,
+        req.target.as_ref().map(|p| p.name.as_str()),
+        &families,
+    );
     println!("next: {next}");
     Ok(ExitCode::SUCCESS)
 }
@@ -172,7 +177,7 @@ fn to_json(
             "peak_rss_bytes": crate::io::process::peak_rss(),
         },
         "coverage": families.iter().map(|c| serde_json::json!({
-            "family": c.family, "taps": c.taps, "missing": c.missing,
+            "family": c.family.id(), "taps": c.taps, "missing": c.missing,
         })).collect::<Vec<_>>(),
         "warnings": warnings,
         "next": next,
@@ -204,7 +209,7 @@ fn print_human(o: &Options, r: &Imported, target: Option<&str>, families: &[Cove
         return;
     };
     for c in families {
-        let (f, hs, missing) = (c.family, &c.taps, &c.missing);
+        let (f, hs, missing) = (c.family.id(), &c.taps, &c.missing);
         if missing.is_empty() {
             println!(
                 "  {f} drafts of {} (taps hs{hs:?}): covered",

@@ -22,8 +22,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::checkpoint::Family;
 use crate::error::{Error, Result};
 use crate::io::{Dtype, Shard};
+use crate::target::Profile;
 use crate::trace::file::{self, Entry, Manifest, SampleMeta, SampleSpec, TraceWriter};
 
 /// The tensor holding the stacked taps.
@@ -171,29 +173,6 @@ pub struct Options {
     pub dry_run: bool,
 }
 
-/// What a target profile says, as far as an import uses it (the CLI reads the profile,
-/// `verify::profile`, which sits above this module).
-#[derive(Debug, Clone)]
-pub struct TargetFacts {
-    pub name: String,
-    pub hf_id: Option<String>,
-    pub num_layers: Option<usize>,
-    pub hidden_size: Option<usize>,
-    pub vocab_size: Option<usize>,
-    /// Each draft family's default taps, in the profile's order.
-    pub families: Vec<FamilyTaps>,
-}
-
-/// The default taps of one draft family of a profile.
-#[derive(Debug, Clone)]
-pub struct FamilyTaps {
-    pub family: &'static str,
-    /// HF `hidden_states` indices.
-    pub hs: Vec<usize>,
-    /// The `--layer-ids` that capture them.
-    pub vllm_ids: Vec<usize>,
-}
-
 /// What the user asked `trace import` for: [`Options`] before the flags are checked against
 /// the target profile.
 #[derive(Debug, Clone)]
@@ -205,7 +184,8 @@ pub struct Request {
     pub prompts: Option<PathBuf>,
     pub hidden_size: Option<usize>,
     pub num_layers: Option<usize>,
-    pub target: Option<TargetFacts>,
+    /// The target profile (`--target`): the shape checked, the taps each family reads.
+    pub target: Option<Profile>,
     pub force: bool,
     pub dry_run: bool,
 }
@@ -235,7 +215,7 @@ impl Options {
         let num_layers = agree(
             "num-layers",
             req.num_layers,
-            t.and_then(|p| p.num_layers),
+            t.and_then(|p| p.num_layers.known().copied()),
             pname,
         )?
         .ok_or_else(|| {
@@ -246,7 +226,7 @@ impl Options {
         let hidden_size = agree(
             "hidden-size",
             req.hidden_size,
-            t.and_then(|p| p.hidden_size),
+            t.and_then(|p| p.hidden_size.known().copied()),
             pname,
         )?;
         let target = match t {
@@ -261,7 +241,7 @@ impl Options {
             prompts: req.prompts.clone(),
             hidden_size,
             num_layers,
-            vocab_size: t.and_then(|p| p.vocab_size),
+            vocab_size: t.and_then(|p| p.vocab_size.known().copied()),
             target,
             force: req.force,
             dry_run: req.dry_run,
@@ -272,7 +252,7 @@ impl Options {
 /// Whether an imported trace holds the taps a draft family of the target reads.
 #[derive(Debug, Clone)]
 pub struct Coverage {
-    pub family: &'static str,
+    pub family: Family,
     pub taps: Vec<usize>,
     /// Those of `taps` the trace lacks.
     pub missing: Vec<usize>,
@@ -281,15 +261,15 @@ pub struct Coverage {
 }
 
 /// Each draft family of the target against the taps imported (none without a profile).
-pub fn coverage(target: Option<&TargetFacts>, taps: &[usize]) -> Vec<Coverage> {
+pub fn coverage(target: Option<&Profile>, taps: &[usize]) -> Vec<Coverage> {
     target
         .iter()
-        .flat_map(|t| &t.families)
-        .map(|f| Coverage {
-            family: f.family,
+        .flat_map(|t| t.taps.known())
+        .map(|(family, f)| Coverage {
+            family,
             taps: f.hs.clone(),
             missing: f.hs.iter().copied().filter(|h| !taps.contains(h)).collect(),
-            vllm_ids: f.vllm_ids.clone(),
+            vllm_ids: f.vllm_ids(),
         })
         .collect()
 }
