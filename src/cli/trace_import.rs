@@ -121,7 +121,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         force: a.force,
         dry_run: a.dry_run,
     };
-    let o = Options::resolve(&req)?;
+    let o = Options::resolve(req)?;
     for w in &notes {
         eprintln!("warning: {w}");
     }
@@ -129,28 +129,23 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for w in &r.warnings {
         eprintln!("warning: {}", printable(w));
     }
-    let families = import::coverage(req.target.as_ref(), &r.taps);
-    let next = r.next_step(&o.out);
+    let families = import::coverage(o.asked.target.as_ref(), &r.taps);
+    let next = r.next_step(&o.asked.out);
     if a.json {
         let mut all_warnings = notes.clone();
         all_warnings.extend(r.warnings.iter().cloned());
-        let doc = to_json(&o, &r, &families, &all_warnings, &next);
+        let doc = to_json(&o.asked, &r, &families, &all_warnings, &next);
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         return Ok(ExitCode::SUCCESS);
     }
-    print_human(
-        &o,
-        &r,
-        req.target.as_ref().map(|p| p.name.as_str()),
-        &families,
-    );
+    print_human(&o.asked, &r, &families);
     println!("next: {next}");
     Ok(ExitCode::SUCCESS)
 }
 
 /// The `--json` document (`kquant.trace-import/1`).
 fn to_json(
-    o: &Options,
+    o: &Request,
     r: &Imported,
     families: &[Coverage],
     warnings: &[String],
@@ -185,8 +180,8 @@ fn to_json(
 }
 
 /// The summary: what was imported (or checked), and each draft family's coverage by the
-/// profile `target`.
-fn print_human(o: &Options, r: &Imported, target: Option<&str>, families: &[Coverage]) {
+/// target profile.
+fn print_human(o: &Request, r: &Imported, families: &[Coverage]) {
     if o.dry_run {
         println!("dry run: nothing written; all files, values and prompts check out");
     }
@@ -205,7 +200,7 @@ fn print_human(o: &Options, r: &Imported, target: Option<&str>, families: &[Cove
             .collect::<Vec<_>>()
             .join("/"),
     );
-    let Some(name) = target else {
+    let Some(name) = o.target.as_ref().map(|p| p.name.as_str()) else {
         return;
     };
     for c in families {
