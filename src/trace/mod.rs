@@ -7,7 +7,8 @@
 //! `prompt_sets` (the sets users already have: MT-Bench, Spec-Bench, SPEED-Bench, GSM8K,
 //! MATH-500, HumanEval, plain text or token ids).
 //!
-//! It knows nothing of drafts or gates: `crate::verify` replays what it holds.
+//! It knows nothing of drafts or gates: `crate::replay` replays what it holds, `crate::verify`
+//! gates it; what it checks against a target comes from `crate::target`.
 
 pub mod capture;
 pub mod file;
