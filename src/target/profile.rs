@@ -204,6 +204,41 @@ impl Profile {
                 ));
             }
         }
+        self.check_taps(path)?;
+        self.check_published(path)?;
+        self.check_layers(path)?;
+        let s = &self.sources;
+        for (what, v) in [
+            ("hf_id", &s.hf_id),
+            ("architecture", &s.architecture),
+            ("num_layers", &s.num_layers),
+            ("hidden_size", &s.hidden_size),
+            ("vocab_size", &s.vocab_size),
+        ] {
+            if v.trim().is_empty() {
+                return Err(bad(path, format!("sources.{what} is empty")));
+            }
+        }
+        if let Some(live) = &self.live {
+            for p in [&live.target, &live.prompts, &live.trace] {
+                let pp = Path::new(p);
+                if pp.is_absolute()
+                    || pp
+                        .components()
+                        .any(|c| c == std::path::Component::ParentDir)
+                {
+                    return Err(bad(
+                        path,
+                        format!("live path `{p}` must be relative to the repository root"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each family's taps: the count it reads, strictly ascending, within `hs[0..=L]`, sourced.
+    fn check_taps(&self, path: &Path) -> Result<()> {
         for (f, t) in self.taps.known() {
             if !taps::count_ok(&f, t.hs.len()) {
                 return Err(bad(path, format!("{} lists {} taps", f.id(), t.hs.len())));
@@ -226,6 +261,11 @@ impl Profile {
                 return Err(bad(path, format!("{} taps have no source", f.id())));
             }
         }
+        Ok(())
+    }
+
+    /// Each published accept length: a draft family, a number ≥ 1, a source.
+    fn check_published(&self, path: &Path) -> Result<()> {
         for p in &self.published_accept_lengths {
             if !FAMILIES.iter().any(|f| f.id() == p.family) {
                 return Err(bad(
@@ -258,6 +298,11 @@ impl Profile {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// A hybrid's layer pattern: each layer once, sourced.
+    fn check_layers(&self, path: &Path) -> Result<()> {
         if let Some(lp) = &self.layers {
             let mut all: Vec<usize> = lp.kda.iter().chain(&lp.mla).copied().collect();
             all.sort_unstable();
@@ -271,33 +316,6 @@ impl Profile {
             }
             if lp.source.trim().is_empty() {
                 return Err(bad(path, "layers has no source".into()));
-            }
-        }
-        let s = &self.sources;
-        for (what, v) in [
-            ("hf_id", &s.hf_id),
-            ("architecture", &s.architecture),
-            ("num_layers", &s.num_layers),
-            ("hidden_size", &s.hidden_size),
-            ("vocab_size", &s.vocab_size),
-        ] {
-            if v.trim().is_empty() {
-                return Err(bad(path, format!("sources.{what} is empty")));
-            }
-        }
-        if let Some(live) = &self.live {
-            for p in [&live.target, &live.prompts, &live.trace] {
-                let pp = Path::new(p);
-                if pp.is_absolute()
-                    || pp
-                        .components()
-                        .any(|c| c == std::path::Component::ParentDir)
-                {
-                    return Err(bad(
-                        path,
-                        format!("live path `{p}` must be relative to the repository root"),
-                    ));
-                }
             }
         }
         Ok(())
