@@ -13,7 +13,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::quant::input_amax::{FILE_KIND, SCHEMA};
 use crate::replay::walk::Walk;
-use crate::replay::{load_drafter, replay_matches, steps_for, AfterMiss};
+use crate::replay::{load_drafter, replay_each, steps_for, AfterMiss, Pass};
 use crate::runtime::linears::Exec;
 use crate::runtime::Drafter;
 use crate::trace::file::Trace;
@@ -100,7 +100,13 @@ impl Observer {
         let d = self.d.as_ref();
         let steps = steps_for(d, self.req.steps, &self.req.draft)?;
         d.linears().observe(true);
-        let walks = replay_matches(d, &self.trace, steps, AfterMiss::Run, self.limit, &|_| {})?;
+        let pass = Pass {
+            steps,
+            after_miss: AfterMiss::Run,
+            limit: self.limit,
+            progress: &|_| {},
+        };
+        let walks = replay_each(d, &self.trace, &pass, |w, _| w)?;
         d.linears().observe(false);
         let amax = d.linears().input_amax();
         if let Some((m, _)) = amax.iter().find(|(_, v)| !v.is_finite()) {
@@ -122,7 +128,7 @@ impl Observer {
             amax,
             samples: walks.len(),
             steps,
-            accept_length: Walk::sum(walks.iter().map(|(w, _)| w)).al_walk(),
+            accept_length: Walk::sum(&walks).al_walk(),
         })
     }
 }

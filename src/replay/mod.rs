@@ -28,6 +28,16 @@ pub enum AfterMiss {
     Skip,
 }
 
+/// How a replay runs: the draft tokens per step, what pass A does after a miss, the samples
+/// replayed (the first `limit`), and who hears of each sample's generated positions once it
+/// is replayed.
+pub struct Pass<'a> {
+    pub steps: usize,
+    pub after_miss: AfterMiss,
+    pub limit: usize,
+    pub progress: &'a dyn Fn(u64),
+}
+
 /// Pass A + pass B over every trace sample for one drafter; `progress` gets each sample's
 /// generated positions once it is replayed.
 pub fn replay(
@@ -37,12 +47,13 @@ pub fn replay(
     after_miss: AfterMiss,
     progress: &dyn Fn(u64),
 ) -> Result<Vec<Walk>> {
-    Ok(
-        replay_matches(d, trace, steps, after_miss, usize::MAX, progress)?
-            .into_iter()
-            .map(|(w, _)| w)
-            .collect(),
-    )
+    let pass = Pass {
+        steps,
+        after_miss,
+        limit: usize::MAX,
+        progress,
+    };
+    replay_each(d, trace, &pass, |w, _| w)
 }
 
 /// The draft tokens per step a replay of `d` uses: `asked`, or the draft's own default
@@ -91,22 +102,39 @@ pub fn replay_matches(
     limit: usize,
     progress: &dyn Fn(u64),
 ) -> Result<Vec<(Walk, Matches)>> {
+    let pass = Pass {
+        steps,
+        after_miss,
+        limit,
+        progress,
+    };
+    replay_each(d, trace, &pass, |w, m| (w, m))
+}
+
+/// Pass A + pass B over the samples `pass` names, what `keep` makes of each sample's walk and
+/// depth matches kept (one sample's matches at a time otherwise).
+pub fn replay_each<T>(
+    d: &dyn Drafter,
+    trace: &Trace,
+    pass: &Pass,
+    mut keep: impl FnMut(Walk, Matches) -> T,
+) -> Result<Vec<T>> {
     let mut samples = Vec::new();
-    for s in trace.manifest.samples.iter().take(limit) {
+    for s in trace.manifest.samples.iter().take(pass.limit) {
         let x = trace.tokens(s)?;
         let taps: Vec<Vec<f32>> = d
             .taps()
             .iter()
             .map(|&t| trace.tap(s, t))
             .collect::<Result<_>>()?;
-        let (m, skipped) = sample_matches(d, &x, &taps, s.prompt_len, steps, after_miss);
+        let (m, skipped) = sample_matches(d, &x, &taps, s.prompt_len, pass.steps, pass.after_miss);
         let mut w = walk_to(&m, s.stop());
         w.after_miss_skipped = skipped;
-        samples.push((w, m));
+        samples.push(keep(w, m));
         if let Some(e) = d.linears().take_error() {
             return Err(e);
         }
-        progress(s.gen_len as u64);
+        (pass.progress)(s.gen_len as u64);
     }
     Ok(samples)
 }
