@@ -17,8 +17,10 @@ pub mod ops;
 pub mod progress;
 pub mod quant;
 pub mod quantize;
+pub mod replay;
 pub mod runtime;
 pub mod synth;
+pub mod target;
 #[cfg(test)]
 mod test_rng;
 pub mod tokenizer;

@@ -774,7 +774,7 @@ fn tiny_engine(draft: &Path) -> Generator {
     )
     .unwrap();
     let target = Target::load(&tck).unwrap();
-    let d = kquant::verify::drafters::load_drafter(
+    let d = kquant::replay::load_drafter(
         &draft.to_string_lossy(),
         Some(&tck),
         &kquant::runtime::linears::Exec::F32,

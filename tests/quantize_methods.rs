@@ -32,9 +32,9 @@ fn quantize(out: &std::path::Path, scheme: &str, extra: &[&str]) -> std::process
 /// Module → diag(Σ x xᵀ) of its inputs over the trace, collected through the library (the
 /// unquantized draft replayed at every depth, as the stage does).
 fn input_moments() -> BTreeMap<String, Vec<f32>> {
+    use kquant::replay::{load_drafter, replay, AfterMiss};
     use kquant::runtime::hessian::HessianSet;
     use kquant::runtime::linears::Exec;
-    use kquant::verify::drafters::{load_drafter, replay, AfterMiss};
     let fix = root().join(FIX);
     let target =
         kquant::checkpoint::Checkpoint::open(fix.join("target").to_str().unwrap()).unwrap();

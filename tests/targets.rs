@@ -29,7 +29,7 @@ fn hs(v: &Value) -> Option<Vec<u64>> {
 #[test]
 fn every_profile_file_is_built_in_and_consistent() {
     let builtin =
-        common::assert_files_are_builtin("quant-configs/targets", kquant::verify::profile::BUILTIN);
+        common::assert_files_are_builtin("quant-configs/targets", kquant::target::profile::BUILTIN);
 
     let doc = targets_json(&[]);
     assert_eq!(doc["schema"], "kquant.targets/1");

@@ -57,10 +57,10 @@ use std::sync::Arc;
 
 use kquant::checkpoint::Checkpoint;
 use kquant::gpu::CpuEmu;
+use kquant::replay::load_drafter;
 use kquant::runtime::linears::Exec;
 use kquant::runtime::Drafter;
 use kquant::trace::file::Trace;
-use kquant::verify::drafters::load_drafter;
 use kquant::verify::walk::{walk, Matches, Walk};
 
 const DRAFT: &str = "fixtures/kimi-k2.5-tiny/eagle3";

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 
 use common::{kquant, read_json, root};
 use kquant::checkpoint::Checkpoint;
+use kquant::replay::load_drafter;
 use kquant::runtime::target::Target;
 use kquant::trace::file::Trace;
-use kquant::verify::drafters::load_drafter;
 use kquant::verify::sim::simulate;
 use kquant::verify::walk::walk;
 

@@ -1,5 +1,5 @@
 //! `kquant bench replay DRAFT`: the speed of the verify replay on the CPU. The draft is loaded
-//! the way `kquant verify` loads it (`verify::drafters::load_drafter`), then pass A (the
+//! the way `kquant verify` loads it (`replay::load_drafter`), then pass A (the
 //! teacher-forced depth matches) and pass B (the walk) run over a trace — a captured one, or a
 //! deterministic synthetic `kquant-trace/1` built for the draft's taps, hidden size and vocab
 //! (`trace::synthetic`) — timed by part: the load, the taps read, pass A, pass B; with the
@@ -14,12 +14,12 @@ use serde_json::{json, Value};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::ops::peak::Peak;
+use crate::replay::walk::{walk_to, Walk};
+use crate::replay::{load_drafter, sample_matches, steps_for, AfterMiss};
 pub use crate::runtime::linears::Step;
 use crate::runtime::Drafter;
 use crate::trace::file::Trace;
 use crate::trace::synthetic::{self, TraceShape};
-use crate::verify::drafters::{load_drafter, sample_matches, steps_for, AfterMiss};
-use crate::verify::walk::{walk_to, Walk};
 
 /// Default length of a synthetic sample.
 pub const SYNTHETIC_LEN: usize = 512;
@@ -280,7 +280,7 @@ fn replay(
 }
 
 /// Load the draft, make or open the trace, replay it (the replay of
-/// `verify::drafters::replay`, timed by part), then measure the FMA peak.
+/// `replay::replay`, timed by part), then measure the FMA peak.
 pub fn run(req: &Request) -> Result<Replay> {
     let ck = Checkpoint::open(&req.draft)?;
     let family = ck.detect()?.family.id().to_string();

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use crate::bench::replay::{self, Replay, Request, Step};
 use crate::cli::human_bytes;
 use crate::error::Result;
-use crate::verify::drafters::AfterMiss;
+use crate::replay::AfterMiss;
 
 /// Arguments of `kquant bench replay`.
 #[derive(Debug, clap::Args)]

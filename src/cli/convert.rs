@@ -93,7 +93,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         model_type: a.model_type.clone(),
         steps: a.steps,
         output: a.out.output.clone(),
-        known_targets: crate::verify::profile::builtin_shapes(),
+        known_targets: crate::target::profile::builtin_or_empty(),
         force: a.out.force,
     };
     let c = Conversion::prepare(&req)?;

@@ -36,7 +36,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let ck = Checkpoint::open(&a.src)?;
     let det = ck.detect()?;
     let mut engines = engines::support(&ck, &det);
-    let beside = engines::target::of_draft(&ck, &det, &crate::verify::profile::builtin_shapes());
+    let beside = engines::target::of_draft(&ck, &det, &crate::target::profile::builtin_or_empty());
     engines::with_target(&mut engines, beside.as_ref());
     let scheme = det
         .quantization

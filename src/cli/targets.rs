@@ -5,7 +5,8 @@
 use std::process::ExitCode;
 
 use crate::error::Result;
-use crate::verify::profile::{self, DraftFamily, Profile};
+use crate::target::profile::{self, Profile};
+use crate::target::taps::{FAMILIES, TAP_CONVENTION};
 
 /// Arguments of `kquant targets`.
 #[derive(Debug, clap::Args)]
@@ -51,21 +52,21 @@ fn show(p: &Profile) {
             lp.source
         ));
     }
-    for f in DraftFamily::ALL {
-        match p.taps.get(f) {
+    for f in FAMILIES {
+        match p.taps_of(&f) {
             Some(t) => {
                 let out = t
                     .output_of_layer_ids()
                     .map_or_else(|| "n/a (taps the embedding)".into(), |v| ids(&v));
                 say(format!(
                     "    {:<10} taps hs[{}]  vLLM ids {}  output-of-layer ids {}",
-                    f.name(),
+                    f.id(),
                     ids(&t.hs),
                     ids(&t.vllm_ids()),
                     out
                 ));
             }
-            None => say(format!("    {:<10} taps unknown", f.name())),
+            None => say(format!("    {:<10} taps unknown", f.id())),
         }
     }
     for a in &p.published_accept_lengths {
@@ -97,7 +98,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if a.json {
         let doc = serde_json::json!({
             "schema": "kquant.targets/1",
-            "tap_convention": profile::TAP_CONVENTION,
+            "tap_convention": TAP_CONVENTION,
             "targets": profiles,
         });
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));

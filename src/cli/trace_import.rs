@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use crate::error::Result;
 use crate::escape::printable;
+use crate::target::profile;
 use crate::trace::import::{self, Coverage, Imported, Layout, Options, Request};
-use crate::verify::profile;
 
 /// The file format the hidden states are in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -117,11 +117,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         prompts: a.prompts,
         hidden_size: a.hidden_size,
         num_layers: a.num_layers,
-        target: prof.as_ref().map(profile::Profile::import_facts),
+        target: prof,
         force: a.force,
         dry_run: a.dry_run,
     };
-    let o = Options::resolve(&req)?;
+    let o = Options::resolve(req)?;
     for w in &notes {
         eprintln!("warning: {w}");
     }
@@ -129,23 +129,23 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for w in &r.warnings {
         eprintln!("warning: {}", printable(w));
     }
-    let families = import::coverage(req.target.as_ref(), &r.taps);
-    let next = r.next_step(&o.out);
+    let families = import::coverage(o.asked.target.as_ref(), &r.taps);
+    let next = r.next_step(&o.asked.out);
     if a.json {
         let mut all_warnings = notes.clone();
         all_warnings.extend(r.warnings.iter().cloned());
-        let doc = to_json(&o, &r, &families, &all_warnings, &next);
+        let doc = to_json(&o.asked, &r, &families, &all_warnings, &next);
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         return Ok(ExitCode::SUCCESS);
     }
-    print_human(&o, &r, prof.as_ref().map(|p| p.name.as_str()), &families);
+    print_human(&o.asked, &r, &families);
     println!("next: {next}");
     Ok(ExitCode::SUCCESS)
 }
 
 /// The `--json` document (`kquant.trace-import/1`).
 fn to_json(
-    o: &Options,
+    o: &Request,
     r: &Imported,
     families: &[Coverage],
     warnings: &[String],
@@ -172,7 +172,7 @@ fn to_json(
             "peak_rss_bytes": crate::io::process::peak_rss(),
         },
         "coverage": families.iter().map(|c| serde_json::json!({
-            "family": c.family, "taps": c.taps, "missing": c.missing,
+            "family": c.family.id(), "taps": c.taps, "missing": c.missing,
         })).collect::<Vec<_>>(),
         "warnings": warnings,
         "next": next,
@@ -180,8 +180,8 @@ fn to_json(
 }
 
 /// The summary: what was imported (or checked), and each draft family's coverage by the
-/// profile `target`.
-fn print_human(o: &Options, r: &Imported, target: Option<&str>, families: &[Coverage]) {
+/// target profile.
+fn print_human(o: &Request, r: &Imported, families: &[Coverage]) {
     if o.dry_run {
         println!("dry run: nothing written; all files, values and prompts check out");
     }
@@ -200,11 +200,11 @@ fn print_human(o: &Options, r: &Imported, target: Option<&str>, families: &[Cove
             .collect::<Vec<_>>()
             .join("/"),
     );
-    let Some(name) = target else {
+    let Some(name) = o.target.as_ref().map(|p| p.name.as_str()) else {
         return;
     };
     for c in families {
-        let (f, hs, missing) = (c.family, &c.taps, &c.missing);
+        let (f, hs, missing) = (c.family.id(), &c.taps, &c.missing);
         if missing.is_empty() {
             println!(
                 "  {f} drafts of {} (taps hs{hs:?}): covered",

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use crate::cli::flags;
 use crate::engines::Engine;
 use crate::error::{Error, Result};
-use crate::verify::drafters::AfterMiss;
+use crate::replay::AfterMiss;
 use crate::verify::gate::GateOn;
 use crate::verify::live::measure;
 use crate::verify::offline;

@@ -130,7 +130,7 @@ pub fn plan(
     Ok(p)
 }
 
-/// Name the draft's target (`crate::engines::target::identify`: the `--target-checkpoint`'s
+/// Name the draft's target (`crate::target::shape::identify`: the `--target-checkpoint`'s
 /// architecture, else the built-in profile its shape matches) and warn where the engine
 /// written for cannot serve the draft's family beside it (`crate::engines::target::on_target`):
 /// the draft's layout is the same whatever the target, so the files are right either way, but
@@ -140,10 +140,11 @@ pub fn serving_target(
     ck: &Checkpoint,
     det: &Detection,
     target: Option<&Checkpoint>,
-    known: &[crate::engines::target::TargetShape],
+    known: &[crate::target::Profile],
     engine: DraftLayout,
 ) {
-    use crate::engines::target::{identify, on_target, Serves};
+    use crate::engines::target::{on_target, Serves};
+    use crate::target::shape::identify;
     let Some(named) = identify(ck, det, target, known) else {
         return;
     };

@@ -44,8 +44,8 @@ pub struct Request {
     /// The output directory (launch lines name it by its absolute path).
     pub output: PathBuf,
     /// The targets the draft's shape is matched against when no `target_checkpoint` names
-    /// one (the built-in profiles' shapes, `crate::verify::profile::builtin_shapes`).
-    pub known_targets: Vec<crate::engines::target::TargetShape>,
+    /// one (the built-in profiles' shapes, `crate::target::profile::builtin_or_empty`).
+    pub known_targets: Vec<crate::target::Profile>,
     /// Write a draft the engine does not load (its quantization; [`engine_refusal`]): with a
     /// warning and no launch line, instead of refusing.
     pub force: bool,

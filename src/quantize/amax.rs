@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::quant::input_amax::{FILE_KIND, SCHEMA};
+use crate::replay::walk::Walk;
+use crate::replay::{load_drafter, replay_each, steps_for, AfterMiss, Pass};
 use crate::runtime::linears::Exec;
 use crate::runtime::Drafter;
 use crate::trace::file::Trace;
-use crate::verify::drafters::{load_drafter, replay_first, steps_for, AfterMiss};
-use crate::verify::gate::micro_al;
 
 /// What `kquant calibrate` was asked for.
 #[derive(Debug, Clone)]
@@ -100,7 +100,13 @@ impl Observer {
         let d = self.d.as_ref();
         let steps = steps_for(d, self.req.steps, &self.req.draft)?;
         d.linears().observe(true);
-        let walks = replay_first(d, &self.trace, steps, AfterMiss::Run, self.limit, &|_| {})?;
+        let pass = Pass {
+            steps,
+            after_miss: AfterMiss::Run,
+            limit: self.limit,
+            progress: &|_| {},
+        };
+        let walks = replay_each(d, &self.trace, &pass, |w, _| w)?;
         d.linears().observe(false);
         let amax = d.linears().input_amax();
         if let Some((m, _)) = amax.iter().find(|(_, v)| !v.is_finite()) {
@@ -118,12 +124,11 @@ impl Observer {
                 hint: Some("raise --limit or use a trace with generated tokens".into()),
             });
         }
-        let all: Vec<_> = walks.iter().collect();
         Ok(Observed {
             amax,
             samples: walks.len(),
             steps,
-            accept_length: micro_al(&all),
+            accept_length: Walk::sum(&walks).al_walk(),
         })
     }
 }

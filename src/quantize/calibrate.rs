@@ -15,10 +15,10 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::quant::codec::IntGrid;
 use crate::quant::math::int4::Int4;
+use crate::replay::{load_drafter, replay, steps_for, AfterMiss};
 use crate::runtime::hessian::{Hessian, HessianSet};
 use crate::runtime::linears::Exec;
 use crate::trace::file::Trace;
-use crate::verify::drafters::{load_drafter, replay_first, AfterMiss};
 
 use super::plan::{non_finite, Action, Plan};
 
@@ -452,20 +452,13 @@ fn collect(
         Some(d.vocab()),
         &format!("draft `{src}`"),
     )?;
-    let steps = crate::verify::drafters::steps_for(d.as_ref(), cal.steps, src)?;
+    let steps = steps_for(d.as_ref(), cal.steps, src)?;
     d.linears().collect_hessians(if full {
         HessianSet::new(wanted)
     } else {
         HessianSet::diagonal(wanted)
     });
-    replay_first(
-        d.as_ref(),
-        trace,
-        steps,
-        AfterMiss::Run,
-        usize::MAX,
-        progress,
-    )?;
+    replay(d.as_ref(), trace, steps, AfterMiss::Run, progress)?;
     Ok((d.linears().take_hessians(), steps))
 }
 

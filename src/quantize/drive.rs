@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::plan::{non_finite, Action, Plan};
 use crate::checkpoint::Family;
+use crate::engines::target::{on_target, Serves};
 use crate::error::{Error, Result};
 use crate::io::manifest::FileEntry;
 use crate::io::writer::{WriteOptions, Writer};
@@ -17,6 +18,8 @@ use crate::quant::codec::{Encoded, StoredWeight};
 use crate::quant::format::Format;
 use crate::quant::registry::Scheme;
 use crate::quantize::schedule;
+use crate::target::profile::builtin_or_empty;
+use crate::target::shape::{candidates, one_architecture, DraftShape};
 
 /// The memory `quantize` aims to stay within (the target for the 6 GB draft).
 const MEMORY_TARGET: u64 = 896 << 20;
@@ -236,7 +239,7 @@ impl<'p> Job<'p> {
         // Kimi-Linear ones) are told apart by the taps their profiles give the draft's family.
         let target = crate::checkpoint::detect::detect(plan.ck)
             .ok()
-            .map(|d| crate::engines::target::DraftShape::of(plan.ck, &d));
+            .map(|d| DraftShape::of(plan.ck, &d));
         let next = next_steps(
             &self.family,
             plan.recipe.format(),
@@ -306,7 +309,7 @@ fn next_steps(
     scheme: Scheme,
     out: &Path,
     src: &str,
-    target: Option<&crate::engines::target::DraftShape>,
+    target: Option<&DraftShape>,
 ) -> Vec<String> {
     use crate::engines::{quantized, Engine, Loads};
     let kind = match family {
@@ -317,23 +320,11 @@ fn next_steps(
     let out = out.display();
     // The draft's target, where its shape names one architecture: an engine that cannot serve
     // the draft beside it is not suggested (`kquant inspect` gives it `no`).
-    let arch = target.and_then(|t| {
-        let shapes = crate::verify::profile::builtin_shapes();
-        let c = crate::engines::target::candidates(&shapes, t);
-        let a = c.first()?.architecture.clone()?;
-        c.iter()
-            .all(|s| s.architecture.as_deref() == Some(a.as_str()))
-            .then_some(a)
-    });
+    let arch = target.and_then(|t| one_architecture(&candidates(&builtin_or_empty(), t)));
     let mut v = Vec::new();
     for e in Engine::ALL {
-        let beside = arch
-            .as_deref()
-            .and_then(|a| crate::engines::target::on_target(family, a, e));
-        if beside
-            .as_ref()
-            .is_some_and(|b| b.serves == crate::engines::target::Serves::No)
-        {
+        let beside = arch.as_deref().and_then(|a| on_target(family, a, e));
+        if beside.as_ref().is_some_and(|b| b.serves == Serves::No) {
             continue;
         }
         if quantized::claim_for(format, scheme, e, family).is_some_and(|c| c.loads == Loads::Yes) {
@@ -360,16 +351,14 @@ fn next_steps(
 }
 
 /// The accept-length gate for a draft: the built-in profile of its target
-/// (`crate::engines::target::candidates`: hidden size, layer count, then the family's taps;
+/// ([`candidates`]: hidden size, layer count, then the family's taps;
 /// without `--trace` where kquant runs that target itself), else a target checkpoint to name.
-fn verify_step(out: &str, src: &str, t: Option<&crate::engines::target::DraftShape>) -> String {
-    let shapes = crate::verify::profile::builtin_shapes();
-    let matching = t
-        .map(|t| crate::engines::target::candidates(&shapes, t))
-        .unwrap_or_default();
+fn verify_step(out: &str, src: &str, t: Option<&DraftShape>) -> String {
+    let profiles = builtin_or_empty();
+    let matching = t.map(|t| candidates(&profiles, t)).unwrap_or_default();
     let gate = "(the accept-length gate; docs/verify.md)";
     match matching.as_slice() {
-        [p] if p.live => format!(
+        [p] if p.live.is_some() => format!(
             "kquant verify --target {} --draft {out} --baseline {src} {gate}",
             p.name
         ),
@@ -407,7 +396,7 @@ fn pending_budget(plan: &Plan) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engines::target::DraftShape;
+    use crate::target::shape::DraftShape;
 
     /// The gate `quantize` suggests: a live profile runs without a trace; a profile kquant does
     /// not run needs one, and a DFlash drafter there also its target's checkpoint (for the

@@ -16,7 +16,7 @@ use crate::io::writer::{TensorSpec, WriteOptions, Writer};
 use crate::io::{Dtype, Shard, TensorView};
 
 pub const FORMAT: &str = "kquant-trace/1";
-pub const TAP_CONVENTION: &str = "hf_output_hidden_states";
+pub use crate::target::taps::TAP_CONVENTION;
 
 /// One sample of the manifest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -7,7 +7,8 @@
 //! `crate::tokenizer` loads). The prompt sets a live verify sends are `crate::verify`'s
 //! (`verify::prompt_sets`).
 //!
-//! It knows nothing of drafts or gates: `crate::verify` replays what it holds.
+//! It knows nothing of drafts or gates: `crate::replay` replays what it holds, `crate::verify`
+//! gates it; what it checks against a target comes from `crate::target`.
 
 pub mod capture;
 pub mod file;

@@ -54,11 +54,7 @@ pub fn micro_al(samples: &[&Walk]) -> f64 {
 
 /// Micro-averaged accept length `on` over a set of samples.
 pub fn micro_al_on(samples: &[&Walk], on: GateOn) -> f64 {
-    let mut t = Walk::default();
-    for s in samples {
-        t.add(s);
-    }
-    on.of(&t)
+    on.of(&Walk::sum(samples.iter().copied()))
 }
 
 fn splitmix(x: &mut u64) -> u64 {
@@ -78,13 +74,7 @@ pub fn paired_delta(draft: &[Walk], baseline: &[Walk]) -> (f64, [f64; 2]) {
 /// prompts, the same resamples whichever accept length).
 pub fn paired_delta_on(draft: &[Walk], baseline: &[Walk], on: GateOn) -> (f64, [f64; 2]) {
     assert_eq!(draft.len(), baseline.len(), "paired samples");
-    let all = |w: &[Walk], idx: &[usize]| {
-        let mut t = Walk::default();
-        for &i in idx {
-            t.add(&w[i]);
-        }
-        on.of(&t)
-    };
+    let all = |w: &[Walk], idx: &[usize]| on.of(&Walk::sum(idx.iter().map(|&i| &w[i])));
     let n = draft.len();
     let idx: Vec<usize> = (0..n).collect();
     let delta = all(draft, &idx) - all(baseline, &idx);

@@ -1,25 +1,24 @@
 //! `verify`: accept length of a draft against a target, from a trace (`crate::trace`) or a
 //! target kquant can run, or live from a serving engine, with the regression gate.
 //!
-//! The replay and the gate: `offline` (an offline verify: request → plan → run), `drafters` (a draft loaded for its family and replayed over a
-//! trace), `walk` (leading matches to accept lengths, as the engines count them, and what
-//! near-ties can do), `ngram` (the prompt-lookup baseline), `sim` (the engine's greedy loop on
-//! a target kquant runs), `agreement` (two drafters' proposals position by position), `gate`
-//! (the paired ΔAL and its decision), `report` (table, JSON, JUnit), `profile` (what kquant
-//! knows of each target), `published` (the accept lengths the model cards quote).
+//! The gate over a replay (`crate::replay`: a draft loaded for its family and replayed over a
+//! trace, and `walk`, leading matches to accept lengths as the engines count them, re-exported
+//! here): `offline` (an offline verify: request → plan → run), `ngram` (the prompt-lookup
+//! baseline), `sim` (the engine's greedy loop on a target kquant runs), `agreement` (two
+//! drafters' proposals position by position), `gate` (the paired ΔAL and its decision),
+//! `report` (table, JSON, JUnit), `published` (the accept lengths the model cards quote, from
+//! the target profiles of `crate::target`).
 //!
 //! Live measurement: `live` (a serving engine's own per-request counts).
 
 pub mod agreement;
-pub mod drafters;
 pub mod gate;
 pub mod join;
 pub mod live;
 pub mod ngram;
 pub mod offline;
-pub mod profile;
 pub mod prompt_sets;
 pub mod published;
 pub mod report;
 pub mod sim;
-pub mod walk;
+pub use crate::replay::walk;

@@ -10,14 +10,14 @@ use serde_json::{json, Value};
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
+use crate::replay::{load_drafter, replay_matches, AfterMiss};
 use crate::runtime::linears::Exec;
 use crate::runtime::target::Target;
+use crate::target::profile::{self, Profile};
 use crate::trace::capture;
 use crate::trace::file::Trace;
-use crate::verify::drafters::{load_drafter, replay_matches, AfterMiss};
 use crate::verify::gate::{self, GateOn, Thresholds};
 use crate::verify::ngram;
-use crate::verify::profile::{self, Profile};
 use crate::verify::published::{self, Count};
 use crate::verify::report::{self, Run, Verdict};
 use crate::verify::walk::{walk_to, Ties, Walk};
@@ -450,7 +450,7 @@ pub fn run_draft(
     exec: &Exec,
 ) -> Result<(Run, usize)> {
     let d = load_drafter(spec, target, exec)?;
-    let steps = crate::verify::drafters::steps_for(d.as_ref(), steps, spec)?;
+    let steps = crate::replay::steps_for(d.as_ref(), steps, spec)?;
     if let Some(e) = another_targets_draft(spec, d.taps(), trace) {
         return Err(e);
     }
@@ -499,12 +499,7 @@ fn another_targets_draft(spec: &str, taps: &[usize], trace: &Trace) -> Option<Er
     let mut wanted = taps.to_vec();
     wanted.sort_unstable();
     let profiles = profile::builtin().ok()?;
-    let of = |p: &Profile, hs: &[usize]| {
-        profile::DraftFamily::ALL
-            .iter()
-            .find(|f| p.taps.get(**f).is_some_and(|t| t.hs == hs))
-            .map(|f| f.name())
-    };
+    let of = |p: &Profile, hs: &[usize]| p.taps.family_of(hs).map(|f| f.id());
     let (owner, family) = profiles
         .iter()
         .find_map(|p| of(p, &wanted).map(|f| (p, f)))?;

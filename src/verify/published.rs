@@ -6,8 +6,8 @@
 
 use serde::Serialize;
 
-use super::profile::Profile;
 use crate::error::{Error, Result};
+use crate::target::profile::Profile;
 use crate::verify::prompt_sets::SetFormat;
 
 /// One published figure and the measurement it is held against.
@@ -38,7 +38,7 @@ pub enum Count {
 
 impl Count {
     /// The count of a card figure: teacher-forced where its engine says so.
-    pub fn of(p: &super::profile::PublishedAl) -> Count {
+    pub fn of(p: &crate::target::profile::PublishedAl) -> Count {
         if p.engine.contains("teacher-forced") {
             Count::TeacherForced
         } else {
@@ -117,7 +117,7 @@ pub fn benchmark_of_file<'a>(
 /// Whether a served model name (`/v1/models` id, or `--model`) names `profile`'s target: its
 /// profile name or its Hugging Face repository's name, compared without case or punctuation
 /// (`moonshotai/Kimi-K2.6`, `kimi-k2.6`, `Kimi_K2.6-FP8` all name `kimi-k2.6`).
-pub fn names_target(served: &str, profile: &super::profile::Profile) -> bool {
+pub fn names_target(served: &str, profile: &crate::target::profile::Profile) -> bool {
     let s = key(served);
     let mut names = vec![key(&profile.name)];
     if let Some(h) = &profile.hf_id {
@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn cards_match_by_benchmark_and_category_whatever_their_spelling() {
-        let p = super::super::profile::load("kimi-k2.6").unwrap();
+        let p = crate::target::profile::load("kimi-k2.6").unwrap();
         let cats = vec![
             ("coding".to_string(), 2.80, 10),
             ("writing".to_string(), 2.50, 10),
@@ -288,7 +288,7 @@ mod tests {
         assert_eq!(c.len(), 3, "no card figure for the other categories");
         let e = checks(&p, "nvidia/Kimi-K2.6-Eagle3", "gsm8k", (3.0, 5), &[], 0.03).unwrap_err();
         assert!(e.hint().unwrap().contains("MT-Bench"), "{e}");
-        let k25 = super::super::profile::load("kimi-k2.5").unwrap();
+        let k25 = crate::target::profile::load("kimi-k2.5").unwrap();
         let c = checks(
             &k25,
             "lightseekorg/kimi-k2.5-eagle3-mla",

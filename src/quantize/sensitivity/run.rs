@@ -23,12 +23,12 @@ use crate::quantize::calibrate::{self, Calibration, Method};
 use crate::quantize::drive::Job;
 use crate::quantize::plan::{Action, Plan};
 use crate::quantize::{self as quantize, Recipe, Request as QuantizeRequest};
+use crate::replay::AfterMiss;
 use crate::runtime::linears::Exec;
+use crate::target::profile;
 use crate::trace::file::Trace;
-use crate::verify::drafters::AfterMiss;
 use crate::verify::gate::{self, Thresholds};
 use crate::verify::offline::{open_trace, run_draft, target_spec, TraceSource};
-use crate::verify::profile;
 use crate::verify::report::{agreement_of, Run};
 
 /// What a sensitivity run is asked: the flags, typed.

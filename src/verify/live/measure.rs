@@ -15,11 +15,12 @@ use super::engine::{Engine, Preflight, RequestOptions};
 use super::run::{self, MaxFailed, Measured, Outcome};
 use super::{protocol, resolve};
 use crate::error::{Error, Result};
+use crate::target::profile;
 use crate::verify::gate::{self, decide, Thresholds};
 use crate::verify::prompt_sets::{self, LivePrompt};
+use crate::verify::published;
 use crate::verify::report::{self, Run, Verdict};
 use crate::verify::walk::Walk;
-use crate::verify::{profile, published};
 
 /// What a live verify is asked: the flags, typed.
 #[derive(Debug, Clone)]

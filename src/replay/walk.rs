@@ -110,6 +110,14 @@ impl Walk {
         }
         s
     }
+    /// The walks summed (their micro-average's counts).
+    pub fn sum<'a>(walks: impl IntoIterator<Item = &'a Walk>) -> Walk {
+        let mut t = Walk::default();
+        for w in walks {
+            t.add(w);
+        }
+        t
+    }
     pub fn add(&mut self, o: &Walk) {
         self.after_miss_skipped |= o.after_miss_skipped;
         self.requests += o.requests;

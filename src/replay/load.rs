@@ -1,16 +1,13 @@
 //! Loading a draft for the replay with the runtime of its detected family (EAGLE-3 Llama or MLA,
 //! DFlash), with what it needs from the target checkpoint and its quantized linears placed on
-//! the `--device` ([`Exec`]), and running pass A + pass B over every sample of a trace.
+//! the `--device` ([`Exec`]).
 
 use crate::checkpoint::{Checkpoint, Family};
 use crate::error::{Error, Result};
 use crate::runtime::dflash::{DFlash, TargetHead};
 use crate::runtime::eagle3::Eagle3;
 use crate::runtime::linears::{Exec, LinearSet};
-use crate::runtime::matches::Matches;
 use crate::runtime::Drafter;
-use crate::trace::file::Trace;
-use crate::verify::walk::{walk_to, Walk};
 
 fn target_embed(ck: &Checkpoint) -> Result<Vec<f32>> {
     for n in [
@@ -128,111 +125,4 @@ pub fn placement_line(spec: &str, dev: &str, set: &LinearSet) -> String {
         );
     }
     line
-}
-
-/// What pass A computes after a root's first miss.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AfterMiss {
-    /// Every depth of every root, teacher-forced: every figure, the unconditional per-depth
-    /// rates and the simulated accept length included.
-    Run,
-    /// Depth k of a root only where its depths < k all matched (EAGLE-3 chains; a block
-    /// drafter computes a block at once): the walk's accept length, the all-positions mean and
-    /// the conditional rates exactly, not the unconditional rates.
-    Skip,
-}
-
-/// Pass A + pass B over every trace sample for one drafter; `progress` gets each sample's
-/// generated positions once it is replayed.
-pub fn replay(
-    d: &dyn Drafter,
-    trace: &Trace,
-    steps: usize,
-    after_miss: AfterMiss,
-    progress: &dyn Fn(u64),
-) -> Result<Vec<Walk>> {
-    replay_first(d, trace, steps, after_miss, usize::MAX, progress)
-}
-
-/// The draft tokens per step a replay of `d` uses: `asked`, or the draft's own default
-/// ([`Drafter::default_steps`]); more than a block drafter proposes is refused.
-pub fn steps_for(d: &dyn Drafter, asked: Option<usize>, spec: &str) -> Result<usize> {
-    let steps = asked.unwrap_or_else(|| d.default_steps());
-    match d.max_steps() {
-        Some(max) if steps > max => Err(Error::Flags {
-            msg: format!(
-                "--steps {steps}: draft `{}` proposes at most {max} tokens a step (its block_size {} less the root)",
-                crate::escape::printable(spec),
-                max + 1
-            ),
-            hint: format!(
-                "pass --steps 1..={max} (vLLM's num_speculative_tokens; SGLang's --speculative-num-draft-tokens − 1), or leave it out for {max}"
-            ),
-        }),
-        _ => Ok(steps),
-    }
-}
-
-/// Pass A of one sample: its depth matches, and whether the depths after a miss were skipped.
-pub fn sample_matches(
-    d: &dyn Drafter,
-    x: &[u32],
-    taps: &[Vec<f32>],
-    prompt_len: usize,
-    steps: usize,
-    after_miss: AfterMiss,
-) -> (Matches, bool) {
-    if after_miss == AfterMiss::Skip {
-        if let Some(m) = d.matches_accepted(x, taps, prompt_len, steps) {
-            return (m, true);
-        }
-    }
-    (d.matches(x, taps, prompt_len, steps), false)
-}
-
-/// [`replay`] over the first `limit` samples of the trace.
-pub fn replay_first(
-    d: &dyn Drafter,
-    trace: &Trace,
-    steps: usize,
-    after_miss: AfterMiss,
-    limit: usize,
-    progress: &dyn Fn(u64),
-) -> Result<Vec<Walk>> {
-    Ok(
-        replay_matches(d, trace, steps, after_miss, limit, progress)?
-            .into_iter()
-            .map(|(w, _)| w)
-            .collect(),
-    )
-}
-
-/// [`replay_first`], keeping each sample's depth matches (and proposals) beside its walk.
-pub fn replay_matches(
-    d: &dyn Drafter,
-    trace: &Trace,
-    steps: usize,
-    after_miss: AfterMiss,
-    limit: usize,
-    progress: &dyn Fn(u64),
-) -> Result<Vec<(Walk, Matches)>> {
-    let mut samples = Vec::new();
-    for s in trace.manifest.samples.iter().take(limit) {
-        let x = trace.tokens(s)?;
-        let taps: Vec<Vec<f32>> = d
-            .taps()
-            .iter()
-            .map(|&t| trace.tap(s, t))
-            .collect::<Result<_>>()?;
-        let (m, skipped) = sample_matches(d, &x, &taps, s.prompt_len, steps, after_miss);
-        let mut w = walk_to(&m, s.stop());
-        w.after_miss_skipped = skipped;
-        samples.push((w, m));
-        if let Some(e) = d.linears().take_error() {
-            return Err(e);
-        }
-        progress(s.gen_len as u64);
-    }
-    Ok(samples)
 }

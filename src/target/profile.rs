@@ -3,14 +3,17 @@
 //! the default taps of each draft family as HF `hidden_states` indices, the accept lengths the
 //! model cards publish (quoted exactly, with card, benchmark, engine and draft length), and,
 //! for a target kquant can run, where its live fixture lives. Facts nobody has checked are the
-//! string `"unknown"`, never a guess; `sources` cites where each known fact comes from.
+//! string `"unknown"` ([`Fact`]), never a guess; `sources` cites where each known fact comes
+//! from.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::fact::Fact;
+use super::taps::{self, TapSet, Taps, FAMILIES};
+use crate::checkpoint::Family;
 use crate::error::{Error, Result};
-use crate::trace::import::{FamilyTaps, TargetFacts};
 
 /// The profiles shipped in `quant-configs/targets/` (name, file contents).
 pub const BUILTIN: &[(&str, &str)] = &[
@@ -35,123 +38,6 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../quant-configs/targets/kimi-linear-tiny.json"),
     ),
 ];
-
-/// The tap convention of every profile (and of `kquant-trace/1`): `hs[0]` is the embedding
-/// output, `hs[i]` the output of block `i−1`, and `hs[L]` the last block's output *before* the
-/// final norm (transformers' own `hidden_states[L]` is after it).
-pub const TAP_CONVENTION: &str = crate::trace::file::TAP_CONVENTION;
-
-/// The marker of an unknown fact: the JSON string `"unknown"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Unknown {
-    #[serde(rename = "unknown")]
-    Unknown,
-}
-
-/// A fact that may be unknown: its value, or the string `"unknown"`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Fact<T> {
-    // First, so that the string "unknown" is never read as a known string.
-    Unknown(Unknown),
-    Known(T),
-}
-
-impl<T> Fact<T> {
-    /// The value, when known.
-    pub fn known(&self) -> Option<&T> {
-        match self {
-            Fact::Known(v) => Some(v),
-            Fact::Unknown(_) => None,
-        }
-    }
-}
-
-impl<T: std::fmt::Display> Fact<T> {
-    /// The value, or `unknown`.
-    pub fn show(&self) -> String {
-        self.known()
-            .map_or_else(|| "unknown".to_string(), ToString::to_string)
-    }
-}
-
-/// Draft families a profile lists taps for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DraftFamily {
-    Eagle3,
-    Eagle3Mla,
-    Dflash,
-}
-
-impl DraftFamily {
-    pub const ALL: [DraftFamily; 3] = [
-        DraftFamily::Eagle3,
-        DraftFamily::Eagle3Mla,
-        DraftFamily::Dflash,
-    ];
-
-    /// The name used in profiles and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            DraftFamily::Eagle3 => "eagle3",
-            DraftFamily::Eagle3Mla => "eagle3-mla",
-            DraftFamily::Dflash => "dflash",
-        }
-    }
-
-    /// Taps a draft of this family reads: EAGLE-3 always three, DFlash one per target layer id.
-    fn tap_count_ok(self, n: usize) -> bool {
-        match self {
-            DraftFamily::Eagle3 | DraftFamily::Eagle3Mla => n == 3,
-            DraftFamily::Dflash => n >= 1,
-        }
-    }
-}
-
-/// The default taps of one draft family.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TapSet {
-    /// HF `hidden_states` indices, ascending.
-    pub hs: Vec<usize>,
-    /// Where they come from.
-    pub source: String,
-}
-
-impl TapSet {
-    /// The ids to give vLLM's `eagle_aux_hidden_state_layer_ids` (and `kquant trace import
-    /// --layer-ids`) to capture these taps: vLLM's id k is `hs[k]`, so the same numbers.
-    pub fn vllm_ids(&self) -> Vec<usize> {
-        self.hs.clone()
-    }
-
-    /// The same taps as "output of layer k" ids (SpecForge, TorchSpec, DFlash `target_layer_ids`,
-    /// SGLang config ids before its +1): `hs[k+1]`. `None` when a tap is the embedding (`hs[0]`).
-    pub fn output_of_layer_ids(&self) -> Option<Vec<usize>> {
-        self.hs.iter().map(|&h| h.checked_sub(1)).collect()
-    }
-}
-
-/// Default taps per draft family.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Taps {
-    pub eagle3: Fact<TapSet>,
-    #[serde(rename = "eagle3-mla")]
-    pub eagle3_mla: Fact<TapSet>,
-    pub dflash: Fact<TapSet>,
-}
-
-impl Taps {
-    /// The taps of `f`, when known.
-    pub fn get(&self, f: DraftFamily) -> Option<&TapSet> {
-        match f {
-            DraftFamily::Eagle3 => self.eagle3.known(),
-            DraftFamily::Eagle3Mla => self.eagle3_mla.known(),
-            DraftFamily::Dflash => self.dflash.known(),
-        }
-    }
-}
 
 /// One published accept length, quoted exactly from its source.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -273,52 +159,9 @@ fn bad(path: &Path, msg: String) -> Error {
 }
 
 impl Profile {
-    /// What `trace import` checks against a profile (`trace` sits below this module and
-    /// cannot read one): the shape, and each draft family's default taps.
-    pub fn import_facts(&self) -> TargetFacts {
-        TargetFacts {
-            name: self.name.clone(),
-            hf_id: self.hf_id.clone(),
-            num_layers: self.num_layers.known().copied(),
-            hidden_size: self.hidden_size.known().copied(),
-            vocab_size: self.vocab_size.known().copied(),
-            families: DraftFamily::ALL
-                .iter()
-                .filter_map(|f| {
-                    let t = self.taps.get(*f)?;
-                    Some(FamilyTaps {
-                        family: f.name(),
-                        hs: t.hs.clone(),
-                        vllm_ids: t.vllm_ids(),
-                    })
-                })
-                .collect(),
-        }
-    }
-
-    /// What `convert` and `quantize` match a draft against (`crate::engines::target` sits
-    /// below this module and cannot read a profile): the shape, the architecture, each draft
-    /// family's default taps.
-    pub fn target_shape(&self) -> crate::engines::target::TargetShape {
-        use crate::checkpoint::Family;
-        crate::engines::target::TargetShape {
-            name: self.name.clone(),
-            architecture: self.architecture.known().cloned(),
-            num_layers: self.num_layers.known().copied(),
-            hidden_size: self.hidden_size.known().copied(),
-            taps: DraftFamily::ALL
-                .iter()
-                .filter_map(|f| {
-                    let fam = match f {
-                        DraftFamily::Eagle3 => Family::Eagle3,
-                        DraftFamily::Eagle3Mla => Family::Eagle3Mla,
-                        DraftFamily::Dflash => Family::Dflash,
-                    };
-                    Some((fam, self.taps.get(*f)?.hs.clone()))
-                })
-                .collect(),
-            live: self.live.is_some(),
-        }
+    /// The default taps of draft family `f`, when known.
+    pub fn taps_of(&self, f: &Family) -> Option<&TapSet> {
+        self.taps.get(f)
     }
 
     /// Check that the facts agree with each other: taps ascending, distinct and within
@@ -361,31 +204,70 @@ impl Profile {
                 ));
             }
         }
-        for f in DraftFamily::ALL {
-            let Some(t) = self.taps.get(f) else { continue };
-            if !f.tap_count_ok(t.hs.len()) {
-                return Err(bad(path, format!("{} lists {} taps", f.name(), t.hs.len())));
+        self.check_taps(path)?;
+        self.check_published(path)?;
+        self.check_layers(path)?;
+        let s = &self.sources;
+        for (what, v) in [
+            ("hf_id", &s.hf_id),
+            ("architecture", &s.architecture),
+            ("num_layers", &s.num_layers),
+            ("hidden_size", &s.hidden_size),
+            ("vocab_size", &s.vocab_size),
+        ] {
+            if v.trim().is_empty() {
+                return Err(bad(path, format!("sources.{what} is empty")));
+            }
+        }
+        if let Some(live) = &self.live {
+            for p in [&live.target, &live.prompts, &live.trace] {
+                let pp = Path::new(p);
+                if pp.is_absolute()
+                    || pp
+                        .components()
+                        .any(|c| c == std::path::Component::ParentDir)
+                {
+                    return Err(bad(
+                        path,
+                        format!("live path `{p}` must be relative to the repository root"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each family's taps: the count it reads, strictly ascending, within `hs[0..=L]`, sourced.
+    fn check_taps(&self, path: &Path) -> Result<()> {
+        for (f, t) in self.taps.known() {
+            if !taps::count_ok(&f, t.hs.len()) {
+                return Err(bad(path, format!("{} lists {} taps", f.id(), t.hs.len())));
             }
             if !t.hs.windows(2).all(|w| w[0] < w[1]) {
                 return Err(bad(
                     path,
-                    format!("{} taps {:?} are not strictly ascending", f.name(), t.hs),
+                    format!("{} taps {:?} are not strictly ascending", f.id(), t.hs),
                 ));
             }
             if let (Some(&l), Some(&top)) = (self.num_layers.known(), t.hs.last()) {
                 if top > l {
                     return Err(bad(path, format!(
                         "{} tap hs[{top}] is past the last hidden state hs[{l}] of a {l}-layer target",
-                        f.name()
+                        f.id()
                     )));
                 }
             }
             if t.source.trim().is_empty() {
-                return Err(bad(path, format!("{} taps have no source", f.name())));
+                return Err(bad(path, format!("{} taps have no source", f.id())));
             }
         }
+        Ok(())
+    }
+
+    /// Each published accept length: a draft family, a number ≥ 1, a source.
+    fn check_published(&self, path: &Path) -> Result<()> {
         for p in &self.published_accept_lengths {
-            if !DraftFamily::ALL.iter().any(|f| f.name() == p.family) {
+            if !FAMILIES.iter().any(|f| f.id() == p.family) {
                 return Err(bad(
                     path,
                     format!(
@@ -416,6 +298,11 @@ impl Profile {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// A hybrid's layer pattern: each layer once, sourced.
+    fn check_layers(&self, path: &Path) -> Result<()> {
         if let Some(lp) = &self.layers {
             let mut all: Vec<usize> = lp.kda.iter().chain(&lp.mla).copied().collect();
             all.sort_unstable();
@@ -431,33 +318,6 @@ impl Profile {
                 return Err(bad(path, "layers has no source".into()));
             }
         }
-        let s = &self.sources;
-        for (what, v) in [
-            ("hf_id", &s.hf_id),
-            ("architecture", &s.architecture),
-            ("num_layers", &s.num_layers),
-            ("hidden_size", &s.hidden_size),
-            ("vocab_size", &s.vocab_size),
-        ] {
-            if v.trim().is_empty() {
-                return Err(bad(path, format!("sources.{what} is empty")));
-            }
-        }
-        if let Some(live) = &self.live {
-            for p in [&live.target, &live.prompts, &live.trace] {
-                let pp = Path::new(p);
-                if pp.is_absolute()
-                    || pp
-                        .components()
-                        .any(|c| c == std::path::Component::ParentDir)
-                {
-                    return Err(bad(
-                        path,
-                        format!("live path `{p}` must be relative to the repository root"),
-                    ));
-                }
-            }
-        }
         Ok(())
     }
 }
@@ -471,21 +331,17 @@ pub fn parse(path: &Path, text: &str) -> Result<Profile> {
 }
 
 /// Every built-in profile, parsed.
-/// The built-in profiles' shapes ([`Profile::target_shape`]), for matching a draft to its
-/// target; none when they cannot be read.
-pub fn builtin_shapes() -> Vec<crate::engines::target::TargetShape> {
-    builtin()
-        .unwrap_or_default()
-        .iter()
-        .map(Profile::target_shape)
-        .collect()
-}
-
 pub fn builtin() -> Result<Vec<Profile>> {
     BUILTIN
         .iter()
         .map(|(name, text)| parse(&builtin_path(name), text))
         .collect()
+}
+
+/// The built-in profiles for matching a draft to its target (`super::shape`); none when they
+/// cannot be read.
+pub fn builtin_or_empty() -> Vec<Profile> {
+    builtin().unwrap_or_default()
 }
 
 fn builtin_path(name: &str) -> std::path::PathBuf {
@@ -524,21 +380,6 @@ mod tests {
         for (p, (name, _)) in builtin().unwrap().iter().zip(BUILTIN) {
             assert_eq!(&p.name, name);
         }
-    }
-
-    #[test]
-    fn unknown_is_a_marker_not_a_value() {
-        let f: Fact<String> = serde_json::from_str("\"unknown\"").unwrap();
-        assert_eq!(f.known(), None);
-        let f: Fact<String> = serde_json::from_str("\"Deepseek\"").unwrap();
-        assert_eq!(f.known().map(String::as_str), Some("Deepseek"));
-        let f: Fact<usize> = serde_json::from_str("61").unwrap();
-        assert_eq!(f.show(), "61");
-        assert!(serde_json::from_str::<Fact<usize>>("\"61\"").is_err());
-        assert_eq!(
-            serde_json::to_string(&Fact::<usize>::Unknown(Unknown::Unknown)).unwrap(),
-            "\"unknown\""
-        );
     }
 
     #[test]
@@ -592,10 +433,10 @@ mod tests {
     #[test]
     fn tap_views_follow_the_conventions() {
         let k = load("kimi-k2.5").unwrap();
-        let e = k.taps.get(DraftFamily::Eagle3).unwrap();
+        let e = k.taps_of(&Family::Eagle3).unwrap();
         assert_eq!(e.vllm_ids(), vec![2, 30, 58]);
         assert_eq!(e.output_of_layer_ids(), Some(vec![1, 29, 57]));
-        let d = k.taps.get(DraftFamily::Dflash).unwrap();
+        let d = k.taps_of(&Family::Dflash).unwrap();
         assert_eq!(d.output_of_layer_ids(), Some(vec![1, 12, 24, 35, 47, 58]));
     }
 }
