@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use super::report::{Doc, GroupDoc, Pick, Trial, SCHEMA};
 use super::{bias, candidates, groups, next_trial, Candidate, Group, MAX_GROUPS};
 use crate::checkpoint::detect::Family;
 use crate::checkpoint::Checkpoint;
@@ -69,7 +70,7 @@ pub struct Request {
 /// What the run measured, and the document `--json` prints.
 pub struct Outcome {
     /// The `kquant.sensitivity/1` document.
-    pub doc: Value,
+    pub doc: Doc,
     pub groups: Vec<Group>,
     /// Each group quantized alone, in `groups`' order.
     pub single: Vec<Measured>,
@@ -90,21 +91,7 @@ pub struct Outcome {
     pub loads_anywhere: bool,
 }
 
-/// One quantized variant, measured against the original.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Measured {
-    /// Groups left unquantized (besides `--exclude`).
-    pub excluded: Vec<String>,
-    /// Modules quantized.
-    pub quantized: usize,
-    pub bytes_after: u64,
-    pub accept_length: f64,
-    pub delta: f64,
-    pub ci95: [f64; 2],
-    pub agreement: Option<f64>,
-    pub agreement_per_depth: Vec<Option<f64>>,
-    pub passed: bool,
-}
+pub use super::report::Measured;
 
 /// How an existing `--write-preset` file is recognised as one kquant wrote.
 pub const PRESET: Kind = Kind::File {
@@ -389,7 +376,6 @@ pub fn run(a: &Request) -> Result<Outcome> {
         }
         p
     };
-    let method = serde_json::to_value(a.method).expect("method");
     let samples = trace.manifest.samples.len();
     let preset = picked
         .as_ref()
@@ -397,35 +383,49 @@ pub fn run(a: &Request) -> Result<Outcome> {
     let command = picked
         .as_ref()
         .map(|m| command_of(a, &recipe, &exclude_of(m), target_at.as_deref()));
-    let group_json: Vec<Value> = groups
-        .iter()
-        .zip(&single)
-        .map(|(g, m)| {
-            json!({"group": g.name, "modules": g.modules, "patterns": g.patterns, "bytes_before": g.bytes_before, "bytes_after": g.bytes_after, "measured": m})
-        })
-        .collect();
-    let doc = json!({
-        "schema": "kquant.sensitivity/1",
-        "draft": a.src,
-        "scheme": recipe.scheme(),
-        "format": recipe.format().name(),
-        "method": method,
-        "calibration": a.calibrate,
-        "trace": a.trace.as_ref().map_or("live capture".to_string(), |t| t.display().to_string()),
-        "samples": trace.manifest.samples.len(),
-        "steps": steps,
-        "exclude": base,
-        "baseline_accept_length": baseline_al,
-        "max_regression": a.thresholds.max_regression,
-        "every_group": every,
-        "groups": group_json,
-        "pick": a.pick.then(|| json!({
-            "trials": trials.iter().map(|(c, m)| json!({"predicted": c.predicted, "cost_bytes": c.cost, "measured": m})).collect::<Vec<_>>(),
-            "picked": picked,
-            "preset": preset,
-            "command": command,
-        })),
-    });
+    let doc = Doc {
+        schema: SCHEMA,
+        draft: a.src.clone(),
+        scheme: recipe.scheme(),
+        format: recipe.format().name(),
+        method: a.method,
+        calibration: a.calibrate.clone(),
+        trace: a
+            .trace
+            .as_ref()
+            .map_or("live capture".to_string(), |t| t.display().to_string()),
+        samples,
+        steps,
+        exclude: base.clone(),
+        baseline_accept_length: baseline_al,
+        max_regression: a.thresholds.max_regression,
+        every_group: every.clone(),
+        groups: groups
+            .iter()
+            .zip(&single)
+            .map(|(g, m)| GroupDoc {
+                group: g.name.clone(),
+                modules: g.modules.clone(),
+                patterns: g.patterns.clone(),
+                bytes_before: g.bytes_before,
+                bytes_after: g.bytes_after,
+                measured: m.clone(),
+            })
+            .collect(),
+        pick: a.pick.then(|| Pick {
+            trials: trials
+                .iter()
+                .map(|(c, m)| Trial {
+                    predicted: c.predicted,
+                    cost_bytes: c.cost,
+                    measured: m.clone(),
+                })
+                .collect(),
+            picked: picked.clone(),
+            preset: preset.clone(),
+            command: command.clone(),
+        }),
+    };
     Ok(Outcome {
         doc,
         scheme: recipe.scheme(),
