@@ -294,41 +294,7 @@ pub fn run(a: &Request) -> Result<Outcome> {
     };
     let recipe = quantize::resolve(&ck, &det, &a.src, &request)?;
     let plan = Plan::new(&ck, &recipe, false)?;
-    let modules: Vec<(String, u64, u64)> = plan
-        .rows
-        .iter()
-        .filter_map(|r| match &r.action {
-            Action::Quantize { module, .. } => {
-                Some((module.clone(), r.tensor.nbytes(), r.bytes_after()))
-            }
-            Action::Copy { .. } => None,
-        })
-        .collect();
-    if modules.is_empty() {
-        return Err(Error::Flags {
-            msg: format!(
-                "--scheme {} quantizes no module of `{}` under --exclude {:?}",
-                recipe.scheme(),
-                a.src,
-                base.join(",")
-            ),
-            hint:
-                "exclude fewer modules; `kquant quantize --dry-run` shows what a recipe quantizes"
-                    .into(),
-        });
-    }
-    let groups = groups(&modules);
-    if a.pick && groups.len() > MAX_GROUPS {
-        return Err(Error::Flags {
-            msg: format!(
-                "--pick searches the subsets of at most {MAX_GROUPS} module groups; `{}` has {}",
-                a.src,
-                groups.len()
-            ),
-            hint: "fix some with --exclude (they are then never quantized), or run without --pick"
-                .into(),
-        });
-    }
+    let groups = groups_of(a, &plan, &recipe, &base)?;
     let chosen = choose_codes(a, &plan, target_at.as_deref())?;
     let (baseline, steps) = run_draft(
         &a.src,
@@ -400,27 +366,9 @@ pub fn run(a: &Request) -> Result<Outcome> {
         baseline_accept_length: baseline_al,
         max_regression: a.thresholds.max_regression,
         every_group: every.clone(),
-        groups: groups
-            .iter()
-            .zip(&single)
-            .map(|(g, m)| GroupDoc {
-                group: g.name.clone(),
-                modules: g.modules.clone(),
-                patterns: g.patterns.clone(),
-                bytes_before: g.bytes_before,
-                bytes_after: g.bytes_after,
-                measured: m.clone(),
-            })
-            .collect(),
+        groups: group_docs(&groups, &single),
         pick: a.pick.then(|| Pick {
-            trials: trials
-                .iter()
-                .map(|(c, m)| Trial {
-                    predicted: c.predicted,
-                    cost_bytes: c.cost,
-                    measured: m.clone(),
-                })
-                .collect(),
+            trials: trial_docs(&trials),
             picked: picked.clone(),
             preset: preset.clone(),
             command: command.clone(),
@@ -441,6 +389,75 @@ pub fn run(a: &Request) -> Result<Outcome> {
         preset,
         command,
     })
+}
+
+/// The module groups of every module the recipe quantizes: refused when it quantizes none,
+/// or when `--pick` would search too many.
+fn groups_of(a: &Request, plan: &Plan, recipe: &Recipe, base: &[String]) -> Result<Vec<Group>> {
+    let modules: Vec<(String, u64, u64)> = plan
+        .rows
+        .iter()
+        .filter_map(|r| match &r.action {
+            Action::Quantize { module, .. } => {
+                Some((module.clone(), r.tensor.nbytes(), r.bytes_after()))
+            }
+            Action::Copy { .. } => None,
+        })
+        .collect();
+    if modules.is_empty() {
+        return Err(Error::Flags {
+            msg: format!(
+                "--scheme {} quantizes no module of `{}` under --exclude {:?}",
+                recipe.scheme(),
+                a.src,
+                base.join(",")
+            ),
+            hint:
+                "exclude fewer modules; `kquant quantize --dry-run` shows what a recipe quantizes"
+                    .into(),
+        });
+    }
+    let groups = groups(&modules);
+    if a.pick && groups.len() > MAX_GROUPS {
+        return Err(Error::Flags {
+            msg: format!(
+                "--pick searches the subsets of at most {MAX_GROUPS} module groups; `{}` has {}",
+                a.src,
+                groups.len()
+            ),
+            hint: "fix some with --exclude (they are then never quantized), or run without --pick"
+                .into(),
+        });
+    }
+    Ok(groups)
+}
+
+/// Each group quantized alone, as the document states it.
+fn group_docs(groups: &[Group], single: &[Measured]) -> Vec<GroupDoc> {
+    groups
+        .iter()
+        .zip(single)
+        .map(|(g, m)| GroupDoc {
+            group: g.name.clone(),
+            modules: g.modules.clone(),
+            patterns: g.patterns.clone(),
+            bytes_before: g.bytes_before,
+            bytes_after: g.bytes_after,
+            measured: m.clone(),
+        })
+        .collect()
+}
+
+/// The exclusion sets `--pick` measured, as the document states them.
+fn trial_docs(trials: &[(Candidate, Measured)]) -> Vec<Trial> {
+    trials
+        .iter()
+        .map(|(c, m)| Trial {
+            predicted: c.predicted,
+            cost_bytes: c.cost,
+            measured: m.clone(),
+        })
+        .collect()
 }
 
 /// The preset written may not be the preset read: refused before any measurement.

@@ -15,6 +15,7 @@ use super::{protocol, resolve};
 use crate::error::{Error, Result};
 use crate::trace::prompt_sets::{self, LivePrompt};
 use crate::verify::gate::{self, decide, Thresholds};
+use crate::verify::published::Count;
 use crate::verify::report::schema::{
     Failed, Finding, Live, LiveRequest, LiveSide, LiveTail, SameOutput, Tail,
 };
@@ -316,7 +317,7 @@ fn published_benchmark(
                     .into_iter()
                     .map(|c| (c, 0.0, 0))
                     .collect();
-                published::checks(p, name, bench, (0.0, 0), &cats, 0.0)?;
+                published::checks_of(Count::Walk, p, name, bench, (0.0, 0), &cats, 0.0)?;
             }
             Some(bench)
         }
@@ -382,7 +383,8 @@ fn published_floors(
                 .iter()
                 .map(|(c, (w, n))| (c.to_string(), w.al_walk(), *n))
                 .collect();
-            let cs = published::checks(
+            let cs = published::checks_of(
+                Count::Walk,
                 p,
                 name,
                 bench,
