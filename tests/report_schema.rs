@@ -239,7 +239,7 @@ fn live_reports_are_todays_byte_for_byte() {
         if r.path == "/v1/completions" {
             let mut c = calls.lock().unwrap();
             *c += 1;
-            if *c % 3 == 0 {
+            if (*c).is_multiple_of(3) {
                 return None;
             }
         }

@@ -218,7 +218,7 @@ impl Plan {
             near_ties = Some(doc);
             ties = (Some(d), b);
         }
-        rep.tail = Some(Tail::Offline(OfflineTail {
+        rep.tail = Some(Tail::Offline(Box::new(OfflineTail {
             published: checks,
             target: self.profile.as_ref().map(|p| p.name.clone()),
             trace: match &req.trace {
@@ -231,7 +231,7 @@ impl Plan {
             after_miss: req.after_miss,
             warnings: self.warnings.clone(),
             near_ties,
-        }));
+        })));
         rep.draft.requests = Some(per_request(trace, &draft, ties.0.as_ref()));
         if let (Some(b), Some(side)) = (&baseline, rep.baseline.as_mut()) {
             side.requests = Some(per_request(trace, b, ties.1.as_ref()));

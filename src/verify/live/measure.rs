@@ -607,7 +607,7 @@ pub fn run(a: &Request) -> Result<Verdict> {
     let published = published_floors(a, profile.as_ref(), bench, &d, &cats, &mut decision)?;
     // Drafts per step: the run's one K (the preflight's, else the first answer's).
     let k = draft.spec_tokens.unwrap_or(0) as usize;
-    let mut rep = report::build(&d, b.as_ref(), &cats, th, &decision, k);
+    let mut rep = report::build_on(&d, b.as_ref(), &cats, th, &decision, k, gate::GateOn::Walk);
     let same_output = baseline
         .as_ref()
         .map(|s| same_output(&draft, s, &both, &mut warnings));

@@ -136,26 +136,6 @@ fn stats(name: &str, w: &Walk) -> Stats {
 /// Below this many paired samples the bootstrap interval is said not to mean a 95 % interval.
 pub const MIN_CI_SAMPLES: usize = 20;
 
-/// Build the report, gated on the walked accept length. `categories[i]` is sample i's category.
-pub fn build(
-    draft: &Run,
-    baseline: Option<&Run>,
-    categories: &[String],
-    th: Thresholds,
-    decision: &Decision,
-    steps: usize,
-) -> Report {
-    build_on(
-        draft,
-        baseline,
-        categories,
-        th,
-        decision,
-        steps,
-        GateOn::Walk,
-    )
-}
-
 /// The runs a report is built over, and how the Δ of a set of samples is taken.
 struct Runs<'a> {
     draft: &'a Run,
@@ -239,7 +219,8 @@ fn interval_notes(
     notes
 }
 
-/// Build the report, gated on accept length `on` (`verify --gate-on`). Where the samples are
+/// Build the report, gated on accept length `on` (`verify --gate-on`; live verify gates on
+/// [`GateOn::Walk`]). `categories[i]` is sample i's category. Where the samples are
 /// teacher-forced (offline), the all-positions accept length is reported beside the walked one
 /// with a baseline's and its paired Δ and interval, overall and per category.
 pub fn build_on(

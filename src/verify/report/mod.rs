@@ -11,7 +11,7 @@ mod table;
 use crate::io::output::{self, Kind};
 use std::path::{Path, PathBuf};
 
-pub use build::{agreement_of, build, build_on, near_ties, Run, MIN_CI_SAMPLES};
+pub use build::{agreement_of, build_on, near_ties, Run, MIN_CI_SAMPLES};
 pub use junit::junit;
 pub use schema::Report;
 pub use table::table;

@@ -133,7 +133,7 @@ pub struct AllPositions {
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum Tail {
-    Offline(OfflineTail),
+    Offline(Box<OfflineTail>),
     Live(Box<LiveTail>),
 }
 
