@@ -21,7 +21,7 @@ const K: usize = 3;
 
 /// What one request generated: the tokens, and the drafts accepted at each verify step.
 #[derive(Clone, Debug)]
-struct Gen {
+pub(crate) struct Gen {
     tokens: Vec<u32>,
     accepted: Vec<usize>,
     /// Drafts the final step accepted beyond its cut at `max_tokens` or EOS: vLLM counts them
@@ -58,12 +58,12 @@ impl Gen {
     }
 }
 
-type Generator = Arc<dyn Fn(&[u32], usize) -> Gen + Send + Sync>;
+pub(crate) type Generator = Arc<dyn Fn(&[u32], usize) -> Gen + Send + Sync>;
 
 /// A deterministic acceptance pattern from the prompt (`bias` more per step, capped at K), the
 /// engine's schedule: a prefill token, then steps of n + 1 tokens, the last trimmed to
 /// `max_tokens`.
-fn scripted(bias: usize) -> Generator {
+pub(crate) fn scripted(bias: usize) -> Generator {
     Arc::new(move |prompt: &[u32], max_tokens: usize| {
         let mut h = prompt
             .iter()
@@ -102,14 +102,14 @@ fn prompt_ids(v: &Value) -> Vec<u32> {
         .collect()
 }
 
-fn max_tokens(v: &Value) -> usize {
+pub(crate) fn max_tokens(v: &Value) -> usize {
     v.get("max_tokens")
         .or_else(|| v.pointer("/sampling_params/max_new_tokens"))
         .and_then(Value::as_u64)
         .unwrap() as usize
 }
 
-fn text_of(g: &Gen) -> String {
+pub(crate) fn text_of(g: &Gen) -> String {
     g.tokens
         .iter()
         .map(|t| t.to_string())
@@ -118,7 +118,7 @@ fn text_of(g: &Gen) -> String {
 }
 
 /// `/v1/models` as each engine's `ModelCard` serialises it.
-fn models(owned_by: &str) -> Option<Response> {
+pub(crate) fn models(owned_by: &str) -> Option<Response> {
     Response::json(
         &json!({"object": "list", "data": [{"id": "kimi-k2.5-tiny", "object": "model",
         "created": 1764000000, "owned_by": owned_by, "root": "kimi-k2.5-tiny", "parent": null,
@@ -128,7 +128,7 @@ fn models(owned_by: &str) -> Option<Response> {
 
 /// vLLM 0.33.0 `/v1/completions` with `--per-request-spec-decode-metrics summary`
 /// (`CompletionResponse` + `metrics.speculative_decoding` from `RequestSpecDecodeMetrics.to_dict`).
-fn vllm_completion(g: &Gen, prompt_len: usize, per_request: bool) -> Value {
+pub(crate) fn vllm_completion(g: &Gen, prompt_len: usize, per_request: bool) -> Value {
     // vLLM counts the final step before its cut at max_tokens / EOS.
     let (r, a) = (g.steps(), g.acc_vllm());
     let mut v = json!({"id": "cmpl-7f3e", "object": "text_completion", "created": 1764000000,
@@ -177,29 +177,29 @@ vllm:spec_decode_num_accepted_tokens_total{{engine=\"0\",model_name=\"kimi-k2.5-
 
 /// What a scripted server does besides answering.
 #[derive(Clone)]
-struct Vllm {
-    version: &'static str,
-    per_request: bool,
-    gen: Generator,
+pub(crate) struct Vllm {
+    pub(crate) version: &'static str,
+    pub(crate) per_request: bool,
+    pub(crate) gen: Generator,
 }
 
 /// Counters and requests seen, shared with the test.
 #[derive(Default)]
-struct Seen {
+pub(crate) struct Seen {
     bodies: Vec<Value>,
     drafts: u64,
     accepted: u64,
     finished: u64,
 }
 
-fn vllm(cfg: Vllm) -> (Server, Arc<Mutex<Seen>>) {
+pub(crate) fn vllm(cfg: Vllm) -> (Server, Arc<Mutex<Seen>>) {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let s = seen.clone();
     let server = serve(move |r: &Request| vllm_answer(&cfg, &s, r));
     (server, seen)
 }
 
-fn vllm_answer(cfg: &Vllm, s: &Mutex<Seen>, r: &Request) -> Option<Response> {
+pub(crate) fn vllm_answer(cfg: &Vllm, s: &Mutex<Seen>, r: &Request) -> Option<Response> {
     match (r.method.as_str(), r.path.as_str()) {
         ("GET", "/v1/models") => models("vllm"),
         ("GET", "/version") => Response::json(&json!({"version": cfg.version})),
@@ -287,7 +287,7 @@ fn trtllm(gen: Generator) -> Server {
 }
 
 /// The first `n` held-out prompts of each category (token ids).
-fn prompts(dir: &Path, n: usize) -> PathBuf {
+pub(crate) fn prompts(dir: &Path, n: usize) -> PathBuf {
     let src = root().join("fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl");
     let mut seen = std::collections::HashMap::new();
     let lines: Vec<String> = std::fs::read_to_string(src)

@@ -38,6 +38,7 @@ mod presets;
 mod quantize_methods;
 mod quark_golden;
 mod readme;
+mod report_schema;
 mod schemes_doc;
 mod sensitivity;
 mod targets;

@@ -11,14 +11,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::Value;
-
 use crate::cli::{flags, human_bytes};
 use crate::error::Result;
 use crate::escape::printable;
 use crate::quant::format::Format;
 use crate::quant::registry::SCHEMES;
 use crate::quantize::calibrate::Method;
+use crate::quantize::sensitivity::report::Doc;
 use crate::quantize::sensitivity::{self, run::Measured, Group};
 
 /// Arguments of `kquant sensitivity`.
@@ -159,20 +158,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
 }
 
 /// The printed table: one row per group quantized alone, then every group together.
-fn table(
-    doc: &Value,
-    groups: &[Group],
-    single: &[Measured],
-    every: &Measured,
-    base: f64,
-) -> String {
+fn table(doc: &Doc, groups: &[Group], single: &[Measured], every: &Measured, base: f64) -> String {
     let mut s = format!(
         "sensitivity of {} ({} {}, method {}), {} samples, baseline AL {:.3}\n",
-        printable(doc["draft"].as_str().unwrap_or("")),
-        doc["scheme"].as_str().unwrap_or(""),
-        doc["format"].as_str().unwrap_or(""),
-        doc["method"].as_str().unwrap_or(""),
-        doc["samples"],
+        printable(&doc.draft),
+        doc.scheme,
+        doc.format,
+        doc.method_written(),
+        doc.samples,
         base
     );
     s += &format!(

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
@@ -19,6 +19,7 @@ use crate::trace::file::Trace;
 use crate::verify::gate::{self, GateOn, Thresholds};
 use crate::verify::ngram;
 use crate::verify::published::{self, Count};
+use crate::verify::report::schema::{OfflineRequest, OfflineTail, Tail};
 use crate::verify::report::{self, Run, Verdict};
 use crate::verify::walk::{walk_to, Ties, Walk};
 
@@ -206,32 +207,34 @@ impl Plan {
             _ => None,
         };
         let mut rep = report::build_on(&draft, baseline.as_ref(), &cats, th, &decision, depths, on);
-        if let Some(cs) = checks {
-            rep["published"] = json!(cs);
-        }
-        rep["target"] = json!(self.profile.as_ref().map(|p| p.name.clone()));
-        rep["trace"] = json!(match &req.trace {
-            Some(t) => t.display().to_string(),
-            None => "live capture".into(),
-        });
-        // The work cap, stated: what a figure over a capped trace stands for.
-        rep["limit_per_category"] = json!(req.limit_per_category);
-        rep["samples_replayed"] = json!(trace.manifest.samples.len());
-        rep["after_miss"] = json!(req.after_miss);
-        rep["warnings"] = json!(self.warnings);
         let mut ties = (None, None);
+        let mut near_ties = None;
         if let Some(tie) = req.near_ties {
             let stops: Vec<usize> = trace.manifest.samples.iter().map(|s| s.stop()).collect();
             let (doc, d, b) = report::near_ties(&draft, baseline.as_ref(), &stops, tie).ok_or_else(|| Error::Flags {
                 msg: "--near-ties: the replay kept no logit margins (an argmax reduced on the device, or a prompt-lookup baseline)".into(),
                 hint: "run the replay on --device cpu (the default), with a draft as --baseline".into(),
             })?;
-            rep["near_ties"] = doc;
+            near_ties = Some(doc);
             ties = (Some(d), b);
         }
-        rep["draft"]["requests"] = json!(per_request(trace, &draft, ties.0.as_ref()));
-        if let Some(b) = &baseline {
-            rep["baseline"]["requests"] = json!(per_request(trace, b, ties.1.as_ref()));
+        rep.tail = Some(Tail::Offline(Box::new(OfflineTail {
+            published: checks,
+            target: self.profile.as_ref().map(|p| p.name.clone()),
+            trace: match &req.trace {
+                Some(t) => t.display().to_string(),
+                None => "live capture".into(),
+            },
+            // The work cap, stated: what a figure over a capped trace stands for.
+            limit_per_category: req.limit_per_category,
+            samples_replayed: trace.manifest.samples.len(),
+            after_miss: req.after_miss,
+            warnings: self.warnings.clone(),
+            near_ties,
+        })));
+        rep.draft.requests = Some(per_request(trace, &draft, ties.0.as_ref()));
+        if let (Some(b), Some(side)) = (&baseline, rep.baseline.as_mut()) {
+            side.requests = Some(per_request(trace, b, ties.1.as_ref()));
         }
         let sources: Vec<PathBuf> = [Some(&req.draft), req.baseline.as_ref()]
             .into_iter()
@@ -331,7 +334,7 @@ fn prompt_lookup(trace: &Trace, depths: usize) -> Result<Run> {
 
 /// Each sample as an engine would report its request, to hold against the engine's own
 /// per-request figures (`verify --endpoint`'s `live.*.requests`).
-fn per_request(trace: &Trace, r: &Run, ties: Option<&Vec<Ties>>) -> Vec<Value> {
+fn per_request(trace: &Trace, r: &Run, ties: Option<&Vec<Ties>>) -> Vec<OfflineRequest> {
     trace
         .manifest
         .samples
@@ -339,20 +342,21 @@ fn per_request(trace: &Trace, r: &Run, ties: Option<&Vec<Ties>>) -> Vec<Value> {
         .zip(&r.samples)
         .enumerate()
         .map(|(i, (s, w))| {
-            let mut j = json!({"id": s.id, "category": s.category, "steps": w.rounds,
-                "committed": w.committed - w.rounds,
-                "accepted": (w.engine_unknown == 0).then(|| w.committed - w.rounds + w.engine_extra),
-                "accept_length": w.al_walk(), "accept_length_engine": w.al_engine(),
-                "tokens": s.stop() - s.prompt_len});
-            // The prompt file's own id, where it is not the sample's number (`verify-join`).
-            if let Some(name) = &s.prompt_id {
-                j["prompt_id"] = json!(name);
+            let t = ties.map(|t| &t[i]);
+            OfflineRequest {
+                id: s.id,
+                category: s.category.clone(),
+                steps: w.rounds,
+                committed: w.committed - w.rounds,
+                accepted: (w.engine_unknown == 0).then(|| w.committed - w.rounds + w.engine_extra),
+                accept_length: w.al_walk(),
+                accept_length_engine: w.al_engine(),
+                tokens: s.stop() - s.prompt_len,
+                // The prompt file's own id, where it is not the sample's number (`verify-join`).
+                prompt_id: s.prompt_id.clone(),
+                near_tie_steps: t.map(|t| t.steps),
+                steps_range: t.map(|t| [t.up.rounds, t.down.rounds]),
             }
-            if let Some(t) = ties.map(|t| &t[i]) {
-                j["near_tie_steps"] = json!(t.steps);
-                j["steps_range"] = json!([t.up.rounds, t.down.rounds]);
-            }
-            j
         })
         .collect()
 }

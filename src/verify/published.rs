@@ -138,31 +138,11 @@ fn is_whole(card: &str, bench: &str) -> bool {
             .is_some_and(|rest| rest.ends_with("subset") || rest.ends_with("split"))
 }
 
-/// The checks of `draft`'s figures in `profile` for benchmark `bench` (a [`benchmark_of`] key):
-/// `overall` (accept length, prompts) and each category's, live: the engine-walk figures only
-/// (a teacher-forced card figure is another count, held offline). An error when the profile
-/// quotes no such figure (the hint lists what it quotes).
-pub fn checks(
-    profile: &Profile,
-    draft: &str,
-    bench: &str,
-    overall: (f64, usize),
-    per_category: &[(String, f64, usize)],
-    max_regression: f64,
-) -> Result<Vec<Check>> {
-    checks_of(
-        Count::Walk,
-        profile,
-        draft,
-        bench,
-        overall,
-        per_category,
-        max_regression,
-    )
-}
-
-/// [`checks`] of the card figures of one count: `overall` and `per_category` are measurements
-/// of that count (offline, [`Count::TeacherForced`]: the all-positions AL).
+/// The checks of `draft`'s figures in `profile` for benchmark `bench` (a [`benchmark_of`] key)
+/// of one count: `overall` (accept length, prompts) and each category's, measurements of that
+/// count (live, [`Count::Walk`]: the engine-walk figures; offline, [`Count::TeacherForced`]:
+/// the all-positions AL; a card figure of the other count is held by the other). An error when
+/// the profile quotes no such figure (the hint lists what it quotes).
 pub fn checks_of(
     count: Count,
     profile: &Profile,
@@ -265,7 +245,8 @@ mod tests {
             ("coding".to_string(), 2.80, 10),
             ("writing".to_string(), 2.50, 10),
         ];
-        let c = checks(
+        let c = checks_of(
+            Count::Walk,
             &p,
             "nvidia/Kimi-K2.6-Eagle3",
             "mtbench",
@@ -286,10 +267,20 @@ mod tests {
         );
         assert!(by(Some("writing")).passed);
         assert_eq!(c.len(), 3, "no card figure for the other categories");
-        let e = checks(&p, "nvidia/Kimi-K2.6-Eagle3", "gsm8k", (3.0, 5), &[], 0.03).unwrap_err();
+        let e = checks_of(
+            Count::Walk,
+            &p,
+            "nvidia/Kimi-K2.6-Eagle3",
+            "gsm8k",
+            (3.0, 5),
+            &[],
+            0.03,
+        )
+        .unwrap_err();
         assert!(e.hint().unwrap().contains("MT-Bench"), "{e}");
         let k25 = crate::target::profile::load("kimi-k2.5").unwrap();
-        let c = checks(
+        let c = checks_of(
+            Count::Walk,
             &k25,
             "lightseekorg/kimi-k2.5-eagle3-mla",
             "math500",

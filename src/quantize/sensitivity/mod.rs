@@ -11,6 +11,7 @@
 //! name on its own (`fc`, `lm_head`, …). A fused family (q/k/v, gate/up) is never split, so a
 //! scheme whose per-tensor scale fused siblings share can run every variant.
 
+pub mod report;
 pub mod run;
 
 use serde::Serialize;

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use super::report::{Doc, GroupDoc, Pick, Trial, SCHEMA};
 use super::{bias, candidates, groups, next_trial, Candidate, Group, MAX_GROUPS};
 use crate::checkpoint::detect::Family;
 use crate::checkpoint::Checkpoint;
@@ -69,7 +70,7 @@ pub struct Request {
 /// What the run measured, and the document `--json` prints.
 pub struct Outcome {
     /// The `kquant.sensitivity/1` document.
-    pub doc: Value,
+    pub doc: Doc,
     pub groups: Vec<Group>,
     /// Each group quantized alone, in `groups`' order.
     pub single: Vec<Measured>,
@@ -90,21 +91,7 @@ pub struct Outcome {
     pub loads_anywhere: bool,
 }
 
-/// One quantized variant, measured against the original.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Measured {
-    /// Groups left unquantized (besides `--exclude`).
-    pub excluded: Vec<String>,
-    /// Modules quantized.
-    pub quantized: usize,
-    pub bytes_after: u64,
-    pub accept_length: f64,
-    pub delta: f64,
-    pub ci95: [f64; 2],
-    pub agreement: Option<f64>,
-    pub agreement_per_depth: Vec<Option<f64>>,
-    pub passed: bool,
-}
+pub use super::report::Measured;
 
 /// How an existing `--write-preset` file is recognised as one kquant wrote.
 pub const PRESET: Kind = Kind::File {
@@ -307,41 +294,7 @@ pub fn run(a: &Request) -> Result<Outcome> {
     };
     let recipe = quantize::resolve(&ck, &det, &a.src, &request)?;
     let plan = Plan::new(&ck, &recipe, false)?;
-    let modules: Vec<(String, u64, u64)> = plan
-        .rows
-        .iter()
-        .filter_map(|r| match &r.action {
-            Action::Quantize { module, .. } => {
-                Some((module.clone(), r.tensor.nbytes(), r.bytes_after()))
-            }
-            Action::Copy { .. } => None,
-        })
-        .collect();
-    if modules.is_empty() {
-        return Err(Error::Flags {
-            msg: format!(
-                "--scheme {} quantizes no module of `{}` under --exclude {:?}",
-                recipe.scheme(),
-                a.src,
-                base.join(",")
-            ),
-            hint:
-                "exclude fewer modules; `kquant quantize --dry-run` shows what a recipe quantizes"
-                    .into(),
-        });
-    }
-    let groups = groups(&modules);
-    if a.pick && groups.len() > MAX_GROUPS {
-        return Err(Error::Flags {
-            msg: format!(
-                "--pick searches the subsets of at most {MAX_GROUPS} module groups; `{}` has {}",
-                a.src,
-                groups.len()
-            ),
-            hint: "fix some with --exclude (they are then never quantized), or run without --pick"
-                .into(),
-        });
-    }
+    let groups = groups_of(a, &plan, &recipe, &base)?;
     let chosen = choose_codes(a, &plan, target_at.as_deref())?;
     let (baseline, steps) = run_draft(
         &a.src,
@@ -389,7 +342,6 @@ pub fn run(a: &Request) -> Result<Outcome> {
         }
         p
     };
-    let method = serde_json::to_value(a.method).expect("method");
     let samples = trace.manifest.samples.len();
     let preset = picked
         .as_ref()
@@ -397,35 +349,31 @@ pub fn run(a: &Request) -> Result<Outcome> {
     let command = picked
         .as_ref()
         .map(|m| command_of(a, &recipe, &exclude_of(m), target_at.as_deref()));
-    let group_json: Vec<Value> = groups
-        .iter()
-        .zip(&single)
-        .map(|(g, m)| {
-            json!({"group": g.name, "modules": g.modules, "patterns": g.patterns, "bytes_before": g.bytes_before, "bytes_after": g.bytes_after, "measured": m})
-        })
-        .collect();
-    let doc = json!({
-        "schema": "kquant.sensitivity/1",
-        "draft": a.src,
-        "scheme": recipe.scheme(),
-        "format": recipe.format().name(),
-        "method": method,
-        "calibration": a.calibrate,
-        "trace": a.trace.as_ref().map_or("live capture".to_string(), |t| t.display().to_string()),
-        "samples": trace.manifest.samples.len(),
-        "steps": steps,
-        "exclude": base,
-        "baseline_accept_length": baseline_al,
-        "max_regression": a.thresholds.max_regression,
-        "every_group": every,
-        "groups": group_json,
-        "pick": a.pick.then(|| json!({
-            "trials": trials.iter().map(|(c, m)| json!({"predicted": c.predicted, "cost_bytes": c.cost, "measured": m})).collect::<Vec<_>>(),
-            "picked": picked,
-            "preset": preset,
-            "command": command,
-        })),
-    });
+    let doc = Doc {
+        schema: SCHEMA,
+        draft: a.src.clone(),
+        scheme: recipe.scheme(),
+        format: recipe.format().name(),
+        method: a.method,
+        calibration: a.calibrate.clone(),
+        trace: a
+            .trace
+            .as_ref()
+            .map_or("live capture".to_string(), |t| t.display().to_string()),
+        samples,
+        steps,
+        exclude: base.clone(),
+        baseline_accept_length: baseline_al,
+        max_regression: a.thresholds.max_regression,
+        every_group: every.clone(),
+        groups: group_docs(&groups, &single),
+        pick: a.pick.then(|| Pick {
+            trials: trial_docs(&trials),
+            picked: picked.clone(),
+            preset: preset.clone(),
+            command: command.clone(),
+        }),
+    };
     Ok(Outcome {
         doc,
         scheme: recipe.scheme(),
@@ -441,6 +389,75 @@ pub fn run(a: &Request) -> Result<Outcome> {
         preset,
         command,
     })
+}
+
+/// The module groups of every module the recipe quantizes: refused when it quantizes none,
+/// or when `--pick` would search too many.
+fn groups_of(a: &Request, plan: &Plan, recipe: &Recipe, base: &[String]) -> Result<Vec<Group>> {
+    let modules: Vec<(String, u64, u64)> = plan
+        .rows
+        .iter()
+        .filter_map(|r| match &r.action {
+            Action::Quantize { module, .. } => {
+                Some((module.clone(), r.tensor.nbytes(), r.bytes_after()))
+            }
+            Action::Copy { .. } => None,
+        })
+        .collect();
+    if modules.is_empty() {
+        return Err(Error::Flags {
+            msg: format!(
+                "--scheme {} quantizes no module of `{}` under --exclude {:?}",
+                recipe.scheme(),
+                a.src,
+                base.join(",")
+            ),
+            hint:
+                "exclude fewer modules; `kquant quantize --dry-run` shows what a recipe quantizes"
+                    .into(),
+        });
+    }
+    let groups = groups(&modules);
+    if a.pick && groups.len() > MAX_GROUPS {
+        return Err(Error::Flags {
+            msg: format!(
+                "--pick searches the subsets of at most {MAX_GROUPS} module groups; `{}` has {}",
+                a.src,
+                groups.len()
+            ),
+            hint: "fix some with --exclude (they are then never quantized), or run without --pick"
+                .into(),
+        });
+    }
+    Ok(groups)
+}
+
+/// Each group quantized alone, as the document states it.
+fn group_docs(groups: &[Group], single: &[Measured]) -> Vec<GroupDoc> {
+    groups
+        .iter()
+        .zip(single)
+        .map(|(g, m)| GroupDoc {
+            group: g.name.clone(),
+            modules: g.modules.clone(),
+            patterns: g.patterns.clone(),
+            bytes_before: g.bytes_before,
+            bytes_after: g.bytes_after,
+            measured: m.clone(),
+        })
+        .collect()
+}
+
+/// The exclusion sets `--pick` measured, as the document states them.
+fn trial_docs(trials: &[(Candidate, Measured)]) -> Vec<Trial> {
+    trials
+        .iter()
+        .map(|(c, m)| Trial {
+            predicted: c.predicted,
+            cost_bytes: c.cost,
+            measured: m.clone(),
+        })
+        .collect()
 }
 
 /// The preset written may not be the preset read: refused before any measurement.

@@ -204,6 +204,22 @@ pub(crate) struct OpenAi<'a> {
     pub choice: &'a Value,
 }
 
+impl OpenAi<'_> {
+    /// The reply of an engine whose response carries no more than these fields and its
+    /// per-request acceptance `spec` (no drafts per step, no token ids).
+    pub fn reply(self, spec: Option<(Spec, &'static str)>) -> Reply {
+        Reply {
+            completion_tokens: self.completion,
+            finish_reason: self.finish,
+            spec,
+            output: self.output,
+            num_spec_tokens: None,
+            token_ids: None,
+            model: self.model,
+        }
+    }
+}
+
 /// Read the [`OpenAi`] fields of a response.
 pub(crate) fn openai_reply(v: &Value) -> std::result::Result<OpenAi<'_>, String> {
     let choice = v

@@ -8,8 +8,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::{json, Value};
-
 use super::client::Client;
 use super::engine::{Engine, Preflight, RequestOptions};
 use super::run::{self, MaxFailed, Measured, Outcome};
@@ -18,7 +16,10 @@ use crate::error::{Error, Result};
 use crate::target::profile;
 use crate::verify::gate::{self, decide, Thresholds};
 use crate::verify::prompt_sets::{self, LivePrompt};
-use crate::verify::published;
+use crate::verify::published::{self, Count};
+use crate::verify::report::schema::{
+    Failed, Finding, Live, LiveRequest, LiveSide, LiveTail, SameOutput, Tail,
+};
 use crate::verify::report::{self, Run, Verdict};
 use crate::verify::walk::Walk;
 
@@ -168,7 +169,8 @@ fn measure(k: Connected, a: &Request, prompts: &[LivePrompt], what: &str) -> Res
     })
 }
 
-fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
+/// A deployment's run as the report states it.
+fn side_doc(s: &Side, prompts: &[LivePrompt]) -> LiveSide {
     let mut sources: Vec<String> = s
         .outcomes
         .iter()
@@ -176,18 +178,21 @@ fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
         .collect();
     sources.sort();
     sources.dedup();
-    let failed: Vec<Value> = s
+    let failed: Vec<Failed> = s
         .outcomes
         .iter()
         .zip(prompts)
         .filter_map(|(o, p)| {
-            o.result.as_ref().err().map(
-                |e| json!({"id": p.id, "category": p.category, "error": e, "attempts": o.attempts}),
-            )
+            o.result.as_ref().err().map(|e| Failed {
+                id: p.id.clone(),
+                category: p.category.clone(),
+                error: e.clone(),
+                attempts: o.attempts,
+            })
         })
         .collect();
     // Each measured request: what the engine reported for it.
-    let requests: Vec<Value> = s
+    let requests: Vec<LiveRequest> = s
         .outcomes
         .iter()
         .zip(prompts)
@@ -197,29 +202,46 @@ fn side_json(s: &Side, prompts: &[LivePrompt]) -> Value {
                     steps: m.spec.steps,
                     accepted: m.committed,
                 };
-                json!({"id": p.id, "category": p.category, "steps": m.spec.steps,
-                    "accepted": m.spec.accepted, "accept_length_engine": m.spec.accept_length(),
-                    "committed": m.committed, "accept_length": committed.accept_length(),
-                    "completion_tokens": m.completion_tokens, "finish_reason": m.finish_reason,
-                    "source": m.source, "attempts": o.attempts, "token_ids": m.token_ids,
-                    "model": m.model})
+                LiveRequest {
+                    id: p.id.clone(),
+                    category: p.category.clone(),
+                    steps: m.spec.steps,
+                    accepted: m.spec.accepted,
+                    accept_length_engine: m.spec.accept_length(),
+                    committed: m.committed,
+                    accept_length: committed.accept_length(),
+                    completion_tokens: m.completion_tokens,
+                    finish_reason: m.finish_reason.clone(),
+                    source: m.source.clone(),
+                    attempts: o.attempts,
+                    token_ids: m.token_ids.clone(),
+                    model: m.model.clone(),
+                }
             })
         })
         .collect();
-    json!({
-        "endpoint": s.url,
-        "engine": s.engine,
-        "version": s.preflight.version,
-        "model": s.model,
-        "num_spec_tokens": s.spec_tokens,
-        "answered_by": answered_by(s),
-        "measured": s.outcomes.iter().filter(|o| o.result.is_ok()).count(),
-        "sources": sources,
-        "failed": failed,
-        "warnings": s.preflight.warnings,
-        "retried": s.outcomes.iter().filter(|o| o.attempts > 1).count(),
-        "requests": requests,
-    })
+    LiveSide {
+        endpoint: s.url.clone(),
+        engine: s.engine,
+        version: s.preflight.version.clone(),
+        model: s.model.clone(),
+        num_spec_tokens: s.spec_tokens,
+        answered_by: answered_by(s),
+        measured: s.outcomes.iter().filter(|o| o.result.is_ok()).count(),
+        sources,
+        failed,
+        warnings: s
+            .preflight
+            .warnings
+            .iter()
+            .map(|w| Finding {
+                msg: w.msg.clone(),
+                hint: w.hint.clone(),
+            })
+            .collect(),
+        retried: s.outcomes.iter().filter(|o| o.attempts > 1).count(),
+        requests,
+    }
 }
 
 /// The models the side's measured responses say answered them (sorted, each once).
@@ -295,7 +317,7 @@ fn published_benchmark(
                     .into_iter()
                     .map(|c| (c, 0.0, 0))
                     .collect();
-                published::checks(p, name, bench, (0.0, 0), &cats, 0.0)?;
+                published::checks_of(Count::Walk, p, name, bench, (0.0, 0), &cats, 0.0)?;
             }
             Some(bench)
         }
@@ -361,7 +383,8 @@ fn published_floors(
                 .iter()
                 .map(|(c, (w, n))| (c.to_string(), w.al_walk(), *n))
                 .collect();
-            let cs = published::checks(
+            let cs = published::checks_of(
+                Count::Walk,
                 p,
                 name,
                 bench,
@@ -391,11 +414,13 @@ fn category_of(p: &LivePrompt) -> String {
     }
 }
 
-pub fn run(a: &Request) -> Result<Verdict> {
-    let th = a.thresholds;
-    let url = a.endpoint.clone();
-    let profile = a.target.as_deref().map(profile::load).transpose()?;
-    let file: PathBuf = match (&a.prompts, profile.as_ref().and_then(|p| p.live.as_ref())) {
+/// The prompt file (`--prompts`, else the live profile's bundled set), its format, and the
+/// prompts to send: the first `--per-category` of each, in the text mode asked.
+fn read_prompts(
+    a: &Request,
+    profile: Option<&profile::Profile>,
+) -> Result<(PathBuf, prompt_sets::SetFormat, Vec<LivePrompt>)> {
+    let file: PathBuf = match (&a.prompts, profile.and_then(|p| p.live.as_ref())) {
         (Some(p), _) => p.clone(),
         (None, Some(live)) => live.resolve(&live.prompts)?,
         (None, None) => {
@@ -410,50 +435,66 @@ pub fn run(a: &Request) -> Result<Verdict> {
     prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
     // The text mode the capture script uses, so that live and offline measure one input.
     prompt_sets::apply_text_mode(&mut prompts, a.text_mode);
-    // `--published` needs a benchmark's prompts: refused before any request is sent.
-    let bench = published_benchmark(a, profile.as_ref(), format, &prompts)?;
-    refuse_same_server(a, &url)?;
-    // Both preflights before any prompt is sent.
-    let draft = connect(&url, a, "draft")?;
-    warn_other_target(a, profile.as_ref(), &draft);
+    Ok((file, format, prompts))
+}
+
+/// Both preflights before any prompt is sent, then every prompt to the draft's deployment
+/// and to the baseline's; a side with too many failed requests refused.
+fn measure_both(
+    a: &Request,
+    profile: Option<&profile::Profile>,
+    prompts: &[LivePrompt],
+) -> Result<(Side, Option<Side>)> {
+    refuse_same_server(a, &a.endpoint)?;
+    let draft = connect(&a.endpoint, a, "draft")?;
+    warn_other_target(a, profile, &draft);
     let baseline = a
         .baseline_endpoint
         .as_deref()
         .map(|b| connect(b, a, "baseline"))
         .transpose()?;
-    let draft = measure(draft, a, &prompts, "draft")?;
-    check_failed(&draft, &prompts, a)?;
+    let draft = measure(draft, a, prompts, "draft")?;
+    check_failed(&draft, prompts, a)?;
     let baseline = match baseline {
         Some(k) => {
-            let s = measure(k, a, &prompts, "baseline")?;
-            check_failed(&s, &prompts, a)?;
+            let s = measure(k, a, prompts, "baseline")?;
+            check_failed(&s, prompts, a)?;
             Some(s)
         }
         None => None,
     };
-    // The prompts every deployment measured: the paired figures are over these alone.
-    let both: Vec<usize> = (0..prompts.len())
+    Ok((draft, baseline))
+}
+
+/// Prompt `i`'s measurement on a side that measured it.
+fn measured(s: &Side, i: usize) -> &Measured {
+    s.outcomes[i].result.as_ref().expect("measured")
+}
+
+/// The prompts every deployment measured (the paired figures are over these alone) and each
+/// side's run over them; an error when they ran no verify step.
+fn paired(
+    a: &Request,
+    draft: &Side,
+    baseline: Option<&Side>,
+) -> Result<(Vec<usize>, Run, Option<Run>)> {
+    let both: Vec<usize> = (0..draft.outcomes.len())
         .filter(|&i| {
             draft.outcomes[i].result.is_ok()
-                && baseline
-                    .as_ref()
-                    .is_none_or(|b| b.outcomes[i].result.is_ok())
+                && baseline.is_none_or(|b| b.outcomes[i].result.is_ok())
         })
         .collect();
-    let measured = |s: &Side, i: usize| s.outcomes[i].result.as_ref().expect("measured").clone();
     let run_of = |s: &Side, name: &str| Run {
         name: name.to_string(),
-        samples: both.iter().map(|&i| walk_of(&measured(s, i))).collect(),
+        samples: both.iter().map(|&i| walk_of(measured(s, i))).collect(),
         matches: Vec::new(),
     };
-    let d = run_of(&draft, &url);
-    let b = baseline
-        .as_ref()
-        .map(|s| run_of(s, a.baseline_endpoint.as_deref().unwrap_or("")));
+    let d = run_of(draft, &a.endpoint);
+    let b = baseline.map(|s| run_of(s, a.baseline_endpoint.as_deref().unwrap_or("")));
     let steps: u64 = d.samples.iter().map(|w| w.rounds).sum();
     if both.is_empty() || steps == 0 {
         return Err(Error::Endpoint {
-            url: url.clone(),
+            url: a.endpoint.clone(),
             msg: if both.is_empty() {
                 "no request was measured: a gate over nothing cannot pass".into()
             } else {
@@ -465,41 +506,28 @@ pub fn run(a: &Request) -> Result<Verdict> {
             hint: Some("serve the target with the draft (docs/verify.md, \"Launch lines\"), and check the engine's log for speculation being disabled".into()),
         });
     }
-    let unspeculated = d
-        .samples
-        .iter()
-        .zip(&both)
-        .filter(|(w, &i)| w.rounds == 0 && measured(&draft, i).completion_tokens > 1)
-        .count();
-    let mut warnings: Vec<String> = Vec::new();
-    if unspeculated > 0 {
-        warnings.push(format!("{unspeculated} requests generated tokens without a verify step: the engine switched speculation off for them (adaptive speculation, a batch-size limit); they count as accept length 1"));
+    Ok((both, d, b))
+}
+
+/// The two deployments' greedy outputs compared over `both`; a warning where they differ.
+fn same_output(draft: &Side, s: &Side, both: &[usize], warnings: &mut Vec<String>) -> SameOutput {
+    let (mut compared, mut equal) = (0usize, 0usize);
+    for &i in both {
+        if let (Some(x), Some(y)) = (&measured(draft, i).output, &measured(s, i).output) {
+            compared += 1;
+            equal += usize::from(x == y);
+        }
     }
-    let all: Vec<&Walk> = d.samples.iter().collect();
-    let delta = b
-        .as_ref()
-        .map(|b| gate::paired_delta(&d.samples, &b.samples).0);
-    let mut decision = decide(gate::micro_al(&all), delta, th);
-    let cats: Vec<String> = both.iter().map(|&i| category_of(&prompts[i])).collect();
-    // The profile's published figures for this draft, as a floor.
-    let published = published_floors(a, profile.as_ref(), bench, &d, &cats, &mut decision)?;
-    // Drafts per step: the run's one K (the preflight's, else the first answer's).
-    let k = draft.spec_tokens.unwrap_or(0) as usize;
-    let mut rep = report::build(&d, b.as_ref(), &cats, th, &decision, k);
-    let same_output = baseline.as_ref().map(|s| {
-        let (mut compared, mut equal) = (0usize, 0usize);
-        for &i in &both {
-            if let (Some(x), Some(y)) = (&measured(&draft, i).output, &measured(s, i).output) {
-                compared += 1;
-                equal += usize::from(x == y);
-            }
-        }
-        if equal < compared {
-            warnings.push(format!("the two deployments' greedy outputs differ on {} of {compared} prompts: their targets differ, or their numerics do (batch composition; vLLM VLLM_BATCH_INVARIANT=1, SGLang --enable-deterministic-inference); the paired ΔAL then compares different continuations", compared - equal));
-        }
-        json!({"compared": compared, "equal": equal})
-    });
-    for (side, s) in [("draft", Some(&draft)), ("baseline", baseline.as_ref())] {
+    if equal < compared {
+        warnings.push(format!("the two deployments' greedy outputs differ on {} of {compared} prompts: their targets differ, or their numerics do (batch composition; vLLM VLLM_BATCH_INVARIANT=1, SGLang --enable-deterministic-inference); the paired ΔAL then compares different continuations", compared - equal));
+    }
+    SameOutput { compared, equal }
+}
+
+/// What each side's sources and answers mean for its figures: server-wide counters, a
+/// `--server-counters` not used, responses from another model.
+fn side_warnings(a: &Request, sides: [(&str, Option<&Side>); 2], warnings: &mut Vec<String>) {
+    for (side, s) in sides {
         let Some(s) = s else { continue };
         let n = s
             .outcomes
@@ -528,7 +556,7 @@ pub fn run(a: &Request) -> Result<Verdict> {
             warnings.push(format!("{side}: --server-counters was not used for {own} requests: their responses carry the engine's own per-request figure, which is measured instead (it needs no server to itself)"));
         }
     }
-    for (side, s) in [("draft", Some(&draft)), ("baseline", baseline.as_ref())] {
+    for (side, s) in sides {
         let Some(s) = s else { continue };
         let other: Vec<String> = answered_by(s)
             .into_iter()
@@ -546,26 +574,70 @@ pub fn run(a: &Request) -> Result<Verdict> {
             ));
         }
     }
+}
+
+/// How a live report counts its figures.
+const LIVE_CONVENTION: &str = "accept_length (gated) = tokens committed per verify step, bonus token counted: 1 + committed drafts / verify steps, committed drafts = completion_tokens − 1 − verify steps, per request; accept_length_engine = 1 + the engine's own accepted drafts / verify steps (vLLM counts a request's final step before cutting it at max_tokens or EOS); prompts failed on either side are left out of both";
+
+pub fn run(a: &Request) -> Result<Verdict> {
+    let th = a.thresholds;
+    let profile = a.target.as_deref().map(profile::load).transpose()?;
+    let (file, format, prompts) = read_prompts(a, profile.as_ref())?;
+    // `--published` needs a benchmark's prompts: refused before any request is sent.
+    let bench = published_benchmark(a, profile.as_ref(), format, &prompts)?;
+    let (draft, baseline) = measure_both(a, profile.as_ref(), &prompts)?;
+    let (both, d, b) = paired(a, &draft, baseline.as_ref())?;
+    let unspeculated = d
+        .samples
+        .iter()
+        .zip(&both)
+        .filter(|(w, &i)| w.rounds == 0 && measured(&draft, i).completion_tokens > 1)
+        .count();
+    let mut warnings: Vec<String> = Vec::new();
+    if unspeculated > 0 {
+        warnings.push(format!("{unspeculated} requests generated tokens without a verify step: the engine switched speculation off for them (adaptive speculation, a batch-size limit); they count as accept length 1"));
+    }
+    let all: Vec<&Walk> = d.samples.iter().collect();
+    let delta = b
+        .as_ref()
+        .map(|b| gate::paired_delta(&d.samples, &b.samples).0);
+    let mut decision = decide(gate::micro_al(&all), delta, th);
+    let cats: Vec<String> = both.iter().map(|&i| category_of(&prompts[i])).collect();
+    // The profile's published figures for this draft, as a floor.
+    let published = published_floors(a, profile.as_ref(), bench, &d, &cats, &mut decision)?;
+    // Drafts per step: the run's one K (the preflight's, else the first answer's).
+    let k = draft.spec_tokens.unwrap_or(0) as usize;
+    let mut rep = report::build_on(&d, b.as_ref(), &cats, th, &decision, k, gate::GateOn::Walk);
+    let same_output = baseline
+        .as_ref()
+        .map(|s| same_output(&draft, s, &both, &mut warnings));
+    side_warnings(
+        a,
+        [("draft", Some(&draft)), ("baseline", baseline.as_ref())],
+        &mut warnings,
+    );
     for w in &warnings {
         eprintln!("warning: {w}");
     }
-    rep["target"] = json!(profile.as_ref().map(|p| p.name.clone()));
-    rep["published"] = json!(published);
-    rep["trace"] = Value::Null;
-    rep["limit_per_category"] = json!(a.limit_per_category);
-    rep["samples_replayed"] = json!(both.len());
-    rep["live"] = json!({
-        "prompts": file.display().to_string(),
-        "prompt_format": format,
-        "text_mode": a.text_mode,
-        "max_tokens": a.max_tokens,
-        "concurrency": if a.server_counters { 1 } else { a.concurrency },
-        "convention": "accept_length (gated) = tokens committed per verify step, bonus token counted: 1 + committed drafts / verify steps, committed drafts = completion_tokens − 1 − verify steps, per request; accept_length_engine = 1 + the engine's own accepted drafts / verify steps (vLLM counts a request's final step before cutting it at max_tokens or EOS); prompts failed on either side are left out of both",
-        "draft": side_json(&draft, &prompts),
-        "baseline": baseline.as_ref().map(|s| side_json(s, &prompts)),
-        "same_output": same_output,
-        "warnings": warnings,
-    });
+    rep.tail = Some(Tail::Live(Box::new(LiveTail {
+        target: profile.as_ref().map(|p| p.name.clone()),
+        published,
+        trace: None,
+        limit_per_category: a.limit_per_category,
+        samples_replayed: both.len(),
+        live: Live {
+            prompts: file.display().to_string(),
+            prompt_format: format,
+            text_mode: a.text_mode,
+            max_tokens: a.max_tokens,
+            concurrency: if a.server_counters { 1 } else { a.concurrency },
+            convention: LIVE_CONVENTION,
+            draft: side_doc(&draft, &prompts),
+            baseline: baseline.as_ref().map(|s| side_doc(s, &prompts)),
+            same_output,
+            warnings,
+        },
+    })));
     Ok(Verdict {
         report: rep,
         passed: decision.passed,

@@ -100,7 +100,7 @@ impl Protocol for Sglang {
             });
         }
         let o = super::engine::openai_reply(v)?;
-        let (completion, finish, output) = (o.completion, o.finish, o.output);
+        let completion = o.completion;
         let details = match v.pointer("/sglext/spec_tokens_details") {
             None | Some(Value::Null) => None,
             Some(Value::Array(a)) => a.first(),
@@ -112,15 +112,7 @@ impl Protocol for Sglang {
                 .map_err(|e| format!("sglext.spec_tokens_details: {e}"))?
                 .map(|(s, _)| (s, "sglext.spec_tokens_details")),
         };
-        Ok(Reply {
-            completion_tokens: completion,
-            finish_reason: finish,
-            spec,
-            output,
-            num_spec_tokens: None,
-            token_ids: None,
-            model: o.model,
-        })
+        Ok(o.reply(spec))
     }
 
     fn counters(&self, c: &Client) -> std::result::Result<Option<Counters>, Failure> {

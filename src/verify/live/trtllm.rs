@@ -41,7 +41,7 @@ impl Protocol for Trtllm {
 
     fn reply(&self, v: &Value) -> std::result::Result<Reply, String> {
         let o = openai_reply(v)?;
-        let (completion, finish, output, choice) = (o.completion, o.finish, o.output, o.choice);
+        let (completion, choice) = (o.completion, o.choice);
         let spec = match choice.get("avg_decoded_tokens_per_iter") {
             None | Some(Value::Null) => None,
             Some(a) => {
@@ -70,15 +70,7 @@ impl Protocol for Trtllm {
                 }
             }
         };
-        Ok(Reply {
-            completion_tokens: completion,
-            finish_reason: finish,
-            spec,
-            output,
-            num_spec_tokens: None,
-            token_ids: None,
-            model: o.model,
-        })
+        Ok(o.reply(spec))
     }
 
     fn counters(&self, c: &Client) -> std::result::Result<Option<Counters>, Failure> {
