@@ -764,28 +764,36 @@ mod tests {
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_')
                 .collect();
-            let (mut depth, mut opened) = (0i64, false);
-            for (j, m) in lines.iter().enumerate().skip(i) {
-                for c in m.chars() {
-                    match c {
-                        '{' => {
-                            depth += 1;
-                            opened = true;
-                        }
-                        '}' => depth -= 1,
-                        _ => {}
-                    }
-                }
-                if !opened && m.trim_end().ends_with(';') {
-                    break; // a declaration without a body
-                }
-                if opened && depth == 0 {
-                    out.push((name.clone(), j - i + 1));
-                    break;
-                }
+            if let Some((j, true)) = item_end(&lines, i) {
+                out.push((name, j - i + 1));
             }
         }
         out
+    }
+
+    /// Where the item starting at line `i` ends: the line whose `}` closes its first `{`
+    /// (`true`), or the line ending in `;` before any brace opens (`false`: a declaration).
+    fn item_end(lines: &[String], i: usize) -> Option<(usize, bool)> {
+        let (mut depth, mut opened) = (0i64, false);
+        for (j, m) in lines.iter().enumerate().skip(i) {
+            for c in m.chars() {
+                match c {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if opened && depth == 0 {
+                return Some((j, true));
+            }
+            if !opened && m.trim_end().ends_with(';') {
+                return Some((j, false));
+            }
+        }
+        None
     }
 
     /// The text after `fn ` when `line` starts a function, in any of its forms: any
@@ -829,31 +837,9 @@ mod tests {
                 i += 1;
                 continue;
             }
-            let (mut depth, mut opened) = (0i64, false);
-            let mut j = i;
-            while j < lines.len() {
-                keep[j] = false;
-                for c in lines[j].chars() {
-                    match c {
-                        '{' => {
-                            depth += 1;
-                            opened = true;
-                        }
-                        '}' => depth -= 1,
-                        _ => {}
-                    }
-                }
-                let done = if opened {
-                    depth == 0
-                } else {
-                    j > i && lines[j].trim_end().ends_with(';')
-                };
-                j += 1;
-                if done {
-                    break;
-                }
-            }
-            i = j;
+            let end = item_end(&lines, i).map_or(lines.len() - 1, |(j, _)| j);
+            keep[i..=end].iter_mut().for_each(|k| *k = false);
+            i = end + 1;
         }
         code.lines()
             .zip(keep)

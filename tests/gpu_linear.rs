@@ -134,7 +134,7 @@ fn greedy_tokens(dev: Arc<dyn Backend>) {
         .chunks_exact(8)
         .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
         .collect();
-    let dv = e3.draft_vocab;
+    let (dv, ht) = (e3.draft_vocab, e3.ht);
     let fc = DeviceLinear::from_logical(dev.clone(), &lg, "fc.weight", Act::Bf16).unwrap();
     let head = DeviceLinear::from_logical(dev.clone(), &lg, "lm_head.weight", Act::Bf16).unwrap();
     let (mut checked, mut rows, mut same) = (0usize, 0usize, 0usize);
@@ -144,7 +144,7 @@ fn greedy_tokens(dev: Arc<dyn Backend>) {
         let feats: Vec<f32> = (0..tl)
             .flat_map(|r| {
                 taps.iter()
-                    .flat_map(move |tp| tp[r * e3.ht..(r + 1) * e3.ht].to_vec())
+                    .flat_map(move |tp| tp[r * ht..(r + 1) * ht].to_vec())
             })
             .collect();
         // f32 runtime: fc, norm, lm_head on f32 activations.

@@ -202,6 +202,7 @@ fn eagle3_mla_teacher_forced_matches_python() {
 /// On trace sample 0 up to 32 generated tokens (the prompt alone has few agreeing roots).
 fn propose_is_the_teacher_forced_chain(name: &str) {
     let d = draft(name);
+    let ht = d.ht;
     let trace = Trace::open(&fix("trace")).unwrap();
     let s = &trace.manifest.samples[0];
     let all = trace.tokens(s).unwrap();
@@ -209,10 +210,7 @@ fn propose_is_the_teacher_forced_chain(name: &str) {
     let x = &all[..t_len];
     let taps: Vec<Vec<f32>> = d.taps().iter().map(|&t| trace.tap(s, t).unwrap()).collect();
     let feats: Vec<f32> = (0..t_len)
-        .flat_map(|t| {
-            taps.iter()
-                .flat_map(move |tap| &tap[t * d.ht..(t + 1) * d.ht])
-        })
+        .flat_map(|t| taps.iter().flat_map(move |tap| &tap[t * ht..(t + 1) * ht]))
         .copied()
         .collect();
     let full = d.teacher_forced(x, &feats, DEPTHS);

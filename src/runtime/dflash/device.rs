@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use super::DFlash;
+use super::model::Model;
 use crate::gpu::{self, AttendDims, Backend, DevTensor, GpuError, Strided};
 use crate::runtime::linears::DeviceLayer;
 use crate::runtime::on_device::{attention_fits, layer, upload_table, Mlp, Run, Staged};
@@ -38,7 +38,7 @@ struct LayerNorms {
 }
 
 /// Every linear of the drafter on the device: fc, each layer's, the target's lm_head.
-fn linears(d: &DFlash) -> Result<(DeviceLayer<'_>, Vec<LayerOn<'_>>, DeviceLayer<'_>), String> {
+fn linears(d: &Model) -> Result<(DeviceLayer<'_>, Vec<LayerOn<'_>>, DeviceLayer<'_>), String> {
     let layers = d
         .layers
         .iter()
@@ -74,10 +74,7 @@ struct Context {
 impl DeviceStep {
     /// Upload the target's embedding and the norms when every linear is on `dev`; `Ok(Err(why))`
     /// when the step cannot stay there.
-    pub(super) fn new(
-        d: &DFlash,
-        dev: Arc<dyn Backend>,
-    ) -> gpu::Result<Result<DeviceStep, String>> {
+    pub(super) fn new(d: &Model, dev: Arc<dyn Backend>) -> gpu::Result<Result<DeviceStep, String>> {
         if let Err(why) = linears(d).and_then(|_| attention_fits(&*dev, d.head_dim)) {
             return Ok(Err(why));
         }
@@ -116,7 +113,7 @@ impl DeviceStep {
     /// `feats` (`[len, K·ht]`): `DFlash::block_tokens` computed on the device.
     pub(super) fn block_tokens(
         &self,
-        d: &DFlash,
+        d: &Model,
         feats: &[f32],
         len: usize,
         x: &[u32],
@@ -148,7 +145,7 @@ impl DeviceStep {
     /// `DFlash::context` on the device.
     fn context(
         &self,
-        d: &DFlash,
+        d: &Model,
         (fc, layers): (DeviceLayer<'_>, &[LayerOn<'_>]),
         feats: &[f32],
         len: usize,
@@ -198,7 +195,7 @@ impl DeviceStep {
     #[allow(clippy::too_many_arguments)]
     fn blocks(
         &self,
-        d: &DFlash,
+        d: &Model,
         (layers, lm_head): (&[LayerOn<'_>], DeviceLayer<'_>),
         ctx: &Context,
         cs: &DevTensor,

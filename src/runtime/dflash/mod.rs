@@ -16,6 +16,7 @@
 //! file ([`super::embed::Embedding`]).
 
 mod device;
+pub mod model;
 
 use std::path::Path;
 
@@ -31,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::ops::{rms_norm, silu, softmax, Top2};
 use crate::quant::decode::Logical;
 use crate::runtime::matches::Matches;
+use model::{Layer, Model};
 
 /// Depth-match masks hold one bit per depth in a `u32` (`verify::walk::Matches`).
 const MAX_DEPTHS: usize = crate::runtime::matches::MAX_DEPTHS;
@@ -125,53 +127,21 @@ impl<'a> TargetHead<'a> {
     }
 }
 
-/// One Qwen3 decoder layer.
-struct Layer {
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    q_norm: Vec<f32>,
-    k_norm: Vec<f32>,
-    input_norm: Vec<f32>,
-    post_norm: Vec<f32>,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
-}
-
-/// A loaded DFlash drafter, with the target's embedding and lm_head.
+/// A loaded DFlash drafter ([`Model`]: its dimensions and weights, with the target's embedding
+/// and lm_head), and where its step runs.
 pub struct DFlash {
-    pub h: usize,
-    /// Target hidden size (width of one tap).
-    pub ht: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-    pub inter: usize,
-    /// Target vocabulary.
-    pub vocab: usize,
-    /// Block size B (B − 1 proposals per round).
-    pub block_size: usize,
-    pub mask_id: u32,
-    pub eps: f32,
-    /// `target_layer_ids` as written (output of layer k).
-    pub layer_ids: Vec<i64>,
-    /// The same taps as HF `hidden_states` indices, in concatenation order.
-    pub taps: Vec<usize>,
-    /// `num_target_layers` of the config, when it has one.
-    pub target_layers: Option<usize>,
-    pub rope: Rope,
-    layers: Vec<Layer>,
-    fc: Linear,
-    hidden_norm: Vec<f32>,
-    norm: Vec<f32>,
-    embed: Embedding,
-    /// The target's lm_head (module `lm_head (target)` of the set).
-    lm_head: Linear,
-    lin: LinearSet,
+    m: Model,
     /// The whole step on the device (`device`), or why not (`None`: no device).
     step: Option<Result<device::DeviceStep, String>>,
+}
+
+/// A drafter is its model, read through (`d.h`, `d.block_size`, …); the step's placement is
+/// the drafter's own.
+impl std::ops::Deref for DFlash {
+    type Target = Model;
+    fn deref(&self) -> &Model {
+        &self.m
+    }
 }
 
 /// Every layer's context keys (k_norm, then RoPE at the row's position) and values for the
@@ -501,27 +471,29 @@ impl DFlash {
             h,
         )?;
         DFlash {
-            h,
-            ht: sh.ht,
-            heads: sh.heads,
-            kv_heads: sh.kv_heads,
-            head_dim,
-            inter: sh.inter,
-            vocab,
-            block_size: sh.block_size,
-            mask_id: mask_id as u32,
-            eps,
-            layer_ids: aux.ids.clone(),
-            taps,
-            target_layers,
-            rope,
-            layers,
-            fc,
-            hidden_norm,
-            norm,
-            embed: target.embed,
-            lm_head,
-            lin,
+            m: Model {
+                h,
+                ht: sh.ht,
+                heads: sh.heads,
+                kv_heads: sh.kv_heads,
+                head_dim,
+                inter: sh.inter,
+                vocab,
+                block_size: sh.block_size,
+                mask_id: mask_id as u32,
+                eps,
+                layer_ids: aux.ids.clone(),
+                taps,
+                target_layers,
+                rope,
+                layers,
+                fc,
+                hidden_norm,
+                norm,
+                embed: target.embed,
+                lm_head,
+                lin,
+            },
             step: None,
         }
         .placed()

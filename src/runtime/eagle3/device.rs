@@ -13,8 +13,9 @@
 
 use std::sync::Arc;
 
+use super::depth::{not_computed, still_accepted, DepthOut, Feed};
 use super::mla_attn::QProj;
-use super::{still_accepted, DepthOut, Eagle3, Feed, NOT_COMPUTED};
+use super::model::Model;
 use crate::gpu::ops;
 use crate::gpu::{self, AttendDims, Backend, DevTensor, Elem, GpuError, Host, Strided};
 use crate::runtime::linears::DeviceLayer;
@@ -61,7 +62,7 @@ struct Layers<'a> {
     lm_head: DeviceLayer<'a>,
 }
 
-fn layers(e: &Eagle3) -> Result<Layers<'_>, String> {
+fn layers(e: &Model) -> Result<Layers<'_>, String> {
     let (attn, o) = if let Some(a) = e.attn.llama() {
         let attn = Attn::Llama {
             q: layer(&a.q)?,
@@ -103,7 +104,7 @@ struct Heads {
 }
 
 impl Heads {
-    fn of(e: &Eagle3) -> Heads {
+    fn of(e: &Model) -> Heads {
         let a = e.attention();
         Heads {
             heads: a.heads(),
@@ -118,7 +119,7 @@ impl Heads {
 /// table, depth 0's keys and values, the rows computed (`start..`, `n` of them) and the
 /// positions the table covers.
 struct Pass<'p> {
-    e: &'p Eagle3,
+    e: &'p Model,
     l: &'p Layers<'p>,
     x: &'p [u32],
     cs: &'p DevTensor,
@@ -139,7 +140,7 @@ struct Depths {
 }
 
 /// The token ids `toks` as an index tensor bounded by the vocabulary.
-fn token_ids(run: Run<'_>, e: &Eagle3, toks: &[u32]) -> Staged<DevTensor> {
+fn token_ids(run: Run<'_>, e: &Model, toks: &[u32]) -> Staged<DevTensor> {
     run.index(toks.iter().map(|&t| t as usize), e.vocab, "token ids")
 }
 
@@ -151,10 +152,7 @@ impl DeviceStep {
     /// Upload the embedding and the norms of `e` when its whole step can stay on `dev`;
     /// `Ok(Err(why))` when it cannot (a linear on the CPU, MLA attention, a value width the
     /// attention kernel does not hold).
-    pub(super) fn new(
-        e: &Eagle3,
-        dev: Arc<dyn Backend>,
-    ) -> gpu::Result<Result<DeviceStep, String>> {
+    pub(super) fn new(e: &Model, dev: Arc<dyn Backend>) -> gpu::Result<Result<DeviceStep, String>> {
         if let Err(why) = layers(e) {
             return Ok(Err(why));
         }
@@ -194,7 +192,7 @@ impl DeviceStep {
     /// A failure is an error naming the stage.
     pub(super) fn forward(
         &self,
-        e: &Eagle3,
+        e: &Model,
         x: &[u32],
         feats: &[f32],
         start: usize,
@@ -256,7 +254,7 @@ impl DeviceStep {
     #[allow(clippy::type_complexity)]
     fn depth0(
         &self,
-        e: &Eagle3,
+        e: &Model,
         l: &Layers<'_>,
         x: &[u32],
         feats: &[f32],
@@ -387,7 +385,7 @@ impl DeviceStep {
     /// RMSNorm of `m` rows of H of `x` with `w`, into `out` at `at`.
     fn norm(
         &self,
-        e: &Eagle3,
+        e: &Model,
         x: &DevTensor,
         w: &DevTensor,
         out: &DevTensor,
@@ -401,7 +399,7 @@ impl DeviceStep {
     /// `cat(input_layernorm(emb), hidden_norm(hid))`, `[m, 2H]`.
     fn attn_input(
         &self,
-        e: &Eagle3,
+        e: &Model,
         hid: &DevTensor,
         emb: &DevTensor,
         m: usize,
@@ -431,7 +429,7 @@ impl DeviceStep {
     /// `[m, kv·dv]`), rotary applied to q and k.
     fn qkv(
         &self,
-        e: &Eagle3,
+        e: &Model,
         l: &Layers<'_>,
         a: &DevTensor,
         m: usize,
@@ -452,7 +450,7 @@ impl DeviceStep {
     /// NeoX rotary on q and k.
     fn qkv_llama(
         &self,
-        e: &Eagle3,
+        e: &Model,
         (q, k, v): (DeviceLayer<'_>, DeviceLayer<'_>, DeviceLayer<'_>),
         a: &DevTensor,
         m: usize,
@@ -484,7 +482,7 @@ impl DeviceStep {
     /// head's rope part) and `kv_a = c | k_rope`.
     fn mla_q_kv(
         &self,
-        e: &Eagle3,
+        e: &Model,
         (q, kv_a): (&QLayers<'_>, DeviceLayer<'_>),
         a: &DevTensor,
         m: usize,
@@ -519,7 +517,7 @@ impl DeviceStep {
     /// it.
     fn mla_keys_values(
         &self,
-        e: &Eagle3,
+        e: &Model,
         kv_b: DeviceLayer<'_>,
         kv: &DevTensor,
         m: usize,
@@ -581,17 +579,6 @@ impl DeviceStep {
             run.op(op, "keys")?;
         }
         Ok((k, v))
-    }
-}
-
-/// A depth's outputs before any row is computed.
-pub(super) fn not_computed(n: usize) -> DepthOut {
-    DepthOut {
-        logits: vec![],
-        hidden: vec![],
-        pred: vec![NOT_COMPUTED; n],
-        second: vec![NOT_COMPUTED; n],
-        margin: vec![f32::NAN; n],
     }
 }
 

@@ -8,8 +8,9 @@
 use super::attention::Attention;
 use super::llama_attn::LlamaAttention;
 use super::mla_attn::MlaAttention;
+use super::model::{Model, Weights};
 use super::source::Source;
-use super::{Eagle3, Weights};
+use super::Eagle3;
 use crate::checkpoint::{Checkpoint, Detection, Family};
 use crate::error::{Error, Result};
 use crate::quant::decode::Logical;
@@ -107,18 +108,20 @@ impl Eagle3 {
             d2t,
         };
         let mut e = Eagle3 {
-            family: det.family.clone(),
-            h,
-            ht,
-            inter,
-            vocab,
-            draft_vocab,
-            eps,
-            norm_output,
-            taps,
-            attn,
-            w,
-            lin,
+            m: Model {
+                family: det.family.clone(),
+                h,
+                ht,
+                inter,
+                vocab,
+                draft_vocab,
+                eps,
+                norm_output,
+                taps,
+                attn,
+                w,
+                lin,
+            },
             step: None,
         };
         e.place_step()?;

@@ -16,107 +16,41 @@
 //! [`super::linears`], which can instead run the quantized ones on a device ([`Eagle3::load_on`]).
 
 mod attention;
+mod depth;
 mod device;
 mod llama_attn;
 mod load;
 mod mla_attn;
+mod model;
 mod source;
 
 pub use super::embed::Embedding;
 pub use attention::{Attention, Qkv};
+pub use depth::{DepthOut, NOT_COMPUTED};
 pub use llama_attn::LlamaAttention;
 pub use mla_attn::MlaAttention;
+pub use model::Model;
 
-use super::linears::{Linear, LinearSet};
-use crate::checkpoint::Family;
+use super::linears::LinearSet;
 use crate::ops::{rms_norm, silu, softmax, top2};
 use crate::runtime::matches::Matches;
+use depth::{not_computed, still_accepted, Feed};
 
 /// A loaded EAGLE-3 draft (Llama-style or MLA).
 pub struct Eagle3 {
-    pub family: Family,
-    /// The draft's hidden size H (`hidden_size`).
-    pub h: usize,
-    /// The target's hidden size, the width of one tap (`target_hidden_size`, else H): fc reads
-    /// `3 · ht` values per position.
-    pub ht: usize,
-    /// The MLP's intermediate width (`intermediate_size`).
-    pub inter: usize,
-    /// The target vocabulary (the embedding's rows).
-    pub vocab: usize,
-    /// The draft's own vocabulary (lm_head's rows), mapped to target ids through d2t.
-    pub draft_vocab: usize,
-    /// RMSNorm epsilon (`rms_norm_eps`).
-    pub eps: f32,
-    /// EAGLE-3.1: the post-norm hidden state is fed back to the next depth.
-    pub norm_output: bool,
-    pub taps: Vec<usize>,
-    attn: Box<dyn Attention>,
-    w: Weights,
-    lin: LinearSet,
+    m: Model,
     /// The whole step on the device (`device`), or why not (`None`: no device).
     step: Option<Result<device::DeviceStep, String>>,
 }
 
-/// The shared (non-attention) weights.
-struct Weights {
-    gate: Linear,
-    up: Linear,
-    down: Linear,
-    hidden_norm: Vec<f32>,
-    input_norm: Vec<f32>,
-    post_norm: Vec<f32>,
-    fc: Linear,
-    fc_norm: Option<[Vec<f32>; 3]>,
-    norm: Vec<f32>,
-    lm_head: Linear,
-    embed: Embedding,
-    /// Draft id → target id offset.
-    d2t: Option<Vec<i64>>,
+/// A draft is its model, read through (`e.h`, `e.taps`, …); the step's placement is the
+/// draft's own.
+impl std::ops::Deref for Eagle3 {
+    type Target = Model;
+    fn deref(&self) -> &Model {
+        &self.m
+    }
 }
-
-/// One depth of a forward over rows (pairs) `start..T-1`.
-#[derive(Debug, Clone)]
-pub struct DepthOut {
-    /// Draft-vocabulary logits `[rows, draft_vocab]` (before d2t); empty where only the
-    /// proposals were asked for (pass A, the chain). With `Feed::Accepted` the logits and the
-    /// hidden states cover the computed rows only, in order.
-    pub logits: Vec<f32>,
-    /// The pre-norm layer output g^k `[rows, H]`.
-    pub hidden: Vec<f32>,
-    /// The proposal per row: the logits' argmax mapped to a target id (d2t); [`NOT_COMPUTED`]
-    /// for a row the depth skipped.
-    pub pred: Vec<u32>,
-    /// Per row, the runner-up (a target id, [`NOT_COMPUTED`] where unknown) and its gap to the
-    /// proposal's logit (NaN where unknown): `Matches::runner_up` / `margin`.
-    pub second: Vec<u32>,
-    pub margin: Vec<f32>,
-}
-
-/// Which token depth k ≥ 1 of row t is fed.
-#[derive(Clone, Copy)]
-enum Feed {
-    /// The ground truth x[t+1+k] (0 past the end of x): the teacher-forced replay.
-    Truth,
-    /// The draft's own depth k−1 proposal: the engine's chain.
-    Own,
-    /// The ground truth, to the rows whose depths < k all matched only (a row stops at its
-    /// first miss): what the walk's accept length needs, not the unconditional rates.
-    Accepted,
-}
-
-/// With `Feed::Accepted`: the positions in `live` of the rows that go on to the next depth —
-/// those whose proposal at the depth before (`prev`, by row) is the token the next depth is fed
-/// (`truth`, by row).
-fn still_accepted(live: &[usize], prev: &[u32], truth: impl Fn(usize) -> u32) -> Vec<usize> {
-    (0..live.len())
-        .filter(|&s| prev[live[s]] == truth(live[s]))
-        .collect()
-}
-
-/// The proposal of a row a depth did not compute (`Feed::Accepted`): no
-/// token id, so it matches nothing.
-pub const NOT_COMPUTED: u32 = u32::MAX;
 
 impl Eagle3 {
     /// On a device, upload the embedding and the norms too when the whole step can stay there
@@ -125,11 +59,6 @@ impl Eagle3 {
         self.step =
             super::on_device::place(self.lin.exec(), |dev| device::DeviceStep::new(self, dev))?;
         Ok(())
-    }
-
-    /// The attention variant (its dimensions and projections).
-    pub fn attention(&self) -> &dyn Attention {
-        self.attn.as_ref()
     }
 
     /// Project the concatenated taps `[n, 3·Ht]` to `[n, H]` (optional per-tap RMSNorm first).
@@ -155,11 +84,6 @@ impl Eagle3 {
     /// Embedding rows of `toks`, `[toks.len(), H]`.
     fn embed(&self, toks: impl IntoIterator<Item = u32>) -> Vec<f32> {
         self.w.embed.rows(toks)
-    }
-
-    /// The target id of draft-vocabulary id `i` (d2t offset; identity without d2t).
-    pub fn to_target(&self, i: usize) -> u32 {
-        (i as i64 + self.w.d2t.as_ref().map_or(0, |d| d[i])) as u32
     }
 
     /// Depth-0 draft tokens for every pair t (what the draft proposes after root x[t+1]).
@@ -246,7 +170,7 @@ impl Eagle3 {
         let start = start.min(pairs);
         let n = pairs - start;
         if n == 0 {
-            return (0..depths).map(|_| device::not_computed(0)).collect();
+            return (0..depths).map(|_| not_computed(0)).collect();
         }
         assert!(
             feats.len() >= pairs * 3 * self.ht,
@@ -262,7 +186,7 @@ impl Eagle3 {
                 })
                 .unwrap_or_else(|(stage, e)| {
                     self.lin.record_step_fault(stage, e);
-                    (0..depths).map(|_| device::not_computed(n)).collect()
+                    (0..depths).map(|_| not_computed(n)).collect()
                 });
             }
         }
@@ -312,7 +236,7 @@ impl Eagle3 {
             }
             let m = live.len();
             if m == 0 {
-                outs.push(device::not_computed(n));
+                outs.push(not_computed(n));
                 continue;
             }
             let attn = self.attend(&q, m, |r| {
@@ -361,7 +285,7 @@ impl Eagle3 {
             return (
                 DepthOut {
                     hidden: g,
-                    ..device::not_computed(n)
+                    ..not_computed(n)
                 },
                 res,
             );
@@ -512,7 +436,7 @@ impl super::Drafter for Eagle3 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::Checkpoint;
+    use crate::checkpoint::{Checkpoint, Family};
     use crate::io::writer::{TensorSpec, WriteOptions, Writer};
     use crate::io::Dtype;
     use crate::ops::gemm::{matmul_nt, Rows};

@@ -1,0 +1,54 @@
+//! What a loaded DFlash drafter is made of: its dimensions, its Qwen3 decoder layers, fc and
+//! norms, and the target's embedding and lm_head as linears of its set ([`Model`]). The
+//! forward (`mod.rs`) and the step on a device (`device.rs`) both read it.
+
+use super::super::embed::Embedding;
+use super::super::linears::{Linear, LinearSet};
+use super::super::rope::Rope;
+
+/// One Qwen3 decoder layer.
+pub(super) struct Layer {
+    pub(super) q: Linear,
+    pub(super) k: Linear,
+    pub(super) v: Linear,
+    pub(super) o: Linear,
+    pub(super) q_norm: Vec<f32>,
+    pub(super) k_norm: Vec<f32>,
+    pub(super) input_norm: Vec<f32>,
+    pub(super) post_norm: Vec<f32>,
+    pub(super) gate: Linear,
+    pub(super) up: Linear,
+    pub(super) down: Linear,
+}
+
+/// A loaded DFlash drafter's dimensions and weights, with the target's embedding and lm_head.
+pub struct Model {
+    pub h: usize,
+    /// Target hidden size (width of one tap).
+    pub ht: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub inter: usize,
+    /// Target vocabulary.
+    pub vocab: usize,
+    /// Block size B (B − 1 proposals per round).
+    pub block_size: usize,
+    pub mask_id: u32,
+    pub eps: f32,
+    /// `target_layer_ids` as written (output of layer k).
+    pub layer_ids: Vec<i64>,
+    /// The same taps as HF `hidden_states` indices, in concatenation order.
+    pub taps: Vec<usize>,
+    /// `num_target_layers` of the config, when it has one.
+    pub target_layers: Option<usize>,
+    pub rope: Rope,
+    pub(super) layers: Vec<Layer>,
+    pub(super) fc: Linear,
+    pub(super) hidden_norm: Vec<f32>,
+    pub(super) norm: Vec<f32>,
+    pub(super) embed: Embedding,
+    /// The target's lm_head (module `lm_head (target)` of the set).
+    pub(super) lm_head: Linear,
+    pub(super) lin: LinearSet,
+}
