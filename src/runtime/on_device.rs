@@ -89,6 +89,22 @@ pub fn place<S>(
     })
 }
 
+/// A draft as it runs: its model (read through, `Deref`: `d.h`, `d.taps`, …) and where its step
+/// runs — the whole step on a device, why it could not stay there, or `None` (no device). The
+/// model is what the forward, the loader and the device step read; the placement is the draft's
+/// own (`eagle3::Eagle3`, `dflash::DFlash`).
+pub struct Placed<M, S> {
+    pub(super) m: M,
+    pub(super) step: Option<Result<S, String>>,
+}
+
+impl<M, S> std::ops::Deref for Placed<M, S> {
+    type Target = M;
+    fn deref(&self) -> &M {
+        &self.m
+    }
+}
+
 /// `Drafter::device_step` of a placed step.
 pub fn placement<S>(step: &Option<Result<S, String>>) -> Option<Result<(), String>> {
     step.as_ref()

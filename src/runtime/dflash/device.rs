@@ -56,7 +56,7 @@ fn linears(d: &Model) -> Result<(DeviceLayer<'_>, Vec<LayerOn<'_>>, DeviceLayer<
 }
 
 /// The drafter's embedding table and norms on the device, uploaded once at load.
-pub(super) struct DeviceStep {
+pub struct DeviceStep {
     dev: Arc<dyn Backend>,
     table: DevTensor,
     hidden_norm: DevTensor,

@@ -15,7 +15,7 @@
 //! layer whose argmax is reduced there. The target's embedding is read by rows from its mapped
 //! file ([`super::embed::Embedding`]).
 
-mod device;
+pub mod device;
 pub mod model;
 
 use std::path::Path;
@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use super::embed::Embedding;
 use super::linears::{Exec, Linear, LinearSet};
+use super::on_device::Placed;
 use super::rope::Rope;
 use super::weights::Loader;
 use crate::checkpoint::{AuxLayers, Checkpoint, Config, Detection, Dialect, Dims, Family};
@@ -129,20 +130,7 @@ impl<'a> TargetHead<'a> {
 
 /// A loaded DFlash drafter ([`Model`]: its dimensions and weights, with the target's embedding
 /// and lm_head), and where its step runs.
-pub struct DFlash {
-    m: Model,
-    /// The whole step on the device (`device`), or why not (`None`: no device).
-    step: Option<Result<device::DeviceStep, String>>,
-}
-
-/// A drafter is its model, read through (`d.h`, `d.block_size`, …); the step's placement is
-/// the drafter's own.
-impl std::ops::Deref for DFlash {
-    type Target = Model;
-    fn deref(&self) -> &Model {
-        &self.m
-    }
-}
+pub type DFlash = Placed<Model, device::DeviceStep>;
 
 /// Every layer's context keys (k_norm, then RoPE at the row's position) and values for the
 /// first `len` positions of a sequence, `[len, kv_heads · head_dim]` per layer.

@@ -22,7 +22,7 @@ use crate::runtime::linears::DeviceLayer;
 use crate::runtime::on_device::{attention_fits, layer, upload_table, At, Mlp, Run, Staged};
 
 /// The draft's non-linear weights on the device, uploaded once at load.
-pub(super) struct DeviceStep {
+pub struct DeviceStep {
     dev: Arc<dyn Backend>,
     table: DevTensor,
     hidden_norm: DevTensor,

@@ -17,7 +17,7 @@
 
 mod attention;
 mod depth;
-mod device;
+pub mod device;
 mod llama_attn;
 mod load;
 mod mla_attn;
@@ -32,25 +32,13 @@ pub use mla_attn::MlaAttention;
 pub use model::Model;
 
 use super::linears::LinearSet;
+use super::on_device::Placed;
 use crate::ops::{rms_norm, silu, softmax, top2};
 use crate::runtime::matches::Matches;
 use depth::{not_computed, still_accepted, Feed};
 
-/// A loaded EAGLE-3 draft (Llama-style or MLA).
-pub struct Eagle3 {
-    m: Model,
-    /// The whole step on the device (`device`), or why not (`None`: no device).
-    step: Option<Result<device::DeviceStep, String>>,
-}
-
-/// A draft is its model, read through (`e.h`, `e.taps`, …); the step's placement is the
-/// draft's own.
-impl std::ops::Deref for Eagle3 {
-    type Target = Model;
-    fn deref(&self) -> &Model {
-        &self.m
-    }
-}
+/// A loaded EAGLE-3 draft (Llama-style or MLA): its [`Model`], and where its step runs.
+pub type Eagle3 = Placed<Model, device::DeviceStep>;
 
 impl Eagle3 {
     /// On a device, upload the embedding and the norms too when the whole step can stay there
