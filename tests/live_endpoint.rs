@@ -286,6 +286,22 @@ fn trtllm(gen: Generator) -> Server {
     )
 }
 
+/// Two vLLM 0.33.0 deployments with per-request counts for the paired gate: the quantized one
+/// (`scripted(0)`) and its BF16 baseline (`scripted(1)`, which accepts more).
+pub(crate) fn paired_vllms() -> (Server, Server) {
+    let (quant, _) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: scripted(0),
+    });
+    let (bf16, _) = vllm(Vllm {
+        version: "0.33.0",
+        per_request: true,
+        gen: scripted(1),
+    });
+    (quant, bf16)
+}
+
 /// The first `n` held-out prompts of each category (token ids).
 pub(crate) fn prompts(dir: &Path, n: usize) -> PathBuf {
     let src = root().join("fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl");
@@ -424,16 +440,7 @@ fn each_engine_reports_its_per_request_figures() {
 fn the_paired_gate_compares_two_deployments_on_the_same_prompts() {
     let t = tempfile::tempdir().unwrap();
     let p = prompts(t.path(), 3);
-    let (quant, _) = vllm(Vllm {
-        version: "0.33.0",
-        per_request: true,
-        gen: scripted(0),
-    });
-    let (bf16, _) = vllm(Vllm {
-        version: "0.33.0",
-        per_request: true,
-        gen: scripted(1),
-    });
+    let (quant, bf16) = paired_vllms();
     let junit = t.path().join("junit.xml");
     let (code, r, err) = live(
         &quant.url,

@@ -6,7 +6,7 @@
 //! the goldens (only when a change to the schema is meant).
 
 use crate::common;
-use crate::live_endpoint::{prompts, scripted, vllm, vllm_answer, Seen, Vllm};
+use crate::live_endpoint::{paired_vllms, prompts, scripted, vllm_answer, Seen, Vllm};
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -193,16 +193,7 @@ fn live_reports_are_todays_byte_for_byte() {
     let t = tempfile::tempdir().unwrap();
     let tmp = t.path().to_str().unwrap().to_string();
     let p = prompts(t.path(), 2);
-    let (quant, _) = vllm(Vllm {
-        version: "0.33.0",
-        per_request: true,
-        gen: scripted(0),
-    });
-    let (bf16, _) = vllm(Vllm {
-        version: "0.33.0",
-        per_request: true,
-        gen: scripted(1),
-    });
+    let (quant, bf16) = paired_vllms();
     let subs = [
         (tmp.as_str(), "$TMP"),
         (quant.url.as_str(), "$URL"),
