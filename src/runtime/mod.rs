@@ -2,6 +2,7 @@
 //! in `crate::ops` and their tested fast paths, and the `Drafter` trait the verify replay runs them
 //! through.
 
+pub mod d2t;
 pub mod deepseek;
 pub mod dflash;
 pub mod eagle3;

@@ -75,6 +75,12 @@ impl DeviceStep {
     /// Upload the target's embedding and the norms when every linear is on `dev`; `Ok(Err(why))`
     /// when the step cannot stay there.
     pub(super) fn new(d: &Model, dev: Arc<dyn Backend>) -> gpu::Result<Result<DeviceStep, String>> {
+        if d.kind != super::variant::Kind::Dflash {
+            return Ok(Err(format!(
+                "the {} head and block run on the CPU; the device takes DFlash's step only",
+                d.kind.name()
+            )));
+        }
         if let Err(why) = linears(d).and_then(|_| attention_fits(&*dev, d.head_dim)) {
             return Ok(Err(why));
         }

@@ -15,8 +15,11 @@
 //! layer whose argmax is reduced there. The target's embedding is read by rows from its mapped
 //! file ([`super::embed::Embedding`]).
 
+pub mod conv;
 pub mod device;
+pub mod heads;
 pub mod model;
+pub mod variant;
 
 use std::path::Path;
 
@@ -451,6 +454,14 @@ impl DFlash {
             .collect::<Result<Vec<_>>>()?;
         let fc = vb.linear(fc_n, h, taps.len() * sh.ht)?;
         let (hidden_norm, norm) = (vb.get(hn_n, &[h])?, vb.get(norm_n, &[h])?);
+        let var = variant::read(ck, c, &vb, sh.block_size, (h, vocab, n_layers))?;
+        if var.max_steps > MAX_DEPTHS {
+            let msg = format!(
+                "block_size {}: the replay handles up to {MAX_DEPTHS} proposals per round",
+                sh.block_size
+            );
+            return Err(Error::source(dir, msg));
+        }
         let lm_head = lin.load_as(
             &Logical::new(target.ck)?,
             &target.lm_head,
@@ -468,6 +479,12 @@ impl DFlash {
                 inter: sh.inter,
                 vocab,
                 block_size: sh.block_size,
+                kind: var.kind,
+                max_steps: var.max_steps,
+                anchor_first: var.anchor_first,
+                head: var.head,
+                convs: var.convs,
+                embed_scale: var.embed_scale,
                 mask_id: mask_id as u32,
                 eps,
                 layer_ids: aux.ids.clone(),
@@ -592,36 +609,72 @@ impl DFlash {
         }
     }
 
-    /// Block logits, fast path: for each root r, slots 1..B−1 of the block `[x_r, MASK × (B−1)]`
-    /// at positions r..r+B−1 that sees context rows < r and every block row (non-causal).
-    /// `b` is the block the engine runs: the draft's `block_size`, or 1 + the tokens it is
-    /// asked to propose (vLLM's `1 + num_speculative_tokens`, SGLang's
-    /// `--speculative-num-draft-tokens`).
-    /// Returns `[roots.len(), B−1, vocab]`; slot i predicts `x[r+i]`. All roots' rows go through
-    /// each matmul together; attention runs in parallel over roots.
+    /// Block logits, fast path: for each root r, the predicting rows of the block
+    /// `[x_r, MASK × (B−1)]` at positions r..r+B−1 that sees context rows < r and every block
+    /// row (non-causal): slots 1..B−1 (DFlash, DFlash2; slot i predicts `x[r+i]`), or every row
+    /// for an anchor-first DSpark (row i predicts `x[r+1+i]`).
+    /// `b` is the block the engine runs ([`DFlash::rows`]): the draft's `block_size`, or 1 + the
+    /// tokens it is asked to propose (vLLM's `1 + num_speculative_tokens`, SGLang's
+    /// `--speculative-num-draft-tokens`); DSpark's anchor-first block is the tokens proposed.
+    /// Returns `[roots.len(), predicting rows, vocab]` through the target's lm_head. All roots'
+    /// rows go through each matmul together; attention runs in parallel over roots.
     pub fn blocks(&self, ctx: &Context, x: &[u32], roots: &[usize], b: usize) -> Vec<f32> {
-        let rows = roots.len() * (b - 1);
         let normed = self.slots(ctx, x, roots, b);
-        self.lm_head.apply(&normed, rows)
+        self.lm_head
+            .apply(&normed, roots.len() * self.predicting(b))
     }
 
-    /// [`DFlash::blocks`] up to the lm_head: the final-normed slots 1..B−1 of every root,
-    /// `[roots.len() · (B−1), h]`.
-    fn slots(&self, ctx: &Context, x: &[u32], roots: &[usize], b: usize) -> Vec<f32> {
-        self.check_roots(ctx, x, roots);
-        self.check_block(b);
-        let (h, d) = (self.h, self.head_dim);
-        let (qd, kvd) = (self.heads * d, self.kv_heads * d);
-        let n = roots.len() * b;
-        let mut hid = Vec::with_capacity(n * h);
+    /// How many rows of a block of `b` predict: all of DSpark's anchor-first block, else the
+    /// masks.
+    pub fn predicting(&self, b: usize) -> usize {
+        if self.anchor_first {
+            b
+        } else {
+            b - 1
+        }
+    }
+
+    /// The block rows a step of `steps` proposals runs.
+    pub fn rows(&self, steps: usize) -> usize {
+        if self.anchor_first {
+            steps
+        } else {
+            steps + 1
+        }
+    }
+
+    /// The embedded block of each root: `[x_r, MASK × (b−1)]`, scaled by `embed_scale`.
+    fn embed_blocks(&self, x: &[u32], roots: &[usize], b: usize) -> Vec<f32> {
+        let mut hid = Vec::with_capacity(roots.len() * b * self.h);
         for &r in roots {
             hid.extend_from_slice(&self.embed_row(x[r]));
             for _ in 1..b {
                 hid.extend_from_slice(&self.embed_row(self.mask_id));
             }
         }
+        if self.embed_scale != 1.0 {
+            hid.iter_mut().for_each(|v| *v *= self.embed_scale);
+        }
+        hid
+    }
+
+    /// The final-normed predicting rows of every root's block ([`DFlash::blocks`] up to the
+    /// head), `[roots.len() · predicting, h]`.
+    fn slots(&self, ctx: &Context, x: &[u32], roots: &[usize], b: usize) -> Vec<f32> {
+        self.check_roots(ctx, x, roots);
+        self.check_block(b);
+        let (h, d) = (self.h, self.head_dim);
+        let (qd, kvd) = (self.heads * d, self.kv_heads * d);
+        let n = roots.len() * b;
+        let mut hid = self.embed_blocks(x, roots, b);
         for (li, l) in self.layers.iter().enumerate() {
-            let xn = rms_norm(&hid, h, &l.input_norm, self.eps);
+            let conv = self.convs.get(li);
+            let mut xn = rms_norm(&hid, h, &l.input_norm, self.eps);
+            let c0 = conv.map(|[a, _]| {
+                let (y, c) = a.prepare(&xn, n, b, false);
+                xn = y;
+                c
+            });
             let mut q = l.q.apply(&xn, n);
             let mut k = l.k.apply(&xn, n);
             let v = l.v.apply(&xn, n);
@@ -640,18 +693,30 @@ impl DFlash {
                     }
                     self.attend_block(&ctx.k[li][..r * kvd], &ctx.v[li][..r * kvd], q, k, v, o, b);
                 });
-            let o = l.o.apply(&attn, n);
+            let mut o = l.o.apply(&attn, n);
+            if let (Some([a, _]), Some(c)) = (conv, &c0) {
+                o = a.finish(&o, c, n, b);
+            }
             hid.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
-            let xn = rms_norm(&hid, h, &l.post_norm, self.eps);
+            let mut xn = rms_norm(&hid, h, &l.post_norm, self.eps);
+            let c1 = conv.map(|[_, m]| {
+                let (y, c) = m.prepare(&xn, n, b, false);
+                xn = y;
+                c
+            });
             let g = l.gate.apply(&xn, n);
             let u = l.up.apply(&xn, n);
             let act: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
-            let dn = l.down.apply(&act, n);
+            let mut dn = l.down.apply(&act, n);
+            if let (Some([_, m]), Some(c)) = (conv, &c1) {
+                dn = m.finish(&dn, c, n, b);
+            }
             hid.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
         }
+        let skip = b - self.predicting(b);
         let slots: Vec<f32> = hid
             .chunks(b * h)
-            .flat_map(|blk| blk[h..].iter().copied())
+            .flat_map(|blk| blk[skip * h..].iter().copied())
             .collect();
         rms_norm(&slots, h, &self.norm, self.eps)
     }
@@ -696,22 +761,31 @@ impl DFlash {
     /// [`DFlash::blocks`], plain reference: one root at a time, reference matmuls, the softmax
     /// written out over context rows < r and the block rows.
     pub fn blocks_ref(&self, ctx: &Context, x: &[u32], roots: &[usize], b: usize) -> Vec<f32> {
+        let p = self.predicting(b);
+        let normed = self.slots_ref(ctx, x, roots, b);
+        self.lm_head.apply_ref(&normed, roots.len() * p)
+    }
+
+    /// [`DFlash::slots`], plain reference (the rows [`DFlash::blocks_ref`] reads out).
+    pub fn slots_ref(&self, ctx: &Context, x: &[u32], roots: &[usize], b: usize) -> Vec<f32> {
         self.check_roots(ctx, x, roots);
         self.check_block(b);
         let (h, d) = (self.h, self.head_dim);
         let (qd, kvd) = (self.heads * d, self.kv_heads * d);
         let group = self.heads / self.kv_heads;
         let scale = 1.0 / (d as f32).sqrt();
-        let mut out = Vec::with_capacity(roots.len() * (b - 1) * self.vocab);
+        let skip = b - self.predicting(b);
+        let mut out = Vec::with_capacity(roots.len() * (b - skip) * h);
         for &r in roots {
-            let mut hid: Vec<f32> = (0..b)
-                .flat_map(|i| {
-                    let tok = if i == 0 { x[r] } else { self.mask_id };
-                    self.embed_row(tok).to_vec()
-                })
-                .collect();
+            let mut hid = self.embed_blocks(x, &[r], b);
             for (li, l) in self.layers.iter().enumerate() {
-                let xn = rms_norm(&hid, h, &l.input_norm, self.eps);
+                let conv = self.convs.get(li);
+                let mut xn = rms_norm(&hid, h, &l.input_norm, self.eps);
+                let c0 = conv.map(|[a, _]| {
+                    let (y, c) = a.prepare(&xn, b, b, true);
+                    xn = y;
+                    c
+                });
                 let mut q = l.q.apply_ref(&xn, b);
                 let mut k = l.k.apply_ref(&xn, b);
                 let v = l.v.apply_ref(&xn, b);
@@ -759,31 +833,41 @@ impl DFlash {
                         }
                     }
                 }
-                let o = l.o.apply_ref(&attn, b);
+                let mut o = l.o.apply_ref(&attn, b);
+                if let (Some([a, _]), Some(c)) = (conv, &c0) {
+                    o = a.finish(&o, c, b, b);
+                }
                 for (a, y) in hid.iter_mut().zip(&o) {
                     *a += y;
                 }
-                let xn = rms_norm(&hid, h, &l.post_norm, self.eps);
+                let mut xn = rms_norm(&hid, h, &l.post_norm, self.eps);
+                let c1 = conv.map(|[_, m]| {
+                    let (y, c) = m.prepare(&xn, b, b, true);
+                    xn = y;
+                    c
+                });
                 let g = l.gate.apply_ref(&xn, b);
                 let u = l.up.apply_ref(&xn, b);
                 let act: Vec<f32> = g.iter().zip(&u).map(|(a, y)| silu(*a) * y).collect();
-                let dn = l.down.apply_ref(&act, b);
+                let mut dn = l.down.apply_ref(&act, b);
+                if let (Some([_, m]), Some(c)) = (conv, &c1) {
+                    dn = m.finish(&dn, c, b, b);
+                }
                 for (a, y) in hid.iter_mut().zip(&dn) {
                     *a += y;
                 }
             }
-            let normed = rms_norm(&hid[h..], h, &self.norm, self.eps);
-            out.extend(self.lm_head.apply_ref(&normed, b - 1));
+            out.extend(rms_norm(&hid[skip * h..], h, &self.norm, self.eps));
         }
         out
     }
 
-    /// A block of `b` rows: the root and 1..=block_size−1 masks.
+    /// A block of `b` rows: the root and masks, from one proposal to the draft's most.
     fn check_block(&self, b: usize) {
         assert!(
-            (2..=self.block_size).contains(&b),
-            "a block of {b} rows (the draft's is {})",
-            self.block_size
+            b >= 1 && (1..=self.max_steps).contains(&self.predicting(b)),
+            "a block of {b} rows (at most {} proposals)",
+            self.max_steps
         );
     }
 
@@ -810,16 +894,17 @@ impl DFlash {
         roots: &[usize],
         b: usize,
     ) -> Vec<Vec<Top2>> {
-        // The lm_head keeps a bounded block of logits at a time (`Linear::top2_rows`); the
-        // slots are made a bounded number of roots at a time too.
-        let per_root = (b - 1) * self.vocab.max(self.h);
+        // The lm_head keeps a bounded block of logits at a time (`Linear::top2_rows`; DSpark's
+        // and DFlash2's heads hold a chunk's logits whole); the slots are made a bounded number
+        // of roots at a time too.
+        let p = self.predicting(b);
+        let per_root = p * self.vocab.max(self.h);
         let chunk = ((1usize << 26) / per_root).clamp(1, 64);
         let mut out = Vec::with_capacity(roots.len());
         for rs in roots.chunks(chunk) {
-            let best = self
-                .lm_head
-                .top2_rows(&self.slots(ctx, x, rs, b), rs.len() * (b - 1));
-            out.extend(best.chunks(b - 1).map(<[Top2]>::to_vec));
+            let anchors: Vec<u32> = rs.iter().map(|&r| x[r]).collect();
+            let hid = self.slots(ctx, x, rs, b);
+            out.extend(self.head.propose(&self.lm_head, &hid, &anchors, p));
         }
         out
     }
@@ -842,11 +927,14 @@ impl super::Drafter for DFlash {
     /// The engine's query block is 1 + the tokens proposed (vLLM `dflash.py`:
     /// `num_query_per_req = 1 + self.num_speculative_tokens`; SGLang's block is
     /// `--speculative-num-draft-tokens`), at most the draft's `block_size`.
+    ///
+    /// DSpark's anchor-first block is the tokens proposed (`num_query_per_req =
+    /// num_speculative_steps`), at most its `block_size`.
     fn default_steps(&self) -> usize {
-        self.block_size - 1
+        self.max_steps
     }
     fn max_steps(&self) -> Option<usize> {
-        Some(self.block_size - 1)
+        Some(self.max_steps)
     }
     fn target_layers(&self) -> Option<usize> {
         self.target_layers
@@ -860,8 +948,8 @@ impl super::Drafter for DFlash {
         let mut m = Matches::empty(depths, prompt_len, t_len);
         let roots: Vec<usize> = (prompt_len.max(1)..t_len.saturating_sub(1)).collect();
         if let Some(&last) = roots.last() {
-            if let Some(blocks) = self.on_device(taps, last, x, (roots[0], roots.len()), depths + 1)
-            {
+            let b = self.rows(depths);
+            if let Some(blocks) = self.on_device(taps, last, x, (roots[0], roots.len()), b) {
                 for (&r, toks) in roots.iter().zip(blocks) {
                     for (k, &t) in toks.iter().enumerate().take(depths) {
                         m.record(x, r - 1, k, t, None);
@@ -872,10 +960,7 @@ impl super::Drafter for DFlash {
             // Root r reads context rows < r.
             let feats = self.features(taps, last);
             let ctx = self.context(&feats, last);
-            for (&r, toks) in roots
-                .iter()
-                .zip(self.block_top2(&ctx, x, &roots, depths + 1))
-            {
+            for (&r, toks) in roots.iter().zip(self.block_top2(&ctx, x, &roots, b)) {
                 for (k, t) in toks.iter().enumerate().take(depths) {
                     let runner_up = (t.second != usize::MAX).then_some((t.second as u32, t.margin));
                     m.record(x, r - 1, k, t.best as u32, runner_up);
@@ -889,12 +974,13 @@ impl super::Drafter for DFlash {
             .len()
             .checked_sub(1)
             .expect("propose needs the root token");
-        if let Some(mut blocks) = self.on_device(taps, r, x, (r, 1), steps + 1) {
+        let b = self.rows(steps);
+        if let Some(mut blocks) = self.on_device(taps, r, x, (r, 1), b) {
             return blocks.pop().unwrap_or_else(|| vec![0; steps]);
         }
         let feats = self.features(taps, r);
         let ctx = self.context(&feats, r);
-        self.block_tokens(&ctx, x, &[r], steps + 1).remove(0)
+        self.block_tokens(&ctx, x, &[r], b).remove(0)
     }
     fn linears(&self) -> &LinearSet {
         &self.lin

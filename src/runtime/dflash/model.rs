@@ -5,6 +5,8 @@
 use super::super::embed::Embedding;
 use super::super::linears::{Linear, LinearSet};
 use super::super::rope::Rope;
+use super::conv::GroupedConv;
+use super::heads::Head;
 
 /// One Qwen3 decoder layer.
 pub(super) struct Layer {
@@ -32,8 +34,20 @@ pub struct Model {
     pub inter: usize,
     /// Target vocabulary.
     pub vocab: usize,
-    /// Block size B (B − 1 proposals per round).
+    /// The config's `block_size`: DFlash's block B (B − 1 proposals per round), DSpark's N.
     pub block_size: usize,
+    /// Which block drafter (DFlash, DSpark, DFlash2).
+    pub kind: super::variant::Kind,
+    /// The most proposals a step takes (DFlash `block_size − 1`, DSpark `block_size`).
+    pub max_steps: usize,
+    /// DSpark's anchor-first block: `[x_r, MASK × (N−1)]`, every row predicts the next token.
+    pub anchor_first: bool,
+    /// How the predicting rows become proposals.
+    pub head: Head,
+    /// DFlash2's convolutions per layer (attention, MLP); empty otherwise.
+    pub(super) convs: Vec<[GroupedConv; 2]>,
+    /// Every embedding row is scaled by this (DFlash2's `input_embedding_scale`, else 1).
+    pub embed_scale: f32,
     pub mask_id: u32,
     pub eps: f32,
     /// `target_layer_ids` as written (output of layer k).
