@@ -30,6 +30,7 @@ mod live_endpoint;
 mod malformed;
 mod modelopt_golden;
 mod nvfp4_golden;
+mod parity_blocks2026;
 mod parity_dflash;
 mod parity_eagle3;
 mod parity_kimi_linear;
