@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use crate::bench::replay::{self, Replay, Request, Step};
 use crate::cli::human_bytes;
+use crate::cli::print_json;
 use crate::error::Result;
 use crate::replay::AfterMiss;
 
@@ -79,10 +80,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         step: a.step,
     })?;
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&r.to_json()).expect("JSON")
-        );
+        print_json(&r.to_json());
     } else {
         print_human(&r);
     }

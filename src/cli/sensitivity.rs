@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::cli::print_json;
 use crate::cli::{flags, human_bytes};
 use crate::error::Result;
 use crate::escape::printable;
@@ -113,7 +114,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let o = sensitivity::run::run(&req)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&o.doc).expect("JSON"));
+        print_json(&o.doc);
     } else {
         print!(
             "{}",

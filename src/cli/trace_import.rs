@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::cli::print_json;
 use crate::error::Result;
 use crate::escape::printable;
 use crate::target::profile;
@@ -135,7 +136,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let mut all_warnings = notes.clone();
         all_warnings.extend(r.warnings.iter().cloned());
         let doc = to_json(&o.asked, &r, &families, &all_warnings, &next);
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
         return Ok(ExitCode::SUCCESS);
     }
     print_human(&o.asked, &r, &families);
