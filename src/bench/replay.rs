@@ -15,7 +15,9 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::ops::peak::Peak;
 use crate::replay::walk::{walk_to, Walk};
-use crate::replay::{load_drafter, sample_matches, steps_for, AfterMiss};
+use crate::replay::{
+    check_fits, load_drafter, sample_inputs, sample_matches, steps_for, AfterMiss,
+};
 pub use crate::runtime::linears::Step;
 use crate::runtime::Drafter;
 use crate::trace::file::Trace;
@@ -233,12 +235,7 @@ fn open_trace(req: &Request, d: &dyn Drafter) -> Result<Opened> {
             dir.display()
         )));
     }
-    tr.require(
-        d.taps(),
-        d.target_hidden(),
-        Some(d.vocab()),
-        &format!("draft `{}`", req.draft),
-    )?;
+    check_fits(d, &tr, &req.draft)?;
     Ok(Opened {
         trace: tr,
         synthetic,
@@ -259,12 +256,7 @@ fn replay(
     let mut positions = 0u64;
     for s in &tr.manifest.samples {
         let t = Instant::now();
-        let x = tr.tokens(s)?;
-        let taps: Vec<Vec<f32>> = d
-            .taps()
-            .iter()
-            .map(|&i| tr.tap(s, i))
-            .collect::<Result<_>>()?;
+        let (x, taps) = sample_inputs(d, tr, s)?;
         taps_s += t.elapsed().as_secs_f64();
         let t = Instant::now();
         let (m, skipped) = sample_matches(d, &x, &taps, s.prompt_len, steps, after_miss);

@@ -446,12 +446,7 @@ pub fn run_draft(
     if let Some(e) = another_targets_draft(spec, d.taps(), trace) {
         return Err(e);
     }
-    trace.require(
-        d.taps(),
-        d.target_hidden(),
-        Some(d.vocab()),
-        &format!("draft `{spec}`"),
-    )?;
+    crate::replay::check_fits(d.as_ref(), trace, spec)?;
     // A bar with an ETA over the generated positions (stderr; hidden when it is not a terminal).
     let total: u64 = trace
         .manifest
