@@ -422,11 +422,7 @@ fn group_docs(groups: &[Group], single: &[Measured]) -> Vec<GroupDoc> {
         .iter()
         .zip(single)
         .map(|(g, m)| GroupDoc {
-            group: g.name.clone(),
-            modules: g.modules.clone(),
-            patterns: g.patterns.clone(),
-            bytes_before: g.bytes_before,
-            bytes_after: g.bytes_after,
+            group: g.clone(),
             measured: m.clone(),
         })
         .collect()

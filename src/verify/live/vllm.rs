@@ -67,18 +67,15 @@ impl Protocol for Vllm {
     }
 
     fn counters(&self, c: &Client) -> std::result::Result<Option<Counters>, Failure> {
-        let m = super::prometheus::scrape(c)?;
-        let (Some(steps), Some(accepted)) = (
-            m.counter("vllm:spec_decode_num_drafts"),
-            m.counter("vllm:spec_decode_num_accepted_tokens"),
-        ) else {
-            return Ok(None);
-        };
-        Ok(Some(Counters {
-            steps,
-            accepted,
-            requests: m.counter("vllm:request_success"),
-        }))
+        super::prometheus::counters(
+            c,
+            [
+                "vllm:spec_decode_num_drafts",
+                "vllm:spec_decode_num_accepted_tokens",
+                "vllm:request_success",
+            ],
+            |_, accepted| accepted,
+        )
     }
 
     fn preflight(&self, c: &Client) -> Result<Preflight> {
