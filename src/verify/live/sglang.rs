@@ -260,15 +260,11 @@ mod tests {
             "usage": {"prompt_tokens": 9, "completion_tokens": 106, "total_tokens": 115},
             "sglext": {"spec_tokens_details": d}});
         let r = Sglang.reply(&v).unwrap();
-        let (s, f) = r.spec.unwrap();
-        assert_eq!(f, "sglext.spec_tokens_details");
-        assert_eq!(
-            s,
-            Spec {
-                steps: 43,
-                accepted: 63
-            }
-        );
+        let s = Spec {
+            steps: 43,
+            accepted: 63,
+        };
+        assert_eq!(r.spec, Some((s, "sglext.spec_tokens_details")));
         // 1 + 63 / 43; SGLang's own `spec_accept_length` is completion / verify_ct, the same
         // here (this response's 106 completion tokens hold no prefill token beyond the steps').
         assert_eq!(s.accept_length(), 1.0 + 63.0 / 43.0);
