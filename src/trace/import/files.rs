@@ -170,10 +170,10 @@ fn token_ids(p: &Path, tok: &TensorView, vocab: Option<usize>) -> Result<Vec<u32
         ));
     }
     let raw: Vec<i128> = match tok.dtype() {
-        Dtype::I64 => ints(&tok.data, |b| i64::from_le_bytes(b).into()),
-        Dtype::U64 => ints(&tok.data, |b| u64::from_le_bytes(b).into()),
-        Dtype::I32 => ints(&tok.data, |b| i32::from_le_bytes(b).into()),
-        Dtype::U32 => ints(&tok.data, |b| u32::from_le_bytes(b).into()),
+        Dtype::I64 => ints(tok.data, |b| i64::from_le_bytes(b).into()),
+        Dtype::U64 => ints(tok.data, |b| u64::from_le_bytes(b).into()),
+        Dtype::I32 => ints(tok.data, |b| i32::from_le_bytes(b).into()),
+        Dtype::U32 => ints(tok.data, |b| u32::from_le_bytes(b).into()),
         d => {
             return Err(terr(
                 p,
