@@ -15,7 +15,9 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::ops::peak::Peak;
 use crate::replay::walk::{walk_to, Walk};
-use crate::replay::{load_drafter, sample_matches, steps_for, AfterMiss};
+use crate::replay::{
+    check_fits, load_drafter, sample_inputs, sample_matches, steps_for, AfterMiss,
+};
 pub use crate::runtime::linears::Step;
 use crate::runtime::Drafter;
 use crate::trace::file::Trace;
@@ -30,14 +32,8 @@ pub struct Request {
     pub draft: String,
     /// A trace to replay; a synthetic one without.
     pub trace: Option<PathBuf>,
-    /// Tokens per synthetic sample ([`SYNTHETIC_LEN`] without).
-    pub synthetic_len: Option<usize>,
-    /// Prompt tokens of each synthetic sample (a eighth of the length without).
-    pub prompt_len: Option<usize>,
-    /// Where to keep the synthetic trace (a temporary directory without).
-    pub write_trace: Option<PathBuf>,
-    /// Replace an existing `write_trace` (only a trace kquant wrote).
-    pub force: bool,
+    /// How the synthetic trace is made, without `trace`.
+    pub synthetic: Synthetic,
     /// The first N samples of `trace`, or N synthetic ones (1 without).
     pub samples: Option<usize>,
     pub steps: Option<usize>,
@@ -47,6 +43,19 @@ pub struct Request {
     pub device: String,
     /// How much of each draft step a device runs.
     pub step: Step,
+}
+
+/// The synthetic trace a replay without a trace makes for the draft.
+#[derive(Debug, Clone, Default)]
+pub struct Synthetic {
+    /// Tokens per sample ([`SYNTHETIC_LEN`] without).
+    pub len: Option<usize>,
+    /// Prompt tokens of each sample (a eighth of the length without).
+    pub prompt_len: Option<usize>,
+    /// Where to keep it (a temporary directory without).
+    pub write_trace: Option<PathBuf>,
+    /// Replace an existing `write_trace` (only a trace kquant wrote).
+    pub force: bool,
 }
 
 /// The figures of a replay.
@@ -188,16 +197,16 @@ struct Opened {
 }
 
 /// The trace to replay, opened and checked against the draft: `req.trace`, or a synthetic one
-/// written for the draft (kept in `req.write_trace`, else in a temporary directory that the
+/// written for the draft (kept in `req.synthetic.write_trace`, else in a temporary directory that the
 /// returned guard removes).
 fn open_trace(req: &Request, d: &dyn Drafter) -> Result<Opened> {
     let (tmp, dir, synthetic) = match &req.trace {
         Some(p) => (None, p.clone(), None),
         None => {
-            let len = req.synthetic_len.unwrap_or(SYNTHETIC_LEN);
-            let prompt_len = req.prompt_len.unwrap_or((len / 8).max(1));
-            let (tmp, dir, force) = match &req.write_trace {
-                Some(p) => (None, p.clone(), req.force),
+            let len = req.synthetic.len.unwrap_or(SYNTHETIC_LEN);
+            let prompt_len = req.synthetic.prompt_len.unwrap_or((len / 8).max(1));
+            let (tmp, dir, force) = match &req.synthetic.write_trace {
+                Some(p) => (None, p.clone(), req.synthetic.force),
                 None => {
                     let p = std::env::temp_dir()
                         .join(format!("kquant-bench-replay-{}", std::process::id()));
@@ -233,12 +242,7 @@ fn open_trace(req: &Request, d: &dyn Drafter) -> Result<Opened> {
             dir.display()
         )));
     }
-    tr.require(
-        d.taps(),
-        d.target_hidden(),
-        Some(d.vocab()),
-        &format!("draft `{}`", req.draft),
-    )?;
+    check_fits(d, &tr, &req.draft)?;
     Ok(Opened {
         trace: tr,
         synthetic,
@@ -259,12 +263,7 @@ fn replay(
     let mut positions = 0u64;
     for s in &tr.manifest.samples {
         let t = Instant::now();
-        let x = tr.tokens(s)?;
-        let taps: Vec<Vec<f32>> = d
-            .taps()
-            .iter()
-            .map(|&i| tr.tap(s, i))
-            .collect::<Result<_>>()?;
+        let (x, taps) = sample_inputs(d, tr, s)?;
         taps_s += t.elapsed().as_secs_f64();
         let t = Instant::now();
         let (m, skipped) = sample_matches(d, &x, &taps, s.prompt_len, steps, after_miss);

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use crate::bench::timed::{self, Timings};
 use crate::cli::human_bytes;
+use crate::cli::print_json;
 use crate::error::Result;
 
 /// Arguments of `kquant bench`.
@@ -114,10 +115,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
 fn read(src: &str, as_json: bool) -> Result<ExitCode> {
     let r = crate::bench::read::run(src)?;
     if as_json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&r.to_json()).expect("JSON")
-        );
+        print_json(&r.to_json());
         return Ok(ExitCode::SUCCESS);
     }
     let (bytes, read_s, cat_s) = (r.bytes, r.read_s, r.cat_s());
@@ -167,10 +165,7 @@ fn run_timed(
         args,
     })?;
     if as_json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&t.to_json()).expect("JSON")
-        );
+        print_json(&t.to_json());
     } else {
         print_timings(&t);
     }

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
+use crate::cli::print_json;
 use crate::error::{Error, Result};
 use crate::gpu::layout::{encode_word, words_per_row, PAD_WORD};
 use crate::gpu::source::GEMV_MAX_M;
@@ -266,7 +267,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 "regime_c_from_m": c.dense_from,
             })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
     }
     Ok(ExitCode::SUCCESS)
 }

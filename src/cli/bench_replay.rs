@@ -7,8 +7,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::bench::replay::{self, Replay, Request, Step};
+use crate::bench::replay::{self, Replay, Request, Step, Synthetic};
 use crate::cli::human_bytes;
+use crate::cli::print_json;
 use crate::error::Result;
 use crate::replay::AfterMiss;
 
@@ -67,10 +68,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let r = replay::run(&Request {
         draft: a.draft.clone(),
         trace: a.trace.clone(),
-        synthetic_len: a.synthetic_trace,
-        prompt_len: a.prompt_len,
-        write_trace: a.write_trace.clone(),
-        force: a.force,
+        synthetic: Synthetic {
+            len: a.synthetic_trace,
+            prompt_len: a.prompt_len,
+            write_trace: a.write_trace.clone(),
+            force: a.force,
+        },
         samples: a.samples,
         steps: a.steps.steps,
         target_checkpoint: a.target_checkpoint.clone(),
@@ -79,10 +82,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         step: a.step,
     })?;
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&r.to_json()).expect("JSON")
-        );
+        print_json(&r.to_json());
     } else {
         print_human(&r);
     }

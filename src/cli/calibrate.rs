@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::cli::print_json;
 use crate::error::Result;
 use crate::escape::printable;
 use crate::quantize::amax::{next_steps, Observer, Request};
@@ -71,7 +72,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "warnings": warnings,
             "next": next,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
     }
     eprintln!(
         "calibrated {} linear(s) over {} sample(s) (accept length {al:.3}): input amax {lo:.4} .. \

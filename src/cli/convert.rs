@@ -8,6 +8,7 @@ use serde_json::json;
 use crate::checkpoint::AuxConvention;
 use crate::cli::human_bytes;
 use crate::cli::output_args::OutputArgs;
+use crate::cli::print_json;
 use crate::convert::Kind;
 use crate::convert::{self, Conversion, DraftLayout, Plan, Request};
 use crate::error::Result;
@@ -103,7 +104,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             let mut doc = convert::plan_json(plan);
             doc["schema"] = json!("kquant.convert-plan/1");
             doc["config"] = plan.config.clone();
-            println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+            print_json(&doc);
         } else {
             print_plan(plan);
         }
@@ -120,7 +121,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         doc["schema"] = json!("kquant.convert/1");
         doc["output"] = json!(s.dir);
         doc["files"] = json!(s.files);
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
     }
     eprintln!(
         "converted {} draft ({} tensors, {}) for {} into {}",

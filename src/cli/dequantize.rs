@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use crate::checkpoint::Checkpoint;
 use crate::cli::human_bytes;
 use crate::cli::output_args::OutputArgs;
+use crate::cli::print_json;
 use crate::error::{Error, Result};
 use crate::escape::printable;
 use crate::io::writer::{TensorSpec, Writer};
@@ -151,7 +152,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "warnings": Vec::<String>::new(),
             "next": next,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
     }
     eprintln!(
         "dequantized {} modules to {} ({}) in {}",
@@ -187,7 +188,7 @@ fn print_plan(a: &Args, lg: &Logical, specs: &[TensorSpec], out_dtype: Dtype, to
             "config_removed": ["quantization_config"],
             "warnings": Vec::<String>::new(),
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
         return;
     }
     // Names come from the files: escaped for the terminal (crate::escape).

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use crate::checkpoint::Checkpoint;
+use crate::cli::print_json;
 use crate::error::Result;
 use crate::escape::printable;
 use crate::quant::decode::Logical;
@@ -113,7 +114,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 "cosine": r.cosine, "flagged": r.flagged})).collect::<Vec<_>>(),
             "flagged": flagged, "only_in_a": only_a, "only_in_b": only_b, "shape_mismatch": mismatched,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
     } else {
         // Names come from the files: escaped (crate::escape).
         let w = rows

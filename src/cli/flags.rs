@@ -64,31 +64,28 @@ fn refuse(msg: String, hint: &str) -> FlagError {
 
 /// A whole number in `lo..=hi`.
 pub fn int(s: &str, lo: u64, hi: u64, hint: &str) -> Result<u64, FlagError> {
-    let t = s.trim();
-    let range = format!("a whole number in {lo}..={hi}");
-    match t.parse::<u64>() {
-        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
-        Ok(v) => Err(refuse(format!("{v} is out of range: {range}"), hint)),
-        Err(_)
-            if t.parse::<i128>().is_ok()
-                || t.bytes().all(|b| b.is_ascii_digit()) && !t.is_empty() =>
-        {
-            Err(refuse(format!("`{t}` is out of range: {range}"), hint))
-        }
-        Err(_) => Err(refuse(format!("`{t}` is not {range}"), hint)),
-    }
+    whole(s, lo, hi, hint, |t| {
+        t.parse::<i128>().is_ok() || t.bytes().all(|b| b.is_ascii_digit()) && !t.is_empty()
+    })
 }
 
 /// A whole number (possibly negative) in `lo..=hi`.
 pub fn signed(s: &str, lo: i64, hi: i64, hint: &str) -> Result<i64, FlagError> {
+    whole(s, lo, hi, hint, |t| t.parse::<i128>().is_ok())
+}
+
+/// A whole number of type `T` in `lo..=hi`; text that is no `T` but `beyond` says is a whole
+/// number is out of range, not malformed.
+fn whole<T>(s: &str, lo: T, hi: T, hint: &str, beyond: fn(&str) -> bool) -> Result<T, FlagError>
+where
+    T: std::str::FromStr + PartialOrd + fmt::Display,
+{
     let t = s.trim();
     let range = format!("a whole number in {lo}..={hi}");
-    match t.parse::<i64>() {
+    match t.parse::<T>() {
         Ok(v) if (lo..=hi).contains(&v) => Ok(v),
         Ok(v) => Err(refuse(format!("{v} is out of range: {range}"), hint)),
-        Err(_) if t.parse::<i128>().is_ok() => {
-            Err(refuse(format!("`{t}` is out of range: {range}"), hint))
-        }
+        Err(_) if beyond(t) => Err(refuse(format!("`{t}` is out of range: {range}"), hint)),
         Err(_) => Err(refuse(format!("`{t}` is not {range}"), hint)),
     }
 }

@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use crate::checkpoint::quant_state::QuantState;
 use crate::checkpoint::{Checkpoint, Detection, Dims, Family};
+use crate::cli::print_json;
 use crate::cli::{human_bytes, human_count};
 use crate::engines::{self, EngineSupport};
 use crate::error::Result;
@@ -56,7 +57,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         if let Some(o) = &order {
             doc["pack_order_check"] = serde_json::to_value(o).expect("JSON");
         }
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
     } else {
         print_human(&a.src, &ck, &det, &engines, scheme.as_ref(), a.tensors);
         if let Some(b) = &beside {

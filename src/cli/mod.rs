@@ -29,7 +29,7 @@ pub mod verify;
 pub mod verify_files;
 pub mod verify_join;
 
-pub use render::{command_line, human_bytes, human_count};
+pub use render::{command_line, human_bytes, human_count, print_json};
 
 /// Quantize, convert and verify speculative-decoding draft models for Kimi targets.
 #[derive(Debug, Parser)]

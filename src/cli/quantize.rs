@@ -10,6 +10,7 @@ use serde_json::json;
 use crate::checkpoint::Checkpoint;
 use crate::cli::human_bytes;
 use crate::cli::output_args::OutputArgs;
+use crate::cli::print_json;
 use crate::error::Result;
 use crate::escape::printable;
 use crate::quant::format::Format;
@@ -109,10 +110,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     if a.dry_run {
         if a.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&plan.to_json()).expect("JSON")
-            );
+            print_json(&plan.to_json());
         } else {
             print_plan(&plan);
         }
@@ -134,7 +132,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     warnings.extend(done.warnings.iter().cloned());
     if a.json {
         let doc = result_json(&plan, method, report.as_ref(), &done, &warnings);
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
     }
     eprintln!(
         "quantized {} tensors ({}, {}): {} -> {} in {}",

@@ -1,5 +1,5 @@
 //! The small render helpers every verb shares: the command line as typed (for manifests),
-//! byte and count figures for people.
+//! byte and count figures for people, a `--json` document on stdout.
 
 /// The command line as the user typed it, for manifests (an argument that is not UTF-8, such
 /// as a path, is recorded with U+FFFD for its invalid bytes).
@@ -7,6 +7,11 @@ pub fn command_line() -> Vec<String> {
     std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect()
+}
+
+/// Print a `--json` document on stdout, pretty.
+pub fn print_json(doc: &impl serde::Serialize) {
+    println!("{}", serde_json::to_string_pretty(doc).expect("JSON"));
 }
 
 /// Human-readable byte count.

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
+use crate::cli::print_json;
 use crate::engines::quantized;
 use crate::error::Result;
 use crate::escape::printable;
@@ -77,7 +78,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             })
             .collect();
         let doc = json!({"schema": "kquant.schemes/2", "schemes": schemes});
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
         return Ok(ExitCode::SUCCESS);
     }
     for s in SCHEMES {

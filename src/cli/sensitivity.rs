@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::cli::print_json;
 use crate::cli::{flags, human_bytes};
 use crate::error::Result;
 use crate::escape::printable;
@@ -19,6 +20,7 @@ use crate::quant::registry::SCHEMES;
 use crate::quantize::calibrate::Method;
 use crate::quantize::sensitivity::report::Doc;
 use crate::quantize::sensitivity::{self, run::Measured, Group};
+use crate::verify::offline::Source;
 
 /// Arguments of `kquant sensitivity`.
 #[derive(Debug, clap::Args)]
@@ -86,16 +88,21 @@ pub fn run(a: Args) -> Result<ExitCode> {
     a.per_category.warn_spelling("sensitivity");
     let req = sensitivity::run::Request {
         src: a.src.clone(),
-        target: a.target.clone(),
-        trace: a.trace.clone(),
-        prompts: a.prompts.clone(),
-        target_checkpoint: a.target_checkpoint.clone(),
-        limit_per_category: a.per_category.value(),
-        steps: a.steps.steps,
-        scheme: a.scheme.clone(),
-        format: a.format,
-        config: a.config.clone(),
-        exclude: a.exclude.clone(),
+        source: Source {
+            target: a.target.clone(),
+            trace: a.trace.clone(),
+            prompts: a.prompts.clone(),
+            target_checkpoint: a.target_checkpoint.clone(),
+            limit_per_category: a.per_category.value(),
+            steps: a.steps.steps,
+        },
+        recipe: crate::quantize::Request {
+            scheme: a.scheme.clone(),
+            format: a.format,
+            config: a.config.clone(),
+            exclude: a.exclude.clone(),
+            ..Default::default()
+        },
         method: a.method,
         calibrate: a.cal.calibrate.clone(),
         calibration_memory: a.cal.calibration_memory,
@@ -107,7 +114,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let o = sensitivity::run::run(&req)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&o.doc).expect("JSON"));
+        print_json(&o.doc);
     } else {
         print!(
             "{}",

@@ -4,6 +4,7 @@
 
 use std::process::ExitCode;
 
+use crate::cli::print_json;
 use crate::error::Result;
 use crate::target::profile::{self, Profile};
 use crate::target::taps::{FAMILIES, TAP_CONVENTION};
@@ -101,7 +102,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "tap_convention": TAP_CONVENTION,
             "targets": profiles,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
         return Ok(ExitCode::SUCCESS);
     }
     println!("Taps are HF hidden_states indices: hs[0] = embeddings, hs[i] = output of block i-1, hs[L] = last block before the final norm.\n");

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use crate::checkpoint::Checkpoint;
+use crate::cli::print_json;
 use crate::error::Result;
 use crate::escape::printable;
 use crate::runtime::target::Target;
@@ -158,7 +159,7 @@ fn run_merge(a: MergeArgs) -> Result<ExitCode> {
     if a.json {
         let mut doc = serde_json::to_value(&m).expect("JSON");
         doc["schema"] = "kquant.trace-merge/1".into();
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
     } else {
         let parts: Vec<String> = m
             .inputs
@@ -235,7 +236,7 @@ fn run_prompts(mut a: PromptsArgs) -> Result<ExitCode> {
             "warnings": s.warnings,
             "next": next,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
     } else {
         println!(
             "{}: {} prompts, {} tokens ({} `{}`, sha256 {}{})",
@@ -330,7 +331,7 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
             "warnings": Vec::<String>::new(),
             "next": next,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
         eprintln!("{}", printable(&summary));
     } else {
         println!("{}", printable(&summary));

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::cli::print_json;
 use crate::error::Result;
 use crate::escape::printable;
 use crate::target::profile;
@@ -79,32 +80,35 @@ pub struct Args {
     pub dry_run: bool,
 }
 
+/// A renamed flag's value: the new spelling's, else the old one's with `note` added to the
+/// warnings (clap requires one of them).
+fn renamed<T>(new: Option<T>, old: Option<T>, note: &str, notes: &mut Vec<String>) -> T {
+    match (new, old) {
+        (Some(v), _) => v,
+        (None, Some(v)) => {
+            notes.push(note.to_string());
+            v
+        }
+        (None, None) => unreachable!("clap requires the flag unless its old spelling is given"),
+    }
+}
+
 pub fn run(a: Args) -> Result<ExitCode> {
     let mut notes = Vec::new();
-    let format = match (a.format, a.from) {
-        (Some(f), _) => f,
-        (None, Some(f)) => {
-            notes.push(
-                "`--from` is deprecated for trace import: say --format (accepted until the next release)"
-                    .to_string(),
-            );
-            f
-        }
-        (None, None) => unreachable!("clap requires --format unless --from is given"),
-    };
+    let format = renamed(
+        a.format,
+        a.from,
+        "`--from` is deprecated for trace import: say --format (accepted until the next release)",
+        &mut notes,
+    );
     let ImportFormat::VllmHiddenStates = format;
     let prof = a.target.as_deref().map(profile::load).transpose()?;
-    let out = match (a.output, a.out) {
-        (Some(o), _) => o,
-        (None, Some(o)) => {
-            notes.push(
-                "`--out` is deprecated: write `--output` (or `-o`), as every other command does"
-                    .to_string(),
-            );
-            o
-        }
-        (None, None) => unreachable!("clap requires --output unless --out is given"),
-    };
+    let out = renamed(
+        a.output,
+        a.out,
+        "`--out` is deprecated: write `--output` (or `-o`), as every other command does",
+        &mut notes,
+    );
     let req = Request {
         dir: a.dir,
         out,
@@ -135,7 +139,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let mut all_warnings = notes.clone();
         all_warnings.extend(r.warnings.iter().cloned());
         let doc = to_json(&o.asked, &r, &families, &all_warnings, &next);
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
         return Ok(ExitCode::SUCCESS);
     }
     print_human(&o.asked, &r, &families);

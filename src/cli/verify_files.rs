@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::cli::print_json;
 use crate::error::{Error, Result};
 use crate::io::manifest::{Manifest, MANIFEST_FILE};
 
@@ -38,7 +39,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "checkpoint": match &whole { Ok(_) => "whole".to_string(), Err(e) => e.clone() },
             "ok": c.ok, "mismatched": c.mismatched, "missing": c.missing, "unlisted": c.unlisted,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        print_json(&doc);
     } else {
         for f in &c.ok {
             eprintln!("ok        {}", crate::escape::printable(f));

@@ -65,12 +65,7 @@ impl Observer {
             .map(Checkpoint::open)
             .transpose()?;
         let d = load_drafter(&req.draft, target.as_ref(), &Exec::F32)?;
-        trace.require(
-            d.taps(),
-            d.target_hidden(),
-            Some(d.vocab()),
-            &format!("draft `{}`", req.draft),
-        )?;
+        crate::replay::check_fits(d.as_ref(), &trace, &req.draft)?;
         let limit = req.limit.unwrap_or(usize::MAX);
         if limit == 0 {
             return Err(Error::Usage("--limit 0 replays nothing".into()));

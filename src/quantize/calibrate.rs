@@ -446,12 +446,7 @@ fn collect(
     // The replay never multiplies an unquantized lm_head: read only what it multiplies.
     let d = load_drafter(src, target.as_ref(), &Exec::F32Lazy)?;
     drop(target);
-    trace.require(
-        d.taps(),
-        d.target_hidden(),
-        Some(d.vocab()),
-        &format!("draft `{src}`"),
-    )?;
+    crate::replay::check_fits(d.as_ref(), trace, src)?;
     let steps = steps_for(d.as_ref(), cal.steps, src)?;
     d.linears().collect_hessians(if full {
         HessianSet::new(wanted)

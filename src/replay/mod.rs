@@ -12,7 +12,7 @@ pub use load::{load_drafter, placement_line};
 use crate::error::{Error, Result};
 use crate::runtime::matches::Matches;
 use crate::runtime::Drafter;
-use crate::trace::file::Trace;
+use crate::trace::file::{SampleMeta, Trace};
 use walk::{walk_to, Walk};
 
 /// What pass A computes after a root's first miss.
@@ -111,6 +111,31 @@ pub fn replay_matches(
     replay_each(d, trace, &pass, |w, m| (w, m))
 }
 
+/// A sample's tokens and the taps the draft reads.
+pub fn sample_inputs(
+    d: &dyn Drafter,
+    trace: &Trace,
+    s: &SampleMeta,
+) -> Result<(Vec<u32>, Vec<Vec<f32>>)> {
+    let taps = d
+        .taps()
+        .iter()
+        .map(|&t| trace.tap(s, t))
+        .collect::<Result<_>>()?;
+    Ok((trace.tokens(s)?, taps))
+}
+
+/// Refuse a trace the draft `spec` cannot replay: a tap it reads missing, another hidden size
+/// or a token past its vocabulary.
+pub fn check_fits(d: &dyn Drafter, trace: &Trace, spec: &str) -> Result<()> {
+    trace.require(
+        d.taps(),
+        d.target_hidden(),
+        Some(d.vocab()),
+        &format!("draft `{spec}`"),
+    )
+}
+
 /// Pass A + pass B over the samples `pass` names, what `keep` makes of each sample's walk and
 /// depth matches kept (one sample's matches at a time otherwise).
 pub fn replay_each<T>(
@@ -121,12 +146,7 @@ pub fn replay_each<T>(
 ) -> Result<Vec<T>> {
     let mut samples = Vec::new();
     for s in trace.manifest.samples.iter().take(pass.limit) {
-        let x = trace.tokens(s)?;
-        let taps: Vec<Vec<f32>> = d
-            .taps()
-            .iter()
-            .map(|&t| trace.tap(s, t))
-            .collect::<Result<_>>()?;
+        let (x, taps) = sample_inputs(d, trace, s)?;
         let (m, skipped) = sample_matches(d, &x, &taps, s.prompt_len, pass.steps, pass.after_miss);
         let mut w = walk_to(&m, s.stop());
         w.after_miss_skipped = skipped;

@@ -312,24 +312,29 @@ mod tests {
         (rounds, committed)
     }
 
+    /// A drafter of `k` depths right at some and wrong at others, depending on the position:
+    /// its proposal for `t + j` misses (99) where `(t + j) % period == period - 1`.
+    fn periodic(x: &[u32], k: usize, period: usize) -> impl Fn(usize) -> Vec<u32> + '_ {
+        move |t| {
+            (0..k)
+                .map(|j| {
+                    if (t + j) % period == period - 1 {
+                        99
+                    } else {
+                        x.get(t + 2 + j).copied().unwrap_or(0)
+                    }
+                })
+                .collect()
+        }
+    }
+
     #[test]
     fn walk_equals_direct_simulation() {
         let x: Vec<u32> = (0..200).map(|i| (i * 7 % 13) as u32).collect();
         for p in [1, 5, 17, 100] {
             for k in [1, 3, 5] {
-                // A drafter right at some depths, wrong at others, depending on position.
-                let prop = |t: usize| -> Vec<u32> {
-                    (0..k)
-                        .map(|j| {
-                            if (t + j) % 4 == 3 {
-                                99
-                            } else {
-                                x.get(t + 2 + j).copied().unwrap_or(0)
-                            }
-                        })
-                        .collect()
-                };
-                let w = walk(&matches_from_proposals(&x, p, k, prop));
+                let prop = periodic(&x, k, 4);
+                let w = walk(&matches_from_proposals(&x, p, k, &prop));
                 let (rounds, committed) = simulate(&x, p, k, &prop);
                 assert_eq!((w.rounds, w.committed), (rounds, committed), "p {p} k {k}");
             }
@@ -369,18 +374,8 @@ mod tests {
         let mut cut_steps = 0;
         for p in [1, 5, 17] {
             for k in [1, 3, 5] {
-                let prop = |t: usize| -> Vec<u32> {
-                    (0..k)
-                        .map(|j| {
-                            if (t + j) % 5 == 4 {
-                                99
-                            } else {
-                                x.get(t + 2 + j).copied().unwrap_or(0)
-                            }
-                        })
-                        .collect()
-                };
-                let m = matches_from_proposals(&x, p, k, prop);
+                let prop = periodic(&x, k, 5);
+                let m = matches_from_proposals(&x, p, k, &prop);
                 for stop in [p + 1, p + 2, p + 3, p + 10, p + 57, x.len() - k] {
                     let w = walk_to(&m, stop);
                     let (rounds, committed, extra) = simulate_stop(&x, p, k, stop, &prop);
@@ -391,7 +386,7 @@ mod tests {
                     );
                     cut_steps += usize::from(extra > 0);
                     // The committed figures are the walk of the sample cut at the stop.
-                    let c = walk(&matches_from_proposals(&x[..stop], p, k, prop));
+                    let c = walk(&matches_from_proposals(&x[..stop], p, k, &prop));
                     assert_eq!(
                         (c.rounds, c.committed, c.positions, c.leading_sum),
                         (w.rounds, w.committed, w.positions, w.leading_sum)

@@ -385,32 +385,23 @@ mod tests {
     #[test]
     fn inconsistent_profiles_are_refused() {
         let p = Path::new("x.json");
-        let mut t = tiny();
-        t.taps.eagle3 = Fact::Known(TapSet {
-            hs: vec![1, 2, 5],
-            source: "s".into(),
-        });
-        assert!(t
-            .check(p)
-            .unwrap_err()
-            .to_string()
-            .contains("past the last hidden state hs[4]"));
-        let mut t = tiny();
-        t.taps.dflash = Fact::Known(TapSet {
-            hs: vec![3, 1],
-            source: "s".into(),
-        });
-        assert!(t
-            .check(p)
-            .unwrap_err()
-            .to_string()
-            .contains("strictly ascending"));
-        let mut t = tiny();
-        t.taps.eagle3_mla = Fact::Known(TapSet {
-            hs: vec![1, 2],
-            source: "s".into(),
-        });
-        assert!(t.check(p).unwrap_err().to_string().contains("lists 2 taps"));
+        // One family's taps replaced by `hs`: refused with `msg`.
+        let taps = |family: fn(&mut Taps) -> &mut Fact<TapSet>, hs: Vec<usize>, msg: &str| {
+            let mut t = tiny();
+            *family(&mut t.taps) = Fact::Known(TapSet {
+                hs,
+                source: "s".into(),
+            });
+            let e = t.check(p).unwrap_err().to_string();
+            assert!(e.contains(msg), "{e}");
+        };
+        taps(
+            |t| &mut t.eagle3,
+            vec![1, 2, 5],
+            "past the last hidden state hs[4]",
+        );
+        taps(|t| &mut t.dflash, vec![3, 1], "strictly ascending");
+        taps(|t| &mut t.eagle3_mla, vec![1, 2], "lists 2 taps");
         let mut t = load("kimi-k2.5").unwrap();
         t.published_accept_lengths[0].accept_length = "n/a".into();
         assert!(t.check(p).unwrap_err().to_string().contains("not a number"));

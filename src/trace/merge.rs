@@ -33,49 +33,29 @@ fn differs(a: &Manifest, b: &Manifest) -> Option<(&'static str, String, String)>
         _ => (String::new(), String::new()),
     };
     let digest = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(String::from);
-    let (ca, cb) = both(&|m| digest(m.target.get("config_sha256")));
-    let (ta, tb) = both(&|m| digest(m.extra.get("tokenizer_sha256")));
-    let fields: [(&'static str, String, String); 10] = [
+    let pair = |f: &dyn Fn(&Manifest) -> String| (f(a), f(b));
+    let fields: [(&'static str, (String, String)); 10] = [
+        ("target revision", pair(&|m| format!("{:?}", rev(m)))),
         (
-            "target revision",
-            format!("{:?}", rev(a)),
-            format!("{:?}", rev(b)),
-        ),
-        ("target config (config_sha256)", ca, cb),
-        ("tokenizer (tokenizer_sha256)", ta, tb),
-        (
-            "hidden_size",
-            a.hidden_size.to_string(),
-            b.hidden_size.to_string(),
+            "target config (config_sha256)",
+            both(&|m| digest(m.target.get("config_sha256"))),
         ),
         (
-            "num_layers",
-            a.num_layers.to_string(),
-            b.num_layers.to_string(),
+            "tokenizer (tokenizer_sha256)",
+            both(&|m| digest(m.extra.get("tokenizer_sha256"))),
         ),
-        (
-            "vocab_size",
-            format!("{:?}", a.vocab_size),
-            format!("{:?}", b.vocab_size),
-        ),
-        ("taps", format!("{:?}", a.taps), format!("{:?}", b.taps)),
-        (
-            "tap_convention",
-            a.tap_convention.clone(),
-            b.tap_convention.clone(),
-        ),
-        (
-            "taps_pre_norm",
-            a.taps_pre_norm.to_string(),
-            b.taps_pre_norm.to_string(),
-        ),
-        (
-            "dtype",
-            file::tap_dtype(a).name().to_string(),
-            file::tap_dtype(b).name().to_string(),
-        ),
+        ("hidden_size", pair(&|m| m.hidden_size.to_string())),
+        ("num_layers", pair(&|m| m.num_layers.to_string())),
+        ("vocab_size", pair(&|m| format!("{:?}", m.vocab_size))),
+        ("taps", pair(&|m| format!("{:?}", m.taps))),
+        ("tap_convention", pair(&|m| m.tap_convention.clone())),
+        ("taps_pre_norm", pair(&|m| m.taps_pre_norm.to_string())),
+        ("dtype", pair(&|m| file::tap_dtype(m).name().to_string())),
     ];
-    fields.into_iter().find(|(_, x, y)| x != y)
+    fields
+        .into_iter()
+        .find(|(_, (x, y))| x != y)
+        .map(|(what, (x, y))| (what, x, y))
 }
 
 /// Merge `inputs` (at least two traces) into a new trace at `out`.

@@ -4,7 +4,7 @@
 //! turns its flags into a [`Request`], prints the [`Plan`]'s warnings, runs it and renders the
 //! [`Outcome`] (`report::emit`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 
@@ -30,18 +30,10 @@ pub struct Request {
     pub draft: String,
     /// Another draft (usually the original) or `prompt-lookup`.
     pub baseline: Option<String>,
-    /// A target profile: a built-in name or a JSON file.
-    pub target: Option<String>,
-    pub trace: Option<PathBuf>,
-    /// With a live profile and no trace: the prompts to capture.
-    pub prompts: Option<PathBuf>,
-    pub target_checkpoint: Option<String>,
-    /// Drafts per verify step (the draft's own default without).
-    pub steps: Option<usize>,
+    /// The target, the trace (or the live capture) and the steps the drafts replay.
+    pub source: Source,
     /// Proposals within this many logits of their runner-up are taken both ways.
     pub near_ties: Option<f64>,
-    /// The first N samples of each category.
-    pub limit_per_category: Option<usize>,
     pub after_miss: AfterMiss,
     pub thresholds: Thresholds,
     /// Which accept length the gate judges (`--gate-on`).
@@ -83,14 +75,8 @@ impl Plan {
         {
             Checkpoint::open(spec)?;
         }
-        let profile = req.target.as_deref().map(profile::load).transpose()?;
         let mut capture_dir = None;
-        let src = TraceSource {
-            trace: req.trace.as_deref(),
-            prompts: req.prompts.as_deref(),
-            limit: req.limit_per_category,
-        };
-        let trace = open_trace(&src, profile.as_ref(), &mut capture_dir)?;
+        let (profile, trace) = req.source.open(&mut capture_dir)?;
         // A verify that replays nothing is never a pass.
         if trace.manifest.samples.is_empty() {
             return Err(Error::Source {
@@ -109,11 +95,13 @@ impl Plan {
             None => None,
             Some(name) => Some(published_benchmark(name, profile.as_ref(), &trace)?),
         };
-        let target = target_spec(req.target_checkpoint.as_deref(), profile.as_ref())?
+        let target = req
+            .source
+            .target_checkpoint(profile.as_ref())?
             .as_deref()
             .map(Checkpoint::open)
             .transpose()?;
-        let warnings = if req.trace.is_some() {
+        let warnings = if req.source.trace.is_some() {
             let specs = [Some(&req.draft), req.baseline.as_ref()];
             specs
                 .into_iter()
@@ -152,7 +140,7 @@ impl Plan {
                 spec,
                 trace,
                 self.target.as_ref(),
-                req.steps,
+                req.source.steps,
                 req.after_miss,
                 &self.exec,
             )
@@ -221,12 +209,12 @@ impl Plan {
         rep.tail = Some(Tail::Offline(Box::new(OfflineTail {
             published: checks,
             target: self.profile.as_ref().map(|p| p.name.clone()),
-            trace: match &req.trace {
+            trace: match &req.source.trace {
                 Some(t) => t.display().to_string(),
                 None => "live capture".into(),
             },
             // The work cap, stated: what a figure over a capped trace stands for.
-            limit_per_category: req.limit_per_category,
+            limit_per_category: req.source.limit_per_category,
             samples_replayed: trace.manifest.samples.len(),
             after_miss: req.after_miss,
             warnings: self.warnings.clone(),
@@ -240,7 +228,7 @@ impl Plan {
             .into_iter()
             .flatten()
             .map(PathBuf::from)
-            .chain(req.trace.clone())
+            .chain(req.source.trace.clone())
             .collect();
         Ok(Verdict {
             report: rep,
@@ -458,12 +446,7 @@ pub fn run_draft(
     if let Some(e) = another_targets_draft(spec, d.taps(), trace) {
         return Err(e);
     }
-    trace.require(
-        d.taps(),
-        d.target_hidden(),
-        Some(d.vocab()),
-        &format!("draft `{spec}`"),
-    )?;
+    crate::replay::check_fits(d.as_ref(), trace, spec)?;
     // A bar with an ETA over the generated positions (stderr; hidden when it is not a terminal).
     let total: u64 = trace
         .manifest
@@ -600,33 +583,71 @@ impl Drop for Scratch {
     }
 }
 
-/// Where the samples to replay come from: `--trace`, or a live capture of `--prompts` (the
-/// profile's bundled set without), the first `limit` of each category.
-pub struct TraceSource<'a> {
-    pub trace: Option<&'a Path>,
-    pub prompts: Option<&'a Path>,
-    pub limit: Option<usize>,
+/// What the drafts are replayed over and with, as `verify` and `sensitivity` take it: the
+/// target profile, the samples (`--trace`, or a live capture of `--prompts`, the profile's
+/// bundled set without), the first `limit_per_category` of each category, the target
+/// checkpoint and the drafts per step.
+#[derive(Debug, Clone, Default)]
+pub struct Source {
+    /// A target profile: a built-in name or a JSON file (a live one captures the trace when
+    /// `trace` is `None`).
+    pub target: Option<String>,
+    /// The trace to replay.
+    pub trace: Option<PathBuf>,
+    /// With a live profile and no trace: the prompts to capture.
+    pub prompts: Option<PathBuf>,
+    /// The target checkpoint the drafts run with (a live profile's target without).
+    pub target_checkpoint: Option<String>,
+    /// The first N samples of each category.
+    pub limit_per_category: Option<usize>,
+    /// Drafts per verify step (the draft's own default without).
+    pub steps: Option<usize>,
+}
+
+impl Source {
+    /// The target profile and the trace to replay: `trace`, or a capture with a live profile's
+    /// target into `tmp`.
+    pub fn open(&self, tmp: &mut Option<Scratch>) -> Result<(Option<Profile>, Trace)> {
+        let profile = self.target.as_deref().map(profile::load).transpose()?;
+        let trace = open_trace(self, profile.as_ref(), tmp)?;
+        Ok((profile, trace))
+    }
+
+    /// The target checkpoint the drafts run with: `target_checkpoint`, else a live profile's.
+    pub fn target_checkpoint(&self, profile: Option<&Profile>) -> Result<Option<String>> {
+        Ok(
+            match (
+                &self.target_checkpoint,
+                profile.and_then(|p| p.live.as_ref()),
+            ) {
+                (Some(t), _) => Some(t.clone()),
+                (None, Some(live)) => {
+                    Some(live.resolve(&live.target)?.to_string_lossy().to_string())
+                }
+                (None, None) => None,
+            },
+        )
+    }
 }
 
 /// The trace to replay: `--trace`, or a capture with a live profile's target into `tmp`.
-pub fn open_trace(
-    a: &TraceSource,
-    profile: Option<&Profile>,
-    tmp: &mut Option<Scratch>,
-) -> Result<Trace> {
-    let mut trace = match (a.trace, profile) {
+fn open_trace(a: &Source, profile: Option<&Profile>, tmp: &mut Option<Scratch>) -> Result<Trace> {
+    let mut trace = match (a.trace.as_deref(), profile) {
         (Some(t), _) => Trace::open(t)?,
         (None, Some(p)) => match &p.live {
             Some(live) => {
                 let tgt = live.resolve(&live.target)?;
                 let ck = Checkpoint::open(&tgt.to_string_lossy())?;
                 let m = Target::load(&ck)?;
-                let file = match a.prompts {
-                    Some(p) => p.to_path_buf(),
+                let file = match &a.prompts {
+                    Some(p) => p.clone(),
                     None => live.resolve(&live.prompts)?,
                 };
                 let mut prompts = capture::read_prompts(&file)?;
-                let keep = per_category(prompts.iter().map(|p| p.category.as_str()), a.limit);
+                let keep = per_category(
+                    prompts.iter().map(|p| p.category.as_str()),
+                    a.limit_per_category,
+                );
                 prompts = keep.into_iter().map(|i| prompts[i].clone()).collect();
                 let o = capture::Options {
                     gen_len: LIVE_GEN_LEN,
@@ -668,22 +689,13 @@ pub fn open_trace(
     }
     let keep = per_category(
         trace.manifest.samples.iter().map(|s| s.category.as_str()),
-        a.limit,
+        a.limit_per_category,
     );
     trace.manifest.samples = keep
         .into_iter()
         .map(|i| trace.manifest.samples[i].clone())
         .collect();
     Ok(trace)
-}
-
-/// The target checkpoint the drafts run with: `--target-checkpoint`, else a live profile's.
-pub fn target_spec(given: Option<&str>, profile: Option<&Profile>) -> Result<Option<String>> {
-    Ok(match (given, profile.and_then(|p| p.live.as_ref())) {
-        (Some(t), _) => Some(t.to_string()),
-        (None, Some(live)) => Some(live.resolve(&live.target)?.to_string_lossy().to_string()),
-        (None, None) => None,
-    })
 }
 
 /// Indices of the first `limit` items of each category, in order (all without a limit).

@@ -29,10 +29,12 @@ pub fn group_of(module: &str) -> &'static str {
     }
 }
 
-/// One group of modules, with what quantizing it saves.
+/// One group of modules, with what quantizing it saves (in the document, `name` is the key
+/// `group`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Group {
     /// `q/k/v`, `mla`, `o`, `gate/up`, `down`, or the leaf name (`fc`, `lm_head`, …).
+    #[serde(rename = "group")]
     pub name: String,
     /// Its modules, in the source's order.
     pub modules: Vec<String>,

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::Group;
 use crate::quant::registry::Scheme;
 use crate::quantize::calibrate::Method;
 
@@ -48,14 +49,12 @@ pub struct Doc {
     pub pick: Option<Pick>,
 }
 
-/// One group quantized alone.
+/// One group quantized alone: the group's keys (`group`, `modules`, `patterns`,
+/// `bytes_before`, `bytes_after`), then `measured`.
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupDoc {
-    pub group: String,
-    pub modules: Vec<String>,
-    pub patterns: Vec<String>,
-    pub bytes_before: u64,
-    pub bytes_after: u64,
+    #[serde(flatten)]
+    pub group: Group,
     pub measured: Measured,
 }
 

@@ -26,10 +26,9 @@ use crate::quantize::plan::{Action, Plan};
 use crate::quantize::{self as quantize, Recipe, Request as QuantizeRequest};
 use crate::replay::AfterMiss;
 use crate::runtime::linears::Exec;
-use crate::target::profile;
 use crate::trace::file::Trace;
 use crate::verify::gate::{self, Thresholds};
-use crate::verify::offline::{open_trace, run_draft, target_spec, TraceSource};
+use crate::verify::offline::{run_draft, Source};
 use crate::verify::report::{agreement_of, Run};
 
 /// What a sensitivity run is asked: the flags, typed.
@@ -37,22 +36,12 @@ use crate::verify::report::{agreement_of, Run};
 pub struct Request {
     /// The original (BF16/F16) draft.
     pub src: String,
-    /// A target profile (a live one captures the trace when `trace` is `None`).
-    pub target: Option<String>,
-    /// The trace to evaluate on.
-    pub trace: Option<PathBuf>,
-    /// With a live target and no trace: the prompts to capture.
-    pub prompts: Option<PathBuf>,
-    pub target_checkpoint: Option<String>,
-    pub limit_per_category: Option<usize>,
-    /// Drafts per verify step (the draft's own default without).
-    pub steps: Option<usize>,
-    pub scheme: Option<String>,
-    pub format: Option<Format>,
-    /// A preset for the scheme, format and Quark settings (its exclude list is not used).
-    pub config: Option<String>,
-    /// Modules never quantized nor measured (Quark fnmatch patterns, comma-separated).
-    pub exclude: Option<String>,
+    /// The target, the trace to evaluate on (or the live capture) and the steps replayed.
+    pub source: Source,
+    /// The scheme, the format and a preset for them and the Quark settings (its exclude list
+    /// is not used); `exclude`: the modules never quantized nor measured (Quark fnmatch
+    /// patterns, comma-separated).
+    pub recipe: QuantizeRequest,
     pub method: Method,
     /// A calibration trace for `search`/`gptq`.
     pub calibrate: Option<PathBuf>,
@@ -65,6 +54,17 @@ pub struct Request {
     pub write_preset: Option<PathBuf>,
     /// The command line, for the scratch variants' manifests.
     pub command: Vec<String>,
+}
+
+impl Request {
+    /// The quantize request of a variant: the recipe with every module matching `patterns`
+    /// left unquantized (the preset's exclude list is not used).
+    fn recipe_excluding(&self, patterns: &[String]) -> QuantizeRequest {
+        QuantizeRequest {
+            exclude: Some(patterns.join(",")),
+            ..self.recipe.clone()
+        }
+    }
 }
 
 /// What the run measured, and the document `--json` prints.
@@ -125,23 +125,18 @@ struct Bench<'a> {
 }
 
 impl Bench<'_> {
-    fn request(&self, patterns: &[String]) -> QuantizeRequest {
-        QuantizeRequest {
-            scheme: self.a.scheme.clone(),
-            format: self.a.format,
-            config: self.a.config.clone(),
-            exclude: Some(patterns.join(",")),
-            ..Default::default()
-        }
-    }
-
     /// Quantize every group but `excluded` (indices), write it, replay it, compare.
     fn measure(&self, excluded: &[usize]) -> Result<Measured> {
         let mut patterns = self.base.clone();
         for &i in excluded {
             patterns.extend(self.groups[i].patterns.iter().cloned());
         }
-        let recipe = quantize::resolve(self.ck, self.det, &self.a.src, &self.request(&patterns))?;
+        let recipe = quantize::resolve(
+            self.ck,
+            self.det,
+            &self.a.src,
+            &self.a.recipe_excluding(&patterns),
+        )?;
         let mut plan = Plan::new(self.ck, &recipe, false)?;
         let want: BTreeSet<&str> = self
             .groups
@@ -178,7 +173,7 @@ impl Bench<'_> {
             &out.to_string_lossy(),
             self.trace,
             self.target,
-            self.a.steps,
+            self.a.source.steps,
             AfterMiss::Run,
             &Exec::F32,
         )?;
@@ -257,14 +252,8 @@ impl Bench<'_> {
 /// exclusion sets, cheapest first among those predicted to pass.
 pub fn run(a: &Request) -> Result<Outcome> {
     refuse_preset_over_config(a)?;
-    let prof = a.target.as_deref().map(profile::load).transpose()?;
     let mut tmp = None;
-    let src = TraceSource {
-        trace: a.trace.as_deref(),
-        prompts: a.prompts.as_deref(),
-        limit: a.limit_per_category,
-    };
-    let trace = open_trace(&src, prof.as_ref(), &mut tmp)?;
+    let (prof, trace) = a.source.open(&mut tmp)?;
     if trace.manifest.samples.iter().all(|s| s.gen_len == 0) {
         return Err(Error::Source {
             path: trace.dir.join("manifest.json"),
@@ -273,11 +262,12 @@ pub fn run(a: &Request) -> Result<Outcome> {
             hint: Some("evaluate on a trace with samples (`kquant trace capture`)".into()),
         });
     }
-    let target_at = target_spec(a.target_checkpoint.as_deref(), prof.as_ref())?;
+    let target_at = a.source.target_checkpoint(prof.as_ref())?;
     let target = target_at.as_deref().map(Checkpoint::open).transpose()?;
     let ck = Checkpoint::open(&a.src)?;
     let det = ck.detect()?;
     let base = a
+        .recipe
         .exclude
         .as_deref()
         .map(crate::quant::exclude::parse_patterns)
@@ -285,14 +275,7 @@ pub fn run(a: &Request) -> Result<Outcome> {
 
     // Every group quantized: the modules, their groups, and (calibrated methods) the codes,
     // chosen once on the original draft's inputs, which no variant changes.
-    let request = QuantizeRequest {
-        scheme: a.scheme.clone(),
-        format: a.format,
-        config: a.config.clone(),
-        exclude: Some(base.join(",")),
-        ..Default::default()
-    };
-    let recipe = quantize::resolve(&ck, &det, &a.src, &request)?;
+    let recipe = quantize::resolve(&ck, &det, &a.src, &a.recipe_excluding(&base))?;
     let plan = Plan::new(&ck, &recipe, false)?;
     let groups = groups_of(a, &plan, &recipe, &base)?;
     let chosen = choose_codes(a, &plan, target_at.as_deref())?;
@@ -300,7 +283,7 @@ pub fn run(a: &Request) -> Result<Outcome> {
         &a.src,
         &trace,
         target.as_ref(),
-        a.steps,
+        a.source.steps,
         AfterMiss::Run,
         &Exec::F32,
     )?;
@@ -357,6 +340,7 @@ pub fn run(a: &Request) -> Result<Outcome> {
         method: a.method,
         calibration: a.calibrate.clone(),
         trace: a
+            .source
             .trace
             .as_ref()
             .map_or("live capture".to_string(), |t| t.display().to_string()),
@@ -438,11 +422,7 @@ fn group_docs(groups: &[Group], single: &[Measured]) -> Vec<GroupDoc> {
         .iter()
         .zip(single)
         .map(|(g, m)| GroupDoc {
-            group: g.name.clone(),
-            modules: g.modules.clone(),
-            patterns: g.patterns.clone(),
-            bytes_before: g.bytes_before,
-            bytes_after: g.bytes_after,
+            group: g.clone(),
             measured: m.clone(),
         })
         .collect()
@@ -462,7 +442,7 @@ fn trial_docs(trials: &[(Candidate, Measured)]) -> Vec<Trial> {
 
 /// The preset written may not be the preset read: refused before any measurement.
 fn refuse_preset_over_config(a: &Request) -> Result<()> {
-    if let (Some(w), Some(c)) = (&a.write_preset, &a.config) {
+    if let (Some(w), Some(c)) = (&a.write_preset, &a.recipe.config) {
         let same = match (std::fs::canonicalize(w), std::fs::canonicalize(c)) {
             (Ok(x), Ok(y)) => x == y,
             _ => false,
@@ -501,13 +481,13 @@ fn choose_codes(
             })
         }
         (m, Some(t)) => {
-            if a.trace.as_deref() == Some(t.as_path()) {
+            if a.source.trace.as_deref() == Some(t.as_path()) {
                 eprintln!("warning: --calibrate is the evaluation --trace: the method is measured on the prompts it was fitted to, which flatters it");
             }
             let cal = Calibration {
                 trace: t.clone(),
                 target: target_at.map(String::from),
-                steps: a.steps,
+                steps: a.source.steps,
                 limit: None,
                 memory: a.calibration_memory,
             };
@@ -584,7 +564,13 @@ fn command_of(a: &Request, recipe: &Recipe, exclude: &[String], target_at: Optio
 /// over an existing file only when kquant wrote it ([`PRESET`]).
 pub fn write_preset(a: &Request, path: &Path, preset: &Value) -> Result<()> {
     let sources: Vec<PathBuf> = std::iter::once(PathBuf::from(&a.src))
-        .chain(a.config.as_ref().map(PathBuf::from).filter(|c| c.is_file()))
+        .chain(
+            a.recipe
+                .config
+                .as_ref()
+                .map(PathBuf::from)
+                .filter(|c| c.is_file()),
+        )
         .collect();
     output::write_file(
         path,

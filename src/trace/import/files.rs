@@ -141,6 +141,13 @@ fn terr(p: &Path, tensor: &str, msg: String) -> Error {
     }
 }
 
+/// Little-endian integers of `N` bytes each, widened.
+fn ints<const N: usize>(data: &[u8], value: fn([u8; N]) -> i128) -> Vec<i128> {
+    data.chunks_exact(N)
+        .map(|c| value(c.try_into().expect("N bytes")))
+        .collect()
+}
+
 /// The request's token ids: `[T]`, T > 0, an integer type, each within the target's
 /// vocabulary (or a token id at all, without one).
 fn token_ids(p: &Path, tok: &TensorView, vocab: Option<usize>) -> Result<Vec<u32>> {
@@ -163,26 +170,10 @@ fn token_ids(p: &Path, tok: &TensorView, vocab: Option<usize>) -> Result<Vec<u32
         ));
     }
     let raw: Vec<i128> = match tok.dtype() {
-        Dtype::I64 => tok
-            .data
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as i128)
-            .collect(),
-        Dtype::U64 => tok
-            .data
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap()) as i128)
-            .collect(),
-        Dtype::I32 => tok
-            .data
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i128)
-            .collect(),
-        Dtype::U32 => tok
-            .data
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i128)
-            .collect(),
+        Dtype::I64 => ints(tok.data, |b| i64::from_le_bytes(b).into()),
+        Dtype::U64 => ints(tok.data, |b| u64::from_le_bytes(b).into()),
+        Dtype::I32 => ints(tok.data, |b| i32::from_le_bytes(b).into()),
+        Dtype::U32 => ints(tok.data, |b| u32::from_le_bytes(b).into()),
         d => {
             return Err(terr(
                 p,

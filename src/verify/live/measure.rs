@@ -68,6 +68,20 @@ struct Side {
     spec_tokens: Option<u64>,
 }
 
+impl Side {
+    /// What `what` says of each measured response, sorted, each once.
+    fn measured(&self, what: impl Fn(&Measured) -> Option<String>) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .outcomes
+            .iter()
+            .filter_map(|o| o.result.as_ref().ok().and_then(&what))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+}
+
 /// A request as the gate counts it: the committed tokens per verify step; what the engine
 /// counted beyond them (its final step before the cut) kept beside.
 fn walk_of(m: &Measured) -> Walk {
@@ -171,13 +185,7 @@ fn measure(k: Connected, a: &Request, prompts: &[LivePrompt], what: &str) -> Res
 
 /// A deployment's run as the report states it.
 fn side_doc(s: &Side, prompts: &[LivePrompt]) -> LiveSide {
-    let mut sources: Vec<String> = s
-        .outcomes
-        .iter()
-        .filter_map(|o| o.result.as_ref().ok().map(|m| m.source.clone()))
-        .collect();
-    sources.sort();
-    sources.dedup();
+    let sources = s.measured(|m| Some(m.source.clone()));
     let failed: Vec<Failed> = s
         .outcomes
         .iter()
@@ -246,14 +254,7 @@ fn side_doc(s: &Side, prompts: &[LivePrompt]) -> LiveSide {
 
 /// The models the side's measured responses say answered them (sorted, each once).
 fn answered_by(s: &Side) -> Vec<String> {
-    let mut m: Vec<String> = s
-        .outcomes
-        .iter()
-        .filter_map(|o| o.result.as_ref().ok().and_then(|m| m.model.clone()))
-        .collect();
-    m.sort();
-    m.dedup();
-    m
+    s.measured(|m| m.model.clone())
 }
 
 /// Refuse a side with more failed requests than `--max-failed` allows.

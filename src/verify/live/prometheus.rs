@@ -6,6 +6,9 @@
 
 use prom_text_format_parser::{Scrape, Type, ValueType};
 
+use super::client::{Client, Failure};
+use super::engine::Counters;
+
 /// A parsed page.
 pub struct Page {
     scrape: Scrape,
@@ -21,12 +24,31 @@ pub fn parse(text: &str) -> Result<Page, String> {
 }
 
 /// GET `/metrics` from `c` and parse it.
-pub fn scrape(c: &super::client::Client) -> Result<Page, super::client::Failure> {
+pub fn scrape(c: &Client) -> Result<Page, Failure> {
     let text = c.get_text("/metrics")?;
-    parse(&text).map_err(|msg| super::client::Failure {
+    parse(&text).map_err(|msg| Failure {
         retryable: false,
         msg: format!("/metrics is not a Prometheus page: {msg}"),
     })
+}
+
+/// The server-wide counters on `c`'s `/metrics`: the verify steps (counter `steps`) and the
+/// accepted drafts `accepted` makes of them and counter `drafts` (`None` when either counter is
+/// missing), with the finished requests (counter `requests`) where the page has them.
+pub fn counters(
+    c: &Client,
+    [steps, drafts, requests]: [&str; 3],
+    accepted: fn(u64, u64) -> u64,
+) -> Result<Option<Counters>, Failure> {
+    let m = scrape(c)?;
+    let (Some(steps), Some(drafts)) = (m.counter(steps), m.counter(drafts)) else {
+        return Ok(None);
+    };
+    Ok(Some(Counters {
+        steps,
+        accepted: accepted(steps, drafts),
+        requests: m.counter(requests),
+    }))
 }
 
 impl Page {

@@ -119,20 +119,17 @@ impl Protocol for Sglang {
         // Prometheus (`--enable-metrics`), counted when a request finishes: verify passes from
         // 0.5.13 (`sglang:spec_verify_calls_total`) and generated tokens, the prefill token among
         // them (`sglang:generation_tokens_total`, summed over its `is_streaming` label).
-        let m = super::prometheus::scrape(c)?;
-        let (Some(steps), Some(tokens)) = (
-            m.counter("sglang:spec_verify_calls"),
-            m.counter("sglang:generation_tokens"),
-        ) else {
-            return Ok(None);
-        };
-        Ok(Some(Counters {
-            steps,
-            // Each request's tokens are its prefill token plus each step's accepted drafts and
-            // bonus token: the run subtracts the prefill token per request.
-            accepted: tokens.saturating_sub(steps),
-            requests: m.counter("sglang:num_requests"),
-        }))
+        // Each request's tokens are its prefill token plus each step's accepted drafts and
+        // bonus token: the run subtracts the prefill token per request.
+        super::prometheus::counters(
+            c,
+            [
+                "sglang:spec_verify_calls",
+                "sglang:generation_tokens",
+                "sglang:num_requests",
+            ],
+            |steps, tokens| tokens.saturating_sub(steps),
+        )
     }
 
     fn counters_count_prefill(&self) -> bool {
@@ -263,15 +260,11 @@ mod tests {
             "usage": {"prompt_tokens": 9, "completion_tokens": 106, "total_tokens": 115},
             "sglext": {"spec_tokens_details": d}});
         let r = Sglang.reply(&v).unwrap();
-        let (s, f) = r.spec.unwrap();
-        assert_eq!(f, "sglext.spec_tokens_details");
-        assert_eq!(
-            s,
-            Spec {
-                steps: 43,
-                accepted: 63
-            }
-        );
+        let s = Spec {
+            steps: 43,
+            accepted: 63,
+        };
+        assert_eq!(r.spec, Some((s, "sglext.spec_tokens_details")));
         // 1 + 63 / 43; SGLang's own `spec_accept_length` is completion / verify_ct, the same
         // here (this response's 106 completion tokens hold no prefill token beyond the steps').
         assert_eq!(s.accept_length(), 1.0 + 63.0 / 43.0);

@@ -67,18 +67,15 @@ impl Protocol for Vllm {
     }
 
     fn counters(&self, c: &Client) -> std::result::Result<Option<Counters>, Failure> {
-        let m = super::prometheus::scrape(c)?;
-        let (Some(steps), Some(accepted)) = (
-            m.counter("vllm:spec_decode_num_drafts"),
-            m.counter("vllm:spec_decode_num_accepted_tokens"),
-        ) else {
-            return Ok(None);
-        };
-        Ok(Some(Counters {
-            steps,
-            accepted,
-            requests: m.counter("vllm:request_success"),
-        }))
+        super::prometheus::counters(
+            c,
+            [
+                "vllm:spec_decode_num_drafts",
+                "vllm:spec_decode_num_accepted_tokens",
+                "vllm:request_success",
+            ],
+            |_, accepted| accepted,
+        )
     }
 
     fn preflight(&self, c: &Client) -> Result<Preflight> {
@@ -155,15 +152,11 @@ mod tests {
             "acceptance_histogram": [39, 1, 0, 3], "num_spec_steps": 43,
             "num_accepted_draft_tokens": 10, "num_draft_tokens": 129, "num_spec_tokens": 3}}});
         let r = Vllm.reply(&v).unwrap();
-        let (s, field) = r.spec.unwrap();
-        assert_eq!(field, "metrics.speculative_decoding");
-        assert_eq!(
-            s,
-            Spec {
-                steps: 43,
-                accepted: 10
-            }
-        );
+        let s = Spec {
+            steps: 43,
+            accepted: 10,
+        };
+        assert_eq!(r.spec, Some((s, "metrics.speculative_decoding")));
         assert!((s.accept_length() - 1.2325581395348837).abs() < 1e-15);
         assert_eq!(r.completion_tokens, 54);
         let mut bad = v.clone();

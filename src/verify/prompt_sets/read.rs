@@ -569,146 +569,138 @@ mod tests {
 
     #[test]
     fn missing_empty_and_wrong_typed_fields() {
-        let mt = |s: &str| format!(r#"{{"question_id": 81, {s}}}"#);
-        let cases: Vec<(String, SetFormat, &str)> = vec![
+        let cases: &[(SetFormat, &[(&str, &str)])] = &[
             (
-                mt(r#""turns": ["a"]"#),
                 SetFormat::MtBench,
-                "has no `category`",
+                &[
+                    (
+                        r#"{"question_id": 81, "turns": ["a"]}"#,
+                        "has no `category`",
+                    ),
+                    (
+                        r#"{"question_id": 81, "category": "", "turns": ["a"]}"#,
+                        "`category` is empty",
+                    ),
+                    (
+                        r#"{"question_id": 81, "category": 3, "turns": ["a"]}"#,
+                        "`category` is not a string (it is a number)",
+                    ),
+                    (
+                        r#"{"question_id": 81, "category": "math", "turns": "a"}"#,
+                        "`turns` is not a list of strings (it is a string)",
+                    ),
+                    (
+                        r#"{"question_id": 81, "category": "math", "turns": []}"#,
+                        "`turns` is empty",
+                    ),
+                    (
+                        r#"{"question_id": 81, "category": "math", "turns": ["", "b"]}"#,
+                        "the first turn is empty",
+                    ),
+                    (
+                        r#"{"question_id": 81, "category": "math", "turns": ["a", 2]}"#,
+                        "turn 1 is not a string (it is a number)",
+                    ),
+                    (
+                        r#"{"question_id": 81, "category": "math"}"#,
+                        "has no `turns`",
+                    ),
+                    (
+                        r#"{"question_id": 1.5, "category": "math", "turns": ["a"]}"#,
+                        "`question_id` is not an integer or a string (it is a number)",
+                    ),
+                    (
+                        r#"{"question_id": "", "category": "math", "turns": ["a"]}"#,
+                        "`question_id` is empty",
+                    ),
+                    (
+                        r#"{"question_id": [1], "category": "math", "turns": ["a"]}"#,
+                        "(it is a list)",
+                    ),
+                ],
             ),
             (
-                mt(r#""category": "", "turns": ["a"]"#),
-                SetFormat::MtBench,
-                "`category` is empty",
-            ),
-            (
-                mt(r#""category": 3, "turns": ["a"]"#),
-                SetFormat::MtBench,
-                "`category` is not a string (it is a number)",
-            ),
-            (
-                mt(r#""category": "math", "turns": "a""#),
-                SetFormat::MtBench,
-                "`turns` is not a list of strings (it is a string)",
-            ),
-            (
-                mt(r#""category": "math", "turns": []"#),
-                SetFormat::MtBench,
-                "`turns` is empty",
-            ),
-            (
-                mt(r#""category": "math", "turns": ["", "b"]"#),
-                SetFormat::MtBench,
-                "the first turn is empty",
-            ),
-            (
-                mt(r#""category": "math", "turns": ["a", 2]"#),
-                SetFormat::MtBench,
-                "turn 1 is not a string (it is a number)",
-            ),
-            (
-                mt(r#""category": "math""#),
-                SetFormat::MtBench,
-                "has no `turns`",
-            ),
-            (
-                r#"{"question_id": 1.5, "category": "math", "turns": ["a"]}"#.into(),
-                SetFormat::MtBench,
-                "`question_id` is not an integer or a string (it is a number)",
-            ),
-            (
-                r#"{"question_id": "", "category": "math", "turns": ["a"]}"#.into(),
-                SetFormat::MtBench,
-                "`question_id` is empty",
-            ),
-            (
-                r#"{"question_id": [1], "category": "math", "turns": ["a"]}"#.into(),
-                SetFormat::MtBench,
-                "(it is a list)",
-            ),
-            (
-                r#"{"question": "", "answer": "It is 1. #### 1"}"#.into(),
                 SetFormat::Gsm8k,
-                "`question` is empty",
+                &[
+                    (
+                        r#"{"question": "", "answer": "It is 1. #### 1"}"#,
+                        "`question` is empty",
+                    ),
+                    (
+                        r#"{"question": "q?", "answer": 1}"#,
+                        "`answer` is not a string",
+                    ),
+                    (r#"{"question": "q?"}"#, "has no `answer`"),
+                ],
             ),
             (
-                r#"{"question": "q?", "answer": 1}"#.into(),
-                SetFormat::Gsm8k,
-                "`answer` is not a string",
-            ),
-            (
-                r#"{"question": "q?"}"#.into(),
-                SetFormat::Gsm8k,
-                "has no `answer`",
-            ),
-            (
-                r#"{"problem": "p", "subject": 4}"#.into(),
                 SetFormat::Math500,
-                "`subject` is not a string",
+                &[
+                    (
+                        r#"{"problem": "p", "subject": 4}"#,
+                        "`subject` is not a string",
+                    ),
+                    (
+                        r#"{"problem": "p", "solution": ["s"]}"#,
+                        "`solution` is not a string",
+                    ),
+                    (
+                        r#"{"problem": "p", "unique_id": {}}"#,
+                        "`unique_id` is not an integer or a string (it is an object)",
+                    ),
+                ],
             ),
             (
-                r#"{"problem": "p", "solution": ["s"]}"#.into(),
-                SetFormat::Math500,
-                "`solution` is not a string",
-            ),
-            (
-                r#"{"problem": "p", "unique_id": {}}"#.into(),
-                SetFormat::Math500,
-                "`unique_id` is not an integer or a string (it is an object)",
-            ),
-            (
-                r#"{"task_id": "HumanEval/0", "prompt": " \n", "entry_point": "f"}"#.into(),
                 SetFormat::Humaneval,
-                "`prompt` is empty",
+                &[
+                    (
+                        r#"{"task_id": "HumanEval/0", "prompt": " \n", "entry_point": "f"}"#,
+                        "`prompt` is empty",
+                    ),
+                    (
+                        r#"{"prompt": "def f():", "entry_point": "f"}"#,
+                        "has no `task_id`",
+                    ),
+                ],
             ),
             (
-                r#"{"prompt": "def f():", "entry_point": "f"}"#.into(),
-                SetFormat::Humaneval,
-                "has no `task_id`",
-            ),
-            (
-                r#"{"prompt": ""}"#.into(),
                 SetFormat::Plain,
-                "`prompt` is empty",
+                &[
+                    (r#"{"prompt": ""}"#, "`prompt` is empty"),
+                    (r#"{"text": 5}"#, "`text` is not a string (it is a number)"),
+                    (
+                        r#"{"prompt": "a", "text": "b"}"#,
+                        "has `prompt` and `text`; give one",
+                    ),
+                    (
+                        r#"{"prompt": "a", "category": 1}"#,
+                        "`category` is not a string",
+                    ),
+                    (
+                        r#"{"prompt": "a", "dataset": false}"#,
+                        "`dataset` is not a string (it is a boolean)",
+                    ),
+                ],
             ),
             (
-                r#"{"text": 5}"#.into(),
-                SetFormat::Plain,
-                "`text` is not a string (it is a number)",
-            ),
-            (
-                r#"{"prompt": "a", "text": "b"}"#.into(),
-                SetFormat::Plain,
-                "has `prompt` and `text`; give one",
-            ),
-            (
-                r#"{"prompt": "a", "category": 1}"#.into(),
-                SetFormat::Plain,
-                "`category` is not a string",
-            ),
-            (
-                r#"{"prompt": "a", "dataset": false}"#.into(),
-                SetFormat::Plain,
-                "`dataset` is not a string (it is a boolean)",
-            ),
-            (
-                r#"{"category": "qa"}"#.into(),
                 SetFormat::SpeedBench,
-                "has no `messages` (or `turns`)",
-            ),
-            (
-                r#"{"category": "qa", "turns": ["a"], "messages": []}"#.into(),
-                SetFormat::SpeedBench,
-                "has both `messages` and `turns`",
-            ),
-            (
-                r#"{"messages": [{"role": "user", "content": "a"}]}"#.into(),
-                SetFormat::SpeedBench,
-                "has no `category`",
+                &[
+                    (r#"{"category": "qa"}"#, "has no `messages` (or `turns`)"),
+                    (
+                        r#"{"category": "qa", "turns": ["a"], "messages": []}"#,
+                        "has both `messages` and `turns`",
+                    ),
+                    (
+                        r#"{"messages": [{"role": "user", "content": "a"}]}"#,
+                        "has no `category`",
+                    ),
+                ],
             ),
         ];
-        for (rec, format, msg) in &cases {
-            fails(&[good(*format), rec], *format, 2, msg, format.name());
+        for (format, records) in cases {
+            for (rec, msg) in *records {
+                fails(&[good(*format), rec], *format, 2, msg, format.name());
+            }
         }
     }
 

@@ -108,17 +108,19 @@ fn walk_table(s: &mut String, r: &Report) {
         };
         row(s, &printable(c), v.n, f(v.baseline), f1(v.draft), delta);
     }
-    row(
-        s,
-        "overall",
-        r.samples,
-        f(r.baseline.as_ref().map(|b| b.accept_length)),
-        f1(r.draft.accept_length),
-        f(r.delta),
-    );
-    if let Some(ci) = r.ci95 {
+    let base = r.baseline.as_ref().map(|b| b.accept_length);
+    let overall = [f(base), f1(r.draft.accept_length), f(r.delta)];
+    close(s, r, overall, "", r.ci95);
+}
+
+/// A table's last row, `overall` ([baseline, draft, Δ]), and the interval of its Δ (`what`:
+/// which accept length, `""` for the walked one).
+fn close(s: &mut String, r: &Report, overall: [String; 3], what: &str, ci: Option<[f64; 2]>) {
+    let [b, d, delta] = overall;
+    row(s, "overall", r.samples, b, d, delta);
+    if let Some(ci) = ci {
         s.push_str(&format!(
-            "ΔAL 95% CI (paired bootstrap over prompts): [{}, {}]\n",
+            "{what}ΔAL 95% CI (paired bootstrap over prompts): [{}, {}]\n",
             f1(ci[0]),
             f1(ci[1])
         ));
@@ -146,23 +148,16 @@ fn all_positions_table(s: &mut String, r: &Report) {
             f(a.and_then(|a| a.delta_all_positions)),
         );
     }
-    row(
-        s,
-        "overall",
-        r.samples,
-        f(r.baseline
-            .as_ref()
-            .and_then(|b| b.accept_length_all_positions)),
+    let base = r
+        .baseline
+        .as_ref()
+        .and_then(|b| b.accept_length_all_positions);
+    let overall = [
+        f(base),
         f(r.draft.accept_length_all_positions),
         f(tf.delta_all_positions),
-    );
-    if let Some(ci) = tf.ci95_all_positions {
-        s.push_str(&format!(
-            "all-positions ΔAL 95% CI (paired bootstrap over prompts): [{}, {}]\n",
-            f1(ci[0]),
-            f1(ci[1])
-        ));
-    }
+    ];
+    close(s, r, overall, "all-positions ", tf.ci95_all_positions);
 }
 
 /// `--published`: each model-card figure the measurement is held against.
