@@ -71,13 +71,7 @@ impl DeepseekV3 {
     /// Load a DeepseekV3ForCausalLM (or Kimi-K2.5 wrapper) checkpoint; every tensor's shape is
     /// checked against config.json.
     pub fn load(ck: &Checkpoint) -> Result<DeepseekV3> {
-        let cfg_file = ck.config.as_ref().ok_or_else(|| Error::Source {
-            path: ck.weights.dir.clone(),
-            msg: "has no config.json".into(),
-            hint: Some(
-                "the target runtime needs the model's config.json beside the weights".into(),
-            ),
-        })?;
+        let cfg_file = lm::target_config(ck)?;
         let mt = cfg_file.text().get("model_type").and_then(|v| v.as_str());
         let arch = cfg_file.architectures();
         let known = matches!(mt, Some("deepseek_v3" | "kimi_k2"))

@@ -56,10 +56,7 @@ impl KimiLinear {
     /// Load a KimiLinearForCausalLM checkpoint; every tensor's shape is checked against
     /// config.json.
     pub fn load(ck: &Checkpoint) -> Result<KimiLinear> {
-        let cfg_file = ck.config.as_ref().ok_or_else(|| {
-            Error::source(&ck.weights.dir, "has no config.json")
-                .with_hint("the target runtime needs the model's config.json beside the weights")
-        })?;
+        let cfg_file = lm::target_config(ck)?;
         if !is_kimi_linear(cfg_file) {
             return Err(Error::source(
                 &ck.weights.dir,
