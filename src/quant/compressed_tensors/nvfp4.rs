@@ -44,10 +44,10 @@ use crate::quant::codec::{Codec, ConfigFiles, Encoded};
 use crate::quant::compressed_tensors::{self, Ignore, VERSION};
 use crate::quant::fused::SharedAmax;
 use crate::quant::input_amax::InputAmax;
-use crate::quant::math::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
+use crate::quant::math::fp4::{self, Nvfp4, Nvfp4Names, BLOCK, E2M1_MAX};
 use crate::quant::math::fp8::{e4m3_from_f32, e4m3_from_f32_clamped, E4M3_MAX};
 use crate::quant::math::int4::round_to;
-use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
+use crate::quant::math::rowwise::{self, amax, Path};
 use crate::quant::stats::Stats;
 use crate::quant::stored::F32Layout;
 
@@ -158,49 +158,14 @@ pub const LAYOUT: F32Layout = F32Layout {
     },
 };
 
-/// The tensors one module becomes.
-pub fn specs(module: &str, rows: usize, cols: usize, w4a4: bool) -> Vec<TensorSpec> {
-    let mut v = vec![
-        TensorSpec::new(
-            format!("{module}.weight_packed"),
-            Dtype::U8,
-            vec![rows, cols / 2],
-        ),
-        TensorSpec::new(
-            format!("{module}.weight_scale"),
-            Dtype::F8_E4M3,
-            vec![rows, cols / BLOCK],
-        ),
-        TensorSpec::new(format!("{module}.weight_global_scale"), Dtype::F32, vec![1]),
-    ];
-    if w4a4 {
-        v.push(TensorSpec::new(
-            format!("{module}.input_global_scale"),
-            Dtype::F32,
-            vec![1],
-        ));
-    }
-    v
-}
-
-/// Encode a module for each of its [`specs`]; `input_global` is the W4A4 input global scale.
-pub fn encode(module: &str, q: &Nvfp4, input_global: Option<f32>) -> Vec<(String, Vec<u8>)> {
-    let mut v = vec![
-        (format!("{module}.weight_packed"), q.packed()),
-        (format!("{module}.weight_scale"), q.scales.clone()),
-        (
-            format!("{module}.weight_global_scale"),
-            encode_floats(&[q.global], Dtype::F32),
-        ),
-    ];
-    if let Some(g) = input_global {
-        v.push((
-            format!("{module}.input_global_scale"),
-            encode_floats(&[g], Dtype::F32),
-        ));
-    }
-    v
-}
+/// The tensors one module becomes (`weight_packed`, `weight_scale`, `weight_global_scale` and for
+/// W4A4 `input_global_scale`, the scales `[1]`), and their encoding.
+pub const NAMES: Nvfp4Names = Nvfp4Names {
+    packed: "weight_packed",
+    global: "weight_global_scale",
+    input: "input_global_scale",
+    scalar: &[1],
+};
 
 /// `quantization_config`, as `ModelCompressor.update_config` writes it for the preset.
 pub fn config(w4a4: bool, ignore: &[String]) -> Value {
@@ -249,7 +214,7 @@ impl Codec for Nvfp4PackQuantized {
         format!("compressed-tensors {VERSION} nvfp4-pack-quantized ({p})")
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, _dtype: Dtype) -> Vec<TensorSpec> {
-        specs(module, rows, cols, self.w4a4)
+        NAMES.specs(module, rows, cols, self.w4a4)
     }
     fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         let q = quantize(w, rows, cols, self.shared.weight(module), dtype);
@@ -257,7 +222,7 @@ impl Codec for Nvfp4PackQuantized {
             .shared
             .input(module)
             .map(|a| global_scale(round_to(dtype, a), dtype));
-        encode(module, &q, input)
+        NAMES.encode(module, &q, input)
     }
     fn config(&self, ignore: &[String]) -> ConfigFiles {
         ConfigFiles::config(config(self.w4a4, ignore))
@@ -316,7 +281,7 @@ mod tests {
         rowwise::assert_paths_agree(&[(64, 128), (7, 48), (1, 16)], |w, rows, cols, dt| {
             let a = amax(w);
             let r = quantize_ref(w, rows, cols, a, dt);
-            let enc = encode("m", &r, Some(3.0));
+            let enc = NAMES.encode("m", &r, Some(3.0));
             assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
             (quantize(w, rows, cols, a, dt), r)
         });

@@ -40,9 +40,9 @@ use crate::io::Dtype;
 use crate::quant::codec::{Codec, ConfigFiles, Encoded};
 use crate::quant::fused::SharedAmax;
 use crate::quant::input_amax::InputAmax;
-use crate::quant::math::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
+use crate::quant::math::fp4::{self, Nvfp4, Nvfp4Names, BLOCK, E2M1_MAX};
 use crate::quant::math::fp8::{e4m3_from_f32, E4M3_MAX};
-use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
+use crate::quant::math::rowwise::{self, amax, Path};
 use crate::quant::modelopt::{python_json_indent4, VERSION};
 use crate::quant::stats::Stats;
 use crate::quant::stored::F32Layout;
@@ -137,45 +137,14 @@ pub const LAYOUT: F32Layout = F32Layout {
     },
 };
 
-/// The tensors one module becomes.
-pub fn specs(module: &str, rows: usize, cols: usize, w4a4: bool) -> Vec<TensorSpec> {
-    let mut v = vec![
-        TensorSpec::new(format!("{module}.weight"), Dtype::U8, vec![rows, cols / 2]),
-        TensorSpec::new(
-            format!("{module}.weight_scale"),
-            Dtype::F8_E4M3,
-            vec![rows, cols / BLOCK],
-        ),
-        TensorSpec::new(format!("{module}.weight_scale_2"), Dtype::F32, vec![]),
-    ];
-    if w4a4 {
-        v.push(TensorSpec::new(
-            format!("{module}.input_scale"),
-            Dtype::F32,
-            vec![],
-        ));
-    }
-    v
-}
-
-/// Encode a module for each of its [`specs`]; `input_scale` for W4A4.
-pub fn encode(module: &str, q: &Nvfp4, input_scale: Option<f32>) -> Vec<(String, Vec<u8>)> {
-    let mut v = vec![
-        (format!("{module}.weight"), q.packed()),
-        (format!("{module}.weight_scale"), q.scales.clone()),
-        (
-            format!("{module}.weight_scale_2"),
-            encode_floats(&[q.global], Dtype::F32),
-        ),
-    ];
-    if let Some(s) = input_scale {
-        v.push((
-            format!("{module}.input_scale"),
-            encode_floats(&[s], Dtype::F32),
-        ));
-    }
-    v
-}
+/// The tensors one module becomes (`weight`, `weight_scale`, `weight_scale_2` and for W4A4
+/// `input_scale`, each scale a scalar `[]`), and their encoding.
+pub const NAMES: Nvfp4Names = Nvfp4Names {
+    packed: "weight",
+    global: "weight_scale_2",
+    input: "input_scale",
+    scalar: &[],
+};
 
 /// The `quant_algo`.
 pub fn quant_algo(w4a4: bool) -> &'static str {
@@ -243,11 +212,11 @@ impl Codec for Nvfp4Codec {
         format!("ModelOpt {VERSION} {}", quant_algo(self.w4a4))
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, _dtype: Dtype) -> Vec<TensorSpec> {
-        specs(module, rows, cols, self.w4a4)
+        NAMES.specs(module, rows, cols, self.w4a4)
     }
     fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, _dtype: Dtype) -> Encoded {
         let q = quantize(w, rows, cols, self.shared.weight(module));
-        encode(module, &q, self.shared.input(module).map(input_scale))
+        NAMES.encode(module, &q, self.shared.input(module).map(input_scale))
     }
     fn config(&self, exclude_modules: &[String]) -> ConfigFiles {
         ConfigFiles {
@@ -327,7 +296,7 @@ mod tests {
     fn fast_equals_reference_and_round_trips() {
         rowwise::assert_paths_agree(&[(64, 128), (7, 48), (1, 16)], |w, rows, cols, _| {
             let r = quantize_ref(w, rows, cols, amax(w));
-            let enc = encode("m", &r, Some(0.5));
+            let enc = NAMES.encode("m", &r, Some(0.5));
             assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
             (quantize(w, rows, cols, amax(w)), r)
         });
