@@ -44,7 +44,7 @@ use crate::quant::codec::{Codec, ConfigFiles, Encoded};
 use crate::quant::compressed_tensors::{self, Ignore, VERSION};
 use crate::quant::fused::SharedAmax;
 use crate::quant::input_amax::InputAmax;
-use crate::quant::math::fp4::{self, Nvfp4, Nvfp4Names, BLOCK, E2M1_MAX};
+use crate::quant::math::fp4::{self, Nvfp4, Nvfp4Names, E2M1_MAX};
 use crate::quant::math::fp8::{e4m3_from_f32, e4m3_from_f32_clamped, E4M3_MAX};
 use crate::quant::math::int4::round_to;
 use crate::quant::math::rowwise::{self, amax, Path};
@@ -127,34 +127,17 @@ rowwise::paths! {
 
 /// compressed-tensors' dequantization: `e2m1 · (f8(s) / g)` in F32.
 pub fn dequantize(q: &Nvfp4) -> Vec<f32> {
-    let groups = q.cols / BLOCK;
-    let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s / q.global).collect();
-    (0..q.rows * q.cols)
-        .map(|i| fp4::value(q.codes[i]) * eff[(i / q.cols) * groups + (i % q.cols) / BLOCK])
-        .collect()
+    q.dequantize_with(fp4::value, |s| s / q.global)
 }
 
-/// Read the stored tensors back: `packed` `[rows, cols/2]`, `scales` `[rows, cols/16]` E4M3.
-pub fn decode(packed: &[u8], scales: &[u8], global: f32, rows: usize, cols: usize) -> Nvfp4 {
-    assert_eq!(packed.len() * 2, rows * cols);
-    assert_eq!(scales.len() * BLOCK, rows * cols);
-    Nvfp4 {
-        rows,
-        cols,
-        codes: fp4::unpack(packed),
-        scales: scales.to_vec(),
-        global,
-    }
-}
-
-/// `nvfp4-pack-quantized` read back (`Stored::CtNvfp4`): [`dequantize`] of [`decode`]; it stays
-/// on the f32 path.
+/// `nvfp4-pack-quantized` read back (`Stored::CtNvfp4`): [`dequantize`] of
+/// [`Nvfp4::from_stored`]; it stays on the f32 path.
 pub const LAYOUT: F32Layout = F32Layout {
     kind: "NVFP4",
     dequantize: |p| {
         let (packed, scales) = (p.data("weight_packed"), p.data("weight_scale"));
         let g = p.scalar("weight_global_scale");
-        dequantize(&decode(packed, scales, g, p.m.rows, p.m.cols))
+        dequantize(&Nvfp4::from_stored(packed, scales, g, p.m.rows, p.m.cols))
     },
 };
 
@@ -282,7 +265,10 @@ mod tests {
             let a = amax(w);
             let r = quantize_ref(w, rows, cols, a, dt);
             let enc = NAMES.encode("m", &r, Some(3.0));
-            assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
+            assert_eq!(
+                Nvfp4::from_stored(&enc[0].1, &enc[1].1, r.global, rows, cols),
+                r
+            );
             (quantize(w, rows, cols, a, dt), r)
         });
     }

@@ -83,6 +83,40 @@ impl Nvfp4 {
     pub fn block_scales_f32(&self) -> Vec<f32> {
         self.scales.iter().map(|&s| f8_e4m3_to_f32(s)).collect()
     }
+
+    /// Read the stored tensors back: `packed` `[rows, cols/2]`, `scales` `[rows, cols/16]` E4M3,
+    /// `global` the per-tensor scale.
+    pub fn from_stored(
+        packed: &[u8],
+        scales: &[u8],
+        global: f32,
+        rows: usize,
+        cols: usize,
+    ) -> Nvfp4 {
+        assert_eq!(packed.len() * 2, rows * cols);
+        assert_eq!(scales.len() * BLOCK, rows * cols);
+        Nvfp4 {
+            rows,
+            cols,
+            codes: unpack(packed),
+            scales: scales.to_vec(),
+            global,
+        }
+    }
+
+    /// `value(code) · block(f8(s))` for each element, in F32: the dequantization both formats
+    /// write, each with its code values and its use of the per-tensor scale (`block`).
+    pub fn dequantize_with(
+        &self,
+        value: impl Fn(u8) -> f32,
+        block: impl Fn(f32) -> f32,
+    ) -> Vec<f32> {
+        let groups = self.cols / BLOCK;
+        let eff: Vec<f32> = self.block_scales_f32().into_iter().map(block).collect();
+        (0..self.rows * self.cols)
+            .map(|i| value(self.codes[i]) * eff[(i / self.cols) * groups + (i % self.cols) / BLOCK])
+            .collect()
+    }
 }
 
 /// Pack nibbles two per byte: byte `j` = `codes[2j] | codes[2j + 1] << 4` (`codes.len()` even).

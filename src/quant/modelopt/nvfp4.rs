@@ -40,7 +40,7 @@ use crate::io::Dtype;
 use crate::quant::codec::{Codec, ConfigFiles, Encoded};
 use crate::quant::fused::SharedAmax;
 use crate::quant::input_amax::InputAmax;
-use crate::quant::math::fp4::{self, Nvfp4, Nvfp4Names, BLOCK, E2M1_MAX};
+use crate::quant::math::fp4::{Nvfp4, Nvfp4Names, BLOCK, E2M1_MAX};
 use crate::quant::math::fp8::{e4m3_from_f32, E4M3_MAX};
 use crate::quant::math::rowwise::{self, amax, Path};
 use crate::quant::modelopt::{python_json_indent4, VERSION};
@@ -104,35 +104,17 @@ rowwise::paths! {
 
 /// ModelOpt's dequantization: `VALUES[code] · (f8(s) · ws2)` in F32.
 pub fn dequantize(q: &Nvfp4) -> Vec<f32> {
-    let groups = q.cols / BLOCK;
-    let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s * q.global).collect();
-    (0..q.rows * q.cols)
-        .map(|i| VALUES[q.codes[i] as usize] * eff[(i / q.cols) * groups + (i % q.cols) / BLOCK])
-        .collect()
+    q.dequantize_with(|c| VALUES[c as usize], |s| s * q.global)
 }
 
-/// Read the stored tensors back: `weight` `[rows, cols/2]`, `scales` `[rows, cols/16]` E4M3,
-/// `ws2` the `weight_scale_2`.
-pub fn decode(weight: &[u8], scales: &[u8], ws2: f32, rows: usize, cols: usize) -> Nvfp4 {
-    assert_eq!(weight.len() * 2, rows * cols);
-    assert_eq!(scales.len() * BLOCK, rows * cols);
-    Nvfp4 {
-        rows,
-        cols,
-        codes: fp4::unpack(weight),
-        scales: scales.to_vec(),
-        global: ws2,
-    }
-}
-
-/// `NVFP4` / `W4A16_NVFP4` read back (`Stored::ModeloptNvfp4`): [`dequantize`] of [`decode`],
-/// then `pre_quant_scale`; it stays on the f32 path.
+/// `NVFP4` / `W4A16_NVFP4` read back (`Stored::ModeloptNvfp4`): [`dequantize`] of
+/// [`Nvfp4::from_stored`], then `pre_quant_scale`; it stays on the f32 path.
 pub const LAYOUT: F32Layout = F32Layout {
     kind: "NVFP4",
     dequantize: |p| {
         let (w, scales) = (p.data("weight"), p.data("weight_scale"));
         let s2 = p.scalar("weight_scale_2");
-        let v = dequantize(&decode(w, scales, s2, p.m.rows, p.m.cols));
+        let v = dequantize(&Nvfp4::from_stored(w, scales, s2, p.m.rows, p.m.cols));
         super::with_pre_quant_scale(p, v)
     },
 };
@@ -233,6 +215,7 @@ impl Codec for Nvfp4Codec {
 mod tests {
     use super::*;
     use crate::quant::compressed_tensors::nvfp4 as ct_nvfp4;
+    use crate::quant::math::fp4;
 
     /// The planted row of the golden: amax 5.25 gives ws2 = 2^-9 exactly; block 0 (amax 3)
     /// scale 256, every tie to the even code; a zero block scale 1.0; a tiny block 2^-9.
@@ -262,7 +245,7 @@ mod tests {
         assert_eq!(input_scale(0.0), 6.0 / 2688.0);
         assert_eq!(input_scale(3.890625), 3.890625f32 / 2688.0);
         // ModelOpt reads code 8 as +0, compressed-tensors as −0.
-        let q = decode(&[0x88; 8], &[0x38], 1.0, 1, 16);
+        let q = Nvfp4::from_stored(&[0x88; 8], &[0x38], 1.0, 1, 16);
         assert!(dequantize(&q).iter().all(|x| x.to_bits() == 0));
         assert!(ct_nvfp4::dequantize(&q)
             .iter()
@@ -297,7 +280,10 @@ mod tests {
         rowwise::assert_paths_agree(&[(64, 128), (7, 48), (1, 16)], |w, rows, cols, _| {
             let r = quantize_ref(w, rows, cols, amax(w));
             let enc = NAMES.encode("m", &r, Some(0.5));
-            assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
+            assert_eq!(
+                Nvfp4::from_stored(&enc[0].1, &enc[1].1, r.global, rows, cols),
+                r
+            );
             (quantize(w, rows, cols, amax(w)), r)
         });
     }
