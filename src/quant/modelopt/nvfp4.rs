@@ -329,19 +329,7 @@ mod tests {
     /// `hf_quant_config.json` byte for byte as ModelOpt 0.47 wrote it for the NVFP4 golden.
     #[test]
     fn hf_quant_config_bytes() {
-        let want = std::fs::read(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("fixtures/goldens/modelopt-0.47/NVFP4_DEFAULT_CFG/hf_quant_config.json"),
-        )
-        .unwrap();
-        let ex = vec!["lm_head".to_string(), "model.embed_tokens".to_string()];
-        let got = python_json_indent4(&hf_quant_config(
-            true,
-            &crate::quant::modelopt::exclude_modules(&ex),
-        ));
-        assert_eq!(
-            String::from_utf8(got).unwrap(),
-            String::from_utf8(want).unwrap()
-        );
+        let hf = |ex: &[String]| hf_quant_config(true, ex);
+        crate::quant::modelopt::tests::assert_golden_hf_quant_config("NVFP4_DEFAULT_CFG", hf);
     }
 }
