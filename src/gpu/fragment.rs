@@ -112,8 +112,10 @@ impl Atom {
             Atom::NvM16n8k16 | Atom::NvM16n8k32S8 => {
                 let (g, t, w) = (lane >> 2, lane % 4, self.per_register());
                 let reg = i / w;
-                let row = if reg % 2 == 0 { g } else { g + 8 };
-                (row, t * w + i % w + if reg < 2 { 0 } else { 4 * w })
+                (
+                    g + 8 * (reg % 2),
+                    t * w + i % w + if reg < 2 { 0 } else { 4 * w },
+                )
             }
             Atom::Amd16x16x16 | Atom::Amd16x16x32I8 => {
                 (lane % 16, self.a_items() * (lane / 16) + i)
