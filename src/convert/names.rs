@@ -262,31 +262,44 @@ fn embed_from_target(
 }
 
 /// A file written beside the weights: its name and bytes.
-type SideFile = (String, Vec<u8>);
-
 /// What both plans end with: the aux-layer ids written into `cfg`, the quantization config's
-/// module lists renamed (and moved last), and `hf_quant_config.json` renamed alongside.
-fn finish_config(
+/// module lists renamed (and moved last), and `hf_quant_config.json` renamed alongside; the
+/// plan of `tensors` (and the `dropped` ones) under that config, its `steps` and TensorRT-LLM
+/// options left for the caller to set (and `place` the rest).
+fn finish_plan(
     i: &Input,
-    cfg: &mut Value,
+    (tensors, dropped): (Vec<Planned>, Vec<(String, String)>),
+    mut cfg: Value,
     dflash: bool,
     rename: &dyn Fn(&str) -> String,
-    warnings: &mut Vec<String>,
-) -> Result<(Option<AuxOut>, Vec<SideFile>)> {
+    mut warnings: Vec<String>,
+) -> Result<Plan> {
     let aux = i
         .taps
         .as_deref()
-        .map(|hs| write_aux(cfg, i.o.engine, dflash, hs, warnings));
+        .map(|hs| write_aux(&mut cfg, i.o.engine, dflash, hs, &mut warnings));
     if let Some(q) = cfg.get_mut("quantization_config") {
         rename_quant_lists(q, rename);
     }
-    quantization_config_last(cfg);
+    quantization_config_last(&mut cfg);
     let mut side_files = Vec::new();
     if let Some(mut hq) = read_hf_quant_config(i.ck)? {
         rename_quant_lists(&mut hq, rename);
         side_files.push(hf_quant_config_file(&hq));
     }
-    Ok((aux, side_files))
+    Ok(Plan {
+        tensors,
+        dropped,
+        config: cfg,
+        side_files,
+        aux,
+        warnings,
+        steps: 0,
+        trtllm: None,
+        launch: None,
+        context_length: None,
+        target: None,
+    })
 }
 
 /// An EAGLE-3 draft's widths: its hidden size, the target's (one tap), the target vocabulary
@@ -357,33 +370,23 @@ pub fn plan_eagle3(i: Input) -> Result<Plan> {
     }
     eagle3_flags(&mut cfg, &cfg_in, i.det, e, speculators, &mut warnings);
     let prefix = e.eagle3_prefix();
-    let (aux, side_files) =
-        finish_config(&i, &mut cfg, false, &|n| relayer(n, prefix), &mut warnings)?;
-    let trtllm = (e == DraftLayout::Trtllm).then(|| {
-        let cap: Option<Vec<i64>> = aux
+    let parts = (tensors, dropped);
+    let mut plan = finish_plan(&i, parts, cfg, false, &|n| relayer(n, prefix), warnings)?;
+    plan.steps = o.steps.unwrap_or(3);
+    plan.trtllm = (e == DraftLayout::Trtllm).then(|| {
+        let cap: Option<Vec<i64>> = plan
+            .aux
             .as_ref()
             .map(|a| a.hidden_states.iter().map(|h| h - 1).collect());
         if cap.is_none() {
-            warnings.push("no aux-layer ids in the source: TensorRT-LLM will capture its defaults {1, N/2-1, N-4}; pass --aux-layers to pin them".into());
+            plan.warnings.push("no aux-layer ids in the source: TensorRT-LLM will capture its defaults {1, N/2-1, N-4}; pass --aux-layers to pin them".into());
         }
         TrtllmYaml {
             dflash: false,
             capture_output_of: cap,
         }
     });
-    Ok(Plan {
-        tensors,
-        dropped,
-        config: cfg,
-        side_files,
-        aux,
-        warnings,
-        steps: o.steps.unwrap_or(3),
-        trtllm,
-        launch: None,
-        context_length: None,
-        target: None,
-    })
+    Ok(plan)
 }
 
 /// The source's tensors under the layout's names, and those the layout does not take (with
@@ -757,24 +760,13 @@ pub fn plan_dflash(i: Input) -> Result<Plan> {
             m.shift_remove("_torchspec_version");
         }
     }
-    let (aux, side_files) = finish_config(&i, &mut cfg, true, &rename, &mut warnings)?;
-    let steps = dflash_steps(ck, &cfg, e, o.steps)?;
-    Ok(Plan {
-        tensors,
-        dropped,
-        config: cfg,
-        side_files,
-        aux,
-        warnings,
-        steps,
-        trtllm: (e == DraftLayout::Trtllm).then_some(TrtllmYaml {
-            dflash: true,
-            capture_output_of: None,
-        }),
-        launch: None,
-        context_length: None,
-        target: None,
-    })
+    let mut plan = finish_plan(&i, (tensors, dropped), cfg, true, &rename, warnings)?;
+    plan.steps = dflash_steps(ck, &plan.config, e, o.steps)?;
+    plan.trtllm = (e == DraftLayout::Trtllm).then_some(TrtllmYaml {
+        dflash: true,
+        capture_output_of: None,
+    });
+    Ok(plan)
 }
 
 /// The source's `config.json` (where a user edits the block size).

@@ -240,7 +240,7 @@ pub fn loads_instead(engine: Engine, family: &Family, scheme: Scheme) -> Option<
             .is_some_and(|c| c.loads == Loads::Yes && !c.cpu_only)
     };
     let mut pairs: Vec<(Format, Scheme)> = Vec::new();
-    for r in quantized::QUANTIZED {
+    for r in quantized::rows() {
         if !pairs.contains(&(r.format, r.scheme)) && loads(r.format, r.scheme) {
             pairs.push((r.format, r.scheme));
         }

@@ -52,33 +52,28 @@ pub struct Row {
     pub claim: Claim,
 }
 
-const fn q(format: Format, scheme: Scheme, claim: Claim) -> Row {
+const fn row(drafts: Drafts, format: Format, scheme: Scheme, claim: Claim) -> Row {
     Row {
         format,
         scheme,
-        drafts: Drafts::All,
+        drafts,
         claim,
     }
+}
+
+/// A row for all drafts.
+const fn q(format: Format, scheme: Scheme, claim: Claim) -> Row {
+    row(Drafts::All, format, scheme, claim)
 }
 
 /// An EAGLE-3 MLA exception to the row for all drafts.
 const fn mla(format: Format, scheme: Scheme, claim: Claim) -> Row {
-    Row {
-        format,
-        scheme,
-        drafts: Drafts::Mla,
-        claim,
-    }
+    row(Drafts::Mla, format, scheme, claim)
 }
 
 /// A DFlash exception to the row for all drafts.
 const fn dflash(format: Format, scheme: Scheme, claim: Claim) -> Row {
-    Row {
-        format,
-        scheme,
-        drafts: Drafts::Dflash,
-        claim,
-    }
+    row(Drafts::Dflash, format, scheme, claim)
 }
 
 use Engine::{Sglang, Trtllm, Vllm};
@@ -108,10 +103,28 @@ const SGLANG_MODELOPT_FP8_ONLY: &str =
 
 /// The table. Measured rows (`VLLM`, `SGLANG`) come from the engine-loader tier
 /// (docs/engines.md): EAGLE-3 Llama, EAGLE-3 MLA and DFlash drafts, widened ×8, quantized
-/// with `--exclude fc,lm_head` (DFlash `--exclude fc`).
+/// with `--exclude fc,lm_head` (DFlash `--exclude fc`). In sections, in order: a scheme whose
+/// rows are the same for each group size but its own has one section per size, made by
+/// [`int4_group`] or [`uint4_group`].
+static QUANTIZED: &[&[Row]] = &[
+    INT4_PC,
+    &int4_group(Int4G32),
+    &int4_group(Int4G64),
+    INT4_G128_ON,
+    &uint4_group(Uint4G32),
+    &uint4_group(Uint4G64),
+    &uint4_group(Uint4G128),
+    NVFP4,
+];
+
+/// Every row of the table, in order.
+pub fn rows() -> impl Iterator<Item = &'static Row> {
+    QUANTIZED.iter().flat_map(|section| section.iter())
+}
+
+/// INT4 weight-only, per output channel.
 #[rustfmt::skip]
-pub static QUANTIZED: &[Row] = &[
-    // INT4 weight-only, per output channel.
+static INT4_PC: &[Row] = &[
     q(Quark, Int4Pc, no(Vllm, VLLM, "build: `ValueError: Quark W4A16 weight.group_size must be a positive int, got None` (vLLM's QuarkW4A16Int4 needs per-group scales)")),
     q(Quark, Int4Pc, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
     q(Quark, Int4Pc, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
@@ -120,26 +133,29 @@ pub static QUANTIZED: &[Row] = &[
     q(Ct, Int4Pc, yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
     mla(Ct, Int4Pc, no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
     q(Ct, Int4Pc, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+];
 
-    // INT4 weight-only, per group.
-    q(Quark, Int4G32, yes(Vllm, VLLM, QUARK_W4A16_VLLM)),
-    mla(Quark, Int4G32, yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Quark, Int4G32, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
-    q(Quark, Int4G32, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, Int4G32, yes(Vllm, VLLM, CT_WNA16_VLLM)),
-    mla(Ct, Int4G32, yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Ct, Int4G32, yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
-    mla(Ct, Int4G32, no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
-    q(Ct, Int4G32, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, Int4G64, yes(Vllm, VLLM, QUARK_W4A16_VLLM)),
-    mla(Quark, Int4G64, yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Quark, Int4G64, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
-    q(Quark, Int4G64, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Ct, Int4G64, yes(Vllm, VLLM, CT_WNA16_VLLM)),
-    mla(Ct, Int4G64, yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Ct, Int4G64, yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
-    mla(Ct, Int4G64, no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
-    q(Ct, Int4G64, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+/// INT4 weight-only, per group: the rows of one group size (32 and 64 alike; 128 adds what was
+/// served on CPU).
+#[rustfmt::skip]
+const fn int4_group(s: Scheme) -> [Row; 9] {
+    [
+        q(Quark, s, yes(Vllm, VLLM, QUARK_W4A16_VLLM)),
+        mla(Quark, s, yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+        q(Quark, s, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
+        q(Quark, s, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+        q(Ct, s, yes(Vllm, VLLM, CT_WNA16_VLLM)),
+        mla(Ct, s, yes(Vllm, VLLM, CT_WNA16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+        q(Ct, s, yes(Sglang, SGLANG, CT_WNA16_SGLANG).unproven_on_cpu(MARLIN)),
+        mla(Ct, s, no(Sglang, SGLANG, SGLANG_MLA_FUSED)),
+        q(Ct, s, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    ]
+}
+
+/// INT4 weight-only, per group of 128 (what was served on CPU besides [`int4_group`]'s rows),
+/// then FP8 and the two W4A8.
+#[rustfmt::skip]
+static INT4_G128_ON: &[Row] = &[
     q(Quark, Int4G128, yes(Vllm, VLLM, QUARK_W4A16_VLLM).serves_on_cpu("bf16, CPUWNA16LinearKernel as W4A16 (`VLLM_CPU_INT4_W4A8=0`); the EAGLE-3 Llama draft, measured live on 3 prompts. With vLLM's default on a CPU with AMX (W4A8) it stops at start-up: `AssertionError` at `assert self.w_zp_name` in `_process_gptq_weights_w4a8` (vllm/model_executor/kernels/linear/mixed_precision/cpu.py)")),
     mla(Quark, Int4G128, yes(Vllm, VLLM, QUARK_W4A16_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
     q(Quark, Int4G128, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
@@ -178,20 +194,22 @@ pub static QUANTIZED: &[Row] = &[
     q(Ct, W4a8Int8, yes(Vllm, VLLM, "vLLM's CPU backend only (CompressedTensorsW4A8Int has CPU kernels; CUDA and ROCm have none)").cpu_only().serves_on_cpu("bf16, Dynamic4bitLinearKernel; the EAGLE-3 Llama draft, measured live on 3 prompts")),
     q(Ct, W4a8Int8, no(Sglang, SGLANG, "build: `NotImplementedError: No compressed-tensors compatible scheme was found.`")),
     q(Ct, W4a8Int8, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+];
 
-    // Quark UINT4 (asymmetric) per group.
-    q(Quark, Uint4G32, yes(Vllm, VLLM, QUARK_U4_VLLM)),
-    mla(Quark, Uint4G32, yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Quark, Uint4G32, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
-    q(Quark, Uint4G32, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, Uint4G64, yes(Vllm, VLLM, QUARK_U4_VLLM)),
-    mla(Quark, Uint4G64, yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Quark, Uint4G64, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
-    q(Quark, Uint4G64, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
-    q(Quark, Uint4G128, yes(Vllm, VLLM, QUARK_U4_VLLM)),
-    mla(Quark, Uint4G128, yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
-    q(Quark, Uint4G128, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
-    q(Quark, Uint4G128, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+/// Quark UINT4 (asymmetric) per group: the rows of one group size (32, 64 and 128 alike).
+#[rustfmt::skip]
+const fn uint4_group(s: Scheme) -> [Row; 4] {
+    [
+        q(Quark, s, yes(Vllm, VLLM, QUARK_U4_VLLM)),
+        mla(Quark, s, yes(Vllm, VLLM, QUARK_U4_VLLM).unproven_on_cpu(VLLM_MLA_GEMM)),
+        q(Quark, s, no(Sglang, SGLANG, SGLANG_NO_QUARK_INT4)),
+        q(Quark, s, no(Trtllm, SOURCE, TRTLLM_MODELOPT_ONLY)),
+    ]
+}
+
+/// NVFP4, weight-only and W4A4.
+#[rustfmt::skip]
+static NVFP4: &[Row] = &[
 
     // NVFP4 weight-only.
     q(Ct, Nvfp4A16, yes(Vllm, VLLM, "CompressedTensorsW4A16Fp4: native FP4 GEMM on sm100+ (Blackwell), FP4 Marlin on Ampere/Hopper (sm80+); NVIDIA only").unproven_on_cpu(VLLM_FP4).serving_refused_on_cpu("bf16: `Forced NVFP4 kernel MarlinNvFp4LinearKernel is not supported: Marlin FP4 not available` (a GPU kernel; not a verdict on GPU serving)")),
@@ -218,17 +236,14 @@ pub static QUANTIZED: &[Row] = &[
 
 /// The claims for a (format, scheme) result for every draft, in table order.
 pub fn claims(format: Format, scheme: Scheme) -> impl Iterator<Item = &'static Claim> {
-    QUANTIZED
-        .iter()
+    rows()
         .filter(move |r| r.format == format && r.scheme == scheme && r.drafts == Drafts::All)
         .map(|r| &r.claim)
 }
 
 /// The family exceptions for a (format, scheme) result, in table order.
 pub fn exceptions(format: Format, scheme: Scheme) -> impl Iterator<Item = &'static Row> {
-    QUANTIZED
-        .iter()
-        .filter(move |r| r.format == format && r.scheme == scheme && r.drafts != Drafts::All)
+    rows().filter(move |r| r.format == format && r.scheme == scheme && r.drafts != Drafts::All)
 }
 
 /// `engine`'s claim for a (format, scheme) result, for every draft.
@@ -321,7 +336,7 @@ mod tests {
                 }
             }
         }
-        for r in QUANTIZED {
+        for r in rows() {
             let known = r
                 .scheme
                 .info()
@@ -334,8 +349,7 @@ mod tests {
                 r.format.name(),
                 r.scheme
             );
-            let n = QUANTIZED
-                .iter()
+            let n = rows()
                 .filter(|o| {
                     o.format == r.format
                         && o.scheme == r.scheme

@@ -95,63 +95,45 @@ impl Atom {
         4
     }
 
+    /// NVIDIA's operand elements per 32-bit register: two 16-bit floats or four 8-bit integers.
+    fn per_register(self) -> usize {
+        if self.int8() {
+            4
+        } else {
+            2
+        }
+    }
+
     /// `(row, k)` of A item `i` of `lane`.
     pub fn a(self, lane: usize, i: usize) -> (usize, usize) {
-        let (g, t) = (lane >> 2, lane % 4);
         match self {
-            Atom::NvM16n8k16 => {
-                let row = if i < 2 || (4..6).contains(&i) {
-                    g
-                } else {
-                    g + 8
-                };
-                let col = if i < 4 {
-                    t * 2 + (i & 1)
-                } else {
-                    t * 2 + (i & 1) + 8
-                };
-                (row, col)
+            // Registers a0..a3 of `w` items: rows g, g + 8, g, g + 8; k from t·w, the last two
+            // registers in the second half of k.
+            Atom::NvM16n8k16 | Atom::NvM16n8k32S8 => {
+                let (g, t, w) = (lane >> 2, lane % 4, self.per_register());
+                let reg = i / w;
+                (
+                    g + 8 * (reg % 2),
+                    t * w + i % w + if reg < 2 { 0 } else { 4 * w },
+                )
             }
-            Atom::NvM16n8k32S8 => {
-                let row = if i < 4 || (8..12).contains(&i) {
-                    g
-                } else {
-                    g + 8
-                };
-                let col = if i < 8 {
-                    t * 4 + (i & 3)
-                } else {
-                    t * 4 + (i & 3) + 16
-                };
-                (row, col)
+            Atom::Amd16x16x16 | Atom::Amd16x16x32I8 => {
+                (lane % 16, self.a_items() * (lane / 16) + i)
             }
-            Atom::Amd16x16x16 => (lane % 16, 4 * (lane / 16) + i),
-            Atom::Amd16x16x32I8 => (lane % 16, 8 * (lane / 16) + i),
         }
     }
 
     /// `(k, col)` of B item `i` of `lane`.
     pub fn b(self, lane: usize, i: usize) -> (usize, usize) {
-        let (g, t) = (lane >> 2, lane % 4);
         match self {
-            Atom::NvM16n8k16 => {
-                let row = if i < 2 {
-                    t * 2 + (i & 1)
-                } else {
-                    t * 2 + (i & 1) + 8
-                };
-                (row, g)
+            // Registers b0, b1 of `w` items: k from t·w, b1 in the second half of k; column g.
+            Atom::NvM16n8k16 | Atom::NvM16n8k32S8 => {
+                let (g, t, w) = (lane >> 2, lane % 4, self.per_register());
+                (t * w + i % w + if i < w { 0 } else { 4 * w }, g)
             }
-            Atom::NvM16n8k32S8 => {
-                let row = if i < 4 {
-                    t * 4 + (i & 3)
-                } else {
-                    t * 4 + (i & 3) + 16
-                };
-                (row, g)
+            Atom::Amd16x16x16 | Atom::Amd16x16x32I8 => {
+                (self.b_items() * (lane / 16) + i, lane % 16)
             }
-            Atom::Amd16x16x16 => (4 * (lane / 16) + i, lane % 16),
-            Atom::Amd16x16x32I8 => (8 * (lane / 16) + i, lane % 16),
         }
     }
 

@@ -251,17 +251,22 @@ pub fn dense(n: usize, k: usize) -> (u32, u32, u32) {
 mod tests {
     use super::*;
 
+    /// The GPU archs the geometry tests run over.
+    const GPUS: [Arch; 3] = [Arch::Sm90, Arch::Sm100, Arch::Gfx942];
+    /// Kimi's linear shapes, `(k, n)`.
+    const KIMI: [(usize, usize); 5] = [
+        (21504, 7168),
+        (14336, 24576),
+        (8192, 7168),
+        (7168, 24576),
+        (12288, 7168),
+    ];
+
     #[test]
     fn kimi_shapes_fill_the_device() {
-        for arch in [Arch::Sm90, Arch::Sm100, Arch::Gfx942] {
+        for arch in GPUS {
             let t = arch.tune();
-            for (k, n) in [
-                (21504, 7168),
-                (14336, 24576),
-                (8192, 7168),
-                (7168, 24576),
-                (12288, 7168),
-            ] {
+            for (k, n) in KIMI {
                 let g = gemv(arch, n, k);
                 let chunks = k.div_ceil(CHUNK);
                 assert!(g.splits * g.chunks_per_split >= chunks);
@@ -280,15 +285,9 @@ mod tests {
 
     #[test]
     fn mma_geometry_covers_every_tile_and_token() {
-        for arch in [Arch::Sm90, Arch::Sm100, Arch::Gfx942] {
+        for arch in GPUS {
             let t = arch.tune();
-            for (k, n) in [
-                (21504, 7168),
-                (14336, 24576),
-                (7168, 24576),
-                (40, 3),
-                (1000, 17),
-            ] {
+            for (k, n) in KIMI.into_iter().chain([(40, 3), (1000, 17)]) {
                 for m in [9, 16, 17, 33, 64, 100, 128, 300] {
                     for grouped in [false, true] {
                         let g = mma(arch, n, k, m, grouped);

@@ -245,29 +245,33 @@ mod tests {
         to_f32(Dtype::F32, &raw[1..], &mut out);
         assert_eq!(out, vals);
 
-        let mut raw = vec![0u8; 1];
-        for v in vals {
-            raw.extend_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes());
+        // The 16-bit types, at an odd offset: each value stored as its `bits` reads back as
+        // `round` (the value rounded to the type).
+        type Half = (Dtype, usize, fn(f32) -> u16, fn(f32) -> f32);
+        let halves: [Half; 2] = [
+            (
+                Dtype::BF16,
+                1,
+                |v| half::bf16::from_f32(v).to_bits(),
+                |v| half::bf16::from_f32(v).to_f32(),
+            ),
+            (
+                Dtype::F16,
+                3,
+                |v| half::f16::from_f32(v).to_bits(),
+                |v| half::f16::from_f32(v).to_f32(),
+            ),
+        ];
+        for (dtype, off, bits, round) in halves {
+            let mut raw = vec![0u8; off];
+            for v in vals {
+                raw.extend_from_slice(&bits(v).to_le_bytes());
+            }
+            out.clear();
+            to_f32(dtype, &raw[off..], &mut out);
+            let want: Vec<f32> = vals.iter().map(|&v| round(v)).collect();
+            assert_eq!(out, want, "{dtype:?}");
         }
-        out.clear();
-        to_f32(Dtype::BF16, &raw[1..], &mut out);
-        let want: Vec<f32> = vals
-            .iter()
-            .map(|v| half::bf16::from_f32(*v).to_f32())
-            .collect();
-        assert_eq!(out, want);
-
-        let mut raw = vec![0u8; 3];
-        for v in vals {
-            raw.extend_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
-        }
-        out.clear();
-        to_f32(Dtype::F16, &raw[3..], &mut out);
-        let want: Vec<f32> = vals
-            .iter()
-            .map(|v| half::f16::from_f32(*v).to_f32())
-            .collect();
-        assert_eq!(out, want);
     }
 
     #[test]

@@ -5,8 +5,18 @@
 //! [`super::kimi_linear`]) implements [`ChunkedLm`]: what its state is and how one chunk of new
 //! positions runs against it.
 
+use crate::checkpoint::{Checkpoint, Config};
 use crate::error::{Error, Result};
 use crate::ops::{argmax, linear, linear_ref};
+
+/// The config.json a target runtime reads its shapes from: an error naming the weights' folder
+/// when the checkpoint has none.
+pub(crate) fn target_config(ck: &Checkpoint) -> Result<&Config> {
+    ck.config.as_ref().ok_or_else(|| {
+        Error::source(&ck.weights.dir, "has no config.json")
+            .with_hint("the target runtime needs the model's config.json beside the weights")
+    })
+}
 
 /// Which implementation of the ops a forward runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,6 +9,28 @@ use crate::gpu::emu_launch::{HostBuf, Replay};
 use crate::gpu::source::{args, Kernel};
 use crate::gpu::{Elem, Result};
 
+/// What [`SiluMul`] and [`Add`] check alike: both inputs and the output hold `len` f32 each
+/// (`names`: the inputs', then the output's, as the errors say them).
+fn check_pair(names: [&str; 3], [a, b, out]: [&DevTensor; 3], len: usize) -> Result<()> {
+    let f = Elem::F32;
+    holds(names[0], a, f, int("len", len)?)?;
+    holds(names[1], b, f, len)?;
+    holds(names[2], out, f, len)
+}
+
+/// The CPU replay [`SiluMul`] and [`Add`] share: `out[i] = f(a[i], b[i])` over `len` f32.
+fn replay_pair(
+    r: &Replay<'_>,
+    [a, b, out]: [&HostBuf; 3],
+    len: usize,
+    f: impl Fn(f32, f32) -> f32,
+) -> Result<()> {
+    r.threads_cover(len)?;
+    let (a, b) = (a.read::<f32>(len)?, b.read::<f32>(len)?);
+    let y: Vec<f32> = a.iter().zip(&b).map(|(&x, &y)| f(x, y)).collect();
+    out.write(&y)
+}
+
 /// `out = silu(g) · u` over `len` values.
 pub struct SiluMul<'a> {
     pub g: &'a DevTensor,
@@ -19,10 +41,11 @@ pub struct SiluMul<'a> {
 
 impl<'a> DeviceOp<'a> for SiluMul<'a> {
     fn check(&self) -> Result<()> {
-        let (f, len) = (Elem::F32, self.len);
-        holds("gate", self.g, f, int("len", len)?)?;
-        holds("up", self.u, f, len)?;
-        holds("silu out", self.out, f, len)
+        check_pair(
+            ["gate", "up", "silu out"],
+            [self.g, self.u, self.out],
+            self.len,
+        )
     }
 
     fn launch<B: 'a>(&self, b: &Bufs<'a, '_, B>, _warp: u32) -> Result<Launch<'a, B>> {
@@ -40,14 +63,9 @@ impl<'a> DeviceOp<'a> for SiluMul<'a> {
 impl SiluMul<'_> {
     /// `kq_silu_mul` on the CPU.
     pub fn replay(k: &args::SiluMul<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
-        r.threads_cover(k.len)?;
-        let (g, u) = (k.g.read::<f32>(k.len)?, k.u.read::<f32>(k.len)?);
-        let y: Vec<f32> = g
-            .iter()
-            .zip(&u)
-            .map(|(&a, &b)| a / (1.0 + (-a).exp()) * b)
-            .collect();
-        k.out.write(&y)
+        replay_pair(r, [k.g, k.u, k.out], k.len, |a, b| {
+            a / (1.0 + (-a).exp()) * b
+        })
     }
 }
 
@@ -61,10 +79,11 @@ pub struct Add<'a> {
 
 impl<'a> DeviceOp<'a> for Add<'a> {
     fn check(&self) -> Result<()> {
-        let (f, len) = (Elem::F32, self.len);
-        holds("add a", self.a, f, int("len", len)?)?;
-        holds("add b", self.b, f, len)?;
-        holds("add out", self.out, f, len)
+        check_pair(
+            ["add a", "add b", "add out"],
+            [self.a, self.b, self.out],
+            self.len,
+        )
     }
 
     fn launch<B: 'a>(&self, b: &Bufs<'a, '_, B>, _warp: u32) -> Result<Launch<'a, B>> {
@@ -82,10 +101,7 @@ impl<'a> DeviceOp<'a> for Add<'a> {
 impl Add<'_> {
     /// `kq_add` on the CPU.
     pub fn replay(k: &args::Add<'_, HostBuf>, r: &Replay<'_>) -> Result<()> {
-        r.threads_cover(k.len)?;
-        let (a, b) = (k.a.read::<f32>(k.len)?, k.b.read::<f32>(k.len)?);
-        let y: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
-        k.out.write(&y)
+        replay_pair(r, [k.a, k.b, k.out], k.len, |x, y| x + y)
     }
 }
 

@@ -44,10 +44,10 @@ use crate::quant::codec::{Codec, ConfigFiles, Encoded};
 use crate::quant::compressed_tensors::{self, Ignore, VERSION};
 use crate::quant::fused::SharedAmax;
 use crate::quant::input_amax::InputAmax;
-use crate::quant::math::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
+use crate::quant::math::fp4::{self, Nvfp4, Nvfp4Names, E2M1_MAX};
 use crate::quant::math::fp8::{e4m3_from_f32, e4m3_from_f32_clamped, E4M3_MAX};
 use crate::quant::math::int4::round_to;
-use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
+use crate::quant::math::rowwise::{self, amax, Path};
 use crate::quant::stats::Stats;
 use crate::quant::stored::F32Layout;
 
@@ -127,80 +127,28 @@ rowwise::paths! {
 
 /// compressed-tensors' dequantization: `e2m1 · (f8(s) / g)` in F32.
 pub fn dequantize(q: &Nvfp4) -> Vec<f32> {
-    let groups = q.cols / BLOCK;
-    let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s / q.global).collect();
-    (0..q.rows * q.cols)
-        .map(|i| fp4::value(q.codes[i]) * eff[(i / q.cols) * groups + (i % q.cols) / BLOCK])
-        .collect()
+    q.dequantize_with(fp4::value, |s| s / q.global)
 }
 
-/// Read the stored tensors back: `packed` `[rows, cols/2]`, `scales` `[rows, cols/16]` E4M3.
-pub fn decode(packed: &[u8], scales: &[u8], global: f32, rows: usize, cols: usize) -> Nvfp4 {
-    assert_eq!(packed.len() * 2, rows * cols);
-    assert_eq!(scales.len() * BLOCK, rows * cols);
-    Nvfp4 {
-        rows,
-        cols,
-        codes: fp4::unpack(packed),
-        scales: scales.to_vec(),
-        global,
-    }
-}
-
-/// `nvfp4-pack-quantized` read back (`Stored::CtNvfp4`): [`dequantize`] of [`decode`]; it stays
-/// on the f32 path.
+/// `nvfp4-pack-quantized` read back (`Stored::CtNvfp4`): [`dequantize`] of
+/// [`Nvfp4::from_stored`]; it stays on the f32 path.
 pub const LAYOUT: F32Layout = F32Layout {
     kind: "NVFP4",
     dequantize: |p| {
         let (packed, scales) = (p.data("weight_packed"), p.data("weight_scale"));
         let g = p.scalar("weight_global_scale");
-        dequantize(&decode(packed, scales, g, p.m.rows, p.m.cols))
+        dequantize(&Nvfp4::from_stored(packed, scales, g, p.m.rows, p.m.cols))
     },
 };
 
-/// The tensors one module becomes.
-pub fn specs(module: &str, rows: usize, cols: usize, w4a4: bool) -> Vec<TensorSpec> {
-    let mut v = vec![
-        TensorSpec::new(
-            format!("{module}.weight_packed"),
-            Dtype::U8,
-            vec![rows, cols / 2],
-        ),
-        TensorSpec::new(
-            format!("{module}.weight_scale"),
-            Dtype::F8_E4M3,
-            vec![rows, cols / BLOCK],
-        ),
-        TensorSpec::new(format!("{module}.weight_global_scale"), Dtype::F32, vec![1]),
-    ];
-    if w4a4 {
-        v.push(TensorSpec::new(
-            format!("{module}.input_global_scale"),
-            Dtype::F32,
-            vec![1],
-        ));
-    }
-    v
-}
-
-/// Encode a module for each of its [`specs`]; `input_global` is the W4A4 input global scale.
-pub fn encode(module: &str, q: &Nvfp4, input_global: Option<f32>) -> Vec<(String, Vec<u8>)> {
-    let mut v = vec![
-        (format!("{module}.weight_packed"), q.packed()),
-        (format!("{module}.weight_scale"), q.scales.clone()),
-        (
-            format!("{module}.weight_global_scale"),
-            encode_floats(&[q.global], Dtype::F32),
-        ),
-    ];
-    if let Some(g) = input_global {
-        v.push((
-            format!("{module}.input_global_scale"),
-            encode_floats(&[g], Dtype::F32),
-        ));
-    }
-    v
-}
+/// The tensors one module becomes (`weight_packed`, `weight_scale`, `weight_global_scale` and for
+/// W4A4 `input_global_scale`, the scales `[1]`), and their encoding.
+pub const NAMES: Nvfp4Names = Nvfp4Names {
+    packed: "weight_packed",
+    global: "weight_global_scale",
+    input: "input_global_scale",
+    scalar: &[1],
+};
 
 /// `quantization_config`, as `ModelCompressor.update_config` writes it for the preset.
 pub fn config(w4a4: bool, ignore: &[String]) -> Value {
@@ -249,7 +197,7 @@ impl Codec for Nvfp4PackQuantized {
         format!("compressed-tensors {VERSION} nvfp4-pack-quantized ({p})")
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, _dtype: Dtype) -> Vec<TensorSpec> {
-        specs(module, rows, cols, self.w4a4)
+        NAMES.specs(module, rows, cols, self.w4a4)
     }
     fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, dtype: Dtype) -> Encoded {
         let q = quantize(w, rows, cols, self.shared.weight(module), dtype);
@@ -257,7 +205,7 @@ impl Codec for Nvfp4PackQuantized {
             .shared
             .input(module)
             .map(|a| global_scale(round_to(dtype, a), dtype));
-        encode(module, &q, input)
+        NAMES.encode(module, &q, input)
     }
     fn config(&self, ignore: &[String]) -> ConfigFiles {
         ConfigFiles::config(config(self.w4a4, ignore))
@@ -316,8 +264,11 @@ mod tests {
         rowwise::assert_paths_agree(&[(64, 128), (7, 48), (1, 16)], |w, rows, cols, dt| {
             let a = amax(w);
             let r = quantize_ref(w, rows, cols, a, dt);
-            let enc = encode("m", &r, Some(3.0));
-            assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
+            let enc = NAMES.encode("m", &r, Some(3.0));
+            assert_eq!(
+                Nvfp4::from_stored(&enc[0].1, &enc[1].1, r.global, rows, cols),
+                r
+            );
             (quantize(w, rows, cols, a, dt), r)
         });
     }

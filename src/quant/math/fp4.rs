@@ -11,7 +11,9 @@
 use rayon::prelude::*;
 
 use crate::io::dtype::f8_e4m3_to_f32;
-use crate::quant::math::rowwise::{self, Path};
+use crate::io::writer::TensorSpec;
+use crate::io::Dtype;
+use crate::quant::math::rowwise::{self, encode_floats, Path};
 
 /// E2M1 magnitudes by index (`code & 7`).
 pub const E2M1: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
@@ -81,6 +83,40 @@ impl Nvfp4 {
     pub fn block_scales_f32(&self) -> Vec<f32> {
         self.scales.iter().map(|&s| f8_e4m3_to_f32(s)).collect()
     }
+
+    /// Read the stored tensors back: `packed` `[rows, cols/2]`, `scales` `[rows, cols/16]` E4M3,
+    /// `global` the per-tensor scale.
+    pub fn from_stored(
+        packed: &[u8],
+        scales: &[u8],
+        global: f32,
+        rows: usize,
+        cols: usize,
+    ) -> Nvfp4 {
+        assert_eq!(packed.len() * 2, rows * cols);
+        assert_eq!(scales.len() * BLOCK, rows * cols);
+        Nvfp4 {
+            rows,
+            cols,
+            codes: unpack(packed),
+            scales: scales.to_vec(),
+            global,
+        }
+    }
+
+    /// `value(code) · block(f8(s))` for each element, in F32: the dequantization both formats
+    /// write, each with its code values and its use of the per-tensor scale (`block`).
+    pub fn dequantize_with(
+        &self,
+        value: impl Fn(u8) -> f32,
+        block: impl Fn(f32) -> f32,
+    ) -> Vec<f32> {
+        let groups = self.cols / BLOCK;
+        let eff: Vec<f32> = self.block_scales_f32().into_iter().map(block).collect();
+        (0..self.rows * self.cols)
+            .map(|i| value(self.codes[i]) * eff[(i / self.cols) * groups + (i % self.cols) / BLOCK])
+            .collect()
+    }
 }
 
 /// Pack nibbles two per byte: byte `j` = `codes[2j] | codes[2j + 1] << 4` (`codes.len()` even).
@@ -99,6 +135,55 @@ pub fn unpack(bytes: &[u8]) -> Vec<u8> {
 
 /// Test support shared by the NVFP4 recipes: every weight within `max_steps` of its 16-element
 /// block's effective scale `eff[block]` of its dequantized value; returns the RMSE.
+/// What a carrier names an NVFP4 module's tensors beside `{module}.weight_scale` (the block
+/// scales, E4M3 `[rows, cols / 16]`): the packed codes (U8 `[rows, cols / 2]`), the per-tensor
+/// scale, and the W4A4 input scale, each scale F32 of shape `scalar`.
+pub struct Nvfp4Names {
+    pub packed: &'static str,
+    pub global: &'static str,
+    pub input: &'static str,
+    pub scalar: &'static [usize],
+}
+
+impl Nvfp4Names {
+    /// The tensors one module becomes (the input scale for W4A4 only).
+    pub fn specs(&self, module: &str, rows: usize, cols: usize, w4a4: bool) -> Vec<TensorSpec> {
+        let scalar = |name: &str| {
+            TensorSpec::new(format!("{module}.{name}"), Dtype::F32, self.scalar.to_vec())
+        };
+        let mut v = vec![
+            TensorSpec::new(
+                format!("{module}.{}", self.packed),
+                Dtype::U8,
+                vec![rows, cols / 2],
+            ),
+            TensorSpec::new(
+                format!("{module}.weight_scale"),
+                Dtype::F8_E4M3,
+                vec![rows, cols / BLOCK],
+            ),
+            scalar(self.global),
+        ];
+        if w4a4 {
+            v.push(scalar(self.input));
+        }
+        v
+    }
+
+    /// Encode a module for each of its [`Nvfp4Names::specs`]; `input` the W4A4 input scale.
+    pub fn encode(&self, module: &str, q: &Nvfp4, input: Option<f32>) -> Vec<(String, Vec<u8>)> {
+        let scalar =
+            |name: &str, x: f32| (format!("{module}.{name}"), encode_floats(&[x], Dtype::F32));
+        let mut v = vec![
+            (format!("{module}.{}", self.packed), q.packed()),
+            (format!("{module}.weight_scale"), q.scales.clone()),
+            scalar(self.global, q.global),
+        ];
+        v.extend(input.map(|x| scalar(self.input, x)));
+        v
+    }
+}
+
 #[cfg(test)]
 pub fn assert_within_block_steps(
     w: &[f32],

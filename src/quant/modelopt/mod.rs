@@ -644,22 +644,28 @@ mod tests {
         );
     }
 
-    /// `hf_quant_config.json` byte for byte as ModelOpt 0.47 wrote it for the INT4 golden.
-    #[test]
-    fn hf_quant_config_bytes() {
+    /// `hf_quant_config.json` as `hf` makes it for the goldens' excluded modules, byte for byte
+    /// as ModelOpt 0.47 wrote it for the golden of `recipe`.
+    pub(super) fn assert_golden_hf_quant_config(recipe: &str, hf: impl Fn(&[String]) -> Value) {
         let want = std::fs::read(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("fixtures/goldens/modelopt-0.47/INT4_AWQ_CFG/hf_quant_config.json"),
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+                "fixtures/goldens/modelopt-0.47/{recipe}/hf_quant_config.json"
+            )),
         )
         .unwrap();
         let ex = vec!["lm_head".to_string(), "model.embed_tokens".to_string()];
-        let got = python_json_indent4(&hf_quant_config(
-            Algo::W4a16Awq { group: 128 },
-            &exclude_modules(&ex),
-        ));
+        let got = python_json_indent4(&hf(&exclude_modules(&ex)));
         assert_eq!(
             String::from_utf8(got).unwrap(),
             String::from_utf8(want).unwrap()
         );
+    }
+
+    /// `hf_quant_config.json` byte for byte as ModelOpt 0.47 wrote it for the INT4 golden.
+    #[test]
+    fn hf_quant_config_bytes() {
+        assert_golden_hf_quant_config("INT4_AWQ_CFG", |ex| {
+            hf_quant_config(Algo::W4a16Awq { group: 128 }, ex)
+        });
     }
 }

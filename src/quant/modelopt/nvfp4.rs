@@ -40,9 +40,9 @@ use crate::io::Dtype;
 use crate::quant::codec::{Codec, ConfigFiles, Encoded};
 use crate::quant::fused::SharedAmax;
 use crate::quant::input_amax::InputAmax;
-use crate::quant::math::fp4::{self, Nvfp4, BLOCK, E2M1_MAX};
+use crate::quant::math::fp4::{Nvfp4, Nvfp4Names, BLOCK, E2M1_MAX};
 use crate::quant::math::fp8::{e4m3_from_f32, E4M3_MAX};
-use crate::quant::math::rowwise::{self, amax, encode_floats, Path};
+use crate::quant::math::rowwise::{self, amax, Path};
 use crate::quant::modelopt::{python_json_indent4, VERSION};
 use crate::quant::stats::Stats;
 use crate::quant::stored::F32Layout;
@@ -104,78 +104,29 @@ rowwise::paths! {
 
 /// ModelOpt's dequantization: `VALUES[code] · (f8(s) · ws2)` in F32.
 pub fn dequantize(q: &Nvfp4) -> Vec<f32> {
-    let groups = q.cols / BLOCK;
-    let eff: Vec<f32> = q.block_scales_f32().iter().map(|s| s * q.global).collect();
-    (0..q.rows * q.cols)
-        .map(|i| VALUES[q.codes[i] as usize] * eff[(i / q.cols) * groups + (i % q.cols) / BLOCK])
-        .collect()
+    q.dequantize_with(|c| VALUES[c as usize], |s| s * q.global)
 }
 
-/// Read the stored tensors back: `weight` `[rows, cols/2]`, `scales` `[rows, cols/16]` E4M3,
-/// `ws2` the `weight_scale_2`.
-pub fn decode(weight: &[u8], scales: &[u8], ws2: f32, rows: usize, cols: usize) -> Nvfp4 {
-    assert_eq!(weight.len() * 2, rows * cols);
-    assert_eq!(scales.len() * BLOCK, rows * cols);
-    Nvfp4 {
-        rows,
-        cols,
-        codes: fp4::unpack(weight),
-        scales: scales.to_vec(),
-        global: ws2,
-    }
-}
-
-/// `NVFP4` / `W4A16_NVFP4` read back (`Stored::ModeloptNvfp4`): [`dequantize`] of [`decode`],
-/// then `pre_quant_scale`; it stays on the f32 path.
+/// `NVFP4` / `W4A16_NVFP4` read back (`Stored::ModeloptNvfp4`): [`dequantize`] of
+/// [`Nvfp4::from_stored`], then `pre_quant_scale`; it stays on the f32 path.
 pub const LAYOUT: F32Layout = F32Layout {
     kind: "NVFP4",
     dequantize: |p| {
         let (w, scales) = (p.data("weight"), p.data("weight_scale"));
         let s2 = p.scalar("weight_scale_2");
-        let v = dequantize(&decode(w, scales, s2, p.m.rows, p.m.cols));
+        let v = dequantize(&Nvfp4::from_stored(w, scales, s2, p.m.rows, p.m.cols));
         super::with_pre_quant_scale(p, v)
     },
 };
 
-/// The tensors one module becomes.
-pub fn specs(module: &str, rows: usize, cols: usize, w4a4: bool) -> Vec<TensorSpec> {
-    let mut v = vec![
-        TensorSpec::new(format!("{module}.weight"), Dtype::U8, vec![rows, cols / 2]),
-        TensorSpec::new(
-            format!("{module}.weight_scale"),
-            Dtype::F8_E4M3,
-            vec![rows, cols / BLOCK],
-        ),
-        TensorSpec::new(format!("{module}.weight_scale_2"), Dtype::F32, vec![]),
-    ];
-    if w4a4 {
-        v.push(TensorSpec::new(
-            format!("{module}.input_scale"),
-            Dtype::F32,
-            vec![],
-        ));
-    }
-    v
-}
-
-/// Encode a module for each of its [`specs`]; `input_scale` for W4A4.
-pub fn encode(module: &str, q: &Nvfp4, input_scale: Option<f32>) -> Vec<(String, Vec<u8>)> {
-    let mut v = vec![
-        (format!("{module}.weight"), q.packed()),
-        (format!("{module}.weight_scale"), q.scales.clone()),
-        (
-            format!("{module}.weight_scale_2"),
-            encode_floats(&[q.global], Dtype::F32),
-        ),
-    ];
-    if let Some(s) = input_scale {
-        v.push((
-            format!("{module}.input_scale"),
-            encode_floats(&[s], Dtype::F32),
-        ));
-    }
-    v
-}
+/// The tensors one module becomes (`weight`, `weight_scale`, `weight_scale_2` and for W4A4
+/// `input_scale`, each scale a scalar `[]`), and their encoding.
+pub const NAMES: Nvfp4Names = Nvfp4Names {
+    packed: "weight",
+    global: "weight_scale_2",
+    input: "input_scale",
+    scalar: &[],
+};
 
 /// The `quant_algo`.
 pub fn quant_algo(w4a4: bool) -> &'static str {
@@ -243,11 +194,11 @@ impl Codec for Nvfp4Codec {
         format!("ModelOpt {VERSION} {}", quant_algo(self.w4a4))
     }
     fn specs(&self, module: &str, rows: usize, cols: usize, _dtype: Dtype) -> Vec<TensorSpec> {
-        specs(module, rows, cols, self.w4a4)
+        NAMES.specs(module, rows, cols, self.w4a4)
     }
     fn encode(&self, module: &str, w: &[f32], rows: usize, cols: usize, _dtype: Dtype) -> Encoded {
         let q = quantize(w, rows, cols, self.shared.weight(module));
-        encode(module, &q, self.shared.input(module).map(input_scale))
+        NAMES.encode(module, &q, self.shared.input(module).map(input_scale))
     }
     fn config(&self, exclude_modules: &[String]) -> ConfigFiles {
         ConfigFiles {
@@ -264,6 +215,7 @@ impl Codec for Nvfp4Codec {
 mod tests {
     use super::*;
     use crate::quant::compressed_tensors::nvfp4 as ct_nvfp4;
+    use crate::quant::math::fp4;
 
     /// The planted row of the golden: amax 5.25 gives ws2 = 2^-9 exactly; block 0 (amax 3)
     /// scale 256, every tie to the even code; a zero block scale 1.0; a tiny block 2^-9.
@@ -293,7 +245,7 @@ mod tests {
         assert_eq!(input_scale(0.0), 6.0 / 2688.0);
         assert_eq!(input_scale(3.890625), 3.890625f32 / 2688.0);
         // ModelOpt reads code 8 as +0, compressed-tensors as −0.
-        let q = decode(&[0x88; 8], &[0x38], 1.0, 1, 16);
+        let q = Nvfp4::from_stored(&[0x88; 8], &[0x38], 1.0, 1, 16);
         assert!(dequantize(&q).iter().all(|x| x.to_bits() == 0));
         assert!(ct_nvfp4::dequantize(&q)
             .iter()
@@ -327,8 +279,11 @@ mod tests {
     fn fast_equals_reference_and_round_trips() {
         rowwise::assert_paths_agree(&[(64, 128), (7, 48), (1, 16)], |w, rows, cols, _| {
             let r = quantize_ref(w, rows, cols, amax(w));
-            let enc = encode("m", &r, Some(0.5));
-            assert_eq!(decode(&enc[0].1, &enc[1].1, r.global, rows, cols), r);
+            let enc = NAMES.encode("m", &r, Some(0.5));
+            assert_eq!(
+                Nvfp4::from_stored(&enc[0].1, &enc[1].1, r.global, rows, cols),
+                r
+            );
             (quantize(w, rows, cols, amax(w)), r)
         });
     }
@@ -374,19 +329,7 @@ mod tests {
     /// `hf_quant_config.json` byte for byte as ModelOpt 0.47 wrote it for the NVFP4 golden.
     #[test]
     fn hf_quant_config_bytes() {
-        let want = std::fs::read(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("fixtures/goldens/modelopt-0.47/NVFP4_DEFAULT_CFG/hf_quant_config.json"),
-        )
-        .unwrap();
-        let ex = vec!["lm_head".to_string(), "model.embed_tokens".to_string()];
-        let got = python_json_indent4(&hf_quant_config(
-            true,
-            &crate::quant::modelopt::exclude_modules(&ex),
-        ));
-        assert_eq!(
-            String::from_utf8(got).unwrap(),
-            String::from_utf8(want).unwrap()
-        );
+        let hf = |ex: &[String]| hf_quant_config(true, ex);
+        crate::quant::modelopt::tests::assert_golden_hf_quant_config("NVFP4_DEFAULT_CFG", hf);
     }
 }

@@ -25,19 +25,71 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::ops::rms_norm;
 use attention::KvCache;
-use weights::{Ffn, Weights};
+use weights::{Attn, Ffn, Layer, Weights};
 
 /// Incremental decode vs the full forward, same measure (every op is row-independent, so the
 /// two are expected to agree exactly; measured 0).
 pub const DECODE_REL_TOL: f32 = 1e-5;
 
-/// A loaded target.
-pub struct DeepseekV3 {
-    pub cfg: DsConfig,
+/// A loaded target: its config (`C`, DeepSeek's [`DsConfig`] or one around it), its sizes and
+/// its weights, each layer's token mixer an `M` (MLA here; KDA or MLA in
+/// [`super::kimi_linear`]). Both targets run the one decoder stack ([`ChunkedLm`] below).
+pub struct Decoder<C, M> {
+    pub cfg: C,
     pub hidden: usize,
     pub vocab: usize,
     pub num_layers: usize,
-    w: Weights,
+    w: Weights<Layer<M>>,
+}
+
+/// A loaded Kimi-K2 / DeepSeek-V3 target.
+pub type DeepseekV3 = Decoder<DsConfig, Attn>;
+
+/// A decoder layer's token mixer under config `C`: the state it carries from one chunk to the
+/// next, and its forward over `n` new (normed) rows.
+pub trait TokenMixer<C> {
+    type State;
+    /// The state before the first position.
+    fn empty_state(&self, cfg: &C) -> Self::State;
+    fn forward(&self, e: OpImpl, cfg: &C, x: &[f32], n: usize, st: &mut Self::State) -> Vec<f32>;
+}
+
+/// MLA, its state one KV cache.
+impl TokenMixer<DsConfig> for Attn {
+    type State = KvCache;
+    fn empty_state(&self, _: &DsConfig) -> KvCache {
+        KvCache::default()
+    }
+    fn forward(
+        &self,
+        e: OpImpl,
+        cfg: &DsConfig,
+        x: &[f32],
+        n: usize,
+        kv: &mut KvCache,
+    ) -> Vec<f32> {
+        attention::forward(e, cfg, self, x, n, kv)
+    }
+}
+
+impl AsRef<DsConfig> for DsConfig {
+    fn as_ref(&self) -> &DsConfig {
+        self
+    }
+}
+
+impl<C: AsRef<DsConfig>, M> Decoder<C, M> {
+    /// The loaded target over `cfg` and its weights.
+    pub(crate) fn new(cfg: C, w: Weights<Layer<M>>) -> Decoder<C, M> {
+        let ds = cfg.as_ref();
+        Decoder {
+            hidden: ds.hidden,
+            vocab: ds.vocab,
+            num_layers: ds.layers,
+            cfg,
+            w,
+        }
+    }
 }
 
 /// The feed-forward block of layer `l` over `n` rows of `cfg.hidden`: the dense MLP, or the
@@ -71,13 +123,7 @@ impl DeepseekV3 {
     /// Load a DeepseekV3ForCausalLM (or Kimi-K2.5 wrapper) checkpoint; every tensor's shape is
     /// checked against config.json.
     pub fn load(ck: &Checkpoint) -> Result<DeepseekV3> {
-        let cfg_file = ck.config.as_ref().ok_or_else(|| Error::Source {
-            path: ck.weights.dir.clone(),
-            msg: "has no config.json".into(),
-            hint: Some(
-                "the target runtime needs the model's config.json beside the weights".into(),
-            ),
-        })?;
+        let cfg_file = lm::target_config(ck)?;
         let mt = cfg_file.text().get("model_type").and_then(|v| v.as_str());
         let arch = cfg_file.architectures();
         let known = matches!(mt, Some("deepseek_v3" | "kimi_k2"))
@@ -93,19 +139,15 @@ impl DeepseekV3 {
         }
         let cfg = DsConfig::read(cfg_file)?;
         let w = weights::load(ck, &cfg)?;
-        Ok(DeepseekV3 {
-            hidden: cfg.hidden,
-            vocab: cfg.vocab,
-            num_layers: cfg.layers,
-            cfg,
-            w,
-        })
+        Ok(Decoder::new(cfg, w))
     }
 }
 
-impl ChunkedLm for DeepseekV3 {
-    /// One KV cache per layer.
-    type State = Vec<KvCache>;
+/// Each target's forward, written once: the embedding rows; per layer `x += mix(norm(x))` (the
+/// layer's [`TokenMixer`] on its state) then `x += ffn(norm(x))`; the final norm.
+impl<C: AsRef<DsConfig>, M: TokenMixer<C>> ChunkedLm for Decoder<C, M> {
+    /// Each layer's mixer state (MLA: a KV cache).
+    type State = Vec<M::State>;
 
     fn vocab(&self) -> usize {
         self.vocab
@@ -116,34 +158,28 @@ impl ChunkedLm for DeepseekV3 {
     fn lm_head(&self) -> &[f32] {
         &self.w.lm_head
     }
-    fn empty_state(&self) -> Vec<KvCache> {
-        vec![KvCache::default(); self.num_layers]
+    fn empty_state(&self) -> Vec<M::State> {
+        let layers = self.w.layers.iter();
+        layers.map(|l| l.mix.empty_state(&self.cfg)).collect()
     }
 
-    fn chunk(&self, e: OpImpl, tokens: &[u32], cache: &mut Vec<KvCache>, record: bool) -> Chunk {
-        let (h, n) = (self.hidden, tokens.len());
+    fn chunk(&self, e: OpImpl, tokens: &[u32], states: &mut Vec<M::State>, record: bool) -> Chunk {
+        let cfg = self.cfg.as_ref();
+        let (h, n) = (cfg.hidden, tokens.len());
         let mut x = lm::embed_rows(&self.w.embed, h, tokens);
         let (mut hs, mut router) = (Vec::new(), Vec::new());
-        for (l, (layer, kv)) in self.w.layers.iter().zip(cache.iter_mut()).enumerate() {
+        for (l, (layer, st)) in self.w.layers.iter().zip(states.iter_mut()).enumerate() {
             if record {
                 hs.push(x.clone());
             }
-            let a = rms_norm(&x, h, &layer.input_norm, self.cfg.eps);
-            let a = attention::forward(e, &self.cfg, &layer.mix, &a, n, kv);
+            let a = rms_norm(&x, h, &layer.input_norm, cfg.eps);
+            let a = layer.mix.forward(e, &self.cfg, &a, n, st);
             x.iter_mut().zip(&a).for_each(|(r, v)| *r += v);
-            let f = rms_norm(&x, h, &layer.post_norm, self.cfg.eps);
-            let f = ffn_block(
-                e,
-                &self.cfg,
-                &layer.ffn,
-                &f,
-                n,
-                l,
-                record.then_some(&mut router),
-            );
+            let f = rms_norm(&x, h, &layer.post_norm, cfg.eps);
+            let f = ffn_block(e, cfg, &layer.ffn, &f, n, l, record.then_some(&mut router));
             x.iter_mut().zip(&f).for_each(|(r, v)| *r += v);
         }
-        let normed = rms_norm(&x, h, &self.w.norm, self.cfg.eps);
+        let normed = rms_norm(&x, h, &self.w.norm, cfg.eps);
         if record {
             hs.push(normed.clone());
         }

@@ -591,6 +591,18 @@ mod tests {
         }
     }
 
+    /// The MLA fixture with `q_lora_rank`, the source of [`q_proj_variant`].
+    const MLA: &str = "fixtures/tiny/eagle3-mla-torchspec";
+
+    /// [`MLA`] loaded, with the shape of the `q_proj` that replaces its low-rank query:
+    /// `(draft, 2H, heads · qk_dim)`.
+    fn mla_with_lora() -> (Eagle3, usize, usize) {
+        let lora = load(MLA);
+        let a = lora.attention();
+        let (h2, qd) = (2 * lora.h, a.heads() * a.qk_dim());
+        (lora, h2, qd)
+    }
+
     /// The MLA fixture `src` in `out` with `q_lora_rank: null`: one `q_proj` (`[qd, 2H]`, F32)
     /// instead of q_a / q_a_layernorm / q_b.
     fn q_proj_variant(src: &str, out: &Path, q_proj: Vec<f32>, shape: [usize; 2]) {
@@ -608,10 +620,8 @@ mod tests {
     /// keys and values are untouched.
     #[test]
     fn mla_q_proj_without_q_lora() {
-        let src = "fixtures/tiny/eagle3-mla-torchspec";
-        let lora = load(src);
+        let (src, (lora, h2, qd)) = (MLA, mla_with_lora());
         let a = lora.attention();
-        let (h2, qd) = (2 * lora.h, a.heads() * a.qk_dim());
         let q_proj = rand(qd * h2, 13);
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("d");
@@ -652,10 +662,7 @@ mod tests {
     /// one row in 30), for the teacher-forced pass and for the rows a miss leaves (`Accepted`).
     #[test]
     fn the_device_step_proposes_what_the_per_linear_path_proposes() {
-        let src = "fixtures/tiny/eagle3-mla-torchspec";
-        let lora = load(src);
-        let a = lora.attention();
-        let (h2, qd) = (2 * lora.h, a.heads() * a.qk_dim());
+        let (src, (_, h2, qd)) = (MLA, mla_with_lora());
         // bf16-exact values: an F32 weight the device takes as it is.
         let q_proj: Vec<f32> = rand(qd * h2, 13)
             .iter()

@@ -19,22 +19,15 @@ mod weights;
 pub use config::{Kda, KlConfig, Mixer};
 pub use kda::KdaState;
 
-use super::lm::{self, Chunk, ChunkedLm};
+use super::lm;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::ops::rms_norm;
 use crate::runtime::deepseek::attention::{self, KvCache};
-use crate::runtime::deepseek::{ffn_block, OpImpl};
-use weights::{Mix, Weights};
+use crate::runtime::deepseek::{Decoder, DsConfig, OpImpl, TokenMixer};
+use weights::Mix;
 
-/// A loaded target.
-pub struct KimiLinear {
-    pub cfg: KlConfig,
-    pub hidden: usize,
-    pub vocab: usize,
-    pub num_layers: usize,
-    w: Weights,
-}
+/// A loaded Kimi-Linear target.
+pub type KimiLinear = Decoder<KlConfig, Mix>;
 
 /// One layer's carried state.
 #[derive(Debug, Clone)]
@@ -56,10 +49,7 @@ impl KimiLinear {
     /// Load a KimiLinearForCausalLM checkpoint; every tensor's shape is checked against
     /// config.json.
     pub fn load(ck: &Checkpoint) -> Result<KimiLinear> {
-        let cfg_file = ck.config.as_ref().ok_or_else(|| {
-            Error::source(&ck.weights.dir, "has no config.json")
-                .with_hint("the target runtime needs the model's config.json beside the weights")
-        })?;
+        let cfg_file = lm::target_config(ck)?;
         if !is_kimi_linear(cfg_file) {
             return Err(Error::source(
                 &ck.weights.dir,
@@ -72,67 +62,37 @@ impl KimiLinear {
         }
         let cfg = KlConfig::read(cfg_file)?;
         let w = weights::load(ck, &cfg)?;
-        Ok(KimiLinear {
-            hidden: cfg.ds.hidden,
-            vocab: cfg.ds.vocab,
-            num_layers: cfg.ds.layers,
-            cfg,
-            w,
-        })
+        Ok(Decoder::new(cfg, w))
     }
 }
 
-impl ChunkedLm for KimiLinear {
-    /// Per layer: the KDA conv and recurrent state, or the MLA KV cache.
-    type State = Vec<LayerState>;
+impl AsRef<DsConfig> for KlConfig {
+    fn as_ref(&self) -> &DsConfig {
+        &self.ds
+    }
+}
 
-    fn vocab(&self) -> usize {
-        self.vocab
-    }
-    fn hidden(&self) -> usize {
-        self.hidden
-    }
-    fn lm_head(&self) -> &[f32] {
-        &self.w.lm_head
-    }
-    fn empty_state(&self) -> Vec<LayerState> {
-        self.cfg
-            .mixers
-            .iter()
-            .map(|m| match m {
-                Mixer::Kda => LayerState::Kda(KdaState::new(&self.cfg)),
-                Mixer::Mla => LayerState::Mla(KvCache::default()),
-            })
-            .collect()
-    }
-
-    fn chunk(&self, e: OpImpl, tokens: &[u32], state: &mut Vec<LayerState>, record: bool) -> Chunk {
-        let (h, n, c) = (self.hidden, tokens.len(), &self.cfg.ds);
-        let mut x = lm::embed_rows(&self.w.embed, h, tokens);
-        let (mut hs, mut router) = (Vec::new(), Vec::new());
-        for (l, (layer, st)) in self.w.layers.iter().zip(state.iter_mut()).enumerate() {
-            if record {
-                hs.push(x.clone());
-            }
-            let a = rms_norm(&x, h, &layer.input_norm, c.eps);
-            let a = match (&layer.mix, st) {
-                (Mix::Kda(w), LayerState::Kda(s)) => kda::forward(e, &self.cfg, w, &a, n, s),
-                (Mix::Mla(w), LayerState::Mla(kv)) => attention::forward(e, c, w, &a, n, kv),
-                _ => unreachable!("state built from the same mixer list"),
-            };
-            x.iter_mut().zip(&a).for_each(|(r, v)| *r += v);
-            let f = rms_norm(&x, h, &layer.post_norm, c.eps);
-            let f = ffn_block(e, c, &layer.ffn, &f, n, l, record.then_some(&mut router));
-            x.iter_mut().zip(&f).for_each(|(r, v)| *r += v);
+/// KDA or MLA, per layer: the state the layer's mixer carries ([`LayerState`]).
+impl TokenMixer<KlConfig> for Mix {
+    type State = LayerState;
+    fn empty_state(&self, cfg: &KlConfig) -> LayerState {
+        match self {
+            Mix::Kda(_) => LayerState::Kda(KdaState::new(cfg)),
+            Mix::Mla(_) => LayerState::Mla(KvCache::default()),
         }
-        let normed = rms_norm(&x, h, &self.w.norm, c.eps);
-        if record {
-            hs.push(normed.clone());
-        }
-        Chunk {
-            normed,
-            hidden_states: hs,
-            router,
+    }
+    fn forward(
+        &self,
+        e: OpImpl,
+        cfg: &KlConfig,
+        x: &[f32],
+        n: usize,
+        st: &mut LayerState,
+    ) -> Vec<f32> {
+        match (self, st) {
+            (Mix::Kda(w), LayerState::Kda(s)) => kda::forward(e, cfg, w, x, n, s),
+            (Mix::Mla(w), LayerState::Mla(kv)) => attention::forward(e, &cfg.ds, w, x, n, kv),
+            _ => unreachable!("state built from the same mixer list"),
         }
     }
 }
@@ -145,7 +105,7 @@ pub type Session<'m> = lm::Session<'m, KimiLinear>;
 mod tests {
     use super::*;
     use crate::runtime::deepseek::DECODE_REL_TOL;
-    use crate::runtime::lm::checks;
+    use crate::runtime::lm::{checks, ChunkedLm};
 
     const TARGET: &str = "fixtures/kimi-linear-tiny/target";
 
