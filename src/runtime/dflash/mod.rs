@@ -1003,13 +1003,39 @@ mod tests {
 
     /// A copy of a synthetic tiny DFlash fixture with `patch` merged into its config.
     fn tiny(name: &str, patch: Value) -> (tempfile::TempDir, String) {
+        tiny_with(name, patch, &[])
+    }
+
+    /// [`tiny`] with `extra` f32 tensors (name, shape, values) added to its weights.
+    pub(super) fn tiny_with(
+        name: &str,
+        patch: Value,
+        extra: &[(String, Vec<usize>, Vec<f32>)],
+    ) -> (tempfile::TempDir, String) {
+        use safetensors::tensor::{Dtype, TensorView};
         let src = repo("fixtures/tiny").join(name);
         let t = tempfile::tempdir().unwrap();
-        std::fs::copy(
-            src.join("model.safetensors"),
-            t.path().join("model.safetensors"),
-        )
-        .unwrap();
+        let out = t.path().join("model.safetensors");
+        if extra.is_empty() {
+            std::fs::copy(src.join("model.safetensors"), &out).unwrap();
+        } else {
+            let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+            let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+            let mut owned: std::collections::BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)> = st
+                .tensors()
+                .into_iter()
+                .map(|(n, t)| (n, (t.dtype(), t.shape().to_vec(), t.data().to_vec())))
+                .collect();
+            for (n, s, v) in extra {
+                let b = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                owned.insert(n.clone(), (Dtype::F32, s.clone(), b));
+            }
+            let views: std::collections::BTreeMap<String, TensorView> = owned
+                .iter()
+                .map(|(n, (d, s, b))| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
+                .collect();
+            safetensors::serialize_to_file(views, None, &out).unwrap();
+        }
         let mut cfg: Value =
             serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
         for (k, v) in patch.as_object().unwrap() {
@@ -1020,7 +1046,7 @@ mod tests {
         (t, p)
     }
 
-    fn load(spec: &str) -> Result<DFlash> {
+    pub(super) fn load(spec: &str) -> Result<DFlash> {
         let ck = Checkpoint::open(spec)?;
         let det = ck.detect()?;
         let tgt = Checkpoint::open(repo("fixtures/tiny/target-kimi-k2").to_str().unwrap())?;

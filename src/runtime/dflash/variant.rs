@@ -313,20 +313,13 @@ fn dflash2(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{DFlash, TargetHead};
-    use crate::checkpoint::Checkpoint;
+    use super::super::tests::load;
+    use super::super::DFlash;
     use crate::runtime::{Drafter, FAST_REL_TOL};
-    use safetensors::tensor::{Dtype, TensorView};
     use serde_json::{json, Value};
-    use std::collections::BTreeMap;
-    use std::path::Path;
 
     const H: usize = 64;
     const V: usize = 256;
-
-    fn repo(rel: &str) -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-    }
 
     fn data(n: usize, seed: u32, amp: f32) -> Vec<f32> {
         (0..n)
@@ -346,39 +339,7 @@ mod tests {
         patch: Value,
         extra: &[(String, Vec<usize>, Vec<f32>)],
     ) -> (tempfile::TempDir, String) {
-        let src = repo("fixtures/tiny/dflash-zlab");
-        let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
-        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        let mut owned: BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)> = st
-            .tensors()
-            .into_iter()
-            .map(|(n, t)| (n, (t.dtype(), t.shape().to_vec(), t.data().to_vec())))
-            .collect();
-        for (n, s, v) in extra {
-            let b = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-            owned.insert(n.clone(), (Dtype::F32, s.clone(), b));
-        }
-        let views: BTreeMap<String, TensorView> = owned
-            .iter()
-            .map(|(n, (d, s, b))| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
-            .collect();
-        let t = tempfile::tempdir().unwrap();
-        safetensors::serialize_to_file(views, None, &t.path().join("model.safetensors")).unwrap();
-        let mut cfg: Value =
-            serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
-        for (k, v) in patch.as_object().unwrap() {
-            cfg[k] = v.clone();
-        }
-        std::fs::write(t.path().join("config.json"), cfg.to_string()).unwrap();
-        let p = t.path().to_str().unwrap().to_string();
-        (t, p)
-    }
-
-    fn load(spec: &str) -> crate::error::Result<DFlash> {
-        let ck = Checkpoint::open(spec)?;
-        let det = ck.detect()?;
-        let tgt = Checkpoint::open(repo("fixtures/tiny/target-kimi-k2").to_str().unwrap())?;
-        DFlash::load(&ck, &det, TargetHead::read(&tgt)?)
+        super::super::tests::tiny_with("dflash-zlab", patch, extra)
     }
 
     fn rel_err(a: &[f32], b: &[f32]) -> f32 {
