@@ -22,6 +22,9 @@ from drafts2026 import DFlash2, DSpark  # noqa: E402
 from train_block2026 import config  # noqa: E402
 
 
+CONV, KPROJ, SEL = 0.03, 0.01, 0.1
+
+
 def randomize_all(m, g):
     with torch.no_grad():
         for n, p in m.named_parameters():
@@ -33,12 +36,36 @@ def randomize_all(m, g):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
 
 
-def heads(m, family, g):
+def bigram_factors(r, scale):
+    """A rank-r factorisation of the trace's bigram log-odds (so the Markov head proposes the
+    trace's likely next token and walks accept several tokens; only a test fixture)."""
+    from safetensors.torch import load_file
+
+    t = load_file(str(REPO / "fixtures/kimi-k2.5-tiny/trace/shard-00000.safetensors"))
+    V = 2048
+    C = torch.zeros(V, V)
+    for k, v in t.items():
+        if k.endswith(".tokens"):
+            v = v.long()
+            C.index_put_((v[:-1], v[1:]), torch.ones(len(v) - 1), accumulate=True)
+    L = torch.log((C + 0.05) / (C.sum(1, keepdim=True) + 0.05 * V))
+    L = L - L.mean(1, keepdim=True)
+    U, S, Vh = torch.linalg.svd(L, full_matrices=False)
+    s = (S[:r] * scale).sqrt()
+    return U[:, :r] * s, Vh[:r].t() * s
+
+
+def heads(m, family, g, kind):
     with torch.no_grad():
         if family == "dspark":
             r = m.markov_head.markov_w1.weight.shape[1]
-            m.markov_head.markov_w1.weight.copy_(torch.randn(m.markov_head.markov_w1.weight.shape, generator=g))
-            m.markov_head.markov_w2.weight.copy_(2.0 * torch.randn(m.markov_head.markov_w2.weight.shape, generator=g) / r ** 0.5)
+            if kind == "warm":
+                w1, w2 = bigram_factors(r, 1.0)
+                m.markov_head.markov_w1.weight.copy_(w1)
+                m.markov_head.markov_w2.weight.copy_(w2)
+            else:
+                m.markov_head.markov_w1.weight.copy_(torch.randn(m.markov_head.markov_w1.weight.shape, generator=g))
+                m.markov_head.markov_w2.weight.copy_(2.0 * torch.randn(m.markov_head.markov_w2.weight.shape, generator=g) / r ** 0.5)
             w = m.confidence_head.proj.weight
             w.copy_(torch.randn(w.shape, generator=g) / w.shape[1] ** 0.5)
             m.confidence_head.proj.bias.fill_(0.3)
@@ -47,11 +74,11 @@ def heads(m, family, g):
                 for c in (L.attention_conv, L.mlp_conv):
                     c.base_kernel.zero_()
                     c.base_kernel[:, 0] = 1.0
-                    c.base_kernel.add_(0.15 * torch.randn(c.base_kernel.shape, generator=g))
-                    c.kernel_projection.weight.copy_(0.05 * torch.randn(c.kernel_projection.weight.shape, generator=g))
+                    c.base_kernel.add_(CONV * torch.randn(c.base_kernel.shape, generator=g))
+                    c.kernel_projection.weight.copy_(KPROJ * torch.randn(c.kernel_projection.weight.shape, generator=g))
             cs = m.candidate_selector
             cs.predecessor_codebook.copy_(torch.randn(cs.predecessor_codebook.shape, generator=g))
-            cs.successor_codebook.copy_(0.4 * torch.randn(cs.successor_codebook.shape, generator=g))
+            cs.successor_codebook.copy_(SEL * torch.randn(cs.successor_codebook.shape, generator=g))
             H = cs.hidden_projection.weight.shape[1]
             cs.hidden_projection.weight.copy_(torch.randn(cs.hidden_projection.weight.shape, generator=g) / H ** 0.5)
 
@@ -74,7 +101,7 @@ def main():
                 assert not unexpected, unexpected
             else:
                 randomize_all(m, g)
-            heads(m, family, g)
+            heads(m, family, g, kind)
             out = Path(a.out) / f"{family}-{kind}"
             out.mkdir(parents=True, exist_ok=True)
             sd = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in m.state_dict().items() if k != "inv_freq"}
