@@ -454,6 +454,8 @@ def main():
         dc = dcfg["dflash_config"]
         layout.update({k: dc.get(k) for k in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")})
         layout["conv_block_size"] = inner.layers[0].attention_conv.block_size
+        layout["conv_cpu_path_vs_triton_kernel_max_abs"] = conv_check(
+            torch, inner.layers[0].attention_conv, 4 * (N + 1))
     si = [STAND_INS[k] for k in ("config", "target", "kv_cache", "cpu_ops", "prepare_inputs", "attention", "speculator")]
     if family == "dflash2":
         si.append(STAND_INS["selector_walk"])
@@ -478,6 +480,31 @@ def main():
         print(text)
     print(f"{family}: {len(samples)} samples, AL {out['aggregate']['al']:.3f} [{out['seconds']}s]", file=sys.stderr)
     return 0
+
+
+def conv_check(torch, conv, rows, seed=0):
+    """vLLM's CPU path of the DFlash2 grouped convolution (`_grouped_conv`, what the harness
+    runs) against `_dflash2_grouped_conv_kernel` (the Triton kernel CUDA runs) reproduced in
+    PyTorch from its source: per row and channel, fp32 accumulator (base[0] + delta[0, group]) *
+    x[row] + sum over taps t >= 1 with row % BLOCK_SIZE >= t of (base[t] + delta[t, group]) *
+    x[row - t]. Returns the max abs difference on random inputs."""
+    from vllm.model_executor.models.qwen3_dflash2 import _grouped_conv
+
+    g = torch.Generator().manual_seed(seed)
+    H = conv.num_groups * conv.group_size
+    dt = conv.base_kernel.dtype
+    x = torch.randn(rows, H, generator=g).to(dt)
+    delta = (0.1 * torch.randn(rows, conv.taps, conv.num_groups, generator=g)).to(dt)
+    base = conv.base_kernel[0]
+    ours = _grouped_conv(x, delta, base, conv.block_size, conv.num_groups, conv.group_size, conv.taps)
+    grp = torch.arange(H) // conv.group_size
+    pos = torch.arange(rows) % conv.block_size
+    acc = (base[0].float()[None] + delta[:, 0, grp].float()) * x.float()
+    for t in range(1, conv.taps):
+        m = (pos >= t).float()[:, None]
+        xs = torch.cat([torch.zeros(t, H), x.float()[:-t]])
+        acc = acc + m * (base[t].float()[None] + delta[:, t, grp].float()) * xs
+    return (ours.float() - acc.to(dt).float()).abs().max().item()
 
 
 def selector_walk(torch, scores, cand):
