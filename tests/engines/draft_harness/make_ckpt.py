@@ -8,7 +8,8 @@ the trained fixtures do not exist yet.
 writes OUT_ROOT/{dspark,dflash2}-warm (the trained DFlash backbone of fixtures/kimi-k2.5-tiny/
 dflash/ plus random heads: Markov / confidence, or perturbed convolutions and a random selector,
 so walks accept several tokens and the heads change the argmax) and OUT_ROOT/{dspark,dflash2}-random
-(every tensor random)."""
+(every tensor random), and OUT_ROOT/dspark-1n-warm (dspark-warm with sample_from_anchor false,
+the speculators-format 1 + N block)."""
 import argparse
 import json
 import sys
@@ -108,6 +109,14 @@ def main():
             save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
             json.dump(cfg, open(out / "config.json", "w"), indent=1)
             print(out, len(sd), "tensors")
+            if family == "dspark" and kind == "warm":
+                # The speculators layout (sample_from_anchor false: DFlash's 1 + N block, the
+                # anchor not predicting), same tensors: drafts2026's anchor_first=False path.
+                o2 = Path(a.out) / "dspark-1n-warm"
+                o2.mkdir(parents=True, exist_ok=True)
+                save_file(sd, str(o2 / "model.safetensors"), metadata={"format": "pt"})
+                json.dump({**cfg, "sample_from_anchor": False}, open(o2 / "config.json", "w"), indent=1)
+                print(o2, len(sd), "tensors")
 
 
 if __name__ == "__main__":
