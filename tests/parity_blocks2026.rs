@@ -93,7 +93,10 @@ fn check_parity(name: &str) -> (DFlash, Tensors) {
     let got: Vec<u32> = d.block_tokens(&ctx, &x, &roots, b).concat();
     let want = i32s(&p, "pred");
     let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();
-    eprintln!("{name}: {differ} of {} proposals differ from PyTorch's", want.len());
+    eprintln!(
+        "{name}: {differ} of {} proposals differ from PyTorch's",
+        want.len()
+    );
     assert_eq!(got, want, "{name}: the greedy proposals");
     (d, p)
 }
@@ -101,7 +104,10 @@ fn check_parity(name: &str) -> (DFlash, Tensors) {
 #[test]
 fn dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
     let (d, p) = check_parity("dspark");
-    assert!(d.anchor_first, "vLLM's Qwen3DSparkModel: sample_from_anchor by default");
+    assert!(
+        d.anchor_first,
+        "vLLM's Qwen3DSparkModel: sample_from_anchor by default"
+    );
     let (_, x, feats, roots) = parity(&d, "dspark");
     let n = x.len();
     let ctx = d.context(&feats, n);
@@ -117,19 +123,28 @@ fn dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
         .expect("the fixture has a confidence head")
         .concat();
     let want = f32s(&p, "conf");
-    let worst = conf.iter().zip(&want).fold(0f32, |w, (a, b)| w.max((a - b).abs()));
+    let worst = conf
+        .iter()
+        .zip(&want)
+        .fold(0f32, |w, (a, b)| w.max((a - b).abs()));
     eprintln!("dspark confidences: max |diff| {worst:.3e} (bound {CONF_TOL:e})");
     assert!(worst <= CONF_TOL);
     // `dspark_draft_topk` 4 (vLLM's `_sample_sequential_topk`): the same draft, the key added.
     let t = tempfile::tempdir().unwrap();
-    std::fs::copy(fix("dspark/model.safetensors"), t.path().join("model.safetensors")).unwrap();
+    std::fs::copy(
+        fix("dspark/model.safetensors"),
+        t.path().join("model.safetensors"),
+    )
+    .unwrap();
     let mut cfg = read_json(&fix("dspark/config.json"));
     cfg["dspark_draft_topk"] = 4.into();
     std::fs::write(t.path().join("config.json"), cfg.to_string()).unwrap();
     let ck = Checkpoint::open(t.path().to_str().unwrap()).unwrap();
     let tgt = Checkpoint::open(fix("target").to_str().unwrap()).unwrap();
     let d4 = DFlash::load(&ck, &ck.detect().unwrap(), TargetHead::read(&tgt).unwrap()).unwrap();
-    let got: Vec<u32> = d4.block_tokens(&d4.context(&feats, n), &x, &roots, b).concat();
+    let got: Vec<u32> = d4
+        .block_tokens(&d4.context(&feats, n), &x, &roots, b)
+        .concat();
     assert_eq!(got, i32s(&p, "pred_top4"), "top-4 Markov walk");
 }
 
@@ -193,7 +208,10 @@ fn verify_matches_reference(name: &str) {
     assert!((got - al).abs() <= 1e-9, "{name}: AL {got} vs {al}");
     let allpos = 1.0 + leading as f64 / positions as f64;
     let got = ours["accept_length_all_positions"].as_f64().unwrap();
-    assert!((got - allpos).abs() <= 1e-9, "{name}: all-positions {got} vs {allpos}");
+    assert!(
+        (got - allpos).abs() <= 1e-9,
+        "{name}: all-positions {got} vs {allpos}"
+    );
 }
 
 #[test]
