@@ -3,11 +3,13 @@
 //! from the two tables here, one claim per row.
 //!
 //! - [`layout`]: unquantized drafts, by family × dialect × `model_type`;
-//! - [`quantized`]: (format, scheme) results, whatever the layout.
+//! - [`quantized`]: (format, scheme) results, whatever the layout;
+//! - [`block`]: DSpark and DFlash2 drafts, by layout and the draft's own findings.
 //!
 //! vLLM and SGLang claims name the release the engine-loader tier (tests/engines/, each
 //! engine's own loader on CPU) checked them with; the rest say `source-derived`.
 
+pub mod block;
 pub mod claim;
 pub mod layout;
 pub mod quantized;
@@ -126,6 +128,9 @@ pub fn quantization(ck: &Checkpoint) -> Option<Identified> {
 /// `no` (the scheme's reason), a layout `depends` stays `depends`, and otherwise the scheme's
 /// claim holds (with the layout's notes).
 pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
+    if let Some(bd) = &det.block_draft {
+        return block::support(bd, det.quantization.quantized);
+    }
     let facts = ConfigFacts {
         model_type: ck.config.as_ref().and_then(|c| c.model_type()),
         speculators: ck
