@@ -113,7 +113,7 @@ impl AnchorLayout {
     pub fn describe(self) -> &'static str {
         match self {
             AnchorLayout::AnchorFirst => {
-                "N rows [bonus, MASK×(N−1)], every row predicts (the anchor the first draft)"
+                "N rows [bonus, MASK×(N−1)], every row predicts, the anchor's row the first draft"
             }
             AnchorLayout::BonusAnchor => {
                 "DFlash's 1+N rows [bonus, MASK×N], only the masks predict"
@@ -195,11 +195,25 @@ pub struct NumTargetLayers {
     pub means: &'static str,
 }
 
+impl NumTargetLayers {
+    /// What the value counts, in words.
+    pub fn meaning(&self) -> &'static str {
+        if self.means == "taps" {
+            "the number of taps (K3DSparkConfig checks it against `target_layer_ids`)"
+        } else {
+            "the target's depth (SpecForge's meaning; a K3DSparkModel needs the number of taps)"
+        }
+    }
+}
+
 /// The vocabularies: the target's, the draft's, and the tensors that map between them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Vocab {
     pub vocab_size: Option<u64>,
+    /// `draft_vocab_size`, else `vocab_size` (the engines' default).
     pub draft_vocab_size: Option<u64>,
+    /// `draft_vocab_size` is not in the config: the engines take `vocab_size`.
+    pub draft_vocab_default: bool,
     /// `draft_vocab_size` < `vocab_size`: the draft samples its own vocabulary and maps it
     /// through `d2t`.
     pub reduced: bool,
@@ -486,20 +500,17 @@ fn anchor(layout: Layout, c: &Config, problems: &mut Problems) -> Anchor {
             }
             (
                 false,
-                "DFlash2 always drafts the 1+N layout (vLLM's DFlash speculator)".to_string(),
+                "DFlash2 always drafts 1+N, as vLLM's DFlash speculator".to_string(),
             )
         }
         Layout::SpeculatorsDspark => match key("sample_from_anchor") {
             Some(v) => (v, "`sample_from_anchor`".into()),
-            None => (
-                false,
-                "speculators' default (`update_dspark`: false, 1+N)".into(),
-            ),
+            None => (false, "speculators' default, `update_dspark`".into()),
         },
         _ => match (key("sample_from_anchor"), key("dspark_bonus_anchor")) {
             (Some(v), _) => (v, "`sample_from_anchor`".into()),
             (None, Some(bonus)) => (!bonus, "`dspark_bonus_anchor`".into()),
-            (None, None) => (true, "default true (vLLM's and SGLang's DSpark)".into()),
+            (None, None) => (true, "vLLM's and SGLang's default".into()),
         },
     };
     Anchor {
@@ -736,10 +747,12 @@ fn readings(a: &AuxLayers) -> Vec<TapReading> {
 }
 
 fn vocab(layout: Layout, d: &super::Dims, problems: &mut Problems) -> Vocab {
-    let reduced = matches!((d.draft_vocab_size, d.vocab_size), (Some(a), Some(b)) if a < b);
+    let draft = d.draft_vocab_size.or(d.vocab_size);
+    let reduced = matches!((draft, d.vocab_size), (Some(a), Some(b)) if a < b);
     let v = Vocab {
         vocab_size: d.vocab_size,
-        draft_vocab_size: d.draft_vocab_size,
+        draft_vocab_size: draft,
+        draft_vocab_default: d.draft_vocab_size.is_none(),
         reduced,
         d2t: d.has_d2t,
         lm_head: d.has_lm_head,

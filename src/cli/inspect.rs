@@ -353,7 +353,7 @@ fn print_block_draft(b: &BlockDraft) {
     row(
         "anchor",
         format!(
-            "{}: {} (sample_from_anchor {}, from {})",
+            "{}: {} · sample_from_anchor {} ({})",
             b.anchor.layout.id(),
             b.anchor.layout.describe(),
             b.anchor.sample_from_anchor,
@@ -420,7 +420,7 @@ fn print_block_draft(b: &BlockDraft) {
     if let Some(t) = &b.num_target_layers {
         row(
             "targets",
-            format!("num_target_layers {} = {}", t.value, t.means),
+            format!("num_target_layers {}: {}", t.value, t.meaning()),
         );
     }
     for (i, t) in b.taps.iter().enumerate() {
@@ -434,8 +434,13 @@ fn print_block_draft(b: &BlockDraft) {
     row(
         "vocab",
         format!(
-            "draft {} of target {}{}{}{}",
+            "draft {}{} of target {}{}{}{}",
             n(v.draft_vocab_size),
+            if v.draft_vocab_default {
+                " (no draft_vocab_size: vocab_size)"
+            } else {
+                ""
+            },
             n(v.vocab_size),
             if v.reduced { " (reduced)" } else { "" },
             if v.d2t { ", d2t" } else { ", no d2t" },
