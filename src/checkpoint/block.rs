@@ -13,7 +13,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{AuxConvention, AuxLayers, Config, Dialect, Family};
+use super::Config;
 use crate::io::source::Weights;
 
 /// The architectures a DSpark draft's config names.
@@ -77,16 +77,6 @@ impl Layout {
         match self {
             Layout::Dflash2 | Layout::Dflash2Mla => "DFlash2",
             _ => "DSpark",
-        }
-    }
-
-    /// The dialect the layout is reported in (`Detection::dialect`).
-    pub fn dialect(self) -> Dialect {
-        match self {
-            Layout::Qwen3Dspark | Layout::SpeculatorsDspark => Dialect::Vllm,
-            Layout::K3Dspark | Layout::Dflash2Mla => Dialect::Torchspec,
-            Layout::SpecforgeDspark => Dialect::Specforge,
-            Layout::Dflash2 => Dialect::Zlab,
         }
     }
 }
@@ -281,9 +271,35 @@ impl Problems {
     }
 }
 
+/// Which of the two families (`checkpoint::Family::{Dspark, Dflash2}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dspark,
+    Dflash2,
+}
+
+/// The draft's sizes, as detection found them (`checkpoint::Dims`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sizes {
+    pub hidden_size: Option<u64>,
+    pub vocab_size: Option<u64>,
+    pub draft_vocab_size: Option<u64>,
+    pub d2t: bool,
+    pub lm_head: bool,
+    pub embed_tokens: bool,
+}
+
+/// The tap ids as written, and whether they number inputs of layers (speculators) rather
+/// than outputs (`checkpoint::AuxLayers`; `None`: convention unknown).
+#[derive(Debug, Clone, Copy)]
+pub struct TapIds<'a> {
+    pub ids: &'a [i64],
+    pub input_of_layer: Option<bool>,
+}
+
 /// Family from `config.json`: DSpark or DFlash2, with what said so (checked before DFlash and
 /// EAGLE-3: a DSpark config carries a `dflash_config`).
-pub fn family_from_config(c: &Config) -> Option<(Family, String)> {
+pub fn family_from_config(c: &Config) -> Option<(Kind, String)> {
     let archs = c.architectures();
     let mt = c.model_type().unwrap_or("");
     let spec = c.root.get("speculators_model_type").and_then(Value::as_str);
@@ -293,14 +309,14 @@ pub fn family_from_config(c: &Config) -> Option<(Family, String)> {
             Some(s) => format!("config: speculators_model_type `{s}`"),
             None => format!("config: architectures {archs:?}, model_type `{mt}`"),
         };
-        return Some((Family::Dspark, why));
+        return Some((Kind::Dspark, why));
     }
     let dflash2_keys = ["conv_kernel_size", "selector_rank"]
         .iter()
         .any(|k| c.nested("dflash_config", k).is_some());
     if named(DFLASH2_ARCHITECTURES) || spec == Some("dflash2") || dflash2_keys {
         return Some((
-            Family::Dflash2,
+            Kind::Dflash2,
             format!(
                 "config: architectures {archs:?}, model_type `{mt}`{}",
                 if dflash2_keys {
@@ -315,14 +331,12 @@ pub fn family_from_config(c: &Config) -> Option<(Family, String)> {
 }
 
 /// Family from tensor names: DSpark's Markov head, DFlash2's selector or convolutions.
-pub fn family_from_tensors<'a>(
-    mut names: impl Iterator<Item = &'a str>,
-) -> Option<(Family, String)> {
+pub fn family_from_tensors<'a>(mut names: impl Iterator<Item = &'a str>) -> Option<(Kind, String)> {
     let mut found = None;
     for n in names.by_ref() {
         if n.starts_with("markov_head.") {
             return Some((
-                Family::Dspark,
+                Kind::Dspark,
                 "tensors: `markov_head.*` (DSpark's Markov head)".into(),
             ));
         }
@@ -332,7 +346,7 @@ pub fn family_from_tensors<'a>(
                     && (n.contains(".attention_conv.") || n.contains(".mlp_conv."))))
         {
             found = Some((
-                Family::Dflash2,
+                Kind::Dflash2,
                 "tensors: `candidate_selector.*` / `layers.*.attention_conv` (DFlash2)".to_string(),
             ));
         }
@@ -341,16 +355,16 @@ pub fn family_from_tensors<'a>(
 }
 
 /// Which layout a `family` draft is in.
-pub fn layout(family: &Family, c: Option<&Config>, w: &Weights) -> Option<Layout> {
+pub fn layout(kind: Kind, c: Option<&Config>, w: &Weights) -> Layout {
     let has = |p: &str| w.names().any(|n| n.starts_with(p));
-    match family {
-        Family::Dspark => {
+    match kind {
+        Kind::Dspark => {
             let archs = c.map(Config::architectures).unwrap_or_default();
             let arch = |a: &str| archs.iter().any(|x| x == a);
             let spec = c.is_some_and(|c| {
                 c.root.get("speculators_model_type").and_then(Value::as_str) == Some("dspark")
             });
-            Some(if spec {
+            if spec {
                 Layout::SpeculatorsDspark
             } else if arch("K3DSparkModel")
                 || c.is_some_and(|c| c.model_type() == Some("k3_dspark"))
@@ -361,9 +375,9 @@ pub fn layout(family: &Family, c: Option<&Config>, w: &Weights) -> Option<Layout
                 Layout::SpecforgeDspark
             } else {
                 Layout::Qwen3Dspark
-            })
+            }
         }
-        Family::Dflash2 => {
+        Kind::Dflash2 => {
             let mla = c.is_some_and(|c| {
                 c.nested("dflash_config", "attention_mode")
                     .and_then(Value::as_str)
@@ -371,13 +385,12 @@ pub fn layout(family: &Family, c: Option<&Config>, w: &Weights) -> Option<Layout
             }) || w
                 .names()
                 .any(|n| n.starts_with("layers.") && n.contains(".self_attn.q_a_proj."));
-            Some(if mla {
+            if mla {
                 Layout::Dflash2Mla
             } else {
                 Layout::Dflash2
-            })
+            }
         }
-        _ => None,
     }
 }
 
@@ -404,14 +417,13 @@ fn shape(w: &Weights, name: &str) -> Option<Vec<usize>> {
 
 /// Describe a DSpark or DFlash2 draft (`None` for other families).
 pub fn describe(
-    family: &Family,
-    layout: Option<Layout>,
+    kind: Kind,
+    layout: Layout,
     c: Option<&Config>,
     w: &Weights,
-    dims: &super::Dims,
-    aux: Option<&AuxLayers>,
-) -> Option<BlockDraft> {
-    let layout = layout?;
+    dims: &Sizes,
+    aux: Option<TapIds>,
+) -> BlockDraft {
     let mut problems = Problems::default();
     let empty = Config {
         path: Default::default(),
@@ -419,7 +431,7 @@ pub fn describe(
     };
     let cfg = c.unwrap_or(&empty);
     let architecture = cfg.architectures().first().cloned().unwrap_or_default();
-    let dspark = *family == Family::Dspark;
+    let dspark = kind == Kind::Dspark;
     let nest = |k: &'static str| -> Vec<(Option<&'static str>, &'static str)> {
         vec![
             (None, k),
@@ -470,9 +482,9 @@ pub fn describe(
         problems.vllm("vLLM will not load it: speculators' `update_dspark` requires `aux_hidden_state_layer_ids` (KeyError)".into());
     }
 
-    let taps = aux.map(|a| readings(a)).unwrap_or_default();
+    let taps = aux.map(readings).unwrap_or_default();
     let vocab = vocab(layout, dims, &mut problems);
-    Some(BlockDraft {
+    BlockDraft {
         layout,
         architecture,
         block_size,
@@ -485,7 +497,7 @@ pub fn describe(
         taps,
         vocab,
         problems: problems.0,
-    })
+    }
 }
 
 fn anchor(layout: Layout, c: &Config, problems: &mut Problems) -> Anchor {
@@ -524,7 +536,7 @@ fn anchor(layout: Layout, c: &Config, problems: &mut Problems) -> Anchor {
     }
 }
 
-fn markov(c: &Config, w: &Weights, dims: &super::Dims, problems: &mut Problems) -> Markov {
+fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Markov {
     let keys = [
         (None, "dspark_markov_rank"),
         (None, "markov_rank"),
@@ -589,7 +601,7 @@ fn confidence(
     layout: Layout,
     c: &Config,
     w: &Weights,
-    dims: &super::Dims,
+    dims: &Sizes,
     markov: Option<&Markov>,
     problems: &mut Problems,
 ) -> Confidence {
@@ -720,15 +732,15 @@ fn k3_checks(c: &Config, ntl: Option<u64>, ntaps: Option<usize>, problems: &mut 
 }
 
 /// How vLLM and SGLang read the tap ids.
-fn readings(a: &AuxLayers) -> Vec<TapReading> {
-    match a.convention {
-        Some(AuxConvention::InputOfLayer) => vec![TapReading {
+fn readings(a: TapIds) -> Vec<TapReading> {
+    match a.input_of_layer {
+        Some(true) => vec![TapReading {
             engine: "vllm",
             shift: "raw",
-            ids: a.ids.clone(),
+            ids: a.ids.to_vec(),
             how: "vLLM reads `aux_hidden_state_layer_ids` raw as its aux ids (capture after layer id−1) and sets `target_layer_ids` = id − 1",
         }],
-        Some(AuxConvention::OutputOfLayer) => vec![
+        Some(false) => vec![
             TapReading {
                 engine: "vllm",
                 shift: "+1",
@@ -738,7 +750,7 @@ fn readings(a: &AuxLayers) -> Vec<TapReading> {
             TapReading {
                 engine: "sglang",
                 shift: "raw",
-                ids: a.ids.clone(),
+                ids: a.ids.to_vec(),
                 how: "SGLang takes 0-based layer outputs: its Qwen3-style targets capture before layer k+1, its Kimi-K3 target reads k with no shift",
             },
         ],
@@ -746,7 +758,7 @@ fn readings(a: &AuxLayers) -> Vec<TapReading> {
     }
 }
 
-fn vocab(layout: Layout, d: &super::Dims, problems: &mut Problems) -> Vocab {
+fn vocab(layout: Layout, d: &Sizes, problems: &mut Problems) -> Vocab {
     let draft = d.draft_vocab_size.or(d.vocab_size);
     let reduced = matches!((draft, d.vocab_size), (Some(a), Some(b)) if a < b);
     let v = Vocab {
@@ -754,9 +766,9 @@ fn vocab(layout: Layout, d: &super::Dims, problems: &mut Problems) -> Vocab {
         draft_vocab_size: draft,
         draft_vocab_default: d.draft_vocab_size.is_none(),
         reduced,
-        d2t: d.has_d2t,
-        lm_head: d.has_lm_head,
-        embed_tokens: d.has_embed_tokens,
+        d2t: d.d2t,
+        lm_head: d.lm_head,
+        embed_tokens: d.embed_tokens,
     };
     let qwen3 = matches!(
         layout,
@@ -783,33 +795,4 @@ impl BlockDraft {
     pub fn sglang_refuses(&self) -> Option<&Problem> {
         self.problems.iter().find(|p| p.sglang_refuses)
     }
-}
-
-/// The refusal of a verb (`quantize`, `convert`, `verify`) that does not take DSpark or DFlash2
-/// drafts yet: an `error:` naming the family and layout, with `inspect` as the hint. `Ok` for
-/// every other family.
-pub fn refuse_unsupported(
-    det: &super::Detection,
-    path: &std::path::Path,
-    verb: &str,
-) -> crate::error::Result<()> {
-    let Some(b) = det
-        .block_draft
-        .as_ref()
-        .filter(|_| det.family.is_block_2026())
-    else {
-        return Ok(());
-    };
-    Err(crate::error::Error::Source {
-        path: path.to_path_buf(),
-        msg: format!(
-            "is a {} draft (`{}` layout): `kquant {verb}` does not take {} drafts yet",
-            b.layout.family_name(),
-            b.layout.id(),
-            b.layout.family_name()
-        ),
-        hint: Some(format!(
-            "`kquant inspect` describes it (layout, block, anchor, heads, taps, engines); `kquant {verb}` takes EAGLE-3 and DFlash drafts"
-        )),
-    })
 }

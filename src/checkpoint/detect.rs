@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
+use super::block::{self, Layout};
 use super::quant_state::{self, QuantState};
 use super::Checkpoint;
 use crate::error::{Error, Result};
@@ -45,6 +46,15 @@ impl Family {
         Family::DRAFTS.contains(self)
     }
 
+    /// DSpark's or DFlash2's [`block::Kind`] (none for the other families).
+    pub fn block_kind(&self) -> Option<block::Kind> {
+        match self {
+            Family::Dspark => Some(block::Kind::Dspark),
+            Family::Dflash2 => Some(block::Kind::Dflash2),
+            _ => None,
+        }
+    }
+
     /// DSpark or DFlash2: the 2026 block drafters that `inspect` describes
     /// ([`super::block`]) and the other verbs do not take yet.
     pub fn is_block_2026(&self) -> bool {
@@ -61,6 +71,25 @@ impl Family {
             Family::Target => "target",
             Family::Unknown => "unknown",
         }
+    }
+}
+
+impl From<block::Kind> for Family {
+    fn from(k: block::Kind) -> Family {
+        match k {
+            block::Kind::Dspark => Family::Dspark,
+            block::Kind::Dflash2 => Family::Dflash2,
+        }
+    }
+}
+
+/// The dialect a DSpark or DFlash2 layout is reported in.
+fn block_dialect(l: Layout) -> Dialect {
+    match l {
+        Layout::Qwen3Dspark | Layout::SpeculatorsDspark => Dialect::Vllm,
+        Layout::K3Dspark | Layout::Dflash2Mla => Dialect::Torchspec,
+        Layout::SpecforgeDspark => Dialect::Specforge,
+        Layout::Dflash2 => Dialect::Zlab,
     }
 }
 
@@ -316,8 +345,8 @@ fn from_config(c: &super::Config) -> Evidence {
         .root
         .get("speculators_model_type")
         .and_then(|v| v.as_str());
-    if let Some((f, why)) = super::block::family_from_config(c) {
-        return says(f, None, why);
+    if let Some((k, why)) = block::family_from_config(c) {
+        return says(k.into(), None, why);
     }
     if arch == "DFlashDraftModel"
         || c.root.contains_key("dflash_config")
@@ -376,8 +405,8 @@ fn from_config(c: &super::Config) -> Evidence {
 fn from_tensors(n: &Names) -> Evidence {
     let says =
         |f: Family, t: Option<TargetKind>, why: &str| Some((f, t, format!("tensors: {why}")));
-    if let Some((f, why)) = super::block::family_from_tensors(n.all.iter().copied()) {
-        return Some((f, None, why));
+    if let Some((k, why)) = block::family_from_tensors(n.all.iter().copied()) {
+        return Some((k.into(), None, why));
     }
     if n.any_prefix("context_proj.") && n.any_prefix("layers.") {
         return says(
@@ -531,9 +560,11 @@ pub fn detect(ck: &Checkpoint) -> Result<Detection> {
                 .as_ref()
                 .is_some_and(|m| m.contains_key("torchspec_version"))
         });
-    let layout = super::block::layout(&family, ck.config.as_ref(), &ck.weights);
+    let layout = family
+        .block_kind()
+        .map(|k| (k, block::layout(k, ck.config.as_ref(), &ck.weights)));
     let dialect = match family {
-        Family::Dspark | Family::Dflash2 => layout.map(|l| l.dialect()),
+        Family::Dspark | Family::Dflash2 => layout.map(|(_, l)| block_dialect(l)),
         Family::Eagle3 | Family::Eagle3Mla => {
             let c = ck.config.as_ref();
             let eagle_ref = c.is_some_and(|c| {
@@ -578,14 +609,21 @@ pub fn detect(ck: &Checkpoint) -> Result<Detection> {
             ));
         }
     }
-    let block_draft = super::block::describe(
-        &family,
-        layout,
-        ck.config.as_ref(),
-        &ck.weights,
-        &dims,
-        aux_layers.as_ref(),
-    );
+    let block_draft = layout.map(|(kind, l)| {
+        let sizes = block::Sizes {
+            hidden_size: dims.hidden_size,
+            vocab_size: dims.vocab_size,
+            draft_vocab_size: dims.draft_vocab_size,
+            d2t: dims.has_d2t,
+            lm_head: dims.has_lm_head,
+            embed_tokens: dims.has_embed_tokens,
+        };
+        let taps = aux_layers.as_ref().map(|a| block::TapIds {
+            ids: &a.ids,
+            input_of_layer: a.convention.map(|c| c == AuxConvention::InputOfLayer),
+        });
+        block::describe(kind, l, ck.config.as_ref(), &ck.weights, &sizes, taps)
+    });
     Ok(Detection {
         block_draft,
         family,
@@ -787,6 +825,28 @@ fn aux_layers(
             Ok(Some(make(ids, key, conv, why)))
         }
         _ => Ok(None),
+    }
+}
+
+impl Detection {
+    /// The refusal of a verb (`quantize`, `convert`) that does not take DSpark or DFlash2 drafts
+    /// yet: an `error:` naming the family and layout, with `inspect` as the hint. `Ok` for every
+    /// other family.
+    pub fn refuse_block_2026(&self, path: &std::path::Path, verb: &str) -> Result<()> {
+        let Some(b) = self.block_draft.as_ref() else {
+            return Ok(());
+        };
+        let fam = b.layout.family_name();
+        Err(Error::Source {
+            path: path.to_path_buf(),
+            msg: format!(
+                "is a {fam} draft (`{}` layout): `kquant {verb}` does not take {fam} drafts yet",
+                b.layout.id()
+            ),
+            hint: Some(format!(
+                "`kquant inspect` describes it (layout, block, anchor, heads, taps, engines); `kquant {verb}` takes EAGLE-3 and DFlash drafts"
+            )),
+        })
     }
 }
 

@@ -360,6 +360,49 @@ fn print_block_draft(b: &BlockDraft) {
             b.anchor.from
         ),
     );
+    print_block_heads(b);
+    if let Some(t) = &b.num_target_layers {
+        row(
+            "targets",
+            format!("num_target_layers {}: {}", t.value, t.meaning()),
+        );
+    }
+    for (i, t) in b.taps.iter().enumerate() {
+        row(
+            if i == 0 { "taps" } else { "" },
+            format!("{:<7}{:<4} {:?}: {}", t.engine, t.shift, t.ids, t.how),
+        );
+    }
+    let v = &b.vocab;
+    let n = |x: Option<u64>| x.map(|x| x.to_string()).unwrap_or_else(|| "?".into());
+    row(
+        "vocab",
+        format!(
+            "draft {}{} of target {}{}{}{}",
+            n(v.draft_vocab_size),
+            if v.draft_vocab_default {
+                " (no draft_vocab_size: vocab_size)"
+            } else {
+                ""
+            },
+            n(v.vocab_size),
+            if v.reduced { " (reduced)" } else { "" },
+            if v.d2t { ", d2t" } else { ", no d2t" },
+            if v.lm_head {
+                ", own lm_head"
+            } else {
+                ", the target's lm_head"
+            }
+        ),
+    );
+    for p in &b.problems {
+        row("problem", p.what.clone());
+    }
+}
+
+/// The heads' rows of a block draft: DSpark's `markov` and `confidence`, DFlash2's `conv`,
+/// `selector` and `attention`.
+fn print_block_heads(b: &BlockDraft) {
     if let Some(m) = &b.markov {
         let rank = match (m.rank, &m.key) {
             (Some(r), Some(k)) => format!(
@@ -416,43 +459,6 @@ fn print_block_draft(b: &BlockDraft) {
         if let Some(a) = &h.attention_mode {
             row("attention", format!("`dflash_config.attention_mode` {a}"));
         }
-    }
-    if let Some(t) = &b.num_target_layers {
-        row(
-            "targets",
-            format!("num_target_layers {}: {}", t.value, t.meaning()),
-        );
-    }
-    for (i, t) in b.taps.iter().enumerate() {
-        row(
-            if i == 0 { "taps" } else { "" },
-            format!("{:<7}{:<4} {:?}: {}", t.engine, t.shift, t.ids, t.how),
-        );
-    }
-    let v = &b.vocab;
-    let n = |x: Option<u64>| x.map(|x| x.to_string()).unwrap_or_else(|| "?".into());
-    row(
-        "vocab",
-        format!(
-            "draft {}{} of target {}{}{}{}",
-            n(v.draft_vocab_size),
-            if v.draft_vocab_default {
-                " (no draft_vocab_size: vocab_size)"
-            } else {
-                ""
-            },
-            n(v.vocab_size),
-            if v.reduced { " (reduced)" } else { "" },
-            if v.d2t { ", d2t" } else { ", no d2t" },
-            if v.lm_head {
-                ", own lm_head"
-            } else {
-                ", the target's lm_head"
-            }
-        ),
-    );
-    for p in &b.problems {
-        row("problem", p.what.clone());
     }
 }
 

