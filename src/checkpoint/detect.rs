@@ -609,21 +609,7 @@ pub fn detect(ck: &Checkpoint) -> Result<Detection> {
             ));
         }
     }
-    let block_draft = layout.map(|(kind, l)| {
-        let sizes = block::Sizes {
-            hidden_size: dims.hidden_size,
-            vocab_size: dims.vocab_size,
-            draft_vocab_size: dims.draft_vocab_size,
-            d2t: dims.has_d2t,
-            lm_head: dims.has_lm_head,
-            embed_tokens: dims.has_embed_tokens,
-        };
-        let taps = aux_layers.as_ref().map(|a| block::TapIds {
-            ids: &a.ids,
-            input_of_layer: a.convention.map(|c| c == AuxConvention::InputOfLayer),
-        });
-        block::describe(kind, l, ck.config.as_ref(), &ck.weights, &sizes, taps)
-    });
+    let block_draft = layout.map(|(k, l)| describe_block(ck, k, l, &dims, aux_layers.as_ref()));
     Ok(Detection {
         block_draft,
         family,
@@ -636,6 +622,29 @@ pub fn detect(ck: &Checkpoint) -> Result<Detection> {
         quantization,
         notes,
     })
+}
+
+/// [`block::describe`] a DSpark or DFlash2 draft from what detection found.
+fn describe_block(
+    ck: &Checkpoint,
+    kind: block::Kind,
+    l: Layout,
+    dims: &Dims,
+    aux_layers: Option<&AuxLayers>,
+) -> block::BlockDraft {
+    let sizes = block::Sizes {
+        hidden_size: dims.hidden_size,
+        vocab_size: dims.vocab_size,
+        draft_vocab_size: dims.draft_vocab_size,
+        d2t: dims.has_d2t,
+        lm_head: dims.has_lm_head,
+        embed_tokens: dims.has_embed_tokens,
+    };
+    let taps = aux_layers.map(|a| block::TapIds {
+        ids: &a.ids,
+        input_of_layer: a.convention.map(|c| c == AuxConvention::InputOfLayer),
+    });
+    block::describe(kind, l, ck.config.as_ref(), &ck.weights, &sizes, taps)
 }
 
 fn dims(ck: &Checkpoint, n: &Names, prefix: Option<&str>, draft: bool) -> Result<Dims> {
