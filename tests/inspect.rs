@@ -812,3 +812,468 @@ fn inspect_names_a_drafts_target_and_who_serves_it_there() {
     let j = common::inspect_json(&fx.join("kimi-linear-tiny/target"));
     assert!(j["draft_target"].is_null());
 }
+
+// ---- DSpark and DFlash2 (#40 item 1): one synthetic tiny checkpoint per layout ----
+
+/// A tiny checkpoint: `config` and zero-filled F32 tensors of these shapes.
+fn block_draft(dir: &Path, config: &Value, tensors: &[(&str, &[usize])]) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("config.json"), serde_json::to_vec(config).unwrap()).unwrap();
+    let mut header = serde_json::Map::new();
+    let mut at = 0usize;
+    for (name, shape) in tensors {
+        let n = shape.iter().product::<usize>() * 4;
+        header.insert(
+            name.to_string(),
+            serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [at, at + n]}),
+        );
+        at += n;
+    }
+    let h = serde_json::to_vec(&Value::Object(header)).unwrap();
+    common::write_safetensors(&dir.join("model.safetensors"), &h, vec![0u8; at]);
+}
+
+/// Qwen3 GQA DSpark tensors (hidden 8, vocab 32, Markov rank 4, two taps), plus `extra`.
+fn dspark_qwen3_tensors(
+    extra: &[(&'static str, &'static [usize])],
+) -> Vec<(&'static str, &'static [usize])> {
+    let mut v: Vec<(&str, &[usize])> = vec![
+        ("fc.weight", &[8, 16]),
+        ("hidden_norm.weight", &[8]),
+        ("layers.0.self_attn.q_proj.weight", &[8, 8]),
+        ("layers.0.self_attn.q_norm.weight", &[4]),
+        ("layers.0.self_attn.k_norm.weight", &[4]),
+        ("norm.weight", &[8]),
+        ("markov_head.markov_w1.weight", &[32, 4]),
+        ("markov_head.markov_w2.weight", &[32, 4]),
+        ("confidence_head.proj.weight", &[1, 12]),
+        ("confidence_head.proj.bias", &[1]),
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+fn qwen3_dspark_config() -> Value {
+    serde_json::json!({
+        "architectures": ["Qwen3DSparkModel"], "model_type": "qwen3",
+        "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "head_dim": 4, "vocab_size": 32, "draft_vocab_size": 32,
+        "block_size": 4, "markov_rank": 4, "markov_head_type": "vanilla",
+        "enable_confidence_head": true, "confidence_head_with_markov": true,
+        "target_layer_ids": [1, 3], "dflash_config": {"mask_token_id": 31, "target_layer_ids": [1, 3]}
+    })
+}
+
+fn k3_dspark_config() -> Value {
+    serde_json::json!({
+        "architectures": ["K3DSparkModel"], "model_type": "k3_dspark", "_torchspec_version": "0.1.0",
+        "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+        "q_lora_rank": 4, "kv_lora_rank": 4, "qk_nope_head_dim": 2, "qk_rope_head_dim": 2,
+        "v_head_dim": 2, "mla_use_nope": false, "mla_use_output_gate": false,
+        "vocab_size": 32, "draft_vocab_size": 32, "num_target_layers": 2, "target_num_hidden_layers": 6,
+        "target_layer_ids": [0, 2], "mask_token_id": 31, "markov_rank": 4, "markov_head_type": "vanilla",
+        "enable_confidence_head": true, "confidence_head_with_markov": false
+    })
+}
+
+const K3_TENSORS: &[(&str, &[usize])] = &[
+    ("context_proj.weight", &[8, 16]),
+    ("context_norm.weight", &[8]),
+    ("layers.0.self_attn.q_a_proj.weight", &[4, 8]),
+    ("layers.0.self_attn.kv_a_proj_with_mqa.weight", &[6, 8]),
+    ("final_norm.weight", &[8]),
+    ("markov_head.markov_w1.weight", &[32, 4]),
+    ("markov_head.markov_w2.weight", &[32, 4]),
+    ("confidence_head.proj.weight", &[1, 8]),
+    ("confidence_head.proj.bias", &[1]),
+    ("embed_tokens.weight", &[32, 8]),
+];
+
+fn specforge_dspark_config() -> Value {
+    serde_json::json!({
+        "architectures": ["DSparkDraftModel"], "model_type": "qwen3",
+        "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "head_dim": 4, "vocab_size": 32, "block_size": 4,
+        "num_target_layers": 6,
+        "markov_rank": 4, "markov_head_type": "vanilla",
+        "enable_confidence_head": true, "confidence_head_with_markov": true,
+        "dflash_config": {"attention_mode": "gqa", "markov_rank": 4, "markov_head_type": "vanilla",
+            "mask_token_id": 31, "enable_confidence_head": true, "confidence_head_with_markov": true,
+            "projector_type": "dspark", "target_layer_ids": [1, 3]}
+    })
+}
+
+fn speculators_dspark_config() -> Value {
+    serde_json::json!({
+        "architectures": ["Qwen3DSparkModel"], "speculators_model_type": "dspark",
+        "transformer_layer_config": {"model_type": "qwen3", "hidden_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "vocab_size": 32},
+        "draft_vocab_size": 32, "mask_token_id": 31, "block_size": 5, "markov_rank": 4,
+        "markov_head_type": "vanilla", "enable_confidence_head": true,
+        "confidence_head_with_markov": true, "aux_hidden_state_layer_ids": [2, 4]
+    })
+}
+
+fn dflash2_config() -> Value {
+    serde_json::json!({
+        "architectures": ["DFlash2DraftModel"], "model_type": "qwen3",
+        "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "head_dim": 4, "vocab_size": 32, "block_size": 4,
+        "dflash_config": {"mask_token_id": 31, "target_layer_ids": [1, 3], "conv_kernel_size": 2,
+            "conv_group_size": 4, "selector_rank": 4, "selector_top_k": 3}
+    })
+}
+
+const DFLASH2_TENSORS: &[(&str, &[usize])] = &[
+    ("fc.weight", &[8, 16]),
+    ("hidden_norm.weight", &[8]),
+    ("layers.0.self_attn.q_proj.weight", &[8, 8]),
+    ("layers.0.self_attn.q_norm.weight", &[4]),
+    ("layers.0.attention_conv.base_kernel", &[2, 2, 8]),
+    ("layers.0.attention_conv.kernel_projection.weight", &[8, 8]),
+    ("layers.0.mlp_conv.base_kernel", &[2, 2, 8]),
+    ("layers.0.mlp_conv.kernel_projection.weight", &[8, 8]),
+    ("candidate_selector.predecessor_codebook", &[32, 4]),
+    ("candidate_selector.successor_codebook", &[32, 4]),
+    ("candidate_selector.hidden_projection.weight", &[4, 8]),
+    ("norm.weight", &[8]),
+];
+
+/// `j`'s `block_draft.problems[].what`, joined.
+fn problems(j: &Value) -> String {
+    j["block_draft"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["what"].as_str().unwrap().to_string())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+fn loads(j: &Value, engine: &str) -> String {
+    engine_entry(j, engine)["loads"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn inspect_dir(d: &Path) -> Value {
+    inspect_json(d.to_str().unwrap())
+}
+
+#[test]
+fn dspark_qwen3_layout_is_described() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("qwen3");
+    block_draft(&d, &qwen3_dspark_config(), &dspark_qwen3_tensors(&[]));
+    let j = inspect_dir(&d);
+    assert_eq!(j["family"], "dspark");
+    assert_eq!(j["dialect"], "vllm");
+    let b = &j["block_draft"];
+    assert_eq!(b["layout"], "qwen3-dspark");
+    assert_eq!(b["block_size"], 4);
+    assert_eq!(b["block_size_key"], "block_size");
+    assert_eq!(b["anchor"]["layout"], "anchor-first");
+    assert_eq!(b["anchor"]["sample_from_anchor"], true);
+    assert_eq!(b["markov"]["rank"], 4);
+    assert_eq!(b["markov"]["head_type"], "vanilla");
+    assert_eq!(b["markov"]["at_root"], true);
+    assert_eq!(b["confidence"]["enabled"], true);
+    assert_eq!(b["confidence"]["with_markov"], true);
+    assert_eq!(b["vocab"]["draft_vocab_size"], 32);
+    assert_eq!(b["vocab"]["d2t"], false);
+    assert_eq!(j["aux_layers"]["convention"], "output-of-layer");
+    assert_eq!(j["aux_layers"]["hidden_states"], serde_json::json!([2, 4]));
+    let taps = b["taps"].as_array().unwrap();
+    assert_eq!(taps[0]["engine"], "vllm");
+    assert_eq!(taps[0]["shift"], "+1");
+    assert_eq!(taps[0]["ids"], serde_json::json!([2, 4]));
+    assert_eq!(taps[1]["engine"], "sglang");
+    assert_eq!(taps[1]["ids"], serde_json::json!([1, 3]));
+    assert!(
+        b["problems"].as_array().unwrap().is_empty(),
+        "{}",
+        problems(&j)
+    );
+    for e in ["vllm", "sglang"] {
+        let x = engine_entry(&j, e);
+        assert_eq!(x["loads"], "yes", "{e}: {x}");
+        assert_eq!(x["checked_with"], "source-derived", "{e}");
+    }
+    assert!(engine_entry(&j, "vllm")["why"]
+        .as_str()
+        .unwrap()
+        .contains("qwen3_dspark.py"));
+    assert!(engine_entry(&j, "vllm")["unproven_on_cpu"]
+        .as_str()
+        .unwrap()
+        .contains("V2"));
+
+    // The human summary has the same description.
+    let out = run(&["inspect", d.to_str().unwrap()]);
+    assert!(out.status.success());
+    let s = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "family      dspark",
+        "dialect     vllm",
+        "layout      qwen3-dspark",
+        "block       4 (`block_size`)",
+        "anchor      anchor-first",
+        "markov      rank 4 (`markov_rank`), head vanilla",
+        "confidence  yes, with Markov",
+        "taps        vllm   +1   [2, 4]",
+        "sglang raw  [1, 3]",
+        "vocab       draft 32 of target 32, no d2t",
+        "vllm   yes",
+    ] {
+        assert!(s.contains(needle), "missing {needle:?} in\n{s}");
+    }
+    assert!(!s.contains("problem"), "{s}");
+
+    // Planted: a reduced draft vocabulary with neither lm_head nor d2t.
+    let d = t.path().join("reduced");
+    let mut c = qwen3_dspark_config();
+    c["draft_vocab_size"] = serde_json::json!(16);
+    let mut ts = dspark_qwen3_tensors(&[]);
+    ts.retain(|(n, _)| *n != "markov_head.markov_w2.weight");
+    ts.push(("markov_head.markov_w2.weight", &[16, 4]));
+    block_draft(&d, &c, &ts);
+    let j = inspect_dir(&d);
+    assert_eq!(j["block_draft"]["vocab"]["reduced"], true);
+    let p = problems(&j);
+    assert!(p.contains("must include lm_head weights"), "{p}");
+    assert!(p.contains("must include a d2t mapping"), "{p}");
+    assert_eq!(loads(&j, "vllm"), "no");
+    assert!(engine_entry(&j, "vllm")["why"]
+        .as_str()
+        .unwrap()
+        .starts_with("vLLM will not load it"));
+}
+
+#[test]
+fn dspark_k3_mla_layout_is_described() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("k3");
+    block_draft(&d, &k3_dspark_config(), K3_TENSORS);
+    let j = inspect_dir(&d);
+    assert_eq!(j["family"], "dspark");
+    assert_eq!(j["dialect"], "torchspec");
+    let b = &j["block_draft"];
+    assert_eq!(b["layout"], "k3-dspark");
+    assert_eq!(b["block_size"], Value::Null);
+    assert_eq!(b["anchor"]["layout"], "anchor-first");
+    assert_eq!(b["num_target_layers"]["value"], 2);
+    assert_eq!(b["num_target_layers"]["means"], "taps");
+    assert_eq!(b["confidence"]["with_markov"], false);
+    assert_eq!(b["vocab"]["embed_tokens"], true);
+    assert_eq!(b["taps"][0]["ids"], serde_json::json!([1, 3]));
+    let p = problems(&j);
+    assert!(p.contains("no block size"), "{p}");
+    // The missing block size stops no engine.
+    assert!(b["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["vllm_refuses"] == false && p["sglang_refuses"] == false));
+    assert_eq!(loads(&j, "vllm"), "yes");
+    assert_eq!(loads(&j, "sglang"), "no");
+    assert!(engine_entry(&j, "sglang")["why"]
+        .as_str()
+        .unwrap()
+        .contains("#35901"));
+
+    // Planted: num_target_layers counted as the target's depth (SpecForge's meaning).
+    let d = t.path().join("k3-depth");
+    let mut c = k3_dspark_config();
+    c["num_target_layers"] = serde_json::json!(6);
+    block_draft(&d, &c, K3_TENSORS);
+    let j = inspect_dir(&d);
+    let p = problems(&j);
+    assert!(
+        p.contains("`num_target_layers` is 6 but `target_layer_ids` has 2 ids"),
+        "{p}"
+    );
+    assert_eq!(loads(&j, "vllm"), "no");
+    let why = engine_entry(&j, "vllm")["why"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(why.contains("matching num_target_layers"), "{why}");
+}
+
+#[test]
+fn dspark_specforge_layout_is_described() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("sf");
+    block_draft(&d, &specforge_dspark_config(), &dspark_qwen3_tensors(&[]));
+    let j = inspect_dir(&d);
+    assert_eq!(j["family"], "dspark");
+    assert_eq!(j["dialect"], "specforge");
+    let b = &j["block_draft"];
+    assert_eq!(b["layout"], "specforge-dspark");
+    assert_eq!(b["num_target_layers"]["means"], "target-depth");
+    assert_eq!(j["aux_layers"]["key"], "dflash_config.target_layer_ids");
+    assert!(
+        b["problems"].as_array().unwrap().is_empty(),
+        "{}",
+        problems(&j)
+    );
+    assert_eq!(loads(&j, "vllm"), "yes");
+    assert_eq!(loads(&j, "sglang"), "yes");
+
+    // Planted: the DSpark keys only in `dflash_config`, as `specforge export` writes them.
+    let d = t.path().join("sf-nested");
+    let mut c = specforge_dspark_config();
+    for k in [
+        "markov_rank",
+        "markov_head_type",
+        "enable_confidence_head",
+        "confidence_head_with_markov",
+    ] {
+        c.as_object_mut().unwrap().remove(k);
+    }
+    block_draft(&d, &c, &dspark_qwen3_tensors(&[]));
+    let j = inspect_dir(&d);
+    assert_eq!(
+        j["block_draft"]["markov"]["key"],
+        "dflash_config.markov_rank"
+    );
+    assert_eq!(j["block_draft"]["markov"]["at_root"], false);
+    let p = problems(&j);
+    assert!(
+        p.contains("vLLM will not load it: `markov_rank` must be at the config root"),
+        "{p}"
+    );
+    assert!(p.contains("vLLM drops the confidence head"), "{p}");
+    assert_eq!(loads(&j, "vllm"), "no");
+    assert_eq!(loads(&j, "sglang"), "yes");
+    let out = run(&["inspect", d.to_str().unwrap()]);
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.contains("problem     vLLM will not load it: `markov_rank` must be at the config root"),
+        "{s}"
+    );
+    assert!(s.contains("not at the root"), "{s}");
+}
+
+#[test]
+fn dspark_speculators_layout_is_described() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("spec");
+    block_draft(&d, &speculators_dspark_config(), &dspark_qwen3_tensors(&[]));
+    let j = inspect_dir(&d);
+    assert_eq!(j["family"], "dspark");
+    assert_eq!(j["dialect"], "vllm");
+    let b = &j["block_draft"];
+    assert_eq!(b["layout"], "speculators-dspark");
+    assert_eq!(b["block_size"], 5);
+    assert_eq!(b["anchor"]["layout"], "bonus-anchor");
+    assert_eq!(b["anchor"]["sample_from_anchor"], false);
+    assert_eq!(j["aux_layers"]["convention"], "input-of-layer");
+    assert_eq!(j["aux_layers"]["hidden_states"], serde_json::json!([2, 4]));
+    assert_eq!(b["taps"][0]["shift"], "raw");
+    assert_eq!(b["taps"][0]["ids"], serde_json::json!([2, 4]));
+    assert_eq!(b["taps"].as_array().unwrap().len(), 1);
+    assert_eq!(loads(&j, "vllm"), "yes");
+    assert_eq!(loads(&j, "sglang"), "depends");
+    assert!(
+        b["problems"].as_array().unwrap().is_empty(),
+        "{}",
+        problems(&j)
+    );
+
+    // Planted: no `aux_hidden_state_layer_ids`, which vLLM's conversion requires.
+    let d = t.path().join("spec-noaux");
+    let mut c = speculators_dspark_config();
+    c.as_object_mut()
+        .unwrap()
+        .remove("aux_hidden_state_layer_ids");
+    c["sample_from_anchor"] = serde_json::json!(true);
+    block_draft(&d, &c, &dspark_qwen3_tensors(&[]));
+    let j = inspect_dir(&d);
+    assert_eq!(j["block_draft"]["anchor"]["layout"], "anchor-first");
+    assert!(problems(&j).contains("requires `aux_hidden_state_layer_ids`"));
+    assert_eq!(loads(&j, "vllm"), "no");
+}
+
+#[test]
+fn dflash2_layouts_are_described() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("dflash2");
+    block_draft(&d, &dflash2_config(), DFLASH2_TENSORS);
+    let j = inspect_dir(&d);
+    assert_eq!(j["family"], "dflash2");
+    assert_eq!(j["dialect"], "zlab");
+    let b = &j["block_draft"];
+    assert_eq!(b["layout"], "dflash2");
+    assert_eq!(b["anchor"]["layout"], "bonus-anchor");
+    assert_eq!(b["markov"], Value::Null);
+    assert_eq!(b["dflash2"]["conv_kernel_size"], 2);
+    assert_eq!(b["dflash2"]["conv_group_size"], 4);
+    assert_eq!(b["dflash2"]["selector_rank"], 4);
+    assert_eq!(b["dflash2"]["selector_top_k"], 3);
+    assert_eq!(b["dflash2"]["conv_layers"], 1);
+    assert_eq!(b["dflash2"]["selector"], true);
+    assert_eq!(b["taps"][0]["ids"], serde_json::json!([2, 4]));
+    assert!(
+        b["problems"].as_array().unwrap().is_empty(),
+        "{}",
+        problems(&j)
+    );
+    assert_eq!(loads(&j, "vllm"), "yes");
+    assert_eq!(loads(&j, "sglang"), "yes");
+    let out = run(&["inspect", d.to_str().unwrap()]);
+    let s = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "family      dflash2",
+        "conv        kernel 2, group 4, in 1 layers",
+        "selector    rank 4, top-k 3",
+    ] {
+        assert!(s.contains(needle), "missing {needle:?} in\n{s}");
+    }
+
+    // Planted: an MLA backbone (TorchSpec's Kimi-K3 template), which neither engine loads.
+    let d = t.path().join("dflash2-mla");
+    let mut c = dflash2_config();
+    c["dflash_config"]["attention_mode"] = serde_json::json!("mla");
+    block_draft(&d, &c, DFLASH2_TENSORS);
+    let j = inspect_dir(&d);
+    assert_eq!(j["block_draft"]["layout"], "dflash2-mla");
+    assert_eq!(j["dialect"], "torchspec");
+    assert!(problems(&j).contains("neither vLLM 0.33 nor SGLang 0.5.23"));
+    assert_eq!(loads(&j, "vllm"), "no");
+    assert_eq!(loads(&j, "sglang"), "no");
+}
+
+/// The verbs that do not take DSpark or DFlash2 yet refuse them with an `error:` and a `hint:`
+/// (exit 2): never a panic, never a DSpark draft treated as DFlash.
+#[test]
+fn other_verbs_refuse_dspark_and_dflash2_for_now() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = t.path().join("ds");
+    block_draft(&ds, &qwen3_dspark_config(), &dspark_qwen3_tensors(&[]));
+    let d2 = t.path().join("d2");
+    block_draft(&d2, &dflash2_config(), DFLASH2_TENSORS);
+    let out = t.path().join("out");
+    let o = out.to_str().unwrap();
+    for (src, fam) in [(&ds, "DSpark"), (&d2, "DFlash2")] {
+        let s = src.to_str().unwrap();
+        for args in [
+            vec!["quantize", s, "-o", o, "--scheme", "int4-pc"],
+            vec!["convert", "dflash", s, "--to", "vllm", "-o", o],
+            vec!["convert", "eagle3", s, "--to", "vllm", "-o", o],
+        ] {
+            let r = run(&args);
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert_eq!(r.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.starts_with("error: "), "{err}");
+            assert!(
+                err.contains(&format!("is a {fam} draft")),
+                "{args:?}: {err}"
+            );
+            assert!(err.contains("hint: "), "{err}");
+            assert!(!err.contains("panicked"), "{err}");
+        }
+        assert!(!out.exists());
+    }
+}

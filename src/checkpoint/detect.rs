@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
+use super::block::{self, Layout};
 use super::quant_state::{self, QuantState};
 use super::Checkpoint;
 use crate::error::{Error, Result};
@@ -20,6 +21,10 @@ pub enum Family {
     Eagle3Mla,
     /// DFlash block drafter.
     Dflash,
+    /// DSpark: a DFlash-style block drafter with a Markov head (and a confidence head).
+    Dspark,
+    /// DFlash2: DFlash with grouped convolutions and a candidate (path) selector.
+    Dflash2,
     /// A target model.
     Target,
     /// Not recognised.
@@ -27,14 +32,64 @@ pub enum Family {
 }
 
 impl Family {
+    /// Every draft family.
+    pub const DRAFTS: [Family; 5] = [
+        Family::Eagle3,
+        Family::Eagle3Mla,
+        Family::Dflash,
+        Family::Dspark,
+        Family::Dflash2,
+    ];
+
+    /// A draft (not a target, not unknown).
+    pub fn is_draft(&self) -> bool {
+        Family::DRAFTS.contains(self)
+    }
+
+    /// DSpark's or DFlash2's [`block::Kind`] (none for the other families).
+    pub fn block_kind(&self) -> Option<block::Kind> {
+        match self {
+            Family::Dspark => Some(block::Kind::Dspark),
+            Family::Dflash2 => Some(block::Kind::Dflash2),
+            _ => None,
+        }
+    }
+
+    /// DSpark or DFlash2: the 2026 block drafters that `inspect` describes
+    /// ([`super::block`]) and the other verbs do not take yet.
+    pub fn is_block_2026(&self) -> bool {
+        matches!(self, Family::Dspark | Family::Dflash2)
+    }
+
     pub fn id(&self) -> &'static str {
         match self {
             Family::Eagle3 => "eagle3",
             Family::Eagle3Mla => "eagle3-mla",
             Family::Dflash => "dflash",
+            Family::Dspark => "dspark",
+            Family::Dflash2 => "dflash2",
             Family::Target => "target",
             Family::Unknown => "unknown",
         }
+    }
+}
+
+impl From<block::Kind> for Family {
+    fn from(k: block::Kind) -> Family {
+        match k {
+            block::Kind::Dspark => Family::Dspark,
+            block::Kind::Dflash2 => Family::Dflash2,
+        }
+    }
+}
+
+/// The dialect a DSpark or DFlash2 layout is reported in.
+fn block_dialect(l: Layout) -> Dialect {
+    match l {
+        Layout::Qwen3Dspark | Layout::SpeculatorsDspark => Dialect::Vllm,
+        Layout::K3Dspark | Layout::Dflash2Mla => Dialect::Torchspec,
+        Layout::SpecforgeDspark => Dialect::Specforge,
+        Layout::Dflash2 => Dialect::Zlab,
     }
 }
 
@@ -257,6 +312,8 @@ pub struct Detection {
     pub aux_layers: Option<AuxLayers>,
     pub quantization: QuantState,
     pub notes: Vec<String>,
+    /// What a DSpark or DFlash2 draft's config and tensors say (`None` for other families).
+    pub block_draft: Option<super::block::BlockDraft>,
 }
 
 struct Names<'a> {
@@ -288,6 +345,9 @@ fn from_config(c: &super::Config) -> Evidence {
         .root
         .get("speculators_model_type")
         .and_then(|v| v.as_str());
+    if let Some((k, why)) = block::family_from_config(c) {
+        return says(k.into(), None, why);
+    }
     if arch == "DFlashDraftModel"
         || c.root.contains_key("dflash_config")
         || mt == "dflash"
@@ -345,6 +405,9 @@ fn from_config(c: &super::Config) -> Evidence {
 fn from_tensors(n: &Names) -> Evidence {
     let says =
         |f: Family, t: Option<TargetKind>, why: &str| Some((f, t, format!("tensors: {why}")));
+    if let Some((k, why)) = block::family_from_tensors(n.all.iter().copied()) {
+        return Some((k.into(), None, why));
+    }
     if n.any_prefix("context_proj.") && n.any_prefix("layers.") {
         return says(
             Family::Dflash,
@@ -497,7 +560,11 @@ pub fn detect(ck: &Checkpoint) -> Result<Detection> {
                 .as_ref()
                 .is_some_and(|m| m.contains_key("torchspec_version"))
         });
+    let layout = family
+        .block_kind()
+        .map(|k| (k, block::layout(k, ck.config.as_ref(), &ck.weights)));
     let dialect = match family {
+        Family::Dspark | Family::Dflash2 => layout.map(|(_, l)| block_dialect(l)),
         Family::Eagle3 | Family::Eagle3Mla => {
             let c = ck.config.as_ref();
             let eagle_ref = c.is_some_and(|c| {
@@ -524,7 +591,7 @@ pub fn detect(ck: &Checkpoint) -> Result<Detection> {
         Family::Unknown => None,
     };
 
-    let draft = matches!(family, Family::Eagle3 | Family::Eagle3Mla | Family::Dflash);
+    let draft = family.is_draft();
     let dims = dims(ck, &names, layer_prefix.as_deref(), draft)?;
     let aux_layers = match ck.config.as_ref() {
         Some(c) => aux_layers(c, &family, dialect, l0).map_err(|m| match m {
@@ -542,7 +609,9 @@ pub fn detect(ck: &Checkpoint) -> Result<Detection> {
             ));
         }
     }
+    let block_draft = layout.map(|(k, l)| describe_block(ck, k, l, &dims, aux_layers.as_ref()));
     Ok(Detection {
+        block_draft,
         family,
         target_kind,
         reason,
@@ -553,6 +622,29 @@ pub fn detect(ck: &Checkpoint) -> Result<Detection> {
         quantization,
         notes,
     })
+}
+
+/// [`block::describe`] a DSpark or DFlash2 draft from what detection found.
+fn describe_block(
+    ck: &Checkpoint,
+    kind: block::Kind,
+    l: Layout,
+    dims: &Dims,
+    aux_layers: Option<&AuxLayers>,
+) -> block::BlockDraft {
+    let sizes = block::Sizes {
+        hidden_size: dims.hidden_size,
+        vocab_size: dims.vocab_size,
+        draft_vocab_size: dims.draft_vocab_size,
+        d2t: dims.has_d2t,
+        lm_head: dims.has_lm_head,
+        embed_tokens: dims.has_embed_tokens,
+    };
+    let taps = aux_layers.map(|a| block::TapIds {
+        ids: &a.ids,
+        input_of_layer: a.convention.map(|c| c == AuxConvention::InputOfLayer),
+    });
+    block::describe(kind, l, ck.config.as_ref(), &ck.weights, &sizes, taps)
 }
 
 fn dims(ck: &Checkpoint, n: &Names, prefix: Option<&str>, draft: bool) -> Result<Dims> {
@@ -645,14 +737,19 @@ fn aux_layers(
         }
     };
     match family {
-        Family::Dflash => {
+        Family::Dflash | Family::Dspark | Family::Dflash2 => {
+            let dflash = *family == Family::Dflash;
             // speculators' DFlash config lists the taps as hidden_states indices.
             if let Some(hs) = c.int_list(None, "aux_hidden_state_layer_ids")? {
                 return Ok(Some(make(
                     hs,
                     "aux_hidden_state_layer_ids",
                     Some(AuxConvention::InputOfLayer),
-                    "speculators DFlash config: hidden_states indices (input of layer k)",
+                    if dflash {
+                        "speculators DFlash config: hidden_states indices (input of layer k)"
+                    } else {
+                        "speculators config: hidden_states indices (input of layer k); vLLM reads them raw and sets target_layer_ids = id − 1"
+                    },
                 )));
             }
             let nested = c.int_list(Some("dflash_config"), "target_layer_ids")?;
@@ -663,13 +760,20 @@ fn aux_layers(
                 }
                 (Some(a), _) => (a, "dflash_config.target_layer_ids"),
                 (None, Some(b)) => (b, "target_layer_ids"),
-                (None, None) => return Ok(None),
+                (None, None) => match c.int_list(None, "dspark_target_layer_ids")? {
+                    Some(ids) if !dflash => (ids, "dspark_target_layer_ids"),
+                    _ => return Ok(None),
+                },
             };
             Ok(Some(make(
                 ids,
                 key,
                 Some(AuxConvention::OutputOfLayer),
-                "DFlash target_layer_ids are outputs of layer k in every known implementation",
+                if dflash {
+                    "DFlash target_layer_ids are outputs of layer k in every known implementation"
+                } else {
+                    "DSpark/DFlash2 target_layer_ids are outputs of 0-based layer k (vLLM adds +1 to them; SGLang captures after layer k)"
+                },
             )))
         }
         Family::Eagle3 | Family::Eagle3Mla => {
@@ -730,6 +834,28 @@ fn aux_layers(
             Ok(Some(make(ids, key, conv, why)))
         }
         _ => Ok(None),
+    }
+}
+
+impl Detection {
+    /// The refusal of a verb (`quantize`, `convert`) that does not take DSpark or DFlash2 drafts
+    /// yet: an `error:` naming the family and layout, with `inspect` as the hint. `Ok` for every
+    /// other family.
+    pub fn refuse_block_2026(&self, path: &std::path::Path, verb: &str) -> Result<()> {
+        let Some(b) = self.block_draft.as_ref() else {
+            return Ok(());
+        };
+        let fam = b.layout.family_name();
+        Err(Error::Source {
+            path: path.to_path_buf(),
+            msg: format!(
+                "is a {fam} draft (`{}` layout): `kquant {verb}` does not take {fam} drafts yet",
+                b.layout.id()
+            ),
+            hint: Some(format!(
+                "`kquant inspect` describes it (layout, block, anchor, heads, taps, engines); `kquant {verb}` takes EAGLE-3 and DFlash drafts"
+            )),
+        })
     }
 }
 

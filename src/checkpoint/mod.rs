@@ -1,7 +1,8 @@
 //! What a checkpoint is: its config, its tensors, and what kquant detects from them (family,
 //! dialect, dimensions, aux-layer ids with their convention, quantization state). Which
-//! engines load it is `crate::engines`.
+//! engines load it is `crate::engines`. DSpark and DFlash2 drafts are described in [`block`].
 
+pub mod block;
 pub mod config;
 pub mod detect;
 pub mod quant_state;

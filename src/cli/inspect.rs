@@ -4,8 +4,9 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value};
 
+use crate::checkpoint::block::BlockDraft;
 use crate::checkpoint::quant_state::QuantState;
-use crate::checkpoint::{Checkpoint, Detection, Dims, Family};
+use crate::checkpoint::{Checkpoint, Detection, Dims};
 use crate::cli::print_json;
 use crate::cli::{human_bytes, human_count};
 use crate::engines::{self, EngineSupport};
@@ -154,6 +155,7 @@ pub fn to_json(
         "model_type": ck.config.as_ref().and_then(|c| c.model_type()),
         "dims": det.dims,
         "aux_layers": det.aux_layers,
+        "block_draft": det.block_draft,
         "quantization": quantization,
         "engines": engines,
         "notes": det.notes,
@@ -184,6 +186,9 @@ fn print_human(
     print_engines(engines);
     print_dims(&det.dims);
     print_aux_layers(det);
+    if let Some(b) = &det.block_draft {
+        print_block_draft(b);
+    }
     print_params(ck);
     row("quant", quant_summary(&det.quantization, scheme));
     for n in &det.notes {
@@ -324,18 +329,144 @@ fn print_aux_layers(det: &Detection) {
             );
             row("", x.reason.clone());
         }
-        None if matches!(
-            det.family,
-            Family::Eagle3 | Family::Eagle3Mla | Family::Dflash
-        ) =>
-        {
-            row(
-                "aux layers",
-                "none in config: engines use their defaults for the target".into(),
-            )
-        }
+        None if det.family.is_draft() => row(
+            "aux layers",
+            "none in config: engines use their defaults for the target".into(),
+        ),
         None => {}
     }
+}
+
+/// A DSpark or DFlash2 draft: its layout, block, anchor, heads, taps as each engine reads them,
+/// vocabulary, and the findings (`problem` rows).
+fn print_block_draft(b: &BlockDraft) {
+    row(
+        "layout",
+        format!("{}: {}", b.layout.id(), b.layout.describe()),
+    );
+    row(
+        "block",
+        match (b.block_size, &b.block_size_key) {
+            (Some(n), Some(k)) => format!("{n} (`{k}`)"),
+            _ => "none in config (the launch sets the draft tokens per step)".into(),
+        },
+    );
+    row(
+        "anchor",
+        format!(
+            "{}: {} · sample_from_anchor {} ({})",
+            b.anchor.layout.id(),
+            b.anchor.layout.describe(),
+            b.anchor.sample_from_anchor,
+            b.anchor.from
+        ),
+    );
+    print_block_heads(b);
+    if let Some(t) = &b.num_target_layers {
+        row(
+            "targets",
+            format!("num_target_layers {}: {}", t.value, t.meaning()),
+        );
+    }
+    for (i, t) in b.taps.iter().enumerate() {
+        row(
+            if i == 0 { "taps" } else { "" },
+            format!("{:<7}{:<4} {:?}: {}", t.engine, t.shift, t.ids, t.how),
+        );
+    }
+    let v = &b.vocab;
+    let n = |x: Option<u64>| x.map(|x| x.to_string()).unwrap_or_else(|| "?".into());
+    row(
+        "vocab",
+        format!(
+            "draft {}{} of target {}{}{}{}",
+            n(v.draft_vocab_size),
+            if v.draft_vocab_default {
+                " (no draft_vocab_size: vocab_size)"
+            } else {
+                ""
+            },
+            n(v.vocab_size),
+            if v.reduced { " (reduced)" } else { "" },
+            if v.d2t { ", d2t" } else { ", no d2t" },
+            if v.lm_head {
+                ", own lm_head"
+            } else {
+                ", the target's lm_head"
+            }
+        ),
+    );
+    for p in &b.problems {
+        row("problem", p.what.clone());
+    }
+}
+
+/// The heads' rows of a block draft: DSpark's `markov` and `confidence`, DFlash2's `conv`,
+/// `selector` and `attention`.
+fn print_block_heads(b: &BlockDraft) {
+    if let Some(m) = &b.markov {
+        let rank = match (m.rank, &m.key) {
+            (Some(r), Some(k)) => format!(
+                "rank {r} (`{k}`{})",
+                if m.at_root { "" } else { ", not at the root" }
+            ),
+            _ => "no rank in config".into(),
+        };
+        row(
+            "markov",
+            format!(
+                "{rank}, head {}; markov_w1 {}, markov_w2 {}",
+                m.head_type.as_deref().unwrap_or("not named"),
+                shape_or_missing(&m.w1),
+                shape_or_missing(&m.w2)
+            ),
+        );
+    }
+    if let Some(c) = &b.confidence {
+        row(
+            "confidence",
+            if c.enabled {
+                format!(
+                    "yes, {} Markov (`{}`); proj {}",
+                    if c.with_markov { "with" } else { "without" },
+                    c.key.as_deref().unwrap_or(""),
+                    shape_or_missing(&c.proj)
+                )
+            } else {
+                format!("no head enabled; proj {}", shape_or_missing(&c.proj))
+            },
+        );
+    }
+    if let Some(h) = &b.dflash2 {
+        let n = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "?".into());
+        row(
+            "conv",
+            format!(
+                "kernel {}, group {}, in {} layers",
+                n(h.conv_kernel_size),
+                n(h.conv_group_size),
+                h.conv_layers
+            ),
+        );
+        row(
+            "selector",
+            format!(
+                "rank {}, top-k {}{}",
+                n(h.selector_rank),
+                n(h.selector_top_k),
+                if h.selector { "" } else { " (no tensors)" }
+            ),
+        );
+        if let Some(a) = &h.attention_mode {
+            row("attention", format!("`dflash_config.attention_mode` {a}"));
+        }
+    }
+}
+
+fn shape_or_missing(s: &Option<Vec<usize>>) -> String {
+    s.as_ref()
+        .map(|s| format!("{s:?}"))
+        .unwrap_or_else(|| "missing".into())
 }
 
 /// `params`: the totals, then one row per dtype.

@@ -74,6 +74,7 @@ pub fn plan(
     target: Option<&Checkpoint>,
     o: &Options,
 ) -> Result<Plan> {
+    det.refuse_block_2026(&ck.weights.dir, "convert")?;
     let fam_ok = matches!(
         (&det.family, o.dflash),
         (Family::Eagle3 | Family::Eagle3Mla, false) | (Family::Dflash, true)

@@ -3,11 +3,13 @@
 //! from the two tables here, one claim per row.
 //!
 //! - [`layout`]: unquantized drafts, by family × dialect × `model_type`;
-//! - [`quantized`]: (format, scheme) results, whatever the layout.
+//! - [`quantized`]: (format, scheme) results, whatever the layout;
+//! - [`block`]: DSpark and DFlash2 drafts, by layout and the draft's own findings.
 //!
 //! vLLM and SGLang claims name the release the engine-loader tier (tests/engines/, each
 //! engine's own loader on CPU) checked them with; the rest say `source-derived`.
 
+pub mod block;
 pub mod claim;
 pub mod layout;
 pub mod quantized;
@@ -19,6 +21,7 @@ use serde_json::Value;
 pub use claim::{Claim, Engine, Loads, Served};
 use layout::ConfigFacts;
 
+use crate::checkpoint::block::BlockDraft;
 use crate::checkpoint::{Checkpoint, Detection, Family};
 use crate::quant::identify::{self, Identified};
 use crate::quant::registry::{Format, Scheme};
@@ -126,6 +129,9 @@ pub fn quantization(ck: &Checkpoint) -> Option<Identified> {
 /// `no` (the scheme's reason), a layout `depends` stays `depends`, and otherwise the scheme's
 /// claim holds (with the layout's notes).
 pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
+    if let Some(bd) = &det.block_draft {
+        return block_support(bd, det.quantization.quantized);
+    }
     let facts = ConfigFacts {
         model_type: ck.config.as_ref().and_then(|c| c.model_type()),
         speculators: ck
@@ -208,6 +214,38 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
         out.push(s);
     }
     out
+}
+
+/// The engines' claims on a DSpark or DFlash2 draft: the layout's claim, a `no` with the
+/// finding's words where the draft's description names one for the engine, and `depends` for
+/// a quantized draft (kquant has no claims for quantized DSpark or DFlash2 yet).
+fn block_support(bd: &BlockDraft, quantized: bool) -> Vec<EngineSupport> {
+    Engine::ALL
+        .iter()
+        .map(|&e| {
+            let c = block::claim(bd.layout, e);
+            let mut s = EngineSupport::from(&c);
+            let refusal = match e {
+                Engine::Vllm => bd.vllm_refuses(),
+                Engine::Sglang => bd.sglang_refuses(),
+                Engine::Trtllm => None,
+            };
+            if let (Some(p), true) = (refusal, c.loads != Loads::No) {
+                s.loads = Loads::No;
+                s.why = format!("{}; layout: {}", p.what, c.why);
+                s.unproven_on_cpu = None;
+            } else if quantized && c.loads != Loads::No {
+                s.loads = Loads::Depends;
+                s.why = format!(
+                    "quantized: kquant has no claims for quantized {} drafts yet; layout: {}",
+                    bd.layout.family_name(),
+                    c.why
+                );
+            }
+            s.verdict = s.loads;
+            s
+        })
+        .collect()
 }
 
 /// `engine`'s refusal of a quantized draft, as [`support`] (and so `inspect`) gives it for the

@@ -71,6 +71,7 @@ impl Recipe {
 
 /// The recipe for quantizing `ck` (opened from `src`, detected as `det`).
 pub fn resolve(ck: &Checkpoint, det: &Detection, src: &str, req: &Request) -> Result<Recipe> {
+    det.refuse_block_2026(&ck.weights.dir, "quantize")?;
     if det.quantization.quantized {
         return Err(Error::Source {
             path: ck

@@ -64,7 +64,8 @@ impl Taps {
             Family::Eagle3 => self.eagle3.known(),
             Family::Eagle3Mla => self.eagle3_mla.known(),
             Family::Dflash => self.dflash.known(),
-            Family::Target | Family::Unknown => None,
+            // No profile lists DSpark or DFlash2 taps yet.
+            Family::Dspark | Family::Dflash2 | Family::Target | Family::Unknown => None,
         }
     }
 
