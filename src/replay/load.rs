@@ -9,6 +9,15 @@ use crate::runtime::eagle3::Eagle3;
 use crate::runtime::linears::{Exec, LinearSet};
 use crate::runtime::Drafter;
 
+/// The block drafter family in words.
+fn block_name(f: &Family) -> &'static str {
+    match f {
+        Family::Dspark => "DSpark",
+        Family::Dflash2 => "DFlash2",
+        _ => "DFlash",
+    }
+}
+
 fn target_embed(ck: &Checkpoint) -> Result<Vec<f32>> {
     for n in [
         "model.embed_tokens.weight",
@@ -51,10 +60,10 @@ pub fn load_drafter(
             }
             Box::new(d)
         }
-        Family::Dflash => {
+        Family::Dflash | Family::Dspark | Family::Dflash2 => {
             let t = target.ok_or_else(|| Error::Source {
                 path: ck.weights.dir.clone(),
-                msg: "is a DFlash drafter, which runs with the target's embedding and lm_head (it has neither)".into(),
+                msg: format!("is a {} drafter, which runs with the target's embedding and lm_head (it has neither)", block_name(&det.family)),
                 hint: Some("pass --target-checkpoint DIR (the target model the draft was trained for)".into()),
             })?;
             Box::new(DFlash::load_on(
@@ -67,7 +76,10 @@ pub fn load_drafter(
         other => {
             return Err(Error::Source {
                 path: ck.weights.dir.clone(),
-                msg: format!("is `{}`; verify runs EAGLE-3 and DFlash drafts", other.id()),
+                msg: format!(
+                    "is `{}`; verify runs EAGLE-3, DFlash, DSpark and DFlash2 drafts",
+                    other.id()
+                ),
                 hint: Some("`kquant inspect` shows what the checkpoint was detected as".into()),
             })
         }

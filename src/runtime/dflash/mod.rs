@@ -381,12 +381,19 @@ impl DFlash {
         exec: Exec,
     ) -> Result<DFlash> {
         let dir = ck.weights.dir.as_path();
-        if det.family != Family::Dflash {
+        if !matches!(
+            det.family,
+            Family::Dflash | Family::Dspark | Family::Dflash2
+        ) {
             return Err(Error::source(
                 dir,
-                format!("is `{}`, not a DFlash drafter", det.family.id()),
+                format!(
+                    "is `{}`, not a DFlash, DSpark or DFlash2 drafter",
+                    det.family.id()
+                ),
             ));
         }
+        variant::check_layout(det, dir)?;
         let c = ck.config.as_ref().ok_or_else(|| {
             Error::source(dir, "DFlash draft has no config.json")
                 .with_hint("the draft directory must hold the config.json it was exported with")
@@ -454,7 +461,7 @@ impl DFlash {
             .collect::<Result<Vec<_>>>()?;
         let fc = vb.linear(fc_n, h, taps.len() * sh.ht)?;
         let (hidden_norm, norm) = (vb.get(hn_n, &[h])?, vb.get(norm_n, &[h])?);
-        let var = variant::read(ck, c, &vb, sh.block_size, (h, vocab, n_layers))?;
+        let var = variant::read(ck, det, c, &vb, sh.block_size, (h, vocab, n_layers))?;
         if var.max_steps > MAX_DEPTHS {
             let msg = format!(
                 "block_size {}: the replay handles up to {MAX_DEPTHS} proposals per round",

@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use super::conv::{GroupedConv, Kernel};
 use super::heads::{Confidence, Head, Markov, Selector};
-use crate::checkpoint::{Checkpoint, Config};
+use crate::checkpoint::block::{AnchorLayout, Layout};
+use crate::checkpoint::{Checkpoint, Config, Detection, Family};
 use crate::error::{Error, Result};
 use crate::runtime::weights::Loader;
 
@@ -91,10 +92,30 @@ fn count(dir: &std::path::Path, c: &Config, key: &str, max: u64) -> Result<usize
     }
 }
 
+/// The layouts the replay runs: DFlash, and DSpark and DFlash2 on the Qwen3 GQA backbone. The
+/// MLA-native ones (Inferact's `K3DSparkModel`, DFlash2 with `attention_mode: mla`) are refused
+/// by name.
+pub fn check_layout(det: &Detection, dir: &std::path::Path) -> Result<()> {
+    match det.block_draft.as_ref().map(|b| b.layout) {
+        Some(l @ (Layout::K3Dspark | Layout::Dflash2Mla)) => Err(Error::source(
+            dir,
+            format!(
+                "is a {} draft in the `{}` layout (an MLA backbone): the replay runs the Qwen3 GQA backbone of vLLM's `Qwen3DSparkModel` and `DFlash2DraftModel`",
+                l.family_name(),
+                l.id()
+            ),
+        )
+        .with_hint("`kquant inspect` says which engines load it; an MLA block drafter is not replayed yet")),
+        _ => Ok(()),
+    }
+}
+
 /// Read the variant of the block drafter in `ck`: `block_size` is the config's, `h` the draft's
-/// hidden size, `vocab` the target's.
+/// hidden size, `vocab` the target's. The family detection gave must be the one the tensors
+/// hold (a Markov head for DSpark, a selector for DFlash2, neither for DFlash).
 pub fn read(
     ck: &Checkpoint,
+    det: &Detection,
     c: &Config,
     vb: &Loader,
     block_size: usize,
@@ -102,6 +123,27 @@ pub fn read(
 ) -> Result<Variant> {
     let dir = ck.weights.dir.as_path();
     let kind = Kind::of(vb);
+    let want = match det.family {
+        Family::Dspark => Kind::Dspark,
+        Family::Dflash2 => Kind::Dflash2,
+        _ => Kind::Dflash,
+    };
+    if kind != want {
+        let held = match kind {
+            Kind::Dspark => "a Markov head (`markov_head.*`)",
+            Kind::Dflash2 => "a candidate selector (`candidate_selector.*`)",
+            Kind::Dflash => "neither a Markov head nor a candidate selector",
+        };
+        return Err(Error::source(
+            dir,
+            format!(
+                "is detected as `{}` but its tensors hold {held}: a {} drafter",
+                det.family.id(),
+                kind.name()
+            ),
+        )
+        .with_hint("the config and the weights are of different drafts (`kquant inspect` shows what each says)"));
+    }
     if let Some(mode) = c
         .nested("dflash_config", "attention_mode")
         .and_then(Value::as_str)
@@ -124,13 +166,14 @@ pub fn read(
     };
     match kind {
         Kind::Dflash => Ok(plain),
-        Kind::Dspark => dspark(ck, c, vb, block_size, (h, vocab), plain),
+        Kind::Dspark => dspark(ck, det, c, vb, block_size, (h, vocab), plain),
         Kind::Dflash2 => dflash2(ck, c, vb, (h, vocab, n_layers), plain),
     }
 }
 
 fn dspark(
     ck: &Checkpoint,
+    det: &Detection,
     c: &Config,
     vb: &Loader,
     block_size: usize,
@@ -220,13 +263,15 @@ fn dspark(
             format!("logit_scale {scale}: it must be positive"),
         ));
     }
-    // speculators' DSpark converts with `sample_from_anchor` false (the 1 + N layout); vLLM's
-    // own default is true.
-    let speculators = c.get("speculators_model_type").is_some();
-    let anchor_first = c
-        .get("sample_from_anchor")
-        .and_then(Value::as_bool)
-        .unwrap_or(!speculators);
+    // The anchor layout detection read (`checkpoint::block`): vLLM's default is anchor-first,
+    // speculators' DSpark converts with `sample_from_anchor` false (the 1 + N layout).
+    let anchor_first = match det.block_draft.as_ref() {
+        Some(b) => b.anchor.layout == AnchorLayout::AnchorFirst,
+        None => c
+            .get("sample_from_anchor")
+            .and_then(Value::as_bool)
+            .unwrap_or(c.get("speculators_model_type").is_none()),
+    };
     Ok(Variant {
         head: Head::Markov(Markov {
             rank,
@@ -572,15 +617,37 @@ mod tests {
         assert!(msg(json!({"markov_rank": 16})).contains("disagrees"));
         assert!(msg(json!({"draft_vocab_size": 128})).contains("lm_head"));
         assert!(msg(json!({"dspark_draft_topk": 0})).contains("dspark_draft_topk"));
+        let selector = [
+            (
+                "candidate_selector.predecessor_codebook".to_string(),
+                vec![V, 4],
+                data(V * 4, 1, 1.0),
+            ),
+            (
+                "candidate_selector.successor_codebook".to_string(),
+                vec![V, 4],
+                data(V * 4, 2, 1.0),
+            ),
+            (
+                "candidate_selector.hidden_projection.weight".to_string(),
+                vec![4, H],
+                data(4 * H, 3, 1.0),
+            ),
+        ];
         let (_t, p) = variant(
             json!({"architectures": ["DFlash2DraftModel"], "dflash_config": {"mask_token_id": 255,
                 "target_layer_ids": [1, 4], "attention_mode": "mla"}}),
+            &selector,
+        );
+        let e = load(&p).err().unwrap().to_string();
+        assert!(e.contains("`dflash2-mla` layout (an MLA backbone)"), "{e}");
+        // A config of one family over the weights of another is refused, not run as either.
+        let (_t, p) = variant(
+            json!({"architectures": ["Qwen3DSparkModel"], "block_size": 6,
+            "markov_rank": RANK}),
             &[],
         );
-        assert!(load(&p)
-            .err()
-            .unwrap()
-            .to_string()
-            .contains("attention_mode"));
+        let e = load(&p).err().unwrap().to_string();
+        assert!(e.contains("ambiguous family"), "{e}");
     }
 }
