@@ -205,7 +205,9 @@ impl Markov {
 fn top_k(x: &[f32], k: usize) -> Vec<(usize, f32)> {
     let mut best: Vec<(usize, f32)> = Vec::with_capacity(k + 1);
     for (i, &v) in x.iter().enumerate() {
-        if best.len() == k && best.last().is_some_and(|&(_, w)| !(v > w)) {
+        // Full, and not above the last kept (a NaN is never kept).
+        let below = |&(_, w): &(usize, f32)| v.partial_cmp(&w) != Some(std::cmp::Ordering::Greater);
+        if best.len() == k && best.last().is_some_and(below) {
             continue;
         }
         let at = best.iter().position(|&(_, w)| v > w).unwrap_or(best.len());

@@ -299,7 +299,7 @@ fn dflash2(
     let dir = ck.weights.dir.as_path();
     let taps = count(dir, c, "conv_kernel_size", 64)?;
     let group = count(dir, c, "conv_group_size", h as u64)?;
-    if h % group != 0 {
+    if !h.is_multiple_of(group) {
         return Err(Error::source(
             dir,
             format!("conv_group_size {group} must divide hidden_size {h}"),
@@ -528,7 +528,13 @@ mod tests {
                 for c in ["attention_conv", "mlp_conv"] {
                     let base = if identity {
                         (0..2 * taps * H)
-                            .map(|j| if (j / H) % taps == 0 { 1.0 } else { 0.0 })
+                            .map(|j| {
+                                if (j / H).is_multiple_of(taps) {
+                                    1.0
+                                } else {
+                                    0.0
+                                }
+                            })
                             .collect()
                     } else {
                         data(2 * taps * H, 20 + i, 0.8)
