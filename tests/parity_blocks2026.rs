@@ -11,7 +11,7 @@ use crate::common;
 
 use std::path::PathBuf;
 
-use common::{floats, kquant_json, load, read_json, root, Tensors};
+use common::{floats, kquant_json, load, read_json, rel_to as rel_err, root, tensor_i32s, Tensors};
 use kquant::checkpoint::Checkpoint;
 use kquant::runtime::dflash::heads::Head;
 use kquant::runtime::dflash::variant::Kind;
@@ -46,17 +46,7 @@ fn f32s(t: &Tensors, name: &str) -> Vec<f32> {
 }
 
 fn i32s(t: &Tensors, name: &str) -> Vec<u32> {
-    let (dt, _, b) = &t[name];
-    assert_eq!(dt, "I32", "{name}");
-    b.chunks_exact(4)
-        .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as u32)
-        .collect()
-}
-
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+    tensor_i32s(t, name).into_iter().map(|v| v as u32).collect()
 }
 
 /// reference/parity-NAME.safetensors, checked to hold the first tokens of trace sample 0 and
