@@ -12,9 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use common::{
-    inspect_json, kquant, kquant_json, load, quantize, quantize_dry_run, read_json, root,
-};
+use common::{inspect_json, kquant, load, quantize, quantize_dry_run, read_json, root};
 
 const FIX: &str = "fixtures/kimi-k2.5-tiny";
 
@@ -165,7 +163,7 @@ fn quantized_in_every_format_they_stay_the_same_draft_and_verify_replays_them() 
             assert_eq!(j["quantization"]["quantized"], true, "{label}");
             // The gate, once per format: the replay decodes the quantized linears.
             if gated(c.name, i) {
-                let rep = kquant_json(&[
+                let o = kquant(&[
                     "verify",
                     "--draft",
                     out.to_str().unwrap(),
@@ -178,7 +176,13 @@ fn quantized_in_every_format_they_stay_the_same_draft_and_verify_replays_them() 
                     "--json",
                     "-",
                 ]);
+                let rep: Value = serde_json::from_slice(&o.stdout)
+                    .unwrap_or_else(|e| panic!("{label}: {e}: {}", common::stderr(&o)));
+                // Exit 0 when the gate passes, 1 when it fails (the tiny drafts regress).
+                let code = if rep["passed"] == true { 0 } else { 1 };
+                assert_eq!(o.status.code(), Some(code), "{label}: {rep}");
                 assert!(rep["passed"].is_boolean(), "{label}: {rep}");
+                assert!(rep["reasons"].is_array(), "{label}: {rep}");
                 let (d, b) = (
                     rep["draft"]["accept_length"].as_f64().unwrap(),
                     rep["baseline"]["accept_length"].as_f64().unwrap(),
