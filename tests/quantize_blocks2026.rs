@@ -257,3 +257,17 @@ fn the_mla_layouts_are_refused() {
     assert!(err.contains("hint: "), "{err}");
     assert!(!out.exists());
 }
+
+/// docs/quantize.md ("DSpark and DFlash2") names every tensor pattern the families keep.
+#[test]
+fn the_doc_names_every_kept_pattern() {
+    use kquant::quant::exclude::{DFLASH2_KEPT, DSPARK_KEPT};
+    let doc = std::fs::read_to_string(root().join("docs/quantize.md")).unwrap();
+    for k in DSPARK_KEPT.iter().chain(DFLASH2_KEPT) {
+        assert!(
+            doc.contains(&format!("| `{}` |", k.pattern)),
+            "docs/quantize.md does not name `{}`",
+            k.pattern
+        );
+    }
+}
