@@ -290,3 +290,39 @@ fn the_doc_names_every_kept_pattern() {
         );
     }
 }
+
+/// Quantizing DSpark's Markov projection (an explicit `--exclude` without it) warns what vLLM
+/// does with it, per format; ModelOpt nvfp4-a16 (gathered by `dspark_draft_topk`) does not.
+#[test]
+fn a_quantized_markov_projection_warns() {
+    let s = fix("dspark");
+    let s = s.to_str().unwrap();
+    for (scheme, format, says) in [
+        ("int4-g32", "quark", Some("cannot load these tensors")),
+        ("int4-g32", "compressed-tensors", Some("dspark_draft_topk")),
+        ("nvfp4-a16", "modelopt", None),
+    ] {
+        let (_t, out, err) = quantize(
+            s,
+            &[
+                "--scheme",
+                scheme,
+                "--format",
+                format,
+                "--exclude",
+                "lm_head",
+            ],
+        );
+        let w = err
+            .lines()
+            .find(|l| l.contains("`markov_head.markov_w2` (DSpark's Markov projection"));
+        match says {
+            Some(x) => assert!(w.is_some_and(|w| w.contains(x)), "{scheme} {format}: {err}"),
+            None => assert!(w.is_none(), "{scheme} {format}: {err}"),
+        }
+        let name = "markov_head.markov_w2.weight";
+        let t = load(&out.join("model.safetensors"));
+        let src = load(&fix("dspark").join("model.safetensors"));
+        assert_ne!(t.get(name), src.get(name), "{format}: quantized");
+    }
+}
