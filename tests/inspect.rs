@@ -1246,7 +1246,8 @@ fn dflash2_layouts_are_described() {
 }
 
 /// The verbs that do not take DSpark or DFlash2 yet refuse them with an `error:` and a `hint:`
-/// (exit 2): never a panic, never a DSpark draft treated as DFlash.
+/// (exit 2): never a panic, never a DSpark draft treated as DFlash. `quantize` takes the GQA
+/// layouts (tests/quantize_blocks2026.rs) and refuses the MLA ones.
 #[test]
 fn other_verbs_refuse_dspark_and_dflash2_for_now() {
     let t = tempfile::tempdir().unwrap();
@@ -1259,7 +1260,6 @@ fn other_verbs_refuse_dspark_and_dflash2_for_now() {
     for (src, fam) in [(&ds, "DSpark"), (&d2, "DFlash2")] {
         let s = src.to_str().unwrap();
         for args in [
-            vec!["quantize", s, "-o", o, "--scheme", "int4-pc"],
             vec!["convert", "dflash", s, "--to", "vllm", "-o", o],
             vec!["convert", "eagle3", s, "--to", "vllm", "-o", o],
         ] {
@@ -1276,4 +1276,18 @@ fn other_verbs_refuse_dspark_and_dflash2_for_now() {
         }
         assert!(!out.exists());
     }
+    let mla = t.path().join("mla");
+    let mut c = dflash2_config();
+    c["dflash_config"]["attention_mode"] = serde_json::json!("mla");
+    block_draft(&mla, &c, DFLASH2_TENSORS);
+    let r = run(&["quantize", mla.to_str().unwrap(), "-o", o]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(
+        err.contains("is a DFlash2 draft in the MLA `dflash2-mla` layout"),
+        "{err}"
+    );
+    assert!(err.contains("hint: "), "{err}");
+    assert!(!out.exists());
 }

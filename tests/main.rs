@@ -36,6 +36,7 @@ mod parity_eagle3;
 mod parity_kimi_linear;
 mod parity_target;
 mod presets;
+mod quantize_blocks2026;
 mod quantize_methods;
 mod quark_golden;
 mod readme;

@@ -56,7 +56,7 @@ impl Family {
     }
 
     /// DSpark or DFlash2: the 2026 block drafters that `inspect` describes
-    /// ([`super::block`]) and the other verbs do not take yet.
+    /// ([`super::block`]); `convert` does not take them yet, `quantize` only their GQA layouts.
     pub fn is_block_2026(&self) -> bool {
         matches!(self, Family::Dspark | Family::Dflash2)
     }

@@ -130,7 +130,16 @@ pub fn quantization(ck: &Checkpoint) -> Option<Identified> {
 /// claim holds (with the layout's notes).
 pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
     if let Some(bd) = &det.block_draft {
-        return block_support(bd, det.quantization.quantized);
+        let scheme = match det
+            .quantization
+            .quantized
+            .then(|| quantization(ck))
+            .flatten()
+        {
+            Some(Identified::Scheme { format, scheme }) => Some((format, scheme)),
+            _ => None,
+        };
+        return block_support(bd, &det.family, det.quantization.quantized, scheme);
     }
     let facts = ConfigFacts {
         model_type: ck.config.as_ref().and_then(|c| c.model_type()),
@@ -217,14 +226,24 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
 }
 
 /// The engines' claims on a DSpark or DFlash2 draft: the layout's claim, a `no` with the
-/// finding's words where the draft's description names one for the engine, and `depends` for
-/// a quantized draft (kquant has no claims for quantized DSpark or DFlash2 yet).
-fn block_support(bd: &BlockDraft, quantized: bool) -> Vec<EngineSupport> {
+/// finding's words where the draft's description names one for the engine; for a quantized
+/// draft, the scheme's `no` where the engine loads that scheme for no draft, else `depends`
+/// (the engine-loader tier has not loaded quantized DSpark or DFlash2 drafts yet).
+fn block_support(
+    bd: &BlockDraft,
+    family: &Family,
+    quantized: bool,
+    scheme: Option<(Format, Scheme)>,
+) -> Vec<EngineSupport> {
     Engine::ALL
         .iter()
         .map(|&e| {
             let c = block::claim(bd.layout, e);
             let mut s = EngineSupport::from(&c);
+            // A scheme the engine does not load for any draft is not loaded here either.
+            let scheme_no = scheme
+                .and_then(|(f, sc)| quantized::claim_for(f, sc, e, family))
+                .filter(|q| q.loads == Loads::No);
             let refusal = match e {
                 Engine::Vllm => bd.vllm_refuses(),
                 Engine::Sglang => bd.sglang_refuses(),
@@ -234,10 +253,12 @@ fn block_support(bd: &BlockDraft, quantized: bool) -> Vec<EngineSupport> {
                 s.loads = Loads::No;
                 s.why = format!("{}; layout: {}", p.what, c.why);
                 s.unproven_on_cpu = None;
+            } else if let (Some(q), true) = (scheme_no, c.loads != Loads::No) {
+                s = EngineSupport::from(q);
             } else if quantized && c.loads != Loads::No {
                 s.loads = Loads::Depends;
                 s.why = format!(
-                    "quantized: kquant has no claims for quantized {} drafts yet; layout: {}",
+                    "quantized: the engine-loader tier has not loaded quantized {} drafts yet (kquant keeps unquantized what vLLM 0.33's source builds unquantized: docs/quantize.md); layout: {}",
                     bd.layout.family_name(),
                     c.why
                 );

@@ -167,6 +167,70 @@ pub fn not_candidate(t: &TensorInfo) -> Option<&'static str> {
     None
 }
 
+/// A tensor a draft family's engines load only unquantized, with why: matched (fnmatch) against
+/// the full tensor name. `always` entries hold whatever `--exclude` says (the engine builds no
+/// quantized module there); the others are default exclusions, like `lm_head`, that an explicit
+/// `--exclude` (or a preset's) replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kept {
+    pub pattern: &'static str,
+    pub why: &'static str,
+    pub always: bool,
+}
+
+const fn kept(pattern: &'static str, why: &'static str, always: bool) -> Kept {
+    Kept {
+        pattern,
+        why,
+        always,
+    }
+}
+
+/// DSpark's heads as vLLM 0.33 builds them (`qwen3_dspark.py`).
+pub const DSPARK_KEPT: &[Kept] = &[
+    kept(
+        "markov_head.markov_w1.weight",
+        "Markov embedding: vLLM builds a plain `nn.Embedding`, never quantized",
+        true,
+    ),
+    kept(
+        "confidence_head.proj.*",
+        "confidence head: vLLM builds an fp32 `ReplicatedLinear` without the quant config",
+        true,
+    ),
+    kept(
+        "markov_head.markov_w2.weight",
+        "Markov projection, by default like lm_head: vLLM's `dspark_draft_topk` reads it unquantized unless ModelOpt nvfp4-a16",
+        false,
+    ),
+];
+
+/// DFlash2's convolutions and selector as vLLM 0.33 builds them (`qwen3_dflash2.py`); the
+/// convolutions' `kernel_projection` is a `ReplicatedLinear` built with the quant config, so
+/// it is quantized like the decoder linears.
+pub const DFLASH2_KEPT: &[Kept] = &[
+    kept(
+        "candidate_selector.hidden_projection.weight",
+        "selector projection: vLLM builds a `ReplicatedLinear` without the quant config",
+        true,
+    ),
+    kept(
+        "candidate_selector.*_codebook",
+        "selector codebook: an `nn.Parameter`, not a linear",
+        true,
+    ),
+    kept(
+        "layers.*_conv.base_kernel",
+        "convolution base kernel: an `nn.Parameter`, not a linear",
+        true,
+    ),
+];
+
+/// The first of `kept` matching tensor `name`.
+pub fn kept_for<'a>(kept: &'a [Kept], name: &str) -> Option<&'a Kept> {
+    kept.iter().find(|k| fnmatch(k.pattern, name))
+}
+
 /// Parse `fc,lm_head` into patterns.
 pub fn parse_patterns(s: &str) -> Vec<String> {
     s.split(',')

@@ -65,6 +65,7 @@ impl<'p> Job<'p> {
         ) {
             warnings.push(w);
         }
+        warnings.extend(super::markov_w2_warning(plan));
         if *family == Family::Target {
             warnings.push(format!(
                 "`{src}` is not a draft (family {}): kquant's engine claims, presets, convert and verify are for EAGLE-3 and DFlash drafts",
@@ -315,6 +316,10 @@ fn next_steps(
     let kind = match family {
         Family::Eagle3 | Family::Eagle3Mla => "eagle3",
         Family::Dflash => "dflash",
+        // `kquant convert` does not take them yet: the gate only.
+        Family::Dspark | Family::Dflash2 => {
+            return vec![verify_step(&out.display().to_string(), src, target)]
+        }
         _ => return Vec::new(),
     };
     let out = out.display();
@@ -362,9 +367,10 @@ fn verify_step(out: &str, src: &str, t: Option<&DraftShape>) -> String {
             "kquant verify --target {} --draft {out} --baseline {src} {gate}",
             p.name
         ),
-        // A DFlash drafter runs with its target's embedding and lm_head: a profile kquant
+        // A block drafter (DFlash, DSpark, DFlash2) runs with its target's embedding and
+        // lm_head: a profile kquant
         // does not run names no checkpoint to take them from.
-        [p, ..] if t.is_some_and(|t| t.family == Family::Dflash) => format!(
+        [p, ..] if t.is_some_and(|t| t.family == Family::Dflash || t.family.is_block_2026()) => format!(
             "kquant verify --target {} --target-checkpoint TARGET --draft {out} --baseline {src} --trace TRACE {gate}",
             p.name
         ),

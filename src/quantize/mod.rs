@@ -28,9 +28,9 @@ pub mod sensitivity;
 
 use std::path::PathBuf;
 
-use crate::checkpoint::{Checkpoint, Detection};
+use crate::checkpoint::{Checkpoint, Detection, Family};
 use crate::error::{Error, Result};
-use crate::quant::exclude::parse_patterns;
+use crate::quant::exclude::{kept_for, parse_patterns, Kept, DFLASH2_KEPT, DSPARK_KEPT};
 use crate::quant::format::Format;
 use crate::quant::input_amax::InputAmax;
 use crate::quant::preset;
@@ -58,6 +58,9 @@ pub struct Recipe {
     pub choice: Choice,
     /// The exclude patterns (Python fnmatch on module names).
     pub patterns: Vec<String>,
+    /// The tensors the draft family's engines load only unquantized ([`Kept`]): its fixed
+    /// ones, and its defaults unless the patterns came from `--exclude` or a preset.
+    pub kept: Vec<Kept>,
 }
 
 impl Recipe {
@@ -67,11 +70,72 @@ impl Recipe {
     pub fn format(&self) -> Format {
         self.choice.format()
     }
+    /// Why tensor `name` stays unquantized for the family, when it does.
+    pub fn kept(&self, name: &str) -> Option<&'static str> {
+        kept_for(&self.kept, name).map(|k| k.why)
+    }
+}
+
+/// The tensors a `family` draft keeps unquantized; `defaults` adds those only excluded by
+/// default.
+pub fn family_kept(family: &Family, defaults: bool) -> Vec<Kept> {
+    let all: &[Kept] = match family {
+        Family::Dspark => DSPARK_KEPT,
+        Family::Dflash2 => DFLASH2_KEPT,
+        _ => &[],
+    };
+    all.iter()
+        .filter(|k| k.always || defaults)
+        .copied()
+        .collect()
+}
+
+/// The warning for a DSpark plan that quantizes the Markov projection (an explicit `--exclude`
+/// without it): what vLLM 0.33 does with it in each format.
+pub fn markov_w2_warning(plan: &plan::Plan) -> Option<String> {
+    const NAME: &str = "markov_head.markov_w2.weight";
+    if !plan
+        .rows
+        .iter()
+        .any(|r| r.tensor.name == NAME && r.quantized())
+    {
+        return None;
+    }
+    let (format, scheme) = (plan.recipe.format(), plan.recipe.scheme());
+    let head = "`markov_head.markov_w2` (DSpark's Markov projection, vLLM's `ParallelLMHead`) is quantized";
+    Some(match format {
+        Format::Quark => format!(
+            "{head}: vLLM's Quark config quantizes no `ParallelLMHead`, so it builds it unquantized and cannot load these tensors; add `markov_head.markov_w2` to --exclude"
+        ),
+        Format::Modelopt if scheme == Scheme::Nvfp4A16 => return None,
+        _ => format!(
+            "{head}: vLLM loads it, but a launch with `dspark_draft_topk` raises (`apply_bias_gathered` reads it unquantized unless ModelOpt nvfp4-a16); add `markov_head.markov_w2` to --exclude to keep that option"
+        ),
+    })
+}
+
+/// The refusal of an MLA DSpark or DFlash2 layout: kquant has no MLA block-drafter runtime to
+/// replay (or calibrate) it, and no engine-proven exclusions for it.
+fn refuse_mla_block(ck: &Checkpoint, det: &Detection) -> Result<()> {
+    let Some(b) = det.block_draft.as_ref().filter(|b| b.layout.is_mla()) else {
+        return Ok(());
+    };
+    let fam = b.layout.family_name();
+    Err(Error::Source {
+        path: ck.weights.dir.clone(),
+        msg: format!(
+            "is a {fam} draft in the MLA `{}` layout: `kquant quantize` takes the GQA {fam} layouts only (kquant has no MLA block-drafter runtime to verify the result)",
+            b.layout.id()
+        ),
+        hint: Some(
+            "`kquant inspect` describes it; `kquant quantize` takes the qwen3-dspark, specforge-dspark, speculators-dspark and dflash2 layouts".into(),
+        ),
+    })
 }
 
 /// The recipe for quantizing `ck` (opened from `src`, detected as `det`).
 pub fn resolve(ck: &Checkpoint, det: &Detection, src: &str, req: &Request) -> Result<Recipe> {
-    det.refuse_block_2026(&ck.weights.dir, "quantize")?;
+    refuse_mla_block(ck, det)?;
     if det.quantization.quantized {
         return Err(Error::Source {
             path: ck
@@ -110,6 +174,7 @@ pub fn resolve(ck: &Checkpoint, det: &Detection, src: &str, req: &Request) -> Re
         .format
         .or(preset.as_ref().map(|p| p.format))
         .unwrap_or(Format::Quark);
+    let kept = family_kept(&det.family, req.exclude.is_none() && preset.is_none());
     let patterns = match (&req.exclude, &preset) {
         (Some(e), _) => parse_patterns(e),
         (None, Some(p)) => p.exclude.clone(),
@@ -132,7 +197,11 @@ pub fn resolve(ck: &Checkpoint, det: &Detection, src: &str, req: &Request) -> Re
         None => Scheme::Int4Pc,
     };
     let choice = registry::resolve(scheme, format, flags, input_amax)?;
-    Ok(Recipe { choice, patterns })
+    Ok(Recipe {
+        choice,
+        patterns,
+        kept,
+    })
 }
 
 /// The refusal of a preset written for other draft families, naming the built-in presets that

@@ -77,7 +77,8 @@ impl<'a> Plan<'a> {
         let mut actions: Vec<(&TensorInfo, Action)> = Vec::new();
         for t in ck.weights.infos() {
             let module = module_of(&t.name).to_string();
-            let action = match (not_candidate(t), excluded_by(&recipe.patterns, &module)) {
+            let why = recipe.kept(&t.name).or_else(|| not_candidate(t));
+            let action = match (why, excluded_by(&recipe.patterns, &module)) {
                 (Some(why), Some(p)) => Action::Copy {
                     reason: format!("{why}; matches `{p}`"),
                 },
