@@ -65,7 +65,7 @@ impl<'p> Job<'p> {
         ) {
             warnings.push(w);
         }
-        warnings.extend(super::markov_w2_warning(plan));
+        warnings.extend(super::plan::markov_w2_warning(plan));
         if *family == Family::Target {
             warnings.push(format!(
                 "`{src}` is not a draft (family {}): kquant's engine claims, presets, convert and verify are for EAGLE-3 and DFlash drafts",

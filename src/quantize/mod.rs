@@ -90,30 +90,6 @@ pub fn family_kept(family: &Family, defaults: bool) -> Vec<Kept> {
         .collect()
 }
 
-/// The warning for a DSpark plan that quantizes the Markov projection (an explicit `--exclude`
-/// without it): what vLLM 0.33 does with it in each format.
-pub fn markov_w2_warning(plan: &plan::Plan) -> Option<String> {
-    const NAME: &str = "markov_head.markov_w2.weight";
-    if !plan
-        .rows
-        .iter()
-        .any(|r| r.tensor.name == NAME && r.quantized())
-    {
-        return None;
-    }
-    let (format, scheme) = (plan.recipe.format(), plan.recipe.scheme());
-    let head = "`markov_head.markov_w2` (DSpark's Markov projection, vLLM's `ParallelLMHead`) is quantized";
-    Some(match format {
-        Format::Quark => format!(
-            "{head}: vLLM's Quark config quantizes no `ParallelLMHead`, so it builds it unquantized and cannot load these tensors; add `markov_head.markov_w2` to --exclude"
-        ),
-        Format::Modelopt if scheme == Scheme::Nvfp4A16 => return None,
-        _ => format!(
-            "{head}: vLLM loads it, but a launch with `dspark_draft_topk` raises (`apply_bias_gathered` reads it unquantized unless ModelOpt nvfp4-a16); add `markov_head.markov_w2` to --exclude to keep that option"
-        ),
-    })
-}
-
 /// The refusal of an MLA DSpark or DFlash2 layout: kquant has no MLA block-drafter runtime to
 /// replay (or calibrate) it, and no engine-proven exclusions for it.
 fn refuse_mla_block(ck: &Checkpoint, det: &Detection) -> Result<()> {
