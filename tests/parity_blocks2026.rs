@@ -18,7 +18,6 @@ use kquant::runtime::dflash::variant::Kind;
 use kquant::runtime::dflash::{DFlash, TargetHead};
 use kquant::runtime::Drafter;
 use kquant::trace::file::Trace;
-use serde_json::Value;
 
 const FIX: &str = "fixtures/kimi-k2.5-tiny";
 
@@ -149,22 +148,8 @@ fn dflash2_rows_logits_and_selector_walk_match_pytorch() {
 /// as JSON: the walk and all-positions accept lengths equal the reference's counts.
 fn verify_matches_reference(name: &str) {
     let py = read_json(&fix(&format!("reference/replay-{name}.json")));
-    let mut man = read_json(&fix("trace/manifest.json"));
-    let mut seen = std::collections::BTreeSet::new();
-    let keep: Vec<Value> = man["samples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| seen.insert(s["category"].as_str().unwrap().to_string()))
-        .cloned()
-        .collect();
-    man["samples"] = Value::Array(keep.clone());
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("manifest.json"), man.to_string()).unwrap();
-    for sh in man["shards"].as_array().unwrap() {
-        let f = sh["file"].as_str().unwrap();
-        std::fs::copy(fix("trace").join(f), dir.path().join(f)).unwrap();
-    }
+    let keep = common::one_sample_per_category(&fix("trace"), dir.path());
     let rep = kquant_json(&[
         "verify",
         "--draft",

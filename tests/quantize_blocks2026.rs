@@ -79,23 +79,8 @@ fn gated(name: &str, i: usize) -> bool {
 
 /// A copy of the fixture trace with one sample per category: the gate's replay in seconds.
 fn short_trace(dir: &Path) -> PathBuf {
-    let mut man = read_json(&fix("trace/manifest.json"));
-    let mut seen = std::collections::BTreeSet::new();
-    let keep: Vec<Value> = man["samples"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| seen.insert(s["category"].as_str().unwrap().to_string()))
-        .cloned()
-        .collect();
-    man["samples"] = Value::Array(keep);
     let out = dir.join("trace");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(out.join("manifest.json"), man.to_string()).unwrap();
-    for sh in man["shards"].as_array().unwrap() {
-        let f = sh["file"].as_str().unwrap();
-        std::fs::copy(fix("trace").join(f), out.join(f)).unwrap();
-    }
+    common::one_sample_per_category(&fix("trace"), &out);
     out
 }
 

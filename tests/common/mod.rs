@@ -418,3 +418,25 @@ pub fn rel_to(a: &[f32], b: &[f32]) -> f32 {
     let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
+
+/// A copy of the trace at `trace` in `out` holding only the first sample of each category (same
+/// shards): a replay over it in seconds. Returns the samples kept, in manifest order.
+pub fn one_sample_per_category(trace: &Path, out: &Path) -> Vec<Value> {
+    let mut man = read_json(&trace.join("manifest.json"));
+    let mut seen = std::collections::BTreeSet::new();
+    let keep: Vec<Value> = man["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| seen.insert(s["category"].as_str().unwrap().to_string()))
+        .cloned()
+        .collect();
+    man["samples"] = Value::Array(keep.clone());
+    std::fs::create_dir_all(out).unwrap();
+    std::fs::write(out.join("manifest.json"), man.to_string()).unwrap();
+    for sh in man["shards"].as_array().unwrap() {
+        let f = sh["file"].as_str().unwrap();
+        std::fs::copy(trace.join(f), out.join(f)).unwrap();
+    }
+    keep
+}
