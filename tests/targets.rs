@@ -48,14 +48,14 @@ fn every_profile_file_is_built_in_and_consistent() {
         assert_eq!(t, &file, "{name}");
         let l = t["num_layers"].as_u64();
         assert!(l.is_some() || t["num_layers"] == "unknown", "{name}");
-        for fam in ["eagle3", "eagle3-mla", "dflash"] {
+        for fam in ["eagle3", "eagle3-mla", "dflash", "dspark", "dflash2"] {
             let v = &t["taps"][fam];
             let Some(h) = hs(v) else {
                 assert_eq!(v, "unknown", "{name} {fam}");
                 continue;
             };
             assert!(h.windows(2).all(|w| w[0] < w[1]), "{name} {fam} {h:?}");
-            if fam != "dflash" {
+            if fam.starts_with("eagle3") {
                 assert_eq!(h.len(), 3, "{name} {fam}");
             }
             if let Some(l) = l {
@@ -70,13 +70,22 @@ fn every_profile_file_is_built_in_and_consistent() {
         for a in t["published_accept_lengths"].as_array().unwrap() {
             let q = a["accept_length"].as_str().unwrap();
             let v: f64 = q.trim_start_matches('~').parse().unwrap();
-            let cap = if a["family"] == "dflash" { 16.0 } else { 4.0 };
+            let cap = if a["family"].as_str().unwrap().starts_with("eagle3") {
+                4.0
+            } else {
+                16.0
+            };
             assert!((1.0..=cap).contains(&v), "{name}: {a}");
             let src = a["source"].as_str().unwrap();
-            assert!(
-                src.starts_with("huggingface.co/") && src.contains("quant-configs/targets/cards/"),
-                "{a}"
-            );
+            // First-hand: quoted from a card excerpt in the repository; second-hand: says so.
+            match a.get("provenance").and_then(Value::as_str) {
+                None => assert!(
+                    src.starts_with("huggingface.co/")
+                        && src.contains("quant-configs/targets/cards/"),
+                    "{a}"
+                ),
+                Some(p) => assert!(p.starts_with("second-hand: "), "{a}"),
+            }
         }
     }
     // The Kimi-K2.5 defaults, in every convention the numbering trap involves.
@@ -117,6 +126,9 @@ fn published_accept_lengths_are_quoted_verbatim_from_their_card() {
     let mut checked = 0;
     for t in doc["targets"].as_array().unwrap() {
         for a in t["published_accept_lengths"].as_array().unwrap() {
+            if a.get("provenance").is_some() {
+                continue; // second-hand (checked to say so above): no excerpt to hold it to
+            }
             let src = a["source"].as_str().unwrap();
             let text = card_excerpt(src);
             let q = a["accept_length"].as_str().unwrap();
@@ -151,7 +163,10 @@ fn targets_cite_public_sources_only() {
 #[test]
 fn the_tiny_profiles_describe_their_fixtures() {
     for (name, fams) in [
-        ("kimi-k2.5-tiny", &["eagle3", "eagle3-mla", "dflash"][..]),
+        (
+            "kimi-k2.5-tiny",
+            &["eagle3", "eagle3-mla", "dflash", "dspark", "dflash2"][..],
+        ),
         ("kimi-linear-tiny", &["dflash"][..]),
     ] {
         tiny_profile_describes(name, fams);
@@ -179,7 +194,7 @@ fn tiny_profile_describes(name: &str, fams: &[&str]) {
     };
     for &fam in fams {
         let c = read_json(&root().join(format!("{fx}/{fam}/config.json")));
-        let ids = if fam == "dflash" {
+        let ids = if !fam.starts_with("eagle3") {
             &c["dflash_config"]["target_layer_ids"]
         } else {
             &c["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
@@ -311,4 +326,72 @@ fn unknown_or_inconsistent_profiles_are_refused() {
     assert_eq!(o.status.code(), Some(2));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("each of the 4 layers 0..4 once"), "{e}");
+}
+
+/// Kimi-K3 (#41): the config's 1-based layer lists from 0 (69 KDA, 24 MLA, the tail's two MLA
+/// layers), each published draft's ids in its own convention as `hs`, and the two tap streams
+/// with the engine that taps each by default.
+#[test]
+fn kimi_k3_profile_holds_its_conventions() {
+    let doc = targets_json(&["kimi-k3"]);
+    let t = &doc["targets"][0];
+    assert_eq!(t["num_layers"], 93);
+    assert_eq!(t["hidden_size"], 7168);
+    let kda = t["layers"]["kda"].as_array().unwrap();
+    let mla: Vec<u64> = t["layers"]["mla"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!((kda.len(), mla.len()), (69, 24));
+    // 1-based full_attn_layers [4, 8, …, 88, 92, 93]: 0-based 3, 7, …, 87, 91, 92.
+    let mut want: Vec<u64> = (3..88).step_by(4).collect();
+    want.extend([91, 92]);
+    assert_eq!(mla, want);
+    let src = t["layers"]["source"].as_str().unwrap();
+    assert!(src.contains("numbered from 1"), "{src}");
+    // Output-of-layer ids + 1 (vLLM's shift) = hs; the speculators ids are read raw.
+    let drafts = t["published_drafts"].as_array().unwrap();
+    let hs_of = |name: &str| {
+        let d = drafts
+            .iter()
+            .find(|d| d["draft"].as_str().unwrap().starts_with(name))
+            .unwrap();
+        (hs(d).unwrap(), d["stream"].as_str().unwrap().to_string())
+    };
+    assert_eq!(
+        hs_of("Inferact/Kimi-K3-DSpark"),
+        (vec![3, 24, 48, 72, 90], "partial".into())
+    );
+    assert_eq!(
+        hs_of("RadixArk/Kimi-K3-DSpark"),
+        (vec![8, 24, 52, 68, 84], "mixture".into())
+    );
+    assert_eq!(hs_of("RedHatAI/").0, vec![24, 48, 72, 88, 92]);
+    assert_eq!(hs(&t["taps"]["dspark"]), Some(vec![3, 24, 48, 72, 90]));
+    assert_eq!(t["taps"]["dflash2"], "unknown");
+    let ar = &t["attention_residuals"];
+    assert_eq!(ar["block_size"], 12);
+    let by: Vec<(&str, &str)> = ar["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["engine"].as_str().unwrap(), e["default"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        by,
+        vec![("vLLM 0.33.0", "partial"), ("SGLang 0.5.23", "mixture")]
+    );
+    let o = kquant(&["targets", "kimi-k3"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("dspark     taps hs[3,24,48,72,90]  vLLM ids 3,24,48,72,90  output-of-layer ids 2,23,47,71,89"),
+        "{text}"
+    );
+    assert!(text.contains("SGLang 0.5.23 taps `mixture`"), "{text}");
+    // Every figure of this profile is second-hand and says so.
+    for a in t["published_accept_lengths"].as_array().unwrap() {
+        assert!(a["provenance"].as_str().unwrap().starts_with("second-hand"));
+    }
 }

@@ -70,16 +70,50 @@ fn show(p: &Profile) {
             None => say(format!("    {:<10} taps unknown", f.id())),
         }
     }
+    if let Some(ar) = &p.attention_residuals {
+        say(format!(
+            "    attention residuals: blocks of {} layers; a tap is one of two streams  [{}]",
+            ar.block_size, ar.source
+        ));
+        for e in &ar.engines {
+            say(format!(
+                "      {} taps `{}`: {}{}  [{}]",
+                e.engine,
+                e.default.id(),
+                e.default.about(),
+                e.switch
+                    .as_deref()
+                    .map_or_else(String::new, |s| format!("; {s}")),
+                e.source
+            ));
+        }
+    }
+    for d in &p.published_drafts {
+        say(format!(
+            "    draft {} ({}, {}): hs[{}], stream {}; {}  [{}; {}]",
+            d.draft,
+            d.family,
+            d.layout,
+            ids(&d.hs),
+            d.stream.show_with(|s| s.id().to_string()),
+            d.config_ids,
+            d.status,
+            d.source
+        ));
+    }
     for a in &p.published_accept_lengths {
         say(format!(
-            "    published: {} on {} (N {}): {}  [{}; {}; {}]",
+            "    published: {} on {} (N {}): {}  [{}; {}; {}{}]",
             a.draft,
             a.benchmark,
             a.n.show(),
             a.accept_length,
             a.engine,
             a.draft_length,
-            a.source
+            a.source,
+            a.provenance
+                .as_deref()
+                .map_or_else(String::new, |p| format!("; {p}"))
         ));
     }
     if let Some(l) = &p.live {

@@ -29,6 +29,13 @@ impl<T> Fact<T> {
     }
 }
 
+impl<T> Fact<T> {
+    /// The value as `show` renders it, or `unknown`.
+    pub fn show_with(&self, show: impl Fn(&T) -> String) -> String {
+        self.known().map_or_else(|| "unknown".to_string(), show)
+    }
+}
+
 impl<T: std::fmt::Display> Fact<T> {
     /// The value, or `unknown`.
     pub fn show(&self) -> String {

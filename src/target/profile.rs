@@ -11,6 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::fact::Fact;
+use super::stream::{AttentionResiduals, TapStream};
 use super::taps::{self, TapSet, Taps, FAMILIES};
 use crate::checkpoint::Family;
 use crate::error::{Error, Result};
@@ -28,6 +29,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
     (
         "kimi-linear-48b-a3b",
         include_str!("../../quant-configs/targets/kimi-linear-48b-a3b.json"),
+    ),
+    (
+        "kimi-k3",
+        include_str!("../../quant-configs/targets/kimi-k3.json"),
     ),
     (
         "kimi-k2.5-tiny",
@@ -61,6 +66,32 @@ pub struct PublishedAl {
     pub source: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Set when the figure is second-hand: who quotes it, and that its own source was not read
+    /// (absent: quoted verbatim from the card excerpt `source` names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<String>,
+}
+
+/// A published draft of this target and the taps it reads, in its own config's words and as
+/// HF `hidden_states` indices, with the stream it was trained on where that is known.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishedDraft {
+    /// HF id (with the revision read, when one was).
+    pub draft: String,
+    /// `dspark`, `dflash`, `dflash2`, `eagle3` or `eagle3-mla`.
+    pub family: String,
+    /// Its on-disk layout (`kquant inspect`'s `block_draft.layout` where it has one).
+    pub layout: String,
+    /// The tap key and ids as its config writes them, and how each engine reads them.
+    pub config_ids: String,
+    /// The taps as HF `hidden_states` indices.
+    pub hs: Vec<usize>,
+    /// The stream it was trained on.
+    pub stream: Fact<TapStream>,
+    /// How sure the facts are: `read` (the file itself), or what they rest on.
+    pub status: String,
+    pub source: String,
 }
 
 impl PublishedAl {
@@ -147,6 +178,12 @@ pub struct Profile {
     pub layers: Option<LayerPattern>,
     pub taps: Taps,
     pub published_accept_lengths: Vec<PublishedAl>,
+    /// The published drafts and their taps, where a target has several of one family.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub published_drafts: Vec<PublishedDraft>,
+    /// Block Attention Residuals (Kimi-K3): which stream each engine taps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_residuals: Option<AttentionResiduals>,
     pub sources: Sources,
     /// Set when kquant can run the target itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -207,6 +244,7 @@ impl Profile {
         self.check_taps(path)?;
         self.check_published(path)?;
         self.check_layers(path)?;
+        self.check_drafts(path)?;
         let s = &self.sources;
         for (what, v) in [
             ("hf_id", &s.hf_id),
@@ -259,6 +297,40 @@ impl Profile {
             }
             if t.source.trim().is_empty() {
                 return Err(bad(path, format!("{} taps have no source", f.id())));
+            }
+        }
+        Ok(())
+    }
+
+    /// Each published draft: a draft family, taps strictly ascending within `hs[0..=L]` in the
+    /// count its family reads, sourced; an attention-residual block of at least one layer.
+    fn check_drafts(&self, path: &Path) -> Result<()> {
+        for d in &self.published_drafts {
+            let Some(f) = FAMILIES.iter().find(|f| f.id() == d.family) else {
+                return Err(bad(path, format!("published draft `{}`: unknown family `{}`", d.draft, d.family)));
+            };
+            let ok_count = taps::count_ok(f, d.hs.len());
+            let ascending = d.hs.windows(2).all(|w| w[0] < w[1]);
+            let within = match (self.num_layers.known(), d.hs.last()) {
+                (Some(&l), Some(&top)) => top <= l,
+                _ => true,
+            };
+            if !(ok_count && ascending && within) {
+                return Err(bad(path, format!(
+                    "published draft `{}`: taps hs{:?} must be {} strictly ascending hidden states within hs[0..={}]",
+                    d.draft, d.hs, if matches!(f, Family::Eagle3 | Family::Eagle3Mla) { "3" } else { "one or more" }, self.num_layers.show()
+                )));
+            }
+            if d.source.trim().is_empty() || d.status.trim().is_empty() {
+                return Err(bad(path, format!("published draft `{}` has no source or status", d.draft)));
+            }
+        }
+        if let Some(a) = &self.attention_residuals {
+            if a.block_size == 0 || a.source.trim().is_empty() {
+                return Err(bad(path, "attention_residuals: block_size must be ≥ 1 and sourced".into()));
+            }
+            if a.engines.iter().any(|e| e.default == TapStream::Residual) {
+                return Err(bad(path, "attention_residuals: an engine's default stream on an attention-residual target is `partial` or `mixture`".into()));
             }
         }
         Ok(())
@@ -419,6 +491,21 @@ mod tests {
             lp.mla.push(1 << 40);
         }
         assert!(t.check(p).is_err());
+        // A published draft's taps past the target, or in the wrong count; a residual default.
+        let k3 = || load("kimi-k3").unwrap();
+        let mut t = k3();
+        t.published_drafts[0].hs = vec![3, 94];
+        assert!(t.check(p).unwrap_err().to_string().contains("within hs[0..=93]"));
+        let mut t = k3();
+        let e3 = t.published_drafts.iter_mut().find(|d| d.family == "eagle3-mla").unwrap();
+        e3.hs = vec![2, 46];
+        assert!(t.check(p).unwrap_err().to_string().contains("must be 3"));
+        let mut t = k3();
+        t.published_drafts[0].family = "medusa".into();
+        assert!(t.check(p).unwrap_err().to_string().contains("unknown family"));
+        let mut t = k3();
+        t.attention_residuals.as_mut().unwrap().engines[0].default = TapStream::Residual;
+        assert!(t.check(p).unwrap_err().to_string().contains("`partial` or `mixture`"));
     }
 
     #[test]

@@ -12,10 +12,16 @@ use crate::checkpoint::Family;
 pub const TAP_CONVENTION: &str = "hf_output_hidden_states";
 
 /// The draft families a profile lists taps for, in the profiles' order.
-pub const FAMILIES: [Family; 3] = [Family::Eagle3, Family::Eagle3Mla, Family::Dflash];
+pub const FAMILIES: [Family; 5] = [
+    Family::Eagle3,
+    Family::Eagle3Mla,
+    Family::Dflash,
+    Family::Dspark,
+    Family::Dflash2,
+];
 
-/// Whether `n` taps are what a draft of family `f` reads: EAGLE-3 always three, DFlash one per
-/// target layer id.
+/// Whether `n` taps are what a draft of family `f` reads: EAGLE-3 always three, the block
+/// drafters (DFlash, DSpark, DFlash2) one per target layer id.
 pub fn count_ok(f: &Family, n: usize) -> bool {
     match f {
         Family::Eagle3 | Family::Eagle3Mla => n == 3,
@@ -55,6 +61,15 @@ pub struct Taps {
     #[serde(rename = "eagle3-mla")]
     pub eagle3_mla: Fact<TapSet>,
     pub dflash: Fact<TapSet>,
+    /// DSpark and DFlash2 (#40): absent from a profile written before them = unknown.
+    #[serde(default = "unknown")]
+    pub dspark: Fact<TapSet>,
+    #[serde(default = "unknown")]
+    pub dflash2: Fact<TapSet>,
+}
+
+fn unknown() -> Fact<TapSet> {
+    Fact::Unknown(super::fact::Unknown::Unknown)
 }
 
 impl Taps {
@@ -64,8 +79,9 @@ impl Taps {
             Family::Eagle3 => self.eagle3.known(),
             Family::Eagle3Mla => self.eagle3_mla.known(),
             Family::Dflash => self.dflash.known(),
-            // No profile lists DSpark or DFlash2 taps yet.
-            Family::Dspark | Family::Dflash2 | Family::Target | Family::Unknown => None,
+            Family::Dspark => self.dspark.known(),
+            Family::Dflash2 => self.dflash2.known(),
+            Family::Target | Family::Unknown => None,
         }
     }
 
