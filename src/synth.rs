@@ -339,7 +339,7 @@ fn kimi_target_cfg(layers: usize, experts: usize) -> Value {
 }
 
 /// Names of every preset, for `--help` and tests.
-pub const PRESETS: [&str; 18] = [
+pub const PRESETS: [&str; 21] = [
     "tiny-eagle3-specforge",
     "tiny-eagle3-vllm",
     "tiny-eagle3-modelopt",
@@ -358,6 +358,9 @@ pub const PRESETS: [&str; 18] = [
     "kimi-k2.5-dflash",
     "kimi-linear-dflash",
     "kimi-linear-target-head",
+    "kimi-k3-dspark",
+    "kimi-k3-dspark-radixark",
+    "kimi-k3-target-head",
 ];
 
 /// Build a preset by name.
@@ -365,6 +368,7 @@ pub fn preset(name: &str) -> Option<Preset> {
     tiny_eagle3(name)
         .or_else(|| tiny_dflash_or_target(name))
         .or_else(|| real_shape(name))
+        .or_else(|| kimi_k3(name))
 }
 
 /// A preset without safetensors metadata.
@@ -579,6 +583,114 @@ fn real_shape(name: &str) -> Option<Preset> {
                 let mut b = Tensors(Vec::new());
                 b.weight("model.embed_tokens.weight", &[163840, 2304])
                     .weight("lm_head.weight", &[163840, 2304]);
+                b.0
+            },
+        ),
+        _ => return None,
+    })
+}
+
+/// DSpark's heads: the rank-`r` Markov embedding and projection over the full vocabulary, and
+/// the confidence head over the hidden state and the Markov feature.
+fn dspark_heads(b: &mut Tensors, h: usize, vocab: usize, r: usize) {
+    b.weight("markov_head.markov_w1.weight", &[vocab, r])
+        .weight("markov_head.markov_w2.weight", &[vocab, r])
+        .weight("confidence_head.proj.weight", &[1, h + r]);
+    b.0.push(SynthTensor {
+        name: "confidence_head.proj.bias".into(),
+        dtype: Dtype::BF16,
+        shape: vec![1],
+        fill: Fill::Random(0.1),
+    });
+}
+
+/// Kimi-K3's drafts at their published shapes (#40 item 7) and the target's embedding and
+/// lm_head they read.
+fn kimi_k3(name: &str) -> Option<Preset> {
+    const VOCAB: usize = 163840;
+    const H: usize = 7168;
+    Some(match name {
+        "kimi-k3-dspark" => {
+            // Inferact/Kimi-K3-DSpark (K3DSparkModel) as third-party pins of revision
+            // cf6b8244 give its config and 68-tensor roster: 5 MLA layers (64 heads, q_lora
+            // 1536, kv_lora 512), SiLU MLP 14336, taps [2,23,47,71,89], Markov rank 256, a
+            // copy of the target's embedding vLLM drops.
+            let m = MlaDims { q_lora: 1536, kv_lora: 512, nope: 128, rope: 64, v: 128 };
+            let ids = [2, 23, 47, 71, 89];
+            let mut b = Tensors(Vec::new());
+            b.weight("context_proj.weight", &[H, ids.len() * H]).norm("context_norm.weight", H);
+            for i in 0..5 {
+                let p = format!("layers.{i}.");
+                b.norm(format!("{p}input_layernorm.weight"), H);
+                mla_attn(&mut b, &p, H, 64, m, H);
+                mlp(&mut b, &p, H, 14336);
+            }
+            b.norm("final_norm.weight", H);
+            dspark_heads(&mut b, H, VOCAB, 256);
+            b.weight("embed_tokens.weight", &[VOCAB, H]);
+            let mut pr = p(
+                "kimi-k3-dspark",
+                "real-shape Kimi-K3 DSpark, Inferact's MLA-native K3DSparkModel (5 MLA layers, hidden 7168, block 7, taps [2,23,47,71,89], Markov rank 256, confidence head)",
+                json!({"architectures": ["K3DSparkModel"], "model_type": "k3_dspark", "_torchspec_version": "0.1.0",
+                       "torch_dtype": "bfloat16", "hidden_size": H, "intermediate_size": 14336, "num_hidden_layers": 5,
+                       "num_attention_heads": 64, "num_key_value_heads": 64, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                       "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "mla_use_nope": false,
+                       "mla_use_output_gate": false, "vocab_size": VOCAB, "draft_vocab_size": VOCAB, "rms_norm_eps": 1e-5,
+                       "max_position_embeddings": 1048576, "rope_theta": 50000.0,
+                       "rope_parameters": {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 32768,
+                                           "rope_theta": 50000.0, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+                       "num_target_layers": 5, "target_hidden_size": H, "target_num_hidden_layers": 93, "target_layer_ids": ids,
+                       "mask_token_id": 163837, "bos_token_id": 163584, "eos_token_id": 163586, "pad_token_id": 163839,
+                       "markov_rank": 256, "markov_head_type": "vanilla", "enable_confidence_head": true,
+                       "confidence_head_with_markov": true, "tie_word_embeddings": false}),
+                b.0,
+            );
+            pr.metadata = vec![("torchspec_version", "0.1.0")];
+            pr
+        }
+        "kimi-k3-dspark-radixark" => {
+            // RadixArk/Kimi-K3-DSpark in SpecForge's layout (configs/kimi-k3-dspark.json,
+            // sgl-project/SpecForge#748; its 62-tensor roster from third-party pins): 5 Qwen3
+            // GQA layers (64 Q / 16 KV heads of 64), taps [7,23,51,67,83], the DSpark keys in
+            // `dflash_config` only, `num_target_layers` the target's depth.
+            let d = DraftDims { h: H, heads: 64, kv: 16, hd: 64, inter: 14336, vocab: VOCAB, draft_vocab: VOCAB };
+            let ids = [7, 23, 51, 67, 83];
+            let (c, mut t) = dflash(d, 5, &ids, 93, false);
+            let mut b = Tensors(Vec::new());
+            dspark_heads(&mut b, H, VOCAB, 256);
+            t.extend(b.0);
+            let mut c = merge(c, json!({"architectures": ["DSparkDraftModel"], "block_size": 7, "target_hidden_size": H,
+                "rope_theta": 10000.0, "max_position_embeddings": 1048576,
+                "rope_scaling": {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 65536},
+                "dflash_config": {"attention_mode": "gqa", "markov_rank": 256, "markov_head_type": "vanilla",
+                                  "mask_token_id": 163824, "enable_confidence_head": true,
+                                  "confidence_head_with_markov": true, "confidence_head_alpha": 1.0,
+                                  "projector_type": "dspark", "target_layer_ids": ids}}));
+            if let Some(o) = c.as_object_mut() {
+                o.remove("auto_map");
+            }
+            p(
+                "kimi-k3-dspark-radixark",
+                "real-shape Kimi-K3 DSpark in RadixArk's SpecForge/SGLang layout (5 GQA layers 64/16 heads of 64, hidden 7168, block 7, taps [7,23,51,67,83], Markov rank 256; DSpark keys nested in dflash_config)",
+                c,
+                t,
+            )
+        }
+        "kimi-k3-target-head" => p(
+            "kimi-k3-target-head",
+            "real-shape Kimi-K3 target's embed_tokens and lm_head (163840 x 7168) under its text config: what a DSpark or DFlash drafter takes from its target (`--target-checkpoint` of the replay)",
+            // The language model's fields of moonshotai/Kimi-K3's config.json (`text_config`);
+            // only the two tensors a block drafter reads are written, under the checkpoint's
+            // `language_model.` names.
+            json!({"architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "hidden_size": H,
+                   "num_hidden_layers": 93, "vocab_size": VOCAB, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+                   "num_attention_heads": 96, "num_key_value_heads": 96, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                   "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "mla_use_nope": true,
+                   "mla_use_output_gate": true, "attn_res_block_size": 12, "hidden_act": "situ", "rms_norm_eps": 1e-5}),
+            {
+                let mut b = Tensors(Vec::new());
+                b.weight("language_model.model.embed_tokens.weight", &[VOCAB, H])
+                    .weight("language_model.lm_head.weight", &[VOCAB, H]);
                 b.0
             },
         ),

@@ -186,3 +186,30 @@ fn documented_preset_sizes_match_synth() {
     }
     assert_eq!(checked, 5, "{list}");
 }
+
+/// #40 item 7: the two published Kimi-K3 DSpark drafts at their pinned rosters — Inferact's
+/// K3DSparkModel 68 BF16 tensors of 3,562,312,961 parameters (7,124,625,922 bytes of tensors),
+/// RadixArk's SpecForge layout 62 tensors of 2,249,289,601 — and the target head they read.
+#[test]
+fn kimi_k3_presets_reproduce_the_published_rosters() {
+    let count = |name: &str| {
+        let p = kquant::synth::preset(name).unwrap();
+        let params: usize = p.tensors.iter().map(|t| t.shape.iter().product::<usize>()).sum();
+        (p.tensors.len(), params, p)
+    };
+    let (n, params, p) = count("kimi-k3-dspark");
+    assert_eq!((n, params), (68, 3_562_312_961));
+    assert_eq!(p.total_bytes(), 2 * 3_562_312_961);
+    assert_eq!(p.config["target_layer_ids"], serde_json::json!([2, 23, 47, 71, 89]));
+    assert_eq!(p.config["num_target_layers"], 5);
+    let (n, params, p) = count("kimi-k3-dspark-radixark");
+    assert_eq!((n, params), (62, 2_249_289_601));
+    assert_eq!(
+        p.config["dflash_config"]["target_layer_ids"],
+        serde_json::json!([7, 23, 51, 67, 83])
+    );
+    assert_eq!(p.config["num_target_layers"], 93);
+    assert!(p.config.get("markov_rank").is_none(), "nested only, as SpecForge exports it");
+    let (n, params, _) = count("kimi-k3-target-head");
+    assert_eq!((n, params), (2, 2 * 163840 * 7168));
+}
