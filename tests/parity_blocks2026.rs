@@ -90,14 +90,9 @@ fn check_parity(name: &str) -> (DFlash, Tensors) {
     (d, p)
 }
 
-#[test]
-fn dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
-    let (d, p) = check_parity("dspark");
-    assert!(
-        d.anchor_first,
-        "vLLM's Qwen3DSparkModel: sample_from_anchor by default"
-    );
-    let (_, x, feats, roots) = parity(&d, "dspark");
+/// The confidence head along the Markov walk against the reference's `conf`.
+fn check_confidences(d: &DFlash, p: &Tensors, name: &str) {
+    let (_, x, feats, roots) = parity(d, name);
     let n = x.len();
     let ctx = d.context(&feats, n);
     let b = d.rows(d.default_steps());
@@ -116,8 +111,21 @@ fn dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
         .iter()
         .zip(&want)
         .fold(0f32, |w, (a, b)| w.max((a - b).abs()));
-    eprintln!("dspark confidences: max |diff| {worst:.3e} (bound {CONF_TOL:e})");
+    eprintln!("{name} confidences: max |diff| {worst:.3e} (bound {CONF_TOL:e})");
     assert!(worst <= CONF_TOL);
+}
+
+#[test]
+fn dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
+    let (d, p) = check_parity("dspark");
+    assert!(
+        d.anchor_first,
+        "vLLM's Qwen3DSparkModel: sample_from_anchor by default"
+    );
+    check_confidences(&d, &p, "dspark");
+    let (_, x, feats, roots) = parity(&d, "dspark");
+    let n = x.len();
+    let b = d.rows(d.default_steps());
     // `dspark_draft_topk` 4 (vLLM's `_sample_sequential_topk`): the same draft, the key added.
     let t = tempfile::tempdir().unwrap();
     std::fs::copy(
@@ -135,6 +143,17 @@ fn dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
         .block_tokens(&d4.context(&feats, n), &x, &roots, b)
         .concat();
     assert_eq!(got, i32s(&p, "pred_top4"), "top-4 Markov walk");
+}
+
+/// Inferact's MLA DSpark (`k3-dspark`, vLLM `K3DSparkModel`; the random draft of
+/// fixtures/gen/verify/make_k3dspark.py): the MLA block attention with YaRN RoPE, the Markov walk
+/// and the confidence head against drafts2026.py's `K3DSpark`.
+#[test]
+fn k3_dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
+    let (d, p) = check_parity("k3-dspark");
+    assert!(d.anchor_first, "K3DSparkConfig refuses dspark_bonus_anchor");
+    assert_eq!((d.kind, d.default_steps()), (Kind::Dspark, 7));
+    check_confidences(&d, &p, "k3-dspark");
 }
 
 #[test]
@@ -192,6 +211,11 @@ fn verify_matches_reference(name: &str) {
 #[test]
 fn verify_replays_dspark_as_the_reference_does() {
     verify_matches_reference("dspark");
+}
+
+#[test]
+fn verify_replays_k3_dspark_as_the_reference_does() {
+    verify_matches_reference("k3-dspark");
 }
 
 #[test]
