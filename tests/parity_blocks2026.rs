@@ -106,7 +106,7 @@ fn check_confidences(d: &DFlash, p: &Tensors, name: &str) {
         .confidences(&hid, d.h, &anchors, &drafts)
         .expect("the fixture has a confidence head")
         .concat();
-    let want = f32s(&p, "conf");
+    let want = f32s(p, "conf");
     let worst = conf
         .iter()
         .zip(&want)

@@ -130,6 +130,31 @@ fn the_plan_names_the_kept_modules_and_why() {
     }
 }
 
+/// `kquant verify` of the quantized draft `out` against its source over `trace`, as JSON: exit 0
+/// when the gate passes, 1 when it fails (the tiny drafts regress), with its reasons.
+fn gate(out: &Path, baseline: &str, trace: &Path, label: &str) -> Value {
+    let o = kquant(&[
+        "verify",
+        "--draft",
+        out.to_str().unwrap(),
+        "--baseline",
+        baseline,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--target-checkpoint",
+        fix("target").to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    let rep: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{label}: {e}: {}", common::stderr(&o)));
+    let code = if rep["passed"] == true { 0 } else { 1 };
+    assert_eq!(o.status.code(), Some(code), "{label}: {rep}");
+    assert!(rep["passed"].is_boolean(), "{label}: {rep}");
+    assert!(rep["reasons"].is_array(), "{label}: {rep}");
+    rep
+}
+
 #[test]
 fn quantized_in_every_format_they_stay_the_same_draft_and_verify_replays_them() {
     let t = tempfile::tempdir().unwrap();
@@ -167,26 +192,7 @@ fn quantized_in_every_format_they_stay_the_same_draft_and_verify_replays_them() 
             }
             // The gate, once per format: the replay decodes the quantized linears.
             if gated(c.name, i) {
-                let o = kquant(&[
-                    "verify",
-                    "--draft",
-                    out.to_str().unwrap(),
-                    "--baseline",
-                    s,
-                    "--trace",
-                    trace.to_str().unwrap(),
-                    "--target-checkpoint",
-                    fix("target").to_str().unwrap(),
-                    "--json",
-                    "-",
-                ]);
-                let rep: Value = serde_json::from_slice(&o.stdout)
-                    .unwrap_or_else(|e| panic!("{label}: {e}: {}", common::stderr(&o)));
-                // Exit 0 when the gate passes, 1 when it fails (the tiny drafts regress).
-                let code = if rep["passed"] == true { 0 } else { 1 };
-                assert_eq!(o.status.code(), Some(code), "{label}: {rep}");
-                assert!(rep["passed"].is_boolean(), "{label}: {rep}");
-                assert!(rep["reasons"].is_array(), "{label}: {rep}");
+                let rep = gate(&out, s, &trace, &label);
                 let (d, b) = (
                     rep["draft"]["accept_length"].as_f64().unwrap(),
                     rep["baseline"]["accept_length"].as_f64().unwrap(),
@@ -287,26 +293,9 @@ fn the_mla_dspark_is_quantized_like_the_gqa_one() {
         let j = inspect_json(&out);
         assert_eq!(j["block_draft"]["layout"], "k3-dspark", "{label}");
         assert_eq!(j["quantization"]["quantized"], true, "{label}");
-        let o = kquant(&[
-            "verify",
-            "--draft",
-            out.to_str().unwrap(),
-            "--baseline",
-            s,
-            "--trace",
-            trace.to_str().unwrap(),
-            "--target-checkpoint",
-            fix("target").to_str().unwrap(),
-            "--json",
-            "-",
-        ]);
-        let rep: Value = serde_json::from_slice(&o.stdout)
-            .unwrap_or_else(|e| panic!("{label}: {e}: {}", common::stderr(&o)));
-        assert!(rep["passed"].is_boolean(), "{label}: {rep}");
-        let code = if rep["passed"] == true { 0 } else { 1 };
-        assert_eq!(o.status.code(), Some(code), "{label}: {rep}");
+        let rep = gate(&out, s, &trace, &label);
         let (d, b) = (&rep["draft"], &rep["baseline"]);
-        assert_eq!(d["rounds"].as_u64().is_some(), true, "{label}: {rep}");
+        assert!(d["rounds"].as_u64().is_some(), "{label}: {rep}");
         assert!(
             d["accept_length"].as_f64().unwrap() >= 1.0,
             "{label}: {rep}"

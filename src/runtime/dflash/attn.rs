@@ -36,8 +36,8 @@ pub(super) struct Gqa {
 
 /// The attention of one decoder layer.
 pub(super) enum Attn {
-    Gqa(Gqa),
-    Mla(MlaAttention),
+    Gqa(Box<Gqa>),
+    Mla(Box<MlaAttention>),
 }
 
 /// The widths the block softmax reads: query head `i` uses key/value head
@@ -97,10 +97,10 @@ impl Attn {
                 scale: 1.0 / (head_dim as f32).sqrt(),
             },
             Attn::Mla(m) => Widths {
-                heads: m.heads,
-                kv_heads: m.heads,
-                qk: m.nope + m.rope_dim,
-                v: m.v_dim,
+                heads: m.shape.heads,
+                kv_heads: m.shape.heads,
+                qk: m.shape.nope + m.shape.rope_dim,
+                v: m.shape.v_dim,
                 scale: m.softmax_scale,
             },
         }

@@ -346,15 +346,15 @@ fn load_layer(vb: &Loader, i: usize, sh: &Shape, mla: Option<&attn::MlaSpec>) ->
         vb.pp(format!("layers.{i}")),
     );
     let attn = match mla {
-        Some(m) => Attn::Mla(m.read(&a, h)?),
-        None => Attn::Gqa(Gqa {
+        Some(m) => Attn::Mla(Box::new(m.read(&a, h)?)),
+        None => Attn::Gqa(Box::new(Gqa {
             q: a.linear("q_proj.weight", qd, h)?,
             k: a.linear("k_proj.weight", kvd, h)?,
             v: a.linear("v_proj.weight", kvd, h)?,
             o: a.linear("o_proj.weight", h, qd)?,
             q_norm: a.get("q_norm.weight", &[head_dim])?,
             k_norm: a.get("k_norm.weight", &[head_dim])?,
-        }),
+        })),
     };
     Ok(Layer {
         attn,

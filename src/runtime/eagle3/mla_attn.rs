@@ -28,12 +28,8 @@ pub(super) enum QProj {
 
 /// Multi-head latent attention projections of an MLA draft layer.
 pub struct MlaAttention {
-    pub heads: usize,
-    pub q_lora_rank: Option<usize>,
-    pub kv_lora_rank: usize,
-    pub nope: usize,
-    pub rope_dim: usize,
-    pub v_dim: usize,
+    /// The widths (`q_lora_rank` as loaded: `None` for `q_proj`).
+    pub shape: MlaShape,
     /// Interleaved RoPE table over `rope_dim` (YaRN when the config says so).
     pub rope: Rope,
     /// Softmax scale: YaRN's mscale² over √(nope + rope).
@@ -97,16 +93,12 @@ impl MlaAttention {
             }
             None => QProj::Full(vb.linear("q_proj.weight", qd, input)?),
         };
+        let q_lora_rank = match &q {
+            QProj::Lora { rank, .. } => Some(*rank),
+            QProj::Full(_) => None,
+        };
         Ok(MlaAttention {
-            heads,
-            q_lora_rank: match &q {
-                QProj::Lora { rank, .. } => Some(*rank),
-                QProj::Full(_) => None,
-            },
-            kv_lora_rank: kvlr,
-            nope,
-            rope_dim,
-            v_dim,
+            shape: MlaShape { q_lora_rank, ..s },
             rope,
             softmax_scale: mult / ((nope + rope_dim) as f32).sqrt(),
             eps,
@@ -134,7 +126,8 @@ impl MlaAttention {
     /// The queries `[n, heads · (nope + rope)]` of the rows `a`, RoPE on each head's rope part
     /// at `pos`; `reference`: the plain matmuls ([`Linear::apply_ref`]).
     pub fn queries(&self, a: &[f32], n: usize, pos: &[usize], reference: bool) -> Vec<f32> {
-        let (nh, dq) = (self.heads, self.nope + self.rope_dim);
+        let s = &self.shape;
+        let (nh, dq) = (s.heads, s.nope + s.rope_dim);
         let lin = |l: &Linear, x: &[f32]| {
             if reference {
                 l.apply_ref(x, n)
@@ -153,7 +146,7 @@ impl MlaAttention {
         };
         for (r, row) in q.chunks_mut(nh * dq).enumerate() {
             for qh in row.chunks_mut(dq) {
-                self.rope.apply_interleaved(&mut qh[self.nope..], pos[r]);
+                self.rope.apply_interleaved(&mut qh[s.nope..], pos[r]);
             }
         }
         q
@@ -168,8 +161,9 @@ impl MlaAttention {
         pos: &[usize],
         reference: bool,
     ) -> (Vec<f32>, Vec<f32>) {
-        let (nh, nope, rd, vd) = (self.heads, self.nope, self.rope_dim, self.v_dim);
-        let (dq, kvlr) = (nope + rd, self.kv_lora_rank);
+        let s = &self.shape;
+        let (nh, nope, rd, vd) = (s.heads, s.nope, s.rope_dim, s.v_dim);
+        let (dq, kvlr) = (nope + rd, s.kv_lora_rank);
         let lin = |l: &Linear, x: &[f32]| {
             if reference {
                 l.apply_ref(x, n)
