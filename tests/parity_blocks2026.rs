@@ -200,6 +200,11 @@ fn k3_dspark_configs_vllm_refuses_are_refused_by_name() {
         e.contains("`mla_use_output_gate` is true") && e.contains("K3DSparkConfig"),
         "{e}"
     );
+    let e = k3_patched(serde_json::json!({"block_size": null}));
+    assert!(
+        e.contains("names no `block_size`") && e.contains("num_speculative_tokens"),
+        "{e}"
+    );
     let e = k3_patched(serde_json::json!({"q_lora_rank": null}));
     assert!(e.contains("`q_lora_rank` is null"), "{e}");
     let llama = serde_json::json!({"rope_parameters": {"rope_type": "yarn", "factor": 8.0,

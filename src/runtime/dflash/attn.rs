@@ -207,6 +207,10 @@ impl MlaSpec {
             return Err(refuse(format!("`{k}` is true")));
         }
         let d = &det.dims;
+        if d.block_size.is_none() {
+            return Err(Error::source(dir, "a K3DSparkModel config names no `block_size`: vLLM takes the block from `num_speculative_tokens` at launch, and the replay needs the most tokens a step")
+                .with_hint("add `\"block_size\": N` (the num_speculative_tokens the draft is served with) to config.json in a copy of the draft directory; `--steps` then picks 1..=N"));
+        }
         let need = |v: Option<u64>, k: &str| match v {
             Some(x) if x > 0 => Ok(x as usize),
             _ => Err(Error::source(

@@ -490,13 +490,13 @@ impl DFlash {
             )
             .with_hint("verify this draft live on its engine (`kquant verify --endpoint`); the offline replay would measure another model"));
         }
+        let mla = attn::MlaSpec::of(det, dir, c)?;
         let sh = Shape::read(dir, &det.dims)?;
         let (h, vocab, head_dim, n_layers) = (sh.h, sh.vocab, sh.head_dim, sh.n_layers);
         let mask_id = mask_id(dir, c, vocab)?;
         check_block_kind(dir, c)?;
         let (aux, taps) = taps(dir, det)?;
         let target_layers = target_layers(dir, c)?;
-        let mla = attn::MlaSpec::of(det, dir, c)?;
         let rope = match &mla {
             Some(_) => Rope::plain(2, 1.0), // each MLA layer holds its own table
             None => rope(dir, c, head_dim)?,
