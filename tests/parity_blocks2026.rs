@@ -16,7 +16,7 @@ use kquant::checkpoint::Checkpoint;
 use kquant::runtime::dflash::heads::Head;
 use kquant::runtime::dflash::variant::Kind;
 use kquant::runtime::dflash::{DFlash, TargetHead};
-use kquant::runtime::Drafter;
+use kquant::runtime::{Drafter, FAST_REL_TOL};
 use kquant::trace::file::Trace;
 
 const FIX: &str = "fixtures/kimi-k2.5-tiny";
@@ -90,14 +90,9 @@ fn check_parity(name: &str) -> (DFlash, Tensors) {
     (d, p)
 }
 
-#[test]
-fn dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
-    let (d, p) = check_parity("dspark");
-    assert!(
-        d.anchor_first,
-        "vLLM's Qwen3DSparkModel: sample_from_anchor by default"
-    );
-    let (_, x, feats, roots) = parity(&d, "dspark");
+/// The confidence head along the Markov walk against the reference's `conf`.
+fn check_confidences(d: &DFlash, p: &Tensors, name: &str) {
+    let (_, x, feats, roots) = parity(d, name);
     let n = x.len();
     let ctx = d.context(&feats, n);
     let b = d.rows(d.default_steps());
@@ -111,13 +106,26 @@ fn dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
         .confidences(&hid, d.h, &anchors, &drafts)
         .expect("the fixture has a confidence head")
         .concat();
-    let want = f32s(&p, "conf");
+    let want = f32s(p, "conf");
     let worst = conf
         .iter()
         .zip(&want)
         .fold(0f32, |w, (a, b)| w.max((a - b).abs()));
-    eprintln!("dspark confidences: max |diff| {worst:.3e} (bound {CONF_TOL:e})");
+    eprintln!("{name} confidences: max |diff| {worst:.3e} (bound {CONF_TOL:e})");
     assert!(worst <= CONF_TOL);
+}
+
+#[test]
+fn dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
+    let (d, p) = check_parity("dspark");
+    assert!(
+        d.anchor_first,
+        "vLLM's Qwen3DSparkModel: sample_from_anchor by default"
+    );
+    check_confidences(&d, &p, "dspark");
+    let (_, x, feats, roots) = parity(&d, "dspark");
+    let n = x.len();
+    let b = d.rows(d.default_steps());
     // `dspark_draft_topk` 4 (vLLM's `_sample_sequential_topk`): the same draft, the key added.
     let t = tempfile::tempdir().unwrap();
     std::fs::copy(
@@ -135,6 +143,78 @@ fn dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
         .block_tokens(&d4.context(&feats, n), &x, &roots, b)
         .concat();
     assert_eq!(got, i32s(&p, "pred_top4"), "top-4 Markov walk");
+}
+
+/// Inferact's MLA DSpark (`k3-dspark`, vLLM `K3DSparkModel`; the random draft of
+/// fixtures/gen/verify/make_k3dspark.py): the MLA block attention with YaRN RoPE, the Markov walk
+/// and the confidence head against drafts2026.py's `K3DSpark`.
+#[test]
+fn k3_dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
+    let (d, p) = check_parity("k3-dspark");
+    assert!(d.anchor_first, "K3DSparkConfig refuses dspark_bonus_anchor");
+    assert_eq!((d.kind, d.default_steps()), (Kind::Dspark, 7));
+    check_confidences(&d, &p, "k3-dspark");
+    // The fast path against the reference path (FAST_REL_TOL), over the whole block and the
+    // shorter ones an engine runs for fewer tokens.
+    let (_, x, feats, roots) = parity(&d, "k3-dspark");
+    let n = x.len();
+    let (fast, slow) = (d.context(&feats, n), d.context_ref(&feats, n));
+    for l in 0..fast.k.len() {
+        assert!(rel_err(&fast.k[l], &slow.k[l]) <= FAST_REL_TOL);
+        assert!(rel_err(&fast.v[l], &slow.v[l]) <= FAST_REL_TOL);
+    }
+    for b in [7, 4, 1] {
+        let e = rel_err(
+            &d.blocks(&fast, &x, &roots, b),
+            &d.blocks_ref(&slow, &x, &roots, b),
+        );
+        assert!(e <= FAST_REL_TOL, "k3-dspark block {b}: {e}");
+    }
+}
+
+/// A copy of the k3-dspark fixture with `patch` merged into its config.json, loaded.
+fn k3_patched(patch: serde_json::Value) -> String {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fix("k3-dspark/model.safetensors"),
+        t.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let mut cfg = read_json(&fix("k3-dspark/config.json"));
+    for (k, v) in patch.as_object().unwrap() {
+        cfg[k] = v.clone();
+    }
+    std::fs::write(t.path().join("config.json"), cfg.to_string()).unwrap();
+    let ck = Checkpoint::open(t.path().to_str().unwrap()).unwrap();
+    let tgt = Checkpoint::open(fix("target").to_str().unwrap()).unwrap();
+    match DFlash::load(&ck, &ck.detect().unwrap(), TargetHead::read(&tgt).unwrap()) {
+        Ok(_) => String::new(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn k3_dspark_configs_vllm_refuses_are_refused_by_name() {
+    let e = k3_patched(serde_json::json!({"mla_use_output_gate": true}));
+    assert!(
+        e.contains("`mla_use_output_gate` is true") && e.contains("K3DSparkConfig"),
+        "{e}"
+    );
+    let e = k3_patched(serde_json::json!({"block_size": null}));
+    assert!(
+        e.contains("names no `block_size`") && e.contains("num_speculative_tokens"),
+        "{e}"
+    );
+    let e = k3_patched(serde_json::json!({"q_lora_rank": null}));
+    assert!(e.contains("`q_lora_rank` is null"), "{e}");
+    let llama = serde_json::json!({"rope_parameters": {"rope_type": "yarn", "factor": 8.0,
+        "original_max_position_embeddings": 4096, "attention_factor": 1.0}});
+    let e = k3_patched(llama);
+    assert!(e.contains("deepseek_llama_scaling"), "{e}");
+    // The default rope (K3DSparkConfig's default) loads.
+    let plain =
+        serde_json::json!({"rope_parameters": {"rope_type": "default", "rope_theta": 50000.0}});
+    assert_eq!(k3_patched(plain), "");
 }
 
 #[test]
@@ -192,6 +272,11 @@ fn verify_matches_reference(name: &str) {
 #[test]
 fn verify_replays_dspark_as_the_reference_does() {
     verify_matches_reference("dspark");
+}
+
+#[test]
+fn verify_replays_k3_dspark_as_the_reference_does() {
+    verify_matches_reference("k3-dspark");
 }
 
 #[test]

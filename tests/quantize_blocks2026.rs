@@ -130,6 +130,31 @@ fn the_plan_names_the_kept_modules_and_why() {
     }
 }
 
+/// `kquant verify` of the quantized draft `out` against its source over `trace`, as JSON: exit 0
+/// when the gate passes, 1 when it fails (the tiny drafts regress), with its reasons.
+fn gate(out: &Path, baseline: &str, trace: &Path, label: &str) -> Value {
+    let o = kquant(&[
+        "verify",
+        "--draft",
+        out.to_str().unwrap(),
+        "--baseline",
+        baseline,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--target-checkpoint",
+        fix("target").to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    let rep: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{label}: {e}: {}", common::stderr(&o)));
+    let code = if rep["passed"] == true { 0 } else { 1 };
+    assert_eq!(o.status.code(), Some(code), "{label}: {rep}");
+    assert!(rep["passed"].is_boolean(), "{label}: {rep}");
+    assert!(rep["reasons"].is_array(), "{label}: {rep}");
+    rep
+}
+
 #[test]
 fn quantized_in_every_format_they_stay_the_same_draft_and_verify_replays_them() {
     let t = tempfile::tempdir().unwrap();
@@ -167,26 +192,7 @@ fn quantized_in_every_format_they_stay_the_same_draft_and_verify_replays_them() 
             }
             // The gate, once per format: the replay decodes the quantized linears.
             if gated(c.name, i) {
-                let o = kquant(&[
-                    "verify",
-                    "--draft",
-                    out.to_str().unwrap(),
-                    "--baseline",
-                    s,
-                    "--trace",
-                    trace.to_str().unwrap(),
-                    "--target-checkpoint",
-                    fix("target").to_str().unwrap(),
-                    "--json",
-                    "-",
-                ]);
-                let rep: Value = serde_json::from_slice(&o.stdout)
-                    .unwrap_or_else(|e| panic!("{label}: {e}: {}", common::stderr(&o)));
-                // Exit 0 when the gate passes, 1 when it fails (the tiny drafts regress).
-                let code = if rep["passed"] == true { 0 } else { 1 };
-                assert_eq!(o.status.code(), Some(code), "{label}: {rep}");
-                assert!(rep["passed"].is_boolean(), "{label}: {rep}");
-                assert!(rep["reasons"].is_array(), "{label}: {rep}");
+                let rep = gate(&out, s, &trace, &label);
                 let (d, b) = (
                     rep["draft"]["accept_length"].as_f64().unwrap(),
                     rep["baseline"]["accept_length"].as_f64().unwrap(),
@@ -239,8 +245,70 @@ fn gptq_calibrates_them() {
     }
 }
 
+/// Inferact's MLA DSpark (`k3-dspark`): vLLM's `K3DSparkModel` builds `context_proj`, the MLA
+/// projections and the MLP with the quant config and its heads as `Qwen3DSparkModel` does; the
+/// `embed_tokens` copy (vLLM drops it) is never quantized. Quantized, it stays a k3-dspark draft
+/// and the replay runs it.
 #[test]
-fn the_mla_layouts_are_refused() {
+fn the_mla_dspark_is_quantized_like_the_gqa_one() {
+    let src = fix("k3-dspark");
+    let s = src.to_str().unwrap();
+    let plan = quantize_dry_run(s, &[]);
+    let rows = plan["tensors"].as_array().unwrap();
+    let row = |n: &str| rows.iter().find(|r| r["name"] == n).unwrap().clone();
+    for (name, why) in CASES[0].kept {
+        assert_eq!(row(name)["action"], "excluded", "{name}");
+        assert!(
+            row(name)["reason"].as_str().unwrap().contains(why),
+            "{name}"
+        );
+    }
+    for name in [
+        "context_proj.weight",
+        "layers.0.self_attn.q_a_proj.weight",
+        "layers.0.self_attn.kv_a_proj_with_mqa.weight",
+        "layers.0.self_attn.q_b_proj.weight",
+        "layers.0.self_attn.kv_b_proj.weight",
+        "layers.1.self_attn.o_proj.weight",
+        "layers.1.mlp.down_proj.weight",
+    ] {
+        assert_eq!(row(name)["action"], "quantize", "{name}");
+    }
+    assert_ne!(row("embed_tokens.weight")["action"], "quantize");
+    let t = tempfile::tempdir().unwrap();
+    let trace = short_trace(t.path());
+    for (scheme, format) in [("int4-pc", "quark"), ("nvfp4-a16", "modelopt")] {
+        let label = format!("k3-dspark {scheme} {format}");
+        let (_t, out, err) = quantize(s, &["--scheme", scheme, "--format", format]);
+        assert!(!err.contains("panicked"), "{label}: {err}");
+        let ours = load(&out.join("model.safetensors"));
+        let theirs = load(&src.join("model.safetensors"));
+        for (name, _) in CASES[0].kept {
+            assert_eq!(ours.get(*name), theirs.get(*name), "{label}: {name} kept");
+        }
+        assert_ne!(
+            ours.get("context_proj.weight"),
+            theirs.get("context_proj.weight")
+        );
+        let j = inspect_json(&out);
+        assert_eq!(j["block_draft"]["layout"], "k3-dspark", "{label}");
+        assert_eq!(j["quantization"]["quantized"], true, "{label}");
+        let rep = gate(&out, s, &trace, &label);
+        let (d, b) = (&rep["draft"], &rep["baseline"]);
+        assert!(d["rounds"].as_u64().is_some(), "{label}: {rep}");
+        assert!(
+            d["accept_length"].as_f64().unwrap() >= 1.0,
+            "{label}: {rep}"
+        );
+        eprintln!(
+            "{label}: accept length {} vs {} bf16 (random weights)",
+            d["accept_length"], b["accept_length"]
+        );
+    }
+}
+
+#[test]
+fn the_mla_dflash2_layout_is_refused() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path().join("d");
     std::fs::create_dir_all(&d).unwrap();

@@ -90,21 +90,27 @@ pub fn family_kept(family: &Family, defaults: bool) -> Vec<Kept> {
         .collect()
 }
 
-/// The refusal of an MLA DSpark or DFlash2 layout: kquant has no MLA block-drafter runtime to
-/// replay (or calibrate) it, and no engine-proven exclusions for it.
+/// The refusal of DFlash2's MLA layout: no engine builds it, so there are no engine-proven
+/// exclusions, and kquant has no runtime to verify it. Inferact's MLA DSpark (`k3-dspark`) is
+/// taken: vLLM's `K3DSparkModel` builds `context_proj`, every MLA projection and the MLP with the
+/// quant config, and its heads as `Qwen3DSparkModel` does (`DSPARK_KEPT`).
 fn refuse_mla_block(ck: &Checkpoint, det: &Detection) -> Result<()> {
-    let Some(b) = det.block_draft.as_ref().filter(|b| b.layout.is_mla()) else {
+    let Some(b) = det
+        .block_draft
+        .as_ref()
+        .filter(|b| b.layout == crate::checkpoint::block::Layout::Dflash2Mla)
+    else {
         return Ok(());
     };
     let fam = b.layout.family_name();
     Err(Error::Source {
         path: ck.weights.dir.clone(),
         msg: format!(
-            "is a {fam} draft in the MLA `{}` layout: `kquant quantize` takes the GQA {fam} layouts only (kquant has no MLA block-drafter runtime to verify the result)",
+            "is a {fam} draft in the MLA `{}` layout: `kquant quantize` takes the GQA {fam} layouts only (no engine builds it, and kquant has no runtime to verify the result)",
             b.layout.id()
         ),
         hint: Some(
-            "`kquant inspect` describes it; `kquant quantize` takes the qwen3-dspark, specforge-dspark, speculators-dspark and dflash2 layouts".into(),
+            "`kquant inspect` describes it; `kquant quantize` takes the qwen3-dspark, k3-dspark, specforge-dspark, speculators-dspark and dflash2 layouts".into(),
         ),
     })
 }

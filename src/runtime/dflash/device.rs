@@ -43,11 +43,12 @@ fn linears(d: &Model) -> Result<(DeviceLayer<'_>, Vec<LayerOn<'_>>, DeviceLayer<
         .layers
         .iter()
         .map(|l| {
+            let g = l.attn.gqa().ok_or("the MLA attention runs on the CPU")?;
             Ok(LayerOn {
-                q: layer(&l.q)?,
-                k: layer(&l.k)?,
-                v: layer(&l.v)?,
-                o: layer(&l.o)?,
+                q: layer(&g.q)?,
+                k: layer(&g.k)?,
+                v: layer(&g.v)?,
+                o: layer(&g.o)?,
                 mlp: (layer(&l.gate)?, layer(&l.up)?, layer(&l.down)?),
             })
         })
@@ -92,10 +93,11 @@ impl DeviceStep {
         let layers = d
             .layers
             .iter()
-            .map(|l| {
+            .filter_map(|l| l.attn.gqa().map(|g| (l, g)))
+            .map(|(l, g)| {
                 Ok(LayerNorms {
-                    q: up(&l.q_norm)?,
-                    k: up(&l.k_norm)?,
+                    q: up(&g.q_norm)?,
+                    k: up(&g.k_norm)?,
                     input: up(&l.input_norm)?,
                     post: up(&l.post_norm)?,
                 })

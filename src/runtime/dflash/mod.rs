@@ -15,6 +15,7 @@
 //! layer whose argmax is reduced there. The target's embedding is read by rows from its mapped
 //! file ([`super::embed::Embedding`]).
 
+mod attn;
 pub mod conv;
 pub mod device;
 pub mod heads;
@@ -36,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::ops::{rms_norm, silu, softmax, Top2};
 use crate::quant::decode::Logical;
 use crate::runtime::matches::Matches;
+use attn::{Attn, Gqa, Widths};
 use model::{Layer, Model};
 
 /// Depth-match masks hold one bit per depth in a `u32` (`verify::walk::Matches`).
@@ -141,12 +143,6 @@ pub struct Context {
     pub len: usize,
     pub k: Vec<Vec<f32>>,
     pub v: Vec<Vec<f32>>,
-}
-
-/// RMSNorm of every `d`-wide head of every row, in place (Qwen3 `q_norm` / `k_norm`).
-fn head_norm(x: &mut [f32], d: usize, w: &[f32], eps: f32) {
-    let y = rms_norm(x, d, w, eps);
-    x.copy_from_slice(&y);
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -341,27 +337,112 @@ fn rope(dir: &Path, c: &Config, head_dim: usize) -> Result<Rope> {
     Ok(rope)
 }
 
-/// Decoder layer `i`'s weights.
-fn load_layer(vb: &Loader, i: usize, sh: &Shape) -> Result<Layer> {
+/// Decoder layer `i`'s weights: Qwen3 GQA attention, or the K3 MLA one when `mla` is given.
+fn load_layer(vb: &Loader, i: usize, sh: &Shape, mla: Option<&attn::MlaSpec>) -> Result<Layer> {
     let (h, head_dim, inter) = (sh.h, sh.head_dim, sh.inter);
     let (qd, kvd) = (sh.heads * head_dim, sh.kv_heads * head_dim);
-    let (attn, l) = (
+    let (a, l) = (
         vb.pp(format!("layers.{i}.self_attn")),
         vb.pp(format!("layers.{i}")),
     );
+    let attn = match mla {
+        Some(m) => Attn::Mla(Box::new(m.read(&a, h)?)),
+        None => Attn::Gqa(Box::new(Gqa {
+            q: a.linear("q_proj.weight", qd, h)?,
+            k: a.linear("k_proj.weight", kvd, h)?,
+            v: a.linear("v_proj.weight", kvd, h)?,
+            o: a.linear("o_proj.weight", h, qd)?,
+            q_norm: a.get("q_norm.weight", &[head_dim])?,
+            k_norm: a.get("k_norm.weight", &[head_dim])?,
+        })),
+    };
     Ok(Layer {
-        q: attn.linear("q_proj.weight", qd, h)?,
-        k: attn.linear("k_proj.weight", kvd, h)?,
-        v: attn.linear("v_proj.weight", kvd, h)?,
-        o: attn.linear("o_proj.weight", h, qd)?,
-        q_norm: attn.get("q_norm.weight", &[head_dim])?,
-        k_norm: attn.get("k_norm.weight", &[head_dim])?,
+        attn,
         input_norm: l.get("input_layernorm.weight", &[h])?,
         post_norm: l.get("post_attention_layernorm.weight", &[h])?,
         gate: l.linear("mlp.gate_proj.weight", inter, h)?,
         up: l.linear("mlp.up_proj.weight", inter, h)?,
         down: l.linear("mlp.down_proj.weight", h, inter)?,
     })
+}
+
+/// One block's attention: queries `q` `[B, heads·qk]` over the context keys/values
+/// `c` (`[r, kv·qk]`, `[r, kv·v]`) then the block's own, into `o` `[B, heads·v]`.
+fn attend_block(
+    w: &Widths,
+    c: (&[f32], &[f32]),
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    o: &mut [f32],
+    b: usize,
+) {
+    let (qd, kd, vd) = w.rows();
+    let group = w.heads / w.kv_heads;
+    let nc = c.0.len() / kd;
+    let mut sc = vec![0f32; nc + b];
+    for i in 0..b {
+        for head in 0..w.heads {
+            let (kh, qh) = (
+                (head / group) * w.qk,
+                &q[i * qd + head * w.qk..i * qd + (head + 1) * w.qk],
+            );
+            for (s, row) in c.0.chunks(kd).chain(k.chunks(kd)).enumerate() {
+                sc[s] = dot(qh, &row[kh..kh + w.qk]) * w.scale;
+            }
+            softmax(&mut sc);
+            let vh = (head / group) * w.v;
+            let oh = &mut o[i * w.heads * w.v + head * w.v..i * w.heads * w.v + (head + 1) * w.v];
+            for (p, row) in sc.iter().zip(c.1.chunks(vd).chain(v.chunks(vd))) {
+                for (a, y) in oh.iter_mut().zip(&row[vh..vh + w.v]) {
+                    *a += p * y;
+                }
+            }
+        }
+    }
+}
+
+/// [`attend_block`] written out for one root `r`: key `s` is context row `s` for `s < r`,
+/// else block row `s − r`; returns `[B, heads·v]`.
+fn attend_ref(
+    w: &Widths,
+    (ck, cv, r): (&[f32], &[f32], usize),
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    b: usize,
+) -> Vec<f32> {
+    let (qd, kd, vd) = w.rows();
+    let group = w.heads / w.kv_heads;
+    let mut attn = vec![0f32; b * w.heads * w.v];
+    for i in 0..b {
+        for head in 0..w.heads {
+            let (kh, vh) = ((head / group) * w.qk, (head / group) * w.v);
+            let qh = &q[i * qd + head * w.qk..i * qd + (head + 1) * w.qk];
+            let key = |s: usize| {
+                let (t, s) = if s < r { (ck, s) } else { (k, s - r) };
+                &t[s * kd + kh..s * kd + kh + w.qk]
+            };
+            let val = |s: usize| {
+                let (t, s) = if s < r { (cv, s) } else { (v, s - r) };
+                &t[s * vd + vh..s * vd + vh + w.v]
+            };
+            let mut p: Vec<f32> = (0..r + b)
+                .map(|s| {
+                    let mut acc = 0f32;
+                    for (a, k) in qh.iter().zip(key(s)) {
+                        acc += a * k;
+                    }
+                    acc * w.scale
+                })
+                .collect();
+            softmax(&mut p);
+            let oh =
+                &mut attn[i * w.heads * w.v + head * w.v..i * w.heads * w.v + (head + 1) * w.v];
+            for (s, ps) in p.iter().enumerate() {
+                for (a, y) in oh.iter_mut().zip(val(s)) {
+                    *a += ps * y;
+                }
+            }
+        }
+    }
+    attn
 }
 
 impl DFlash {
@@ -409,13 +490,17 @@ impl DFlash {
             )
             .with_hint("verify this draft live on its engine (`kquant verify --endpoint`); the offline replay would measure another model"));
         }
+        let mla = attn::MlaSpec::of(det, dir, c)?;
         let sh = Shape::read(dir, &det.dims)?;
         let (h, vocab, head_dim, n_layers) = (sh.h, sh.vocab, sh.head_dim, sh.n_layers);
         let mask_id = mask_id(dir, c, vocab)?;
         check_block_kind(dir, c)?;
         let (aux, taps) = taps(dir, det)?;
         let target_layers = target_layers(dir, c)?;
-        let rope = rope(dir, c, head_dim)?;
+        let rope = match &mla {
+            Some(_) => Rope::plain(2, 1.0), // each MLA layer holds its own table
+            None => rope(dir, c, head_dim)?,
+        };
         let eps = c
             .get("rms_norm_eps")
             .and_then(Value::as_f64)
@@ -457,7 +542,7 @@ impl DFlash {
         let lin = LinearSet::new(exec);
         let vb = Loader::new(&lg, "DFlash draft").with_linears(&lin);
         let layers = (0..n_layers)
-            .map(|i| load_layer(&vb, i, &sh))
+            .map(|i| load_layer(&vb, i, &sh, mla.as_ref()))
             .collect::<Result<Vec<_>>>()?;
         let fc = vb.linear(fc_n, h, taps.len() * sh.ht)?;
         let (hidden_norm, norm) = (vb.get(hn_n, &[h])?, vb.get(norm_n, &[h])?);
@@ -587,16 +672,11 @@ impl DFlash {
         };
         let x = lin(&self.fc, feats, len);
         let ctx = rms_norm(&x, self.h, &self.hidden_norm, self.eps);
-        let kvd = self.kv_heads * self.head_dim;
         let (mut ks, mut vs) = (Vec::new(), Vec::new());
         for l in &self.layers {
-            let mut k = lin(&l.k, &ctx, len);
-            head_norm(&mut k, self.head_dim, &l.k_norm, self.eps);
-            for (s, row) in k.chunks_mut(kvd).enumerate() {
-                self.rope.apply_neox(row, s);
-            }
+            let (k, v) = l.attn.context(&ctx, len, self.rope_args(), reference);
             ks.push(k);
-            vs.push(lin(&l.v, &ctx, len));
+            vs.push(v);
         }
         Context { len, k: ks, v: vs }
     }
@@ -670,99 +750,93 @@ impl DFlash {
     fn slots(&self, ctx: &Context, x: &[u32], roots: &[usize], b: usize) -> Vec<f32> {
         self.check_roots(ctx, x, roots);
         self.check_block(b);
-        let (h, d) = (self.h, self.head_dim);
-        let (qd, kvd) = (self.heads * d, self.kv_heads * d);
         let n = roots.len() * b;
+        let pos: Vec<usize> = roots.iter().flat_map(|&r| r..r + b).collect();
         let mut hid = self.embed_blocks(x, roots, b);
         for (li, l) in self.layers.iter().enumerate() {
+            let w = self.widths(l);
+            let (qd, kd, vd) = w.rows();
             let conv = self.convs.get(li);
-            let mut xn = rms_norm(&hid, h, &l.input_norm, self.eps);
+            let mut xn = rms_norm(&hid, self.h, &l.input_norm, self.eps);
             let c0 = conv.map(|[a, _]| {
                 let (y, c) = a.prepare(&xn, n, b, false);
                 xn = y;
                 c
             });
-            let mut q = l.q.apply(&xn, n);
-            let mut k = l.k.apply(&xn, n);
-            let v = l.v.apply(&xn, n);
-            head_norm(&mut q, d, &l.q_norm, self.eps);
-            head_norm(&mut k, d, &l.k_norm, self.eps);
-            let mut attn = vec![0f32; n * qd];
-            attn.par_chunks_mut(b * qd)
-                .zip(q.par_chunks_mut(b * qd))
-                .zip(k.par_chunks_mut(b * kvd))
-                .zip(v.par_chunks(b * kvd))
+            let (q, k, v) = l.attn.block_qkv(&xn, n, &pos, self.rope_args(), false);
+            let mut attn = vec![0f32; n * w.heads * w.v];
+            attn.par_chunks_mut(b * w.heads * w.v)
+                .zip(q.par_chunks(b * qd))
+                .zip(k.par_chunks(b * kd))
+                .zip(v.par_chunks(b * vd))
                 .zip(roots.par_iter())
                 .for_each(|((((o, q), k), v), &r)| {
-                    for i in 0..b {
-                        self.rope.apply_neox(&mut q[i * qd..(i + 1) * qd], r + i);
-                        self.rope.apply_neox(&mut k[i * kvd..(i + 1) * kvd], r + i);
-                    }
-                    self.attend_block(&ctx.k[li][..r * kvd], &ctx.v[li][..r * kvd], q, k, v, o, b);
+                    let c = (&ctx.k[li][..r * kd], &ctx.v[li][..r * vd]);
+                    attend_block(&w, c, (q, k, v), o, b);
                 });
-            let mut o = l.o.apply(&attn, n);
-            if let (Some([a, _]), Some(c)) = (conv, &c0) {
-                o = a.finish(&o, c, n, b);
-            }
-            hid.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
-            let mut xn = rms_norm(&hid, h, &l.post_norm, self.eps);
-            let c1 = conv.map(|[_, m]| {
-                let (y, c) = m.prepare(&xn, n, b, false);
-                xn = y;
-                c
-            });
-            let g = l.gate.apply(&xn, n);
-            let u = l.up.apply(&xn, n);
-            let act: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
-            let mut dn = l.down.apply(&act, n);
-            if let (Some([_, m]), Some(c)) = (conv, &c1) {
-                dn = m.finish(&dn, c, n, b);
-            }
-            hid.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
+            let o = l.attn.out(&attn, n, false);
+            self.layer_tail(l, conv, (c0, o), &mut hid, (n, b), false);
         }
-        let skip = b - self.predicting(b);
+        self.final_rows(&hid, b)
+    }
+
+    /// The softmax widths of layer `l`.
+    fn widths(&self, l: &Layer) -> Widths {
+        l.attn.widths((self.heads, self.kv_heads, self.head_dim))
+    }
+
+    /// What a GQA layer's RoPE and head norms read: the table, head_dim, eps.
+    fn rope_args(&self) -> (&Rope, usize, f32) {
+        (&self.rope, self.head_dim, self.eps)
+    }
+
+    /// A layer after its attention: the attention convolution's second side (DFlash2), the
+    /// residual, post_attention_layernorm, the SiLU MLP (convolved around, DFlash2) and its
+    /// residual, on `n` rows of blocks of `b`.
+    fn layer_tail(
+        &self,
+        l: &Layer,
+        conv: Option<&[conv::GroupedConv; 2]>,
+        (c0, mut o): (Option<conv::Coeff>, Vec<f32>),
+        hid: &mut [f32],
+        (n, b): (usize, usize),
+        reference: bool,
+    ) {
+        let lin = |w: &Linear, x: &[f32]| {
+            if reference {
+                w.apply_ref(x, n)
+            } else {
+                w.apply(x, n)
+            }
+        };
+        if let (Some([a, _]), Some(c)) = (conv, &c0) {
+            o = a.finish(&o, c, n, b);
+        }
+        hid.iter_mut().zip(&o).for_each(|(a, y)| *a += y);
+        let mut xn = rms_norm(hid, self.h, &l.post_norm, self.eps);
+        let c1 = conv.map(|[_, m]| {
+            let (y, c) = m.prepare(&xn, n, b, reference);
+            xn = y;
+            c
+        });
+        let g = lin(&l.gate, &xn);
+        let u = lin(&l.up, &xn);
+        let act: Vec<f32> = g.iter().zip(&u).map(|(a, y)| silu(*a) * y).collect();
+        let mut dn = lin(&l.down, &act);
+        if let (Some([_, m]), Some(c)) = (conv, &c1) {
+            dn = m.finish(&dn, c, n, b);
+        }
+        hid.iter_mut().zip(&dn).for_each(|(a, y)| *a += y);
+    }
+
+    /// The predicting rows of every block of `b` rows in `hid`, final-normed.
+    fn final_rows(&self, hid: &[f32], b: usize) -> Vec<f32> {
+        let (h, skip) = (self.h, b - self.predicting(b));
         let slots: Vec<f32> = hid
             .chunks(b * h)
             .flat_map(|blk| blk[skip * h..].iter().copied())
             .collect();
         rms_norm(&slots, h, &self.norm, self.eps)
-    }
-
-    /// One block's attention: queries `q` `[B, heads·d]` over the context keys/values
-    /// `[r, kv·d]` then the block's own `[B, kv·d]`, into `o` `[B, heads·d]`.
-    #[allow(clippy::too_many_arguments)]
-    fn attend_block(
-        &self,
-        ck: &[f32],
-        cv: &[f32],
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        o: &mut [f32],
-        b: usize,
-    ) {
-        let d = self.head_dim;
-        let (qd, kvd) = (self.heads * d, self.kv_heads * d);
-        let group = self.heads / self.kv_heads;
-        let scale = 1.0 / (d as f32).sqrt();
-        let nc = ck.len() / kvd;
-        let mut sc = vec![0f32; nc + b];
-        for i in 0..b {
-            for head in 0..self.heads {
-                let kv = (head / group) * d;
-                let qh = &q[i * qd + head * d..i * qd + (head + 1) * d];
-                for (s, row) in ck.chunks(kvd).chain(k.chunks(kvd)).enumerate() {
-                    sc[s] = dot(qh, &row[kv..kv + d]) * scale;
-                }
-                softmax(&mut sc);
-                let oh = &mut o[i * qd + head * d..i * qd + (head + 1) * d];
-                for (p, row) in sc.iter().zip(cv.chunks(kvd).chain(v.chunks(kvd))) {
-                    for (a, y) in oh.iter_mut().zip(&row[kv..kv + d]) {
-                        *a += p * y;
-                    }
-                }
-            }
-        }
     }
 
     /// [`DFlash::blocks`], plain reference: one root at a time, reference matmuls, the softmax
@@ -777,94 +851,25 @@ impl DFlash {
     pub fn slots_ref(&self, ctx: &Context, x: &[u32], roots: &[usize], b: usize) -> Vec<f32> {
         self.check_roots(ctx, x, roots);
         self.check_block(b);
-        let (h, d) = (self.h, self.head_dim);
-        let (qd, kvd) = (self.heads * d, self.kv_heads * d);
-        let group = self.heads / self.kv_heads;
-        let scale = 1.0 / (d as f32).sqrt();
-        let skip = b - self.predicting(b);
-        let mut out = Vec::with_capacity(roots.len() * (b - skip) * h);
+        let mut out = Vec::with_capacity(roots.len() * self.predicting(b) * self.h);
         for &r in roots {
+            let pos: Vec<usize> = (r..r + b).collect();
             let mut hid = self.embed_blocks(x, &[r], b);
             for (li, l) in self.layers.iter().enumerate() {
+                let w = self.widths(l);
                 let conv = self.convs.get(li);
-                let mut xn = rms_norm(&hid, h, &l.input_norm, self.eps);
+                let mut xn = rms_norm(&hid, self.h, &l.input_norm, self.eps);
                 let c0 = conv.map(|[a, _]| {
                     let (y, c) = a.prepare(&xn, b, b, true);
                     xn = y;
                     c
                 });
-                let mut q = l.q.apply_ref(&xn, b);
-                let mut k = l.k.apply_ref(&xn, b);
-                let v = l.v.apply_ref(&xn, b);
-                head_norm(&mut q, d, &l.q_norm, self.eps);
-                head_norm(&mut k, d, &l.k_norm, self.eps);
-                for i in 0..b {
-                    self.rope.apply_neox(&mut q[i * qd..(i + 1) * qd], r + i);
-                    self.rope.apply_neox(&mut k[i * kvd..(i + 1) * kvd], r + i);
-                }
-                let (ck, cv) = (&ctx.k[li], &ctx.v[li]);
-                let mut attn = vec![0f32; b * qd];
-                for i in 0..b {
-                    for head in 0..self.heads {
-                        let kv = (head / group) * d;
-                        let qh = &q[i * qd + head * d..i * qd + (head + 1) * d];
-                        let key = |s: usize| {
-                            if s < r {
-                                &ck[s * kvd + kv..s * kvd + kv + d]
-                            } else {
-                                &k[(s - r) * kvd + kv..(s - r) * kvd + kv + d]
-                            }
-                        };
-                        let val = |s: usize| {
-                            if s < r {
-                                &cv[s * kvd + kv..s * kvd + kv + d]
-                            } else {
-                                &v[(s - r) * kvd + kv..(s - r) * kvd + kv + d]
-                            }
-                        };
-                        let mut p: Vec<f32> = (0..r + b)
-                            .map(|s| {
-                                let mut acc = 0f32;
-                                for (a, k) in qh.iter().zip(key(s)) {
-                                    acc += a * k;
-                                }
-                                acc * scale
-                            })
-                            .collect();
-                        softmax(&mut p);
-                        let oh = &mut attn[i * qd + head * d..i * qd + (head + 1) * d];
-                        for (s, ps) in p.iter().enumerate() {
-                            for (a, y) in oh.iter_mut().zip(val(s)) {
-                                *a += ps * y;
-                            }
-                        }
-                    }
-                }
-                let mut o = l.o.apply_ref(&attn, b);
-                if let (Some([a, _]), Some(c)) = (conv, &c0) {
-                    o = a.finish(&o, c, b, b);
-                }
-                for (a, y) in hid.iter_mut().zip(&o) {
-                    *a += y;
-                }
-                let mut xn = rms_norm(&hid, h, &l.post_norm, self.eps);
-                let c1 = conv.map(|[_, m]| {
-                    let (y, c) = m.prepare(&xn, b, b, true);
-                    xn = y;
-                    c
-                });
-                let g = l.gate.apply_ref(&xn, b);
-                let u = l.up.apply_ref(&xn, b);
-                let act: Vec<f32> = g.iter().zip(&u).map(|(a, y)| silu(*a) * y).collect();
-                let mut dn = l.down.apply_ref(&act, b);
-                if let (Some([_, m]), Some(c)) = (conv, &c1) {
-                    dn = m.finish(&dn, c, b, b);
-                }
-                for (a, y) in hid.iter_mut().zip(&dn) {
-                    *a += y;
-                }
+                let (q, k, v) = l.attn.block_qkv(&xn, b, &pos, self.rope_args(), true);
+                let attn = attend_ref(&w, (&ctx.k[li], &ctx.v[li], r), (&q, &k, &v), b);
+                let o = l.attn.out(&attn, b, true);
+                self.layer_tail(l, conv, (c0, o), &mut hid, (b, b), true);
             }
-            out.extend(rms_norm(&hid[skip * h..], h, &self.norm, self.eps));
+            out.extend(self.final_rows(&hid, b));
         }
         out
     }

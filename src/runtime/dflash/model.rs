@@ -1,4 +1,5 @@
-//! What a loaded DFlash drafter is made of: its dimensions, its Qwen3 decoder layers, fc and
+//! What a loaded DFlash drafter is made of: its dimensions, its decoder layers (Qwen3, or MLA for
+//! the `k3-dspark` layout), fc and
 //! norms, and the target's embedding and lm_head as linears of its set ([`Model`]). The
 //! forward (`mod.rs`) and the step on a device (`device.rs`) both read it.
 
@@ -8,14 +9,9 @@ use super::super::rope::Rope;
 use super::conv::GroupedConv;
 use super::heads::Head;
 
-/// One Qwen3 decoder layer.
+/// One decoder layer: its attention (Qwen3 GQA or MLA), norms and SiLU MLP.
 pub(super) struct Layer {
-    pub(super) q: Linear,
-    pub(super) k: Linear,
-    pub(super) v: Linear,
-    pub(super) o: Linear,
-    pub(super) q_norm: Vec<f32>,
-    pub(super) k_norm: Vec<f32>,
+    pub(super) attn: super::attn::Attn,
     pub(super) input_norm: Vec<f32>,
     pub(super) post_norm: Vec<f32>,
     pub(super) gate: Linear,

@@ -92,20 +92,20 @@ fn count(dir: &std::path::Path, c: &Config, key: &str, max: u64) -> Result<usize
     }
 }
 
-/// The layouts the replay runs: DFlash, and DSpark and DFlash2 on the Qwen3 GQA backbone. The
-/// MLA-native ones (Inferact's `K3DSparkModel`, DFlash2 with `attention_mode: mla`) are refused
-/// by name.
+/// The layouts the replay runs: DFlash, DSpark and DFlash2 on the Qwen3 GQA backbone, and
+/// Inferact's MLA `K3DSparkModel` (`k3-dspark`). DFlash2 with `attention_mode: mla` is refused by
+/// name: no engine builds it.
 pub fn check_layout(det: &Detection, dir: &std::path::Path) -> Result<()> {
     match det.block_draft.as_ref().map(|b| b.layout) {
-        Some(l @ (Layout::K3Dspark | Layout::Dflash2Mla)) => Err(Error::source(
+        Some(l @ Layout::Dflash2Mla) => Err(Error::source(
             dir,
             format!(
-                "is a {} draft in the `{}` layout (an MLA backbone): the replay runs the Qwen3 GQA backbone of vLLM's `Qwen3DSparkModel` and `DFlash2DraftModel`",
+                "is a {} draft in the `{}` layout (an MLA backbone): the replay runs the Qwen3 GQA backbone of vLLM's `DFlash2DraftModel` (neither vLLM nor SGLang builds an MLA DFlash2)",
                 l.family_name(),
                 l.id()
             ),
         )
-        .with_hint("`kquant inspect` says which engines load it; an MLA block drafter is not replayed yet")),
+        .with_hint("`kquant inspect` says which engines load it; an MLA DFlash2 is not replayed")),
         _ => Ok(()),
     }
 }

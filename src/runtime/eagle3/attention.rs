@@ -73,16 +73,16 @@ impl Attention for MlaAttention {
         Some(self)
     }
     fn heads(&self) -> usize {
-        self.heads
+        self.shape.heads
     }
     fn kv_heads(&self) -> usize {
-        self.heads
+        self.shape.heads
     }
     fn qk_dim(&self) -> usize {
-        self.nope + self.rope_dim
+        self.shape.nope + self.shape.rope_dim
     }
     fn v_dim(&self) -> usize {
-        self.v_dim
+        self.shape.v_dim
     }
     fn scale(&self) -> f32 {
         self.softmax_scale

@@ -489,7 +489,11 @@ impl DeviceStep {
         rot: (&DevTensor, &DevTensor),
     ) -> Staged<(DevTensor, DevTensor)> {
         let run = self.run();
-        let mla = e.attn.mla().expect("an MLA draft");
+        let (mla, eps) = e
+            .attn
+            .mla()
+            .map(|a| (&a.shape, a.eps))
+            .expect("an MLA draft");
         let (nh, nope, rd) = (mla.heads, mla.nope, mla.rope_dim);
         let dq = nope + rd;
         let qt = match q {
@@ -498,7 +502,7 @@ impl DeviceStep {
                 let rank = c.len() / m.max(1);
                 let norm = self.q_a_norm.as_ref().expect("uploaded with q_a_proj");
                 let at = Strided { ld: rank, off: 0 };
-                run.rms(&c, norm, &c, (m, rank, mla.eps), at, at)?;
+                run.rms(&c, norm, &c, (m, rank, eps), at, at)?;
                 run.linear(*qb, &c, m, "q_b_proj")?
             }
             Err(qp) => run.linear(*qp, a, m, "q_proj")?,
@@ -524,7 +528,11 @@ impl DeviceStep {
         rot: (&DevTensor, &DevTensor),
     ) -> Staged<(DevTensor, DevTensor)> {
         let run = self.run();
-        let mla = e.attn.mla().expect("an MLA draft");
+        let (mla, eps) = e
+            .attn
+            .mla()
+            .map(|a| (&a.shape, a.eps))
+            .expect("an MLA draft");
         let (nh, nope, rd, dv) = (mla.heads, mla.nope, mla.rope_dim, mla.v_dim);
         let (kvlr, dq) = (mla.kv_lora_rank, nope + rd);
         let c = self.dev.zeros(Elem::F32, m * kvlr).at("kv norm")?;
@@ -536,7 +544,7 @@ impl DeviceStep {
             },
             Strided { ld: kvlr, off: 0 },
         );
-        run.rms(kv, norm, &c, (m, kvlr, mla.eps), kv_at, c_at)?;
+        run.rms(kv, norm, &c, (m, kvlr, eps), kv_at, c_at)?;
         let kvb = run.linear(kv_b, &c, m, "kv_b_proj")?;
         drop(c);
         let kr_at = Strided {

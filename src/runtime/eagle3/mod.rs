@@ -28,7 +28,7 @@ pub use super::embed::Embedding;
 pub use attention::{Attention, Qkv};
 pub use depth::{DepthOut, NOT_COMPUTED};
 pub use llama_attn::LlamaAttention;
-pub use mla_attn::MlaAttention;
+pub use mla_attn::{MlaAttention, MlaShape};
 pub use model::Model;
 
 use super::linears::LinearSet;

@@ -1,6 +1,7 @@
 #!/bin/bash
 # The CI slice of the draft harness (.ci/run): vLLM 0.33.0's own DSpark and DFlash2 drafting on
-# CPU (run.py) over the first 6 samples of the tiny trace, with the trained fixtures, at float32,
+# CPU (run.py) over the first 6 samples of the tiny trace, with the trained fixtures and the random
+# MLA DSpark (k3-dspark, vLLM K3DSparkForCausalLM), at float32,
 # and fixtures/gen/verify/drafts2026.py (the reference tests/parity_blocks2026.rs holds kquant's
 # replay to) compared root by root (compare.py): exit 1 on any differing proposal, confidence or
 # walk. About 20 s a row on 2 cores. The whole matrix: run_all.sh.
@@ -27,3 +28,4 @@ row() {  # name draft args...
 row dspark fixtures/kimi-k2.5-tiny/dspark
 row dspark-topk8 fixtures/kimi-k2.5-tiny/dspark --topk 8
 row dflash2 fixtures/kimi-k2.5-tiny/dflash2
+row k3-dspark fixtures/kimi-k2.5-tiny/k3-dspark

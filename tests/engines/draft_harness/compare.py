@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "fixtures" / "gen" / "verify"))
 from common import walk, walk_stats  # noqa: E402
-from drafts2026 import DFlash2, DSpark, block_matches, from_dir  # noqa: E402
+from drafts2026 import DFlash2, DSpark, K3DSpark, block_matches, from_dir  # noqa: E402
 
 
 def main():
@@ -38,13 +38,15 @@ def main():
     h = json.load(open(a.harness))
     draft_dir = a.draft or h["draft"]
     fam = h["family"]
-    m = from_dir(draft_dir, DSpark if fam == "dspark" else DFlash2)
+    k3 = h["layout"]["architecture"] == "K3DSparkModel"
+    m = from_dir(draft_dir, K3DSpark if k3 else DSpark if fam == "dspark" else DFlash2)
     tsd = load_file(str(Path(a.target) / "model.safetensors"))
     embed = tsd["model.embed_tokens.weight"].float()
     W = tsd["lm_head.weight"].float()
     man = json.load(open(Path(a.trace) / "manifest.json"))
     shards = {}
-    ids = [int(t) + 1 for t in m.cfg["dflash_config"]["target_layer_ids"]]
+    lids = m.cfg["target_layer_ids"] if k3 else m.cfg["dflash_config"]["target_layer_ids"]
+    ids = [int(t) + 1 for t in lids]
     topk = h["layout"].get("draft_topk")
     kw = {"topk": topk} if topk else {}
     N = m.N if fam == "dspark" else m.B - 1

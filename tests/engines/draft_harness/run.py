@@ -77,6 +77,18 @@ STAND_INS = {
     "attention": "Attention (paged attention op) replaced by plain attention (fp32 softmax): "
     "queries of the block over the captured context K/V of rows < r and the block's own K/V, "
     "non-causal within the block (causal if the layer is), scale = the layer's Attention scale",
+    "mla_attention": "K3 MultiHeadLatentAttention._attention (the fused RoPE + cache-insert "
+    "epilogues and the MLA backend's forward_mqa, GPU kernels) replaced by plain PyTorch: the "
+    "layer's own rotary_emb (RotaryEmbedding.forward_static over its fp32 cos_sin_cache, "
+    "is_neox_style False) on q_pe and k_pe, then latent attention with the layer's own absorbed "
+    "W_UK_T / W_UV (process_weights_after_loading): scores (q_nope W_UK_T . kv_c + q_pe . k_pe) "
+    "* the layer's scale over the captured context latents of rows < r and the block's own, "
+    "fp32 softmax, non-causal, output W_UV; context latents captured from "
+    "precompute_and_store_context_kv's per-layer impl.do_kv_cache_update "
+    "(_has_uniform_block_layout -> False: no paged cache to group)",
+    "fused_q_kv_rmsnorm": "vllm.models.common.ops.fused_q_kv_rmsnorm (a Triton kernel: "
+    "q_a_layernorm and kv_a_layernorm in one launch) run as two RMSNorms in PyTorch, fp32 "
+    "statistics, the weight applied in the input dtype",
     "speculator": "DSparkSpeculator / DFlash2Speculator methods called on an object created "
     "with __new__ that holds the buffers they read (sample_indices, sample_pos, "
     "sample_idx_mapping, input_buffers.input_ids, _anchor_idx, draft_tokens, ...); "
@@ -132,6 +144,17 @@ def patch_cpu_ops(torch):
     ops.rotary_embedding = rotary_embedding
 
 
+def RMSNormStatic(torch):
+    """RMSNorm of each row in fp32, weight applied in the input dtype (RMSNorm.forward_static)."""
+
+    def rms(x, w, eps):
+        xf = x.float()
+        y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+        return y * w
+
+    return rms
+
+
 def rms_check(torch):
     """Which of the two ops exist on CPU in this wheel (reported, not needed)."""
     from vllm import _custom_ops as ops  # noqa: F401
@@ -154,6 +177,40 @@ class Ctx:
         self.K, self.V = {}, {}
         self.roots = None
         self.Q = None
+
+
+class PlainMlaAttention:
+    """Stand-in `MultiHeadLatentAttention._attention` (K3 MLA DSpark): RoPE with the layer's own
+    rotary table, latent attention over the captured context latents and the block's own."""
+
+    def __init__(self, torch, sa, li, ctx):
+        self.sa, self.li, self.ctx = sa, li, ctx
+
+    def __call__(self, positions, q, kv_c_normed, k_pe, attn_out):
+        from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+
+        sa, c = self.sa, self.ctx
+        roots, Q = c.roots, c.Q
+        R = roots.shape[0]
+        nh, nope, rd, L = sa.num_local_heads, sa.qk_nope_head_dim, sa.qk_rope_head_dim, sa.kv_lora_rank
+        re = sa.rotary_emb
+        q_nope, q_pe = q.split([nope, rd], -1)
+        q_pe, k_pe = RotaryEmbedding.forward_static(
+            positions, q_pe.reshape(q.shape[0], -1).clone(), k_pe.reshape(k_pe.shape[0], -1).clone(),
+            rd, rd, re.cos_sin_cache, re.is_neox_style)
+        q_pe = q_pe.view(R, Q, nh, rd).float()
+        k_pe = k_pe.view(R, Q, rd).float()
+        ql = torch.einsum("nhp,hpl->nhl", q_nope.float(), sa.W_UK_T.float()).view(R, Q, nh, L)
+        kc = kv_c_normed.view(R, Q, L).float()
+        Cc, Cpe = c.K[self.li].float(), c.V[self.li].float().reshape(-1, rd)  # [T, L], [T, rd]
+        T = Cc.shape[0]
+        sc = (torch.einsum("rqhl,tl->rhqt", ql, Cc) + torch.einsum("rqhd,td->rhqt", q_pe, Cpe)) * sa.scale
+        sc = sc.masked_fill(~(torch.arange(T)[None, :] < roots[:, None])[:, None, None, :], float("-inf"))
+        sb = (torch.einsum("rqhl,rkl->rhqk", ql, kc) + torch.einsum("rqhd,rkd->rhqk", q_pe, k_pe)) * sa.scale
+        p = torch.softmax(torch.cat([sc, sb], -1), -1)
+        lat = torch.einsum("rhqt,tl->rqhl", p[..., :T], Cc) + torch.einsum("rhqk,rkl->rqhl", p[..., T:], kc)
+        o = torch.einsum("nhl,hlv->nhv", lat.reshape(R * Q, nh, L), sa.W_UV.float())
+        attn_out.copy_(o.reshape(R * Q, -1).to(attn_out.dtype))
 
 
 class PlainAttention(torch.nn.Module):
@@ -200,7 +257,7 @@ def build(args, torch):
     VllmConfig._get_v1_model_runner_unsupported_features = lambda self: []
     dcfg = json.load(open(Path(args.draft) / "config.json"))
     arch = dcfg["architectures"][0]
-    if arch in ("Qwen3DSparkModel", "DSparkDraftModel"):
+    if arch in ("Qwen3DSparkModel", "DSparkDraftModel", "K3DSparkModel"):
         family, method = "dspark", "dspark"
         n = int(dcfg.get("block_size") or dcfg.get("dspark_block_size"))
     elif arch == "DFlash2DraftModel":
@@ -328,20 +385,47 @@ def main():
 
     aux = list(get_eagle3_aux_layers_from_config(spec_cfg))
     inner = model.model
-    mask_id = inner.mask_token_id
+    mla = dcfg["architectures"][0] == "K3DSparkModel"
+    if mla:
+        from vllm.v1.worker.gpu.spec_decode.utils import get_parallel_drafting_token_id
+
+        mask_id = get_parallel_drafting_token_id(spec_cfg.draft_model_config.hf_config)
+    else:
+        mask_id = inner.mask_token_id
     Q = N if family == "dspark" and getattr(dcfg, "get")("sample_from_anchor", True) else N + 1
     sample_from_anchor = family == "dspark" and Q == N
 
     # Stand-in `kv_cache`: capture the context K/V vLLM's precompute writes.
     ctx = Ctx()
-    for li, attn in enumerate(inner._attn_layers):
+    for li, layer in enumerate(inner.layers if mla else []):
+        def upd_mla(kv_c, k_pe, kv_cache, slot_mapping, dtype, scale, li=li):
+            ctx.K[li] = kv_c.detach().clone()
+            ctx.V[li] = k_pe.detach().clone()
+
+        layer.self_attn.impl.do_kv_cache_update = upd_mla
+        if not hasattr(layer.self_attn, "kv_cache"):
+            layer.self_attn.kv_cache = None  # no paged cache: the stand-in captures the latents
+        layer.self_attn._attention = PlainMlaAttention(torch, layer.self_attn, li, ctx)
+    if mla:
+        inner._has_uniform_block_layout = lambda layers: False
+        from vllm.v1.worker.workspace import init_workspace_manager
+
+        init_workspace_manager(torch.device("cpu"))  # the GPU model runner's start-up does this
+        import vllm.models.kimi_k3.nvidia.mla as k3mla
+
+        def fused_q_kv_rmsnorm(qr, kv, q_weight, kv_weight, eps):  # Triton in vLLM
+            rms = RMSNormStatic(torch)
+            return rms(qr, q_weight, eps), rms(kv, kv_weight, eps)
+
+        k3mla.fused_q_kv_rmsnorm = fused_q_kv_rmsnorm
+    for li, attn in enumerate([] if mla else inner._attn_layers):
         def upd(layer, k, v, kv_cache, slot_mapping, li=li):
             ctx.K[li] = k.detach().clone()
             ctx.V[li] = v.detach().clone()
 
         attn.impl.do_kv_cache_update = upd
     # Stand-in `attention`.
-    for li, layer in enumerate(inner.layers):
+    for li, layer in enumerate([] if mla else inner.layers):
         sa = layer.self_attn
         sa.attn = PlainAttention(torch, inner._attn_layers[li], li, ctx, sa.causal)
 
@@ -444,7 +528,8 @@ def main():
         "mask_token_id": mask_id,
         "aux_hidden_state_ids": aux,
         "target_shared": shared,
-        "causal_layers": [bool(l.self_attn.causal) for l in inner.layers],
+        "causal_layers": [not l.self_attn.non_causal_multi_token_decode if mla else bool(l.self_attn.causal)
+                          for l in inner.layers],
     }
     if family == "dspark":
         layout["markov_rank"] = dcfg.get("markov_rank")
@@ -456,7 +541,10 @@ def main():
         layout["conv_block_size"] = inner.layers[0].attention_conv.block_size
         layout["conv_cpu_path_vs_triton_kernel_max_abs"] = conv_check(
             torch, inner.layers[0].attention_conv, 4 * (N + 1))
-    si = [STAND_INS[k] for k in ("config", "target", "kv_cache", "cpu_ops", "prepare_inputs", "attention", "speculator")]
+    si = [STAND_INS[k] for k in ("config", "target", "kv_cache", "cpu_ops", "prepare_inputs",
+                                 "mla_attention" if mla else "attention", "speculator")]
+    if mla:
+        si.append(STAND_INS["fused_q_kv_rmsnorm"])
     if family == "dflash2":
         si.append(STAND_INS["selector_walk"])
     out = {
