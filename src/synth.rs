@@ -614,7 +614,7 @@ fn kimi_k3(name: &str) -> Option<Preset> {
             // Inferact/Kimi-K3-DSpark (K3DSparkModel) as third-party pins of revision
             // cf6b8244 give its config and 68-tensor roster: 5 MLA layers (64 heads, q_lora
             // 1536, kv_lora 512), SiLU MLP 14336, taps [2,23,47,71,89], Markov rank 256, a
-            // copy of the target's embedding vLLM drops.
+            // copy of the target's embedding vLLM drops; plus `block_size` 7 (below).
             let m = MlaDims { q_lora: 1536, kv_lora: 512, nope: 128, rope: 64, v: 128 };
             let ids = [2, 23, 47, 71, 89];
             let mut b = Tensors(Vec::new());
@@ -642,7 +642,11 @@ fn kimi_k3(name: &str) -> Option<Preset> {
                        "num_target_layers": 5, "target_hidden_size": H, "target_num_hidden_layers": 93, "target_layer_ids": ids,
                        "mask_token_id": 163837, "bos_token_id": 163584, "eos_token_id": 163586, "pad_token_id": 163839,
                        "markov_rank": 256, "markov_head_type": "vanilla", "enable_confidence_head": true,
-                       "confidence_head_with_markov": true, "tie_word_embeddings": false}),
+                       "confidence_head_with_markov": true, "tie_word_embeddings": false,
+                       // The one key the published config lacks: vLLM takes the block from
+                       // `num_speculative_tokens` at launch (7, the validated value); the
+                       // replay reads it from the file.
+                       "block_size": 7}),
                 b.0,
             );
             pr.metadata = vec![("torchspec_version", "0.1.0")];
