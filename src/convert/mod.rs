@@ -9,6 +9,7 @@
 //! sources they were read from: docs/formats.md; what the engines' own loaders make of the
 //! results: docs/engines.md.
 
+pub mod block;
 pub mod config;
 pub mod layout;
 pub mod names;
@@ -74,7 +75,7 @@ pub fn plan(
     target: Option<&Checkpoint>,
     o: &Options,
 ) -> Result<Plan> {
-    det.refuse_block_2026(&ck.weights.dir, "convert")?;
+    block::refuse_other_verb(ck, det, o.dflash)?;
     let fam_ok = matches!(
         (&det.family, o.dflash),
         (Family::Eagle3 | Family::Eagle3Mla, false) | (Family::Dflash, true)
@@ -299,7 +300,10 @@ pub fn place(p: &mut Plan, engine: DraftLayout, dflash: bool, dir: &std::path::P
             trtllm_yaml(&d, p.steps, spec).into_bytes(),
         ));
     }
-    p.launch = layout::launch_line(engine, dflash, &d, p.steps, p.context_length);
+    p.launch = match p.block {
+        Some(b) => layout::block_launch_line(engine, b, &d, p.steps, p.context_length),
+        None => layout::launch_line(engine, dflash, &d, p.steps, p.context_length),
+    };
 }
 
 /// The `extra-llm-api-config.yml` that `convert --to trtllm` would write for the same draft at
@@ -372,6 +376,7 @@ pub fn plan_json(p: &Plan) -> Value {
         "aux_layers": p.aux,
         "warnings": p.warnings,
         "launch": p.launch,
+        "layout": p.block.map(|b| b.layout.id()),
         "context_length": p.context_length,
         "target": p.target,
         "side_files": p.side_files.iter().map(|(n, _)| n).collect::<Vec<_>>(),

@@ -84,6 +84,9 @@ pub struct Plan {
     /// The target the draft serves beside, when known, and what the engine's source says
     /// about serving the draft's family on it (set by [`serving_target`](super::serving_target)).
     pub target: Option<DraftsTarget>,
+    /// A DSpark or DFlash2 draft: the layout written and its block (the launch line's method
+    /// and sizes; `super::block`).
+    pub block: Option<super::block::BlockOut>,
 }
 
 /// The target a draft serves beside, and whether the engine written for runs the pair.

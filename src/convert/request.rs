@@ -20,6 +20,22 @@ pub enum Kind {
     Eagle3,
     /// DFlash block drafter.
     Dflash,
+    /// DSpark block drafter (vLLM `Qwen3DSparkModel`, SpecForge/SGLang `DSparkDraftModel`,
+    /// speculators `dspark`, Inferact `K3DSparkModel`).
+    Dspark,
+    /// DFlash2 block drafter (`DFlash2DraftModel`).
+    Dflash2,
+}
+
+impl Kind {
+    /// The 2026 block family this kind names (none for EAGLE-3 and DFlash).
+    pub fn block(self) -> Option<crate::checkpoint::block::Kind> {
+        match self {
+            Kind::Dspark => Some(crate::checkpoint::block::Kind::Dspark),
+            Kind::Dflash2 => Some(crate::checkpoint::block::Kind::Dflash2),
+            _ => None,
+        }
+    }
 }
 
 /// What the user asked `convert` for.
@@ -63,7 +79,9 @@ impl DraftLayout {
     /// The aux-id convention of drafts this engine (or trainer) writes.
     pub fn aux_convention(self) -> AuxConvention {
         match self {
-            DraftLayout::Vllm | DraftLayout::Eagle => AuxConvention::InputOfLayer,
+            DraftLayout::Vllm | DraftLayout::Eagle | DraftLayout::Speculators => {
+                AuxConvention::InputOfLayer
+            }
             _ => AuxConvention::OutputOfLayer,
         }
     }
@@ -75,7 +93,8 @@ impl Conversion {
         let ck = Checkpoint::open(&req.src)?;
         let det = ck.detect()?;
         let dflash = req.kind == Kind::Dflash;
-        if let (Some(from), Some(prefix), false) = (req.from, det.layer_prefix.as_deref(), dflash) {
+        let eagle3 = req.kind == Kind::Eagle3;
+        if let (Some(from), Some(prefix), true) = (req.from, det.layer_prefix.as_deref(), eagle3) {
             check_from(from, prefix)?;
         }
         let o = Options {
@@ -94,7 +113,10 @@ impl Conversion {
             .as_deref()
             .map(Checkpoint::open)
             .transpose()?;
-        let mut plan = super::plan(&ck, &det, target.as_ref(), &o)?;
+        let mut plan = match req.kind.block() {
+            Some(k) => super::block::plan(&ck, &det, target.as_ref(), &o, k)?,
+            None => super::plan(&ck, &det, target.as_ref(), &o)?,
+        };
         super::serving_target(
             &mut plan,
             &ck,
