@@ -226,8 +226,11 @@ fn engine_refusal(ck: &Checkpoint, det: &Detection, req: &Request, plan: &mut Pl
 /// `--from` against the source's EAGLE-3 layer prefix: refused when that engine writes another
 /// (TensorRT-LLM and TorchSpec take either), naming the engines that fit.
 fn check_from(from: DraftLayout, prefix: &str) -> Result<()> {
+    // Speculators is a DSpark layout here (`convert eagle3` does not write it).
     let fits_prefix = |e: &DraftLayout| {
-        e.eagle3_prefix() == prefix || matches!(e, DraftLayout::Trtllm | DraftLayout::Torchspec)
+        *e != DraftLayout::Speculators
+            && (e.eagle3_prefix() == prefix
+                || matches!(e, DraftLayout::Trtllm | DraftLayout::Torchspec))
     };
     if fits_prefix(&from) {
         return Ok(());
