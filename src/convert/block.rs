@@ -15,20 +15,12 @@ use serde_json::{json, Map, Value};
 
 use super::names::{config_value, flatten_speculators, hf_quant_config_file, read_hf_quant_config};
 use super::{
-    quantization_config_last, rename_quant_lists, set, AuxOut, DraftLayout, Options, Plan, Planned,
-    Source,
+    quantization_config_last, rename_quant_lists, set, AuxOut, BlockOut, DraftLayout, Options,
+    Plan, Planned, Source,
 };
 use crate::checkpoint::block::{BlockDraft, Kind, Layout, DFLASH2_ARCHITECTURES};
 use crate::checkpoint::{AuxConvention, Checkpoint, Detection};
 use crate::error::{Error, Result};
-
-/// What a block draft is written as, for the launch line (`super::place`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockOut {
-    pub layout: Layout,
-    /// The block size in the written config.
-    pub block_size: u64,
-}
 
 /// Keys a source keeps about its block, taps and heads, read into [`Keys`] and written again
 /// where the output layout keeps them.
@@ -561,16 +553,17 @@ fn steps(ck: &Checkpoint, kind: Kind, keys: &Keys, asked: Option<usize>) -> Resu
 }
 
 /// Plan the conversion of a DSpark or DFlash2 draft (nothing is written).
+/// `taps`: the source's as HF `hidden_states` indices (`super::source_taps`).
 pub fn plan(
     ck: &Checkpoint,
     det: &Detection,
     target: Option<&Checkpoint>,
     o: &Options,
-    kind: Kind,
+    (kind, taps): (Kind, Option<Vec<i64>>),
 ) -> Result<Plan> {
     let b = block_of(ck, det, kind)?;
     let layout = written(kind, b.layout, o.engine)?;
-    let hs = super::source_taps(ck, det, o)?.ok_or_else(|| {
+    let hs = taps.ok_or_else(|| {
         source_err(
             ck,
             "names no taps (`dflash_config.target_layer_ids`, `target_layer_ids` or `aux_hidden_state_layer_ids`)".into(),
@@ -617,7 +610,7 @@ pub fn plan(
     if kind == Kind::Dspark && !s.keys.sample_from_anchor && o.engine == DraftLayout::Sglang {
         warnings.push(format!("the draft drafts the 1+N layout (`sample_from_anchor` false, written explicitly): SGLang's DSpark takes `block_size` as its gamma and verifies gamma + 1 tokens (dspark_config.py), so the launch line asks for --speculative-dspark-block-size {steps}"));
     }
-    let mut p = Plan {
+    Ok(Plan {
         tensors: tensors(ck)?,
         dropped: Vec::new(),
         config,
@@ -633,9 +626,5 @@ pub fn plan(
             layout,
             block_size: s.keys.block_size,
         }),
-    };
-    if o.engine == DraftLayout::Sglang {
-        super::sglang_context(&mut p, target);
-    }
-    Ok(p)
+    })
 }

@@ -174,7 +174,8 @@ fn sglang_dflash(d: &str, steps: usize, context_length: Option<u64>) -> String {
     )
 }
 
-/// The command that serves a DSpark or DFlash2 draft written as `b` in directory `draft`:
+/// The command that serves a DSpark or DFlash2 draft written in `layout` with its block size,
+/// in directory `draft`:
 /// vLLM's `dspark` method (the 0.33 `SpeculativeConfig` takes `num_speculative_tokens` =
 /// proposals per step; DFlash2 runs under `dflash`), SGLang's `DSPARK` (gamma = the block size
 /// unless `--speculative-dspark-block-size` says otherwise; `--speculative-num-draft-tokens`
@@ -182,21 +183,21 @@ fn sglang_dflash(d: &str, steps: usize, context_length: Option<u64>) -> String {
 /// layout (SpecForge).
 pub fn block_launch_line(
     engine: DraftLayout,
-    b: super::block::BlockOut,
+    (layout, block_size): (crate::checkpoint::block::Layout, u64),
     draft: &str,
     steps: usize,
     context_length: Option<u64>,
 ) -> Option<String> {
     use crate::checkpoint::block::Layout;
     let d = sh_quote(draft);
-    let dflash2 = matches!(b.layout, Layout::Dflash2 | Layout::Dflash2Mla);
+    let dflash2 = matches!(layout, Layout::Dflash2 | Layout::Dflash2Mla);
     Some(match engine {
         DraftLayout::Vllm | DraftLayout::Speculators => {
             vllm_serve(if dflash2 { "dflash" } else { "dspark" }, draft, steps)
         }
         DraftLayout::Sglang if dflash2 => sglang_dflash(&d, steps, context_length),
         DraftLayout::Sglang => {
-            let gamma = if steps as u64 == b.block_size {
+            let gamma = if steps as u64 == block_size {
                 String::new()
             } else {
                 format!(" --speculative-dspark-block-size {steps}")

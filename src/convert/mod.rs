@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 pub use config::{dflash_block_size, rename_quant_lists};
 pub(crate) use config::{quantization_config_last, set};
 pub use layout::DraftLayout;
-pub use plan::{AuxOut, DraftsTarget, Options, Plan, Planned, Source, TrtllmYaml};
+pub use plan::{AuxOut, BlockOut, DraftsTarget, Options, Plan, Planned, Source, TrtllmYaml};
 pub use request::{Conversion, Kind, Request};
 
 use crate::checkpoint::{Checkpoint, Detection, Family};
@@ -126,6 +126,26 @@ pub fn plan(
     } else {
         names::plan_eagle3(input)?
     };
+    if o.engine == DraftLayout::Sglang {
+        sglang_context(&mut p, target);
+    }
+    Ok(p)
+}
+
+/// Build the conversion plan of a DSpark or DFlash2 draft (`block::plan`; nothing is written).
+pub fn plan_block(
+    ck: &Checkpoint,
+    det: &Detection,
+    target: Option<&Checkpoint>,
+    o: &Options,
+    kind: crate::checkpoint::block::Kind,
+) -> Result<Plan> {
+    // The family first: a draft of another family has no taps to read.
+    let taps = match det.family.block_kind() {
+        Some(k) if k == kind => source_taps(ck, det, o)?,
+        _ => None,
+    };
+    let mut p = block::plan(ck, det, target, o, (kind, taps))?;
     if o.engine == DraftLayout::Sglang {
         sglang_context(&mut p, target);
     }
@@ -301,7 +321,13 @@ pub fn place(p: &mut Plan, engine: DraftLayout, dflash: bool, dir: &std::path::P
         ));
     }
     p.launch = match p.block {
-        Some(b) => layout::block_launch_line(engine, b, &d, p.steps, p.context_length),
+        Some(b) => layout::block_launch_line(
+            engine,
+            (b.layout, b.block_size),
+            &d,
+            p.steps,
+            p.context_length,
+        ),
         None => layout::launch_line(engine, dflash, &d, p.steps, p.context_length),
     };
 }

@@ -114,7 +114,7 @@ impl Conversion {
             .map(Checkpoint::open)
             .transpose()?;
         let mut plan = match req.kind.block() {
-            Some(k) => super::block::plan(&ck, &det, target.as_ref(), &o, k)?,
+            Some(k) => super::plan_block(&ck, &det, target.as_ref(), &o, k)?,
             None => super::plan(&ck, &det, target.as_ref(), &o)?,
         };
         super::serving_target(
