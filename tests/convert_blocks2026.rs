@@ -443,39 +443,6 @@ fn what_no_engine_loads_is_refused() {
     assert!(e.contains("is a DFlash2 draft"), "{e}");
 }
 
-/// An engine venv's python: `$VAR`, else the one `tests/engines/venv.sh ENGINE` builds
-/// (`${KQUANT_ENGINE_CACHE:-~/.cache/kquant/engines}/ENGINE-VERSION-<sha256 of the
-/// constraints, 12 hex>`, complete when `.complete` exists). A missing venv fails the
-/// (ignored unless asked for) test.
-fn engine_python(var: &str, engine_version: &str) -> PathBuf {
-    use sha2::{Digest, Sha256};
-    if let Some(p) = std::env::var_os(var) {
-        let p = PathBuf::from(p);
-        assert!(p.exists(), "{var}={} does not exist", p.display());
-        return p;
-    }
-    let cons =
-        std::fs::read(root().join(format!("tests/engines/constraints-{engine_version}.txt")))
-            .unwrap();
-    let hash: String = Sha256::digest(&cons)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let cache = std::env::var_os("KQUANT_ENGINE_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/kquant/engines")
-        });
-    let venv = cache.join(format!("{engine_version}-{}", &hash[..12]));
-    assert!(
-        venv.join("bin/python").exists() && venv.join(".complete").exists(),
-        "no {engine_version} venv at {} (build it with `bash tests/engines/venv.sh`, or set {var})",
-        venv.display()
-    );
-    venv.join("bin/python")
-}
-
 /// tests/engines/launch_2026.py under one engine: every case must pass, and there must be
 /// cases (the script prints one JSON line per case).
 fn launch_lines_in(engine: &str, python: PathBuf) {
@@ -515,7 +482,10 @@ fn launch_lines_in(engine: &str, python: PathBuf) {
 #[test]
 #[ignore = "needs the vLLM 0.33.0 engine venv (KQUANT_VLLM_PYTHON)"]
 fn vllm_takes_the_launch_lines() {
-    launch_lines_in("vllm", engine_python("KQUANT_VLLM_PYTHON", "vllm-0.33.0"));
+    launch_lines_in(
+        "vllm",
+        common::engine_python("KQUANT_VLLM_PYTHON", "vllm-0.33.0"),
+    );
 }
 
 /// The printed SGLang launch lines through SGLang 0.5.23's `ServerArgs` resolution (DSPARK's
@@ -525,6 +495,6 @@ fn vllm_takes_the_launch_lines() {
 fn sglang_takes_the_launch_lines() {
     launch_lines_in(
         "sglang",
-        engine_python("KQUANT_SGLANG_PYTHON", "sglang-0.5.23"),
+        common::engine_python("KQUANT_SGLANG_PYTHON", "sglang-0.5.23"),
     );
 }
