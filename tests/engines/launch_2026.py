@@ -5,8 +5,9 @@ argument and config code on CPU, with the converted tiny drafts and the tiny Kim
     <vllm venv>/bin/python   tests/engines/launch_2026.py --engine vllm   --kquant BIN --work DIR
     <sglang venv>/bin/python tests/engines/launch_2026.py --engine sglang --kquant BIN --work DIR
 
-For each case it converts a fixture draft (fixtures/kimi-k2.5-tiny/dspark, dflash2, and a
-copy of dspark whose config says `sample_from_anchor: false`) with kquant, takes the line kquant
+For each case it converts a fixture draft (fixtures/kimi-k2.5-tiny/dspark, dflash2, a copy of
+dspark whose config says `sample_from_anchor: false`, and one under a `K3DSparkModel` config)
+with kquant, takes the line kquant
 printed after "launch with:", and:
 
 - vLLM 0.33: parses it with the `vllm serve` parser (vllm/entrypoints/cli/serve.py), builds
@@ -15,7 +16,9 @@ printed after "launch with:", and:
   on CPU, then refuses `dspark` and DFlash candidate heads: that refusal, and only it, is
   expected). Checked: the method, `num_speculative_tokens`, the draft architecture after vLLM's
   rewrites, `sample_from_anchor`, the Markov rank, the block size, the mask token and the aux
-  layers vLLM captures (`get_eagle3_aux_layers_from_config`).
+  layers vLLM captures (`get_eagle3_aux_layers_from_config`). A control: the unconverted
+  `K3DSparkModel` source (`num_target_layers` = the target's depth) is refused by vLLM's
+  K3DSparkConfig, so the check can fail.
 - SGLang 0.5.23: parses it with `prepare_server_args` and runs `ServerArgs.resolve_once()`
   (the whole resolution pipeline, `_handle_dspark` / `_handle_dflash` included) with
   `--device cuda` appended (DSpark's hook refuses any other device before it reads the draft;
@@ -71,6 +74,22 @@ def anchor_variant(work):
     return d
 
 
+def k3_variant(work):
+    """The DSpark fixture's tensors under an Inferact `K3DSparkModel` config whose
+    `num_target_layers` (4) is the target's depth, as SpecForge/TorchSpec configs give it: vLLM's
+    K3DSparkConfig refuses it until convert counts the taps. Only the configs are read here."""
+    d = os.path.join(work, "k3")
+    shutil.copytree(f"{FIX}/dspark", d)
+    p = os.path.join(d, "config.json")
+    with open(p) as f:
+        c = json.load(f)
+    c.update(architectures=["K3DSparkModel"], model_type="k3_dspark", q_lora_rank=64,
+             target_layer_ids=[0, 2])
+    with open(p, "w") as f:
+        json.dump(c, f, indent=1)
+    return d
+
+
 def cases(kquant, work, engine):
     """(name, launch line, draft dir, expectations) per case."""
     out = lambda n: os.path.join(work, n)  # noqa: E731
@@ -91,6 +110,10 @@ def cases(kquant, work, engine):
             ("dspark (1+N) --to speculators",
              convert(kquant, "dspark", one_n, out("speculators-1n"), "speculators"),
              out("speculators-1n"), dict(dspark, n=6, anchor=False)),
+            ("k3-dspark --to vllm",
+             convert(kquant, "dspark", k3_variant(work), out("k3-vllm"), "vllm"),
+             out("k3-vllm"),
+             dict(dspark, arch="K3DSparkModel", control=os.path.join(work, "k3"))),
             ("dflash2 --to vllm",
              convert(kquant, "dflash2", f"{FIX}/dflash2", out("dflash2-vllm"), "vllm"),
              out("dflash2-vllm"),
@@ -223,7 +246,17 @@ def main():
             if line is None:
                 raise RuntimeError("kquant printed no launch line")
             if a.engine == "vllm":
+                control = want.pop("control", None)
                 got = vllm_case(line, want)
+                if control:
+                    # The control: the source as it was, which vLLM refuses.
+                    try:
+                        vllm_case(line.replace(draft, control), want)
+                        got["control"] = "accepted the unconverted source"
+                    except Exception as e:
+                        ok_msg = "matching num_target_layers" in str(e)
+                        got["control"] = "refused" if ok_msg else f"refused otherwise: {e}"
+                    want = dict(want, control="refused")
             else:
                 got, want = sglang_case(line, draft, want)
             got = {k: (list(v) if isinstance(v, tuple) else v) for k, v in got.items()}
