@@ -1,4 +1,4 @@
-//! `kquant convert {eagle3|dflash} SRC -o OUT --to ENGINE [--target-checkpoint TGT]`: move a
+//! `kquant convert {eagle3|dflash|dspark|dflash2} SRC -o OUT --to ENGINE [--target-checkpoint TGT]`: move a
 //! draft between engine layouts.
 
 use std::process::ExitCode;

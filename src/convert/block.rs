@@ -628,3 +628,67 @@ pub fn plan(
         }),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    /// Every (source layout, `--to`) pair: the layouts written, and a flag error (exit 2) for
+    /// every other pair.
+    #[test]
+    fn written_covers_every_pair() {
+        use DraftLayout as D;
+        use Layout as L;
+        let all = [
+            L::Qwen3Dspark,
+            L::K3Dspark,
+            L::SpecforgeDspark,
+            L::SpeculatorsDspark,
+            L::Dflash2,
+            L::Dflash2Mla,
+        ];
+        let mut ok = Vec::new();
+        for from in all {
+            let kind = if matches!(from, L::Dflash2 | L::Dflash2Mla) {
+                Kind::Dflash2
+            } else {
+                Kind::Dspark
+            };
+            for &to in D::value_variants() {
+                match written(kind, from, to) {
+                    Ok(l) => ok.push((from, to, l)),
+                    Err(e) => assert!(matches!(e, Error::Flags { .. }), "{from:?} {to:?}"),
+                }
+            }
+        }
+        let mut want = Vec::new();
+        for from in [L::Qwen3Dspark, L::SpecforgeDspark, L::SpeculatorsDspark] {
+            want.extend([
+                (from, D::Sglang, L::SpecforgeDspark),
+                (from, D::Vllm, L::Qwen3Dspark),
+                (from, D::Specforge, L::SpecforgeDspark),
+                (from, D::Speculators, L::SpeculatorsDspark),
+            ]);
+        }
+        want.insert(4, (L::K3Dspark, D::Vllm, L::K3Dspark));
+        want.extend([
+            (L::Dflash2, D::Sglang, L::Dflash2),
+            (L::Dflash2, D::Vllm, L::Dflash2),
+        ]);
+        assert_eq!(ok, want);
+    }
+
+    #[test]
+    fn the_model_prefix_is_dropped_and_nothing_else() {
+        assert_eq!(
+            unprefixed("model.layers.0.mlp.up_proj.weight"),
+            "layers.0.mlp.up_proj.weight"
+        );
+        assert_eq!(
+            unprefixed("markov_head.markov_w1.weight"),
+            "markov_head.markov_w1.weight"
+        );
+        assert_eq!(unprefixed("lm_head.weight"), "lm_head.weight");
+    }
+}
