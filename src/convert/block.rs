@@ -434,7 +434,9 @@ fn speculators_dspark(s: &Src) -> (Value, AuxOut) {
     root.insert("aux_hidden_state_layer_ids".into(), json!(s.hs));
     let verifier = match s.target {
         Some(t) => json!({
-            "name_or_path": t.weights.dir.to_string_lossy(),
+            "name_or_path": std::path::absolute(&t.weights.dir)
+                .unwrap_or_else(|_| t.weights.dir.clone())
+                .to_string_lossy(),
             "architectures": t.config.as_ref().map(|c| c.architectures()).unwrap_or_default(),
         }),
         None => json!({"name_or_path": null, "architectures": []}),
