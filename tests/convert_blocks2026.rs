@@ -439,6 +439,8 @@ fn what_no_engine_loads_is_refused() {
         e.contains("is a DSpark draft") && e.contains("convert dspark"),
         "{e}"
     );
+    let e = refused("dspark", &fix("dspark"), "vllm", &["--from", "speculators"]);
+    assert!(e.contains("leave --from out"), "{e}");
     let e = refused("eagle3", &fix("dflash2"), "speculators", &[]);
     assert!(e.contains("is a DFlash2 draft"), "{e}");
 }

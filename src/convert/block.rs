@@ -130,7 +130,8 @@ pub fn written(kind: Kind, from: Layout, to: DraftLayout) -> Result<Layout> {
     }
 }
 
-fn kind_id(kind: Kind) -> &'static str {
+/// The `convert` kind of a block family.
+pub fn kind_id(kind: Kind) -> &'static str {
     match kind {
         Kind::Dspark => "dspark",
         Kind::Dflash2 => "dflash2",

@@ -93,6 +93,17 @@ impl Conversion {
         let ck = Checkpoint::open(&req.src)?;
         let det = ck.detect()?;
         let dflash = req.kind == Kind::Dflash;
+        if let (Some(k), Some(from)) = (req.kind.block(), req.from) {
+            // Their layouts say their conventions; a `--from` could only contradict them.
+            return Err(Error::Flags {
+                msg: format!(
+                    "--from {}: `convert {}` reads the source's layout from its config",
+                    from.id(),
+                    super::block::kind_id(k)
+                ),
+                hint: "leave --from out (`kquant inspect` names the layout detected); --aux-layers with --aux-convention names other taps".into(),
+            });
+        }
         let eagle3 = req.kind == Kind::Eagle3;
         if let (Some(from), Some(prefix), true) = (req.from, det.layer_prefix.as_deref(), eagle3) {
             check_from(from, prefix)?;
