@@ -10,6 +10,7 @@ mod bench_gemm;
 mod bench_replay;
 mod calibrate;
 mod convert;
+mod convert_blocks2026;
 mod convert_golden;
 mod ct_golden;
 mod dequantize;

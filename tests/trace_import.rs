@@ -959,7 +959,6 @@ mod vllm_capture {
 
     use super::common::{kquant_cmd, root};
     use kquant::trace::file::Trace;
-    use sha2::{Digest, Sha256};
 
     const FIXTURE_TRACE: &str = "fixtures/kimi-k2.5-tiny/trace";
     const TARGET: &str = "fixtures/kimi-k2.5-tiny/target";
@@ -968,34 +967,7 @@ mod vllm_capture {
     /// The vLLM 0.33.0 venv's python, found as the engine tier finds it; a missing venv fails the
     /// (ignored unless asked for) test that needs it.
     fn vllm_python() -> PathBuf {
-        if let Some(p) = std::env::var_os("KQUANT_VLLM_PYTHON") {
-            let p = PathBuf::from(p);
-            assert!(
-                p.exists(),
-                "KQUANT_VLLM_PYTHON={} does not exist",
-                p.display()
-            );
-            return p;
-        }
-        let cons = std::fs::read(root().join("tests/engines/constraints-vllm-0.33.0.txt")).unwrap();
-        let hash: String = Sha256::digest(&cons)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        let cache = std::env::var_os("KQUANT_ENGINE_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                    .join(".cache/kquant/engines")
-            });
-        let venv = cache.join(format!("vllm-0.33.0-{}", &hash[..12]));
-        assert!(
-            venv.join("bin/python").exists() && venv.join(".complete").exists(),
-            "no vLLM 0.33.0 venv at {} (build it with `bash tests/engines/venv.sh vllm`, or set \
-             KQUANT_VLLM_PYTHON)",
-            venv.display()
-        );
-        venv.join("bin/python")
+        super::common::engine_python("KQUANT_VLLM_PYTHON", "vllm-0.33.0")
     }
 
     /// The script through the harness: `harness.py --trace FIXTURE [--probe] -- ARGS`.

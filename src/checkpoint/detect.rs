@@ -837,28 +837,6 @@ fn aux_layers(
     }
 }
 
-impl Detection {
-    /// The refusal of a verb (`quantize`, `convert`) that does not take DSpark or DFlash2 drafts
-    /// yet: an `error:` naming the family and layout, with `inspect` as the hint. `Ok` for every
-    /// other family.
-    pub fn refuse_block_2026(&self, path: &std::path::Path, verb: &str) -> Result<()> {
-        let Some(b) = self.block_draft.as_ref() else {
-            return Ok(());
-        };
-        let fam = b.layout.family_name();
-        Err(Error::Source {
-            path: path.to_path_buf(),
-            msg: format!(
-                "is a {fam} draft (`{}` layout): `kquant {verb}` does not take {fam} drafts yet",
-                b.layout.id()
-            ),
-            hint: Some(format!(
-                "`kquant inspect` describes it (layout, block, anchor, heads, taps, engines); `kquant {verb}` takes EAGLE-3 and DFlash drafts"
-            )),
-        })
-    }
-}
-
 /// Whether an EAGLE-3 draft feeds the post-norm hidden state back to the next depth
 /// (EAGLE-3.1). `norm_output` means that only in the `layers.0.*` family of configs (vLLM,
 /// speculators, ModelOpt → TensorRT-LLM); in SpecForge/TorchSpec configs it means "logits

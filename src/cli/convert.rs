@@ -1,4 +1,4 @@
-//! `kquant convert {eagle3|dflash} SRC -o OUT --to ENGINE [--target-checkpoint TGT]`: move a
+//! `kquant convert {eagle3|dflash|dspark|dflash2} SRC -o OUT --to ENGINE [--target-checkpoint TGT]`: move a
 //! draft between engine layouts.
 
 use std::process::ExitCode;
@@ -26,15 +26,19 @@ pub enum Convention {
 /// Arguments of `kquant convert`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Draft family of the source: `eagle3` (Llama-style or MLA) or `dflash`.
+    /// Draft family of the source: `eagle3` (Llama-style or MLA), `dflash`, `dspark` or
+    /// `dflash2`.
     pub kind: Kind,
     /// Source draft: directory, `.safetensors` file or hub id.
     pub src: String,
     #[command(flatten)]
     pub out: OutputArgs,
-    /// DraftLayout (or trainer) layout to write. A quantized draft whose scheme that engine does
-    /// not load (as `kquant inspect` says) is refused; `--force` writes it anyway, with a
-    /// warning and no launch line.
+    /// Engine (or trainer) layout to write. DSpark takes vllm (`Qwen3DSparkModel`; an MLA
+    /// `K3DSparkModel` stays one), sglang and specforge (`DSparkDraftModel`, keys in
+    /// `dflash_config` and at the root) and speculators; DFlash2 takes vllm and sglang (one
+    /// layout for both). A quantized draft whose scheme that engine does not load (as `kquant
+    /// inspect` says) is refused; `--force` writes it anyway, with a warning and no launch
+    /// line.
     #[arg(long, value_enum)]
     pub to: DraftLayout,
     /// Where the source comes from, when detection cannot tell (sets the aux-id convention and
@@ -61,8 +65,9 @@ pub struct Args {
     #[arg(long)]
     pub model_type: Option<String>,
     /// Tokens drafted per step in the printed launch line and TensorRT-LLM's max_draft_len.
-    /// EAGLE-3: draft depths per round (default 3). DFlash: tokens proposed per step, at most
-    /// the draft's block_size − 1, which is the default (SGLang runs a block of steps + 1).
+    /// EAGLE-3: draft depths per round (default 3). DFlash and DFlash2: tokens proposed per
+    /// step, at most the draft's block_size − 1, which is the default (SGLang runs a block of
+    /// steps + 1). DSpark: at most block_size (anchor-first) or block_size − 1 (1+N layout).
     #[arg(long, value_parser = crate::cli::flags::steps)]
     pub steps: Option<usize>,
     /// Print the plan (names, sources, dropped tensors, config, warnings) and write nothing.

@@ -45,7 +45,7 @@ pub enum Command {
     Inspect(inspect::Args),
     /// Quantize a draft into the files AMD Quark, compressed-tensors (vLLM) or ModelOpt (TensorRT-LLM) write, bit for bit.
     Quantize(quantize::Args),
-    /// Move an EAGLE-3 / EAGLE-3-MLA / DFlash draft between engine layouts (quantized or not).
+    /// Move an EAGLE-3 / EAGLE-3-MLA / DFlash / DSpark / DFlash2 draft between engine layouts (quantized or not).
     Convert(convert::Args),
     /// Turn a quantized checkpoint back into float weights (w = q · s).
     Dequantize(dequantize::Args),

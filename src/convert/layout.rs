@@ -25,6 +25,9 @@ pub enum DraftLayout {
     Eagle,
     /// z-lab DFlash (`DFlashDraftModel`, `dflash_config`).
     Zlab,
+    /// vLLM speculators format (`speculators_model_type`, `transformer_layer_config`): DSpark
+    /// only, loaded by vLLM.
+    Speculators,
 }
 
 impl DraftLayout {
@@ -37,6 +40,7 @@ impl DraftLayout {
             DraftLayout::Torchspec => "torchspec",
             DraftLayout::Eagle => "eagle",
             DraftLayout::Zlab => "zlab",
+            DraftLayout::Speculators => "speculators",
         }
     }
 
@@ -44,7 +48,7 @@ impl DraftLayout {
     pub fn serving(self) -> Option<crate::engines::Engine> {
         match self {
             DraftLayout::Sglang => Some(crate::engines::Engine::Sglang),
-            DraftLayout::Vllm => Some(crate::engines::Engine::Vllm),
+            DraftLayout::Vllm | DraftLayout::Speculators => Some(crate::engines::Engine::Vllm),
             DraftLayout::Trtllm => Some(crate::engines::Engine::Trtllm),
             _ => None,
         }
@@ -60,7 +64,7 @@ impl DraftLayout {
 
     /// Engines valid for `convert eagle3` and `convert dflash`.
     pub fn for_eagle3(self) -> bool {
-        !matches!(self, DraftLayout::Zlab)
+        !matches!(self, DraftLayout::Zlab | DraftLayout::Speculators)
     }
     pub fn for_dflash(self) -> bool {
         matches!(
@@ -115,36 +119,97 @@ pub fn launch_line(
     steps: usize,
     context_length: Option<u64>,
 ) -> Option<String> {
-    let target = "<path-to-target>";
     let d = sh_quote(draft);
-    let ctx = context_length.map_or(String::new(), |n| format!(" --context-length {n}"));
-    let vllm = |method: &str| {
-        let cfg =
-            serde_json::json!({"method": method, "model": draft, "num_speculative_tokens": steps});
-        // `--trust-remote-code`: Kimi-K2.x ships its own model code. The per-request
-        // acceptance (vLLM >= 0.29) is what `kquant verify --endpoint` reads.
-        format!(
-            "vllm serve {target} --trust-remote-code --speculative-config {} --per-request-spec-decode-metrics summary",
-            sh_quote_always(&cfg.to_string())
-        )
-    };
     Some(match (engine, dflash) {
-        (DraftLayout::Sglang, false) => format!(
-            "python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 --speculative-draft-model-path {d} \
-             --speculative-num-steps {steps} --speculative-eagle-topk 1 --speculative-num-draft-tokens {} --trust-remote-code{ctx}",
-            steps + 1
+        (DraftLayout::Sglang, false) => sglang_server(
+            &format!(
+                "EAGLE3 --speculative-draft-model-path {d} --speculative-num-steps {steps} --speculative-eagle-topk 1 --speculative-num-draft-tokens {}",
+                steps + 1
+            ),
+            context_length,
         ),
-        (DraftLayout::Sglang, true) => format!(
-            "python -m sglang.launch_server --model-path {target} --speculative-algorithm DFLASH --speculative-draft-model-path {d} \
-             --speculative-num-draft-tokens {} --trust-remote-code{ctx}",
-            steps + 1
-        ),
-        (DraftLayout::Vllm, false) => vllm("eagle3"),
-        (DraftLayout::Vllm, true) => vllm("dflash"),
+        (DraftLayout::Sglang, true) => sglang_dflash(&d, steps, context_length),
+        (DraftLayout::Vllm, false) => vllm_serve("eagle3", draft, steps),
+        (DraftLayout::Vllm, true) => vllm_serve("dflash", draft, steps),
         (DraftLayout::Trtllm, _) => format!(
-            "trtllm-serve {target} --backend pytorch --extra_llm_api_options {}",
+            "trtllm-serve {TARGET} --backend pytorch --extra_llm_api_options {}",
             sh_quote(&format!("{draft}/{TRTLLM_YAML}"))
         ),
+        _ => return None,
+    })
+}
+
+/// The target's place in a launch line.
+const TARGET: &str = "<path-to-target>";
+
+/// `vllm serve` with a speculative config. `--trust-remote-code`: Kimi-K2.x ships its own
+/// model code. The per-request acceptance (vLLM >= 0.29) is what `kquant verify --endpoint`
+/// reads.
+fn vllm_serve(method: &str, draft: &str, steps: usize) -> String {
+    let cfg =
+        serde_json::json!({"method": method, "model": draft, "num_speculative_tokens": steps});
+    format!(
+        "vllm serve {TARGET} --trust-remote-code --speculative-config {} --per-request-spec-decode-metrics summary",
+        sh_quote_always(&cfg.to_string())
+    )
+}
+
+/// SGLang's server with `--speculative-algorithm ALGO_AND_FLAGS`.
+fn sglang_server(algorithm_and_flags: &str, context_length: Option<u64>) -> String {
+    let ctx = context_length.map_or(String::new(), |n| format!(" --context-length {n}"));
+    format!(
+        "python -m sglang.launch_server --model-path {TARGET} --speculative-algorithm {algorithm_and_flags} --trust-remote-code{ctx}"
+    )
+}
+
+/// SGLang's DFLASH worker (DFlash and DFlash2): it runs a block of `steps` + 1
+/// (`--speculative-num-draft-tokens` is the block size; speculative_hook.py `_handle_dflash`).
+fn sglang_dflash(d: &str, steps: usize, context_length: Option<u64>) -> String {
+    sglang_server(
+        &format!(
+            "DFLASH --speculative-draft-model-path {d} --speculative-num-draft-tokens {}",
+            steps + 1
+        ),
+        context_length,
+    )
+}
+
+/// The command that serves a DSpark or DFlash2 draft written in `layout` with its block size,
+/// in directory `draft`:
+/// vLLM's `dspark` method (the 0.33 `SpeculativeConfig` takes `num_speculative_tokens` =
+/// proposals per step; DFlash2 runs under `dflash`), SGLang's `DSPARK` (gamma = the block size
+/// unless `--speculative-dspark-block-size` says otherwise; `--speculative-num-draft-tokens`
+/// must be gamma + 1: speculative_hook.py `_handle_dspark`) or `DFLASH`. None for a trainer
+/// layout (SpecForge).
+pub fn block_launch_line(
+    engine: DraftLayout,
+    (layout, block_size): (crate::checkpoint::block::Layout, u64),
+    draft: &str,
+    steps: usize,
+    context_length: Option<u64>,
+) -> Option<String> {
+    use crate::checkpoint::block::Layout;
+    let d = sh_quote(draft);
+    let dflash2 = matches!(layout, Layout::Dflash2 | Layout::Dflash2Mla);
+    Some(match engine {
+        DraftLayout::Vllm | DraftLayout::Speculators => {
+            vllm_serve(if dflash2 { "dflash" } else { "dspark" }, draft, steps)
+        }
+        DraftLayout::Sglang if dflash2 => sglang_dflash(&d, steps, context_length),
+        DraftLayout::Sglang => {
+            let gamma = if steps as u64 == block_size {
+                String::new()
+            } else {
+                format!(" --speculative-dspark-block-size {steps}")
+            };
+            sglang_server(
+                &format!(
+                    "DSPARK --speculative-draft-model-path {d}{gamma} --speculative-num-draft-tokens {}",
+                    steps + 1
+                ),
+                context_length,
+            )
+        }
         _ => return None,
     })
 }

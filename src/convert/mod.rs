@@ -9,6 +9,7 @@
 //! sources they were read from: docs/formats.md; what the engines' own loaders make of the
 //! results: docs/engines.md.
 
+pub mod block;
 pub mod config;
 pub mod layout;
 pub mod names;
@@ -20,7 +21,7 @@ use serde_json::{json, Value};
 pub use config::{dflash_block_size, rename_quant_lists};
 pub(crate) use config::{quantization_config_last, set};
 pub use layout::DraftLayout;
-pub use plan::{AuxOut, DraftsTarget, Options, Plan, Planned, Source, TrtllmYaml};
+pub use plan::{AuxOut, BlockOut, DraftsTarget, Options, Plan, Planned, Source, TrtllmYaml};
 pub use request::{Conversion, Kind, Request};
 
 use crate::checkpoint::{Checkpoint, Detection, Family};
@@ -74,7 +75,7 @@ pub fn plan(
     target: Option<&Checkpoint>,
     o: &Options,
 ) -> Result<Plan> {
-    det.refuse_block_2026(&ck.weights.dir, "convert")?;
+    block::refuse_other_verb(ck, det, o.dflash)?;
     let fam_ok = matches!(
         (&det.family, o.dflash),
         (Family::Eagle3 | Family::Eagle3Mla, false) | (Family::Dflash, true)
@@ -125,6 +126,26 @@ pub fn plan(
     } else {
         names::plan_eagle3(input)?
     };
+    if o.engine == DraftLayout::Sglang {
+        sglang_context(&mut p, target);
+    }
+    Ok(p)
+}
+
+/// Build the conversion plan of a DSpark or DFlash2 draft (`block::plan`; nothing is written).
+pub fn plan_block(
+    ck: &Checkpoint,
+    det: &Detection,
+    target: Option<&Checkpoint>,
+    o: &Options,
+    kind: crate::checkpoint::block::Kind,
+) -> Result<Plan> {
+    // The family first: a draft of another family has no taps to read.
+    let taps = match det.family.block_kind() {
+        Some(k) if k == kind => source_taps(ck, det, o)?,
+        _ => None,
+    };
+    let mut p = block::plan(ck, det, target, o, (kind, taps))?;
     if o.engine == DraftLayout::Sglang {
         sglang_context(&mut p, target);
     }
@@ -299,7 +320,16 @@ pub fn place(p: &mut Plan, engine: DraftLayout, dflash: bool, dir: &std::path::P
             trtllm_yaml(&d, p.steps, spec).into_bytes(),
         ));
     }
-    p.launch = layout::launch_line(engine, dflash, &d, p.steps, p.context_length);
+    p.launch = match p.block {
+        Some(b) => layout::block_launch_line(
+            engine,
+            (b.layout, b.block_size),
+            &d,
+            p.steps,
+            p.context_length,
+        ),
+        None => layout::launch_line(engine, dflash, &d, p.steps, p.context_length),
+    };
 }
 
 /// The `extra-llm-api-config.yml` that `convert --to trtllm` would write for the same draft at
@@ -372,6 +402,7 @@ pub fn plan_json(p: &Plan) -> Value {
         "aux_layers": p.aux,
         "warnings": p.warnings,
         "launch": p.launch,
+        "layout": p.block.map(|b| b.layout.id()),
         "context_length": p.context_length,
         "target": p.target,
         "side_files": p.side_files.iter().map(|(n, _)| n).collect::<Vec<_>>(),

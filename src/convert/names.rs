@@ -222,7 +222,7 @@ pub struct Input<'a> {
 }
 
 /// The source's config.json as a JSON object (`{}` without one).
-fn config_value(ck: &Checkpoint) -> Value {
+pub(super) fn config_value(ck: &Checkpoint) -> Value {
     ck.config
         .as_ref()
         .map(|c| Value::Object(c.root.clone()))
@@ -299,6 +299,7 @@ fn finish_plan(
         launch: None,
         context_length: None,
         target: None,
+        block: None,
     })
 }
 
@@ -632,14 +633,14 @@ fn eagle3_flags(
 /// `hf_quant_config.json` in the bytes `quantize --format modelopt` (and ModelOpt itself,
 /// Python's `json.dump(indent=4)`) writes, so that converting a quantized draft and quantizing
 /// a converted one give the same file.
-fn hf_quant_config_file(hq: &Value) -> (String, Vec<u8>) {
+pub(super) fn hf_quant_config_file(hq: &Value) -> (String, Vec<u8>) {
     (
         "hf_quant_config.json".into(),
         crate::quant::modelopt::python_json_indent4(hq),
     )
 }
 
-fn read_hf_quant_config(ck: &Checkpoint) -> Result<Option<Value>> {
+pub(super) fn read_hf_quant_config(ck: &Checkpoint) -> Result<Option<Value>> {
     let p = ck.weights.dir.join("hf_quant_config.json");
     if !p.is_file() {
         return Ok(None);

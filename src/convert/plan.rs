@@ -84,6 +84,17 @@ pub struct Plan {
     /// The target the draft serves beside, when known, and what the engine's source says
     /// about serving the draft's family on it (set by [`serving_target`](super::serving_target)).
     pub target: Option<DraftsTarget>,
+    /// A DSpark or DFlash2 draft: the layout written and its block (the launch line's method
+    /// and sizes; `super::block`).
+    pub block: Option<BlockOut>,
+}
+
+/// What a DSpark or DFlash2 draft is written as, for the launch line (`super::place`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockOut {
+    pub layout: crate::checkpoint::block::Layout,
+    /// The block size in the written config.
+    pub block_size: u64,
 }
 
 /// The target a draft serves beside, and whether the engine written for runs the pair.

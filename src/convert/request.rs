@@ -20,6 +20,22 @@ pub enum Kind {
     Eagle3,
     /// DFlash block drafter.
     Dflash,
+    /// DSpark block drafter (vLLM `Qwen3DSparkModel`, SpecForge/SGLang `DSparkDraftModel`,
+    /// speculators `dspark`, Inferact `K3DSparkModel`).
+    Dspark,
+    /// DFlash2 block drafter (`DFlash2DraftModel`).
+    Dflash2,
+}
+
+impl Kind {
+    /// The 2026 block family this kind names (none for EAGLE-3 and DFlash).
+    pub fn block(self) -> Option<crate::checkpoint::block::Kind> {
+        match self {
+            Kind::Dspark => Some(crate::checkpoint::block::Kind::Dspark),
+            Kind::Dflash2 => Some(crate::checkpoint::block::Kind::Dflash2),
+            _ => None,
+        }
+    }
 }
 
 /// What the user asked `convert` for.
@@ -63,7 +79,9 @@ impl DraftLayout {
     /// The aux-id convention of drafts this engine (or trainer) writes.
     pub fn aux_convention(self) -> AuxConvention {
         match self {
-            DraftLayout::Vllm | DraftLayout::Eagle => AuxConvention::InputOfLayer,
+            DraftLayout::Vllm | DraftLayout::Eagle | DraftLayout::Speculators => {
+                AuxConvention::InputOfLayer
+            }
             _ => AuxConvention::OutputOfLayer,
         }
     }
@@ -75,7 +93,19 @@ impl Conversion {
         let ck = Checkpoint::open(&req.src)?;
         let det = ck.detect()?;
         let dflash = req.kind == Kind::Dflash;
-        if let (Some(from), Some(prefix), false) = (req.from, det.layer_prefix.as_deref(), dflash) {
+        if let (Some(k), Some(from)) = (req.kind.block(), req.from) {
+            // Their layouts say their conventions; a `--from` could only contradict them.
+            return Err(Error::Flags {
+                msg: format!(
+                    "--from {}: `convert {}` reads the source's layout from its config",
+                    from.id(),
+                    super::block::kind_id(k)
+                ),
+                hint: "leave --from out (`kquant inspect` names the layout detected); --aux-layers with --aux-convention names other taps".into(),
+            });
+        }
+        let eagle3 = req.kind == Kind::Eagle3;
+        if let (Some(from), Some(prefix), true) = (req.from, det.layer_prefix.as_deref(), eagle3) {
             check_from(from, prefix)?;
         }
         let o = Options {
@@ -94,7 +124,10 @@ impl Conversion {
             .as_deref()
             .map(Checkpoint::open)
             .transpose()?;
-        let mut plan = super::plan(&ck, &det, target.as_ref(), &o)?;
+        let mut plan = match req.kind.block() {
+            Some(k) => super::plan_block(&ck, &det, target.as_ref(), &o, k)?,
+            None => super::plan(&ck, &det, target.as_ref(), &o)?,
+        };
         super::serving_target(
             &mut plan,
             &ck,
@@ -204,8 +237,11 @@ fn engine_refusal(ck: &Checkpoint, det: &Detection, req: &Request, plan: &mut Pl
 /// `--from` against the source's EAGLE-3 layer prefix: refused when that engine writes another
 /// (TensorRT-LLM and TorchSpec take either), naming the engines that fit.
 fn check_from(from: DraftLayout, prefix: &str) -> Result<()> {
+    // Speculators is a DSpark layout here (`convert eagle3` does not write it).
     let fits_prefix = |e: &DraftLayout| {
-        e.eagle3_prefix() == prefix || matches!(e, DraftLayout::Trtllm | DraftLayout::Torchspec)
+        *e != DraftLayout::Speculators
+            && (e.eagle3_prefix() == prefix
+                || matches!(e, DraftLayout::Trtllm | DraftLayout::Torchspec))
     };
     if fits_prefix(&from) {
         return Ok(());

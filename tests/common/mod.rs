@@ -440,3 +440,36 @@ pub fn one_sample_per_category(trace: &Path, out: &Path) -> Vec<Value> {
     }
     keep
 }
+
+/// An engine venv's python: `$VAR`, else the one `tests/engines/venv.sh ENGINE` builds
+/// (`${KQUANT_ENGINE_CACHE:-~/.cache/kquant/engines}/ENGINE-VERSION-<sha256 of the
+/// constraints, 12 hex>`, complete when `.complete` exists). A missing venv fails the
+/// (ignored unless asked for) test.
+pub fn engine_python(var: &str, engine_version: &str) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    if let Some(p) = std::env::var_os(var) {
+        let p = PathBuf::from(p);
+        assert!(p.exists(), "{var}={} does not exist", p.display());
+        return p;
+    }
+    let cons =
+        std::fs::read(root().join(format!("tests/engines/constraints-{engine_version}.txt")))
+            .unwrap();
+    let hash: String = Sha256::digest(&cons)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let cache = std::env::var_os("KQUANT_ENGINE_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/kquant/engines")
+        });
+    let venv = cache.join(format!("{engine_version}-{}", &hash[..12]));
+    assert!(
+        venv.join("bin/python").exists() && venv.join(".complete").exists(),
+        "no {engine_version} venv at {} (build it with `bash tests/engines/venv.sh`, or set {var})",
+        venv.display()
+    );
+    venv.join("bin/python")
+}
