@@ -184,7 +184,7 @@ fn documented_preset_sizes_match_synth() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 5, "{list}");
+    assert_eq!(checked, 8, "{list}");
 }
 
 /// #40 item 7: the two published Kimi-K3 DSpark drafts at their pinned rosters — Inferact's
