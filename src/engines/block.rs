@@ -77,13 +77,19 @@ mod tests {
     /// linears and a float `fc` are not.
     #[test]
     fn sglang_plain_linears() {
-        let float = [t("fc.weight", Dtype::BF16), t("layers.0.self_attn.q_proj.weight_scale", Dtype::BF16)];
+        let float = [
+            t("fc.weight", Dtype::BF16),
+            t("layers.0.self_attn.q_proj.weight_scale", Dtype::BF16),
+        ];
         assert_eq!(sglang_plain_quantized(&float), None);
         let fc = [t("fc.weight_packed", Dtype::I32)];
         assert_eq!(sglang_plain_quantized(&fc).as_deref(), Some("fc"));
         let fp8 = [t("fc.weight", Dtype::F8_E4M3)];
         assert_eq!(sglang_plain_quantized(&fp8).as_deref(), Some("fc"));
-        let kp = [t("layers.1.mlp_conv.kernel_projection.weight_scale", Dtype::BF16)];
+        let kp = [t(
+            "layers.1.mlp_conv.kernel_projection.weight_scale",
+            Dtype::BF16,
+        )];
         assert_eq!(
             sglang_plain_quantized(&kp).as_deref(),
             Some("layers.1.mlp_conv.kernel_projection")

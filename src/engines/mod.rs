@@ -145,7 +145,13 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
             .quantized
             .then(|| block::sglang_plain_quantized(ck.weights.infos()))
             .flatten();
-        return block_support(bd, &det.family, det.quantization.quantized, scheme, sglang_plain);
+        return block_support(
+            bd,
+            &det.family,
+            det.quantization.quantized,
+            scheme,
+            sglang_plain,
+        );
     }
     let facts = ConfigFacts {
         model_type: ck.config.as_ref().and_then(|c| c.model_type()),
