@@ -38,7 +38,7 @@ pub fn claim(layout: Layout, engine: Engine) -> Claim {
 
 /// SGLang 0.5.23 on a quantized DSpark or DFlash2 draft whose `fc` (or a DFlash2 convolution's
 /// `kernel_projection`) is quantized, as the loader tier found it.
-pub const SGLANG_PLAIN_QUANTIZED: &str = "SGLang's DSpark and DFlash2 (DFlashDraftModel, python/sglang/srt/models/dflash.py) build `fc` and DFlash2's convolution `kernel_projection` as a plain `nn.Linear` (`fc` takes the quant config only in Nemotron 3.5 drafts): their quantized tensors reach no weight loader and the weight stays unwritten, or, ModelOpt NVFP4, the packed weight is refused (`ValueError: DFLASH fc.weight shape mismatch`); for SGLang quantize with `--exclude fc,markov_head.markov_w2.weight` (DFlash2: `--exclude fc,*kernel_projection`)";
+pub const SGLANG_PLAIN_QUANTIZED: &str = "SGLang's DSpark and DFlash2 (DFlashDraftModel, python/sglang/srt/models/dflash.py) build `fc` and DFlash2's convolution `kernel_projection` as a plain `nn.Linear` (`fc` takes the quant config only in Nemotron 3.5 drafts): their quantized tensors reach no weight loader and the weight stays unwritten, or, ModelOpt NVFP4, the packed weight is refused (`ValueError: DFLASH fc.weight shape mismatch`); for SGLang quantize with `--exclude fc,markov_head.markov_w2` (DFlash2: `--exclude fc,*kernel_projection`, which vLLM then refuses in Quark and compressed-tensors)";
 
 /// A module SGLang's DSpark / DFlash2 build as a plain `nn.Linear` ([`SGLANG_PLAIN_QUANTIZED`]).
 fn sglang_plain(module: &str) -> bool {
@@ -54,6 +54,27 @@ pub fn sglang_plain_quantized<'a>(
         let (module, leaf) = t.name.rsplit_once('.')?;
         let quantized = leaf != "weight" || !t.dtype.is_float();
         (sglang_plain(module) && quantized).then(|| module.to_string())
+    })
+}
+
+/// vLLM 0.33.0 on a Quark or compressed-tensors DSpark / DFlash2 draft that keeps a decoder
+/// layer's linear unquantized, as the loader tier found it.
+pub const VLLM_LAYER_UNQUANTIZED: &str = "vLLM numbers a DSpark/DFlash2 draft's layers after the target's (`layers.{i + target depth}`, vllm/model_executor/models/qwen3_dflash.py), so the quantization config's ignore entries for `layers.N.…` match nothing and it builds the module quantized: `ValueError: There is no module or parameter named '….weight'` (compressed-tensors INT4/NVFP4), or its FP8 scales stay unwritten (ModelOpt's `exclude_modules` do match)";
+
+/// The first decoder-layer linear `tensors` hold unquantized (a 2-D float `layers.N.….weight`
+/// of a module with no other tensor), or `None`.
+pub fn unquantized_layer_linear<'a>(
+    tensors: impl IntoIterator<Item = &'a TensorInfo>,
+) -> Option<String> {
+    let all: Vec<&TensorInfo> = tensors.into_iter().collect();
+    let module_of = |n: &'a str| n.rsplit_once('.').map(|(m, _)| m);
+    all.iter().find_map(|t| {
+        let module = t.name.strip_suffix(".weight")?;
+        let plain = t.name.starts_with("layers.") && t.shape.len() == 2 && t.dtype.is_float();
+        let alone = !all
+            .iter()
+            .any(|o| o.name != t.name && module_of(&o.name) == Some(module));
+        (plain && alone).then(|| module.to_string())
     })
 }
 
@@ -93,6 +114,23 @@ mod tests {
         assert_eq!(
             sglang_plain_quantized(&kp).as_deref(),
             Some("layers.1.mlp_conv.kernel_projection")
+        );
+        // vLLM: a decoder-layer linear left float among quantized ones.
+        let q = [
+            t("layers.0.self_attn.q_proj.weight_packed", Dtype::I32),
+            t("layers.0.self_attn.q_proj.weight_scale", Dtype::BF16),
+        ];
+        assert_eq!(unquantized_layer_linear(&q), None);
+        let fp8 = [t("layers.0.self_attn.q_proj.weight", Dtype::F8_E4M3)];
+        assert_eq!(unquantized_layer_linear(&fp8), None);
+        let kp = [
+            t("layers.0.self_attn.q_proj.weight_packed", Dtype::I32),
+            t("layers.0.mlp_conv.kernel_projection.weight", Dtype::BF16),
+            t("fc.weight", Dtype::BF16),
+        ];
+        assert_eq!(
+            unquantized_layer_linear(&kp).as_deref(),
+            Some("layers.0.mlp_conv.kernel_projection")
         );
     }
 

@@ -145,13 +145,15 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
             .quantized
             .then(|| block::sglang_plain_quantized(ck.weights.infos()))
             .flatten();
-        return block_support(
-            bd,
-            &det.family,
-            det.quantization.quantized,
-            scheme,
-            sglang_plain,
-        );
+        // vLLM's ignore entries miss its renumbered draft layers (Quark, compressed-tensors).
+        let vllm_float_layer = scheme
+            .filter(|(f, _)| matches!(f, Format::Quark | Format::CompressedTensors))
+            .and_then(|_| block::unquantized_layer_linear(ck.weights.infos()));
+        let plain = Plain {
+            sglang: sglang_plain,
+            vllm: vllm_float_layer,
+        };
+        return block_support(bd, &det.family, det.quantization.quantized, scheme, plain);
     }
     let facts = ConfigFacts {
         model_type: ck.config.as_ref().and_then(|c| c.model_type()),
@@ -241,18 +243,43 @@ fn with_scheme(s: EngineSupport, q: &Claim) -> EngineSupport {
     }
 }
 
+/// A quantized DSpark / DFlash2 draft's modules an engine cannot take as quantized (SGLang:
+/// `fc`, DFlash2's `kernel_projection`) or as float (vLLM: a decoder-layer linear in Quark or
+/// compressed-tensors).
+struct Plain {
+    sglang: Option<String>,
+    vllm: Option<String>,
+}
+
+impl Plain {
+    /// `engine`'s refusal, with the module it names.
+    fn refusal(&self, engine: Engine) -> Option<String> {
+        match engine {
+            Engine::Sglang => self
+                .sglang
+                .as_deref()
+                .map(|m| format!("`{m}` is quantized: {}", block::SGLANG_PLAIN_QUANTIZED)),
+            Engine::Vllm => self
+                .vllm
+                .as_deref()
+                .map(|m| format!("`{m}` is not quantized: {}", block::VLLM_LAYER_UNQUANTIZED)),
+            Engine::Trtllm => None,
+        }
+    }
+}
+
 /// The engines' claims on a DSpark or DFlash2 draft: the layout's claim, a `no` with the
 /// finding's words where the draft's description names one for the engine; for a quantized
 /// draft, the scheme's claim for the family where the layout loads (the engine-loader tier ran
-/// every scheme × format of both trained fixtures) — for SGLang `no` while `fc` or a DFlash2
-/// `kernel_projection` is quantized (`sglang_plain`) — else `depends` (a layout kquant has no
+/// every scheme × format of both trained fixtures) — `no` where [`Plain`] names a module the
+/// engine cannot take — else `depends` (a layout kquant has no
 /// definite claim for, or a quantization it does not know).
 fn block_support(
     bd: &BlockDraft,
     family: &Family,
     quantized: bool,
     scheme: Option<(Format, Scheme)>,
-    sglang_plain: Option<String>,
+    plain: Plain,
 ) -> Vec<EngineSupport> {
     Engine::ALL
         .iter()
@@ -274,13 +301,9 @@ fn block_support(
                 s.unproven_on_cpu = None;
             } else if let (Some(q), true) = (scheme_no, c.loads != Loads::No) {
                 s = EngineSupport::from(q);
-            } else if let (Some(m), Engine::Sglang, Loads::Yes) = (&sglang_plain, e, c.loads) {
+            } else if let (Some(what), Loads::Yes) = (plain.refusal(e), c.loads) {
                 s.loads = Loads::No;
-                s.why = format!(
-                    "`{m}` is quantized: {}; layout: {}",
-                    block::SGLANG_PLAIN_QUANTIZED,
-                    c.why
-                );
+                s.why = format!("{what}; layout: {}", c.why);
                 s.unproven_on_cpu = None;
             } else if let (Some(q), Loads::Yes) = (scheme_claim, c.loads) {
                 s = with_scheme(s, q);

@@ -47,7 +47,7 @@ BLOCK_FIXTURES = ["dspark", "dflash2"]
 BLOCK_TARGET_CONFIG = os.path.join(BLOCK_FIX, "target", "config.json")
 # What SGLang needs unquantized (plain nn.Linear in its DFlashDraftModel), and DSpark's
 # markov_w2, which kquant keeps unquantized by default (an explicit --exclude replaces that).
-SGLANG_EXCLUDE = {"dspark": ["fc", "markov_head.markov_w2.weight"],
+SGLANG_EXCLUDE = {"dspark": ["fc", "markov_head.markov_w2"],
                   "dflash2": ["fc", "*kernel_projection"]}
 # Each family's method in vLLM's speculative config and algorithm in SGLang's server args.
 BLOCK_ENGINE_KIND = {"dspark": ("dspark", "DSPARK"), "dflash2": ("dflash", "DFLASH")}
