@@ -95,6 +95,11 @@ FIXES = """## Claims this tier corrected
 - ModelOpt `int4-g128` (W4A16_AWQ) and `fp8-pc` (FP8_PER_CHANNEL_PER_TOKEN) under SGLang, and
   `int4-g128` under vLLM: no, now stated with the engines' own messages.
 - `w4a8-int8` (compressed-tensors): vLLM loads it on its CPU backend only; SGLang has no scheme.
+- DSpark and DFlash2 (all `source-derived` before): SGLang refuses speculators DSpark (no
+  `model_type`) and a SpecForge DSpark whose `markov_rank` is only in `dflash_config` (its Markov
+  head reads the root); quantized drafts get definite claims (they were `depends`): SGLang
+  refuses a quantized `fc` / `kernel_projection`, vLLM a Quark or compressed-tensors draft with
+  an unquantized decoder-layer linear.
 - TensorRT-LLM and z-lab DFlash drafts: yes since NVIDIA/TensorRT-LLM#12794 (kquant said it has
   no DFlash loader).
 """
@@ -178,7 +183,12 @@ candidate selector, K3's `context_proj` / `final_norm`, its fused q_a/kv_a, and 
 BLOCK_QUANT = """`kquant quantize` of both trained fixtures, unwidened (their widths, 256 and 768, take
 groups of 128), with kquant's own exclusions (DSpark's `markov_w2` and confidence head stay
 unquantized, `DSPARK_KEPT`), through both loaders as the other quantized rows (`--pretend-gpu`,
-`--pretend-sm 90`). No calibrated twins: the claim is per scheme × format.
+`--pretend-sm 90`). No calibrated twins: the claim is per scheme × format. SGLang builds `fc`
+(and DFlash2's convolution `kernel_projection`) as a plain `nn.Linear`, so where kquant's table
+says SGLang loads the scheme × format, a twin ending `--exclude …` keeps those unquantized
+(DSpark also `markov_w2`, which an explicit `--exclude` would otherwise quantize). vLLM builds
+`kernel_projection` with the quant config and numbers the draft's layers after the target's,
+so a Quark or compressed-tensors `ignore` entry for `layers.N.…` matches nothing there.
 """
 BLOCK_PROSE = {"block ": BLOCK, "block-quantize ": BLOCK_QUANT}
 
