@@ -108,6 +108,21 @@ def amax_file(kquant, src, path):
         json.dump({"schema": "kquant.input-amax/1", "amax": {m: 4.0 for m in mods}}, f)
 
 
+def implemented(schemes):
+    """(scheme, carrier) for every carrier kquant implements, in `kquant schemes` order."""
+    return [(s, c) for s in schemes for c in s["carriers"] if c["implemented"]]
+
+
+def amax_flags(kquant, work, name, src, scheme):
+    """`--input-amax FILE` for nvfp4 (W4A4 needs static input scales), written once per source."""
+    if scheme != "nvfp4":
+        return []
+    amax = os.path.join(work, f"{name}.amax.json")
+    if not os.path.exists(amax):
+        amax_file(kquant, src, amax)
+    return ["--input-amax", amax]
+
+
 def quantize(kquant, src, out, scheme, fmt, exclude, extra):
     """`kquant quantize`, widening `--exclude` by the modules kquant names when the tiny shapes
     cannot carry the scheme (input 64 is not a multiple of a group of 128). Returns (the
@@ -205,48 +220,40 @@ def build(kquant, work, python, blocks_only=False):
     for src in QUANT_SOURCES:
         trace = os.path.join(work, "trace", src)
         calibration_trace(kquant, wide, src, wide_target, trace)
-        for s in schemes:
-            for c in s["carriers"]:
-                if not c["implemented"]:
-                    continue
-                fmt = c["format"]
-                out = os.path.join(work, "quantize", f"{src}--{s['id']}--{fmt}")
-                exclude = ["fc", "lm_head"] if src.startswith("eagle3") else ["fc"]
-                extra = []
-                if s["id"] == "nvfp4":
-                    amax = os.path.join(work, f"{src}.amax.json")
-                    if not os.path.exists(amax):
-                        amax_file(kquant, os.path.join(wide, src), amax)
-                    extra = ["--input-amax", amax]
-                exclude, refused = quantize(
-                    kquant, os.path.join(wide, src), out, s["id"], fmt, exclude, extra
-                )
-                how = (
-                    f"kquant quantize WIDE/{src} --scheme {s['id']} --format {fmt} "
-                    f"--exclude {','.join(exclude)}"
-                )
-                items.append((f"quantize {src} {s['id']} {fmt}", out, how, refused))
-                if refused:
-                    continue
-                # Its calibrated twins: the same flags and exclusions, codes (and, for the
-                # search, scales) chosen by each method.
-                for method in CALIBRATED_METHODS:
-                    cal = out + f"--{method}"
-                    flags = ["--method", method, "--calibrate", trace,
-                             "--target-checkpoint", wide_target]
-                    _, crefused = quantize(kquant, os.path.join(wide, src), cal, s["id"], fmt,
-                                           exclude, extra + flags)
-                    if crefused and NOT_CALIBRATABLE in crefused:
-                        break
-                    if not crefused:
-                        check_calibrated(cal, out, method)
-                        twins[cal] = out
-                    items.append((
-                        f"quantize {src} {s['id']} {fmt} --method {method}", cal,
-                        f"{how} --method {method} --calibrate TRACE/{src} "
-                        "--target-checkpoint WIDE/target-head",
-                        crefused,
-                    ))
+        for s, c in implemented(schemes):
+            fmt = c["format"]
+            out = os.path.join(work, "quantize", f"{src}--{s['id']}--{fmt}")
+            exclude = ["fc", "lm_head"] if src.startswith("eagle3") else ["fc"]
+            extra = amax_flags(kquant, work, src, os.path.join(wide, src), s["id"])
+            exclude, refused = quantize(
+                kquant, os.path.join(wide, src), out, s["id"], fmt, exclude, extra
+            )
+            how = (
+                f"kquant quantize WIDE/{src} --scheme {s['id']} --format {fmt} "
+                f"--exclude {','.join(exclude)}"
+            )
+            items.append((f"quantize {src} {s['id']} {fmt}", out, how, refused))
+            if refused:
+                continue
+            # Its calibrated twins: the same flags and exclusions, codes (and, for the
+            # search, scales) chosen by each method.
+            for method in CALIBRATED_METHODS:
+                cal = out + f"--{method}"
+                flags = ["--method", method, "--calibrate", trace,
+                         "--target-checkpoint", wide_target]
+                _, crefused = quantize(kquant, os.path.join(wide, src), cal, s["id"], fmt,
+                                       exclude, extra + flags)
+                if crefused and NOT_CALIBRATABLE in crefused:
+                    break
+                if not crefused:
+                    check_calibrated(cal, out, method)
+                    twins[cal] = out
+                items.append((
+                    f"quantize {src} {s['id']} {fmt} --method {method}", cal,
+                    f"{how} --method {method} --calibrate TRACE/{src} "
+                    "--target-checkpoint WIDE/target-head",
+                    crefused,
+                ))
     return items, twins
 
 
@@ -268,32 +275,24 @@ def block_items(kquant, work, python, schemes):
     os.makedirs(os.path.join(work, "quantize"), exist_ok=True)
     for src in BLOCK_FIXTURES:
         path = os.path.join(BLOCK_FIX, src)
-        for s in schemes:
-            for c in s["carriers"]:
-                if not c["implemented"]:
-                    continue
-                fmt = c["format"]
-                q = os.path.join(work, "quantize", f"{src}--{s['id']}--{fmt}")
-                extra = []
-                if s["id"] == "nvfp4":
-                    amax = os.path.join(work, f"{src}.amax.json")
-                    if not os.path.exists(amax):
-                        amax_file(kquant, path, amax)
-                    extra = ["--input-amax", amax]
-                exclude, refused = quantize(kquant, path, q, s["id"], fmt, [], extra)
-                how = f"kquant quantize fixtures/kimi-k2.5-tiny/{src} --scheme {s['id']} --format {fmt}"
-                if exclude:
-                    how += f" --exclude {','.join(exclude)}"
-                items.append((f"block-quantize {src} {s['id']} {fmt}", q, how, refused))
-                if refused or not sglang_loads(c):
-                    continue
-                # SGLang builds `fc` (DFlash2: also the convolutions' kernel_projection) as a
-                # plain nn.Linear: the same output with those kept unquantized, for SGLang.
-                ex = SGLANG_EXCLUDE[src]
-                q2 = q + "--sglang-exclude"
-                exclude, refused = quantize(kquant, path, q2, s["id"], fmt, ex, extra)
-                items.append((f"block-quantize {src} {s['id']} {fmt} --exclude {','.join(exclude)}",
-                              q2, f"{how} --exclude {','.join(exclude)}", refused))
+        for s, c in implemented(schemes):
+            fmt = c["format"]
+            q = os.path.join(work, "quantize", f"{src}--{s['id']}--{fmt}")
+            extra = amax_flags(kquant, work, src, path, s["id"])
+            exclude, refused = quantize(kquant, path, q, s["id"], fmt, [], extra)
+            how = f"kquant quantize fixtures/kimi-k2.5-tiny/{src} --scheme {s['id']} --format {fmt}"
+            if exclude:
+                how += f" --exclude {','.join(exclude)}"
+            items.append((f"block-quantize {src} {s['id']} {fmt}", q, how, refused))
+            if refused or not sglang_loads(c):
+                continue
+            # SGLang builds `fc` (DFlash2: also the convolutions' kernel_projection) as a
+            # plain nn.Linear: the same output with those kept unquantized, for SGLang.
+            ex = SGLANG_EXCLUDE[src]
+            q2 = q + "--sglang-exclude"
+            exclude, refused = quantize(kquant, path, q2, s["id"], fmt, ex, extra)
+            items.append((f"block-quantize {src} {s['id']} {fmt} --exclude {','.join(exclude)}",
+                          q2, f"{how} --exclude {','.join(exclude)}", refused))
     return items
 
 
