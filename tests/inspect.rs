@@ -995,10 +995,10 @@ fn dspark_qwen3_layout_is_described() {
         "{}",
         problems(&j)
     );
-    for e in ["vllm", "sglang"] {
+    for (e, release) in [("vllm", "vLLM 0.33.0"), ("sglang", "SGLang 0.5.23")] {
         let x = engine_entry(&j, e);
         assert_eq!(x["loads"], "yes", "{e}: {x}");
-        assert_eq!(x["checked_with"], "source-derived", "{e}");
+        assert_eq!(x["checked_with"], release, "{e}");
     }
     assert!(engine_entry(&j, "vllm")["why"]
         .as_str()
@@ -1145,8 +1145,9 @@ fn dspark_specforge_layout_is_described() {
         "{p}"
     );
     assert!(p.contains("vLLM drops the confidence head"), "{p}");
+    assert!(p.contains("nor will SGLang"), "{p}");
     assert_eq!(loads(&j, "vllm"), "no");
-    assert_eq!(loads(&j, "sglang"), "yes");
+    assert_eq!(loads(&j, "sglang"), "no");
     let out = run(&["inspect", d.to_str().unwrap()]);
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -1175,7 +1176,7 @@ fn dspark_speculators_layout_is_described() {
     assert_eq!(b["taps"][0]["ids"], serde_json::json!([2, 4]));
     assert_eq!(b["taps"].as_array().unwrap().len(), 1);
     assert_eq!(loads(&j, "vllm"), "yes");
-    assert_eq!(loads(&j, "sglang"), "depends");
+    assert_eq!(loads(&j, "sglang"), "no");
     assert!(
         b["problems"].as_array().unwrap().is_empty(),
         "{}",

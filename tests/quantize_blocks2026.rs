@@ -171,8 +171,8 @@ fn quantized_in_every_format_they_stay_the_same_draft_and_verify_replays_them() 
             assert_eq!(j["family"], c.name, "{label}");
             assert_eq!(j["block_draft"]["layout"], c.layout, "{label}");
             assert_eq!(j["quantization"]["quantized"], true, "{label}");
-            // A scheme an engine loads for no draft stays `no`; otherwise `depends` until the
-            // engine-loader tier loads quantized DSpark/DFlash2 drafts.
+            // The engine-loader tier's verdicts: the scheme's claim in vLLM; in SGLang `no`
+            // while `fc` is quantized (kquant's default: SGLang builds it plain).
             let loads = |e: &str| {
                 j["engines"]
                     .as_array()
@@ -185,9 +185,10 @@ fn quantized_in_every_format_they_stay_the_same_draft_and_verify_replays_them() 
             match (*scheme, *format) {
                 ("int4-pc", "quark") => assert_eq!(loads("sglang"), "no", "{label}"),
                 (_, "compressed-tensors") => {
-                    assert_eq!(loads("vllm"), "depends", "{label}");
-                    assert_eq!(loads("sglang"), "depends", "{label}");
+                    assert_eq!(loads("vllm"), "yes", "{label}");
+                    assert_eq!(loads("sglang"), "no", "{label}");
                 }
+                ("int4-g128", "modelopt") => assert_eq!(loads("vllm"), "no", "{label}"),
                 _ => {}
             }
             // The gate, once per format: the replay decodes the quantized linears.

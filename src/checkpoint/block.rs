@@ -567,7 +567,7 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
     match (rank, &key) {
         (None, _) => problems.both("no `markov_rank` in the config: vLLM will not load it (it reads `config.markov_rank` at the root) and SGLang refuses \"DSpark draft requires markov_rank > 0\"".into()),
         (Some(0), _) => problems.sglang("`markov_rank` is 0: SGLang refuses \"DSpark draft requires markov_rank > 0\"".into()),
-        (Some(_), Some(k)) if !at_root => problems.vllm(format!("vLLM will not load it: `markov_rank` must be at the config root (vLLM reads `config.markov_rank`; found `{k}`; SpecForge exports need root-level copies, SpecForge PR #852)")),
+        (Some(_), Some(k)) if !at_root => problems.both(format!("vLLM will not load it: `markov_rank` must be at the config root (vLLM reads `config.markov_rank`; found `{k}`; SpecForge exports need root-level copies, SpecForge PR #852); nor will SGLang, which builds the Markov head from the root's (`build_markov_head`): \"DSpark requires markov_rank > 0 (the Markov head is the core of the semi-AR draft); got markov_rank=0.\"")),
         _ => {}
     }
     if rank.is_some_and(|r| r > 0) && head_type.is_none() {

@@ -139,7 +139,21 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
             Some(Identified::Scheme { format, scheme }) => Some((format, scheme)),
             _ => None,
         };
-        return block_support(bd, &det.family, det.quantization.quantized, scheme);
+        // SGLang builds `fc` (and DFlash2's kernel projections) plain: quantized, they do not load.
+        let sglang_plain = det
+            .quantization
+            .quantized
+            .then(|| block::sglang_plain_quantized(ck.weights.infos()))
+            .flatten();
+        // vLLM's ignore entries miss its renumbered draft layers (Quark, compressed-tensors).
+        let vllm_float_layer = scheme
+            .filter(|(f, _)| matches!(f, Format::Quark | Format::CompressedTensors))
+            .and_then(|_| block::unquantized_layer_linear(ck.weights.infos()));
+        let plain = Plain {
+            sglang: sglang_plain,
+            vllm: vllm_float_layer,
+        };
+        return block_support(bd, &det.family, det.quantization.quantized, scheme, plain);
     }
     let facts = ConfigFacts {
         model_type: ck.config.as_ref().and_then(|c| c.model_type()),
@@ -180,26 +194,7 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
                 match quantized::claim_for(*format, *scheme, engine, &det.family) {
                     Some(q) if q.loads == Loads::No => s = EngineSupport::from(q),
                     Some(q) if s.loads == Loads::Depends => s.served = q.served,
-                    Some(q) => {
-                        s = EngineSupport {
-                            engine,
-                            loads: q.loads,
-                            why: format!("{}; layout: {}", q.why, s.why),
-                            checked_with: if q.checked_with == s.checked_with {
-                                s.checked_with
-                            } else {
-                                format!(
-                                    "{} (layout), {} (quantization)",
-                                    s.checked_with, q.checked_with
-                                )
-                            },
-                            unproven_on_cpu: join(s.unproven_on_cpu.as_deref(), q.unproven_on_cpu),
-                            version_note: join(s.version_note.as_deref(), q.version_note),
-                            served: q.served,
-                            verdict: q.loads,
-                            beside_target: None,
-                        }
-                    }
+                    Some(q) => s = with_scheme(s, q),
                     None => {
                         s.loads = Loads::Depends;
                         s.why = format!(
@@ -225,25 +220,76 @@ pub fn support(ck: &Checkpoint, det: &Detection) -> Vec<EngineSupport> {
     out
 }
 
+/// A layout's claim `s` that loads, with the quantization's claim `q` on top: `q`'s verdict and
+/// reason, the layout's after it, both releases where they differ, both unproven steps.
+fn with_scheme(s: EngineSupport, q: &Claim) -> EngineSupport {
+    EngineSupport {
+        engine: s.engine,
+        loads: q.loads,
+        why: format!("{}; layout: {}", q.why, s.why),
+        checked_with: if q.checked_with == s.checked_with {
+            s.checked_with
+        } else {
+            format!(
+                "{} (layout), {} (quantization)",
+                s.checked_with, q.checked_with
+            )
+        },
+        unproven_on_cpu: join(s.unproven_on_cpu.as_deref(), q.unproven_on_cpu),
+        version_note: join(s.version_note.as_deref(), q.version_note),
+        served: q.served,
+        verdict: q.loads,
+        beside_target: None,
+    }
+}
+
+/// A quantized DSpark / DFlash2 draft's modules an engine cannot take as quantized (SGLang:
+/// `fc`, DFlash2's `kernel_projection`) or as float (vLLM: a decoder-layer linear in Quark or
+/// compressed-tensors).
+struct Plain {
+    sglang: Option<String>,
+    vllm: Option<String>,
+}
+
+impl Plain {
+    /// `engine`'s refusal, with the module it names.
+    fn refusal(&self, engine: Engine) -> Option<String> {
+        match engine {
+            Engine::Sglang => self
+                .sglang
+                .as_deref()
+                .map(|m| format!("`{m}` is quantized: {}", block::SGLANG_PLAIN_QUANTIZED)),
+            Engine::Vllm => self
+                .vllm
+                .as_deref()
+                .map(|m| format!("`{m}` is not quantized: {}", block::VLLM_LAYER_UNQUANTIZED)),
+            Engine::Trtllm => None,
+        }
+    }
+}
+
 /// The engines' claims on a DSpark or DFlash2 draft: the layout's claim, a `no` with the
 /// finding's words where the draft's description names one for the engine; for a quantized
-/// draft, the scheme's `no` where the engine loads that scheme for no draft, else `depends`
-/// (the engine-loader tier has not loaded quantized DSpark or DFlash2 drafts yet).
+/// draft, the scheme's claim for the family where the layout loads (the engine-loader tier ran
+/// every scheme × format of both trained fixtures) — `no` where [`Plain`] names a module the
+/// engine cannot take — else `depends` (a layout kquant has no
+/// definite claim for, or a quantization it does not know).
 fn block_support(
     bd: &BlockDraft,
     family: &Family,
     quantized: bool,
     scheme: Option<(Format, Scheme)>,
+    plain: Plain,
 ) -> Vec<EngineSupport> {
     Engine::ALL
         .iter()
         .map(|&e| {
             let c = block::claim(bd.layout, e);
             let mut s = EngineSupport::from(&c);
-            // A scheme the engine does not load for any draft is not loaded here either.
-            let scheme_no = scheme
-                .and_then(|(f, sc)| quantized::claim_for(f, sc, e, family))
-                .filter(|q| q.loads == Loads::No);
+            // The scheme's claim for the family (the loader tier ran these drafts quantized);
+            // a scheme the engine does not load is not loaded here either.
+            let scheme_claim = scheme.and_then(|(f, sc)| quantized::claim_for(f, sc, e, family));
+            let scheme_no = scheme_claim.filter(|q| q.loads == Loads::No);
             let refusal = match e {
                 Engine::Vllm => bd.vllm_refuses(),
                 Engine::Sglang => bd.sglang_refuses(),
@@ -255,10 +301,16 @@ fn block_support(
                 s.unproven_on_cpu = None;
             } else if let (Some(q), true) = (scheme_no, c.loads != Loads::No) {
                 s = EngineSupport::from(q);
+            } else if let (Some(what), Loads::Yes) = (plain.refusal(e), c.loads) {
+                s.loads = Loads::No;
+                s.why = format!("{what}; layout: {}", c.why);
+                s.unproven_on_cpu = None;
+            } else if let (Some(q), Loads::Yes) = (scheme_claim, c.loads) {
+                s = with_scheme(s, q);
             } else if quantized && c.loads != Loads::No {
                 s.loads = Loads::Depends;
                 s.why = format!(
-                    "quantized: the engine-loader tier has not loaded quantized {} drafts yet (kquant keeps unquantized what vLLM 0.33's source builds unquantized: docs/quantize.md); layout: {}",
+                    "quantized: kquant has no claim for this quantization of {} drafts; layout: {}",
                     bd.layout.family_name(),
                     c.why
                 );

@@ -172,6 +172,10 @@ FUSED = {
     "fused_qkv_a_proj_with_mqa": ("q_a_proj", "kv_a_proj_with_mqa"),
     "fused_qkv_a_proj": ("q_a_proj", "kv_a_proj_with_mqa"),
 }
+# Engine parameters that stack one checkpoint tensor of every decoder layer (dim 0, layer
+# order): K3DSparkModel's `context_kv_proj`, each layer's `kv_a_proj_with_mqa`
+# (`_duplicate_context_kv_weights` in vLLM's models/kimi_k3/nvidia/dspark_mla.py).
+PER_LAYER = {"context_kv_proj": "self_attn.kv_a_proj_with_mqa"}
 # Engine parameter names that are a checkpoint name under another name.
 RENAMED = {"draft_id_to_target_id": "d2t"}
 LAYER_PREFIXES = ("midlayer.", "layers.0.")
@@ -196,6 +200,19 @@ def checkpoint_names(engine_name, layer_prefix):
     return [n]
 
 
+def per_layer(names, tensors):
+    """A [`PER_LAYER`] parameter's checkpoint names: its part in every layer, in layer order."""
+    if len(names) != 1 or names[0].split(".")[0] not in PER_LAYER:
+        return names
+    head, _, rest = names[0].partition(".")
+    part = f".{PER_LAYER[head]}.{rest}"
+    layers = sorted(
+        int(n.split(".")[1]) for n in tensors
+        if n.startswith("layers.") and n.endswith(part) and n.split(".")[1].isdecimal()
+    )
+    return [f"layers.{i}{part}" for i in layers] or names
+
+
 def same(torch, got, want):
     """Exact equality after bringing the checkpoint tensor to the parameter's dtype."""
     try:
@@ -217,6 +234,7 @@ def content(torch, params, tensors, layer_prefix, exempt=()):
         if pname in exempt or p.numel() == 0:
             continue
         names = checkpoint_names(pname, layer_prefix)
+        names = per_layer(names, tensors)
         if not all(n in tensors for n in names):
             uncompared.append(pname)
             continue

@@ -95,6 +95,11 @@ FIXES = """## Claims this tier corrected
 - ModelOpt `int4-g128` (W4A16_AWQ) and `fp8-pc` (FP8_PER_CHANNEL_PER_TOKEN) under SGLang, and
   `int4-g128` under vLLM: no, now stated with the engines' own messages.
 - `w4a8-int8` (compressed-tensors): vLLM loads it on its CPU backend only; SGLang has no scheme.
+- DSpark and DFlash2 (all `source-derived` before): SGLang refuses speculators DSpark (no
+  `model_type`) and a SpecForge DSpark whose `markov_rank` is only in `dflash_config` (its Markov
+  head reads the root); quantized drafts get definite claims (they were `depends`): SGLang
+  refuses a quantized `fc` / `kernel_projection`, vLLM a Quark or compressed-tensors draft with
+  an unquantized decoder-layer linear.
 - TensorRT-LLM and z-lab DFlash drafts: yes since NVIDIA/TensorRT-LLM#12794 (kquant said it has
   no DFlash loader).
 """
@@ -104,7 +109,8 @@ def cell(v):
     if v is None:
         return "no verdict"
     if v["ok"] and v.get("stage") is None:
-        return "loads" + (" (SM 9.0 answered)" if v.get("pretend_sm") else "")
+        return "loads" + (" (SM 9.0 answered)" if v.get("pretend_sm") else "") + (
+            " (V2 runner's config check)" if v.get("runner") == "v2" else "")
     if v["ok"]:
         return f"loads; {v['stage']} not run on CPU"
     return f"**no** — {v['stage']}: `{clean(v.get('message'))}`"
@@ -158,6 +164,35 @@ METHOD_WHAT = {
 }
 
 
+BLOCK = """The trained fixtures `fixtures/kimi-k2.5-tiny/dspark` (vLLM's `Qwen3DSparkModel`
+layout) and `fixtures/kimi-k2.5-tiny/dflash2` (`DFlash2DraftModel`), and the other layouts
+kquant detects (src/checkpoint/block.rs `Layout`) as small random checkpoints with the
+fixtures' tensor shapes (`tests/engines/blocks.py`): SpecForge's `DSparkDraftModel` with the
+DSpark keys in `dflash_config` and copied at the root, and only nested; speculators `dspark`
+(1 + N block, with a `speculators_config`); K3's MLA `K3DSparkModel`; DFlash2 with
+`attention_mode: mla`. Target: the tiny Kimi-K2.5 (`fixtures/kimi-k2.5-tiny/target`). vLLM:
+`method: dspark` / `dflash`, the config validated for the V2 GPU model runner, the only one
+that runs these drafts (its V1 check refuses them; CPU has only V1), then the same loading and
+checks; names a model's own weight mapper drops (K3's `embed_tokens`, shared from the target)
+are dropped by design. SGLang: `--speculative-algorithm DSPARK` / `DFLASH`; its DSpark builds
+no confidence head in its default ragged-verify mode and skips `confidence_head.*` by design.
+Content adds the Markov head, confidence head, DFlash2's convolutions, kernel projections and
+candidate selector, K3's `context_proj` / `final_norm`, its fused q_a/kv_a, and its
+`context_kv_proj` as every layer's `kv_a_proj_with_mqa` stacked.
+"""
+BLOCK_QUANT = """`kquant quantize` of both trained fixtures, unwidened (their widths, 256 and 768, take
+groups of 128), with kquant's own exclusions (DSpark's `markov_w2` and confidence head stay
+unquantized, `DSPARK_KEPT`), through both loaders as the other quantized rows (`--pretend-gpu`,
+`--pretend-sm 90`). No calibrated twins: the claim is per scheme × format. SGLang builds `fc`
+(and DFlash2's convolution `kernel_projection`) as a plain `nn.Linear`, so where kquant's table
+says SGLang loads the scheme × format, a twin ending `--exclude …` keeps those unquantized
+(DSpark also `markov_w2`, which an explicit `--exclude` would otherwise quantize). vLLM builds
+`kernel_projection` with the quant config and numbers the draft's layers after the target's,
+so a Quark or compressed-tensors `ignore` entry for `layers.N.…` matches nothing there.
+"""
+BLOCK_PROSE = {"block ": BLOCK, "block-quantize ": BLOCK_QUANT}
+
+
 def render(rows, passed, failed, work, root, calibrated=None):
     def sanitize(text):
         return text.replace(work, "<work>").replace(root + "/", "")
@@ -178,6 +213,9 @@ def render(rows, passed, failed, work, root, calibrated=None):
         ("Every `kquant quantize` scheme × format, from the tiny drafts widened ×8 "
          "(`tests/engines/widen.py`: group-128 schemes need input widths in multiples of 128)",
          "quantize "),
+        ("DSpark and DFlash2: every layout kquant detects", "block "),
+        ("DSpark and DFlash2: every `kquant quantize` scheme × format of the trained fixtures",
+         "block-quantize "),
     ]
     by_id = {}
     order = []
@@ -188,6 +226,8 @@ def render(rows, passed, failed, work, root, calibrated=None):
         by_id[r["id"]][r.get("engine", "-")] = r
     for title, prefix in groups:
         out.append(f"## {title}\n")
+        if prefix in BLOCK_PROSE:
+            out.append(BLOCK_PROSE[prefix])
         if prefix == "quantize " and calibrated:
             what = "; ".join(f"`{m}`, {METHOD_WHAT.get(m, m)}" for m in calibrated["methods"])
             out.append(CALIBRATED.format(what=what, **calibrated))

@@ -39,6 +39,19 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 TINY = os.path.join(ROOT, "fixtures", "tiny")
 TARGET_CONFIG = os.path.join(TINY, "target-kimi-k2", "config.json")
 
+# DSpark / DFlash2 (#40): the trained fixtures, in the layouts vLLM's own classes name
+# (`Qwen3DSparkModel`, `DFlash2DraftModel`), with their target, the tiny Kimi-K2.5; blocks.py
+# writes the other layouts kquant detects (src/checkpoint/block.rs `Layout`).
+BLOCK_FIX = os.path.join(ROOT, "fixtures", "kimi-k2.5-tiny")
+BLOCK_FIXTURES = ["dspark", "dflash2"]
+BLOCK_TARGET_CONFIG = os.path.join(BLOCK_FIX, "target", "config.json")
+# What SGLang needs unquantized (plain nn.Linear in its DFlashDraftModel), and DSpark's
+# markov_w2, which kquant keeps unquantized by default (an explicit --exclude replaces that).
+SGLANG_EXCLUDE = {"dspark": ["fc", "markov_head.markov_w2"],
+                  "dflash2": ["fc", "*kernel_projection"]}
+# Each family's method in vLLM's speculative config and algorithm in SGLang's server args.
+BLOCK_ENGINE_KIND = {"dspark": ("dspark", "DSPARK"), "dflash2": ("dflash", "DFLASH")}
+
 CONVERT_TO = {
     "eagle3": ["sglang", "vllm", "trtllm", "specforge", "torchspec", "eagle"],
     "dflash": ["zlab", "sglang", "vllm", "trtllm", "specforge", "torchspec"],
@@ -95,6 +108,21 @@ def amax_file(kquant, src, path):
         json.dump({"schema": "kquant.input-amax/1", "amax": {m: 4.0 for m in mods}}, f)
 
 
+def implemented(schemes):
+    """(scheme, carrier) for every carrier kquant implements, in `kquant schemes` order."""
+    return [(s, c) for s in schemes for c in s["carriers"] if c["implemented"]]
+
+
+def amax_flags(kquant, work, name, src, scheme):
+    """`--input-amax FILE` for nvfp4 (W4A4 needs static input scales), written once per source."""
+    if scheme != "nvfp4":
+        return []
+    amax = os.path.join(work, f"{name}.amax.json")
+    if not os.path.exists(amax):
+        amax_file(kquant, src, amax)
+    return ["--input-amax", amax]
+
+
 def quantize(kquant, src, out, scheme, fmt, exclude, extra):
     """`kquant quantize`, widening `--exclude` by the modules kquant names when the tiny shapes
     cannot carry the scheme (input 64 is not a multiple of a group of 128). Returns (the
@@ -102,7 +130,7 @@ def quantize(kquant, src, out, scheme, fmt, exclude, extra):
     exclude = list(exclude)
     for _ in range(16):
         cmd = [kquant, "quantize", src, "-o", out, "--force", "--scheme", scheme, "--format",
-               fmt, "--exclude", ",".join(exclude), *extra]
+               fmt, *(["--exclude", ",".join(exclude)] if exclude else []), *extra]
         r = sh(cmd)
         if r.returncode == 0:
             return exclude, None
@@ -151,10 +179,13 @@ def check_calibrated(out, twin, expected):
         raise SystemExit(f"{out}: not round-to-nearest's tensor files with other codes ({twin})")
 
 
-def build(kquant, work, python):
+def build(kquant, work, python, blocks_only=False):
     """Every checkpoint of the matrix: [(id, path, how it was made, None | refusal)], and for
     each calibrated output its round-to-nearest twin's path."""
     items, twins = [], {}
+    if blocks_only:
+        schemes = kquant_json(kquant, ["schemes", "--json"])["schemes"]
+        return block_items(kquant, work, python, schemes), twins
     for sub in ("convert", "quantize"):
         os.makedirs(os.path.join(work, sub), exist_ok=True)
     fixtures = sorted(
@@ -173,6 +204,7 @@ def build(kquant, work, python):
             refused = None if r.returncode == 0 else last_error(r.stderr)
             items.append((f"convert {d} --to {to}", out, how, refused))
     schemes = kquant_json(kquant, ["schemes", "--json"])["schemes"]
+    items += block_items(kquant, work, python, schemes)
     wide = os.path.join(work, "wide")
     for src in QUANT_SOURCES:
         r = sh([python, os.path.join(HERE, "widen.py"), os.path.join(TINY, src),
@@ -188,49 +220,86 @@ def build(kquant, work, python):
     for src in QUANT_SOURCES:
         trace = os.path.join(work, "trace", src)
         calibration_trace(kquant, wide, src, wide_target, trace)
-        for s in schemes:
-            for c in s["carriers"]:
-                if not c["implemented"]:
-                    continue
-                fmt = c["format"]
-                out = os.path.join(work, "quantize", f"{src}--{s['id']}--{fmt}")
-                exclude = ["fc", "lm_head"] if src.startswith("eagle3") else ["fc"]
-                extra = []
-                if s["id"] == "nvfp4":
-                    amax = os.path.join(work, f"{src}.amax.json")
-                    if not os.path.exists(amax):
-                        amax_file(kquant, os.path.join(wide, src), amax)
-                    extra = ["--input-amax", amax]
-                exclude, refused = quantize(
-                    kquant, os.path.join(wide, src), out, s["id"], fmt, exclude, extra
-                )
-                how = (
-                    f"kquant quantize WIDE/{src} --scheme {s['id']} --format {fmt} "
-                    f"--exclude {','.join(exclude)}"
-                )
-                items.append((f"quantize {src} {s['id']} {fmt}", out, how, refused))
-                if refused:
-                    continue
-                # Its calibrated twins: the same flags and exclusions, codes (and, for the
-                # search, scales) chosen by each method.
-                for method in CALIBRATED_METHODS:
-                    cal = out + f"--{method}"
-                    flags = ["--method", method, "--calibrate", trace,
-                             "--target-checkpoint", wide_target]
-                    _, crefused = quantize(kquant, os.path.join(wide, src), cal, s["id"], fmt,
-                                           exclude, extra + flags)
-                    if crefused and NOT_CALIBRATABLE in crefused:
-                        break
-                    if not crefused:
-                        check_calibrated(cal, out, method)
-                        twins[cal] = out
-                    items.append((
-                        f"quantize {src} {s['id']} {fmt} --method {method}", cal,
-                        f"{how} --method {method} --calibrate TRACE/{src} "
-                        "--target-checkpoint WIDE/target-head",
-                        crefused,
-                    ))
+        for s, c in implemented(schemes):
+            fmt = c["format"]
+            out = os.path.join(work, "quantize", f"{src}--{s['id']}--{fmt}")
+            exclude = ["fc", "lm_head"] if src.startswith("eagle3") else ["fc"]
+            extra = amax_flags(kquant, work, src, os.path.join(wide, src), s["id"])
+            exclude, refused = quantize(
+                kquant, os.path.join(wide, src), out, s["id"], fmt, exclude, extra
+            )
+            how = (
+                f"kquant quantize WIDE/{src} --scheme {s['id']} --format {fmt} "
+                f"--exclude {','.join(exclude)}"
+            )
+            items.append((f"quantize {src} {s['id']} {fmt}", out, how, refused))
+            if refused:
+                continue
+            # Its calibrated twins: the same flags and exclusions, codes (and, for the
+            # search, scales) chosen by each method.
+            for method in CALIBRATED_METHODS:
+                cal = out + f"--{method}"
+                flags = ["--method", method, "--calibrate", trace,
+                         "--target-checkpoint", wide_target]
+                _, crefused = quantize(kquant, os.path.join(wide, src), cal, s["id"], fmt,
+                                       exclude, extra + flags)
+                if crefused and NOT_CALIBRATABLE in crefused:
+                    break
+                if not crefused:
+                    check_calibrated(cal, out, method)
+                    twins[cal] = out
+                items.append((
+                    f"quantize {src} {s['id']} {fmt} --method {method}", cal,
+                    f"{how} --method {method} --calibrate TRACE/{src} "
+                    "--target-checkpoint WIDE/target-head",
+                    crefused,
+                ))
     return items, twins
+
+
+def block_items(kquant, work, python, schemes):
+    """The DSpark / DFlash2 rows: the trained fixtures, blocks.py's other layouts, and every
+    `kquant quantize` scheme × format of the two fixtures (their widths, 256 and 768, already
+    take groups of 128: no widening). kquant's own exclusions apply (`DSPARK_KEPT`:
+    markov_w2, the confidence head); the matrix adds only what kquant names."""
+    items = []
+    for d in BLOCK_FIXTURES:
+        items.append((f"block {d}", os.path.join(BLOCK_FIX, d), f"fixtures/kimi-k2.5-tiny/{d}",
+                      None))
+    out = os.path.join(work, "blocks")
+    r = sh([python, os.path.join(HERE, "blocks.py"), out])
+    if r.returncode != 0:
+        raise SystemExit(f"blocks.py failed:\n{r.stderr}")
+    for d in sorted(os.listdir(out)):
+        items.append((f"block {d}", os.path.join(out, d), f"tests/engines/blocks.py: {d}", None))
+    os.makedirs(os.path.join(work, "quantize"), exist_ok=True)
+    for src in BLOCK_FIXTURES:
+        path = os.path.join(BLOCK_FIX, src)
+        for s, c in implemented(schemes):
+            fmt = c["format"]
+            q = os.path.join(work, "quantize", f"{src}--{s['id']}--{fmt}")
+            extra = amax_flags(kquant, work, src, path, s["id"])
+            exclude, refused = quantize(kquant, path, q, s["id"], fmt, [], extra)
+            how = f"kquant quantize fixtures/kimi-k2.5-tiny/{src} --scheme {s['id']} --format {fmt}"
+            if exclude:
+                how += f" --exclude {','.join(exclude)}"
+            items.append((f"block-quantize {src} {s['id']} {fmt}", q, how, refused))
+            if refused or not sglang_loads(c):
+                continue
+            # SGLang builds `fc` (DFlash2: also the convolutions' kernel_projection) as a
+            # plain nn.Linear: the same output with those kept unquantized, for SGLang.
+            ex = SGLANG_EXCLUDE[src]
+            q2 = q + "--sglang-exclude"
+            exclude, refused = quantize(kquant, path, q2, s["id"], fmt, ex, extra)
+            items.append((f"block-quantize {src} {s['id']} {fmt} --exclude {','.join(exclude)}",
+                          q2, f"{how} --exclude {','.join(exclude)}", refused))
+    return items
+
+
+def sglang_loads(carrier):
+    """Whether `kquant schemes` claims SGLang loads this scheme × format for every draft."""
+    return any(e["engine"] == "sglang" and e["loads"] == "yes"
+               for e in carrier.get("engines", []))
 
 
 def last_error(stderr):
@@ -238,7 +307,7 @@ def last_error(stderr):
     return (lines[-1] if lines else stderr.strip()[-200:])[len("error: ") :]
 
 
-def engine_jobs(kquant, items, target):
+def engine_jobs(kquant, items, target, block_target):
     """Per engine, the harness jobs; and the claims kquant makes for each checkpoint."""
     claims, jobs = {}, {"vllm": [], "vllm-gpu": [], "sglang": [], "sglang-sm90": []}
     for ident, path, _, refused in items:
@@ -250,12 +319,16 @@ def engine_jobs(kquant, items, target):
         claims[path] = {c["engine"]: c for c in info.get("engines", [])}
         base = {"draft": path, "target_config": target, "layer_prefix": info.get("layer_prefix")}
         dflash = fam.startswith("dflash")
-        jobs["vllm-gpu" if quantized else "vllm"].append(
-            {**base, "method": "dflash" if dflash else "eagle3"}
-        )
-        jobs["sglang-sm90" if quantized else "sglang"].append(
-            {**base, "algorithm": "DFLASH" if dflash else "EAGLE3"}
-        )
+        method, algorithm = ("dflash", "DFLASH") if dflash else ("eagle3", "EAGLE3")
+        vextra = {}
+        if fam in BLOCK_ENGINE_KIND:
+            # Their target is the tiny Kimi-K2.5 (hidden 256, 4 layers, taps 0 and 2); vLLM
+            # validates the config for its V2 runner, the only one that runs them.
+            method, algorithm = BLOCK_ENGINE_KIND[fam]
+            base["target_config"] = block_target
+            vextra = {"runner": "v2"}
+        jobs["vllm-gpu" if quantized else "vllm"].append({**base, "method": method, **vextra})
+        jobs["sglang-sm90" if quantized else "sglang"].append({**base, "algorithm": algorithm})
     return claims, jobs
 
 
@@ -328,7 +401,11 @@ def main():
     ap.add_argument("--work", help="where the checkpoints are written (default: a temp dir)")
     ap.add_argument("--json", help="write every row here")
     ap.add_argument("--doc", help="write the verdict matrix (docs/engines.md) here")
+    ap.add_argument("--blocks-only", action="store_true",
+                    help="only the DSpark / DFlash2 rows (no planted defects; not with --doc)")
     a = ap.parse_args()
+    if a.blocks_only and a.doc:
+        ap.error("--doc writes the whole matrix: not with --blocks-only")
     kquant = os.path.abspath(a.kquant)
     work = os.path.abspath(a.work or tempfile.mkdtemp(prefix="kquant-engine-tier-"))
     os.makedirs(work, exist_ok=True)
@@ -339,8 +416,11 @@ def main():
 
     # widen.py and plant.py run with an engine venv's torch and safetensors.
     py = os.path.join(a.vllm or a.sglang, "bin", "python")
-    items, twins = build(kquant, work, py)
-    claims, jobs = engine_jobs(kquant, items, target)
+    items, twins = build(kquant, work, py, a.blocks_only)
+    block_target = os.path.join(work, "target-kimi-k2.5")
+    os.makedirs(block_target, exist_ok=True)
+    shutil.copy(BLOCK_TARGET_CONFIG, os.path.join(block_target, "config.json"))
+    claims, jobs = engine_jobs(kquant, items, target, block_target)
 
     # The planted defects.
     plant_dir = os.path.join(work, "planted")
@@ -348,7 +428,7 @@ def main():
     r = sh([py, os.path.join(HERE, "plant.py"), os.path.join(TINY, "eagle3-specforge"), plant_dir])
     if r.returncode != 0:
         raise SystemExit(f"plant.py failed:\n{r.stderr}")
-    for name, (_, plant, _) in PLANTED.items():
+    for name, (_, plant, _) in ({} if a.blocks_only else PLANTED).items():
         d = os.path.join(plant_dir, name.split("+")[0])
         for key, extra in (("vllm", {"method": "eagle3"}), ("sglang", {"algorithm": "EAGLE3"})):
             jobs[key].append(
@@ -398,7 +478,7 @@ def main():
                     claim_word += f"; but inspect says {own.get('loads', 'none')} of this output"
             print(f"{'AGREE   ' if ok else 'DISAGREE'} {engine:6} {ident}: engine {word}; "
                   f"kquant says {claim_word}")
-    for name, (what, _, must) in PLANTED.items():
+    for name, (what, _, must) in ({} if a.blocks_only else PLANTED).items():
         d = os.path.join(plant_dir, name.split("+")[0])
         for engine in ("vllm", "sglang"):
             if not venvs[engine]:

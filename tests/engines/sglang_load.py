@@ -127,6 +127,7 @@ def load_one(job, pretend_sm):
         src.record(loader.DefaultModelLoader, "_get_all_weights")
 
         sentinel_params = {}
+        by_design = set(DROPPED_BY_DESIGN)
         orig_load_only = loader.DefaultModelLoader.load_weights_only
 
         def load_weights_only(model, *x, **k):
@@ -156,6 +157,12 @@ def load_one(job, pretend_sm):
                 exempt |= {n for n in sentinel_params if n.endswith("embed_tokens.weight")}
                 if getattr(model, "load_lm_head_from_target", False):
                     exempt |= {n for n in sentinel_params if n.startswith("lm_head.")}
+            if getattr(model, "confidence_head", False) is None:
+                # SGLang's DSpark builds no confidence head in its default ragged-verify mode
+                # (`build_confidence_head`: SGLANG_RAGGED_VERIFY_MODE=static) and its
+                # `load_weights` skips `confidence_head.*` then, by design.
+                by_design.update(n for n in src.names.values()
+                                 if n.startswith("confidence_head."))
             hot = getattr(model, "hot_token_id", None)
             if hot is not None:
                 src.consumed.update(n for n in src.names.values() if n.endswith("d2t"))
@@ -202,7 +209,8 @@ def load_one(job, pretend_sm):
                 raise
         checks_stage = stage
         stage = "checks"
-        v["dropped"] = src.dropped(DROPPED_BY_DESIGN)
+        v["dropped"] = src.dropped(by_design)
+        v["dropped_by_design"] = sorted(by_design - DROPPED_BY_DESIGN)
         v["consumed"] = len(src.consumed)
         bad = problems(v)
         if bad:
@@ -235,6 +243,7 @@ PRELOAD = [
     "sglang.srt.models.deepseek_v2",
     "sglang.srt.models.kimi_k25_eagle3",
     "sglang.srt.models.dflash",
+    "sglang.srt.models.dspark",
     "sglang.srt.layers.quantization.quark.quark",
     "sglang.srt.layers.quantization.compressed_tensors.compressed_tensors",
     "sglang.srt.layers.quantization.modelopt_quant",
