@@ -44,14 +44,16 @@ pub fn printable(s: &str) -> Cow<'_, str> {
 
 /// Serialized JSON shown on a terminal (a dry run's config): the characters serde leaves raw
 /// inside strings (DEL, C1 controls, bidi marks) written as `\uXXXX`, which keeps it valid JSON
-/// with the same value.
+/// with the same value. A raw newline is the pretty printer's own layout (serde writes one inside
+/// a string as `\n`) and stays.
 pub fn json_printable(json: &str) -> Cow<'_, str> {
-    if !json.chars().any(needs_escape) {
+    let escape = |c: char| c != '\n' && needs_escape(c);
+    if !json.chars().any(escape) {
         return Cow::Borrowed(json);
     }
     let mut out = String::with_capacity(json.len() + 8);
     for c in json.chars() {
-        if needs_escape(c) {
+        if escape(c) {
             // Every such character is in the BMP: one `\uXXXX`.
             let _ = write!(out, "\\u{:04x}", c as u32);
         } else {
@@ -78,6 +80,12 @@ mod tests {
         let v = serde_json::json!({"k\u{1b}": "a\u{7f}\u{9b}\u{202e}\n"});
         let shown = json_printable(&v.to_string()).into_owned();
         assert!(!shown.chars().any(needs_escape), "{shown}");
+        // A pretty-printed document keeps its lines; a newline in a value is serde's `\n`.
+        let pretty = serde_json::to_string_pretty(&v).unwrap();
+        let shown = json_printable(&pretty);
+        assert_eq!(shown.lines().count(), pretty.lines().count(), "{shown}");
+        assert!(shown.lines().all(|l| !l.chars().any(needs_escape)), "{shown}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&shown).unwrap(), v);
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&shown).unwrap(),
             v

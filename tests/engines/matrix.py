@@ -50,6 +50,10 @@ BLOCK_TARGET_CONFIG = os.path.join(BLOCK_FIX, "target", "config.json")
 SGLANG_EXCLUDE = {"dspark": ["fc", "markov_head.markov_w2"],
                   "dflash2": ["fc", "*kernel_projection"]}
 # Each family's method in vLLM's speculative config and algorithm in SGLang's server args.
+# `kquant convert dspark|dflash2 --to …` of every block source (the fixtures and blocks.py's
+# layouts); a refusal (an MLA source to a GQA layout, SGLang for K3) is a NOT MADE row.
+BLOCK_CONVERT_TO = {"dspark": ["vllm", "sglang", "specforge", "speculators"],
+                    "dflash2": ["vllm", "sglang"]}
 BLOCK_ENGINE_KIND = {"dspark": ("dspark", "DSPARK"), "dflash2": ("dflash", "DFLASH")}
 
 CONVERT_TO = {
@@ -270,8 +274,19 @@ def block_items(kquant, work, python, schemes):
     r = sh([python, os.path.join(HERE, "blocks.py"), out])
     if r.returncode != 0:
         raise SystemExit(f"blocks.py failed:\n{r.stderr}")
+    sources = [(d, os.path.join(BLOCK_FIX, d), f"fixtures/kimi-k2.5-tiny/{d}") for d in BLOCK_FIXTURES]
     for d in sorted(os.listdir(out)):
         items.append((f"block {d}", os.path.join(out, d), f"tests/engines/blocks.py: {d}", None))
+        sources.append((d, os.path.join(out, d), f"tests/engines/blocks.py: {d}"))
+    os.makedirs(os.path.join(work, "convert"), exist_ok=True)
+    for d, path, made in sources:
+        fam = kquant_json(kquant, ["inspect", path, "--json"])["family"]
+        for to in BLOCK_CONVERT_TO.get(fam, []):
+            o = os.path.join(work, "convert", f"block-{d}--to-{to}")
+            r = sh([kquant, "convert", fam, path, "--to", to, "-o", o, "--force"])
+            refused = None if r.returncode == 0 else last_error(r.stderr)
+            items.append((f"block-convert {d} --to {to}", o,
+                          f"kquant convert {fam} {made} --to {to}", refused))
     os.makedirs(os.path.join(work, "quantize"), exist_ok=True)
     for src in BLOCK_FIXTURES:
         path = os.path.join(BLOCK_FIX, src)
