@@ -84,8 +84,14 @@ mod tests {
         let pretty = serde_json::to_string_pretty(&v).unwrap();
         let shown = json_printable(&pretty);
         assert_eq!(shown.lines().count(), pretty.lines().count(), "{shown}");
-        assert!(shown.lines().all(|l| !l.chars().any(needs_escape)), "{shown}");
-        assert_eq!(serde_json::from_str::<serde_json::Value>(&shown).unwrap(), v);
+        assert!(
+            shown.lines().all(|l| !l.chars().any(needs_escape)),
+            "{shown}"
+        );
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&shown).unwrap(),
+            v
+        );
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&shown).unwrap(),
             v

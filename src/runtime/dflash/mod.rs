@@ -294,16 +294,23 @@ fn taps<'d>(dir: &Path, det: &'d Detection) -> Result<(&'d AuxLayers, Vec<usize>
     Ok((aux, taps))
 }
 
-/// `num_target_layers`, when the config has it (at least one).
-fn target_layers(dir: &Path, c: &Config) -> Result<Option<usize>> {
-    Ok(match c.get("num_target_layers") {
+/// The target's depth, when the config has it (at least one): `num_target_layers`, except in
+/// Inferact's K3DSparkModel (`k3` true), where that key counts the taps (K3DSparkConfig checks
+/// it against `target_layer_ids`) and the depth is `target_num_hidden_layers`.
+fn target_layers(dir: &Path, c: &Config, k3: bool) -> Result<Option<usize>> {
+    let key = if k3 {
+        "target_num_hidden_layers"
+    } else {
+        "num_target_layers"
+    };
+    Ok(match c.get(key) {
         None | Some(Value::Null) => None,
         Some(v) => match v.as_u64().and_then(|n| usize::try_from(n).ok()) {
             Some(n) if n > 0 && n as u64 <= crate::checkpoint::detect::MAX_DIM => Some(n),
             _ => {
                 return Err(Error::source(
                     dir,
-                    format!("`num_target_layers` is {v}: a target has at least one layer"),
+                    format!("`{key}` is {v}: a target has at least one layer"),
                 )
                 .with_hint("give the target's layer count, or leave the key out"))
             }
@@ -496,7 +503,7 @@ impl DFlash {
         let mask_id = mask_id(dir, c, vocab)?;
         check_block_kind(dir, c)?;
         let (aux, taps) = taps(dir, det)?;
-        let target_layers = target_layers(dir, c)?;
+        let target_layers = target_layers(dir, c, mla.is_some())?;
         let rope = match &mla {
             Some(_) => Rope::plain(2, 1.0), // each MLA layer holds its own table
             None => rope(dir, c, head_dim)?,
@@ -1008,6 +1015,29 @@ mod tests {
     use crate::runtime::{Drafter, FAST_REL_TOL};
     use serde_json::json;
     use std::path::{Path, PathBuf};
+
+    /// The target's depth: `num_target_layers`, except for K3DSparkModel, whose
+    /// `num_target_layers` counts its taps and whose depth is `target_num_hidden_layers`.
+    #[test]
+    fn the_target_depth_key_follows_the_layout() {
+        let c = |v: serde_json::Value| Config {
+            path: "config.json".into(),
+            root: v.as_object().unwrap().clone(),
+        };
+        let k3 = c(json!({"num_target_layers": 5, "target_num_hidden_layers": 93}));
+        let dir = Path::new(".");
+        assert_eq!(target_layers(dir, &k3, true).unwrap(), Some(93));
+        assert_eq!(target_layers(dir, &k3, false).unwrap(), Some(5));
+        assert_eq!(
+            target_layers(dir, &c(json!({"num_target_layers": 5})), true).unwrap(),
+            None
+        );
+        let e = target_layers(dir, &c(json!({"target_num_hidden_layers": 0})), true).unwrap_err();
+        assert!(
+            e.to_string().contains("`target_num_hidden_layers` is 0"),
+            "{e}"
+        );
+    }
 
     fn repo(rel: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
