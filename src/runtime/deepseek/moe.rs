@@ -3,7 +3,9 @@
 //! the choice only, groups ranked by the sum of their top-2 biased scores, the best `topk_group`
 //! groups kept, the top `num_experts_per_tok` experts among them, their unbiased scores
 //! normalised (`norm_topk_prob`, `+1e-20`) and scaled by `routed_scaling_factor`; routed
-//! outputs summed in expert order, shared experts added.
+//! outputs summed in expert order, shared experts added. Each MLP carries its activation
+//! ([`Act`]: SwiGLU, or Kimi-K3's SiTU); the routed experts run in whatever width their input
+//! rows have (Kimi-K3's LatentMoE runs them in its latent, `runtime::kimi_k3`).
 
 use rayon::prelude::*;
 
@@ -12,11 +14,35 @@ use super::weights::{Mlp, Moe};
 use super::OpImpl;
 use crate::ops::silu;
 
-/// `down(silu(gate x) · up x)` on `n` rows of width `h`.
+/// A gated MLP's activation of its gate and up projections.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Act {
+    /// SwiGLU: `silu(gate) · up`.
+    Silu,
+    /// SiTU (vLLM `SituAndMul.forward_native`, Kimi-K3's `hidden_act: situ`):
+    /// `β·tanh(gate/β)·sigmoid(gate) · β_lin·tanh(up/β_lin)` (`activation_situ_beta`,
+    /// `activation_situ_linear_beta`; `up` passed through when the latter is unset).
+    Situ { beta: f32, linear_beta: Option<f32> },
+}
+
+impl Act {
+    pub fn apply(self, gate: f32, up: f32) -> f32 {
+        match self {
+            Act::Silu => silu(gate) * up,
+            Act::Situ { beta, linear_beta } => {
+                let g = beta * (gate / beta).tanh() / (1.0 + (-gate).exp());
+                let u = linear_beta.map_or(up, |lb| lb * (up / lb).tanh());
+                g * u
+            }
+        }
+    }
+}
+
+/// `down(act(gate x, up x))` on `n` rows of width `h`.
 pub fn mlp(e: OpImpl, m: &Mlp, x: &[f32], n: usize, h: usize) -> Vec<f32> {
     let g = e.linear(x, n, h, &m.gate, m.inter);
     let u = e.linear(x, n, h, &m.up, m.inter);
-    let act: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
+    let act: Vec<f32> = g.iter().zip(&u).map(|(a, b)| m.act.apply(*a, *b)).collect();
     e.linear(&act, n, m.inter, &m.down, h)
 }
 
@@ -80,9 +106,9 @@ pub fn route(e: OpImpl, c: &DsConfig, m: &Moe, x: &[f32], n: usize) -> Routed {
     r
 }
 
-/// Reference: each row through each of its experts, one at a time.
-fn experts_ref(c: &DsConfig, m: &Moe, x: &[f32], n: usize, r: &Routed) -> Vec<f32> {
-    let (h, k) = (c.hidden, c.top_k);
+/// Reference: each row through each of its experts, one at a time (rows of width `h`).
+fn experts_ref(c: &DsConfig, m: &Moe, x: &[f32], n: usize, h: usize, r: &Routed) -> Vec<f32> {
+    let k = c.top_k;
     let mut out = vec![0f32; n * h];
     for t in 0..n {
         let row = &x[t * h..(t + 1) * h];
@@ -101,8 +127,8 @@ fn experts_ref(c: &DsConfig, m: &Moe, x: &[f32], n: usize, r: &Routed) -> Vec<f3
 }
 
 /// Fast: rows grouped per expert, experts run in parallel, summed in expert order.
-fn experts_fast(c: &DsConfig, m: &Moe, x: &[f32], n: usize, r: &Routed) -> Vec<f32> {
-    let (h, k) = (c.hidden, c.top_k);
+fn experts_fast(c: &DsConfig, m: &Moe, x: &[f32], n: usize, h: usize, r: &Routed) -> Vec<f32> {
+    let k = c.top_k;
     let mut rows: Vec<Vec<(usize, f32)>> = vec![Vec::new(); c.experts];
     for t in 0..n {
         for j in 0..k {
@@ -137,13 +163,27 @@ fn experts_fast(c: &DsConfig, m: &Moe, x: &[f32], n: usize, r: &Routed) -> Vec<f
     out
 }
 
+/// The routed experts' weighted sum on `n` rows `x` of width `h` (the hidden size, or a
+/// LatentMoE's latent) as `r` chose them, `[n, h]`.
+pub(crate) fn routed(
+    e: OpImpl,
+    c: &DsConfig,
+    m: &Moe,
+    x: &[f32],
+    n: usize,
+    h: usize,
+    r: &Routed,
+) -> Vec<f32> {
+    match e {
+        OpImpl::Reference => experts_ref(c, m, x, n, h, r),
+        OpImpl::Fast => experts_fast(c, m, x, n, h, r),
+    }
+}
+
 /// The MoE block on `n` normed rows: output `[n, H]` and the router's choice.
 pub fn forward(e: OpImpl, c: &DsConfig, m: &Moe, x: &[f32], n: usize) -> (Vec<f32>, Routed) {
     let r = route(e, c, m, x, n);
-    let mut out = match e {
-        OpImpl::Reference => experts_ref(c, m, x, n, &r),
-        OpImpl::Fast => experts_fast(c, m, x, n, &r),
-    };
+    let mut out = routed(e, c, m, x, n, c.hidden, &r);
     if let Some(s) = &m.shared {
         let y = mlp(e, s, x, n, c.hidden);
         out.iter_mut().zip(&y).for_each(|(o, v)| *o += v);

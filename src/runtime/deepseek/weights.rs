@@ -4,17 +4,20 @@
 //! named in the error.
 
 use super::config::DsConfig;
+use super::moe::Act;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::quant::decode::Logical;
 use crate::runtime::weights::Loader;
 
-/// A SwiGLU MLP (`down(silu(gate x) · up x)`); `inter` its intermediate width.
+/// A gated MLP (`down(act(gate x, up x))`, SwiGLU unless Kimi-K3's SiTU); `inter` its
+/// intermediate width.
 pub struct Mlp {
     pub gate: Vec<f32>,
     pub up: Vec<f32>,
     pub down: Vec<f32>,
     pub inter: usize,
+    pub act: Act,
 }
 
 /// The query projection: plain or low-rank with a norm in between.
@@ -37,6 +40,9 @@ pub struct Attn {
     pub kv_b: Vec<f32>,
     /// `o_proj` `[H, heads · v]`.
     pub o: Vec<f32>,
+    /// Kimi-K3's sigmoid output gate `g_proj` `[heads · v, H]` (`mla_use_output_gate`), applied
+    /// per element before `o_proj`; none in DeepSeek-V3 and Kimi-Linear.
+    pub gate: Option<Vec<f32>>,
 }
 
 /// The routed-expert block.
@@ -79,6 +85,7 @@ pub(crate) fn mlp(vb: &Loader, h: usize, inter: usize) -> Result<Mlp> {
         up: vb.get("up_proj.weight", &[inter, h])?,
         down: vb.get("down_proj.weight", &[h, inter])?,
         inter,
+        act: Act::Silu,
     })
 }
 
@@ -107,6 +114,7 @@ pub(crate) fn attn(vb: &Loader, c: &DsConfig) -> Result<Attn> {
         kv_norm: vb.get("kv_a_layernorm.weight", &[c.kv_lora])?,
         kv_b: vb.get("kv_b_proj.weight", &[nh * (c.nope + c.v_dim), c.kv_lora])?,
         o: vb.get("o_proj.weight", &[h, nh * c.v_dim])?,
+        gate: None,
     })
 }
 
@@ -125,6 +133,7 @@ fn experts(vb: &Loader, c: &DsConfig) -> Result<Vec<Mlp>> {
                     up: g[i * h..].to_vec(),
                     down: dn[x * h * i..(x + 1) * h * i].to_vec(),
                     inter: i,
+                    act: Act::Silu,
                 }
             })
             .collect());
