@@ -4,7 +4,7 @@
 //! groups kept, the top `num_experts_per_tok` experts among them, their unbiased scores
 //! normalised (`norm_topk_prob`, `+1e-20`) and scaled by `routed_scaling_factor`; routed
 //! outputs summed in expert order, shared experts added. Each MLP carries its activation
-//! ([`Act`]: SwiGLU, or Kimi-K3's SiTU); the routed experts run in whatever width their input
+//! (`weights::Act`: SwiGLU, or Kimi-K3's SiTU); the routed experts run in whatever width their input
 //! rows have (Kimi-K3's LatentMoE runs them in its latent, `runtime::kimi_k3`).
 
 use rayon::prelude::*;
@@ -12,31 +12,6 @@ use rayon::prelude::*;
 use super::config::DsConfig;
 use super::weights::{Mlp, Moe};
 use super::OpImpl;
-use crate::ops::silu;
-
-/// A gated MLP's activation of its gate and up projections.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Act {
-    /// SwiGLU: `silu(gate) · up`.
-    Silu,
-    /// SiTU (vLLM `SituAndMul.forward_native`, Kimi-K3's `hidden_act: situ`):
-    /// `β·tanh(gate/β)·sigmoid(gate) · β_lin·tanh(up/β_lin)` (`activation_situ_beta`,
-    /// `activation_situ_linear_beta`; `up` passed through when the latter is unset).
-    Situ { beta: f32, linear_beta: Option<f32> },
-}
-
-impl Act {
-    pub fn apply(self, gate: f32, up: f32) -> f32 {
-        match self {
-            Act::Silu => silu(gate) * up,
-            Act::Situ { beta, linear_beta } => {
-                let g = beta * (gate / beta).tanh() / (1.0 + (-gate).exp());
-                let u = linear_beta.map_or(up, |lb| lb * (up / lb).tanh());
-                g * u
-            }
-        }
-    }
-}
 
 /// `down(act(gate x, up x))` on `n` rows of width `h`.
 pub fn mlp(e: OpImpl, m: &Mlp, x: &[f32], n: usize, h: usize) -> Vec<f32> {

@@ -4,11 +4,35 @@
 //! named in the error.
 
 use super::config::DsConfig;
-use super::moe::Act;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
+use crate::ops::silu;
 use crate::quant::decode::Logical;
 use crate::runtime::weights::Loader;
+
+/// A gated MLP's activation of its gate and up projections.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Act {
+    /// SwiGLU: `silu(gate) · up`.
+    Silu,
+    /// SiTU (vLLM `SituAndMul.forward_native`, Kimi-K3's `hidden_act: situ`):
+    /// `β·tanh(gate/β)·sigmoid(gate) · β_lin·tanh(up/β_lin)` (`activation_situ_beta`,
+    /// `activation_situ_linear_beta`; `up` passed through when the latter is unset).
+    Situ { beta: f32, linear_beta: Option<f32> },
+}
+
+impl Act {
+    pub fn apply(self, gate: f32, up: f32) -> f32 {
+        match self {
+            Act::Silu => silu(gate) * up,
+            Act::Situ { beta, linear_beta } => {
+                let g = beta * (gate / beta).tanh() / (1.0 + (-gate).exp());
+                let u = linear_beta.map_or(up, |lb| lb * (up / lb).tanh());
+                g * u
+            }
+        }
+    }
+}
 
 /// A gated MLP (`down(act(gate x, up x))`, SwiGLU unless Kimi-K3's SiTU); `inter` its
 /// intermediate width.

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::checkpoint::Config;
 use crate::error::{Error, Result};
-use crate::runtime::deepseek::moe::Act;
+use crate::runtime::deepseek::weights::Act;
 use crate::runtime::deepseek::DsConfig;
 use crate::runtime::kimi_linear::config::{self as kl, KlConfig};
 

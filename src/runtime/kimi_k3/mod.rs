@@ -10,7 +10,7 @@
 //!   block's partial sum, then its own norm; a block-write layer (`layer % block == 0`) stores
 //!   the partial sum as a block and restarts it at its attention output (`_pre_attn_norm`,
 //!   `_post_attn_norm`); the output is the mixture under `output_attn_res_*`, then the norm.
-//! * SiTU in every MLP (`deepseek::moe::Act`) and the LatentMoE ([`moe`]).
+//! * SiTU in every MLP (`deepseek::weights::Act`) and the LatentMoE ([`moe`]).
 //!
 //! The two tap streams ([`TapStream`]): after layer `l`, `partial` is the block's partial sum
 //! including layer `l`'s MLP output (vLLM's `_capture_aux_hidden_stream` by default) and

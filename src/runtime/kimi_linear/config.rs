@@ -143,22 +143,7 @@ pub(crate) fn read(
     let lac = get("linear_attn_config").and_then(Value::as_object);
     let empty = Map::new();
     let la = lac.unwrap_or(&empty);
-    for k in [
-        "gate_lower_bound",
-        "lower_bound",
-        "safe_gate",
-        "use_full_rank_gate",
-    ] {
-        if !k3
-            && la
-                .get(k)
-                .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
-        {
-            return Err(format!(
-                "`linear_attn_config.{k}` is set: the lower-bounded KDA gate is not supported (Kimi-Linear has none)"
-            ));
-        }
-    }
+    let (lower_bound, full_rank_gate) = k3_gates(la, k3)?;
     let kda = Kda {
         heads: uint_in(la, "num_heads")?
             .or(uint("linear_num_heads")?)
@@ -169,21 +154,8 @@ pub(crate) fn read(
         conv: uint_in(la, "short_conv_kernel_size")?
             .or(uint("linear_conv_kernel_dim")?)
             .unwrap_or(4),
-        lower_bound: match la.get("gate_lower_bound").filter(|v| !v.is_null()) {
-            None => None,
-            Some(v) => match v.as_f64() {
-                Some(x) if x < 0.0 && x.is_finite() => Some(x as f32),
-                _ => {
-                    return Err(format!(
-                        "`linear_attn_config.gate_lower_bound` is {v}: a negative number"
-                    ))
-                }
-            },
-        },
-        full_rank_gate: la
-            .get("use_full_rank_gate")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
+        lower_bound,
+        full_rank_gate,
     };
     if kda.heads == 0 || kda.head_dim == 0 || kda.conv == 0 {
         return Err("the KDA heads, head_dim and short_conv_kernel_size must be > 0".into());
@@ -245,6 +217,40 @@ pub(crate) fn read(
     };
     ds.check()?;
     Ok(KlConfig { ds, kda, mixers })
+}
+
+/// Kimi-K3's KDA gates from `linear_attn_config`: `gate_lower_bound` and `use_full_rank_gate`,
+/// refused (named) when reading a Kimi-Linear config (`k3` false).
+fn k3_gates(la: &Map<String, Value>, k3: bool) -> std::result::Result<(Option<f32>, bool), String> {
+    for k in [
+        "gate_lower_bound",
+        "lower_bound",
+        "safe_gate",
+        "use_full_rank_gate",
+    ] {
+        if !k3
+            && la
+                .get(k)
+                .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+        {
+            return Err(format!(
+                "`linear_attn_config.{k}` is set: the lower-bounded KDA gate is not supported (Kimi-Linear has none)"
+            ));
+        }
+    }
+    let lower_bound = match la.get("gate_lower_bound").filter(|v| !v.is_null()) {
+        None => None,
+        Some(v) => match v.as_f64() {
+            Some(x) if x < 0.0 && x.is_finite() => Some(x as f32),
+            _ => {
+                return Err(format!(
+                    "`linear_attn_config.gate_lower_bound` is {v}: a negative number"
+                ))
+            }
+        },
+    };
+    let full = la.get("use_full_rank_gate").and_then(Value::as_bool);
+    Ok((lower_bound, full.unwrap_or(false)))
 }
 
 /// The layer pattern: `linear_attn_config`'s 1-based `kda_layers` / `full_attn_layers` (the

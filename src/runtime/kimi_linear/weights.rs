@@ -10,7 +10,7 @@ use super::config::{KlConfig, Mixer};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::quant::decode::Logical;
-use crate::runtime::deepseek::moe::Act;
+use crate::runtime::deepseek::weights::Act;
 use crate::runtime::deepseek::weights::{self, attn, mlp, Attn, Ffn, Mlp, Moe};
 use crate::runtime::weights::Loader;
 
