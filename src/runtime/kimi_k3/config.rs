@@ -92,7 +92,7 @@ fn read(t: &Map<String, Value>, cfg: &Config) -> std::result::Result<K3Config, S
         }
         Some(v) => v
             .as_u64()
-            .filter(|&x| x >= 1 && x <= crate::checkpoint::detect::MAX_DIM)
+            .filter(|x| (1..=crate::checkpoint::detect::MAX_DIM).contains(x))
             .ok_or_else(|| format!("`routed_expert_hidden_size` is {v}: a width ≥ 1"))?
             as usize,
     };

@@ -15,7 +15,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::quant::decode::Logical;
 use crate::runtime::deepseek::weights::{attn, mlp, Mlp, Moe};
-use crate::runtime::kimi_linear::weights::{kda, Mix};
+use crate::runtime::kimi_linear::weights::{kda, moe_block, Mix};
 use crate::runtime::kimi_linear::Mixer;
 use crate::runtime::weights::Loader;
 
@@ -65,41 +65,10 @@ fn res(vb: &Loader, name: &str, h: usize) -> Result<Vec<f32>> {
     ))
 }
 
-fn with_act(m: Mlp, c: &K3Config) -> Mlp {
-    Mlp { act: c.act, ..m }
-}
-
 fn latent_moe(vb: &Loader, c: &K3Config) -> Result<LatentMoe> {
-    let ds = c.ds();
-    let (e, h, i, lt) = (ds.experts, ds.hidden, ds.moe_inter, c.latent);
-    let experts = (0..e)
-        .map(|x| {
-            let ex = vb.pp(format!("experts.{x}"));
-            Ok(Mlp {
-                gate: ex.get("w1.weight", &[i, lt])?,
-                up: ex.get("w3.weight", &[i, lt])?,
-                down: ex.get("w2.weight", &[lt, i])?,
-                inter: i,
-                act: c.act,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let bias_name = "gate.e_score_correction_bias";
-    let shared = match ds.shared {
-        0 => None,
-        n => Some(with_act(mlp(&vb.pp("shared_experts"), h, i * n)?, c)),
-    };
+    let (h, lt) = (c.ds().hidden, c.latent);
     Ok(LatentMoe {
-        moe: Moe {
-            router: vb.get("gate.weight", &[e, h])?,
-            bias: if vb.has(bias_name) {
-                vb.get(bias_name, &[e])?
-            } else {
-                vec![0.0; e]
-            },
-            experts,
-            shared,
-        },
+        moe: moe_block(vb, &c.kl, lt, c.act)?,
         down: vb.get("routed_expert_down_proj.weight", &[lt, h])?,
         norm: match c.latent_norm {
             true => Some(vb.get("routed_expert_norm.weight", &[lt])?),
@@ -114,7 +83,10 @@ fn layer(layers: &Loader, l: usize, c: &K3Config) -> Result<Layer> {
     let ds = c.ds();
     let h = ds.hidden;
     let ffn = if l < ds.first_dense {
-        Ffn::Dense(with_act(mlp(&vb.pp("mlp"), h, ds.inter)?, c))
+        Ffn::Dense(Mlp {
+            act: c.act,
+            ..mlp(&vb.pp("mlp"), h, ds.inter)?
+        })
     } else {
         Ffn::Moe(Box::new(latent_moe(&vb.pp("block_sparse_moe"), c)?))
     };

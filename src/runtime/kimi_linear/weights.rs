@@ -103,17 +103,24 @@ pub(crate) fn kda(vb: &Loader, c: &KlConfig) -> Result<KdaW> {
 
 /// The Kimi-Linear MoE block (`block_sparse_moe.`): router, bias, `w1`/`w3`/`w2` experts.
 fn moe(vb: &Loader, c: &KlConfig) -> Result<Moe> {
+    moe_block(vb, c, c.ds.hidden, Act::Silu)
+}
+
+/// A `block_sparse_moe.` block: the router and its bias over the hidden row, the routed
+/// experts `experts.E.w1/w3/w2` on rows of width `width` (the hidden size, or Kimi-K3's latent),
+/// the shared experts on the hidden row; every MLP with activation `act`.
+pub(crate) fn moe_block(vb: &Loader, c: &KlConfig, width: usize, act: Act) -> Result<Moe> {
     let (e, h, i) = (c.ds.experts, c.ds.hidden, c.ds.moe_inter);
     let bias_name = "gate.e_score_correction_bias";
     let experts = (0..e)
         .map(|x| {
             let ex = vb.pp(format!("experts.{x}"));
             Ok(Mlp {
-                gate: ex.get("w1.weight", &[i, h])?,
-                up: ex.get("w3.weight", &[i, h])?,
-                down: ex.get("w2.weight", &[h, i])?,
+                gate: ex.get("w1.weight", &[i, width])?,
+                up: ex.get("w3.weight", &[i, width])?,
+                down: ex.get("w2.weight", &[width, i])?,
                 inter: i,
-                act: Act::Silu,
+                act,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -127,7 +134,10 @@ fn moe(vb: &Loader, c: &KlConfig) -> Result<Moe> {
         experts,
         shared: match c.ds.shared {
             0 => None,
-            n => Some(mlp(&vb.pp("shared_experts"), h, i * n)?),
+            n => Some(Mlp {
+                act,
+                ..mlp(&vb.pp("shared_experts"), h, i * n)?
+            }),
         },
     })
 }
