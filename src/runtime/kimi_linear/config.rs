@@ -40,6 +40,9 @@ pub struct Kda {
     pub lower_bound: Option<f32>,
     /// Kimi-K3's `use_full_rank_gate`: the output gate is one `g_proj`, not `g_b(g_a x)`.
     pub full_rank_gate: bool,
+    /// The gated output norm's eps: `rms_norm_eps` in Kimi-Linear; in K3 vLLM's
+    /// `FusedRMSNormGated` default, 1e-5 (`vllm/third_party/flash_linear_attention/ops/kda.py`).
+    pub o_norm_eps: f32,
 }
 
 impl Kda {
@@ -143,7 +146,8 @@ pub(crate) fn read(
     let lac = get("linear_attn_config").and_then(Value::as_object);
     let empty = Map::new();
     let la = lac.unwrap_or(&empty);
-    let (lower_bound, full_rank_gate) = k3_gates(la, k3)?;
+    let rms_eps = num("rms_norm_eps", 1e-6) as f32;
+    let (lower_bound, full_rank_gate, o_norm_eps) = k3_gates(la, k3, rms_eps)?;
     let kda = Kda {
         heads: uint_in(la, "num_heads")?
             .or(uint("linear_num_heads")?)
@@ -156,6 +160,7 @@ pub(crate) fn read(
             .unwrap_or(4),
         lower_bound,
         full_rank_gate,
+        o_norm_eps,
     };
     if kda.heads == 0 || kda.head_dim == 0 || kda.conv == 0 {
         return Err("the KDA heads, head_dim and short_conv_kernel_size must be > 0".into());
@@ -220,8 +225,13 @@ pub(crate) fn read(
 }
 
 /// Kimi-K3's KDA gates from `linear_attn_config`: `gate_lower_bound` and `use_full_rank_gate`,
-/// refused (named) when reading a Kimi-Linear config (`k3` false).
-fn k3_gates(la: &Map<String, Value>, k3: bool) -> std::result::Result<(Option<f32>, bool), String> {
+/// refused (named) when reading a Kimi-Linear config (`k3` false); and the output norm's eps
+/// (`rms_eps`, K3's fixed 1e-5).
+fn k3_gates(
+    la: &Map<String, Value>,
+    k3: bool,
+    rms_eps: f32,
+) -> std::result::Result<(Option<f32>, bool, f32), String> {
     for k in [
         "gate_lower_bound",
         "lower_bound",
@@ -250,7 +260,8 @@ fn k3_gates(la: &Map<String, Value>, k3: bool) -> std::result::Result<(Option<f3
         },
     };
     let full = la.get("use_full_rank_gate").and_then(Value::as_bool);
-    Ok((lower_bound, full.unwrap_or(false)))
+    let o_norm_eps = if k3 { 1e-5 } else { rms_eps };
+    Ok((lower_bound, full.unwrap_or(false), o_norm_eps))
 }
 
 /// The layer pattern: `linear_attn_config`'s 1-based `kda_layers` / `full_attn_layers` (the
@@ -367,6 +378,7 @@ mod tests {
                 conv: 4,
                 lower_bound: None,
                 full_rank_gate: false,
+                o_norm_eps: 1e-5,
             }
         );
         assert_eq!((c.ds.experts, c.ds.top_k, c.ds.shared), (256, 8, 1));

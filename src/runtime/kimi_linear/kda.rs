@@ -192,7 +192,8 @@ pub fn forward(
     for (hd, ys) in per_head.iter().enumerate() {
         for t in 0..n {
             let y = &ys[t * d..(t + 1) * d];
-            let r = 1.0 / (y.iter().map(|v| v * v).sum::<f32>() / d as f32 + c.ds.eps).sqrt();
+            let r =
+                1.0 / (y.iter().map(|v| v * v).sum::<f32>() / d as f32 + c.kda.o_norm_eps).sqrt();
             let base = t * w + hd * d;
             for j in 0..d {
                 o[base + j] = y[j] * r * kw.o_norm[j] * sigmoid(gate[base + j]);
