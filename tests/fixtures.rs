@@ -194,20 +194,13 @@ fn documented_preset_sizes_match_synth() {
 fn kimi_k3_presets_reproduce_the_published_rosters() {
     let count = |name: &str| {
         let p = kquant::synth::preset(name).unwrap();
-        let params: usize = p
-            .tensors
-            .iter()
-            .map(|t| t.shape.iter().product::<usize>())
-            .sum();
+        let params: usize = p.tensors.iter().map(|t| t.shape.iter().product::<usize>()).sum();
         (p.tensors.len(), params, p)
     };
     let (n, params, p) = count("kimi-k3-dspark");
     assert_eq!((n, params), (68, 3_562_312_961));
     assert_eq!(p.total_bytes(), 2 * 3_562_312_961);
-    assert_eq!(
-        p.config["target_layer_ids"],
-        serde_json::json!([2, 23, 47, 71, 89])
-    );
+    assert_eq!(p.config["target_layer_ids"], serde_json::json!([2, 23, 47, 71, 89]));
     assert_eq!(p.config["num_target_layers"], 5);
     let (n, params, p) = count("kimi-k3-dspark-radixark");
     assert_eq!((n, params), (62, 2_249_289_601));
@@ -216,10 +209,7 @@ fn kimi_k3_presets_reproduce_the_published_rosters() {
         serde_json::json!([7, 23, 51, 67, 83])
     );
     assert_eq!(p.config["num_target_layers"], 93);
-    assert!(
-        p.config.get("markov_rank").is_none(),
-        "nested only, as SpecForge exports it"
-    );
+    assert!(p.config.get("markov_rank").is_none(), "nested only, as SpecForge exports it");
     let (n, params, _) = count("kimi-k3-target-head");
     assert_eq!((n, params), (2, 2 * 163840 * 7168));
 }

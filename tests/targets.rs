@@ -377,12 +377,7 @@ fn kimi_k3_profile_holds_its_conventions() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| {
-            (
-                e["engine"].as_str().unwrap(),
-                e["default"].as_str().unwrap(),
-            )
-        })
+        .map(|e| (e["engine"].as_str().unwrap(), e["default"].as_str().unwrap()))
         .collect();
     assert_eq!(
         by,

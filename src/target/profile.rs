@@ -307,13 +307,7 @@ impl Profile {
     fn check_drafts(&self, path: &Path) -> Result<()> {
         for d in &self.published_drafts {
             let Some(f) = FAMILIES.iter().find(|f| f.id() == d.family) else {
-                return Err(bad(
-                    path,
-                    format!(
-                        "published draft `{}`: unknown family `{}`",
-                        d.draft, d.family
-                    ),
-                ));
+                return Err(bad(path, format!("published draft `{}`: unknown family `{}`", d.draft, d.family)));
             };
             let ok_count = taps::count_ok(f, d.hs.len());
             let ascending = d.hs.windows(2).all(|w| w[0] < w[1]);
@@ -328,18 +322,12 @@ impl Profile {
                 )));
             }
             if d.source.trim().is_empty() || d.status.trim().is_empty() {
-                return Err(bad(
-                    path,
-                    format!("published draft `{}` has no source or status", d.draft),
-                ));
+                return Err(bad(path, format!("published draft `{}` has no source or status", d.draft)));
             }
         }
         if let Some(a) = &self.attention_residuals {
             if a.block_size == 0 || a.source.trim().is_empty() {
-                return Err(bad(
-                    path,
-                    "attention_residuals: block_size must be ≥ 1 and sourced".into(),
-                ));
+                return Err(bad(path, "attention_residuals: block_size must be ≥ 1 and sourced".into()));
             }
             if a.engines.iter().any(|e| e.default == TapStream::Residual) {
                 return Err(bad(path, "attention_residuals: an engine's default stream on an attention-residual target is `partial` or `mixture`".into()));
@@ -507,33 +495,17 @@ mod tests {
         let k3 = || load("kimi-k3").unwrap();
         let mut t = k3();
         t.published_drafts[0].hs = vec![3, 94];
-        assert!(t
-            .check(p)
-            .unwrap_err()
-            .to_string()
-            .contains("within hs[0..=93]"));
+        assert!(t.check(p).unwrap_err().to_string().contains("within hs[0..=93]"));
         let mut t = k3();
-        let e3 = t
-            .published_drafts
-            .iter_mut()
-            .find(|d| d.family == "eagle3-mla")
-            .unwrap();
+        let e3 = t.published_drafts.iter_mut().find(|d| d.family == "eagle3-mla").unwrap();
         e3.hs = vec![2, 46];
         assert!(t.check(p).unwrap_err().to_string().contains("must be 3"));
         let mut t = k3();
         t.published_drafts[0].family = "medusa".into();
-        assert!(t
-            .check(p)
-            .unwrap_err()
-            .to_string()
-            .contains("unknown family"));
+        assert!(t.check(p).unwrap_err().to_string().contains("unknown family"));
         let mut t = k3();
         t.attention_residuals.as_mut().unwrap().engines[0].default = TapStream::Residual;
-        assert!(t
-            .check(p)
-            .unwrap_err()
-            .to_string()
-            .contains("`partial` or `mixture`"));
+        assert!(t.check(p).unwrap_err().to_string().contains("`partial` or `mixture`"));
     }
 
     #[test]
