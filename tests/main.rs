@@ -34,6 +34,7 @@ mod nvfp4_golden;
 mod parity_blocks2026;
 mod parity_dflash;
 mod parity_eagle3;
+mod parity_kimi_k3;
 mod parity_kimi_linear;
 mod parity_target;
 mod presets;

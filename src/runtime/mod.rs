@@ -8,6 +8,7 @@ pub mod dflash;
 pub mod eagle3;
 pub mod embed;
 pub mod hessian;
+pub mod kimi_k3;
 pub mod kimi_linear;
 pub mod linears;
 pub mod lm;

@@ -1,11 +1,12 @@
 //! The target models kquant runs on CPU, as one type: [`Target::load`] reads config.json and
-//! picks the runtime (`KimiLinearForCausalLM` → [`KimiLinear`], else the DeepSeek-V3 / Kimi-K2
-//! one, which names what it cannot run). Trace capture, the live profiles' offline verify and the
+//! picks the runtime (`KimiK3ForConditionalGeneration` → [`KimiK3`], `KimiLinearForCausalLM` →
+//! [`KimiLinear`], else the DeepSeek-V3 / Kimi-K2 one, which names what it cannot run). Trace capture, the live profiles' offline verify and the
 //! engine-loop simulation run either through it.
 
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::runtime::deepseek::{self, DeepseekV3, Forward};
+use crate::runtime::kimi_k3::{self, KimiK3};
 use crate::runtime::kimi_linear::{self, KimiLinear};
 use crate::runtime::lm::ChunkedLm;
 
@@ -13,18 +14,22 @@ use crate::runtime::lm::ChunkedLm;
 pub enum Target {
     DeepseekV3(DeepseekV3),
     KimiLinear(KimiLinear),
+    KimiK3(KimiK3),
 }
 
-/// An incremental-decode session of either target.
+/// An incremental-decode session of any target.
 pub enum Session<'m> {
     DeepseekV3(deepseek::Session<'m>),
     KimiLinear(kimi_linear::Session<'m>),
+    KimiK3(kimi_k3::Session<'m>),
 }
 
 impl Target {
     /// Load the checkpoint with the runtime its config.json names.
     pub fn load(ck: &Checkpoint) -> Result<Target> {
         match &ck.config {
+            // Before Kimi-Linear: K3's text_config says `model_type: kimi_linear` too.
+            Some(c) if kimi_k3::is_kimi_k3(c) => Ok(Target::KimiK3(KimiK3::load(ck)?)),
             Some(c) if kimi_linear::is_kimi_linear(c) => {
                 Ok(Target::KimiLinear(KimiLinear::load(ck)?))
             }
@@ -37,6 +42,7 @@ impl Target {
         match self {
             Target::DeepseekV3(_) => "DeepseekV3ForCausalLM",
             Target::KimiLinear(_) => "KimiLinearForCausalLM",
+            Target::KimiK3(_) => "KimiK3ForConditionalGeneration",
         }
     }
 
@@ -44,6 +50,7 @@ impl Target {
         match self {
             Target::DeepseekV3(m) => m.hidden,
             Target::KimiLinear(m) => m.hidden,
+            Target::KimiK3(m) => m.hidden,
         }
     }
 
@@ -51,6 +58,7 @@ impl Target {
         match self {
             Target::DeepseekV3(m) => m.vocab,
             Target::KimiLinear(m) => m.vocab,
+            Target::KimiK3(m) => m.vocab,
         }
     }
 
@@ -58,6 +66,7 @@ impl Target {
         match self {
             Target::DeepseekV3(m) => m.num_layers,
             Target::KimiLinear(m) => m.num_layers,
+            Target::KimiK3(m) => m.num_layers,
         }
     }
 
@@ -66,6 +75,7 @@ impl Target {
         match self {
             Target::DeepseekV3(m) => &m.cfg.eos,
             Target::KimiLinear(m) => &m.cfg.ds.eos,
+            Target::KimiK3(m) => &m.cfg.ds().eos,
         }
     }
 
@@ -74,6 +84,7 @@ impl Target {
         match self {
             Target::DeepseekV3(m) => m.cfg.max_pos,
             Target::KimiLinear(m) => m.cfg.ds.max_pos,
+            Target::KimiK3(m) => m.cfg.ds().max_pos,
         }
     }
 
@@ -82,6 +93,7 @@ impl Target {
         match self {
             Target::DeepseekV3(m) => m.forward(tokens),
             Target::KimiLinear(m) => m.forward(tokens),
+            Target::KimiK3(m) => m.forward(tokens),
         }
     }
 
@@ -90,6 +102,7 @@ impl Target {
         match self {
             Target::DeepseekV3(m) => m.greedy(prompt, n, stop),
             Target::KimiLinear(m) => m.greedy(prompt, n, stop),
+            Target::KimiK3(m) => m.greedy(prompt, n, stop),
         }
     }
 
@@ -98,6 +111,7 @@ impl Target {
         match self {
             Target::DeepseekV3(m) => Session::DeepseekV3(m.session()),
             Target::KimiLinear(m) => Session::KimiLinear(m.session()),
+            Target::KimiK3(m) => Session::KimiK3(m.session()),
         }
     }
 }
@@ -108,6 +122,7 @@ impl Session<'_> {
         match self {
             Session::DeepseekV3(s) => s.extend(tokens),
             Session::KimiLinear(s) => s.extend(tokens),
+            Session::KimiK3(s) => s.extend(tokens),
         }
     }
 
@@ -116,6 +131,7 @@ impl Session<'_> {
         match self {
             Session::DeepseekV3(s) => s.len(),
             Session::KimiLinear(s) => s.len(),
+            Session::KimiK3(s) => s.len(),
         }
     }
 
@@ -143,7 +159,13 @@ mod tests {
         assert_eq!(s.len(), 4);
         let f = kl.forward(&p).unwrap();
         assert_eq!(&f.logits[3 * 2048..], &last[..]);
-        // Not a causal LM either runtime knows: the DeepSeek-V3 runtime's refusal.
+        let k3 = Target::load(&open("fixtures/kimi-k3-tiny/target-random")).unwrap();
+        assert_eq!(k3.architecture(), "KimiK3ForConditionalGeneration");
+        assert_eq!((k3.num_layers(), k3.hidden(), k3.vocab()), (6, 64, 2048));
+        let mut s = k3.session();
+        let last = s.extend(&p).unwrap();
+        assert_eq!(&k3.forward(&p).unwrap().logits[3 * 2048..], &last[..]);
+        // Not a causal LM any runtime knows: the DeepSeek-V3 runtime's refusal.
         let e = Target::load(&open("fixtures/tiny/eagle3-specforge"))
             .err()
             .unwrap();

@@ -4,7 +4,8 @@
 //! latent into per-head `k_nope` and `v`, RoPE on the rope dims of q and k, causal softmax
 //! attention with the YaRN-scaled softmax scale, `o_proj`.
 //!
-//! Kimi-Linear's MLA (`nope_only`) is the same block with no rotation anywhere.
+//! Kimi-Linear's MLA (`nope_only`) is the same block with no rotation anywhere; Kimi-K3's adds
+//! a sigmoid output gate (`Attn::gate`, vLLM `kimi_k3/nvidia/mla.py` `_gate_sigmoid_mul`).
 //!
 //! transformers' interleaved RoPE writes the rotated pairs de-interleaved (evens then odds);
 //! this one keeps the pair layout. Both apply the same permutation to q and k, so every q·k is
@@ -121,6 +122,12 @@ pub fn forward(
             .par_chunks_mut(vd)
             .enumerate()
             .for_each(|(i, o)| one(i, o)),
+    }
+    if let Some(g) = &a.gate {
+        let g = e.linear(x, n, c.hidden, g, nh * vd);
+        out.iter_mut()
+            .zip(&g)
+            .for_each(|(o, g)| *o /= 1.0 + (-g).exp());
     }
     e.linear(&out, n, nh * vd, &a.o, c.hidden)
 }

@@ -3,20 +3,21 @@
 //! the choice only, groups ranked by the sum of their top-2 biased scores, the best `topk_group`
 //! groups kept, the top `num_experts_per_tok` experts among them, their unbiased scores
 //! normalised (`norm_topk_prob`, `+1e-20`) and scaled by `routed_scaling_factor`; routed
-//! outputs summed in expert order, shared experts added.
+//! outputs summed in expert order, shared experts added. Each MLP carries its activation
+//! (`weights::Act`: SwiGLU, or Kimi-K3's SiTU); the routed experts run in whatever width their input
+//! rows have (Kimi-K3's LatentMoE runs them in its latent, `runtime::kimi_k3`).
 
 use rayon::prelude::*;
 
 use super::config::DsConfig;
 use super::weights::{Mlp, Moe};
 use super::OpImpl;
-use crate::ops::silu;
 
-/// `down(silu(gate x) · up x)` on `n` rows of width `h`.
+/// `down(act(gate x, up x))` on `n` rows of width `h`.
 pub fn mlp(e: OpImpl, m: &Mlp, x: &[f32], n: usize, h: usize) -> Vec<f32> {
     let g = e.linear(x, n, h, &m.gate, m.inter);
     let u = e.linear(x, n, h, &m.up, m.inter);
-    let act: Vec<f32> = g.iter().zip(&u).map(|(a, b)| silu(*a) * b).collect();
+    let act: Vec<f32> = g.iter().zip(&u).map(|(a, b)| m.act.apply(*a, *b)).collect();
     e.linear(&act, n, m.inter, &m.down, h)
 }
 
@@ -80,9 +81,9 @@ pub fn route(e: OpImpl, c: &DsConfig, m: &Moe, x: &[f32], n: usize) -> Routed {
     r
 }
 
-/// Reference: each row through each of its experts, one at a time.
-fn experts_ref(c: &DsConfig, m: &Moe, x: &[f32], n: usize, r: &Routed) -> Vec<f32> {
-    let (h, k) = (c.hidden, c.top_k);
+/// Reference: each row through each of its experts, one at a time (rows of width `h`).
+fn experts_ref(c: &DsConfig, m: &Moe, x: &[f32], n: usize, h: usize, r: &Routed) -> Vec<f32> {
+    let k = c.top_k;
     let mut out = vec![0f32; n * h];
     for t in 0..n {
         let row = &x[t * h..(t + 1) * h];
@@ -101,8 +102,8 @@ fn experts_ref(c: &DsConfig, m: &Moe, x: &[f32], n: usize, r: &Routed) -> Vec<f3
 }
 
 /// Fast: rows grouped per expert, experts run in parallel, summed in expert order.
-fn experts_fast(c: &DsConfig, m: &Moe, x: &[f32], n: usize, r: &Routed) -> Vec<f32> {
-    let (h, k) = (c.hidden, c.top_k);
+fn experts_fast(c: &DsConfig, m: &Moe, x: &[f32], n: usize, h: usize, r: &Routed) -> Vec<f32> {
+    let k = c.top_k;
     let mut rows: Vec<Vec<(usize, f32)>> = vec![Vec::new(); c.experts];
     for t in 0..n {
         for j in 0..k {
@@ -137,13 +138,27 @@ fn experts_fast(c: &DsConfig, m: &Moe, x: &[f32], n: usize, r: &Routed) -> Vec<f
     out
 }
 
+/// The routed experts' weighted sum on `n` rows `x` of width `h` (the hidden size, or a
+/// LatentMoE's latent) as `r` chose them, `[n, h]`.
+pub(crate) fn routed(
+    e: OpImpl,
+    c: &DsConfig,
+    m: &Moe,
+    x: &[f32],
+    n: usize,
+    h: usize,
+    r: &Routed,
+) -> Vec<f32> {
+    match e {
+        OpImpl::Reference => experts_ref(c, m, x, n, h, r),
+        OpImpl::Fast => experts_fast(c, m, x, n, h, r),
+    }
+}
+
 /// The MoE block on `n` normed rows: output `[n, H]` and the router's choice.
 pub fn forward(e: OpImpl, c: &DsConfig, m: &Moe, x: &[f32], n: usize) -> (Vec<f32>, Routed) {
     let r = route(e, c, m, x, n);
-    let mut out = match e {
-        OpImpl::Reference => experts_ref(c, m, x, n, &r),
-        OpImpl::Fast => experts_fast(c, m, x, n, &r),
-    };
+    let mut out = routed(e, c, m, x, n, c.hidden, &r);
     if let Some(s) = &m.shared {
         let y = mlp(e, s, x, n, c.hidden);
         out.iter_mut().zip(&y).for_each(|(o, v)| *o += v);

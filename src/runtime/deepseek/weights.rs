@@ -6,15 +6,42 @@
 use super::config::DsConfig;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
+use crate::ops::silu;
 use crate::quant::decode::Logical;
 use crate::runtime::weights::Loader;
 
-/// A SwiGLU MLP (`down(silu(gate x) · up x)`); `inter` its intermediate width.
+/// A gated MLP's activation of its gate and up projections.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Act {
+    /// SwiGLU: `silu(gate) · up`.
+    Silu,
+    /// SiTU (vLLM `SituAndMul.forward_native`, Kimi-K3's `hidden_act: situ`):
+    /// `β·tanh(gate/β)·sigmoid(gate) · β_lin·tanh(up/β_lin)` (`activation_situ_beta`,
+    /// `activation_situ_linear_beta`; `up` passed through when the latter is unset).
+    Situ { beta: f32, linear_beta: Option<f32> },
+}
+
+impl Act {
+    pub fn apply(self, gate: f32, up: f32) -> f32 {
+        match self {
+            Act::Silu => silu(gate) * up,
+            Act::Situ { beta, linear_beta } => {
+                let g = beta * (gate / beta).tanh() / (1.0 + (-gate).exp());
+                let u = linear_beta.map_or(up, |lb| lb * (up / lb).tanh());
+                g * u
+            }
+        }
+    }
+}
+
+/// A gated MLP (`down(act(gate x, up x))`, SwiGLU unless Kimi-K3's SiTU); `inter` its
+/// intermediate width.
 pub struct Mlp {
     pub gate: Vec<f32>,
     pub up: Vec<f32>,
     pub down: Vec<f32>,
     pub inter: usize,
+    pub act: Act,
 }
 
 /// The query projection: plain or low-rank with a norm in between.
@@ -37,6 +64,9 @@ pub struct Attn {
     pub kv_b: Vec<f32>,
     /// `o_proj` `[H, heads · v]`.
     pub o: Vec<f32>,
+    /// Kimi-K3's sigmoid output gate `g_proj` `[heads · v, H]` (`mla_use_output_gate`), applied
+    /// per element before `o_proj`; none in DeepSeek-V3 and Kimi-Linear.
+    pub gate: Option<Vec<f32>>,
 }
 
 /// The routed-expert block.
@@ -79,6 +109,7 @@ pub(crate) fn mlp(vb: &Loader, h: usize, inter: usize) -> Result<Mlp> {
         up: vb.get("up_proj.weight", &[inter, h])?,
         down: vb.get("down_proj.weight", &[h, inter])?,
         inter,
+        act: Act::Silu,
     })
 }
 
@@ -107,6 +138,7 @@ pub(crate) fn attn(vb: &Loader, c: &DsConfig) -> Result<Attn> {
         kv_norm: vb.get("kv_a_layernorm.weight", &[c.kv_lora])?,
         kv_b: vb.get("kv_b_proj.weight", &[nh * (c.nope + c.v_dim), c.kv_lora])?,
         o: vb.get("o_proj.weight", &[h, nh * c.v_dim])?,
+        gate: None,
     })
 }
 
@@ -125,6 +157,7 @@ fn experts(vb: &Loader, c: &DsConfig) -> Result<Vec<Mlp>> {
                     up: g[i * h..].to_vec(),
                     down: dn[x * h * i..(x + 1) * h * i].to_vec(),
                     inter: i,
+                    act: Act::Silu,
                 }
             })
             .collect());

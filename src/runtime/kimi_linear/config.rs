@@ -35,6 +35,14 @@ pub struct Kda {
     pub head_dim: usize,
     /// `short_conv_kernel_size`.
     pub conv: usize,
+    /// Kimi-K3's `gate_lower_bound` `L` (`g = L · sigmoid(…)`); Kimi-Linear's softplus gate
+    /// when none.
+    pub lower_bound: Option<f32>,
+    /// Kimi-K3's `use_full_rank_gate`: the output gate is one `g_proj`, not `g_b(g_a x)`.
+    pub full_rank_gate: bool,
+    /// The gated output norm's eps: `rms_norm_eps` in Kimi-Linear; in K3 vLLM's
+    /// `FusedRMSNormGated` default, 1e-5 (`vllm/third_party/flash_linear_attention/ops/kda.py`).
+    pub o_norm_eps: f32,
 }
 
 impl Kda {
@@ -57,14 +65,21 @@ pub struct KlConfig {
 impl KlConfig {
     /// Read and check; errors name the key and the file.
     pub fn read(cfg: &Config) -> Result<KlConfig> {
-        read(cfg.text(), cfg).map_err(|msg| Error::Config {
+        read(cfg.text(), cfg, false).map_err(|msg| Error::Config {
             path: cfg.path.clone(),
             msg,
         })
     }
 }
 
-fn read(t: &Map<String, Value>, cfg: &Config) -> std::result::Result<KlConfig, String> {
+/// The text config `t` read; `k3` admits Kimi-K3's KDA variants (the bounded gate and the
+/// full-rank output gate) that a Kimi-Linear read refuses, and takes the latent norms' eps
+/// from `rms_norm_eps` as vLLM's K3 MLA does (Kimi-Linear's transformers code uses 1e-6).
+pub(crate) fn read(
+    t: &Map<String, Value>,
+    cfg: &Config,
+    k3: bool,
+) -> std::result::Result<KlConfig, String> {
     let get = |k: &str| t.get(k).filter(|v| !v.is_null());
     // Bounded before anything is sized from it (#38.11/12), as the DeepSeek config does.
     let uint_in = |m: &Map<String, Value>, k: &str| -> std::result::Result<Option<usize>, String> {
@@ -131,16 +146,8 @@ fn read(t: &Map<String, Value>, cfg: &Config) -> std::result::Result<KlConfig, S
     let lac = get("linear_attn_config").and_then(Value::as_object);
     let empty = Map::new();
     let la = lac.unwrap_or(&empty);
-    for k in ["gate_lower_bound", "lower_bound", "safe_gate"] {
-        if la
-            .get(k)
-            .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
-        {
-            return Err(format!(
-                "`linear_attn_config.{k}` is set: the lower-bounded KDA gate is not supported (Kimi-Linear has none)"
-            ));
-        }
-    }
+    let rms_eps = num("rms_norm_eps", 1e-6) as f32;
+    let (lower_bound, full_rank_gate, o_norm_eps) = k3_gates(la, k3, rms_eps)?;
     let kda = Kda {
         heads: uint_in(la, "num_heads")?
             .or(uint("linear_num_heads")?)
@@ -151,6 +158,9 @@ fn read(t: &Map<String, Value>, cfg: &Config) -> std::result::Result<KlConfig, S
         conv: uint_in(la, "short_conv_kernel_size")?
             .or(uint("linear_conv_kernel_dim")?)
             .unwrap_or(4),
+        lower_bound,
+        full_rank_gate,
+        o_norm_eps,
     };
     if kda.heads == 0 || kda.head_dim == 0 || kda.conv == 0 {
         return Err("the KDA heads, head_dim and short_conv_kernel_size must be > 0".into());
@@ -193,7 +203,11 @@ fn read(t: &Map<String, Value>, cfg: &Config) -> std::result::Result<KlConfig, S
         routed_scale: num("routed_scaling_factor", 1.0) as f32,
         first_dense: uint("first_k_dense_replace")?.unwrap_or(0),
         eps: num("rms_norm_eps", 1e-6) as f32,
-        latent_eps: LATENT_EPS,
+        latent_eps: if k3 {
+            num("rms_norm_eps", 1e-6) as f32
+        } else {
+            LATENT_EPS
+        },
         nope_only: true,
         tie: cfg
             .get("tie_word_embeddings")
@@ -208,6 +222,46 @@ fn read(t: &Map<String, Value>, cfg: &Config) -> std::result::Result<KlConfig, S
     };
     ds.check()?;
     Ok(KlConfig { ds, kda, mixers })
+}
+
+/// Kimi-K3's KDA gates from `linear_attn_config`: `gate_lower_bound` and `use_full_rank_gate`,
+/// refused (named) when reading a Kimi-Linear config (`k3` false); and the output norm's eps
+/// (`rms_eps`, K3's fixed 1e-5).
+fn k3_gates(
+    la: &Map<String, Value>,
+    k3: bool,
+    rms_eps: f32,
+) -> std::result::Result<(Option<f32>, bool, f32), String> {
+    for k in [
+        "gate_lower_bound",
+        "lower_bound",
+        "safe_gate",
+        "use_full_rank_gate",
+    ] {
+        if !k3
+            && la
+                .get(k)
+                .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+        {
+            return Err(format!(
+                "`linear_attn_config.{k}` is set: the lower-bounded KDA gate is not supported (Kimi-Linear has none)"
+            ));
+        }
+    }
+    let lower_bound = match la.get("gate_lower_bound").filter(|v| !v.is_null()) {
+        None => None,
+        Some(v) => match v.as_f64() {
+            Some(x) if x < 0.0 && x.is_finite() => Some(x as f32),
+            _ => {
+                return Err(format!(
+                    "`linear_attn_config.gate_lower_bound` is {v}: a negative number"
+                ))
+            }
+        },
+    };
+    let full = la.get("use_full_rank_gate").and_then(Value::as_bool);
+    let o_norm_eps = if k3 { 1e-5 } else { rms_eps };
+    Ok((lower_bound, full.unwrap_or(false), o_norm_eps))
 }
 
 /// The layer pattern: `linear_attn_config`'s 1-based `kda_layers` / `full_attn_layers` (the
@@ -291,7 +345,7 @@ mod tests {
 
     fn cfg(v: Value) -> std::result::Result<KlConfig, String> {
         let c = Config::from_value(std::path::Path::new("config.json"), v).unwrap();
-        read(c.text(), &c)
+        read(c.text(), &c, false)
     }
 
     fn real() -> Value {
@@ -321,7 +375,10 @@ mod tests {
             Kda {
                 heads: 32,
                 head_dim: 128,
-                conv: 4
+                conv: 4,
+                lower_bound: None,
+                full_rank_gate: false,
+                o_norm_eps: 1e-5,
             }
         );
         assert_eq!((c.ds.experts, c.ds.top_k, c.ds.shared), (256, 8, 1));

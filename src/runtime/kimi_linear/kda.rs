@@ -12,6 +12,12 @@
 //!   `o = Sᵀq`, with `S` `[D_k, D_v]` per head carried across chunks (the recurrent state);
 //! * `o_proj(RMSNorm(o) · o_norm · sigmoid(g_b(g_a x)))` per head.
 //!
+//! Kimi-K3's KDA (vLLM 0.33.0 `kimi_k3/nvidia/kda.py` `KimiK3DeltaAttention`) differs in two
+//! places, both read from its config: the output gate is full rank, `sigmoid(g_proj x)`
+//! (`use_full_rank_gate`), and the decay is bounded below, `g = L · sigmoid(exp(A_log[h]) ·
+//! (f_b(f_a x) + dt_bias))` with `L = gate_lower_bound < 0` (the `USE_LOWER_BOUND` branch of
+//! its `ops/third_party/kda/fused_recurrent.py`).
+//!
 //! This runs the recurrence token by token for every chunk (prefill and decode alike), so a
 //! prefill then single-token steps computes exactly what one long chunk does; transformers'
 //! prefill runs the chunked (WY) form of the same recurrence, which the parity tests bound.
@@ -19,7 +25,7 @@
 use rayon::prelude::*;
 
 use super::config::KlConfig;
-use super::weights::KdaW;
+use super::weights::{KdaW, OutGate};
 use crate::ops::silu;
 use crate::runtime::deepseek::OpImpl;
 
@@ -161,7 +167,11 @@ pub fn forward(
         .enumerate()
         .map(|(i, f)| {
             let ch = i % w;
-            -kw.decay[ch / d] * softplus(f + kw.dt_bias[ch])
+            let (a, x) = (kw.decay[ch / d], f + kw.dt_bias[ch]);
+            match c.kda.lower_bound {
+                None => -a * softplus(x),
+                Some(lb) => lb * sigmoid(a * x),
+            }
         })
         .collect();
     let beta: Vec<f32> = e
@@ -174,12 +184,16 @@ pub fn forward(
         OpImpl::Reference => st.s.chunks_mut(d * d).enumerate().map(one).collect(),
         OpImpl::Fast => st.s.par_chunks_mut(d * d).enumerate().map(one).collect(),
     };
-    let gate = e.linear(&e.linear(x, n, h, &kw.g_a, d), n, d, &kw.g_b, w);
+    let gate = match &kw.gate {
+        OutGate::LowRank { a, b } => e.linear(&e.linear(x, n, h, a, d), n, d, b, w),
+        OutGate::Full(g) => e.linear(x, n, h, g, w),
+    };
     let mut o = vec![0f32; n * w];
     for (hd, ys) in per_head.iter().enumerate() {
         for t in 0..n {
             let y = &ys[t * d..(t + 1) * d];
-            let r = 1.0 / (y.iter().map(|v| v * v).sum::<f32>() / d as f32 + c.ds.eps).sqrt();
+            let r =
+                1.0 / (y.iter().map(|v| v * v).sum::<f32>() / d as f32 + c.kda.o_norm_eps).sqrt();
             let base = t * w + hd * d;
             for j in 0..d {
                 o[base + j] = y[j] * r * kw.o_norm[j] * sigmoid(gate[base + j]);

@@ -14,7 +14,7 @@
 
 pub mod config;
 mod kda;
-mod weights;
+pub(crate) mod weights;
 
 pub use config::{Kda, KlConfig, Mixer};
 pub use kda::KdaState;

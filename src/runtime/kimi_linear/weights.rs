@@ -10,6 +10,7 @@ use super::config::{KlConfig, Mixer};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::quant::decode::Logical;
+use crate::runtime::deepseek::weights::Act;
 use crate::runtime::deepseek::weights::{self, attn, mlp, Attn, Ffn, Mlp, Moe};
 use crate::runtime::weights::Loader;
 
@@ -26,10 +27,16 @@ pub struct KdaW {
     /// `exp(A_log)` per head.
     pub decay: Vec<f32>,
     pub b: Vec<f32>,
-    pub g_a: Vec<f32>,
-    pub g_b: Vec<f32>,
+    pub gate: OutGate,
     pub o_norm: Vec<f32>,
     pub o: Vec<f32>,
+}
+
+/// The output gate's projection: Kimi-Linear's low rank `g_b(g_a x)`, or Kimi-K3's full-rank
+/// `g_proj x` (`linear_attn_config.use_full_rank_gate`).
+pub enum OutGate {
+    LowRank { a: Vec<f32>, b: Vec<f32> },
+    Full(Vec<f32>),
 }
 
 pub enum Mix {
@@ -42,7 +49,8 @@ pub type Layer = weights::Layer<Mix>;
 
 pub type Weights = weights::Weights<Layer>;
 
-fn kda(vb: &Loader, c: &KlConfig) -> Result<KdaW> {
+/// One KDA layer's weights under `vb` (a layer's `self_attn.`); Kimi-K3's too.
+pub(crate) fn kda(vb: &Loader, c: &KlConfig) -> Result<KdaW> {
     let (h, w, d, nh, k) = (
         c.ds.hidden,
         c.kda.width(),
@@ -64,6 +72,7 @@ fn kda(vb: &Loader, c: &KlConfig) -> Result<KdaW> {
         "k_conv1d.bias",
         "v_conv1d.bias",
         "g_b_proj.bias",
+        "g_proj.bias",
     ] {
         if vb.has(b) {
             return Err(vb.error(b, "KDA biases are not supported (Kimi-Linear has none)"));
@@ -79,8 +88,14 @@ fn kda(vb: &Loader, c: &KlConfig) -> Result<KdaW> {
         dt_bias: vb.get("dt_bias", &[w])?,
         decay: a_log.iter().map(|a| a.exp()).collect(),
         b: vb.get("b_proj.weight", &[nh, h])?,
-        g_a: vb.get("g_a_proj.weight", &[d, h])?,
-        g_b: vb.get("g_b_proj.weight", &[w, d])?,
+        gate: if c.kda.full_rank_gate {
+            OutGate::Full(vb.get("g_proj.weight", &[w, h])?)
+        } else {
+            OutGate::LowRank {
+                a: vb.get("g_a_proj.weight", &[d, h])?,
+                b: vb.get("g_b_proj.weight", &[w, d])?,
+            }
+        },
         o_norm: vb.get("o_norm.weight", &[d])?,
         o: vb.get("o_proj.weight", &[h, w])?,
     })
@@ -88,16 +103,24 @@ fn kda(vb: &Loader, c: &KlConfig) -> Result<KdaW> {
 
 /// The Kimi-Linear MoE block (`block_sparse_moe.`): router, bias, `w1`/`w3`/`w2` experts.
 fn moe(vb: &Loader, c: &KlConfig) -> Result<Moe> {
+    moe_block(vb, c, c.ds.hidden, Act::Silu)
+}
+
+/// A `block_sparse_moe.` block: the router and its bias over the hidden row, the routed
+/// experts `experts.E.w1/w3/w2` on rows of width `width` (the hidden size, or Kimi-K3's latent),
+/// the shared experts on the hidden row; every MLP with activation `act`.
+pub(crate) fn moe_block(vb: &Loader, c: &KlConfig, width: usize, act: Act) -> Result<Moe> {
     let (e, h, i) = (c.ds.experts, c.ds.hidden, c.ds.moe_inter);
     let bias_name = "gate.e_score_correction_bias";
     let experts = (0..e)
         .map(|x| {
             let ex = vb.pp(format!("experts.{x}"));
             Ok(Mlp {
-                gate: ex.get("w1.weight", &[i, h])?,
-                up: ex.get("w3.weight", &[i, h])?,
-                down: ex.get("w2.weight", &[h, i])?,
+                gate: ex.get("w1.weight", &[i, width])?,
+                up: ex.get("w3.weight", &[i, width])?,
+                down: ex.get("w2.weight", &[width, i])?,
                 inter: i,
+                act,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -111,7 +134,10 @@ fn moe(vb: &Loader, c: &KlConfig) -> Result<Moe> {
         experts,
         shared: match c.ds.shared {
             0 => None,
-            n => Some(mlp(&vb.pp("shared_experts"), h, i * n)?),
+            n => Some(Mlp {
+                act,
+                ..mlp(&vb.pp("shared_experts"), h, i * n)?
+            }),
         },
     })
 }
