@@ -205,16 +205,19 @@ fn quantized_in_every_format_they_stay_the_same_draft_and_verify_replays_them() 
     }
 }
 
-/// The gate's `next:` line names the target checkpoint and trace a block drafter needs.
+/// The gate's `next:` line: the tiny profile lists DSpark's taps (the fixture's), so the draft is
+/// matched to its live target and the line is the live gate against the unquantized draft.
 #[test]
 fn next_is_the_gate() {
-    let (_t, out, err) = quantize(fix("dspark").to_str().unwrap(), &["--scheme", "int4-g32"]);
+    let src = fix("dspark");
+    let (_t, out, err) = quantize(src.to_str().unwrap(), &["--scheme", "int4-g32"]);
     let next: Vec<&str> = err.lines().filter(|l| l.starts_with("next: ")).collect();
     assert_eq!(next.len(), 1, "{err}");
     assert!(
         next[0].contains(&format!(
-            "kquant verify --target kimi-k2.5-tiny --target-checkpoint TARGET --draft {}",
-            out.display()
+            "kquant verify --target kimi-k2.5-tiny --draft {} --baseline {}",
+            out.display(),
+            src.display()
         )),
         "{err}"
     );

@@ -190,7 +190,14 @@ says SGLang loads the scheme × format, a twin ending `--exclude …` keeps thos
 `kernel_projection` with the quant config and numbers the draft's layers after the target's,
 so a Quark or compressed-tensors `ignore` entry for `layers.N.…` matches nothing there.
 """
-BLOCK_PROSE = {"block ": BLOCK, "block-quantize ": BLOCK_QUANT}
+BLOCK_CONVERT = """`kquant convert dspark|dflash2 --to …` of every block source above (the two trained
+fixtures and `blocks.py`'s layouts): DSpark `--to vllm` (`Qwen3DSparkModel`, keys at the root;
+a `k3-dspark` source stays `K3DSparkModel`), `sglang` / `specforge` (`DSparkDraftModel`, keys in
+`dflash_config` and copied to the root), `speculators`; DFlash2 `--to vllm` / `sglang` (one
+layout serves both). kquant refuses an MLA source to a GQA layout or to SGLang, and every
+conversion of `dflash2-mla`.
+"""
+BLOCK_PROSE = {"block ": BLOCK, "block-convert ": BLOCK_CONVERT, "block-quantize ": BLOCK_QUANT}
 
 
 def render(rows, passed, failed, work, root, calibrated=None):
@@ -214,6 +221,7 @@ def render(rows, passed, failed, work, root, calibrated=None):
          "(`tests/engines/widen.py`: group-128 schemes need input widths in multiples of 128)",
          "quantize "),
         ("DSpark and DFlash2: every layout kquant detects", "block "),
+        ("DSpark and DFlash2: every `kquant convert --to` output made from them", "block-convert "),
         ("DSpark and DFlash2: every `kquant quantize` scheme × format of the trained fixtures",
          "block-quantize "),
     ]
