@@ -72,11 +72,6 @@ impl Layout {
         }
     }
 
-    /// An MLA backbone (no kquant runtime replays one yet).
-    pub fn is_mla(self) -> bool {
-        matches!(self, Layout::K3Dspark | Layout::Dflash2Mla)
-    }
-
     /// The family in prose (`DSpark`, `DFlash2`).
     pub fn family_name(self) -> &'static str {
         match self {
