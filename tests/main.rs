@@ -26,6 +26,7 @@ mod guides;
 mod hardening;
 mod help;
 mod inspect;
+mod inspect_k3;
 mod interop;
 mod live_endpoint;
 mod malformed;

@@ -386,7 +386,14 @@ fn kimi_k3_profile_holds_its_conventions() {
         .collect();
     assert_eq!(
         by,
-        vec![("vLLM 0.33.0", "partial"), ("SGLang 0.5.23", "mixture")]
+        vec![
+            ("vLLM 0.33.0", "partial"),
+            ("SGLang 0.5.23", "mixture"),
+            (
+                "TensorRT-LLM (main, NVIDIA/TensorRT-LLM@cf328e85)",
+                "mixture"
+            )
+        ]
     );
     let o = kquant(&["targets", "kimi-k3"]);
     let text = String::from_utf8_lossy(&o.stdout);

@@ -102,6 +102,9 @@ pub enum TargetKind {
     /// Kimi-K2.5/K2.6 multimodal wrapper (`language_model.` prefix, `text_config`).
     KimiK25,
     KimiLinear,
+    /// Kimi-K3 (`KimiK3ForConditionalGeneration`): KDA and gated NoPE MLA, LatentMoE, Block
+    /// Attention Residuals (`*_res_proj`), under `language_model.`.
+    KimiK3,
 }
 
 impl TargetKind {
@@ -111,6 +114,7 @@ impl TargetKind {
             TargetKind::KimiK2 => "kimi-k2",
             TargetKind::KimiK25 => "kimi-k2.5",
             TargetKind::KimiLinear => "kimi-linear",
+            TargetKind::KimiK3 => "kimi-k3",
         }
     }
 }
@@ -387,6 +391,7 @@ fn from_config(c: &super::Config) -> Evidence {
         );
     }
     let target = match (arch, mt) {
+        ("KimiK3ForConditionalGeneration", _) | (_, "kimi_k3") => Some(TargetKind::KimiK3),
         ("KimiK25ForConditionalGeneration", _) | (_, "kimi_k25") => Some(TargetKind::KimiK25),
         ("KimiLinearForCausalLM", _) | (_, "kimi_linear") => Some(TargetKind::KimiLinear),
         ("DeepseekV3ForCausalLM" | "DeepseekV2ForCausalLM", "kimi_k2") => Some(TargetKind::KimiK2),
@@ -443,6 +448,17 @@ fn from_tensors(n: &Names) -> Evidence {
                 &format!("`fc` + `{p}self_attn.q_proj` (EAGLE-3, GQA)"),
             );
         }
+    }
+    if (n.any_prefix("language_model.layers.0.") || n.any_prefix("language_model.model.layers.0."))
+        && n.all
+            .iter()
+            .any(|x| x.ends_with(".self_attention_res_proj.weight"))
+    {
+        return says(
+            Family::Target,
+            Some(TargetKind::KimiK3),
+            "`language_model.*layers.*.self_attention_res_proj` (Kimi-K3 attention residuals)",
+        );
     }
     if n.any_prefix("language_model.model.layers.") {
         return says(

