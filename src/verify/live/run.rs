@@ -61,6 +61,9 @@ pub struct Measured {
     pub source: String,
     /// The model the response says answered, where it names one.
     pub model: Option<String>,
+    /// The response's per-step histogram of accepted drafts, where the figure came from it.
+    #[serde(skip)]
+    pub histogram: Option<Vec<u64>>,
 }
 
 /// One prompt's outcome.
@@ -242,7 +245,10 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
             }
         }
         // Every figure is checked against the response it came with before it is measured.
-        let measured = |spec: Spec, source: String| -> std::result::Result<Measured, String> {
+        let measured = |spec: Spec,
+                        source: String,
+                        histogram: Option<Vec<u64>>|
+         -> std::result::Result<Measured, String> {
             let k = o.spec_tokens.or(reply.num_spec_tokens);
             let committed =
                 committed_drafts(spec, reply.completion_tokens, o.request.max_tokens, k)
@@ -257,11 +263,12 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
                 output: reply.output.clone(),
                 source,
                 model: reply.model.clone(),
+                histogram,
             })
         };
         if let Some((spec, field)) = reply.spec {
             return Ok(Outcome {
-                result: measured(spec, field.to_string()),
+                result: measured(spec, field.to_string(), reply.histogram.clone()),
                 attempts,
             });
         }
@@ -332,6 +339,7 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
                     accepted: delta.accepted,
                 },
                 SERVER_COUNTERS.into(),
+                None,
             ),
             attempts,
         });

@@ -1,0 +1,341 @@
+//! The degenerate-output check every verify runs (docs/verify.md, "Degenerate output"):
+//! figures that come from output no real workload produces. Three causes, each with its
+//! thresholds below:
+//!
+//! - **a repetition loop**: a request's continuation ends in a short cycle repeated to its end
+//!   (a raw-completion benchmark of a chat model looping on two tokens: every draft accepted);
+//!   said per request, and raised for a set where most of its requests loop;
+//! - **an accept length at or near K+1** over a set: nearly every draft of every step accepted;
+//! - **a per-depth acceptance of exactly 0 or 1** over a set: a draft that accepts nothing (a
+//!   synthetic or broken draft, accept length 1.000) or a draft that sees the token it is asked
+//!   to predict (an off-by-one tap).
+//!
+//! The findings go to the report (`degenerate`), as `note:` lines in the table, and
+//! `verify --fail-on-degenerate` makes them an error (exit 2: bad data, not a gate verdict).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::verify::walk::Walk;
+
+/// A loop's cycle is at most this many tokens.
+pub const LOOP_MAX_PERIOD: usize = 8;
+/// A loop repeats its cycle at least this many times…
+pub const LOOP_MIN_REPEATS: usize = 4;
+/// …over at least this many tokens…
+pub const LOOP_MIN_TOKENS: usize = 16;
+/// …that are at least this share of the continuation.
+pub const LOOP_MIN_SHARE: f64 = 0.5;
+/// A set is raised for loops when at least this share of its requests loop.
+pub const LOOP_SET_SHARE: f64 = 0.5;
+/// A set's accept length is near K+1 when its steps accept at least this share of K drafts on
+/// average, i.e. AL ≥ 1 + 0.9·K.
+pub const NEAR_MAX_SHARE: f64 = 0.9;
+/// A set is judged for its accept length only over at least this many verify steps.
+pub const MIN_STEPS: u64 = 20;
+/// A depth's rate is judged only over at least this many positions (rounds, live) that reached
+/// it.
+pub const MIN_AT_DEPTH: u64 = 50;
+/// Text without token ids (a live response that returned none) is checked as characters,
+/// a token counted as this many.
+pub const CHARS_PER_TOKEN: usize = 4;
+
+/// Why a set's figures are said to be degenerate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    RepetitionLoop,
+    AcceptLengthNearMax,
+    PerDepthRateExact,
+}
+
+impl Cause {
+    /// The cause as the table names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::RepetitionLoop => "repetition loop",
+            Cause::AcceptLengthNearMax => "accept length near K+1",
+            Cause::PerDepthRateExact => "per-depth acceptance exactly 0 or 1",
+        }
+    }
+}
+
+/// A set whose figures are degenerate.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    pub cause: Cause,
+    /// `draft` or `baseline` (a loop: the continuations the side generated; offline both
+    /// replay the trace's, named `trace`).
+    pub side: String,
+    /// `overall` or the category.
+    pub scope: String,
+    pub detail: String,
+}
+
+/// A request whose continuation ends in a loop.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoopingRequest {
+    pub side: String,
+    pub id: String,
+    pub category: String,
+    /// The cycle's length and the looping tail's, in tokens (characters where the response
+    /// had no token ids).
+    pub period: usize,
+    pub tail: usize,
+    pub length: usize,
+    pub unit: &'static str,
+}
+
+/// The thresholds, stated in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Thresholds {
+    pub loop_max_period: usize,
+    pub loop_min_repeats: usize,
+    pub loop_min_tokens: usize,
+    pub loop_min_share: f64,
+    pub loop_set_share: f64,
+    pub near_max_share: f64,
+    pub min_steps: u64,
+    pub min_at_depth: u64,
+}
+
+const THRESHOLDS: Thresholds = Thresholds {
+    loop_max_period: LOOP_MAX_PERIOD,
+    loop_min_repeats: LOOP_MIN_REPEATS,
+    loop_min_tokens: LOOP_MIN_TOKENS,
+    loop_min_share: LOOP_MIN_SHARE,
+    loop_set_share: LOOP_SET_SHARE,
+    near_max_share: NEAR_MAX_SHARE,
+    min_steps: MIN_STEPS,
+    min_at_depth: MIN_AT_DEPTH,
+};
+
+/// The report's `degenerate`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Degenerate {
+    /// Whether any set was found degenerate (a looping request alone does not raise it).
+    pub flagged: bool,
+    pub findings: Vec<Finding>,
+    pub looping_requests: Vec<LoopingRequest>,
+    pub thresholds: Thresholds,
+}
+
+/// A loop at the end of a continuation: its period and the looping tail's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loop {
+    pub period: usize,
+    pub tail: usize,
+}
+
+/// The longest tail of `x` that is periodic with a period of at most `max_period`, taking the
+/// shortest period for that length: `(period, tail)`, the tail counting the first cycle.
+pub fn periodic_tail<T: PartialEq>(x: &[T], max_period: usize) -> Option<Loop> {
+    let mut best: Option<Loop> = None;
+    for p in 1..=max_period.min(x.len() / 2) {
+        // x[i] == x[i + p] for every i of the tail but its last p.
+        let mut start = x.len() - p;
+        while start > 0 && x[start - 1] == x[start - 1 + p] {
+            start -= 1;
+        }
+        let tail = x.len() - start;
+        if best.is_none_or(|b| tail > b.tail) {
+            best = Some(Loop { period: p, tail });
+        }
+    }
+    best
+}
+
+/// A loop by the thresholds (`scale` units a token: 1 for tokens, [`CHARS_PER_TOKEN`] for
+/// characters).
+pub fn find_loop<T: PartialEq>(x: &[T], scale: usize) -> Option<Loop> {
+    let l = periodic_tail(x, LOOP_MAX_PERIOD * scale)?;
+    (l.tail >= l.period * LOOP_MIN_REPEATS
+        && l.tail >= LOOP_MIN_TOKENS * scale
+        && l.tail as f64 >= LOOP_MIN_SHARE * x.len() as f64)
+        .then_some(l)
+}
+
+/// A request's continuation, as a response or a trace gives it.
+#[derive(Debug, Clone, Copy)]
+pub enum Continuation<'a> {
+    Tokens(&'a [u32]),
+    Text(&'a str),
+}
+
+/// One side's requests: their walks and continuations, in the order of `categories`.
+pub struct Side<'a> {
+    pub name: &'a str,
+    /// The side's walks (`None`: continuations only, offline the trace's).
+    pub walks: Option<&'a [Walk]>,
+    /// Each request's id and continuation (`None`: not known); empty where the side's
+    /// continuations are checked under another side's name (offline: the trace's, once).
+    pub continuations: Vec<(String, Option<Continuation<'a>>)>,
+}
+
+/// The check over each side, overall and per category (`categories[i]` is request i's), K =
+/// `k` drafts a step.
+pub fn check(sides: &[Side], categories: &[String], k: usize) -> Degenerate {
+    let mut cats: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, c) in categories.iter().enumerate() {
+        cats.entry(c.as_str()).or_default().push(i);
+    }
+    let all: Vec<usize> = (0..categories.len()).collect();
+    let scopes: Vec<(&str, &[usize])> = std::iter::once(("overall", all.as_slice()))
+        .chain(cats.iter().map(|(c, v)| (*c, v.as_slice())))
+        .collect();
+    let mut findings = Vec::new();
+    let mut looping_requests = Vec::new();
+    for side in sides {
+        let looping = loops(side, categories, &mut looping_requests);
+        for &(scope, idx) in &scopes {
+            let mut found = |cause, detail: String| {
+                findings.push(Finding {
+                    cause,
+                    side: side.name.to_string(),
+                    scope: scope.to_string(),
+                    detail,
+                })
+            };
+            if !side.continuations.is_empty() {
+                let n = idx.iter().filter(|&&i| looping[i]).count();
+                if n > 0 && n as f64 >= LOOP_SET_SHARE * idx.len() as f64 {
+                    found(Cause::RepetitionLoop, format!(
+                        "{n} of {} requests end in a cycle of at most {LOOP_MAX_PERIOD} tokens repeated to the end",
+                        idx.len()
+                    ));
+                }
+            }
+            let Some(walks) = side.walks else {
+                continue;
+            };
+            let w = Walk::sum(idx.iter().map(|&i| &walks[i]));
+            if let Some(d) = near_max(&w, k) {
+                found(Cause::AcceptLengthNearMax, d);
+            }
+            for d in exact_depths(&w) {
+                found(Cause::PerDepthRateExact, d);
+            }
+        }
+    }
+    Degenerate {
+        flagged: !findings.is_empty(),
+        findings,
+        looping_requests,
+        thresholds: THRESHOLDS,
+    }
+}
+
+/// Which of a side's requests loop (listed in `out`).
+fn loops(side: &Side, categories: &[String], out: &mut Vec<LoopingRequest>) -> Vec<bool> {
+    let mut looping = vec![false; categories.len()];
+    for (i, (id, c)) in side.continuations.iter().enumerate() {
+        let (l, len, unit) = match c {
+            Some(Continuation::Tokens(t)) => (find_loop(t, 1), t.len(), "tokens"),
+            Some(Continuation::Text(s)) => {
+                let ch: Vec<char> = s.chars().collect();
+                (find_loop(&ch, CHARS_PER_TOKEN), ch.len(), "characters")
+            }
+            None => (None, 0, "tokens"),
+        };
+        if let Some(l) = l {
+            looping[i] = true;
+            out.push(LoopingRequest {
+                side: side.name.to_string(),
+                id: id.clone(),
+                category: categories[i].clone(),
+                period: l.period,
+                tail: l.tail,
+                length: len,
+                unit,
+            });
+        }
+    }
+    looping
+}
+
+/// A set's steps accepting nearly every draft.
+fn near_max(w: &Walk, k: usize) -> Option<String> {
+    if w.rounds < MIN_STEPS || k == 0 {
+        return None;
+    }
+    let al = w.al_walk();
+    (al >= 1.0 + NEAR_MAX_SHARE * k as f64).then(|| {
+        format!(
+            "accept length {al:.3} over {} steps, at least 1 + {NEAR_MAX_SHARE}·K = {:.3} (K = {k})",
+            w.rounds,
+            1.0 + NEAR_MAX_SHARE * k as f64
+        )
+    })
+}
+
+/// The depths whose conditional acceptance is exactly 0 or 1 over at least [`MIN_AT_DEPTH`]
+/// positions: teacher-forced where the walk has positions (offline), else over the verify
+/// rounds of its histogram (live).
+fn exact_depths(w: &Walk) -> Vec<String> {
+    let (num, den, what): (Vec<u64>, Vec<u64>, &str) = if w.positions > 0 {
+        (
+            w.cond_num.clone(),
+            w.cond_den.clone(),
+            "teacher-forced positions",
+        )
+    } else if w.accepted_hist.is_empty() {
+        // No histogram (server counters, TensorRT-LLM): only "nothing accepted" is known.
+        let accepted = (w.committed + w.engine_extra).saturating_sub(w.rounds);
+        (vec![accepted.min(1)], vec![w.rounds], "verify steps")
+    } else {
+        // Rounds that reached depth d (accepted ≥ d) and that accepted it too.
+        let h = &w.accepted_hist;
+        let at_least = |d: usize| h.iter().skip(d).sum::<u64>();
+        let k = h.len().saturating_sub(1);
+        (
+            (0..k).map(|d| at_least(d + 1)).collect(),
+            (0..k).map(at_least).collect(),
+            "verify steps",
+        )
+    };
+    num.iter()
+        .zip(&den)
+        .enumerate()
+        // Without a histogram `num` is 0 or 1 over ≥ MIN_AT_DEPTH steps: never "exactly 1".
+        .filter(|(_, (&n, &d))| d >= MIN_AT_DEPTH && (n == 0 || n == d))
+        .map(|(depth, (&n, &d))| {
+            format!(
+                "depth {depth} accepted {} of {d} {what} that reached it ({})",
+                n,
+                if n == 0 { "exactly 0" } else { "exactly 1" }
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_cycle_to_the_end_is_a_loop_and_prose_is_not() {
+        let mut x: Vec<u32> = (0..40).collect();
+        x.extend([7, 9].repeat(30));
+        assert_eq!(
+            find_loop(&x, 1),
+            Some(Loop {
+                period: 2,
+                tail: 60
+            })
+        );
+        // The same cycle stopping before the end is not "repeated to the end".
+        x.extend(100..160);
+        assert_eq!(find_loop(&x, 1), None);
+        // Too short a share of the continuation.
+        let mut y: Vec<u32> = (0..100).collect();
+        y.extend([5].repeat(20));
+        assert_eq!(find_loop(&y, 1), None);
+        // A cycle longer than LOOP_MAX_PERIOD is not a short loop.
+        let z: Vec<u32> = (0..9).cycle().take(90).collect();
+        assert_eq!(find_loop(&z, 1), None);
+        // Characters: the thresholds scaled.
+        let s: Vec<char> = "ab".repeat(40).chars().collect();
+        assert!(find_loop(&s, CHARS_PER_TOKEN).is_some());
+    }
+}
