@@ -338,4 +338,186 @@ mod tests {
         let s: Vec<char> = "ab".repeat(40).chars().collect();
         assert!(find_loop(&s, CHARS_PER_TOKEN).is_some());
     }
+
+    /// A request's walk: `hist[j]` rounds that committed j drafts, no teacher-forced positions
+    /// (as a live one), or `tf` = (cond_num, cond_den) per depth.
+    fn walk(hist: &[u64], tf: Option<(Vec<u64>, Vec<u64>)>) -> Walk {
+        let rounds: u64 = hist.iter().sum();
+        let drafts: u64 = hist.iter().enumerate().map(|(j, c)| j as u64 * c).sum();
+        let mut w = Walk {
+            rounds,
+            committed: rounds + drafts,
+            requests: 1,
+            accepted_hist: hist.to_vec(),
+            ..Walk::default()
+        };
+        if let Some((num, den)) = tf {
+            w.positions = den[0];
+            w.cond_num = num;
+            w.cond_den = den;
+        }
+        w
+    }
+
+    fn causes(d: &Degenerate) -> Vec<(Cause, String, String)> {
+        d.findings
+            .iter()
+            .map(|f| (f.cause, f.side.clone(), f.scope.clone()))
+            .collect()
+    }
+
+    fn cats(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| if i % 2 == 0 { "a" } else { "b" }.to_string())
+            .collect()
+    }
+
+    /// A healthy set: mixed acceptance, prose-like continuations: nothing found.
+    fn healthy() -> Vec<Walk> {
+        (0..4).map(|_| walk(&[10, 10, 10, 10], None)).collect()
+    }
+
+    #[test]
+    fn loops_in_most_requests_raise_the_set_and_each_looping_request_is_listed() {
+        let prose: Vec<Vec<u32>> = (0..4).map(|i| (i * 100..i * 100 + 96).collect()).collect();
+        let mut looped = prose.clone();
+        for t in looped.iter_mut().take(2) {
+            t.truncate(16);
+            t.extend([3, 4].repeat(40));
+        }
+        let w = healthy();
+        let run = |conts: &[Vec<u32>]| {
+            let side = Side {
+                name: "draft",
+                walks: Some(&w),
+                continuations: conts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (i.to_string(), Some(Continuation::Tokens(t))))
+                    .collect(),
+            };
+            check(&[side], &cats(4), 3)
+        };
+        let ok = run(&prose);
+        assert!(!ok.flagged && ok.looping_requests.is_empty(), "{ok:?}");
+        let d = run(&looped);
+        // Requests 0 and 1 loop: half the set (flagged), all of category a's two... of a's
+        // requests 0 and 2 one loops (half: flagged), of b's 1 and 3 one (flagged).
+        assert_eq!(d.looping_requests.len(), 2);
+        assert_eq!(d.looping_requests[0].period, 2);
+        assert!(d.flagged);
+        assert_eq!(
+            causes(&d),
+            ["overall", "a", "b"]
+                .map(|s| (Cause::RepetitionLoop, "draft".to_string(), s.to_string()))
+                .to_vec()
+        );
+        // One looping request of four is listed, not raised.
+        let mut one = prose.clone();
+        one[0] = looped[0].clone();
+        let d = run(&one);
+        assert_eq!(d.looping_requests.len(), 1);
+        assert!(causes(&d).iter().all(|c| c.2 == "a"), "{d:?}");
+    }
+
+    #[test]
+    fn an_accept_length_near_k_plus_1_over_a_set_is_raised() {
+        // K = 3: 1 + 0.9·3 = 3.7. 80 steps all accepting 3 but 10 accepting 1: AL 3.75.
+        let near: Vec<Walk> = (0..4).map(|_| walk(&[0, 3, 0, 17], None)).collect();
+        let d = check(
+            &[Side {
+                name: "draft",
+                walks: Some(&near),
+                continuations: Vec::new(),
+            }],
+            &cats(4),
+            3,
+        );
+        assert!(causes(&d).contains(&(
+            Cause::AcceptLengthNearMax,
+            "draft".into(),
+            "overall".into()
+        )));
+        // Below the threshold (AL 3.5): not near K+1.
+        let below: Vec<Walk> = (0..4).map(|_| walk(&[0, 5, 0, 15], None)).collect();
+        let d = check(
+            &[Side {
+                name: "draft",
+                walks: Some(&below),
+                continuations: Vec::new(),
+            }],
+            &cats(4),
+            3,
+        );
+        assert!(
+            !causes(&d).iter().any(|c| c.0 == Cause::AcceptLengthNearMax),
+            "{d:?}"
+        );
+        // Too few steps to say.
+        let few = vec![walk(&[0, 0, 0, 5], None)];
+        let d = check(
+            &[Side {
+                name: "draft",
+                walks: Some(&few),
+                continuations: Vec::new(),
+            }],
+            &["a".into()],
+            3,
+        );
+        assert!(!causes(&d).iter().any(|c| c.0 == Cause::AcceptLengthNearMax));
+    }
+
+    #[test]
+    fn a_per_depth_acceptance_of_exactly_0_or_1_is_raised() {
+        let side = |w| Side {
+            name: "baseline",
+            walks: Some(w),
+            continuations: Vec::new(),
+        };
+        // Teacher-forced: depth 0 never matched (a draft that accepts nothing).
+        let none: Vec<Walk> = (0..2)
+            .map(|_| walk(&[40], Some((vec![0, 0, 0], vec![60, 0, 0]))))
+            .collect();
+        let d = check(&[side(&none)], &cats(2), 3);
+        assert!(d
+            .findings
+            .iter()
+            .any(|f| f.cause == Cause::PerDepthRateExact
+                && f.scope == "overall"
+                && f.detail.starts_with("depth 0 accepted 0 of 120")));
+        // Teacher-forced: depth 1 matched wherever depth 0 did (a draft that sees the token).
+        let all: Vec<Walk> = (0..2)
+            .map(|_| {
+                walk(
+                    &[10, 10, 10, 10],
+                    Some((vec![50, 50, 30], vec![60, 50, 50])),
+                )
+            })
+            .collect();
+        let d = check(&[side(&all)], &cats(2), 3);
+        assert!(d
+            .findings
+            .iter()
+            .any(|f| f.cause == Cause::PerDepthRateExact
+                && f.detail.contains("depth 1 accepted 100 of 100")));
+        assert!(!d
+            .findings
+            .iter()
+            .any(|f| f.detail.starts_with("depth 0") || f.detail.starts_with("depth 2")));
+        // Live, from the histogram: every step accepted every draft.
+        let full: Vec<Walk> = (0..2).map(|_| walk(&[0, 0, 0, 30], None)).collect();
+        let d = check(&[side(&full)], &cats(2), 3);
+        let exact: Vec<&Finding> = d
+            .findings
+            .iter()
+            .filter(|f| f.cause == Cause::PerDepthRateExact && f.scope == "overall")
+            .collect();
+        assert_eq!(exact.len(), 3, "{d:?}");
+        // A healthy set and too few positions: nothing.
+        let h = healthy();
+        let d = check(&[side(&h)], &cats(4), 3);
+        assert!(!d.flagged, "{d:?}");
+        let few = vec![walk(&[10], Some((vec![0, 0, 0], vec![10, 0, 0])))];
+        assert!(!check(&[side(&few)], &["a".into()], 3).flagged);
+    }
 }
