@@ -34,9 +34,12 @@ pub const LOOP_SET_SHARE: f64 = 0.5;
 pub const NEAR_MAX_SHARE: f64 = 0.9;
 /// A set is judged for its accept length only over at least this many verify steps.
 pub const MIN_STEPS: u64 = 20;
-/// A depth's rate is judged only over at least this many positions (rounds, live) that reached
-/// it.
-pub const MIN_AT_DEPTH: u64 = 50;
+/// A depth's rate is judged only over at least this many positions (verify steps, live): a
+/// draft whose first draft is accepted with probability p is accepted at every one of n steps
+/// with probability pⁿ, under 1 % for p ≤ 0.95 at n = 100.
+pub const MIN_AT_DEPTH: u64 = 100;
+/// A set is raised for loops only when at least this many of its requests loop.
+pub const LOOP_MIN_REQUESTS: usize = 3;
 /// Text without token ids (a live response that returned none) is checked as characters,
 /// a token counted as this many.
 pub const CHARS_PER_TOKEN: usize = 4;
@@ -95,6 +98,7 @@ pub struct Thresholds {
     pub loop_min_tokens: usize,
     pub loop_min_share: f64,
     pub loop_set_share: f64,
+    pub loop_min_requests: usize,
     pub near_max_share: f64,
     pub min_steps: u64,
     pub min_at_depth: u64,
@@ -106,6 +110,7 @@ const THRESHOLDS: Thresholds = Thresholds {
     loop_min_tokens: LOOP_MIN_TOKENS,
     loop_min_share: LOOP_MIN_SHARE,
     loop_set_share: LOOP_SET_SHARE,
+    loop_min_requests: LOOP_MIN_REQUESTS,
     near_max_share: NEAR_MAX_SHARE,
     min_steps: MIN_STEPS,
     min_at_depth: MIN_AT_DEPTH,
@@ -199,7 +204,7 @@ pub fn check(sides: &[Side], categories: &[String], k: usize) -> Degenerate {
             };
             if !side.continuations.is_empty() {
                 let n = idx.iter().filter(|&&i| looping[i]).count();
-                if n > 0 && n as f64 >= LOOP_SET_SHARE * idx.len() as f64 {
+                if n >= LOOP_MIN_REQUESTS && n as f64 >= LOOP_SET_SHARE * idx.len() as f64 {
                     found(Cause::RepetitionLoop, format!(
                         "{n} of {} requests end in a cycle of at most {LOOP_MAX_PERIOD} tokens repeated to the end",
                         idx.len()
@@ -269,44 +274,62 @@ fn near_max(w: &Walk, k: usize) -> Option<String> {
     })
 }
 
-/// The depths whose conditional acceptance is exactly 0 or 1 over at least [`MIN_AT_DEPTH`]
-/// positions: teacher-forced where the walk has positions (offline), else over the verify
-/// rounds of its histogram (live).
+/// The depths whose unconditional acceptance is exactly 0 or 1 over at least
+/// [`MIN_AT_DEPTH`] positions (teacher-forced, offline) or verify steps (live, from the
+/// engine's histogram): a depth that never matches (depth 0: nothing accepted, AL 1.000), or
+/// a first draft accepted everywhere (with the deeper depths accepted at every step).
 fn exact_depths(w: &Walk) -> Vec<String> {
-    let (num, den, what): (Vec<u64>, Vec<u64>, &str) = if w.positions > 0 {
-        (
-            w.cond_num.clone(),
-            w.cond_den.clone(),
-            "teacher-forced positions",
-        )
-    } else if w.accepted_hist.is_empty() {
-        // No histogram (server counters, TensorRT-LLM): only "nothing accepted" is known.
-        let accepted = (w.committed + w.engine_extra).saturating_sub(w.rounds);
-        (vec![accepted.min(1)], vec![w.rounds], "verify steps")
-    } else {
-        // Rounds that reached depth d (accepted ≥ d) and that accepted it too.
-        let h = &w.accepted_hist;
-        let at_least = |d: usize| h.iter().skip(d).sum::<u64>();
-        let k = h.len().saturating_sub(1);
-        (
-            (0..k).map(|d| at_least(d + 1)).collect(),
-            (0..k).map(at_least).collect(),
-            "verify steps",
+    let says = |depth: usize, n: u64, of: u64, what: &str| {
+        format!(
+            "depth {depth} accepted {n} of {of} {what} ({})",
+            if n == 0 { "exactly 0" } else { "exactly 1" }
         )
     };
-    num.iter()
-        .zip(&den)
-        .enumerate()
-        // Without a histogram `num` is 0 or 1 over ≥ MIN_AT_DEPTH steps: never "exactly 1".
-        .filter(|(_, (&n, &d))| d >= MIN_AT_DEPTH && (n == 0 || n == d))
-        .map(|(depth, (&n, &d))| {
-            format!(
-                "depth {depth} accepted {} of {d} {what} that reached it ({})",
-                n,
-                if n == 0 { "exactly 0" } else { "exactly 1" }
-            )
-        })
-        .collect()
+    let mut out = Vec::new();
+    if w.positions > 0 {
+        let what = "teacher-forced positions";
+        let at0 = w.cond_den.first().copied().unwrap_or(0);
+        if at0 < MIN_AT_DEPTH {
+            return out;
+        }
+        for d in 0..w.cond_num.len() {
+            // Matched at no position: `uncond` counts every position that has depth d (with
+            // `--after-miss skip` only those whose earlier depths matched: the conditional
+            // count, over the positions that reached it).
+            let (n, of) = if w.after_miss_skipped {
+                (w.cond_num[d], w.cond_den[d])
+            } else {
+                (w.uncond.get(d).copied().unwrap_or(0), at0)
+            };
+            if n == 0 && of >= MIN_AT_DEPTH {
+                out.push(says(d, 0, of, what));
+            }
+        }
+        if w.cond_num[0] == at0 {
+            out.push(says(0, at0, at0, what));
+        }
+    } else if !w.accepted_hist.is_empty() {
+        let what = "verify steps";
+        let at_least = |k: usize| w.accepted_hist.iter().skip(k).sum::<u64>();
+        if w.rounds < MIN_AT_DEPTH {
+            return out;
+        }
+        if at_least(1) == 0 {
+            out.push(says(0, 0, w.rounds, what));
+        }
+        for k in 1..w.accepted_hist.len() {
+            if at_least(k) == w.rounds {
+                out.push(says(k - 1, w.rounds, w.rounds, what));
+            }
+        }
+    } else {
+        // No histogram (server counters, TensorRT-LLM): only "nothing accepted" is known.
+        let accepted = (w.committed + w.engine_extra).saturating_sub(w.rounds);
+        if w.rounds >= MIN_AT_DEPTH && accepted == 0 {
+            out.push(says(0, 0, w.rounds, "verify steps"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -340,8 +363,8 @@ mod tests {
     }
 
     /// A request's walk: `hist[j]` rounds that committed j drafts, no teacher-forced positions
-    /// (as a live one), or `tf` = (cond_num, cond_den) per depth.
-    fn walk(hist: &[u64], tf: Option<(Vec<u64>, Vec<u64>)>) -> Walk {
+    /// (as a live one), or `tf` = (cond_num, cond_den, uncond) per depth.
+    fn walk(hist: &[u64], tf: Option<[Vec<u64>; 3]>) -> Walk {
         let rounds: u64 = hist.iter().sum();
         let drafts: u64 = hist.iter().enumerate().map(|(j, c)| j as u64 * c).sum();
         let mut w = Walk {
@@ -351,10 +374,11 @@ mod tests {
             accepted_hist: hist.to_vec(),
             ..Walk::default()
         };
-        if let Some((num, den)) = tf {
+        if let Some([num, den, uncond]) = tf {
             w.positions = den[0];
             w.cond_num = num;
             w.cond_den = den;
+            w.uncond = uncond;
         }
         w
     }
@@ -379,13 +403,13 @@ mod tests {
 
     #[test]
     fn loops_in_most_requests_raise_the_set_and_each_looping_request_is_listed() {
-        let prose: Vec<Vec<u32>> = (0..4).map(|i| (i * 100..i * 100 + 96).collect()).collect();
+        let prose: Vec<Vec<u32>> = (0..6).map(|i| (i * 100..i * 100 + 96).collect()).collect();
         let mut looped = prose.clone();
-        for t in looped.iter_mut().take(2) {
+        for t in looped.iter_mut().take(4) {
             t.truncate(16);
             t.extend([3, 4].repeat(40));
         }
-        let w = healthy();
+        let w: Vec<Walk> = (0..6).map(|_| walk(&[10, 10, 10, 10], None)).collect();
         let run = |conts: &[Vec<u32>]| {
             let side = Side {
                 name: "draft",
@@ -396,28 +420,30 @@ mod tests {
                     .map(|(i, t)| (i.to_string(), Some(Continuation::Tokens(t))))
                     .collect(),
             };
-            check(&[side], &cats(4), 3)
+            check(&[side], &cats(6), 3)
         };
         let ok = run(&prose);
         assert!(!ok.flagged && ok.looping_requests.is_empty(), "{ok:?}");
+        // Requests 0..4 loop: 4 of 6 overall (raised); 2 of 3 in each category, fewer than
+        // LOOP_MIN_REQUESTS (listed, not raised).
         let d = run(&looped);
-        // Requests 0 and 1 loop: half the set (flagged), all of category a's two... of a's
-        // requests 0 and 2 one loops (half: flagged), of b's 1 and 3 one (flagged).
-        assert_eq!(d.looping_requests.len(), 2);
+        assert_eq!(d.looping_requests.len(), 4);
         assert_eq!(d.looping_requests[0].period, 2);
         assert!(d.flagged);
         assert_eq!(
             causes(&d),
-            ["overall", "a", "b"]
-                .map(|s| (Cause::RepetitionLoop, "draft".to_string(), s.to_string()))
-                .to_vec()
+            vec![(
+                Cause::RepetitionLoop,
+                "draft".to_string(),
+                "overall".to_string()
+            )]
         );
-        // One looping request of four is listed, not raised.
-        let mut one = prose.clone();
-        one[0] = looped[0].clone();
-        let d = run(&one);
-        assert_eq!(d.looping_requests.len(), 1);
-        assert!(causes(&d).iter().all(|c| c.2 == "a"), "{d:?}");
+        // Two looping requests of six are listed, not raised.
+        let mut two = prose.clone();
+        two[..2].clone_from_slice(&looped[..2]);
+        let d = run(&two);
+        assert_eq!(d.looping_requests.len(), 2);
+        assert!(!d.flagged, "{d:?}");
     }
 
     #[test]
@@ -474,9 +500,9 @@ mod tests {
             walks: Some(w),
             continuations: Vec::new(),
         };
-        // Teacher-forced: depth 0 never matched (a draft that accepts nothing).
+        // Teacher-forced: no depth ever matched (a draft that accepts nothing).
         let none: Vec<Walk> = (0..2)
-            .map(|_| walk(&[40], Some((vec![0, 0, 0], vec![60, 0, 0]))))
+            .map(|_| walk(&[40], Some([vec![0, 0, 0], vec![60, 0, 0], vec![0, 0, 0]])))
             .collect();
         let d = check(&[side(&none)], &cats(2), 3);
         assert!(d
@@ -485,27 +511,29 @@ mod tests {
             .any(|f| f.cause == Cause::PerDepthRateExact
                 && f.scope == "overall"
                 && f.detail.starts_with("depth 0 accepted 0 of 120")));
-        // Teacher-forced: depth 1 matched wherever depth 0 did (a draft that sees the token).
+        // Teacher-forced: the first draft matched at every position (a draft that sees the
+        // token it predicts).
         let all: Vec<Walk> = (0..2)
             .map(|_| {
                 walk(
                     &[10, 10, 10, 10],
-                    Some((vec![50, 50, 30], vec![60, 50, 50])),
+                    Some([vec![60, 50, 30], vec![60, 60, 50], vec![60, 55, 40]]),
                 )
             })
             .collect();
         let d = check(&[side(&all)], &cats(2), 3);
-        assert!(d
+        let exact: Vec<&str> = d
             .findings
             .iter()
-            .any(|f| f.cause == Cause::PerDepthRateExact
-                && f.detail.contains("depth 1 accepted 100 of 100")));
-        assert!(!d
-            .findings
-            .iter()
-            .any(|f| f.detail.starts_with("depth 0") || f.detail.starts_with("depth 2")));
+            .filter(|f| f.cause == Cause::PerDepthRateExact)
+            .map(|f| f.detail.as_str())
+            .collect();
+        assert_eq!(
+            exact,
+            ["depth 0 accepted 120 of 120 teacher-forced positions (exactly 1)"]
+        );
         // Live, from the histogram: every step accepted every draft.
-        let full: Vec<Walk> = (0..2).map(|_| walk(&[0, 0, 0, 30], None)).collect();
+        let full: Vec<Walk> = (0..2).map(|_| walk(&[0, 0, 0, 60], None)).collect();
         let d = check(&[side(&full)], &cats(2), 3);
         let exact: Vec<&Finding> = d
             .findings
@@ -513,11 +541,21 @@ mod tests {
             .filter(|f| f.cause == Cause::PerDepthRateExact && f.scope == "overall")
             .collect();
         assert_eq!(exact.len(), 3, "{d:?}");
+        // Live, from the histogram: nothing accepted.
+        let zero: Vec<Walk> = (0..2).map(|_| walk(&[60], None)).collect();
+        let d = check(&[side(&zero)], &cats(2), 3);
+        assert!(d
+            .findings
+            .iter()
+            .any(|f| f.detail == "depth 0 accepted 0 of 120 verify steps (exactly 0)"));
         // A healthy set and too few positions: nothing.
         let h = healthy();
         let d = check(&[side(&h)], &cats(4), 3);
         assert!(!d.flagged, "{d:?}");
-        let few = vec![walk(&[10], Some((vec![0, 0, 0], vec![10, 0, 0])))];
+        let few = vec![walk(
+            &[10],
+            Some([vec![0, 0, 0], vec![10, 0, 0], vec![0, 0, 0]]),
+        )];
         assert!(!check(&[side(&few)], &["a".into()], 3).flagged);
     }
 }
