@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::client::Client;
-use super::engine::{committed_drafts, Counters, Protocol, RequestOptions, Spec};
+use super::engine::{committed_drafts, Counters, Protocol, Reply, RequestOptions, Spec};
 use crate::error::{Error, Result};
 use crate::verify::prompt_sets::LivePrompt;
 
@@ -64,6 +64,25 @@ pub struct Measured {
     /// The response's per-step histogram of accepted drafts, where the figure came from it.
     #[serde(skip)]
     pub histogram: Option<Vec<u64>>,
+}
+
+impl Measured {
+    /// `reply` measured: its figure `spec` (read from `source`) and the drafts it committed.
+    fn of(reply: &Reply, spec: Spec, committed: u64, source: String) -> Measured {
+        Measured {
+            spec,
+            committed,
+            num_spec_tokens: reply.num_spec_tokens,
+            token_ids: reply.token_ids.clone(),
+            completion_tokens: reply.completion_tokens,
+            finish_reason: reply.finish_reason.clone(),
+            output: reply.output.clone(),
+            source,
+            model: reply.model.clone(),
+            // The histogram belongs to the response's own figure, not to server counters.
+            histogram: reply.spec.and(reply.histogram.clone()),
+        }
+    }
 }
 
 /// One prompt's outcome.
@@ -245,30 +264,16 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
             }
         }
         // Every figure is checked against the response it came with before it is measured.
-        let measured = |spec: Spec,
-                        source: String,
-                        histogram: Option<Vec<u64>>|
-         -> std::result::Result<Measured, String> {
+        let measured = |spec: Spec, source: String| -> std::result::Result<Measured, String> {
             let k = o.spec_tokens.or(reply.num_spec_tokens);
             let committed =
                 committed_drafts(spec, reply.completion_tokens, o.request.max_tokens, k)
                     .map_err(|e| format!("{route}: {source} contradicts the response: {e}"))?;
-            Ok(Measured {
-                spec,
-                committed,
-                num_spec_tokens: reply.num_spec_tokens,
-                token_ids: reply.token_ids.clone(),
-                completion_tokens: reply.completion_tokens,
-                finish_reason: reply.finish_reason.clone(),
-                output: reply.output.clone(),
-                source,
-                model: reply.model.clone(),
-                histogram,
-            })
+            Ok(Measured::of(&reply, spec, committed, source))
         };
         if let Some((spec, field)) = reply.spec {
             return Ok(Outcome {
-                result: measured(spec, field.to_string(), reply.histogram.clone()),
+                result: measured(spec, field.to_string()),
                 attempts,
             });
         }
@@ -339,7 +344,6 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
                     accepted: delta.accepted,
                 },
                 SERVER_COUNTERS.into(),
-                None,
             ),
             attempts,
         });
