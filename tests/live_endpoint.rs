@@ -89,6 +89,19 @@ pub(crate) fn scripted(bias: usize) -> Generator {
     })
 }
 
+/// [`scripted`]'s acceptance with a continuation that loops on two tokens after its first
+/// four: a raw-completion run of a chat model (tests/degenerate.rs).
+pub(crate) fn looping(bias: usize) -> Generator {
+    let s = scripted(bias);
+    Arc::new(move |prompt: &[u32], max_tokens: usize| {
+        let mut g = s(prompt, max_tokens);
+        for (i, t) in g.tokens.iter_mut().enumerate().skip(4) {
+            *t = [17, 29][i % 2];
+        }
+        g
+    })
+}
+
 /// The prompt's token ids of a request, as each engine takes them.
 fn prompt_ids(v: &Value) -> Vec<u32> {
     let ids = v
@@ -342,7 +355,7 @@ fn token_prompts(p: &Path) -> Vec<(String, Vec<u32>)> {
 }
 
 /// `verify --endpoint URL --prompts P --json - EXTRA…`: (exit code, report or Null, stderr).
-fn live(url: &str, p: &Path, extra: &[&str]) -> (i32, Value, String) {
+pub(crate) fn live(url: &str, p: &Path, extra: &[&str]) -> (i32, Value, String) {
     let mut args = vec![
         "verify",
         "--endpoint",

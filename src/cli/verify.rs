@@ -160,6 +160,19 @@ pub struct Args {
     /// Write JUnit XML here.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Print, after the table, the draft's measured per-position acceptance in each engine's
+    /// synthetic-acceptance form, overall and per category: vLLM's `--speculative-config`
+    /// fragment (`rejection_sample_method: "synthetic"`, `synthetic_acceptance_rates`) and
+    /// SGLang's `SGLANG_SIMULATE_ACC_LEN` (the JSON report has them always:
+    /// `synthetic_acceptance`).
+    #[arg(long)]
+    pub synthetic_rates: bool,
+    /// Refuse figures that come from degenerate output (a repetition loop in most
+    /// continuations, an accept length near K+1, a per-depth acceptance of exactly 0 or 1):
+    /// exit 2 after the report is written, as for any bad input. Without it they are `note:`
+    /// lines and the JSON's `degenerate`.
+    #[arg(long)]
+    pub fail_on_degenerate: bool,
     /// Where the draft's linears run: `cpu` (the f32 runtime), `cuda[:N]`, `hip[:N]` (builds
     /// with `--features cuda` / `hip`): quantized INT4 ones on the kernels, unquantized BF16/F16
     /// ones (lm_head, fc) through the vendor BLAS, the lm_head's argmax on the device;
@@ -228,9 +241,48 @@ pub fn run(a: Args) -> Result<ExitCode> {
     render(&a, &plan.run()?)
 }
 
+/// `--fail-on-degenerate`: figures from degenerate output are bad data (exit 2), not a verdict
+/// of the gate (exit 1 means only that the gate ran and failed).
+fn refuse_degenerate(r: &report::Report) -> Result<()> {
+    let Some(d) = r.degenerate.as_ref().filter(|d| d.flagged) else {
+        return Ok(());
+    };
+    let what = match (r.offline(), r.live()) {
+        (Some(o), _) => o.trace.clone(),
+        (_, Some(l)) => l.live.prompts.clone(),
+        _ => "verify".into(),
+    };
+    let causes: Vec<String> = d
+        .findings
+        .iter()
+        .map(|f| {
+            format!(
+                "{} ({}, {})",
+                f.cause.name(),
+                f.side,
+                crate::escape::printable(&f.scope)
+            )
+        })
+        .collect();
+    Err(Error::source(
+        what,
+        format!(
+            "--fail-on-degenerate: the figures come from degenerate output: {} (the report above and its `degenerate` say where)",
+            causes.join("; ")
+        ),
+    )
+    .with_hint("measure on prompts a real workload sends (a chat model's prompts through its chat template, not raw completion), and check the draft (its taps, its weights); without --fail-on-degenerate the figures are reported with a note"))
+}
+
 /// Print the report, write `--json FILE` / `--junit FILE`, and exit 1 when the gate failed.
 fn render(a: &Args, v: &Verdict) -> Result<ExitCode> {
     report::emit(&v.report, a.json.as_deref(), a.junit.as_deref(), &v.sources)?;
+    if a.synthetic_rates && a.json.as_deref() != Some(std::path::Path::new("-")) {
+        print!("{}", report::synthetic_lines(&v.report));
+    }
+    if a.fail_on_degenerate {
+        refuse_degenerate(&v.report)?;
+    }
     Ok(if v.passed {
         ExitCode::SUCCESS
     } else {

@@ -39,6 +39,10 @@ pub struct Walk {
     /// final step's untrimmed acceptance cannot be replayed): the engine's figure is then not
     /// modelled.
     pub engine_unknown: u64,
+    /// Per count j: verify rounds that committed exactly j drafts (the walk's own histogram,
+    /// as vLLM's `acceptance_histogram` counts steps): what the per-position rates a
+    /// synthetic-acceptance benchmark takes are counted from (`verify::synthetic`).
+    pub accepted_hist: Vec<u64>,
 }
 
 impl Walk {
@@ -131,6 +135,7 @@ impl Walk {
             (&mut self.cond_den, &o.cond_den),
             (&mut self.cond_num, &o.cond_num),
             (&mut self.uncond, &o.uncond),
+            (&mut self.accepted_hist, &o.accepted_hist),
         ] {
             if v.len() < w.len() {
                 v.resize(w.len(), 0);
@@ -158,6 +163,7 @@ pub fn walk_to(m: &Matches, stop: usize) -> Walk {
         cond_den: vec![0; k],
         cond_num: vec![0; k],
         uncond: vec![0; k],
+        accepted_hist: vec![0; k + 1],
         requests: 1,
         ..Walk::default()
     };
@@ -178,6 +184,7 @@ pub fn walk_to(m: &Matches, stop: usize) -> Walk {
         }
         w.rounds += 1;
         w.committed += (st.n + 1) as u64;
+        w.accepted_hist[st.n] += 1;
     }
     // Every root position of the generated region (up to the stop).
     for t in p - 1..t_end.saturating_sub(1) {

@@ -12,6 +12,7 @@
 //! Live measurement: `live` (a serving engine's own per-request counts).
 
 pub mod agreement;
+pub mod degenerate;
 pub mod gate;
 pub mod join;
 pub mod live;
@@ -21,4 +22,5 @@ pub mod prompt_sets;
 pub mod published;
 pub mod report;
 pub mod sim;
+pub mod synthetic;
 pub use crate::replay::walk;

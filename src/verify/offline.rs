@@ -16,6 +16,7 @@ use crate::runtime::target::Target;
 use crate::target::profile::{self, Profile};
 use crate::trace::capture;
 use crate::trace::file::Trace;
+use crate::verify::degenerate::{self, Continuation, Degenerate};
 use crate::verify::gate::{self, GateOn, Thresholds};
 use crate::verify::ngram;
 use crate::verify::published::{self, Count};
@@ -195,6 +196,13 @@ impl Plan {
             _ => None,
         };
         let mut rep = report::build_on(&draft, baseline.as_ref(), &cats, th, &decision, depths, on);
+        rep.degenerate = Some(degenerate_of(
+            trace,
+            &draft,
+            baseline.as_ref(),
+            &cats,
+            depths,
+        )?);
         let mut ties = (None, None);
         let mut near_ties = None;
         if let Some(tie) = req.near_ties {
@@ -318,6 +326,52 @@ fn prompt_lookup(trace: &Trace, depths: usize) -> Result<Run> {
         samples,
         matches,
     })
+}
+
+/// The degenerate-output check (`verify::degenerate`): the trace's continuations (up to each
+/// sample's stop) for loops, each drafter's walks for the rest.
+fn degenerate_of(
+    trace: &Trace,
+    draft: &Run,
+    baseline: Option<&Run>,
+    cats: &[String],
+    k: usize,
+) -> Result<Degenerate> {
+    let conts: Vec<(String, Vec<u32>)> = trace
+        .manifest
+        .samples
+        .iter()
+        .map(|s| {
+            let t = trace.tokens(s)?;
+            let gen = t
+                .get(s.prompt_len..s.stop().min(t.len()))
+                .unwrap_or_default();
+            Ok((s.id.to_string(), gen.to_vec()))
+        })
+        .collect::<Result<_>>()?;
+    let mut sides = vec![
+        degenerate::Side {
+            name: "trace",
+            walks: None,
+            continuations: conts
+                .iter()
+                .map(|(id, t)| (id.clone(), Some(Continuation::Tokens(t))))
+                .collect(),
+        },
+        degenerate::Side {
+            name: "draft",
+            walks: Some(&draft.samples),
+            continuations: Vec::new(),
+        },
+    ];
+    if let Some(b) = baseline {
+        sides.push(degenerate::Side {
+            name: "baseline",
+            walks: Some(&b.samples),
+            continuations: Vec::new(),
+        });
+    }
+    Ok(degenerate::check(&sides, cats, k))
 }
 
 /// Each sample as an engine would report its request, to hold against the engine's own

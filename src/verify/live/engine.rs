@@ -59,6 +59,9 @@ pub struct Reply {
     /// The model the response says answered (`model` of the OpenAI routes; SGLang's native
     /// `/generate` names none).
     pub model: Option<String>,
+    /// The per-step histogram of accepted drafts, where the response has one (checked against
+    /// `spec` by [`check_histogram`]): the synthetic-acceptance rates' counts.
+    pub histogram: Option<Vec<u64>>,
 }
 
 /// The draft tokens a request committed: `min(accepted, completion_tokens − 1 − steps)` (the
@@ -216,6 +219,7 @@ impl OpenAi<'_> {
             num_spec_tokens: None,
             token_ids: None,
             model: self.model,
+            histogram: None,
         }
     }
 }
@@ -332,6 +336,11 @@ pub(crate) fn check_histogram(
         ));
     }
     Ok(())
+}
+
+/// A histogram [`check_histogram`] accepted, as counts (`None`: absent, or not counts).
+pub(crate) fn histogram_of(h: Option<&Value>) -> Option<Vec<u64>> {
+    h?.as_array()?.iter().map(Value::as_u64).collect()
 }
 
 /// The `version` of a server's `GET /version` (vLLM, trtllm-serve); `None` when it has none.

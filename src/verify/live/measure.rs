@@ -14,6 +14,7 @@ use super::run::{self, MaxFailed, Measured, Outcome};
 use super::{protocol, resolve};
 use crate::error::{Error, Result};
 use crate::target::profile;
+use crate::verify::degenerate::{self, Continuation};
 use crate::verify::gate::{self, decide, Thresholds};
 use crate::verify::prompt_sets::{self, LivePrompt};
 use crate::verify::published::{self, Count};
@@ -90,6 +91,7 @@ fn walk_of(m: &Measured) -> Walk {
         committed: m.spec.steps + m.committed,
         requests: 1,
         engine_extra: m.spec.accepted - m.committed,
+        accepted_hist: m.histogram.clone().unwrap_or_default(),
         ..Walk::default()
     }
 }
@@ -467,6 +469,25 @@ fn measure_both(
     Ok((draft, baseline))
 }
 
+/// Each of the prompts `both`'s continuation on a side: its token ids, else its text.
+fn continuations<'a>(
+    s: &'a Side,
+    both: &[usize],
+    prompts: &[LivePrompt],
+) -> Vec<(String, Option<Continuation<'a>>)> {
+    both.iter()
+        .map(|&i| {
+            let m = measured(s, i);
+            let c = match (&m.token_ids, &m.output) {
+                (Some(t), _) => Some(Continuation::Tokens(t)),
+                (None, Some(o)) => Some(Continuation::Text(o)),
+                (None, None) => None,
+            };
+            (prompts[i].id.clone(), c)
+        })
+        .collect()
+}
+
 /// Prompt `i`'s measurement on a side that measured it.
 fn measured(s: &Side, i: usize) -> &Measured {
     s.outcomes[i].result.as_ref().expect("measured")
@@ -609,6 +630,19 @@ pub fn run(a: &Request) -> Result<Verdict> {
     // Drafts per step: the run's one K (the preflight's, else the first answer's).
     let k = draft.spec_tokens.unwrap_or(0) as usize;
     let mut rep = report::build_on(&d, b.as_ref(), &cats, th, &decision, k, gate::GateOn::Walk);
+    let mut sides = vec![degenerate::Side {
+        name: "draft",
+        walks: Some(&d.samples),
+        continuations: continuations(&draft, &both, &prompts),
+    }];
+    if let (Some(s), Some(r)) = (&baseline, &b) {
+        sides.push(degenerate::Side {
+            name: "baseline",
+            walks: Some(&r.samples),
+            continuations: continuations(s, &both, &prompts),
+        });
+    }
+    rep.degenerate = Some(degenerate::check(&sides, &cats, k));
     let same_output = baseline
         .as_ref()
         .map(|s| same_output(&draft, s, &both, &mut warnings));

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::client::Client;
-use super::engine::{committed_drafts, Counters, Protocol, RequestOptions, Spec};
+use super::engine::{committed_drafts, Counters, Protocol, Reply, RequestOptions, Spec};
 use crate::error::{Error, Result};
 use crate::verify::prompt_sets::LivePrompt;
 
@@ -61,6 +61,28 @@ pub struct Measured {
     pub source: String,
     /// The model the response says answered, where it names one.
     pub model: Option<String>,
+    /// The response's per-step histogram of accepted drafts, where the figure came from it.
+    #[serde(skip)]
+    pub histogram: Option<Vec<u64>>,
+}
+
+impl Measured {
+    /// `reply` measured: its figure `spec` (read from `source`) and the drafts it committed.
+    fn of(reply: &Reply, spec: Spec, committed: u64, source: String) -> Measured {
+        Measured {
+            spec,
+            committed,
+            num_spec_tokens: reply.num_spec_tokens,
+            token_ids: reply.token_ids.clone(),
+            completion_tokens: reply.completion_tokens,
+            finish_reason: reply.finish_reason.clone(),
+            output: reply.output.clone(),
+            source,
+            model: reply.model.clone(),
+            // The histogram belongs to the response's own figure, not to server counters.
+            histogram: reply.spec.and(reply.histogram.clone()),
+        }
+    }
 }
 
 /// One prompt's outcome.
@@ -247,17 +269,7 @@ fn one(proto: &dyn Protocol, c: &Client, p: &LivePrompt, o: &Options) -> Result<
             let committed =
                 committed_drafts(spec, reply.completion_tokens, o.request.max_tokens, k)
                     .map_err(|e| format!("{route}: {source} contradicts the response: {e}"))?;
-            Ok(Measured {
-                spec,
-                committed,
-                num_spec_tokens: reply.num_spec_tokens,
-                token_ids: reply.token_ids.clone(),
-                completion_tokens: reply.completion_tokens,
-                finish_reason: reply.finish_reason.clone(),
-                output: reply.output.clone(),
-                source,
-                model: reply.model.clone(),
-            })
+            Ok(Measured::of(&reply, spec, committed, source))
         };
         if let Some((spec, field)) = reply.spec {
             return Ok(Outcome {

@@ -97,6 +97,7 @@ impl Protocol for Sglang {
                 num_spec_tokens: None,
                 token_ids: None,
                 model: None,
+                histogram: super::engine::histogram_of(m.get("spec_correct_drafts_histogram")),
             });
         }
         let o = super::engine::openai_reply(v)?;
@@ -112,7 +113,12 @@ impl Protocol for Sglang {
                 .map_err(|e| format!("sglext.spec_tokens_details: {e}"))?
                 .map(|(s, _)| (s, "sglext.spec_tokens_details")),
         };
-        Ok(o.reply(spec))
+        let histogram = details
+            .and_then(|d| super::engine::histogram_of(d.get("spec_correct_drafts_histogram")));
+        Ok(Reply {
+            histogram,
+            ..o.reply(spec)
+        })
     }
 
     fn counters(&self, c: &Client) -> std::result::Result<Option<Counters>, Failure> {

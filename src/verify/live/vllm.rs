@@ -63,6 +63,11 @@ impl Protocol for Vllm {
             num_spec_tokens,
             token_ids,
             model,
+            histogram: spec.as_ref().and_then(|_| {
+                super::engine::histogram_of(
+                    v.pointer("/metrics/speculative_decoding/acceptance_histogram"),
+                )
+            }),
         })
     }
 

@@ -10,6 +10,7 @@ use super::schema::{
 };
 use crate::verify::agreement::Agreement;
 use crate::verify::gate::{paired_delta_on, Decision, GateOn, Thresholds};
+use crate::verify::synthetic;
 use crate::verify::walk::{near_ties as near_ties_of, Ties, Walk};
 
 /// Per-sample results of one drafter.
@@ -277,5 +278,16 @@ pub fn build_on(
             ci95_all_positions: tf_delta.map(|x| x.1),
         }),
         tail: None,
+        synthetic_acceptance: Some(synthetic::of(
+            &draft.samples,
+            categories,
+            steps,
+            if runs.teacher_forced {
+                synthetic::SOURCE_WALK
+            } else {
+                synthetic::SOURCE_ENGINE
+            },
+        )),
+        degenerate: None,
     }
 }

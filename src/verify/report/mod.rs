@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub use build::{agreement_of, build_on, near_ties, Run, MIN_CI_SAMPLES};
 pub use junit::junit;
 pub use schema::Report;
-pub use table::table;
+pub use table::{synthetic_lines, table};
 
 /// How an existing `--json` report is recognised as kquant's (and so may be replaced).
 pub const JSON_REPORT: Kind = Kind::File {

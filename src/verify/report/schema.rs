@@ -9,9 +9,11 @@ use serde::{Serialize, Serializer};
 
 use crate::engines::Engine;
 use crate::replay::AfterMiss;
+use crate::verify::degenerate::Degenerate;
 use crate::verify::gate::GateOn;
 use crate::verify::prompt_sets::{SetFormat, TextMode};
 use crate::verify::published::Check;
+use crate::verify::synthetic::Synthetic;
 
 /// The `schema` of a verify report.
 pub const SCHEMA: &str = "kquant.verify/1";
@@ -46,6 +48,13 @@ pub struct Report {
     pub all_positions: Option<AllPositions>,
     #[serde(flatten)]
     pub tail: Option<Tail>,
+    /// The draft's measured per-position rates in the engines' synthetic-acceptance form
+    /// (docs/verify.md, "Synthetic acceptance rates").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub synthetic_acceptance: Option<Synthetic>,
+    /// Figures that come from degenerate output (docs/verify.md, "Degenerate output").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub degenerate: Option<Degenerate>,
 }
 
 fn gate_on_field<S: Serializer>(on: &GateOn, s: S) -> Result<S::Ok, S::Error> {

@@ -53,6 +53,7 @@ pub fn table(r: &Report) -> String {
     for n in &r.interval_notes {
         s.push_str(&format!("note: {n}\n"));
     }
+    degenerate(&mut s, r);
     published(&mut s, r);
     figures(&mut s, r);
     if let Some(n) = r.offline().and_then(|o| o.near_ties.as_ref()) {
@@ -70,6 +71,47 @@ pub fn table(r: &Report) -> String {
     s.push_str(if r.passed { "PASSED\n" } else { "FAILED\n" });
     for reason in &r.reasons {
         s.push_str(&format!("  {}\n", printable(reason)));
+    }
+    s
+}
+
+/// A `note:` per degenerate set (`verify::degenerate`).
+fn degenerate(s: &mut String, r: &Report) {
+    for f in r.degenerate.iter().flat_map(|d| &d.findings) {
+        s.push_str(&format!(
+            "note: degenerate output ({}; {}, {}): {}\n",
+            f.cause.name(),
+            f.side,
+            printable(&f.scope),
+            f.detail
+        ));
+    }
+}
+
+/// `verify --synthetic-rates`: the draft's measured rates in each engine's synthetic-acceptance
+/// form, overall and per category, ready to paste (docs/verify.md, "Synthetic acceptance
+/// rates").
+pub fn synthetic_lines(r: &Report) -> String {
+    let mut s = String::new();
+    let Some(syn) = &r.synthetic_acceptance else {
+        return s;
+    };
+    let sets = std::iter::once(("overall".to_string(), syn.overall.as_ref())).chain(
+        syn.per_category
+            .iter()
+            .map(|(c, x)| (printable(c).into_owned(), x.as_ref())),
+    );
+    for (name, rates) in sets {
+        match rates {
+            Some(x) => s.push_str(&format!(
+                "synthetic acceptance, {name}: vLLM --speculative-config (merge with the draft's method and model): {}\n  SGLang: {}\n",
+                x.vllm_line(),
+                x.sglang_env
+            )),
+            None => s.push_str(&format!(
+                "synthetic acceptance, {name}: not measured (no per-step histogram)\n"
+            )),
+        }
     }
     s
 }
