@@ -69,6 +69,11 @@ pub struct Manifest {
     pub tap_convention: String,
     #[serde(default = "default_true")]
     pub taps_pre_norm: bool,
+    /// Which hidden-state stream the taps hold (`residual`, `partial`, `mixture`;
+    /// `trace::stream`). Absent in a trace written before kquant recorded it: see
+    /// `trace::stream::TraceStream::of` for what that means.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tap_stream: Option<crate::target::stream::TapStream>,
     pub dtype: String,
     #[serde(default)]
     pub greedy_selfcheck: Option<u64>,
@@ -126,8 +131,12 @@ impl SampleMeta {
 /// and `(prompt_len + gen_len) × hidden_size` computed with checked arithmetic (an overflow is
 /// refused with the true values). The tensors themselves are checked by [`Trace::open`].
 pub fn parse_manifest(bytes: &[u8]) -> std::result::Result<Manifest, String> {
-    let manifest: Manifest =
+    let raw: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|e| format!("not a kquant trace manifest: {e}"))?;
+    // A stream kquant does not know, named as such (not as a JSON type error).
+    crate::trace::stream::check_value(raw.get(crate::trace::stream::KEY))?;
+    let manifest: Manifest =
+        serde_json::from_value(raw).map_err(|e| format!("not a kquant trace manifest: {e}"))?;
     if manifest.format != FORMAT {
         return Err(format!(
             "format is `{}`, expected `{FORMAT}`",
@@ -688,6 +697,7 @@ mod tests {
             taps,
             tap_convention: TAP_CONVENTION.into(),
             taps_pre_norm: true,
+            tap_stream: None,
             dtype: "bf16".into(),
             greedy_selfcheck: Some(0),
             samples: (0..n)
