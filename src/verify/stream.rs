@@ -20,6 +20,9 @@ use crate::target::profile::{Profile, PublishedDraft};
 use crate::target::stream::TapStream;
 use crate::trace::stream::{Known, TraceStream};
 
+/// Why a draft's stream is `residual`: its target has one stream.
+const NO_ATTENTION_RESIDUALS: &str = "the target has no attention residuals";
+
 /// One draft's training stream and where it is known from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DraftStream {
@@ -111,7 +114,7 @@ pub fn of_draft(
     {
         return DraftStream {
             stream: Some(TapStream::Residual),
-            from: "the target has no attention residuals".into(),
+            from: NO_ATTENTION_RESIDUALS.into(),
         };
     }
     let Some(p) = profile else {
@@ -185,7 +188,10 @@ pub fn check(
                         s.id(),
                         d.from,
                         t.id(),
-                        trace.describe()
+                        match trace.known {
+                            Known::Recorded => "recorded in its manifest",
+                            _ => "implied: the target has no attention residuals",
+                        }
                     ),
                     hint: format!(
                         "capture a trace on the draft's stream (`kquant trace capture --stream {s}`, `scripts/vllm_capture.py --stream {s}`), or give --allow-stream-mismatch to measure it on this one; docs/verify.md, \"Tap streams\"",
@@ -220,23 +226,26 @@ pub fn check(
 }
 
 impl StreamCheck {
-    /// The line the table prints: the trace's stream and the drafts'.
+    /// The line the table prints: the trace's stream and the drafts' (left out where they are
+    /// `residual` only because the target has one stream).
     pub fn line(&self) -> String {
         let t = TraceStream {
             stream: self.trace,
             known: self.trace_known,
         };
-        let side = |d: &DraftStream| match d.stream {
-            Some(s) => format!("`{}` ({})", s.id(), d.from),
-            None => "unknown".into(),
-        };
-        let mut line = format!(
-            "tap stream: trace {}; draft trained on {}",
-            t.describe(),
-            side(&self.draft)
-        );
-        if let Some(b) = &self.baseline {
-            line += &format!("; baseline on {}", side(b));
+        let mut line = format!("tap stream: trace {}", t.describe());
+        let sides = [
+            ("draft", Some(&self.draft)),
+            ("baseline", self.baseline.as_ref()),
+        ];
+        for (what, d) in sides {
+            let Some(d) = d.filter(|d| d.from != NO_ATTENTION_RESIDUALS) else {
+                continue;
+            };
+            line += &match d.stream {
+                Some(s) => format!("; {what} trained on `{}` ({})", s.id(), d.from),
+                None => format!("; {what} trained on an unknown stream"),
+            };
         }
         line
     }
@@ -257,9 +266,10 @@ mod tests {
             stream: Some(TapStream::Mixture),
             from: "--draft-stream".into(),
         };
-        let e = check(part, &[("d", mix.clone())], false)
-            .unwrap_err()
-            .to_string();
+        let e = match check(part, &[("d", mix.clone())], false).unwrap_err() {
+            Error::Flags { msg, hint } => format!("{msg}\n{hint}"),
+            other => panic!("{other}"),
+        };
         for want in [
             "`mixture`",
             "`partial`",
