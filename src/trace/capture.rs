@@ -442,6 +442,7 @@ pub fn manifest(
     };
     let target = json!({
         "name": name,
+        "architecture": m.architecture(),
         "revision": revision(ck)?,
         "config_sha256": config,
         "quantization": quantization(ck),

@@ -72,18 +72,24 @@ impl TraceStream {
 }
 
 /// Whether the trace's target has Block Attention Residuals: the profile's word where one is
-/// given, else a built-in profile with them named by the manifest's `target.name`, or of the
-/// trace's shape (hidden size, layers, vocabulary where recorded). Every other target kquant
+/// given, else a built-in profile with them named by the manifest's `target.name`, of its
+/// `target.architecture` (which `trace capture` records), or of the trace's shape (hidden
+/// size, layers, vocabulary where recorded). Every other target kquant
 /// knows has one residual stream.
 pub fn has_attention_residuals(m: &Manifest, profile: Option<&Profile>) -> bool {
     if let Some(p) = profile {
         return p.attention_residuals.is_some();
     }
-    let name = m.target.get("name").and_then(Value::as_str);
+    let field = |k: &str| m.target.get(k).and_then(Value::as_str);
+    let (name, arch) = (field("name"), field("architecture"));
     profile::builtin_or_empty()
         .iter()
         .filter(|p| p.attention_residuals.is_some())
-        .any(|p| Some(p.name.as_str()) == name || same_shape(m, p))
+        .any(|p| {
+            Some(p.name.as_str()) == name
+                || (arch.is_some() && p.architecture.known().map(String::as_str) == arch)
+                || same_shape(m, p)
+        })
 }
 
 fn same_shape(m: &Manifest, p: &Profile) -> bool {
