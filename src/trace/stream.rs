@@ -4,7 +4,7 @@
 //! import, merge, synthetic); a trace written before kquant recorded it has none, and then the
 //! stream is *implied* `residual` where the trace's target has no attention residuals and
 //! *unknown* where it has them ([`TraceStream::of`]). A value kquant does not know is refused
-//! when the manifest is read ([`check_value`]).
+//! when the manifest is read (`trace::file::check_tap_stream`).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -13,9 +13,6 @@ use crate::error::{Error, Result};
 use crate::target::profile::{self, Profile};
 use crate::target::stream::TapStream;
 use crate::trace::file::Manifest;
-
-/// The manifest key.
-pub const KEY: &str = "tap_stream";
 
 /// How a trace's stream is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -101,26 +98,6 @@ fn same_shape(m: &Manifest, p: &Profile) -> bool {
         }
 }
 
-/// The manifest's raw `tap_stream` (absent or `null`: not recorded), checked before the manifest
-/// is read: a value kquant does not know is an error naming it and the known ones.
-pub fn check_value(v: Option<&Value>) -> std::result::Result<(), String> {
-    match v {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::String(s)) if parse(s).is_some() => Ok(()),
-        Some(other) => Err(format!(
-            "{KEY} {other} is not a tap stream kquant knows (`residual`, `partial` or `mixture`); \
-             a newer kquant may have written it, or the manifest was edited"
-        )),
-    }
-}
-
-/// A stream by its manifest name.
-pub fn parse(s: &str) -> Option<TapStream> {
-    [TapStream::Residual, TapStream::Partial, TapStream::Mixture]
-        .into_iter()
-        .find(|t| t.id() == s)
-}
-
 /// The stream a capture taps on a target (`attention_residuals`: whether it has them), asked
 /// (`flag`, named `flag_name` in the error) or by default: `residual` without attention
 /// residuals, vLLM's default `partial` with them. `partial` or `mixture` on a target without
@@ -183,20 +160,6 @@ pub fn common(streams: &[TraceStream]) -> std::result::Result<Option<TapStream>,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn values_are_checked_and_parsed() {
-        for s in ["residual", "partial", "mixture"] {
-            assert!(check_value(Some(&json!(s))).is_ok());
-            assert_eq!(parse(s).unwrap().id(), s);
-        }
-        assert!(check_value(None).is_ok() && check_value(Some(&Value::Null)).is_ok());
-        for bad in [json!("Partial"), json!("prefix"), json!(1), json!([])] {
-            let e = check_value(Some(&bad)).unwrap_err();
-            assert!(e.contains("tap_stream") && e.contains("`mixture`"), "{e}");
-        }
-    }
 
     #[test]
     fn a_target_decides_the_default_and_refuses_the_other_kind() {

@@ -70,14 +70,14 @@ fn recorded_stream(dir: &Path) -> Result<Option<TapStream>> {
         Error::source(&p, format!("is not JSON: {e}"))
             .with_hint("scripts/vllm_capture.py writes it; move a file of another tool away")
     })?;
-    let raw = v.get(stream::KEY);
-    stream::check_value(raw).map_err(|m| {
+    let raw = v.get(crate::trace::file::TAP_STREAM);
+    crate::trace::file::check_tap_stream(raw).map_err(|m| {
         Error::source(&p, m)
             .with_hint("give the stream the engine tapped with --stream partial|mixture|residual")
     })?;
     Ok(raw
         .and_then(serde_json::Value::as_str)
-        .and_then(stream::parse))
+        .and_then(TapStream::parse))
 }
 
 /// The stream to record: `--stream` and `capture.json`'s, which must agree, checked against
