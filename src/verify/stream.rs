@@ -52,8 +52,9 @@ pub struct StreamCheck {
 }
 
 /// The published drafts of `p` that the detected draft is: the same family, the same layout
-/// where `det` is a block draft in a layout the profile names (its `layout`'s first word), and
-/// the same taps (HF indices) where `det` names them.
+/// where `det` is a block draft (DSpark, DFlash2: the layout id `kquant inspect` detects, which
+/// the profile's `layout` begins with, e.g. `k3-dspark (…)`), and the same taps (HF indices)
+/// where `det` names them.
 pub fn published_match<'p>(p: &'p Profile, det: &Detection) -> Vec<&'p PublishedDraft> {
     let taps: Option<Vec<usize>> = det.aux_layers.as_ref().and_then(|a| {
         let mut t: Vec<usize> = a
@@ -70,26 +71,11 @@ pub fn published_match<'p>(p: &'p Profile, det: &Detection) -> Vec<&'p Published
         .iter()
         .filter(|d| d.family == det.family.id())
         .filter(|d| match (layout, d.layout.split_whitespace().next()) {
-            (Some(l), Some(named)) => l.starts_with(named) || !is_layout_id(named),
+            (Some(l), Some(named)) => l.starts_with(named),
             _ => true,
         })
         .filter(|d| taps.as_ref().is_none_or(|t| *t == d.hs))
         .collect()
-}
-
-/// Whether `s` is one of the block-draft layout ids kquant detects.
-fn is_layout_id(s: &str) -> bool {
-    use crate::checkpoint::block::Layout::*;
-    [
-        Qwen3Dspark,
-        K3Dspark,
-        SpecforgeDspark,
-        SpeculatorsDspark,
-        Dflash2,
-        Dflash2Mla,
-    ]
-    .iter()
-    .any(|l| s.starts_with(l.id()))
 }
 
 /// The training stream of the draft at `spec`: `flag` (named `flag_name`), else the published
@@ -307,6 +293,40 @@ mod tests {
         assert!(check(implied, &[("x", d)], false).unwrap().notes.is_empty());
     }
 
+    /// A detected K3 DSpark (`target_layer_ids [0, 2]`, output of layer: hs[1], hs[3]) is the
+    /// published entry of its layout and taps, and none of another layout or other taps.
+    #[test]
+    fn a_detected_draft_matches_its_published_entry_only() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/kimi-k2.5-tiny/k3-dspark"
+        );
+        let det = Checkpoint::open(dir).unwrap().detect().unwrap();
+        let mut p = crate::target::profile::load("kimi-k3").unwrap();
+        let entry = |layout: &str, hs: Vec<usize>, draft: &str| {
+            let mut d = p.published_drafts[0].clone();
+            (d.layout, d.hs, d.draft) = (layout.into(), hs, draft.into());
+            d
+        };
+        p.published_drafts = vec![
+            entry("k3-dspark (test)", vec![1, 3], "mine"),
+            entry("specforge-dspark (test)", vec![1, 3], "other layout"),
+            entry("k3-dspark (test)", vec![1, 2], "other taps"),
+        ];
+        let found: Vec<&str> = published_match(&p, &det)
+            .iter()
+            .map(|d| d.draft.as_str())
+            .collect();
+        assert_eq!(found, ["mine"]);
+        let ts = TraceStream {
+            stream: Some(TapStream::Mixture),
+            known: Known::Recorded,
+        };
+        let d = of_draft(dir, None, "--draft-stream", Some(&p), ts);
+        assert_eq!(d.stream, Some(TapStream::Partial), "{}", d.from);
+        assert!(d.from.contains("published draft mine"), "{}", d.from);
+    }
+
     #[test]
     fn the_k3_profiles_published_drafts_are_told_apart_by_layout_and_taps() {
         let p = crate::target::profile::load("kimi-k3").unwrap();
@@ -321,6 +341,24 @@ mod tests {
         assert_eq!(by("dspark", &[3, 24, 48, 72, 90]).len(), 1);
         assert_eq!(by("dspark", &[8, 24, 52, 68, 84]).len(), 1);
         assert_eq!(by("dflash", &[20, 38, 55, 67, 79, 91]).len(), 1);
-        assert!(is_layout_id("k3-dspark") && !is_layout_id("DFlashDraftModel"));
+        // Every block-draft entry names its layout first, as the match reads it.
+        for d in p
+            .published_drafts
+            .iter()
+            .filter(|d| ["dspark", "dflash2"].contains(&d.family.as_str()))
+        {
+            let first = d.layout.split_whitespace().next().unwrap();
+            assert!(
+                [
+                    "k3-dspark",
+                    "specforge-dspark",
+                    "speculators-dspark",
+                    "dflash2"
+                ]
+                .contains(&first),
+                "{}",
+                d.layout
+            );
+        }
     }
 }
