@@ -1990,3 +1990,65 @@ fn an_imported_trace_records_no_stop_and_the_docs_say_the_engine_count_is_cpu_ca
         "{para}"
     );
 }
+
+/// The tap stream an import records (#41): `residual` on a target without attention
+/// residuals (and `partial`/`mixture` refused there); on an attention-residual profile,
+/// `--stream`, else `capture.json`'s `tap_stream` (the capture script's), which must agree with
+/// the flag; with neither, none recorded and a warning says so. A bad `capture.json` value is
+/// refused.
+#[test]
+fn an_import_records_the_tap_stream_from_the_flag_or_the_capture_script() {
+    let d = tempfile::tempdir().unwrap();
+    let src = conn_dir(d.path(), 2, 5, H);
+    let prof = crate::trace_stream::k3_like_profile(
+        d.path(),
+        "k3-small",
+        (4, H, 2048),
+        serde_json::json!([]),
+    );
+    let prof = prof.to_str().unwrap();
+    let mut n = 0;
+    let mut run = |extra: &[&str]| {
+        n += 1;
+        let out = d.path().join(format!("t{n}"));
+        let mut a = vec!["--layer-ids", "1,2,3"];
+        a.extend(extra);
+        (import(&src, &out, &a), out)
+    };
+    let stream = |out: &Path| {
+        common::read_json(&out.join("manifest.json"))
+            .get("tap_stream")
+            .cloned()
+    };
+    let (o, out) = run(&["--num-layers", "4"]);
+    ok(&o);
+    assert_eq!(stream(&out), Some("residual".into()));
+    let (o, _) = run(&["--num-layers", "4", "--stream", "mixture"]);
+    assert!(refused(&o).contains("has no attention residuals"));
+    let (o, out) = run(&["--target", prof]);
+    let err = ok(&o);
+    assert!(
+        err.contains("warning: the target has attention residuals and nothing says which stream"),
+        "{err}"
+    );
+    assert_eq!(stream(&out), None);
+    let (o, out) = run(&["--target", prof, "--stream", "partial", "--json"]);
+    ok(&o);
+    assert_eq!(stream(&out), Some("partial".into()));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["tap_stream"], "partial");
+    std::fs::write(src.join("capture.json"), r#"{"tap_stream": "mixture"}"#).unwrap();
+    let (o, out) = run(&["--target", prof]);
+    let err = ok(&o);
+    assert!(!err.contains("nothing says which stream"), "{err}");
+    assert_eq!(stream(&out), Some("mixture".into()));
+    let (o, _) = run(&["--target", prof, "--stream", "partial"]);
+    assert!(refused(&o).contains("records tap_stream `mixture`"));
+    std::fs::write(src.join("capture.json"), r#"{"tap_stream": "prefix"}"#).unwrap();
+    let (o, _) = run(&["--target", prof]);
+    let err = refused(&o);
+    assert!(
+        err.contains("capture.json") && err.contains("hint:"),
+        "{err}"
+    );
+}

@@ -377,22 +377,12 @@ fn a_profiles_published_draft_gives_the_training_stream() {
     let p = prompts(d.path(), "p.jsonl", 0);
     let mix = d.path().join("mix");
     capture(&p, &mix, &["--stream", "mixture"], 0);
-    let mut prof = common::read_json(&root().join("quant-configs/targets/kimi-k3.json"));
-    prof["name"] = "k3-random".into();
-    prof["num_layers"] = 6.into();
-    prof["hidden_size"] = 64.into();
-    prof["vocab_size"] = 2048.into();
-    prof.as_object_mut().unwrap().remove("layers");
-    prof["taps"] = serde_json::json!({"eagle3": "unknown", "eagle3-mla": "unknown", "dflash": "unknown", "dspark": "unknown", "dflash2": "unknown"});
-    prof["published_accept_lengths"] = serde_json::json!([]);
-    prof["attention_residuals"]["block_size"] = 4.into();
-    prof["published_drafts"] = serde_json::json!([{
+    let published = serde_json::json!([{
         "draft": "test/k3-random-eagle3", "family": "eagle3", "layout": "EAGLE-3 (vLLM names)",
         "config_ids": "eagle_aux_hidden_state_layer_ids [2,4,5]", "hs": [2, 4, 5],
         "stream": "partial", "status": "made in this test", "source": "tests/trace_stream.rs"
     }]);
-    let pf = d.path().join("k3-random.json");
-    std::fs::write(&pf, prof.to_string()).unwrap();
+    let pf = k3_like_profile(d.path(), "k3-random", (6, 64, 2048), published);
     let (_, err) = verify(&draft, &mix, &["--target", pf.to_str().unwrap()], 2);
     assert!(
         err.contains("published draft test/k3-random-eagle3 (profile `k3-random`)")
@@ -415,4 +405,27 @@ fn a_profiles_published_draft_gives_the_training_stream() {
         out.contains("draft trained on `mixture` (--draft-stream)"),
         "{out}"
     );
+}
+
+/// A profile file like `kimi-k3`'s (attention residuals, block 4) for a small target of
+/// `(layers, hidden, vocab)`, named `name`, with `published` as its published drafts.
+pub fn k3_like_profile(
+    dir: &Path,
+    name: &str,
+    shape: (usize, usize, usize),
+    published: Value,
+) -> PathBuf {
+    let mut prof = common::read_json(&root().join("quant-configs/targets/kimi-k3.json"));
+    prof["name"] = name.into();
+    prof["num_layers"] = shape.0.into();
+    prof["hidden_size"] = shape.1.into();
+    prof["vocab_size"] = shape.2.into();
+    prof.as_object_mut().unwrap().remove("layers");
+    prof["taps"] = serde_json::json!({"eagle3": "unknown", "eagle3-mla": "unknown", "dflash": "unknown", "dspark": "unknown", "dflash2": "unknown"});
+    prof["published_accept_lengths"] = serde_json::json!([]);
+    prof["attention_residuals"]["block_size"] = 4.into();
+    prof["published_drafts"] = published;
+    let pf = dir.join(format!("{name}.json"));
+    std::fs::write(&pf, prof.to_string()).unwrap();
+    pf
 }
