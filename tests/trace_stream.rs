@@ -407,6 +407,75 @@ fn a_profiles_published_draft_gives_the_training_stream() {
     );
 }
 
+/// A live verify on an attention-residual profile's target captures the stream asked
+/// (`--stream`), else the draft's (`--draft-stream`), else vLLM's default `partial`; and
+/// `--stream` on a live target without attention residuals is refused.
+#[test]
+fn a_live_verify_on_k3_taps_the_stream_asked_or_the_drafts() {
+    let d = tempfile::tempdir().unwrap();
+    let draft = k3_draft(d.path());
+    let p = prompts(d.path(), "p.jsonl", 0);
+    let pf = k3_like_profile(d.path(), "k3-live", (6, 64, 2048), serde_json::json!([]));
+    let mut prof = common::read_json(&pf);
+    // Live paths are the repository's; `--prompts` gives this test's own.
+    prof["live"] = serde_json::json!({"target": K3, "prompts": "fixtures/kimi-k2.5-tiny/prompts/heldout.jsonl", "trace": "none"});
+    std::fs::write(&pf, prof.to_string()).unwrap();
+    let live = |extra: &[&str]| -> Value {
+        let mut a = vec![
+            "verify",
+            "--target",
+            pf.to_str().unwrap(),
+            "--draft",
+            draft.to_str().unwrap(),
+            "--prompts",
+            p.to_str().unwrap(),
+            "--json",
+            "-",
+        ];
+        a.extend(extra);
+        let o = kquant(&a);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{extra:?}\n{err}");
+        assert!(
+            err.contains("capturing 3 prompts with the live `k3-live` target"),
+            "{err}"
+        );
+        serde_json::from_str::<Value>(&out).unwrap()["tap_stream"].clone()
+    };
+    let ts = live(&[]);
+    assert_eq!(
+        (ts["trace"].as_str(), ts["trace_known"].as_str()),
+        (Some("partial"), Some("recorded"))
+    );
+    assert_eq!(
+        live(&[
+            "--stream",
+            "mixture",
+            "--allow-stream-mismatch",
+            "--draft-stream",
+            "partial"
+        ])["trace"],
+        "mixture"
+    );
+    let ts = live(&["--draft-stream", "mixture"]);
+    assert_eq!(
+        (ts["trace"].as_str(), ts["notes"].as_array().map(Vec::len)),
+        (Some("mixture"), Some(0))
+    );
+    let o = kquant(&[
+        "verify",
+        "--target",
+        "kimi-k2.5-tiny",
+        "--draft",
+        "fixtures/kimi-k2.5-tiny/eagle3",
+        "--stream",
+        "mixture",
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("has no attention residuals"), "{err}");
+}
+
 /// A profile file like `kimi-k3`'s (attention residuals, block 4) for a small target of
 /// `(layers, hidden, vocab)`, named `name`, with `published` as its published drafts.
 pub fn k3_like_profile(
