@@ -278,6 +278,8 @@ fn merge_refuses_two_streams_and_records_one() {
     assert!(!out.exists());
     let o = merge(&a, &c);
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let (out_text, _) = text(&o);
+    assert!(out_text.contains("(partial tap stream)"), "{out_text}");
     assert_eq!(manifest(&out)["tap_stream"], "partial");
 }
 

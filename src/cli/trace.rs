@@ -182,10 +182,11 @@ fn run_merge(a: MergeArgs) -> Result<ExitCode> {
             })
             .collect();
         println!(
-            "{}: {} samples from {}",
+            "{}: {} samples from {} ({} tap stream)",
             crate::escape::printable(&m.out.display().to_string()),
             m.samples,
-            parts.join(" + ")
+            parts.join(" + "),
+            m.tap_stream.map_or("unknown", |s| s.id())
         );
     }
     Ok(ExitCode::SUCCESS)

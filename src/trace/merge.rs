@@ -23,6 +23,8 @@ pub struct Merged {
     pub samples: usize,
     /// (input, its samples).
     pub inputs: Vec<(PathBuf, usize)>,
+    /// The stream the merged taps hold (`null`: not known).
+    pub tap_stream: Option<crate::target::stream::TapStream>,
 }
 
 /// The first manifest field in which `b` differs from `a` (name, a's value, b's value). The
@@ -170,5 +172,6 @@ pub fn merge(inputs: &[PathBuf], out: &Path, force: bool) -> Result<Merged> {
             .zip(&traces)
             .map(|(p, t)| (p.clone(), t.manifest.samples.len()))
             .collect(),
+        tap_stream: stream,
     })
 }
