@@ -65,6 +65,14 @@ RECIPE_KEYS = (
     "enable_prefix_caching",
 )
 TEXT_SOURCES = ("tokens", "messages", "text")
+# The tap streams kquant names (`tap_stream` in a kquant-trace/1 manifest; docs/verify.md,
+# "Tap streams"), and vLLM 0.33.0's switch between the two of an attention-residual target:
+# vllm/envs.py VLLM_KIMI_K3_AUX_ATTN_RES_STREAM (default 0), read by
+# vllm/models/kimi_k3/nvidia/model.py `_capture_aux_hidden_stream` (0: `prefix_only`, the
+# block's partial sum; 1: the attention-residual mixture the next layer reads).
+STREAMS = ("residual", "partial", "mixture")
+STREAM_ENV = "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM"
+KIMI_K3 = "KimiK3ForConditionalGeneration"
 
 
 class CaptureError(Exception):
@@ -157,6 +165,12 @@ def build_parser():
                          "skipped and pass 2 captures the hidden states of exactly those tokens")
     ap.add_argument("--continuations-side", choices=("draft", "baseline"), default="baseline",
                     help="which deployment's continuations (default baseline, else draft when the run had none)")
+    ap.add_argument("--stream", choices=STREAMS, default=None,
+                    help="which hidden-state stream to tap on a target with attention residuals (Kimi-K3): "
+                         "`partial` (the block's partial sum, vLLM's default; the default here) or `mixture` (the "
+                         "mixture the next layer reads, SGLang's: sets VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=1 before vLLM "
+                         "is imported). Other targets have one stream, `residual`. Recorded as `tap_stream` in "
+                         "OUT/capture.json, which `kquant trace import` reads")
     ap.add_argument("--kquant-target", metavar="PROFILE",
                     help="kquant target profile for the printed import command (e.g. kimi-k2.5)")
     ap.add_argument("--dry-run", action="store_true",
@@ -354,6 +368,44 @@ def kimi_linear_warning(model, trust_remote_code):
         "was requested\". Check `supports_eagle3` on the installed build's class, or capture on CPU "
         "with `kquant trace capture` (docs/verify.md, \"A Kimi-Linear-48B trace\")"
     )
+
+
+def resolve_stream(asked, model, trust_remote_code):
+    """The stream to tap and record (None: not known), after setting vLLM's switch for it.
+    Must run before vLLM is imported: vllm.envs reads the variable from the environment."""
+    archs, model_type = target_architectures(model, trust_remote_code)
+    k3 = KIMI_K3 in archs or model_type == "kimi_k3"
+    known = bool(archs) or model_type is not None
+    if known and not k3:
+        if asked in ("partial", "mixture"):
+            raise CaptureError(
+                f"--stream {asked}: {model} has no attention residuals; its taps are the one residual stream",
+                "leave --stream out (or say residual): partial and mixture are the two streams of an "
+                "attention-residual target (Kimi-K3)",
+            )
+        return "residual"
+    if k3 and asked == "residual":
+        raise CaptureError(
+            f"--stream residual: {model} is {KIMI_K3}, whose taps are the `partial` or the `mixture` stream",
+            "--stream partial (vLLM's default) or --stream mixture (SGLang's)",
+        )
+    if not known:
+        if asked is None:
+            print(f"warning: {model}'s architecture could not be read: the tap stream is not recorded "
+                  "(give --stream to record it)", file=sys.stderr)
+            return None
+        if asked == "residual":
+            return asked
+        print(f"warning: {model}'s architecture could not be read: --stream {asked} is recorded as asked",
+              file=sys.stderr)
+    stream = asked or "partial"
+    want = "1" if stream == "mixture" else "0"
+    had = os.environ.get(STREAM_ENV)
+    if had is not None and had != want:
+        print(f"warning: {STREAM_ENV}={had} in the environment is replaced by {want} (--stream {stream})",
+              file=sys.stderr)
+    os.environ[STREAM_ENV] = want
+    return stream
 
 
 def gib(n):
@@ -582,6 +634,7 @@ def run(a):
     warning = kimi_linear_warning(a.model, a.trust_remote_code)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
+    stream = resolve_stream(a.stream, a.model, a.trust_remote_code)
 
     records = read_prompt_files(a.prompts, a.limit)
     if a.continuations:
@@ -631,6 +684,10 @@ def run(a):
     print(f"prompts     {len(records)} from {', '.join(a.prompts)}"
           f" ({sum(len(r['tokens']) for r in records)} prompt tokens, longest {longest})")
     print(f"taps        vLLM ids {ids} (HF hidden_states indices)")
+    if stream in ("partial", "mixture"):
+        print(f"stream      {stream} ({STREAM_ENV}={os.environ.get(STREAM_ENV)})")
+    else:
+        print(f"stream      {stream or 'unknown (not recorded)'}")
     if hidden:
         print(f"disk        at most {tokens_total} tokens x {len(ids)} taps x {hidden} x 2 bytes = {gib(tokens_total * per_token)}"
               " (BF16/F16 targets)")
@@ -725,6 +782,7 @@ def run(a):
         "model": a.model,
         "vllm_version": vllm_version,
         "layer_ids": ids,
+        "tap_stream": stream,
         "max_tokens": a.max_tokens,
         "ignore_eos": a.ignore_eos,
         "text_mode": a.text_mode,

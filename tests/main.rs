@@ -52,6 +52,7 @@ mod targets;
 mod trace_capture;
 mod trace_import;
 mod trace_prompts;
+mod trace_stream;
 mod verify;
 mod verify_device;
 mod verify_live;

@@ -1163,8 +1163,19 @@ mod vllm_capture {
         }
 
         // And the same verdict: accept length, per category, every figure of the report.
-        let a = verify(FIXTURE_TRACE);
+        let mut a = verify(FIXTURE_TRACE);
         let c = verify(&traced);
+        // The stream: the fixture (made before kquant recorded it) implies `residual`; the
+        // import records the capture script's (#41); the same stream either way.
+        assert_eq!(
+            b.tap_stream,
+            Some(kquant::target::stream::TapStream::Residual)
+        );
+        assert_eq!(a["tap_stream"]["trace"], "residual");
+        assert_eq!(c["tap_stream"]["trace"], "residual");
+        assert_eq!(a["tap_stream"]["trace_known"], "implied");
+        assert_eq!(c["tap_stream"]["trace_known"], "recorded");
+        a["tap_stream"]["trace_known"] = "recorded".into();
         assert_eq!(a, c);
         let al = a["draft"]["accept_length"].as_f64().unwrap();
         assert!((2.9..3.1).contains(&al), "{a}");
@@ -1516,6 +1527,108 @@ mod vllm_capture {
         let (out, err) = text(&o);
         assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
         assert!(out.contains("disk        unknown:"), "{out}");
+    }
+
+    /// The tap stream (#41), with plain `python3` and no vLLM: on the Kimi-K3 target the script
+    /// taps `partial` by default and `mixture` when asked, and sets vLLM's switch
+    /// (`VLLM_KIMI_K3_AUX_ATTN_RES_STREAM`, 0 or 1) before vLLM is imported (a stand-in `vllm`
+    /// package on `PYTHONPATH` reports the variable as it is imported, then stops the run);
+    /// `partial`/`mixture` on a target without attention residuals, and `residual` on K3, are
+    /// refused (exit 2, before anything is written).
+    #[test]
+    fn the_capture_script_sets_the_tap_stream_before_vllm_is_imported() {
+        const K3: &str = "fixtures/kimi-k3-tiny/target-random";
+        let d = tempfile::tempdir().unwrap();
+        let fake = d.path().join("fake");
+        std::fs::create_dir_all(fake.join("vllm")).unwrap();
+        std::fs::write(
+            fake.join("vllm/__init__.py"),
+            "import os, sys\nsys.stderr.write('fake-vllm: switch=%s\\n' % os.environ.get('VLLM_KIMI_K3_AUX_ATTN_RES_STREAM'))\nsys.exit(7)\n",
+        )
+        .unwrap();
+        let mut n = 0;
+        let mut run = |model: &str, extra: &[&str], dry: bool, env: Option<&str>| {
+            n += 1;
+            let out = d.path().join(format!("out{n}"));
+            let mut c = Command::new(std::env::var_os("KQUANT_PYTHON").unwrap_or("python3".into()));
+            c.current_dir(root())
+                .env("PYTHONPATH", &fake)
+                .env_remove("VLLM_KIMI_K3_AUX_ATTN_RES_STREAM")
+                .args([
+                    "scripts/vllm_capture.py",
+                    "--model",
+                    model,
+                    "--prompts",
+                    HELDOUT,
+                ])
+                .args(["--limit", "2", "--layer-ids", "1,2,3", "--max-tokens", "4"])
+                .arg("--out")
+                .arg(&out)
+                .args(extra);
+            if dry {
+                c.arg("--dry-run");
+            }
+            if let Some(v) = env {
+                c.env("VLLM_KIMI_K3_AUX_ATTN_RES_STREAM", v);
+            }
+            let o = c.output().expect("python3 on the PATH (or KQUANT_PYTHON)");
+            let (so, se) = text(&o);
+            (o.status.code(), so, se, out)
+        };
+        // The plan names the stream and the switch.
+        for (extra, want) in [
+            (
+                &[][..],
+                "stream      partial (VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=0)",
+            ),
+            (
+                &["--stream", "partial"][..],
+                "stream      partial (VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=0)",
+            ),
+            (
+                &["--stream", "mixture"][..],
+                "stream      mixture (VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=1)",
+            ),
+        ] {
+            let (code, so, se, out) = run(K3, extra, true, None);
+            assert_eq!(code, Some(0), "{extra:?}\n{so}\n{se}");
+            assert!(so.contains(want), "{want}\n{so}");
+            assert!(!out.exists());
+        }
+        let (code, so, se, _) = run(TARGET, &[], true, None);
+        assert_eq!(code, Some(0), "{so}\n{se}");
+        assert!(so.contains("stream      residual\n"), "{so}");
+        // Refused before anything is written.
+        for (model, extra, want) in [
+            (TARGET, "mixture", "has no attention residuals"),
+            (TARGET, "partial", "has no attention residuals"),
+            (K3, "residual", "KimiK3ForConditionalGeneration"),
+        ] {
+            let (code, so, se, out) = run(model, &["--stream", extra], false, None);
+            assert_eq!(code, Some(2), "{model} {extra}\n{so}\n{se}");
+            assert!(
+                se.contains("error: ") && se.contains(want) && se.contains("hint: "),
+                "{se}"
+            );
+            assert!(!se.contains("fake-vllm") && !out.exists(), "{se}");
+        }
+        // The switch is in the environment when vLLM is imported: 1 for mixture, 0 for partial
+        // (over a 1 the shell had set, with a warning), untouched on a target without it.
+        for (model, extra, env, want) in [
+            (
+                K3,
+                &["--stream", "mixture"][..],
+                None,
+                "fake-vllm: switch=1",
+            ),
+            (K3, &[][..], Some("1"), "fake-vllm: switch=0"),
+            (TARGET, &[][..], None, "fake-vllm: switch=None"),
+        ] {
+            let (code, so, se, _) = run(model, extra, false, env);
+            assert_eq!(code, Some(7), "{extra:?}\n{so}\n{se}");
+            assert!(se.contains(want), "{want}\n{se}");
+            assert_eq!(env.is_some(), se.contains("warning: VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=1 in the environment is replaced by 0"), "{se}");
+        }
     }
 
     /// The bundled prompt sets (quant-configs/prompts/, read by the capture script and by kquant)
@@ -1875,5 +1988,67 @@ fn an_imported_trace_records_no_stop_and_the_docs_say_the_engine_count_is_cpu_ca
             && para.contains("`trace import`")
             && para.contains("`accept_length_engine` is `null`"),
         "{para}"
+    );
+}
+
+/// The tap stream an import records (#41): `residual` on a target without attention
+/// residuals (and `partial`/`mixture` refused there); on an attention-residual profile,
+/// `--stream`, else `capture.json`'s `tap_stream` (the capture script's), which must agree with
+/// the flag; with neither, none recorded and a warning says so. A bad `capture.json` value is
+/// refused.
+#[test]
+fn an_import_records_the_tap_stream_from_the_flag_or_the_capture_script() {
+    let d = tempfile::tempdir().unwrap();
+    let src = conn_dir(d.path(), 2, 5, H);
+    let prof = crate::trace_stream::k3_like_profile(
+        d.path(),
+        "k3-small",
+        (4, H, 2048),
+        serde_json::json!([]),
+    );
+    let prof = prof.to_str().unwrap();
+    let mut n = 0;
+    let mut run = |extra: &[&str]| {
+        n += 1;
+        let out = d.path().join(format!("t{n}"));
+        let mut a = vec!["--layer-ids", "1,2,3"];
+        a.extend(extra);
+        (import(&src, &out, &a), out)
+    };
+    let stream = |out: &Path| {
+        common::read_json(&out.join("manifest.json"))
+            .get("tap_stream")
+            .cloned()
+    };
+    let (o, out) = run(&["--num-layers", "4"]);
+    ok(&o);
+    assert_eq!(stream(&out), Some("residual".into()));
+    let (o, _) = run(&["--num-layers", "4", "--stream", "mixture"]);
+    assert!(refused(&o).contains("has no attention residuals"));
+    let (o, out) = run(&["--target", prof]);
+    let err = ok(&o);
+    assert!(
+        err.contains("warning: the target has attention residuals and nothing says which stream"),
+        "{err}"
+    );
+    assert_eq!(stream(&out), None);
+    let (o, out) = run(&["--target", prof, "--stream", "partial", "--json"]);
+    ok(&o);
+    assert_eq!(stream(&out), Some("partial".into()));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["tap_stream"], "partial");
+    std::fs::write(src.join("capture.json"), r#"{"tap_stream": "mixture"}"#).unwrap();
+    let (o, out) = run(&["--target", prof]);
+    let err = ok(&o);
+    assert!(!err.contains("nothing says which stream"), "{err}");
+    assert_eq!(stream(&out), Some("mixture".into()));
+    let (o, _) = run(&["--target", prof, "--stream", "partial"]);
+    assert!(refused(&o).contains("records tap_stream `mixture`"));
+    std::fs::write(src.join("capture.json"), r#"{"tap_stream": "prefix"}"#).unwrap();
+    let (o, _) = run(&["--target", prof]);
+    let err = refused(&o);
+    assert!(
+        err.contains("capture.json") && err.contains("hint:"),
+        "{err}"
     );
 }

@@ -107,6 +107,7 @@ fn make_trace(dir: &Path, samples: usize, taps: &[usize]) {
         taps: taps.to_vec(),
         tap_convention: file::TAP_CONVENTION.into(),
         taps_pre_norm: true,
+        tap_stream: None,
         dtype: "bf16".into(),
         greedy_selfcheck: None,
         samples: metas,

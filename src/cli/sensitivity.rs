@@ -95,6 +95,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             target_checkpoint: a.target_checkpoint.clone(),
             limit_per_category: a.per_category.value(),
             steps: a.steps.steps,
+            ..Source::default()
         },
         recipe: crate::quantize::Request {
             scheme: a.scheme.clone(),

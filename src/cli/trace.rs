@@ -13,6 +13,7 @@ use crate::cli::print_json;
 use crate::error::Result;
 use crate::escape::printable;
 use crate::runtime::target::Target;
+use crate::target::stream::TapStream;
 use crate::trace::capture::{self, Options};
 
 /// Arguments of `kquant trace`.
@@ -24,8 +25,9 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum TraceCommand {
-    /// Run a Kimi-K2 (DeepseekV3ForCausalLM) or Kimi-Linear (KimiLinearForCausalLM) target on CPU
-    /// over prompts and write a trace:
+    /// Run a Kimi-K2 (DeepseekV3ForCausalLM), Kimi-Linear (KimiLinearForCausalLM) or Kimi-K3
+    /// (KimiK3ForConditionalGeneration, either tap stream: --stream) target on CPU over prompts
+    /// and write a trace:
     /// greedy continuations, then one capture pass for the taps (as make_trace.py does).
     Capture(CaptureArgs),
     /// Import hidden states captured by a serving engine (`--format vllm-hidden-states DIR`).
@@ -127,6 +129,14 @@ pub struct CaptureArgs {
     /// precision").
     #[arg(long, value_enum, default_value_t = TapDtype::Bf16)]
     pub tap_dtype: TapDtype,
+    /// Which hidden-state stream to tap on a target with attention residuals (Kimi-K3):
+    /// `partial` (the current block's partial sum: vLLM's default, and the default here) or
+    /// `mixture` (the mixture the next layer reads: SGLang's, vLLM's with
+    /// VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=1). Capture on the stream the draft was trained on
+    /// (docs/verify.md, "Tap streams"). Refused on a target without attention residuals,
+    /// whose taps are the one `residual` stream. Recorded in the manifest (`tap_stream`).
+    #[arg(long, value_enum)]
+    pub stream: Option<TapStream>,
     /// Capture only the first N prompts (after --per-category); a warning names the
     /// categories this leaves out.
     #[arg(long, value_parser = crate::cli::flags::limit)]
@@ -172,10 +182,11 @@ fn run_merge(a: MergeArgs) -> Result<ExitCode> {
             })
             .collect();
         println!(
-            "{}: {} samples from {}",
+            "{}: {} samples from {} ({} tap stream)",
             crate::escape::printable(&m.out.display().to_string()),
             m.samples,
-            parts.join(" + ")
+            parts.join(" + "),
+            m.tap_stream.map_or("unknown", |s| s.id())
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -273,6 +284,8 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
     )?;
     let ck = Checkpoint::open(&target)?;
     let m = Target::load(&ck)?;
+    let stream =
+        crate::trace::stream::for_target(a.stream, m.attention_residuals(), &target, "--stream")?;
     let (prompts, dropped) =
         capture::select_prompts(capture::read_prompts(&a.prompts)?, a.per_category, a.limit);
     if let (Some(n), false) = (a.limit, dropped.is_empty()) {
@@ -297,6 +310,7 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
         stop_at_eos: a.stop_at_eos,
         lookahead: a.lookahead,
         f32_taps: a.tap_dtype == TapDtype::F32,
+        stream,
     };
     let dataset = a.dataset.clone().unwrap_or_else(|| {
         a.prompts
@@ -306,11 +320,13 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
     });
     let s = capture::write_trace(&ck, &m, &target, &prompts, &o, &dataset, claim)?;
     let summary = format!(
-        "{}: {} samples, {} tokens, taps {:?}, greedy_selfcheck {} ({} regenerated without the cache)",
+        "{}: {} samples, {} tokens, taps {:?} ({} stream{}), greedy_selfcheck {} ({} regenerated without the cache)",
         a.output.display(),
         s.samples,
         s.tokens,
         o.taps,
+        stream.id(),
+        stream_default_note(a.stream, stream),
         s.selfcheck,
         s.regenerated
     );
@@ -325,6 +341,7 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
             "samples": s.samples,
             "tokens": s.tokens,
             "taps": o.taps,
+            "tap_stream": stream,
             "gen_len": o.gen_len,
             "greedy_selfcheck": s.selfcheck,
             "regenerated": s.regenerated,
@@ -340,6 +357,16 @@ fn run_capture(a: CaptureArgs) -> Result<ExitCode> {
         eprintln!("next: {}", printable(n));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the stream was not asked for on an attention-residual target: which default it is.
+fn stream_default_note(asked: Option<TapStream>, used: TapStream) -> &'static str {
+    match (asked, used) {
+        (None, TapStream::Partial) => {
+            ": vLLM's default; --stream mixture taps SGLang's (docs/verify.md, \"Tap streams\")"
+        }
+        _ => "",
+    }
 }
 
 /// What a user does with a captured trace next: the accept-length gate, the calibration NVFP4

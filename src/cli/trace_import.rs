@@ -65,6 +65,12 @@ pub struct Args {
     /// and vocabulary to check against, recorded in the manifest.
     #[arg(long)]
     pub target: Option<String>,
+    /// The hidden-state stream the files hold, on a target with attention residuals (Kimi-K3):
+    /// `partial` (vLLM's default) or `mixture` (vLLM with VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=1)
+    /// [default: `tap_stream` of DIR/capture.json, which scripts/vllm_capture.py writes; else
+    /// not recorded, with a warning]. `residual` on any other target, where it is implied.
+    #[arg(long, value_enum)]
+    pub stream: Option<crate::target::stream::TapStream>,
     /// Decoder blocks of the target (when no profile gives it).
     #[arg(long, value_parser = crate::cli::flags::layers)]
     pub num_layers: Option<usize>,
@@ -122,6 +128,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         hidden_size: a.hidden_size,
         num_layers: a.num_layers,
         target: prof,
+        stream: a.stream,
         force: a.force,
         dry_run: a.dry_run,
     };
@@ -130,6 +137,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         eprintln!("warning: {w}");
     }
     let r = import::import(&o)?;
+    let stream = o.stream.map_or("unknown (not recorded)", |s| s.id());
     for w in &r.warnings {
         eprintln!("warning: {}", printable(w));
     }
@@ -138,11 +146,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if a.json {
         let mut all_warnings = notes.clone();
         all_warnings.extend(r.warnings.iter().cloned());
-        let doc = to_json(&o.asked, &r, &families, &all_warnings, &next);
+        let mut doc = to_json(&o.asked, &r, &families, &all_warnings, &next);
+        doc["tap_stream"] = serde_json::json!(o.stream);
         print_json(&doc);
         return Ok(ExitCode::SUCCESS);
     }
-    print_human(&o.asked, &r, &families);
+    print_human(&o.asked, &r, &families, stream);
     println!("next: {next}");
     Ok(ExitCode::SUCCESS)
 }
@@ -185,12 +194,12 @@ fn to_json(
 
 /// The summary: what was imported (or checked), and each draft family's coverage by the
 /// target profile.
-fn print_human(o: &Request, r: &Imported, families: &[Coverage]) {
+fn print_human(o: &Request, r: &Imported, families: &[Coverage], stream: &str) {
     if o.dry_run {
         println!("dry run: nothing written; all files, values and prompts check out");
     }
     println!(
-        "{}: {} samples, {} tokens, taps hs{:?} (vLLM ids {:?}), hidden size {}, {} {}",
+        "{}: {} samples, {} tokens, taps hs{:?} (vLLM ids {:?}; tap stream {stream}), hidden size {}, {} {}",
         o.out.display(),
         r.samples,
         r.tokens,

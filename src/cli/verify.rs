@@ -49,7 +49,7 @@ pub struct Args {
     /// Live: the base URL of a running vLLM, SGLang or TensorRT-LLM server that serves the
     /// target with the draft (e.g. `http://127.0.0.1:8000`). The prompts (`--prompts`) are sent
     /// to it, greedy, and the accept length read back per request (docs/verify.md, "Live").
-    #[arg(long, value_name = "URL", conflicts_with_all = ["draft", "baseline", "trace", "device", "near_ties", "steps", "after_miss", "target_checkpoint"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["draft", "baseline", "trace", "device", "near_ties", "steps", "after_miss", "target_checkpoint", "draft_stream", "allow_stream_mismatch", "stream"])]
     pub endpoint: Option<String>,
     /// Live: a second server to compare with, e.g. the BF16 draft's deployment (paired ΔAL over
     /// the same prompts).
@@ -142,6 +142,25 @@ pub struct Args {
     /// replay --after-miss` measures both). The report states which.
     #[arg(long, value_enum, default_value_t = AfterMiss::Run)]
     pub after_miss: AfterMiss,
+    /// The tap stream the draft was trained on, on a target with attention residuals
+    /// (Kimi-K3): `partial` (vLLM's default capture) or `mixture` (SGLang's; vLLM with
+    /// VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=1) [default: the target profile's `published_drafts`
+    /// entry the draft is (same family, layout and taps), else not known: a note]. A draft
+    /// baseline's too, unless --baseline-stream. A known stream that differs from the trace's
+    /// is refused (docs/verify.md, "Tap streams").
+    #[arg(long, value_enum)]
+    pub draft_stream: Option<crate::target::stream::TapStream>,
+    /// The tap stream a draft --baseline was trained on [default: --draft-stream's].
+    #[arg(long, value_enum, requires = "baseline")]
+    pub baseline_stream: Option<crate::target::stream::TapStream>,
+    /// Replay a draft on a trace of another tap stream than the one it was trained on (to
+    /// measure what the wrong stream costs), with a note, instead of refusing it.
+    #[arg(long)]
+    pub allow_stream_mismatch: bool,
+    /// With a live attention-residual `--target` (Kimi-K3) and no `--trace`: the stream the
+    /// capture taps [default: --draft-stream's, else vLLM's default `partial`].
+    #[arg(long, value_enum, conflicts_with = "trace")]
+    pub stream: Option<crate::target::stream::TapStream>,
     #[command(flatten)]
     pub gate: flags::Gate,
     /// Which accept length --max-regression and --min-accept judge: `walk` (tokens committed
@@ -227,6 +246,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
             target_checkpoint: a.target_checkpoint.clone(),
             limit_per_category: a.per_category.value(),
             steps: a.steps.steps,
+            stream: a.stream,
+            stream_default: None,
         },
         near_ties: a.near_ties,
         after_miss: a.after_miss,
@@ -234,6 +255,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         gate_on: a.gate_on,
         published: a.published.clone(),
         device: a.device.clone(),
+        streams: offline::StreamFlags {
+            draft: a.draft_stream,
+            baseline: a.baseline_stream,
+            allow_mismatch: a.allow_stream_mismatch,
+        },
     })?;
     for w in &plan.warnings {
         eprintln!("warning: {w}");

@@ -5,10 +5,11 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
-use crate::runtime::deepseek::{self, DeepseekV3, Forward};
+use crate::runtime::deepseek::{self, DeepseekV3, Forward, OpImpl};
 use crate::runtime::kimi_k3::{self, KimiK3};
 use crate::runtime::kimi_linear::{self, KimiLinear};
 use crate::runtime::lm::ChunkedLm;
+use crate::target::stream::TapStream;
 
 /// A loaded target.
 pub enum Target {
@@ -94,6 +95,45 @@ impl Target {
             Target::DeepseekV3(m) => m.forward(tokens),
             Target::KimiLinear(m) => m.forward(tokens),
             Target::KimiK3(m) => m.forward(tokens),
+        }
+    }
+
+    /// Whether the target has Block Attention Residuals (two tap streams, `partial` and
+    /// `mixture`; `target::stream`).
+    pub fn attention_residuals(&self) -> bool {
+        matches!(self, Target::KimiK3(_))
+    }
+
+    /// [`Target::forward`] with the taps of `stream` in `hidden_states[1..L]` (`hs[0]`, the
+    /// embedding, and `hs[L]`, after the final norm, as there): on an attention-residual
+    /// target the stream [`KimiK3::forward_taps`] gives, else the one residual stream. A
+    /// stream the target does not have is an error (`trace::stream::for_target` refuses it
+    /// before any work).
+    pub fn forward_stream(&self, tokens: &[u32], stream: TapStream) -> Result<Forward> {
+        match (self, stream) {
+            (Target::KimiK3(m), TapStream::Partial | TapStream::Mixture) => {
+                let f = m.forward_taps(OpImpl::Fast, tokens)?;
+                let mut out = f.forward;
+                let rows = f.taps.stream(stream).expect("partial or mixture");
+                // rows[l] is after layer l, HF's hs[l + 1]; the last layer's is hs[L]'s
+                // pre-norm form, which a trace never stores.
+                let last = out.hidden_states.len() - 1;
+                for (hs, row) in out.hidden_states[1..last].iter_mut().zip(rows) {
+                    hs.clone_from(row);
+                }
+                Ok(out)
+            }
+            (Target::KimiK3(_), TapStream::Residual) | (_, TapStream::Partial | TapStream::Mixture) => {
+                Err(crate::error::Error::Flags {
+                    msg: format!(
+                        "the {} target has no `{}` stream",
+                        self.architecture(),
+                        stream.id()
+                    ),
+                    hint: "an attention-residual target (Kimi-K3) taps `partial` or `mixture`; every other target the one `residual` stream".into(),
+                })
+            }
+            (_, TapStream::Residual) => self.forward(tokens),
         }
     }
 

@@ -37,6 +37,13 @@ impl TapStream {
         }
     }
 
+    /// A stream by its name (`residual`, `partial`, `mixture`: the manifest's `tap_stream`).
+    pub fn parse(s: &str) -> Option<TapStream> {
+        [TapStream::Residual, TapStream::Partial, TapStream::Mixture]
+            .into_iter()
+            .find(|t| t.id() == s)
+    }
+
     /// One line for users: what the stream is.
     pub fn about(self) -> &'static str {
         match self {

@@ -16,6 +16,7 @@ use crate::io::manifest::hash_file;
 use crate::ops::argmax;
 use crate::runtime::deepseek::Forward;
 use crate::runtime::target::Target;
+use crate::target::stream::TapStream;
 use crate::trace::file::{Manifest, NewSample, SampleMeta, FORMAT, TAP_CONVENTION};
 
 /// One prompt of the input JSONL.
@@ -155,6 +156,10 @@ pub struct Options {
     /// Store the taps as float32 (what an engine serving in float32 feeds the draft) instead
     /// of bf16.
     pub f32_taps: bool,
+    /// The hidden-state stream tapped (`residual`; `partial` or `mixture` on an
+    /// attention-residual target: `trace::stream::for_target` decides and checks it), recorded
+    /// as the manifest's `tap_stream`.
+    pub stream: TapStream,
 }
 
 /// One captured sample.
@@ -258,21 +263,21 @@ pub fn capture(m: &Target, prompt: &[u32], o: &Options) -> Result<Captured> {
     };
     let (mut gen, mut stop_len) = generate(false)?;
     let mut x = join(&gen);
-    let mut f = m.forward(&x)?;
+    let mut f = m.forward_stream(&x, o.stream)?;
     let mut t1 = top1(&f, m.vocab());
     let mut bad = mismatches(&t1, &x, p);
     let regenerated = !bad.is_empty();
     if regenerated {
         (gen, stop_len) = generate(true)?;
         x = join(&gen);
-        f = m.forward(&x)?;
+        f = m.forward_stream(&x, o.stream)?;
         t1 = top1(&f, m.vocab());
         bad = mismatches(&t1, &x, p);
     }
     if let Some(&first) = bad.first() {
         gen.truncate(first + 1 - p);
         x = join(&gen);
-        f = m.forward(&x)?;
+        f = m.forward_stream(&x, o.stream)?;
         t1 = top1(&f, m.vocab());
     }
     let stop_len = stop_len.min(x.len());
@@ -437,6 +442,7 @@ pub fn manifest(
     };
     let target = json!({
         "name": name,
+        "architecture": m.architecture(),
         "revision": revision(ck)?,
         "config_sha256": config,
         "quantization": quantization(ck),
@@ -473,6 +479,7 @@ pub fn manifest(
         taps: o.taps.clone(),
         tap_convention: TAP_CONVENTION.into(),
         taps_pre_norm: true,
+        tap_stream: Some(o.stream),
         dtype: if o.f32_taps { "f32" } else { "bf16" }.into(),
         greedy_selfcheck: Some(greedy_selfcheck),
         samples,
@@ -506,6 +513,7 @@ pub fn write_trace(
     out: crate::io::output::Claim,
 ) -> Result<Written> {
     check_taps(&o.taps, m.num_layers())?;
+    crate::trace::stream::for_target(Some(o.stream), m.attention_residuals(), name, "--stream")?;
     check_lengths(prompts, o.gen_len.saturating_add(o.lookahead), m.max_pos())?;
     let pb = crate::progress::items(prompts.len() as u64, "capture", "samples");
     let mut caps = Vec::with_capacity(prompts.len());
@@ -622,6 +630,7 @@ mod tests {
             stop_at_eos: false,
             lookahead: 0,
             f32_taps: false,
+            stream: TapStream::Residual,
         };
         let c = capture(&m, &[5, 6, 7], &o).unwrap();
         assert_eq!((c.tokens.len(), c.prompt_len, c.mismatches), (9, 3, 0));

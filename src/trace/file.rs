@@ -69,6 +69,11 @@ pub struct Manifest {
     pub tap_convention: String,
     #[serde(default = "default_true")]
     pub taps_pre_norm: bool,
+    /// Which hidden-state stream the taps hold (`residual`, `partial`, `mixture`;
+    /// `trace::stream`). Absent in a trace written before kquant recorded it: see
+    /// `trace::stream::TraceStream::of` for what that means.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tap_stream: Option<crate::target::stream::TapStream>,
     pub dtype: String,
     #[serde(default)]
     pub greedy_selfcheck: Option<u64>,
@@ -119,6 +124,22 @@ impl SampleMeta {
     }
 }
 
+/// The manifest key of the taps' stream.
+pub const TAP_STREAM: &str = "tap_stream";
+
+/// The manifest's raw `tap_stream` (absent or `null`: not recorded), checked before the manifest
+/// is read: a value kquant does not know is an error naming it and the known ones.
+pub fn check_tap_stream(v: Option<&serde_json::Value>) -> std::result::Result<(), String> {
+    match v {
+        None | Some(serde_json::Value::Null) => Ok(()),
+        Some(serde_json::Value::String(s)) if crate::target::stream::TapStream::parse(s).is_some() => Ok(()),
+        Some(other) => Err(format!(
+            "{TAP_STREAM} {other} is not a tap stream kquant knows (`residual`, `partial` or `mixture`); \
+             a newer kquant may have written it, or the manifest was edited"
+        )),
+    }
+}
+
 /// Parse and check `manifest.json` bytes (pure: the `trace_manifest` fuzz target drives it).
 /// Every length, count and name the manifest gives is checked before anything is read with
 /// it: format and tap convention, shard names (plain file names, each listed once), a positive
@@ -126,8 +147,12 @@ impl SampleMeta {
 /// and `(prompt_len + gen_len) × hidden_size` computed with checked arithmetic (an overflow is
 /// refused with the true values). The tensors themselves are checked by [`Trace::open`].
 pub fn parse_manifest(bytes: &[u8]) -> std::result::Result<Manifest, String> {
-    let manifest: Manifest =
+    let raw: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|e| format!("not a kquant trace manifest: {e}"))?;
+    // A stream kquant does not know, named as such (not as a JSON type error).
+    check_tap_stream(raw.get(TAP_STREAM))?;
+    let manifest: Manifest =
+        serde_json::from_value(raw).map_err(|e| format!("not a kquant trace manifest: {e}"))?;
     if manifest.format != FORMAT {
         return Err(format!(
             "format is `{}`, expected `{FORMAT}`",
@@ -688,6 +713,7 @@ mod tests {
             taps,
             tap_convention: TAP_CONVENTION.into(),
             taps_pre_norm: true,
+            tap_stream: None,
             dtype: "bf16".into(),
             greedy_selfcheck: Some(0),
             samples: (0..n)
@@ -917,6 +943,38 @@ mod tests {
             opened > 20 && refused > 500,
             "{opened} opened, {refused} refused"
         );
+    }
+
+    #[test]
+    fn tap_streams_are_checked_by_name() {
+        use serde_json::json;
+        for s in ["residual", "partial", "mixture"] {
+            assert!(check_tap_stream(Some(&json!(s))).is_ok());
+            assert_eq!(crate::target::stream::TapStream::parse(s).unwrap().id(), s);
+        }
+        assert!(check_tap_stream(None).is_ok());
+        assert!(check_tap_stream(Some(&serde_json::Value::Null)).is_ok());
+        for bad in [json!("Partial"), json!("prefix"), json!(1), json!([])] {
+            let e = check_tap_stream(Some(&bad)).unwrap_err();
+            assert!(e.contains("tap_stream") && e.contains("`mixture`"), "{e}");
+        }
+        // Through the whole parse: recorded, absent, refused.
+        let mut v = serde_json::to_value(manifest(8, vec![2], 0)).unwrap();
+        assert_eq!(
+            parse_manifest(&serde_json::to_vec(&v).unwrap())
+                .unwrap()
+                .tap_stream,
+            None
+        );
+        v["tap_stream"] = "mixture".into();
+        let m = parse_manifest(&serde_json::to_vec(&v).unwrap()).unwrap();
+        assert_eq!(
+            m.tap_stream,
+            Some(crate::target::stream::TapStream::Mixture)
+        );
+        assert!(!m.extra.contains_key("tap_stream"));
+        v["tap_stream"] = "prefix".into();
+        assert!(parse_manifest(&serde_json::to_vec(&v).unwrap()).is_err());
     }
 
     #[test]

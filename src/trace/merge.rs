@@ -3,7 +3,8 @@
 //!
 //! The inputs must describe the same capture of the same target: target revision, hidden size,
 //! layers, vocabulary, taps, tap convention and tap dtype equal (an error names the first that
-//! differs and both values). Samples keep their order (input by input), their category,
+//! differs and both values), and the taps of one stream (`tap_stream`; one a trace does not
+//! record is what `trace::stream::TraceStream::of` implies), which the merge records. Samples keep their order (input by input), their category,
 //! dataset and stop; they are numbered again from 0, since two traces both count from 0. The
 //! copy streams one tensor at a time, bytes as stored (no dtype round trip), into the claim's
 //! staging directory ([`TraceWriter`]): a kill leaves nothing under the output name. The
@@ -12,6 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use super::file::{self, Entry, Manifest, SampleSpec, Trace, TraceWriter};
+use super::stream::{self, TraceStream};
 use crate::{Error, Result};
 
 /// What a merge wrote.
@@ -21,6 +23,8 @@ pub struct Merged {
     pub samples: usize,
     /// (input, its samples).
     pub inputs: Vec<(PathBuf, usize)>,
+    /// The stream the merged taps hold (`null`: not known).
+    pub tap_stream: Option<crate::target::stream::TapStream>,
 }
 
 /// The first manifest field in which `b` differs from `a` (name, a's value, b's value). The
@@ -82,6 +86,16 @@ pub fn merge(inputs: &[PathBuf], out: &Path, force: bool) -> Result<Merged> {
             });
         }
     }
+    // Taps of one stream only (`tap_stream`, or what an unrecorded one implies), recorded.
+    let streams: Vec<TraceStream> = traces
+        .iter()
+        .map(|t| TraceStream::of(&t.manifest, None))
+        .collect();
+    let stream = stream::common(&streams).map_err(|(i, msg)| Error::Source {
+        path: inputs[i].clone(),
+        msg: format!("has {msg} (the first trace: `{}`)", inputs[0].display()),
+        hint: Some("merge traces captured on one stream (`kquant trace capture --stream`, `scripts/vllm_capture.py --stream`; docs/verify.md, \"Tap streams\")".into()),
+    })?;
     // The same capture twice (the same path, or a copy of it) would count its samples twice and
     // narrow every confidence interval computed over the merge.
     for (j, t) in traces.iter().enumerate() {
@@ -127,6 +141,7 @@ pub fn merge(inputs: &[PathBuf], out: &Path, force: bool) -> Result<Merged> {
     }
     let mut manifest = traces[0].manifest.clone();
     manifest.greedy_selfcheck = None;
+    manifest.tap_stream = stream;
     manifest.extra.insert(
         "merged_from".into(),
         serde_json::json!(inputs
@@ -157,5 +172,6 @@ pub fn merge(inputs: &[PathBuf], out: &Path, force: bool) -> Result<Merged> {
             .zip(&traces)
             .map(|(p, t)| (p.clone(), t.manifest.samples.len()))
             .collect(),
+        tap_stream: stream,
     })
 }

@@ -3,6 +3,7 @@
 //! `file` (the format: header, manifest, samples, their checks and the writer), `capture`
 //! (written by the CPU target runtime), `import` (from vLLM hidden-states connector files),
 //! `merge` (traces of one capture joined), `synthetic` (real-shape traces for benchmarks),
+//! `stream` (which hidden-state stream the taps hold: `tap_stream`),
 //! `prompts` (text prompts tokenized with the target's tokenizer and chat template, which
 //! `crate::tokenizer` loads). The prompt sets a live verify sends are `crate::verify`'s
 //! (`verify::prompt_sets`).
@@ -15,4 +16,5 @@ pub mod file;
 pub mod import;
 pub mod merge;
 pub mod prompts;
+pub mod stream;
 pub mod synthetic;

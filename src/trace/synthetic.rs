@@ -130,7 +130,7 @@ pub fn write(
         "synthetic".into(),
         json!({"generator": "kquant bench replay", "seed": SEED, "taps": "uniform ±0.5"}),
     );
-    let manifest = Manifest {
+    let mut manifest = Manifest {
         format: file::FORMAT.into(),
         target: json!({"name": "synthetic"}),
         hidden_size: shape.hidden,
@@ -143,12 +143,23 @@ pub fn write(
         taps,
         tap_convention: file::TAP_CONVENTION.into(),
         taps_pre_norm: true,
+        tap_stream: None,
         dtype: "bf16".into(),
         greedy_selfcheck: None,
         samples: (0..samples).map(meta).collect(),
         shards: vec![],
         extra,
     };
+    // Noise stands for no stream in particular; recorded as what a capture of a target of this
+    // shape would tap by default (vLLM's `partial` on an attention-residual target), so that
+    // the trace is read as one of its target's.
+    let attn_res = crate::trace::stream::has_attention_residuals(&manifest, None);
+    manifest.tap_stream = Some(crate::trace::stream::for_target(
+        None,
+        attn_res,
+        "synthetic",
+        "",
+    )?);
     file::write(claim, manifest, &new)
 }
 

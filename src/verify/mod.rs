@@ -7,7 +7,8 @@
 //! baseline), `sim` (the engine's greedy loop on a target kquant runs), `agreement` (two
 //! drafters' proposals position by position), `gate` (the paired ΔAL and its decision),
 //! `report` (table, JSON, JUnit), `published` (the accept lengths the model cards quote, from
-//! the target profiles of `crate::target`).
+//! the target profiles of `crate::target`), `stream` (the trace's tap stream against the drafts'
+//! training streams).
 //!
 //! Live measurement: `live` (a serving engine's own per-request counts).
 
@@ -22,5 +23,6 @@ pub mod prompt_sets;
 pub mod published;
 pub mod report;
 pub mod sim;
+pub mod stream;
 pub mod synthetic;
 pub use crate::replay::walk;

@@ -14,14 +14,17 @@ use crate::replay::{load_drafter, replay_matches, AfterMiss};
 use crate::runtime::linears::Exec;
 use crate::runtime::target::Target;
 use crate::target::profile::{self, Profile};
+use crate::target::stream::TapStream;
 use crate::trace::capture;
 use crate::trace::file::Trace;
+use crate::trace::stream::TraceStream;
 use crate::verify::degenerate::{self, Continuation, Degenerate};
 use crate::verify::gate::{self, GateOn, Thresholds};
 use crate::verify::ngram;
 use crate::verify::published::{self, Count};
 use crate::verify::report::schema::{OfflineRequest, OfflineTail, Tail};
 use crate::verify::report::{self, Run, Verdict};
+use crate::verify::stream::{self, StreamCheck};
 use crate::verify::walk::{walk_to, Ties, Walk};
 
 /// What an offline verify is asked: the flags, typed.
@@ -44,6 +47,17 @@ pub struct Request {
     pub published: Option<String>,
     /// Where the draft's linears run (`cpu`, `cpu-emu`, `cuda[:N]`, `hip[:N]`).
     pub device: String,
+    /// The tap streams: the drafts' training streams where the user names them, and whether a
+    /// known mismatch with the trace's is measured rather than refused (`verify::stream`).
+    pub streams: StreamFlags,
+}
+
+/// `--draft-stream`, `--baseline-stream`, `--allow-stream-mismatch`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamFlags {
+    pub draft: Option<TapStream>,
+    pub baseline: Option<TapStream>,
+    pub allow_mismatch: bool,
 }
 
 /// A request resolved: the trace opened (or captured), the target loaded, and what the user
@@ -58,6 +72,8 @@ pub struct Plan {
     target: Option<Checkpoint>,
     /// With `--published`: the benchmark the trace's prompts are.
     bench: Option<&'static str>,
+    /// The trace's tap stream against the drafts' training streams.
+    streams: StreamCheck,
     /// Findings to print before the replay (a draft calibrated on these very prompts…).
     pub warnings: Vec<String>,
 }
@@ -77,7 +93,11 @@ impl Plan {
             Checkpoint::open(spec)?;
         }
         let mut capture_dir = None;
-        let (profile, trace) = req.source.open(&mut capture_dir)?;
+        // A live capture taps the stream asked, else the draft's where the flag names it.
+        let mut source = req.source.clone();
+        source.stream_default = req.streams.draft;
+        let (profile, trace) = source.open(&mut capture_dir)?;
+        let streams = check_streams(&req, profile.as_ref(), &trace)?;
         // A verify that replays nothing is never a pass.
         if trace.manifest.samples.is_empty() {
             return Err(Error::Source {
@@ -128,6 +148,7 @@ impl Plan {
             _capture: capture_dir,
             target,
             bench,
+            streams,
             warnings,
         })
     }
@@ -227,6 +248,7 @@ impl Plan {
             after_miss: req.after_miss,
             warnings: self.warnings.clone(),
             near_ties,
+            tap_stream: self.streams.clone(),
         })));
         rep.draft.requests = Some(per_request(trace, &draft, ties.0.as_ref()));
         if let (Some(b), Some(side)) = (&baseline, rep.baseline.as_mut()) {
@@ -244,6 +266,41 @@ impl Plan {
             sources,
         })
     }
+}
+
+/// The trace's tap stream held against the drafts' training streams (`verify::stream`): the
+/// profile given, else the built-in one the trace's manifest names, says which published
+/// drafts there are.
+fn check_streams(req: &Request, profile: Option<&Profile>, trace: &Trace) -> Result<StreamCheck> {
+    let named = match profile {
+        Some(_) => None,
+        None => trace
+            .manifest
+            .target
+            .get("name")
+            .and_then(Value::as_str)
+            .and_then(|n| {
+                profile::builtin_or_empty()
+                    .into_iter()
+                    .find(|p| p.name == n)
+            }),
+    };
+    let profile = profile.or(named.as_ref());
+    let ts = TraceStream::of(&trace.manifest, profile);
+    let mut drafts = vec![(
+        req.draft.as_str(),
+        stream::of_draft(&req.draft, req.streams.draft, "--draft-stream", profile, ts),
+    )];
+    if let Some(b) = req.baseline.as_deref().filter(|b| *b != "prompt-lookup") {
+        let flag = req.streams.baseline.or(req.streams.draft);
+        let name = if req.streams.baseline.is_some() {
+            "--baseline-stream"
+        } else {
+            "--draft-stream"
+        };
+        drafts.push((b, stream::of_draft(b, flag, name, profile, ts)));
+    }
+    stream::check(ts, &drafts, req.streams.allow_mismatch)
 }
 
 /// `--published NAME` offline: the benchmark the trace's prompts are (every sample's
@@ -656,6 +713,11 @@ pub struct Source {
     pub limit_per_category: Option<usize>,
     /// Drafts per verify step (the draft's own default without).
     pub steps: Option<usize>,
+    /// The stream a live capture taps on an attention-residual target (`--stream`).
+    pub stream: Option<TapStream>,
+    /// Without `stream`: the one it taps there (the draft's training stream, where known),
+    /// else vLLM's default `partial`.
+    pub stream_default: Option<TapStream>,
 }
 
 impl Source {
@@ -693,6 +755,8 @@ fn open_trace(a: &Source, profile: Option<&Profile>, tmp: &mut Option<Scratch>) 
                 let tgt = live.resolve(&live.target)?;
                 let ck = Checkpoint::open(&tgt.to_string_lossy())?;
                 let m = Target::load(&ck)?;
+                let asked = a.stream.or(a.stream_default.filter(|_| m.attention_residuals()));
+                let stream = crate::trace::stream::for_target(asked, m.attention_residuals(), &p.name, "--stream")?;
                 let file = match &a.prompts {
                     Some(p) => p.clone(),
                     None => live.resolve(&live.prompts)?,
@@ -709,13 +773,18 @@ fn open_trace(a: &Source, profile: Option<&Profile>, tmp: &mut Option<Scratch>) 
                     stop_at_eos: false,
                     lookahead: 0,
                     f32_taps: false,
+                    stream,
                 };
                 let out = Scratch::fresh();
                 eprintln!(
-                    "verify: no --trace; capturing {} prompts with the live `{}` target ({})",
+                    "verify: no --trace; capturing {} prompts with the live `{}` target ({}){}",
                     prompts.len(),
                     crate::escape::printable(&p.name),
-                    crate::escape::printable(&tgt.display().to_string())
+                    crate::escape::printable(&tgt.display().to_string()),
+                    match m.attention_residuals() {
+                        true => format!(", `{}` tap stream", stream.id()),
+                        false => String::new(),
+                    }
                 );
                 let claim = crate::trace::file::claim(&out, false, &[])?;
                 capture::write_trace(&ck, &m, &p.name, &prompts, &o, "live", claim)?;

@@ -54,6 +54,12 @@ pub fn import(o: &Options) -> Result<Imported> {
     };
     let files = files::list(&a.dir)?;
     let mut warnings = Vec::new();
+    if o.stream.is_none() {
+        warnings.push(format!(
+            "the target has attention residuals and nothing says which stream vLLM tapped (no --stream, no tap_stream in {}): the trace records none, and verify cannot check a draft's stream against it; vLLM 0.33.0 taps `partial` unless VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=1 (`mixture`): pass --stream",
+            a.dir.join(request::CAPTURE_JSON).display()
+        ));
+    }
     if a.layer_ids.windows(2).any(|w| w[0] > w[1]) {
         warnings.push(format!(
             "--layer-ids {:?} are not ascending; vLLM stacks taps in layer order, so slot j is read as the j-th smallest id",
@@ -172,6 +178,7 @@ fn manifest(
         taps: slots.to_vec(),
         tap_convention: file::TAP_CONVENTION.into(),
         taps_pre_norm: true,
+        tap_stream: o.stream,
         dtype: "bf16".into(),
         greedy_selfcheck: None,
         samples: vec![],

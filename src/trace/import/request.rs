@@ -8,7 +8,9 @@ use super::layout::Layout;
 use crate::checkpoint::Family;
 use crate::error::{Error, Result};
 use crate::io::Dtype;
+use crate::target::stream::TapStream;
 use crate::target::Profile;
+use crate::trace::stream;
 
 /// What the user asked `trace import` for: [`Options`] before the flags are checked against
 /// the target profile.
@@ -28,6 +30,9 @@ pub struct Request {
     pub num_layers: Option<usize>,
     /// The target profile (`--target`): the shape checked, the taps each family reads.
     pub target: Option<Profile>,
+    /// `--stream`: the hidden-state stream the files hold (else `DIR/capture.json`'s
+    /// `tap_stream`, which scripts/vllm_capture.py writes).
+    pub stream: Option<TapStream>,
     pub force: bool,
     /// Check everything (the values too) and write nothing.
     pub dry_run: bool,
@@ -46,6 +51,73 @@ pub struct Options {
     pub vocab_size: Option<usize>,
     /// The manifest's `target` object (name, HF id, …); the import's own record is added to it.
     pub target: serde_json::Value,
+    /// The stream recorded as `tap_stream`: `--stream` or `capture.json`'s, checked against
+    /// the target; `residual` on a target without attention residuals; `None` (not recorded,
+    /// a warning says so) on one with them where neither says.
+    pub stream: Option<TapStream>,
+}
+
+/// The file scripts/vllm_capture.py writes beside the connector's files.
+pub const CAPTURE_JSON: &str = "capture.json";
+
+/// `DIR/capture.json`'s `tap_stream`, where the file is there and records one.
+fn recorded_stream(dir: &Path) -> Result<Option<TapStream>> {
+    let p = dir.join(CAPTURE_JSON);
+    let Ok(bytes) = std::fs::read(&p) else {
+        return Ok(None);
+    };
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::source(&p, format!("is not JSON: {e}"))
+            .with_hint("scripts/vllm_capture.py writes it; move a file of another tool away")
+    })?;
+    let raw = v.get(crate::trace::file::TAP_STREAM);
+    crate::trace::file::check_tap_stream(raw).map_err(|m| {
+        Error::source(&p, m)
+            .with_hint("give the stream the engine tapped with --stream partial|mixture|residual")
+    })?;
+    Ok(raw
+        .and_then(serde_json::Value::as_str)
+        .and_then(TapStream::parse))
+}
+
+/// The stream to record: `--stream` and `capture.json`'s, which must agree, checked against
+/// the target (`partial`/`mixture` only on one with attention residuals).
+fn resolve_stream(
+    req: &Request,
+    num_layers: usize,
+    hidden: Option<usize>,
+) -> Result<Option<TapStream>> {
+    let file = recorded_stream(&req.dir)?;
+    if let (Some(a), Some(f)) = (req.stream, file) {
+        if a != f {
+            return Err(Error::Flags {
+                msg: format!(
+                    "--stream {} but {} records tap_stream `{}`",
+                    a.id(),
+                    req.dir.join(CAPTURE_JSON).display(),
+                    f.id()
+                ),
+                hint: "the capture script recorded the stream the engine tapped: leave --stream out, or capture again on the stream you want".into(),
+            });
+        }
+    }
+    let attn_res = match &req.target {
+        Some(p) => p.attention_residuals.is_some(),
+        None => crate::target::profile::builtin_or_empty().iter().any(|p| {
+            p.attention_residuals.is_some()
+                && p.num_layers.known() == Some(&num_layers)
+                && hidden.is_none_or(|h| p.hidden_size.known() == Some(&h))
+        }),
+    };
+    let name = req
+        .target
+        .as_ref()
+        .map_or("the target", |p| p.name.as_str());
+    match req.stream.or(file) {
+        Some(s) => stream::for_target(Some(s), attn_res, name, "--stream").map(Some),
+        None if attn_res => Ok(None),
+        None => Ok(Some(TapStream::Residual)),
+    }
 }
 
 /// A flag's value and the profile's, which must agree when both are given.
@@ -91,7 +163,9 @@ impl Options {
             Some(p) => serde_json::json!({"name": p.name, "hf_id": p.hf_id, "engine": "vllm"}),
             None => serde_json::json!({"engine": "vllm"}),
         };
+        let stream = resolve_stream(&req, num_layers, hidden_size)?;
         Ok(Options {
+            stream,
             hidden_size,
             num_layers,
             vocab_size: t.and_then(|p| p.vocab_size.known().copied()),

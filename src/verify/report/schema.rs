@@ -161,6 +161,8 @@ pub struct OfflineTail {
     pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub near_ties: Option<NearTies>,
+    /// The trace's tap stream and the drafts' training streams (`verify::stream`).
+    pub tap_stream: crate::verify::stream::StreamCheck,
 }
 
 /// A live verify's prompts and each deployment's run.

@@ -128,6 +128,13 @@ fn preamble(s: &mut String, r: &Report) {
             "work capped by --per-category: the first {l} samples of each category ({replayed} replayed)\n"
         ));
     }
+    if let Some(o) = r.offline() {
+        // Which stream the taps are, and what is not known about the drafts' (#41).
+        s.push_str(&format!("{}\n", printable(&o.tap_stream.line())));
+        for n in &o.tap_stream.notes {
+            s.push_str(&format!("note: {}\n", printable(n)));
+        }
+    }
     if r.offline().is_some_and(|o| o.after_miss == AfterMiss::Skip) {
         s.push_str("pass A skipped the depths after a miss (--after-miss skip): no unconditional per-depth rates, no simulated AL\n");
     }
