@@ -27,6 +27,7 @@ mod hardening;
 mod help;
 mod inspect;
 mod interop;
+mod kimi_k3_tiny;
 mod live_endpoint;
 mod malformed;
 mod modelopt_golden;

@@ -42,6 +42,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "kimi-linear-tiny",
         include_str!("../../quant-configs/targets/kimi-linear-tiny.json"),
     ),
+    (
+        "kimi-k3-tiny",
+        include_str!("../../quant-configs/targets/kimi-k3-tiny.json"),
+    ),
 ];
 
 /// One published accept length, quoted exactly from its source.
