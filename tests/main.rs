@@ -29,6 +29,7 @@ mod help;
 mod inspect;
 mod inspect_k3;
 mod interop;
+mod kimi_k3_tiny;
 mod live_endpoint;
 mod malformed;
 mod modelopt_golden;

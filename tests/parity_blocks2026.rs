@@ -32,7 +32,12 @@ fn fix(rel: &str) -> PathBuf {
     root().join(FIX).join(rel)
 }
 
-fn draft(name: &str) -> DFlash {
+/// The trained Kimi-K3 fixture: its K3 DSpark drafter (`dspark/`, vLLM's `K3DSparkModel`),
+/// reference/parity-dspark.safetensors by fixtures/gen/kimi-k3/make_parity.py.
+const K3: &str = "fixtures/kimi-k3-tiny";
+
+fn draft_in(fx: &str, name: &str) -> DFlash {
+    let fix = |rel: &str| root().join(fx).join(rel);
     let ck = Checkpoint::open(fix(name).to_str().unwrap()).unwrap();
     let det = ck.detect().unwrap();
     let t = Checkpoint::open(fix("target").to_str().unwrap()).unwrap();
@@ -51,6 +56,11 @@ fn i32s(t: &Tensors, name: &str) -> Vec<u32> {
 /// reference/parity-NAME.safetensors, checked to hold the first tokens of trace sample 0 and
 /// their taps as the draft reads them.
 fn parity(d: &DFlash, name: &str) -> (Tensors, Vec<u32>, Vec<f32>, Vec<usize>) {
+    parity_in(FIX, d, name)
+}
+
+fn parity_in(fx: &str, d: &DFlash, name: &str) -> (Tensors, Vec<u32>, Vec<f32>, Vec<usize>) {
+    let fix = |rel: &str| root().join(fx).join(rel);
     let p = load(&fix(&format!("reference/parity-{name}.safetensors")));
     let tr = Trace::open(&fix("trace")).unwrap();
     let s = &tr.manifest.samples[0];
@@ -68,8 +78,12 @@ fn parity(d: &DFlash, name: &str) -> (Tensors, Vec<u32>, Vec<f32>, Vec<usize>) {
 /// The rows, logits and proposals of one drafter against the reference: `steps` proposals a
 /// root (the draft's whole block).
 fn check_parity(name: &str) -> (DFlash, Tensors) {
-    let d = draft(name);
-    let (p, x, feats, roots) = parity(&d, name);
+    check_parity_in(FIX, name)
+}
+
+fn check_parity_in(fx: &str, name: &str) -> (DFlash, Tensors) {
+    let d = draft_in(fx, name);
+    let (p, x, feats, roots) = parity_in(fx, &d, name);
     let n = x.len();
     let ctx = d.context(&feats, n);
     let steps = d.default_steps();
@@ -92,7 +106,11 @@ fn check_parity(name: &str) -> (DFlash, Tensors) {
 
 /// The confidence head along the Markov walk against the reference's `conf`.
 fn check_confidences(d: &DFlash, p: &Tensors, name: &str) {
-    let (_, x, feats, roots) = parity(d, name);
+    check_confidences_in(FIX, d, p, name)
+}
+
+fn check_confidences_in(fx: &str, d: &DFlash, p: &Tensors, name: &str) {
+    let (_, x, feats, roots) = parity_in(fx, d, name);
     let n = x.len();
     let ctx = d.context(&feats, n);
     let b = d.rows(d.default_steps());
@@ -170,6 +188,15 @@ fn k3_dspark_rows_logits_markov_walk_and_confidences_match_pytorch() {
         );
         assert!(e <= FAST_REL_TOL, "k3-dspark block {b}: {e}");
     }
+}
+
+/// The trained K3 DSpark drafter of the Kimi-K3 fixture (taps on the `partial` stream of the K3
+/// target): rows, logits, the Markov walk and the confidences against the reference.
+#[test]
+fn trained_k3_dspark_of_the_k3_fixture_matches_pytorch() {
+    let (d, p) = check_parity_in(K3, "dspark");
+    assert_eq!((d.kind, d.default_steps()), (Kind::Dspark, 7));
+    check_confidences_in(K3, &d, &p, "dspark");
 }
 
 /// A copy of the k3-dspark fixture with `patch` merged into its config.json, loaded.

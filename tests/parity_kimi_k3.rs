@@ -4,7 +4,9 @@
 //! fixtures/gen/kimi-k3/make_random.py: 24 random tokens; the prefill logits and both tap
 //! streams after every layer, `partial` and `mixture`; then a 16-token prefill and 8
 //! single-token steps, every row's logits and each KDA layer's recurrent and conv state after
-//! the last). Bounds as the Kimi-Linear parity's.
+//! the last); and on the trained fixture target, fixtures/kimi-k3-tiny/target against
+//! reference/parity-target.safetensors (fixtures/gen/kimi-k3/make_parity.py: the same set on the
+//! first 24 tokens of trace sample 0). Bounds as the Kimi-Linear parity's.
 
 use crate::common;
 
@@ -16,15 +18,31 @@ use kquant::runtime::kimi_linear::LayerState;
 use kquant::runtime::lm::ChunkedLm;
 use kquant::target::stream::TapStream;
 
-const TARGET: &str = "fixtures/kimi-k3-tiny/target-random";
-const PARITY: &str = "fixtures/kimi-k3-tiny/reference/parity-random.safetensors";
+/// The random stand-in and the trained fixture target, each with its reference results and
+/// its KDA layers (0-based).
+const RANDOM: Case = Case {
+    target: "fixtures/kimi-k3-tiny/target-random",
+    parity: "fixtures/kimi-k3-tiny/reference/parity-random.safetensors",
+    kda: &[0, 1, 3],
+};
+const TRAINED: Case = Case {
+    target: "fixtures/kimi-k3-tiny/target",
+    parity: "fixtures/kimi-k3-tiny/reference/parity-target.safetensors",
+    kda: &[0, 1, 2, 4, 5],
+};
+
+struct Case {
+    target: &'static str,
+    parity: &'static str,
+    kda: &'static [usize],
+}
 
 /// tests/parity_kimi_linear.rs's bound: max |ours − torch| / max |torch| per tensor.
 const PARITY_REL_TOL: f32 = 1e-4;
 
-fn setup() -> (Tensors, KimiK3, Vec<u32>) {
-    let r = load(&root().join(PARITY));
-    let ck = Checkpoint::open(root().join(TARGET).to_str().unwrap()).unwrap();
+fn setup(c: &Case) -> (Tensors, KimiK3, Vec<u32>) {
+    let r = load(&root().join(c.parity));
+    let ck = Checkpoint::open(root().join(c.target).to_str().unwrap()).unwrap();
     let m = KimiK3::load(&ck).unwrap();
     let tokens = tensor_i32s(&r, "tokens")
         .iter()
@@ -35,7 +53,17 @@ fn setup() -> (Tensors, KimiK3, Vec<u32>) {
 
 #[test]
 fn kimi_k3_forward_and_both_tap_streams_match_the_reference() {
-    let (r, m, tokens) = setup();
+    forward_and_streams_match(&RANDOM);
+}
+
+/// The same on the trained target (bf16 weights, A_log, dt_bias and the router bias f32).
+#[test]
+fn trained_kimi_k3_forward_and_both_tap_streams_match_the_reference() {
+    forward_and_streams_match(&TRAINED);
+}
+
+fn forward_and_streams_match(c: &Case) {
+    let (r, m, tokens) = setup(c);
     let t = tokens.len();
     let (shape, logits) = tensor_f32s(&r, "logits");
     assert_eq!(shape, vec![t as u64, m.vocab as u64]);
@@ -66,7 +94,7 @@ fn kimi_k3_forward_and_both_tap_streams_match_the_reference() {
         let hs = &f.forward.hidden_states;
         assert_eq!(hs.len(), m.num_layers + 1);
         assert_eq!(&hs[3], &f.taps.partial[2]);
-        assert_eq!(f.forward.router.len(), 5, "layer 0 is dense");
+        assert_eq!(f.forward.router.len(), m.num_layers - 1, "layer 0 is dense");
     }
 }
 
@@ -74,7 +102,16 @@ fn kimi_k3_forward_and_both_tap_streams_match_the_reference() {
 /// logits, and every KDA layer's recurrent and conv state after the last token.
 #[test]
 fn kimi_k3_decode_carries_the_kda_state_exactly() {
-    let (r, m, tokens) = setup();
+    decode_carries_the_state(&RANDOM);
+}
+
+#[test]
+fn trained_kimi_k3_decode_carries_the_kda_state_exactly() {
+    decode_carries_the_state(&TRAINED);
+}
+
+fn decode_carries_the_state(c: &Case) {
+    let (r, m, tokens) = setup(c);
     let prefill = tensor_i32s(&r, "decode.prefill")[0] as usize;
     let (_, want) = tensor_f32s(&r, "decode.logits");
     let v = m.vocab;
@@ -98,8 +135,7 @@ fn kimi_k3_decode_carries_the_kda_state_exactly() {
         .filter(|l| r.contains_key(&format!("state.{l}.recurrent")))
         .collect();
     assert_eq!(
-        kda_layers,
-        vec![0, 1, 3],
+        kda_layers, c.kda,
         "the KDA layers, and only they, carry a state"
     );
     for &l in &kda_layers {

@@ -168,6 +168,7 @@ fn the_tiny_profiles_describe_their_fixtures() {
             &["eagle3", "eagle3-mla", "dflash", "dspark", "dflash2"][..],
         ),
         ("kimi-linear-tiny", &["dflash"][..]),
+        ("kimi-k3-tiny", &["dspark"][..]),
     ] {
         tiny_profile_describes(name, fams);
     }
@@ -179,11 +180,13 @@ fn tiny_profile_describes(name: &str, fams: &[&str]) {
     assert_eq!(ts.len(), 1);
     let t = &ts[0];
     let fx = format!("fixtures/{name}");
-    let cfg = read_json(&root().join(format!("{fx}/target/config.json")));
+    let top = read_json(&root().join(format!("{fx}/target/config.json")));
+    assert_eq!(t["architecture"], top["architectures"][0]);
+    // Kimi-K3 nests the language model's config under `text_config`.
+    let cfg = top.get("text_config").cloned().unwrap_or(top);
     assert_eq!(t["num_layers"], cfg["num_hidden_layers"]);
     assert_eq!(t["hidden_size"], cfg["hidden_size"]);
     assert_eq!(t["vocab_size"], cfg["vocab_size"]);
-    assert_eq!(t["architecture"], cfg["architectures"][0]);
     // Draft configs give output-of-layer ids: hs = id + 1.
     let plus1 = |v: &Value| -> Vec<u64> {
         v.as_array()
@@ -194,7 +197,9 @@ fn tiny_profile_describes(name: &str, fams: &[&str]) {
     };
     for &fam in fams {
         let c = read_json(&root().join(format!("{fx}/{fam}/config.json")));
-        let ids = if !fam.starts_with("eagle3") {
+        let ids = if c.get("dflash_config").is_none() && !fam.starts_with("eagle3") {
+            &c["target_layer_ids"] // the K3DSparkModel layout: at the root
+        } else if !fam.starts_with("eagle3") {
             &c["dflash_config"]["target_layer_ids"]
         } else {
             &c["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
@@ -246,6 +251,14 @@ fn tiny_profile_describes(name: &str, fams: &[&str]) {
         );
     }
     assert_eq!(m["num_layers"], t["num_layers"]);
+    // An attention-residual target's traces name the stream they tap: the live one its
+    // fixture draft's (`partial`), a second one the other.
+    if t.get("attention_residuals").is_some() {
+        assert_eq!(m["tap_stream"], "partial", "{name}");
+        let other = read_json(&root().join(format!("{fx}/trace-mixture/manifest.json")));
+        assert_eq!(other["tap_stream"], "mixture", "{name}");
+        assert_eq!(other["samples"], m["samples"], "{name}: the same prompts");
+    }
 }
 
 /// The real Kimi-Linear profile's shape and layer pattern are the config.json lines its card

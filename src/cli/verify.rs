@@ -107,8 +107,8 @@ pub struct Args {
     #[arg(long, value_name = "DRAFT", requires = "target")]
     pub published: Option<String>,
     /// Target profile (built-in name or JSON file; `kquant targets` lists them): the trace must
-    /// fit its shape, and a live profile (`kimi-k2.5-tiny`, `kimi-linear-tiny`) runs its target when no `--trace`
-    /// is given.
+    /// fit its shape, and a live profile (`kimi-k2.5-tiny`, `kimi-linear-tiny`, `kimi-k3-tiny`)
+    /// runs its target when no `--trace` is given.
     #[arg(long)]
     pub target: Option<String>,
     /// A kquant-trace/1 directory (tokens + target taps) captured from the target (`kquant

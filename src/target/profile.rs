@@ -42,6 +42,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "kimi-linear-tiny",
         include_str!("../../quant-configs/targets/kimi-linear-tiny.json"),
     ),
+    (
+        "kimi-k3-tiny",
+        include_str!("../../quant-configs/targets/kimi-k3-tiny.json"),
+    ),
 ];
 
 /// One published accept length, quoted exactly from its source.
@@ -130,7 +134,7 @@ impl Live {
             msg: "is not there (looked in the working directory and in the kquant source tree)"
                 .into(),
             hint: Some(
-                "run from a kquant checkout (the live fixtures are fixtures/kimi-k2.5-tiny/ and fixtures/kimi-linear-tiny/), or pass --trace and --target-checkpoint".into(),
+                "run from a kquant checkout (the live fixtures are fixtures/kimi-k2.5-tiny/, fixtures/kimi-linear-tiny/ and fixtures/kimi-k3-tiny/), or pass --trace and --target-checkpoint".into(),
             ),
         })
     }
