@@ -214,3 +214,46 @@ fn the_k3_dspark_converts_to_vllm_only() {
         assert!(e.starts_with("error:") && e.contains("hint:"), "{to}: {e}");
     }
 }
+
+/// The measured example of docs/verify.md, "Tap streams": the drafter (trained on `partial`,
+/// named so by the profile's `published_drafts`) is refused on the `mixture` trace, and replayed
+/// there with `--allow-stream-mismatch` gives the PyTorch reference's walk on that trace, well
+/// below its own stream's.
+#[test]
+fn the_drafter_on_the_other_stream_is_refused_and_measured_when_allowed() {
+    let args = |trace: &str| {
+        vec![
+            "verify".to_string(),
+            "--target".into(),
+            "kimi-k3-tiny".into(),
+            "--draft".into(),
+            s(&fix("dspark")).into(),
+            "--trace".into(),
+            s(&fix(trace)).into(),
+        ]
+    };
+    let a = args("trace-mixture");
+    let o = kquant(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("trained on the `partial` tap stream")
+            && err.contains("the trace holds the `mixture` stream")
+            && err.contains("--allow-stream-mismatch"),
+        "{err}"
+    );
+    let mut a = args("trace-mixture");
+    a.extend(["--allow-stream-mismatch", "--json", "-"].map(String::from));
+    let rep = kquant_json(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let py = read_json(&fix("reference/replay-dspark-mixture.json"));
+    assert_eq!(py["tap_stream"], "mixture");
+    let al = rep["draft"]["accept_length"].as_f64().unwrap();
+    let want = py["aggregate"]["all"]["al_walk"].as_f64().unwrap();
+    assert!((al - want).abs() < 1e-9, "{al} vs {want}");
+    assert_eq!(rep["tap_stream"]["trace"], "mixture");
+    assert_eq!(rep["tap_stream"]["mismatch_allowed"], true);
+    let own = read_json(&fix("reference/replay-dspark.json"))["aggregate"]["all"]["al_walk"]
+        .as_f64()
+        .unwrap();
+    assert!(own - al > 0.3, "partial {own} vs mixture {al}");
+}

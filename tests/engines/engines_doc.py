@@ -202,7 +202,7 @@ conversion of `dflash2-mla`.
 K3_DRAFTING = """## Beside Kimi-K3: which draft families each engine runs, and the stream it taps
 
 Kimi-K3's Block Attention Residuals give "the hidden state after layer t" two meanings
-(`kquant targets kimi-k3`, docs/verify.md "Two tap streams"): the current block's partial sum
+(`kquant targets kimi-k3`, docs/verify.md "Tap streams"): the current block's partial sum
 (`partial`) or the mixture the next layer reads (`mixture`). A draft replayed on the other stream
 than the one it was trained on is measured on inputs it never saw, so `kquant inspect` names, for
 a K3 target and for a draft made for one, which engine runs which draft families there and which
