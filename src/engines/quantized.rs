@@ -79,8 +79,8 @@ const fn dflash(format: Format, scheme: Scheme, claim: Claim) -> Row {
 use Engine::{Sglang, Trtllm, Vllm};
 use Format::{CompressedTensors as Ct, Modelopt, Quark};
 use Scheme::{
-    Fp8Pc, Int4G128, Int4G32, Int4G64, Int4Pc, Nvfp4, Nvfp4A16, Uint4G128, Uint4G32, Uint4G64,
-    W4a8Fp8, W4a8Int8,
+    Fp8Pc, Fp8Pt, Int4G128, Int4G32, Int4G64, Int4Pc, Nvfp4, Nvfp4A16, Uint4G128, Uint4G32,
+    Uint4G64, W4a8Fp8, W4a8Int8,
 };
 
 const MARLIN: &str = "kernel set-up (Marlin workspace) not run on CPU";
@@ -115,6 +115,7 @@ static QUANTIZED: &[&[Row]] = &[
     &uint4_group(Uint4G64),
     &uint4_group(Uint4G128),
     NVFP4,
+    FP8_PT,
 ];
 
 /// Every row of the table, in order.
@@ -313,6 +314,17 @@ pub fn unloadable_warning(
     }
     Some(s)
 }
+
+/// FP8 per tensor with a static per-tensor input scale, in ModelOpt's drafter-quantizer layout
+/// (quant_algo `FP8`).
+#[rustfmt::skip]
+static FP8_PT: &[Row] = &[
+    q(Modelopt, Fp8Pt, yes(Vllm, SOURCE, "ModelOptFp8LinearMethod (quant_algo FP8, static per-tensor input_scale; vllm/model_executor/layers/quantization/modelopt.py)")),
+    q(Modelopt, Fp8Pt, yes(Sglang, SOURCE, "ModelOptFp8LinearMethod (quant_algo FP8; sglang/srt/layers/quantization/modelopt_quant.py)")),
+    mla(Modelopt, Fp8Pt, no(Sglang, SOURCE, SGLANG_MLA_FLOAT)),
+    q(Modelopt, Fp8Pt, yes(Trtllm, SOURCE, "FP8QDQLinearMethod (quant_algo FP8)")),
+    dflash(Modelopt, Fp8Pt, no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
+];
 
 #[cfg(test)]
 mod tests {
