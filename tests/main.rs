@@ -29,6 +29,7 @@ mod inspect;
 mod interop;
 mod live_endpoint;
 mod malformed;
+mod modelopt_drafter;
 mod modelopt_golden;
 mod nvfp4_golden;
 mod parity_blocks2026;
