@@ -44,22 +44,19 @@ const CASES: [(&str, &str, &str); 7] = [
 /// The source's non-float tensors the script casts to BF16 and kquant keeps.
 const KEPT_AS_SOURCE: [&str; 2] = ["d2t", "t2d"];
 
+/// `kquant quantize SRC -o OUT --scheme fp8-pt --format modelopt` and `extra`.
+fn fp8_pt(src: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let (src, out) = (src.to_str().unwrap(), out.to_str().unwrap());
+    let base = [
+        "quantize", src, "-o", out, "--scheme", "fp8-pt", "--format", "modelopt",
+    ];
+    kquant(&[&base[..], extra].concat())
+}
+
 fn quantize(t: &Path, draft: &str, exclude: &str) -> PathBuf {
     let out = t.join(draft.replace('/', "-"));
     let src = root().join("fixtures").join(draft);
-    let o = kquant(&[
-        "quantize",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--scheme",
-        "fp8-pt",
-        "--format",
-        "modelopt",
-        "--fixed-input-amax",
-        "--exclude",
-        exclude,
-    ]);
+    let o = fp8_pt(&src, &out, &["--fixed-input-amax", "--exclude", exclude]);
     assert!(o.status.success(), "{}", common::stderr(&o));
     out
 }
@@ -135,36 +132,30 @@ fn fp8_pt_input_scale_from_the_amax_file_or_refused() {
     let t = tempfile::tempdir().unwrap();
     let src = root().join("fixtures/kimi-k2.5-tiny/eagle3");
     let amax = t.path().join("amax.json");
-    let mods = [
-        "fc",
-        "midlayer.self_attn.q_proj",
-        "midlayer.self_attn.k_proj",
-        "midlayer.self_attn.v_proj",
-        "midlayer.self_attn.o_proj",
-        "midlayer.mlp.gate_proj",
-        "midlayer.mlp.up_proj",
-        "midlayer.mlp.down_proj",
-    ];
+    // Every 2-D weight but lm_head: the modules `--exclude lm_head` quantizes.
+    let mods: Vec<String> = load(&src.join("model.safetensors"))
+        .into_iter()
+        .filter(|(n, (_, shape, _))| shape.len() == 2 && n != "lm_head.weight")
+        .filter_map(|(n, _)| n.strip_suffix(".weight").map(str::to_string))
+        .collect();
+    assert_eq!(mods.len(), 8);
     let map: serde_json::Map<String, Value> = mods
         .iter()
         .enumerate()
-        .map(|(i, m)| (m.to_string(), Value::from(3.5 + i as f64)))
+        .map(|(i, m)| (m.clone(), Value::from(3.5 + i as f64)))
         .collect();
     std::fs::write(&amax, serde_json::to_vec(&Value::Object(map)).unwrap()).unwrap();
     let out = t.path().join("q");
-    let base = [
-        "quantize",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--scheme",
-        "fp8-pt",
-        "--format",
-        "modelopt",
-        "--exclude",
-        "lm_head",
-    ];
-    let o = kquant(&[&base[..], &["--input-amax", amax.to_str().unwrap()]].concat());
+    let o = fp8_pt(
+        &src,
+        &out,
+        &[
+            "--exclude",
+            "lm_head",
+            "--input-amax",
+            amax.to_str().unwrap(),
+        ],
+    );
     assert!(o.status.success(), "{}", common::stderr(&o));
     let got = load(&out.join("model.safetensors"));
     for (i, m) in mods.iter().enumerate() {
@@ -172,20 +163,16 @@ fn fp8_pt_input_scale_from_the_amax_file_or_refused() {
         let s = f32::from_le_bytes(b[..4].try_into().unwrap());
         assert_eq!(s, (3.5 + i as f32) / 448.0, "{m}");
     }
-    let o = kquant(&base);
+    let refused = t.path().join("refused");
+    let o = fp8_pt(&src, &refused, &["--exclude", "lm_head"]);
     assert_eq!(o.status.code(), Some(2));
     let err = common::stderr(&o);
     assert!(
         err.contains("error:") && err.contains("--fixed-input-amax"),
         "{err}"
     );
-    let o = kquant(
-        &[
-            &base[..],
-            &["--fixed-input-amax", "--input-amax", amax.to_str().unwrap()],
-        ]
-        .concat(),
-    );
+    let both = ["--fixed-input-amax", "--input-amax", amax.to_str().unwrap()];
+    let o = fp8_pt(&src, &refused, &both);
     assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
 }
 

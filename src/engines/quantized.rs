@@ -315,13 +315,21 @@ pub fn unloadable_warning(
     Some(s)
 }
 
+/// Per-tensor FP8's post-load step in vLLM: fused q/k/v and gate/up arrive with one scale per
+/// part and are requantized to the largest (`requantize_with_max_scale`,
+/// quantization/utils/w8a8_utils.py) by a CUDA op.
+const VLLM_FP8_REQUANT: &str = "post-load requantization of fused q/k/v and gate/up to their largest per-tensor scale (`requantize_with_max_scale`: `ops.scaled_fp8_quant`, a CUDA op the CPU build lacks) not run on CPU";
+/// The same step in SGLang (`sgl_kernel`'s `sgl_per_tensor_quant_fp8`).
+const SGLANG_FP8_REQUANT: &str = "post-load requantization of fused q/k/v and gate/up to their largest per-tensor scale (`requantize_with_max_scale`: sgl_kernel's `sgl_per_tensor_quant_fp8`, not on CPU) not run on CPU";
+
 /// FP8 per tensor with a static per-tensor input scale, in ModelOpt's drafter-quantizer layout
-/// (quant_algo `FP8`).
+/// (quant_algo `FP8`), as the loader tier measured it (`--fixed-input-amax`, `fc` and
+/// `lm_head` excluded).
 #[rustfmt::skip]
 static FP8_PT: &[Row] = &[
-    q(Modelopt, Fp8Pt, yes(Vllm, SOURCE, "ModelOptFp8LinearMethod (quant_algo FP8, static per-tensor input_scale; vllm/model_executor/layers/quantization/modelopt.py)")),
-    q(Modelopt, Fp8Pt, yes(Sglang, SOURCE, "ModelOptFp8LinearMethod (quant_algo FP8; sglang/srt/layers/quantization/modelopt_quant.py)")),
-    mla(Modelopt, Fp8Pt, no(Sglang, SOURCE, SGLANG_MLA_FLOAT)),
+    q(Modelopt, Fp8Pt, yes(Vllm, VLLM, "ModelOpt FP8: ModelOptFp8LinearMethod, static per-tensor weight and input scales (vllm/model_executor/layers/quantization/modelopt.py)").unproven_on_cpu(VLLM_FP8_REQUANT)),
+    q(Modelopt, Fp8Pt, yes(Sglang, SGLANG, "ModelOptFp8LinearMethod, static per-tensor weight and input scales (sglang/srt/layers/quantization/modelopt_quant.py)").unproven_on_cpu(SGLANG_FP8_REQUANT)),
+    mla(Modelopt, Fp8Pt, no(Sglang, SGLANG, "load: `AssertionError: param.shape=torch.Size([1]) … loaded_weight.shape=torch.Size([2])` (SGLang's EAGLE-3 MLA loader fuses q_a and kv_a; their two per-tensor scales do not fit)")),
     q(Modelopt, Fp8Pt, yes(Trtllm, SOURCE, "FP8QDQLinearMethod (quant_algo FP8)")),
     dflash(Modelopt, Fp8Pt, no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
 ];
