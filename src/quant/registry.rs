@@ -715,10 +715,13 @@ pub fn resolve(
         (true, Some(_)) | (false, None) => {}
         (false, Some(f)) => {
             return Err(Error::Flags {
-                msg: format!(
-                    "--input-amax `{}`: --scheme {scheme} has no static input scale",
-                    f.path.display()
-                ),
+                msg: match f.fixed {
+                    Some(_) => format!("--fixed-input-amax: --scheme {scheme} has no static input scale"),
+                    None => format!(
+                        "--input-amax `{}`: --scheme {scheme} has no static input scale",
+                        f.path.display()
+                    ),
+                },
                 hint: format!(
                     "{} applies to the schemes with a static input scale ({}) only; drop it",
                     f.path.display(),
@@ -957,6 +960,36 @@ mod tests {
             assert!(build(Scheme::Nvfp4, f, QuarkFlags::default(), amax()).is_ok());
         }
         assert!(build(Scheme::Int4Pc, Format::Quark, QuarkFlags::default(), amax()).is_err());
+        // fp8-pt: a file or the fixed amax; nothing else refuses with the fixed one's name.
+        let fixed = || Some(InputAmax::fixed(448.0));
+        assert!(build(
+            Scheme::Fp8Pt,
+            Format::Modelopt,
+            QuarkFlags::default(),
+            fixed()
+        )
+        .is_ok());
+        assert!(build(
+            Scheme::Fp8Pt,
+            Format::Modelopt,
+            QuarkFlags::default(),
+            amax()
+        )
+        .is_ok());
+        let e = build(Scheme::Fp8Pt, Format::Modelopt, QuarkFlags::default(), None)
+            .err()
+            .unwrap();
+        assert!(e.hint().unwrap().contains("--fixed-input-amax"), "{e}");
+        let e = build(
+            Scheme::Fp8Pc,
+            Format::Modelopt,
+            QuarkFlags::default(),
+            fixed(),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().starts_with("--fixed-input-amax: "), "{e}");
+        assert!(e.hint().unwrap().contains("nvfp4, fp8-pt"), "{e}");
     }
 
     /// Every id parses back to its scheme and is shown and serialized as itself; an unknown id
