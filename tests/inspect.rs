@@ -609,6 +609,10 @@ fn inspect_schemes_and_the_quantize_warning_tell_one_story() {
                     std::fs::write(&amax, doc.to_string()).unwrap();
                     args.extend(["--input-amax", amax.to_str().unwrap()]);
                 }
+                if scheme == "fp8-pt" {
+                    // ModelOpt's drafter quantizer's fixed input scale.
+                    args.push("--fixed-input-amax");
+                }
                 if dir == "eagle3-mla" {
                     // The tiny MLA draft's kv_b_proj has K = 64 (kv_lora_rank), under a group
                     // of 128; the claims do not depend on which modules are excluded.

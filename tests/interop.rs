@@ -83,6 +83,8 @@ const AMAX_LLAMA: &[&str] = &[
     "fixtures/goldens/compressed-tensors-0.20/NVFP4/input_amax.json",
 ];
 const AMAX_EAGLE3: &[&str] = &["--input-amax", "tests/interop/eagle3_input_amax.json"];
+/// ModelOpt's drafter quantizer's fixed input amax (448: `input_scale` 1.0).
+const FIXED: &[&str] = &["--fixed-input-amax"];
 
 #[rustfmt::skip]
 static CASES: &[Case] = &[
@@ -108,6 +110,7 @@ static CASES: &[Case] = &[
     case(&LLAMA_BF16, "nvfp4-a16", MO, "lm_head,*embed_tokens", &[]),
     case(&LLAMA_BF16, "nvfp4", CT, "lm_head", AMAX_LLAMA),
     case(&LLAMA_BF16, "nvfp4", MO, "lm_head,*embed_tokens", AMAX_LLAMA),
+    case(&LLAMA_BF16, "fp8-pt", MO, "lm_head,*embed_tokens", FIXED),
     // The EAGLE-3 draft, `fc` quantized (192 inputs), with the Quark layouts and versions.
     case(&EAGLE3_BF16, "int4-pc", Q, "lm_head", &[]),
     case(&EAGLE3_BF16, "int4-pc", Q, "lm_head", SEQ),
@@ -133,6 +136,7 @@ static CASES: &[Case] = &[
     case(&EAGLE3_BF16, "nvfp4-a16", MO, "lm_head", &[]),
     case(&EAGLE3_BF16, "nvfp4", CT, "lm_head", AMAX_EAGLE3),
     case(&EAGLE3_BF16, "nvfp4", MO, "lm_head", AMAX_EAGLE3),
+    case(&EAGLE3_BF16, "fp8-pt", MO, "lm_head", AMAX_EAGLE3),
     // F16 models.
     case(&LLAMA_F16, "int4-pc", Q, "lm_head", &[]),
     case(&LLAMA_F16, "int4-pc", CT, "lm_head", &[]),

@@ -32,6 +32,7 @@ mod interop;
 mod kimi_k3_tiny;
 mod live_endpoint;
 mod malformed;
+mod modelopt_drafter;
 mod modelopt_golden;
 mod nvfp4_golden;
 mod parity_blocks2026;

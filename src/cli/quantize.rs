@@ -58,6 +58,10 @@ pub struct Args {
     /// {MODULE: AMAX}}`), required by `--scheme nvfp4` (W4A4) for its static input scales.
     #[arg(long, value_name = "FILE")]
     pub input_amax: Option<PathBuf>,
+    /// Instead of `--input-amax`: every quantized module's input amax is ModelOpt's drafter
+    /// quantizer's fixed 448 (`quantize_drafter.py`; FP8 `input_scale` 1.0), no calibration.
+    #[arg(long, conflicts_with = "input_amax")]
+    pub fixed_input_amax: bool,
     /// How the codes are chosen: `rtn` (round to nearest, the reference tools' recipe, byte for
     /// byte), `search` (per run of weights sharing a scale, the scale — RTN's × 1, 8/7.5,
     /// 0.99 … 0.60, in the stored dtype — with the least error weighted by the inputs' second
@@ -160,6 +164,7 @@ fn request(a: &Args) -> Request {
         quark_version: a.quark_version,
         quark_sequential: a.quark_sequential,
         input_amax: a.input_amax.clone(),
+        fixed_input_amax: a.fixed_input_amax,
     }
 }
 

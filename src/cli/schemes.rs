@@ -40,7 +40,11 @@ pub fn markdown() -> String {
             } else {
                 "not written by kquant".into()
             };
-            let group = s.group.map_or("per channel".into(), |g| g.to_string());
+            let group = match s.group {
+                Some(g) => g.to_string(),
+                None if s.granularity == "per tensor" => "per tensor".into(),
+                None => "per channel".into(),
+            };
             out.push_str(&format!(
                 "| `{}` | {:.3} | {group} | {} | `{}` | {} | {loads} |\n",
                 s.id,

@@ -395,7 +395,7 @@ mod tests {
         );
         assert_eq!(
             loads_instead(Engine::Trtllm, &e3, Int4Pc).as_deref(),
-            Some("--format modelopt --scheme int4-g128|fp8-pc|nvfp4")
+            Some("--format modelopt --scheme int4-g128|fp8-pc|nvfp4|fp8-pt")
         );
         assert_eq!(
             loads_instead(Engine::Trtllm, &e3, Fp8Pc).as_deref(),

@@ -79,8 +79,8 @@ const fn dflash(format: Format, scheme: Scheme, claim: Claim) -> Row {
 use Engine::{Sglang, Trtllm, Vllm};
 use Format::{CompressedTensors as Ct, Modelopt, Quark};
 use Scheme::{
-    Fp8Pc, Int4G128, Int4G32, Int4G64, Int4Pc, Nvfp4, Nvfp4A16, Uint4G128, Uint4G32, Uint4G64,
-    W4a8Fp8, W4a8Int8,
+    Fp8Pc, Fp8Pt, Int4G128, Int4G32, Int4G64, Int4Pc, Nvfp4, Nvfp4A16, Uint4G128, Uint4G32,
+    Uint4G64, W4a8Fp8, W4a8Int8,
 };
 
 const MARLIN: &str = "kernel set-up (Marlin workspace) not run on CPU";
@@ -115,6 +115,7 @@ static QUANTIZED: &[&[Row]] = &[
     &uint4_group(Uint4G64),
     &uint4_group(Uint4G128),
     NVFP4,
+    FP8_PT,
 ];
 
 /// Every row of the table, in order.
@@ -313,6 +314,25 @@ pub fn unloadable_warning(
     }
     Some(s)
 }
+
+/// Per-tensor FP8's post-load step in vLLM: fused q/k/v and gate/up arrive with one scale per
+/// part and are requantized to the largest (`requantize_with_max_scale`,
+/// quantization/utils/w8a8_utils.py) by a CUDA op.
+const VLLM_FP8_REQUANT: &str = "post-load requantization of fused q/k/v and gate/up to their largest per-tensor scale (`requantize_with_max_scale`: `ops.scaled_fp8_quant`, a CUDA op the CPU build lacks) not run on CPU";
+/// The same step in SGLang (`sgl_kernel`'s `sgl_per_tensor_quant_fp8`).
+const SGLANG_FP8_REQUANT: &str = "post-load requantization of fused q/k/v and gate/up to their largest per-tensor scale (`requantize_with_max_scale`: sgl_kernel's `sgl_per_tensor_quant_fp8`, not on CPU) not run on CPU";
+
+/// FP8 per tensor with a static per-tensor input scale, in ModelOpt's drafter-quantizer layout
+/// (quant_algo `FP8`), as the loader tier measured it (`--fixed-input-amax`, `fc` and
+/// `lm_head` excluded).
+#[rustfmt::skip]
+static FP8_PT: &[Row] = &[
+    q(Modelopt, Fp8Pt, yes(Vllm, VLLM, "ModelOpt FP8: ModelOptFp8LinearMethod, static per-tensor weight and input scales (vllm/model_executor/layers/quantization/modelopt.py)").unproven_on_cpu(VLLM_FP8_REQUANT)),
+    q(Modelopt, Fp8Pt, yes(Sglang, SGLANG, "ModelOptFp8LinearMethod, static per-tensor weight and input scales (sglang/srt/layers/quantization/modelopt_quant.py)").unproven_on_cpu(SGLANG_FP8_REQUANT)),
+    mla(Modelopt, Fp8Pt, no(Sglang, SGLANG, "load: `AssertionError: param.shape=torch.Size([1]) … loaded_weight.shape=torch.Size([2])` (SGLang's EAGLE-3 MLA loader fuses q_a and kv_a; their two per-tensor scales do not fit)")),
+    q(Modelopt, Fp8Pt, yes(Trtllm, SOURCE, "FP8QDQLinearMethod (quant_algo FP8)")),
+    dflash(Modelopt, Fp8Pt, no(Trtllm, SOURCE, TRTLLM_DFLASH_FLOAT)),
+];
 
 #[cfg(test)]
 mod tests {

@@ -103,6 +103,12 @@ pub trait Codec: Send + Sync {
     fn int_grid(&self) -> Option<&dyn IntGrid> {
         None
     }
+    /// The unquantized list [`config`](Self::config) gets is not the format's
+    /// (`Format::written_list`) but ModelOpt's drafter quantizer's: every unquantized `*.weight`
+    /// key, norms included ([`crate::quant::modelopt::drafter::drafter_exclude_modules`]).
+    fn lists_every_weight(&self) -> bool {
+        false
+    }
 }
 
 /// What a calibrated method needs of a format that writes symmetric integer codes under

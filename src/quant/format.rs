@@ -69,6 +69,9 @@ impl Format {
             .and_then(|q| q.get("quant_method"))
             .and_then(Value::as_str)
         {
+            // ModelOpt's drafter quantizer (`quantize_drafter.py`) writes `modelopt_fp4` for its
+            // NVFP4 formats, the name vLLM registers ModelOpt NVFP4 under.
+            Some("modelopt_fp4") => Some(Ok(Format::Modelopt)),
             Some(m) => Some(Format::ALL.into_iter().find(|f| f.name() == m).ok_or(m)),
             None => hf_quant_config.then_some(Ok(Format::Modelopt)),
         }
@@ -158,6 +161,8 @@ mod tests {
             assert_eq!(Format::of(Some(&q), false), Some(Ok(f)));
             assert_eq!(Format::of(Some(&q), true), Some(Ok(f)));
         }
+        let fp4 = json!({"quant_method": "modelopt_fp4", "quant_algo": "NVFP4"});
+        assert_eq!(Format::of(Some(&fp4), false), Some(Ok(Format::Modelopt)));
         let gptq = json!({"quant_method": "gptq"});
         assert_eq!(Format::of(Some(&gptq), true), Some(Err("gptq")));
         let none = json!({"bits": 4});

@@ -145,6 +145,7 @@ fn modelopt(q: Option<&Value>, hf: Option<&Value>) -> Result<Scheme, String> {
         ("FP8_PER_CHANNEL_PER_TOKEN", _) => Ok(Scheme::Fp8Pc),
         ("W4A16_NVFP4", _) => Ok(Scheme::Nvfp4A16),
         ("NVFP4", _) => Ok(Scheme::Nvfp4),
+        ("FP8", _) => Ok(Scheme::Fp8Pt),
         (a, Some(g)) => Err(format!("quant_algo {a} group {g}")),
         (a, None) => Err(format!("quant_algo {a}")),
     }
@@ -189,6 +190,7 @@ mod tests {
             Some(crate::quant::input_amax::InputAmax {
                 path: "a.json".into(),
                 amax: Default::default(),
+                fixed: None,
             })
         };
         let mut n = 0;

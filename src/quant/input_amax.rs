@@ -32,6 +32,9 @@ pub struct InputAmax {
     pub path: PathBuf,
     /// Module → amax, as f32 (the tools keep amax in F32 or the model dtype).
     pub amax: BTreeMap<String, f32>,
+    /// `--fixed-input-amax`: this amax for every module the map lacks (ModelOpt's
+    /// calibration-free drafter quantizer gives every static input quantizer 448).
+    pub fixed: Option<f32>,
 }
 
 fn bad(path: &Path, msg: String) -> Error {
@@ -82,11 +85,24 @@ impl InputAmax {
         Ok(InputAmax {
             path: path.to_path_buf(),
             amax,
+            fixed: None,
         })
+    }
+
+    /// Every module's input amax is `amax` (`--fixed-input-amax`; no file).
+    pub fn fixed(amax: f32) -> InputAmax {
+        InputAmax {
+            path: "--fixed-input-amax".into(),
+            amax: BTreeMap::new(),
+            fixed: Some(amax),
+        }
     }
 
     /// The amax of every module in `modules`, or an error naming the ones the file lacks.
     pub fn for_modules(&self, modules: &[String]) -> Result<BTreeMap<String, f32>> {
+        if let Some(a) = self.fixed {
+            return Ok(modules.iter().map(|m| (m.clone(), a)).collect());
+        }
         let missing: Vec<&str> = modules
             .iter()
             .filter(|m| !self.amax.contains_key(*m))
@@ -136,6 +152,8 @@ mod tests {
             .for_modules(&["a.q_proj".to_string(), "b".to_string()])
             .unwrap();
         assert_eq!(got.len(), 2);
+        let f = InputAmax::fixed(448.0).for_modules(&["a".into()]).unwrap();
+        assert_eq!(f["a"], 448.0);
         let e = b.for_modules(&["a.k_proj".to_string()]).unwrap_err();
         assert!(e.to_string().contains("`a.k_proj`"), "{e}");
         assert!(e.hint().unwrap().contains("nvfp4-a16"));

@@ -48,11 +48,12 @@ pub enum Scheme {
     Uint4G128,
     Nvfp4A16,
     Nvfp4,
+    Fp8Pt,
 }
 
 impl Scheme {
     /// Every scheme, in table (and declaration) order.
-    pub const ALL: [Scheme; 12] = [
+    pub const ALL: [Scheme; 13] = [
         Scheme::Int4Pc,
         Scheme::Int4G32,
         Scheme::Int4G64,
@@ -65,6 +66,7 @@ impl Scheme {
         Scheme::Uint4G128,
         Scheme::Nvfp4A16,
         Scheme::Nvfp4,
+        Scheme::Fp8Pt,
     ];
 
     /// Its id: `--scheme`, `kquant schemes`, JSON and messages spell it so.
@@ -82,6 +84,7 @@ impl Scheme {
             Scheme::Uint4G128 => "uint4-g128",
             Scheme::Nvfp4A16 => "nvfp4-a16",
             Scheme::Nvfp4 => "nvfp4",
+            Scheme::Fp8Pt => "fp8-pt",
         }
     }
 
@@ -452,6 +455,21 @@ pub static SCHEMES: &[SchemeInfo] = &[
             not_written(Format::Quark, "Quark nvfp4 (FP4Block16ScaleE4M3Scheme)"),
         ],
     },
+    SchemeInfo {
+        id: Scheme::Fp8Pt,
+        bits_per_weight: 8.0 + 32.0 / (7168.0 * 7168.0),
+        group: None,
+        needs: Needs::Modules,
+        static_input_scale: true,
+        granularity: "per tensor",
+        activations: "FP8 E4M3 under a static per-tensor input scale (--input-amax, or ModelOpt's fixed 1.0 with --fixed-input-amax)",
+        about: "FP8 E4M3 weights, one scale per tensor, static per-tensor input scale: ModelOpt's calibration-free drafter quantizer (quantize_drafter.py --qformat fp8) and its layout",
+        carriers: &[c(
+            Format::Modelopt,
+            "quantize_drafter.py --qformat fp8 (FP8_DEFAULT_CFG, FP8)",
+            modelopt_fp8_per_tensor,
+        )],
+    },
 ];
 
 // The codec constructors the rows name, one per codec (the codecs live under their format's
@@ -518,6 +536,13 @@ fn modelopt_fp8_per_channel(_: &Choice, _: &Stats) -> Result<Box<dyn Codec>> {
 
 fn modelopt_nvfp4(ch: &Choice, stats: &Stats) -> Result<Box<dyn Codec>> {
     Ok(Box::new(modelopt::nvfp4::Nvfp4Codec::new(
+        ch.input_amax.as_ref(),
+        stats,
+    )?))
+}
+
+fn modelopt_fp8_per_tensor(ch: &Choice, stats: &Stats) -> Result<Box<dyn Codec>> {
+    Ok(Box::new(modelopt::drafter::Fp8PerTensor::new(
         ch.input_amax.as_ref(),
         stats,
     )?))
@@ -681,17 +706,32 @@ pub fn resolve(
         (true, None) => {
             return Err(Error::Flags {
                 msg: format!("--scheme {scheme} quantizes activations with a static per-tensor input scale, which needs each module's calibrated input amax; kquant does not invent one"),
-                hint: "pass --input-amax FILE (module → amax JSON, see docs/quantize.md), or use --scheme nvfp4-a16 (weight-only NVFP4, no input scale)".into(),
+                hint: match scheme {
+                    Scheme::Fp8Pt => "pass --input-amax FILE (module → amax JSON, see docs/quantize.md), or --fixed-input-amax for ModelOpt's calibration-free fixed input scale (amax 448: input_scale 1.0)".into(),
+                    _ => "pass --input-amax FILE (module → amax JSON, see docs/quantize.md), or use --scheme nvfp4-a16 (weight-only NVFP4, no input scale)".into(),
+                },
             })
         }
         (true, Some(_)) | (false, None) => {}
         (false, Some(f)) => {
             return Err(Error::Flags {
-                msg: format!(
-                    "--input-amax `{}`: --scheme {scheme} has no static input scale",
-                    f.path.display()
+                msg: match f.fixed {
+                    Some(_) => format!("--fixed-input-amax: --scheme {scheme} has no static input scale"),
+                    None => format!(
+                        "--input-amax `{}`: --scheme {scheme} has no static input scale",
+                        f.path.display()
+                    ),
+                },
+                hint: format!(
+                    "{} applies to the schemes with a static input scale ({}) only; drop it",
+                    f.path.display(),
+                    SCHEMES
+                        .iter()
+                        .filter(|s| s.static_input_scale)
+                        .map(|s| s.id.id())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
-                hint: "--input-amax applies to --scheme nvfp4 (W4A4) only; drop it".into(),
             })
         }
     }
@@ -742,6 +782,7 @@ mod tests {
         Some(InputAmax {
             path: "a.json".into(),
             amax: Default::default(),
+            fixed: None,
         })
     }
 
@@ -919,6 +960,36 @@ mod tests {
             assert!(build(Scheme::Nvfp4, f, QuarkFlags::default(), amax()).is_ok());
         }
         assert!(build(Scheme::Int4Pc, Format::Quark, QuarkFlags::default(), amax()).is_err());
+        // fp8-pt: a file or the fixed amax; nothing else refuses with the fixed one's name.
+        let fixed = || Some(InputAmax::fixed(448.0));
+        assert!(build(
+            Scheme::Fp8Pt,
+            Format::Modelopt,
+            QuarkFlags::default(),
+            fixed()
+        )
+        .is_ok());
+        assert!(build(
+            Scheme::Fp8Pt,
+            Format::Modelopt,
+            QuarkFlags::default(),
+            amax()
+        )
+        .is_ok());
+        let e = build(Scheme::Fp8Pt, Format::Modelopt, QuarkFlags::default(), None)
+            .err()
+            .unwrap();
+        assert!(e.hint().unwrap().contains("--fixed-input-amax"), "{e}");
+        let e = build(
+            Scheme::Fp8Pc,
+            Format::Modelopt,
+            QuarkFlags::default(),
+            fixed(),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().starts_with("--fixed-input-amax: "), "{e}");
+        assert!(e.hint().unwrap().contains("nvfp4, fp8-pt"), "{e}");
     }
 
     /// Every id parses back to its scheme and is shown and serialized as itself; an unknown id
@@ -937,8 +1008,8 @@ mod tests {
         assert_eq!(
             e.hint().unwrap(),
             "--scheme is one of: int4-pc, int4-g32, int4-g64, int4-g128, fp8-pc, w4a8-fp8, \
-             w4a8-int8, uint4-g32, uint4-g64, uint4-g128, nvfp4-a16, nvfp4 (`kquant schemes` \
-             says what each is and where it loads)"
+             w4a8-int8, uint4-g32, uint4-g64, uint4-g128, nvfp4-a16, nvfp4, fp8-pt (`kquant \
+             schemes` says what each is and where it loads)"
         );
     }
 }

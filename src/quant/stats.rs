@@ -14,6 +14,9 @@ use std::collections::BTreeMap;
 pub enum Needs {
     /// Nothing: each module is encoded from its own weight alone.
     Nothing,
+    /// The list of modules the plan quantizes (no weight is read): a static input scale per
+    /// module, from the `--input-amax` file.
+    Modules,
     /// Each quantized module's weight amax and the fused families, to share one per-tensor
     /// scale across fused siblings (the driver also refuses a partly quantized family).
     FusedWeightAmax,

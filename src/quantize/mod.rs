@@ -50,6 +50,8 @@ pub struct Request {
     pub quark_version: Option<quark::Version>,
     pub quark_sequential: bool,
     pub input_amax: Option<PathBuf>,
+    /// `--fixed-input-amax`: ModelOpt's drafter quantizer's fixed amax for every module.
+    pub fixed_input_amax: bool,
 }
 
 /// A resolved, validated recipe.
@@ -173,7 +175,13 @@ pub fn resolve(ck: &Checkpoint, det: &Detection, src: &str, req: &Request) -> Re
             .or(quark_preset.and_then(|p| p.quark_version)),
         sequential: req.quark_sequential || quark_preset.is_some_and(|p| p.quark_sequential),
     };
-    let input_amax = req.input_amax.as_deref().map(InputAmax::load).transpose()?;
+    let input_amax = match (&req.input_amax, req.fixed_input_amax) {
+        (_, true) => Some(InputAmax::fixed(
+            crate::quant::modelopt::drafter::FIXED_INPUT_AMAX,
+        )),
+        (Some(p), false) => Some(InputAmax::load(p)?),
+        (None, false) => None,
+    };
     let scheme = match scheme {
         Some(id) => id.parse()?,
         None => Scheme::Int4Pc,

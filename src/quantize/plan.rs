@@ -101,6 +101,10 @@ impl<'a> Plan<'a> {
         check_shapes(ck, &actions, recipe)?;
         let stats = match recipe.choice.scheme.needs {
             Needs::Nothing => Stats::default(),
+            Needs::Modules => Stats {
+                quantized: quantized_modules(&actions),
+                ..Stats::default()
+            },
             Needs::FusedWeightAmax => prepass(ck, &actions, recipe.scheme(), dry_run)?,
         };
         let codec = recipe.choice.build(&stats)?;
@@ -120,7 +124,16 @@ impl<'a> Plan<'a> {
             &recipe.patterns,
             &|t| quantized.contains(t.name.as_str()),
         );
-        let unquantized = recipe.format().written_list(&modules);
+        let unquantized = if codec.lists_every_weight() {
+            let weights: Vec<(String, usize)> = file_order
+                .iter()
+                .map(|t| (t.name.clone(), t.shape.len()))
+                .collect();
+            let q: Vec<String> = quantized.iter().map(|n| module_of(n).to_string()).collect();
+            crate::quant::modelopt::drafter::drafter_exclude_modules(&weights, &q)
+        } else {
+            recipe.format().written_list(&modules)
+        };
 
         let rows = actions
             .into_iter()
@@ -287,6 +300,17 @@ fn check_shapes(ck: &Checkpoint, actions: &[(&TensorInfo, Action)], recipe: &Rec
 /// (q/k/v, gate/up, …) that is only partly quantized (the engines load it as one Linear with
 /// one scale, and the reference tools refuse it too), then read each quantized weight once for
 /// its amax (not on `--dry-run`).
+/// The modules the plan quantizes, in file order.
+fn quantized_modules(actions: &[(&TensorInfo, Action)]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|(_, act)| match act {
+            Action::Quantize { module, .. } => Some(module.clone()),
+            Action::Copy { .. } => None,
+        })
+        .collect()
+}
+
 fn prepass(
     ck: &Checkpoint,
     actions: &[(&TensorInfo, Action)],
@@ -298,13 +322,7 @@ fn prepass(
         .filter(|(t, _)| not_candidate(t).is_none())
         .map(|(t, _)| module_of(&t.name))
         .collect();
-    let quantized: Vec<String> = actions
-        .iter()
-        .filter_map(|(_, act)| match act {
-            Action::Quantize { module, .. } => Some(module.clone()),
-            Action::Copy { .. } => None,
-        })
-        .collect();
+    let quantized = quantized_modules(actions);
     let qset: HashSet<&str> = quantized.iter().map(String::as_str).collect();
     let families = fused::families(candidates);
     if let Some((q, rest)) = fused::partial(&families, &qset) {

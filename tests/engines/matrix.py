@@ -112,13 +112,23 @@ def amax_file(kquant, src, path):
         json.dump({"schema": "kquant.input-amax/1", "amax": {m: 4.0 for m in mods}}, f)
 
 
+# `--scheme ID` (repeatable): only the quantized rows of these schemes (no fixtures, converts or
+# planted defects): a slice for a new scheme.
+ONLY_SCHEMES = set()
+
+
 def implemented(schemes):
-    """(scheme, carrier) for every carrier kquant implements, in `kquant schemes` order."""
-    return [(s, c) for s in schemes for c in s["carriers"] if c["implemented"]]
+    """(scheme, carrier) for every carrier kquant implements, in `kquant schemes` order (only
+    `--scheme`'s when given)."""
+    return [(s, c) for s in schemes for c in s["carriers"] if c["implemented"]
+            and (not ONLY_SCHEMES or s["id"] in ONLY_SCHEMES)]
 
 
 def amax_flags(kquant, work, name, src, scheme):
-    """`--input-amax FILE` for nvfp4 (W4A4 needs static input scales), written once per source."""
+    """`--input-amax FILE` for nvfp4 (W4A4 needs static input scales), written once per source;
+    fp8-pt takes ModelOpt's drafter quantizer's fixed input scale (`--fixed-input-amax`)."""
+    if scheme == "fp8-pt":
+        return ["--fixed-input-amax"]
     if scheme != "nvfp4":
         return []
     amax = os.path.join(work, f"{name}.amax.json")
@@ -195,9 +205,9 @@ def build(kquant, work, python, blocks_only=False):
     fixtures = sorted(
         d for d in os.listdir(TINY) if d.startswith(("eagle3-", "dflash-"))
     )
-    for d in fixtures:
+    for d in [] if ONLY_SCHEMES else fixtures:
         items.append((f"fixture {d}", os.path.join(TINY, d), f"fixtures/tiny/{d}", None))
-    for d in fixtures:
+    for d in [] if ONLY_SCHEMES else fixtures:
         fam = "dflash" if d.startswith("dflash") else "eagle3"
         for to in CONVERT_TO[fam]:
             out = os.path.join(work, "convert", f"{d}--to-{to}")
@@ -267,6 +277,8 @@ def block_items(kquant, work, python, schemes):
     take groups of 128: no widening). kquant's own exclusions apply (`DSPARK_KEPT`:
     markov_w2, the confidence head); the matrix adds only what kquant names."""
     items = []
+    if ONLY_SCHEMES:
+        return items + block_quantize_items(kquant, work, schemes)
     for d in BLOCK_FIXTURES:
         items.append((f"block {d}", os.path.join(BLOCK_FIX, d), f"fixtures/kimi-k2.5-tiny/{d}",
                       None))
@@ -287,6 +299,13 @@ def block_items(kquant, work, python, schemes):
             refused = None if r.returncode == 0 else last_error(r.stderr)
             items.append((f"block-convert {d} --to {to}", o,
                           f"kquant convert {fam} {made} --to {to}", refused))
+    return items + block_quantize_items(kquant, work, schemes)
+
+
+def block_quantize_items(kquant, work, schemes):
+    """Every `kquant quantize` scheme × format of the two block fixtures (and SGLang's
+    `--exclude` twins)."""
+    items = []
     os.makedirs(os.path.join(work, "quantize"), exist_ok=True)
     for src in BLOCK_FIXTURES:
         path = os.path.join(BLOCK_FIX, src)
@@ -447,11 +466,14 @@ def main():
     ap.add_argument("--work", help="where the checkpoints are written (default: a temp dir)")
     ap.add_argument("--json", help="write every row here")
     ap.add_argument("--doc", help="write the verdict matrix (docs/engines.md) here")
+    ap.add_argument("--scheme", action="append", default=[],
+                    help="only the quantized rows of this scheme (repeatable; not with --doc)")
     ap.add_argument("--blocks-only", action="store_true",
                     help="only the DSpark / DFlash2 rows (no planted defects; not with --doc)")
     a = ap.parse_args()
-    if a.blocks_only and a.doc:
-        ap.error("--doc writes the whole matrix: not with --blocks-only")
+    if (a.blocks_only or a.scheme) and a.doc:
+        ap.error("--doc writes the whole matrix: not with --blocks-only or --scheme")
+    ONLY_SCHEMES.update(a.scheme)
     kquant = os.path.abspath(a.kquant)
     work = os.path.abspath(a.work or tempfile.mkdtemp(prefix="kquant-engine-tier-"))
     os.makedirs(work, exist_ok=True)
@@ -474,7 +496,7 @@ def main():
     r = sh([py, os.path.join(HERE, "plant.py"), os.path.join(TINY, "eagle3-specforge"), plant_dir])
     if r.returncode != 0:
         raise SystemExit(f"plant.py failed:\n{r.stderr}")
-    for name, (_, plant, _) in ({} if a.blocks_only else PLANTED).items():
+    for name, (_, plant, _) in ({} if a.blocks_only or a.scheme else PLANTED).items():
         d = os.path.join(plant_dir, name.split("+")[0])
         for key, extra in (("vllm", {"method": "eagle3"}), ("sglang", {"algorithm": "EAGLE3"})):
             jobs[key].append(
@@ -524,7 +546,7 @@ def main():
                     claim_word += f"; but inspect says {own.get('loads', 'none')} of this output"
             print(f"{'AGREE   ' if ok else 'DISAGREE'} {engine:6} {ident}: engine {word}; "
                   f"kquant says {claim_word}")
-    for name, (what, _, must) in ({} if a.blocks_only else PLANTED).items():
+    for name, (what, _, must) in ({} if a.blocks_only or a.scheme else PLANTED).items():
         d = os.path.join(plant_dir, name.split("+")[0])
         for engine in ("vllm", "sglang"):
             if not venvs[engine]:

@@ -201,7 +201,11 @@ def load_one(job, pretend_sm):
             )
         except Exception as e:
             tb = traceback.format_exc()
-            if stage == "post-load" and pretend_sm is not None and "/torch/cuda/" in tb:
+            # ModelOpt per-tensor FP8 requantizes fused q/k/v and gate/up to their largest scale
+            # after loading (`requantize_with_max_scale`) with sgl_kernel's
+            # `sgl_per_tensor_quant_fp8`, a CUDA kernel not imported on CPU (NameError).
+            gpu_op = "name 'sgl_per_tensor_quant_fp8' is not defined" in tb
+            if stage == "post-load" and pretend_sm is not None and ("/torch/cuda/" in tb or gpu_op):
                 # Everything up to the CUDA kernel set-up ran; that step cannot run on CPU.
                 stage = "kernel-setup"
                 v["message"] = kernel_setup_message(tb, "sglang")

@@ -260,7 +260,12 @@ def load_one(job, pretend_gpu=False):
                 )
             except Exception:
                 tb = traceback.format_exc()
-                if stage == "post-load" and pretend_gpu and "/kernels/" in tb:
+                # ModelOpt / Quark per-tensor FP8 requantizes fused q/k/v and gate/up to their
+                # largest scale after loading (`requantize_with_max_scale`,
+                # quantization/utils/w8a8_utils.py) with `ops.scaled_fp8_quant`, a CUDA op the CPU
+                # build lacks (`torch.ops._C.static_scaled_fp8_quant`).
+                gpu_op = "static_scaled_fp8_quant" in tb and "'_C' object has no attribute" in tb
+                if stage == "post-load" and pretend_gpu and ("/kernels/" in tb or gpu_op):
                     # Everything up to the GPU kernel's own set-up ran.
                     stage = "kernel-setup"
                     v["message"] = kernel_setup_message(tb, "vllm")

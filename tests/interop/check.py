@@ -56,7 +56,10 @@ quantized module with the reference library's own functions, and compares the re
   quantized module may be. `NVFP4` / `W4A16_NVFP4`: `NVFP4QTensor(...).dequantize(scale,
   double_scale=weight_scale_2)` in f32, bitwise, and `to_quantized_weight(kquant f32, scale,
   NVFP4, weight_scale_2)` must reproduce the file's bytes, except that code 8 (−0, which
-  ModelOpt reads back as +0) re-quantizes to 0; `input_scale` only for `NVFP4`.
+  ModelOpt reads back as +0) re-quantizes to 0; `input_scale` only for `NVFP4`. `FP8`
+  (`fp8-pt`, the layout of ModelOpt's drafter quantizer): `FP8QTensor(...).dequantize(scale=
+  weight_scale)` with the F32 `[1]` scale, bitwise, an F32 `[1]` `input_scale` on every module,
+  and `to_quantized_weight(kquant f32, scale, FP8)` reproduces the file's bytes.
 
 In every case the tensors that are not quantized must be identical (dtype, shape, bytes) and the
 set of tensor names must be the same. Prints one line per case and `N passed, M failed`; exits 1
@@ -130,6 +133,7 @@ MODELOPT_ALGO = {
     "fp8-pc": "FP8_PER_CHANNEL_PER_TOKEN",
     "nvfp4-a16": "W4A16_NVFP4",
     "nvfp4": "NVFP4",
+    "fp8-pt": "FP8",
 }
 
 
@@ -438,6 +442,7 @@ def _check_quark_f2f(case, qc, tensors, modules, kq) -> str:
 
 def check_modelopt(case, out_dir: Path, kq: dict) -> str:
     from modelopt.torch.export.model_config import (
+        QUANTIZATION_FP8,
         QUANTIZATION_FP8_PC_PT,
         QUANTIZATION_INT4_AWQ,
         QUANTIZATION_NVFP4,
@@ -513,6 +518,14 @@ def check_modelopt(case, out_dir: Path, kq: dict) -> str:
             compare_f32(m + ".weight", w, kqw, "q * weight_scale * pre_quant_scale")
             back = kqw if pqs is None else kqw / pqs.to(torch.float32)[None, :]
             again = to_quantized_weight(back, scale, QUANTIZATION_INT4_AWQ, block_size=g)
+        elif algo == "FP8":
+            # quantize_drafter.py's layout: one F32 [1] scale per tensor and a static [1] input scale.
+            inp = ref.pop(m + ".input_scale", None)
+            if data.dtype != torch.float8_e4m3fn or tuple(scale.shape) != (1,) or inp is None or tuple(inp.shape) != (1,):
+                raise Mismatch(f"{m}: {data.dtype} weight, scale {tuple(scale.shape)}, input_scale {None if inp is None else tuple(inp.shape)} is not ModelOpt FP8 per tensor")
+            w = FP8QTensor(data.shape, torch.float32, data).dequantize(dtype=torch.float32, scale=scale)
+            compare_f32(m + ".weight", w, kqw, "FP8QTensor.dequantize")
+            again = to_quantized_weight(kqw, scale, QUANTIZATION_FP8)
         else:
             if data.dtype != torch.float8_e4m3fn or scale.dim() != 1:
                 raise Mismatch(f"{m}: {data.dtype} weight with a {tuple(scale.shape)} scale is not FP8 per channel")
@@ -528,6 +541,7 @@ def check_modelopt(case, out_dir: Path, kq: dict) -> str:
     how = {
         "W4A16_AWQ": "unpack checked by pack_int4_in_uint8, q*s*pre_quant_scale",
         "FP8_PER_CHANNEL_PER_TOKEN": "FP8QTensor.dequantize",
+        "FP8": "FP8QTensor.dequantize (per tensor, input_scale)",
     }.get(algo, "NVFP4QTensor.dequantize")
     return (
         f"{len(deq)} modules via {how} (f32 bitwise), to_quantized_weight(kquant f32) == file bytes, "

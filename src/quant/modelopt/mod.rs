@@ -35,6 +35,7 @@
 //! `*_ref` are the plain references; the unsuffixed functions are the rayon fast paths, tested
 //! identical.
 
+pub mod drafter;
 pub mod nvfp4;
 pub mod read;
 
