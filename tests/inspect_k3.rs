@@ -112,12 +112,20 @@ fn a_k3_dspark_drafts_target_row_names_the_stream_each_engine_hands_it() {
             ("trtllm", "mixture")
         ])
     );
+    // Layout, family and taps are Inferact's published K3 DSpark's: trained on `partial`.
+    assert_eq!(t["trained_on"]["stream"], "partial", "{t}");
+    assert_eq!(t["trained_on"]["profile"], "kimi-k3");
+    assert!(t["trained_on"]["draft"]
+        .as_str()
+        .unwrap()
+        .starts_with("Inferact/Kimi-K3-DSpark"));
     let text = String::from_utf8_lossy(&common::kquant(&["inspect", d.to_str().unwrap()]).stdout)
         .to_string();
     assert!(
         text.contains("target      KimiK3ForConditionalGeneration (")
-            && text.contains("            vllm   hands it the partial stream; VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=1")
-            && text.contains("            sglang hands it the mixture stream ["),
+            && text.contains("            trained on the partial stream (published draft Inferact/Kimi-K3-DSpark")
+            && text.contains("            vllm   hands it the partial stream, the one it was trained on; VLLM_KIMI_K3_AUX_ATTN_RES_STREAM=1")
+            && text.contains("            sglang hands it the mixture stream, not the partial it was trained on ["),
         "{text}"
     );
     // Without `target_num_hidden_layers` the depth is unknown, not the tap count: still K3.
@@ -171,4 +179,18 @@ fn an_eagle3_mla_draft_for_k3_is_served_by_vllm_only() {
             assert_eq!(e["verdict"], "no", "{e}");
         }
     }
+}
+
+#[test]
+fn the_trained_k3_dspark_says_which_engines_hand_it_its_own_stream() {
+    let d = common::root().join("fixtures/kimi-k3-tiny/dspark");
+    let j = common::inspect_json(&d);
+    let t = &j["draft_target"];
+    assert_eq!(t["architecture"], "KimiK3ForConditionalGeneration", "{t}");
+    assert_eq!(t["trained_on"]["stream"], "partial", "{t}");
+    assert_eq!(t["trained_on"]["profile"], "kimi-k3-tiny");
+    // A draft no profile publishes: no training stream claimed (the tiny random K3 DSpark of the
+    // Kimi-K2.5 fixture is for a DeepSeek-V3 target, where there are no streams at all).
+    let j = common::inspect_json(&common::root().join("fixtures/kimi-k2.5-tiny/k3-dspark"));
+    assert!(j["draft_target"]["trained_on"].is_null() && j["draft_target"]["streams"].is_null());
 }

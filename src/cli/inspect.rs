@@ -276,11 +276,27 @@ fn print_beside(b: &engines::target::DraftTarget) {
         "target",
         format!("{} ({})", b.target.architecture, b.target.known_from),
     );
-    for d in &b.streams {
+    if let Some(t) = &b.trained_on {
         row(
             "",
             format!(
-                "{:<7}hands it the {} stream{} [{}: {}]",
+                "trained on the {} stream (published draft {} in profile {})",
+                t.stream.id(),
+                t.draft,
+                t.profile
+            ),
+        );
+    }
+    for d in &b.streams {
+        let against = match &b.trained_on {
+            Some(t) if t.stream == d.stream => ", the one it was trained on".to_string(),
+            Some(t) => format!(", not the {} it was trained on", t.stream.id()),
+            None => String::new(),
+        };
+        row(
+            "",
+            format!(
+                "{:<7}hands it the {} stream{against}{} [{}: {}]",
                 d.engine.id(),
                 d.stream.id(),
                 d.switch.map(|s| format!("; {s}")).unwrap_or_default(),

@@ -16,7 +16,9 @@ use serde::Serialize;
 
 use super::Engine;
 use crate::checkpoint::{Checkpoint, Detection, Family};
-use crate::target::shape::{identify, NamedTarget};
+use crate::target::fact::Fact;
+use crate::target::profile::published_match;
+use crate::target::shape::{candidates, identify, DraftShape, NamedTarget};
 use crate::target::stream::TapStream;
 use crate::target::Profile;
 
@@ -200,6 +202,41 @@ pub struct DraftTarget {
     /// family there hands it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub streams: Vec<Drafting>,
+    /// The stream the draft was trained on, where the matching profiles' `published_drafts`
+    /// name it (the same family, layout and taps) and agree; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trained_on: Option<TrainedOn>,
+}
+
+/// Where a draft's training stream is known from: a published draft of a target profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TrainedOn {
+    pub stream: TapStream,
+    /// The published draft (`owner/name@revision`) and its profile.
+    pub draft: String,
+    pub profile: String,
+}
+
+/// The training stream of the draft, from the `published_drafts` of the profiles its shape
+/// matches: `None` when none names it, or two name different streams.
+fn trained_on(ck: &Checkpoint, det: &Detection, known: &[Profile]) -> Option<TrainedOn> {
+    let shape = DraftShape::of(ck, det);
+    let mut found = candidates(known, &shape).into_iter().flat_map(|p| {
+        published_match(p, det)
+            .into_iter()
+            .map(move |d| (p.name.clone(), d))
+    });
+    let (profile, first) = found.next()?;
+    let Fact::Known(stream) = first.stream else {
+        return None;
+    };
+    found
+        .all(|(_, d)| d.stream == Fact::Known(stream))
+        .then(|| TrainedOn {
+            stream,
+            draft: first.draft.clone(),
+            profile,
+        })
 }
 
 /// [`identify`] the draft's target and collect [`on_target`] for every engine. `None` for a
@@ -213,15 +250,21 @@ pub fn of_draft(ck: &Checkpoint, det: &Detection, known: &[Profile]) -> Option<D
         .iter()
         .filter_map(|&e| on_target(&det.family, &target.architecture, e))
         .collect();
-    let streams = drafting(&target.architecture)
+    let streams: Vec<Drafting> = drafting(&target.architecture)
         .iter()
         .filter(|d| d.families.contains(&det.family))
         .cloned()
         .collect();
+    let trained_on = if streams.is_empty() {
+        None
+    } else {
+        trained_on(ck, det, known)
+    };
     Some(DraftTarget {
         target,
         serving,
         streams,
+        trained_on,
     })
 }
 

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::fact::Fact;
 use super::stream::{AttentionResiduals, TapStream};
 use super::taps::{self, TapSet, Taps, FAMILIES};
-use crate::checkpoint::Family;
+use crate::checkpoint::{Detection, Family};
 use crate::error::{Error, Result};
 
 /// The profiles shipped in `quant-configs/targets/` (name, file contents).
@@ -453,6 +453,33 @@ pub fn load(spec: &str) -> Result<Profile> {
         },
     )?;
     parse(&path, &text)
+}
+
+/// The published drafts of `p` that the detected draft is: the same family, the same layout
+/// where `det` is a block draft (DSpark, DFlash2: the layout id `kquant inspect` detects, which
+/// the profile's `layout` begins with, e.g. `k3-dspark (…)`), and the same taps (HF indices)
+/// where `det` names them.
+pub fn published_match<'p>(p: &'p Profile, det: &Detection) -> Vec<&'p PublishedDraft> {
+    let taps: Option<Vec<usize>> = det.aux_layers.as_ref().and_then(|a| {
+        let mut t: Vec<usize> = a
+            .hidden_states
+            .as_ref()?
+            .iter()
+            .map(|&i| usize::try_from(i).ok())
+            .collect::<Option<_>>()?;
+        t.sort_unstable();
+        Some(t)
+    });
+    let layout = det.block_draft.as_ref().map(|b| b.layout.id());
+    p.published_drafts
+        .iter()
+        .filter(|d| d.family == det.family.id())
+        .filter(|d| match (layout, d.layout.split_whitespace().next()) {
+            (Some(l), Some(named)) => l.starts_with(named),
+            _ => true,
+        })
+        .filter(|d| taps.as_ref().is_none_or(|t| *t == d.hs))
+        .collect()
 }
 
 #[cfg(test)]

@@ -13,10 +13,10 @@
 
 use serde::Serialize;
 
-use crate::checkpoint::{Checkpoint, Detection};
+use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::escape::printable;
-use crate::target::profile::{Profile, PublishedDraft};
+use crate::target::profile::{published_match, Profile};
 use crate::target::stream::TapStream;
 use crate::trace::stream::{Known, TraceStream};
 
@@ -49,33 +49,6 @@ pub struct StreamCheck {
     pub mismatch_allowed: bool,
     /// What is not known, or replayed on another stream (printed as `note:` lines).
     pub notes: Vec<String>,
-}
-
-/// The published drafts of `p` that the detected draft is: the same family, the same layout
-/// where `det` is a block draft (DSpark, DFlash2: the layout id `kquant inspect` detects, which
-/// the profile's `layout` begins with, e.g. `k3-dspark (…)`), and the same taps (HF indices)
-/// where `det` names them.
-pub fn published_match<'p>(p: &'p Profile, det: &Detection) -> Vec<&'p PublishedDraft> {
-    let taps: Option<Vec<usize>> = det.aux_layers.as_ref().and_then(|a| {
-        let mut t: Vec<usize> = a
-            .hidden_states
-            .as_ref()?
-            .iter()
-            .map(|&i| usize::try_from(i).ok())
-            .collect::<Option<_>>()?;
-        t.sort_unstable();
-        Some(t)
-    });
-    let layout = det.block_draft.as_ref().map(|b| b.layout.id());
-    p.published_drafts
-        .iter()
-        .filter(|d| d.family == det.family.id())
-        .filter(|d| match (layout, d.layout.split_whitespace().next()) {
-            (Some(l), Some(named)) => l.starts_with(named),
-            _ => true,
-        })
-        .filter(|d| taps.as_ref().is_none_or(|t| *t == d.hs))
-        .collect()
 }
 
 /// The training stream of the draft at `spec`: `flag` (named `flag_name`), else the published
