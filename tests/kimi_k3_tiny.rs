@@ -257,3 +257,56 @@ fn the_drafter_on_the_other_stream_is_refused_and_measured_when_allowed() {
         .unwrap();
     assert!(own - al > 0.3, "partial {own} vs mixture {al}");
 }
+
+/// `bench replay --stream` records a synthetic trace on the stream asked: on the drafter's own
+/// (`partial`) `verify` replays it, on the other it refuses; on a target without attention
+/// residuals `--stream mixture` is refused before any work.
+#[test]
+fn bench_replay_records_its_synthetic_trace_on_the_stream_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (stream, code) in [("partial", 0), ("mixture", 2)] {
+        let tr = tmp.path().join(stream);
+        let o = kquant(&[
+            "bench",
+            "replay",
+            s(&fix("dspark")),
+            "--target-checkpoint",
+            s(&fix("target")),
+            "--synthetic-trace",
+            "48",
+            "--write-trace",
+            s(&tr),
+            "--stream",
+            stream,
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert_eq!(read_json(&tr.join("manifest.json"))["tap_stream"], stream);
+        let o = kquant(&[
+            "verify",
+            "--target",
+            "kimi-k3-tiny",
+            "--draft",
+            s(&fix("dspark")),
+            "--trace",
+            s(&tr),
+        ]);
+        assert_eq!(o.status.code(), Some(code), "{stream}: {}", stderr(&o));
+    }
+    let o = kquant(&[
+        "bench",
+        "replay",
+        s(&root().join("fixtures/kimi-k2.5-tiny/eagle3")),
+        "--target-checkpoint",
+        s(&root().join("fixtures/kimi-k2.5-tiny/target")),
+        "--synthetic-trace",
+        "48",
+        "--stream",
+        "mixture",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("has no attention residuals"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -56,6 +56,9 @@ pub struct Synthetic {
     pub write_trace: Option<PathBuf>,
     /// Replace an existing `write_trace` (only a trace kquant wrote).
     pub force: bool,
+    /// The tap stream the trace is recorded as, on an attention-residual target (`None`: what
+    /// a capture there taps by default).
+    pub stream: Option<crate::target::stream::TapStream>,
 }
 
 /// The figures of a replay.
@@ -228,6 +231,7 @@ fn open_trace(req: &Request, d: &dyn Drafter) -> Result<Opened> {
                 prompt_len,
                 req.samples.unwrap_or(1),
                 force,
+                req.synthetic.stream,
             )?;
             (tmp, dir, Some((len, prompt_len)))
         }

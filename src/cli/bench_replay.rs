@@ -35,6 +35,11 @@ pub struct Args {
     /// Replace an existing `--write-trace` DIR (only a trace kquant wrote).
     #[arg(long, requires = "write_trace")]
     pub force: bool,
+    /// The tap stream the synthetic trace is recorded as, for a draft of an attention-residual
+    /// target (Kimi-K3): the stream the draft was trained on (default: `partial`, what a
+    /// capture taps by default), so that `verify` replays it there.
+    #[arg(long, value_enum, conflicts_with = "trace")]
+    pub stream: Option<crate::target::stream::TapStream>,
     /// Samples to replay: the first N of `--trace` (default all), or N synthetic ones
     /// (default 1).
     #[arg(long, value_parser = crate::cli::flags::samples)]
@@ -73,6 +78,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             prompt_len: a.prompt_len,
             write_trace: a.write_trace.clone(),
             force: a.force,
+            stream: a.stream,
         },
         samples: a.samples,
         steps: a.steps.steps,

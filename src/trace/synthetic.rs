@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::file::{self, Manifest, NewSample, SampleMeta};
 use crate::error::{Error, Result};
+use crate::target::stream::TapStream;
 
 /// Seed of the synthetic trace's LCG.
 pub const SEED: u64 = 0x6b71_7561_6e74;
@@ -44,7 +45,8 @@ pub const MAX_SYNTHETIC_VALUES: usize = 1 << 30;
 
 /// Write a deterministic synthetic `kquant-trace/1` at `dir`: `samples` samples of `len` tokens
 /// (`prompt_len` of them prompt), tokens uniform over `0..vocab` and every tap uniform in
-/// ±0.5 (stored as bf16). The same arguments always give the same bytes.
+/// ±0.5 (stored as bf16). The same arguments always give the same bytes. `stream` is the tap
+/// stream the trace is recorded as (noise is no stream in particular; see below).
 pub fn write(
     dir: &Path,
     shape: &TraceShape,
@@ -52,6 +54,7 @@ pub fn write(
     prompt_len: usize,
     samples: usize,
     force: bool,
+    stream: Option<TapStream>,
 ) -> Result<()> {
     if len < 2 || prompt_len == 0 || prompt_len >= len {
         return Err(Error::Usage(format!(
@@ -150,15 +153,16 @@ pub fn write(
         shards: vec![],
         extra,
     };
-    // Noise stands for no stream in particular; recorded as what a capture of a target of this
-    // shape would tap by default (vLLM's `partial` on an attention-residual target), so that
-    // the trace is read as one of its target's.
+    // Noise stands for no stream in particular; recorded as `stream` where asked (the stream of
+    // the draft it is for), else as what a capture of a target of this shape would tap by
+    // default (vLLM's `partial` on an attention-residual target), so that the trace is read as
+    // one of its target's.
     let attn_res = crate::trace::stream::has_attention_residuals(&manifest, None);
     manifest.tap_stream = Some(crate::trace::stream::for_target(
-        None,
+        stream,
         attn_res,
-        "synthetic",
-        "",
+        "a synthetic trace of this shape",
+        "--stream",
     )?);
     file::write(claim, manifest, &new)
 }
@@ -188,8 +192,8 @@ mod tests {
             num_layers: None,
         };
         let (a, b) = (base.join("a"), base.join("b"));
-        write(&a, &shape, 40, 5, 2, false).unwrap();
-        write(&b, &shape, 40, 5, 2, false).unwrap();
+        write(&a, &shape, 40, 5, 2, false, None).unwrap();
+        write(&b, &shape, 40, 5, 2, false, None).unwrap();
         let ta = Trace::open(&a).unwrap();
         let tb = Trace::open(&b).unwrap();
         assert_eq!(
@@ -209,7 +213,7 @@ mod tests {
         let tap = ta.tap(s, 9).unwrap();
         assert_eq!(tap.len(), 40 * 16);
         assert!(tap.iter().all(|v| v.abs() <= 0.5) && tap.iter().any(|v| v.abs() > 0.1));
-        assert!(write(&a, &shape, 40, 40, 1, false).is_err());
+        assert!(write(&a, &shape, 40, 40, 1, false, None).is_err());
         // Without the target's layer count, the fewest its taps need; with it, that count
         // (never below the taps).
         assert_eq!(ta.manifest.num_layers, 9);
@@ -219,7 +223,7 @@ mod tests {
                 num_layers: Some(given),
                 ..shape_of(&shape)
             };
-            write(&c, &shape, 40, 5, 1, false).unwrap();
+            write(&c, &shape, 40, 5, 1, false, None).unwrap();
             assert_eq!(Trace::open(&c).unwrap().manifest.num_layers, says);
         }
         let _ = std::fs::remove_dir_all(&base);
