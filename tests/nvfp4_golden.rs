@@ -338,7 +338,9 @@ fn refusals() {
         ],
     );
     assert!(
-        err.contains("--input-amax applies to --scheme nvfp4"),
+        err.contains("--scheme nvfp4-a16 has no static input scale")
+            && err
+                .contains("applies to the schemes with a static input scale (nvfp4, fp8-pt) only"),
         "{err}"
     );
     for fmt in ["compressed-tensors", "modelopt"] {
