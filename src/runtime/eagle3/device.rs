@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use super::depth::{not_computed, still_accepted, DepthOut, Feed};
-use super::mla_attn::QProj;
+use super::mla_attn::{MlaShape, QProj};
 use super::model::Model;
 use crate::gpu::ops;
 use crate::gpu::{self, AttendDims, Backend, DevTensor, Elem, GpuError, Host, Strided};
@@ -137,6 +137,13 @@ struct Depths {
     res: DevTensor,
     diag: (DevTensor, DevTensor),
     slots: Vec<i32>,
+}
+
+/// An MLA draft's attention shape and the epsilon of its norms (the device step runs only
+/// drafts [`layers`] accepted, so the attention is MLA wherever this is called).
+fn mla_of(e: &Model) -> (&MlaShape, f32) {
+    let a = e.attn.mla().expect("an MLA draft");
+    (&a.shape, a.eps)
 }
 
 /// The token ids `toks` as an index tensor bounded by the vocabulary.
@@ -489,11 +496,7 @@ impl DeviceStep {
         rot: (&DevTensor, &DevTensor),
     ) -> Staged<(DevTensor, DevTensor)> {
         let run = self.run();
-        let (mla, eps) = e
-            .attn
-            .mla()
-            .map(|a| (&a.shape, a.eps))
-            .expect("an MLA draft");
+        let (mla, eps) = mla_of(e);
         let (nh, nope, rd) = (mla.heads, mla.nope, mla.rope_dim);
         let dq = nope + rd;
         let qt = match q {
@@ -528,11 +531,7 @@ impl DeviceStep {
         rot: (&DevTensor, &DevTensor),
     ) -> Staged<(DevTensor, DevTensor)> {
         let run = self.run();
-        let (mla, eps) = e
-            .attn
-            .mla()
-            .map(|a| (&a.shape, a.eps))
-            .expect("an MLA draft");
+        let (mla, eps) = mla_of(e);
         let (nh, nope, rd, dv) = (mla.heads, mla.nope, mla.rope_dim, mla.v_dim);
         let (kvlr, dq) = (mla.kv_lora_rank, nope + rd);
         let c = self.dev.zeros(Elem::F32, m * kvlr).at("kv norm")?;
