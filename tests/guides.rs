@@ -49,7 +49,7 @@ fn each_guide_names_every_file_its_probe_is_in() {
         ("## Adding a serving engine", &["Engine::Sglang"]),
         (
             "## Adding a draft family or target",
-            &["Family::Dflash", "DeepseekV3"],
+            &["Family::Dflash", "Family::Dspark", "DeepseekV3", "KimiK3"],
         ),
         ("## Adding a device op", &["SiluMul"]),
     ];
