@@ -14,6 +14,7 @@
 
 use serde::Serialize;
 
+use super::claim::Loads;
 use super::Engine;
 use crate::checkpoint::{Checkpoint, Detection, Family};
 use crate::target::fact::Fact;
@@ -199,7 +200,7 @@ pub struct DraftTarget {
     /// The engines whose sources say something stands in the way; empty when none does.
     pub serving: Vec<OnTarget>,
     /// On a target with attention residuals: the stream each engine that runs the draft's
-    /// family there hands it.
+    /// family there, and does not refuse its layout, hands it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub streams: Vec<Drafting>,
     /// The stream the draft was trained on, where the matching profiles' `published_drafts`
@@ -250,9 +251,13 @@ pub fn of_draft(ck: &Checkpoint, det: &Detection, known: &[Profile]) -> Option<D
         .iter()
         .filter_map(|&e| on_target(&det.family, &target.architecture, e))
         .collect();
+    // An engine that runs the family there but refuses the draft's layout (SGLang has no
+    // K3DSparkModel) hands it nothing: its `engines` row says no, so no stream line.
+    let layout = det.block_draft.as_ref().map(|b| b.layout);
     let streams: Vec<Drafting> = drafting(&target.architecture)
         .iter()
         .filter(|d| d.families.contains(&det.family))
+        .filter(|d| layout.is_none_or(|l| super::block::claim(l, d.engine).loads != Loads::No))
         .cloned()
         .collect();
     let trained_on = if streams.is_empty() {

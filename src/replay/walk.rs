@@ -23,6 +23,10 @@ pub struct Walk {
     pub cond_num: Vec<u64>,
     /// Per depth k: positions where depth k matched (unconditional, teacher-forced).
     pub uncond: Vec<u64>,
+    /// Per depth k: positions where depth k was compared (a token of the sample lies there,
+    /// before the stop): what `uncond[k]` counts out of. Short samples leave the deeper depths
+    /// fewer (none where a sample generates no more than k + 1 tokens).
+    pub at_depth: Vec<u64>,
     /// The depths after a root's first miss were not computed (`--after-miss skip`): `uncond`
     /// undercounts, and neither the unconditional rates nor the simulated accept length are
     /// measured.
@@ -135,6 +139,7 @@ impl Walk {
             (&mut self.cond_den, &o.cond_den),
             (&mut self.cond_num, &o.cond_num),
             (&mut self.uncond, &o.uncond),
+            (&mut self.at_depth, &o.at_depth),
             (&mut self.accepted_hist, &o.accepted_hist),
         ] {
             if v.len() < w.len() {
@@ -163,6 +168,7 @@ pub fn walk_to(m: &Matches, stop: usize) -> Walk {
         cond_den: vec![0; k],
         cond_num: vec![0; k],
         uncond: vec![0; k],
+        at_depth: vec![0; k],
         accepted_hist: vec![0; k + 1],
         requests: 1,
         ..Walk::default()
@@ -193,6 +199,7 @@ pub fn walk_to(m: &Matches, stop: usize) -> Walk {
         w.leading_sum += n as u64;
         let avail = t_end.saturating_sub(t + 2);
         for d in 0..k.min(avail) {
+            w.at_depth[d] += 1;
             if m.c[t] >> d & 1 == 1 {
                 w.uncond[d] += 1;
             }

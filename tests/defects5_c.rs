@@ -1,0 +1,147 @@
+//! Defects round 5 (c): the synthetic-acceptance rates, the degenerate-output check, scheme
+//! `fp8-pt`, and the engines' claims about drafts beside their targets. Each test failed before
+//! its fix.
+
+use crate::common;
+
+use std::path::Path;
+
+use common::{kquant, read_json, root};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+const FIX: &str = "fixtures/kimi-k2.5-tiny";
+
+/// A copy of the trace at `src` in `out` with every sample cut to `gen` generated tokens (its
+/// tokens, taps and target top-1 rows), the shard's SHA-256 written back to the manifest.
+fn shortened(src: &Path, out: &Path, gen: u64) {
+    let mut man = read_json(&src.join("manifest.json"));
+    assert_eq!(man["shards"].as_array().unwrap().len(), 1, "one shard");
+    let file = man["shards"][0]["file"].as_str().unwrap().to_string();
+    let mut t = common::load(&src.join(&file));
+    for s in man["samples"].as_array_mut().unwrap() {
+        let rows = s["prompt_len"].as_u64().unwrap() + gen;
+        let prefix = format!("s{}.", s["id"]);
+        for (name, (_, shape, data)) in t.iter_mut() {
+            if name.starts_with(&prefix) {
+                let row = data.len() / shape[0] as usize;
+                data.truncate(row * rows as usize);
+                shape[0] = rows;
+            }
+        }
+        s["gen_len"] = gen.into();
+    }
+    let (mut header, mut bytes) = (serde_json::Map::new(), Vec::new());
+    for (name, (dtype, shape, data)) in &t {
+        let start = bytes.len();
+        bytes.extend_from_slice(data);
+        header.insert(
+            name.clone(),
+            json!({"dtype": dtype, "shape": shape, "data_offsets": [start, bytes.len()]}),
+        );
+    }
+    std::fs::create_dir_all(out).unwrap();
+    let shard = out.join(&file);
+    common::write_safetensors(&shard, &serde_json::to_vec(&header).unwrap(), bytes);
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&shard).unwrap()));
+    man["shards"][0]["sha256"] = sha.into();
+    std::fs::write(out.join("manifest.json"), man.to_string()).unwrap();
+}
+
+/// `verify` of the tiny EAGLE-3 on `trace` with `extra`.
+fn verify(trace: &Path, extra: &[&str]) -> std::process::Output {
+    let (d, c) = (format!("{FIX}/eagle3"), format!("{FIX}/target"));
+    let t = trace.to_str().unwrap();
+    let base = [
+        "verify",
+        "--draft",
+        &d,
+        "--trace",
+        t,
+        "--target-checkpoint",
+        &c,
+    ];
+    kquant(&[&base[..], extra].concat())
+}
+
+/// Samples of 3 generated tokens compare depth 2 nowhere: no "depth 2 accepted 0" (it was
+/// raised, and `--fail-on-degenerate` refused the run with exit 2); depths 0 and 1 are judged
+/// as before, out of the positions that compared them.
+#[test]
+fn a_depth_short_samples_never_reach_is_not_degenerate() {
+    let t = tempfile::tempdir().unwrap();
+    let trace = t.path().join("short");
+    shortened(&root().join(FIX).join("trace"), &trace, 3);
+    let o = verify(&trace, &["--fail-on-degenerate", "--json", "-"]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let d = &r["degenerate"];
+    assert_eq!(d["flagged"], false, "{d}");
+    assert_eq!(d["findings"], json!([]), "{d}");
+}
+
+/// SGLang 0.5.23 refuses a `K3DSparkModel` draft (its `engines` row: no), so the `target` row
+/// names no stream SGLang hands it; every engine the row names loads the draft's layout.
+#[test]
+fn a_k3_dspark_drafts_target_row_names_no_engine_that_refuses_it() {
+    let d = root().join("fixtures/kimi-k3-tiny/dspark");
+    let j = common::inspect_json(&d);
+    let refused: Vec<&str> = j["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["verdict"] == "no")
+        .map(|e| e["engine"].as_str().unwrap())
+        .collect();
+    assert!(refused.contains(&"sglang"), "{}", j["engines"]);
+    let streams: Vec<&str> = j["draft_target"]["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["engine"].as_str().unwrap())
+        .collect();
+    assert_eq!(streams, ["vllm", "trtllm"], "{}", j["draft_target"]);
+    assert!(streams.iter().all(|e| !refused.contains(e)));
+    let o = kquant(&["inspect", d.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("            vllm   hands it the partial stream"),
+        "{text}"
+    );
+    assert!(!text.contains("sglang hands it"), "{text}");
+}
+
+/// `fp8-pt` with an `--input-amax` file that lacks a quantized module: the hint names fp8-pt's
+/// own way out (`--fixed-input-amax`), not NVFP4's weight-only scheme.
+#[test]
+fn fp8_pt_missing_amax_hint_names_the_fixed_amax() {
+    let t = tempfile::tempdir().unwrap();
+    let amax = t.path().join("amax.json");
+    std::fs::write(&amax, r#"{"fc": 3.5}"#).unwrap();
+    let out = t.path().join("out");
+    let src = root().join(FIX).join("eagle3");
+    let o = kquant(&[
+        "quantize",
+        src.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--scheme",
+        "fp8-pt",
+        "--format",
+        "modelopt",
+        "--input-amax",
+        amax.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = common::stderr(&o);
+    assert!(
+        e.contains("error: ") && e.contains("has no input amax for 7 quantized module(s)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("hint: ") && e.contains("--fixed-input-amax"),
+        "{e}"
+    );
+    assert!(!e.contains("nvfp4-a16"), "{e}");
+    assert!(!out.exists());
+}
