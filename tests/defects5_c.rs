@@ -145,3 +145,74 @@ fn fp8_pt_missing_amax_hint_names_the_fixed_amax() {
     assert!(!e.contains("nvfp4-a16"), "{e}");
     assert!(!out.exists());
 }
+
+/// The synthetic rates count a round as the engine does: a request's final round before its
+/// cut at the stop. Where the trace holds tokens past every stop (`stop_len`), every round is
+/// judged and 1 + Σ rates is the engine's accept length (they were the committed drafts, the
+/// gated accept length, which the cut lowers).
+#[test]
+fn synthetic_rates_count_the_final_round_as_the_engine_does() {
+    let t = tempfile::tempdir().unwrap();
+    let trace = t.path().join("lookahead");
+    let src = root().join(FIX).join("trace");
+    std::fs::create_dir_all(&trace).unwrap();
+    let mut man = read_json(&src.join("manifest.json"));
+    for s in man["samples"].as_array_mut().unwrap() {
+        let total = s["prompt_len"].as_u64().unwrap() + s["gen_len"].as_u64().unwrap();
+        s["stop_len"] = (total - 10).into();
+    }
+    std::fs::write(trace.join("manifest.json"), man.to_string()).unwrap();
+    let shard = man["shards"][0]["file"].as_str().unwrap();
+    std::fs::copy(src.join(shard), trace.join(shard)).unwrap();
+    let o = verify(&trace, &["--json", "-"]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let engine = r["draft"]["accept_length_engine"].as_f64().unwrap();
+    let gated = r["draft"]["accept_length"].as_f64().unwrap();
+    let syn = &r["synthetic_acceptance"]["overall"];
+    let al = syn["accept_length"].as_f64().unwrap();
+    let sum: f64 = syn["rates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .sum();
+    assert!((al - (1.0 + sum)).abs() < 1e-9, "{syn}");
+    assert!((al - engine).abs() <= 3.0 * 5e-5, "{al} vs engine {engine}");
+    assert!(
+        engine - gated > 1e-3,
+        "the cut lowers the gated {gated} below {engine}"
+    );
+}
+
+/// Samples that end within their verify rounds never judge the later drafts: the rates are
+/// not measured (they were all 0, a draft that accepts nothing, handed to vLLM).
+#[test]
+fn synthetic_rates_of_samples_shorter_than_a_round_are_not_measured() {
+    let t = tempfile::tempdir().unwrap();
+    let trace = t.path().join("short");
+    shortened(&root().join(FIX).join("trace"), &trace, 2);
+    let o = verify(&trace, &["--json", "-"]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let syn = &r["synthetic_acceptance"];
+    assert!(syn["overall"].is_null(), "{syn}");
+    assert!(
+        syn["per_category"]
+            .as_object()
+            .unwrap()
+            .values()
+            .all(Value::is_null),
+        "{syn}"
+    );
+    let o = verify(&trace, &["--synthetic-rates"]);
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains("synthetic acceptance, overall: not measured (no per-step histogram, or no verify round judged every draft position"),
+        "{table}"
+    );
+    assert!(
+        !table.contains("\"synthetic_acceptance_rates\":[0.0"),
+        "{table}"
+    );
+}
