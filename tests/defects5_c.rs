@@ -216,3 +216,36 @@ fn synthetic_rates_of_samples_shorter_than_a_round_are_not_measured() {
         "{table}"
     );
 }
+
+/// Beside a Kimi-Linear target every draft family meets what the engines' sources say, not
+/// only DFlash: SGLang's KimiLinearForCausalLM has no EAGLE-3 capture (`convert` said nothing),
+/// and vLLM runs EAGLE-3 through the same capture DFlash needs (from a build).
+#[test]
+fn an_eagle3_draft_beside_kimi_linear_is_warned_for_sglang_and_vllm() {
+    let t = tempfile::tempdir().unwrap();
+    let src = root().join(FIX).join("eagle3");
+    let target = root().join("fixtures/kimi-linear-tiny/target");
+    for (to, says) in [
+        (
+            "sglang",
+            "warning: SGLang does not serve a eagle3 draft beside a KimiLinearForCausalLM target",
+        ),
+        ("vllm", "KimiLinearForCausalLM"),
+    ] {
+        let out = t.path().join(to);
+        let o = kquant(&[
+            "convert",
+            "eagle3",
+            src.to_str().unwrap(),
+            "--to",
+            to,
+            "-o",
+            out.to_str().unwrap(),
+            "--target-checkpoint",
+            target.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", common::stderr(&o));
+        let e = common::stderr(&o);
+        assert!(e.contains(says), "{to}: {e}");
+    }
+}
