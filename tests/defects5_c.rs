@@ -249,3 +249,30 @@ fn an_eagle3_draft_beside_kimi_linear_is_warned_for_sglang_and_vllm() {
         assert!(e.contains(says), "{to}: {e}");
     }
 }
+
+/// `--json FILE --junit FILE` on one file: refused before the run (it wrote the JSON, then
+/// refused the JUnit as "not an output kquant wrote", exit 2 after the whole replay).
+#[test]
+fn json_and_junit_on_one_file_are_refused_before_the_run() {
+    let t = tempfile::tempdir().unwrap();
+    let one = t.path().join("report");
+    let dotted = t.path().join(".").join("report");
+    let o = verify(
+        &root().join(FIX).join("trace"),
+        &[
+            "--json",
+            one.to_str().unwrap(),
+            "--junit",
+            dotted.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let e = common::stderr(&o);
+    assert!(
+        e.contains("error: --json and --junit name the same file"),
+        "{e}"
+    );
+    assert!(e.contains("hint: "), "{e}");
+    assert!(!one.exists(), "nothing written");
+    assert!(o.stdout.is_empty(), "refused before the run");
+}
