@@ -276,3 +276,54 @@ fn json_and_junit_on_one_file_are_refused_before_the_run() {
     assert!(!one.exists(), "nothing written");
     assert!(o.stdout.is_empty(), "refused before the run");
 }
+
+/// SGLang forces `speculative_num_steps` to 1 for its block drafters and drafts
+/// `speculative_num_draft_tokens` − 1 a step (`_handle_dflash`, `_handle_dspark`): K is that.
+/// With K taken as 1, every request that accepted more than one draft a step was failed as
+/// contradictory (and the synthetic rates had one position, the near-K+1 check a bound of 1.9).
+#[test]
+fn a_live_sglang_dflash_server_drafts_block_size_minus_one_a_step() {
+    use crate::common::engines_http::{serve, Request, Response};
+    use crate::live_endpoint::{live, max_tokens, models, prompts};
+    let server = serve(|r: &Request| match (r.method.as_str(), r.path.as_str()) {
+        ("GET", "/v1/models") => models("sglang"),
+        ("GET", "/server_info") => Response::json(&json!({"version": "0.5.23",
+            "model_path": "kimi-k2.5-tiny", "speculative_algorithm": "DFLASH",
+            "speculative_draft_model_path": "dflash", "speculative_num_steps": 1,
+            "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 8,
+            "speculative_adaptive": false})),
+        ("POST", "/generate") => {
+            // 40 tokens: the prefill's, 7 steps of 4 drafts + bonus, one of 3 + bonus.
+            assert_eq!(max_tokens(&r.json()), 40);
+            let ids: Vec<u32> = (1000..1040).collect();
+            Response::json(&json!({"text": "x", "output_ids": ids, "meta_info": {
+                "id": "1", "finish_reason": {"type": "length", "length": 40},
+                "prompt_tokens": 20, "completion_tokens": 40, "cached_tokens": 0,
+                "spec_verify_ct": 8, "spec_num_correct_drafts": 31,
+                "spec_num_proposed_drafts": 56, "spec_accept_length": 5.0,
+                "spec_correct_drafts_histogram": [0, 0, 0, 1, 7, 0, 0, 0]}}))
+        }
+        _ => Response::status(404, r#"{"detail":"Not Found"}"#),
+    });
+    let t = tempfile::tempdir().unwrap();
+    let p = prompts(t.path(), 2);
+    let (code, r, err) = live(&server.url, &p, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["draft"]["rounds"], json!(48), "{r}");
+    let syn = &r["synthetic_acceptance"];
+    assert_eq!(syn["num_speculative_tokens"], 7, "{syn}");
+    assert_eq!(
+        syn["overall"]["vllm_speculative_config"]["num_speculative_tokens"],
+        7
+    );
+    assert_eq!(
+        syn["overall"]["rates"],
+        json!([1.0, 1.0, 1.0, 0.875, 0.0, 0.0, 0.0])
+    );
+    assert_eq!(
+        r["degenerate"]["findings"],
+        json!([]),
+        "{}",
+        r["degenerate"]
+    );
+}
