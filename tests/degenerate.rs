@@ -67,8 +67,11 @@ fn no_bundled_trained_draft_or_trace_is_flagged() {
             r["degenerate"]
         );
         assert!(causes(&r).is_empty(), "{draft}: {:?}", causes(&r));
-        // The rates every run writes: non-increasing, and 1 + Σ is the walked accept length
-        // (each rate rounded to 4 decimals).
+        // The rates every run writes: non-increasing, and 1 + Σ at least the walked accept
+        // length (each rate rounded to 4 decimals): the bundled traces end at the stop, so a
+        // request's final round is censored there, not a miss, and counted before the cut
+        // (the exact identity, with a trace that holds tokens past the stop:
+        // tests/defects5_c.rs).
         let syn = &r["synthetic_acceptance"];
         let k = r["steps"].as_u64().unwrap() as usize;
         let rates: Vec<f64> = serde_json::from_value(syn["overall"]["rates"].clone()).unwrap();
@@ -76,7 +79,7 @@ fn no_bundled_trained_draft_or_trace_is_flagged() {
         assert!(rates.windows(2).all(|w| w[1] <= w[0]), "{rates:?}");
         let al = r["draft"]["accept_length"].as_f64().unwrap();
         assert!(
-            (1.0 + rates.iter().sum::<f64>() - al).abs() <= k as f64 * 5e-5 + 1e-12,
+            1.0 + rates.iter().sum::<f64>() >= al - k as f64 * 5e-5 - 1e-12,
             "{al} {rates:?}"
         );
     }

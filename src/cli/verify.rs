@@ -202,6 +202,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<ExitCode> {
     a.per_category.warn_spelling("verify");
+    report::check_outputs(a.json.as_deref(), a.junit.as_deref())?;
     if let Some(endpoint) = a.endpoint.clone() {
         if a.gate_on == GateOn::AllPositions {
             return Err(Error::Flags {

@@ -14,6 +14,7 @@
 
 use serde::Serialize;
 
+use super::claim::Loads;
 use super::Engine;
 use crate::checkpoint::{Checkpoint, Detection, Family};
 use crate::target::fact::Fact;
@@ -55,8 +56,8 @@ pub struct OnTarget {
 
 const KIMI_LINEAR: &str = "KimiLinearForCausalLM";
 
-const VLLM_KIMI_LINEAR_WHY: &str = "vLLM runs DFlash and EAGLE-3 through the target's aux-hidden-state capture, which needs the target class to declare SupportsEagle3; KimiLinearForCausalLM declares it only from the build that merged vllm-project/vllm#52171 (2026-08-13), and older builds stop with \"Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested\": check `supports_eagle3` on the installed build's KimiLinearForCausalLM";
-const VLLM_KIMI_LINEAR_SRC: &str = "vllm/v1/worker/gpu_model_runner.py (the supports_eagle3 check); vllm/model_executor/models/kimi_linear.py (KimiLinearForCausalLM(nn.Module, HasInnerState, SupportsPP, MixtureOfExperts, IsHybrid)); vllm-project/vllm#52171";
+const VLLM_KIMI_LINEAR_WHY: &str = "vLLM runs DFlash, DSpark, DFlash2 and EAGLE-3 drafts through the target's aux-hidden-state capture, which needs the target class to declare SupportsEagle3; KimiLinearForCausalLM declares it only from the build that merged vllm-project/vllm#52171 (2026-08-13), and older builds stop with \"Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested\": check `supports_eagle3` on the installed build's KimiLinearForCausalLM";
+const VLLM_KIMI_LINEAR_SRC: &str = "vllm/v1/worker/gpu_model_runner.py (the supports_eagle3 check); vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py (`requires_aux_hidden_states`: eagle3, dflash, dspark; `set_eagle3_aux_hidden_state_layers` raises \"Model does not support EAGLE3 interface\"); vllm/model_executor/models/kimi_linear.py (KimiLinearForCausalLM(nn.Module, HasInnerState, SupportsPP, MixtureOfExperts, IsHybrid)); vllm-project/vllm#52171";
 
 const KIMI_K3: &str = "KimiK3ForConditionalGeneration";
 
@@ -157,21 +158,35 @@ pub fn on_target(family: &Family, architecture: &str, engine: Engine) -> Option<
         })
     };
     match (family, engine) {
-        (Family::Dflash | Family::Eagle3 | Family::Eagle3Mla, Engine::Vllm) => row(
+        // Every draft family runs through the same capture (DSpark and DFlash2 on the V2
+        // runner's `requires_aux_hidden_states`).
+        (_, Engine::Vllm) => row(
             Serves::FromBuild,
             VLLM_KIMI_LINEAR_WHY,
             VLLM_KIMI_LINEAR_SRC,
         ),
-        (Family::Dflash, Engine::Sglang) => row(
+        // DFlash2 runs under SGLang's DFLASH too.
+        (Family::Dflash | Family::Dflash2, Engine::Sglang) => row(
             Serves::No,
             "SGLang captures a DFlash drafter's taps through the target's set_dflash_layers_to_capture (or set_dspark_layers_to_capture under DSPARK); its KimiLinearForCausalLM has only the DSpark one, so --speculative-algorithm DFLASH stops with \"implements neither ...\" (sgl-project/sglang#35784, open, adds the alias for Kimi-K3 only)",
             "python/sglang/srt/model_runner_components/attention_backend_setup.py (configure_aux_hidden_state_capture); python/sglang/srt/models/kimi_linear.py; sgl-project/sglang#35784",
+        ),
+        (Family::Eagle3 | Family::Eagle3Mla, Engine::Sglang) => row(
+            Serves::No,
+            "SGLang captures an EAGLE-3 drafter's taps through the target's set_eagle3_layers_to_capture; its KimiLinearForCausalLM has only set_dspark_layers_to_capture, so --speculative-algorithm EAGLE3 stops with \"does not implement set_eagle3_layers_to_capture\"",
+            "python/sglang/srt/model_executor/model_runner_components/attention_backend_setup.py (configure_aux_hidden_state_capture); python/sglang/srt/models/kimi_linear.py",
         ),
         (Family::Dflash, Engine::Trtllm) => row(
             Serves::No,
             "TensorRT-LLM's KimiLinearForCausalLM admits DFlash but builds Kimi-K3 (latent MoE routed_expert_hidden_size, attn_res_block_size, SiTU, MXFP4/NVFP4 experts required), which Kimi-Linear-48B-A3B's silu, BF16-expert checkpoint is not",
             "tensorrt_llm/_torch/models/modeling_kimi_linear.py",
         ),
+        (_, Engine::Trtllm) => row(
+            Serves::No,
+            "TensorRT-LLM's KimiLinearForCausalLM builds Kimi-K3 (latent MoE routed_expert_hidden_size, attn_res_block_size, SiTU, MXFP4/NVFP4 experts required), which Kimi-Linear-48B-A3B's silu, BF16-expert checkpoint is not, and its docstring lists EAGLE as not supported",
+            "tensorrt_llm/_torch/models/modeling_kimi_linear.py",
+        ),
+        // DSpark on SGLang: `set_dspark_layers_to_capture` is there.
         _ => None,
     }
 }
@@ -199,7 +214,7 @@ pub struct DraftTarget {
     /// The engines whose sources say something stands in the way; empty when none does.
     pub serving: Vec<OnTarget>,
     /// On a target with attention residuals: the stream each engine that runs the draft's
-    /// family there hands it.
+    /// family there, and does not refuse its layout, hands it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub streams: Vec<Drafting>,
     /// The stream the draft was trained on, where the matching profiles' `published_drafts`
@@ -250,9 +265,13 @@ pub fn of_draft(ck: &Checkpoint, det: &Detection, known: &[Profile]) -> Option<D
         .iter()
         .filter_map(|&e| on_target(&det.family, &target.architecture, e))
         .collect();
+    // An engine that runs the family there but refuses the draft's layout (SGLang has no
+    // K3DSparkModel) hands it nothing: its `engines` row says no, so no stream line.
+    let layout = det.block_draft.as_ref().map(|b| b.layout);
     let streams: Vec<Drafting> = drafting(&target.architecture)
         .iter()
         .filter(|d| d.families.contains(&det.family))
+        .filter(|d| layout.is_none_or(|l| super::block::claim(l, d.engine).loads != Loads::No))
         .cloned()
         .collect();
     let trained_on = if streams.is_empty() {
@@ -290,6 +309,27 @@ mod tests {
         // Nothing in the way on the DeepSeek-V3 targets.
         for e in Engine::ALL {
             assert!(on_target(&Family::Dflash, "DeepseekV3ForCausalLM", e).is_none());
+        }
+    }
+
+    /// Every draft family beside Kimi-Linear, as the engines' sources say: vLLM's one capture
+    /// for all (from a build), SGLang's DSpark capture only, TensorRT-LLM's class builds K3.
+    #[test]
+    fn kimi_linear_rows_cover_every_draft_family() {
+        let serves = |f, e| on_target(&f, KIMI_LINEAR, e).map(|v| v.serves);
+        for f in Family::DRAFTS {
+            assert_eq!(
+                serves(f.clone(), Engine::Vllm),
+                Some(Serves::FromBuild),
+                "{f:?}"
+            );
+            assert_eq!(serves(f.clone(), Engine::Trtllm), Some(Serves::No), "{f:?}");
+            let sglang = serves(f.clone(), Engine::Sglang);
+            if f == Family::Dspark {
+                assert_eq!(sglang, None);
+            } else {
+                assert_eq!(sglang, Some(Serves::No), "{f:?}");
+            }
         }
     }
 

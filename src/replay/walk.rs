@@ -23,6 +23,10 @@ pub struct Walk {
     pub cond_num: Vec<u64>,
     /// Per depth k: positions where depth k matched (unconditional, teacher-forced).
     pub uncond: Vec<u64>,
+    /// Per depth k: positions where depth k was compared (a token of the sample lies there,
+    /// before the stop): what `uncond[k]` counts out of. Short samples leave the deeper depths
+    /// fewer (none where a sample generates no more than k + 1 tokens).
+    pub at_depth: Vec<u64>,
     /// The depths after a root's first miss were not computed (`--after-miss skip`): `uncond`
     /// undercounts, and neither the unconditional rates nor the simulated accept length are
     /// measured.
@@ -39,10 +43,15 @@ pub struct Walk {
     /// final step's untrimmed acceptance cannot be replayed): the engine's figure is then not
     /// modelled.
     pub engine_unknown: u64,
-    /// Per count j: verify rounds that committed exactly j drafts (the walk's own histogram,
-    /// as vLLM's `acceptance_histogram` counts steps): what the per-position rates a
-    /// synthetic-acceptance benchmark takes are counted from (`verify::synthetic`).
+    /// Per count j: verify rounds that accepted exactly j drafts as the engine counts them
+    /// (vLLM's `acceptance_histogram`: a request's final step before its cut at the stop, as
+    /// `engine_extra` models it): what the per-position rates a synthetic-acceptance benchmark
+    /// takes are counted from (`verify::synthetic`). A final step the sample ends within
+    /// counts the matches the sample shows (`censored_hist`).
     pub accepted_hist: Vec<u64>,
+    /// Per count j: the rounds of `accepted_hist[j]` whose next draft the sample has no token
+    /// to judge (a final step without the tokens past the stop): they accepted at least j.
+    pub censored_hist: Vec<u64>,
 }
 
 impl Walk {
@@ -135,7 +144,9 @@ impl Walk {
             (&mut self.cond_den, &o.cond_den),
             (&mut self.cond_num, &o.cond_num),
             (&mut self.uncond, &o.uncond),
+            (&mut self.at_depth, &o.at_depth),
             (&mut self.accepted_hist, &o.accepted_hist),
+            (&mut self.censored_hist, &o.censored_hist),
         ] {
             if v.len() < w.len() {
                 v.resize(w.len(), 0);
@@ -163,7 +174,9 @@ pub fn walk_to(m: &Matches, stop: usize) -> Walk {
         cond_den: vec![0; k],
         cond_num: vec![0; k],
         uncond: vec![0; k],
+        at_depth: vec![0; k],
         accepted_hist: vec![0; k + 1],
+        censored_hist: vec![0; k + 1],
         requests: 1,
         ..Walk::default()
     };
@@ -172,6 +185,9 @@ pub fn walk_to(m: &Matches, stop: usize) -> Walk {
         return w;
     }
     for st in schedule(m, stop) {
+        // Every step but the final one commits its leading matches (`n == full`); the engine
+        // counts the final one's before its cut (`full`).
+        let counted = st.full.min(k);
         if st.last {
             // The final step. Its untrimmed acceptance is known where the first miss (or the
             // last depth) was compared with a real token of the sample.
@@ -180,11 +196,12 @@ pub fn walk_to(m: &Matches, stop: usize) -> Walk {
                 w.engine_extra += (st.full - st.n) as u64;
             } else {
                 w.engine_unknown += 1;
+                w.censored_hist[counted] += 1;
             }
         }
         w.rounds += 1;
         w.committed += (st.n + 1) as u64;
-        w.accepted_hist[st.n] += 1;
+        w.accepted_hist[counted] += 1;
     }
     // Every root position of the generated region (up to the stop).
     for t in p - 1..t_end.saturating_sub(1) {
@@ -193,6 +210,7 @@ pub fn walk_to(m: &Matches, stop: usize) -> Walk {
         w.leading_sum += n as u64;
         let avail = t_end.saturating_sub(t + 2);
         for d in 0..k.min(avail) {
+            w.at_depth[d] += 1;
             if m.c[t] >> d & 1 == 1 {
                 w.uncond[d] += 1;
             }

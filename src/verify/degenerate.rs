@@ -294,13 +294,17 @@ fn exact_depths(w: &Walk) -> Vec<String> {
             return out;
         }
         for d in 0..w.cond_num.len() {
-            // Matched at no position: `uncond` counts every position that has depth d (with
-            // `--after-miss skip` only those whose earlier depths matched: the conditional
-            // count, over the positions that reached it).
+            // Matched at no position: `uncond` counts the positions where depth d was compared
+            // (`at_depth`: a short sample has no token at its deeper depths, which is no miss),
+            // with `--after-miss skip` only those whose earlier depths matched: the conditional
+            // count, over the positions that reached it.
             let (n, of) = if w.after_miss_skipped {
                 (w.cond_num[d], w.cond_den[d])
             } else {
-                (w.uncond.get(d).copied().unwrap_or(0), at0)
+                (
+                    w.uncond.get(d).copied().unwrap_or(0),
+                    w.at_depth.get(d).copied().unwrap_or(0),
+                )
             };
             if n == 0 && of >= MIN_AT_DEPTH {
                 out.push(says(d, 0, of, what));
@@ -309,7 +313,9 @@ fn exact_depths(w: &Walk) -> Vec<String> {
         if w.cond_num[0] == at0 {
             out.push(says(0, at0, at0, what));
         }
-    } else if !w.accepted_hist.is_empty() {
+    } else if !w.accepted_hist.is_empty() && w.accepted_hist.iter().sum::<u64>() == w.rounds {
+        // Only where the histogram counts every step of the set: a set whose responses carry
+        // it only in part says nothing of the others' steps.
         let what = "verify steps";
         let at_least = |k: usize| w.accepted_hist.iter().skip(k).sum::<u64>();
         if w.rounds < MIN_AT_DEPTH {
@@ -324,7 +330,8 @@ fn exact_depths(w: &Walk) -> Vec<String> {
             }
         }
     } else {
-        // No histogram (server counters, TensorRT-LLM): only "nothing accepted" is known.
+        // No histogram (server counters, TensorRT-LLM), or one for only some of the set's
+        // requests: only "nothing accepted" is known.
         let accepted = (w.committed + w.engine_extra).saturating_sub(w.rounds);
         if w.rounds >= MIN_AT_DEPTH && accepted == 0 {
             out.push(says(0, 0, w.rounds, "verify steps"));
@@ -377,6 +384,8 @@ mod tests {
         };
         if let Some([num, den, uncond]) = tf {
             w.positions = den[0];
+            // Long samples: every depth compared at every position.
+            w.at_depth = vec![den[0]; den.len()];
             w.cond_num = num;
             w.cond_den = den;
             w.uncond = uncond;
@@ -492,6 +501,86 @@ mod tests {
             3,
         );
         assert!(!causes(&d).iter().any(|c| c.0 == Cause::AcceptLengthNearMax));
+    }
+
+    /// Short samples compare their deeper depths at few positions or none: a depth never
+    /// compared is no "accepted 0"; one compared at enough positions and never matched is.
+    #[test]
+    fn a_depth_no_sample_reaches_is_not_an_exact_0() {
+        let side = |w| Side {
+            name: "draft",
+            walks: Some(w),
+            continuations: Vec::new(),
+        };
+        // 60 samples of 3 generated tokens: depth 0 compared at 120 positions, depth 1 at 60,
+        // depth 2 at none.
+        let short = |uncond: Vec<u64>| {
+            let mut w = walk(&[1, 1], None);
+            w.positions = 2;
+            w.cond_den = vec![2, 1, 0];
+            w.cond_num = vec![1, 1, 0];
+            w.uncond = uncond;
+            w.at_depth = vec![2, 1, 0];
+            w
+        };
+        let walks: Vec<Walk> = (0..60).map(|_| short(vec![1, 1, 0])).collect();
+        let d = check(&[side(&walks)], &cats(60), 3);
+        assert!(!d.flagged, "{d:?}");
+        // Depth 1 compared at 120 positions and never matched: raised, out of those 120.
+        let walks: Vec<Walk> = (0..120)
+            .map(|_| {
+                let mut w = short(vec![1, 0, 0]);
+                w.cond_num = vec![1, 0, 0];
+                w
+            })
+            .collect();
+        let d = check(&[side(&walks)], &cats(120), 3);
+        let exact: Vec<&str> = d
+            .findings
+            .iter()
+            .filter(|f| f.scope == "overall")
+            .map(|f| f.detail.as_str())
+            .collect();
+        assert_eq!(
+            exact,
+            ["depth 1 accepted 0 of 120 teacher-forced positions (exactly 0)"]
+        );
+    }
+
+    /// A live set where only some responses carry the per-step histogram: the histogram counts
+    /// only their steps, so it says nothing of "every step" or "no step".
+    #[test]
+    fn a_histogram_of_part_of_the_set_is_not_read_as_the_whole() {
+        let side = |w| Side {
+            name: "draft",
+            walks: Some(w),
+            continuations: Vec::new(),
+        };
+        // 60 requests: 30 with a histogram whose steps accepted nothing, 30 without one that
+        // accepted 2 drafts a step.
+        let walks: Vec<Walk> = (0..60)
+            .map(|i| {
+                if i % 2 == 0 {
+                    walk(&[10], None)
+                } else {
+                    let mut w = walk(&[0, 0, 10], None);
+                    w.accepted_hist.clear();
+                    w
+                }
+            })
+            .collect();
+        let d = check(&[side(&walks)], &cats(60), 3);
+        assert!(
+            !d.findings.iter().any(|f| f.scope == "overall"),
+            "{:?}",
+            d.findings
+        );
+        // Category `a` alone is all histogram and accepted nothing: raised.
+        assert!(d
+            .findings
+            .iter()
+            .any(|f| f.scope == "a"
+                && f.detail == "depth 0 accepted 0 of 300 verify steps (exactly 0)"));
     }
 
     #[test]

@@ -6,9 +6,13 @@
 //! `vllm/config/speculative.py`) and in SGLang's (`SGLANG_SIMULATE_ACC_LEN`, a mean accept
 //! length; `sglang/srt/speculative/spec_utils.py`).
 //!
-//! The rates come from a histogram of rounds by accepted drafts (a walk's `accepted_hist`
-//! offline, the engine's per-request histogram live), so 1 + Σ rates is exactly the accept
-//! length the histogram counts: the expectation a synthetic run draws its acceptance from.
+//! The rates come from a histogram of rounds by accepted drafts, counted as the engine counts
+//! them (a walk's `accepted_hist` offline: a request's final round before its cut at the stop;
+//! the engine's per-request histogram live), so 1 + Σ rates is the accept length the engine
+//! reports (`accept_length_engine`): the expectation a synthetic run draws its acceptance from.
+//! A final round the sample ends within (no token past the stop to judge its next draft) is
+//! censored, not a miss: there the rates are the product-limit (Kaplan–Meier) estimate, each
+//! position's conditional rate over the rounds that judged it.
 
 use std::collections::BTreeMap;
 
@@ -21,13 +25,35 @@ pub const DECIMALS: u32 = 4;
 const SCALE: u64 = 10u64.pow(DECIMALS);
 
 /// What the rates count.
-pub const CONVENTION: &str = "unconditional per-position acceptance of the verify rounds: rate k (k = 1..K) = rounds that accepted at least k drafts / rounds (vLLM's synthetic_acceptance_rates: position i's entry is the probability that the first i+1 drafts are all accepted); non-increasing, rounded to 4 decimals from the counts; accept_length = 1 + Σ rates";
+pub const CONVENTION: &str = "unconditional per-position acceptance of the verify rounds: rate k (k = 1..K) = the probability that a round accepts at least k drafts (vLLM's synthetic_acceptance_rates: position i's entry is the probability that the first i+1 drafts are all accepted) = rounds that accepted at least k / rounds, a request's final round counted before its cut at the stop as the engine counts it; where a sample ends within its final round (its next draft never judged) the product-limit estimate, each position's conditional rate over the rounds that judged it; non-increasing, rounded to 4 decimals; accept_length = 1 + Σ rates";
+
+/// `value` rounded to [`DECIMALS`].
+fn rounded(value: f64) -> f64 {
+    (value * SCALE as f64).round() / SCALE as f64
+}
+
+/// The rates (k = 1..`k`) of the rounds `hist` counts (index j = rounds that accepted j
+/// drafts), `censored[j]` of them accepting at least j (their next draft never judged), each
+/// rounded to [`DECIMALS`], non-increasing and within [0, 1] (vLLM refuses anything else).
+/// `None` without rounds, where some position no round judged could be accepted (the rounds
+/// that reached it were all censored), or where a round accepted more than `k` drafts (the
+/// histogram contradicts K).
+pub fn rates(hist: &[u64], censored: &[u64], k: usize) -> Option<Vec<f64>> {
+    if hist.iter().skip(k + 1).any(|&c| c > 0) {
+        return None;
+    }
+    if censored.iter().all(|&c| c == 0) {
+        uncensored(hist, k)
+    } else {
+        product_limit(hist, censored, k)
+    }
+}
 
 /// Rounds accepted at least k drafts (k = 1..`k`) over all rounds, from `hist` (index j =
 /// rounds that accepted j drafts), each rounded to [`DECIMALS`] from the counts by integer
 /// arithmetic, half up. The counts are non-increasing in k and rounding is monotone, so the
 /// rates are non-increasing as vLLM requires, and within [0, 1]. `None` without rounds.
-pub fn rates(hist: &[u64], k: usize) -> Option<Vec<f64>> {
+fn uncensored(hist: &[u64], k: usize) -> Option<Vec<f64>> {
     let rounds: u64 = hist.iter().sum();
     if rounds == 0 {
         return None;
@@ -42,6 +68,31 @@ pub fn rates(hist: &[u64], k: usize) -> Option<Vec<f64>> {
             })
             .collect(),
     )
+}
+
+/// The product-limit estimate: position i's conditional rate is the rounds that accepted at
+/// least i drafts over those that judged draft i (accepted at least i − 1, less the ones
+/// censored at i − 1), and rate_k the product of the first k. Each factor is at most 1, so the
+/// products (and their roundings) never increase. Without censored rounds it is the share of
+/// [`uncensored`] (the product telescopes). `None` without rounds.
+fn product_limit(hist: &[u64], censored: &[u64], k: usize) -> Option<Vec<f64>> {
+    let at_least = |j: usize| hist.iter().skip(j).sum::<u64>();
+    if at_least(0) == 0 {
+        return None;
+    }
+    let mut p = 1.0f64;
+    let mut out = Vec::with_capacity(k);
+    for i in 1..=k {
+        let judged = at_least(i - 1).saturating_sub(censored.get(i - 1).copied().unwrap_or(0));
+        if judged > 0 {
+            p *= at_least(i) as f64 / judged as f64;
+        } else if p > 0.0 {
+            // Rounds reached draft i, but none judged it.
+            return None;
+        }
+        out.push(rounded(p));
+    }
+    Some(out)
 }
 
 /// vLLM's `--speculative-config` fragment: merge it into the draft's own (`method`, `model`).
@@ -65,12 +116,12 @@ pub struct Rates {
 }
 
 impl Rates {
-    /// The rates of the rounds `hist` counts, K = `k`.
-    pub fn of(hist: &[u64], k: usize) -> Option<Rates> {
+    /// The rates of the rounds `hist` counts (`censored` as [`rates`] takes it), K = `k`.
+    pub fn of(hist: &[u64], censored: &[u64], k: usize) -> Option<Rates> {
         if k == 0 {
             return None;
         }
-        let rates = rates(hist, k)?;
+        let rates = rates(hist, censored, k)?;
         // Σ of the rounded rates, itself at DECIMALS (an exact sum of multiples of 10^-4).
         let q: u64 = rates
             .iter()
@@ -110,30 +161,23 @@ pub struct Synthetic {
     pub per_category: BTreeMap<String, Option<Rates>>,
 }
 
-/// Offline: the rounds of the walk; `Walk::accepted_hist` counts committed drafts.
-pub const SOURCE_WALK: &str =
-    "the replay's walk: drafts committed per verify round (1 + Σ rates = accept_length)";
+/// Offline: the rounds of the walk; `Walk::accepted_hist` counts them as the engine does.
+pub const SOURCE_WALK: &str = "the replay's walk: drafts accepted per verify round as the engine counts them, a request's final round before its cut at the stop (1 + Σ rates = accept_length_engine where the trace holds the tokens past every stop; a final round the sample ends within is censored)";
 /// Live: the engines' per-request histograms.
 pub const SOURCE_ENGINE: &str = "the engine's per-request histogram (vLLM acceptance_histogram, SGLang spec_correct_drafts_histogram): its own count (1 + Σ rates = accept_length_engine); null where a response had none";
 
 /// The draft's rates from its per-sample walks (`categories[i]` is sample i's), K = `k`.
 /// A sample without a histogram (a live response without one) leaves its sets `null`.
 pub fn of(samples: &[Walk], categories: &[String], k: usize, source: &'static str) -> Synthetic {
-    let hist_of = |idx: &mut dyn Iterator<Item = usize>| -> Option<Vec<u64>> {
-        let mut h: Vec<u64> = Vec::new();
+    let rates_of = |idx: &mut dyn Iterator<Item = usize>| -> Option<Rates> {
+        let mut w = Walk::default();
         for i in idx {
-            let w = &samples[i];
-            if w.accepted_hist.is_empty() && w.rounds > 0 {
+            if samples[i].accepted_hist.is_empty() && samples[i].rounds > 0 {
                 return None;
             }
-            if h.len() < w.accepted_hist.len() {
-                h.resize(w.accepted_hist.len(), 0);
-            }
-            for (a, b) in h.iter_mut().zip(&w.accepted_hist) {
-                *a += b;
-            }
+            w.add(&samples[i]);
         }
-        Some(h)
+        Rates::of(&w.accepted_hist, &w.censored_hist, k)
     };
     let mut cats: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (i, c) in categories.iter().enumerate() {
@@ -143,13 +187,10 @@ pub fn of(samples: &[Walk], categories: &[String], k: usize, source: &'static st
         convention: CONVENTION,
         source,
         num_speculative_tokens: k,
-        overall: hist_of(&mut (0..samples.len())).and_then(|h| Rates::of(&h, k)),
+        overall: rates_of(&mut (0..samples.len())),
         per_category: cats
             .into_iter()
-            .map(|(c, idx)| {
-                let r = hist_of(&mut idx.into_iter()).and_then(|h| Rates::of(&h, k));
-                (c, r)
-            })
+            .map(|(c, idx)| (c, rates_of(&mut idx.into_iter())))
             .collect(),
     }
 }
@@ -161,28 +202,70 @@ mod tests {
     #[test]
     fn rates_are_the_unconditional_shares_rounded_and_non_increasing() {
         // 10 rounds: 2 accepted 0, 3 accepted 1, 1 accepted 2, 4 accepted 3.
-        let r = rates(&[2, 3, 1, 4], 3).unwrap();
+        let r = rates(&[2, 3, 1, 4], &[], 3).unwrap();
         assert_eq!(r, vec![0.8, 0.5, 0.4]);
         // 1 + Σ = 1 + (3 + 2 + 12) / 10, the histogram's accept length.
-        assert_eq!(Rates::of(&[2, 3, 1, 4], 3).unwrap().accept_length, 2.7);
+        assert_eq!(Rates::of(&[2, 3, 1, 4], &[], 3).unwrap().accept_length, 2.7);
         // Thirds: rounding half up from the counts keeps equal counts equal and the order.
-        let r = rates(&[1, 0, 1, 1], 3).unwrap();
+        let r = rates(&[1, 0, 1, 1], &[], 3).unwrap();
         assert_eq!(r, vec![0.6667, 0.6667, 0.3333]);
-        assert!(rates(&[0, 0], 1).is_none());
+        assert!(rates(&[0, 0], &[], 1).is_none());
         // Many rounds, every count: never increasing, always in [0, 1].
         for a in 0..40u64 {
             for b in 0..40u64 {
                 let h = [7, a, b, 40 - a.min(40), 3];
-                let r = rates(&h, 4).unwrap();
+                let r = rates(&h, &[], 4).unwrap();
                 assert!(r.windows(2).all(|w| w[1] <= w[0]), "{h:?} {r:?}");
                 assert!(r.iter().all(|x| (0.0..=1.0).contains(x)));
             }
         }
     }
 
+    /// A round the sample ends within is censored, not a miss: the rates are the
+    /// product-limit estimate over the rounds that judged each position.
+    #[test]
+    fn censored_rounds_are_not_misses() {
+        // 8 rounds accepted all 3 drafts; 2 final rounds ended with the sample before their
+        // first draft could be judged. Counted as misses they gave 0.8 everywhere.
+        assert_eq!(rates(&[2, 0, 0, 8], &[2], 3).unwrap(), vec![1.0, 1.0, 1.0]);
+        // 10 rounds: 2 missed draft 1, 4 accepted 1 then missed, 4 accepted 2 and the sample
+        // ended (censored at 2): c1 = 8/10, c2 = 4/8, c3 unjudged by anything that reached it.
+        assert!(rates(&[2, 4, 4, 0], &[0, 0, 4], 3).is_none());
+        // The same with 2 rounds that judged draft 3 (one accepted it): c3 = 1/2.
+        assert_eq!(
+            rates(&[2, 4, 5, 1], &[0, 0, 4], 3).unwrap(),
+            vec![0.8333, 0.5, 0.25]
+        );
+        // Nothing judged at all (samples that end within their first round): not measured.
+        assert!(rates(&[60], &[60], 3).is_none());
+        assert!(Rates::of(&[60], &[60], 3).is_none());
+        // Without censored rounds the product telescopes to the shares.
+        for h in [[2u64, 3, 1, 4], [0, 0, 0, 9], [5, 0, 0, 0], [1, 2, 3, 4]] {
+            let plain = uncensored(&h, 3).unwrap();
+            let pl = product_limit(&h, &[0, 0, 0], 3).unwrap();
+            for (a, b) in plain.iter().zip(&pl) {
+                assert!((a - b).abs() <= 1e-4, "{h:?} {plain:?} {pl:?}");
+            }
+        }
+        // Every histogram and censoring: non-increasing, within [0, 1].
+        for a in 0..12u64 {
+            for c0 in 0..=3u64 {
+                for c2 in 0..=a {
+                    let h = [3 + c0, 5, a, 4];
+                    if let Some(r) = rates(&h, &[c0, 0, c2], 3) {
+                        assert!(r.windows(2).all(|w| w[1] <= w[0]), "{h:?} {r:?}");
+                        assert!(r.iter().all(|x| (0.0..=1.0).contains(x)), "{r:?}");
+                    }
+                }
+            }
+        }
+        // A round that accepted more drafts than K contradicts K.
+        assert!(rates(&[5, 0, 0, 0, 1], &[], 3).is_none());
+    }
+
     #[test]
     fn the_vllm_fragment_is_one_line_of_its_keys() {
-        let r = Rates::of(&[0, 1, 1], 2).unwrap();
+        let r = Rates::of(&[0, 1, 1], &[], 2).unwrap();
         assert_eq!(
             r.vllm_line(),
             r#"{"num_speculative_tokens":2,"rejection_sample_method":"synthetic","synthetic_acceptance_rates":[1.0,0.5]}"#

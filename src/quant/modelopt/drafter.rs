@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::io::writer::TensorSpec;
 use crate::io::Dtype;
 use crate::quant::codec::{Codec, ConfigFiles, Encoded};
@@ -43,6 +43,9 @@ use crate::quant::stats::Stats;
 /// `STATIC_ACT_AMAX` of `quantize_drafter.py`: the amax every static input quantizer gets
 /// (`FP8_E4M3_MAX`, so the FP8 `input_scale` is 1.0).
 pub const FIXED_INPUT_AMAX: f32 = 448.0;
+
+/// What to do about quantized modules the `--input-amax` file lacks.
+pub const MISSING_AMAX_HINT: &str = "add them (the module name is the weight's tensor name without `.weight`), --exclude them, or pass --fixed-input-amax instead of the file (ModelOpt's calibration-free amax 448: input_scale 1.0)";
 
 /// ModelOpt's name of the algorithm.
 pub const QUANT_ALGO: &str = "FP8";
@@ -90,9 +93,17 @@ impl Fp8PerTensor {
     /// refuses a module the file lacks.
     pub fn new(input: Option<&InputAmax>, stats: &Stats) -> Result<Fp8PerTensor> {
         let input = input.expect("fp8-pt has a static input scale: resolve requires its amax");
-        Ok(Fp8PerTensor {
-            input_amax: input.for_modules(&stats.quantized)?,
-        })
+        // The shared refusal names NVFP4's weight-only scheme; fp8-pt's own way out is the
+        // calibration-free fixed amax.
+        let input_amax = input.for_modules(&stats.quantized).map_err(|e| match e {
+            Error::Source { path, msg, .. } => Error::Source {
+                path,
+                msg,
+                hint: Some(MISSING_AMAX_HINT.into()),
+            },
+            e => e,
+        })?;
+        Ok(Fp8PerTensor { input_amax })
     }
 }
 

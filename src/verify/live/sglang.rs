@@ -34,6 +34,26 @@ use crate::verify::prompt_sets::{Body, LivePrompt};
 
 pub struct Sglang;
 
+/// Drafts a verify step proposes (K), from the server arguments: `speculative_num_steps` for
+/// EAGLE's chain (or tree depth); the block drafters force that to 1 and draft
+/// `speculative_num_draft_tokens` − 1 a step (DFLASH: the block size; DSPARK: gamma + 1;
+/// `sglang/srt/arg_groups/speculative_hook.py`, `_handle_dflash`, `_handle_dspark`).
+fn drafts_per_step(info: &Value) -> Option<u64> {
+    let algo = info
+        .get("speculative_algorithm")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_ascii_uppercase();
+    if algo.contains("DFLASH") || algo.contains("DSPARK") {
+        count(info, "speculative_num_draft_tokens")
+            .ok()
+            .flatten()
+            .and_then(|n| n.checked_sub(1))
+    } else {
+        count(info, "speculative_num_steps").ok().flatten()
+    }
+}
+
 /// The last SGLang release with the unconditional +1 on explicit aux-layer ids.
 pub const AUX_SHIFT_UNTIL: (u64, u64, u64) = (0, 5, 12);
 /// The first release with `return_spec_tokens_details` on the OpenAI routes.
@@ -156,7 +176,7 @@ impl Protocol for Sglang {
                 .get("version")
                 .and_then(Value::as_str)
                 .map(String::from),
-            num_spec_tokens: count(&info, "speculative_num_steps").ok().flatten(),
+            num_spec_tokens: drafts_per_step(&info),
             ..Preflight::default()
         };
         let algo = info
@@ -255,6 +275,24 @@ fn spec_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// K is the chain's steps for EAGLE and the block's drafts for DFLASH / DSPARK, which
+    /// SGLang runs with `speculative_num_steps` forced to 1.
+    #[test]
+    fn drafts_per_step_of_each_algorithm() {
+        let info = |algo: &str, steps: u64, tokens: u64| {
+            serde_json::json!({"speculative_algorithm": algo, "speculative_num_steps": steps,
+                "speculative_num_draft_tokens": tokens})
+        };
+        assert_eq!(drafts_per_step(&info("EAGLE3", 3, 4)), Some(3));
+        assert_eq!(drafts_per_step(&info("EAGLE", 5, 16)), Some(5));
+        assert_eq!(drafts_per_step(&info("DFLASH", 1, 16)), Some(15));
+        assert_eq!(drafts_per_step(&info("DSPARK", 1, 8)), Some(7));
+        assert_eq!(
+            drafts_per_step(&serde_json::json!({"speculative_algorithm": "DFLASH"})),
+            None
+        );
+    }
 
     /// The `spec_tokens_details` example of PR sgl-project/sglang#33518 (DSpark block 5).
     #[test]

@@ -50,6 +50,7 @@ pub fn emit(
     junit_to: Option<&Path>,
     sources: &[PathBuf],
 ) -> crate::error::Result<()> {
+    check_outputs(json_to, junit_to)?;
     let json_to_stdout = json_to == Some(Path::new("-"));
     if json_to_stdout {
         println!("{}", serde_json::to_string_pretty(rep).expect("JSON"));
@@ -67,6 +68,34 @@ pub fn emit(
     }
     if let Some(p) = junit_to {
         output::write_file(p, JUNIT_REPORT, true, sources, junit(rep).as_bytes())?;
+    }
+    Ok(())
+}
+
+/// `--json FILE` and `--junit FILE` must be two files: one would replace the other (and the
+/// second write, finding a report that is not its kind, refused it after the run).
+pub fn check_outputs(json_to: Option<&Path>, junit_to: Option<&Path>) -> crate::error::Result<()> {
+    let (Some(j), Some(u)) = (json_to.filter(|p| *p != Path::new("-")), junit_to) else {
+        return Ok(());
+    };
+    // The directory resolved (links, `.`), the name as given.
+    let place = |p: &Path| {
+        let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
+        std::fs::canonicalize(parent.unwrap_or(Path::new(".")))
+            .ok()
+            .zip(p.file_name())
+            .map(|(d, n)| d.join(n))
+            .unwrap_or_else(|| p.to_path_buf())
+    };
+    if place(j) == place(u) {
+        return Err(crate::error::Error::Flags {
+            msg: format!(
+                "--json and --junit name the same file `{}`",
+                crate::escape::printable(&j.display().to_string())
+            ),
+            hint: "give each report its own file (e.g. --json report.json --junit report.xml)"
+                .into(),
+        });
     }
     Ok(())
 }

@@ -109,7 +109,7 @@ pub fn synthetic_lines(r: &Report) -> String {
                 x.sglang_env
             )),
             None => s.push_str(&format!(
-                "synthetic acceptance, {name}: not measured (no per-step histogram)\n"
+                "synthetic acceptance, {name}: not measured (no per-step histogram, or no verify round judged every draft position: samples that end within their rounds)\n"
             )),
         }
     }
