@@ -136,6 +136,9 @@ pub enum Error {
         path: PathBuf,
         tensor: String,
         msg: String,
+        /// What to do instead; without one, the generic hint of a tensor that disagrees with
+        /// its config or format.
+        hint: Option<String>,
     },
     #[error("`{}`: {msg}", path.display())]
     Detect { path: PathBuf, msg: String },
@@ -186,15 +189,16 @@ impl Error {
     }
 
     /// The same error with a `hint:` line. Only the variants that carry a hint (`Source`,
-    /// `Hub`, `Output`, `Device`, `Flags`) take one; on the others it is a programming error
-    /// (a debug assertion) and the error is returned unchanged.
+    /// `Hub`, `Output`, `Device`, `Flags`, `Endpoint`, `Tensor`) take one; on the others it is
+    /// a programming error (a debug assertion) and the error is returned unchanged.
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         match &mut self {
             Error::Source { hint: h, .. }
             | Error::Hub { hint: h, .. }
             | Error::Output { hint: h, .. }
             | Error::Device { hint: h, .. }
-            | Error::Endpoint { hint: h, .. } => *h = Some(hint.into()),
+            | Error::Endpoint { hint: h, .. }
+            | Error::Tensor { hint: h, .. } => *h = Some(hint.into()),
             Error::Flags { hint: h, .. } => *h = hint.into(),
             other => debug_assert!(false, "with_hint on an error without a hint: {other}"),
         }
@@ -223,7 +227,7 @@ impl Error {
             }),
             Error::Config { .. } => Some("`config.json` must be a JSON object as written by transformers".into()),
             Error::Source { hint, .. } | Error::Hub { hint, .. } | Error::Output { hint, .. } | Error::Device { hint, .. } | Error::Endpoint { hint, .. } => hint.clone(),
-            Error::Tensor { .. } => None,
+            Error::Tensor { hint, .. } => Some(hint.clone().unwrap_or_else(|| "the tensor disagrees with its config or with the format it claims: `kquant inspect` shows what kquant reads; re-export the checkpoint with the tool that wrote it".into())),
             Error::Detect { .. } => Some("fix the config or tensor names so that they agree; see docs/inspect.md".into()),
             Error::Manifest { .. } => Some("the output was changed after kquant wrote it; re-run the command that made it".into()),
             Error::Usage(_) => Some("see `kquant --help`".into()),

@@ -239,7 +239,8 @@ fn non_finite_weights_are_refused_with_tensor_and_row() {
     assert!(
         err.contains("tensor `l.weight`")
             && err.contains("row 1 column 3")
-            && err.contains("m.safetensors"),
+            && err.contains("m.safetensors")
+            && err.contains("hint: NaN or infinite weights"),
         "{err}"
     );
     assert!(!out.exists(), "no partial output");

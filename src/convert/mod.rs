@@ -463,6 +463,7 @@ pub fn write(
                             msg: format!(
                                 "entry {i} maps to target id {id}, outside the vocab of {vocab}"
                             ),
+                            hint: None,
                         });
                     }
                     mask[id as usize] = 1;
@@ -483,6 +484,7 @@ pub fn write(
                             path: ck.weights.dir.clone(),
                             tensor: d2t.clone(),
                             msg: format!("entry {i} maps to target row {id}, outside `{tn}`"),
+                            hint: None,
                         })?;
                     w.write_part(&name, r)?;
                 }

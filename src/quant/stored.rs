@@ -89,6 +89,7 @@ impl Probe<'_> {
                 .unwrap_or_default(),
             tensor: t.name.clone(),
             msg,
+            hint: None,
         }
     }
 }

@@ -376,6 +376,9 @@ pub(crate) fn non_finite(path: &Path, name: &str, i: usize, cols: usize, v: f32)
             i / cols,
             i % cols,
         ),
+        hint: Some(format!(
+            "NaN or infinite weights come from a diverged or corrupted checkpoint: re-export `{name}` from a good training step (kquant quantizes only finite weights)"
+        )),
     }
 }
 

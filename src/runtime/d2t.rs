@@ -21,6 +21,7 @@ pub fn read(ck: &Checkpoint, draft_vocab: usize, vocab: usize) -> Result<Option<
                 path: ck.weights.dir.clone(),
                 tensor: "d2t".into(),
                 msg: format!("shape {:?}, expected [{draft_vocab}]", v.shape()),
+                hint: None,
             })
         }
         None => None,

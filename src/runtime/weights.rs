@@ -79,6 +79,7 @@ impl<'a, 'c> Loader<'a, 'c> {
             path: self.dir().to_path_buf(),
             tensor: self.path(name),
             msg: msg.into(),
+            hint: None,
         }
     }
 

@@ -86,6 +86,7 @@ impl<'a> TargetHead<'a> {
                 path: dir(),
                 tensor: en,
                 msg: format!("shape {es:?}, expected [vocab, hidden]"),
+                hint: None,
             });
         }
         let (vocab, hidden) = (es[0], es[1]);
@@ -103,6 +104,7 @@ impl<'a> TargetHead<'a> {
                     path: dir(),
                     tensor: n,
                     msg: format!("shape {s:?}, expected {es:?} (the embedding's)"),
+                    hint: None,
                 })
             }
             None if tied => en.clone(),

@@ -89,6 +89,7 @@ pub(super) fn check_all(
                     path: f.path.clone(),
                     tensor: HIDDEN.into(),
                     msg: format!("has hidden size {}, but {from} gives {h}", c.shape[2]),
+                    hint: None,
                 })
             }
             Some(_) => {}
@@ -138,6 +139,7 @@ fn terr(p: &Path, tensor: &str, msg: String) -> Error {
         path: p.into(),
         tensor: tensor.into(),
         msg,
+        hint: None,
     }
 }
 

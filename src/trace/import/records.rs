@@ -247,6 +247,7 @@ fn split(pfile: &Path, f: &ConnFile, c: &Checked, r: &PromptRecord, id: u64) -> 
                 path: f.path.clone(),
                 tensor: TOKENS.into(),
                 msg: format!("differs from the prompt tokens of its --prompts record at position {k} ({} vs {})", c.tokens[k], tk[k]),
+                hint: None,
             });
         }
     }

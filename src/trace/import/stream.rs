@@ -98,6 +98,7 @@ impl Values<'_> {
                         msg: format!(
                         "holds {v} at tap slot {j} (hs[{tap}]), token position {p}, channel {k}"
                     ),
+                        hint: None,
                     })?;
             }
             b.peak = b.peak.max(b.buf.capacity() + b.row.capacity() * 4);
