@@ -100,15 +100,19 @@ impl Walk {
             .map(|(&n, &d)| (d > 0).then(|| n as f64 / d as f64))
             .collect()
     }
-    /// Unconditional teacher-forced rate of depth k.
+    /// Unconditional teacher-forced rate of depth k: out of the positions where depth k was
+    /// compared (`at_depth`; the last k root positions of a sample have no token there), 0
+    /// where none was.
     pub fn unconditional(&self) -> Vec<f64> {
         self.uncond
             .iter()
-            .map(|&u| {
-                if self.positions == 0 {
+            .enumerate()
+            .map(|(d, &u)| {
+                let of = self.at_depth.get(d).copied().unwrap_or(self.positions);
+                if of == 0 {
                     0.0
                 } else {
-                    u as f64 / self.positions as f64
+                    u as f64 / of as f64
                 }
             })
             .collect()
@@ -533,5 +537,11 @@ mod tests {
         assert_eq!(w.al_walk(), 2.0);
         assert_eq!(w.positions, 5);
         assert_eq!(w.leading_sum, 4);
+        // Depth d is compared at the roots t with t + 2 + d < 7 + 1: depth 0 at t = 1..4, depth
+        // 1 at t = 1..3, depth 2 at t = 1..2 (root 5 has no token after it); each rate is out
+        // of those, not out of all 5 roots.
+        assert_eq!(w.at_depth, vec![4, 3, 2]);
+        assert_eq!(w.uncond, vec![3, 1, 0]);
+        assert_eq!(w.unconditional(), vec![3.0 / 4.0, 1.0 / 3.0, 0.0]);
     }
 }
