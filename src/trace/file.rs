@@ -142,7 +142,7 @@ pub fn check_tap_stream(v: Option<&serde_json::Value>) -> std::result::Result<()
 
 /// Parse and check `manifest.json` bytes (pure: the `trace_manifest` fuzz target drives it).
 /// Every length, count and name the manifest gives is checked before anything is read with
-/// it: format and tap convention, shard names (plain file names, each listed once), a positive
+/// it: format and tap convention, taps within the target's depth, shard names (plain file names, each listed once), a positive
 /// hidden size, sample ids listed once, each sample's shard listed, and `prompt_len + gen_len`
 /// and `(prompt_len + gen_len) × hidden_size` computed with checked arithmetic (an overflow is
 /// refused with the true values). The tensors themselves are checked by [`Trace::open`].
@@ -167,6 +167,13 @@ pub fn parse_manifest(bytes: &[u8]) -> std::result::Result<Manifest, String> {
     }
     if manifest.hidden_size == 0 {
         return Err("hidden_size is 0".into());
+    }
+    // A tap is a `hidden_states` index of the target: 0..=num_layers.
+    if let Some(t) = manifest.taps.iter().find(|&&t| t > manifest.num_layers) {
+        return Err(format!(
+            "tap {t} is beyond the target's depth: num_layers is {}, so hidden_states run 0..={}",
+            manifest.num_layers, manifest.num_layers
+        ));
     }
     let mut shard_names = HashSet::new();
     for s in &manifest.shards {

@@ -65,6 +65,24 @@ fn res(vb: &Loader, name: &str, h: usize) -> Result<Vec<f32>> {
     ))
 }
 
+/// A tensor the config switches off (`flag` false or missing) must not be in the checkpoint:
+/// the forward would leave it out while the checkpoint's model runs it.
+fn unused(vb: &Loader, name: &str, flag: &str) -> Result<()> {
+    match vb.has(name) {
+        true => Err(Error::source(
+            vb.dir(),
+            format!(
+                "has tensor `{}`, but config.json's `{flag}` is false or missing: the config and the weights describe two models",
+                vb.path(name)
+            ),
+        )
+        .with_hint(format!(
+            "set `{flag}` to true in config.json if the model was trained with it, or use the config.json that came with these weights"
+        ))),
+        false => Ok(()),
+    }
+}
+
 fn latent_moe(vb: &Loader, c: &K3Config) -> Result<LatentMoe> {
     let (h, lt) = (c.ds().hidden, c.latent);
     Ok(LatentMoe {
@@ -72,7 +90,10 @@ fn latent_moe(vb: &Loader, c: &K3Config) -> Result<LatentMoe> {
         down: vb.get("routed_expert_down_proj.weight", &[lt, h])?,
         norm: match c.latent_norm {
             true => Some(vb.get("routed_expert_norm.weight", &[lt])?),
-            false => None,
+            false => {
+                unused(vb, "routed_expert_norm.weight", "latent_moe_use_norm")?;
+                None
+            }
         },
         up: vb.get("routed_expert_up_proj.weight", &[h, lt])?,
     })
@@ -97,6 +118,8 @@ fn layer(layers: &Loader, l: usize, c: &K3Config) -> Result<Layer> {
             let mut a = attn(&sa, ds)?;
             if c.mla_gate {
                 a.gate = Some(sa.get("g_proj.weight", &[ds.heads * ds.v_dim, h])?);
+            } else {
+                unused(&sa, "g_proj.weight", "mla_use_output_gate")?;
             }
             Mix::Mla(a)
         }
