@@ -300,3 +300,46 @@ fn k3_configs_of_the_wrong_type_or_that_the_weights_contradict_are_refused() {
         assert!(!out.exists(), "{key}");
     }
 }
+
+/// `inspect` of a K3 checkpoint whose config has no `attn_res_block_size` listed the engines'
+/// `partial`/`mixture` taps, though vLLM builds such a model without attention residuals and
+/// taps its one residual stream (`use_attn_res = attn_res_block_size is not None`).
+#[test]
+fn inspect_lists_k3_tap_streams_only_for_a_config_with_attention_residuals() {
+    let d = tempfile::tempdir().unwrap();
+    let src = root().join("fixtures/kimi-k3-tiny/target-random");
+    assert!(common::inspect_json(&src).get("drafting").is_some());
+    let ck = d.path().join("no-attn-res");
+    std::fs::create_dir(&ck).unwrap();
+    std::fs::copy(src.join("model.safetensors"), ck.join("model.safetensors")).unwrap();
+    let mut cfg = common::read_json(&src.join("config.json"));
+    cfg["text_config"]["attn_res_block_size"] = Value::Null;
+    std::fs::write(ck.join("config.json"), cfg.to_string()).unwrap();
+    let doc = common::inspect_json(&ck);
+    assert_eq!(doc["target_kind"], "kimi-k3", "{doc}");
+    assert!(doc.get("drafting").is_none(), "{}", doc["drafting"]);
+}
+
+/// A live verify on the K3 profile with `--draft-stream residual` (the capture's stream taken
+/// from it) was refused as `--stream residual`, a flag the user did not give.
+#[test]
+fn a_live_capture_refusal_names_the_flag_given() {
+    let (code, err) = run(&[
+        "verify",
+        "--target",
+        "kimi-k3-tiny",
+        "--draft",
+        K3_DSPARK,
+        "--draft-stream",
+        "residual",
+        "--per-category",
+        "1",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(
+            "error: --draft-stream residual: target `kimi-k3-tiny` has attention residuals"
+        ),
+        "{err}"
+    );
+}

@@ -142,8 +142,8 @@ pub fn check_tap_stream(v: Option<&serde_json::Value>) -> std::result::Result<()
 
 /// Parse and check `manifest.json` bytes (pure: the `trace_manifest` fuzz target drives it).
 /// Every length, count and name the manifest gives is checked before anything is read with
-/// it: format and tap convention, taps within the target's depth, shard names (plain file names, each listed once), a positive
-/// hidden size, sample ids listed once, each sample's shard listed, and `prompt_len + gen_len`
+/// it: format and tap convention, taps within the target's depth (`0..=num_layers`), shard
+/// names (plain file names, each listed once), a positive hidden size, sample ids listed once, each sample's shard listed, and `prompt_len + gen_len`
 /// and `(prompt_len + gen_len) × hidden_size` computed with checked arithmetic (an overflow is
 /// refused with the true values). The tensors themselves are checked by [`Trace::open`].
 pub fn parse_manifest(bytes: &[u8]) -> std::result::Result<Manifest, String> {

@@ -4,7 +4,9 @@
 //! import, merge, synthetic); a trace written before kquant recorded it has none, and then the
 //! stream is *implied* `residual` where the trace's target has no attention residuals and
 //! *unknown* where it has them ([`TraceStream::of`]). A value kquant does not know is refused
-//! when the manifest is read (`trace::file::check_tap_stream`).
+//! when the manifest is read (`trace::file::check_tap_stream`), and one the trace's target
+//! cannot have, or a target its witnesses disagree on, when the trace is used
+//! ([`TraceStream::checked`]: verify, merge).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -109,16 +111,11 @@ fn architecture_has(arch: &str) -> Option<bool> {
     }
 }
 
-/// Whether the target checkpoint `dir` with config `cfg` has attention residuals: a Kimi-K3
-/// (`runtime::kimi_k3::is_kimi_k3`) or any config with `attn_res_block_size`.
+/// Whether the target checkpoint `dir` with config `cfg` has attention residuals
+/// ([`config_has_attention_residuals`](crate::target::stream::config_has_attention_residuals)).
 pub fn checkpoint_witness(dir: &str, cfg: &crate::checkpoint::Config) -> Witness {
-    let has = crate::runtime::kimi_k3::is_kimi_k3(cfg)
-        || cfg
-            .text()
-            .get("attn_res_block_size")
-            .is_some_and(|v| !v.is_null());
     Witness {
-        attention_residuals: has,
+        attention_residuals: crate::target::stream::config_has_attention_residuals(cfg),
         what: format!(
             "target checkpoint `{}` ({})",
             crate::escape::printable(dir),

@@ -780,8 +780,12 @@ fn open_trace(a: &Source, profile: Option<&Profile>, tmp: &mut Option<Scratch>) 
                 let tgt = live.resolve(&live.target)?;
                 let ck = Checkpoint::open(&tgt.to_string_lossy())?;
                 let m = Target::load(&ck)?;
-                let asked = a.stream.or(a.stream_default.filter(|_| m.attention_residuals()));
-                let stream = crate::trace::stream::for_target(asked, m.attention_residuals(), &p.name, "--stream")?;
+                // The flag the stream came from, named in a refusal.
+                let (asked, flag) = match a.stream {
+                    Some(s) => (Some(s), "--stream"),
+                    None => (a.stream_default.filter(|_| m.attention_residuals()), "--draft-stream"),
+                };
+                let stream = crate::trace::stream::for_target(asked, m.attention_residuals(), &p.name, flag)?;
                 let file = match &a.prompts {
                     Some(p) => p.clone(),
                     None => live.resolve(&live.prompts)?,

@@ -3,7 +3,8 @@
 //! target with attention residuals (Kimi-K3) a draft replayed on the other stream is measured
 //! on inputs it never saw, so a known mismatch is refused (exit 2) unless
 //! `--allow-stream-mismatch` asks for that measurement; a stream not known on either side is
-//! said (a `note:` and the report's `tap_stream`), never passed over.
+//! said (a `note:` and the report's `tap_stream`), never passed over. A stream flag naming a
+//! stream the trace's target cannot have is refused before that ([`check_flags`]).
 //!
 //! A draft's training stream is known from `--draft-stream` (`--baseline-stream` for a draft
 //! baseline), else from the target profile's `published_drafts` where the draft is
