@@ -79,31 +79,23 @@ fn a_recorded_stream_the_target_cannot_have_is_refused() {
         m["tap_stream"] = "residual".into()
     });
     let mix = "records tap_stream `mixture`, a stream of a target with attention residuals";
-    refused(
-        verify(K25_EAGLE3, &k25, &["--target-checkpoint", K25_TARGET]),
-        &[mix, "target checkpoint `fixtures/kimi-k2.5-tiny/target`"],
-    );
-    refused(
-        verify(
-            K25_EAGLE3,
-            &k25,
-            &["--target", "kimi-k2.5-tiny", "--allow-stream-mismatch"],
-        ),
-        &[mix, "profile `kimi-k2.5-tiny` (--target)"],
-    );
     let res = "records tap_stream `residual`, a stream of a target without attention residuals, but its target has them";
-    refused(
-        verify(K3_DSPARK, &k3, &["--target-checkpoint", K3_TARGET]),
-        &[res, "KimiK3ForConditionalGeneration"],
-    );
-    refused(
-        verify(
-            K3_DSPARK,
-            &k3,
-            &["--target", "kimi-k3-tiny", "--allow-stream-mismatch"],
-        ),
-        &[res],
-    );
+    let allow = "--allow-stream-mismatch";
+    for (draft, trace, ck, profile, want) in [
+        (K25_EAGLE3, &k25, K25_TARGET, "kimi-k2.5-tiny", mix),
+        (K3_DSPARK, &k3, K3_TARGET, "kimi-k3-tiny", res),
+    ] {
+        let named = format!("target checkpoint `{ck}`");
+        refused(
+            verify(draft, trace, &["--target-checkpoint", ck]),
+            &[want, &named],
+        );
+        let named = format!("profile `{profile}` (--target)");
+        refused(
+            verify(draft, trace, &["--target", profile, allow]),
+            &[want, &named],
+        );
+    }
     // The fixtures as they are still verify.
     let (code, err) = verify(
         K3_DSPARK,
@@ -188,51 +180,42 @@ fn a_target_that_contradicts_itself_is_refused_and_a_k3_checkpoint_makes_the_str
 /// replayed and passed; `--baseline-stream` beside the prompt-lookup baseline was ignored.
 #[test]
 fn stream_flags_the_target_cannot_have_are_refused() {
-    let k3 = root().join(K3_TRACE);
-    refused(
-        verify(
+    let (k3, k25) = (root().join(K3_TRACE), root().join(K25_TRACE));
+    let cases = [
+        (
             K3_DSPARK,
             &k3,
-            &[
-                "--target",
-                "kimi-k3-tiny",
-                "--draft-stream",
-                "residual",
-                "--allow-stream-mismatch",
-            ],
+            "kimi-k3-tiny",
+            "--draft-stream",
+            "residual",
+            "--allow-stream-mismatch",
+            "--draft-stream residual: target `kimi-k3-tiny` has attention residuals",
         ),
-        &["--draft-stream residual: target `kimi-k3-tiny` has attention residuals"],
-    );
-    let k25 = root().join(K25_TRACE);
-    refused(
-        verify(
+        (
             K25_EAGLE3,
             &k25,
-            &[
-                "--target",
-                "kimi-k2.5-tiny",
-                "--draft-stream",
-                "partial",
-                "--allow-stream-mismatch",
-            ],
+            "kimi-k2.5-tiny",
+            "--draft-stream",
+            "partial",
+            "--allow-stream-mismatch",
+            "--draft-stream partial: target `kimi-k2.5-tiny` has no attention residuals",
         ),
-        &["--draft-stream partial: target `kimi-k2.5-tiny` has no attention residuals"],
-    );
-    refused(
-        verify(
+        (
             K25_EAGLE3,
             &k25,
-            &[
-                "--target",
-                "kimi-k2.5-tiny",
-                "--baseline",
-                "prompt-lookup",
-                "--baseline-stream",
-                "residual",
-            ],
+            "kimi-k2.5-tiny",
+            "--baseline-stream",
+            "residual",
+            "--baseline=prompt-lookup",
+            "--baseline-stream residual with --baseline prompt-lookup",
         ),
-        &["--baseline-stream residual with --baseline prompt-lookup"],
-    );
+    ];
+    for (draft, trace, profile, flag, stream, other, want) in cases {
+        refused(
+            verify(draft, trace, &["--target", profile, flag, stream, other]),
+            &[want],
+        );
+    }
 }
 
 /// A manifest whose taps lie beyond its own `num_layers` was read (and verified).
