@@ -326,3 +326,41 @@ fn a_live_capture_refusal_names_the_flag_given() {
         "{err}"
     );
 }
+
+/// `bench replay` of a K3 draft whose target shape no built-in profile has: with the K3
+/// `--target-checkpoint` given, `--stream mixture` was refused ("no attention residuals") and the
+/// synthetic trace recorded `residual`; the checkpoint now says what the target has.
+#[test]
+fn a_synthetic_trace_takes_the_target_checkpoints_attention_residuals() {
+    let d = tempfile::tempdir().unwrap();
+    let draft = d.path().join("dspark-9");
+    std::fs::create_dir(&draft).unwrap();
+    let src = root().join(K3_DSPARK);
+    std::fs::copy(
+        src.join("model.safetensors"),
+        draft.join("model.safetensors"),
+    )
+    .unwrap();
+    let mut cfg = common::read_json(&src.join("config.json"));
+    cfg["target_num_hidden_layers"] = 9.into();
+    std::fs::write(draft.join("config.json"), cfg.to_string()).unwrap();
+    for (stream, want) in [(None, "partial"), (Some("mixture"), "mixture")] {
+        let out = d.path().join(want);
+        let mut args = vec![
+            "bench",
+            "replay",
+            draft.to_str().unwrap(),
+            "--target-checkpoint",
+            K3_TARGET,
+            "--synthetic-trace",
+            "32",
+            "--write-trace",
+            out.to_str().unwrap(),
+        ];
+        args.extend(stream.map(|s| ["--stream", s]).iter().flatten());
+        let (code, err) = run(&args);
+        assert_eq!(code, Some(0), "{err}");
+        let m = common::read_json(&out.join("manifest.json"));
+        assert_eq!(m["tap_stream"], want);
+    }
+}
