@@ -66,7 +66,9 @@ fn res(vb: &Loader, name: &str, h: usize) -> Result<Vec<f32>> {
 }
 
 /// A tensor the config switches off (`flag` false or missing) must not be in the checkpoint:
-/// the forward would leave it out while the checkpoint's model runs it.
+/// the forward would leave it out while the checkpoint's model runs it. vLLM 0.33.0 refuses
+/// such a checkpoint too: `vllm/models/kimi_k3/nvidia/model.py` `load_weights` builds no
+/// parameter for it, and `params_dict[name]` raises.
 fn unused(vb: &Loader, name: &str, flag: &str) -> Result<()> {
     match vb.has(name) {
         true => Err(Error::source(
