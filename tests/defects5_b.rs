@@ -364,3 +364,66 @@ fn a_synthetic_trace_takes_the_target_checkpoints_attention_residuals() {
         assert_eq!(m["tap_stream"], want);
     }
 }
+
+/// `capture.json` beside a connector's files and a trace's `manifest.json` were read with no
+/// bound: a FIFO (no writer) hung the import or the verify for ever, a link to /dev/zero read
+/// until memory ran out. Both are regular files of a bounded size now, or an error at once.
+#[cfg(unix)]
+#[test]
+fn a_capture_json_or_a_manifest_that_is_no_regular_file_is_refused_at_once() {
+    let d = tempfile::tempdir().unwrap();
+    let (conn, trace) = (d.path().join("conn"), d.path().join("trace"));
+    for (dir, name) in [(&conn, "capture.json"), (&trace, "manifest.json")] {
+        std::fs::create_dir(dir).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.join(name))
+            .status()
+            .unwrap();
+        assert!(made.success());
+    }
+    let out = d.path().join("out");
+    let (c, t, o) = (
+        conn.to_str().unwrap(),
+        trace.to_str().unwrap(),
+        out.to_str().unwrap(),
+    );
+    let import = [
+        "trace",
+        "import",
+        "--format",
+        "vllm-hidden-states",
+        c,
+        "-o",
+        o,
+        "--num-layers",
+        "4",
+        "--layer-ids",
+        "1,2",
+    ];
+    let verify = ["verify", "--draft", K25_EAGLE3, "--trace", t];
+    for (args, what) in [
+        (&import[..], "a capture.json"),
+        (&verify[..], "a trace manifest"),
+    ] {
+        let mut child = common::kquant_cmd()
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed().as_secs() > 60 {
+                child.kill().unwrap();
+                panic!("{what}: still reading a FIFO after 60 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let o = child.wait_with_output().unwrap();
+        let err = common::stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        let want = format!("is not a regular file ({what} is read whole");
+        assert!(err.contains(&want) && err.contains("hint:"), "{err}");
+    }
+    assert!(!out.exists());
+}

@@ -124,6 +124,9 @@ impl SampleMeta {
     }
 }
 
+/// The largest `manifest.json` read (4 GiB: some ten million samples).
+pub const MAX_MANIFEST: u64 = 4 << 30;
+
 /// The manifest key of the taps' stream.
 pub const TAP_STREAM: &str = "tap_stream";
 
@@ -221,7 +224,9 @@ impl Trace {
     pub fn open(dir: &Path) -> Result<Trace> {
         crate::io::reads::note(dir);
         let mpath = dir.join("manifest.json");
-        let bytes = std::fs::read(&mpath).map_err(|e| Error::io("read", &mpath, e))?;
+        // A regular file of a bounded size: a link to /dev/zero or a FIFO is an error, not an
+        // endless read.
+        let bytes = crate::io::text::read_regular(&mpath, MAX_MANIFEST, "trace manifest")?;
         let manifest = parse_manifest(&bytes).map_err(|m| terr(dir, m))?;
         let mut shards = Vec::new();
         for s in &manifest.shards {
