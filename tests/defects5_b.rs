@@ -242,7 +242,7 @@ fn k3_configs_of_the_wrong_type_or_that_the_weights_contradict_are_refused() {
         "{\"id\": 0, \"category\": \"c\", \"tokens\": [3, 8, 13, 18]}\n",
     )
     .unwrap();
-    let cases: [(&str, Value, &str); 5] = [
+    let cases: [(&str, Value, &str); 6] = [
         ("latent_moe_use_norm", "yes".into(), "`latent_moe_use_norm` is \"yes\": true or false"),
         ("mla_use_output_gate", 1.into(), "`mla_use_output_gate` is 1: true or false"),
         ("rms_norm_eps", (-1.0).into(), "`rms_norm_eps` is -1.0: a number ≥ 0"),
@@ -250,6 +250,12 @@ fn k3_configs_of_the_wrong_type_or_that_the_weights_contradict_are_refused() {
             "mla_use_output_gate",
             false.into(),
             "has tensor `language_model.layers.2.self_attn.g_proj.weight`, but config.json's `mla_use_output_gate` is false",
+        ),
+        // A wrong shape named no remedy (the shared loader's error has no hint).
+        (
+            "hidden_size",
+            128.into(),
+            "tensor `language_model.model.embed_tokens.weight`: shape [2048, 64], expected [2048, 128]",
         ),
         (
             "latent_moe_use_norm",
