@@ -14,6 +14,7 @@ mod convert_blocks2026;
 mod convert_golden;
 mod ct_golden;
 mod defects5_c;
+mod defects5_b;
 mod degenerate;
 mod dequantize;
 mod fixtures;

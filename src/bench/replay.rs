@@ -223,6 +223,13 @@ fn open_trace(req: &Request, d: &dyn Drafter) -> Result<Opened> {
                 hidden: d.target_hidden(),
                 vocab: d.vocab(),
                 num_layers: d.target_layers(),
+                // The target checkpoint says, where given (opened once already by `run`).
+                attention_residuals: match &req.target_checkpoint {
+                    Some(t) => Checkpoint::open(t)?
+                        .config
+                        .map(|c| crate::target::stream::config_has_attention_residuals(&c)),
+                    None => None,
+                },
             };
             synthetic::write(
                 &dir,

@@ -130,10 +130,14 @@ pub fn drafting(architecture: &str) -> &'static [Drafting] {
     }
 }
 
-/// [`drafting`] beside a target checkpoint (its config's architecture); empty for a draft.
+/// [`drafting`] beside a target checkpoint (its config's architecture); empty for a draft, and
+/// for a config without `attn_res_block_size` (the engines then tap its one residual stream:
+/// `target::stream::config_has_attention_residuals`).
 pub fn of_target(ck: &Checkpoint, det: &Detection) -> &'static [Drafting] {
     match (&det.family, &ck.config) {
-        (Family::Target, Some(c)) => c.architectures().first().map_or(&[], |a| drafting(a)),
+        (Family::Target, Some(c)) if crate::target::stream::config_has_attention_residuals(c) => {
+            c.architectures().first().map_or(&[], |a| drafting(a))
+        }
         _ => &[],
     }
 }

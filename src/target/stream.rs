@@ -54,6 +54,16 @@ impl TapStream {
     }
 }
 
+/// Whether a model's config.json has Block Attention Residuals: `attn_res_block_size` set in
+/// its text config. The engines read that key, not the architecture: vLLM 0.33.0
+/// `vllm/models/kimi_k3/nvidia/model.py` (`use_attn_res = attn_res_block_size is not None`)
+/// taps the one residual stream of a K3 without it.
+pub fn config_has_attention_residuals(cfg: &crate::checkpoint::Config) -> bool {
+    cfg.text()
+        .get("attn_res_block_size")
+        .is_some_and(|v| !v.is_null())
+}
+
 /// One engine's tap stream on an attention-residual target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -124,6 +124,9 @@ impl SampleMeta {
     }
 }
 
+/// The largest `manifest.json` read (4 GiB: some ten million samples).
+pub const MAX_MANIFEST: u64 = 4 << 30;
+
 /// The manifest key of the taps' stream.
 pub const TAP_STREAM: &str = "tap_stream";
 
@@ -142,8 +145,8 @@ pub fn check_tap_stream(v: Option<&serde_json::Value>) -> std::result::Result<()
 
 /// Parse and check `manifest.json` bytes (pure: the `trace_manifest` fuzz target drives it).
 /// Every length, count and name the manifest gives is checked before anything is read with
-/// it: format and tap convention, shard names (plain file names, each listed once), a positive
-/// hidden size, sample ids listed once, each sample's shard listed, and `prompt_len + gen_len`
+/// it: format and tap convention, taps within the target's depth (`0..=num_layers`), shard
+/// names (plain file names, each listed once), a positive hidden size, sample ids listed once, each sample's shard listed, and `prompt_len + gen_len`
 /// and `(prompt_len + gen_len) × hidden_size` computed with checked arithmetic (an overflow is
 /// refused with the true values). The tensors themselves are checked by [`Trace::open`].
 pub fn parse_manifest(bytes: &[u8]) -> std::result::Result<Manifest, String> {
@@ -167,6 +170,13 @@ pub fn parse_manifest(bytes: &[u8]) -> std::result::Result<Manifest, String> {
     }
     if manifest.hidden_size == 0 {
         return Err("hidden_size is 0".into());
+    }
+    // A tap is a `hidden_states` index of the target: 0..=num_layers.
+    if let Some(t) = manifest.taps.iter().find(|&&t| t > manifest.num_layers) {
+        return Err(format!(
+            "tap {t} is beyond the target's depth: num_layers is {}, so hidden_states run 0..={}",
+            manifest.num_layers, manifest.num_layers
+        ));
     }
     let mut shard_names = HashSet::new();
     for s in &manifest.shards {
@@ -214,7 +224,9 @@ impl Trace {
     pub fn open(dir: &Path) -> Result<Trace> {
         crate::io::reads::note(dir);
         let mpath = dir.join("manifest.json");
-        let bytes = std::fs::read(&mpath).map_err(|e| Error::io("read", &mpath, e))?;
+        // A regular file of a bounded size: a link to /dev/zero or a FIFO is an error, not an
+        // endless read.
+        let bytes = crate::io::text::read_regular(&mpath, MAX_MANIFEST, "trace manifest")?;
         let manifest = parse_manifest(&bytes).map_err(|m| terr(dir, m))?;
         let mut shards = Vec::new();
         for s in &manifest.shards {

@@ -4,7 +4,7 @@
 //! The inputs must describe the same capture of the same target: target revision, hidden size,
 //! layers, vocabulary, taps, tap convention and tap dtype equal (an error names the first that
 //! differs and both values), and the taps of one stream (`tap_stream`; one a trace does not
-//! record is what `trace::stream::TraceStream::of` implies), which the merge records. Samples keep their order (input by input), their category,
+//! record is what `trace::stream::TraceStream::checked` implies; one its target contradicts is refused), which the merge records. Samples keep their order (input by input), their category,
 //! dataset and stop; they are numbered again from 0, since two traces both count from 0. The
 //! copy streams one tensor at a time, bytes as stored (no dtype round trip), into the claim's
 //! staging directory ([`TraceWriter`]): a kill leaves nothing under the output name. The
@@ -89,8 +89,8 @@ pub fn merge(inputs: &[PathBuf], out: &Path, force: bool) -> Result<Merged> {
     // Taps of one stream only (`tap_stream`, or what an unrecorded one implies), recorded.
     let streams: Vec<TraceStream> = traces
         .iter()
-        .map(|t| TraceStream::of(&t.manifest, None))
-        .collect();
+        .map(|t| TraceStream::checked(t, None, None))
+        .collect::<Result<_>>()?;
     let stream = stream::common(&streams).map_err(|(i, msg)| Error::Source {
         path: inputs[i].clone(),
         msg: format!("has {msg} (the first trace: `{}`)", inputs[0].display()),

@@ -4,7 +4,9 @@
 //! import, merge, synthetic); a trace written before kquant recorded it has none, and then the
 //! stream is *implied* `residual` where the trace's target has no attention residuals and
 //! *unknown* where it has them ([`TraceStream::of`]). A value kquant does not know is refused
-//! when the manifest is read (`trace::file::check_tap_stream`).
+//! when the manifest is read (`trace::file::check_tap_stream`), and one the trace's target
+//! cannot have, or a target its witnesses disagree on, when the trace is used
+//! ([`TraceStream::checked`]: verify, merge).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -87,6 +89,151 @@ pub fn has_attention_residuals(m: &Manifest, profile: Option<&Profile>) -> bool 
                 || (arch.is_some() && p.architecture.known().map(String::as_str) == arch)
                 || same_shape(m, p)
         })
+}
+
+/// One thing that says whether a trace's target has Block Attention Residuals, and what it is
+/// (for the message that names two that disagree).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Witness {
+    pub attention_residuals: bool,
+    /// `profile `kimi-k3` (--target)`, `the manifest's target.architecture …`, …
+    pub what: String,
+}
+
+/// Whether an architecture kquant's target runtimes run has attention residuals (what `trace
+/// capture` records as `target.architecture`: `runtime::target::Target::architecture`); `None`
+/// for one kquant does not run.
+fn architecture_has(arch: &str) -> Option<bool> {
+    match arch {
+        "KimiK3ForConditionalGeneration" => Some(true),
+        "DeepseekV3ForCausalLM" | "KimiLinearForCausalLM" => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether the target checkpoint `dir` with config `cfg` has attention residuals
+/// ([`config_has_attention_residuals`](crate::target::stream::config_has_attention_residuals)).
+pub fn checkpoint_witness(dir: &str, cfg: &crate::checkpoint::Config) -> Witness {
+    Witness {
+        attention_residuals: crate::target::stream::config_has_attention_residuals(cfg),
+        what: format!(
+            "target checkpoint `{}` ({})",
+            crate::escape::printable(dir),
+            crate::escape::printable(&cfg.architectures().join(", "))
+        ),
+    }
+}
+
+/// Everything that says whether the trace's target has attention residuals, strongest first:
+/// the `--target` profile, the target checkpoint given (`checkpoint`, [`checkpoint_witness`]),
+/// the manifest's `target.architecture` (which `trace capture` records) where kquant runs that
+/// architecture, and a built-in profile named by `target.name`. A trace's shape alone is no
+/// witness (another target may share it).
+pub fn witnesses(
+    m: &Manifest,
+    profile: Option<&Profile>,
+    checkpoint: Option<Witness>,
+) -> Vec<Witness> {
+    let field = |k: &str| m.target.get(k).and_then(Value::as_str);
+    let mut w: Vec<Witness> = profile
+        .map(|p| Witness {
+            attention_residuals: p.attention_residuals.is_some(),
+            what: format!("profile `{}` (--target)", crate::escape::printable(&p.name)),
+        })
+        .into_iter()
+        .chain(checkpoint)
+        .collect();
+    if let Some(a) = field("architecture") {
+        if let Some(has) = architecture_has(a) {
+            w.push(Witness {
+                attention_residuals: has,
+                what: format!(
+                    "the manifest's target.architecture `{}`",
+                    crate::escape::printable(a)
+                ),
+            });
+        }
+    }
+    if let Some(p) = field("name").and_then(|n| {
+        profile::builtin_or_empty()
+            .into_iter()
+            .find(|p| p.name == n)
+    }) {
+        w.push(Witness {
+            attention_residuals: p.attention_residuals.is_some(),
+            what: format!(
+                "built-in profile `{}`, which the manifest's target.name names",
+                p.name
+            ),
+        });
+    }
+    w
+}
+
+impl TraceStream {
+    /// The stream of `trace` as [`TraceStream::of`] reads it, held against every [`witnesses`]
+    /// entry: two witnesses that disagree, or a recorded stream the target cannot have
+    /// (`partial`/`mixture` on a target without attention residuals, `residual` on one with
+    /// them), are refused, since the taps would be read as something they are not. Without a
+    /// recorded stream, a witness decides between implied `residual` and unknown (the trace's
+    /// shape where there is none, as [`TraceStream::of`]).
+    pub fn checked(
+        trace: &crate::trace::file::Trace,
+        profile: Option<&Profile>,
+        checkpoint: Option<Witness>,
+    ) -> Result<TraceStream> {
+        let m = &trace.manifest;
+        let ws = witnesses(m, profile, checkpoint);
+        let refuse = |msg: String| {
+            Error::Source {
+            path: trace.dir.join("manifest.json"),
+            msg,
+            hint: Some("the trace was written for another target, or its manifest was edited: pass the --target (and --target-checkpoint) it was captured from, or capture it again (`kquant trace capture --stream`, `scripts/vllm_capture.py --stream`); docs/verify.md, \"Tap streams\"".into()),
+        }
+        };
+        if let Some(b) = ws
+            .iter()
+            .find(|w| w.attention_residuals != ws[0].attention_residuals)
+        {
+            let (with, without) = match ws[0].attention_residuals {
+                true => (&ws[0], b),
+                false => (b, &ws[0]),
+            };
+            return Err(refuse(format!(
+                "the trace's target has attention residuals according to {}, and none according to {}",
+                with.what, without.what
+            )));
+        }
+        match (m.tap_stream, ws.first()) {
+            (Some(s), Some(w)) if (s == TapStream::Residual) == w.attention_residuals => {
+                Err(refuse(format!(
+                    "records tap_stream `{}`, a stream of a target {} attention residuals, but its target has {} ({})",
+                    s.id(),
+                    if w.attention_residuals { "without" } else { "with" },
+                    if w.attention_residuals { "them" } else { "none" },
+                    w.what
+                )))
+            }
+            (None, Some(w)) if w.attention_residuals => Ok(TraceStream {
+                stream: None,
+                known: Known::Unknown,
+            }),
+            (None, Some(_)) => Ok(TraceStream {
+                stream: Some(TapStream::Residual),
+                known: Known::Implied,
+            }),
+            _ => Ok(TraceStream::of(m, profile)),
+        }
+    }
+
+    /// Whether the trace's target has attention residuals, as its stream says (an unknown
+    /// stream is one of an attention-residual target).
+    pub fn attention_residuals(&self) -> bool {
+        match self.known {
+            Known::Unknown => true,
+            _ => self.stream != Some(TapStream::Residual),
+        }
+    }
 }
 
 fn same_shape(m: &Manifest, p: &Profile) -> bool {

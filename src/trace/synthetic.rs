@@ -38,6 +38,10 @@ pub struct TraceShape {
     /// The target's layer count when the draft records it; else the trace says the fewest
     /// layers its taps need.
     pub num_layers: Option<usize>,
+    /// Whether the target has attention residuals, where its checkpoint is given
+    /// (`target::stream::config_has_attention_residuals`); else a built-in profile of the
+    /// trace's shape says (`trace::stream::has_attention_residuals`).
+    pub attention_residuals: Option<bool>,
 }
 
 /// Most tap values (samples × tokens × taps × hidden) a synthetic trace may hold: 4 GiB as f32.
@@ -157,11 +161,16 @@ pub fn write(
     // the draft it is for), else as what a capture of a target of this shape would tap by
     // default (vLLM's `partial` on an attention-residual target), so that the trace is read as
     // one of its target's.
-    let attn_res = crate::trace::stream::has_attention_residuals(&manifest, None);
+    let attn_res = shape
+        .attention_residuals
+        .unwrap_or_else(|| crate::trace::stream::has_attention_residuals(&manifest, None));
     manifest.tap_stream = Some(crate::trace::stream::for_target(
         stream,
         attn_res,
-        "a synthetic trace of this shape",
+        match shape.attention_residuals {
+            Some(_) => "the --target-checkpoint",
+            None => "a synthetic trace of this shape",
+        },
         "--stream",
     )?);
     file::write(claim, manifest, &new)
@@ -178,6 +187,7 @@ mod tests {
             hidden: s.hidden,
             vocab: s.vocab,
             num_layers: s.num_layers,
+            attention_residuals: s.attention_residuals,
         }
     }
 
@@ -190,6 +200,7 @@ mod tests {
             hidden: 16,
             vocab: 37,
             num_layers: None,
+            attention_residuals: None,
         };
         let (a, b) = (base.join("a"), base.join("b"));
         write(&a, &shape, 40, 5, 2, false, None).unwrap();

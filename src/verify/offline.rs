@@ -97,7 +97,13 @@ impl Plan {
         let mut source = req.source.clone();
         source.stream_default = req.streams.draft;
         let (profile, trace) = source.open(&mut capture_dir)?;
-        let streams = check_streams(&req, profile.as_ref(), &trace)?;
+        let target = req
+            .source
+            .target_checkpoint(profile.as_ref())?
+            .as_deref()
+            .map(Checkpoint::open)
+            .transpose()?;
+        let streams = check_streams(&req, profile.as_ref(), &trace, target.as_ref())?;
         // A verify that replays nothing is never a pass.
         if trace.manifest.samples.is_empty() {
             return Err(Error::Source {
@@ -116,12 +122,6 @@ impl Plan {
             None => None,
             Some(name) => Some(published_benchmark(name, profile.as_ref(), &trace)?),
         };
-        let target = req
-            .source
-            .target_checkpoint(profile.as_ref())?
-            .as_deref()
-            .map(Checkpoint::open)
-            .transpose()?;
         let warnings = if req.source.trace.is_some() {
             let specs = [Some(&req.draft), req.baseline.as_ref()];
             specs
@@ -271,7 +271,12 @@ impl Plan {
 /// The trace's tap stream held against the drafts' training streams (`verify::stream`): the
 /// profile given, else the built-in one the trace's manifest names, says which published
 /// drafts there are.
-fn check_streams(req: &Request, profile: Option<&Profile>, trace: &Trace) -> Result<StreamCheck> {
+fn check_streams(
+    req: &Request,
+    profile: Option<&Profile>,
+    trace: &Trace,
+    target: Option<&Checkpoint>,
+) -> Result<StreamCheck> {
     let named = match profile {
         Some(_) => None,
         None => trace
@@ -286,7 +291,27 @@ fn check_streams(req: &Request, profile: Option<&Profile>, trace: &Trace) -> Res
             }),
     };
     let profile = profile.or(named.as_ref());
-    let ts = TraceStream::of(&trace.manifest, profile);
+    let witness = target.and_then(|ck| {
+        let cfg = ck.config.as_ref()?;
+        Some(crate::trace::stream::checkpoint_witness(
+            &ck.weights.dir.to_string_lossy(),
+            cfg,
+        ))
+    });
+    let ts = TraceStream::checked(trace, profile, witness)?;
+    let target_name = match (
+        profile,
+        trace.manifest.target.get("name").and_then(Value::as_str),
+    ) {
+        (Some(p), _) => p.name.clone(),
+        (None, Some(n)) => n.to_string(),
+        (None, None) => trace.dir.display().to_string(),
+    };
+    let flags = [
+        (req.streams.draft, "--draft-stream"),
+        (req.streams.baseline, "--baseline-stream"),
+    ];
+    stream::check_flags(&flags, req.baseline.as_deref(), ts, &target_name)?;
     let mut drafts = vec![(
         req.draft.as_str(),
         stream::of_draft(&req.draft, req.streams.draft, "--draft-stream", profile, ts),
@@ -755,8 +780,12 @@ fn open_trace(a: &Source, profile: Option<&Profile>, tmp: &mut Option<Scratch>) 
                 let tgt = live.resolve(&live.target)?;
                 let ck = Checkpoint::open(&tgt.to_string_lossy())?;
                 let m = Target::load(&ck)?;
-                let asked = a.stream.or(a.stream_default.filter(|_| m.attention_residuals()));
-                let stream = crate::trace::stream::for_target(asked, m.attention_residuals(), &p.name, "--stream")?;
+                // The flag the stream came from, named in a refusal.
+                let (asked, flag) = match a.stream {
+                    Some(s) => (Some(s), "--stream"),
+                    None => (a.stream_default.filter(|_| m.attention_residuals()), "--draft-stream"),
+                };
+                let stream = crate::trace::stream::for_target(asked, m.attention_residuals(), &p.name, flag)?;
                 let file = match &a.prompts {
                     Some(p) => p.clone(),
                     None => live.resolve(&live.prompts)?,

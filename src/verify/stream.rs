@@ -3,7 +3,8 @@
 //! target with attention residuals (Kimi-K3) a draft replayed on the other stream is measured
 //! on inputs it never saw, so a known mismatch is refused (exit 2) unless
 //! `--allow-stream-mismatch` asks for that measurement; a stream not known on either side is
-//! said (a `note:` and the report's `tap_stream`), never passed over.
+//! said (a `note:` and the report's `tap_stream`), never passed over. A stream flag naming a
+//! stream the trace's target cannot have is refused before that ([`check_flags`]).
 //!
 //! A draft's training stream is known from `--draft-stream` (`--baseline-stream` for a draft
 //! baseline), else from the target profile's `published_drafts` where the draft is
@@ -120,6 +121,35 @@ pub fn of_draft(
             ),
         },
     }
+}
+
+/// The stream flags (`flags`: each flag's value and name, `--draft-stream` then
+/// `--baseline-stream`) checked against the trace's target before any replay: a stream that
+/// target cannot have (`partial`/`mixture` without attention residuals, `residual` with them,
+/// as `trace::stream::for_target` says; the target's kind from the trace's checked stream) and
+/// `--baseline-stream` for the `prompt-lookup` baseline, which reads no taps, are refused, with
+/// or without `--allow-stream-mismatch` (which measures a draft on the other stream of its own
+/// target, never on a stream the target does not have).
+pub fn check_flags(
+    flags: &[(Option<TapStream>, &str)],
+    baseline: Option<&str>,
+    trace: TraceStream,
+    target: &str,
+) -> Result<()> {
+    for &(flag, name) in flags {
+        let Some(s) = flag else { continue };
+        if name == "--baseline-stream" && baseline == Some("prompt-lookup") {
+            return Err(Error::Flags {
+                msg: format!(
+                    "--baseline-stream {} with --baseline prompt-lookup: prompt lookup reads no taps, so it has no tap stream",
+                    s.id()
+                ),
+                hint: "leave --baseline-stream out, or give a draft --baseline".into(),
+            });
+        }
+        crate::trace::stream::for_target(Some(s), trace.attention_residuals(), target, name)?;
+    }
+    Ok(())
 }
 
 /// Hold each draft's stream against the trace's: a known mismatch is an error unless `allow`;

@@ -96,14 +96,29 @@ fn read(t: &Map<String, Value>, cfg: &Config) -> std::result::Result<K3Config, S
             .ok_or_else(|| format!("`routed_expert_hidden_size` is {v}: a width ≥ 1"))?
             as usize,
     };
-    let flag = |k: &str| get(k).and_then(Value::as_bool).unwrap_or(false);
+    // A value of the wrong type is refused, not read as the default (the Kimi-Linear reader's
+    // numbers and flags fall back to theirs): each changes what the forward computes.
+    let flag = |k: &str| match get(k) {
+        None => Ok(false),
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| format!("`{k}` is {v}: true or false")),
+    };
+    for (k, min, what) in [
+        ("rms_norm_eps", 0.0, "a number ≥ 0"),
+        ("routed_scaling_factor", f64::MIN, "a number"),
+    ] {
+        if let Some(v) = get(k).filter(|v| v.as_f64().is_none_or(|x| x < min)) {
+            return Err(format!("`{k}` is {v}: {what}"));
+        }
+    }
     Ok(K3Config {
         kl,
         block,
         act,
         latent,
-        latent_norm: flag("latent_moe_use_norm"),
-        mla_gate: flag("mla_use_output_gate"),
+        latent_norm: flag("latent_moe_use_norm")?,
+        mla_gate: flag("mla_use_output_gate")?,
     })
 }
 
@@ -152,5 +167,11 @@ mod tests {
         assert!(with("activation_situ_beta", (-1.0).into()).contains("positive"));
         assert!(with("routed_expert_hidden_size", 0.into()).contains("width"));
         assert!(with("routed_expert_hidden_size", Value::Null).contains("LatentMoE"));
+        // Wrong types are refused, not read as the defaults (defects round 5).
+        assert!(with("latent_moe_use_norm", "yes".into()).contains("true or false"));
+        assert!(with("mla_use_output_gate", 1.into()).contains("true or false"));
+        assert!(with("rms_norm_eps", (-1.0).into()).contains("≥ 0"));
+        assert!(with("rms_norm_eps", "1e-5".into()).contains("≥ 0"));
+        assert!(with("routed_scaling_factor", "2.5".into()).contains("a number"));
     }
 }

@@ -65,6 +65,26 @@ fn res(vb: &Loader, name: &str, h: usize) -> Result<Vec<f32>> {
     ))
 }
 
+/// A tensor the config switches off (`flag` false or missing) must not be in the checkpoint:
+/// the forward would leave it out while the checkpoint's model runs it. vLLM 0.33.0 refuses
+/// such a checkpoint too: `vllm/models/kimi_k3/nvidia/model.py` `load_weights` builds no
+/// parameter for it, and `params_dict[name]` raises.
+fn unused(vb: &Loader, name: &str, flag: &str) -> Result<()> {
+    match vb.has(name) {
+        true => Err(Error::source(
+            vb.dir(),
+            format!(
+                "has tensor `{}`, but config.json's `{flag}` is false or missing: the config and the weights describe two models",
+                vb.path(name)
+            ),
+        )
+        .with_hint(format!(
+            "set `{flag}` to true in config.json if the model was trained with it, or use the config.json that came with these weights"
+        ))),
+        false => Ok(()),
+    }
+}
+
 fn latent_moe(vb: &Loader, c: &K3Config) -> Result<LatentMoe> {
     let (h, lt) = (c.ds().hidden, c.latent);
     Ok(LatentMoe {
@@ -72,7 +92,10 @@ fn latent_moe(vb: &Loader, c: &K3Config) -> Result<LatentMoe> {
         down: vb.get("routed_expert_down_proj.weight", &[lt, h])?,
         norm: match c.latent_norm {
             true => Some(vb.get("routed_expert_norm.weight", &[lt])?),
-            false => None,
+            false => {
+                unused(vb, "routed_expert_norm.weight", "latent_moe_use_norm")?;
+                None
+            }
         },
         up: vb.get("routed_expert_up_proj.weight", &[h, lt])?,
     })
@@ -97,6 +120,8 @@ fn layer(layers: &Loader, l: usize, c: &K3Config) -> Result<Layer> {
             let mut a = attn(&sa, ds)?;
             if c.mla_gate {
                 a.gate = Some(sa.get("g_proj.weight", &[ds.heads * ds.v_dim, h])?);
+            } else {
+                unused(&sa, "g_proj.weight", "mla_use_output_gate")?;
             }
             Mix::Mla(a)
         }
@@ -111,8 +136,30 @@ fn layer(layers: &Loader, l: usize, c: &K3Config) -> Result<Layer> {
     })
 }
 
-/// Load every weight, checked against `c`.
+/// Load every weight, checked against `c`; a missing tensor or a wrong shape is an error that
+/// names the tensor and says what to do (the shared loader's errors carry no hint).
 pub fn load(ck: &Checkpoint, c: &K3Config) -> Result<Weights> {
+    const HINT: &str = "the weights and config.json describe different models: use the config.json that came with these weights (`kquant inspect --tensors DIR` lists the tensors and their shapes)";
+    read_all(ck, c).map_err(|e| match e {
+        Error::Tensor { path, tensor, msg } => Error::Source {
+            path,
+            msg: format!("tensor `{tensor}`: {msg}"),
+            hint: Some(HINT.into()),
+        },
+        Error::Source {
+            path,
+            msg,
+            hint: None,
+        } => Error::Source {
+            path,
+            msg,
+            hint: Some(HINT.into()),
+        },
+        e => e,
+    })
+}
+
+fn read_all(ck: &Checkpoint, c: &K3Config) -> Result<Weights> {
     let lg = Logical::new(ck)?;
     if lg
         .shape("language_model.model.embed_tokens.weight")

@@ -63,9 +63,12 @@ pub const CAPTURE_JSON: &str = "capture.json";
 /// `DIR/capture.json`'s `tap_stream`, where the file is there and records one.
 fn recorded_stream(dir: &Path) -> Result<Option<TapStream>> {
     let p = dir.join(CAPTURE_JSON);
-    let Ok(bytes) = std::fs::read(&p) else {
+    if !p.exists() {
         return Ok(None);
-    };
+    }
+    // A regular file of a bounded size: a link to /dev/zero or a FIFO is an error, not an
+    // endless read.
+    let bytes = crate::io::text::read_regular(&p, crate::io::text::MAX_CONFIG, CAPTURE_JSON)?;
     let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
         Error::source(&p, format!("is not JSON: {e}"))
             .with_hint("scripts/vllm_capture.py writes it; move a file of another tool away")
