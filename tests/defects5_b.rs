@@ -251,7 +251,7 @@ fn k3_configs_of_the_wrong_type_or_that_the_weights_contradict_are_refused() {
             false.into(),
             "has tensor `language_model.layers.2.self_attn.g_proj.weight`, but config.json's `mla_use_output_gate` is false",
         ),
-        // A wrong shape named no remedy (the shared loader's error has no hint).
+        // A wrong shape named no remedy (K3's hint names the config that came with the weights).
         (
             "hidden_size",
             128.into(),

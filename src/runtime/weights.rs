@@ -110,7 +110,10 @@ impl<'a, 'c> Loader<'a, 'c> {
     fn check(&self, name: &str, shape: &[usize]) -> Result<String> {
         let full = self.path(name);
         let s = self.lg.shape(&full).ok_or_else(|| {
-            Error::source(self.dir(), format!("{} has no tensor `{full}`", self.owner))
+            Error::source(self.dir(), format!("{} has no tensor `{full}`", self.owner)).with_hint(
+                "the weights and config.json describe different models: use the config.json that \
+                 came with these weights (`kquant inspect --tensors DIR` lists the tensors)",
+            )
         })?;
         if s != shape {
             return Err(self.error(name, format!("shape {s:?}, expected {shape:?}")));

@@ -137,24 +137,11 @@ fn layer(layers: &Loader, l: usize, c: &K3Config) -> Result<Layer> {
 }
 
 /// Load every weight, checked against `c`; a missing tensor or a wrong shape is an error that
-/// names the tensor and says what to do (the shared loader's errors carry no hint).
+/// names the tensor and says what to do (K3's hint, in place of the shared loader's generic one).
 pub fn load(ck: &Checkpoint, c: &K3Config) -> Result<Weights> {
     const HINT: &str = "the weights and config.json describe different models: use the config.json that came with these weights (`kquant inspect --tensors DIR` lists the tensors and their shapes)";
     read_all(ck, c).map_err(|e| match e {
-        Error::Tensor { path, tensor, msg } => Error::Source {
-            path,
-            msg: format!("tensor `{tensor}`: {msg}"),
-            hint: Some(HINT.into()),
-        },
-        Error::Source {
-            path,
-            msg,
-            hint: None,
-        } => Error::Source {
-            path,
-            msg,
-            hint: Some(HINT.into()),
-        },
+        Error::Tensor { hint: None, .. } | Error::Source { hint: None, .. } => e.with_hint(HINT),
         e => e,
     })
 }
