@@ -311,6 +311,23 @@ fn assert_same(ours: &Value, c: [u64; 4], what: &str) {
     );
 }
 
+/// Our per-depth unconditional rates equal the reference's counts: depth k's matches out of
+/// the positions that compared depth k (`at_depth`), summed over `walks`.
+fn assert_same_unconditional(ours: &Value, walks: &[&Value], what: &str) {
+    let sum = |k: &str, d: usize| -> u64 { walks.iter().map(|w| w[k][d].as_u64().unwrap()).sum() };
+    let got = ours["unconditional_acceptance"].as_array().unwrap();
+    assert_eq!(
+        got.len(),
+        walks[0]["uncond"].as_array().unwrap().len(),
+        "{what}"
+    );
+    for (d, g) in got.iter().enumerate() {
+        let want = sum("uncond", d) as f64 / sum("at_depth", d) as f64;
+        let g = g.as_f64().unwrap();
+        assert!((g - want).abs() <= 1e-9, "{what}: depth {d}: {g} vs {want}");
+    }
+}
+
 /// The first sample of each category, in a trace of their own (same shard): the replay over it
 /// must count exactly what replay_ref.py counted for those samples.
 #[test]
@@ -357,6 +374,7 @@ fn verify_replays_trace_samples_as_the_reference_does() {
         ref_counts(&pl_walks),
         "prompt lookup, 7 tokens",
     );
+    assert_same_unconditional(&rep["draft"], &walks, "dflash, a sample per category");
     for (s, w) in keep.iter().zip(&walks) {
         let cat = s["category"].as_str().unwrap();
         let c = ref_counts(&[w]);
@@ -377,6 +395,10 @@ fn verify_replays_the_whole_trace_as_the_reference_does() {
         ["rounds", "committed", "positions", "leading_sum"].map(|k| a[k].as_u64().unwrap())
     };
     assert_same(&rep["draft"], counts(agg), "whole trace");
+    assert_same_unconditional(&rep["draft"], &[agg], "whole trace");
+    let sim = rep["draft"]["simulated_accept_length"].as_f64().unwrap();
+    let want = agg["simulated"].as_f64().unwrap();
+    assert!((sim - want).abs() <= 1e-9, "simulated AL {sim} vs {want}");
     let pl = read_json(&fix("reference/prompt-lookup.json"));
     let pl = &pl["latest-k7"]["aggregate"]["all"];
     assert_same(
