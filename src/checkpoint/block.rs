@@ -231,6 +231,12 @@ pub struct BlockDraft {
     pub vocab: Vocab,
     /// Inconsistencies and what an engine does with them, each naming the engine.
     pub problems: Vec<Problem>,
+    /// Where the config contradicts itself or the tensors (block-size keys that disagree, taps
+    /// that name no target layers, a mask token outside the vocabulary, a Markov rank that is
+    /// not the tensors'): each is also among `problems`; `convert` and the replay refuse the
+    /// draft on the first ([`BlockDraft::contradiction`]).
+    #[serde(skip)]
+    pub contradictions: Vec<String>,
 }
 
 /// One finding: what is wrong, and which engine will not load the draft because of it.
@@ -241,11 +247,17 @@ pub struct Problem {
     pub sglang_refuses: bool,
 }
 
-/// The findings, as [`describe`] collects them.
+/// The findings, as [`describe`] collects them, and the contradictions among them.
 #[derive(Default)]
-struct Problems(Vec<Problem>);
+struct Problems(Vec<Problem>, Vec<String>);
 
 impl Problems {
+    /// The config contradicts itself or the tensors: a finding (`vllm`/`sglang`: the engine
+    /// refuses it) that `convert` and the replay refuse.
+    fn contradiction(&mut self, what: String, vllm_refuses: bool, sglang_refuses: bool) {
+        self.1.push(what.clone());
+        self.add(what, vllm_refuses, sglang_refuses)
+    }
     fn add(&mut self, what: String, vllm_refuses: bool, sglang_refuses: bool) {
         self.0.push(Problem {
             what,
@@ -449,8 +461,13 @@ pub fn describe(
         Some((v, k)) => (u(v), Some(k)),
         None => (None, None),
     };
-    if dspark && block_size.is_none() {
+    if dspark && block_size_key.is_none() {
         problems.note("no block size in the config: vLLM then needs `num_speculative_tokens` and SGLang `--speculative-num-draft-tokens` at launch".into());
+    }
+    block_keys_agree(cfg, &bkeys, &mut problems);
+    mask_token(kind, cfg, dims, &mut problems);
+    if let Some(a) = aux {
+        taps_name_target_layers(layout, cfg, a, &mut problems);
     }
 
     let anchor = anchor(layout, cfg, &mut problems);
@@ -497,6 +514,115 @@ pub fn describe(
         taps,
         vocab,
         problems: problems.0,
+        contradictions: problems.1,
+    }
+}
+
+/// Every block-size key set is a whole number of tokens in `1..=MAX_DIM`, and they agree: the
+/// engines read them in different orders (vLLM `block_size`, then `dspark_block_size`:
+/// vllm/config/speculative.py; SGLang `dspark_block_size`, then `dflash_config.block_size`, then
+/// `block_size`: dspark_config.py, dflash_utils.py), so keys that disagree run different blocks.
+fn block_keys_agree(c: &Config, keys: &[(Option<&str>, &str)], problems: &mut Problems) {
+    let max = super::detect::MAX_DIM;
+    let mut seen: Vec<(String, u64)> = Vec::new();
+    for &(obj, k) in keys {
+        let Some((v, key)) = first(c, &[(obj, k)]) else {
+            continue;
+        };
+        match v.as_u64() {
+            Some(n) if (1..=max).contains(&n) => seen.push((key, n)),
+            _ => problems.contradiction(
+                format!("`{key}` is {v}: a block size is a whole number of tokens, 1..={max}"),
+                true,
+                true,
+            ),
+        }
+    }
+    if seen.iter().any(|(_, n)| *n != seen[0].1) {
+        let all: Vec<String> = seen.iter().map(|(k, n)| format!("`{k}` {n}")).collect();
+        problems.contradiction(
+            format!(
+                "the block-size keys disagree ({}): vLLM reads `block_size` first, SGLang `dspark_block_size` and `dflash_config.block_size` before it, so the engines would run different blocks",
+                all.join(", ")
+            ),
+            false,
+            false,
+        );
+    }
+}
+
+/// The mask token the engines embed for every masked row: a whole number below the vocabulary,
+/// one value wherever it is written (SGLang reads `dspark_noise_token_id`, then
+/// `dspark_config`/`dflash_config`, then the root, and refuses a negative id or one outside the
+/// target's vocabulary: dspark_config.py `parse_dspark_draft_config`, `resolve_runtime_config`).
+fn mask_token(kind: Kind, c: &Config, dims: &Sizes, problems: &mut Problems) {
+    let keys = [
+        (None, "dspark_noise_token_id"),
+        (Some("dspark_config"), "mask_token_id"),
+        (Some("dflash_config"), "mask_token_id"),
+        (None, "mask_token_id"),
+    ];
+    let sglang = kind == Kind::Dspark;
+    let mut seen: Vec<(String, u64)> = Vec::new();
+    for &(obj, k) in &keys {
+        let Some((v, key)) = first(c, &[(obj, k)]) else {
+            continue;
+        };
+        match (v.as_u64(), dims.vocab_size) {
+            (Some(id), Some(vocab)) if id >= vocab => problems.contradiction(
+                format!("`{key}` {id} is outside the vocabulary of {vocab}: every masked row embeds it (SGLang: \"mask_token_id={id} is outside the target vocab size\")"),
+                false,
+                sglang,
+            ),
+            (Some(id), _) => seen.push((key, id)),
+            (None, _) => problems.contradiction(
+                format!("`{key}` is {v}: a mask token id is a whole number below the vocabulary (SGLang: \"mask_token_id must be non-negative\")"),
+                false,
+                sglang,
+            ),
+        }
+    }
+    if seen.iter().any(|(_, n)| *n != seen[0].1) {
+        let all: Vec<String> = seen.iter().map(|(k, n)| format!("`{k}` {n}")).collect();
+        problems.contradiction(
+            format!(
+                "the mask-token keys disagree ({}): which one a masked row embeds depends on the engine's reading order",
+                all.join(", ")
+            ),
+            false,
+            false,
+        );
+    }
+}
+
+/// The taps name target layers, once each, in order, within the target's depth when the config
+/// gives it (`num_target_layers` in every layout but `k3-dspark`, where it counts the taps and
+/// the depth is `target_num_hidden_layers`); the replay refuses the same.
+fn taps_name_target_layers(layout: Layout, c: &Config, a: TapIds, problems: &mut Problems) {
+    let ids = a.ids;
+    let why = if ids.is_empty() {
+        Some("name no layer".to_string())
+    } else if let Some(k) = ids.iter().find(|&&k| k < 0) {
+        Some(format!("{k} is negative: a layer id is 0 or more (Python reads a negative index from the last layer)"))
+    } else if !ids.windows(2).all(|w| w[0] < w[1]) {
+        Some("must name distinct layers in increasing order (each tap is one target layer, read once)".to_string())
+    } else {
+        let key = if layout == Layout::K3Dspark {
+            "target_num_hidden_layers"
+        } else {
+            "num_target_layers"
+        };
+        let depth = c.root.get(key).and_then(Value::as_u64);
+        // The hidden state a tap reads: output of layer k is hidden_states[k + 1].
+        let last = ids
+            .last()
+            .map_or(0, |&k| k as u64 + u64::from(a.input_of_layer != Some(true)));
+        depth.filter(|&d| last > d).map(|d| {
+            format!("the last reads hidden_states[{last}], past the target's {d} layers (`{key}`)")
+        })
+    };
+    if let Some(why) = why {
+        problems.contradiction(format!("taps {ids:?}: {why}"), false, false);
     }
 }
 
@@ -545,7 +671,7 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
     ];
     let found = first(c, &keys);
     let rank = found.as_ref().and_then(|(v, _)| v.as_u64());
-    let key = found.map(|(_, k)| k);
+    let key = found.as_ref().map(|(_, k)| k.clone());
     let at_root = c.root.get("markov_rank").is_some_and(|v| !v.is_null());
     let head_type = first(
         c,
@@ -559,8 +685,12 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
     .and_then(|(v, _)| v.as_str().map(str::to_ascii_lowercase));
     let w1 = shape(w, "markov_head.markov_w1.weight");
     let w2 = shape(w, "markov_head.markov_w2.weight");
+    if let (Some((v, k)), None) = (&found, rank) {
+        problems.contradiction(format!("`{k}` is {v}: the Markov rank is a whole number (SGLang: \"DSpark markov_rank must be >= 0\"; vLLM builds `nn.Embedding(vocab_size, markov_rank)`)"), true, true);
+    }
     match (rank, &key) {
-        (None, _) => problems.both("no `markov_rank` in the config: vLLM will not load it (it reads `config.markov_rank` at the root) and SGLang refuses \"DSpark draft requires markov_rank > 0\"".into()),
+        (None, Some(_)) => {}
+        (None, None) => problems.both("no `markov_rank` in the config: vLLM will not load it (it reads `config.markov_rank` at the root) and SGLang refuses \"DSpark draft requires markov_rank > 0\"".into()),
         (Some(0), _) => problems.sglang("`markov_rank` is 0: SGLang refuses \"DSpark draft requires markov_rank > 0\"".into()),
         (Some(_), Some(k)) if !at_root => problems.both(format!("vLLM will not load it: `markov_rank` must be at the config root (vLLM reads `config.markov_rank`; found `{k}`; SpecForge exports need root-level copies, SpecForge PR #852); nor will SGLang, which builds the Markov head from the root's (`build_markov_head`): \"DSpark requires markov_rank > 0 (the Markov head is the core of the semi-AR draft); got markov_rank=0.\"")),
         _ => {}
@@ -574,11 +704,17 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
     for (name, s) in [("markov_w1", &w1), ("markov_w2", &w2)] {
         match s {
             None => problems.note(format!("no `markov_head.{name}.weight` tensor")),
+            // The engines build the head from the rank and load the tensors into it
+            // (vLLM's `default_weight_loader` asserts the shapes match).
             Some(s) if rank.is_some_and(|r| s.get(1).map(|&x| x as u64) != Some(r)) => problems
-                .note(format!(
-                    "`markov_head.{name}.weight` is {s:?} but markov_rank is {}",
-                    rank.unwrap_or(0)
-                )),
+                .contradiction(
+                    format!(
+                        "`markov_head.{name}.weight` is {s:?} but markov_rank is {}",
+                        rank.unwrap_or(0)
+                    ),
+                    true,
+                    true,
+                ),
             _ => {}
         }
     }
@@ -786,6 +922,12 @@ fn vocab(layout: Layout, d: &Sizes, problems: &mut Problems) -> Vocab {
 }
 
 impl BlockDraft {
+    /// The first place the config contradicts itself or the tensors (`convert` and the replay
+    /// refuse the draft on it).
+    pub fn contradiction(&self) -> Option<&str> {
+        self.contradictions.first().map(String::as_str)
+    }
+
     /// The first finding for which vLLM will not load the draft.
     pub fn vllm_refuses(&self) -> Option<&Problem> {
         self.problems.iter().find(|p| p.vllm_refuses)

@@ -565,6 +565,13 @@ pub fn plan(
     (kind, taps): (Kind, Option<Vec<i64>>),
 ) -> Result<Plan> {
     let b = block_of(ck, det, kind)?;
+    if let Some(why) = b.contradiction() {
+        return Err(source_err(
+            ck,
+            format!("cannot be converted as written: {why}"),
+            "fix its config.json (in a copy of the draft) so that its keys agree with each other, the vocabulary and the tensors, then convert again; `kquant inspect` lists every problem".into(),
+        ));
+    }
     let layout = written(kind, b.layout, o.engine)?;
     let hs = taps.ok_or_else(|| {
         source_err(

@@ -318,6 +318,22 @@ fn target_layers(dir: &Path, c: &Config, k3: bool) -> Result<Option<usize>> {
     })
 }
 
+/// `rms_norm_eps` (1e-6 when absent): a finite number, not negative (a negative one makes
+/// RMSNorm's root NaN for small rows, and every proposal with it).
+pub(super) fn norm_eps(dir: &Path, c: &Config) -> Result<f32> {
+    match c.get("rms_norm_eps").filter(|v| !v.is_null()) {
+        None => Ok(1e-6),
+        Some(v) => match v.as_f64() {
+            Some(e) if e.is_finite() && e >= 0.0 => Ok(e as f32),
+            _ => Err(Error::source(
+                dir,
+                format!("`rms_norm_eps` is {v}: RMSNorm's epsilon is a small non-negative number"),
+            )
+            .with_hint("give the rms_norm_eps the draft was trained with (1e-6 when absent)")),
+        },
+    }
+}
+
 /// The rotary table: plain, or YaRN (HF applies its attention factor to cos/sin; Qwen3
 /// attention keeps the 1/sqrt(head_dim) scale).
 fn rope(dir: &Path, c: &Config, head_dim: usize) -> Result<Rope> {
@@ -326,6 +342,15 @@ fn rope(dir: &Path, c: &Config, head_dim: usize) -> Result<Rope> {
         .or_else(|| c.get("rope_parameters").and_then(|r| r.get("rope_theta")))
         .and_then(Value::as_f64)
         .ok_or_else(|| Error::source(dir, "config has no `rope_theta`"))?;
+    if !(theta.is_finite() && theta > 0.0) {
+        return Err(Error::source(
+            dir,
+            format!("`rope_theta` is {theta}: RoPE's base is a positive number"),
+        )
+        .with_hint(
+            "give the rope_theta the draft was trained with (`kquant inspect` shows the config)",
+        ));
+    }
     let scaling = c
         .get("rope_scaling")
         .filter(|v| !v.is_null())
@@ -498,7 +523,13 @@ impl DFlash {
             .with_hint("verify this draft live on its engine (`kquant verify --endpoint`); the offline replay would measure another model"));
         }
         let mla = attn::MlaSpec::of(det, dir, c)?;
-        let sh = Shape::read(dir, &det.dims)?;
+        // A DSpark or DFlash2 draft's block is the one `inspect` reads (`checkpoint::block`:
+        // `dspark_block_size` too; keys that disagree were refused above).
+        let mut dims = det.dims.clone();
+        if let Some(b) = det.block_draft.as_ref().and_then(|b| b.block_size) {
+            dims.block_size = Some(b);
+        }
+        let sh = Shape::read(dir, &dims)?;
         let (h, vocab, head_dim, n_layers) = (sh.h, sh.vocab, sh.head_dim, sh.n_layers);
         let mask_id = mask_id(dir, c, vocab)?;
         check_block_kind(dir, c)?;
@@ -508,10 +539,7 @@ impl DFlash {
             Some(_) => Rope::plain(2, 1.0), // each MLA layer holds its own table
             None => rope(dir, c, head_dim)?,
         };
-        let eps = c
-            .get("rms_norm_eps")
-            .and_then(Value::as_f64)
-            .unwrap_or(1e-6) as f32;
+        let eps = norm_eps(dir, c)?;
 
         if (target.vocab, target.hidden) != (vocab, h) {
             return Err(Error::Source {

@@ -83,7 +83,8 @@ fn count(dir: &std::path::Path, c: &Config, key: &str, max: u64) -> Result<usize
         Some(n) => Err(Error::source(
             dir,
             format!("`dflash_config.{key}` is {n}: it must be 1..={max}"),
-        )),
+        )
+        .with_hint("the DFlash2 keys give the widths of the convolution and selector tensors; `kquant inspect` shows the tensors' shapes")),
         None => Err(Error::source(
             dir,
             format!("DFlash2 config has no `dflash_config.{key}`"),
@@ -94,7 +95,8 @@ fn count(dir: &std::path::Path, c: &Config, key: &str, max: u64) -> Result<usize
 
 /// The layouts the replay runs: DFlash, DSpark and DFlash2 on the Qwen3 GQA backbone, and
 /// Inferact's MLA `K3DSparkModel` (`k3-dspark`). DFlash2 with `attention_mode: mla` is refused by
-/// name: no engine builds it.
+/// name: no engine builds it; so is a DSpark or DFlash2 draft whose config contradicts itself or
+/// its tensors (`BlockDraft::contradiction`).
 pub fn check_layout(det: &Detection, dir: &std::path::Path) -> Result<()> {
     match det.block_draft.as_ref().map(|b| b.layout) {
         Some(l @ Layout::Dflash2Mla) => Err(Error::source(
@@ -106,7 +108,11 @@ pub fn check_layout(det: &Detection, dir: &std::path::Path) -> Result<()> {
             ),
         )
         .with_hint("`kquant inspect` says which engines load it; an MLA DFlash2 is not replayed")),
-        _ => Ok(()),
+        _ => match det.block_draft.as_ref().and_then(|b| b.contradiction()) {
+            Some(why) => Err(Error::source(dir, format!("cannot be replayed as written: {why}"))
+                .with_hint("fix its config.json (in a copy of the draft) so that its keys agree with each other, the vocabulary and the tensors; `kquant inspect` lists every problem")),
+            None => Ok(()),
+        },
     }
 }
 
