@@ -538,12 +538,10 @@ fn block_keys_agree(c: &Config, keys: &[(Option<&str>, &str)], problems: &mut Pr
             ),
         }
     }
-    if seen.iter().any(|(_, n)| *n != seen[0].1) {
-        let all: Vec<String> = seen.iter().map(|(k, n)| format!("`{k}` {n}")).collect();
+    if let Some(all) = disagreement(&seen) {
         problems.contradiction(
             format!(
-                "the block-size keys disagree ({}): vLLM reads `block_size` first, SGLang `dspark_block_size` and `dflash_config.block_size` before it, so the engines would run different blocks",
-                all.join(", ")
+                "the block-size keys disagree ({all}): vLLM reads `block_size` first, SGLang `dspark_block_size` and `dflash_config.block_size` before it, so the engines would run different blocks"
             ),
             false,
             false,
@@ -582,12 +580,10 @@ fn mask_token(kind: Kind, c: &Config, dims: &Sizes, problems: &mut Problems) {
             ),
         }
     }
-    if seen.iter().any(|(_, n)| *n != seen[0].1) {
-        let all: Vec<String> = seen.iter().map(|(k, n)| format!("`{k}` {n}")).collect();
+    if let Some(all) = disagreement(&seen) {
         problems.contradiction(
             format!(
-                "the mask-token keys disagree ({}): which one a masked row embeds depends on the engine's reading order",
-                all.join(", ")
+                "the mask-token keys disagree ({all}): which one a masked row embeds depends on the engine's reading order"
             ),
             false,
             false,
@@ -595,9 +591,21 @@ fn mask_token(kind: Kind, c: &Config, dims: &Sizes, problems: &mut Problems) {
     }
 }
 
+/// The keys and values of `seen` when they are not all one value, as `` `key` value, … ``.
+fn disagreement(seen: &[(String, u64)]) -> Option<String> {
+    seen.iter().any(|(_, n)| *n != seen[0].1).then(|| {
+        seen.iter()
+            .map(|(k, n)| format!("`{k}` {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
+}
+
 /// The taps name target layers, once each, in order, within the target's depth when the config
 /// gives it (`num_target_layers` in every layout but `k3-dspark`, where it counts the taps and
-/// the depth is `target_num_hidden_layers`); the replay refuses the same.
+/// the depth is `target_num_hidden_layers`); the replay refuses the same, as vLLM's Qwen3-Omni
+/// DSpark check does ("target_layer_ids must be unique and strictly increasing", "zero-based
+/// text-layer indices in [0, N − 1]": vllm/config/speculative.py).
 fn taps_name_target_layers(layout: Layout, c: &Config, a: TapIds, problems: &mut Problems) {
     let ids = a.ids;
     let why = if ids.is_empty() {
@@ -646,6 +654,13 @@ fn anchor(layout: Layout, c: &Config, problems: &mut Problems) -> Anchor {
             None => (false, "speculators' default, `update_dspark`".into()),
         },
         _ => match (key("sample_from_anchor"), key("dspark_bonus_anchor")) {
+            (Some(v), Some(bonus)) if v == bonus => {
+                // The two keys say opposite layouts; the engines read `sample_from_anchor` only
+                // (vLLM's Qwen3-Omni check requires "sample_from_anchor=true and
+                // dspark_bonus_anchor=false").
+                problems.contradiction(format!("`sample_from_anchor` {v} and `dspark_bonus_anchor` {bonus} say opposite anchor layouts: the engines read `sample_from_anchor`, so the draft would be served in the layout the other key says it was not trained with"), false, false);
+                (v, "`sample_from_anchor`".into())
+            }
             (Some(v), _) => (v, "`sample_from_anchor`".into()),
             (None, Some(bonus)) => (!bonus, "`dspark_bonus_anchor`".into()),
             (None, None) => (true, "vLLM's and SGLang's default".into()),
@@ -685,6 +700,20 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
     .and_then(|(v, _)| v.as_str().map(str::to_ascii_lowercase));
     let w1 = shape(w, "markov_head.markov_w1.weight");
     let w2 = shape(w, "markov_head.markov_w2.weight");
+    // vLLM reads the root's rank, SGLang `dspark_markov_rank`, then the nested ones, then the
+    // root's: the keys set must agree.
+    let ranks: Vec<(String, u64)> = keys
+        .iter()
+        .filter_map(|&(o, k)| first(c, &[(o, k)]))
+        .filter_map(|(v, k)| v.as_u64().map(|r| (k, r)))
+        .collect();
+    if let Some(all) = disagreement(&ranks) {
+        problems.contradiction(
+            format!("the Markov-rank keys disagree ({all}): vLLM builds the head from the root's, SGLang from `dspark_markov_rank` or the nested ones first"),
+            false,
+            false,
+        );
+    }
     if let (Some((v, k)), None) = (&found, rank) {
         problems.contradiction(format!("`{k}` is {v}: the Markov rank is a whole number (SGLang: \"DSpark markov_rank must be >= 0\"; vLLM builds `nn.Embedding(vocab_size, markov_rank)`)"), true, true);
     }
@@ -701,20 +730,28 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
     if let Some(t) = head_type.as_deref().filter(|t| *t != "vanilla") {
         problems.vllm(format!("vLLM will not load it: Markov head `{t}`: vLLM builds only `vanilla` (W1 embedding + W2 projection), so the head's other tensors do not load (SGLang builds `{t}`)"));
     }
+    // A quantized tensor's shape is its packing's (`quantize --exclude` can quantize W2).
+    let float = |n: &str| {
+        w.info(&format!("markov_head.{n}.weight"))
+            .is_some_and(|t| t.dtype.is_float())
+    };
     for (name, s) in [("markov_w1", &w1), ("markov_w2", &w2)] {
         match s {
             None => problems.note(format!("no `markov_head.{name}.weight` tensor")),
             // The engines build the head from the rank and load the tensors into it
             // (vLLM's `default_weight_loader` asserts the shapes match).
-            Some(s) if rank.is_some_and(|r| s.get(1).map(|&x| x as u64) != Some(r)) => problems
-                .contradiction(
+            Some(s)
+                if float(name) && rank.is_some_and(|r| s.get(1).map(|&x| x as u64) != Some(r)) =>
+            {
+                problems.contradiction(
                     format!(
                         "`markov_head.{name}.weight` is {s:?} but markov_rank is {}",
                         rank.unwrap_or(0)
                     ),
                     true,
                     true,
-                ),
+                )
+            }
             _ => {}
         }
     }
