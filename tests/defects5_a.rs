@@ -128,6 +128,23 @@ fn contradictions() -> Vec<(&'static str, Value, &'static str)> {
             json!({"num_target_layers": 1}),
             "the last reads hidden_states[3], past the target's 1 layers (`num_target_layers`)",
         ),
+        // DFlash2's widths against the tensors they size (before: converted, and the engines'
+        // loaders would fail on the shapes).
+        (
+            "dflash2",
+            json!({"dflash_config": {"conv_kernel_size": 3}}),
+            "which does not fit `dflash_config` conv_kernel_size 3",
+        ),
+        (
+            "dflash2",
+            json!({"dflash_config": {"selector_rank": 16}}),
+            "which does not fit `dflash_config` selector_rank 16",
+        ),
+        (
+            "dflash2",
+            json!({"dflash_config": {"selector_top_k": 5000}}),
+            "`dflash_config.selector_top_k` 5000 is more candidates than the vocabulary of 2048",
+        ),
         (
             "dspark",
             json!({"dspark_bonus_anchor": true}),
@@ -220,8 +237,8 @@ fn replay_refused(draft: &Path, name: &str, what: &str, label: &str) {
 }
 
 /// The replay refuses what convert refuses: before, a `dflash_config.block_size` beside another
-/// root `block_size` replayed the nested block (the gate failed on a block no engine reads
-/// first), and a root mask token or a negative Markov rank beside the real ones PASSED.
+/// root `block_size` replayed the nested block (the gate failed on a block vLLM does not run),
+/// and a root mask token or a negative Markov rank beside the real ones PASSED.
 #[test]
 fn the_replay_refuses_a_contradictory_block_draft() {
     let t = tempfile::tempdir().unwrap();
@@ -230,6 +247,8 @@ fn the_replay_refuses_a_contradictory_block_draft() {
         ("dspark", json!({"mask_token_id": 5})),
         ("dspark", json!({"markov_rank": -1})),
         ("dflash2", json!({"dspark_block_size": 4})),
+        // Before: refused with the loader's shape error and no hint.
+        ("dflash2", json!({"dflash_config": {"conv_kernel_size": 3}})),
     ]
     .into_iter()
     .enumerate()
@@ -274,8 +293,8 @@ fn the_replay_refuses_rope_and_norm_constants_that_make_nan() {
         ),
         (
             "dflash2",
-            json!({"dflash_config": {"selector_top_k": 1_000_000_000}}),
-            "`dflash_config.selector_top_k` is 1000000000",
+            json!({"dflash_config": {"selector_top_k": 0}}),
+            "`dflash_config.selector_top_k` is 0: it must be 1..=2048",
         ),
     ]
     .into_iter()

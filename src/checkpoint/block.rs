@@ -474,7 +474,7 @@ pub fn describe(
     let markov = dspark.then(|| markov(cfg, w, dims, &mut problems));
     let confidence =
         dspark.then(|| confidence(layout, cfg, w, dims, markov.as_ref(), &mut problems));
-    let dflash2 = (!dspark).then(|| dflash2(layout, cfg, w, &mut problems));
+    let dflash2 = (!dspark).then(|| dflash2(layout, cfg, w, dims.vocab_size, &mut problems));
 
     let ntl = c.and_then(|c| c.root.get("num_target_layers")).and_then(u);
     let ntaps = aux.map(|a| a.ids.len());
@@ -831,7 +831,13 @@ fn confidence(
     }
 }
 
-fn dflash2(layout: Layout, c: &Config, w: &Weights, problems: &mut Problems) -> Dflash2Heads {
+fn dflash2(
+    layout: Layout,
+    c: &Config,
+    w: &Weights,
+    vocab: Option<u64>,
+    problems: &mut Problems,
+) -> Dflash2Heads {
     let get = |k: &str| {
         c.nested("dflash_config", k)
             .or_else(|| c.root.get(k))
@@ -864,7 +870,60 @@ fn dflash2(layout: Layout, c: &Config, w: &Weights, problems: &mut Problems) -> 
             "no `candidate_selector.*` tensors: DFlash2 drafts through its path selector".into(),
         );
     }
+    dflash2_shapes(&h, w, vocab, problems);
     h
+}
+
+/// DFlash2's `dflash_config` widths against the unquantized tensors they size (vLLM's and
+/// SGLang's loaders build the convolutions and the selector from the keys, then load the
+/// tensors into them: `qwen3_dflash2.py` `DFlashGroupedConv`, `CandidateSelector`): the first
+/// tensor that disagrees is a contradiction.
+fn dflash2_shapes(d: &Dflash2Heads, w: &Weights, vocab: Option<u64>, problems: &mut Problems) {
+    let dim = |s: &[usize], i: usize| s.get(i).map_or(0, |&x| x as u64);
+    let wrong = |n: &str, s: &[usize]| -> Option<String> {
+        let (k, g, r) = (d.conv_kernel_size, d.conv_group_size, d.selector_rank);
+        let key = if n.ends_with(".base_kernel") {
+            k.filter(|&k| dim(s, 1) != k)
+                .map(|k| format!("conv_kernel_size {k}"))
+        } else if n.ends_with("_conv.kernel_projection.weight") {
+            let h = dim(s, 1);
+            match (k, g) {
+                (Some(k), Some(g)) if g == 0 || h % g != 0 || dim(s, 0) != 2 * k * (h / g) => {
+                    Some(format!("conv_kernel_size {k} and conv_group_size {g} (rows 2 · kernel · hidden / group)"))
+                }
+                _ => None,
+            }
+        } else if n.ends_with("_codebook") {
+            r.filter(|&r| dim(s, 1) != r)
+                .map(|r| format!("selector_rank {r}"))
+        } else if n == "candidate_selector.hidden_projection.weight" {
+            r.filter(|&r| dim(s, 0) != r)
+                .map(|r| format!("selector_rank {r}"))
+        } else {
+            None
+        }?;
+        Some(format!(
+            "`{n}` is {s:?}, which does not fit `dflash_config` {key}"
+        ))
+    };
+    let found = w.infos().find_map(|t| {
+        (t.dtype.is_float()
+            && (t.name.starts_with("layers.") || t.name.starts_with("candidate_selector.")))
+        .then(|| wrong(&t.name, &t.shape))
+        .flatten()
+    });
+    if let Some(what) = found {
+        problems.contradiction(what, true, true);
+    }
+    if let (Some(k), Some(v)) = (d.selector_top_k, vocab) {
+        if k > v {
+            problems.contradiction(
+                format!("`dflash_config.selector_top_k` {k} is more candidates than the vocabulary of {v}"),
+                true,
+                true,
+            );
+        }
+    }
 }
 
 fn k3_checks(c: &Config, ntl: Option<u64>, ntaps: Option<usize>, problems: &mut Problems) {
