@@ -109,8 +109,8 @@ fn contradictions() -> Vec<(&'static str, Value, &'static str)> {
         ),
         (
             "dflash2",
-            json!({"dflash_config": {"target_layer_ids": [-1, 2]}}),
-            "taps [-1, 2]: -1 is negative",
+            json!({"dflash_config": {"target_layer_ids": [-2, 2]}}),
+            "taps [-2, 2]: -2 reads hidden_states[-1], before the embeddings",
         ),
         (
             "dspark",
@@ -302,5 +302,58 @@ fn the_replay_refuses_rope_and_norm_constants_that_make_nan() {
     {
         let d = patched(&t.path().join(i.to_string()), name, &patch);
         replay_refused(&d, name, what, &patch.to_string());
+    }
+}
+
+/// `--aux-layers` replaces the config's taps, so they are checked instead: a source whose
+/// config taps are repeated converts with valid ones given, and repeated ones, or ones before
+/// the embeddings, given are refused as flags (before: written as given).
+#[test]
+fn aux_layers_given_to_convert_are_checked_like_the_configs() {
+    let t = tempfile::tempdir().unwrap();
+    let d = patched(
+        t.path(),
+        "dspark",
+        &json!({"dflash_config": {"target_layer_ids": [2, 2]}}),
+    );
+    let given = ["--aux-layers", "0,2", "--aux-convention", "output-of-layer"];
+    let out = t.path().join("out");
+    let mut args = vec!["convert", "dspark", s(&d), "-o", s(&out), "--to", "vllm"];
+    args.extend_from_slice(&given);
+    let o = kquant(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let c = read_json(&out.join("config.json"));
+    assert_eq!(c["dflash_config"]["target_layer_ids"], json!([0, 2]));
+    for (ids, conv, what) in [
+        (
+            "2,2",
+            "output-of-layer",
+            "--aux-layers: taps [2, 2]: must name distinct",
+        ),
+        (
+            "-1,2",
+            "input-of-layer",
+            "--aux-layers: taps [-1, 2]: -1 reads hidden_states[-1]",
+        ),
+    ] {
+        let out = t.path().join(format!("bad{ids}"));
+        let src = fix("dspark");
+        assert_refused(
+            &[
+                "convert",
+                "dspark",
+                s(&src),
+                "-o",
+                s(&out),
+                "--to",
+                "vllm",
+                &format!("--aux-layers={ids}"),
+                "--aux-convention",
+                conv,
+            ],
+            what,
+            ids,
+        );
+        assert!(!out.exists());
     }
 }

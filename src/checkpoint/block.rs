@@ -236,7 +236,15 @@ pub struct BlockDraft {
     /// not the tensors'): each is also among `problems`; `convert` and the replay refuse the
     /// draft on the first ([`BlockDraft::contradiction`]).
     #[serde(skip)]
-    pub contradictions: Vec<String>,
+    pub contradictions: Vec<Contradiction>,
+}
+
+/// One place a DSpark or DFlash2 config contradicts itself, the vocabulary or the tensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contradiction {
+    pub what: String,
+    /// It is about the taps, which `convert --aux-layers` replaces.
+    pub taps: bool,
 }
 
 /// One finding: what is wrong, and which engine will not load the draft because of it.
@@ -249,13 +257,16 @@ pub struct Problem {
 
 /// The findings, as [`describe`] collects them, and the contradictions among them.
 #[derive(Default)]
-struct Problems(Vec<Problem>, Vec<String>);
+struct Problems(Vec<Problem>, Vec<Contradiction>);
 
 impl Problems {
     /// The config contradicts itself or the tensors: a finding (`vllm`/`sglang`: the engine
     /// refuses it) that `convert` and the replay refuse.
     fn contradiction(&mut self, what: String, vllm_refuses: bool, sglang_refuses: bool) {
-        self.1.push(what.clone());
+        self.1.push(Contradiction {
+            what: what.clone(),
+            taps: false,
+        });
         self.add(what, vllm_refuses, sglang_refuses)
     }
     fn add(&mut self, what: String, vllm_refuses: bool, sglang_refuses: bool) {
@@ -466,8 +477,9 @@ pub fn describe(
     }
     block_keys_agree(cfg, &bkeys, &mut problems);
     mask_token(kind, cfg, dims, &mut problems);
-    if let Some(a) = aux {
-        taps_name_target_layers(layout, cfg, a, &mut problems);
+    if let Some(what) = aux.and_then(|a| taps_problem(layout, c, a)) {
+        problems.add(what.clone(), false, false);
+        problems.1.push(Contradiction { what, taps: true });
     }
 
     let anchor = anchor(layout, cfg, &mut problems);
@@ -601,17 +613,20 @@ fn disagreement(seen: &[(String, u64)]) -> Option<String> {
     })
 }
 
-/// The taps name target layers, once each, in order, within the target's depth when the config
-/// gives it (`num_target_layers` in every layout but `k3-dspark`, where it counts the taps and
-/// the depth is `target_num_hidden_layers`); the replay refuses the same, as vLLM's Qwen3-Omni
-/// DSpark check does ("target_layer_ids must be unique and strictly increasing", "zero-based
+/// What is wrong with taps `a` of a draft in `layout` with config `c`, if anything: taps name
+/// target layers, once each, in order, within the target's depth when the config gives it
+/// (`num_target_layers` in every layout but `k3-dspark`, where it counts the taps and the depth
+/// is `target_num_hidden_layers`). The replay refuses the same, as vLLM's Qwen3-Omni DSpark
+/// check does ("target_layer_ids must be unique and strictly increasing", "zero-based
 /// text-layer indices in [0, N − 1]": vllm/config/speculative.py).
-fn taps_name_target_layers(layout: Layout, c: &Config, a: TapIds, problems: &mut Problems) {
+pub fn taps_problem(layout: Layout, c: Option<&Config>, a: TapIds) -> Option<String> {
     let ids = a.ids;
+    // The hidden state a tap reads: output of layer k is hidden_states[k + 1].
+    let hs = |k: i64| k + i64::from(a.input_of_layer != Some(true));
     let why = if ids.is_empty() {
         Some("name no layer".to_string())
-    } else if let Some(k) = ids.iter().find(|&&k| k < 0) {
-        Some(format!("{k} is negative: a layer id is 0 or more (Python reads a negative index from the last layer)"))
+    } else if let Some(k) = ids.iter().find(|&&k| hs(k) < 0) {
+        Some(format!("{k} reads hidden_states[{}], before the embeddings (Python reads a negative index from the last layer)", hs(*k)))
     } else if !ids.windows(2).all(|w| w[0] < w[1]) {
         Some("must name distinct layers in increasing order (each tap is one target layer, read once)".to_string())
     } else {
@@ -620,18 +635,13 @@ fn taps_name_target_layers(layout: Layout, c: &Config, a: TapIds, problems: &mut
         } else {
             "num_target_layers"
         };
-        let depth = c.root.get(key).and_then(Value::as_u64);
-        // The hidden state a tap reads: output of layer k is hidden_states[k + 1].
-        let last = ids
-            .last()
-            .map_or(0, |&k| k as u64 + u64::from(a.input_of_layer != Some(true)));
+        let depth = c.and_then(|c| c.root.get(key)).and_then(Value::as_u64);
+        let last = ids.last().map_or(0, |&k| hs(k) as u64);
         depth.filter(|&d| last > d).map(|d| {
             format!("the last reads hidden_states[{last}], past the target's {d} layers (`{key}`)")
         })
     };
-    if let Some(why) = why {
-        problems.contradiction(format!("taps {ids:?}: {why}"), false, false);
-    }
+    why.map(|why| format!("taps {ids:?}: {why}"))
 }
 
 fn anchor(layout: Layout, c: &Config, problems: &mut Problems) -> Anchor {
@@ -1021,7 +1031,7 @@ impl BlockDraft {
     /// The first place the config contradicts itself or the tensors (`convert` and the replay
     /// refuse the draft on it).
     pub fn contradiction(&self) -> Option<&str> {
-        self.contradictions.first().map(String::as_str)
+        self.contradictions.first().map(|c| c.what.as_str())
     }
 
     /// The first finding for which vLLM will not load the draft.
