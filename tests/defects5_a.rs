@@ -145,6 +145,28 @@ fn contradictions() -> Vec<(&'static str, Value, &'static str)> {
             json!({"dflash_config": {"selector_top_k": 5000}}),
             "`dflash_config.selector_top_k` 5000 is more candidates than the vocabulary of 2048",
         ),
+        // Objects and flags of the wrong type, a target depth below one, and the taps SGLang
+        // reads first (`dspark_target_layer_ids`) beside other ones.
+        (
+            "dspark",
+            json!({"dflash_config": 5}),
+            "`dflash_config` is 5: it is an object of keys",
+        ),
+        (
+            "dspark",
+            json!({"enable_confidence_head": "true"}),
+            "`enable_confidence_head` is \"true\", not true or false",
+        ),
+        (
+            "dspark",
+            json!({"num_target_layers": -4}),
+            "`num_target_layers` is -4: a target has a whole number of layers",
+        ),
+        (
+            "dspark",
+            json!({"dspark_target_layer_ids": [0, 1]}),
+            "`dspark_target_layer_ids` [0,1] and the taps [0, 2] read elsewhere disagree",
+        ),
         (
             "dspark",
             json!({"dspark_bonus_anchor": true}),
@@ -163,7 +185,7 @@ fn contradictions() -> Vec<(&'static str, Value, &'static str)> {
         (
             "k3-dspark",
             json!({"markov_rank": 16}),
-            "`markov_head.markov_w1.weight` is [2048, 32] but markov_rank is 16",
+            "`markov_head.markov_w1.weight` is [2048, 32]: its rank disagrees with markov_rank 16",
         ),
     ]
 }

@@ -27,6 +27,10 @@ pub const DSPARK_ARCHITECTURES: &[&str] = &[
 /// The architectures a DFlash2 draft's config names.
 pub const DFLASH2_ARCHITECTURES: &[&str] = &["DFlash2DraftModel", "DFlash2BeamDraftModel"];
 
+/// The largest block size taken: `checkpoint::detect::MAX_DIM`, the bound of every dimension a
+/// runtime reads from a config (far above any trained block).
+const MAX_BLOCK: u64 = 1 << 20;
+
 /// Which published layout a DSpark or DFlash2 draft is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -477,7 +481,10 @@ pub fn describe(
     }
     block_keys_agree(cfg, &bkeys, &mut problems);
     mask_token(kind, cfg, dims, &mut problems);
-    if let Some(what) = aux.and_then(|a| taps_problem(layout, c, a)) {
+    key_types(cfg, &mut problems);
+    if let Some(what) =
+        aux.and_then(|a| taps_problem(layout, c, a).or_else(|| prefixed_taps(cfg, a)))
+    {
         problems.add(what.clone(), false, false);
         problems.1.push(Contradiction { what, taps: true });
     }
@@ -535,7 +542,7 @@ pub fn describe(
 /// vllm/config/speculative.py; SGLang `dspark_block_size`, then `dflash_config.block_size`, then
 /// `block_size`: dspark_config.py, dflash_utils.py), so keys that disagree run different blocks.
 fn block_keys_agree(c: &Config, keys: &[(Option<&str>, &str)], problems: &mut Problems) {
-    let max = super::detect::MAX_DIM;
+    let max = MAX_BLOCK;
     let mut seen: Vec<(String, u64)> = Vec::new();
     for &(obj, k) in keys {
         let Some((v, key)) = first(c, &[(obj, k)]) else {
@@ -642,6 +649,62 @@ pub fn taps_problem(layout: Layout, c: Option<&Config>, a: TapIds) -> Option<Str
         })
     };
     why.map(|why| format!("taps {ids:?}: {why}"))
+}
+
+/// `dspark_target_layer_ids` beside the taps read from another key: SGLang reads it first
+/// (`parse_dspark_draft_config`), vLLM the `dflash_config`/root ones, so they must name the same
+/// hidden states (it numbers outputs of layers).
+fn prefixed_taps(c: &Config, a: TapIds) -> Option<String> {
+    let v = c
+        .root
+        .get("dspark_target_layer_ids")
+        .filter(|v| !v.is_null())?;
+    let ours: Vec<i64> = a
+        .ids
+        .iter()
+        .map(|&k| k + i64::from(a.input_of_layer != Some(true)))
+        .collect();
+    let theirs: Option<Vec<i64>> = v
+        .as_array()
+        .and_then(|l| l.iter().map(|k| k.as_i64().map(|k| k + 1)).collect());
+    (theirs.as_ref() != Some(&ours)).then(|| {
+        format!("`dspark_target_layer_ids` {v} and the taps {:?} read elsewhere disagree: SGLang reads `dspark_target_layer_ids` first, vLLM the others", a.ids)
+    })
+}
+
+/// The config's objects and flags have the types the engines read: `dflash_config` and
+/// `dspark_config` objects (vLLM calls `.get` on them), the DSpark flags JSON booleans (Python
+/// takes any non-empty string as true, where kquant would read the flag as unset), and
+/// `num_target_layers` a whole number of layers, 1 or more (SGLang's `parse_dflash_draft_config`).
+fn key_types(c: &Config, problems: &mut Problems) {
+    for k in ["dflash_config", "dspark_config"] {
+        if let Some(v) = c.root.get(k).filter(|v| !v.is_null() && !v.is_object()) {
+            problems.contradiction(format!("`{k}` is {v}: it is an object of keys"), true, true);
+        }
+    }
+    let flags = [
+        "sample_from_anchor",
+        "dspark_bonus_anchor",
+        "enable_confidence_head",
+        "confidence_head_with_markov",
+    ];
+    for k in flags {
+        let nested = ["dflash_config", "dspark_config"].map(|o| (Some(o), k));
+        for (obj, key) in [(None, k)].into_iter().chain(nested) {
+            if let Some((v, at)) = first(c, &[(obj, key)]).filter(|(v, _)| !v.is_boolean()) {
+                problems.contradiction(format!("`{at}` is {v}, not true or false: Python reads any non-empty value as true, so the engines and kquant would read it differently"), false, false);
+            }
+        }
+    }
+    if let Some(v) = c.root.get("num_target_layers").filter(|v| !v.is_null()) {
+        if v.as_u64().is_none_or(|n| n == 0) {
+            problems.contradiction(
+                format!("`num_target_layers` is {v}: a target has a whole number of layers, 1 or more (SGLang's `parse_dflash_draft_config` reads it with `min_value=1`)"),
+                false,
+                true,
+            );
+        }
+    }
 }
 
 fn anchor(layout: Layout, c: &Config, problems: &mut Problems) -> Anchor {
@@ -755,7 +818,7 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
             {
                 problems.contradiction(
                     format!(
-                        "`markov_head.{name}.weight` is {s:?} but markov_rank is {}",
+                        "`markov_head.{name}.weight` is {s:?}: its rank disagrees with markov_rank {}",
                         rank.unwrap_or(0)
                     ),
                     true,

@@ -237,7 +237,7 @@ impl MlaSpec {
             return Err(Error::source(dir, msg));
         }
         let (rope, mult) = mla_rope(dir, c, shape.rope_dim)?;
-        let eps = super::norm_eps(dir, c)?;
+        let eps = norm_eps(dir, c)?;
         Ok(Some(MlaSpec {
             shape,
             rope,
@@ -250,6 +250,22 @@ impl MlaSpec {
     pub(super) fn read(&self, vb: &Loader, h: usize) -> Result<MlaAttention> {
         let rope = (self.rope.clone(), self.mult);
         MlaAttention::read(vb, self.shape, (h, h), rope, self.eps)
+    }
+}
+
+/// `rms_norm_eps` (1e-6 when absent): a finite number, not negative (a negative one makes
+/// RMSNorm's root NaN for small rows, and every proposal with it).
+pub(super) fn norm_eps(dir: &Path, c: &Config) -> Result<f32> {
+    match c.get("rms_norm_eps").filter(|v| !v.is_null()) {
+        None => Ok(1e-6),
+        Some(v) => match v.as_f64() {
+            Some(e) if e.is_finite() && e >= 0.0 => Ok(e as f32),
+            _ => Err(Error::source(
+                dir,
+                format!("`rms_norm_eps` is {v}: RMSNorm's epsilon is a small non-negative number"),
+            )
+            .with_hint("give the rms_norm_eps the draft was trained with (1e-6 when absent)")),
+        },
     }
 }
 

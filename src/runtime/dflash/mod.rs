@@ -318,22 +318,6 @@ fn target_layers(dir: &Path, c: &Config, k3: bool) -> Result<Option<usize>> {
     })
 }
 
-/// `rms_norm_eps` (1e-6 when absent): a finite number, not negative (a negative one makes
-/// RMSNorm's root NaN for small rows, and every proposal with it).
-pub(super) fn norm_eps(dir: &Path, c: &Config) -> Result<f32> {
-    match c.get("rms_norm_eps").filter(|v| !v.is_null()) {
-        None => Ok(1e-6),
-        Some(v) => match v.as_f64() {
-            Some(e) if e.is_finite() && e >= 0.0 => Ok(e as f32),
-            _ => Err(Error::source(
-                dir,
-                format!("`rms_norm_eps` is {v}: RMSNorm's epsilon is a small non-negative number"),
-            )
-            .with_hint("give the rms_norm_eps the draft was trained with (1e-6 when absent)")),
-        },
-    }
-}
-
 /// The rotary table: plain, or YaRN (HF applies its attention factor to cos/sin; Qwen3
 /// attention keeps the 1/sqrt(head_dim) scale).
 fn rope(dir: &Path, c: &Config, head_dim: usize) -> Result<Rope> {
@@ -539,7 +523,7 @@ impl DFlash {
             Some(_) => Rope::plain(2, 1.0), // each MLA layer holds its own table
             None => rope(dir, c, head_dim)?,
         };
-        let eps = norm_eps(dir, c)?;
+        let eps = attn::norm_eps(dir, c)?;
 
         if (target.vocab, target.hidden) != (vocab, h) {
             return Err(Error::Source {
