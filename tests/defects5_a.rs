@@ -49,6 +49,11 @@ fn patched(t: &Path, name: &str, patch: &Value) -> PathBuf {
     d
 }
 
+/// `convert KIND SRC -o OUT --to vllm`, as arguments.
+fn to_vllm<'a>(kind: &'a str, src: &'a Path, out: &'a Path) -> Vec<&'a str> {
+    vec!["convert", kind, s(src), "-o", s(out), "--to", "vllm"]
+}
+
 /// The command must be refused as bad input: exit 2, `error:` naming `what`, a `hint:`, no panic.
 fn assert_refused(args: &[&str], what: &str, label: &str) -> String {
     let o = kquant(args);
@@ -207,11 +212,7 @@ fn convert_refuses_and_inspect_names_a_contradictory_block_draft() {
             "dspark"
         };
         let out = t.path().join(format!("out{i}"));
-        let err = assert_refused(
-            &["convert", kind, s(&d), "-o", s(&out), "--to", "vllm"],
-            what,
-            &label,
-        );
+        let err = assert_refused(&to_vllm(kind, &d, &out), what, &label);
         assert!(err.contains("cannot be converted as written"), "{err}");
         assert!(!out.exists(), "{label}: wrote {}", out.display());
     }
@@ -340,7 +341,7 @@ fn aux_layers_given_to_convert_are_checked_like_the_configs() {
     );
     let given = ["--aux-layers", "0,2", "--aux-convention", "output-of-layer"];
     let out = t.path().join("out");
-    let mut args = vec!["convert", "dspark", s(&d), "-o", s(&out), "--to", "vllm"];
+    let mut args = to_vllm("dspark", &d, &out);
     args.extend_from_slice(&given);
     let o = kquant(&args);
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
@@ -359,23 +360,10 @@ fn aux_layers_given_to_convert_are_checked_like_the_configs() {
         ),
     ] {
         let out = t.path().join(format!("bad{ids}"));
-        let src = fix("dspark");
-        assert_refused(
-            &[
-                "convert",
-                "dspark",
-                s(&src),
-                "-o",
-                s(&out),
-                "--to",
-                "vllm",
-                &format!("--aux-layers={ids}"),
-                "--aux-convention",
-                conv,
-            ],
-            what,
-            ids,
-        );
+        let (src, given) = (fix("dspark"), format!("--aux-layers={ids}"));
+        let mut args = to_vllm("dspark", &src, &out);
+        args.extend([given.as_str(), "--aux-convention", conv]);
+        assert_refused(&args, what, ids);
         assert!(!out.exists());
     }
 }
