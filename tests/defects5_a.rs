@@ -195,9 +195,9 @@ fn contradictions() -> Vec<(&'static str, Value, &'static str)> {
     ]
 }
 
-/// Each contradiction is a problem `inspect` names, and `convert` refuses the draft with it:
-/// exit 2, nothing written (before, every one converted, the block or mask the engines read
-/// left to their reading order, a negative Markov rank dropped from the output).
+/// Each contradiction is a problem `inspect` names, and `convert` and `quantize` refuse the
+/// draft with it: exit 2, nothing written (before, every one converted, the block or mask the
+/// engines read left to their reading order, a negative Markov rank dropped from the output).
 #[test]
 fn convert_refuses_and_inspect_names_a_contradictory_block_draft() {
     let t = tempfile::tempdir().unwrap();
@@ -215,6 +215,10 @@ fn convert_refuses_and_inspect_names_a_contradictory_block_draft() {
         let err = assert_refused(&to_vllm(kind, &d, &out), what, &label);
         assert!(err.contains("cannot be converted as written"), "{err}");
         assert!(!out.exists(), "{label}: wrote {}", out.display());
+        // Nor quantized: its quantized copy would be refused the same way (before: written).
+        let args = ["quantize", s(&d), "-o", s(&out), "--dry-run"];
+        let err = assert_refused(&args, what, &label);
+        assert!(err.contains("cannot be quantized as written"), "{err}");
     }
 }
 
