@@ -371,3 +371,31 @@ fn aux_layers_given_to_convert_are_checked_like_the_configs() {
         assert!(!out.exists());
     }
 }
+
+/// A NaN in a head's weights: the engines' `torch.argmax` picks a NaN logit, the replay's
+/// argmax never does, so the gate would measure another draft. Refused by name (before: one
+/// NaN in `markov_w2` PASSED against the clean draft).
+#[test]
+fn the_replay_refuses_a_head_holding_nan() {
+    let t = tempfile::tempdir().unwrap();
+    for (name, tensor) in [
+        ("dspark", "markov_head.markov_w2.weight"),
+        ("dflash2", "candidate_selector.successor_codebook"),
+    ] {
+        let d = patched(&t.path().join(name), name, &json!({}));
+        let file = d.join("model.safetensors");
+        let mut b = std::fs::read(&file).unwrap();
+        let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+        let h: Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
+        assert_eq!(h[tensor]["dtype"], "BF16", "{name}");
+        let at = 8 + n + h[tensor]["data_offsets"][0].as_u64().unwrap() as usize + 2 * 5;
+        b[at..at + 2].copy_from_slice(&0x7fc0u16.to_le_bytes()); // a bf16 NaN
+        std::fs::write(&file, b).unwrap();
+        replay_refused(
+            &d,
+            name,
+            &format!("tensor `{tensor}` holds NaN at flat index 5"),
+            tensor,
+        );
+    }
+}

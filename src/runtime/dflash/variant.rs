@@ -76,6 +76,27 @@ fn number(c: &Config, obj: Option<&str>, key: &str) -> Option<f64> {
     .and_then(Value::as_f64)
 }
 
+/// `Err` when `v`, tensor `name` of a head, holds a NaN or an infinity: a NaN logit is what
+/// `torch.argmax` picks in the engines, and what the replay's argmax never picks (#38.4), so
+/// the gate would measure another draft than the one served.
+fn finite(dir: &std::path::Path, name: &str, v: &[f32]) -> Result<()> {
+    match v.iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(Error::source(
+            dir,
+            format!("tensor `{name}` holds {} at flat index {i}: the engines' argmax picks a NaN logit (torch.argmax) where the replay's never does, so the gate would measure another draft", v[i]),
+        )
+        .with_hint("the draft's weights are damaged: export them again from the training checkpoint")),
+    }
+}
+
+/// Tensor `name` (`shape`), checked [`finite`].
+fn finite_get(vb: &Loader, dir: &std::path::Path, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    let v = vb.get(name, shape)?;
+    finite(dir, name, &v)?;
+    Ok(v)
+}
+
 /// The whole number `key` of `dflash_config`, within `1..=max`.
 fn count(dir: &std::path::Path, c: &Config, key: &str, max: u64) -> Result<usize> {
     match c.nested("dflash_config", key).and_then(Value::as_u64) {
@@ -232,7 +253,9 @@ fn dspark(
     } else {
         (None, None)
     };
-    let w2 = vb.linear("markov_head.markov_w2.weight", draft_vocab, rank)?;
+    let w2n = "markov_head.markov_w2.weight";
+    finite(dir, w2n, &vb.get(w2n, &[draft_vocab, rank])?)?;
+    let w2 = vb.linear(w2n, draft_vocab, rank)?;
     let confidence = if flag(c, "enable_confidence_head") == Some(true)
         && vb.has("confidence_head.proj.weight")
     {
@@ -240,7 +263,7 @@ fn dspark(
         let width = h + if with_markov { rank } else { 0 };
         Some(Confidence {
             with_markov,
-            w: vb.get("confidence_head.proj.weight", &[1, width])?,
+            w: finite_get(vb, dir, "confidence_head.proj.weight", &[1, width])?,
             b: if vb.has("confidence_head.proj.bias") {
                 vb.get("confidence_head.proj.bias", &[1])?[0]
             } else {
@@ -281,7 +304,7 @@ fn dspark(
     Ok(Variant {
         head: Head::Markov(Markov {
             rank,
-            w1: vb.get(w1, &[vocab, rank])?,
+            w1: finite_get(vb, dir, w1, &[vocab, rank])?,
             w2,
             scale,
             topk,
@@ -350,9 +373,18 @@ fn dflash2(
         head: Head::Selector(Selector {
             rank,
             top_k,
-            pred: vb.get(&format!("{cs}.predecessor_codebook"), &[vocab, rank])?,
-            succ: vb.get(&format!("{cs}.successor_codebook"), &[vocab, rank])?,
-            hproj: vb.linear(&format!("{cs}.hidden_projection.weight"), rank, h)?,
+            pred: finite_get(
+                vb,
+                dir,
+                &format!("{cs}.predecessor_codebook"),
+                &[vocab, rank],
+            )?,
+            succ: finite_get(vb, dir, &format!("{cs}.successor_codebook"), &[vocab, rank])?,
+            hproj: {
+                let n = format!("{cs}.hidden_projection.weight");
+                finite(dir, &n, &vb.get(&n, &[rank, h])?)?;
+                vb.linear(&n, rank, h)?
+            },
             scale,
             softcap,
         }),
