@@ -292,9 +292,10 @@ fn the_replay_refuses_a_contradictory_block_draft() {
 
 /// A RoPE base or YaRN factor that is not positive, or a negative RMSNorm epsilon, makes every
 /// proposal NaN: refused by name (before: the gate ran on NaN rows, exit 1, or PASSED against a
-/// baseline as degenerate), and an out-of-range DFlash2 width names its fix.
+/// baseline as degenerate); tensors that disagree with the config, and an out-of-range
+/// DFlash2 width, name their fix.
 #[test]
-fn the_replay_refuses_rope_and_norm_constants_that_make_nan() {
+fn the_replay_refuses_nan_making_constants_and_mismatched_tensors_with_a_hint() {
     let t = tempfile::tempdir().unwrap();
     for (i, (name, patch, what)) in [
         ("dspark", json!({"rope_theta": 0}), "`rope_theta` is 0"),
@@ -317,6 +318,22 @@ fn the_replay_refuses_rope_and_norm_constants_that_make_nan() {
             "k3-dspark",
             json!({"rms_norm_eps": "small"}),
             "`rms_norm_eps` is \"small\"",
+        ),
+        // Tensors that disagree with the config: named with a hint (before: no `hint:`).
+        (
+            "dspark",
+            json!({"confidence_head_with_markov": false}),
+            "tensor `confidence_head.proj.weight`: shape [1, 288], expected [1, 256]",
+        ),
+        (
+            "dflash2",
+            json!({"num_hidden_layers": 3}),
+            "holds fewer decoder layers than num_hidden_layers = 3",
+        ),
+        (
+            "dspark",
+            json!({"draft_vocab_size": 1024}),
+            "draft_vocab_size 1024 < the target's 2048 but no `lm_head.weight`",
         ),
         (
             "dflash2",

@@ -549,14 +549,17 @@ impl DFlash {
         } else {
             ("fc.weight", "hidden_norm.weight", "norm.weight")
         };
-        if lg
-            .shape(&format!("layers.{n_layers}.input_layernorm.weight"))
-            .is_some()
-        {
+        let has_layer = |i: usize| {
+            lg.shape(&format!("layers.{i}.input_layernorm.weight"))
+                .is_some()
+        };
+        if has_layer(n_layers) || !has_layer(n_layers - 1) {
+            let more = if has_layer(n_layers) { "more" } else { "fewer" };
             return Err(Error::source(
                 dir,
-                format!("holds more decoder layers than num_hidden_layers = {n_layers}"),
-            ));
+                format!("holds {more} decoder layers than num_hidden_layers = {n_layers}"),
+            )
+            .with_hint("num_hidden_layers must count the draft's `layers.N.*` (`kquant inspect` shows both)"));
         }
         let lin = LinearSet::new(exec);
         let vb = Loader::new(&lg, "DFlash draft").with_linears(&lin);

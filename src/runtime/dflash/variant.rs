@@ -240,11 +240,12 @@ fn dspark(
         .and_then(Value::as_u64)
         .map_or(vocab, |v| v as usize);
     let (own_head, d2t) = if draft_vocab < vocab {
+        let hint = "a reduced-vocabulary draft ships its own `lm_head.weight` and `d2t`; otherwise its draft_vocab_size is the target's vocab_size";
         if !vb.has("lm_head.weight") {
-            return Err(Error::source(dir, format!("draft_vocab_size {draft_vocab} < the target's {vocab} but no `lm_head.weight`: vLLM refuses a reduced-vocabulary DSpark draft without its own lm_head")));
+            return Err(Error::source(dir, format!("draft_vocab_size {draft_vocab} < the target's {vocab} but no `lm_head.weight`: vLLM refuses a reduced-vocabulary DSpark draft without its own lm_head")).with_hint(hint));
         }
         let d2t = crate::runtime::d2t::read(ck, draft_vocab, vocab)?.ok_or_else(|| {
-            Error::source(dir, format!("draft_vocab_size {draft_vocab} < the target's {vocab} but no `d2t`: vLLM refuses a reduced-vocabulary DSpark draft without it"))
+            Error::source(dir, format!("draft_vocab_size {draft_vocab} < the target's {vocab} but no `d2t`: vLLM refuses a reduced-vocabulary DSpark draft without it")).with_hint(hint)
         })?;
         (
             Some(vb.linear("lm_head.weight", draft_vocab, h)?),
