@@ -227,7 +227,7 @@ impl Error {
             }),
             Error::Config { .. } => Some("`config.json` must be a JSON object as written by transformers".into()),
             Error::Source { hint, .. } | Error::Hub { hint, .. } | Error::Output { hint, .. } | Error::Device { hint, .. } | Error::Endpoint { hint, .. } => hint.clone(),
-            Error::Tensor { hint, .. } => Some(hint.clone().unwrap_or_else(|| "the tensor disagrees with its config or with the format it claims: `kquant inspect` shows what kquant reads; re-export the checkpoint with the tool that wrote it".into())),
+            Error::Tensor { hint, .. } => Some(hint.clone().unwrap_or_else(|| "the tensor does not fit what config.json and the file say of it (its shape, dtype or values): `kquant inspect` shows both; re-export the checkpoint with the tool that wrote it".into())),
             Error::Detect { .. } => Some("fix the config or tensor names so that they agree; see docs/inspect.md".into()),
             Error::Manifest { .. } => Some("the output was changed after kquant wrote it; re-run the command that made it".into()),
             Error::Usage(_) => Some("see `kquant --help`".into()),

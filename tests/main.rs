@@ -13,6 +13,7 @@ mod convert;
 mod convert_blocks2026;
 mod convert_golden;
 mod ct_golden;
+mod defects5_a;
 mod defects5_b;
 mod defects5_c;
 mod degenerate;

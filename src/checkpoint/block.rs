@@ -27,6 +27,10 @@ pub const DSPARK_ARCHITECTURES: &[&str] = &[
 /// The architectures a DFlash2 draft's config names.
 pub const DFLASH2_ARCHITECTURES: &[&str] = &["DFlash2DraftModel", "DFlash2BeamDraftModel"];
 
+/// The largest block size taken: `checkpoint::detect::MAX_DIM`, the bound of every dimension a
+/// runtime reads from a config (far above any trained block).
+const MAX_BLOCK: u64 = 1 << 20;
+
 /// Which published layout a DSpark or DFlash2 draft is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -231,6 +235,20 @@ pub struct BlockDraft {
     pub vocab: Vocab,
     /// Inconsistencies and what an engine does with them, each naming the engine.
     pub problems: Vec<Problem>,
+    /// Where the config contradicts itself or the tensors (block-size keys that disagree, taps
+    /// that name no target layers, a mask token outside the vocabulary, a Markov rank that is
+    /// not the tensors'): each is also among `problems`; `convert` and the replay refuse the
+    /// draft on the first ([`BlockDraft::contradiction`]).
+    #[serde(skip)]
+    pub contradictions: Vec<Contradiction>,
+}
+
+/// One place a DSpark or DFlash2 config contradicts itself, the vocabulary or the tensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contradiction {
+    pub what: String,
+    /// It is about the taps, which `convert --aux-layers` replaces.
+    pub taps: bool,
 }
 
 /// One finding: what is wrong, and which engine will not load the draft because of it.
@@ -241,11 +259,20 @@ pub struct Problem {
     pub sglang_refuses: bool,
 }
 
-/// The findings, as [`describe`] collects them.
+/// The findings, as [`describe`] collects them, and the contradictions among them.
 #[derive(Default)]
-struct Problems(Vec<Problem>);
+struct Problems(Vec<Problem>, Vec<Contradiction>);
 
 impl Problems {
+    /// The config contradicts itself or the tensors: a finding (`vllm`/`sglang`: the engine
+    /// refuses it) that `convert` and the replay refuse.
+    fn contradiction(&mut self, what: String, vllm_refuses: bool, sglang_refuses: bool) {
+        self.1.push(Contradiction {
+            what: what.clone(),
+            taps: false,
+        });
+        self.add(what, vllm_refuses, sglang_refuses)
+    }
     fn add(&mut self, what: String, vllm_refuses: bool, sglang_refuses: bool) {
         self.0.push(Problem {
             what,
@@ -449,15 +476,24 @@ pub fn describe(
         Some((v, k)) => (u(v), Some(k)),
         None => (None, None),
     };
-    if dspark && block_size.is_none() {
+    if dspark && block_size_key.is_none() {
         problems.note("no block size in the config: vLLM then needs `num_speculative_tokens` and SGLang `--speculative-num-draft-tokens` at launch".into());
+    }
+    block_keys_agree(cfg, &bkeys, &mut problems);
+    mask_token(kind, cfg, dims, &mut problems);
+    key_types(cfg, &mut problems);
+    if let Some(what) =
+        aux.and_then(|a| taps_problem(layout, c, a).or_else(|| prefixed_taps(cfg, a)))
+    {
+        problems.add(what.clone(), false, false);
+        problems.1.push(Contradiction { what, taps: true });
     }
 
     let anchor = anchor(layout, cfg, &mut problems);
     let markov = dspark.then(|| markov(cfg, w, dims, &mut problems));
     let confidence =
         dspark.then(|| confidence(layout, cfg, w, dims, markov.as_ref(), &mut problems));
-    let dflash2 = (!dspark).then(|| dflash2(layout, cfg, w, &mut problems));
+    let dflash2 = (!dspark).then(|| dflash2(layout, cfg, w, dims.vocab_size, &mut problems));
 
     let ntl = c.and_then(|c| c.root.get("num_target_layers")).and_then(u);
     let ntaps = aux.map(|a| a.ids.len());
@@ -497,6 +533,177 @@ pub fn describe(
         taps,
         vocab,
         problems: problems.0,
+        contradictions: problems.1,
+    }
+}
+
+/// Every block-size key set is a whole number of tokens in `1..=MAX_DIM`, and they agree: the
+/// engines read them in different orders (vLLM `block_size`, then `dspark_block_size`:
+/// vllm/config/speculative.py; SGLang `dspark_block_size`, then `dflash_config.block_size`, then
+/// `block_size`: dspark_config.py, dflash_utils.py), so keys that disagree run different blocks.
+fn block_keys_agree(c: &Config, keys: &[(Option<&str>, &str)], problems: &mut Problems) {
+    let max = MAX_BLOCK;
+    let mut seen: Vec<(String, u64)> = Vec::new();
+    for &(obj, k) in keys {
+        let Some((v, key)) = first(c, &[(obj, k)]) else {
+            continue;
+        };
+        match v.as_u64() {
+            Some(n) if (1..=max).contains(&n) => seen.push((key, n)),
+            _ => problems.contradiction(
+                format!("`{key}` is {v}: a block size is a whole number of tokens, 1..={max}"),
+                true,
+                true,
+            ),
+        }
+    }
+    if let Some(all) = disagreement(&seen) {
+        problems.contradiction(
+            format!(
+                "the block-size keys disagree ({all}): vLLM reads `block_size` first, SGLang `dspark_block_size` and `dflash_config.block_size` before it, so the engines would run different blocks"
+            ),
+            false,
+            false,
+        );
+    }
+}
+
+/// The mask token the engines embed for every masked row: a whole number below the vocabulary,
+/// one value wherever it is written (SGLang reads `dspark_noise_token_id`, then
+/// `dspark_config`/`dflash_config`, then the root, and refuses a negative id or one outside the
+/// target's vocabulary: dspark_config.py `parse_dspark_draft_config`, `resolve_runtime_config`).
+fn mask_token(kind: Kind, c: &Config, dims: &Sizes, problems: &mut Problems) {
+    let keys = [
+        (None, "dspark_noise_token_id"),
+        (Some("dspark_config"), "mask_token_id"),
+        (Some("dflash_config"), "mask_token_id"),
+        (None, "mask_token_id"),
+    ];
+    let sglang = kind == Kind::Dspark;
+    let mut seen: Vec<(String, u64)> = Vec::new();
+    for &(obj, k) in &keys {
+        let Some((v, key)) = first(c, &[(obj, k)]) else {
+            continue;
+        };
+        match (v.as_u64(), dims.vocab_size) {
+            (Some(id), Some(vocab)) if id >= vocab => problems.contradiction(
+                format!("`{key}` {id} is outside the vocabulary of {vocab}: every masked row embeds it (SGLang: \"mask_token_id={id} is outside the target vocab size\")"),
+                false,
+                sglang,
+            ),
+            (Some(id), _) => seen.push((key, id)),
+            (None, _) => problems.contradiction(
+                format!("`{key}` is {v}: a mask token id is a whole number below the vocabulary (SGLang: \"mask_token_id must be non-negative\")"),
+                false,
+                sglang,
+            ),
+        }
+    }
+    if let Some(all) = disagreement(&seen) {
+        problems.contradiction(
+            format!(
+                "the mask-token keys disagree ({all}): which one a masked row embeds depends on the engine's reading order"
+            ),
+            false,
+            false,
+        );
+    }
+}
+
+/// The keys and values of `seen` when they are not all one value, as `` `key` value, … ``.
+fn disagreement(seen: &[(String, u64)]) -> Option<String> {
+    seen.iter().any(|(_, n)| *n != seen[0].1).then(|| {
+        seen.iter()
+            .map(|(k, n)| format!("`{k}` {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
+}
+
+/// What is wrong with taps `a` of a draft in `layout` with config `c`, if anything: taps name
+/// target layers, once each, in order, within the target's depth when the config gives it
+/// (`num_target_layers` in every layout but `k3-dspark`, where it counts the taps and the depth
+/// is `target_num_hidden_layers`). The replay refuses the same, as vLLM's Qwen3-Omni DSpark
+/// check does ("target_layer_ids must be unique and strictly increasing", "zero-based
+/// text-layer indices in [0, N − 1]": vllm/config/speculative.py).
+pub fn taps_problem(layout: Layout, c: Option<&Config>, a: TapIds) -> Option<String> {
+    let ids = a.ids;
+    // The hidden state a tap reads: output of layer k is hidden_states[k + 1].
+    let hs = |k: i64| k + i64::from(a.input_of_layer != Some(true));
+    let why = if ids.is_empty() {
+        Some("name no layer".to_string())
+    } else if let Some(k) = ids.iter().find(|&&k| hs(k) < 0) {
+        Some(format!("{k} reads hidden_states[{}], before the embeddings (Python reads a negative index from the last layer)", hs(*k)))
+    } else if !ids.windows(2).all(|w| w[0] < w[1]) {
+        Some("must name distinct layers in increasing order (each tap is one target layer, read once)".to_string())
+    } else {
+        let key = if layout == Layout::K3Dspark {
+            "target_num_hidden_layers"
+        } else {
+            "num_target_layers"
+        };
+        let depth = c.and_then(|c| c.root.get(key)).and_then(Value::as_u64);
+        let last = ids.last().map_or(0, |&k| hs(k) as u64);
+        depth.filter(|&d| last > d).map(|d| {
+            format!("the last reads hidden_states[{last}], past the target's {d} layers (`{key}`)")
+        })
+    };
+    why.map(|why| format!("taps {ids:?}: {why}"))
+}
+
+/// `dspark_target_layer_ids` beside the taps read from another key: SGLang reads it first
+/// (`parse_dspark_draft_config`), vLLM the `dflash_config`/root ones, so they must name the same
+/// hidden states (it numbers outputs of layers).
+fn prefixed_taps(c: &Config, a: TapIds) -> Option<String> {
+    let v = c
+        .root
+        .get("dspark_target_layer_ids")
+        .filter(|v| !v.is_null())?;
+    let ours: Vec<i64> = a
+        .ids
+        .iter()
+        .map(|&k| k + i64::from(a.input_of_layer != Some(true)))
+        .collect();
+    let theirs: Option<Vec<i64>> = v
+        .as_array()
+        .and_then(|l| l.iter().map(|k| k.as_i64().map(|k| k + 1)).collect());
+    (theirs.as_ref() != Some(&ours)).then(|| {
+        format!("`dspark_target_layer_ids` {v} and the taps {:?} read elsewhere disagree: SGLang reads `dspark_target_layer_ids` first, vLLM the others", a.ids)
+    })
+}
+
+/// The config's objects and flags have the types the engines read: `dflash_config` and
+/// `dspark_config` objects (vLLM calls `.get` on them), the DSpark flags JSON booleans (Python
+/// takes any non-empty string as true, where kquant would read the flag as unset), and
+/// `num_target_layers` a whole number of layers, 1 or more (SGLang's `parse_dflash_draft_config`).
+fn key_types(c: &Config, problems: &mut Problems) {
+    for k in ["dflash_config", "dspark_config"] {
+        if let Some(v) = c.root.get(k).filter(|v| !v.is_null() && !v.is_object()) {
+            problems.contradiction(format!("`{k}` is {v}: it is an object of keys"), true, true);
+        }
+    }
+    let flags = [
+        "sample_from_anchor",
+        "dspark_bonus_anchor",
+        "enable_confidence_head",
+        "confidence_head_with_markov",
+    ];
+    for k in flags {
+        let nested = ["dflash_config", "dspark_config"].map(|o| (Some(o), k));
+        for (obj, key) in [(None, k)].into_iter().chain(nested) {
+            if let Some((v, at)) = first(c, &[(obj, key)]).filter(|(v, _)| !v.is_boolean()) {
+                problems.contradiction(format!("`{at}` is {v}, not true or false: Python reads any non-empty value as true, so the engines and kquant would read it differently"), false, false);
+            }
+        }
+    }
+    if let Some(v) = c.root.get("num_target_layers").filter(|v| !v.is_null()) {
+        if v.as_u64().is_none_or(|n| n == 0) {
+            problems.contradiction(
+                format!("`num_target_layers` is {v}: a target has a whole number of layers, 1 or more (SGLang's `parse_dflash_draft_config` reads it with `min_value=1`)"),
+                false,
+                true,
+            );
+        }
     }
 }
 
@@ -520,6 +727,13 @@ fn anchor(layout: Layout, c: &Config, problems: &mut Problems) -> Anchor {
             None => (false, "speculators' default, `update_dspark`".into()),
         },
         _ => match (key("sample_from_anchor"), key("dspark_bonus_anchor")) {
+            (Some(v), Some(bonus)) if v == bonus => {
+                // The two keys say opposite layouts; the engines read `sample_from_anchor` only
+                // (vLLM's Qwen3-Omni check requires "sample_from_anchor=true and
+                // dspark_bonus_anchor=false").
+                problems.contradiction(format!("`sample_from_anchor` {v} and `dspark_bonus_anchor` {bonus} say opposite anchor layouts: the engines read `sample_from_anchor`, so the draft would be served in the layout the other key says it was not trained with"), false, false);
+                (v, "`sample_from_anchor`".into())
+            }
             (Some(v), _) => (v, "`sample_from_anchor`".into()),
             (None, Some(bonus)) => (!bonus, "`dspark_bonus_anchor`".into()),
             (None, None) => (true, "vLLM's and SGLang's default".into()),
@@ -545,7 +759,7 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
     ];
     let found = first(c, &keys);
     let rank = found.as_ref().and_then(|(v, _)| v.as_u64());
-    let key = found.map(|(_, k)| k);
+    let key = found.as_ref().map(|(_, k)| k.clone());
     let at_root = c.root.get("markov_rank").is_some_and(|v| !v.is_null());
     let head_type = first(
         c,
@@ -559,8 +773,26 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
     .and_then(|(v, _)| v.as_str().map(str::to_ascii_lowercase));
     let w1 = shape(w, "markov_head.markov_w1.weight");
     let w2 = shape(w, "markov_head.markov_w2.weight");
+    // vLLM reads the root's rank, SGLang `dspark_markov_rank`, then the nested ones, then the
+    // root's: the keys set must agree.
+    let ranks: Vec<(String, u64)> = keys
+        .iter()
+        .filter_map(|&(o, k)| first(c, &[(o, k)]))
+        .filter_map(|(v, k)| v.as_u64().map(|r| (k, r)))
+        .collect();
+    if let Some(all) = disagreement(&ranks) {
+        problems.contradiction(
+            format!("the Markov-rank keys disagree ({all}): vLLM builds the head from the root's, SGLang from `dspark_markov_rank` or the nested ones first"),
+            false,
+            false,
+        );
+    }
+    if let (Some((v, k)), None) = (&found, rank) {
+        problems.contradiction(format!("`{k}` is {v}: the Markov rank is a whole number (SGLang: \"DSpark markov_rank must be >= 0\"; vLLM builds `nn.Embedding(vocab_size, markov_rank)`)"), true, true);
+    }
     match (rank, &key) {
-        (None, _) => problems.both("no `markov_rank` in the config: vLLM will not load it (it reads `config.markov_rank` at the root) and SGLang refuses \"DSpark draft requires markov_rank > 0\"".into()),
+        (None, Some(_)) => {}
+        (None, None) => problems.both("no `markov_rank` in the config: vLLM will not load it (it reads `config.markov_rank` at the root) and SGLang refuses \"DSpark draft requires markov_rank > 0\"".into()),
         (Some(0), _) => problems.sglang("`markov_rank` is 0: SGLang refuses \"DSpark draft requires markov_rank > 0\"".into()),
         (Some(_), Some(k)) if !at_root => problems.both(format!("vLLM will not load it: `markov_rank` must be at the config root (vLLM reads `config.markov_rank`; found `{k}`; SpecForge exports need root-level copies, SpecForge PR #852); nor will SGLang, which builds the Markov head from the root's (`build_markov_head`): \"DSpark requires markov_rank > 0 (the Markov head is the core of the semi-AR draft); got markov_rank=0.\"")),
         _ => {}
@@ -571,14 +803,28 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
     if let Some(t) = head_type.as_deref().filter(|t| *t != "vanilla") {
         problems.vllm(format!("vLLM will not load it: Markov head `{t}`: vLLM builds only `vanilla` (W1 embedding + W2 projection), so the head's other tensors do not load (SGLang builds `{t}`)"));
     }
+    // A quantized tensor's shape is its packing's (`quantize --exclude` can quantize W2).
+    let float = |n: &str| {
+        w.info(&format!("markov_head.{n}.weight"))
+            .is_some_and(|t| t.dtype.is_float())
+    };
     for (name, s) in [("markov_w1", &w1), ("markov_w2", &w2)] {
         match s {
             None => problems.note(format!("no `markov_head.{name}.weight` tensor")),
-            Some(s) if rank.is_some_and(|r| s.get(1).map(|&x| x as u64) != Some(r)) => problems
-                .note(format!(
-                    "`markov_head.{name}.weight` is {s:?} but markov_rank is {}",
-                    rank.unwrap_or(0)
-                )),
+            // The engines build the head from the rank and load the tensors into it
+            // (vLLM's `default_weight_loader` asserts the shapes match).
+            Some(s)
+                if float(name) && rank.is_some_and(|r| s.get(1).map(|&x| x as u64) != Some(r)) =>
+            {
+                problems.contradiction(
+                    format!(
+                        "`markov_head.{name}.weight` is {s:?}: its rank disagrees with markov_rank {}",
+                        rank.unwrap_or(0)
+                    ),
+                    true,
+                    true,
+                )
+            }
             _ => {}
         }
     }
@@ -658,7 +904,13 @@ fn confidence(
     }
 }
 
-fn dflash2(layout: Layout, c: &Config, w: &Weights, problems: &mut Problems) -> Dflash2Heads {
+fn dflash2(
+    layout: Layout,
+    c: &Config,
+    w: &Weights,
+    vocab: Option<u64>,
+    problems: &mut Problems,
+) -> Dflash2Heads {
     let get = |k: &str| {
         c.nested("dflash_config", k)
             .or_else(|| c.root.get(k))
@@ -691,7 +943,60 @@ fn dflash2(layout: Layout, c: &Config, w: &Weights, problems: &mut Problems) -> 
             "no `candidate_selector.*` tensors: DFlash2 drafts through its path selector".into(),
         );
     }
+    dflash2_shapes(&h, w, vocab, problems);
     h
+}
+
+/// DFlash2's `dflash_config` widths against the unquantized tensors they size (vLLM's and
+/// SGLang's loaders build the convolutions and the selector from the keys, then load the
+/// tensors into them: `qwen3_dflash2.py` `DFlashGroupedConv`, `CandidateSelector`): the first
+/// tensor that disagrees is a contradiction.
+fn dflash2_shapes(d: &Dflash2Heads, w: &Weights, vocab: Option<u64>, problems: &mut Problems) {
+    let dim = |s: &[usize], i: usize| s.get(i).map_or(0, |&x| x as u64);
+    let wrong = |n: &str, s: &[usize]| -> Option<String> {
+        let (k, g, r) = (d.conv_kernel_size, d.conv_group_size, d.selector_rank);
+        let key = if n.ends_with(".base_kernel") {
+            k.filter(|&k| dim(s, 1) != k)
+                .map(|k| format!("conv_kernel_size {k}"))
+        } else if n.ends_with("_conv.kernel_projection.weight") {
+            let h = dim(s, 1);
+            match (k, g) {
+                (Some(k), Some(g)) if g == 0 || h % g != 0 || dim(s, 0) != 2 * k * (h / g) => {
+                    Some(format!("conv_kernel_size {k} and conv_group_size {g} (rows 2 · kernel · hidden / group)"))
+                }
+                _ => None,
+            }
+        } else if n.ends_with("_codebook") {
+            r.filter(|&r| dim(s, 1) != r)
+                .map(|r| format!("selector_rank {r}"))
+        } else if n == "candidate_selector.hidden_projection.weight" {
+            r.filter(|&r| dim(s, 0) != r)
+                .map(|r| format!("selector_rank {r}"))
+        } else {
+            None
+        }?;
+        Some(format!(
+            "`{n}` is {s:?}, which does not fit `dflash_config` {key}"
+        ))
+    };
+    let found = w.infos().find_map(|t| {
+        (t.dtype.is_float()
+            && (t.name.starts_with("layers.") || t.name.starts_with("candidate_selector.")))
+        .then(|| wrong(&t.name, &t.shape))
+        .flatten()
+    });
+    if let Some(what) = found {
+        problems.contradiction(what, true, true);
+    }
+    if let (Some(k), Some(v)) = (d.selector_top_k, vocab) {
+        if k > v {
+            problems.contradiction(
+                format!("`dflash_config.selector_top_k` {k} is more candidates than the vocabulary of {v}"),
+                true,
+                true,
+            );
+        }
+    }
 }
 
 fn k3_checks(c: &Config, ntl: Option<u64>, ntaps: Option<usize>, problems: &mut Problems) {
@@ -786,6 +1091,12 @@ fn vocab(layout: Layout, d: &Sizes, problems: &mut Problems) -> Vocab {
 }
 
 impl BlockDraft {
+    /// The first place the config contradicts itself or the tensors (`convert` and the replay
+    /// refuse the draft on it).
+    pub fn contradiction(&self) -> Option<&str> {
+        self.contradictions.first().map(|c| c.what.as_str())
+    }
+
     /// The first finding for which vLLM will not load the draft.
     pub fn vllm_refuses(&self) -> Option<&Problem> {
         self.problems.iter().find(|p| p.vllm_refuses)

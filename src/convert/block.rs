@@ -18,7 +18,9 @@ use super::{
     quantization_config_last, rename_quant_lists, set, AuxOut, BlockOut, DraftLayout, Options,
     Plan, Planned, Source,
 };
-use crate::checkpoint::block::{BlockDraft, Kind, Layout, DFLASH2_ARCHITECTURES};
+use crate::checkpoint::block::{
+    taps_problem, BlockDraft, Kind, Layout, TapIds, DFLASH2_ARCHITECTURES,
+};
 use crate::checkpoint::{AuxConvention, Checkpoint, Detection};
 use crate::error::{Error, Result};
 
@@ -565,6 +567,27 @@ pub fn plan(
     (kind, taps): (Kind, Option<Vec<i64>>),
 ) -> Result<Plan> {
     let b = block_of(ck, det, kind)?;
+    // `--aux-layers` replaces the config's taps: they are checked instead.
+    let replaced = o.aux_layers.is_some();
+    if let Some(c) = b.contradictions.iter().find(|c| !(c.taps && replaced)) {
+        return Err(source_err(
+            ck,
+            format!("cannot be converted as written: {}", c.what),
+            "fix its config.json (in a copy of the draft) so that its keys agree with each other, the vocabulary and the tensors, then convert again; `kquant inspect` lists every problem".into(),
+        ));
+    }
+    if let (Some(ids), Some(conv)) = (&o.aux_layers, o.aux_convention) {
+        let given = TapIds {
+            ids,
+            input_of_layer: Some(conv == AuxConvention::InputOfLayer),
+        };
+        if let Some(why) = taps_problem(b.layout, ck.config.as_ref(), given) {
+            return Err(Error::Flags {
+                msg: format!("--aux-layers: {why}"),
+                hint: "name each target layer the drafter reads once, in increasing order, within the target's depth".into(),
+            });
+        }
+    }
     let layout = written(kind, b.layout, o.engine)?;
     let hs = taps.ok_or_else(|| {
         source_err(

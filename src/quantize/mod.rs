@@ -95,14 +95,24 @@ pub fn family_kept(family: &Family, defaults: bool) -> Vec<Kept> {
 /// The refusal of DFlash2's MLA layout: no engine builds it, so there are no engine-proven
 /// exclusions, and kquant has no runtime to verify it. Inferact's MLA DSpark (`k3-dspark`) is
 /// taken: vLLM's `K3DSparkModel` builds `context_proj`, every MLA projection and the MLP with the
-/// quant config, and its heads as `Qwen3DSparkModel` does (`DSPARK_KEPT`).
+/// quant config, and its heads as `Qwen3DSparkModel` does (`DSPARK_KEPT`). Nor is a block draft
+/// whose config contradicts itself or its tensors taken.
 fn refuse_mla_block(ck: &Checkpoint, det: &Detection) -> Result<()> {
     let Some(b) = det
         .block_draft
         .as_ref()
         .filter(|b| b.layout == crate::checkpoint::block::Layout::Dflash2Mla)
     else {
-        return Ok(());
+        // A config that contradicts itself or its tensors: `convert` and the gate's replay
+        // refuse the draft (`BlockDraft::contradiction`), so its quantized copy would be too.
+        return match det.block_draft.as_ref().and_then(|b| b.contradiction()) {
+            Some(why) => Err(Error::Source {
+                path: ck.weights.dir.clone(),
+                msg: format!("cannot be quantized as written: {why}"),
+                hint: Some("fix its config.json (in a copy of the draft) so that its keys agree with each other, the vocabulary and the tensors; `kquant inspect` lists every problem".into()),
+            }),
+            None => Ok(()),
+        };
     };
     let fam = b.layout.family_name();
     Err(Error::Source {

@@ -237,10 +237,7 @@ impl MlaSpec {
             return Err(Error::source(dir, msg));
         }
         let (rope, mult) = mla_rope(dir, c, shape.rope_dim)?;
-        let eps = c
-            .get("rms_norm_eps")
-            .and_then(Value::as_f64)
-            .unwrap_or(1e-6) as f32;
+        let eps = norm_eps(dir, c)?;
         Ok(Some(MlaSpec {
             shape,
             rope,
@@ -253,6 +250,22 @@ impl MlaSpec {
     pub(super) fn read(&self, vb: &Loader, h: usize) -> Result<MlaAttention> {
         let rope = (self.rope.clone(), self.mult);
         MlaAttention::read(vb, self.shape, (h, h), rope, self.eps)
+    }
+}
+
+/// `rms_norm_eps` (1e-6 when absent): a finite number, not negative (a negative one makes
+/// RMSNorm's root NaN for small rows, and every proposal with it).
+pub(super) fn norm_eps(dir: &Path, c: &Config) -> Result<f32> {
+    match c.get("rms_norm_eps").filter(|v| !v.is_null()) {
+        None => Ok(1e-6),
+        Some(v) => match v.as_f64() {
+            Some(e) if e.is_finite() && e >= 0.0 => Ok(e as f32),
+            _ => Err(Error::source(
+                dir,
+                format!("`rms_norm_eps` is {v}: RMSNorm's epsilon is a small non-negative number"),
+            )
+            .with_hint("give the rms_norm_eps the draft was trained with (1e-6 when absent)")),
+        },
     }
 }
 
@@ -271,6 +284,16 @@ fn mla_rope(dir: &Path, c: &Config, dim: usize) -> Result<(Rope, f32)> {
         .or_else(|| c.get("rope_theta"))
         .and_then(Value::as_f64)
         .unwrap_or(50000.0);
+    let bad = |what: String| {
+        Error::source(dir, what).with_hint(
+            "give the RoPE parameters the draft was trained with (`kquant inspect` shows the config)",
+        )
+    };
+    if !(theta.is_finite() && theta > 0.0) {
+        return Err(bad(format!(
+            "`rope_theta` is {theta}: RoPE's base is a positive number"
+        )));
+    }
     let kind = params
         .and_then(|p| p.get("rope_type").or_else(|| p.get("type")))
         .and_then(Value::as_str)
@@ -282,9 +305,13 @@ fn mla_rope(dir: &Path, c: &Config, dim: usize) -> Result<(Rope, f32)> {
     if num("attention_factor") == Some(1.0) {
         return Err(Error::source(dir, format!("rope type `{kind}` with attention_factor 1: vLLM runs it as `deepseek_llama_scaling`, which the replay does not")));
     }
-    let (Some(factor), Some(_)) = (num("factor"), num("original_max_position_embeddings")) else {
+    let (Some(factor), Some(orig)) = (num("factor"), num("original_max_position_embeddings"))
+    else {
         return Err(Error::source(dir, format!("rope type `{kind}` without `factor` and `original_max_position_embeddings`: vLLM's deepseek_yarn reads both")));
     };
+    if !(factor.is_finite() && factor > 0.0 && orig.is_finite() && orig >= 1.0) {
+        return Err(bad(format!("rope type `{kind}` with factor {factor} and original_max_position_embeddings {orig}: YaRN scales by a positive factor over at least one position")));
+    }
     let mut yarn = p.clone();
     yarn["rope_type"] = "yarn".into();
     let (mut rope, mult) = Rope::from_config(dim, theta, Some(&yarn));

@@ -328,6 +328,15 @@ fn rope(dir: &Path, c: &Config, head_dim: usize) -> Result<Rope> {
         .or_else(|| c.get("rope_parameters").and_then(|r| r.get("rope_theta")))
         .and_then(Value::as_f64)
         .ok_or_else(|| Error::source(dir, "config has no `rope_theta`"))?;
+    if !(theta.is_finite() && theta > 0.0) {
+        return Err(Error::source(
+            dir,
+            format!("`rope_theta` is {theta}: RoPE's base is a positive number"),
+        )
+        .with_hint(
+            "give the rope_theta the draft was trained with (`kquant inspect` shows the config)",
+        ));
+    }
     let scaling = c
         .get("rope_scaling")
         .filter(|v| !v.is_null())
@@ -500,7 +509,13 @@ impl DFlash {
             .with_hint("verify this draft live on its engine (`kquant verify --endpoint`); the offline replay would measure another model"));
         }
         let mla = attn::MlaSpec::of(det, dir, c)?;
-        let sh = Shape::read(dir, &det.dims)?;
+        // A DSpark or DFlash2 draft's block is the one `inspect` reads (`checkpoint::block`:
+        // `dspark_block_size` too; keys that disagree were refused above).
+        let mut dims = det.dims.clone();
+        if let Some(b) = det.block_draft.as_ref().and_then(|b| b.block_size) {
+            dims.block_size = Some(b);
+        }
+        let sh = Shape::read(dir, &dims)?;
         let (h, vocab, head_dim, n_layers) = (sh.h, sh.vocab, sh.head_dim, sh.n_layers);
         let mask_id = mask_id(dir, c, vocab)?;
         check_block_kind(dir, c)?;
@@ -510,10 +525,7 @@ impl DFlash {
             Some(_) => Rope::plain(2, 1.0), // each MLA layer holds its own table
             None => rope(dir, c, head_dim)?,
         };
-        let eps = c
-            .get("rms_norm_eps")
-            .and_then(Value::as_f64)
-            .unwrap_or(1e-6) as f32;
+        let eps = attn::norm_eps(dir, c)?;
 
         if (target.vocab, target.hidden) != (vocab, h) {
             return Err(Error::Source {
@@ -539,14 +551,17 @@ impl DFlash {
         } else {
             ("fc.weight", "hidden_norm.weight", "norm.weight")
         };
-        if lg
-            .shape(&format!("layers.{n_layers}.input_layernorm.weight"))
-            .is_some()
-        {
+        let has_layer = |i: usize| {
+            lg.shape(&format!("layers.{i}.input_layernorm.weight"))
+                .is_some()
+        };
+        if has_layer(n_layers) || !has_layer(n_layers - 1) {
+            let more = if has_layer(n_layers) { "more" } else { "fewer" };
             return Err(Error::source(
                 dir,
-                format!("holds more decoder layers than num_hidden_layers = {n_layers}"),
-            ));
+                format!("holds {more} decoder layers than num_hidden_layers = {n_layers}"),
+            )
+            .with_hint("num_hidden_layers must count the draft's `layers.N.*` (`kquant inspect` shows both)"));
         }
         let lin = LinearSet::new(exec);
         let vb = Loader::new(&lg, "DFlash draft").with_linears(&lin);

@@ -76,6 +76,27 @@ fn number(c: &Config, obj: Option<&str>, key: &str) -> Option<f64> {
     .and_then(Value::as_f64)
 }
 
+/// `Err` when `v`, tensor `name` of a head, holds a NaN or an infinity: a NaN logit is what
+/// `torch.argmax` picks in the engines, and what the replay's argmax never picks (#38.4), so
+/// the gate would measure another draft than the one served.
+fn finite(dir: &std::path::Path, name: &str, v: &[f32]) -> Result<()> {
+    match v.iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(Error::source(
+            dir,
+            format!("tensor `{name}` holds {} at flat index {i}: the engines' argmax picks a NaN logit (torch.argmax) where the replay's never does, so the gate would measure another draft", v[i]),
+        )
+        .with_hint("the draft's weights are damaged: export them again from the training checkpoint")),
+    }
+}
+
+/// Tensor `name` (`shape`), checked [`finite`].
+fn finite_get(vb: &Loader, dir: &std::path::Path, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    let v = vb.get(name, shape)?;
+    finite(dir, name, &v)?;
+    Ok(v)
+}
+
 /// The whole number `key` of `dflash_config`, within `1..=max`.
 fn count(dir: &std::path::Path, c: &Config, key: &str, max: u64) -> Result<usize> {
     match c.nested("dflash_config", key).and_then(Value::as_u64) {
@@ -83,7 +104,8 @@ fn count(dir: &std::path::Path, c: &Config, key: &str, max: u64) -> Result<usize
         Some(n) => Err(Error::source(
             dir,
             format!("`dflash_config.{key}` is {n}: it must be 1..={max}"),
-        )),
+        )
+        .with_hint("the DFlash2 keys give the widths of the convolution and selector tensors; `kquant inspect` shows the tensors' shapes")),
         None => Err(Error::source(
             dir,
             format!("DFlash2 config has no `dflash_config.{key}`"),
@@ -94,7 +116,8 @@ fn count(dir: &std::path::Path, c: &Config, key: &str, max: u64) -> Result<usize
 
 /// The layouts the replay runs: DFlash, DSpark and DFlash2 on the Qwen3 GQA backbone, and
 /// Inferact's MLA `K3DSparkModel` (`k3-dspark`). DFlash2 with `attention_mode: mla` is refused by
-/// name: no engine builds it.
+/// name: no engine builds it; so is a DSpark or DFlash2 draft whose config contradicts itself or
+/// its tensors (`BlockDraft::contradiction`).
 pub fn check_layout(det: &Detection, dir: &std::path::Path) -> Result<()> {
     match det.block_draft.as_ref().map(|b| b.layout) {
         Some(l @ Layout::Dflash2Mla) => Err(Error::source(
@@ -106,7 +129,11 @@ pub fn check_layout(det: &Detection, dir: &std::path::Path) -> Result<()> {
             ),
         )
         .with_hint("`kquant inspect` says which engines load it; an MLA DFlash2 is not replayed")),
-        _ => Ok(()),
+        _ => match det.block_draft.as_ref().and_then(|b| b.contradiction()) {
+            Some(why) => Err(Error::source(dir, format!("cannot be replayed as written: {why}"))
+                .with_hint("fix its config.json (in a copy of the draft) so that its keys agree with each other, the vocabulary and the tensors; `kquant inspect` lists every problem")),
+            None => Ok(()),
+        },
     }
 }
 
@@ -213,11 +240,12 @@ fn dspark(
         .and_then(Value::as_u64)
         .map_or(vocab, |v| v as usize);
     let (own_head, d2t) = if draft_vocab < vocab {
+        let hint = "a reduced-vocabulary draft ships its own `lm_head.weight` and `d2t`; otherwise its draft_vocab_size is the target's vocab_size";
         if !vb.has("lm_head.weight") {
-            return Err(Error::source(dir, format!("draft_vocab_size {draft_vocab} < the target's {vocab} but no `lm_head.weight`: vLLM refuses a reduced-vocabulary DSpark draft without its own lm_head")));
+            return Err(Error::source(dir, format!("draft_vocab_size {draft_vocab} < the target's {vocab} but no `lm_head.weight`: vLLM refuses a reduced-vocabulary DSpark draft without its own lm_head")).with_hint(hint));
         }
         let d2t = crate::runtime::d2t::read(ck, draft_vocab, vocab)?.ok_or_else(|| {
-            Error::source(dir, format!("draft_vocab_size {draft_vocab} < the target's {vocab} but no `d2t`: vLLM refuses a reduced-vocabulary DSpark draft without it"))
+            Error::source(dir, format!("draft_vocab_size {draft_vocab} < the target's {vocab} but no `d2t`: vLLM refuses a reduced-vocabulary DSpark draft without it")).with_hint(hint)
         })?;
         (
             Some(vb.linear("lm_head.weight", draft_vocab, h)?),
@@ -226,7 +254,9 @@ fn dspark(
     } else {
         (None, None)
     };
-    let w2 = vb.linear("markov_head.markov_w2.weight", draft_vocab, rank)?;
+    let w2n = "markov_head.markov_w2.weight";
+    finite(dir, w2n, &vb.get(w2n, &[draft_vocab, rank])?)?;
+    let w2 = vb.linear(w2n, draft_vocab, rank)?;
     let confidence = if flag(c, "enable_confidence_head") == Some(true)
         && vb.has("confidence_head.proj.weight")
     {
@@ -234,7 +264,7 @@ fn dspark(
         let width = h + if with_markov { rank } else { 0 };
         Some(Confidence {
             with_markov,
-            w: vb.get("confidence_head.proj.weight", &[1, width])?,
+            w: finite_get(vb, dir, "confidence_head.proj.weight", &[1, width])?,
             b: if vb.has("confidence_head.proj.bias") {
                 vb.get("confidence_head.proj.bias", &[1])?[0]
             } else {
@@ -275,7 +305,7 @@ fn dspark(
     Ok(Variant {
         head: Head::Markov(Markov {
             rank,
-            w1: vb.get(w1, &[vocab, rank])?,
+            w1: finite_get(vb, dir, w1, &[vocab, rank])?,
             w2,
             scale,
             topk,
@@ -344,9 +374,18 @@ fn dflash2(
         head: Head::Selector(Selector {
             rank,
             top_k,
-            pred: vb.get(&format!("{cs}.predecessor_codebook"), &[vocab, rank])?,
-            succ: vb.get(&format!("{cs}.successor_codebook"), &[vocab, rank])?,
-            hproj: vb.linear(&format!("{cs}.hidden_projection.weight"), rank, h)?,
+            pred: finite_get(
+                vb,
+                dir,
+                &format!("{cs}.predecessor_codebook"),
+                &[vocab, rank],
+            )?,
+            succ: finite_get(vb, dir, &format!("{cs}.successor_codebook"), &[vocab, rank])?,
+            hproj: {
+                let n = format!("{cs}.hidden_projection.weight");
+                finite(dir, &n, &vb.get(&n, &[rank, h])?)?;
+                vb.linear(&n, rank, h)?
+            },
             scale,
             softcap,
         }),
