@@ -416,3 +416,64 @@ fn the_replay_refuses_a_head_holding_nan() {
         );
     }
 }
+
+/// A Markov head type that is not a name was reported as missing; SGLang refuses it by its
+/// `str()` (vLLM's Qwen3 DSpark never reads it).
+#[test]
+fn a_markov_head_type_that_is_no_name_is_named_for_sglang() {
+    let t = tempfile::tempdir().unwrap();
+    let d = patched(t.path(), "dspark", &json!({"markov_head_type": 5}));
+    let j = inspect_json(&d);
+    let ps = j["block_draft"]["problems"].as_array().unwrap();
+    let all: Vec<&str> = ps.iter().map(|p| p["what"].as_str().unwrap()).collect();
+    assert!(
+        !all.iter().any(|w| w.contains("no `markov_head_type`")),
+        "{all:?}"
+    );
+    let p = ps
+        .iter()
+        .find(|p| {
+            p["what"]
+                .as_str()
+                .unwrap()
+                .contains("`markov_head_type` is 5")
+        })
+        .unwrap_or_else(|| panic!("{all:?}"));
+    assert_eq!(
+        (&p["vllm_refuses"], &p["sglang_refuses"]),
+        (&json!(false), &json!(true))
+    );
+}
+
+/// A compressed-tensors draft whose Markov projection is quantized holds
+/// `markov_w2.weight_packed`: that is the tensor, not its absence.
+#[test]
+fn a_packed_markov_projection_is_not_reported_missing() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("ct");
+    let o = kquant(&[
+        "quantize",
+        s(&fix("dspark")),
+        "-o",
+        s(&out),
+        "--format",
+        "compressed-tensors",
+        "--scheme",
+        "int4-pc",
+        "--exclude",
+        "fc",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let packed = "markov_head.markov_w2.weight_packed";
+    let found = problems(&out);
+    assert!(
+        !found.contains("no `markov_head.markov_w2.weight` tensor"),
+        "{found}"
+    );
+    let listed =
+        String::from_utf8_lossy(&kquant(&["inspect", s(&out), "--tensors"]).stdout).to_string();
+    assert!(
+        listed.contains(packed),
+        "the projection was quantized: {listed}"
+    );
+}

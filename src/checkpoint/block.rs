@@ -761,7 +761,7 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
     let rank = found.as_ref().and_then(|(v, _)| v.as_u64());
     let key = found.as_ref().map(|(_, k)| k.clone());
     let at_root = c.root.get("markov_rank").is_some_and(|v| !v.is_null());
-    let head_type = first(
+    let head_found = first(
         c,
         &[
             (None, "dspark_markov_head_type"),
@@ -769,8 +769,11 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
             (Some("dspark_config"), "markov_head_type"),
             (Some("dflash_config"), "markov_head_type"),
         ],
-    )
-    .and_then(|(v, _)| v.as_str().map(str::to_ascii_lowercase));
+    );
+    let head_type = head_found
+        .as_ref()
+        .and_then(|(v, _)| v.as_str().map(str::to_ascii_lowercase));
+    let head_not_named = head_found.as_ref().filter(|_| head_type.is_none());
     let w1 = shape(w, "markov_head.markov_w1.weight");
     let w2 = shape(w, "markov_head.markov_w2.weight");
     // vLLM reads the root's rank, SGLang `dspark_markov_rank`, then the nested ones, then the
@@ -797,7 +800,11 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
         (Some(_), Some(k)) if !at_root => problems.both(format!("vLLM will not load it: `markov_rank` must be at the config root (vLLM reads `config.markov_rank`; found `{k}`; SpecForge exports need root-level copies, SpecForge PR #852); nor will SGLang, which builds the Markov head from the root's (`build_markov_head`): \"DSpark requires markov_rank > 0 (the Markov head is the core of the semi-AR draft); got markov_rank=0.\"")),
         _ => {}
     }
-    if rank.is_some_and(|r| r > 0) && head_type.is_none() {
+    if let Some((v, k)) = head_not_named {
+        // SGLang's `build_markov_head`: `str(config.markov_head_type).lower()`, then only the
+        // names it builds; vLLM's Qwen3 DSpark never reads it.
+        problems.sglang(format!("`{k}` is {v}, not a head name: SGLang refuses \"Unsupported DSpark markov_head_type='{}'\" (vLLM builds `vanilla` whatever it says)", v.to_string().to_ascii_lowercase()));
+    } else if rank.is_some_and(|r| r > 0) && head_type.is_none() {
         problems.sglang("no `markov_head_type`: SGLang refuses \"DSpark requires markov_head_type when markov_rank > 0, got None.\" (vLLM builds `vanilla`)".into());
     }
     if let Some(t) = head_type.as_deref().filter(|t| *t != "vanilla") {
@@ -810,6 +817,10 @@ fn markov(c: &Config, w: &Weights, dims: &Sizes, problems: &mut Problems) -> Mar
     };
     for (name, s) in [("markov_w1", &w1), ("markov_w2", &w2)] {
         match s {
+            // compressed-tensors writes a quantized linear as `weight_packed`.
+            None if w
+                .info(&format!("markov_head.{name}.weight_packed"))
+                .is_some() => {}
             None => problems.note(format!("no `markov_head.{name}.weight` tensor")),
             // The engines build the head from the rank and load the tensors into it
             // (vLLM's `default_weight_loader` asserts the shapes match).
