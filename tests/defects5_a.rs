@@ -145,6 +145,12 @@ fn contradictions() -> Vec<(&'static str, Value, &'static str)> {
             json!({"dflash_config": {"selector_rank": 16}}),
             "which does not fit `dflash_config` selector_rank 16",
         ),
+        // A width written as a string was read as unset (before: converted and replayed).
+        (
+            "dflash2",
+            json!({"dflash_config": {"conv_kernel_size": "2"}}),
+            "`conv_kernel_size` is \"2\": a DFlash2 width is a whole number",
+        ),
         (
             "dflash2",
             json!({"dflash_config": {"selector_top_k": 5000}}),
@@ -276,6 +282,7 @@ fn the_replay_refuses_a_contradictory_block_draft() {
         ("dflash2", json!({"dspark_block_size": 4})),
         // Before: refused with the loader's shape error and no hint.
         ("dflash2", json!({"dflash_config": {"conv_kernel_size": 3}})),
+        ("dflash2", json!({"dflash_config": {"selector_rank": "16"}})),
     ]
     .into_iter()
     .enumerate()

@@ -946,6 +946,23 @@ fn dflash2(
         conv_layers: conv.len(),
         selector: w.names().any(|n| n.starts_with("candidate_selector.")),
     };
+    for k in [
+        "conv_kernel_size",
+        "conv_group_size",
+        "selector_rank",
+        "selector_top_k",
+    ] {
+        let v = c.nested("dflash_config", k).or_else(|| c.root.get(k));
+        if let Some(v) = v.filter(|v| !v.is_null() && v.as_u64().is_none()) {
+            // The engines size tensors and index with it (`qwen3_dflash2.py`): a string or a
+            // negative number fails there; kquant would read it as unset.
+            problems.contradiction(
+                format!("`{k}` is {v}: a DFlash2 width is a whole number"),
+                true,
+                true,
+            );
+        }
+    }
     if layout == Layout::Dflash2Mla {
         problems.both("neither vLLM 0.33 nor SGLang 0.5.23 loads an MLA DFlash2: their DFlash2 classes build GQA q/k/v_proj and read no `dflash_config.attention_mode` (vLLM's weight loader raises on `q_a_proj`; SGLang drops names it does not know)".into());
     }
