@@ -68,13 +68,7 @@ fn assert_refused(args: &[&str], what: &str, label: &str) -> String {
 
 /// `block_draft.problems[].what` of `inspect DIR --json`, joined.
 fn problems(dir: &Path) -> String {
-    inspect_json(dir)["block_draft"]["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["what"].as_str().unwrap().to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
+    common::block_problems(&inspect_json(dir))
 }
 
 /// (fixture, config patch, what inspect and convert say): each a config that contradicts itself,
@@ -456,21 +450,9 @@ fn a_markov_head_type_that_is_no_name_is_named_for_sglang() {
 /// `markov_w2.weight_packed`: that is the tensor, not its absence.
 #[test]
 fn a_packed_markov_projection_is_not_reported_missing() {
-    let t = tempfile::tempdir().unwrap();
-    let out = t.path().join("ct");
-    let o = kquant(&[
-        "quantize",
-        s(&fix("dspark")),
-        "-o",
-        s(&out),
-        "--format",
-        "compressed-tensors",
-        "--scheme",
-        "int4-pc",
-        "--exclude",
-        "fc",
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let ct = ["--format", "compressed-tensors", "--scheme", "int4-pc"];
+    let (_t, out, _) =
+        common::quantize(s(&fix("dspark")), &[&ct[..], &["--exclude", "fc"]].concat());
     let packed = "markov_head.markov_w2.weight_packed";
     let found = problems(&out);
     assert!(

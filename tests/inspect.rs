@@ -6,7 +6,7 @@ use crate::common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{kquant_cmd, root};
+use common::{block_problems as problems, kquant_cmd, root};
 use serde_json::Value;
 
 /// The binary with the hub offline and its cache at `fixtures/hub-cache`.
@@ -942,17 +942,6 @@ const DFLASH2_TENSORS: &[(&str, &[usize])] = &[
     ("candidate_selector.hidden_projection.weight", &[4, 8]),
     ("norm.weight", &[8]),
 ];
-
-/// `j`'s `block_draft.problems[].what`, joined.
-fn problems(j: &Value) -> String {
-    j["block_draft"]["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["what"].as_str().unwrap().to_string())
-        .collect::<Vec<_>>()
-        .join(" | ")
-}
 
 fn loads(j: &Value, engine: &str) -> String {
     engine_entry(j, engine)["loads"]

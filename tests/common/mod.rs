@@ -58,6 +58,17 @@ pub fn inspect_json(dir: &Path) -> Value {
     serde_json::from_slice(&kquant(&["inspect", dir.to_str().unwrap(), "--json"]).stdout).unwrap()
 }
 
+/// `block_draft.problems[].what` of an `inspect --json` document, joined with ` | `.
+pub fn block_problems(j: &Value) -> String {
+    j["block_draft"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["what"].as_str().unwrap().to_string())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
 /// The `*.json` files of repository directory `rel` are exactly the entries of `builtin`, a
 /// built-in `(name, JSON text)` table (presets, target profiles): named `NAME.json` each. Returns
 /// the names, sorted.
