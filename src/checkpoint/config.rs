@@ -18,9 +18,10 @@ pub struct Config {
 }
 
 impl Config {
-    /// Read and parse; it must be a JSON object.
+    /// Read and parse; it must be a JSON object in a regular file of at most
+    /// [`MAX_CONFIG`](crate::io::text::MAX_CONFIG) bytes.
     pub fn read(path: &Path) -> Result<Config> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
+        let bytes = crate::io::text::read_regular(path, crate::io::text::MAX_CONFIG, "config")?;
         let cerr = |msg: String| Error::Config {
             path: path.into(),
             msg,

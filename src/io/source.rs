@@ -91,11 +91,21 @@ pub fn open_dir(path: &Path) -> Result<Weights> {
     super::reads::note(path);
     let config = path.join("config.json");
     match std::fs::metadata(&config) {
+        // A link to a file (a hub cache snapshot's are links to its blobs) is the file.
+        Ok(m) if !m.is_file() => {
+            return Err(Error::Source {
+                path: config,
+                msg: "is not a regular file (a device, FIFO or directory is not a config)".into(),
+                hint: Some("give the checkpoint's `config.json` as a regular file".into()),
+            })
+        }
+        Ok(_) => {}
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(path_error(&config, e)),
-        _ => {}
-    }
-    if let Some(err) = dangling_symlink(&config) {
-        return Err(err);
+        Err(_) => {
+            if let Some(err) = dangling_symlink(&config) {
+                return Err(err);
+            }
+        }
     }
     if !config.is_file() {
         return Err(Error::Source {
@@ -463,5 +473,33 @@ mod tests {
         std::os::unix::fs::symlink(t.path().join("gone"), &d).unwrap();
         let e = open(d.to_str().unwrap()).err().unwrap().to_string();
         assert!(e.contains("which does not exist"), "{e}");
+    }
+
+    /// A checkpoint directory whose `config.json` is a link to a file (every hub cache
+    /// snapshot's is) opens; one whose link dangles or whose `config.json` is a FIFO is
+    /// refused, each saying which.
+    #[test]
+    fn a_linked_config_is_the_file_it_links_to() {
+        let fix = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/kimi-k2.5-tiny/eagle3");
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("ck");
+        std::fs::create_dir(&d).unwrap();
+        std::os::unix::fs::symlink(fix.join("model.safetensors"), d.join("model.safetensors"))
+            .unwrap();
+        std::fs::copy(fix.join("config.json"), t.path().join("blob")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("blob"), d.join("config.json")).unwrap();
+        open_dir(&d).expect("a linked config.json opens");
+        std::fs::remove_file(t.path().join("blob")).unwrap();
+        let e = open_dir(&d).err().unwrap().to_string();
+        assert!(e.contains("which does not exist"), "{e}");
+        std::fs::remove_file(d.join("config.json")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(d.join("config.json"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = open_dir(&d).err().unwrap().to_string();
+        assert!(e.contains("is not a regular file"), "{e}");
     }
 }
