@@ -327,3 +327,55 @@ fn a_live_sglang_dflash_server_drafts_block_size_minus_one_a_step() {
         r["degenerate"]
     );
 }
+
+/// Files a verb reads whole beside a checkpoint or from a flag (`--input-amax`, a checkpoint's
+/// `config.json`) are read only as bounded regular files: a FIFO with no writer or a link to
+/// `/dev/zero` is refused at once (exit 2), never an endless read or a hang.
+#[test]
+fn an_input_amax_or_config_that_is_no_regular_file_is_refused_at_once() {
+    let t = tempfile::tempdir().unwrap();
+    let src = root().join(FIX).join("eagle3");
+    let fifo = t.path().join("amax.json");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let zero = t.path().join("zero.json");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    for f in [&fifo, &zero] {
+        let out = t.path().join("out");
+        let o = kquant(&[
+            "quantize",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--scheme",
+            "fp8-pt",
+            "--format",
+            "modelopt",
+            "--input-amax",
+            f.to_str().unwrap(),
+        ]);
+        let e = common::stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert!(
+            e.contains("is not a regular file") && e.contains("hint: "),
+            "{e}"
+        );
+        assert!(!out.exists());
+    }
+    // A checkpoint's config.json that is a FIFO: not "no config.json", and no hang.
+    let ck = t.path().join("ck");
+    std::fs::create_dir(&ck).unwrap();
+    std::fs::copy(src.join("model.safetensors"), ck.join("model.safetensors")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(ck.join("config.json"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let o = kquant(&["inspect", ck.to_str().unwrap()]);
+    let e = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("config.json`: is not a regular file"), "{e}");
+}

@@ -645,7 +645,8 @@ pub(super) fn read_hf_quant_config(ck: &Checkpoint) -> Result<Option<Value>> {
     if !p.is_file() {
         return Ok(None);
     }
-    let bytes = std::fs::read(&p).map_err(|e| Error::io("read", &p, e))?;
+    let bytes =
+        crate::io::text::read_regular(&p, crate::io::text::MAX_CONFIG, "hf_quant_config.json")?;
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| Error::Config {

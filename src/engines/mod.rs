@@ -118,9 +118,13 @@ pub fn quantization(ck: &Checkpoint) -> Option<Identified> {
         .config
         .as_ref()
         .and_then(|c| c.root.get("quantization_config"));
-    let hf: Option<Value> = std::fs::read(ck.weights.dir.join("hf_quant_config.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok());
+    let hf: Option<Value> = crate::io::text::read_regular(
+        &ck.weights.dir.join("hf_quant_config.json"),
+        crate::io::text::MAX_CONFIG,
+        "hf_quant_config.json",
+    )
+    .ok()
+    .and_then(|b| serde_json::from_slice(&b).ok());
     identify::identify(qc, hf.as_ref())
 }
 

@@ -339,7 +339,8 @@ fn open_sharded(
         path: index_path.clone(),
         kind,
     };
-    let bytes = std::fs::read(&index_path).map_err(|e| Error::io("read", &index_path, e))?;
+    let bytes =
+        super::text::read_regular(&index_path, super::text::MAX_CONFIG, "safetensors index")?;
     let idx = index::parse(&bytes).map_err(ierr)?;
     let shard_names = idx.shards();
     let mut shards = Vec::with_capacity(shard_names.len());

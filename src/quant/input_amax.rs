@@ -50,7 +50,8 @@ fn bad(path: &Path, msg: String) -> Error {
 impl InputAmax {
     /// Read and check a file.
     pub fn load(path: &Path) -> Result<InputAmax> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
+        let bytes =
+            crate::io::text::read_regular(path, crate::io::text::MAX_CONFIG, "input-amax file")?;
         let v: Value =
             serde_json::from_slice(&bytes).map_err(|e| bad(path, format!("is not JSON: {e}")))?;
         InputAmax::from_json(path, &v)

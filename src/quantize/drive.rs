@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::plan::{non_finite, Action, Plan};
 use crate::checkpoint::Family;
 use crate::engines::target::{on_target, Serves};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::io::manifest::FileEntry;
 use crate::io::writer::{WriteOptions, Writer};
 use crate::quant::codec::{Encoded, StoredWeight};
@@ -271,7 +271,11 @@ impl<'p> Job<'p> {
         if !path.is_file() {
             return Ok(None);
         }
-        let yaml = std::fs::read_to_string(&path).map_err(|e| Error::io("read", &path, e))?;
+        let yaml = crate::io::text::read_regular_text(
+            &path,
+            crate::io::text::MAX_CONFIG,
+            "TensorRT-LLM config",
+        )?;
         let loads = quantized::claim_for(format, scheme, Engine::Trtllm, &self.family)
             .is_some_and(|c| c.loads == Loads::Yes);
         if !loads {
