@@ -94,7 +94,7 @@ impl Manifest {
     /// Read `DIR/kquant-manifest.json`.
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join(MANIFEST_FILE);
-        let bytes = super::text::read_regular(&path, super::text::MAX_CONFIG, "kquant manifest")?;
+        let bytes = super::text::read_bounded(&path, super::text::MAX_CONFIG, "kquant manifest")?;
         serde_json::from_slice(&bytes).map_err(|e| Error::Manifest {
             path,
             msg: format!("not a kquant manifest: {e}"),

@@ -20,6 +20,12 @@ pub const MAX_CONFIG: u64 = 64 << 20;
 /// `what` names it in the error.
 pub fn open_regular(path: &Path, max: u64, what: &str) -> Result<File> {
     super::reads::note(path);
+    open_bounded(path, max, what)
+}
+
+/// [`open_regular`] without noting `path` as an input of the command: for a file kquant reads
+/// to judge its own output (a manifest), which must not make that output a source.
+fn open_bounded(path: &Path, max: u64, what: &str) -> Result<File> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io("read", path, e))?;
     if !meta.is_file() {
         return Err(Error::Source {
@@ -38,7 +44,13 @@ pub fn open_regular(path: &Path, max: u64, what: &str) -> Result<File> {
 /// The whole of `path` ([`open_regular`]); a file that grows past `max` while read is refused
 /// too.
 pub fn read_regular(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
-    let f = open_regular(path, max, what)?;
+    super::reads::note(path);
+    read_bounded(path, max, what)
+}
+
+/// [`read_regular`] without noting `path` as an input ([`open_bounded`]).
+pub fn read_bounded(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
+    let f = open_bounded(path, max, what)?;
     let mut bytes = Vec::new();
     f.take(max + 1)
         .read_to_end(&mut bytes)
