@@ -120,18 +120,7 @@ fn fp8_pt_missing_amax_hint_names_the_fixed_amax() {
     std::fs::write(&amax, r#"{"fc": 3.5}"#).unwrap();
     let out = t.path().join("out");
     let src = root().join(FIX).join("eagle3");
-    let o = kquant(&[
-        "quantize",
-        src.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--scheme",
-        "fp8-pt",
-        "--format",
-        "modelopt",
-        "--input-amax",
-        amax.to_str().unwrap(),
-    ]);
+    let o = fp8_pt(&src, &out, &amax);
     assert_eq!(o.status.code(), Some(2));
     let e = common::stderr(&o);
     assert!(
@@ -345,18 +334,7 @@ fn an_input_amax_or_config_that_is_no_regular_file_is_refused_at_once() {
     std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
     for f in [&fifo, &zero] {
         let out = t.path().join("out");
-        let o = kquant(&[
-            "quantize",
-            src.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "--scheme",
-            "fp8-pt",
-            "--format",
-            "modelopt",
-            "--input-amax",
-            f.to_str().unwrap(),
-        ]);
+        let o = fp8_pt(&src, &out, f);
         let e = common::stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{e}");
         assert!(
@@ -378,4 +356,26 @@ fn an_input_amax_or_config_that_is_no_regular_file_is_refused_at_once() {
     let e = common::stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(e.contains("config.json`: is not a regular file"), "{e}");
+}
+
+/// `kquant quantize SRC -o OUT --scheme fp8-pt --format modelopt --input-amax AMAX`.
+fn fp8_pt(
+    src: &std::path::Path,
+    out: &std::path::Path,
+    amax: &std::path::Path,
+) -> std::process::Output {
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let (src, out, amax) = (s(src), s(out), s(amax));
+    kquant(&[
+        "quantize",
+        &src,
+        "-o",
+        &out,
+        "--scheme",
+        "fp8-pt",
+        "--format",
+        "modelopt",
+        "--input-amax",
+        &amax,
+    ])
 }
