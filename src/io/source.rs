@@ -91,7 +91,6 @@ pub fn open_dir(path: &Path) -> Result<Weights> {
     super::reads::note(path);
     let config = path.join("config.json");
     match std::fs::metadata(&config) {
-        // A link to a file (a hub cache snapshot's are links to its blobs) is the file.
         Ok(m) if !m.is_file() => {
             return Err(Error::Source {
                 path: config,
@@ -99,6 +98,7 @@ pub fn open_dir(path: &Path) -> Result<Weights> {
                 hint: Some("give the checkpoint's `config.json` as a regular file".into()),
             })
         }
+        // A link to a file (a hub cache snapshot's are links to its blobs) is the file.
         Ok(_) => {}
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(path_error(&config, e)),
         Err(_) => {

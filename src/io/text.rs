@@ -1,4 +1,5 @@
-//! Text inputs a user names (prompt files, tokenizers, chat templates, their configs): opened
+//! Files read whole (prompt files, tokenizers, chat templates, checkpoint configs and indexes,
+//! amax files, manifests): opened
 //! only when they are regular files no larger than a stated bound, as checkpoints are, so that
 //! `/dev/zero`, a FIFO with no writer or a runaway file is an `error:` at once, never an
 //! endless read or a hang.
